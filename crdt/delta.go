@@ -1,0 +1,370 @@
+package crdt
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// DeltaVersion is the wire version of an encoded Delta.
+const DeltaVersion = 1
+
+// Hard caps checked while decoding, before anything is allocated.
+const (
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 256
+	// MaxRuleNameLen is the longest rule name, in bytes.
+	MaxRuleNameLen = 64
+	// MaxDeltaEntries is the most entries one encoded delta may carry.
+	MaxDeltaEntries = 1 << 16
+	// MaxDeltaBytes is the largest encoded delta (NATS's default max_payload).
+	MaxDeltaBytes = 1 << 20
+	// maxGroups is the most rule groups in one delta.
+	maxGroups = MaxRules
+)
+
+// Decode errors.
+var (
+	ErrDeltaTooLarge  = errors.New("crdt: delta larger than MaxDeltaBytes")
+	ErrDeltaVersion   = errors.New("crdt: unsupported delta version")
+	ErrDeltaMalformed = errors.New("crdt: malformed delta")
+)
+
+// Entry is one absolute count: the sender's own count of (Rule, Key, Window).
+type Entry struct {
+	Rule   string
+	Key    string
+	Window int64
+	Count  uint64
+}
+
+// Delta is a batch of entries owned by one sender replica. Because entries are
+// absolute, a delta can be lost, duplicated or reordered without harm: a later
+// one repairs an earlier loss.
+type Delta struct {
+	// Sender owns every entry of the batch.
+	Sender Replica
+	// SentAt is the sender's clock (Unix nanoseconds) when it flushed the batch,
+	// used only to measure replication lag.
+	SentAt  int64
+	Entries []Entry
+}
+
+// Wire format (msgpack), entries grouped by rule with window offsets so an IPv4
+// key costs about 16 bytes:
+//
+//	[version, [region, pop, node, incarnation], sentAt,
+//	  [[rule, baseWindow, [key, windowOffset, count, key, windowOffset, count, ...]], ...]]
+
+// entryBound is an upper bound of one encoded entry's size beyond its key.
+const entryBound = 3 + 9 + 9
+
+// headerBound is an upper bound of a delta's size beyond its groups.
+const headerBound = 1 + 1 + 1 + 3*(MaxNameLen+3) + 9 + 9 + 5
+
+// groupBound is an upper bound of a rule group's size beyond its entries.
+const groupBound = 1 + MaxRuleNameLen + 3 + 9 + 5
+
+// Encode encodes d into one or more messages of at most maxBytes each
+// (MaxDeltaBytes if maxBytes <= 0 or larger), splitting its entries as needed.
+// Every message carries d's sender and SentAt.
+func Encode(d *Delta, maxBytes int) ([][]byte, error) {
+	if maxBytes <= 0 || maxBytes > MaxDeltaBytes {
+		maxBytes = MaxDeltaBytes
+	}
+	if err := d.Sender.Validate(); err != nil {
+		return nil, err
+	}
+	if maxBytes < headerBound+groupBound+MaxKeyLen+entryBound {
+		return nil, fmt.Errorf("crdt: encode: maxBytes %d too small for one entry", maxBytes)
+	}
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if len(e.Key) == 0 || len(e.Key) > MaxKeyLen {
+			return nil, fmt.Errorf("crdt: encode: key of %d bytes (want 1-%d)", len(e.Key), MaxKeyLen)
+		}
+		if len(e.Rule) == 0 || len(e.Rule) > MaxRuleNameLen {
+			return nil, fmt.Errorf("crdt: encode: rule name of %d bytes (want 1-%d)", len(e.Rule), MaxRuleNameLen)
+		}
+	}
+	var out [][]byte
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	entries := d.Entries
+	for len(entries) > 0 || out == nil {
+		// Take the longest prefix whose worst-case size fits.
+		size, n := headerBound, 0
+		var rules []string
+		for n < len(entries) && n < MaxDeltaEntries {
+			add := len(entries[n].Key) + entryBound
+			if !contains(rules, entries[n].Rule) {
+				add += groupBound
+			}
+			if size+add > maxBytes {
+				break
+			}
+			if !contains(rules, entries[n].Rule) {
+				rules = append(rules, entries[n].Rule)
+			}
+			size += add
+			n++
+		}
+		buf.Reset()
+		if err := encodeChunk(enc, d, entries[:n], rules); err != nil {
+			return nil, err
+		}
+		out = append(out, bytes.Clone(buf.Bytes()))
+		entries = entries[n:]
+	}
+	return out, nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func encodeChunk(enc *msgpack.Encoder, d *Delta, entries []Entry, rules []string) error {
+	var err error
+	put := func(e error) {
+		if err == nil {
+			err = e
+		}
+	}
+	put(enc.EncodeArrayLen(4))
+	put(enc.EncodeUint(DeltaVersion))
+	put(enc.EncodeArrayLen(4))
+	put(enc.EncodeString(d.Sender.Region))
+	put(enc.EncodeString(d.Sender.PoP))
+	put(enc.EncodeString(d.Sender.Node))
+	put(enc.EncodeUint(d.Sender.Incarnation))
+	put(enc.EncodeInt(d.SentAt))
+	put(enc.EncodeArrayLen(len(rules)))
+	for _, r := range rules {
+		base, n := int64(math.MaxInt64), 0
+		for i := range entries {
+			if entries[i].Rule == r {
+				base = min(base, entries[i].Window)
+				n++
+			}
+		}
+		put(enc.EncodeArrayLen(3))
+		put(enc.EncodeString(r))
+		put(enc.EncodeInt(base))
+		put(enc.EncodeArrayLen(3 * n))
+		for i := range entries {
+			e := &entries[i]
+			if e.Rule != r {
+				continue
+			}
+			off := uint64(e.Window - base) // >= 0; wraps only for absurd spreads, caught below
+			if e.Window-base < 0 {
+				return fmt.Errorf("crdt: encode: window spread overflows")
+			}
+			put(enc.EncodeString(e.Key))
+			put(enc.EncodeUint(off))
+			put(enc.EncodeUint(e.Count))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("crdt: encode: %w", err)
+	}
+	return nil
+}
+
+// Decoder decodes deltas, reusing its buffers between calls. The zero value is
+// not ready: use NewDecoder. A Decoder is not safe for concurrent use.
+type Decoder struct {
+	rd    bytes.Reader
+	dec   *msgpack.Decoder
+	arena []byte
+	spans []span
+	tmp   [MaxKeyLen]byte
+}
+
+type span struct{ off, n int }
+
+// NewDecoder returns a Decoder.
+func NewDecoder() *Decoder {
+	d := &Decoder{}
+	d.dec = msgpack.NewDecoder(&d.rd)
+	return d
+}
+
+// Decode decodes one delta into out (reusing out.Entries' storage). Hostile
+// input (truncated, wrong types, huge length prefixes, a wrong version,
+// trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
+// or ErrDeltaVersion; nothing is allocated by a length the input chooses
+// before that length is checked against the caps and the bytes left. All keys
+// of one delta share one allocation.
+func (d *Decoder) Decode(b []byte, out *Delta) error {
+	if len(b) > MaxDeltaBytes {
+		return ErrDeltaTooLarge
+	}
+	d.rd.Reset(b)
+	d.dec.Reset(&d.rd)
+	d.arena = d.arena[:0]
+	d.spans = d.spans[:0]
+	out.Entries = out.Entries[:0]
+	if err := d.decode(out); err != nil {
+		out.Entries = out.Entries[:0]
+		if errors.Is(err, ErrDeltaVersion) || errors.Is(err, ErrDeltaMalformed) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrDeltaMalformed, err)
+	}
+	if d.rd.Len() != 0 {
+		out.Entries = out.Entries[:0]
+		return fmt.Errorf("%w: %d trailing bytes", ErrDeltaMalformed, d.rd.Len())
+	}
+	keys := string(d.arena)
+	for i, s := range d.spans {
+		out.Entries[i].Key = keys[s.off : s.off+s.n]
+	}
+	return nil
+}
+
+// Decode decodes one delta with a fresh Decoder.
+func Decode(b []byte) (*Delta, error) {
+	var out Delta
+	if err := NewDecoder().Decode(b, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrDeltaMalformed}, args...)...)
+}
+
+func (d *Decoder) arrayLen(want int, what string) (int, error) {
+	n, err := d.dec.DecodeArrayLen()
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 || (want >= 0 && n != want) {
+		return 0, malformed("%s: array of %d elements", what, n)
+	}
+	// Every element takes at least one byte.
+	if n > d.rd.Len() {
+		return 0, malformed("%s: %d elements but %d bytes left", what, n, d.rd.Len())
+	}
+	return n, nil
+}
+
+// bytes reads a string or binary of at most max bytes into d.tmp.
+func (d *Decoder) str(max int, what string) ([]byte, error) {
+	n, err := d.dec.DecodeBytesLen()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || n > max || n > len(d.tmp) {
+		return nil, malformed("%s of %d bytes (max %d)", what, n, max)
+	}
+	if n > d.rd.Len() {
+		return nil, malformed("%s: truncated", what)
+	}
+	buf := d.tmp[:n]
+	if err := d.dec.ReadFull(buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func (d *Decoder) decode(out *Delta) error {
+	if _, err := d.arrayLen(4, "delta"); err != nil {
+		return err
+	}
+	v, err := d.dec.DecodeUint64()
+	if err != nil {
+		return err
+	}
+	if v != DeltaVersion {
+		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
+	}
+	if _, err := d.arrayLen(4, "sender"); err != nil {
+		return err
+	}
+	names := [3]*string{&out.Sender.Region, &out.Sender.PoP, &out.Sender.Node}
+	for _, p := range names {
+		b, err := d.str(MaxNameLen, "sender name")
+		if err != nil {
+			return err
+		}
+		*p = string(b)
+	}
+	if out.Sender.Incarnation, err = d.dec.DecodeUint64(); err != nil {
+		return err
+	}
+	if err := out.Sender.Validate(); err != nil {
+		return malformed("%v", err)
+	}
+	if out.SentAt, err = d.dec.DecodeInt64(); err != nil {
+		return err
+	}
+	groups, err := d.arrayLen(-1, "groups")
+	if err != nil {
+		return err
+	}
+	if groups > maxGroups {
+		return malformed("%d rule groups (max %d)", groups, maxGroups)
+	}
+	for g := 0; g < groups; g++ {
+		if _, err := d.arrayLen(3, "group"); err != nil {
+			return err
+		}
+		rb, err := d.str(MaxRuleNameLen, "rule name")
+		if err != nil {
+			return err
+		}
+		if len(rb) == 0 {
+			return malformed("empty rule name")
+		}
+		rule := string(rb)
+		base, err := d.dec.DecodeInt64()
+		if err != nil {
+			return err
+		}
+		n, err := d.arrayLen(-1, "entries")
+		if err != nil {
+			return err
+		}
+		if n%3 != 0 {
+			return malformed("entries: %d elements, not a multiple of 3", n)
+		}
+		if len(out.Entries)+n/3 > MaxDeltaEntries {
+			return malformed("more than %d entries", MaxDeltaEntries)
+		}
+		for k := 0; k < n/3; k++ {
+			kb, err := d.str(MaxKeyLen, "key")
+			if err != nil {
+				return err
+			}
+			if len(kb) == 0 {
+				return malformed("empty key")
+			}
+			off, err := d.dec.DecodeUint64()
+			if err != nil {
+				return err
+			}
+			if off > math.MaxInt64 || base > math.MaxInt64-int64(off) {
+				return malformed("window offset %d overflows", off)
+			}
+			cnt, err := d.dec.DecodeUint64()
+			if err != nil {
+				return err
+			}
+			d.spans = append(d.spans, span{off: len(d.arena), n: len(kb)})
+			d.arena = append(d.arena, kb...)
+			out.Entries = append(out.Entries, Entry{Rule: rule, Window: base + int64(off), Count: cnt})
+		}
+	}
+	return nil
+}

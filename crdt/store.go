@@ -1,0 +1,820 @@
+package crdt
+
+import (
+	"hash/maphash"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/geolimit/geolimit/window"
+)
+
+// RuleID is the store's handle for a rule. The caller (package pop) maps rule
+// names to RuleIDs; the store only needs them to be small integers.
+type RuleID uint16
+
+// MaxRules is the number of distinct RuleIDs a store accepts.
+const MaxRules = 1 << 12
+
+// ReplicaID is the store's interned handle for a Replica. SelfID is the store's
+// own replica.
+type ReplicaID uint32
+
+// SelfID is the ReplicaID of the store's own replica.
+const SelfID ReplicaID = 0
+
+// Now locates an instant for one rule: the current window index, the
+// nanoseconds elapsed in it and the window width in nanoseconds.
+type Now struct {
+	Index   int64
+	Elapsed int64
+	Width   int64
+}
+
+// StoreConfig configures a Store. The zero value of every field but Self means
+// its default.
+type StoreConfig struct {
+	// Self is this node's replica identity (with its incarnation).
+	Self Replica
+	// MaxKeys caps the live (rule, key) pairs held, across all rules.
+	// Default DefaultMaxKeys.
+	MaxKeys int
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two. Default 64.
+	Shards int
+	// MaxReplicas caps how many distinct remote replica identities (including
+	// past incarnations) the store interns. Default 65536.
+	MaxReplicas int
+}
+
+// DefaultMaxKeys is the default cap on live keys.
+const DefaultMaxKeys = 1 << 20
+
+// Store is a sharded set of windowed G-counters, keyed by (rule, key). For each
+// key it keeps two live windows (the current one and the one before it); a
+// window one ahead of the key's current window is kept for peers whose clocks
+// run ahead. Older windows are dropped, and late entries for them ignored.
+//
+// On the hot path a key is one pointer-free slot holding this replica's own
+// count and the sum of the others per window; the per-replica entries of remote
+// replicas live in a side table touched only by Merge and window roll-over.
+//
+// Memory is bounded by MaxKeys. When a shard is full, a new key first takes the
+// place of an expired key, then of the coldest of a small sample of keys whose
+// count is below its rule's protection threshold (SetProtect). Keys at or above
+// the threshold (the keys being limited) are never evicted. If no key can be
+// evicted the new key is not stored: Admit decides it as a key with no history
+// and reports it Untracked, and Merge drops the entry. Failing open for new keys
+// is the safe choice: refusing them would let a flood of random keys deny every
+// new client, while an untracked key can overshoot only by its own traffic
+// until room frees, and every key already being limited keeps its count.
+//
+// A Store is safe for concurrent use.
+type Store struct {
+	self        Replica
+	seed        maphash.Seed
+	shards      []shard
+	shardShift  uint
+	perShardCap int
+	maxReplicas int
+
+	repMu  sync.RWMutex
+	repIDs map[Replica]ReplicaID
+	reps   []Replica
+
+	protectMu sync.RWMutex
+	protect   map[RuleID]uint64
+
+	evicted  atomic.Uint64
+	overflow atomic.Uint64
+	expired  atomic.Uint64
+}
+
+// StoreStats are cumulative counters of a Store.
+type StoreStats struct {
+	// Keys is the number of live (rule, key) pairs.
+	Keys int
+	// Evicted counts keys evicted to make room for a new one.
+	Evicted uint64
+	// Overflow counts new keys (or merged entries) refused because the store
+	// was full and nothing could be evicted.
+	Overflow uint64
+	// Expired counts keys removed by Sweep because all their windows had passed.
+	Expired uint64
+	// Replicas is the number of interned replica identities, self included.
+	Replicas int
+}
+
+const (
+	flagSide uint8 = 1 << iota
+	flagInDirty
+	flagLive
+)
+
+// inlineKeyLen is the longest key stored inside its slot (IPv4 addresses fit);
+// longer keys live in a side map of their shard.
+const inlineKeyLen = 19
+
+// longKey marks a slot whose key is in shard.long.
+const longKey = 0xff
+
+// slot is one (rule, key): exactly one cache line, no pointers (the GC never
+// scans the slab), holding everything a decision reads.
+type slot struct {
+	win   int64     // index of the key's current window
+	own   [2]uint64 // this replica's counts: [0] window win-1, [1] window win
+	other [2]uint64 // sum over other replicas, same layout
+	rule  RuleID
+	klen  uint8 // key length, or longKey
+	dirty uint8 // bit0: own[0] changed since the last flush; bit1: own[1]
+	flags uint8
+	kb    [inlineKeyLen]byte
+}
+
+func (sl *slot) total() uint64 {
+	return satAdd(satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]))
+}
+
+type sideEntry struct {
+	win   int64
+	count uint64
+	rep   ReplicaID
+}
+
+// shard is a slab of slots with an open-addressing index (linear probing with
+// backward-shift deletion). An index entry is the low 32 bits of the key's
+// hash (whose low bits are its home bucket) above slot+1, so a probe compares
+// fingerprints without touching slots: a decision costs one index probe and
+// one slot, two cache lines.
+type shard struct {
+	mu    sync.Mutex
+	index []uint64
+	used  int // entries in index
+	slots []slot
+	free  []int32
+	long  map[int32]string
+	side  map[int32][]sideEntry
+	dirty []int32
+	now   []int64 // by RuleID: the latest window index seen
+	count []int   // by RuleID: live keys
+	cur   int     // eviction cursor
+	_     [64]byte
+}
+
+// NewStore returns an empty store.
+func NewStore(cfg StoreConfig) *Store {
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	n := cfg.Shards
+	if n <= 0 {
+		n = 64
+	}
+	p, bits := 1, 0
+	for p < n {
+		p <<= 1
+		bits++
+	}
+	if cfg.MaxReplicas <= 0 {
+		cfg.MaxReplicas = 1 << 16
+	}
+	s := &Store{
+		self:        cfg.Self,
+		seed:        maphash.MakeSeed(),
+		shards:      make([]shard, p),
+		shardShift:  uint(64 - bits),
+		perShardCap: (cfg.MaxKeys + p - 1) / p,
+		maxReplicas: cfg.MaxReplicas,
+		repIDs:      map[Replica]ReplicaID{cfg.Self: SelfID},
+		reps:        []Replica{cfg.Self},
+		protect:     map[RuleID]uint64{},
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.index = make([]uint64, 16)
+		sh.long = map[int32]string{}
+		sh.side = map[int32][]sideEntry{}
+	}
+	return s
+}
+
+// Self returns the store's own replica identity.
+func (s *Store) Self() Replica { return s.self }
+
+// Intern returns the ReplicaID of r, assigning one if r is new. ok is false
+// when the replica table is full.
+func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
+	s.repMu.RLock()
+	id, ok = s.repIDs[r]
+	s.repMu.RUnlock()
+	if ok {
+		return id, true
+	}
+	s.repMu.Lock()
+	defer s.repMu.Unlock()
+	if id, ok = s.repIDs[r]; ok {
+		return id, true
+	}
+	if len(s.reps) >= s.maxReplicas {
+		return 0, false
+	}
+	id = ReplicaID(len(s.reps))
+	s.repIDs[r] = id
+	s.reps = append(s.reps, r)
+	return id, true
+}
+
+// Replica returns the identity behind id.
+func (s *Store) Replica(id ReplicaID) Replica {
+	s.repMu.RLock()
+	defer s.repMu.RUnlock()
+	if int(id) < len(s.reps) {
+		return s.reps[id]
+	}
+	return Replica{}
+}
+
+// SetProtect sets the count at or above which a key of rule is never evicted
+// to make room for a new key. With the default, 0, no live key is evicted:
+// only expired keys make room.
+func (s *Store) SetProtect(rule RuleID, threshold uint64) {
+	s.protectMu.Lock()
+	s.protect[rule] = threshold
+	s.protectMu.Unlock()
+}
+
+func (s *Store) protectOf(rule RuleID) uint64 {
+	s.protectMu.RLock()
+	defer s.protectMu.RUnlock()
+	return s.protect[rule]
+}
+
+// hash mixes the rule into the key's hash so equal keys of different rules
+// land apart.
+func (s *Store) hash(rule RuleID, key string) uint64 {
+	return maphash.String(s.seed, key) ^ (uint64(rule)+1)*0x9e3779b97f4a7c15
+}
+
+func (s *Store) shardOf(h uint64) *shard { return &s.shards[h>>s.shardShift&uint64(len(s.shards)-1)] }
+
+// keyOf returns slot i's key; the caller holds sh.mu.
+func (sh *shard) keyOf(i int32) string {
+	sl := &sh.slots[i]
+	if sl.klen == longKey {
+		return sh.long[i]
+	}
+	return string(sl.kb[:sl.klen])
+}
+
+// find returns the slot of (rule, key) and its index position.
+func (sh *shard) find(h uint64, rule RuleID, key string) (int32, int, bool) {
+	mask := uint64(len(sh.index) - 1)
+	fp := uint64(uint32(h))
+	for p := h & mask; ; p = (p + 1) & mask {
+		e := sh.index[p]
+		if e == 0 {
+			return 0, 0, false
+		}
+		if e&0xffffffff == fp {
+			i := int32(e>>32) - 1
+			sl := &sh.slots[i]
+			if sl.rule == rule {
+				if sl.klen == longKey {
+					if sh.long[i] == key {
+						return i, int(p), true
+					}
+				} else if int(sl.klen) == len(key) && string(sl.kb[:sl.klen]) == key {
+					return i, int(p), true
+				}
+			}
+		}
+	}
+}
+
+// insert adds a new (rule, key) with window nowIndex, making room if the shard
+// is full; the caller holds sh.mu and knows the key is absent.
+func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex int64) (int32, bool) {
+	for int(rule) >= len(sh.now) {
+		sh.now = append(sh.now, math.MinInt64)
+		sh.count = append(sh.count, 0)
+	}
+	if nowIndex > sh.now[rule] {
+		sh.now[rule] = nowIndex
+	}
+	if sh.used >= s.perShardCap && !sh.evictOne(s) {
+		s.overflow.Add(1)
+		return 0, false
+	}
+	var i int32
+	if n := len(sh.free); n > 0 {
+		i = sh.free[n-1]
+		sh.free = sh.free[:n-1]
+	} else {
+		i = int32(len(sh.slots))
+		sh.slots = append(sh.slots, slot{})
+	}
+	sl := &sh.slots[i]
+	*sl = slot{win: nowIndex, rule: rule, flags: flagLive}
+	if len(key) <= inlineKeyLen {
+		sl.klen = uint8(len(key))
+		copy(sl.kb[:], key)
+	} else {
+		sl.klen = longKey
+		sh.long[i] = strings.Clone(key)
+	}
+	if (sh.used+1)*4 > len(sh.index)*3 {
+		sh.grow(s)
+	}
+	sh.place(h, i)
+	sh.used++
+	sh.count[rule]++
+	return i, true
+}
+
+func (sh *shard) place(h uint64, i int32) {
+	mask := uint64(len(sh.index) - 1)
+	p := h & mask
+	for sh.index[p] != 0 {
+		p = (p + 1) & mask
+	}
+	sh.index[p] = uint64(i+1)<<32 | uint64(uint32(h))
+}
+
+func (sh *shard) grow(s *Store) {
+	old := sh.index
+	sh.index = make([]uint64, 2*len(old))
+	for _, e := range old {
+		if e == 0 {
+			continue
+		}
+		i := int32(e>>32) - 1
+		sh.place(s.hash(sh.slots[i].rule, sh.keyOf(i)), i)
+	}
+}
+
+// remove deletes slot i found at index position p; the caller holds sh.mu.
+func (sh *shard) remove(i int32, p int) {
+	mask := len(sh.index) - 1
+	// Backward-shift deletion keeps every probe chain unbroken.
+	for j := p; ; {
+		j = (j + 1) & mask
+		e := sh.index[j]
+		if e == 0 {
+			break
+		}
+		home := int(uint32(e)) & mask
+		if (j > p && (home <= p || home > j)) || (j < p && home <= p && home > j) {
+			sh.index[p] = e
+			p = j
+		}
+	}
+	sh.index[p] = 0
+	sl := &sh.slots[i]
+	sh.count[sl.rule]--
+	if sl.klen == longKey {
+		delete(sh.long, i)
+	}
+	if sl.flags&flagSide != 0 {
+		delete(sh.side, i)
+	}
+	*sl = slot{}
+	sh.free = append(sh.free, i)
+	sh.used--
+}
+
+// removeSlot deletes slot i, locating its index entry first.
+func (sh *shard) removeSlot(s *Store, i int32) {
+	h := s.hash(sh.slots[i].rule, sh.keyOf(i))
+	mask := uint64(len(sh.index) - 1)
+	want := uint64(i+1)<<32 | uint64(uint32(h))
+	for p := h & mask; ; p = (p + 1) & mask {
+		if sh.index[p] == want {
+			sh.remove(i, int(p))
+			return
+		}
+	}
+}
+
+// evictSample is how many slots evictOne inspects.
+const evictSample = 16
+
+// evictOne frees one slot: an expired one, or the coldest unprotected one of
+// a sample. The caller holds sh.mu.
+func (sh *shard) evictOne(s *Store) bool {
+	n := len(sh.slots)
+	best, bestVal := int32(-1), uint64(0)
+	for seen := 0; seen < evictSample && seen < n; seen++ {
+		if sh.cur++; sh.cur >= n {
+			sh.cur = 0
+		}
+		i := int32(sh.cur)
+		sl := &sh.slots[i]
+		if sl.flags&flagLive == 0 {
+			continue
+		}
+		if sl.win < sh.now[sl.rule]-1 {
+			sh.removeSlot(s, i)
+			s.expired.Add(1)
+			return true
+		}
+		if v := sl.total(); (best < 0 || v < bestVal) && v < s.protectOf(sl.rule) {
+			best, bestVal = i, v
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	sh.removeSlot(s, best)
+	s.evicted.Add(1)
+	return true
+}
+
+// roll advances slot i to window target > sl.win; the caller holds sh.mu.
+func (sh *shard) roll(i int32, sl *slot, target int64) {
+	if target > sh.now[sl.rule] {
+		sh.now[sl.rule] = target
+	}
+	if target == sl.win+1 {
+		sl.own[0], sl.own[1] = sl.own[1], 0
+		sl.other[0], sl.other[1] = sl.other[1], 0
+		sl.dirty >>= 1
+	} else {
+		sl.own = [2]uint64{}
+		sl.other = [2]uint64{}
+		sl.dirty = 0
+	}
+	sl.win = target
+	if sl.flags&flagSide == 0 {
+		return
+	}
+	old := sh.side[i]
+	es := old[:0]
+	sl.other = [2]uint64{}
+	for _, e := range old {
+		if e.win < target-1 {
+			continue
+		}
+		es = append(es, e)
+		if k := e.win - (target - 1); k == 0 || k == 1 {
+			sl.other[k] = satAdd(sl.other[k], e.count)
+		}
+	}
+	if len(es) == 0 {
+		delete(sh.side, i)
+		sl.flags &^= flagSide
+		return
+	}
+	sh.side[i] = es
+}
+
+// AdmitResult is the outcome of Admit.
+type AdmitResult struct {
+	window.Result
+	// Untracked is set when the key is new and the store is full: the request
+	// was decided as a key with no history and nothing was counted.
+	Untracked bool
+}
+
+// Admit decides a request of cost against limit for (rule, key) at now and,
+// when it fits and count is true, adds cost to this replica's own count of the
+// current window. If now lies before the key's current window (the clock went
+// backwards) the request is decided at the start of the key's current window
+// and counted there, so counts never move back in time.
+func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, count bool) AdmitResult {
+	h := s.hash(rule, key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	i, _, ok := sh.find(h, rule, key)
+	if !ok {
+		r := window.Decide(limit, cost, 0, 0, now.Elapsed, now.Width)
+		if !r.Allowed || !count {
+			sh.mu.Unlock()
+			return AdmitResult{Result: r}
+		}
+		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
+			sh.mu.Unlock()
+			return AdmitResult{Result: r, Untracked: true}
+		}
+	}
+	sl := &sh.slots[i]
+	elapsed := now.Elapsed
+	if now.Index > sl.win {
+		sh.roll(i, sl, now.Index)
+	} else if now.Index < sl.win {
+		elapsed = 0
+	}
+	r := window.Decide(limit, cost, satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]), elapsed, now.Width)
+	if r.Allowed && count {
+		sl.own[1] = satAdd(sl.own[1], cost)
+		sl.dirty |= 2
+		if sl.flags&flagInDirty == 0 {
+			sl.flags |= flagInDirty
+			sh.dirty = append(sh.dirty, i)
+		}
+	}
+	sh.mu.Unlock()
+	return AdmitResult{Result: r}
+}
+
+// MergeOutcome says what Merge did with an entry.
+type MergeOutcome uint8
+
+// Merge outcomes.
+const (
+	// Merged: the entry raised the replica's count.
+	Merged MergeOutcome = iota
+	// Unchanged: the entry was not above the count already known.
+	Unchanged
+	// Stale: the entry's window is older than the live windows.
+	Stale
+	// Ahead: the entry's window is more than one window ahead of now.
+	Ahead
+	// Full: the key is new and the store is full; the entry was dropped.
+	Full
+	// Self: the entry claims this store's own replica and was ignored.
+	Self
+)
+
+// Merge raises replica rep's count of (rule, key, window win) to count if count
+// is higher (the G-counter merge: per-replica maximum). nowIndex is the
+// receiver's current window index for the rule.
+func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaID, count uint64) MergeOutcome {
+	if rep == SelfID {
+		return Self
+	}
+	if win < nowIndex-1 {
+		return Stale
+	}
+	if win > nowIndex+1 {
+		return Ahead
+	}
+	h := s.hash(rule, key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, _, ok := sh.find(h, rule, key)
+	if !ok {
+		if count == 0 {
+			return Unchanged
+		}
+		if i, ok = sh.insert(s, h, rule, key, nowIndex); !ok {
+			return Full
+		}
+	}
+	sl := &sh.slots[i]
+	if nowIndex > sl.win {
+		sh.roll(i, sl, nowIndex)
+	}
+	if win < sl.win-1 {
+		return Stale
+	}
+	if win > sl.win+1 {
+		return Ahead
+	}
+	es := sh.side[i]
+	var diff uint64
+	found := false
+	for j := range es {
+		if es[j].win == win && es[j].rep == rep {
+			if count <= es[j].count {
+				return Unchanged
+			}
+			diff = count - es[j].count
+			es[j].count = count
+			found = true
+			break
+		}
+	}
+	if !found {
+		sh.side[i] = append(es, sideEntry{win: win, rep: rep, count: count})
+		sl.flags |= flagSide
+		diff = count
+	}
+	if k := win - (sl.win - 1); k == 0 || k == 1 {
+		sl.other[k] = satAdd(sl.other[k], diff)
+	}
+	return Merged
+}
+
+// FlushEntry is one of this replica's own counts handed out by Flush or Own.
+type FlushEntry struct {
+	Rule   RuleID
+	Key    string
+	Window int64
+	Count  uint64
+}
+
+// Flush calls fn for each own count that changed since the last Flush and
+// clears the change marks. fn runs with a shard lock held: it must not call
+// back into the store and must not block.
+func (s *Store) Flush(fn func(FlushEntry)) {
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		for _, i := range sh.dirty {
+			sl := &sh.slots[i]
+			if sl.flags&flagInDirty == 0 {
+				continue // evicted, or already flushed
+			}
+			sl.flags &^= flagInDirty
+			if sl.dirty&1 != 0 && sl.own[0] > 0 {
+				fn(FlushEntry{Rule: sl.rule, Key: sh.keyOf(i), Window: sl.win - 1, Count: sl.own[0]})
+			}
+			if sl.dirty&2 != 0 && sl.own[1] > 0 {
+				fn(FlushEntry{Rule: sl.rule, Key: sh.keyOf(i), Window: sl.win, Count: sl.own[1]})
+			}
+			sl.dirty = 0
+		}
+		sh.dirty = sh.dirty[:0]
+		sh.mu.Unlock()
+	}
+}
+
+// Own calls fn for every own count in a live window: the anti-entropy set that
+// repairs lost deltas and teaches joiners. nowIndex returns the current window
+// index of a rule. fn runs with a shard lock held (see Flush).
+func (s *Store) Own(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
+	s.Entries(nowIndex, func(rep ReplicaID, e FlushEntry) {
+		if rep == SelfID {
+			fn(e)
+		}
+	})
+}
+
+// Entries calls fn for every per-replica count in a live window, own and
+// remote: the full state a joining or restarted peer needs. fn runs with a
+// shard lock held (see Flush).
+func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEntry)) {
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		for i := range sh.slots {
+			sl := &sh.slots[i]
+			if sl.flags&flagLive == 0 {
+				continue
+			}
+			cur := nowIndex(sl.rule)
+			key := ""
+			for k, c := range sl.own {
+				if w := sl.win - 1 + int64(k); c > 0 && w >= cur-1 {
+					if key == "" {
+						key = sh.keyOf(int32(i))
+					}
+					fn(SelfID, FlushEntry{Rule: sl.rule, Key: key, Window: w, Count: c})
+				}
+			}
+			if sl.flags&flagSide == 0 {
+				continue
+			}
+			for _, e := range sh.side[int32(i)] {
+				if e.win >= cur-1 {
+					if key == "" {
+						key = sh.keyOf(int32(i))
+					}
+					fn(e.rep, FlushEntry{Rule: sl.rule, Key: key, Window: e.win, Count: e.count})
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Sweep removes every key whose windows have all passed: nowIndex returns the
+// current window index of a rule, and a key whose current window is older than
+// the one before it holds nothing live. It returns how many keys it removed.
+func (s *Store) Sweep(nowIndex func(RuleID) int64) int {
+	n := s.removeIf(func(sl *slot) bool { return sl.win < nowIndex(sl.rule)-1 })
+	s.expired.Add(uint64(n))
+	return n
+}
+
+// DropRule removes every key of rule (the rule was deleted or redefined).
+func (s *Store) DropRule(rule RuleID) {
+	s.removeIf(func(sl *slot) bool { return sl.rule == rule })
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		if int(rule) < len(sh.now) {
+			sh.now[rule] = math.MinInt64
+		}
+		sh.mu.Unlock()
+	}
+	s.protectMu.Lock()
+	delete(s.protect, rule)
+	s.protectMu.Unlock()
+}
+
+func (s *Store) removeIf(drop func(*slot) bool) int {
+	n := 0
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		for i := range sh.slots {
+			if sl := &sh.slots[i]; sl.flags&flagLive != 0 && drop(sl) {
+				sh.removeSlot(s, int32(i))
+				n++
+			}
+		}
+		if len(sh.dirty) > 2*len(sh.slots)+64 {
+			// Evictions left stale marks; keep only slots still marked.
+			d := sh.dirty[:0]
+			for _, i := range sh.dirty {
+				if sh.slots[i].flags&flagInDirty != 0 {
+					sh.slots[i].flags &^= flagInDirty
+					d = append(d, i)
+				}
+			}
+			for _, i := range d {
+				sh.slots[i].flags |= flagInDirty
+			}
+			sh.dirty = d
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// WindowView is one window of one key as seen by this store.
+type WindowView struct {
+	Index    int64
+	Total    uint64
+	Replicas map[string]uint64 // by Replica.String()
+}
+
+// View returns the live windows of (rule, key) relative to nowIndex, oldest
+// first, with per-replica counts, without changing anything. ok is false when
+// the key is not held.
+func (s *Store) View(rule RuleID, key string, nowIndex int64) (views []WindowView, ok bool) {
+	h := s.hash(rule, key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	i, _, found := sh.find(h, rule, key)
+	if !found {
+		sh.mu.Unlock()
+		return nil, false
+	}
+	sl := sh.slots[i]
+	side := append([]sideEntry(nil), sh.side[i]...)
+	sh.mu.Unlock()
+	byWin := map[int64]*WindowView{}
+	add := func(w int64, rep string, c uint64) {
+		v := byWin[w]
+		if v == nil {
+			v = &WindowView{Index: w, Replicas: map[string]uint64{}}
+			byWin[w] = v
+		}
+		v.Replicas[rep] = c
+		v.Total = satAdd(v.Total, c)
+	}
+	self := s.self.String()
+	for k, c := range sl.own {
+		if w := sl.win - 1 + int64(k); c > 0 && w >= nowIndex-1 {
+			add(w, self, c)
+		}
+	}
+	for _, e := range side {
+		if e.win >= nowIndex-1 {
+			add(e.win, s.Replica(e.rep).String(), e.count)
+		}
+	}
+	for _, v := range byWin {
+		views = append(views, *v)
+	}
+	sort.Slice(views, func(a, b int) bool { return views[a].Index < views[b].Index })
+	return views, true
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() StoreStats {
+	st := StoreStats{Evicted: s.evicted.Load(), Overflow: s.overflow.Load(), Expired: s.expired.Load()}
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		st.Keys += sh.used
+		sh.mu.Unlock()
+	}
+	s.repMu.RLock()
+	st.Replicas = len(s.reps)
+	s.repMu.RUnlock()
+	return st
+}
+
+// KeysByRule returns the number of live keys of each rule that has any.
+func (s *Store) KeysByRule() map[RuleID]int {
+	out := map[RuleID]int{}
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		for r, c := range sh.count {
+			if c > 0 {
+				out[RuleID(r)] += c
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+func satAdd(a, b uint64) uint64 { return window.SatAdd(a, b) }

@@ -1,0 +1,164 @@
+package pop
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// Scope says how far a rule's counts travel.
+type Scope uint8
+
+// Scopes.
+const (
+	// ScopeNode counts are never replicated.
+	ScopeNode Scope = iota
+	// ScopePoP counts are shared by the nodes of one PoP only (anycast keeps a
+	// client IP on one PoP, so per-IP limits need go no further).
+	ScopePoP
+	// ScopeGlobal counts are shared by every node of every PoP and region.
+	ScopeGlobal
+)
+
+var scopeNames = [...]string{"node", "pop", "global"}
+
+func (s Scope) String() string {
+	if int(s) < len(scopeNames) {
+		return scopeNames[s]
+	}
+	return fmt.Sprintf("Scope(%d)", s)
+}
+
+// ParseScope parses "node", "pop" or "global".
+func ParseScope(s string) (Scope, error) {
+	for i, n := range scopeNames {
+		if s == n {
+			return Scope(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown scope %q (want node, pop or global)", s)
+}
+
+// Mode says whether a rule denies.
+type Mode uint8
+
+// Modes.
+const (
+	// Enforce denies requests over the limit.
+	Enforce Mode = iota
+	// Shadow counts and reports what it would deny but always admits.
+	Shadow
+)
+
+func (m Mode) String() string {
+	if m == Shadow {
+		return "shadow"
+	}
+	return "enforce"
+}
+
+// ParseMode parses "enforce" or "shadow".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "enforce":
+		return Enforce, nil
+	case "shadow":
+		return Shadow, nil
+	}
+	return 0, fmt.Errorf("unknown mode %q (want enforce or shadow)", s)
+}
+
+// Policy says what a rule does while some PoPs are unheard.
+type Policy uint8
+
+// Partition policies.
+const (
+	// Keep goes on with the local view: available, but the sides of a
+	// partition may together admit up to limit x sides.
+	Keep Policy = iota
+	// Share makes each side enforce only its share of the limit while some
+	// PoPs are unheard.
+	Share
+)
+
+func (p Policy) String() string {
+	if p == Share {
+		return "share"
+	}
+	return "keep"
+}
+
+// ParsePolicy parses "keep" or "share".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "keep":
+		return Keep, nil
+	case "share":
+		return Share, nil
+	}
+	return 0, fmt.Errorf("unknown partition policy %q (want keep or share)", s)
+}
+
+// Rule is a named limit.
+type Rule struct {
+	// Name identifies the rule in requests and on the wire (1-64 bytes).
+	Name string
+	// Limit is the most cost admitted per sliding Window (>= 1).
+	Limit uint64
+	// Window is the width of the sliding window (>= 1ms, whole milliseconds).
+	Window time.Duration
+	// Cost is the cost of a request that names none (>= 1, <= Limit).
+	Cost uint64
+	// Scope says how far counts travel.
+	Scope Scope
+	// Mode is Enforce or Shadow.
+	Mode Mode
+	// OnPartition is the partition policy.
+	OnPartition Policy
+}
+
+// Validate reports the first thing wrong with r, naming the field.
+func (r Rule) Validate() error {
+	switch {
+	case r.Name == "" || len(r.Name) > crdt.MaxRuleNameLen:
+		return fmt.Errorf("name: must be 1-%d bytes, got %d", crdt.MaxRuleNameLen, len(r.Name))
+	case strings.ContainsAny(r.Name, "/ \t\r\n\""):
+		return fmt.Errorf("name: %q must not contain '/', quotes or white space", r.Name)
+	case r.Limit < 1:
+		return errors.New("limit: must be at least 1")
+	case r.Window < time.Millisecond || r.Window%time.Millisecond != 0:
+		return fmt.Errorf("window: must be a whole number of milliseconds >= 1ms, got %s", r.Window)
+	case r.Window > 30*24*time.Hour:
+		return fmt.Errorf("window: must be at most 720h, got %s", r.Window)
+	case r.Cost < 1:
+		return errors.New("cost: must be at least 1")
+	case r.Cost > r.Limit:
+		return fmt.Errorf("cost: %d exceeds limit %d", r.Cost, r.Limit)
+	case r.Scope > ScopeGlobal:
+		return fmt.Errorf("scope: unknown scope %d", r.Scope)
+	case r.Mode > Shadow:
+		return fmt.Errorf("mode: unknown mode %d", r.Mode)
+	case r.OnPartition > Share:
+		return fmt.Errorf("on_partition: unknown policy %d", r.OnPartition)
+	}
+	return nil
+}
+
+// ValidateRules checks every rule and that names are unique. Errors name the
+// rule's index and field, e.g. "rules[2].limit: must be at least 1".
+func ValidateRules(rules []Rule) error {
+	seen := map[string]int{}
+	for i, r := range rules {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("rules[%d].%w", i, err)
+		}
+		if j, dup := seen[r.Name]; dup {
+			return fmt.Errorf("rules[%d].name: %q already used by rules[%d]", i, r.Name, j)
+		}
+		seen[r.Name] = i
+	}
+	return nil
+}
