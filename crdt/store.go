@@ -149,7 +149,7 @@ type sideEntry struct {
 // fingerprints without touching slots: a decision costs one index probe and
 // one slot, two cache lines.
 type shard struct {
-	mu    sync.Mutex
+	mu    spinLock
 	index []uint64
 	used  int // entries in index
 	slots []slot

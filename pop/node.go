@@ -126,6 +126,7 @@ type Node struct {
 }
 
 type ruleSet struct {
+	small  []*ruleState // all rules when there are few: a scan beats hashing
 	byName map[string]*ruleState
 	byID   map[crdt.RuleID]*ruleState
 	sorted []*ruleState // by name
@@ -212,6 +213,9 @@ func (n *Node) SetRules(rules []Rule) error {
 		n.store.SetProtect(rs.id, protectThreshold(r.Limit))
 	}
 	sort.Slice(next.sorted, func(i, j int) bool { return next.sorted[i].Name < next.sorted[j].Name })
+	if len(next.sorted) <= smallRuleSet {
+		next.small = next.sorted
+	}
 	n.rules.Store(next)
 	for id := range old.byID {
 		if !kept[id] {
@@ -225,6 +229,22 @@ func (n *Node) SetRules(rules []Rule) error {
 // protectThreshold is the count at or above which a key is never evicted: a
 // tenth of the limit, and at least 2 so that keys seen once can make room.
 func protectThreshold(limit uint64) uint64 { return max(1, limit/10) + 1 }
+
+// smallRuleSet is the most rules looked up by a linear scan.
+const smallRuleSet = 8
+
+func (rs *ruleSet) get(name string) (*ruleState, bool) {
+	if rs.small != nil || len(rs.byName) == 0 {
+		for _, r := range rs.small {
+			if r.Name == name {
+				return r, true
+			}
+		}
+		return nil, false
+	}
+	r, ok := rs.byName[name]
+	return r, ok
+}
 
 func (n *Node) allocID() (crdt.RuleID, error) {
 	if k := len(n.freeID); k > 0 {
@@ -263,7 +283,7 @@ func (n *Node) Rule(name string) (Rule, bool) {
 // nanoseconds) and counts it when admitted. It never blocks on replication
 // and does not allocate.
 func (n *Node) Decide(now int64, rule, key string, cost uint64) (Decision, error) {
-	r, ok := n.rules.Load().byName[rule]
+	r, ok := n.rules.Load().get(rule)
 	switch {
 	case !ok:
 		return Decision{}, ErrUnknownRule

@@ -1,0 +1,403 @@
+package crdt
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const W = int64(10 * time.Second)
+
+func rep(node string, inc uint64) Replica {
+	return Replica{Region: "eu", PoP: "ams", Node: node, Incarnation: inc}
+}
+
+func at(index int64) Now { return Now{Index: index, Elapsed: W / 2, Width: W} }
+
+// seeded returns a deterministic RNG and logs its seed so a failure can be replayed.
+func seeded(t *testing.T, seed uint64) *rand.Rand {
+	t.Helper()
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// wkey names one G-counter of the reference model.
+type wkey struct {
+	rule RuleID
+	key  string
+	win  int64
+}
+
+// model is the reference: every replica's own count per G-counter.
+type model map[wkey]map[Replica]uint64
+
+func (m model) total(k wkey) uint64 {
+	var s uint64
+	for _, c := range m[k] {
+		s += c
+	}
+	return s
+}
+
+type msg struct {
+	from Replica
+	e    FlushEntry
+}
+
+func deliver(st *Store, now int64, m msg) MergeOutcome {
+	id, ok := st.Intern(m.from)
+	if !ok {
+		panic("replica table full")
+	}
+	return st.Merge(m.e.Rule, m.e.Key, now, m.e.Window, id, m.e.Count)
+}
+
+// TestConvergenceUnderLossDupReorder runs random schedules of admits and
+// deltas between 3-10 replicas over a lossy, duplicating, reordering network,
+// then one round of anti-entropy, and checks every replica against the
+// reference totals.
+func TestConvergenceUnderLossDupReorder(t *testing.T) {
+	for seed := uint64(1); seed <= 30; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := seeded(t, seed)
+			n := 3 + rng.IntN(8)
+			reps := make([]Replica, n)
+			stores := make([]*Store, n)
+			for i := range reps {
+				reps[i] = rep("n"+strconv.Itoa(i), uint64(i+1))
+				stores[i] = NewStore(StoreConfig{Self: reps[i], Shards: 1 + rng.IntN(8)})
+			}
+			ref := model{}
+			keys := []string{"a", "b", "203.0.113.77", "a-key-longer-than-inline-storage"}
+			var inflight []msg
+			now := int64(100)
+			for step := 0; step < 400; step++ {
+				switch r := rng.IntN(100); {
+				case r < 2:
+					now++ // the window moves on
+				case r < 60:
+					i, k, c := rng.IntN(n), keys[rng.IntN(len(keys))], uint64(1+rng.IntN(3))
+					res := stores[i].Admit(1, k, at(now), 1<<40, c, true)
+					require.True(t, res.Allowed)
+					wk := wkey{1, k, now}
+					if ref[wk] == nil {
+						ref[wk] = map[Replica]uint64{}
+					}
+					ref[wk][reps[i]] += c
+				case r < 75:
+					i := rng.IntN(n)
+					stores[i].Flush(func(e FlushEntry) {
+						for j := range reps {
+							if j != i {
+								inflight = append(inflight, msg{from: reps[i], e: e})
+							}
+						}
+					})
+				default:
+					if len(inflight) == 0 {
+						continue
+					}
+					j := rng.IntN(len(inflight)) // reorder
+					m := inflight[j]
+					if rng.IntN(10) > 0 { // 10% loss
+						inflight = append(inflight[:j], inflight[j+1:]...)
+					} // else: kept, so delivered again later (duplicate)
+					if rng.IntN(5) == 0 {
+						continue // lost
+					}
+					to := rng.IntN(n)
+					deliver(stores[to], now, m)
+				}
+			}
+			// Anti-entropy: everyone sends every own live count to everyone.
+			for i, st := range stores {
+				st.Own(func(RuleID) int64 { return now }, func(e FlushEntry) {
+					for j := range stores {
+						if j != i {
+							deliver(stores[j], now, msg{from: reps[i], e: e})
+						}
+					}
+				})
+			}
+			for i, st := range stores {
+				for _, k := range keys {
+					prev, curr := totals(st, 1, k, now)
+					assert.Equal(t, ref.total(wkey{1, k, now - 1}), prev, "replica %d key %q prev", i, k)
+					assert.Equal(t, ref.total(wkey{1, k, now}), curr, "replica %d key %q curr", i, k)
+				}
+			}
+		})
+	}
+}
+
+func totals(st *Store, rule RuleID, key string, now int64) (prev, curr uint64) {
+	views, _ := st.View(rule, key, now)
+	for _, v := range views {
+		switch v.Index {
+		case now - 1:
+			prev = v.Total
+		case now:
+			curr = v.Total
+		}
+	}
+	return prev, curr
+}
+
+// TestHotPathSumsMatchReplicas checks that the hot-path sums a decision uses
+// (own + others) equal the per-replica view after random merges and rolls.
+func TestHotPathSumsMatchReplicas(t *testing.T) {
+	rng := seeded(t, 7)
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2})
+	remotes := []Replica{rep("a", 1), rep("b", 1), rep("b", 2)}
+	now := int64(50)
+	for step := 0; step < 2000; step++ {
+		switch r := rng.IntN(10); {
+		case r == 0:
+			now += int64(rng.IntN(2))
+		case r < 4:
+			st.Admit(3, "k", at(now), 1<<40, 1, true)
+		default:
+			id, _ := st.Intern(remotes[rng.IntN(len(remotes))])
+			st.Merge(3, "k", now, now-1+int64(rng.IntN(3)), id, uint64(rng.IntN(100)))
+		}
+		prev, curr := totals(st, 3, "k", now)
+		// A limit equal to the view's estimate + 1 must admit cost 1, and one
+		// less must not: the hot path sees the same totals as the view.
+		est := float64(prev)*0.5 + float64(curr)
+		lim := uint64(est) + 1
+		if float64(lim) >= est+1 {
+			r := st.Admit(3, "k", at(now), lim, 1, false)
+			require.True(t, r.Allowed, "step %d: est %.1f lim %d", step, est, lim)
+			require.InDelta(t, est, r.Estimate, 1e-6, "step %d", step)
+		}
+	}
+}
+
+// TestMergeLaws checks that merging is commutative, associative and
+// idempotent, and that values are monotone, against the reference model.
+func TestMergeLaws(t *testing.T) {
+	rng := seeded(t, 42)
+	for trial := 0; trial < 100; trial++ {
+		now := int64(10)
+		var entries []msg
+		ref := model{}
+		for i := 0; i < 1+rng.IntN(30); i++ {
+			m := msg{
+				from: rep("r"+strconv.Itoa(rng.IntN(4)), uint64(1+rng.IntN(2))),
+				e:    FlushEntry{Rule: RuleID(rng.IntN(2)), Key: []string{"x", "y"}[rng.IntN(2)], Window: now - 1 + int64(rng.IntN(2)), Count: uint64(rng.IntN(50))},
+			}
+			entries = append(entries, m)
+			wk := wkey{m.e.Rule, m.e.Key, m.e.Window}
+			if ref[wk] == nil {
+				ref[wk] = map[Replica]uint64{}
+			}
+			ref[wk][m.from] = max(ref[wk][m.from], m.e.Count)
+		}
+		apply := func(order []msg) *Store {
+			st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 4})
+			var last = map[wkey]uint64{}
+			for _, m := range order {
+				deliver(st, now, m)
+				// Monotone: no total ever goes down.
+				wk := wkey{m.e.Rule, m.e.Key, m.e.Window}
+				p, c := totals(st, m.e.Rule, m.e.Key, now)
+				got := map[int64]uint64{now - 1: p, now: c}[m.e.Window]
+				require.GreaterOrEqual(t, got, last[wk])
+				last[wk] = got
+			}
+			return st
+		}
+		shuffled := append([]msg(nil), entries...)
+		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		doubled := append(append([]msg(nil), entries...), shuffled...)
+		// Associativity: merging a merged prefix state into a store that holds
+		// the suffix equals merging everything in one go.
+		split := rng.IntN(len(entries) + 1)
+		left := apply(entries[:split])
+		right := apply(entries[split:])
+		left.Entries(func(RuleID) int64 { return now }, func(id ReplicaID, e FlushEntry) {
+			deliver(right, now, msg{from: left.Replica(id), e: e})
+		})
+		for _, st := range []*Store{apply(entries), apply(shuffled), apply(doubled), right} {
+			for _, r := range []RuleID{0, 1} {
+				for _, k := range []string{"x", "y"} {
+					p, c := totals(st, r, k, now)
+					assert.Equal(t, ref.total(wkey{r, k, now - 1}), p)
+					assert.Equal(t, ref.total(wkey{r, k, now}), c)
+				}
+			}
+		}
+	}
+}
+
+// TestNewIncarnationNotHidden: a restarted replica's fresh counts add to its
+// old incarnation's instead of hiding behind the old maximum.
+func TestNewIncarnationNotHidden(t *testing.T) {
+	peer := NewStore(StoreConfig{Self: rep("peer", 1)})
+	old, _ := peer.Intern(rep("a", 1))
+	require.Equal(t, Merged, peer.Merge(0, "k", 5, 5, old, 10))
+	restarted, _ := peer.Intern(rep("a", 2))
+	require.NotEqual(t, old, restarted)
+	require.Equal(t, Merged, peer.Merge(0, "k", 5, 5, restarted, 3))
+	_, curr := totals(peer, 0, "k", 5)
+	assert.Equal(t, uint64(13), curr)
+	views, ok := peer.View(0, "k", 5)
+	require.True(t, ok)
+	require.Len(t, views, 1)
+	assert.Equal(t, map[string]uint64{"eu/ams/a#1": 10, "eu/ams/a#2": 3}, views[0].Replicas)
+}
+
+func TestWindowsRollAndExpire(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	a, _ := st.Intern(rep("a", 1))
+	st.Admit(0, "k", at(10), 100, 4, true)
+	assert.Equal(t, Merged, st.Merge(0, "k", 10, 11, a, 7), "one window ahead is kept")
+	assert.Equal(t, Ahead, st.Merge(0, "k", 10, 12, a, 7))
+	assert.Equal(t, Stale, st.Merge(0, "k", 10, 8, a, 7))
+	p, c := totals(st, 0, "k", 10)
+	assert.Equal(t, [2]uint64{0, 4}, [2]uint64{p, c})
+	// Move to window 11: own 4 becomes prev, the early entry becomes current.
+	r := st.Admit(0, "k", Now{Index: 11, Elapsed: 0, Width: W}, 100, 1, true)
+	assert.InDelta(t, 4+7, r.Estimate, 1e-9)
+	p, c = totals(st, 0, "k", 11)
+	assert.Equal(t, [2]uint64{4, 8}, [2]uint64{p, c})
+	// Two windows later everything has passed.
+	r = st.Admit(0, "k", Now{Index: 13, Elapsed: 0, Width: W}, 100, 1, false)
+	assert.Zero(t, r.Estimate)
+	assert.Zero(t, st.Sweep(func(RuleID) int64 { return 14 }), "window 13 is still the previous window at 14")
+	assert.Equal(t, 1, st.Sweep(func(RuleID) int64 { return 15 }))
+	assert.Zero(t, st.Stats().Keys)
+}
+
+func TestClockBackwardsCountsForward(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	st.Admit(0, "k", at(10), 100, 5, true)
+	r := st.Admit(0, "k", at(9), 100, 1, true) // clock went back a window
+	assert.True(t, r.Allowed)
+	_, c := totals(st, 0, "k", 10)
+	assert.Equal(t, uint64(6), c, "counted in the key's current window, never moved back")
+}
+
+// TestFloodDoesNotEvictHotKey fills a small store with random keys while a
+// hot key is being limited: memory stays capped, the hot key keeps its count
+// and the churn is visible in the stats.
+func TestFloodDoesNotEvictHotKey(t *testing.T) {
+	rng := seeded(t, 99)
+	const limit = 100
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 256, Shards: 4})
+	st.SetProtect(0, limit/10+1)
+	for i := 0; i < limit; i++ {
+		require.True(t, st.Admit(0, "hot", at(1), limit, 1, true).Allowed)
+	}
+	for i := 0; i < 20000; i++ {
+		ip := fmt.Sprintf("%d.%d.%d.%d", rng.IntN(256), rng.IntN(256), rng.IntN(256), rng.IntN(256))
+		st.Admit(0, ip, at(1), limit, 1, true)
+		if i%1000 == 0 {
+			require.False(t, st.Admit(0, "hot", at(1), limit, 1, true).Allowed, "hot key must stay limited")
+		}
+	}
+	stats := st.Stats()
+	assert.LessOrEqual(t, stats.Keys, 256)
+	assert.Greater(t, stats.Evicted, uint64(10000))
+	_, c := totals(st, 0, "hot", 1)
+	assert.Equal(t, uint64(limit), c)
+}
+
+// TestFullOfProtectedKeysFailsOpenUntracked: when every key is protected, a
+// new key is decided without history and counted nowhere.
+func TestFullOfProtectedKeysFailsOpenUntracked(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 4, Shards: 1})
+	st.SetProtect(0, 2)
+	for i := 0; i < 4; i++ {
+		for j := 0; j < 5; j++ {
+			st.Admit(0, "k"+strconv.Itoa(i), at(1), 10, 1, true)
+		}
+	}
+	r := st.Admit(0, "new", at(1), 10, 1, true)
+	assert.True(t, r.Allowed)
+	assert.True(t, r.Untracked)
+	_, ok := st.View(0, "new", 1)
+	assert.False(t, ok)
+	assert.Equal(t, uint64(1), st.Stats().Overflow)
+	a, _ := st.Intern(rep("a", 1))
+	assert.Equal(t, Full, st.Merge(0, "other", 1, 1, a, 3))
+	// Once the windows pass, expired keys make room again.
+	r = st.Admit(0, "new", at(5), 10, 1, true)
+	assert.False(t, r.Untracked)
+}
+
+func TestFlushReportsOnlyChangedOwnCounts(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	a, _ := st.Intern(rep("a", 1))
+	st.Admit(0, "k1", at(1), 100, 2, true)
+	st.Admit(0, "k1", at(1), 100, 3, true)
+	st.Admit(1, "a-very-long-key-that-is-not-inline", at(1), 100, 1, true)
+	st.Merge(0, "k2", 1, 1, a, 9)
+	var got []FlushEntry
+	st.Flush(func(e FlushEntry) { got = append(got, e) })
+	sort.Slice(got, func(i, j int) bool { return got[i].Key < got[j].Key })
+	assert.Equal(t, []FlushEntry{
+		{Rule: 1, Key: "a-very-long-key-that-is-not-inline", Window: 1, Count: 1},
+		{Rule: 0, Key: "k1", Window: 1, Count: 5},
+	}, got)
+	got = nil
+	st.Flush(func(e FlushEntry) { got = append(got, e) })
+	assert.Empty(t, got, "nothing changed since")
+}
+
+func TestDropRuleAndKeysByRule(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	for i := 0; i < 10; i++ {
+		st.Admit(RuleID(i%2), "k"+strconv.Itoa(i), at(1), 100, 1, true)
+	}
+	assert.Equal(t, map[RuleID]int{0: 5, 1: 5}, st.KeysByRule())
+	st.DropRule(0)
+	assert.Equal(t, map[RuleID]int{1: 5}, st.KeysByRule())
+	assert.Equal(t, 5, st.Stats().Keys)
+}
+
+func TestInternCap(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxReplicas: 3})
+	_, ok := st.Intern(rep("a", 1))
+	require.True(t, ok)
+	_, ok = st.Intern(rep("b", 1))
+	require.True(t, ok)
+	_, ok = st.Intern(rep("c", 1))
+	assert.False(t, ok)
+	id, ok := st.Intern(rep("self", 1))
+	assert.True(t, ok)
+	assert.Equal(t, SelfID, id)
+}
+
+// TestIndexSurvivesChurn inserts and removes many keys (exercising growth and
+// backward-shift deletion) and checks that every live key stays findable.
+func TestIndexSurvivesChurn(t *testing.T) {
+	rng := seeded(t, 5)
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxKeys: 1 << 20})
+	live := map[string]bool{}
+	for step := 0; step < 20000; step++ {
+		k := "k" + strconv.Itoa(rng.IntN(3000))
+		if rng.IntN(3) == 0 && live[k] {
+			sh := &st.shards[0]
+			h := st.hash(0, k)
+			i, p, ok := sh.find(h, 0, k)
+			require.True(t, ok)
+			sh.remove(i, p)
+			delete(live, k)
+			continue
+		}
+		st.Admit(0, k, at(1), 1<<40, 1, true)
+		live[k] = true
+	}
+	assert.Equal(t, len(live), st.Stats().Keys)
+	for k := range live {
+		_, ok := st.View(0, k, 1)
+		require.True(t, ok, k)
+	}
+}
