@@ -1,0 +1,601 @@
+// Package config is the edge daemon's YAML configuration: a plain struct,
+// defaults from DefaultConfig, Validate naming the field at fault, and Load /
+// Parse that reject unknown fields by name.
+//
+//	cfg, err := config.Load("edge.yaml") // defaults, then the file, then Validate
+//	if err != nil {
+//		return err // e.g. `config: rules[1].window: bad duration "5xs"`
+//	}
+//	rules, _ := cfg.PopRules()
+//
+// A Config is a plain value: not safe for concurrent mutation, safe to read
+// from many goroutines once built.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Config is the whole edge configuration. Field names are the YAML contract
+// (../DESIGN.md); fields may be added, never renamed.
+type Config struct {
+	// Node is this node's identity.
+	Node Node `yaml:"node"`
+	// Listen holds the listen addresses.
+	Listen Listen `yaml:"listen"`
+	// Proxy configures reverse-proxy mode (used when Listen.Proxy is set).
+	Proxy Proxy `yaml:"proxy"`
+	// NATS configures the NATS connection between PoPs and regions.
+	NATS NATS `yaml:"nats"`
+	// Gossip configures memberlist inside the PoP; nil for a one-node PoP.
+	Gossip *Gossip `yaml:"gossip"`
+	// Replication tunes delta flushing and partition detection.
+	Replication Replication `yaml:"replication"`
+	// Limits caps memory and request sizes.
+	Limits Limits `yaml:"limits"`
+	// HTTP holds the HTTP server timeouts shared by the API and proxy listeners.
+	HTTP HTTP `yaml:"http"`
+	// Rules are the rate-limit rules.
+	Rules []Rule `yaml:"rules"`
+}
+
+// Node is this node's identity: the replica name is region/pop/id.
+type Node struct {
+	// ID names the node inside its PoP. Default: the host name.
+	ID string `yaml:"id"`
+	// Region is the node's region. Default "local".
+	Region string `yaml:"region"`
+	// PoP is the node's point of presence. Default "local".
+	PoP string `yaml:"pop"`
+}
+
+// Listen holds listen addresses (host:port).
+type Listen struct {
+	// API serves the decision API, /metrics, /healthz, /readyz and status.
+	// Default 127.0.0.1:8080.
+	API string `yaml:"api"`
+	// Proxy is the reverse-proxy listener; empty (the default) turns proxy mode off.
+	Proxy string `yaml:"proxy"`
+}
+
+// Proxy configures reverse-proxy mode.
+type Proxy struct {
+	// Upstream is the URL requests are forwarded to (http or https).
+	Upstream string `yaml:"upstream"`
+	// TrustedProxies are the CIDRs (or single addresses) whose
+	// X-Forwarded-For is believed. Default: none.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// DialTimeout bounds connecting to the upstream; an upstream that is down
+	// answers 502 after at most this long. Default 2s.
+	DialTimeout Duration `yaml:"dial_timeout"`
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers. Default 30s.
+	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
+}
+
+// NATS configures NATS.
+type NATS struct {
+	// URL of the NATS server(s), comma-separated; empty (the default) starts
+	// an embedded nats-server.
+	URL string `yaml:"url"`
+	// Embedded configures the embedded server (used when URL is empty).
+	Embedded Embedded `yaml:"embedded"`
+	// SubjectPrefix prefixes every subject. Default "geolimit".
+	SubjectPrefix string `yaml:"subject_prefix"`
+}
+
+// Embedded configures the embedded nats-server.
+type Embedded struct {
+	// Listen is the client listen address. Default 127.0.0.1:4222. Port -1
+	// or 0 picks a free port.
+	Listen string `yaml:"listen"`
+	// Gateway links regions into a super-cluster; nil for none.
+	Gateway *Gateway `yaml:"gateway"`
+}
+
+// Gateway configures the embedded server's gateway.
+type Gateway struct {
+	// Name is this region's gateway name. Default: node.region.
+	Name string `yaml:"name"`
+	// Listen is the gateway listen address (host:port).
+	Listen string `yaml:"listen"`
+	// Gateways are the remote regions' gateways.
+	Gateways []RemoteGateway `yaml:"gateways"`
+}
+
+// RemoteGateway is one remote region's gateway.
+type RemoteGateway struct {
+	// Name is the remote gateway's name.
+	Name string `yaml:"name"`
+	// URLs are its gateway URLs (nats://host:port).
+	URLs []string `yaml:"urls"`
+}
+
+// Gossip configures memberlist.
+type Gossip struct {
+	// Bind is the memberlist bind address (host:port).
+	Bind string `yaml:"bind"`
+	// Join lists members to join at start (host:port).
+	Join []string `yaml:"join"`
+}
+
+// Replication tunes replication.
+type Replication struct {
+	// FlushInterval is how often changed counts are sent. Default 50ms.
+	FlushInterval Duration `yaml:"flush_interval"`
+	// PeerTimeout is how long a PoP may stay silent before it counts as
+	// partitioned. Default 2s.
+	PeerTimeout Duration `yaml:"peer_timeout"`
+	// AntiEntropyInterval is how often all own live counts are re-sent.
+	// Default 5s.
+	AntiEntropyInterval Duration `yaml:"anti_entropy_interval"`
+}
+
+// Limits caps memory and request sizes.
+type Limits struct {
+	// MaxKeys caps live (rule, key) pairs. Default 1048576.
+	MaxKeys int `yaml:"max_keys"`
+	// MaxBodyBytes caps a decision API request body; larger bodies get 413.
+	// Default 1048576.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxBatch caps the checks of one POST /v1/checks. Default 1000.
+	MaxBatch int `yaml:"max_batch"`
+	// MaxSkew is how far ahead of this node's clock a peer's may run before
+	// its counts are ignored. Default 2s.
+	MaxSkew Duration `yaml:"max_skew"`
+}
+
+// HTTP holds HTTP server limits, applied to the API and proxy listeners.
+type HTTP struct {
+	// ReadHeaderTimeout bounds reading request headers. Default 5s.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request. Default 30s.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing a response (for the proxy: the whole
+	// upstream exchange). Default 60s.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout bounds keep-alive idleness. Default 120s.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes caps request header size in bytes. Default 65536.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ShutdownTimeout bounds draining on SIGINT/SIGTERM. Default 10s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+}
+
+// Rule is one rate-limit rule.
+type Rule struct {
+	// Name identifies the rule (1-64 bytes, no '/', quotes or white space).
+	Name string `yaml:"name"`
+	// Match selects the proxied requests the rule applies to; empty = all.
+	Match Match `yaml:"match"`
+	// Key says what forms the key in proxy mode: ip, header:<Name>, path or
+	// host, or a list of these for a composite key. Default ip.
+	Key KeySpec `yaml:"key"`
+	// Limit is the most cost admitted per sliding window (>= 1).
+	Limit uint64 `yaml:"limit"`
+	// Window is the sliding window's width (>= 1ms, whole milliseconds).
+	Window Duration `yaml:"window"`
+	// Cost is the cost of a request that names none. Default 1.
+	Cost uint64 `yaml:"cost"`
+	// Scope is node, pop or global. Default global.
+	Scope string `yaml:"scope"`
+	// Mode is enforce or shadow. Default enforce.
+	Mode string `yaml:"mode"`
+	// OnPartition is keep or share. Default keep.
+	OnPartition string `yaml:"on_partition"`
+}
+
+// Match selects requests in proxy mode. Every non-empty field must match.
+type Match struct {
+	// PathPrefix matches paths that start with it.
+	PathPrefix string `yaml:"path_prefix"`
+	// Methods lists the HTTP methods matched (upper case).
+	Methods []string `yaml:"methods"`
+	// Host matches the request's host (case-insensitive, port ignored).
+	Host string `yaml:"host"`
+}
+
+// Duration is a time.Duration written in Go syntax ("50ms", "1m").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats d in Go syntax.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText formats d in Go syntax.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText parses Go duration syntax.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("bad duration %q (want Go syntax such as 50ms, 2s, 1m)", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// KeySpec is a rule's key: one part or a composite of several.
+type KeySpec []string
+
+// Key parts.
+const (
+	KeyIP   = "ip"
+	KeyPath = "path"
+	KeyHost = "host"
+	// KeyHeaderPrefix starts a header part: "header:X-Api-Key".
+	KeyHeaderPrefix = "header:"
+)
+
+// DefaultConfig returns a fresh Config holding every default. It has no
+// rules; DemoRules has the rule set used when no config file is given.
+func DefaultConfig() *Config {
+	return &Config{
+		Node:   Node{ID: defaultNodeID(), Region: "local", PoP: "local"},
+		Listen: Listen{API: "127.0.0.1:8080"},
+		Proxy: Proxy{
+			DialTimeout:           Duration(2 * time.Second),
+			ResponseHeaderTimeout: Duration(30 * time.Second),
+		},
+		NATS: NATS{
+			Embedded:      Embedded{Listen: "127.0.0.1:4222"},
+			SubjectPrefix: "geolimit",
+		},
+		Replication: Replication{
+			FlushInterval:       Duration(50 * time.Millisecond),
+			PeerTimeout:         Duration(2 * time.Second),
+			AntiEntropyInterval: Duration(5 * time.Second),
+		},
+		Limits: Limits{
+			MaxKeys:      crdt.DefaultMaxKeys,
+			MaxBodyBytes: 1 << 20,
+			MaxBatch:     1000,
+			MaxSkew:      Duration(pop.DefaultMaxSkew),
+		},
+		HTTP: HTTP{
+			ReadHeaderTimeout: Duration(5 * time.Second),
+			ReadTimeout:       Duration(30 * time.Second),
+			WriteTimeout:      Duration(60 * time.Second),
+			IdleTimeout:       Duration(120 * time.Second),
+			MaxHeaderBytes:    64 << 10,
+			ShutdownTimeout:   Duration(10 * time.Second),
+		},
+	}
+}
+
+// DemoRules is the rule set of a node started without a config file.
+func DemoRules() []Rule {
+	return []Rule{
+		{Name: "demo", Key: KeySpec{KeyIP}, Limit: 10, Window: Duration(10 * time.Second)},
+		{Name: "api", Match: Match{PathPrefix: "/api"}, Key: KeySpec{KeyIP}, Limit: 100, Window: Duration(time.Minute)},
+		{Name: "login", Match: Match{PathPrefix: "/login", Methods: []string{"POST"}}, Key: KeySpec{KeyIP}, Limit: 5, Window: Duration(time.Minute), Scope: "pop"},
+	}
+}
+
+// Demo returns DefaultConfig with DemoRules and rule defaults applied.
+func Demo() *Config {
+	c := DefaultConfig()
+	c.Rules = DemoRules()
+	c.ApplyRuleDefaults()
+	return c
+}
+
+func defaultNodeID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "edge"
+	}
+	return strings.NewReplacer("/", "-", "#", "-").Replace(h)
+}
+
+// ApplyRuleDefaults fills each rule's omitted cost, key, scope, mode and
+// on_partition with their defaults.
+func (c *Config) ApplyRuleDefaults() {
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		if r.Cost == 0 {
+			r.Cost = 1
+		}
+		if len(r.Key) == 0 {
+			r.Key = KeySpec{KeyIP}
+		}
+		if r.Scope == "" {
+			r.Scope = "global"
+		}
+		if r.Mode == "" {
+			r.Mode = "enforce"
+		}
+		if r.OnPartition == "" {
+			r.OnPartition = "keep"
+		}
+	}
+}
+
+// Validate reports the first thing wrong with c, naming the field, e.g.
+// "listen.api: missing port in address".
+func (c *Config) Validate() error {
+	if err := (crdt.Replica{Region: c.Node.Region, PoP: c.Node.PoP, Node: c.Node.ID}).Validate(); err != nil {
+		for _, f := range []struct{ name, v string }{{"node.id", c.Node.ID}, {"node.region", c.Node.Region}, {"node.pop", c.Node.PoP}} {
+			if f.v == "" || len(f.v) > crdt.MaxNameLen || strings.ContainsAny(f.v, "/#") {
+				return fmt.Errorf("%s: %q must be 1-%d characters without '/' or '#'", f.name, f.v, crdt.MaxNameLen)
+			}
+		}
+		return fmt.Errorf("node: %w", err)
+	}
+	if err := checkAddr(c.Listen.API, false); err != nil {
+		return fmt.Errorf("listen.api: %w", err)
+	}
+	if c.Listen.Proxy != "" {
+		if err := checkAddr(c.Listen.Proxy, false); err != nil {
+			return fmt.Errorf("listen.proxy: %w", err)
+		}
+		if c.Proxy.Upstream == "" {
+			return errors.New("proxy.upstream: required when listen.proxy is set")
+		}
+	}
+	if c.Proxy.Upstream != "" {
+		u, err := url.Parse(c.Proxy.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("proxy.upstream: %q is not an http(s) URL with a host", c.Proxy.Upstream)
+		}
+	}
+	if _, err := ParsePrefixes(c.Proxy.TrustedProxies); err != nil {
+		return fmt.Errorf("proxy.%w", err)
+	}
+	if c.Proxy.DialTimeout <= 0 {
+		return fmt.Errorf("proxy.dial_timeout: must be positive, got %s", c.Proxy.DialTimeout)
+	}
+	if c.Proxy.ResponseHeaderTimeout <= 0 {
+		return fmt.Errorf("proxy.response_header_timeout: must be positive, got %s", c.Proxy.ResponseHeaderTimeout)
+	}
+	if err := c.NATS.validate(); err != nil {
+		return err
+	}
+	if c.Gossip != nil {
+		if err := checkAddr(c.Gossip.Bind, false); err != nil {
+			return fmt.Errorf("gossip.bind: %w", err)
+		}
+		for i, j := range c.Gossip.Join {
+			if err := checkAddr(j, false); err != nil {
+				return fmt.Errorf("gossip.join[%d]: %w", i, err)
+			}
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{
+		{"replication.flush_interval", c.Replication.FlushInterval},
+		{"replication.peer_timeout", c.Replication.PeerTimeout},
+		{"replication.anti_entropy_interval", c.Replication.AntiEntropyInterval},
+		{"limits.max_skew", c.Limits.MaxSkew},
+		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout},
+		{"http.read_timeout", c.HTTP.ReadTimeout},
+		{"http.write_timeout", c.HTTP.WriteTimeout},
+		{"http.idle_timeout", c.HTTP.IdleTimeout},
+		{"http.shutdown_timeout", c.HTTP.ShutdownTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s: must be positive, got %s", d.name, d.v)
+		}
+	}
+	switch {
+	case c.Limits.MaxKeys < 1:
+		return fmt.Errorf("limits.max_keys: must be at least 1, got %d", c.Limits.MaxKeys)
+	case c.Limits.MaxBodyBytes < 64:
+		return fmt.Errorf("limits.max_body_bytes: must be at least 64, got %d", c.Limits.MaxBodyBytes)
+	case c.Limits.MaxBatch < 1:
+		return fmt.Errorf("limits.max_batch: must be at least 1, got %d", c.Limits.MaxBatch)
+	case c.HTTP.MaxHeaderBytes < 1024:
+		return fmt.Errorf("http.max_header_bytes: must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
+	}
+	return ValidateRules(c.Rules)
+}
+
+func (n *NATS) validate() error {
+	if n.SubjectPrefix == "" || strings.ContainsAny(n.SubjectPrefix, " \t\r\n*>") ||
+		strings.HasPrefix(n.SubjectPrefix, ".") || strings.HasSuffix(n.SubjectPrefix, ".") {
+		return fmt.Errorf("nats.subject_prefix: %q must be a non-empty NATS subject without wildcards", n.SubjectPrefix)
+	}
+	if n.URL != "" {
+		for i, s := range strings.Split(n.URL, ",") {
+			u, err := url.Parse(strings.TrimSpace(s))
+			if err != nil || u.Host == "" {
+				return fmt.Errorf("nats.url: entry %d %q is not a URL such as nats://127.0.0.1:4222", i, s)
+			}
+		}
+		return nil
+	}
+	if err := checkAddr(n.Embedded.Listen, true); err != nil {
+		return fmt.Errorf("nats.embedded.listen: %w", err)
+	}
+	if g := n.Embedded.Gateway; g != nil {
+		if g.Name == "" {
+			return errors.New("nats.embedded.gateway.name: required")
+		}
+		if err := checkAddr(g.Listen, true); err != nil {
+			return fmt.Errorf("nats.embedded.gateway.listen: %w", err)
+		}
+		for i, r := range g.Gateways {
+			if r.Name == "" {
+				return fmt.Errorf("nats.embedded.gateway.gateways[%d].name: required", i)
+			}
+			if len(r.URLs) == 0 {
+				return fmt.Errorf("nats.embedded.gateway.gateways[%d].urls: at least one URL required", i)
+			}
+			for j, s := range r.URLs {
+				u, err := url.Parse(s)
+				if err != nil || u.Host == "" {
+					return fmt.Errorf("nats.embedded.gateway.gateways[%d].urls[%d]: %q is not a URL such as nats://127.0.0.1:7222", i, j, s)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkAddr checks a host:port listen address; with randomOK, port -1 is
+// accepted (pick a free port).
+func checkAddr(addr string, randomOK bool) error {
+	if addr == "" {
+		return errors.New("required (host:port)")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %v", addr, strings.TrimPrefix(err.Error(), "address "+addr+": "))
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil && port != "" {
+		if _, lerr := net.LookupPort("tcp", port); lerr == nil {
+			return nil
+		}
+	}
+	if err != nil || p > 65535 || p < -1 || (p == -1 && !randomOK) {
+		return fmt.Errorf("%q: bad port %q", addr, port)
+	}
+	return nil
+}
+
+// ValidateRules checks rules as pop does (limit, window, cost, scope, mode,
+// on_partition, unique names) plus the proxy fields (match, key). Omitted
+// fields must have been defaulted (ApplyRuleDefaults).
+func ValidateRules(rules []Rule) error {
+	if _, err := PopRules(rules); err != nil {
+		return err
+	}
+	for i, r := range rules {
+		for j, m := range r.Match.Methods {
+			if m == "" || m != strings.ToUpper(m) || strings.ContainsAny(m, " \t/:\"") {
+				return fmt.Errorf("rules[%d].match.methods[%d]: %q is not an upper-case HTTP method", i, j, m)
+			}
+		}
+		if p := r.Match.PathPrefix; p != "" && !strings.HasPrefix(p, "/") {
+			return fmt.Errorf("rules[%d].match.path_prefix: %q must start with '/'", i, p)
+		}
+		if len(r.Key) == 0 {
+			return fmt.Errorf("rules[%d].key: required", i)
+		}
+		for j, k := range r.Key {
+			if err := checkKeyPart(k); err != nil {
+				if len(r.Key) == 1 {
+					return fmt.Errorf("rules[%d].key: %w", i, err)
+				}
+				return fmt.Errorf("rules[%d].key[%d]: %w", i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+func checkKeyPart(k string) error {
+	switch {
+	case k == KeyIP || k == KeyPath || k == KeyHost:
+		return nil
+	case strings.HasPrefix(k, KeyHeaderPrefix):
+		h := k[len(KeyHeaderPrefix):]
+		if h == "" || strings.ContainsAny(h, " \t\r\n:") {
+			return fmt.Errorf("%q: header name missing or invalid", k)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown key %q (want ip, header:<Name>, path, host or a list of these)", k)
+}
+
+// PopRules converts the rules to pop rules, with errors naming the rule's
+// index and field.
+func (c *Config) PopRules() ([]pop.Rule, error) { return PopRules(c.Rules) }
+
+// PopRules converts rules to pop rules, with errors naming the rule's index
+// and field.
+func PopRules(rules []Rule) ([]pop.Rule, error) {
+	out := make([]pop.Rule, len(rules))
+	for i, r := range rules {
+		scope, err := pop.ParseScope(r.Scope)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].scope: %w", i, err)
+		}
+		mode, err := pop.ParseMode(r.Mode)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].mode: %w", i, err)
+		}
+		pol, err := pop.ParsePolicy(r.OnPartition)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].on_partition: %w", i, err)
+		}
+		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol}
+	}
+	if err := pop.ValidateRules(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ParsePrefixes parses trusted-proxy entries: CIDRs or single addresses.
+// Errors read "trusted_proxies[i]: ...".
+func ParsePrefixes(entries []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(entries))
+	for i, e := range entries {
+		var p netip.Prefix
+		var err error
+		if strings.Contains(e, "/") {
+			p, err = netip.ParsePrefix(e)
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(e)
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("trusted_proxies[%d]: %q is not an address or CIDR", i, e)
+		}
+		p = p.Masked()
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Load reads the file at path: defaults, then the file, then rule defaults,
+// then Validate.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", path, errors.Unwrap(err))
+	}
+	return c, nil
+}
+
+// Parse parses YAML over DefaultConfig, applies rule defaults and validates.
+// Unknown fields are errors naming them.
+func Parse(b []byte) (*Config, error) {
+	c := DefaultConfig()
+	if err := decode(b, c); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if c.NATS.Embedded.Gateway != nil && c.NATS.Embedded.Gateway.Name == "" {
+		c.NATS.Embedded.Gateway.Name = c.Node.Region
+	}
+	c.ApplyRuleDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}

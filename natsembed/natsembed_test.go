@@ -1,0 +1,61 @@
+package natsembed
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStartRandomPort(t *testing.T) {
+	for _, listen := range []string{"127.0.0.1:-1", "127.0.0.1:0", ""} {
+		t.Run(listen, func(t *testing.T) {
+			s, err := Start(Options{Listen: listen})
+			require.NoError(t, err)
+			defer s.Shutdown()
+			assert.NotContains(t, s.ClientURL(), ":4222")
+			c, err := net.Dial("tcp", s.Addr().String())
+			require.NoError(t, err)
+			_ = c.Close()
+			assert.Nil(t, s.GatewayAddr())
+			assert.Empty(t, s.GatewayURL())
+			s.Shutdown()
+			s.Shutdown() // idempotent
+		})
+	}
+}
+
+func TestGatewaySuperCluster(t *testing.T) {
+	eu, err := Start(Options{ServerName: "eu-1", Gateway: &Gateway{Name: "eu", Listen: "127.0.0.1:-1"}})
+	require.NoError(t, err)
+	defer eu.Shutdown()
+	require.NotNil(t, eu.GatewayAddr())
+	assert.NotZero(t, eu.GatewayAddr().Port)
+	us, err := Start(Options{ServerName: "us-1", Gateway: &Gateway{Name: "us", Listen: "127.0.0.1:0",
+		Gateways: []RemoteGateway{{Name: "eu", URLs: []string{eu.GatewayURL()}}}}})
+	require.NoError(t, err)
+	defer us.Shutdown()
+	assert.Eventually(t, func() bool {
+		return eu.NumOutboundGateways() == 1 && us.NumOutboundGateways() == 1
+	}, 10*time.Second, 10*time.Millisecond, "gateways never connected both ways")
+}
+
+func TestBadOptions(t *testing.T) {
+	for name, o := range map[string]Options{
+		"bad listen":       {Listen: "nonsense"},
+		"bad port":         {Listen: "127.0.0.1:99999"},
+		"gateway no name":  {Gateway: &Gateway{Listen: "127.0.0.1:-1"}},
+		"gateway bad url":  {Gateway: &Gateway{Name: "a", Listen: "127.0.0.1:-1", Gateways: []RemoteGateway{{Name: "b", URLs: []string{"::"}}}}},
+		"gateway bad addr": {Gateway: &Gateway{Name: "a", Listen: "x"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := Start(o)
+			if s != nil {
+				s.Shutdown()
+			}
+			assert.Error(t, err)
+		})
+	}
+}
