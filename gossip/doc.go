@@ -1,0 +1,22 @@
+// Package gossip replicates a pop.Node's counts: transports that only move
+// bytes and report membership (memberlist inside a PoP, NATS between PoPs and
+// regions, an in-memory Hub for tests), and the Replicator, the runtime that
+// owns the goroutines around the synchronous core.
+//
+//	r, err := gossip.Start(ctx, gossip.Options{
+//		Node:   node,
+//		PoP:    gossip.MemberlistConnect(gossip.MemberlistConfig{Self: id, Name: "ams-1#7", Bind: "10.0.0.1:7946", Join: peers}),
+//		Global: gossip.NATSConnect(gossip.NATSConfig{Self: id, Name: "ams-1", URL: "nats://127.0.0.1:4222"}),
+//	})
+//	defer r.Close()
+//	r.Partitioned() // remote PoPs silent for longer than PeerTimeout
+//
+// Every FlushInterval the Replicator sends the node's changed counts:
+// pop-scope rules to the own PoP's members, global rules to the members and
+// on NATS (subject <prefix>.delta.<region>.<pop>) to every other PoP. Counts
+// are absolute, so loss, duplication and reordering are harmless; all own
+// live counts are re-sent every AntiEntropyInterval, when a member joins,
+// when NATS reconnects and when a silent PoP is heard again. Heartbeats on
+// <prefix>.hb.<region>.<pop> tell which PoPs are heard. A message whose sender
+// is not of the PoP it came from is dropped and counted.
+package gossip

@@ -1,0 +1,139 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// waitFor polls cond every few milliseconds until it holds or timeout
+// passes, then fails the test with msg.
+func waitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, msg)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+var incarnation atomic.Uint64
+
+// testRules: a global rule and a pop rule, long windows so that a test never
+// crosses a window boundary that matters.
+func testRules() []pop.Rule {
+	return []pop.Rule{
+		{Name: "api", Limit: 1 << 30, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal},
+		{Name: "per-ip", Limit: 1 << 30, Window: time.Hour, Cost: 1, Scope: pop.ScopePoP},
+		{Name: "local", Limit: 1 << 30, Window: time.Hour, Cost: 1, Scope: pop.ScopeNode},
+	}
+}
+
+func newNode(t testing.TB, region, popName, name string, rules []pop.Rule) *pop.Node {
+	t.Helper()
+	n, err := pop.New(pop.Config{
+		Self:  crdt.Replica{Region: region, PoP: popName, Node: name, Incarnation: incarnation.Add(1)},
+		Rules: rules,
+	})
+	require.NoError(t, err)
+	return n
+}
+
+// total returns the node's view of key's current-window total under rule.
+func total(n *pop.Node, rule, key string) uint64 {
+	v, err := n.View(time.Now().UnixNano(), rule, key)
+	if err != nil {
+		return 0
+	}
+	var sum uint64
+	for _, w := range v.Windows {
+		sum = max(sum, w.Total)
+	}
+	return sum
+}
+
+// startNATS starts an embedded nats-server on a free loopback port, with a
+// gateway when gw is set.
+func startNATS(t testing.TB, gw *server.GatewayOpts) *server.Server {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, ServerName: fmt.Sprintf("s%d", incarnation.Add(1))}
+	if gw != nil {
+		opts.Gateway = *gw
+	}
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second), "nats-server not ready")
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// restartNATS starts a server on the same client port as the one shut down.
+func restartNATS(t testing.TB, port int) *server.Server {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true}
+	var s *server.Server
+	waitFor(t, 10*time.Second, "restarted nats-server", func() bool {
+		var err error
+		if s, err = server.NewServer(opts); err != nil {
+			return false
+		}
+		go s.Start()
+		if !s.ReadyForConnections(2 * time.Second) {
+			s.Shutdown()
+			return false
+		}
+		return true
+	})
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+func clientPort(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
+
+func mustURL(t testing.TB, hostport string) *url.URL {
+	u, err := url.Parse("nats://" + hostport)
+	require.NoError(t, err)
+	return u
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func hostPort(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)) }
+
+// member is one node with its replicator.
+type member struct {
+	node *pop.Node
+	rep  *Replicator
+	id   PoPID
+	name string
+}
+
+func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts Options) *member {
+	t.Helper()
+	opts.Node = n
+	r, err := Start(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	s := n.Self()
+	return &member{node: n, rep: r, id: PoPID{s.Region, s.PoP}, name: s.Node}
+}

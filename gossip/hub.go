@@ -1,0 +1,313 @@
+package gossip
+
+import (
+	"container/heap"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Faults are the network faults a Hub injects into every delivery.
+type Faults struct {
+	// Drop is the probability (0-1) that a delivery is lost.
+	Drop float64
+	// Duplicate is the probability (0-1) that a delivery happens twice.
+	Duplicate float64
+	// MinDelay and MaxDelay bound each delivery's delay, drawn uniformly;
+	// a spread between them reorders messages.
+	MinDelay, MaxDelay time.Duration
+}
+
+// Hub is an in-memory network for tests. Endpoints made with PoP behave like
+// memberlist (they reach the other nodes of their PoP and sync state on
+// join); endpoints made with Global behave like NATS (they reach every node
+// of every other PoP). The Hub can drop, duplicate, delay, reorder and cut
+// deliveries between PoPs. Deliveries are asynchronous, from one goroutine.
+// A Hub is safe for concurrent use; Close it when done.
+type Hub struct {
+	mu      sync.Mutex
+	rng     *rand.Rand
+	faults  Faults
+	cut     map[[2]PoPID]bool // from, to
+	eps     map[*hubEndpoint]bool
+	q       deliveryHeap
+	seq     uint64
+	wake    chan struct{}
+	done    chan struct{}
+	stopped sync.WaitGroup
+	closed  bool
+}
+
+// NewHub returns a Hub whose random faults are drawn from seed.
+func NewHub(seed uint64) *Hub {
+	h := &Hub{
+		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		cut:  map[[2]PoPID]bool{},
+		eps:  map[*hubEndpoint]bool{},
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	h.stopped.Add(1)
+	go h.run()
+	return h
+}
+
+// SetFaults replaces the faults injected from now on.
+func (h *Hub) SetFaults(f Faults) {
+	h.mu.Lock()
+	h.faults = f
+	h.mu.Unlock()
+}
+
+// Cut stops deliveries from PoP a to PoP b and from b to a.
+func (h *Hub) Cut(a, b PoPID) {
+	h.CutOneWay(a, b)
+	h.CutOneWay(b, a)
+}
+
+// CutOneWay stops deliveries from PoP from to PoP to (an asymmetric partition).
+func (h *Hub) CutOneWay(from, to PoPID) {
+	h.mu.Lock()
+	h.cut[[2]PoPID{from, to}] = true
+	h.mu.Unlock()
+}
+
+// Heal restores every cut link.
+func (h *Hub) Heal() {
+	h.mu.Lock()
+	clear(h.cut)
+	h.mu.Unlock()
+}
+
+// Close stops the Hub's goroutine; pending deliveries are discarded.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+	}
+	h.mu.Unlock()
+	h.stopped.Wait()
+}
+
+// PoP returns a Connect for a node called name of PoP self that reaches the
+// other nodes of self, like memberlist.
+func (h *Hub) PoP(self PoPID, name string) Connect {
+	return h.connect(self, name, true)
+}
+
+// Global returns a Connect for a node called name of PoP self that reaches
+// the nodes of every other PoP, like NATS.
+func (h *Hub) Global(self PoPID, name string) Connect {
+	return h.connect(self, name, false)
+}
+
+func (h *Hub) connect(self PoPID, name string, local bool) Connect {
+	return func(hd Handler) (Transport, error) {
+		ep := &hubEndpoint{hub: h, self: self, name: name, local: local, h: hd}
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, ErrClosed
+		}
+		var peers []*hubEndpoint
+		for o := range h.eps {
+			if ep.reaches(o) {
+				peers = append(peers, o)
+			}
+		}
+		h.eps[ep] = true
+		h.mu.Unlock()
+		if local && len(peers) > 0 {
+			// Push/pull with one member, as memberlist does on join; the
+			// others hear of the join.
+			slices.SortFunc(peers, func(a, b *hubEndpoint) int { return cmpString(a.name, b.name) })
+			p := peers[0]
+			if s := p.h.LocalState(); s != nil {
+				hd.MergeState(s)
+			}
+			if s := hd.LocalState(); s != nil {
+				p.h.MergeState(s)
+			}
+			for _, o := range peers {
+				o.h.Resync()
+			}
+		}
+		return ep, nil
+	}
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (h *Hub) publish(from *hubEndpoint, kind Kind, msg []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	now := time.Now()
+	for to := range h.eps {
+		if to == from || !from.reaches(to) || h.cut[[2]PoPID{from.self, to.self}] {
+			continue
+		}
+		n := 1
+		if h.rng.Float64() < h.faults.Drop {
+			n = 0
+		} else if h.rng.Float64() < h.faults.Duplicate {
+			n = 2
+		}
+		for range n {
+			d := h.faults.MinDelay
+			if spread := h.faults.MaxDelay - h.faults.MinDelay; spread > 0 {
+				d += time.Duration(h.rng.Int64N(int64(spread)))
+			}
+			h.seq++
+			heap.Push(&h.q, &delivery{at: now.Add(d), seq: h.seq, from: from.self, to: to, kind: kind, msg: slices.Clone(msg)})
+		}
+	}
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Hub) run() {
+	defer h.stopped.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		h.mu.Lock()
+		var due []*delivery
+		now := time.Now()
+		for len(h.q) > 0 && !h.q[0].at.After(now) {
+			due = append(due, heap.Pop(&h.q).(*delivery))
+		}
+		wait := time.Hour
+		if len(h.q) > 0 {
+			wait = h.q[0].at.Sub(now)
+		}
+		h.mu.Unlock()
+		for _, d := range due {
+			if !d.to.isClosed() {
+				d.to.h.Receive(d.from, d.kind, d.msg)
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-h.done:
+			return
+		case <-h.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+type delivery struct {
+	at   time.Time
+	seq  uint64
+	from PoPID
+	to   *hubEndpoint
+	kind Kind
+	msg  []byte
+}
+
+type deliveryHeap []*delivery
+
+func (q deliveryHeap) Len() int { return len(q) }
+func (q deliveryHeap) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q deliveryHeap) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *deliveryHeap) Push(x any)   { *q = append(*q, x.(*delivery)) }
+func (q *deliveryHeap) Pop() any {
+	old := *q
+	d := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return d
+}
+
+// hubEndpoint is one node's Transport on a Hub.
+type hubEndpoint struct {
+	hub   *Hub
+	self  PoPID
+	name  string
+	local bool
+	h     Handler
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// HubMaxPayload is the largest message a Hub endpoint accepts.
+const HubMaxPayload = 64 << 10
+
+func (e *hubEndpoint) reaches(o *hubEndpoint) bool {
+	if e.local != o.local {
+		return false
+	}
+	if e.local {
+		return e.self == o.self
+	}
+	return e.self != o.self
+}
+
+func (e *hubEndpoint) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+func (e *hubEndpoint) Name() string { return "hub" }
+
+func (e *hubEndpoint) Publish(kind Kind, msg []byte, reliable bool) error {
+	if e.isClosed() {
+		return ErrClosed
+	}
+	if len(msg) > HubMaxPayload {
+		return ErrTooLarge
+	}
+	e.hub.publish(e, kind, msg)
+	return nil
+}
+
+func (e *hubEndpoint) MaxPayload(bool) int { return HubMaxPayload }
+
+func (e *hubEndpoint) Members() []string {
+	if !e.local {
+		return nil
+	}
+	e.hub.mu.Lock()
+	defer e.hub.mu.Unlock()
+	out := []string{}
+	for o := range e.hub.eps {
+		if o != e && e.reaches(o) {
+			out = append(out, o.name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (e *hubEndpoint) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.hub.mu.Lock()
+	delete(e.hub.eps, e)
+	e.hub.mu.Unlock()
+	return nil
+}
+
+var _ Transport = (*hubEndpoint)(nil)

@@ -1,0 +1,108 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHubConvergence runs three PoPs of two nodes each over a Hub that
+// drops, duplicates, delays and reorders; every view must reach the exact
+// total of admitted requests.
+func TestHubConvergence(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	hub := NewHub(seed)
+	defer hub.Close()
+	hub.SetFaults(Faults{Drop: 0.2, Duplicate: 0.2, MinDelay: 0, MaxDelay: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := Options{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}
+	var ms []*member
+	for _, p := range []PoPID{{"eu", "ams"}, {"eu", "fra"}, {"us", "iad"}} {
+		for i := range 2 {
+			name := fmt.Sprintf("%s-%d", p.PoP, i)
+			o := opts
+			o.PoP = hub.PoP(p, name)
+			o.Global = hub.Global(p, name)
+			ms = append(ms, startMember(t, ctx, newNode(t, p.Region, p.PoP, name, testRules()), o))
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	admitted := map[string]uint64{}
+	perIP := map[PoPID]uint64{}
+	for range 3000 {
+		m := ms[rng.IntN(len(ms))]
+		d, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+		require.NoError(t, err)
+		if d.Allowed {
+			admitted["k"]++
+		}
+		d, err = m.node.Decide(time.Now().UnixNano(), "per-ip", "ip", 1)
+		require.NoError(t, err)
+		if d.Allowed {
+			perIP[m.id]++
+		}
+	}
+	waitFor(t, 10*time.Second, "hub convergence", func() bool {
+		for _, m := range ms {
+			if total(m.node, "api", "k") != admitted["k"] || total(m.node, "per-ip", "ip") != perIP[m.id] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, m := range ms {
+		assert.Len(t, m.rep.Members(), 1, m.name)
+		assert.Empty(t, m.rep.Partitioned(), m.name)
+	}
+}
+
+// TestHubPartition cuts one PoP off: its peers count it as partitioned;
+// after heal, views converge to the exact totals.
+func TestHubPartition(t *testing.T) {
+	hub := NewHub(1)
+	defer hub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := Options{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 100 * time.Millisecond}
+	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	o := opts
+	o.Global = hub.Global(a, "a")
+	o.ExpectedPoPs = []PoPID{b}
+	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "a", testRules()), o)
+	o = opts
+	o.Global = hub.Global(b, "b")
+	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "b", testRules()), o)
+	waitFor(t, 5*time.Second, "both heard", func() bool {
+		return len(ma.rep.Heard()) == 1 && len(mb.rep.Heard()) == 1
+	})
+	hub.Cut(a, b)
+	waitFor(t, 5*time.Second, "partition seen", func() bool {
+		return len(ma.rep.Partitioned()) == 1 && len(mb.rep.Partitioned()) == 1
+	})
+	assert.Equal(t, []PoPID{b}, ma.rep.Partitioned())
+	for range 10 {
+		_, err := ma.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+		require.NoError(t, err)
+		_, err = mb.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+		require.NoError(t, err)
+	}
+	// Counts flushed during the cut are lost; nothing changes after heal, so
+	// only the resync on "heard again" can repair them.
+	fa, fb := ma.rep.flushes.Load(), mb.rep.flushes.Load()
+	waitFor(t, 5*time.Second, "flushed during the cut", func() bool {
+		return ma.rep.flushes.Load() > fa+1 && mb.rep.flushes.Load() > fb+1
+	})
+	assert.Equal(t, uint64(10), total(ma.node, "api", "k"))
+	hub.Heal()
+	waitFor(t, 5*time.Second, "healed views", func() bool {
+		return total(ma.node, "api", "k") == 20 && total(mb.node, "api", "k") == 20
+	})
+	assert.Empty(t, ma.rep.Partitioned())
+}

@@ -1,0 +1,291 @@
+package gossip
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// MemberlistConfig configures the memberlist transport that links the nodes
+// of one PoP.
+type MemberlistConfig struct {
+	// Self is the own PoP; the default label is derived from it.
+	Self PoPID
+	// Name is this node's unique member name within the PoP. Use a name that
+	// is new at every start (e.g. node#incarnation) so that a restarted node
+	// never conflicts with its former self.
+	Name string
+	// Bind is the host:port for gossip (UDP and TCP). Port 0 picks a free port.
+	Bind string
+	// Advertise is the host:port peers use to reach this node; empty = Bind.
+	Advertise string
+	// Join lists host:port of existing members to join at start. Unreachable
+	// ones are skipped; none reachable is not an error (the first node).
+	Join []string
+	// Label is put on every packet and stream; members with another label
+	// ignore them. Empty means "geolimit/<region>/<pop>".
+	Label string
+	// SecretKey, if set, encrypts gossip (AES, 16, 24 or 32 bytes).
+	SecretKey []byte
+	// UDPBufferSize is the largest UDP packet in bytes; deltas sent best
+	// effort are split below it. 0 means 1400 (a safe Ethernet MTU).
+	UDPBufferSize int
+	// ReliableMaxPayload is the largest message sent over TCP (anti-entropy)
+	// in bytes. 0 means 256 KiB.
+	ReliableMaxPayload int
+	// ProbeInterval is memberlist's failure-detection probe interval; 0 means
+	// memberlist's LAN default (1s).
+	ProbeInterval time.Duration
+	// PushPullInterval is the full state sync interval; 0 means 30s.
+	PushPullInterval time.Duration
+	// Logger receives memberlist's logs at debug level; nil discards them.
+	Logger *slog.Logger
+}
+
+// ReadSecretKey reads a memberlist key from path: 16, 24 or 32 raw bytes, or
+// their base64 encoding (surrounding white space ignored).
+func ReadSecretKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: secret key: %w", err)
+	}
+	if k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b))); err == nil && validKeyLen(len(k)) {
+		return k, nil
+	}
+	if validKeyLen(len(b)) {
+		return b, nil
+	}
+	return nil, fmt.Errorf("gossip: secret key %s: want 16, 24 or 32 bytes (raw or base64), got %d bytes", path, len(b))
+}
+
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+
+// memberlistMargin is what a best-effort packet needs beyond the message:
+// message type, compound header, CRC, encryption (45 bytes worst case).
+const memberlistMargin = 64
+
+// Memberlist is a Transport over hashicorp/memberlist inside one PoP. Deltas
+// go to each member directly (UDP best effort, TCP for reliable batches);
+// push/pull carries the Handler's LocalState on join and periodically.
+type Memberlist struct {
+	cfg  MemberlistConfig
+	h    Handler
+	ml   *memberlist.Memberlist
+	self string
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewMemberlist starts a memberlist transport delivering to h and joins cfg.Join.
+func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
+	if !validName(cfg.Self.Region) || !validName(cfg.Self.PoP) {
+		return nil, ErrBadName
+	}
+	if cfg.Name == "" {
+		return nil, errors.New("gossip: memberlist: name must not be empty")
+	}
+	if cfg.SecretKey != nil && !validKeyLen(len(cfg.SecretKey)) {
+		return nil, fmt.Errorf("gossip: memberlist: secret key of %d bytes (want 16, 24 or 32)", len(cfg.SecretKey))
+	}
+	if cfg.UDPBufferSize == 0 {
+		cfg.UDPBufferSize = 1400
+	}
+	if cfg.UDPBufferSize < 576 {
+		return nil, fmt.Errorf("gossip: memberlist: udp buffer size %d too small (min 576)", cfg.UDPBufferSize)
+	}
+	if cfg.ReliableMaxPayload == 0 {
+		cfg.ReliableMaxPayload = 256 << 10
+	}
+	if cfg.Label == "" {
+		cfg.Label = "geolimit/" + cfg.Self.Region + "/" + cfg.Self.PoP
+	}
+	host, port, err := splitHostPort(cfg.Bind, "bind")
+	if err != nil {
+		return nil, err
+	}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertiseAddr, mc.AdvertisePort = "", 0
+	if cfg.Advertise != "" {
+		if mc.AdvertiseAddr, mc.AdvertisePort, err = splitHostPort(cfg.Advertise, "advertise"); err != nil {
+			return nil, err
+		}
+	}
+	mc.Label = cfg.Label
+	mc.SecretKey = cfg.SecretKey
+	mc.UDPBufferSize = cfg.UDPBufferSize
+	mc.EnableCompression = false // deltas are compact already; keeps sizes predictable
+	if cfg.ProbeInterval > 0 {
+		mc.ProbeInterval = cfg.ProbeInterval
+	}
+	if cfg.PushPullInterval > 0 {
+		mc.PushPullInterval = cfg.PushPullInterval
+	}
+	if cfg.Logger != nil {
+		mc.Logger = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
+	} else {
+		mc.Logger = log.New(io.Discard, "", 0)
+	}
+	t := &Memberlist{cfg: cfg, h: h, self: cfg.Name}
+	d := &mlDelegate{t: t}
+	mc.Delegate = d
+	mc.Events = d
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: memberlist: %w", err)
+	}
+	t.ml = ml
+	if len(cfg.Join) > 0 {
+		if _, err := ml.Join(cfg.Join); err != nil && cfg.Logger != nil {
+			// Not fatal: the first node of a PoP has nobody to join, and
+			// others will join it.
+			cfg.Logger.Info("gossip: memberlist join", "err", err)
+		}
+	}
+	return t, nil
+}
+
+func splitHostPort(hp, what string) (string, int, error) {
+	if hp == "" {
+		return "127.0.0.1", 0, nil
+	}
+	host, ps, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, fmt.Errorf("gossip: memberlist %s %q: %w", what, hp, err)
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("gossip: memberlist %s %q: bad port", what, hp)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return host, port, nil
+}
+
+// Addr returns the host:port this node gossips on (with the port picked if
+// Bind's port was 0).
+func (t *Memberlist) Addr() string {
+	n := t.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Name returns "memberlist".
+func (t *Memberlist) Name() string { return "memberlist" }
+
+// MaxPayload returns the largest message: under the UDP buffer size for best
+// effort, ReliableMaxPayload for reliable sends.
+func (t *Memberlist) MaxPayload(reliable bool) int {
+	if reliable {
+		return t.cfg.ReliableMaxPayload
+	}
+	return t.cfg.UDPBufferSize - memberlistMargin - len(t.cfg.Label) - 3
+}
+
+// Publish sends msg to every other member directly. kind must be KindDelta.
+func (t *Memberlist) Publish(kind Kind, msg []byte, reliable bool) error {
+	if kind != KindDelta {
+		return fmt.Errorf("gossip: memberlist: cannot publish %s", kind)
+	}
+	if len(msg) > t.MaxPayload(reliable) {
+		return ErrTooLarge
+	}
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	var errs []error
+	for _, n := range t.ml.Members() {
+		if n.Name == t.self {
+			continue
+		}
+		var err error
+		if reliable {
+			err = t.ml.SendReliable(n, msg)
+		} else {
+			err = t.ml.SendBestEffort(n, msg)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("gossip: memberlist send to %s: %w", n.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Members returns the other live members' names, sorted.
+func (t *Memberlist) Members() []string {
+	out := []string{}
+	for _, n := range t.ml.Members() {
+		if n.Name != t.self {
+			out = append(out, n.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Close leaves the PoP (telling the others, for up to a second) and shuts
+// memberlist down. It is idempotent.
+func (t *Memberlist) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.mu.Unlock()
+	err := t.ml.Leave(time.Second)
+	return errors.Join(err, t.ml.Shutdown())
+}
+
+// mlDelegate adapts memberlist's callbacks to the Handler.
+type mlDelegate struct{ t *Memberlist }
+
+func (d *mlDelegate) NodeMeta(int) []byte { return nil }
+
+// NotifyMsg hands the message to the Handler, whose Receive must not block.
+func (d *mlDelegate) NotifyMsg(b []byte) { d.t.h.Receive(d.t.cfg.Self, KindDelta, b) }
+
+func (d *mlDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+
+func (d *mlDelegate) LocalState(bool) []byte { return d.t.h.LocalState() }
+
+func (d *mlDelegate) MergeRemoteState(b []byte, _ bool) { d.t.h.MergeState(b) }
+
+func (d *mlDelegate) NotifyJoin(n *memberlist.Node) {
+	if n.Name != d.t.self {
+		d.t.h.Resync()
+	}
+}
+
+func (d *mlDelegate) NotifyLeave(*memberlist.Node)  {}
+func (d *mlDelegate) NotifyUpdate(*memberlist.Node) {}
+
+var _ Transport = (*Memberlist)(nil)
+
+// MemberlistConnect returns a Connect that starts a memberlist transport.
+func MemberlistConnect(cfg MemberlistConfig) Connect {
+	return func(h Handler) (Transport, error) {
+		t, err := NewMemberlist(cfg, h)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+}

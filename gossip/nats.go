@@ -1,0 +1,284 @@
+package gossip
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// NATSConfig configures the NATS transport that links PoPs and regions.
+type NATSConfig struct {
+	// Self is the own PoP: deltas are published on
+	// <SubjectPrefix>.delta.<region>.<pop> and messages from it are skipped
+	// (the own PoP's members are reached over memberlist).
+	Self PoPID
+	// Name is the connection name shown by the server (e.g. the node id).
+	Name string
+	// URL is one or more comma-separated server URLs.
+	URL string
+	// SubjectPrefix is the first subject token(s); empty means "geolimit".
+	SubjectPrefix string
+	// MaxPayload caps one message in bytes, below the server's max_payload;
+	// 0 means 64 KiB.
+	MaxPayload int
+	// ReconnectBufSize bounds what is buffered while disconnected, in bytes;
+	// 0 means 1 MiB. What does not fit is dropped (anti-entropy repairs it).
+	ReconnectBufSize int
+	// ReconnectWait is the pause between reconnect attempts; 0 means 250ms.
+	ReconnectWait time.Duration
+	// PingInterval is how often the client pings the server; 0 means 2s. A
+	// dead link is noticed after PingInterval x MaxPingsOutstanding.
+	PingInterval time.Duration
+	// MaxPingsOutstanding is how many unanswered pings mean the link is dead;
+	// 0 means 2.
+	MaxPingsOutstanding int
+	// CredentialsFile is a NATS credentials file (JWT and nkey seed).
+	CredentialsFile string
+	// User and Password authenticate with a user name and password.
+	User, Password string
+	// TLS, if set, is used for the connection (CA, client certificate).
+	TLS *tls.Config
+	// RootCAs and ClientCert/ClientKey are PEM files, an alternative to TLS.
+	RootCAs               []string
+	ClientCert, ClientKey string
+	// PendingLimit bounds the messages waiting to be handed to the Handler
+	// per subscription; 0 means 65536.
+	PendingLimit int
+	// Logger receives connection events; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultSubjectPrefix is the subject prefix when none is configured.
+const DefaultSubjectPrefix = "geolimit"
+
+// DeltaSubject returns the subject a PoP publishes its deltas on.
+func DeltaSubject(prefix string, p PoPID) string {
+	if prefix == "" {
+		prefix = DefaultSubjectPrefix
+	}
+	return prefix + ".delta." + p.Region + "." + p.PoP
+}
+
+// HeartbeatSubject returns the subject a PoP publishes its heartbeats on.
+func HeartbeatSubject(prefix string, p PoPID) string {
+	if prefix == "" {
+		prefix = DefaultSubjectPrefix
+	}
+	return prefix + ".hb." + p.Region + "." + p.PoP
+}
+
+// ParseSubject returns the kind and PoP of a subject made by DeltaSubject or
+// HeartbeatSubject under prefix.
+func ParseSubject(prefix, subject string) (Kind, PoPID, bool) {
+	if prefix == "" {
+		prefix = DefaultSubjectPrefix
+	}
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	if !ok {
+		return 0, PoPID{}, false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || !validName(parts[1]) || !validName(parts[2]) {
+		return 0, PoPID{}, false
+	}
+	p := PoPID{Region: parts[1], PoP: parts[2]}
+	switch parts[0] {
+	case "delta":
+		return KindDelta, p, true
+	case "hb":
+		return KindHeartbeat, p, true
+	}
+	return 0, PoPID{}, false
+}
+
+// NATS is a Transport over core NATS pub/sub between PoPs. Each PoP
+// publishes on its own subjects; every node subscribes to all PoPs' subjects
+// and skips its own PoP. The connection reconnects forever with a bounded
+// buffer; every (re)connect asks the Handler to resync.
+type NATS struct {
+	cfg    NATSConfig
+	h      Handler
+	nc     *nats.Conn
+	subs   []*nats.Subscription
+	delta  string
+	hb     string
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewNATS connects to cfg.URL and subscribes. If no server is reachable yet
+// it keeps trying in the background (the node decides locally meanwhile).
+func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
+	if !validName(cfg.Self.Region) || !validName(cfg.Self.PoP) {
+		return nil, ErrBadName
+	}
+	if cfg.SubjectPrefix == "" {
+		cfg.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if strings.ContainsAny(cfg.SubjectPrefix, "*> \t\r\n") || strings.HasPrefix(cfg.SubjectPrefix, ".") || strings.HasSuffix(cfg.SubjectPrefix, ".") {
+		return nil, fmt.Errorf("gossip: nats: bad subject prefix %q", cfg.SubjectPrefix)
+	}
+	if cfg.URL == "" {
+		cfg.URL = nats.DefaultURL
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = 64 << 10
+	}
+	if cfg.ReconnectBufSize <= 0 {
+		cfg.ReconnectBufSize = 1 << 20
+	}
+	if cfg.ReconnectWait <= 0 {
+		cfg.ReconnectWait = 250 * time.Millisecond
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 2 * time.Second
+	}
+	if cfg.MaxPingsOutstanding <= 0 {
+		cfg.MaxPingsOutstanding = 2
+	}
+	if cfg.PendingLimit <= 0 {
+		cfg.PendingLimit = 1 << 16
+	}
+	t := &NATS{cfg: cfg, h: h, delta: DeltaSubject(cfg.SubjectPrefix, cfg.Self), hb: HeartbeatSubject(cfg.SubjectPrefix, cfg.Self)}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.NoEcho(),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(cfg.ReconnectWait),
+		nats.ReconnectBufSize(cfg.ReconnectBufSize),
+		nats.PingInterval(cfg.PingInterval),
+		nats.MaxPingsOutstanding(cfg.MaxPingsOutstanding),
+		nats.RetryOnFailedConnect(true),
+		nats.Timeout(2 * time.Second),
+		nats.ConnectHandler(func(c *nats.Conn) {
+			log.Info("gossip: nats connected", "url", c.ConnectedUrl())
+			h.Resync()
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("gossip: nats reconnected", "url", c.ConnectedUrl())
+			h.Resync()
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("gossip: nats disconnected", "err", err)
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("gossip: nats", "err", err)
+		}),
+	}
+	if cfg.CredentialsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredentialsFile))
+	}
+	if cfg.User != "" {
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, nats.Secure(cfg.TLS))
+	}
+	if len(cfg.RootCAs) > 0 {
+		opts = append(opts, nats.RootCAs(cfg.RootCAs...))
+	}
+	if cfg.ClientCert != "" {
+		opts = append(opts, nats.ClientCert(cfg.ClientCert, cfg.ClientKey))
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: nats: connect %s: %w", cfg.URL, err)
+	}
+	t.nc = nc
+	for _, subj := range []string{cfg.SubjectPrefix + ".delta.>", cfg.SubjectPrefix + ".hb.>"} {
+		sub, err := nc.Subscribe(subj, t.receive)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("gossip: nats: subscribe %s: %w", subj, err)
+		}
+		if err := sub.SetPendingLimits(cfg.PendingLimit, 64<<20); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("gossip: nats: pending limits: %w", err)
+		}
+		t.subs = append(t.subs, sub)
+	}
+	return t, nil
+}
+
+func (t *NATS) receive(m *nats.Msg) {
+	kind, from, ok := ParseSubject(t.cfg.SubjectPrefix, m.Subject)
+	if !ok || from == t.cfg.Self {
+		return
+	}
+	t.h.Receive(from, kind, m.Data)
+}
+
+// Name returns "nats".
+func (t *NATS) Name() string { return "nats" }
+
+// MaxPayload returns the configured cap, lowered to the server's max_payload
+// once connected.
+func (t *NATS) MaxPayload(bool) int {
+	n := t.cfg.MaxPayload
+	if mp := t.nc.MaxPayload(); mp > 0 && int(mp) < n {
+		n = int(mp)
+	}
+	return n
+}
+
+// Publish publishes msg on the own PoP's delta or heartbeat subject.
+func (t *NATS) Publish(kind Kind, msg []byte, _ bool) error {
+	if len(msg) > t.MaxPayload(false) {
+		return ErrTooLarge
+	}
+	subj := t.delta
+	if kind == KindHeartbeat {
+		subj = t.hb
+	}
+	if err := t.nc.Publish(subj, msg); err != nil {
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("gossip: nats publish: %w", err)
+	}
+	return nil
+}
+
+// Members returns nil: NATS has no membership; heartbeats tell which PoPs are heard.
+func (t *NATS) Members() []string { return nil }
+
+// Connected reports whether the connection to the server is up.
+func (t *NATS) Connected() bool { return t.nc.IsConnected() }
+
+// RTT measures the round trip to the server.
+func (t *NATS) RTT() (time.Duration, error) { return t.nc.RTT() }
+
+// Close unsubscribes and closes the connection. It is idempotent.
+func (t *NATS) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	t.nc.Close()
+	return nil
+}
+
+var _ Transport = (*NATS)(nil)
+
+// NATSConnect returns a Connect that starts a NATS transport.
+func NATSConnect(cfg NATSConfig) Connect {
+	return func(h Handler) (Transport, error) {
+		t, err := NewNATS(cfg, h)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+}

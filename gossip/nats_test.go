@@ -1,0 +1,100 @@
+package gossip
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+func natsOpts(url string, id PoPID, name string) Options {
+	return Options{
+		FlushInterval:       10 * time.Millisecond,
+		AntiEntropyInterval: time.Hour,
+		PeerTimeout:         500 * time.Millisecond,
+		Global: NATSConnect(NATSConfig{
+			Self: id, Name: name, URL: url,
+			ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second,
+		}),
+	}
+}
+
+// TestNATSTwoPoPs replicates a global rule between two PoPs over one real
+// nats-server; pop and node rules stay home.
+func TestNATSTwoPoPs(t *testing.T) {
+	s := startNATS(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
+	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
+	for i := range 100 {
+		m := ma
+		if i%3 == 0 {
+			m = mb
+		}
+		for _, rule := range []string{"api", "per-ip", "local"} {
+			_, err := m.node.Decide(time.Now().UnixNano(), rule, "k", 1)
+			require.NoError(t, err)
+		}
+	}
+	waitFor(t, 10*time.Second, "global rule converged", func() bool {
+		return total(ma.node, "api", "k") == 100 && total(mb.node, "api", "k") == 100
+	})
+	waitFor(t, 10*time.Second, "heard each other", func() bool {
+		return len(ma.rep.Heard()) == 1 && len(mb.rep.Heard()) == 1
+	})
+	assert.Equal(t, uint64(66), total(ma.node, "per-ip", "k"), "pop rule must not cross PoPs")
+	assert.Equal(t, uint64(34), total(mb.node, "per-ip", "k"))
+	assert.Equal(t, uint64(66), total(ma.node, "local", "k"))
+	st := ma.rep.Status()
+	require.Len(t, st.Transports, 1)
+	assert.Equal(t, "nats", st.Transports[0].Transport)
+	assert.NotZero(t, st.Transports[0].BytesSent)
+	assert.NotZero(t, st.Transports[0].LagCount)
+	assert.Zero(t, st.Transports[0].Rejected)
+}
+
+// TestNATSForgedDelta publishes, on PoP iad's subject, a delta whose sender
+// claims to be of PoP ams: it is rejected and counted, nothing merges.
+func TestNATSForgedDelta(t *testing.T) {
+	s := startNATS(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := PoPID{"eu", "ams"}
+	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	forged := crdt.Delta{
+		Sender:  crdt.Replica{Region: "eu", PoP: "fra", Node: "fra-1", Incarnation: 1},
+		SentAt:  time.Now().UnixNano(),
+		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: time.Now().UnixNano() / int64(time.Hour), Count: 1000}},
+	}
+	msgs, err := crdt.Encode(&forged, 0)
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{"us", "iad"}), msgs[0]))
+	// Garbage on a delta subject and on a subject of no PoP.
+	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{"us", "iad"}), []byte{0x94, 0xff, 0x00}))
+	require.NoError(t, nc.Publish("geolimit.delta.x", msgs[0]))
+	require.NoError(t, nc.Flush())
+	waitFor(t, 10*time.Second, "forged delta counted", func() bool {
+		st := ma.rep.Stats()[0]
+		return st.Forged == 1 && st.Rejected == 1 && st.DecodeErrors == 1
+	})
+	assert.Zero(t, total(ma.node, "api", "k"))
+	// A pop-scope entry that does come from its own subject is refused too.
+	fra := PoPID{"eu", "fra"}
+	forged.Entries[0].Rule = "per-ip"
+	msgs, err = crdt.Encode(&forged, 0)
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(DeltaSubject("", fra), msgs[0]))
+	require.NoError(t, nc.Flush())
+	waitFor(t, 10*time.Second, "pop entry via nats refused", func() bool { return ma.rep.Stats()[0].Rejected == 2 })
+	assert.Zero(t, total(ma.node, "per-ip", "k"))
+}

@@ -1,0 +1,490 @@
+package gossip
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/geolimit/geolimit/clock"
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Options configure a Replicator.
+type Options struct {
+	// Node is the core whose counts are replicated. Required.
+	Node *pop.Node
+	// Clock reads the time; nil means clock.Real{}.
+	Clock clock.Clock
+	// FlushInterval is how often changed counts are sent; 0 means 50ms.
+	FlushInterval time.Duration
+	// AntiEntropyInterval is how often all own live counts are re-sent;
+	// 0 means 5s.
+	AntiEntropyInterval time.Duration
+	// PeerTimeout is how long a remote PoP may stay silent before it counts
+	// as partitioned; 0 means 2s.
+	PeerTimeout time.Duration
+	// HeartbeatInterval is how often a heartbeat is published to other PoPs;
+	// 0 means PeerTimeout/4.
+	HeartbeatInterval time.Duration
+	// PoP connects the transport to the own PoP's other nodes (memberlist);
+	// nil for a PoP of one node.
+	PoP Connect
+	// Global connects the transport to other PoPs (NATS); nil for a
+	// deployment of one PoP.
+	Global Connect
+	// ExpectedPoPs are remote PoPs known in advance: they count as
+	// partitioned until first heard. Others appear when first heard.
+	ExpectedPoPs []PoPID
+	// QueueSize bounds received messages waiting to be applied; when full,
+	// new ones are dropped and counted (anti-entropy repairs them). 0 means 4096.
+	QueueSize int
+	// ObserveLag, if set, is called for every received message with the
+	// transport's name and the receive time minus the sender's flush time.
+	// It must be cheap and safe for concurrent use (a Prometheus histogram).
+	ObserveLag func(transport string, lag time.Duration)
+	// Logger receives replication events; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns the default intervals; set Node and transports.
+func DefaultOptions() Options {
+	return Options{
+		FlushInterval:       50 * time.Millisecond,
+		AntiEntropyInterval: 5 * time.Second,
+		PeerTimeout:         2 * time.Second,
+		QueueSize:           4096,
+	}
+}
+
+func (o *Options) setDefaults() error {
+	d := DefaultOptions()
+	if o.Node == nil {
+		return errors.New("gossip: options: node is required")
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.FlushInterval == 0 {
+		o.FlushInterval = d.FlushInterval
+	}
+	if o.AntiEntropyInterval == 0 {
+		o.AntiEntropyInterval = d.AntiEntropyInterval
+	}
+	if o.PeerTimeout == 0 {
+		o.PeerTimeout = d.PeerTimeout
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = o.PeerTimeout / 4
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = d.QueueSize
+	}
+	switch {
+	case o.FlushInterval < time.Millisecond:
+		return fmt.Errorf("gossip: options: flush interval %s below 1ms", o.FlushInterval)
+	case o.AntiEntropyInterval < o.FlushInterval:
+		return fmt.Errorf("gossip: options: anti-entropy interval %s below flush interval %s", o.AntiEntropyInterval, o.FlushInterval)
+	case o.HeartbeatInterval <= 0 || o.HeartbeatInterval >= o.PeerTimeout:
+		return fmt.Errorf("gossip: options: heartbeat interval %s must be positive and below peer timeout %s", o.HeartbeatInterval, o.PeerTimeout)
+	case o.QueueSize < 1:
+		return fmt.Errorf("gossip: options: queue size %d below 1", o.QueueSize)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Replicator runs a Node's replication: every FlushInterval it sends the
+// node's changed counts (pop-scope ones to the own PoP, global ones to the
+// own PoP and every other PoP), applies what arrives, re-sends all own live
+// counts every AntiEntropyInterval and whenever a peer joins, a connection
+// comes back or a silent PoP is heard again, and tracks which remote PoPs are
+// heard. It owns its goroutines; Close stops them. Safe for concurrent use.
+type Replicator struct {
+	opts Options
+	node *pop.Node
+	self crdt.Replica
+	clk  clock.Clock
+	log  *slog.Logger
+
+	popT, globT Transport
+	tstats      [2]transportCounters // 0: pop, 1: global
+
+	queue  chan inbound
+	resync chan struct{}
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	mu      sync.Mutex // guards peers
+	peers   map[PoPID]*peerState
+	resyncs atomic.Uint64
+	flushes atomic.Uint64
+}
+
+type inbound struct {
+	t    int // 0 pop, 1 global
+	from PoPID
+	kind Kind
+	data []byte
+}
+
+type peerState struct {
+	lastHeard int64 // unix nanos; 0 = never
+	down      bool  // reported as partitioned by the loop
+}
+
+const (
+	tPoP    = 0
+	tGlobal = 1
+)
+
+// Start connects the transports and starts replicating. The Replicator stops
+// when ctx is done or Close is called; Close also waits for it.
+func Start(ctx context.Context, opts Options) (*Replicator, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	self := opts.Node.Self()
+	r := &Replicator{
+		opts:   opts,
+		node:   opts.Node,
+		self:   self,
+		clk:    opts.Clock,
+		log:    opts.Logger,
+		queue:  make(chan inbound, opts.QueueSize),
+		resync: make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		peers:  map[PoPID]*peerState{},
+	}
+	for _, p := range opts.ExpectedPoPs {
+		if p != r.selfPoP() {
+			r.peers[p] = &peerState{}
+		}
+	}
+	r.wg.Add(1)
+	go r.work()
+	var err error
+	if opts.PoP != nil {
+		if r.popT, err = opts.PoP(&handler{r: r, t: tPoP}); err != nil {
+			r.shutdown()
+			return nil, fmt.Errorf("gossip: pop transport: %w", err)
+		}
+		r.tstats[tPoP].name = r.popT.Name()
+	}
+	if opts.Global != nil {
+		if r.globT, err = opts.Global(&handler{r: r, t: tGlobal}); err != nil {
+			r.shutdown()
+			return nil, fmt.Errorf("gossip: global transport: %w", err)
+		}
+		r.tstats[tGlobal].name = r.globT.Name()
+	}
+	r.wg.Add(1)
+	go r.loop(ctx)
+	return r, nil
+}
+
+func (r *Replicator) selfPoP() PoPID { return PoPID{Region: r.self.Region, PoP: r.self.PoP} }
+
+// Close sends a last flush, closes the transports and stops the goroutines.
+// It is idempotent.
+func (r *Replicator) Close() error {
+	var err error
+	r.once.Do(func() {
+		close(r.stop)
+		r.wg.Wait()
+		err = r.closeTransports()
+	})
+	return err
+}
+
+// shutdown is Close for a Replicator whose loop has not started.
+func (r *Replicator) shutdown() {
+	r.once.Do(func() {
+		close(r.stop)
+		_ = r.closeTransports()
+		r.wg.Wait()
+	})
+}
+
+func (r *Replicator) closeTransports() error {
+	var errs []error
+	for _, t := range []Transport{r.globT, r.popT} {
+		if t != nil {
+			errs = append(errs, t.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Replicator) loop(ctx context.Context) {
+	defer r.wg.Done()
+	flush := time.NewTicker(r.opts.FlushInterval)
+	defer flush.Stop()
+	ae := time.NewTicker(r.opts.AntiEntropyInterval)
+	defer ae.Stop()
+	var hbC <-chan time.Time
+	if r.globT != nil {
+		hb := time.NewTicker(r.opts.HeartbeatInterval)
+		defer hb.Stop()
+		hbC = hb.C
+		r.heartbeat()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			r.flush()
+			return
+		case <-r.stop:
+			r.flush()
+			return
+		case <-flush.C:
+			r.flush()
+		case <-ae.C:
+			r.antiEntropy()
+		case <-r.resync:
+			r.resyncs.Add(1)
+			r.antiEntropy()
+		case <-hbC:
+			r.heartbeat()
+			r.checkPeers()
+		}
+	}
+}
+
+// Flush sends the node's changed counts now, without waiting for the timer.
+func (r *Replicator) Flush() { r.flush() }
+
+func (r *Replicator) flush() {
+	r.flushes.Add(1)
+	r.send(r.node.Flush(r.clk.Now()), false)
+}
+
+func (r *Replicator) antiEntropy() {
+	r.send(r.node.AntiEntropy(r.clk.Now()), true)
+}
+
+// Resync asks for all own live counts to be re-sent soon. It does not block.
+func (r *Replicator) Resync() {
+	select {
+	case r.resync <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Replicator) send(out []pop.Outbound, reliable bool) {
+	for i := range out {
+		o := &out[i]
+		if r.popT != nil && (o.Scope == pop.ScopePoP || o.Scope == pop.ScopeGlobal) {
+			r.publish(tPoP, r.popT, KindDelta, &o.Delta, reliable)
+		}
+		if r.globT != nil && o.Scope == pop.ScopeGlobal {
+			r.publish(tGlobal, r.globT, KindDelta, &o.Delta, reliable)
+		}
+	}
+}
+
+func (r *Replicator) publish(ti int, t Transport, kind Kind, d *crdt.Delta, reliable bool) {
+	c := &r.tstats[ti]
+	msgs, err := crdt.Encode(d, t.MaxPayload(reliable))
+	if err != nil {
+		c.sendErrors.Add(1)
+		r.log.Error("gossip: encode delta", "transport", t.Name(), "err", err)
+		return
+	}
+	for _, m := range msgs {
+		if err := t.Publish(kind, m, reliable); err != nil {
+			c.sendErrors.Add(1)
+			r.log.Debug("gossip: publish", "transport", t.Name(), "err", err)
+			continue
+		}
+		c.msgsSent.Add(1)
+		c.bytesSent.Add(uint64(len(m)))
+	}
+	if kind == KindDelta {
+		c.entriesSent.Add(uint64(len(d.Entries)))
+	}
+}
+
+func (r *Replicator) heartbeat() {
+	d := crdt.Delta{Sender: r.self, SentAt: r.clk.Now()}
+	r.publish(tGlobal, r.globT, KindHeartbeat, &d, false)
+}
+
+// checkPeers logs the PoPs that went silent.
+func (r *Replicator) checkPeers() {
+	now := r.clk.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, p := range r.peers {
+		if !p.down && now-p.lastHeard > int64(r.opts.PeerTimeout) {
+			p.down = true
+			r.log.Warn("gossip: remote pop unheard", "pop", id.String(), "timeout", r.opts.PeerTimeout)
+		}
+	}
+}
+
+// handler is the Handler a Replicator gives one of its transports.
+type handler struct {
+	r *Replicator
+	t int
+}
+
+// Receive copies b onto the receive queue, or drops it when the queue is full.
+func (h *handler) Receive(from PoPID, kind Kind, b []byte) {
+	c := &h.r.tstats[h.t]
+	c.msgsRecv.Add(1)
+	c.bytesRecv.Add(uint64(len(b)))
+	select {
+	case h.r.queue <- inbound{t: h.t, from: from, kind: kind, data: slices.Clone(b)}:
+	default:
+		c.dropped.Add(1)
+	}
+}
+
+func (h *handler) Resync() { h.r.Resync() }
+
+func (h *handler) LocalState() []byte { return h.r.localState() }
+
+func (h *handler) MergeState(b []byte) { h.r.mergeState(b) }
+
+func (r *Replicator) work() {
+	defer r.wg.Done()
+	dec := crdt.NewDecoder()
+	var d crdt.Delta
+	for {
+		select {
+		case <-r.stop:
+			return
+		case in := <-r.queue:
+			r.apply(dec, &d, in)
+		}
+	}
+}
+
+// apply decodes and applies one received message. Garbage is counted, never
+// fatal.
+func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
+	c := &r.tstats[in.t]
+	if err := dec.Decode(in.data, d); err != nil {
+		c.decodeErrors.Add(1)
+		r.log.Debug("gossip: decode", "transport", c.name, "from", in.from.String(), "err", err)
+		return
+	}
+	if d.Sender.Region != in.from.Region || d.Sender.PoP != in.from.PoP {
+		// Not the PoP whose subject (or gossip pool) it came through: forged
+		// or misrouted. Its entries are dropped.
+		c.forged.Add(1)
+		c.rejected.Add(uint64(len(d.Entries)))
+		r.log.Debug("gossip: sender not of its pop", "transport", c.name, "from", in.from.String(), "sender", d.Sender.String())
+		return
+	}
+	now := r.clk.Now()
+	if d.SentAt > 0 {
+		lag := time.Duration(now - d.SentAt)
+		c.observeLag(lag)
+		if r.opts.ObserveLag != nil {
+			r.opts.ObserveLag(c.name, lag)
+		}
+	}
+	if in.t == tGlobal {
+		r.heard(in.from, now)
+	}
+	if in.kind == KindHeartbeat || len(d.Entries) == 0 {
+		return
+	}
+	via := pop.ScopePoP
+	if in.t == tGlobal {
+		via = pop.ScopeGlobal
+	}
+	st := r.node.Apply(now, d, via)
+	c.entriesRecv.Add(uint64(len(d.Entries)))
+	c.rejected.Add(uint64(st.Rejected()))
+}
+
+// heard records a message from remote PoP p at now. A PoP heard for the
+// first time or again after a silence gets all own live counts at once.
+func (r *Replicator) heard(p PoPID, now int64) {
+	r.mu.Lock()
+	ps := r.peers[p]
+	resync := false
+	if ps == nil {
+		ps = &peerState{}
+		r.peers[p] = ps
+		resync = true
+		r.log.Info("gossip: remote pop heard", "pop", p.String())
+	} else if ps.lastHeard == 0 || now-ps.lastHeard > int64(r.opts.PeerTimeout) || ps.down {
+		resync = true
+		if ps.down {
+			r.log.Info("gossip: remote pop heard again", "pop", p.String())
+		}
+	}
+	ps.down = false
+	if now > ps.lastHeard {
+		ps.lastHeard = now
+	}
+	r.mu.Unlock()
+	if resync {
+		r.Resync()
+	}
+}
+
+// maxStateBytes caps a LocalState (memberlist refuses push/pull state over 20 MB).
+const maxStateBytes = 16 << 20
+
+// localState frames every live count this node holds as length-prefixed
+// encoded deltas.
+func (r *Replicator) localState() []byte {
+	var out []byte
+	for _, d := range r.node.State(r.clk.Now()) {
+		msgs, err := crdt.Encode(&d, crdt.MaxDeltaBytes)
+		if err != nil {
+			r.log.Error("gossip: encode state", "err", err)
+			continue
+		}
+		for _, m := range msgs {
+			if len(out)+len(m)+binary.MaxVarintLen64 > maxStateBytes {
+				return out
+			}
+			out = binary.AppendUvarint(out, uint64(len(m)))
+			out = append(out, m...)
+		}
+	}
+	return out
+}
+
+// mergeState applies a peer's localState: counts of the own PoP's replicas
+// through the PoP scope, others' through the global scope.
+func (r *Replicator) mergeState(b []byte) {
+	dec := crdt.NewDecoder()
+	var d crdt.Delta
+	now := r.clk.Now()
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			r.tstats[tPoP].decodeErrors.Add(1)
+			return
+		}
+		m := b[k : k+int(n)]
+		b = b[k+int(n):]
+		if err := dec.Decode(m, &d); err != nil {
+			r.tstats[tPoP].decodeErrors.Add(1)
+			continue
+		}
+		via := pop.ScopeGlobal
+		if d.Sender.SamePoP(r.self) {
+			via = pop.ScopePoP
+		}
+		st := r.node.Apply(now, &d, via)
+		r.tstats[tPoP].rejected.Add(uint64(st.Rejected()))
+		r.tstats[tPoP].stateEntries.Add(uint64(len(d.Entries)))
+	}
+}

@@ -1,0 +1,218 @@
+package gossip
+
+import (
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+type transportCounters struct {
+	name                               string
+	msgsSent, bytesSent, entriesSent   atomic.Uint64
+	msgsRecv, bytesRecv, entriesRecv   atomic.Uint64
+	sendErrors, decodeErrors, dropped  atomic.Uint64
+	rejected, forged, stateEntries     atomic.Uint64
+	lagCount, lagSumNanos, lagMaxNanos atomic.Uint64
+}
+
+func (c *transportCounters) observeLag(lag time.Duration) {
+	if lag < 0 {
+		lag = 0 // clocks of sender and receiver disagree
+	}
+	c.lagCount.Add(1)
+	c.lagSumNanos.Add(uint64(lag))
+	for {
+		m := c.lagMaxNanos.Load()
+		if uint64(lag) <= m || c.lagMaxNanos.CompareAndSwap(m, uint64(lag)) {
+			return
+		}
+	}
+}
+
+// TransportStats are one transport's cumulative counters.
+type TransportStats struct {
+	// Transport is "memberlist", "nats" or "hub".
+	Transport string `json:"transport"`
+	// Scope is "pop" (the own PoP's members) or "global" (other PoPs).
+	Scope string `json:"scope"`
+	// MessagesSent, BytesSent: delta and heartbeat messages published.
+	MessagesSent uint64 `json:"messages_sent"`
+	BytesSent    uint64 `json:"bytes_sent"`
+	// EntriesSent: key counts sent (one per key and window per send).
+	EntriesSent uint64 `json:"entries_sent"`
+	// MessagesReceived, BytesReceived: messages handed over by the transport.
+	MessagesReceived uint64 `json:"messages_received"`
+	BytesReceived    uint64 `json:"bytes_received"`
+	// EntriesReceived: entries of well-formed deltas applied (or refused).
+	EntriesReceived uint64 `json:"entries_received"`
+	// SendErrors: messages the transport refused or could not send.
+	SendErrors uint64 `json:"send_errors"`
+	// DecodeErrors: received messages that were not a valid delta.
+	DecodeErrors uint64 `json:"decode_errors"`
+	// Dropped: received messages dropped because the queue was full.
+	Dropped uint64 `json:"dropped"`
+	// Rejected: entries refused: sender not of the message's PoP, unknown
+	// rule, wrong scope (a pop rule from another PoP), bad key.
+	Rejected uint64 `json:"rejected_entries"`
+	// Forged: messages whose sender is not of the PoP they came from.
+	Forged uint64 `json:"forged_messages"`
+	// StateEntries: entries merged from push/pull state sync (memberlist).
+	StateEntries uint64 `json:"state_entries"`
+	// LagCount, LagSum, LagMax: receive time minus the sender's flush time.
+	LagCount uint64        `json:"lag_count"`
+	LagSum   time.Duration `json:"lag_sum_ns"`
+	LagMax   time.Duration `json:"lag_max_ns"`
+}
+
+// RemotePoP is what a node knows of another PoP's reachability.
+type RemotePoP struct {
+	PoPID
+	// LastHeard is when the last message from it arrived; zero if never.
+	LastHeard time.Time `json:"last_heard"`
+	// Age is the time since LastHeard (-1 if never heard).
+	Age time.Duration `json:"age_ns"`
+	// Partitioned: silent for longer than PeerTimeout (or never heard).
+	Partitioned bool `json:"partitioned"`
+}
+
+// Status is a Replicator's state for the status page.
+type Status struct {
+	// Self is the node's replica identity, region/pop/node#incarnation.
+	Self string `json:"self"`
+	// Members are the own PoP's other live members.
+	Members []string `json:"members"`
+	// RemotePoPs are the other PoPs, sorted, heard or expected.
+	RemotePoPs []RemotePoP `json:"remote_pops"`
+	// Partitioned lists the remote PoPs counted as partitioned (region/pop).
+	Partitioned []string `json:"partitioned"`
+	// Transports are per-transport counters, pop first.
+	Transports []TransportStats `json:"transports"`
+	// Resyncs counts anti-entropy rounds triggered by a join, a reconnect or
+	// a PoP heard again (periodic ones excluded).
+	Resyncs uint64 `json:"resyncs"`
+	// FlushInterval and PeerTimeout are the configured intervals.
+	FlushInterval time.Duration `json:"flush_interval_ns"`
+	PeerTimeout   time.Duration `json:"peer_timeout_ns"`
+}
+
+// RemotePoPs returns every other PoP heard so far or expected, sorted by
+// region and PoP, with its last-heard time and whether it counts as
+// partitioned now (silent for longer than PeerTimeout, or never heard).
+func (r *Replicator) RemotePoPs() []RemotePoP {
+	now := r.clk.Now()
+	r.mu.Lock()
+	out := make([]RemotePoP, 0, len(r.peers))
+	for id, p := range r.peers {
+		rp := RemotePoP{PoPID: id, Age: -1, Partitioned: IsPartitioned(p.lastHeard, now, r.opts.PeerTimeout)}
+		if p.lastHeard != 0 {
+			rp.LastHeard = time.Unix(0, p.lastHeard)
+			rp.Age = time.Duration(now - p.lastHeard)
+		}
+		out = append(out, rp)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b RemotePoP) int {
+		if a.PoPID == b.PoPID {
+			return 0
+		}
+		if a.Less(b.PoPID) {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// Partitioned returns the remote PoPs counted as partitioned now, sorted:
+// silent for longer than PeerTimeout, or expected and never heard. Nil when
+// every known PoP is heard.
+func (r *Replicator) Partitioned() []PoPID {
+	var out []PoPID
+	for _, p := range r.RemotePoPs() {
+		if p.Partitioned {
+			out = append(out, p.PoPID)
+		}
+	}
+	return out
+}
+
+// Heard returns the remote PoPs heard within PeerTimeout, sorted.
+func (r *Replicator) Heard() []PoPID {
+	var out []PoPID
+	for _, p := range r.RemotePoPs() {
+		if !p.Partitioned {
+			out = append(out, p.PoPID)
+		}
+	}
+	return out
+}
+
+// IsPartitioned reports whether a PoP last heard at lastHeard (Unix nanos, 0
+// = never) counts as partitioned at now with the given timeout.
+func IsPartitioned(lastHeard, now int64, timeout time.Duration) bool {
+	return lastHeard == 0 || now-lastHeard > int64(timeout)
+}
+
+// Members returns the own PoP's other live members, sorted (nil without a
+// PoP transport).
+func (r *Replicator) Members() []string {
+	if r.popT == nil {
+		return nil
+	}
+	return r.popT.Members()
+}
+
+// Stats returns per-transport counters, pop first; absent transports are
+// left out.
+func (r *Replicator) Stats() []TransportStats {
+	var out []TransportStats
+	for i, t := range []Transport{r.popT, r.globT} {
+		if t == nil {
+			continue
+		}
+		c := &r.tstats[i]
+		out = append(out, TransportStats{
+			Transport:        c.name,
+			Scope:            [...]string{"pop", "global"}[i],
+			MessagesSent:     c.msgsSent.Load(),
+			BytesSent:        c.bytesSent.Load(),
+			EntriesSent:      c.entriesSent.Load(),
+			MessagesReceived: c.msgsRecv.Load(),
+			BytesReceived:    c.bytesRecv.Load(),
+			EntriesReceived:  c.entriesRecv.Load(),
+			SendErrors:       c.sendErrors.Load(),
+			DecodeErrors:     c.decodeErrors.Load(),
+			Dropped:          c.dropped.Load(),
+			Rejected:         c.rejected.Load(),
+			Forged:           c.forged.Load(),
+			StateEntries:     c.stateEntries.Load(),
+			LagCount:         c.lagCount.Load(),
+			LagSum:           time.Duration(c.lagSumNanos.Load()),
+			LagMax:           time.Duration(c.lagMaxNanos.Load()),
+		})
+	}
+	return out
+}
+
+// Status returns the state for the status page.
+func (r *Replicator) Status() Status {
+	s := Status{
+		Self:          r.self.String(),
+		Members:       r.Members(),
+		RemotePoPs:    r.RemotePoPs(),
+		Partitioned:   []string{},
+		Transports:    r.Stats(),
+		Resyncs:       r.resyncs.Load(),
+		FlushInterval: r.opts.FlushInterval,
+		PeerTimeout:   r.opts.PeerTimeout,
+	}
+	if s.Members == nil {
+		s.Members = []string{}
+	}
+	for _, p := range s.RemotePoPs {
+		if p.Partitioned {
+			s.Partitioned = append(s.Partitioned, p.String())
+		}
+	}
+	return s
+}

@@ -1,0 +1,102 @@
+package gossip
+
+import (
+	"errors"
+	"strings"
+)
+
+// Kind says what a message carries.
+type Kind uint8
+
+// Message kinds.
+const (
+	// KindDelta is an encoded crdt.Delta batch.
+	KindDelta Kind = iota
+	// KindHeartbeat is an encoded crdt.Delta with no entries: it says "this
+	// PoP is alive and can reach you". Only sent between PoPs.
+	KindHeartbeat
+)
+
+func (k Kind) String() string {
+	if k == KindHeartbeat {
+		return "heartbeat"
+	}
+	return "delta"
+}
+
+// PoPID names one PoP of one region.
+type PoPID struct {
+	Region string `json:"region"`
+	PoP    string `json:"pop"`
+}
+
+// String formats p as region/pop.
+func (p PoPID) String() string { return p.Region + "/" + p.PoP }
+
+// Less orders PoPIDs by region, then PoP.
+func (p PoPID) Less(o PoPID) bool {
+	if p.Region != o.Region {
+		return p.Region < o.Region
+	}
+	return p.PoP < o.PoP
+}
+
+// validName reports whether s can be one token of a NATS subject and a
+// replica name: non-empty, at most 64 bytes, no '.', '*', '>', '/', '#' or
+// white space.
+func validName(s string) bool {
+	return s != "" && len(s) <= 64 && !strings.ContainsAny(s, ".*>/# \t\r\n")
+}
+
+// Errors.
+var (
+	ErrClosed      = errors.New("gossip: transport closed")
+	ErrTooLarge    = errors.New("gossip: message larger than the transport's max payload")
+	ErrBadName     = errors.New("gossip: region and pop must be 1-64 characters without '.', '*', '>', '/', '#' or white space")
+	ErrNoTransport = errors.New("gossip: no transport")
+)
+
+// Handler receives what a transport delivers. The Replicator is the Handler
+// of its transports. All methods may be called concurrently from the
+// transports' goroutines.
+type Handler interface {
+	// Receive is called for every message. from is the PoP the transport
+	// vouches the message came from (the NATS subject's PoP; for memberlist,
+	// the own PoP, whose members share its label and key). It must not block
+	// and must not keep b after it returns.
+	Receive(from PoPID, kind Kind, b []byte)
+	// Resync is called when peers may have missed messages: a member joined,
+	// the connection came back. The handler should resend its own state soon.
+	// It must not block.
+	Resync()
+	// LocalState returns the state a joining peer should learn at once
+	// (memberlist push/pull). It may return nil.
+	LocalState() []byte
+	// MergeState merges a peer's LocalState. It must not keep b.
+	MergeState(b []byte)
+}
+
+// Transport moves opaque messages to the peers in its reach: the members of
+// the own PoP (memberlist) or every other PoP (NATS). Transports only move
+// bytes and report membership; they know nothing of counters. Implementations
+// are safe for concurrent use.
+type Transport interface {
+	// Name is a short name for metrics and logs: "memberlist", "nats", "hub".
+	Name() string
+	// Publish sends msg to every peer in reach, best effort. reliable asks
+	// for a stream transport where there is a choice (anti-entropy batches);
+	// it never blocks for long. msg must not be larger than
+	// MaxPayload(reliable) and may be reused after Publish returns.
+	Publish(kind Kind, msg []byte, reliable bool) error
+	// MaxPayload returns the largest message Publish accepts.
+	MaxPayload(reliable bool) int
+	// Members returns the names of the peers currently in reach (the own
+	// node excluded), sorted, or nil if the transport has no membership.
+	Members() []string
+	// Close stops the transport and waits for its goroutines. It is
+	// idempotent.
+	Close() error
+}
+
+// Connect creates a transport that delivers to h.
+type Connect func(h Handler) (Transport, error)
