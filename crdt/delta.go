@@ -278,11 +278,31 @@ func (d *Decoder) str(max int, what string) ([]byte, error) {
 	return buf, nil
 }
 
+// uint reads a non-negative integer; msgpack's DecodeUint64 would silently
+// wrap a negative one.
+func (d *Decoder) uint() (uint64, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	if c >= 0xe0 || (c >= 0xd0 && c <= 0xd3) { // negative fixint, int8..int64
+		v, err := d.dec.DecodeInt64()
+		if err != nil {
+			return 0, err
+		}
+		if v < 0 {
+			return 0, malformed("negative integer %d", v)
+		}
+		return uint64(v), nil
+	}
+	return d.dec.DecodeUint64()
+}
+
 func (d *Decoder) decode(out *Delta) error {
 	if _, err := d.arrayLen(4, "delta"); err != nil {
 		return err
 	}
-	v, err := d.dec.DecodeUint64()
+	v, err := d.uint()
 	if err != nil {
 		return err
 	}
@@ -300,7 +320,7 @@ func (d *Decoder) decode(out *Delta) error {
 		}
 		*p = string(b)
 	}
-	if out.Sender.Incarnation, err = d.dec.DecodeUint64(); err != nil {
+	if out.Sender.Incarnation, err = d.uint(); err != nil {
 		return err
 	}
 	if err := out.Sender.Validate(); err != nil {
@@ -350,14 +370,14 @@ func (d *Decoder) decode(out *Delta) error {
 			if len(kb) == 0 {
 				return malformed("empty key")
 			}
-			off, err := d.dec.DecodeUint64()
+			off, err := d.uint()
 			if err != nil {
 				return err
 			}
 			if off > math.MaxInt64 || base > math.MaxInt64-int64(off) {
 				return malformed("window offset %d overflows", off)
 			}
-			cnt, err := d.dec.DecodeUint64()
+			cnt, err := d.uint()
 			if err != nil {
 				return err
 			}
