@@ -1,0 +1,256 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/pop"
+)
+
+// superCluster is one embedded nats-server per region, linked by gateways.
+// Every directed gateway link i -> j goes through its own TCP proxy, so a
+// test can cut a region off completely.
+type superCluster struct {
+	names   []string
+	servers []*server.Server
+	links   [][]*tcpProxy // links[i][j]: region i's connection to region j's gateway
+}
+
+func startSuperCluster(t testing.TB, names ...string) *superCluster {
+	t.Helper()
+	n := len(names)
+	c := &superCluster{names: names, servers: make([]*server.Server, n), links: make([][]*tcpProxy, n)}
+	for i := range n {
+		c.links[i] = make([]*tcpProxy, n)
+		for j := range n {
+			if i != j {
+				c.links[i][j] = newProxy(t)
+			}
+		}
+	}
+	for i, name := range names {
+		gw := server.GatewayOpts{
+			Name: name, Host: "127.0.0.1", Port: -1,
+			// Remote servers learn a gateway's advertised URL; an address that
+			// refuses connections keeps them on the (cuttable) proxies.
+			Advertise: "127.0.0.1:1",
+		}
+		for j, other := range names {
+			if i != j {
+				u, err := url.Parse("nats://" + c.links[i][j].addr())
+				require.NoError(t, err)
+				gw.Gateways = append(gw.Gateways, &server.RemoteGatewayOpts{Name: other, URLs: []*url.URL{u}})
+			}
+		}
+		c.servers[i] = startNATS(t, &gw)
+		for j := range n {
+			if j != i {
+				c.links[j][i].setTarget(c.servers[i].GatewayAddr().String())
+			}
+		}
+	}
+	waitFor(t, 30*time.Second, "gateways connected", func() bool {
+		for _, s := range c.servers {
+			if s.NumOutboundGateways() != n-1 {
+				return false
+			}
+		}
+		return true
+	})
+	return c
+}
+
+// cut cuts (or restores) every gateway link to and from region i.
+func (c *superCluster) cut(i int, cut bool) {
+	for j := range c.names {
+		if j != i {
+			c.links[i][j].setCut(cut)
+			c.links[j][i].setCut(cut)
+		}
+	}
+}
+
+type scNode struct {
+	*member
+	region int
+}
+
+// startSCNodes starts one single-node PoP per entry of pops ("region/pop"),
+// connected to its region's server.
+func startSCNodes(t testing.TB, ctx context.Context, c *superCluster, rules []pop.Rule, opts Options, pops ...[2]int) []*scNode {
+	t.Helper()
+	var out []*scNode
+	var expected []PoPID
+	for _, rp := range pops {
+		expected = append(expected, PoPID{c.names[rp[0]], fmt.Sprintf("%s%d", c.names[rp[0]], rp[1])})
+	}
+	for k, rp := range pops {
+		id := expected[k]
+		name := id.PoP + "-1"
+		o := opts
+		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: c.servers[rp[0]].ClientURL(), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second})
+		o.ExpectedPoPs = expected
+		out = append(out, &scNode{member: startMember(t, ctx, newNode(t, id.Region, id.PoP, name, rules), o), region: rp[0]})
+	}
+	waitFor(t, 30*time.Second, "every PoP hears every other", func() bool {
+		for _, n := range out {
+			if len(n.rep.Partitioned()) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// TestSuperClusterConvergence spreads traffic on one key over four PoPs in
+// three regions linked by gateways; every view converges to the number of
+// admitted requests. The time it takes is logged next to flush interval +
+// measured RTT.
+func TestSuperClusterConvergence(t *testing.T) {
+	c := startSuperCluster(t, "eu", "us", "ap")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := Options{FlushInterval: 20 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
+	nodes := startSCNodes(t, ctx, c, testRules(), opts, [2]int{0, 1}, [2]int{0, 2}, [2]int{1, 1}, [2]int{2, 1})
+	rtt := measureRTT(t, c)
+	rng := rand.New(rand.NewPCG(7, 7))
+	var admitted uint64
+	for round := range 5 {
+		for range 200 {
+			n := nodes[rng.IntN(len(nodes))]
+			d, err := n.node.Decide(time.Now().UnixNano(), "api", "one-key", 1)
+			require.NoError(t, err)
+			if d.Allowed {
+				admitted++
+			}
+		}
+		start := time.Now()
+		waitFor(t, 20*time.Second, "views converge", func() bool {
+			for _, n := range nodes {
+				if total(n.node, "api", "one-key") != admitted {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("round %d: %d admitted; converged in %s (flush interval %s + gateway RTT %s)",
+			round, admitted, time.Since(start).Round(time.Millisecond), opts.FlushInterval, rtt.Round(time.Microsecond))
+	}
+	for _, n := range nodes {
+		st := n.rep.Stats()[0]
+		assert.Zero(t, st.Rejected, n.name)
+		assert.Zero(t, st.DecodeErrors, n.name)
+	}
+}
+
+// measureRTT measures the round trip of a message across a gateway: a
+// request from region 0 answered in the last region.
+func measureRTT(t testing.TB, c *superCluster) time.Duration {
+	t.Helper()
+	far, err := nats.Connect(c.servers[len(c.servers)-1].ClientURL())
+	require.NoError(t, err)
+	defer far.Close()
+	sub, err := far.Subscribe("rtt.probe", func(m *nats.Msg) { _ = m.Respond(nil) })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, far.Flush())
+	near, err := nats.Connect(c.servers[0].ClientURL())
+	require.NoError(t, err)
+	defer near.Close()
+	var rtts []time.Duration
+	waitFor(t, 10*time.Second, "rtt probes", func() bool {
+		start := time.Now()
+		if _, err := near.Request("rtt.probe", nil, time.Second); err == nil {
+			rtts = append(rtts, time.Since(start))
+		}
+		return len(rtts) >= 20
+	})
+	sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+	return rtts[len(rtts)/2]
+}
+
+// TestSuperClusterPartition cuts region "ap" off by its gateway links. Both
+// sides keep deciding; the overshoot over the limit is logged. After heal
+// every view converges to the exact total admitted.
+func TestSuperClusterPartition(t *testing.T) {
+	c := startSuperCluster(t, "eu", "us", "ap")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const limit = 300
+	rules := []pop.Rule{{Name: "api", Limit: limit, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal}}
+	opts := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 500 * time.Millisecond}
+	nodes := startSCNodes(t, ctx, c, rules, opts, [2]int{0, 1}, [2]int{1, 1}, [2]int{2, 1})
+	admittedBy := make([]uint64, len(nodes))
+	decide := func(n int, times int) {
+		for range times {
+			d, err := nodes[n].node.Decide(time.Now().UnixNano(), "api", "k", 1)
+			require.NoError(t, err)
+			if d.Allowed {
+				admittedBy[n]++
+			}
+		}
+	}
+	sum := func() (s uint64) {
+		for _, a := range admittedBy {
+			s += a
+		}
+		return s
+	}
+	converged := func() bool {
+		for _, n := range nodes {
+			if total(n.node, "api", "k") != sum() {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range nodes {
+		decide(i, 50)
+	}
+	waitFor(t, 20*time.Second, "healthy convergence", converged)
+
+	c.cut(2, true)
+	waitFor(t, 20*time.Second, "partition detected on both sides", func() bool {
+		return len(nodes[0].rep.Partitioned()) == 1 && len(nodes[1].rep.Partitioned()) == 1 && len(nodes[2].rep.Partitioned()) == 2
+	})
+	assert.Equal(t, []PoPID{{"ap", "ap1"}}, nodes[0].rep.Partitioned())
+	before := sum()
+	// Both sides keep deciding: the majority side fills the limit by its own
+	// view, and so does the cut-off region.
+	for round := 0; round < 10; round++ {
+		for i := range nodes {
+			decide(i, 40)
+		}
+		time.Sleep(opts.FlushInterval) // let the connected side's deltas flow (traffic pacing, not synchronisation)
+	}
+	during := sum() - before
+	t.Logf("partition: admitted %d before, %d during the cut, %d in all against limit %d: overshoot %d (%.2fx the limit)",
+		before, during, sum(), limit, int64(sum())-limit, float64(sum())/limit)
+	assert.Greater(t, admittedBy[2], uint64(50), "the cut-off region keeps deciding")
+	assert.Greater(t, admittedBy[0]+admittedBy[1], uint64(100), "the connected side keeps deciding")
+
+	c.cut(2, false)
+	waitFor(t, 30*time.Second, "views converge to the exact totals after heal", converged)
+	waitFor(t, 20*time.Second, "every PoP heard again", func() bool {
+		for _, n := range nodes {
+			if len(n.rep.Partitioned()) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range nodes {
+		assert.Equal(t, sum(), total(n.node, "api", "k"), n.name)
+	}
+}
