@@ -1,0 +1,150 @@
+// Command sim runs a geolimit partition scenario on a simulated network with
+// the real node core, and reports how far over its limits the fleet drifts.
+//
+//	go run ./cmd/sim -scenario scenarios/two-regions-cut.yaml
+//	go run ./cmd/sim -scenario scenarios/two-regions-cut.yaml -json out.json -csv out.csv -svg out.svg
+//	go run ./cmd/sim -scenario scenarios/two-regions-cut.yaml -compare keep,share
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/geolimit/geolimit/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "sim:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		scenario = fs.String("scenario", "", "scenario file (YAML; required)")
+		jsonOut  = fs.String("json", "", "write the full report as JSON to this file")
+		csvOut   = fs.String("csv", "", "write the time series as CSV to this file")
+		svgOut   = fs.String("svg", "", "write a plot of true admitted vs limit as SVG to this file")
+		logOut   = fs.String("log", "", "write every request as CSV (t_ms,region,pop,node,rule,key,cost,admitted) to this file")
+		compare  = fs.String("compare", "", "run under each of these partition policies, e.g. keep,share")
+		seed     = fs.Int64("seed", -1, "override the scenario's seed")
+		scale    = fs.Float64("rate-scale", 1, "multiply every traffic rate by this factor")
+		noTiming = fs.Bool("no-timing", false, "leave sim_requests_per_s at 0 so that reports are byte-identical")
+		quiet    = fs.Bool("quiet", false, "no progress line on stderr")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *scenario == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errors.New("-scenario FILE is required and no positional arguments are taken")
+	}
+	sc, err := sim.Load(*scenario)
+	if err != nil {
+		return err
+	}
+	policies := []string{""}
+	if *compare != "" {
+		policies = strings.Split(*compare, ",")
+		for _, p := range policies {
+			if p != "keep" && p != "share" {
+				return fmt.Errorf("-compare: unknown policy %q (want keep or share)", p)
+			}
+		}
+		if *logOut != "" && len(policies) > 1 {
+			return errors.New("-log takes one run; use it without -compare or with one policy")
+		}
+	}
+	opts := sim.Options{RateScale: *scale}
+	if *seed >= 0 {
+		s := uint64(*seed)
+		opts.Seed = &s
+	}
+	if !*noTiming {
+		opts.WallClock = time.Now
+	}
+	if *logOut != "" {
+		f, err := os.Create(*logOut)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := io.WriteString(f, "t_ms,region,pop,node,rule,key,cost,admitted\n"); err != nil {
+			return err
+		}
+		opts.Log = f
+	}
+	var reports []sim.Report
+	var results []*sim.Result
+	for _, p := range policies {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		opts.Policy = p
+		began := time.Now()
+		shown := false
+		if !*quiet {
+			opts.Progress = func(done, total time.Duration, requests uint64) {
+				if time.Since(began) < 2*time.Second {
+					return
+				}
+				shown = true
+				fmt.Fprintf(stderr, "\r%s %s: %3.0f%% of %s simulated, %d requests", sc.Name, label(p), 100*done.Seconds()/total.Seconds(), total, requests)
+			}
+		}
+		res, err := sim.Run(sc, opts)
+		if shown {
+			fmt.Fprintln(stderr)
+		}
+		if err != nil {
+			return err
+		}
+		reports = append(reports, res.Report)
+		results = append(results, res)
+	}
+	if err := sim.WriteTable(stdout, reports); err != nil {
+		return err
+	}
+	write := func(path string, fn func(io.Writer) error) error {
+		if path == "" {
+			return nil
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	if err := write(*jsonOut, func(w io.Writer) error { return sim.WriteJSON(w, reports) }); err != nil {
+		return err
+	}
+	if err := write(*csvOut, func(w io.Writer) error { return sim.WriteCSV(w, results[0]) }); err != nil {
+		return err
+	}
+	return write(*svgOut, func(w io.Writer) error { return sim.WriteSVG(w, results...) })
+}
+
+func label(p string) string {
+	if p == "" {
+		return "as configured"
+	}
+	return p
+}

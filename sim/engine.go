@@ -1,0 +1,1027 @@
+package sim
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Epoch is the Unix time (nanoseconds) at which every run starts:
+// 2026-01-01T00:00:00Z, so that windows are aligned as on a real clock.
+const Epoch int64 = 1_767_225_600 * int64(time.Second)
+
+// Options tune a run without changing its scenario. The zero value runs the
+// scenario as written.
+type Options struct {
+	// Policy, when set, overrides every rule's on_partition ("keep", "share").
+	Policy string
+	// Seed, when non-nil, overrides the scenario's seed.
+	Seed *uint64
+	// RateScale multiplies every traffic rate (0 means 1): tests use it to
+	// shorten runs without changing their shape in time.
+	RateScale float64
+	// Log, when set, receives the per-request CSV log
+	// (t_ms,region,pop,node,rule,key,cost,admitted).
+	Log io.Writer
+	// Progress, when set, is called at every percent of simulated time.
+	Progress func(done, total time.Duration, requests uint64)
+	// WallClock, when set, measures sim_requests_per_s; when nil that figure
+	// is 0 and the report depends on the scenario and seed only.
+	WallClock func() time.Time
+	// NoCentral skips the central reference node (benchmarks).
+	NoCentral bool
+}
+
+// popInfo is one PoP of the topology.
+type popInfo struct {
+	name, region string
+	id           string // region/pop, as pop and the status page name it
+	regionIdx    int
+	nodes        []int32
+	live         []int32 // nodes up, in index order
+	acct         traffic // replication sent by the PoP's nodes
+}
+
+type traffic struct{ messages, bytes uint64 }
+
+// simNode is one node of the fleet: the real pop.Node plus what the
+// simulated machine around it knows.
+type simNode struct {
+	idx    int32
+	name   string
+	pop    int32
+	region int
+	n      *pop.Node // nil while down
+	inc    uint64
+	up     bool
+	skew   int64
+	hbSize uint64
+	// hearing: see hearing.go.
+	lastHeard []int64
+	unheard   []bool
+}
+
+// linkModel is a resolved Link, in nanoseconds.
+type linkModel struct {
+	latency, jitter, reorderDelay int64
+	loss, dup, reorder            float64
+}
+
+type actKind uint8
+
+const (
+	actPartition actKind = iota
+	actCut
+	actHeal
+	actSkew
+	actCrash
+	actRestart
+)
+
+// action is a resolved scenario event.
+type action struct {
+	at     int64
+	kind   actKind
+	groups [][]int32 // partition groups of PoPs; cut: {from, to}
+	nodes  []int32
+	offset int64
+	hold   bool // a heal inside a flap: the partitioned phase goes on
+}
+
+type phaseSpan struct {
+	name     string
+	from, to int64
+}
+
+// engine is one run. It is not safe for concurrent use.
+type engine struct {
+	sc     *Scenario
+	opts   Options
+	policy string
+	rules  []pop.Rule
+	now    int64
+	end    int64
+	q      queue
+	trng   *rand.Rand // traffic: arrivals, keys, PoPs, nodes
+	nrng   *rand.Rand // network and timer phases
+
+	regions []string
+	pops    []popInfo
+	nodes   []*simNode
+	links   [][]linkModel
+	blocked [][]bool
+	nBlock  int
+
+	flushEvery, aeEvery, hbEvery, peerTimeout int64
+	flushNow                                  bool
+	intraMax, interMax                        int
+	share                                     bool // some rule uses the share policy
+
+	keys     []*keyInfo
+	ruleKeys [][]*keyInfo
+	sources  []*source
+	tracked  []*keyInfo
+	convKeys []*keyInfo
+
+	actions []action
+	phases  []phaseSpan
+	fleet   *oracle
+	central *pop.Node
+	cOracle *oracle
+
+	probes   []probe
+	series   []SeriesRow
+	unserved uint64
+	log      *bufio.Writer
+	logBuf   []byte
+	err      error
+}
+
+// Run simulates sc and returns its report, time series and plot data.
+func Run(sc *Scenario, opts Options) (*Result, error) {
+	e, err := newEngine(sc, opts)
+	if err != nil {
+		return nil, err
+	}
+	var start time.Time
+	if opts.WallClock != nil {
+		start = opts.WallClock()
+	}
+	if err := e.run(); err != nil {
+		return nil, err
+	}
+	res := e.result()
+	if opts.WallClock != nil {
+		if el := opts.WallClock().Sub(start).Seconds(); el > 0 {
+			res.Report.SimRequestsPerS = round(float64(res.Report.Requests+res.Report.Central.Requests) / 2 / el)
+			if opts.NoCentral {
+				res.Report.SimRequestsPerS = round(float64(res.Report.Requests) / el)
+			}
+		}
+	}
+	return res, nil
+}
+
+func newEngine(sc *Scenario, opts Options) (*engine, error) {
+	if opts.RateScale < 0 {
+		return nil, errors.New("sim: rate scale must not be negative")
+	}
+	if opts.RateScale == 0 {
+		opts.RateScale = 1
+	}
+	rules, err := sc.popRules(opts.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	seed := sc.Seed
+	if opts.Seed != nil {
+		seed = *opts.Seed
+	}
+	master := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	e := &engine{
+		sc:          sc,
+		opts:        opts,
+		rules:       rules,
+		end:         int64(sc.Duration),
+		trng:        rand.New(rand.NewPCG(master.Uint64(), master.Uint64())),
+		nrng:        rand.New(rand.NewPCG(master.Uint64(), master.Uint64())),
+		flushEvery:  int64(*sc.Replication.FlushInterval),
+		aeEvery:     int64(sc.Replication.AntiEntropyInterval),
+		hbEvery:     int64(sc.Replication.HeartbeatInterval),
+		peerTimeout: int64(sc.Replication.PeerTimeout),
+		intraMax:    sc.Replication.IntraPoPMaxBytes,
+		interMax:    sc.Replication.InterPoPMaxBytes,
+	}
+	e.flushNow = e.flushEvery == 0
+	e.policy = opts.Policy
+	if e.policy == "" {
+		e.policy = rules[0].OnPartition.String()
+		for _, r := range rules {
+			if r.OnPartition != rules[0].OnPartition {
+				e.policy = "mixed"
+			}
+		}
+	}
+	for _, r := range rules {
+		if r.OnPartition == pop.Share {
+			e.share = true
+		}
+	}
+	if opts.Log != nil {
+		e.log = bufio.NewWriterSize(opts.Log, 1<<16)
+		e.logBuf = make([]byte, 0, 256)
+	}
+	if err := e.buildTopology(); err != nil {
+		return nil, err
+	}
+	e.buildTraffic()
+	if err := e.buildActions(); err != nil {
+		return nil, err
+	}
+	e.fleet = newOracle(len(e.keys), len(e.phases))
+	if !opts.NoCentral {
+		e.central, err = pop.New(pop.Config{
+			Self:    crdt.Replica{Region: "central", PoP: "central", Node: "central", Incarnation: 1},
+			Rules:   rules,
+			MaxKeys: sc.Replication.MaxKeys,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sim: central node: %w", err)
+		}
+		e.cOracle = newOracle(len(e.keys), len(e.phases))
+	}
+	e.schedule()
+	return e, nil
+}
+
+func (e *engine) buildTopology() error {
+	popIndex := map[string]int{}
+	for ri, rg := range e.sc.Topology {
+		e.regions = append(e.regions, rg.Region)
+		for _, p := range rg.PoPs {
+			pi := len(e.pops)
+			popIndex[p.Name] = pi
+			info := popInfo{name: p.Name, region: rg.Region, id: rg.Region + "/" + p.Name, regionIdx: ri}
+			for k := 1; k <= p.Nodes; k++ {
+				nd := &simNode{idx: int32(len(e.nodes)), name: nodeName(p.Name, k), pop: int32(pi), region: ri}
+				info.nodes = append(info.nodes, nd.idx)
+				e.nodes = append(e.nodes, nd)
+			}
+			e.pops = append(e.pops, info)
+		}
+	}
+	np := len(e.pops)
+	e.links = make([][]linkModel, np)
+	e.blocked = make([][]bool, np)
+	for a := range e.pops {
+		e.links[a] = make([]linkModel, np)
+		e.blocked[a] = make([]bool, np)
+		for b := range e.pops {
+			l := e.sc.Network.InterRegion
+			switch {
+			case a == b:
+				l = e.sc.Network.IntraPoP
+			case e.pops[a].regionIdx == e.pops[b].regionIdx:
+				l = e.sc.Network.InterPoP
+			}
+			e.links[a][b] = resolveLink(l)
+		}
+	}
+	for _, o := range e.sc.Network.Links {
+		from, to := e.popsOf(o.From), e.popsOf(o.To)
+		for _, a := range from {
+			for _, b := range to {
+				e.links[a][b] = resolveLink(o.Link)
+				if !o.OneWay {
+					e.links[b][a] = resolveLink(o.Link)
+				}
+			}
+		}
+	}
+	for _, nd := range e.nodes {
+		if err := e.start(nd, 0); err != nil {
+			return err
+		}
+	}
+	if e.share {
+		if _, ok := any(e.nodes[0].n).(unheardSetter); !ok {
+			return errors.New("sim: on_partition share: not supported yet")
+		}
+	}
+	return nil
+}
+
+func resolveLink(l Link) linkModel {
+	return linkModel{
+		latency: int64(l.Latency), jitter: int64(l.Jitter), reorderDelay: int64(l.ReorderDelay),
+		loss: l.Loss, dup: l.Duplicate, reorder: l.Reorder,
+	}
+}
+
+// popsOf resolves region and PoP names to PoP indexes, in topology order.
+func (e *engine) popsOf(names []string) []int32 {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []int32
+	for i, p := range e.pops {
+		if want[p.name] || want[p.region] {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+// nodesOf resolves node, PoP and region names to node indexes.
+func (e *engine) nodesOf(names []string) []int32 {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []int32
+	for _, nd := range e.nodes {
+		p := &e.pops[nd.pop]
+		if want[nd.name] || want[p.name] || want[p.region] {
+			out = append(out, nd.idx)
+		}
+	}
+	return out
+}
+
+func (e *engine) buildTraffic() {
+	popIndex := map[string]int{}
+	for i, p := range e.pops {
+		popIndex[p.name] = i
+	}
+	ruleIdx := map[string]int{}
+	for i, r := range e.rules {
+		ruleIdx[r.Name] = i
+	}
+	e.ruleKeys = make([][]*keyInfo, len(e.rules))
+	byName := map[string]*keyInfo{}
+	conv := map[*keyInfo]bool{}
+	tracked := map[*keyInfo]bool{}
+	for i := range e.sc.Traffic {
+		t := &e.sc.Traffic[i]
+		ri := ruleIdx[t.Rule]
+		r := e.rules[ri]
+		s := &source{
+			idx: i, name: t.Name, cost: t.Cost,
+			start: int64(t.Start), end: int64(t.End),
+			rate:   float64(t.Rate) * e.opts.RateScale,
+			rampTo: float64(t.RampTo) * e.opts.RateScale,
+			on:     int64(t.On), off: int64(t.Off),
+			anycast: t.Anycast,
+			weights: normalise(t.Share, popIndex, len(e.pops)),
+			track:   t.Track,
+			changes: t.Changes,
+		}
+		if s.cost == 0 {
+			s.cost = r.Cost
+		}
+		switch t.Pattern {
+		case "constant":
+			s.pattern = patConstant
+		case "onoff":
+			s.pattern = patOnOff
+		case "ramp":
+			s.pattern = patRamp
+		default:
+			s.pattern = patPoisson
+		}
+		s.keys = make([]*keyInfo, t.Keys)
+		for k := range s.keys {
+			name := keyName(t.KeyPrefix, t.Anycast, k)
+			id := r.Name + "\x00" + name
+			ki := byName[id]
+			if ki == nil {
+				ki = &keyInfo{
+					idx: len(e.keys), rule: ri, ruleName: r.Name, key: name,
+					limit: r.Limit, invLimit: 1 / float64(r.Limit), width: int64(r.Window), scope: uint8(r.Scope),
+				}
+				byName[id] = ki
+				e.keys = append(e.keys, ki)
+				e.ruleKeys[ri] = append(e.ruleKeys[ri], ki)
+			}
+			s.keys[k] = ki
+			if k < s.track && !tracked[ki] {
+				tracked[ki] = true
+				e.tracked = append(e.tracked, ki)
+			}
+			if k < 16 && r.Scope != pop.ScopeNode && !conv[ki] {
+				conv[ki] = true
+				e.convKeys = append(e.convKeys, ki)
+			}
+		}
+		if t.Spread == "zipf" && t.Keys > 1 {
+			s.zipf = rand.NewZipf(e.trng, t.ZipfS, 1, uint64(t.Keys-1))
+		}
+		if s.anycast {
+			s.assignHomes(e.trng)
+		}
+		s.route(e.popUp)
+		s.schedule(e.trng, s.start, true)
+		e.sources = append(e.sources, s)
+	}
+}
+
+func (e *engine) popUp(p int) bool { return len(e.pops[p].live) > 0 }
+
+// buildActions resolves the scenario's events into actions sorted by time
+// (file order among equal times; a flap expands into partitions and heals)
+// and derives the phases from them.
+func (e *engine) buildActions() error {
+	for _, ev := range e.sc.Events {
+		at := int64(ev.At)
+		switch {
+		case ev.Partition != nil:
+			e.actions = append(e.actions, action{at: at, kind: actPartition, groups: e.groups(ev.Partition)})
+		case ev.Cut != nil:
+			e.actions = append(e.actions, action{at: at, kind: actCut, groups: [][]int32{e.popsOf(ev.Cut.From), e.popsOf(ev.Cut.To)}})
+		case ev.Heal:
+			e.actions = append(e.actions, action{at: at, kind: actHeal})
+		case ev.Flap != nil:
+			f := ev.Flap
+			g := e.groups(f.Partition)
+			for t := at; t < int64(f.Until); {
+				e.actions = append(e.actions, action{at: t, kind: actPartition, groups: g})
+				h := min(t+int64(f.CutFor), int64(f.Until))
+				t = h + int64(f.HealFor)
+				e.actions = append(e.actions, action{at: h, kind: actHeal, hold: t < int64(f.Until)})
+			}
+		case ev.ClockSkew != nil:
+			e.actions = append(e.actions, action{at: at, kind: actSkew, nodes: e.nodesOf([]string{ev.ClockSkew.Node}), offset: int64(ev.ClockSkew.Offset)})
+		case ev.Crash != nil:
+			e.actions = append(e.actions, action{at: at, kind: actCrash, nodes: e.nodesOf(ev.Crash)})
+		case ev.Restart != nil:
+			e.actions = append(e.actions, action{at: at, kind: actRestart, nodes: e.nodesOf(ev.Restart)})
+		}
+	}
+	sort.SliceStable(e.actions, func(i, j int) bool { return e.actions[i].at < e.actions[j].at })
+
+	// Replay the actions on a shadow of the fault state to find the phases.
+	blocked := 0
+	down := make([]bool, len(e.nodes))
+	ndown := 0
+	faulty := false
+	cur := phaseSpan{name: "healthy"}
+	for i := 0; i < len(e.actions); {
+		at := e.actions[i].at
+		hold := false
+		for ; i < len(e.actions) && e.actions[i].at == at; i++ {
+			a := e.actions[i]
+			hold = a.hold
+			switch a.kind {
+			case actPartition, actCut:
+				blocked++
+			case actHeal:
+				blocked = 0
+			case actCrash:
+				for _, n := range a.nodes {
+					if !down[n] {
+						down[n] = true
+						ndown++
+					}
+				}
+			case actRestart:
+				for _, n := range a.nodes {
+					if down[n] {
+						down[n] = false
+						ndown--
+					}
+				}
+			}
+		}
+		f := blocked > 0 || ndown > 0 || hold
+		if f == faulty {
+			continue
+		}
+		faulty = f
+		if at > cur.from {
+			cur.to = at
+			e.phases = append(e.phases, cur)
+		}
+		cur = phaseSpan{name: "partitioned", from: at}
+		if !f {
+			cur.name = "healed"
+		}
+	}
+	cur.to = e.end
+	if cur.to > cur.from || len(e.phases) == 0 {
+		e.phases = append(e.phases, cur)
+	}
+	return nil
+}
+
+// groups resolves partition groups; the PoPs not named form one more group.
+func (e *engine) groups(gs [][]string) [][]int32 {
+	var out [][]int32
+	named := map[int32]bool{}
+	for _, g := range gs {
+		ps := e.popsOf(g)
+		for _, p := range ps {
+			named[p] = true
+		}
+		out = append(out, ps)
+	}
+	var rest []int32
+	for i := range e.pops {
+		if !named[int32(i)] {
+			rest = append(rest, int32(i))
+		}
+	}
+	if len(rest) > 0 {
+		out = append(out, rest)
+	}
+	return out
+}
+
+// schedule queues the run's fixed events: actions, traffic changes, phases,
+// samples and progress. Node timers are queued by start.
+func (e *engine) schedule() {
+	for i, a := range e.actions {
+		e.q.push(event{at: a.at, kind: evAction, i: i})
+	}
+	for si, s := range e.sources {
+		for ci, c := range s.changes {
+			e.q.push(event{at: int64(c.At), kind: evChange, i: si, node: int32(ci)})
+		}
+	}
+	for i, p := range e.phases {
+		if i > 0 {
+			e.q.push(event{at: p.from, kind: evPhase, i: i})
+		}
+		if p.name == "healed" {
+			e.q.push(event{at: p.from, kind: evConverge, i: len(e.probes)})
+			e.probes = append(e.probes, probe{heal: p.from, result: -1})
+		}
+	}
+	for ri, r := range e.rules {
+		if w := int64(r.Window); w <= e.end {
+			e.q.push(event{at: w, kind: evRuleSample, i: ri})
+		}
+	}
+	step := int64(e.sc.Output.Step)
+	e.q.push(event{at: step, kind: evSeries})
+	if e.opts.Progress != nil {
+		e.q.push(event{at: e.end / 100, kind: evProgress})
+	}
+}
+
+// start (re)starts node nd at t with a new incarnation and queues its timers.
+func (e *engine) start(nd *simNode, t int64) error {
+	nd.inc++
+	n, err := pop.New(pop.Config{
+		Self:    crdt.Replica{Region: e.pops[nd.pop].region, PoP: e.pops[nd.pop].name, Node: nd.name, Incarnation: nd.inc},
+		Rules:   e.rules,
+		MaxKeys: e.sc.Replication.MaxKeys,
+	})
+	if err != nil {
+		return fmt.Errorf("sim: node %s: %w", nd.name, err)
+	}
+	nd.n, nd.up = n, true
+	p := &e.pops[nd.pop]
+	p.live = append(p.live, nd.idx)
+	sort.Slice(p.live, func(i, j int) bool { return p.live[i] < p.live[j] })
+	hb, err := crdt.Encode(&crdt.Delta{Sender: n.Self(), SentAt: e.nodeNow(nd, t)}, 0)
+	if err != nil {
+		return fmt.Errorf("sim: heartbeat: %w", err)
+	}
+	nd.hbSize = uint64(len(hb[0]))
+	e.resetHearing(nd, t)
+	phase := func(every int64) int64 {
+		if every <= 0 {
+			return never
+		}
+		return t + e.nrng.Int64N(every) + 1
+	}
+	if !e.flushNow {
+		e.q.push(event{at: phase(e.flushEvery), kind: evFlush, node: nd.idx, inc: nd.inc})
+	}
+	if e.aeEvery > 0 {
+		e.q.push(event{at: phase(e.aeEvery), kind: evAntiEntropy, node: nd.idx, inc: nd.inc})
+	}
+	if e.hbEvery > 0 && len(e.pops) > 1 {
+		e.q.push(event{at: phase(e.hbEvery), kind: evHeartbeat, node: nd.idx, inc: nd.inc})
+	}
+	e.q.push(event{at: phase(int64(time.Second)), kind: evTick, node: nd.idx, inc: nd.inc})
+	return nil
+}
+
+func (e *engine) nodeNow(nd *simNode, t int64) int64 { return Epoch + t + nd.skew }
+
+// run is the main loop: the next event or the next arrival, whichever is
+// earlier (events first on a tie, so that zero-latency deliveries land
+// before the next request).
+func (e *engine) run() error {
+	for e.err == nil {
+		var src *source
+		tr := never
+		for _, s := range e.sources {
+			if s.next < tr {
+				tr, src = s.next, s
+			}
+		}
+		if te := e.q.peek(); te <= tr {
+			if te > e.end {
+				break
+			}
+			ev := e.q.pop()
+			e.now = ev.at
+			e.handle(ev)
+			continue
+		}
+		if tr >= e.end {
+			break
+		}
+		e.now = tr
+		e.request(src, tr)
+		src.schedule(e.trng, tr, false)
+	}
+	if e.err != nil {
+		return e.err
+	}
+	if e.log != nil {
+		if err := e.log.Flush(); err != nil {
+			return fmt.Errorf("sim: log: %w", err)
+		}
+	}
+	return nil
+}
+
+// request decides one arrival of s at t at a node of the PoP it reaches,
+// and at the central node, and judges both.
+func (e *engine) request(s *source, t int64) {
+	ki := s.pickKey(e.trng)
+	k := s.keys[ki]
+	p := s.pickPoP(e.trng, ki)
+	if p < 0 {
+		e.unserved++
+		return
+	}
+	live := e.pops[p].live
+	ni := live[0]
+	if len(live) > 1 {
+		ni = live[e.trng.IntN(len(live))]
+	}
+	nd := e.nodes[ni]
+	d, err := nd.n.Decide(Epoch+t+nd.skew, k.ruleName, k.key, s.cost)
+	if err != nil {
+		e.err = fmt.Errorf("sim: decide %s/%s at %s: %w", k.ruleName, k.key, nd.name, err)
+		return
+	}
+	e.fleet.judge(k, t, s.cost, d.Allowed)
+	if e.central != nil {
+		cd, err := e.central.Decide(Epoch+t, k.ruleName, k.key, s.cost)
+		if err != nil {
+			e.err = fmt.Errorf("sim: central decide: %w", err)
+			return
+		}
+		e.cOracle.judge(k, t, s.cost, cd.Allowed)
+	}
+	if e.flushNow && d.Allowed {
+		e.broadcast(nd, nd.n.Flush(e.nodeNow(nd, t)), t, false)
+	}
+	if e.log != nil {
+		e.writeLog(nd, k, s.cost, d.Allowed, t)
+	}
+}
+
+func (e *engine) writeLog(nd *simNode, k *keyInfo, cost uint64, ok bool, t int64) {
+	b := e.logBuf[:0]
+	b = strconv.AppendInt(b, t/1e6, 10)
+	if frac := t % 1e6; frac != 0 {
+		b = append(b, '.')
+		f := strconv.AppendInt(nil, 1e6+frac, 10)
+		b = append(b, f[1:]...)
+	}
+	p := &e.pops[nd.pop]
+	b = append(b, ',')
+	b = append(b, p.region...)
+	b = append(b, ',')
+	b = append(b, p.name...)
+	b = append(b, ',')
+	b = append(b, nd.name...)
+	b = append(b, ',')
+	b = append(b, k.ruleName...)
+	b = append(b, ',')
+	b = append(b, k.key...)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, cost, 10)
+	if ok {
+		b = append(b, ",1\n"...)
+	} else {
+		b = append(b, ",0\n"...)
+	}
+	e.logBuf = b
+	if _, err := e.log.Write(b); err != nil && e.err == nil {
+		e.err = fmt.Errorf("sim: log: %w", err)
+	}
+}
+
+func (e *engine) handle(ev event) {
+	t := ev.at
+	switch ev.kind {
+	case evDeliver:
+		nd := e.nodes[ev.node]
+		if !nd.up || nd.inc != ev.inc {
+			return
+		}
+		if ev.from != nd.pop {
+			e.heard(nd, ev.from, t)
+		}
+		if ev.d != nil {
+			nd.n.Apply(e.nodeNow(nd, t), ev.d, ev.via)
+		}
+	case evFlush, evAntiEntropy, evTick, evHeartbeat:
+		nd := e.nodes[ev.node]
+		if !nd.up || nd.inc != ev.inc {
+			return
+		}
+		now := e.nodeNow(nd, t)
+		switch ev.kind {
+		case evFlush:
+			e.broadcast(nd, nd.n.Flush(now), t, false)
+			ev.at += e.flushEvery
+		case evAntiEntropy:
+			e.broadcast(nd, nd.n.AntiEntropy(now), t, false)
+			ev.at += e.aeEvery
+		case evTick:
+			nd.n.Tick(now)
+			ev.at += int64(time.Second)
+		case evHeartbeat:
+			e.heartbeat(nd, t)
+			e.checkHearing(nd, t)
+			ev.at += e.hbEvery
+		}
+		e.q.push(ev)
+	case evAction:
+		e.act(e.actions[ev.i], t)
+	case evChange:
+		s := e.sources[ev.i]
+		c := s.changes[ev.node]
+		if c.Rate != nil {
+			s.rate = float64(*c.Rate) * e.opts.RateScale
+		}
+		if c.Share != nil {
+			popIndex := map[string]int{}
+			for i, p := range e.pops {
+				popIndex[p.name] = i
+			}
+			s.weights = normalise(c.Share, popIndex, len(e.pops))
+			s.route(e.popUp)
+		}
+		if t >= s.start && t < s.end {
+			s.schedule(e.trng, t, true)
+		}
+	case evPhase:
+		e.fleet.cur = &e.fleet.phases[ev.i]
+		if e.cOracle != nil {
+			e.cOracle.cur = &e.cOracle.phases[ev.i]
+		}
+	case evRuleSample:
+		w := int64(e.rules[ev.i].Window)
+		in := -1
+		for pi, p := range e.phases {
+			if p.from <= t-w && t <= p.to {
+				in = pi
+			}
+		}
+		e.fleet.sample(e.ruleKeys[ev.i], t, in)
+		if e.cOracle != nil {
+			e.cOracle.sample(e.ruleKeys[ev.i], t, in)
+		}
+		if t+w <= e.end {
+			ev.at += w
+			e.q.push(ev)
+		}
+	case evSeries:
+		e.sampleSeries(t)
+		if step := int64(e.sc.Output.Step); t+step <= e.end {
+			ev.at += step
+			e.q.push(ev)
+		}
+	case evConverge:
+		if next := e.probe(ev.i, t); next != never {
+			ev.at = next
+			e.q.push(ev)
+		}
+	case evProgress:
+		e.opts.Progress(time.Duration(t), time.Duration(e.end), e.fleet.requestsSoFar())
+		if next := t + e.end/100; next <= e.end && e.end/100 > 0 {
+			ev.at = next
+			e.q.push(ev)
+		}
+	}
+}
+
+func (o *oracle) requestsSoFar() uint64 {
+	var n uint64
+	for i := range o.phases {
+		n += o.phases[i].requests
+	}
+	return n
+}
+
+// act applies a scenario action at t.
+func (e *engine) act(a action, t int64) {
+	switch a.kind {
+	case actPartition:
+		for gi, g := range a.groups {
+			for gj, h := range a.groups {
+				if gi == gj {
+					continue
+				}
+				for _, x := range g {
+					for _, y := range h {
+						e.block(x, y)
+					}
+				}
+			}
+		}
+	case actCut:
+		for _, x := range a.groups[0] {
+			for _, y := range a.groups[1] {
+				if x != y {
+					e.block(x, y)
+				}
+			}
+		}
+	case actHeal:
+		for x := range e.blocked {
+			clear(e.blocked[x])
+		}
+		e.nBlock = 0
+	case actSkew:
+		for _, n := range a.nodes {
+			e.nodes[n].skew = a.offset
+		}
+	case actCrash:
+		for _, n := range a.nodes {
+			e.crash(e.nodes[n])
+		}
+		e.reroute()
+	case actRestart:
+		for _, n := range a.nodes {
+			nd := e.nodes[n]
+			if nd.up {
+				e.crash(nd)
+			}
+			if err := e.start(nd, t); err != nil {
+				e.err = err
+				return
+			}
+			e.joinSync(nd, t)
+		}
+		e.reroute()
+	}
+}
+
+func (e *engine) block(x, y int32) {
+	if !e.blocked[x][y] {
+		e.blocked[x][y] = true
+		e.nBlock++
+	}
+}
+
+func (e *engine) crash(nd *simNode) {
+	if !nd.up {
+		return
+	}
+	nd.up, nd.n = false, nil
+	p := &e.pops[nd.pop]
+	for i, x := range p.live {
+		if x == nd.idx {
+			p.live = append(p.live[:i], p.live[i+1:]...)
+			break
+		}
+	}
+}
+
+func (e *engine) reroute() {
+	for _, s := range e.sources {
+		s.route(e.popUp)
+	}
+}
+
+// joinSync is memberlist's push/pull state sync on join: the first other
+// live member of the PoP sends everything it holds of the live windows.
+func (e *engine) joinSync(nd *simNode, t int64) {
+	for _, m := range e.pops[nd.pop].live {
+		if m == nd.idx {
+			continue
+		}
+		peer := e.nodes[m]
+		for _, d := range peer.n.State(e.nodeNow(peer, t)) {
+			via := pop.ScopeGlobal
+			if d.Sender.SamePoP(nd.n.Self()) {
+				via = pop.ScopePoP
+			}
+			parts, size := e.encode(&d, e.interMax)
+			acct := &e.pops[peer.pop].acct
+			acct.messages += uint64(len(parts))
+			acct.bytes += size
+			for _, part := range parts {
+				e.send(peer, nd.idx, part, via, t)
+			}
+		}
+		return
+	}
+}
+
+// encode encodes d as the transport would (at most maxBytes per message)
+// and returns the deltas as the receivers decode them, and the bytes sent.
+func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, uint64) {
+	msgs, err := crdt.Encode(d, maxBytes)
+	if err != nil {
+		e.err = fmt.Errorf("sim: encode: %w", err)
+		return nil, 0
+	}
+	var size uint64
+	for _, m := range msgs {
+		size += uint64(len(m))
+	}
+	if len(msgs) == 1 {
+		return []*crdt.Delta{d}, size
+	}
+	parts := make([]*crdt.Delta, len(msgs))
+	for i, m := range msgs {
+		if parts[i], err = crdt.Decode(m); err != nil {
+			e.err = fmt.Errorf("sim: decode: %w", err)
+			return nil, 0
+		}
+	}
+	return parts, size
+}
+
+// broadcast sends a node's outbound deltas: every delta to the PoP's other
+// live members (memberlist, one message each), and global deltas to every
+// node of every other PoP (one NATS publish, delivered to each subscriber).
+func (e *engine) broadcast(nd *simNode, outs []pop.Outbound, t int64, remoteOnly bool) {
+	p := &e.pops[nd.pop]
+	for i := range outs {
+		d := &outs[i].Delta
+		if !remoteOnly && len(p.live) > 1 {
+			parts, size := e.encode(d, e.intraMax)
+			for _, m := range p.live {
+				if m == nd.idx {
+					continue
+				}
+				p.acct.messages += uint64(len(parts))
+				p.acct.bytes += size
+				for _, part := range parts {
+					e.send(nd, m, part, pop.ScopePoP, t)
+				}
+			}
+		}
+		if outs[i].Scope != pop.ScopeGlobal || len(e.pops) == 1 {
+			continue
+		}
+		parts, size := e.encode(d, e.interMax)
+		p.acct.messages += uint64(len(parts))
+		p.acct.bytes += size
+		for qi := range e.pops {
+			if int32(qi) == nd.pop {
+				continue
+			}
+			for _, m := range e.pops[qi].live {
+				for _, part := range parts {
+					e.send(nd, m, part, pop.ScopeGlobal, t)
+				}
+			}
+		}
+	}
+}
+
+// heartbeat publishes nd's heartbeat to every other PoP.
+func (e *engine) heartbeat(nd *simNode, t int64) {
+	p := &e.pops[nd.pop]
+	p.acct.messages++
+	p.acct.bytes += nd.hbSize
+	for qi := range e.pops {
+		if int32(qi) == nd.pop {
+			continue
+		}
+		for _, m := range e.pops[qi].live {
+			e.send(nd, m, nil, pop.ScopeGlobal, t)
+		}
+	}
+}
+
+// send puts one message from nd to node to on the network: dropped if the
+// link is cut or the message lost, else delivered after the link's latency
+// and jitter (plus the reorder delay, sometimes), sometimes twice.
+func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, via pop.Scope, t int64) {
+	dst := e.nodes[to]
+	fp, tp := nd.pop, dst.pop
+	if e.nBlock > 0 && e.blocked[fp][tp] {
+		return
+	}
+	l := &e.links[fp][tp]
+	if l.loss > 0 && e.nrng.Float64() < l.loss {
+		return
+	}
+	copies := 1
+	if l.dup > 0 && e.nrng.Float64() < l.dup {
+		copies = 2
+	}
+	for range copies {
+		delay := l.latency
+		if l.jitter > 0 {
+			delay += e.nrng.Int64N(l.jitter)
+		}
+		if l.reorder > 0 && e.nrng.Float64() < l.reorder {
+			delay += l.reorderDelay
+		}
+		e.q.push(event{at: t + delay, kind: evDeliver, node: to, inc: dst.inc, from: fp, via: via, d: d})
+	}
+}

@@ -1,0 +1,138 @@
+package sim
+
+// okey is the exact sliding log of one (rule, key): the admitted requests of
+// the trailing window as a ring of (time, cost) with their running sum. Each
+// admit is pushed once and evicted once, so a decision costs O(1) amortised
+// whatever the window and the rate.
+type okey struct {
+	ring    []logEntry
+	head, n int
+	sum     uint64
+	// lastReq is the time of the key's last request, or -1.
+	lastReq int64
+}
+
+type logEntry struct {
+	t int64
+	c uint64
+}
+
+// evict drops the admits at or before cutoff: what is left is the cost
+// admitted in (cutoff, now].
+func (k *okey) evict(cutoff int64) {
+	for k.n > 0 {
+		e := &k.ring[k.head]
+		if e.t > cutoff {
+			return
+		}
+		k.sum -= e.c
+		k.head++
+		if k.head == len(k.ring) {
+			k.head = 0
+		}
+		k.n--
+	}
+}
+
+// push records an admit of cost c at t (t never before an earlier push).
+func (k *okey) push(t int64, c uint64) {
+	if k.n == len(k.ring) {
+		k.grow()
+	}
+	i := k.head + k.n
+	if i >= len(k.ring) {
+		i -= len(k.ring)
+	}
+	k.ring[i] = logEntry{t, c}
+	k.n++
+	k.sum += c
+}
+
+func (k *okey) grow() {
+	nr := make([]logEntry, max(16, 2*len(k.ring)))
+	for i := 0; i < k.n; i++ {
+		j := k.head + i
+		if j >= len(k.ring) {
+			j -= len(k.ring)
+		}
+		nr[i] = k.ring[j]
+	}
+	k.ring, k.head = nr, 0
+}
+
+// tally accumulates the figures of one phase for the fleet or the central
+// node.
+type tally struct {
+	requests, admitted, rejected uint64
+	overLimit, wronglyRejected   uint64
+	maxRatio                     float64
+	samples                      []float64 // admitted/limit per key per window
+}
+
+// oracle judges every decision of one decider (the fleet, or the central
+// node) against the exact trailing-window totals.
+type oracle struct {
+	keys   []okey
+	phases []tally
+	cur    *tally
+	run    []float64 // admitted/limit samples of the whole run
+}
+
+func newOracle(nkeys, nphases int) *oracle {
+	o := &oracle{keys: make([]okey, nkeys), phases: make([]tally, nphases)}
+	for i := range o.keys {
+		o.keys[i].lastReq = -1
+	}
+	o.cur = &o.phases[0]
+	return o
+}
+
+// judge records a decision at t for key k of a rule of limit (inverse
+// invLimit) and width.
+func (o *oracle) judge(k *keyInfo, t int64, cost uint64, admitted bool) {
+	ok := &o.keys[k.idx]
+	ok.lastReq = t
+	ok.evict(t - k.width)
+	tl := o.cur
+	tl.requests++
+	if admitted {
+		tl.admitted++
+		ok.push(t, cost)
+		if ok.sum > k.limit {
+			tl.overLimit++
+		}
+		if r := float64(ok.sum) * k.invLimit; r > tl.maxRatio {
+			tl.maxRatio = r
+		}
+		return
+	}
+	tl.rejected++
+	if ok.sum+cost <= k.limit {
+		tl.wronglyRejected++
+	}
+}
+
+// sample adds one admitted/limit sample per key of keys that saw a request
+// in the window (t-width, t]: to the run and to the phase containing that
+// whole window (phase index inPhase, or -1).
+func (o *oracle) sample(keys []*keyInfo, t int64, inPhase int) {
+	for _, k := range keys {
+		ok := &o.keys[k.idx]
+		if ok.lastReq < 0 || ok.lastReq <= t-k.width {
+			continue
+		}
+		ok.evict(t - k.width)
+		r := float64(ok.sum) * k.invLimit
+		o.run = append(o.run, r)
+		if inPhase >= 0 {
+			o.phases[inPhase].samples = append(o.phases[inPhase].samples, r)
+		}
+	}
+}
+
+// trailing returns the cost admitted for k in (t-width, t].
+func (o *oracle) trailing(k *keyInfo, t int64) uint64 {
+	ok := &o.keys[k.idx]
+	ok.evict(t - k.width)
+	return ok.sum
+}

@@ -1,0 +1,133 @@
+package sim
+
+import (
+	"math"
+
+	"github.com/geolimit/geolimit/pop"
+)
+
+// probe measures convergence after one heal. At the heal instant it takes
+// the truth: for each probed key, the join (per-replica maximum) of every
+// live node's counts per window, over the nodes that share the key (all
+// nodes for a global rule, the node's PoP for a pop rule). The fleet has
+// converged when every live node's total of every window of that truth that
+// is still live is within 1 % of it. Counts only grow, so once reached this
+// holds; the probe samples every output.convergence_step until then, for at
+// most output.convergence_limit (else -1 is reported).
+type probe struct {
+	heal   int64
+	truth  []map[int64]uint64 // per probed key x group: window -> joined total
+	result float64            // ms from heal to convergence, or -1
+}
+
+// groupOf returns the index of nd's group for a key of the given scope.
+func (e *engine) groupOf(nd *simNode, scope uint8) int {
+	if pop.Scope(scope) == pop.ScopePoP {
+		return int(nd.pop)
+	}
+	return 0
+}
+
+// joinTruth returns, per probed key and group, the joined window totals.
+func (e *engine) joinTruth(t int64) []map[int64]uint64 {
+	ng := len(e.pops)
+	truth := make([]map[int64]uint64, len(e.convKeys)*ng)
+	reps := make([]map[int64]map[string]uint64, len(truth))
+	for _, nd := range e.nodes {
+		if !nd.up {
+			continue
+		}
+		for ki, k := range e.convKeys {
+			v, err := nd.n.View(e.nodeNow(nd, t), k.ruleName, k.key)
+			if err != nil {
+				continue
+			}
+			gi := ki*ng + e.groupOf(nd, k.scope)
+			if reps[gi] == nil {
+				reps[gi] = map[int64]map[string]uint64{}
+			}
+			for _, w := range v.Windows {
+				m := reps[gi][w.Index]
+				if m == nil {
+					m = map[string]uint64{}
+					reps[gi][w.Index] = m
+				}
+				for r, c := range w.Replicas {
+					m[r] = max(m[r], c)
+				}
+			}
+		}
+	}
+	for gi, byWin := range reps {
+		truth[gi] = map[int64]uint64{}
+		for w, m := range byWin {
+			var sum uint64
+			for _, c := range m {
+				sum += c
+			}
+			truth[gi][w] = sum
+		}
+	}
+	return truth
+}
+
+// converged reports whether every live node's views cover probe p's truth.
+func (e *engine) converged(p *probe, t int64) bool {
+	ng := len(e.pops)
+	for _, nd := range e.nodes {
+		if !nd.up {
+			continue
+		}
+		for ki, k := range e.convKeys {
+			tr := p.truth[ki*ng+e.groupOf(nd, k.scope)]
+			if len(tr) == 0 {
+				continue
+			}
+			v, err := nd.n.View(e.nodeNow(nd, t), k.ruleName, k.key)
+			if err != nil {
+				return false
+			}
+			cur := (Epoch + t) / k.width
+			for w, want := range tr {
+				if w < cur-1 {
+					continue
+				}
+				var got uint64
+				for _, vw := range v.Windows {
+					if vw.Index == w {
+						got = vw.Total
+					}
+				}
+				if float64(got) < 0.99*float64(want) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// probe runs probe i at t and returns when to run it next, or never.
+func (e *engine) probe(i int, t int64) int64 {
+	p := &e.probes[i]
+	if p.truth == nil {
+		p.truth = e.joinTruth(t)
+	}
+	if e.converged(p, t) {
+		p.result = round(float64(t-p.heal) / 1e6)
+		return never
+	}
+	step := int64(e.sc.Output.ConvergenceStep)
+	if t+step-p.heal > int64(e.sc.Output.ConvergenceLimit) || t+step > e.end {
+		p.result = -1
+		return never
+	}
+	return t + step
+}
+
+func round(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	return math.Round(x*1e6) / 1e6
+}

@@ -1,0 +1,288 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// Figures are the drift measures of one decider over a span of time.
+type Figures struct {
+	// Requests decided.
+	Requests uint64 `json:"requests"`
+	// Admitted and Rejected requests.
+	Admitted uint64 `json:"admitted"`
+	Rejected uint64 `json:"rejected"`
+	// OverLimitAdmits: admits after which the exact trailing-window admitted
+	// cost of their (rule, key), including them, exceeded the limit.
+	OverLimitAdmits uint64 `json:"over_limit_admits"`
+	// WronglyRejected: rejects whose cost would have fit under the exact
+	// trailing-window admitted cost.
+	WronglyRejected uint64 `json:"wrongly_rejected"`
+	// OverLimitFraction is OverLimitAdmits / Admitted.
+	OverLimitFraction float64 `json:"over_limit_fraction"`
+	// WronglyRejectedFraction is WronglyRejected / Requests.
+	WronglyRejectedFraction float64 `json:"wrongly_rejected_fraction"`
+	// MaxAdmittedRatio is the highest exact trailing-window admitted cost of
+	// any key over its limit, at any instant (it can only peak at an admit).
+	MaxAdmittedRatio float64 `json:"max_admitted_ratio"`
+	// P99AdmittedRatio and MeanAdmittedRatio are over the samples: one per
+	// key per window step (t = k x window, the admitted cost in (t-W, t]),
+	// for each key with at least one request in that window.
+	P99AdmittedRatio  float64 `json:"p99_admitted_ratio"`
+	MeanAdmittedRatio float64 `json:"mean_admitted_ratio"`
+}
+
+// Phase is a span of the run: healthy (before any fault), partitioned (a cut
+// in force, a flapping link, or a node down) or healed (after a fault).
+type Phase struct {
+	Name   string `json:"name"`
+	FromMS int64  `json:"from_ms"`
+	ToMS   int64  `json:"to_ms"`
+	Figures
+}
+
+// Replication is what the nodes of each PoP sent, per second of simulated
+// time, keyed by "region/pop": one message per memberlist send to each
+// member, one per NATS publish (deltas, anti-entropy, heartbeats, join sync).
+type Replication struct {
+	MessagesPerSPerPoP map[string]float64 `json:"messages_per_s_per_pop"`
+	BytesPerSPerPoP    map[string]float64 `json:"bytes_per_s_per_pop"`
+}
+
+// Central are the figures of the same arrival stream decided by one node
+// with zero latency.
+type Central struct {
+	Figures
+	Phases []Phase `json:"phases"`
+}
+
+// Report is the JSON report of one run. Field names are the contract of
+// DESIGN.md.
+type Report struct {
+	Scenario string `json:"scenario"`
+	Seed     uint64 `json:"seed"`
+	Policy   string `json:"policy"`
+	Figures
+	DurationMS int64 `json:"duration_ms"`
+	// Unserved counts requests that found every PoP down.
+	Unserved      uint64      `json:"unserved"`
+	Phases        []Phase     `json:"phases"`
+	ConvergenceMS []float64   `json:"convergence_ms"`
+	Replication   Replication `json:"replication"`
+	Central       Central     `json:"central"`
+	// SimRequestsPerS is simulated requests per second of wall time: the
+	// only figure that is not a function of the scenario and seed.
+	SimRequestsPerS float64 `json:"sim_requests_per_s"`
+}
+
+// SeriesRow is one time-series sample of one tracked key.
+type SeriesRow struct {
+	TMS   int64
+	Rule  string
+	Key   string
+	Limit uint64
+	// True is the exact fleet-wide admitted cost in the trailing window.
+	True uint64
+	// Central is the same for the central node.
+	Central uint64
+	// Partitioned is set during a partitioned phase.
+	Partitioned bool
+	// Views is, per region, the highest estimate among its live nodes
+	// (-1 when none is up).
+	Views []float64
+}
+
+// Result is everything a run produces.
+type Result struct {
+	Report  Report
+	Regions []string
+	Series  []SeriesRow
+}
+
+func figures(ts []tally, samples []float64) Figures {
+	var f Figures
+	for _, t := range ts {
+		f.Requests += t.requests
+		f.Admitted += t.admitted
+		f.Rejected += t.rejected
+		f.OverLimitAdmits += t.overLimit
+		f.WronglyRejected += t.wronglyRejected
+		f.MaxAdmittedRatio = max(f.MaxAdmittedRatio, t.maxRatio)
+	}
+	if f.Admitted > 0 {
+		f.OverLimitFraction = round(float64(f.OverLimitAdmits) / float64(f.Admitted))
+	}
+	if f.Requests > 0 {
+		f.WronglyRejectedFraction = round(float64(f.WronglyRejected) / float64(f.Requests))
+	}
+	f.MaxAdmittedRatio = round(f.MaxAdmittedRatio)
+	if len(samples) > 0 {
+		s := slices.Clone(samples)
+		slices.Sort(s)
+		sum := 0.0
+		for _, x := range s {
+			sum += x
+		}
+		f.MeanAdmittedRatio = round(sum / float64(len(s)))
+		// Nearest rank.
+		f.P99AdmittedRatio = round(s[int(math.Ceil(0.99*float64(len(s))))-1])
+	}
+	return f
+}
+
+func (e *engine) phaseFigures(o *oracle) (Figures, []Phase) {
+	ph := make([]Phase, len(e.phases))
+	for i, p := range e.phases {
+		ph[i] = Phase{Name: p.name, FromMS: p.from / 1e6, ToMS: p.to / 1e6, Figures: figures(o.phases[i:i+1], o.phases[i].samples)}
+	}
+	return figures(o.phases, o.run), ph
+}
+
+func (e *engine) result() *Result {
+	seed := e.sc.Seed
+	if e.opts.Seed != nil {
+		seed = *e.opts.Seed
+	}
+	r := Report{
+		Scenario:   e.sc.Name,
+		Seed:       seed,
+		Policy:     e.policy,
+		DurationMS: e.end / 1e6,
+		Unserved:   e.unserved,
+		Replication: Replication{
+			MessagesPerSPerPoP: map[string]float64{},
+			BytesPerSPerPoP:    map[string]float64{},
+		},
+		ConvergenceMS: []float64{},
+	}
+	r.Figures, r.Phases = e.phaseFigures(e.fleet)
+	if e.cOracle != nil {
+		r.Central.Figures, r.Central.Phases = e.phaseFigures(e.cOracle)
+	}
+	for _, p := range e.probes {
+		r.ConvergenceMS = append(r.ConvergenceMS, p.result)
+	}
+	secs := float64(e.end) / 1e9
+	for _, p := range e.pops {
+		r.Replication.MessagesPerSPerPoP[p.id] = round(float64(p.acct.messages) / secs)
+		r.Replication.BytesPerSPerPoP[p.id] = round(float64(p.acct.bytes) / secs)
+	}
+	return &Result{Report: r, Regions: e.regions, Series: e.series}
+}
+
+// sampleSeries adds one time-series row per tracked key at t.
+func (e *engine) sampleSeries(t int64) {
+	part := false
+	for _, p := range e.phases {
+		if p.name == "partitioned" && p.from <= t && t < p.to {
+			part = true
+		}
+	}
+	for _, k := range e.tracked {
+		row := SeriesRow{TMS: t / 1e6, Rule: k.ruleName, Key: k.key, Limit: k.limit, True: e.fleet.trailing(k, t), Partitioned: part}
+		if e.cOracle != nil {
+			row.Central = e.cOracle.trailing(k, t)
+		}
+		row.Views = make([]float64, len(e.regions))
+		for i := range row.Views {
+			row.Views[i] = -1
+		}
+		for _, nd := range e.nodes {
+			if !nd.up {
+				continue
+			}
+			v, err := nd.n.View(e.nodeNow(nd, t), k.ruleName, k.key)
+			if err != nil {
+				continue
+			}
+			row.Views[nd.region] = max(row.Views[nd.region], round(v.Estimate))
+		}
+		e.series = append(e.series, row)
+	}
+}
+
+// WriteJSON writes reports as indented JSON: one object, or {"runs": [...]}
+// when there are several.
+func WriteJSON(w io.Writer, reports []Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if len(reports) == 1 {
+		return enc.Encode(reports[0])
+	}
+	return enc.Encode(struct {
+		Runs []Report `json:"runs"`
+	}{reports})
+}
+
+// WriteTable writes reports side by side as a readable table.
+func WriteTable(w io.Writer, reports []Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	r0 := reports[0]
+	fmt.Fprintf(w, "scenario %s  seed %d  duration %s\n\n", r0.Scenario, r0.Seed, fmtMS(r0.DurationMS))
+	head := []string{"phase", "span", "decider", "requests", "admitted", "over-limit", "wrong-rej", "max a/l", "p99 a/l", "mean a/l"}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	row := func(name, span, who string, f Figures) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d (%.2f%%)\t%d (%.2f%%)\t%.3f\t%.3f\t%.3f\t\n",
+			name, span, who, f.Requests, f.Admitted, f.OverLimitAdmits, 100*f.OverLimitFraction,
+			f.WronglyRejected, 100*f.WronglyRejectedFraction, f.MaxAdmittedRatio, f.P99AdmittedRatio, f.MeanAdmittedRatio)
+	}
+	span := func(a, b int64) string { return fmtMS(a) + "-" + fmtMS(b) }
+	for i, p := range r0.Phases {
+		for _, r := range reports {
+			row(p.Name, span(p.FromMS, p.ToMS), r.Policy, r.Phases[i].Figures)
+		}
+		if len(r0.Central.Phases) > i {
+			row(p.Name, span(p.FromMS, p.ToMS), "central", r0.Central.Phases[i].Figures)
+		}
+	}
+	for _, r := range reports {
+		row("all", span(0, r0.DurationMS), r.Policy, r.Figures)
+	}
+	row("all", span(0, r0.DurationMS), "central", r0.Central.Figures)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range reports {
+		fmt.Fprintf(w, "\n[%s] convergence after heal (ms): %s\n", r.Policy, fmtFloats(r.ConvergenceMS))
+		fmt.Fprintf(w, "[%s] replication per PoP (msg/s, bytes/s):", r.Policy)
+		for _, id := range sortedKeys(r.Replication.MessagesPerSPerPoP) {
+			fmt.Fprintf(w, " %s %.0f %.0f;", id, r.Replication.MessagesPerSPerPoP[id], r.Replication.BytesPerSPerPoP[id])
+		}
+		fmt.Fprintln(w)
+		if r.Unserved > 0 {
+			fmt.Fprintf(w, "[%s] unserved (every PoP down): %d\n", r.Policy, r.Unserved)
+		}
+		if r.SimRequestsPerS > 0 {
+			fmt.Fprintf(w, "[%s] simulated %.2fM requests/s\n", r.Policy, r.SimRequestsPerS/1e6)
+		}
+	}
+	_, err := fmt.Fprintln(w, "\na/l: exact admitted cost in the trailing window / limit (max over instants; p99, mean over keys x windows)")
+	return err
+}
+
+func fmtMS(ms int64) string {
+	if ms%1000 == 0 {
+		return fmt.Sprintf("%ds", ms/1000)
+	}
+	return fmt.Sprintf("%.3fs", float64(ms)/1000)
+}
+
+func fmtFloats(xs []float64) string {
+	if len(xs) == 0 {
+		return "none (no heal)"
+	}
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		if x < 0 {
+			s[i] = "not converged"
+		} else {
+			s[i] = fmt.Sprintf("%g", x)
+		}
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,239 @@
+package sim
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+)
+
+type pattern uint8
+
+const (
+	patConstant pattern = iota
+	patPoisson
+	patOnOff
+	patRamp
+)
+
+// keyInfo is one (rule, key) the run knows: its oracle slot and what judging
+// a decision on it needs.
+type keyInfo struct {
+	idx      int
+	rule     int
+	ruleName string
+	key      string
+	limit    uint64
+	invLimit float64
+	width    int64
+	scope    uint8
+}
+
+// source generates one traffic stream's arrivals, keys and PoPs. It draws
+// from the run's traffic random stream only, in arrival order, so the
+// arrival stream does not depend on decisions or on the network.
+type source struct {
+	idx     int
+	name    string
+	pattern pattern
+	keys    []*keyInfo
+	cost    uint64
+	zipf    *rand.Zipf
+	start   int64
+	end     int64
+	rate    float64 // requests per second now (before ramp or on/off)
+	rampTo  float64
+	on, off int64
+	next    int64   // next arrival, or never
+	nextF   float64 // next arrival as a float (constant pattern)
+	anycast bool
+	weights []float64 // share per PoP index (normalised)
+	cum     []float64 // cumulative shares over the PoPs that are up
+	cumPoP  []int32
+	home    []int32   // anycast: each key's PoP when it is up
+	u       []float64 // anycast: each key's draw for choosing its fallback PoP
+	cur     []int32   // anycast: each key's PoP now
+	track   int
+	changes []Change
+}
+
+// rateAt returns the stream's instantaneous rate at t.
+func (s *source) rateAt(t int64) float64 {
+	if s.pattern == patRamp && s.end > s.start {
+		f := float64(t-s.start) / float64(s.end-s.start)
+		return s.rate + (s.rampTo-s.rate)*f
+	}
+	return s.rate
+}
+
+// schedule draws the next arrival after t (from scratch when restart is set,
+// as after a rate change).
+func (s *source) schedule(rng *rand.Rand, t int64, restart bool) {
+	for {
+		switch s.pattern {
+		case patConstant:
+			if s.rate <= 0 {
+				s.next = never
+				return
+			}
+			if restart {
+				s.nextF = float64(t)
+			}
+			s.nextF += 1e9 / s.rate
+			s.next = int64(s.nextF)
+		default:
+			rmax := s.rate
+			if s.pattern == patRamp {
+				rmax = max(s.rate, s.rampTo)
+			}
+			if rmax <= 0 {
+				s.next = never
+				return
+			}
+			c := t + int64(rng.ExpFloat64()*1e9/rmax) + 1
+			if s.pattern == patOnOff {
+				cycle := s.on + s.off
+				if ph := (c - s.start) % cycle; ph >= s.on {
+					// Poisson is memoryless: start afresh at the next on-period.
+					t = c - ph + cycle - 1
+					restart = true
+					continue
+				}
+			}
+			if s.pattern == patRamp && rng.Float64()*rmax >= s.rateAt(c) {
+				t = c
+				continue
+			}
+			s.next = c
+		}
+		if s.next >= s.end {
+			s.next = never
+		}
+		return
+	}
+}
+
+// pickKey draws the key of the next request.
+func (s *source) pickKey(rng *rand.Rand) int {
+	switch {
+	case len(s.keys) == 1:
+		return 0
+	case s.zipf != nil:
+		return int(s.zipf.Uint64())
+	}
+	return rng.IntN(len(s.keys))
+}
+
+// pickPoP returns the PoP a request for key k reaches, or -1 when every PoP
+// is down.
+func (s *source) pickPoP(rng *rand.Rand, k int) int32 {
+	if s.anycast {
+		return s.cur[k]
+	}
+	switch len(s.cum) {
+	case 0:
+		return -1
+	case 1:
+		return s.cumPoP[0]
+	}
+	u := rng.Float64() * s.cum[len(s.cum)-1]
+	for i, c := range s.cum {
+		if u < c {
+			return s.cumPoP[i]
+		}
+	}
+	return s.cumPoP[len(s.cumPoP)-1]
+}
+
+// route recomputes where requests go after a PoP went down or came back or
+// the shares changed. up reports whether a PoP has a node up.
+func (s *source) route(up func(int) bool) {
+	s.cum, s.cumPoP = s.cum[:0], s.cumPoP[:0]
+	sum := 0.0
+	for p, w := range s.weights {
+		if w > 0 && up(p) {
+			sum += w
+			s.cum = append(s.cum, sum)
+			s.cumPoP = append(s.cumPoP, int32(p))
+		}
+	}
+	if !s.anycast {
+		return
+	}
+	for k := range s.cur {
+		h := s.home[k]
+		if up(int(h)) && s.weights[h] > 0 {
+			s.cur[k] = h
+			continue
+		}
+		// The key's PoP is lost: anycast moves it to another PoP, chosen by
+		// the key's own draw so that it stays there while the PoP is down.
+		s.cur[k] = -1
+		if len(s.cum) > 0 {
+			u := s.u[k] * s.cum[len(s.cum)-1]
+			s.cur[k] = s.cumPoP[len(s.cumPoP)-1]
+			for i, c := range s.cum {
+				if u < c {
+					s.cur[k] = s.cumPoP[i]
+					break
+				}
+			}
+		}
+	}
+}
+
+// assignHomes draws each anycast key's home PoP by the shares.
+func (s *source) assignHomes(rng *rand.Rand) {
+	cum := make([]float64, len(s.weights))
+	sum := 0.0
+	for p, w := range s.weights {
+		sum += w
+		cum[p] = sum
+	}
+	s.home = make([]int32, len(s.keys))
+	s.u = make([]float64, len(s.keys))
+	s.cur = make([]int32, len(s.keys))
+	for k := range s.keys {
+		u := rng.Float64() * sum
+		s.home[k] = int32(len(cum) - 1)
+		for p, c := range cum {
+			if u < c && s.weights[p] > 0 {
+				s.home[k] = int32(p)
+				break
+			}
+		}
+		s.u[k] = rng.Float64()
+	}
+}
+
+// keyName returns the i-th key of a stream: an IPv4-looking address for
+// anycast streams, else prefix+i.
+func keyName(prefix string, anycast bool, i int) string {
+	if anycast {
+		return "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+	}
+	return prefix + strconv.Itoa(i)
+}
+
+// normalise returns share as weights per PoP index (equal when empty).
+func normalise(share map[string]float64, popIndex map[string]int, npops int) []float64 {
+	w := make([]float64, npops)
+	if len(share) == 0 {
+		for i := range w {
+			w[i] = 1 / float64(npops)
+		}
+		return w
+	}
+	sum := 0.0
+	for _, v := range share {
+		sum += v
+	}
+	for name, v := range share {
+		w[popIndex[name]] = v / sum
+	}
+	for i := range w {
+		if math.IsNaN(w[i]) {
+			w[i] = 0
+		}
+	}
+	return w
+}
