@@ -2,24 +2,31 @@ package pop
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/crdt"
 )
 
-// benchKeys returns n IPv4 keys in a seeded random order, so that requests
-// do not arrive in the order the keys were created (they never do).
-func benchKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+const benchKeys = 100_000
+
+// ipv4Keys returns n IPv4 keys in creation order, and the same keys in a
+// seeded random order: requests never arrive in the order keys were created,
+// so benchmarks access keys in the shuffled order.
+func ipv4Keys(n int) (created, shuffled []string) {
+	created = make([]string, n)
+	for i := range created {
+		created[i] = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
 	}
-	rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
-	return keys
+	shuffled = append([]string(nil), created...)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	return created, shuffled
 }
 
 func benchNode(b *testing.B, keys []string, now int64) *Node {
@@ -40,69 +47,56 @@ func benchNode(b *testing.B, keys []string, now int64) *Node {
 	return n
 }
 
-// BenchmarkDecide is a full decision as the daemon makes it: read the (coarse)
-// clock, look up the rule and the key among 100k, decide, count.
+// BenchmarkDecide is a full decision as the daemon makes it: read the coarse
+// clock, look up the rule and one of 100k keys, decide, count. The xrate-map
+// sub-benchmark is the baseline in the same run: a mutex-guarded map of
+// golang.org/x/time/rate limiters, the same clock read and the same keys.
 func BenchmarkDecide(b *testing.B) {
-	keys := benchKeys(benchN)
+	created, keys := ipv4Keys(benchKeys)
 	clk := clock.NewCoarse(time.Millisecond)
 	defer clk.Stop()
-	n := benchNode(b, keys, clk.Now())
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := n.Decide(clk.Now(), "api", keys[i%len(keys)], 1); err != nil {
-			b.Fatal(err)
+	b.Run("geolimit", func(b *testing.B) {
+		n := benchNode(b, created, clk.Now())
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := n.Decide(clk.Now(), "api", keys[i%len(keys)], 1); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
-}
-
-// BenchmarkMutexMap is the baseline of BenchmarkDecide: a mutex-guarded map of
-// per-key counters with the same clock read, keys and lookups. (A map of
-// x/time/rate limiters costs more; this is the floor of the naive design.)
-func BenchmarkMutexMap(b *testing.B) {
-	keys := benchKeys(benchN)
-	clk := clock.NewCoarse(time.Millisecond)
-	defer clk.Stop()
-	type ctr struct {
-		win   int64
-		count uint64
-	}
-	var mu sync.Mutex
-	m := make(map[string]*ctr, len(keys))
-	for _, k := range keys {
-		m[k] = &ctr{}
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		now := clk.Now()
-		mu.Lock()
-		c := m[keys[i%len(keys)]]
-		w := now / int64(time.Minute)
-		if c.win != w {
-			c.win, c.count = w, 0
+	})
+	b.Run("xrate-map", func(b *testing.B) {
+		var mu sync.Mutex
+		m := make(map[string]*rate.Limiter, len(created))
+		for _, k := range created {
+			m[k] = rate.NewLimiter(rate.Limit(1<<40), 1<<40)
 		}
-		if c.count < 1<<40 {
-			c.count++
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			t := time.Unix(0, clk.Now())
+			mu.Lock()
+			l := m[keys[i%len(keys)]]
+			mu.Unlock()
+			l.AllowN(t, 1)
 		}
-		mu.Unlock()
-	}
+	})
 }
 
 func BenchmarkDecideParallel(b *testing.B) {
-	keys := benchKeys(benchN)
+	created, keys := ipv4Keys(benchKeys)
 	clk := clock.NewCoarse(time.Millisecond)
 	defer clk.Stop()
-	n := benchNode(b, keys, clk.Now())
+	n := benchNode(b, created, clk.Now())
 	b.ReportAllocs()
 	b.ResetTimer()
-	var seed sync.Mutex
+	var mu sync.Mutex
 	next := 0
 	b.RunParallel(func(pb *testing.PB) {
-		seed.Lock()
+		mu.Lock()
 		i := next * 7919
 		next++
-		seed.Unlock()
+		mu.Unlock()
 		for pb.Next() {
 			i++
 			if _, err := n.Decide(clk.Now(), "api", keys[i%len(keys)], 1); err != nil {
@@ -113,4 +107,47 @@ func BenchmarkDecideParallel(b *testing.B) {
 	})
 }
 
-var benchN = 100_000
+// BenchmarkApply merges one delta batch of 100 entries from a remote replica
+// into a node holding 100k keys; every batch raises the counts so each entry
+// really merges.
+func BenchmarkApply(b *testing.B) {
+	created, keys := ipv4Keys(benchKeys)
+	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
+	n := benchNode(b, created, now)
+	w := now / int64(time.Minute)
+	d := crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 7}}
+	for i := 0; i < 100; i++ {
+		d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: keys[i], Window: w})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range d.Entries {
+			d.Entries[j].Count = uint64(i + 1)
+		}
+		if st := n.Apply(now, &d, ScopeGlobal); st.Merged != 100 {
+			b.Fatalf("merged %d of 100", st.Merged)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/entry")
+}
+
+// BenchmarkMemoryPerKey stores 1M IPv4 keys with one replica and reports the
+// heap they hold per key.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	created, _ := ipv4Keys(1_000_000)
+	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		n := benchNode(b, created, now)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if n.Stats().Store.Keys != len(created) {
+			b.Fatal("keys missing")
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(len(created)), "bytes/key")
+		runtime.KeepAlive(n)
+	}
+}
