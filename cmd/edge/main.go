@@ -1,0 +1,148 @@
+// Command edge is the geolimit edge daemon: a rate-limit decision API and
+// reverse proxy whose counts replicate across PoPs and regions.
+//
+//	edge                       # one node, embedded NATS, demo rules, API on 127.0.0.1:8080
+//	edge -config edge.yaml     # run with a config file (reloaded on SIGHUP and on change)
+//	edge -config edge.yaml -check-config
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "edge:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// newReplicator builds the replication runtime (memberlist + NATS). nil runs
+// every node as a one-node PoP without replication.
+var newReplicator server.NewReplicatorFunc
+
+// run is the whole daemon: it returns when ctx is done (after a graceful
+// shutdown) or on a startup error. SIGHUP reloads the config file.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "YAML config `file`; empty runs one node with the demo rules")
+	check := fs.Bool("check-config", false, "validate the config and exit")
+	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+	format := fs.String("log-format", "text", "log `format`: text or json")
+	watch := fs.Duration("watch-interval", time.Second, "how often the config file is polled for changes (0 turns polling off)")
+	bare := fs.Bool("bare-baseline", false, "benchmark baseline: serve POST /v1/check with a fixed JSON answer and nothing else, on -bare-listen")
+	bareListen := fs.String("bare-listen", "127.0.0.1:8081", "listen `address` for -bare-baseline")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler
+	switch *format {
+	case "text":
+		h = slog.NewTextHandler(stderr, hopts)
+	case "json":
+		h = slog.NewJSONHandler(stderr, hopts)
+	default:
+		return fmt.Errorf("-log-format: unknown format %q (want text or json)", *format)
+	}
+	log := slog.New(h)
+	if *bare {
+		return runBare(ctx, *bareListen, stdout, log)
+	}
+
+	var cfg *config.Config
+	if *cfgPath == "" {
+		cfg = config.Demo()
+	} else {
+		var err error
+		if cfg, err = config.Load(*cfgPath); err != nil {
+			return err
+		}
+	}
+	if *check {
+		fmt.Fprintf(stdout, "config ok: %d rules\n", len(cfg.Rules))
+		return nil
+	}
+	self := crdt.Replica{Region: cfg.Node.Region, PoP: cfg.Node.PoP, Node: cfg.Node.ID, Incarnation: uint64(time.Now().UnixNano())}
+	wi := *watch
+	if wi <= 0 {
+		wi = -1
+	}
+	app, err := server.New(server.Options{
+		Config:        cfg,
+		ConfigPath:    *cfgPath,
+		Self:          self,
+		Logger:        log,
+		Version:       version(),
+		WatchInterval: wi,
+		NewReplicator: newReplicator,
+	})
+	if err != nil {
+		return err
+	}
+	if err := app.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "api listening on http://%s\n", app.APIAddr())
+	if a := app.ProxyAddr(); a != nil {
+		fmt.Fprintf(stdout, "proxy listening on http://%s\n", a)
+	}
+	fmt.Fprintf(stdout, "nats on %s\n", app.NATSURL())
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			if *cfgPath == "" {
+				log.Warn("SIGHUP ignored: no config file")
+				continue
+			}
+			_ = app.Reload() // logs its reason; the old config keeps serving
+		case err := <-app.Err():
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownTimeout.D())
+			defer cancel()
+			return errors.Join(err, app.Shutdown(sctx))
+		case <-ctx.Done():
+			log.Info("shutting down")
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownTimeout.D())
+			defer cancel()
+			return app.Shutdown(sctx)
+		}
+	}
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}

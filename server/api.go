@@ -1,0 +1,513 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Canonical header names (net/http canonical form) used on the hot path.
+const (
+	hContentType  = "Content-Type"
+	hPolicy       = "Ratelimit-Policy"
+	hRateLimit    = "Ratelimit"
+	hXLimit       = "X-Ratelimit-Limit"
+	hXRemaining   = "X-Ratelimit-Remaining"
+	hXReset       = "X-Ratelimit-Reset"
+	hRetryAfter   = "Retry-After"
+	jsonMediaType = "application/json"
+)
+
+var jsonCT = []string{jsonMediaType}
+
+func (a *App) apiHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/check", a.handleCheck)
+	mux.HandleFunc("/v1/checks", a.handleChecks)
+	mux.HandleFunc("/v1/keys/{rule}/{key...}", a.handleKey)
+	mux.HandleFunc("/v1/status", a.handleStatus)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !a.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The decision endpoints skip the mux.
+		switch r.URL.Path {
+		case "/v1/check":
+			a.handleCheck(w, r)
+		case "/v1/checks":
+			a.handleChecks(w, r)
+		default:
+			mux.ServeHTTP(w, r)
+		}
+	})
+}
+
+// apiError is a decision API failure: an HTTP status and a message.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errStatus(status int, msg string) *apiError { return &apiError{status: status, msg: msg} }
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	b := make([]byte, 0, 32+len(msg))
+	b = append(b, `{"error":`...)
+	b = appendString(b, msg)
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h[hContentType] = jsonCT
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
+		return
+	}
+	w.Header()[hContentType] = jsonCT
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, http.StatusMethodNotAllowed, "method not allowed; use "+allow)
+}
+
+var errTooLarge = errors.New("request body too large")
+
+// readBody reads r's body into buf (reused), capped at max bytes.
+func readBody(w http.ResponseWriter, r *http.Request, max int64, buf []byte) ([]byte, error) {
+	if r.ContentLength > max {
+		return buf, errTooLarge
+	}
+	body := http.MaxBytesReader(w, r.Body, max)
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return buf, errTooLarge
+			}
+			return buf, err
+		}
+	}
+}
+
+// readRequest reads the body into a pooled buffer; the caller puts it back.
+func (a *App) readRequest(w http.ResponseWriter, r *http.Request) (*[]byte, *apiError) {
+	bp := getBuf()
+	b, err := readBody(w, r, a.cfg.Limits.MaxBodyBytes, *bp)
+	*bp = b
+	switch {
+	case errors.Is(err, errTooLarge):
+		return bp, errStatus(http.StatusRequestEntityTooLarge, "request body larger than "+strconv.FormatInt(a.cfg.Limits.MaxBodyBytes, 10)+" bytes")
+	case err != nil:
+		return bp, errStatus(http.StatusBadRequest, "read body: "+err.Error())
+	}
+	return bp, nil
+}
+
+// resolve validates a parsed check against the current rules: the rule, the
+// key and the cost. Nothing is counted.
+func resolve(rs *ruleSet, c *check) (*compiledRule, uint64, *apiError) {
+	if len(c.rule) == 0 {
+		return nil, 0, errStatus(http.StatusBadRequest, "rule: required")
+	}
+	cr := rs.byName[string(c.rule)]
+	switch {
+	case cr == nil:
+		return nil, 0, errStatus(http.StatusNotFound, "unknown rule "+strconv.Quote(string(c.rule)))
+	case len(c.key) == 0:
+		return nil, 0, errStatus(http.StatusBadRequest, "key: must not be empty")
+	case len(c.key) > crdt.MaxKeyLen:
+		return nil, 0, errStatus(http.StatusBadRequest, "key: longer than "+strconv.Itoa(crdt.MaxKeyLen)+" bytes")
+	case c.costErr:
+		return nil, 0, errStatus(http.StatusBadRequest, "cost: must be a positive integer")
+	}
+	cost := cr.pop.Cost
+	if c.hasCost {
+		cost = c.cost
+	}
+	if cost > cr.pop.Limit {
+		return nil, 0, errStatus(http.StatusBadRequest, "cost: "+strconv.FormatUint(cost, 10)+" exceeds the rule's limit "+cr.limitStr)
+	}
+	return cr, cost, nil
+}
+
+// decideErr maps a Decide error (possible only when a reload races the
+// request) to an API error.
+func decideErr(err error) *apiError {
+	switch {
+	case errors.Is(err, pop.ErrUnknownRule):
+		return errStatus(http.StatusNotFound, "unknown rule")
+	default:
+		return errStatus(http.StatusBadRequest, err.Error())
+	}
+}
+
+func badJSON(err error) *apiError {
+	return errStatus(http.StatusBadRequest, "bad JSON: "+err.Error())
+}
+
+// POST /v1/check {"rule":"api","key":"203.0.113.7","cost":1}
+func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, http.MethodPost)
+		return
+	}
+	start := time.Now()
+	bp, aerr := a.readRequest(w, r)
+	defer putBuf(bp)
+	if aerr != nil {
+		writeError(w, aerr.status, aerr.msg)
+		return
+	}
+	var c check
+	if err := parseCheckBody(*bp, &c); err != nil {
+		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
+		return
+	}
+	cr, cost, aerr := resolve(a.rules.Load(), &c)
+	if aerr != nil {
+		writeError(w, aerr.status, aerr.msg)
+		return
+	}
+	key := string(c.key)
+	d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, cost)
+	if err != nil {
+		e := decideErr(err)
+		writeError(w, e.status, e.msg)
+		return
+	}
+	cr.m.record(d)
+	setRateLimitHeaders(w.Header(), cr, d)
+	out := appendResult((*bp)[:0], cr.pop.Name, key, d)
+	*bp = out
+	w.Header()[hContentType] = jsonCT
+	if d.Allowed {
+		w.WriteHeader(http.StatusOK)
+	} else {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	_, _ = w.Write(out)
+	a.met.latencyCheck.Observe(time.Since(start).Seconds())
+}
+
+// batchScratch holds a batch's parsed checks and resolved rules, pooled.
+type batchScratch struct {
+	checks []check
+	rules  []*compiledRule
+	costs  []uint64
+	counts []ruleCount
+}
+
+type ruleCount struct {
+	m                             *ruleMetrics
+	allowed, denied, shadowDenied uint64
+}
+
+var batchPool = newPool(func() *batchScratch { return &batchScratch{} })
+
+// POST /v1/checks {"checks":[{"rule":..,"key":..,"cost":..},...]}
+// -> {"results":[...]} (200; each result says allowed or not). Every check
+// is validated before any is decided, so a bad check counts nothing.
+func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, http.MethodPost)
+		return
+	}
+	start := time.Now()
+	bp, aerr := a.readRequest(w, r)
+	defer putBuf(bp)
+	if aerr != nil {
+		writeError(w, aerr.status, aerr.msg)
+		return
+	}
+	sc := batchPool.get()
+	defer batchPool.put(sc)
+	var err error
+	sc.checks, err = parseChecksBody(*bp, sc.checks[:0], a.cfg.Limits.MaxBatch)
+	if err != nil {
+		if errors.Is(err, errTooMany) {
+			writeError(w, http.StatusRequestEntityTooLarge, "checks: more than "+strconv.Itoa(a.cfg.Limits.MaxBatch)+" in one batch")
+			return
+		}
+		writeError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
+		return
+	}
+	rs := a.rules.Load()
+	sc.rules, sc.costs = sc.rules[:0], sc.costs[:0]
+	for i := range sc.checks {
+		cr, cost, aerr := resolve(rs, &sc.checks[i])
+		if aerr != nil {
+			writeError(w, aerr.status, "checks["+strconv.Itoa(i)+"]: "+aerr.msg)
+			return
+		}
+		sc.rules = append(sc.rules, cr)
+		sc.costs = append(sc.costs, cost)
+	}
+	out := getBuf()
+	defer putBuf(out)
+	b := append((*out)[:0], `{"results":[`...)
+	sc.counts = sc.counts[:0]
+	for i := range sc.checks {
+		cr := sc.rules[i]
+		key := string(sc.checks[i].key)
+		d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, sc.costs[i])
+		if err != nil {
+			a.flushCounts(sc)
+			e := decideErr(err)
+			writeError(w, e.status, "checks["+strconv.Itoa(i)+"]: "+e.msg)
+			return
+		}
+		sc.count(cr.m, d)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendResultObj(b, cr.pop.Name, key, d)
+	}
+	b = append(b, "]}\n"...)
+	*out = b
+	a.flushCounts(sc)
+	w.Header()[hContentType] = jsonCT
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	a.met.latencyChecks.Observe(time.Since(start).Seconds())
+}
+
+// count adds a decision to the batch's per-rule tallies (a batch touches few
+// rules, so a short scan beats a map).
+func (sc *batchScratch) count(m *ruleMetrics, d pop.Decision) {
+	var rc *ruleCount
+	for i := range sc.counts {
+		if sc.counts[i].m == m {
+			rc = &sc.counts[i]
+			break
+		}
+	}
+	if rc == nil {
+		sc.counts = append(sc.counts, ruleCount{m: m})
+		rc = &sc.counts[len(sc.counts)-1]
+	}
+	switch {
+	case d.ShadowDenied:
+		rc.shadowDenied++
+	case d.Allowed:
+		rc.allowed++
+	default:
+		rc.denied++
+	}
+}
+
+func (a *App) flushCounts(sc *batchScratch) {
+	for _, rc := range sc.counts {
+		if rc.allowed > 0 {
+			rc.m.allowed.Add(rc.allowed)
+		}
+		if rc.denied > 0 {
+			rc.m.denied.Add(rc.denied)
+		}
+		if rc.shadowDenied > 0 {
+			rc.m.shadowDenied.Add(rc.shadowDenied)
+		}
+	}
+	sc.counts = sc.counts[:0]
+}
+
+// appendResult appends one decision as the /v1/check response body.
+func appendResult(b []byte, rule, key string, d pop.Decision) []byte {
+	return append(appendResultObj(b, rule, key, d), '\n')
+}
+
+func appendResultObj(b []byte, rule, key string, d pop.Decision) []byte {
+	if d.Allowed {
+		b = append(b, `{"allowed":true,"rule":`...)
+	} else {
+		b = append(b, `{"allowed":false,"rule":`...)
+	}
+	b = appendString(b, rule)
+	b = append(b, `,"key":`...)
+	b = appendString(b, key)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendUint(b, d.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendUint(b, d.Remaining, 10)
+	b = append(b, `,"reset_ms":`...)
+	b = strconv.AppendInt(b, ceilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
+	return append(b, '}')
+}
+
+// setRateLimitHeaders sets RateLimit-Policy, RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-10), X-RateLimit-Limit/Remaining/Reset
+// and, when denied, Retry-After, from the binding rule's decision.
+//
+// t (and X-RateLimit-Reset) is in whole seconds, rounded up: when allowed,
+// the time until the whole limit is available again; when denied, the time
+// until a request of the same cost fits (equal to Retry-After).
+func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
+	t := ceilDiv(int64(d.Reset), int64(time.Second))
+	if !d.Allowed {
+		t = max(1, ceilDiv(int64(d.RetryAfter), int64(time.Second)))
+	}
+	// One allocation for all the values: build them in one buffer and slice.
+	var arr [96]byte
+	b := append(arr[:0], cr.policy[:len(cr.pop.Name)+2]...) // "name"
+	b = append(b, ";r="...)
+	b = strconv.AppendUint(b, d.Remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, t, 10)
+	rlEnd := len(b)
+	b = strconv.AppendUint(b, d.Remaining, 10)
+	remEnd := len(b)
+	b = strconv.AppendInt(b, t, 10)
+	s := string(b)
+	vals := make([]string, 6)
+	vals[0], vals[1], vals[2] = cr.policy, s[:rlEnd], cr.limitStr
+	vals[3], vals[4] = s[rlEnd:remEnd], s[remEnd:]
+	h[hPolicy] = vals[0:1:1]
+	h[hRateLimit] = vals[1:2:2]
+	h[hXLimit] = vals[2:3:3]
+	h[hXRemaining] = vals[3:4:4]
+	h[hXReset] = vals[4:5:5]
+	if !d.Allowed {
+		vals[5] = vals[4]
+		h[hRetryAfter] = vals[5:6:6]
+	}
+}
+
+// GET /v1/keys/{rule}/{key...}: one key's view, counting nothing.
+func (a *App) handleKey(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, "GET, HEAD")
+		return
+	}
+	v, err := a.node.View(a.clk.Now(), r.PathValue("rule"), r.PathValue("key"))
+	switch {
+	case errors.Is(err, pop.ErrUnknownRule):
+		writeError(w, http.StatusNotFound, "unknown rule "+strconv.Quote(r.PathValue("rule")))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "key: "+err.Error())
+		return
+	}
+	type window struct {
+		Index    int64             `json:"index"`
+		Total    uint64            `json:"total"`
+		Replicas map[string]uint64 `json:"replicas"`
+	}
+	out := struct {
+		Rule     string   `json:"rule"`
+		Key      string   `json:"key"`
+		Limit    uint64   `json:"limit"`
+		Estimate float64  `json:"estimate"`
+		Windows  []window `json:"windows"`
+	}{Rule: v.Rule, Key: v.Key, Limit: v.Limit, Estimate: v.Estimate, Windows: []window{}}
+	for _, wv := range v.Windows {
+		reps := wv.Replicas
+		if reps == nil {
+			reps = map[string]uint64{}
+		}
+		out.Windows = append(out.Windows, window{Index: wv.Index, Total: wv.Total, Replicas: reps})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// GET /v1/status
+func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, "GET, HEAD")
+		return
+	}
+	self := a.opts.Self
+	st := a.node.Stats()
+	type ruleOut struct {
+		Name        string `json:"name"`
+		Limit       uint64 `json:"limit"`
+		Window      string `json:"window"`
+		Cost        uint64 `json:"cost"`
+		Scope       string `json:"scope"`
+		Mode        string `json:"mode"`
+		OnPartition string `json:"on_partition"`
+		Keys        int    `json:"keys"`
+	}
+	rules := []ruleOut{}
+	for _, cr := range a.rules.Load().rules {
+		p := cr.pop
+		rules = append(rules, ruleOut{Name: p.Name, Limit: p.Limit, Window: p.Window.String(), Cost: p.Cost,
+			Scope: p.Scope.String(), Mode: p.Mode.String(), OnPartition: p.OnPartition.String(), Keys: st.KeysByRule[p.Name]})
+	}
+	repl := ReplicationStatus{
+		Members:    []Member{{Name: self.Node, State: "alive"}},
+		RemotePoPs: []RemotePoP{},
+		Partitions: []string{},
+	}
+	if a.repl != nil {
+		repl = a.repl.Status()
+		if repl.Members == nil {
+			repl.Members = []Member{}
+		}
+		if repl.RemotePoPs == nil {
+			repl.RemotePoPs = []RemotePoP{}
+		}
+		if repl.Partitions == nil {
+			repl.Partitions = []string{}
+		}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Replica     string    `json:"replica"`
+		Node        string    `json:"node"`
+		Region      string    `json:"region"`
+		PoP         string    `json:"pop"`
+		Incarnation uint64    `json:"incarnation"`
+		Version     string    `json:"version"`
+		GoVersion   string    `json:"go_version"`
+		UptimeS     int64     `json:"uptime_seconds"`
+		Ready       bool      `json:"ready"`
+		NATSURL     string    `json:"nats_url"`
+		Replication bool      `json:"replication"`
+		Keys        int       `json:"keys"`
+		Rules       []ruleOut `json:"rules"`
+		ReplicationStatus
+	}{
+		Replica: self.String(), Node: self.Node, Region: self.Region, PoP: self.PoP, Incarnation: self.Incarnation,
+		Version: a.opts.Version, GoVersion: runtime.Version(), UptimeS: int64(time.Since(a.started).Seconds()),
+		Ready: a.Ready(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
+		ReplicationStatus: repl,
+	})
+}

@@ -1,0 +1,564 @@
+// Package server is the geolimit edge daemon: it wires a clock, the pop node
+// core, the HTTP decision API, the reverse proxy, Prometheus metrics, the
+// embedded NATS server and (through the Replicator hook) replication into
+// one App with a start and a graceful shutdown.
+//
+//	app, err := server.New(server.Options{Config: cfg, ConfigPath: path, Self: self, Logger: log})
+//	if err != nil {
+//		return err
+//	}
+//	return app.Run(ctx) // serves until ctx is done, then drains and flushes
+//
+// An App is safe for concurrent use: Reload may be called from a signal
+// handler while requests are served.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/geolimit/geolimit/clock"
+	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/natsembed"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Replicator moves the node's deltas to and from its peers (memberlist in the
+// PoP, NATS between PoPs). The App starts it after the node, the embedded NATS
+// server and the listeners are up, and closes it after the HTTP servers have
+// drained, so that Close can send a final flush.
+type Replicator interface {
+	// Start starts replication and returns once it runs; it must not block
+	// for the App's lifetime. ctx is cancelled at shutdown.
+	Start(ctx context.Context) error
+	// Status reports membership and partitions for GET /v1/status. It must
+	// not block and is called concurrently with everything else.
+	Status() ReplicationStatus
+	// Close stops replication after a final flush. It is called once.
+	Close() error
+}
+
+// ReplicationEnv is what a Replicator is built from.
+type ReplicationEnv struct {
+	// Node is the node core whose deltas are replicated.
+	Node *pop.Node
+	// Clock is the App's clock (Unix nanoseconds).
+	Clock clock.Clock
+	// Config is the configuration the App started with (gossip, nats,
+	// replication sections). Replication settings change only at restart.
+	Config *config.Config
+	// NATSURL is the NATS client URL: nats.url, or the embedded server's.
+	NATSURL string
+	// NATS is the embedded server, nil when nats.url is set.
+	NATS *natsembed.Server
+	// Logger is the App's logger.
+	Logger *slog.Logger
+	// Registry is the App's Prometheus registry, for replication metrics.
+	Registry *prometheus.Registry
+}
+
+// NewReplicatorFunc builds a Replicator; see Options.NewReplicator.
+type NewReplicatorFunc func(ReplicationEnv) (Replicator, error)
+
+// ReplicationStatus is the replication part of GET /v1/status.
+type ReplicationStatus struct {
+	// Members are the PoP's members as memberlist sees them.
+	Members []Member `json:"members"`
+	// RemotePoPs are the other PoPs heard on NATS.
+	RemotePoPs []RemotePoP `json:"remote_pops"`
+	// Partitions lists the PoPs ("region/pop") silent for longer than
+	// replication.peer_timeout.
+	Partitions []string `json:"partitions"`
+}
+
+// Member is one member of the PoP.
+type Member struct {
+	Name  string `json:"name"`
+	Addr  string `json:"addr,omitempty"`
+	State string `json:"state"`
+}
+
+// RemotePoP is one remote PoP and when it was last heard.
+type RemotePoP struct {
+	Region string `json:"region"`
+	PoP    string `json:"pop"`
+	// LastHeardMS is the time since its last message, in milliseconds.
+	LastHeardMS int64 `json:"last_heard_ms"`
+	Partitioned bool  `json:"partitioned"`
+}
+
+// Options configures an App.
+type Options struct {
+	// Config is the configuration; it must be valid (config.Parse/Load
+	// validate). Required.
+	Config *config.Config
+	// ConfigPath is the file Reload reads and the watcher polls; empty
+	// disables both.
+	ConfigPath string
+	// Self is the node's replica identity, with an incarnation that is new
+	// at every start. Required.
+	Self crdt.Replica
+	// Clock is the clock; nil means a 1ms coarse clock owned by the App.
+	Clock clock.Clock
+	// Logger is the logger; nil discards logs.
+	Logger *slog.Logger
+	// Version is reported by geolimit_build_info and /v1/status.
+	Version string
+	// WatchInterval is how often ConfigPath is polled for changes: 0 means
+	// 1s, negative turns polling off.
+	WatchInterval time.Duration
+	// TickInterval is how often node.Tick runs; 0 means 1s.
+	TickInterval time.Duration
+	// NewReplicator, when set, builds the replication runtime; nil runs the
+	// node without replication (a one-node PoP).
+	NewReplicator NewReplicatorFunc
+}
+
+// App is a running (or ready to run) edge daemon.
+type App struct {
+	opts     Options
+	cfg      *config.Config // startup config
+	log      *slog.Logger
+	clk      clock.Clock
+	ownClock *clock.Coarse
+	node     *pop.Node
+	reg      *prometheus.Registry
+	met      *metrics
+	rules    atomic.Pointer[ruleSet]
+	started  time.Time
+
+	reloadMu   sync.Mutex
+	cfgNow     *config.Config // last applied config
+	lastHash   [32]byte       // hash of the last file content tried
+	metricsMu  sync.Mutex
+	ruleMetric map[string]*ruleMetrics
+
+	nats     *natsembed.Server
+	natsURL  string
+	repl     Replicator
+	apiLn    net.Listener
+	proxyLn  net.Listener
+	apiSrv   *http.Server
+	proxySrv *http.Server
+	ready    atomic.Bool
+
+	cancel   context.CancelFunc
+	loops    sync.WaitGroup
+	shutOnce sync.Once
+	shutErr  error
+	serveErr chan error
+}
+
+// New builds an App: the node core, rules and metrics. It opens no socket
+// and starts no goroutine except the coarse clock when Options.Clock is nil.
+func New(o Options) (*App, error) {
+	if o.Config == nil {
+		return nil, errors.New("server: options: config required")
+	}
+	if err := o.Config.Validate(); err != nil {
+		return nil, fmt.Errorf("server: config: %w", err)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.WatchInterval == 0 {
+		o.WatchInterval = time.Second
+	}
+	if o.TickInterval <= 0 {
+		o.TickInterval = time.Second
+	}
+	a := &App{
+		opts:       o,
+		cfg:        o.Config,
+		cfgNow:     o.Config,
+		log:        o.Logger,
+		clk:        o.Clock,
+		reg:        prometheus.NewRegistry(),
+		ruleMetric: map[string]*ruleMetrics{},
+		serveErr:   make(chan error, 2),
+	}
+	rs, prules, err := compileRules(o.Config, a.metricsFor)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	node, err := pop.New(pop.Config{Self: o.Self, Rules: prules, MaxKeys: o.Config.Limits.MaxKeys, MaxSkew: o.Config.Limits.MaxSkew.D()})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	a.node = node
+	a.rules.Store(rs)
+	if o.ConfigPath != "" {
+		if b, err := os.ReadFile(o.ConfigPath); err == nil {
+			a.lastHash = sha256.Sum256(b)
+		}
+	}
+	a.met = newMetrics(a)
+	if a.clk == nil {
+		a.ownClock = clock.NewCoarse(time.Millisecond)
+		a.clk = a.ownClock
+	}
+	return a, nil
+}
+
+func (a *App) metricsFor(name string) *ruleMetrics {
+	a.metricsMu.Lock()
+	defer a.metricsMu.Unlock()
+	m := a.ruleMetric[name]
+	if m == nil {
+		m = &ruleMetrics{}
+		a.ruleMetric[name] = m
+	}
+	return m
+}
+
+// Node returns the node core.
+func (a *App) Node() *pop.Node { return a.node }
+
+// Registry returns the App's Prometheus registry.
+func (a *App) Registry() *prometheus.Registry { return a.reg }
+
+// Clock returns the App's clock.
+func (a *App) Clock() clock.Clock { return a.clk }
+
+// APIAddr returns the API listener's address, once started.
+func (a *App) APIAddr() net.Addr {
+	if a.apiLn == nil {
+		return nil
+	}
+	return a.apiLn.Addr()
+}
+
+// ProxyAddr returns the proxy listener's address, or nil when proxy mode is
+// off or the App has not started.
+func (a *App) ProxyAddr() net.Addr {
+	if a.proxyLn == nil {
+		return nil
+	}
+	return a.proxyLn.Addr()
+}
+
+// NATSURL returns the NATS client URL in use, once started.
+func (a *App) NATSURL() string { return a.natsURL }
+
+// Start starts the embedded NATS server (unless nats.url is set), the HTTP
+// listeners, the replicator, the tick loop and the config watcher, and
+// returns once all are up. On error everything started is stopped.
+func (a *App) Start(ctx context.Context) (err error) {
+	a.started = time.Now()
+	ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if err != nil {
+			_ = a.Shutdown(context.Background())
+		}
+	}()
+	if a.cfg.NATS.URL != "" {
+		a.natsURL = a.cfg.NATS.URL
+	} else {
+		opts := natsembed.Options{Listen: a.cfg.NATS.Embedded.Listen, ServerName: a.opts.Self.Region + "-" + a.opts.Self.PoP + "-" + a.opts.Self.Node, Logger: a.log.With("component", "nats")}
+		if g := a.cfg.NATS.Embedded.Gateway; g != nil {
+			ng := &natsembed.Gateway{Name: g.Name, Listen: g.Listen}
+			for _, r := range g.Gateways {
+				ng.Gateways = append(ng.Gateways, natsembed.RemoteGateway{Name: r.Name, URLs: r.URLs})
+			}
+			opts.Gateway = ng
+		}
+		if a.nats, err = natsembed.Start(opts); err != nil {
+			return fmt.Errorf("server: embedded nats: %w", err)
+		}
+		a.natsURL = a.nats.ClientURL()
+		a.log.Info("embedded nats-server started", "url", a.natsURL, "gateway", a.nats.GatewayURL())
+	}
+	h := a.cfg.HTTP
+	newSrv := func(handler http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           handler,
+			ReadHeaderTimeout: h.ReadHeaderTimeout.D(),
+			ReadTimeout:       h.ReadTimeout.D(),
+			WriteTimeout:      h.WriteTimeout.D(),
+			IdleTimeout:       h.IdleTimeout.D(),
+			MaxHeaderBytes:    h.MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+		}
+	}
+	if a.apiLn, err = net.Listen("tcp", a.cfg.Listen.API); err != nil {
+		return fmt.Errorf("server: listen.api: %w", err)
+	}
+	a.apiSrv = newSrv(a.apiHandler())
+	if a.cfg.Listen.Proxy != "" {
+		ph, err := a.proxyHandler()
+		if err != nil {
+			return err
+		}
+		if a.proxyLn, err = net.Listen("tcp", a.cfg.Listen.Proxy); err != nil {
+			return fmt.Errorf("server: listen.proxy: %w", err)
+		}
+		a.proxySrv = newSrv(ph)
+	}
+	if a.opts.NewReplicator != nil {
+		r, err := a.opts.NewReplicator(ReplicationEnv{
+			Node: a.node, Clock: a.clk, Config: a.cfg, NATSURL: a.natsURL, NATS: a.nats,
+			Logger: a.log.With("component", "replication"), Registry: a.reg,
+		})
+		if err != nil {
+			return fmt.Errorf("server: replication: %w", err)
+		}
+		if err := r.Start(ctx); err != nil {
+			_ = r.Close()
+			return fmt.Errorf("server: replication: %w", err)
+		}
+		a.repl = r
+	}
+	a.serve(a.apiSrv, a.apiLn, "api")
+	if a.proxySrv != nil {
+		a.serve(a.proxySrv, a.proxyLn, "proxy")
+	}
+	a.loops.Add(1)
+	go a.tickLoop(ctx)
+	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
+		a.loops.Add(1)
+		go a.watchLoop(ctx)
+	}
+	a.ready.Store(true)
+	a.log.Info("edge started", "node", a.opts.Self.String(), "api", a.apiLn.Addr().String(),
+		"proxy", addrString(a.proxyLn), "rules", len(a.rules.Load().rules))
+	return nil
+}
+
+func addrString(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+func (a *App) serve(s *http.Server, l net.Listener, name string) {
+	a.loops.Add(1)
+	go func() {
+		defer a.loops.Done()
+		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("http server failed", "listener", name, "err", err)
+			a.serveErr <- fmt.Errorf("server: %s: %w", name, err)
+		}
+	}()
+}
+
+// Run starts the App, serves until ctx is done (or a listener fails), then
+// shuts down gracefully within http.shutdown_timeout.
+func (a *App) Run(ctx context.Context) error {
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-a.serveErr:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.HTTP.ShutdownTimeout.D())
+	defer cancel()
+	return errors.Join(runErr, a.Shutdown(sctx))
+}
+
+// Shutdown stops accepting requests, drains the HTTP servers, closes the
+// replicator (final flush), stops the embedded NATS server and the loops. It
+// is idempotent.
+func (a *App) Shutdown(ctx context.Context) error {
+	a.shutOnce.Do(func() {
+		a.ready.Store(false)
+		var errs []error
+		for _, s := range []*http.Server{a.proxySrv, a.apiSrv} {
+			if s == nil {
+				continue
+			}
+			if err := s.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("server: drain: %w", err))
+				_ = s.Close()
+			}
+		}
+		for _, l := range []net.Listener{a.apiLn, a.proxyLn} {
+			if l != nil {
+				_ = l.Close() // a listener that never served
+			}
+		}
+		if a.repl != nil {
+			if err := a.repl.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("server: replication close: %w", err))
+			}
+		}
+		if a.cancel != nil {
+			a.cancel()
+		}
+		a.loops.Wait()
+		if a.nats != nil {
+			a.nats.Shutdown()
+		}
+		if a.ownClock != nil {
+			a.ownClock.Stop()
+		}
+		a.shutErr = errors.Join(errs...)
+		a.log.Info("edge stopped")
+	})
+	return a.shutErr
+}
+
+func (a *App) tickLoop(ctx context.Context) {
+	defer a.loops.Done()
+	t := time.NewTicker(a.opts.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.node.Tick(a.clk.Now())
+		}
+	}
+}
+
+// watchLoop polls the config file and reloads when its content changes.
+func (a *App) watchLoop(ctx context.Context) {
+	defer a.loops.Done()
+	t := time.NewTicker(a.opts.WatchInterval)
+	defer t.Stop()
+	var lastMod time.Time
+	var lastSize int64 = -1
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fi, err := os.Stat(a.opts.ConfigPath)
+		if err != nil {
+			continue // being replaced; a later poll sees the new file
+		}
+		if fi.ModTime().Equal(lastMod) && fi.Size() == lastSize {
+			continue
+		}
+		lastMod, lastSize = fi.ModTime(), fi.Size()
+		b, err := os.ReadFile(a.opts.ConfigPath)
+		if err != nil {
+			continue
+		}
+		a.reloadMu.Lock()
+		same := sha256.Sum256(b) == a.lastHash
+		a.reloadMu.Unlock()
+		if !same {
+			_ = a.reloadBytes(b, "file change")
+		}
+	}
+}
+
+// Reload re-reads the config file and applies its rules and trusted proxies.
+// An invalid file changes nothing: the old config keeps serving and the
+// reason is logged and returned. Rules whose name and window are unchanged
+// keep their counts. Other sections (listen, nats, gossip, replication,
+// node, limits, http) take effect only at restart; a change to them is
+// logged.
+func (a *App) Reload() error {
+	if a.opts.ConfigPath == "" {
+		return errors.New("server: reload: no config file")
+	}
+	b, err := os.ReadFile(a.opts.ConfigPath)
+	if err != nil {
+		a.met.reloads.WithLabelValues("failed").Inc()
+		a.log.Error("config reload failed; keeping the old config", "err", err)
+		return fmt.Errorf("server: reload: %w", err)
+	}
+	return a.reloadBytes(b, "reload")
+}
+
+func (a *App) reloadBytes(b []byte, why string) error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	a.lastHash = sha256.Sum256(b)
+	err := a.apply(b)
+	if err != nil {
+		a.met.reloads.WithLabelValues("failed").Inc()
+		a.log.Error("config reload failed; keeping the old config", "trigger", why, "path", a.opts.ConfigPath, "err", err)
+		return err
+	}
+	a.met.reloads.WithLabelValues("ok").Inc()
+	a.log.Info("config reloaded", "trigger", why, "path", a.opts.ConfigPath, "rules", len(a.rules.Load().rules))
+	return nil
+}
+
+func (a *App) apply(b []byte) error {
+	cfg, err := config.Parse(b)
+	if err != nil {
+		return err
+	}
+	rs, prules, err := compileRules(cfg, a.metricsFor)
+	if err != nil {
+		return err
+	}
+	if err := a.node.SetRules(prules); err != nil {
+		return err
+	}
+	a.rules.Store(rs)
+	old := a.cfgNow
+	a.cfgNow = cfg
+	// Forget the counters of removed rules.
+	a.metricsMu.Lock()
+	for name := range a.ruleMetric {
+		if _, ok := rs.byName[name]; !ok {
+			delete(a.ruleMetric, name)
+		}
+	}
+	a.metricsMu.Unlock()
+	if diff := restartOnly(old, cfg); len(diff) > 0 {
+		a.log.Warn("config sections changed that take effect only at restart", "sections", diff)
+	}
+	return nil
+}
+
+// restartOnly lists the sections that differ between a and b and are not
+// applied by a reload.
+func restartOnly(a, b *config.Config) []string {
+	var out []string
+	pa, pb := a.Proxy, b.Proxy
+	pa.TrustedProxies, pb.TrustedProxies = nil, nil
+	for _, s := range []struct {
+		name string
+		x, y any
+	}{
+		{"node", a.Node, b.Node}, {"listen", a.Listen, b.Listen}, {"proxy", pa, pb},
+		{"nats", a.NATS, b.NATS}, {"gossip", a.Gossip, b.Gossip}, {"replication", a.Replication, b.Replication},
+		{"limits", a.Limits, b.Limits}, {"http", a.HTTP, b.HTTP},
+	} {
+		if !reflect.DeepEqual(s.x, s.y) {
+			out = append(out, s.name)
+		}
+	}
+	return out
+}
+
+// Err delivers the error of a listener that stopped serving on its own.
+func (a *App) Err() <-chan error { return a.serveErr }
+
+// Ready reports whether the App serves (started and not shutting down).
+func (a *App) Ready() bool { return a.ready.Load() }
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) > 1<<20 {
+		return
+	}
+	*b = (*b)[:0]
+	bufPool.Put(b)
+}

@@ -1,0 +1,536 @@
+package server
+
+import (
+	"errors"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// A small, allocation-lean JSON reader for the decision API's two request
+// shapes, {"rule","key","cost"} and {"checks":[...]}. It accepts exactly what
+// encoding/json accepts for these shapes (unknown fields are skipped, null
+// means omitted, the last duplicate field wins) and rejects what it rejects.
+// Strings without escapes are returned as slices of the input.
+
+// check is one decoded check request. rule and key may alias the request
+// body and are valid only while it is.
+type check struct {
+	rule, key []byte
+	cost      uint64
+	hasCost   bool
+	// costErr is set for a cost that is present but not a positive integer.
+	costErr bool
+}
+
+var (
+	errJSONSyntax  = errors.New("invalid JSON")
+	errJSONEOF     = errors.New("unexpected end of JSON input")
+	errJSONType    = errors.New("wrong JSON type")
+	errJSONTrailer = errors.New("invalid JSON after top-level value")
+)
+
+type jsonErr struct {
+	err error
+	off int
+	msg string
+}
+
+func (e *jsonErr) Error() string {
+	s := e.err.Error()
+	if e.msg != "" {
+		s += ": " + e.msg
+	}
+	return s + " at offset " + strconv.Itoa(e.off)
+}
+
+func (e *jsonErr) Unwrap() error { return e.err }
+
+func synErr(off int, msg string) error { return &jsonErr{err: errJSONSyntax, off: off, msg: msg} }
+
+func ws(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// parseCheckBody parses a whole body holding one check object.
+func parseCheckBody(b []byte, c *check) error {
+	i := ws(b, 0)
+	i, err := parseCheck(b, i, c)
+	if err != nil {
+		return err
+	}
+	if i = ws(b, i); i != len(b) {
+		return &jsonErr{err: errJSONTrailer, off: i}
+	}
+	return nil
+}
+
+// parseChecksBody parses {"checks":[...]} into dst (reused) and returns it.
+// It fails with errTooMany once more than max checks are seen.
+func parseChecksBody(b []byte, dst []check, max int) ([]check, error) {
+	i := ws(b, 0)
+	if i >= len(b) {
+		return dst, &jsonErr{err: errJSONEOF, off: i}
+	}
+	if b[i] != '{' {
+		return dst, &jsonErr{err: errJSONType, off: i, msg: "want an object"}
+	}
+	i = ws(b, i+1)
+	seen := false
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			name, j, err := parseString(b, i)
+			if err != nil {
+				return dst, err
+			}
+			if i = ws(b, j); i >= len(b) || b[i] != ':' {
+				return dst, synErr(i, "want ':'")
+			}
+			i = ws(b, i+1)
+			if string(name) == "checks" {
+				dst, i, err = parseCheckArray(b, i, dst[:0], max)
+				if err != nil {
+					return dst, err
+				}
+				seen = true
+			} else if i, err = skipValue(b, i, 0); err != nil {
+				return dst, err
+			}
+			if i = ws(b, i); i >= len(b) {
+				return dst, &jsonErr{err: errJSONEOF, off: i}
+			}
+			if b[i] == '}' {
+				i++
+				break
+			}
+			if b[i] != ',' {
+				return dst, synErr(i, "want ',' or '}'")
+			}
+			i = ws(b, i+1)
+		}
+	}
+	if i = ws(b, i); i != len(b) {
+		return dst, &jsonErr{err: errJSONTrailer, off: i}
+	}
+	if !seen {
+		dst = dst[:0]
+	}
+	return dst, nil
+}
+
+var errTooMany = errors.New("too many checks")
+
+func parseCheckArray(b []byte, i int, dst []check, max int) ([]check, int, error) {
+	if i >= len(b) {
+		return dst, i, &jsonErr{err: errJSONEOF, off: i}
+	}
+	if isNull(b, i) {
+		return dst, i + 4, nil
+	}
+	if b[i] != '[' {
+		return dst, i, &jsonErr{err: errJSONType, off: i, msg: "checks: want an array"}
+	}
+	i = ws(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return dst, i + 1, nil
+	}
+	for {
+		if len(dst) >= max {
+			return dst, i, errTooMany
+		}
+		dst = append(dst, check{})
+		var err error
+		if i, err = parseCheck(b, i, &dst[len(dst)-1]); err != nil {
+			return dst, i, err
+		}
+		if i = ws(b, i); i >= len(b) {
+			return dst, i, &jsonErr{err: errJSONEOF, off: i}
+		}
+		if b[i] == ']' {
+			return dst, i + 1, nil
+		}
+		if b[i] != ',' {
+			return dst, i, synErr(i, "want ',' or ']'")
+		}
+		i = ws(b, i+1)
+	}
+}
+
+func isNull(b []byte, i int) bool {
+	return len(b)-i >= 4 && string(b[i:i+4]) == "null"
+}
+
+// parseCheck parses one check object starting at b[i] (no leading space).
+func parseCheck(b []byte, i int, c *check) (int, error) {
+	*c = check{}
+	if i >= len(b) {
+		return i, &jsonErr{err: errJSONEOF, off: i}
+	}
+	if b[i] != '{' {
+		return i, &jsonErr{err: errJSONType, off: i, msg: "want an object"}
+	}
+	i = ws(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		name, j, err := parseString(b, i)
+		if err != nil {
+			return j, err
+		}
+		if i = ws(b, j); i >= len(b) || b[i] != ':' {
+			return i, synErr(i, "want ':'")
+		}
+		i = ws(b, i+1)
+		switch string(name) {
+		case "rule", "key":
+			var s []byte
+			if isNull(b, i) {
+				i += 4
+			} else if s, i, err = parseString(b, i); err != nil {
+				var je *jsonErr
+				if errors.As(err, &je) && je.err == errJSONType {
+					je.msg = string(name) + ": want a string"
+				}
+				return i, err
+			}
+			if string(name) == "rule" {
+				c.rule = s
+			} else {
+				c.key = s
+			}
+		case "cost":
+			if isNull(b, i) {
+				i += 4
+				c.hasCost, c.costErr, c.cost = false, false, 0
+				break
+			}
+			if i >= len(b) || (b[i] != '-' && (b[i] < '0' || b[i] > '9')) {
+				if i >= len(b) {
+					return i, &jsonErr{err: errJSONEOF, off: i}
+				}
+				if j, err := skipValue(b, i, 0); err != nil {
+					return j, err
+				}
+				return i, &jsonErr{err: errJSONType, off: i, msg: "cost: want a number"}
+			}
+			start := i
+			j, err := skipNumber(b, i)
+			if err != nil {
+				return j, err
+			}
+			i = j
+			c.hasCost = true
+			v, perr := strconv.ParseUint(string(b[start:i]), 10, 64)
+			c.cost, c.costErr = v, perr != nil || v == 0
+		default:
+			if i, err = skipValue(b, i, 0); err != nil {
+				return i, err
+			}
+		}
+		if i = ws(b, i); i >= len(b) {
+			return i, &jsonErr{err: errJSONEOF, off: i}
+		}
+		if b[i] == '}' {
+			return i + 1, nil
+		}
+		if b[i] != ',' {
+			return i, synErr(i, "want ',' or '}'")
+		}
+		i = ws(b, i+1)
+	}
+}
+
+// parseString parses a JSON string at b[i]. Without escapes the result
+// aliases b; with escapes it is a new slice.
+func parseString(b []byte, i int) ([]byte, int, error) {
+	if i >= len(b) {
+		return nil, i, &jsonErr{err: errJSONEOF, off: i}
+	}
+	if b[i] != '"' {
+		if _, err := skipValue(b, i, 0); err != nil {
+			return nil, i, err
+		}
+		return nil, i, &jsonErr{err: errJSONType, off: i, msg: "want a string"}
+	}
+	start := i + 1
+	for j := start; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[start:j], j + 1, nil
+		case c == '\\':
+			return unescape(b, start, j)
+		case c < 0x20:
+			return nil, j, synErr(j, "control character in string")
+		}
+	}
+	return nil, len(b), &jsonErr{err: errJSONEOF, off: len(b)}
+}
+
+// unescape decodes a string that has an escape at b[j], starting at b[start].
+func unescape(b []byte, start, j int) ([]byte, int, error) {
+	out := make([]byte, 0, j-start+16)
+	out = append(out, b[start:j]...)
+	for j < len(b) {
+		c := b[j]
+		switch {
+		case c == '"':
+			return out, j + 1, nil
+		case c < 0x20:
+			return nil, j, synErr(j, "control character in string")
+		case c != '\\':
+			out = append(out, c)
+			j++
+			continue
+		}
+		if j+1 >= len(b) {
+			return nil, len(b), &jsonErr{err: errJSONEOF, off: len(b)}
+		}
+		switch e := b[j+1]; e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(b, j+2)
+			if !ok {
+				return nil, j, synErr(j, "bad \\u escape")
+			}
+			j += 6
+			if utf16.IsSurrogate(r) {
+				if r2, ok := hex4(b, j+2); ok && j+1 < len(b) && b[j] == '\\' && b[j+1] == 'u' {
+					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+						j += 6
+						out = utf8.AppendRune(out, d)
+						continue
+					}
+				}
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
+			continue
+		default:
+			return nil, j, synErr(j, "bad escape")
+		}
+		j += 2
+	}
+	return nil, len(b), &jsonErr{err: errJSONEOF, off: len(b)}
+}
+
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// skipNumber validates a JSON number at b[i] and returns its end.
+func skipNumber(b []byte, i int) (int, error) {
+	start := i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(b):
+		return i, &jsonErr{err: errJSONEOF, off: i}
+	case b[i] == '0':
+		i++
+	case b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return i, synErr(start, "bad number")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return i, synErr(start, "bad number")
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return i, synErr(start, "bad number")
+		}
+	}
+	return i, nil
+}
+
+const maxJSONDepth = 64
+
+// skipValue validates and skips any JSON value at b[i].
+func skipValue(b []byte, i, depth int) (int, error) {
+	if depth > maxJSONDepth {
+		return i, synErr(i, "nested too deeply")
+	}
+	if i >= len(b) {
+		return i, &jsonErr{err: errJSONEOF, off: i}
+	}
+	switch c := b[i]; {
+	case c == '"':
+		_, j, err := parseString(b, i)
+		return j, err
+	case c == '-' || (c >= '0' && c <= '9'):
+		return skipNumber(b, i)
+	case c == 't':
+		return lit(b, i, "true")
+	case c == 'f':
+		return lit(b, i, "false")
+	case c == 'n':
+		return lit(b, i, "null")
+	case c == '[':
+		i = ws(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1, nil
+		}
+		for {
+			var err error
+			if i, err = skipValue(b, i, depth+1); err != nil {
+				return i, err
+			}
+			if i = ws(b, i); i >= len(b) {
+				return i, &jsonErr{err: errJSONEOF, off: i}
+			}
+			if b[i] == ']' {
+				return i + 1, nil
+			}
+			if b[i] != ',' {
+				return i, synErr(i, "want ',' or ']'")
+			}
+			i = ws(b, i+1)
+		}
+	case c == '{':
+		i = ws(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return i + 1, nil
+		}
+		for {
+			_, j, err := parseString(b, i)
+			if err != nil {
+				return j, err
+			}
+			if i = ws(b, j); i >= len(b) || b[i] != ':' {
+				return i, synErr(i, "want ':'")
+			}
+			if i, err = skipValue(b, ws(b, i+1), depth+1); err != nil {
+				return i, err
+			}
+			if i = ws(b, i); i >= len(b) {
+				return i, &jsonErr{err: errJSONEOF, off: i}
+			}
+			if b[i] == '}' {
+				return i + 1, nil
+			}
+			if b[i] != ',' {
+				return i, synErr(i, "want ',' or '}'")
+			}
+			i = ws(b, i+1)
+		}
+	}
+	return i, synErr(i, "unexpected character")
+}
+
+func lit(b []byte, i int, s string) (int, error) {
+	if len(b)-i < len(s) {
+		return len(b), &jsonErr{err: errJSONEOF, off: len(b)}
+	}
+	if string(b[i:i+len(s)]) != s {
+		return i, synErr(i, "bad literal")
+	}
+	return i + len(s), nil
+}
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
+// with encoding/json; <, > and & are escaped too.
+func appendString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"runtime"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the App's Prometheus metrics, on the App's own registry.
+//
+// Decision counters are plain atomics per rule (see ruleMetrics), exported by
+// a collector at scrape time, so the hot path does no label lookup; key
+// counts come from node.Stats at scrape time.
+type metrics struct {
+	reloads        *prometheus.CounterVec
+	latencyCheck   prometheus.Observer
+	latencyChecks  prometheus.Observer
+	latencyProxy   prometheus.Observer
+	upstreamErrors prometheus.Counter
+}
+
+var (
+	descDecisions = prometheus.NewDesc("geolimit_decisions_total",
+		"Decisions by rule and result (allowed, denied, shadow_denied).", []string{"rule", "result"}, nil)
+	descActiveKeys = prometheus.NewDesc("geolimit_active_keys",
+		"Live keys per rule.", []string{"rule"}, nil)
+	descKeys = prometheus.NewDesc("geolimit_store_keys",
+		"Live (rule, key) pairs in the store.", nil, nil)
+	descEvicted = prometheus.NewDesc("geolimit_store_evicted_keys_total",
+		"Keys evicted to make room for a new key.", nil, nil)
+	descUntracked = prometheus.NewDesc("geolimit_store_untracked_keys_total",
+		"New keys (or merged entries) refused because the store was full: decided as keys with no history and not counted.", nil, nil)
+	descExpired = prometheus.NewDesc("geolimit_store_expired_keys_total",
+		"Keys removed because all their windows had passed.", nil, nil)
+	descReplicas = prometheus.NewDesc("geolimit_store_replicas",
+		"Replica identities known to the store, this node included.", nil, nil)
+	descApplied = prometheus.NewDesc("geolimit_replication_applied_entries_total",
+		"Replicated entries received, by what merging them did.", []string{"outcome"}, nil)
+)
+
+func newMetrics(a *App) *metrics {
+	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "geolimit_decision_duration_seconds",
+		Help: "Time to decide one request: for the API from reading the body to the response written; for the proxy until the decision is made (upstream excluded). A /v1/checks batch is one observation.",
+		// 2us .. ~16ms
+		Buckets: prometheus.ExponentialBuckets(2e-6, 2, 14),
+	}, []string{"endpoint"})
+	m := &metrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geolimit_config_reloads_total",
+			Help: "Config reloads by result (ok, failed).",
+		}, []string{"result"}),
+		latencyCheck:  lat.WithLabelValues("check"),
+		latencyChecks: lat.WithLabelValues("checks"),
+		latencyProxy:  lat.WithLabelValues("proxy"),
+		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "geolimit_proxy_upstream_errors_total",
+			Help: "Proxied requests answered 502 because the upstream failed.",
+		}),
+	}
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("failed")
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "geolimit_build_info",
+		Help: "Build and identity of this node; always 1.",
+		ConstLabels: prometheus.Labels{
+			"version": a.opts.Version, "goversion": runtime.Version(),
+			"region": a.opts.Self.Region, "pop": a.opts.Self.PoP, "node": a.opts.Self.Node,
+		},
+	})
+	build.Set(1)
+	a.reg.MustRegister(m.reloads, lat, m.upstreamErrors, build, &nodeCollector{a: a},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// nodeCollector exports the decision counters and the node's Stats.
+type nodeCollector struct{ a *App }
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descEvicted, descUntracked, descExpired, descReplicas, descApplied} {
+		ch <- d
+	}
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, cr := range c.a.rules.Load().rules {
+		n := cr.pop.Name
+		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(cr.m.allowed.Load()), n, "allowed")
+		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(cr.m.denied.Load()), n, "denied")
+		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(cr.m.shadowDenied.Load()), n, "shadow_denied")
+	}
+	st := c.a.node.Stats()
+	for rule, k := range st.KeysByRule {
+		ch <- prometheus.MustNewConstMetric(descActiveKeys, prometheus.GaugeValue, float64(k), rule)
+	}
+	ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(st.Store.Keys))
+	ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(st.Store.Evicted))
+	ch <- prometheus.MustNewConstMetric(descUntracked, prometheus.CounterValue, float64(st.Store.Overflow))
+	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(st.Store.Expired))
+	ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(st.Store.Replicas))
+	ap := st.Applied
+	for _, o := range []struct {
+		name string
+		v    int
+	}{
+		{"merged", ap.Merged}, {"unchanged", ap.Unchanged}, {"stale", ap.Stale}, {"ahead", ap.Ahead},
+		{"full", ap.Full}, {"unknown_rule", ap.UnknownRule}, {"wrong_scope", ap.WrongScope},
+		{"bad_entry", ap.BadEntry}, {"echo", ap.Echo},
+	} {
+		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(o.v), o.name)
+	}
+}
+
+// pool is a typed sync.Pool.
+type pool[T any] struct{ p sync.Pool }
+
+func newPool[T any](fn func() *T) *pool[T] {
+	return &pool[T]{p: sync.Pool{New: func() any { return fn() }}}
+}
+
+func (p *pool[T]) get() *T  { return p.p.Get().(*T) }
+func (p *pool[T]) put(v *T) { p.p.Put(v) }

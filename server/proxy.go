@@ -1,0 +1,192 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/window"
+)
+
+// proxyHandler is the reverse proxy: every applicable rule is checked (AND)
+// before the request goes upstream.
+//
+// Counting across several rules: a request denied by one enforce rule must
+// not spend the budget of the others. When two or more enforce rules apply,
+// each is first checked without counting (node.View and the window maths);
+// if any would deny, the request is denied and nothing is counted anywhere.
+// Otherwise the enforce rules are decided (counted) in config order, and then
+// the shadow rules. Only a race (another request taking the last unit between
+// the check and the decision) can make a later rule deny after earlier rules
+// counted; the request is still denied.
+func (a *App) proxyHandler() (http.Handler, error) {
+	up, err := url.Parse(a.cfg.Proxy.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	pc := a.cfg.Proxy
+	tr := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: pc.DialTimeout.D(), KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   pc.DialTimeout.D() + 3*time.Second,
+		ResponseHeaderTimeout: pc.ResponseHeaderTimeout.D(),
+		ExpectContinueTimeout: time.Second,
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up)
+			// Keep the forwarded chain only from a trusted proxy; from anyone
+			// else X-Forwarded-For starts afresh with the socket peer.
+			if _, trusted := clientIP(pr.In, a.rules.Load().trusted); trusted {
+				if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+					pr.Out.Header["X-Forwarded-For"] = slices.Clone(prior)
+				}
+			}
+			pr.SetXForwarded()
+		},
+		Transport: tr,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			a.met.upstreamErrors.Inc()
+			a.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			writeError(w, http.StatusBadGateway, "upstream unavailable")
+		},
+		ErrorLog: nil,
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		bind, d, denied := a.decideProxy(r)
+		a.met.latencyProxy.Observe(time.Since(start).Seconds())
+		if bind != nil {
+			setRateLimitHeaders(w.Header(), bind, d)
+		}
+		if denied {
+			b := appendDenied(make([]byte, 0, 192), bind.pop.Name, d)
+			w.Header()[hContentType] = jsonCT
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write(b)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}), nil
+}
+
+type applied struct {
+	cr  *compiledRule
+	key string
+}
+
+// decideProxy decides r against every applicable rule. It returns the
+// binding rule and its decision (the denying rule with the longest wait, or
+// the enforce rule with the least remaining; nil when no enforce rule
+// applies), and whether r is denied.
+func (a *App) decideProxy(r *http.Request) (*compiledRule, pop.Decision, bool) {
+	rs := a.rules.Load()
+	ip, _ := clientIP(r, rs.trusted)
+	var buf [8]applied
+	app := buf[:0]
+	enforce := 0
+	for _, cr := range rs.rules {
+		if !cr.matches(r) {
+			continue
+		}
+		k, ok := cr.key(r, ip)
+		if !ok {
+			continue
+		}
+		app = append(app, applied{cr, k})
+		if cr.pop.Mode == pop.Enforce {
+			enforce++
+		}
+	}
+	now := a.clk.Now()
+	var bind *compiledRule
+	var bd pop.Decision
+	if enforce >= 2 {
+		// Check every enforce rule without counting; deny on the first
+		// that would deny, so that no rule's budget is spent.
+		for _, ap := range app {
+			if ap.cr.pop.Mode != pop.Enforce {
+				continue
+			}
+			if d, ok := a.peek(now, ap.cr, ap.key); ok && !d.Allowed {
+				ap.cr.m.record(d)
+				if bind == nil || d.RetryAfter > bd.RetryAfter {
+					bind, bd = ap.cr, d
+				}
+			}
+		}
+		if bind != nil {
+			return bind, bd, true
+		}
+	}
+	for pass := 0; pass < 2; pass++ { // enforce rules first, then shadow rules
+		for _, ap := range app {
+			if (ap.cr.pop.Mode == pop.Enforce) != (pass == 0) {
+				continue
+			}
+			d, err := a.node.Decide(now, ap.cr.pop.Name, ap.key, ap.cr.pop.Cost)
+			if err != nil {
+				continue // the rule went away in a reload
+			}
+			ap.cr.m.record(d)
+			if ap.cr.pop.Mode != pop.Enforce {
+				continue
+			}
+			if !d.Allowed {
+				return ap.cr, d, true
+			}
+			if bind == nil || d.Remaining < bd.Remaining || (d.Remaining == bd.Remaining && d.Reset > bd.Reset) {
+				bind, bd = ap.cr, d
+			}
+		}
+	}
+	return bind, bd, false
+}
+
+// peek decides a request of the rule's cost for key at now without counting
+// it, from the key's view.
+func (a *App) peek(now int64, cr *compiledRule, key string) (pop.Decision, bool) {
+	v, err := a.node.View(now, cr.pop.Name, key)
+	if err != nil {
+		return pop.Decision{}, false
+	}
+	width := int64(cr.pop.Window)
+	idx, el := window.Split(now, width)
+	var prev, curr uint64
+	for _, w := range v.Windows {
+		switch w.Index {
+		case idx - 1:
+			prev = w.Total
+		case idx:
+			curr = w.Total
+		}
+	}
+	res := window.Decide(cr.pop.Limit, cr.pop.Cost, prev, curr, el, width)
+	return pop.Decision{
+		Allowed: res.Allowed, Limit: cr.pop.Limit, Remaining: res.Remaining,
+		Reset: time.Duration(res.Reset), RetryAfter: time.Duration(res.RetryAfter),
+	}, true
+}
+
+// appendDenied appends the proxy's 429 body.
+func appendDenied(b []byte, rule string, d pop.Decision) []byte {
+	b = append(b, `{"error":"rate limited","rule":`...)
+	b = appendString(b, rule)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendUint(b, d.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendUint(b, d.Remaining, 10)
+	b = append(b, `,"reset_ms":`...)
+	b = strconv.AppendInt(b, ceilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
+	return append(b, "}\n"...)
+}
