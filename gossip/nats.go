@@ -28,7 +28,8 @@ type NATSConfig struct {
 	// 0 means 64 KiB.
 	MaxPayload int
 	// ReconnectBufSize bounds what is buffered while disconnected, in bytes;
-	// 0 means 1 MiB. What does not fit is dropped (anti-entropy repairs it).
+	// 0 means 1 MiB, -1 buffers nothing. What does not fit is dropped (the
+	// anti-entropy round after the reconnect repairs it).
 	ReconnectBufSize int
 	// ReconnectWait is the pause between reconnect attempts; 0 means 250ms.
 	ReconnectWait time.Duration
@@ -73,6 +74,14 @@ func HeartbeatSubject(prefix string, p PoPID) string {
 	return prefix + ".hb." + p.Region + "." + p.PoP
 }
 
+// SyncSubject returns the subject a PoP's nodes ask others to resync on.
+func SyncSubject(prefix string, p PoPID) string {
+	if prefix == "" {
+		prefix = DefaultSubjectPrefix
+	}
+	return prefix + ".sync." + p.Region + "." + p.PoP
+}
+
 // ParseSubject returns the kind and PoP of a subject made by DeltaSubject or
 // HeartbeatSubject under prefix.
 func ParseSubject(prefix, subject string) (Kind, PoPID, bool) {
@@ -93,6 +102,8 @@ func ParseSubject(prefix, subject string) (Kind, PoPID, bool) {
 		return KindDelta, p, true
 	case "hb":
 		return KindHeartbeat, p, true
+	case "sync":
+		return KindSync, p, true
 	}
 	return 0, PoPID{}, false
 }
@@ -100,14 +111,15 @@ func ParseSubject(prefix, subject string) (Kind, PoPID, bool) {
 // NATS is a Transport over core NATS pub/sub between PoPs. Each PoP
 // publishes on its own subjects; every node subscribes to all PoPs' subjects
 // and skips its own PoP. The connection reconnects forever with a bounded
-// buffer; every (re)connect asks the Handler to resync.
+// buffer; every (re)connect asks the Handler to resync, which then also asks
+// the other PoPs to resync (a KindSync message), since they may have
+// reconnected earlier and sent their counts while this node was away.
 type NATS struct {
 	cfg    NATSConfig
 	h      Handler
 	nc     *nats.Conn
 	subs   []*nats.Subscription
-	delta  string
-	hb     string
+	subj   [3]string // by Kind
 	mu     sync.Mutex
 	closed bool
 }
@@ -130,8 +142,11 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 64 << 10
 	}
-	if cfg.ReconnectBufSize <= 0 {
+	if cfg.ReconnectBufSize == 0 {
 		cfg.ReconnectBufSize = 1 << 20
+	}
+	if cfg.ReconnectBufSize < -1 {
+		cfg.ReconnectBufSize = -1
 	}
 	if cfg.ReconnectWait <= 0 {
 		cfg.ReconnectWait = 250 * time.Millisecond
@@ -145,7 +160,11 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.PendingLimit <= 0 {
 		cfg.PendingLimit = 1 << 16
 	}
-	t := &NATS{cfg: cfg, h: h, delta: DeltaSubject(cfg.SubjectPrefix, cfg.Self), hb: HeartbeatSubject(cfg.SubjectPrefix, cfg.Self)}
+	t := &NATS{cfg: cfg, h: h, subj: [3]string{
+		KindDelta:     DeltaSubject(cfg.SubjectPrefix, cfg.Self),
+		KindHeartbeat: HeartbeatSubject(cfg.SubjectPrefix, cfg.Self),
+		KindSync:      SyncSubject(cfg.SubjectPrefix, cfg.Self),
+	}}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -195,7 +214,7 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 		return nil, fmt.Errorf("gossip: nats: connect %s: %w", cfg.URL, err)
 	}
 	t.nc = nc
-	for _, subj := range []string{cfg.SubjectPrefix + ".delta.>", cfg.SubjectPrefix + ".hb.>"} {
+	for _, subj := range []string{cfg.SubjectPrefix + ".delta.>", cfg.SubjectPrefix + ".hb.>", cfg.SubjectPrefix + ".sync.>"} {
 		sub, err := nc.Subscribe(subj, t.receive)
 		if err != nil {
 			nc.Close()
@@ -231,16 +250,15 @@ func (t *NATS) MaxPayload(bool) int {
 	return n
 }
 
-// Publish publishes msg on the own PoP's delta or heartbeat subject.
+// Publish publishes msg on the own PoP's delta, heartbeat or sync subject.
 func (t *NATS) Publish(kind Kind, msg []byte, _ bool) error {
 	if len(msg) > t.MaxPayload(false) {
 		return ErrTooLarge
 	}
-	subj := t.delta
-	if kind == KindHeartbeat {
-		subj = t.hb
+	if int(kind) >= len(t.subj) {
+		return fmt.Errorf("gossip: nats: cannot publish kind %d", kind)
 	}
-	if err := t.nc.Publish(subj, msg); err != nil {
+	if err := t.nc.Publish(t.subj[kind], msg); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return ErrClosed
 		}

@@ -98,3 +98,49 @@ func TestNATSForgedDelta(t *testing.T) {
 	waitFor(t, 10*time.Second, "pop entry via nats refused", func() bool { return ma.rep.Stats()[0].Rejected == 2 })
 	assert.Zero(t, total(ma.node, "per-ip", "k"))
 }
+
+// TestNATSServerRestart stops the nats-server under two PoPs: both keep
+// deciding locally, reconnect when it is back and resync the counts made
+// while it was down (nothing is buffered, so only the anti-entropy round on
+// reconnect can deliver them).
+func TestNATSServerRestart(t *testing.T) {
+	s := startNATS(t, nil)
+	port := clientPort(s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	opts := func(id PoPID, name string) Options {
+		o := natsOpts(s.ClientURL(), id, name)
+		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: s.ClientURL(), ReconnectBufSize: -1, ReconnectWait: 20 * time.Millisecond, PingInterval: time.Second})
+		return o
+	}
+	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), opts(a, "ams-1"))
+	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), opts(b, "iad-1"))
+	decide := func(m *member, n int) {
+		for range n {
+			d, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+	}
+	decide(ma, 10)
+	decide(mb, 10)
+	waitFor(t, 10*time.Second, "converged before the restart", func() bool {
+		return total(ma.node, "api", "k") == 20 && total(mb.node, "api", "k") == 20
+	})
+	s.Shutdown()
+	s.WaitForShutdown()
+	resyncs := ma.rep.Status().Resyncs
+	// Decisions go on locally while the server is gone.
+	decide(ma, 7)
+	decide(mb, 5)
+	assert.Equal(t, uint64(27), total(ma.node, "api", "k"))
+	errs := ma.rep.Stats()[0].SendErrors
+	waitFor(t, 10*time.Second, "the flush of the outage's counts failed", func() bool { return ma.rep.Stats()[0].SendErrors > errs })
+
+	restartNATS(t, port)
+	waitFor(t, 20*time.Second, "resynced after reconnect", func() bool {
+		return total(ma.node, "api", "k") == 32 && total(mb.node, "api", "k") == 32
+	})
+	assert.Greater(t, ma.rep.Status().Resyncs, resyncs)
+}

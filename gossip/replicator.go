@@ -118,11 +118,12 @@ type Replicator struct {
 	popT, globT Transport
 	tstats      [2]transportCounters // 0: pop, 1: global
 
-	queue  chan inbound
-	resync chan struct{}
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	queue   chan inbound
+	resync  chan struct{} // send own live counts
+	syncReq chan struct{} // ask other PoPs for theirs, then send own
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
 
 	mu      sync.Mutex // guards peers
 	peers   map[PoPID]*peerState
@@ -155,15 +156,16 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 	}
 	self := opts.Node.Self()
 	r := &Replicator{
-		opts:   opts,
-		node:   opts.Node,
-		self:   self,
-		clk:    opts.Clock,
-		log:    opts.Logger,
-		queue:  make(chan inbound, opts.QueueSize),
-		resync: make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		peers:  map[PoPID]*peerState{},
+		opts:    opts,
+		node:    opts.Node,
+		self:    self,
+		clk:     opts.Clock,
+		log:     opts.Logger,
+		queue:   make(chan inbound, opts.QueueSize),
+		resync:  make(chan struct{}, 1),
+		syncReq: make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		peers:   map[PoPID]*peerState{},
 	}
 	for _, p := range opts.ExpectedPoPs {
 		if p != r.selfPoP() {
@@ -253,6 +255,10 @@ func (r *Replicator) loop(ctx context.Context) {
 		case <-r.resync:
 			r.resyncs.Add(1)
 			r.antiEntropy()
+		case <-r.syncReq:
+			r.resyncs.Add(1)
+			r.publishEmpty(KindSync)
+			r.antiEntropy()
 		case <-hbC:
 			r.heartbeat()
 			r.checkPeers()
@@ -314,9 +320,16 @@ func (r *Replicator) publish(ti int, t Transport, kind Kind, d *crdt.Delta, reli
 	}
 }
 
-func (r *Replicator) heartbeat() {
+func (r *Replicator) heartbeat() { r.publishEmpty(KindHeartbeat) }
+
+// publishEmpty publishes a delta without entries (a heartbeat or a sync
+// request) to the other PoPs.
+func (r *Replicator) publishEmpty(kind Kind) {
+	if r.globT == nil {
+		return
+	}
 	d := crdt.Delta{Sender: r.self, SentAt: r.clk.Now()}
-	r.publish(tGlobal, r.globT, KindHeartbeat, &d, false)
+	r.publish(tGlobal, r.globT, kind, &d, false)
 }
 
 // checkPeers logs the PoPs that went silent.
@@ -350,7 +363,18 @@ func (h *handler) Receive(from PoPID, kind Kind, b []byte) {
 	}
 }
 
-func (h *handler) Resync() { h.r.Resync() }
+// Resync resends the own counts; after a (re)connect to the other PoPs it
+// first asks them to resend theirs.
+func (h *handler) Resync() {
+	if h.t == tGlobal {
+		select {
+		case h.r.syncReq <- struct{}{}:
+		default:
+		}
+		return
+	}
+	h.r.Resync()
+}
 
 func (h *handler) LocalState() []byte { return h.r.localState() }
 
@@ -397,6 +421,10 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 	}
 	if in.t == tGlobal {
 		r.heard(in.from, now)
+	}
+	if in.kind == KindSync {
+		r.Resync()
+		return
 	}
 	if in.kind == KindHeartbeat || len(d.Entries) == 0 {
 		return

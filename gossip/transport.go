@@ -15,11 +15,18 @@ const (
 	// KindHeartbeat is an encoded crdt.Delta with no entries: it says "this
 	// PoP is alive and can reach you". Only sent between PoPs.
 	KindHeartbeat
+	// KindSync is an encoded crdt.Delta with no entries sent by a node that
+	// has just (re)connected: "send me your live counts". Only sent between
+	// PoPs.
+	KindSync
 )
 
 func (k Kind) String() string {
-	if k == KindHeartbeat {
+	switch k {
+	case KindHeartbeat:
 		return "heartbeat"
+	case KindSync:
+		return "sync"
 	}
 	return "delta"
 }

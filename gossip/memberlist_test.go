@@ -1,0 +1,196 @@
+package gossip
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// popNode starts a node of PoP id with memberlist (joining join) and NATS.
+func popNode(t testing.TB, ctx context.Context, id PoPID, name string, key []byte, natsURL string, join ...string) *member {
+	t.Helper()
+	n := newNode(t, id.Region, id.PoP, name, testRules())
+	o := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
+	o.PoP = MemberlistConnect(MemberlistConfig{
+		Self: id, Name: fmt.Sprintf("%s#%d", name, n.Self().Incarnation), Bind: "127.0.0.1:0",
+		Join: join, SecretKey: key, ProbeInterval: 200 * time.Millisecond,
+	})
+	if natsURL != "" {
+		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: natsURL, ReconnectWait: 50 * time.Millisecond})
+	}
+	return startMember(t, ctx, n, o)
+}
+
+func mlAddr(m *member) string { return m.rep.popT.(*Memberlist).Addr() }
+
+// natsTap records every entry published on any PoP's delta subject.
+type natsTap struct {
+	mu     sync.Mutex
+	byRule map[string]int
+}
+
+func tapDeltas(t testing.TB, url string) *natsTap {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	tap := &natsTap{byRule: map[string]int{}}
+	dec := crdt.NewDecoder()
+	_, err = nc.Subscribe("geolimit.delta.>", func(m *nats.Msg) {
+		var d crdt.Delta
+		tap.mu.Lock()
+		defer tap.mu.Unlock()
+		if dec.Decode(m.Data, &d) == nil {
+			for _, e := range d.Entries {
+				tap.byRule[e.Rule]++
+			}
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	return tap
+}
+
+func (tp *natsTap) count(rule string) int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return tp.byRule[rule]
+}
+
+func writeKey(t testing.TB) []byte {
+	t.Helper()
+	raw := []byte("0123456789abcdef0123456789abcdef")
+	path := filepath.Join(t.TempDir(), "gossip.key")
+	require.NoError(t, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(raw)+"\n"), 0o600))
+	key, err := ReadSecretKey(path)
+	require.NoError(t, err)
+	require.Equal(t, raw, key)
+	return key
+}
+
+// TestMemberlistPoP runs a PoP of three nodes on real memberlist (encrypted)
+// next to another PoP on NATS: the pop-scope rule is shared by the three and
+// never published on NATS; the global rule reaches the other PoP.
+func TestMemberlistPoP(t *testing.T) {
+	s := startNATS(t, nil)
+	tap := tapDeltas(t, s.ClientURL())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	key := writeKey(t)
+	ams := PoPID{"eu", "ams"}
+	a := popNode(t, ctx, ams, "ams-1", key, s.ClientURL())
+	b := popNode(t, ctx, ams, "ams-2", key, s.ClientURL(), mlAddr(a))
+	c := popNode(t, ctx, ams, "ams-3", key, s.ClientURL(), mlAddr(a))
+	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{"us", "iad"}, "iad-1"))
+	pop3 := []*member{a, b, c}
+	waitFor(t, 10*time.Second, "three members", func() bool {
+		for _, m := range pop3 {
+			if len(m.rep.Members()) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 90 {
+		m := pop3[i%3]
+		for _, rule := range []string{"per-ip", "api"} {
+			_, err := m.node.Decide(time.Now().UnixNano(), rule, "203.0.113.7", 1)
+			require.NoError(t, err)
+		}
+	}
+	waitFor(t, 10*time.Second, "pop rule shared inside the PoP, global rule everywhere", func() bool {
+		for _, m := range pop3 {
+			if total(m.node, "per-ip", "203.0.113.7") != 90 || total(m.node, "api", "203.0.113.7") != 90 {
+				return false
+			}
+		}
+		return total(iad.node, "api", "203.0.113.7") == 90
+	})
+	waitFor(t, 10*time.Second, "global entries seen on NATS", func() bool { return tap.count("api") > 0 })
+	// The tap has seen the global rule's deltas, published after the pop
+	// rule's in the same flushes: had pop entries been published, they
+	// would have arrived by now.
+	assert.Zero(t, tap.count("per-ip"), "pop-scope entries published on NATS")
+	assert.Zero(t, total(iad.node, "per-ip", "203.0.113.7"))
+	st := a.rep.Status()
+	require.Len(t, st.Transports, 2)
+	assert.Equal(t, "memberlist", st.Transports[0].Transport)
+	assert.NotZero(t, st.Transports[0].MessagesReceived)
+	assert.Len(t, st.Members, 2)
+}
+
+// TestMemberlistWrongKey: a node with another key does not join the PoP.
+func TestMemberlistWrongKey(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ams := PoPID{"eu", "ams"}
+	a := popNode(t, ctx, ams, "ams-1", writeKey(t), "")
+	b := popNode(t, ctx, ams, "ams-2", []byte("fedcba9876543210"), "", mlAddr(a))
+	assert.Empty(t, a.rep.Members())
+	assert.Empty(t, b.rep.Members())
+}
+
+// TestRestartMidWindow kills one node of a PoP of three mid-window and
+// starts it again with a new incarnation: the PoP's count never drops, the
+// new node learns the live window at once (push/pull on join), and its new
+// counts are visible everywhere, including in another PoP.
+func TestRestartMidWindow(t *testing.T) {
+	s := startNATS(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ams := PoPID{"eu", "ams"}
+	a := popNode(t, ctx, ams, "ams-1", nil, s.ClientURL())
+	b := popNode(t, ctx, ams, "ams-2", nil, s.ClientURL(), mlAddr(a))
+	c := popNode(t, ctx, ams, "ams-3", nil, s.ClientURL(), mlAddr(a))
+	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{"us", "iad"}, "iad-1"))
+	waitFor(t, 10*time.Second, "three members", func() bool { return len(c.rep.Members()) == 2 && len(a.rep.Members()) == 2 })
+	decide := func(m *member, rule string, n int) {
+		for range n {
+			_, err := m.node.Decide(time.Now().UnixNano(), rule, "k", 1)
+			require.NoError(t, err)
+		}
+	}
+	for _, m := range []*member{a, b, c} {
+		decide(m, "per-ip", 30)
+		decide(m, "api", 30)
+	}
+	decide(iad, "api", 10)
+	all := func(ms []*member, rule string, want uint64) func() bool {
+		return func() bool {
+			for _, m := range ms {
+				if total(m.node, rule, "k") != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor(t, 10*time.Second, "before the kill", all([]*member{a, b, c}, "per-ip", 90))
+	waitFor(t, 10*time.Second, "before the kill (global)", all([]*member{a, b, c, iad}, "api", 100))
+
+	require.NoError(t, c.rep.Close())
+	c2 := popNode(t, ctx, ams, "ams-3", nil, s.ClientURL(), mlAddr(a), mlAddr(b))
+	require.NotEqual(t, c.node.Self().Incarnation, c2.node.Self().Incarnation)
+	// Push/pull on join: the restarted node knows the window before it
+	// decides anything, with no undercount.
+	assert.Equal(t, uint64(90), total(c2.node, "per-ip", "k"), "pop count after restart")
+	assert.Equal(t, uint64(100), total(c2.node, "api", "k"), "global count after restart")
+	for _, m := range []*member{a, b} {
+		assert.Equal(t, uint64(90), total(m.node, "per-ip", "k"), "the PoP's count never drops")
+	}
+	decide(c2, "per-ip", 5)
+	decide(c2, "api", 5)
+	waitFor(t, 10*time.Second, "new incarnation's counts visible in the PoP", all([]*member{a, b, c2}, "per-ip", 95))
+	waitFor(t, 10*time.Second, "new incarnation's counts visible everywhere", all([]*member{a, b, c2, iad}, "api", 105))
+}
