@@ -1,0 +1,180 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/pop"
+)
+
+// full is the DESIGN.md contract example.
+const full = `
+node:
+  id: ams-1
+  region: eu
+  pop: ams
+listen:
+  api: 127.0.0.1:8080
+  proxy: ""
+proxy:
+  upstream: http://127.0.0.1:9000
+  trusted_proxies: [127.0.0.1/32]
+nats:
+  url: ""
+  embedded:
+    listen: 127.0.0.1:4222
+    gateway:
+      name: eu
+      listen: 127.0.0.1:7222
+      gateways: [{name: us, urls: [nats://127.0.0.1:7223]}]
+  subject_prefix: geolimit
+gossip:
+  bind: 127.0.0.1:7946
+  join: [127.0.0.1:7947]
+replication:
+  flush_interval: 50ms
+  peer_timeout: 2s
+  anti_entropy_interval: 5s
+rules:
+  - name: per-ip
+    match: {path_prefix: /api, methods: [GET, POST]}
+    key: ip
+    limit: 100
+    window: 1m
+    cost: 1
+    scope: pop
+    mode: enforce
+    on_partition: keep
+`
+
+func TestParseContract(t *testing.T) {
+	c, err := Parse([]byte(full))
+	require.NoError(t, err)
+	assert.Equal(t, Node{ID: "ams-1", Region: "eu", PoP: "ams"}, c.Node)
+	assert.Equal(t, "127.0.0.1:8080", c.Listen.API)
+	assert.Equal(t, []string{"127.0.0.1/32"}, c.Proxy.TrustedProxies)
+	require.NotNil(t, c.NATS.Embedded.Gateway)
+	assert.Equal(t, []RemoteGateway{{Name: "us", URLs: []string{"nats://127.0.0.1:7223"}}}, c.NATS.Embedded.Gateway.Gateways)
+	require.NotNil(t, c.Gossip)
+	assert.Equal(t, []string{"127.0.0.1:7947"}, c.Gossip.Join)
+	assert.Equal(t, 50*time.Millisecond, c.Replication.FlushInterval.D())
+	require.Len(t, c.Rules, 1)
+	assert.Equal(t, KeySpec{"ip"}, c.Rules[0].Key)
+	assert.Equal(t, []string{"GET", "POST"}, c.Rules[0].Match.Methods)
+	rules, err := c.PopRules()
+	require.NoError(t, err)
+	assert.Equal(t, pop.Rule{Name: "per-ip", Limit: 100, Window: time.Minute, Cost: 1, Scope: pop.ScopePoP}, rules[0])
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte("rules: [{name: r, limit: 5, window: 1s, key: [ip, 'header:X-Key']}]"))
+	require.NoError(t, err)
+	d := DefaultConfig()
+	assert.Equal(t, d.Listen, c.Listen)
+	assert.Equal(t, "local", c.Node.Region)
+	assert.Equal(t, "127.0.0.1:4222", c.NATS.Embedded.Listen)
+	assert.Equal(t, "geolimit", c.NATS.SubjectPrefix)
+	r := c.Rules[0]
+	assert.Equal(t, Rule{Name: "r", Key: KeySpec{"ip", "header:X-Key"}, Limit: 5, Window: Duration(time.Second),
+		Cost: 1, Scope: "global", Mode: "enforce", OnPartition: "keep"}, r)
+	assert.NotSame(t, DefaultConfig(), DefaultConfig())
+
+	c, err = Parse(nil)
+	require.NoError(t, err)
+	assert.Empty(t, c.Rules)
+
+	c, err = Parse([]byte("nats: {embedded: {gateway: {listen: '127.0.0.1:-1'}}}\nnode: {region: us}"))
+	require.NoError(t, err)
+	assert.Equal(t, "us", c.NATS.Embedded.Gateway.Name, "gateway name defaults to node.region")
+
+	require.NoError(t, Demo().Validate())
+	_, ok := func() (Rule, bool) {
+		for _, r := range Demo().Rules {
+			if r.Name == "demo" {
+				return r, true
+			}
+		}
+		return Rule{}, false
+	}()
+	assert.True(t, ok, "the demo rule set has a rule named demo")
+}
+
+func TestParseErrors(t *testing.T) {
+	rule := func(extra string) string {
+		return "rules:\n  - name: r\n    limit: 10\n    window: 1m\n" + extra
+	}
+	tests := []struct {
+		name, in, want string
+	}{
+		{"unknown top-level field", "nodes: {id: x}\n", "nodes: unknown field (line 1)"},
+		{"unknown nested field", "node:\n  id: a\n  zone: x\n", "node.zone: unknown field (line 3)"},
+		{"unknown rule field", rule("    burst: 5\n"), "rules[0].burst: unknown field (line 5)"},
+		{"unknown field in flow map", rule("    match: {path_prefix: /a, verb: GET}\n"), "rules[0].match.verb: unknown field"},
+		{"bad duration", "replication:\n  flush_interval: 5xs\n", `replication.flush_interval: bad duration "5xs"`},
+		{"bad rule window", "rules: [{name: r, limit: 1, window: soon}]", `rules[0].window: bad duration "soon"`},
+		{"zero window", "rules: [{name: r, limit: 1}]", "rules[0].window: must be a whole number of milliseconds"},
+		{"negative duration", "replication: {peer_timeout: -1s}", "replication.peer_timeout: must be positive"},
+		{"bad scope", rule("    scope: planet\n"), `rules[0].scope: unknown scope "planet"`},
+		{"bad mode", rule("    mode: loud\n"), `rules[0].mode: unknown mode "loud"`},
+		{"bad policy", rule("    on_partition: panic\n"), `rules[0].on_partition: unknown partition policy "panic"`},
+		{"zero limit", "rules: [{name: r, limit: 0, window: 1s}]", "rules[0].limit: must be at least 1"},
+		{"limit not a number", "rules: [{name: r, limit: lots, window: 1s}]", "rules[0].limit: cannot unmarshal"},
+		{"cost over limit", rule("    cost: 11\n"), "rules[0].cost: 11 exceeds limit 10"},
+		{"duplicate rule", "rules: [{name: r, limit: 1, window: 1s}, {name: r, limit: 1, window: 1s}]", `rules[1].name: "r" already used by rules[0]`},
+		{"bad rule name", "rules: [{name: 'a/b', limit: 1, window: 1s}]", "rules[0].name:"},
+		{"bad key", rule("    key: cookie\n"), `rules[0].key: unknown key "cookie"`},
+		{"bad composite key", rule("    key: [ip, 'header:']\n"), "rules[0].key[1]:"},
+		{"bad method", rule("    match: {methods: [get]}\n"), `rules[0].match.methods[0]: "get" is not an upper-case HTTP method`},
+		{"bad path prefix", rule("    match: {path_prefix: api}\n"), "rules[0].match.path_prefix:"},
+		{"bad api listen", "listen: {api: localhost}", "listen.api:"},
+		{"proxy without upstream", "listen: {proxy: '127.0.0.1:0'}", "proxy.upstream: required"},
+		{"bad upstream", "proxy: {upstream: 'ftp://x'}", "proxy.upstream:"},
+		{"bad trusted proxy", "proxy: {trusted_proxies: [10.0.0.0/8, nope]}", "proxy.trusted_proxies[1]:"},
+		{"bad node id", "node: {id: 'a/b'}", "node.id:"},
+		{"empty region", "node: {region: ''}", "node.region:"},
+		{"bad nats url", "nats: {url: 'nats://'}", "nats.url:"},
+		{"bad subject prefix", "nats: {subject_prefix: 'a.*'}", "nats.subject_prefix:"},
+		{"gateway without urls", "nats: {embedded: {gateway: {name: eu, listen: '127.0.0.1:1', gateways: [{name: us}]}}}", "nats.embedded.gateway.gateways[0].urls:"},
+		{"bad gossip bind", "gossip: {bind: nowhere}", "gossip.bind:"},
+		{"bad max keys", "limits: {max_keys: 0}", "limits.max_keys: must be at least 1"},
+		{"yaml syntax", "node: [", "yaml:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.in))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "edge.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(full), 0o600))
+	c, err := Load(p)
+	require.NoError(t, err)
+	assert.Equal(t, "ams-1", c.Node.ID)
+
+	require.NoError(t, os.WriteFile(p, []byte("bogus: 1\n"), 0o600))
+	_, err = Load(p)
+	require.Error(t, err)
+	assert.Equal(t, "config: "+p+": bogus: unknown field (line 1)", err.Error())
+
+	_, err = Load(filepath.Join(dir, "missing.yaml"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestParsePrefixes(t *testing.T) {
+	ps, err := ParsePrefixes([]string{"10.0.0.0/8", "127.0.0.1", "::1", "::ffff:192.168.0.0/112"})
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.0/8", ps[0].String())
+	assert.Equal(t, "127.0.0.1/32", ps[1].String())
+	assert.Equal(t, "::1/128", ps[2].String())
+	assert.Equal(t, "192.168.0.0/16", ps[3].String())
+}

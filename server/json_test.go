@@ -1,0 +1,173 @@
+package server
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseCheck(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        string
+		rule, key string
+		cost      uint64
+		hasCost   bool
+		costErr   bool
+		err       bool
+	}{
+		{name: "full", in: `{"rule":"api","key":"203.0.113.7","cost":3}`, rule: "api", key: "203.0.113.7", cost: 3, hasCost: true},
+		{name: "spaces", in: " \n{ \"rule\" : \"api\" ,\t\"key\":\"k\" }\r\n", rule: "api", key: "k"},
+		{name: "no cost", in: `{"rule":"api","key":"k"}`, rule: "api", key: "k"},
+		{name: "null cost", in: `{"rule":"api","key":"k","cost":null}`, rule: "api", key: "k"},
+		{name: "zero cost", in: `{"rule":"a","key":"k","cost":0}`, rule: "a", key: "k", hasCost: true, costErr: true},
+		{name: "negative cost", in: `{"rule":"a","key":"k","cost":-1}`, rule: "a", key: "k", hasCost: true, costErr: true},
+		{name: "fraction cost", in: `{"rule":"a","key":"k","cost":1.5}`, rule: "a", key: "k", hasCost: true, costErr: true},
+		{name: "exp cost", in: `{"rule":"a","key":"k","cost":1e3}`, rule: "a", key: "k", hasCost: true, costErr: true},
+		{name: "huge cost", in: `{"rule":"a","key":"k","cost":184467440737095516150}`, rule: "a", key: "k", hasCost: true, costErr: true},
+		{name: "escapes", in: `{"rule":"a","key":"\u00e9\"\\\/\n\ud83d\ude00x"}`, rule: "a", key: "é\"\\/\n😀x"},
+		{name: "lone surrogate", in: `{"rule":"a","key":"\ud83dx"}`, rule: "a", key: "\uFFFDx"},
+		{name: "unknown fields skipped", in: `{"x":[1,{"y":null},true,false,"s",-0.5e+2],"rule":"a","z":{},"key":"k"}`, rule: "a", key: "k"},
+		{name: "last duplicate wins", in: `{"rule":"a","rule":"b","key":"k"}`, rule: "b", key: "k"},
+		{name: "empty object", in: `{}`},
+		{name: "null key", in: `{"rule":"a","key":null}`, rule: "a"},
+		{name: "empty", in: ``, err: true},
+		{name: "array", in: `[]`, err: true},
+		{name: "trailing", in: `{"rule":"a"} x`, err: true},
+		{name: "two objects", in: `{}{}`, err: true},
+		{name: "truncated", in: `{"rule":"a`, err: true},
+		{name: "missing colon", in: `{"rule" "a"}`, err: true},
+		{name: "trailing comma", in: `{"rule":"a",}`, err: true},
+		{name: "number key", in: `{"rule":"a","key":7}`, err: true},
+		{name: "string cost", in: `{"rule":"a","key":"k","cost":"1"}`, err: true},
+		{name: "bool cost", in: `{"cost":true}`, err: true},
+		{name: "control char", in: "{\"key\":\"a\x01\"}", err: true},
+		{name: "bad escape", in: `{"key":"\x"}`, err: true},
+		{name: "bad unicode", in: `{"key":"\u12"}`, err: true},
+		{name: "bad literal", in: `{"x":nul}`, err: true},
+		{name: "leading zero", in: `{"x":01}`, err: true},
+		{name: "bare minus", in: `{"cost":-}`, err: true},
+		{name: "deep nesting", in: `{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c check
+			err := parseCheckBody([]byte(tt.in), &c)
+			if tt.err {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.rule, string(c.rule))
+			assert.Equal(t, tt.key, string(c.key))
+			assert.Equal(t, tt.hasCost, c.hasCost)
+			assert.Equal(t, tt.costErr, c.costErr)
+			if !tt.costErr {
+				assert.Equal(t, tt.cost, c.cost)
+			}
+		})
+	}
+}
+
+func TestParseChecks(t *testing.T) {
+	cs, err := parseChecksBody([]byte(`{"other":1,"checks":[{"rule":"a","key":"1"},{"rule":"b","key":"2","cost":2}]}`), nil, 10)
+	require.NoError(t, err)
+	require.Len(t, cs, 2)
+	assert.Equal(t, "b", string(cs[1].rule))
+	assert.Equal(t, uint64(2), cs[1].cost)
+
+	cs, err = parseChecksBody([]byte(`{"checks":[]}`), cs, 10)
+	require.NoError(t, err)
+	assert.Empty(t, cs)
+	cs, err = parseChecksBody([]byte(`{}`), cs, 10)
+	require.NoError(t, err)
+	assert.Empty(t, cs)
+
+	_, err = parseChecksBody([]byte(`{"checks":[{},{},{}]}`), nil, 2)
+	assert.ErrorIs(t, err, errTooMany)
+	for _, bad := range []string{`{"checks":{}}`, `{"checks":[1]}`, `{"checks":[{}`, `{"checks":[{}] `[:12], `[]`, `{"checks":[{},]}`} {
+		_, err = parseChecksBody([]byte(bad), nil, 10)
+		assert.Error(t, err, bad)
+	}
+}
+
+// TestParseDifferential mutates valid documents at random and checks that
+// whatever encoding/json finds invalid the parser rejects too.
+func TestParseDifferential(t *testing.T) {
+	seed := uint64(42)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	base := []string{
+		`{"rule":"api","key":"203.0.113.7","cost":1}`,
+		`{"checks":[{"rule":"a","key":"x\u00e9"},{"rule":"b","key":"y","cost":2,"z":[true,null,{"q":-1.5e3}]}]}`,
+	}
+	const alphabet = "{}[]\",:\\ 0123456789-.eEtrufalsn"
+	for i := 0; i < 20000; i++ {
+		b := []byte(base[rng.IntN(len(base))])
+		for n := rng.IntN(3) + 1; n > 0; n-- {
+			p := rng.IntN(len(b))
+			switch rng.IntN(3) {
+			case 0:
+				b = append(b[:p], b[p+1:]...)
+			case 1:
+				b[p] = alphabet[rng.IntN(len(alphabet))]
+			default:
+				b = append(b[:p], append([]byte{alphabet[rng.IntN(len(alphabet))]}, b[p:]...)...)
+			}
+		}
+		var c check
+		err1 := parseCheckBody(b, &c)
+		_, err2 := parseChecksBody(b, nil, 1000)
+		if !json.Valid(b) {
+			require.Error(t, err1, "seed %d: accepted invalid JSON %q", seed, b)
+			require.Error(t, err2, "seed %d: accepted invalid JSON %q", seed, b)
+		}
+	}
+}
+
+func FuzzParseCheck(f *testing.F) {
+	f.Add([]byte(`{"rule":"api","key":"k","cost":1}`))
+	f.Add([]byte(`{"checks":[{"rule":"a","key":"\u00e9"}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var c check
+		err := parseCheckBody(b, &c)
+		_, err2 := parseChecksBody(b, nil, 100)
+		if !json.Valid(b) && (err == nil || err2 == nil) {
+			t.Fatalf("accepted invalid JSON %q", b)
+		}
+	})
+}
+
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "plain", "q\"b\\s", "<&>", "\x00\x1f\n\r\t", "é😀", "\xff\xfe", "\u2028\u2029"} {
+		got := appendString(nil, s)
+		want, err := json.Marshal(s)
+		require.NoError(t, err)
+		assert.Equal(t, string(want), string(got), "%q", s)
+	}
+}
+
+func BenchmarkParseChecks100(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"checks":[`)
+	for i := 0; i < 100; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"rule":"api","key":"10.0.0.` + string(rune('0'+i%10)) + `","cost":1}`)
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	var dst []check
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		var err error
+		if dst, err = parseChecksBody(body, dst, 1000); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
