@@ -818,3 +818,10 @@ func (s *Store) KeysByRule() map[RuleID]int {
 }
 
 func satAdd(a, b uint64) uint64 { return window.SatAdd(a, b) }
+
+// Replicas returns every interned replica identity, self first.
+func (s *Store) Replicas() []Replica {
+	s.repMu.RLock()
+	defer s.repMu.RUnlock()
+	return append([]Replica(nil), s.reps...)
+}

@@ -49,6 +49,15 @@ type Config struct {
 	MaxSkew time.Duration
 	// Shards is the number of store shards; 0 means 64.
 	Shards int
+	// ShareFloor is the least fraction of the limit a side enforcing the share
+	// policy may use (0..1); 0 means DefaultShareFloor, negative means none.
+	ShareFloor float64
+	// ShareStep is how much a side's share may grow per window when its
+	// traffic grew during the cut (0..1); 0 means DefaultShareStep, negative none.
+	ShareStep float64
+	// HealHold is how long shares stay enforced after every PoP is heard
+	// again, while the other side's counts arrive; 0 means DefaultHealHold.
+	HealHold time.Duration
 }
 
 // DefaultMaxSkew is the default Config.MaxSkew.
@@ -123,6 +132,11 @@ type Node struct {
 	freeID []crdt.RuleID
 	nextID crdt.RuleID
 	stats  ApplyStats
+
+	shareFloor, shareStep float64
+	healHold              int64
+	partMu                sync.Mutex // serialises SetUnheard
+	part                  atomic.Pointer[partition]
 }
 
 type ruleSet struct {
@@ -167,10 +181,32 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxSkew < 0 {
 		return nil, errors.New("pop: max skew: must not be negative")
 	}
+	switch {
+	case cfg.ShareFloor == 0:
+		cfg.ShareFloor = DefaultShareFloor
+	case cfg.ShareFloor < 0:
+		cfg.ShareFloor = 0
+	case cfg.ShareFloor > 1:
+		return nil, errors.New("pop: share floor: must be at most 1")
+	}
+	switch {
+	case cfg.ShareStep == 0:
+		cfg.ShareStep = DefaultShareStep
+	case cfg.ShareStep < 0:
+		cfg.ShareStep = 0
+	case cfg.ShareStep > 1:
+		return nil, errors.New("pop: share step: must be at most 1")
+	}
+	if cfg.HealHold == 0 {
+		cfg.HealHold = DefaultHealHold
+	}
 	n := &Node{
-		self:    cfg.Self,
-		store:   crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards}),
-		maxSkew: int64(cfg.MaxSkew),
+		shareFloor: cfg.ShareFloor,
+		shareStep:  cfg.ShareStep,
+		healHold:   int64(cfg.HealHold),
+		self:       cfg.Self,
+		store:      crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards}),
+		maxSkew:    int64(cfg.MaxSkew),
 	}
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
@@ -297,12 +333,30 @@ func (n *Node) Decide(now int64, rule, key string, cost uint64) (Decision, error
 		return Decision{}, ErrCostOverLimit
 	}
 	idx, el := r.split(now)
-	res := n.store.Admit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, r.Limit, cost, true)
+	limit := r.Limit
+	var sh *share
+	if r.OnPartition == Share && r.Scope == ScopeGlobal && n.part.Load() != nil {
+		var lim float64
+		if lim, sh, ok = n.shareLimit(r, key, now, idx, el); ok {
+			limit = uint64(min(lim, float64(r.Limit)))
+		}
+	}
+	var res crdt.AdmitResult
+	if cost > limit {
+		// The share left to this side cannot hold the request; retry once the
+		// partition is over, or a window later at the earliest.
+		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: r.width, Reset: r.width}}
+	} else {
+		res = n.store.Admit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, true)
+	}
+	if sh != nil {
+		sh.record(idx, cost, !res.Allowed)
+	}
 	d := Decision{
 		Allowed:    res.Allowed,
 		Untracked:  res.Untracked,
 		Limit:      r.Limit,
-		Remaining:  res.Remaining,
+		Remaining:  min(res.Remaining, limit),
 		Reset:      time.Duration(res.Reset),
 		RetryAfter: time.Duration(res.RetryAfter),
 	}

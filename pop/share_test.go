@@ -1,0 +1,145 @@
+package pop
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
+	t.Helper()
+	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: policy}}
+	var err error
+	eu, err = New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules, ShareStep: -1})
+	require.NoError(t, err)
+	us, err = New(Config{Self: crdt.Replica{Region: "us", PoP: "iad", Node: "b", Incarnation: 1}, Rules: rules, ShareStep: -1})
+	require.NoError(t, err)
+	return eu, us
+}
+
+func sync2(t *testing.T, now int64, a, b *Node) {
+	t.Helper()
+	for _, out := range a.Flush(now) {
+		b.Apply(now, &out.Delta, ScopeGlobal)
+	}
+	for _, out := range b.Flush(now) {
+		a.Apply(now, &out.Delta, ScopeGlobal)
+	}
+}
+
+// runCut drives steady demand of rate per side per 100ms for several
+// windows of a cut and returns what each side admitted in the last full window.
+func runCut(t *testing.T, policy Policy) (euAdm, usAdm int) {
+	t.Helper()
+	eu, us := shareNodes(t, policy)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W // a window boundary
+	// One healthy window: eu carries 3x the traffic of us, both synced.
+	for i := int64(0); i < 100; i++ {
+		now := start + i*W/100
+		for j := 0; j < 3; j++ {
+			_, _ = eu.Decide(now, "api", "k", 1)
+		}
+		_, _ = us.Decide(now, "api", "k", 1)
+		sync2(t, now, eu, us)
+	}
+	cut := start + W
+	eu.SetUnheard(cut, []string{"us/iad"})
+	us.SetUnheard(cut, []string{"eu/ams"})
+	st := eu.Partition(cut)
+	require.True(t, st.Partitioned)
+	require.Equal(t, []string{"us/iad"}, st.Unheard)
+	// Four windows of heavy demand on both sides, no messages.
+	for i := int64(0); i < 400; i++ {
+		now := cut + i*W/100
+		inLast := now >= cut+3*W
+		for j := 0; j < 10; j++ {
+			if d, _ := eu.Decide(now, "api", "k", 1); d.Allowed && inLast {
+				euAdm++
+			}
+			if d, _ := us.Decide(now, "api", "k", 1); d.Allowed && inLast {
+				usAdm++
+			}
+		}
+	}
+	return euAdm, usAdm
+}
+
+func TestShareSplitsLimitByPreCutTraffic(t *testing.T) {
+	euAdm, usAdm := runCut(t, Share)
+	t.Logf("share: eu admitted %d, us %d in one window (limit 100)", euAdm, usAdm)
+	assert.LessOrEqual(t, euAdm+usAdm, 102, "the sides together stay at the limit")
+	assert.InDelta(t, 75, euAdm, 3)
+	assert.InDelta(t, 25, usAdm, 3)
+
+	euKeep, usKeep := runCut(t, Keep)
+	t.Logf("keep: eu admitted %d, us %d", euKeep, usKeep)
+	assert.Greater(t, euKeep+usKeep, 190, "keep lets each side spend the whole limit")
+}
+
+func TestShareFallsBackToPoPCountForNewKeys(t *testing.T) {
+	eu, _ := shareNodes(t, Share)
+	// eu knows of iad only as unheard: 2 PoPs, one per side.
+	eu.SetUnheard(t0, []string{"us/iad"})
+	admitted := 0
+	for i := 0; i < 100; i++ {
+		if d, _ := eu.Decide(t0, "api", "fresh", 1); d.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 50, admitted)
+	st := eu.Partition(t0)
+	assert.InDelta(t, 0.5, st.SideShare, 1e-9)
+	require.Len(t, st.Rules, 1)
+	assert.True(t, st.Rules[0].EnforcingShare)
+}
+
+func TestShareHealsAfterHold(t *testing.T) {
+	eu, _ := shareNodes(t, Share)
+	eu.SetUnheard(t0, []string{"us/iad"})
+	for i := 0; i < 50; i++ {
+		_, _ = eu.Decide(t0, "api", "k", 1)
+	}
+	d, _ := eu.Decide(t0, "api", "k", 1)
+	require.False(t, d.Allowed, "half of the limit used up")
+	eu.SetUnheard(t0+1, nil)
+	d, _ = eu.Decide(t0+2, "api", "k", 1)
+	assert.False(t, d.Allowed, "shares hold while the other side's counts arrive")
+	assert.True(t, eu.Partition(t0+2).Partitioned)
+	after := t0 + 2 + int64(DefaultHealHold)
+	d, _ = eu.Decide(after, "api", "k", 1)
+	assert.True(t, d.Allowed, "back to the global view")
+	assert.False(t, eu.Partition(after).Partitioned)
+}
+
+func TestShareAdaptsWhenTrafficMoves(t *testing.T) {
+	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
+	eu, err := New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules})
+	require.NoError(t, err)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	// Before the cut eu had 10% of the traffic (us's counts arrive by delta).
+	for i := 0; i < 10; i++ {
+		_, _ = eu.Decide(start, "api", "k", 1)
+	}
+	eu.Apply(start, &crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "b", Incarnation: 1},
+		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: 90}}}, ScopeGlobal)
+	cut := start + W
+	eu.SetUnheard(cut, []string{"us/iad"})
+	perWindow := make([]int, 6)
+	for w := int64(0); w < 6; w++ {
+		for i := int64(0); i < 100; i++ {
+			now := cut + w*W + i*W/100
+			if d, _ := eu.Decide(now, "api", "k", 1); d.Allowed {
+				perWindow[w]++
+			}
+		}
+	}
+	t.Logf("admitted per window as traffic moved to eu: %v", perWindow)
+	assert.Greater(t, perWindow[5], perWindow[1], "the share grows when this side's traffic grew")
+	assert.LessOrEqual(t, perWindow[5], 50+5, "but never past the PoP-count split")
+}
