@@ -1,0 +1,401 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/window"
+)
+
+const rulesYAML = `
+rules:
+  - {name: r, limit: 3, window: 1m}
+  - {name: big, limit: 1000, window: 10s, cost: 2}
+  - {name: shadow, limit: 1, window: 1m, mode: shadow}
+`
+
+// parseRateLimit parses `"name";r=N;t=T` (and q/w for the policy).
+func parseItem(t *testing.T, s string) (string, map[string]int64) {
+	t.Helper()
+	m := regexp.MustCompile(`^"([^"]+)"((?:;[a-z]+=\d+)+)$`).FindStringSubmatch(s)
+	require.NotNil(t, m, "not a structured-field item: %q", s)
+	params := map[string]int64{}
+	for _, p := range strings.Split(m[2][1:], ";") {
+		kv := strings.SplitN(p, "=", 2)
+		v, err := strconv.ParseInt(kv[1], 10, 64)
+		require.NoError(t, err)
+		params[kv[0]] = v
+	}
+	return m[1], params
+}
+
+func headerInt(t *testing.T, h http.Header, name string) int64 {
+	t.Helper()
+	require.Len(t, h.Values(name), 1, "header %s", name)
+	v, err := strconv.ParseInt(h.Get(name), 10, 64)
+	require.NoError(t, err, "header %s=%q", name, h.Get(name))
+	return v
+}
+
+func TestCheckAllowThenDeny(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	ta.clk.Set(t0 + int64(15*time.Second)) // a quarter into the window
+	for i := 0; i < 3; i++ {
+		r := ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		body := r.json(t)
+		assert.Equal(t, true, body["allowed"])
+		assert.Equal(t, "r", body["rule"])
+		assert.Equal(t, "203.0.113.7", body["key"])
+		assert.EqualValues(t, 3, body["limit"])
+		assert.EqualValues(t, 2-i, body["remaining"])
+		assert.EqualValues(t, 0, body["retry_after_ms"])
+		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+		name, p := parseItem(t, r.header.Get("RateLimit"))
+		assert.Equal(t, "r", name)
+		assert.EqualValues(t, 2-i, p["r"])
+		assert.Empty(t, r.header.Get("Retry-After"), "allowed responses carry no Retry-After")
+	}
+
+	r := ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	// The window maths says when a request fits again: at 15s into the
+	// window, 3 counted in this window and none in the previous one.
+	want := window.Decide(3, 1, 0, 3, int64(15*time.Second), int64(time.Minute))
+	require.False(t, want.Allowed)
+	retrySec := (want.RetryAfter + int64(time.Second) - 1) / int64(time.Second)
+	assert.InDelta(t, float64(65*time.Second), float64(want.RetryAfter), float64(time.Millisecond),
+		"45s to the next window, then 20s for 3*(1-f) <= 2")
+
+	body := r.json(t)
+	assert.Equal(t, false, body["allowed"])
+	assert.EqualValues(t, 0, body["remaining"])
+	assert.EqualValues(t, (want.RetryAfter+int64(time.Millisecond)-1)/int64(time.Millisecond), body["retry_after_ms"])
+	assert.EqualValues(t, (want.Reset+int64(time.Millisecond)-1)/int64(time.Millisecond), body["reset_ms"])
+
+	h := r.header
+	assert.Equal(t, retrySec, headerInt(t, h, "Retry-After"))
+	assert.Equal(t, `"r";q=3;w=60`, h.Get("RateLimit-Policy"))
+	name, p := parseItem(t, h.Get("RateLimit"))
+	assert.Equal(t, "r", name)
+	assert.Equal(t, map[string]int64{"r": 0, "t": retrySec}, p)
+	assert.EqualValues(t, 3, headerInt(t, h, "X-RateLimit-Limit"))
+	assert.EqualValues(t, 0, headerInt(t, h, "X-RateLimit-Remaining"))
+	assert.Equal(t, retrySec, headerInt(t, h, "X-RateLimit-Reset"))
+
+	assert.EqualValues(t, 3, ta.keyTotal("r", "203.0.113.7"), "the denied request is not counted")
+
+	// Once the wait is over the request fits again.
+	ta.clk.Advance(time.Duration(want.RetryAfter))
+	r = ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
+	assert.Equal(t, http.StatusOK, r.status, "%s", r.body)
+}
+
+func TestCheckCost(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	r := ta.post("/v1/check", `{"rule":"big","key":"k"}`)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.EqualValues(t, 998, r.json(t)["remaining"], "omitted cost is the rule's cost (2)")
+	r = ta.post("/v1/check", `{"rule":"big","key":"k","cost":10}`)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.EqualValues(t, 988, r.json(t)["remaining"])
+	assert.EqualValues(t, 12, ta.keyTotal("big", "k"))
+	name, p := parseItem(t, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, "big", name)
+	assert.Equal(t, map[string]int64{"q": 1000, "w": 10}, p)
+}
+
+func TestChecksBatch(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	var sb strings.Builder
+	sb.WriteString(`{"checks":[`)
+	for i := 0; i < 5; i++ {
+		fmt.Fprintf(&sb, `{"rule":"r","key":"a"},`)
+	}
+	sb.WriteString(`{"rule":"big","key":"b\u00e9","cost":7}]}`)
+	r := ta.post("/v1/checks", sb.String())
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var out struct {
+		Results []struct {
+			Allowed      bool   `json:"allowed"`
+			Rule         string `json:"rule"`
+			Key          string `json:"key"`
+			Limit        uint64 `json:"limit"`
+			Remaining    uint64 `json:"remaining"`
+			ResetMS      int64  `json:"reset_ms"`
+			RetryAfterMS int64  `json:"retry_after_ms"`
+		} `json:"results"`
+	}
+	require.NoError(t, jsonUnmarshal(r.body, &out))
+	require.Len(t, out.Results, 6)
+	for i, res := range out.Results[:5] {
+		assert.Equal(t, i < 3, res.Allowed, "check %d", i)
+		assert.Equal(t, "r", res.Rule)
+		assert.Equal(t, "a", res.Key)
+		if !res.Allowed {
+			assert.Positive(t, res.RetryAfterMS)
+		}
+	}
+	last := out.Results[5]
+	assert.True(t, last.Allowed)
+	assert.Equal(t, "bé", last.Key)
+	assert.EqualValues(t, 993, last.Remaining)
+	assert.EqualValues(t, 3, ta.keyTotal("r", "a"))
+	assert.EqualValues(t, 7, ta.keyTotal("big", "bé"))
+	assert.EqualValues(t, 3, ta.decisions("r", "allowed"))
+	assert.EqualValues(t, 2, ta.decisions("r", "denied"))
+
+	r = ta.post("/v1/checks", `{"checks":[]}`)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.JSONEq(t, `{"results":[]}`, string(r.body))
+}
+
+// TestBadInputs checks that every kind of bad request gets its status and a
+// JSON error, and counts nothing.
+func TestBadInputs(t *testing.T) {
+	ta := startApp(t, rulesYAML+"limits: {max_body_bytes: 512, max_batch: 4}\n")
+	long := strings.Repeat("k", 257)
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		msg                      string
+	}{
+		{"bad JSON", "POST", "/v1/check", `{"rule":"r","key":`, 400, "bad JSON"},
+		{"not an object", "POST", "/v1/check", `["r","k"]`, 400, "bad JSON"},
+		{"key not a string", "POST", "/v1/check", `{"rule":"r","key":5}`, 400, "bad JSON"},
+		{"trailing garbage", "POST", "/v1/check", `{"rule":"r","key":"k"}x`, 400, "bad JSON"},
+		{"empty body", "POST", "/v1/check", ``, 400, "bad JSON"},
+		{"missing rule", "POST", "/v1/check", `{"key":"k"}`, 400, "rule: required"},
+		{"unknown rule", "POST", "/v1/check", `{"rule":"nope","key":"k"}`, 404, `unknown rule "nope"`},
+		{"empty key", "POST", "/v1/check", `{"rule":"r","key":""}`, 400, "key: must not be empty"},
+		{"missing key", "POST", "/v1/check", `{"rule":"r"}`, 400, "key: must not be empty"},
+		{"oversized key", "POST", "/v1/check", `{"rule":"r","key":"` + long + `"}`, 400, "key: longer than 256 bytes"},
+		{"zero cost", "POST", "/v1/check", `{"rule":"r","key":"k","cost":0}`, 400, "cost: must be a positive integer"},
+		{"negative cost", "POST", "/v1/check", `{"rule":"r","key":"k","cost":-2}`, 400, "cost: must be a positive integer"},
+		{"fractional cost", "POST", "/v1/check", `{"rule":"r","key":"k","cost":0.5}`, 400, "cost: must be a positive integer"},
+		{"string cost", "POST", "/v1/check", `{"rule":"r","key":"k","cost":"1"}`, 400, "bad JSON"},
+		{"cost over limit", "POST", "/v1/check", `{"rule":"r","key":"k","cost":4}`, 400, "exceeds the rule's limit 3"},
+		{"oversized body", "POST", "/v1/check", `{"rule":"r","key":"k","pad":"` + strings.Repeat("x", 600) + `"}`, 413, "request body larger than 512 bytes"},
+		{"wrong method check", "GET", "/v1/check", ``, 405, "method not allowed"},
+		{"wrong method checks", "PUT", "/v1/checks", `{"checks":[]}`, 405, "method not allowed"},
+		{"batch bad JSON", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"}`, 400, "bad JSON"},
+		{"batch one unknown rule", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"x","key":"k"}]}`, 404, `checks[1]: unknown rule "x"`},
+		{"batch one empty key", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"r","key":""}]}`, 400, "checks[1]: key: must not be empty"},
+		{"batch one bad cost", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"r","key":"k","cost":-1}]}`, 400, "checks[1]: cost"},
+		{"batch too many", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"},{},{},{},{}]}`, 413, "more than 4"},
+		{"batch oversized body", "POST", "/v1/checks", `{"checks":[],"pad":"` + strings.Repeat("x", 600) + `"}`, 413, "request body larger"},
+		{"unknown endpoint", "GET", "/v2/check", ``, 404, "no such endpoint"},
+		{"key view unknown rule", "GET", "/v1/keys/nope/k", ``, 404, "unknown rule"},
+		{"key view oversized key", "GET", "/v1/keys/r/" + long, ``, 400, "key:"},
+		{"key view wrong method", "POST", "/v1/keys/r/k", ``, 405, "method not allowed"},
+		{"status wrong method", "DELETE", "/v1/status", ``, 405, "method not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ta.do(tt.method, ta.api+tt.path, tt.body)
+			require.Equal(t, tt.status, r.status, "%s", r.body)
+			assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+			msg, ok := r.json(t)["error"].(string)
+			require.True(t, ok, "body %s", r.body)
+			assert.Contains(t, msg, tt.msg)
+			if tt.status == 405 {
+				assert.NotEmpty(t, r.header.Get("Allow"))
+			}
+		})
+	}
+	assert.Zero(t, ta.keyTotal("r", "k"), "nothing counted")
+	assert.Zero(t, ta.decisions("r", "allowed"))
+	assert.Zero(t, ta.decisions("r", "denied"))
+	v, ok := metricValue(ta.scrape(), "geolimit_store_keys")
+	require.True(t, ok)
+	assert.Zero(t, v, "no key created")
+}
+
+func TestKeyView(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"/a/b c"}`).status)
+	ta.clk.Advance(time.Minute + 30*time.Second)
+	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"/a/b c"}`).status)
+
+	r := ta.get("/v1/keys/r/%2Fa%2Fb%20c")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var v struct {
+		Rule     string  `json:"rule"`
+		Key      string  `json:"key"`
+		Limit    uint64  `json:"limit"`
+		Estimate float64 `json:"estimate"`
+		Windows  []struct {
+			Index    int64             `json:"index"`
+			Total    uint64            `json:"total"`
+			Replicas map[string]uint64 `json:"replicas"`
+		} `json:"windows"`
+	}
+	require.NoError(t, jsonUnmarshal(r.body, &v))
+	assert.Equal(t, "r", v.Rule)
+	assert.Equal(t, "/a/b c", v.Key)
+	assert.EqualValues(t, 3, v.Limit)
+	assert.InDelta(t, 1.5, v.Estimate, 1e-9, "prev 1 * (1 - 0.5) + curr 1")
+	require.Len(t, v.Windows, 2)
+	w := t0 / int64(time.Minute)
+	assert.Equal(t, w, v.Windows[0].Index)
+	assert.Equal(t, w+1, v.Windows[1].Index)
+	for _, win := range v.Windows {
+		assert.EqualValues(t, 1, win.Total)
+		assert.Equal(t, map[string]uint64{testSelf.String(): 1}, win.Replicas)
+	}
+	// Viewing counts nothing.
+	r2 := ta.get("/v1/keys/r/%2Fa%2Fb%20c")
+	assert.Equal(t, string(r.body), string(r2.body))
+
+	r = ta.get("/v1/keys/r/never-seen")
+	require.Equal(t, http.StatusOK, r.status)
+	assert.JSONEq(t, `{"rule":"r","key":"never-seen","limit":3,"estimate":0,"windows":[]}`, string(r.body))
+}
+
+func TestShadowRule(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	for i := 0; i < 3; i++ {
+		r := ta.post("/v1/check", `{"rule":"shadow","key":"k"}`)
+		require.Equal(t, http.StatusOK, r.status, "shadow rules never deny")
+		assert.Equal(t, true, r.json(t)["allowed"])
+	}
+	assert.EqualValues(t, 1, ta.decisions("shadow", "allowed"))
+	assert.EqualValues(t, 2, ta.decisions("shadow", "shadow_denied"))
+	assert.EqualValues(t, 0, ta.decisions("shadow", "denied"))
+	assert.EqualValues(t, 1, ta.keyTotal("shadow", "k"), "what a shadow rule would deny is not counted")
+}
+
+func TestHealthStatus(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	r := ta.get("/healthz")
+	assert.Equal(t, http.StatusOK, r.status)
+	r = ta.get("/readyz")
+	assert.Equal(t, http.StatusOK, r.status)
+	assert.True(t, ta.Ready())
+
+	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+	r = ta.get("/v1/status")
+	require.Equal(t, http.StatusOK, r.status)
+	s := r.json(t)
+	assert.Equal(t, testSelf.String(), s["replica"])
+	assert.Equal(t, "eu", s["region"])
+	assert.Equal(t, "ams", s["pop"])
+	assert.Equal(t, true, s["ready"])
+	assert.Equal(t, false, s["replication"])
+	assert.EqualValues(t, 1, s["keys"])
+	assert.Equal(t, ta.NATSURL(), s["nats_url"])
+	assert.Len(t, s["rules"], 3)
+	assert.Equal(t, []any{map[string]any{"name": "ams-1", "state": "alive"}}, s["members"])
+	assert.Equal(t, []any{}, s["remote_pops"])
+	assert.Equal(t, []any{}, s["partitions"])
+}
+
+func TestMetrics(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	for i := 0; i < 5; i++ {
+		ta.post("/v1/check", `{"rule":"r","key":"k"}`)
+	}
+	ta.post("/v1/check", `{"rule":"r","key":"other"}`)
+	ta.post("/v1/checks", `{"checks":[{"rule":"big","key":"x"},{"rule":"big","key":"y"}]}`)
+	mfs := ta.scrape()
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"geolimit_decisions_total", []string{"rule", "r", "result", "allowed"}, 4},
+		{"geolimit_decisions_total", []string{"rule", "r", "result", "denied"}, 2},
+		{"geolimit_decisions_total", []string{"rule", "r", "result", "shadow_denied"}, 0},
+		{"geolimit_decisions_total", []string{"rule", "big", "result", "allowed"}, 2},
+		{"geolimit_active_keys", []string{"rule", "r"}, 2},
+		{"geolimit_active_keys", []string{"rule", "big"}, 2},
+		{"geolimit_active_keys", []string{"rule", "shadow"}, 0},
+		{"geolimit_store_keys", nil, 4},
+		{"geolimit_store_untracked_keys_total", nil, 0},
+		{"geolimit_store_evicted_keys_total", nil, 0},
+		{"geolimit_decision_duration_seconds", []string{"endpoint", "check"}, 6},
+		{"geolimit_decision_duration_seconds", []string{"endpoint", "checks"}, 1},
+		{"geolimit_config_reloads_total", []string{"result", "ok"}, 0},
+		{"geolimit_config_reloads_total", []string{"result", "failed"}, 0},
+		{"geolimit_build_info", []string{"version", "test", "region", "eu", "pop", "ams", "node", "ams-1"}, 1},
+	} {
+		v, ok := metricValue(mfs, c.name, c.labels...)
+		if assert.True(t, ok, "%s%v missing", c.name, c.labels) {
+			assert.Equal(t, c.want, v, "%s%v", c.name, c.labels)
+		}
+	}
+	assert.Contains(t, mfs, "go_goroutines", "own registry carries the Go collector")
+}
+
+func TestEvictionMetrics(t *testing.T) {
+	ta := startApp(t, rulesYAML+"limits: {max_keys: 64}\n")
+	var sb strings.Builder
+	sb.WriteString(`{"checks":[`)
+	for i := 0; i < 500; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"rule":"big","key":"k%d"}`, i)
+	}
+	sb.WriteString(`]}`)
+	r := ta.post("/v1/checks", sb.String())
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	mfs := ta.scrape()
+	ev, ok1 := metricValue(mfs, "geolimit_store_evicted_keys_total")
+	un, ok2 := metricValue(mfs, "geolimit_store_untracked_keys_total")
+	keys, ok3 := metricValue(mfs, "geolimit_store_keys")
+	require.True(t, ok1 && ok2 && ok3)
+	assert.Positive(t, ev+un, "500 keys into a store of 64 evict or leave keys untracked")
+	assert.Less(t, keys, 500.0)
+}
+
+func TestReplicatorHook(t *testing.T) {
+	fr := &fakeReplicator{status: ReplicationStatus{
+		Members:    []Member{{Name: "ams-1", State: "alive"}, {Name: "ams-2", Addr: "127.0.0.1:1", State: "suspect"}},
+		RemotePoPs: []RemotePoP{{Region: "us", PoP: "iad", LastHeardMS: 3000, Partitioned: true}},
+		Partitions: []string{"us/iad"},
+	}}
+	var env ReplicationEnv
+	ta := startApp(t, rulesYAML, func(o *Options) {
+		o.NewReplicator = func(e ReplicationEnv) (Replicator, error) {
+			env = e
+			return fr, nil
+		}
+	})
+	assert.True(t, fr.started.Load())
+	assert.Same(t, ta.Node(), env.Node)
+	assert.Equal(t, ta.NATSURL(), env.NATSURL)
+	assert.NotNil(t, env.NATS)
+	assert.NotNil(t, env.Registry)
+	s := ta.get("/v1/status").json(t)
+	assert.Equal(t, true, s["replication"])
+	assert.Equal(t, []any{"us/iad"}, s["partitions"])
+	assert.Len(t, s["members"], 2)
+	require.NoError(t, ta.Shutdown(t.Context()))
+	assert.True(t, fr.closed.Load())
+	assert.False(t, ta.Ready())
+}
+
+type fakeReplicator struct {
+	started, closed atomic.Bool
+	status          ReplicationStatus
+}
+
+func (f *fakeReplicator) Start(ctx context.Context) error { f.started.Store(true); return nil }
+func (f *fakeReplicator) Status() ReplicationStatus       { return f.status }
+func (f *fakeReplicator) Close() error                    { f.closed.Store(true); return nil }
+
+var _ Replicator = (*fakeReplicator)(nil)
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
