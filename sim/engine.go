@@ -403,7 +403,7 @@ func (e *engine) buildTraffic() {
 			}
 		}
 		if t.Spread == "zipf" && t.Keys > 1 {
-			s.zipf = rand.NewZipf(e.trng, t.ZipfS, 1, uint64(t.Keys-1))
+			s.alias = newZipfTable(t.Keys, t.ZipfS)
 		}
 		if s.anycast {
 			s.assignHomes(e.trng)

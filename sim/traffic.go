@@ -37,7 +37,7 @@ type source struct {
 	pattern pattern
 	keys    []*keyInfo
 	cost    uint64
-	zipf    *rand.Zipf
+	alias   *aliasTable // Zipf spread; nil for uniform
 	start   int64
 	end     int64
 	rate    float64 // requests per second now (before ramp or on/off)
@@ -117,8 +117,8 @@ func (s *source) pickKey(rng *rand.Rand) int {
 	switch {
 	case len(s.keys) == 1:
 		return 0
-	case s.zipf != nil:
-		return int(s.zipf.Uint64())
+	case s.alias != nil:
+		return s.alias.draw(rng)
 	}
 	return rng.IntN(len(s.keys))
 }
@@ -236,4 +236,60 @@ func normalise(share map[string]float64, popIndex map[string]int, npops int) []f
 		}
 	}
 	return w
+}
+
+// aliasTable draws from a discrete distribution in O(1) (Vose's alias
+// method): one random number picks a column and decides between the column
+// and its alias.
+type aliasTable struct {
+	prob  []float64 // chance of keeping the column rather than its alias
+	alias []int32
+}
+
+// newZipfTable returns the distribution P(k) proportional to (k+1)^-s over
+// keys 0..n-1 (math/rand's Zipf with v = 1), so key 0 is the hottest.
+func newZipfTable(n int, s float64) *aliasTable {
+	w := make([]float64, n)
+	sum := 0.0
+	for k := range w {
+		w[k] = math.Pow(float64(k+1), -s)
+		sum += w[k]
+	}
+	t := &aliasTable{prob: make([]float64, n), alias: make([]int32, n)}
+	var small, large []int32
+	for k := range w {
+		w[k] = w[k] * float64(n) / sum
+		if w[k] < 1 {
+			small = append(small, int32(k))
+		} else {
+			large = append(large, int32(k))
+		}
+	}
+	for len(small) > 0 && len(large) > 0 {
+		l := small[len(small)-1]
+		small = small[:len(small)-1]
+		g := large[len(large)-1]
+		t.prob[l], t.alias[l] = w[l], g
+		w[g] -= 1 - w[l]
+		if w[g] < 1 {
+			large = large[:len(large)-1]
+			small = append(small, g)
+		}
+	}
+	for _, g := range large {
+		t.prob[g], t.alias[g] = 1, g
+	}
+	for _, l := range small {
+		t.prob[l], t.alias[l] = 1, l
+	}
+	return t
+}
+
+func (t *aliasTable) draw(rng *rand.Rand) int {
+	u := rng.Float64() * float64(len(t.prob))
+	i := int(u)
+	if u-float64(i) < t.prob[i] {
+		return i
+	}
+	return int(t.alias[i])
 }
