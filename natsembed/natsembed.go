@@ -203,19 +203,9 @@ func (s *Server) Shutdown() {
 // slogAdapter routes nats-server logs to slog; notices are debug messages.
 type slogAdapter struct{ l *slog.Logger }
 
-func (a *slogAdapter) Noticef(f string, v ...any) {
-	a.l.Info(fmt.Sprintf(f, v...), "component", "nats")
-}
-func (a *slogAdapter) Warnf(f string, v ...any) { a.l.Warn(fmt.Sprintf(f, v...)) }
-func (a *slogAdapter) Fatalf(f string, v ...any) {
-	a.l.Error(fmt.Sprintf(f, v...), "component", "nats")
-}
-func (a *slogAdapter) Errorf(f string, v ...any) {
-	a.l.Error(fmt.Sprintf(f, v...), "component", "nats")
-}
-func (a *slogAdapter) Debugf(f string, v ...any) {
-	a.l.Debug(fmt.Sprintf(f, v...), "component", "nats")
-}
-func (a *slogAdapter) Tracef(f string, v ...any) {
-	a.l.Debug(fmt.Sprintf(f, v...), "component", "nats")
-}
+func (a *slogAdapter) Noticef(f string, v ...any) { a.l.Debug(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Warnf(f string, v ...any)   { a.l.Warn(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Fatalf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Errorf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Debugf(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Tracef(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }

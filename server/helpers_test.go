@@ -30,11 +30,18 @@ const t0 = int64(28_333_333) * int64(time.Minute)
 var testSelf = crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 7}
 
 // baseYAML makes every listener pick a free port on 127.0.0.1.
+// A test config without a listen section gets listen.api on a free port.
 const baseYAML = `
 node: {id: ams-1, region: eu, pop: ams}
-listen: {api: "127.0.0.1:0"}
 nats: {embedded: {listen: "127.0.0.1:-1"}}
 `
+
+func withBase(yaml string) string {
+	if strings.Contains(yaml, "listen:") {
+		return baseYAML + yaml
+	}
+	return baseYAML + "listen: {api: \"127.0.0.1:0\"}\n" + yaml
+}
 
 type testApp struct {
 	*App
@@ -52,7 +59,7 @@ type testOpt func(*Options)
 func startApp(t *testing.T, yaml string, opts ...testOpt) *testApp {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "edge.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(baseYAML+yaml), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte(withBase(yaml)), 0o600))
 	cfg, err := config.Load(path)
 	require.NoError(t, err)
 	clk := clock.NewManual(t0)
@@ -190,7 +197,7 @@ func (ta *testApp) decisions(rule, result string) float64 {
 func (ta *testApp) writeConfig(yaml string) {
 	ta.t.Helper()
 	tmp := ta.path + ".tmp"
-	require.NoError(ta.t, os.WriteFile(tmp, []byte(baseYAML+yaml), 0o600))
+	require.NoError(ta.t, os.WriteFile(tmp, []byte(withBase(yaml)), 0o600))
 	require.NoError(ta.t, os.Rename(tmp, ta.path))
 }
 

@@ -1,0 +1,245 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/config"
+)
+
+// upstream is a real HTTP server that records what reached it.
+type upstream struct {
+	*httptest.Server
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.reqs = append(u.reqs, r.Clone(r.Context()))
+		u.mu.Unlock()
+		w.Header().Set("X-Upstream", "yes")
+		fmt.Fprintf(w, "hello from upstream %s %s", r.Method, r.URL.Path)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) last(t *testing.T) *http.Request {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	require.NotEmpty(t, u.reqs)
+	return u.reqs[len(u.reqs)-1]
+}
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.reqs)
+}
+
+func proxyYAML(upstreamURL, trusted, rules string) string {
+	return fmt.Sprintf(`
+listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0"}
+proxy: {upstream: %q, trusted_proxies: [%s]}
+rules:
+%s`, upstreamURL, trusted, rules)
+}
+
+func (ta *testApp) proxy(method, path string, hdr ...string) resp {
+	ta.t.Helper()
+	return ta.do(method, "http://"+ta.ProxyAddr().String()+path, "", hdr...)
+}
+
+func TestProxyDeny(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", `
+  - {name: per-ip, limit: 2, window: 1m, match: {path_prefix: /api}}
+`))
+	for i := 0; i < 2; i++ {
+		r := ta.proxy("GET", "/api/x")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		assert.Equal(t, "hello from upstream GET /api/x", string(r.body))
+		assert.Equal(t, "yes", r.header.Get("X-Upstream"))
+		assert.Equal(t, `"per-ip";q=2;w=60`, r.header.Get("RateLimit-Policy"))
+		_, p := parseItem(t, r.header.Get("RateLimit"))
+		assert.EqualValues(t, 1-i, p["r"])
+		assert.EqualValues(t, 1-i, headerInt(t, r.header, "X-RateLimit-Remaining"))
+	}
+	r := ta.proxy("GET", "/api/x")
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, 2, up.count(), "the denied request never reached the upstream")
+	body := r.json(t)
+	assert.Equal(t, "rate limited", body["error"])
+	assert.Equal(t, "per-ip", body["rule"])
+	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+	retry := headerInt(t, r.header, "Retry-After")
+	assert.Positive(t, retry)
+	assert.Equal(t, `"per-ip";q=2;w=60`, r.header.Get("RateLimit-Policy"))
+	name, p := parseItem(t, r.header.Get("RateLimit"))
+	assert.Equal(t, "per-ip", name)
+	assert.Equal(t, map[string]int64{"r": 0, "t": retry}, p)
+	assert.EqualValues(t, 2, headerInt(t, r.header, "X-RateLimit-Limit"))
+	assert.EqualValues(t, 0, headerInt(t, r.header, "X-RateLimit-Remaining"))
+	assert.Equal(t, retry, headerInt(t, r.header, "X-RateLimit-Reset"))
+
+	// Paths the rule does not match pass without RateLimit fields.
+	r = ta.proxy("GET", "/static/app.js")
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Empty(t, r.header.Get("RateLimit"))
+	assert.EqualValues(t, 2, ta.keyTotal("per-ip", "127.0.0.1"))
+	assert.EqualValues(t, 1, ta.decisions("per-ip", "denied"))
+}
+
+func TestProxyMatchAndKeys(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", `
+  - {name: token, limit: 100, window: 1m, key: "header:X-Api-Key", match: {methods: [POST]}}
+  - {name: host, limit: 100, window: 1m, key: host, match: {host: Example.COM}}
+  - {name: path, limit: 100, window: 1m, key: path, match: {path_prefix: /p/}}
+  - {name: combo, limit: 100, window: 1m, key: [ip, "header:X-Api-Key"], match: {path_prefix: /c}}
+`))
+	ta.proxy("POST", "/a", "X-Api-Key", "t1")
+	ta.proxy("GET", "/a", "X-Api-Key", "t1") // wrong method
+	ta.proxy("POST", "/a")                   // no header: the rule does not apply
+	ta.proxy("GET", "/h", "Host", "example.com:8443")
+	ta.proxy("GET", "/h", "Host", "other.org")
+	ta.proxy("GET", "/p/one")
+	ta.proxy("GET", "/p/one")
+	ta.proxy("GET", "/c", "X-Api-Key", "t2")
+	assert.EqualValues(t, 1, ta.keyTotal("token", "t1"))
+	assert.EqualValues(t, 1, ta.keyTotal("host", "example.com"))
+	assert.EqualValues(t, 0, ta.keyTotal("host", "other.org"))
+	assert.EqualValues(t, 2, ta.keyTotal("path", "%2Fp%2Fone"))
+	assert.EqualValues(t, 1, ta.keyTotal("combo", "127.0.0.1%7Ct2"))
+	assert.Equal(t, 8, up.count())
+
+	long := "/p/" + strings.Repeat("x", 300)
+	require.Equal(t, http.StatusOK, ta.proxy("GET", long).status)
+	assert.EqualValues(t, 1, ta.keyTotal("path", boundKey(long)), "long keys are hashed")
+}
+
+// TestProxyAND: every applicable rule is checked; a request denied by one
+// rule spends nothing of the others.
+func TestProxyAND(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", `
+  - {name: wide, limit: 10, window: 1m}
+  - {name: narrow, limit: 2, window: 1m, match: {path_prefix: /api}}
+  - {name: watch, limit: 1, window: 1m, mode: shadow}
+`))
+	r := ta.proxy("GET", "/api")
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, `"narrow";q=2;w=60`, r.header.Get("RateLimit-Policy"), "the rule with the least remaining binds")
+	r = ta.proxy("GET", "/api")
+	require.Equal(t, http.StatusOK, r.status, "shadow rule over its limit still admits")
+	for i := 0; i < 3; i++ {
+		r = ta.proxy("GET", "/api")
+		require.Equal(t, http.StatusTooManyRequests, r.status)
+		assert.Equal(t, `"narrow";q=2;w=60`, r.header.Get("RateLimit-Policy"))
+	}
+	assert.EqualValues(t, 2, ta.keyTotal("wide", "127.0.0.1"), "denied requests spent nothing of the wider rule")
+	assert.EqualValues(t, 1, ta.keyTotal("watch", "127.0.0.1"))
+	assert.EqualValues(t, 1, ta.decisions("watch", "shadow_denied"))
+	assert.EqualValues(t, 3, ta.decisions("narrow", "denied"))
+	assert.EqualValues(t, 2, ta.decisions("wide", "allowed"))
+	assert.Equal(t, 2, up.count())
+
+	r = ta.proxy("GET", "/other")
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, `"wide";q=10;w=60`, r.header.Get("RateLimit-Policy"))
+}
+
+func TestProxyUpstreamDown(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	url := dead.URL
+	dead.Close()
+	ta := startApp(t, proxyYAML(url, "", `
+  - {name: r, limit: 10, window: 1m}
+`))
+	r := ta.proxy("GET", "/x")
+	require.Equal(t, http.StatusBadGateway, r.status)
+	assert.Equal(t, "upstream unavailable", r.json(t)["error"])
+	v, ok := metricValue(ta.scrape(), "geolimit_proxy_upstream_errors_total")
+	require.True(t, ok)
+	assert.EqualValues(t, 1, v)
+}
+
+func TestProxyForwardedFor(t *testing.T) {
+	up := newUpstream(t)
+	tests := []struct {
+		name, trusted, xff string
+		key, upstreamXFF   string
+	}{
+		{"untrusted peer: header ignored", "10.0.0.0/8", "6.6.6.6", "127.0.0.1", "127.0.0.1"},
+		{"trusted peer: rightmost untrusted hop", "127.0.0.1/32", "6.6.6.6, 198.51.100.9", "198.51.100.9", "6.6.6.6, 198.51.100.9, 127.0.0.1"},
+		{"trusted peer without header", "127.0.0.1/32", "", "127.0.0.1", "127.0.0.1"},
+		{"trusted chain", "127.0.0.1, 10.0.0.0/8", "6.6.6.6, 198.51.100.9, 10.1.2.3", "198.51.100.9", "6.6.6.6, 198.51.100.9, 10.1.2.3, 127.0.0.1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ta := startApp(t, proxyYAML(up.URL, tt.trusted, "  - {name: ip, limit: 100, window: 1m}\n"))
+			var hdr []string
+			if tt.xff != "" {
+				hdr = []string{"X-Forwarded-For", tt.xff}
+			}
+			require.Equal(t, http.StatusOK, ta.proxy("GET", "/", hdr...).status)
+			assert.EqualValues(t, 1, ta.keyTotal("ip", tt.key))
+			got := up.last(t)
+			assert.Equal(t, tt.upstreamXFF, got.Header.Get("X-Forwarded-For"))
+			assert.Equal(t, "http", got.Header.Get("X-Forwarded-Proto"))
+			assert.NotEmpty(t, got.Header.Get("X-Forwarded-Host"))
+		})
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	trusted, err := config.ParsePrefixes([]string{"127.0.0.1", "10.0.0.0/8", "::1", "fd00::/8"})
+	require.NoError(t, err)
+	tests := []struct {
+		name   string
+		remote string
+		xff    []string
+		want   string
+	}{
+		{"untrusted peer, spoofed header", "203.0.113.5:4000", []string{"1.2.3.4"}, "203.0.113.5"},
+		{"untrusted peer, no header", "203.0.113.5:4000", nil, "203.0.113.5"},
+		{"trusted peer, no header", "127.0.0.1:4000", nil, "127.0.0.1"},
+		{"trusted peer, one hop", "127.0.0.1:4000", []string{"198.51.100.9"}, "198.51.100.9"},
+		{"spoofed left entries ignored", "127.0.0.1:4000", []string{"1.2.3.4, 5.6.7.8, 198.51.100.9"}, "198.51.100.9"},
+		{"trusted hops skipped", "127.0.0.1:4000", []string{"1.2.3.4, 198.51.100.9, 10.0.0.7, 10.9.9.9"}, "198.51.100.9"},
+		{"several header lines", "127.0.0.1:4000", []string{"1.2.3.4", "198.51.100.9, 10.0.0.7"}, "198.51.100.9"},
+		{"all trusted: leftmost", "127.0.0.1:4000", []string{"10.0.0.3, 10.0.0.2"}, "10.0.0.3"},
+		{"garbage stops at the reporting hop", "127.0.0.1:4000", []string{"198.51.100.9, garbage"}, "127.0.0.1"},
+		{"garbage behind a trusted hop", "127.0.0.1:4000", []string{"garbage, 10.0.0.7"}, "10.0.0.7"},
+		{"spoof with spaces and empties", "127.0.0.1:4000", []string{" 1.2.3.4 ,, 198.51.100.9 , "}, "198.51.100.9"},
+		{"hop with port", "127.0.0.1:4000", []string{"198.51.100.9:5555"}, "198.51.100.9"},
+		{"IPv6 hop with port", "127.0.0.1:4000", []string{"[2001:db8::1]:443"}, "2001:db8::1"},
+		{"IPv6 peer trusted", "[::1]:4000", []string{"2001:db8::2"}, "2001:db8::2"},
+		{"IPv4-mapped hop", "127.0.0.1:4000", []string{"::ffff:198.51.100.9"}, "198.51.100.9"},
+		{"IPv4-mapped trusted peer", "[::ffff:127.0.0.1]:4000", []string{"198.51.100.9"}, "198.51.100.9"},
+		{"IPv6 zone dropped", "[fe80::1%eth0]:4000", nil, "fe80::1"},
+		{"trusted v6 range", "[fd00::5]:1", []string{"2001:db8::3, fd00::9"}, "2001:db8::3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = tt.remote
+			for _, v := range tt.xff {
+				r.Header.Add("X-Forwarded-For", v)
+			}
+			got, _ := clientIP(r, trusted)
+			assert.Equal(t, netip.MustParseAddr(tt.want), got)
+		})
+	}
+}

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (ta *testApp) reloads(result string) float64 {
+	v, ok := metricValue(ta.scrape(), "geolimit_config_reloads_total", "result", result)
+	require.True(ta.t, ok)
+	return v
+}
+
+func TestReload(t *testing.T) {
+	var logs syncBuffer
+	ta := startApp(t, "rules: [{name: r, limit: 3, window: 1m}, {name: gone, limit: 3, window: 1m}, {name: rewin, limit: 3, window: 1m}]\n",
+		func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	for _, rule := range []string{"r", "r", "gone", "rewin"} {
+		require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"`+rule+`","key":"k"}`).status)
+	}
+
+	// A good config: r's limit changes (counts kept), rewin's window changes
+	// (counts reset), gone goes, fresh comes.
+	ta.writeConfig("rules: [{name: r, limit: 5, window: 1m}, {name: rewin, limit: 3, window: 2m}, {name: fresh, limit: 1, window: 1s}]\nlisten: {api: \"127.0.0.1:0\"}\nreplication: {flush_interval: 1s}\n")
+	require.NoError(t, ta.Reload())
+	assert.EqualValues(t, 1, ta.reloads("ok"))
+	assert.EqualValues(t, 2, ta.keyTotal("r", "k"), "counts of an unchanged rule survive")
+	assert.EqualValues(t, 0, ta.keyTotal("rewin", "k"), "a new window starts afresh")
+	r := ta.post("/v1/check", `{"rule":"r","key":"k"}`)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, `"r";q=5;w=60`, r.header.Get("RateLimit-Policy"))
+	assert.EqualValues(t, 2, r.json(t)["remaining"])
+	assert.Equal(t, http.StatusNotFound, ta.post("/v1/check", `{"rule":"gone","key":"k"}`).status)
+	assert.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"fresh","key":"k"}`).status)
+	assert.Contains(t, logs.String(), "take effect only at restart")
+	assert.Contains(t, logs.String(), "replication")
+	mfs := ta.scrape()
+	_, ok := metricValue(mfs, "geolimit_decisions_total", "rule", "gone")
+	assert.False(t, ok, "a removed rule's series go away")
+	v, _ := metricValue(mfs, "geolimit_decisions_total", "rule", "r", "result", "allowed")
+	assert.EqualValues(t, 3, v, "a kept rule's counters continue")
+
+	// A bad config is rejected with its reason; the old one keeps serving.
+	ta.writeConfig("rules: [{name: r, limit: 0, window: 1m}]\n")
+	err := ta.Reload()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rules[0].limit: must be at least 1")
+	assert.EqualValues(t, 1, ta.reloads("failed"))
+	assert.Contains(t, logs.String(), "config reload failed")
+	assert.Contains(t, logs.String(), "rules[0].limit: must be at least 1")
+	r = ta.post("/v1/check", `{"rule":"r","key":"k"}`)
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, `"r";q=5;w=60`, r.header.Get("RateLimit-Policy"))
+	assert.EqualValues(t, 4, ta.keyTotal("r", "k"))
+
+	ta.writeConfig("rules: [{name: r, limit: 5, window: 1m, colour: blue}]\n")
+	err = ta.Reload()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rules[0].colour: unknown field")
+}
+
+func TestReloadOnFileChange(t *testing.T) {
+	ta := startApp(t, "rules: [{name: r, limit: 3, window: 1m}]\n", func(o *Options) { o.WatchInterval = 10 * time.Millisecond })
+	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+
+	ta.writeConfig("rules: [{name: r, limit: 3, window: 1m}, {name: added, limit: 1, window: 1m}]\n")
+	waitFor(t, "the new rule", func() bool {
+		return ta.post("/v1/check", `{"rule":"added","key":"k"}`).status != http.StatusNotFound
+	})
+	assert.EqualValues(t, 1, ta.reloads("ok"))
+	assert.EqualValues(t, 1, ta.keyTotal("r", "k"))
+
+	ta.writeConfig("rules: [{name: r, limit: 3, window: 1m}, {name: added, limit: 1, window: 1m, scope: planet}]\n")
+	waitFor(t, "the failed reload", func() bool { return ta.reloads("failed") == 1 })
+	assert.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status, "the old config keeps serving")
+	assert.EqualValues(t, 1, ta.reloads("ok"))
+}
