@@ -143,17 +143,19 @@ type sideEntry struct {
 	rep   ReplicaID
 }
 
-// shard is a slab of slots with an open-addressing index (linear probing with
-// backward-shift deletion). An index entry is the low 32 bits of the key's
-// hash (whose low bits are its home bucket) above slot+1, so a probe compares
-// fingerprints without touching slots: a decision costs one index probe and
-// one slot, two cache lines.
+// shard is an open-addressing hash table whose buckets are the slots
+// themselves (linear probing, backward-shift deletion, capacity growing by
+// half). A decision hashes the key once and usually finds it in the first
+// slot it reads: one cache line.
+//
+// Slot positions move when the table grows and when a deletion shifts a
+// probe run back; the side maps keyed by position (long keys, remote
+// replicas) move with them, and a moved slot still marked dirty is listed
+// again at its new position.
 type shard struct {
-	mu    spinLock
-	index []uint64
-	used  int // entries in index
-	slots []slot
-	free  []int32
+	mu    sync.Mutex
+	slots []slot // the table; live slots have flagLive
+	used  int
 	long  map[int32]string
 	side  map[int32][]sideEntry
 	dirty []int32
@@ -162,6 +164,12 @@ type shard struct {
 	cur   int     // eviction cursor
 	_     [64]byte
 }
+
+// initialSlots is a new shard's capacity.
+const initialSlots = 16
+
+// maxLoad is the fill ratio (in eighths) at which a shard grows.
+const maxLoad = 6
 
 // NewStore returns an empty store.
 func NewStore(cfg StoreConfig) *Store {
@@ -193,7 +201,7 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.index = make([]uint64, 16)
+		sh.slots = make([]slot, initialSlots)
 		sh.long = map[int32]string{}
 		sh.side = map[int32][]sideEntry{}
 	}
@@ -268,33 +276,35 @@ func (sh *shard) keyOf(i int32) string {
 	return string(sl.kb[:sl.klen])
 }
 
-// find returns the slot of (rule, key) and its index position.
-func (sh *shard) find(h uint64, rule RuleID, key string) (int32, int, bool) {
-	mask := uint64(len(sh.index) - 1)
-	fp := uint64(uint32(h))
-	for p := h & mask; ; p = (p + 1) & mask {
-		e := sh.index[p]
-		if e == 0 {
-			return 0, 0, false
+// home returns the first position of hash h in a table of n slots.
+func home(h uint64, n int) int { return int((h & 0xffffffff) * uint64(n) >> 32) }
+
+// find returns the position of (rule, key).
+func (sh *shard) find(h uint64, rule RuleID, key string) (int32, bool) {
+	n := len(sh.slots)
+	for p := home(h, n); ; {
+		sl := &sh.slots[p]
+		if sl.flags&flagLive == 0 {
+			return 0, false
 		}
-		if e&0xffffffff == fp {
-			i := int32(e>>32) - 1
-			sl := &sh.slots[i]
-			if sl.rule == rule {
-				if sl.klen == longKey {
-					if sh.long[i] == key {
-						return i, int(p), true
-					}
-				} else if int(sl.klen) == len(key) && string(sl.kb[:sl.klen]) == key {
-					return i, int(p), true
+		if sl.rule == rule {
+			if sl.klen == longKey {
+				if sh.long[int32(p)] == key {
+					return int32(p), true
 				}
+			} else if int(sl.klen) == len(key) && string(sl.kb[:sl.klen]) == key {
+				return int32(p), true
 			}
+		}
+		if p++; p == n {
+			p = 0
 		}
 	}
 }
 
 // insert adds a new (rule, key) with window nowIndex, making room if the shard
-// is full; the caller holds sh.mu and knows the key is absent.
+// is full; the caller holds sh.mu and knows the key is absent. It returns the
+// key's position.
 func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex int64) (int32, bool) {
 	for int(rule) >= len(sh.now) {
 		sh.now = append(sh.now, math.MinInt64)
@@ -307,93 +317,110 @@ func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex in
 		s.overflow.Add(1)
 		return 0, false
 	}
-	var i int32
-	if n := len(sh.free); n > 0 {
-		i = sh.free[n-1]
-		sh.free = sh.free[:n-1]
-	} else {
-		i = int32(len(sh.slots))
-		sh.slots = append(sh.slots, slot{})
+	if (sh.used+1)*8 > len(sh.slots)*maxLoad {
+		sh.grow(s)
 	}
-	sl := &sh.slots[i]
+	p := sh.free(h)
+	sl := &sh.slots[p]
 	*sl = slot{win: nowIndex, rule: rule, flags: flagLive}
 	if len(key) <= inlineKeyLen {
 		sl.klen = uint8(len(key))
 		copy(sl.kb[:], key)
 	} else {
 		sl.klen = longKey
-		sh.long[i] = strings.Clone(key)
+		sh.long[p] = strings.Clone(key)
 	}
-	if (sh.used+1)*4 > len(sh.index)*3 {
-		sh.grow(s)
-	}
-	sh.place(h, i)
 	sh.used++
 	sh.count[rule]++
-	return i, true
+	return p, true
 }
 
-func (sh *shard) place(h uint64, i int32) {
-	mask := uint64(len(sh.index) - 1)
-	p := h & mask
-	for sh.index[p] != 0 {
-		p = (p + 1) & mask
+// free returns the first empty position on h's probe run.
+func (sh *shard) free(h uint64) int32 {
+	n := len(sh.slots)
+	p := home(h, n)
+	for sh.slots[p].flags&flagLive != 0 {
+		if p++; p == n {
+			p = 0
+		}
 	}
-	sh.index[p] = uint64(i+1)<<32 | uint64(uint32(h))
+	return int32(p)
 }
 
+// grow moves every slot into a table half as large again.
 func (sh *shard) grow(s *Store) {
-	old := sh.index
-	sh.index = make([]uint64, 2*len(old))
-	for _, e := range old {
-		if e == 0 {
+	old, oldLong, oldSide := sh.slots, sh.long, sh.side
+	sh.slots = make([]slot, len(old)+len(old)/2)
+	sh.long = make(map[int32]string, len(oldLong))
+	sh.side = make(map[int32][]sideEntry, len(oldSide))
+	sh.dirty = sh.dirty[:0]
+	for i := range old {
+		sl := &old[i]
+		if sl.flags&flagLive == 0 {
 			continue
 		}
-		i := int32(e>>32) - 1
-		sh.place(s.hash(sh.slots[i].rule, sh.keyOf(i)), i)
+		var key string
+		if sl.klen == longKey {
+			key = oldLong[int32(i)]
+		} else {
+			key = string(sl.kb[:sl.klen])
+		}
+		p := sh.free(s.hash(sl.rule, key))
+		sh.slots[p] = *sl
+		if sl.klen == longKey {
+			sh.long[p] = key
+		}
+		if sl.flags&flagSide != 0 {
+			sh.side[p] = oldSide[int32(i)]
+		}
+		if sl.flags&flagInDirty != 0 {
+			sh.dirty = append(sh.dirty, p)
+		}
 	}
 }
 
-// remove deletes slot i found at index position p; the caller holds sh.mu.
-func (sh *shard) remove(i int32, p int) {
-	mask := len(sh.index) - 1
-	// Backward-shift deletion keeps every probe chain unbroken.
+// remove deletes the slot at position p; the caller holds sh.mu. Later
+// slots of the probe run shift back so every run stays unbroken.
+func (sh *shard) remove(s *Store, p int32) {
+	sl := &sh.slots[p]
+	sh.count[sl.rule]--
+	sh.used--
+	delete(sh.long, p)
+	delete(sh.side, p)
+	*sl = slot{}
+	n := int32(len(sh.slots))
 	for j := p; ; {
-		j = (j + 1) & mask
-		e := sh.index[j]
-		if e == 0 {
-			break
+		if j++; j == n {
+			j = 0
 		}
-		home := int(uint32(e)) & mask
-		if (j > p && (home <= p || home > j)) || (j < p && home <= p && home > j) {
-			sh.index[p] = e
+		nx := &sh.slots[j]
+		if nx.flags&flagLive == 0 {
+			return
+		}
+		h := int32(home(s.hash(nx.rule, sh.keyOf(j)), int(n)))
+		// nx may move to the hole p unless its home lies cyclically in (p, j].
+		if (p < j && (h <= p || h > j)) || (p > j && h <= p && h > j) {
+			sh.move(j, p)
 			p = j
 		}
 	}
-	sh.index[p] = 0
-	sl := &sh.slots[i]
-	sh.count[sl.rule]--
-	if sl.klen == longKey {
-		delete(sh.long, i)
-	}
-	if sl.flags&flagSide != 0 {
-		delete(sh.side, i)
-	}
-	*sl = slot{}
-	sh.free = append(sh.free, i)
-	sh.used--
 }
 
-// removeSlot deletes slot i, locating its index entry first.
-func (sh *shard) removeSlot(s *Store, i int32) {
-	h := s.hash(sh.slots[i].rule, sh.keyOf(i))
-	mask := uint64(len(sh.index) - 1)
-	want := uint64(i+1)<<32 | uint64(uint32(h))
-	for p := h & mask; ; p = (p + 1) & mask {
-		if sh.index[p] == want {
-			sh.remove(i, int(p))
-			return
-		}
+// move moves the slot at position from to the empty position to.
+func (sh *shard) move(from, to int32) {
+	sl := sh.slots[from]
+	sh.slots[to] = sl
+	sh.slots[from] = slot{}
+	if sl.klen == longKey {
+		sh.long[to] = sh.long[from]
+		delete(sh.long, from)
+	}
+	if sl.flags&flagSide != 0 {
+		sh.side[to] = sh.side[from]
+		delete(sh.side, from)
+	}
+	if sl.flags&flagInDirty != 0 {
+		sh.dirty = append(sh.dirty, to)
 	}
 }
 
@@ -405,7 +432,7 @@ const evictSample = 16
 func (sh *shard) evictOne(s *Store) bool {
 	n := len(sh.slots)
 	best, bestVal := int32(-1), uint64(0)
-	for seen := 0; seen < evictSample && seen < n; seen++ {
+	for seen, looked := 0, 0; seen < evictSample && looked < n; looked++ {
 		if sh.cur++; sh.cur >= n {
 			sh.cur = 0
 		}
@@ -414,8 +441,9 @@ func (sh *shard) evictOne(s *Store) bool {
 		if sl.flags&flagLive == 0 {
 			continue
 		}
+		seen++
 		if sl.win < sh.now[sl.rule]-1 {
-			sh.removeSlot(s, i)
+			sh.remove(s, i)
 			s.expired.Add(1)
 			return true
 		}
@@ -426,7 +454,7 @@ func (sh *shard) evictOne(s *Store) bool {
 	if best < 0 {
 		return false
 	}
-	sh.removeSlot(s, best)
+	sh.remove(s, best)
 	s.evicted.Add(1)
 	return true
 }
@@ -486,7 +514,7 @@ func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 	h := s.hash(rule, key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
-	i, _, ok := sh.find(h, rule, key)
+	i, ok := sh.find(h, rule, key)
 	if !ok {
 		r := window.Decide(limit, cost, 0, 0, now.Elapsed, now.Width)
 		if !r.Allowed || !count {
@@ -554,7 +582,7 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, _, ok := sh.find(h, rule, key)
+	i, ok := sh.find(h, rule, key)
 	if !ok {
 		if count == 0 {
 			return Unchanged
@@ -711,10 +739,11 @@ func (s *Store) removeIf(drop func(*slot) bool) int {
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
-		for i := range sh.slots {
+		for i := 0; i < len(sh.slots); i++ {
 			if sl := &sh.slots[i]; sl.flags&flagLive != 0 && drop(sl) {
-				sh.removeSlot(s, int32(i))
+				sh.remove(s, int32(i))
 				n++
+				i-- // a later slot of the run may have shifted into i
 			}
 		}
 		if len(sh.dirty) > 2*len(sh.slots)+64 {
@@ -750,7 +779,7 @@ func (s *Store) View(rule RuleID, key string, nowIndex int64) (views []WindowVie
 	h := s.hash(rule, key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
-	i, _, found := sh.find(h, rule, key)
+	i, found := sh.find(h, rule, key)
 	if !found {
 		sh.mu.Unlock()
 		return nil, false

@@ -375,29 +375,66 @@ func TestInternCap(t *testing.T) {
 	assert.Equal(t, SelfID, id)
 }
 
-// TestIndexSurvivesChurn inserts and removes many keys (exercising growth and
-// backward-shift deletion) and checks that every live key stays findable.
-func TestIndexSurvivesChurn(t *testing.T) {
+// TestTableSurvivesChurn inserts, merges into and removes many short and
+// long keys (exercising growth, backward-shift deletion and the side maps that
+// move with slots) and checks every key's counts and the dirty set against a
+// model.
+func TestTableSurvivesChurn(t *testing.T) {
 	rng := seeded(t, 5)
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxKeys: 1 << 20})
-	live := map[string]bool{}
-	for step := 0; step < 20000; step++ {
-		k := "k" + strconv.Itoa(rng.IntN(3000))
-		if rng.IntN(3) == 0 && live[k] {
-			sh := &st.shards[0]
-			h := st.hash(0, k)
-			i, p, ok := sh.find(h, 0, k)
-			require.True(t, ok)
-			sh.remove(i, p)
-			delete(live, k)
-			continue
+	remote, _ := st.Intern(rep("remote", 1))
+	type counts struct{ own, remote uint64 }
+	model := map[string]*counts{}
+	dirty := map[string]bool{}
+	sh := &st.shards[0]
+	name := func(i int) string {
+		if i%3 == 0 {
+			return "a-long-key-stored-outside-the-slot-" + strconv.Itoa(i)
 		}
-		st.Admit(0, k, at(1), 1<<40, 1, true)
-		live[k] = true
+		return "k" + strconv.Itoa(i)
 	}
-	assert.Equal(t, len(live), st.Stats().Keys)
-	for k := range live {
-		_, ok := st.View(0, k, 1)
+	for step := 0; step < 30000; step++ {
+		k := name(rng.IntN(2000))
+		switch r := rng.IntN(10); {
+		case r < 2 && model[k] != nil:
+			sh.mu.Lock()
+			p, ok := sh.find(st.hash(0, k), 0, k)
+			require.True(t, ok)
+			sh.remove(st, p)
+			sh.mu.Unlock()
+			delete(model, k)
+			delete(dirty, k)
+		case r < 4:
+			c := uint64(rng.IntN(100))
+			if st.Merge(0, k, 1, 1, remote, c) == Merged {
+				if model[k] == nil {
+					model[k] = &counts{}
+				}
+				model[k].remote = c
+			}
+		case r == 9:
+			got := map[string]uint64{}
+			st.Flush(func(e FlushEntry) { got[e.Key] = e.Count })
+			want := map[string]uint64{}
+			for k := range dirty {
+				want[k] = model[k].own
+			}
+			require.Equal(t, want, got, "step %d", step)
+			dirty = map[string]bool{}
+		default:
+			st.Admit(0, k, at(1), 1<<40, 1, true)
+			if model[k] == nil {
+				model[k] = &counts{}
+			}
+			model[k].own++
+			dirty[k] = true
+		}
+	}
+	assert.Equal(t, len(model), st.Stats().Keys)
+	for k, c := range model {
+		views, ok := st.View(0, k, 1)
 		require.True(t, ok, k)
+		require.Len(t, views, 1, k)
+		assert.Equal(t, c.own+c.remote, views[0].Total, k)
 	}
 }
