@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+const testConfig = `
+node: {id: n1, region: eu, pop: ams}
+listen: {api: "127.0.0.1:0"}
+nats: {embedded: {listen: "127.0.0.1:-1"}}
+rules:
+  - {name: demo, limit: 2, window: 1m}
+`
+
+func writeFile(t *testing.T, body string) string {
+	p := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func TestCheckConfig(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"-config", writeFile(t, testConfig), "-check-config"}, &out, &errb))
+	assert.Equal(t, "config ok: 1 rules\n", out.String())
+
+	err := run(t.Context(), []string{"-config", writeFile(t, testConfig+"bogus: 1\n"), "-check-config"}, &out, &errb)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "bogus: unknown field")
+
+	require.NoError(t, run(t.Context(), []string{"-check-config"}, io.Discard, io.Discard), "the demo config is valid")
+
+	assert.Error(t, run(t.Context(), []string{"-log-level", "loud"}, io.Discard, io.Discard))
+	assert.Error(t, run(t.Context(), []string{"-nope"}, io.Discard, io.Discard))
+	assert.Error(t, run(t.Context(), []string{"extra"}, io.Discard, io.Discard))
+}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// TestRun starts the daemon through run, decides, reloads on SIGHUP and
+// shuts down on cancel.
+func TestRun(t *testing.T) {
+	path := writeFile(t, testConfig)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-config", path, "-watch-interval", "0", "-log-level", "debug"}, &out, &errb)
+	}()
+
+	re := regexp.MustCompile(`api listening on (http://\S+)`)
+	var api string
+	waitFor(t, "the api listener", func() bool {
+		m := re.FindStringSubmatch(out.String())
+		if m != nil {
+			api = m[1]
+		}
+		return m != nil
+	})
+	for i := 0; i < 2; i++ {
+		code, body := post(t, api+"/v1/check", `{"rule":"demo","key":"k"}`)
+		require.Equal(t, http.StatusOK, code, body)
+	}
+	code, _ := post(t, api+"/v1/check", `{"rule":"demo","key":"k"}`)
+	assert.Equal(t, http.StatusTooManyRequests, code)
+
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(testConfig, "limit: 2", "limit: 5", 1)), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	waitFor(t, "the reload", func() bool { return strings.Contains(errb.String(), "config reloaded") })
+	code, body := post(t, api+"/v1/check", `{"rule":"demo","key":"k"}`)
+	assert.Equal(t, http.StatusOK, code, "limit raised, counts kept: %s", body)
+	assert.Contains(t, body, `"remaining":2`)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	assert.Contains(t, errb.String(), "edge stopped")
+}
+
+func TestBareBaseline(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-bare-baseline", "-bare-listen", "127.0.0.1:0"}, &out, io.Discard) }()
+	re := regexp.MustCompile(`listening on (http://\S+)`)
+	var url string
+	waitFor(t, "the listener", func() bool {
+		m := re.FindStringSubmatch(out.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	})
+	code, body := post(t, url+"/v1/check", `{"rule":"demo","key":"k"}`)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, string(bareBody), body)
+	cancel()
+	require.NoError(t, <-done)
+}
