@@ -82,24 +82,33 @@ const (
 	// Share makes each side enforce only its share of the limit while some
 	// PoPs are unheard.
 	Share
+	// Escrow makes every PoP spend only its escrow of the limit at all times,
+	// re-split every window by the previous window's traffic (experimental;
+	// see the README's partition section for how it compares with Share).
+	Escrow
 )
 
 func (p Policy) String() string {
-	if p == Share {
+	switch p {
+	case Share:
 		return "share"
+	case Escrow:
+		return "escrow"
 	}
 	return "keep"
 }
 
-// ParsePolicy parses "keep" or "share".
+// ParsePolicy parses "keep", "share" or "escrow".
 func ParsePolicy(s string) (Policy, error) {
 	switch s {
 	case "keep":
 		return Keep, nil
 	case "share":
 		return Share, nil
+	case "escrow":
+		return Escrow, nil
 	}
-	return 0, fmt.Errorf("unknown partition policy %q (want keep or share)", s)
+	return 0, fmt.Errorf("unknown partition policy %q (want keep, share or escrow)", s)
 }
 
 // Rule is a named limit.
@@ -141,7 +150,7 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("scope: unknown scope %d", r.Scope)
 	case r.Mode > Shadow:
 		return fmt.Errorf("mode: unknown mode %d", r.Mode)
-	case r.OnPartition > Share:
+	case r.OnPartition > Escrow:
 		return fmt.Errorf("on_partition: unknown policy %d", r.OnPartition)
 	}
 	return nil
