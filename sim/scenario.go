@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -294,12 +295,24 @@ func Parse(b []byte) (*Scenario, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("sim: %w", errors.New("empty scenario"))
 		}
-		return nil, fmt.Errorf("sim: %w", fmt.Errorf("%s", strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n ", ""), "yaml: ")))
+		return nil, fmt.Errorf("sim: %w", yamlError(err))
 	}
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
 	return &sc, nil
+}
+
+var unknownField = regexp.MustCompile(`field (\S+) not found in type sim\.(\w+)`)
+
+// yamlError rewords a decoding error: one line, and unknown fields named as
+// such with the part of the scenario they were found in.
+func yamlError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n  ")
+	msg = strings.ReplaceAll(msg, "\n  ", "; ")
+	msg = unknownField.ReplaceAllString(msg, `unknown field "$1" in $2`)
+	return errors.New(msg)
 }
 
 // Default timings.

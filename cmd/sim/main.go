@@ -25,7 +25,11 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "sim:", err)
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "sim: ") {
+				msg = "sim: " + msg
+			}
+			fmt.Fprintln(os.Stderr, msg)
 		}
 		os.Exit(2)
 	}

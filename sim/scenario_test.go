@@ -1,0 +1,116 @@
+package sim
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const minimal = `
+name: t
+duration: 10s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 2}]}
+  - {region: us, pops: [{name: iad, nodes: 1}]}
+rules:
+  - {name: api, limit: 10, window: 1s}
+traffic:
+  - {rule: api, rate: 5/s}
+`
+
+func TestParseMinimalDefaults(t *testing.T) {
+	sc, err := Parse([]byte(minimal))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultFlushInterval, *sc.Replication.FlushInterval)
+	assert.Equal(t, DefaultPeerTimeout, sc.Replication.PeerTimeout)
+	assert.Equal(t, DefaultPeerTimeout/4, sc.Replication.HeartbeatInterval)
+	assert.Equal(t, "global", sc.Rules[0].Scope)
+	assert.Equal(t, "keep", sc.Rules[0].OnPartition)
+	assert.Equal(t, uint64(1), sc.Rules[0].Cost)
+	assert.Equal(t, "poisson", sc.Traffic[0].Pattern)
+	assert.Equal(t, Rate(5), sc.Traffic[0].Rate)
+	assert.Equal(t, sc.Duration, sc.Traffic[0].End)
+}
+
+func TestParseRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Rate
+		err  bool
+	}{
+		{"400/s", 400, false},
+		{"24000/m", 400, false},
+		{"2/ms", 2000, false},
+		{"3600/h", 1, false},
+		{"12.5", 12.5, false},
+		{"-3/s", -3, false}, // parsed; Validate rejects it naming the field
+		{"5/d", 0, true},
+		{"fast", 0, true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseRate(tc.in)
+			if tc.err {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.InDelta(t, float64(tc.want), float64(got), 1e-9)
+		})
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"unknown top-level field", "duration: 10s", "duration: 10s\nspeed: 3", `line 4: unknown field "speed" in Scenario`},
+		{"unknown rule field", "{name: api, limit: 10, window: 1s}", "{name: api, limit: 10, window: 1s, burst: 3}", `unknown field "burst" in RuleSpec`},
+		{"negative rate", "rate: 5/s", "rate: -5/s", "traffic[0].rate: must not be negative"},
+		{"bad rate unit", "rate: 5/s", "rate: 5/d", "bad rate \"5/d\""},
+		{"partition unknown region", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 1s, partition: [[eu], [asia]]}", "events[0].partition: [1]: unknown region or PoP \"asia\""},
+		{"cut unknown PoP", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 1s, cut: {from: [lhr], to: [eu]}}", "events[0].cut.from: unknown region or PoP \"lhr\""},
+		{"event after the run", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 11s, heal: true}", "events[0].at: must be within the run"},
+		{"event without action", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 1s}", "events[0].at: event has no action"},
+		{"two actions", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 1s, heal: true, crash: [ams]}", "more than one action"},
+		{"skew unknown node", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 1s, clock_skew: {node: ams-9, offset: 1s}}", "events[0].clock_skew.node: unknown node \"ams-9\""},
+		{"crash unknown", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 1s, crash: [lhr-1]}", "events[0].crash: unknown node, PoP or region \"lhr-1\""},
+		{"flap without period", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 1s, flap: {partition: [[eu]], heal_for: 1s, until: 5s}}", "events[0].flap.cut_for: must be positive"},
+		{"traffic unknown rule", "{rule: api, rate: 5/s}", "{rule: web, rate: 5/s}", "traffic[0].rule: unknown rule \"web\""},
+		{"share unknown PoP", "rate: 5/s}", "rate: 5/s, share: {lhr: 1}}", "traffic[0].share: unknown PoP \"lhr\""},
+		{"negative share", "rate: 5/s}", "rate: 5/s, share: {ams: -1, iad: 2}}", "traffic[0].share: ams: must not be negative"},
+		{"bad spread", "rate: 5/s}", "rate: 5/s, spread: normal}", "traffic[0].spread: unknown spread \"normal\""},
+		{"bad pattern", "rate: 5/s}", "rate: 5/s, pattern: sine}", "traffic[0].pattern: unknown pattern \"sine\""},
+		{"onoff without on", "rate: 5/s}", "rate: 5/s, pattern: onoff}", "traffic[0].on: onoff needs on > 0"},
+		{"cost over limit", "rate: 5/s}", "rate: 5/s, cost: 11}", "traffic[0].cost: 11 exceeds the limit 10"},
+		{"zero limit", "limit: 10,", "limit: 0,", "rules[0].limit: must be at least 1"},
+		{"bad scope", "window: 1s}", "window: 1s, scope: planet}", "rules[0].scope: unknown scope \"planet\""},
+		{"bad policy", "window: 1s}", "window: 1s, on_partition: panic}", "rules[0].on_partition: unknown partition policy \"panic\""},
+		{"duplicate PoP", "{region: us, pops: [{name: iad, nodes: 1}]}", "{region: us, pops: [{name: ams, nodes: 1}]}", "topology[1].pops[0].name: \"ams\" already names a PoP"},
+		{"no nodes", "{name: iad, nodes: 1}", "{name: iad, nodes: 0}", "topology[1].pops[0].nodes: must be 1-1000"},
+		{"negative duration", "duration: 10s", "duration: -10s", "duration: must be positive"},
+		{"loss over 1", "rules:", "network: {inter_region: {loss: 1.5}}\nrules:", "network.inter_region.loss: must be a probability"},
+		{"negative latency", "rules:", "network: {intra_pop: {latency: -1ms}}\nrules:", "network.intra_pop.latency: must not be negative"},
+		{"link to unknown", "rules:", "network: {links: [{from: [eu], to: [mars]}]}\nrules:", "network.links[0].to: unknown region or PoP \"mars\""},
+		{"negative flush", "rules:", "replication: {flush_interval: -1ms}\nrules:", "replication.flush_interval: must not be negative"},
+		{"change without content", "rate: 5/s}", "rate: 5/s, changes: [{at: 2s}]}", "traffic[0].changes[0]: must change rate or share"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.Replace(minimal, tc.from, tc.to, 1)
+			require.NotEqual(t, minimal, src, "the case must change the scenario")
+			_, err := Parse([]byte(src))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.True(t, strings.HasPrefix(err.Error(), "sim: "), err.Error())
+		})
+	}
+}
+
+func TestBuiltinScenariosLoad(t *testing.T) {
+	for _, path := range builtins(t) {
+		sc, err := Load(path)
+		require.NoError(t, err, path)
+		assert.NotEmpty(t, sc.Description, path)
+	}
+}
