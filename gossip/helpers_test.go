@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -137,3 +138,5 @@ func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts Options) *
 	s := n.Self()
 	return &member{node: n, rep: r, id: PoPID{s.Region, s.PoP}, name: s.Node}
 }
+
+func getenv(k string) string { return os.Getenv(k) }

@@ -1,0 +1,45 @@
+package gossip
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// FuzzReceive feeds arbitrary bytes to the receive path (as a delta, a
+// heartbeat and a sync request from another PoP and from the own PoP, and
+// as push/pull state): it must never panic, whatever arrives.
+func FuzzReceive(f *testing.F) {
+	d := crdt.Delta{
+		Sender:  crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 3},
+		SentAt:  1,
+		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}, {Rule: "per-ip", Key: "x", Window: 5, Count: 1}},
+	}
+	msgs, err := crdt.Encode(&d, 0)
+	require.NoError(f, err)
+	f.Add(msgs[0])
+	f.Add([]byte{})
+	f.Add([]byte{0x94, 0x01, 0x94})
+	f.Add(append([]byte{byte(len(msgs[0]))}, msgs[0]...))
+	n := newNode(f, "eu", "ams", "ams-1", testRules())
+	r, err := Start(context.Background(), Options{Node: n, FlushInterval: time.Hour, AntiEntropyInterval: time.Hour})
+	require.NoError(f, err)
+	f.Cleanup(func() { _ = r.Close() })
+	dec := crdt.NewDecoder()
+	var out crdt.Delta
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, in := range []inbound{
+			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindDelta, data: b},
+			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindHeartbeat, data: b},
+			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindSync, data: b},
+			{t: tPoP, from: PoPID{"eu", "ams"}, kind: KindDelta, data: b},
+		} {
+			r.apply(dec, &out, in)
+		}
+		r.mergeState(b)
+	})
+}

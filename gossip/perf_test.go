@@ -1,0 +1,187 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/clock"
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+func ipKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+	}
+	return keys
+}
+
+// NATS protocol framing per published message: "PUB <subject> <len>\r\n" and
+// the trailing "\r\n" (subject geolimit.delta.<region>.<pop>).
+func natsFraming(subject string, n int) int {
+	return len("PUB ") + len(subject) + 1 + len(strconv.Itoa(n)) + 4
+}
+
+// wireBytesPerUpdate updates every one of keys once per 50ms flush, for
+// flushes rounds, and returns the bytes sent on NATS (payload and framing)
+// per key update: what one node publishes for the other PoPs.
+func wireBytesPerUpdate(t testing.TB, keys []string, flushes int) (perUpdate float64, msgs int) {
+	n, err := pop.New(pop.Config{
+		Self:    crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
+		Rules:   []pop.Rule{{Name: "api", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}},
+		MaxKeys: 2 * len(keys),
+	})
+	require.NoError(t, err)
+	subject := DeltaSubject("", PoPID{"eu", "ams"})
+	now := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC).UnixNano()
+	var bytes, updates int
+	for range flushes {
+		for _, k := range keys {
+			if _, err := n.Decide(now, "api", k, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		updates += len(keys)
+		for _, o := range n.Flush(now) {
+			out, err := crdt.Encode(&o.Delta, 64<<10)
+			require.NoError(t, err)
+			for _, m := range out {
+				bytes += len(m) + natsFraming(subject, len(m))
+			}
+			msgs += len(out)
+		}
+		now += int64(50 * time.Millisecond)
+	}
+	return float64(bytes) / float64(updates), msgs
+}
+
+// TestWireBytesPerUpdate: with 1k, 10k and 100k hot IPv4 keys each updated
+// every 50ms flush, a key update costs at most 32 bytes on the wire.
+func TestWireBytesPerUpdate(t *testing.T) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			flushes := max(2, 200_000/n)
+			b, msgs := wireBytesPerUpdate(t, ipKeys(n), flushes)
+			t.Logf("%d hot keys, 50ms flush: %.1f bytes per key update on NATS (%d messages over %d flushes)", n, b, msgs, flushes)
+			assert.LessOrEqual(t, b, 32.0)
+		})
+	}
+}
+
+// BenchmarkWireBytes reports bytes per key update and the cost of one flush
+// (collect and encode) for 1k, 10k and 100k hot keys.
+func BenchmarkWireBytes(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			keys := ipKeys(n)
+			var per float64
+			b.ReportAllocs()
+			for b.Loop() {
+				per, _ = wireBytesPerUpdate(b, keys, 1)
+			}
+			b.ReportMetric(per, "B/update")
+		})
+	}
+}
+
+// TestConvergenceLatency measures, over many single updates, the time from a
+// decision in one region until a node in another region (across a gateway)
+// sees it, at a 50ms flush. Figures are logged; the goal is p99 <= flush
+// interval + 5ms. Set GEOLIMIT_CONVERGENCE_SAMPLES for a longer run.
+func TestConvergenceLatency(t *testing.T) {
+	samples := 60
+	if s, err := strconv.Atoi(getenv("GEOLIMIT_CONVERGENCE_SAMPLES")); err == nil && s > 0 {
+		samples = s
+	}
+	c := startSuperCluster(t, "eu", "us")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := Options{FlushInterval: 50 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Second}
+	nodes := startSCNodes(t, ctx, c, testRules(), opts, [2]int{0, 1}, [2]int{1, 1})
+	a, b := nodes[0], nodes[1]
+	rng := rand.New(rand.NewPCG(3, 3))
+	var lat []time.Duration
+	for i := range samples {
+		// Land at a random point of the flush cycle.
+		time.Sleep(time.Duration(rng.Int64N(int64(opts.FlushInterval))))
+		start := time.Now()
+		_, err := a.node.Decide(start.UnixNano(), "api", "k", 1)
+		require.NoError(t, err)
+		for total(b.node, "api", "k") != uint64(i+1) {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("update %d not seen after 10s", i)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	t.Logf("convergence across a gateway, flush %s, %d updates: p50 %s, p99 %s, max %s (goal p99 <= %s)",
+		opts.FlushInterval, len(lat), p(0.5).Round(10*time.Microsecond), p(0.99).Round(10*time.Microsecond),
+		lat[len(lat)-1].Round(10*time.Microsecond), opts.FlushInterval+5*time.Millisecond)
+	st := b.rep.Stats()[0]
+	t.Logf("replication lag (receive - flush) on the receiver: mean %s, max %s over %d messages",
+		(st.LagSum / time.Duration(max(1, st.LagCount))).Round(10*time.Microsecond), st.LagMax.Round(10*time.Microsecond), st.LagCount)
+}
+
+// BenchmarkDecideReplicating compares parallel Decide alone and with this
+// node's replication running beside it: a Replicator flushing every 50ms
+// (collect, encode, publish) to a real nats-server in the same process. With
+// 100k keys every key changes in every flush, the most replication work a
+// node can have; with 1k hot keys the work per flush is small. (A receiving
+// peer is left out: on one 2-core machine it would only measure the peer's
+// CPU, which in production is another machine's.)
+func BenchmarkDecideReplicating(b *testing.B) {
+	rules := []pop.Rule{{Name: "api", Limit: 1 << 40, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal}}
+	clk := clock.NewCoarse(time.Millisecond)
+	defer clk.Stop()
+	run := func(b *testing.B, n *pop.Node, keys []string) {
+		for _, k := range keys {
+			if _, err := n.Decide(clk.Now(), "api", k, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := rand.IntN(len(keys))
+			for pb.Next() {
+				i++
+				if _, err := n.Decide(clk.Now(), "api", keys[i%len(keys)], 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for _, nk := range []int{1_000, 100_000} {
+		keys := ipKeys(nk)
+		rand.New(rand.NewPCG(1, 2)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+		b.Run(fmt.Sprintf("keys=%d/alone", nk), func(b *testing.B) {
+			run(b, newNode(b, "eu", "ams", "ams-1", rules), keys)
+		})
+		b.Run(fmt.Sprintf("keys=%d/replicating", nk), func(b *testing.B) {
+			s := startNATS(b, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			o := natsOpts(s.ClientURL(), PoPID{"eu", "ams"}, "ams-1")
+			o.FlushInterval = 50 * time.Millisecond
+			o.Clock = clk
+			a := startMember(b, ctx, newNode(b, "eu", "ams", "ams-1", rules), o)
+			run(b, a.node, keys)
+			b.StopTimer()
+			st := a.rep.Stats()[0]
+			b.ReportMetric(float64(st.BytesSent)/float64(max(1, st.EntriesSent)), "wireB/entry")
+		})
+	}
+}
