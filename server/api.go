@@ -215,7 +215,7 @@ func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	cr.m.record(d)
 	setRateLimitHeaders(w.Header(), cr, d)
-	out := appendResult((*bp)[:0], cr.pop.Name, key, d)
+	out := appendResult((*bp)[:0], cr, key, d)
 	*bp = out
 	w.Header()[hContentType] = jsonCT
 	if d.Allowed {
@@ -298,7 +298,7 @@ func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendResultObj(b, cr.pop.Name, key, d)
+		b = appendResultObj(b, cr, key, d)
 	}
 	b = append(b, "]}\n"...)
 	*out = b
@@ -349,25 +349,28 @@ func (a *App) flushCounts(sc *batchScratch) {
 }
 
 // appendResult appends one decision as the /v1/check response body.
-func appendResult(b []byte, rule, key string, d pop.Decision) []byte {
-	return append(appendResultObj(b, rule, key, d), '\n')
+func appendResult(b []byte, cr *compiledRule, key string, d pop.Decision) []byte {
+	return append(appendResultObj(b, cr, key, d), '\n')
 }
 
-func appendResultObj(b []byte, rule, key string, d pop.Decision) []byte {
+func appendResultObj(b []byte, cr *compiledRule, key string, d pop.Decision) []byte {
 	if d.Allowed {
 		b = append(b, `{"allowed":true,"rule":`...)
 	} else {
 		b = append(b, `{"allowed":false,"rule":`...)
 	}
-	b = appendString(b, rule)
+	b = append(b, cr.ruleJSON...)
 	b = append(b, `,"key":`...)
 	b = appendString(b, key)
 	b = append(b, `,"limit":`...)
-	b = strconv.AppendUint(b, d.Limit, 10)
+	b = append(b, cr.limitStr...)
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendUint(b, d.Remaining, 10)
 	b = append(b, `,"reset_ms":`...)
 	b = strconv.AppendInt(b, ceilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
+	if d.RetryAfter <= 0 {
+		return append(b, `,"retry_after_ms":0}`...)
+	}
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
 	return append(b, '}')
@@ -386,16 +389,19 @@ func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
 		t = max(1, ceilDiv(int64(d.RetryAfter), int64(time.Second)))
 	}
 	// One allocation for all the values: build them in one buffer and slice.
-	var arr [96]byte
+	var rem, tb [20]byte
+	r := strconv.AppendUint(rem[:0], d.Remaining, 10)
+	ts := strconv.AppendInt(tb[:0], t, 10)
+	var arr [128]byte
 	b := append(arr[:0], cr.policy[:len(cr.pop.Name)+2]...) // "name"
 	b = append(b, ";r="...)
-	b = strconv.AppendUint(b, d.Remaining, 10)
+	b = append(b, r...)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, t, 10)
+	b = append(b, ts...)
 	rlEnd := len(b)
-	b = strconv.AppendUint(b, d.Remaining, 10)
+	b = append(b, r...)
 	remEnd := len(b)
-	b = strconv.AppendInt(b, t, 10)
+	b = append(b, ts...)
 	s := string(b)
 	vals := make([]string, 6)
 	vals[0], vals[1], vals[2] = cr.policy, s[:rlEnd], cr.limitStr

@@ -82,6 +82,10 @@ type ReplicationStatus struct {
 	// Partitions lists the PoPs ("region/pop") silent for longer than
 	// replication.peer_timeout.
 	Partitions []string `json:"partitions"`
+	// Transports are per-transport replication counters (messages, bytes
+	// and entries sent and received, rejected entries, lag); the
+	// Replicator chooses their shape.
+	Transports any `json:"transports,omitempty"`
 }
 
 // Member is one member of the PoP.

@@ -36,6 +36,8 @@ type compiledRule struct {
 	policy string
 	// limitStr is the limit in decimal, for X-RateLimit-Limit.
 	limitStr string
+	// ruleJSON is the name as a JSON string.
+	ruleJSON string
 	m        *ruleMetrics
 }
 
@@ -92,6 +94,7 @@ func compileRules(cfg *config.Config, metricsFor func(string) *ruleMetrics) (*ru
 			prefix:   r.Match.PathPrefix,
 			policy:   policyItem(pr),
 			limitStr: strconv.FormatUint(pr.Limit, 10),
+			ruleJSON: string(appendString(nil, pr.Name)),
 			m:        metricsFor(pr.Name),
 		}
 		for _, k := range r.Key {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -52,8 +53,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	watch := fs.Duration("watch-interval", time.Second, "how often the config file is polled for changes (0 turns polling off)")
 	bare := fs.Bool("bare-baseline", false, "benchmark baseline: serve POST /v1/check with a fixed JSON answer and nothing else, on -bare-listen")
 	bareListen := fs.String("bare-listen", "127.0.0.1:8081", "listen `address` for -bare-baseline")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to `file` until exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))

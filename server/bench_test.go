@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/geolimit/geolimit/clock"
+	"github.com/geolimit/geolimit/config"
+)
+
+// nopWriter is a reusable http.ResponseWriter that discards the body.
+type nopWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(code int)        { w.code = code }
+
+// bodyReader is a resettable request body.
+type bodyReader struct {
+	b []byte
+	i int
+}
+
+func (r *bodyReader) Read(p []byte) (int, error) {
+	if r.i >= len(r.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b[r.i:])
+	r.i += n
+	return n, nil
+}
+func (r *bodyReader) Close() error { return nil }
+
+func benchApp(b *testing.B) *App {
+	b.Helper()
+	cfg, err := config.Parse([]byte("rules: [{name: bench, limit: 1000000000000, window: 1m, scope: node}]"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := clock.NewCoarse(0)
+	b.Cleanup(clk.Stop)
+	a, err := New(Options{Config: cfg, Self: testSelf, Clock: clk})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+	}
+	return keys
+}
+
+// BenchmarkCheckHandler is POST /v1/check without the network: parse,
+// decide, headers, body.
+func BenchmarkCheckHandler(b *testing.B) {
+	a := benchApp(b)
+	bodies := [][]byte{}
+	for _, k := range benchKeys(1000) {
+		bodies = append(bodies, []byte(`{"rule":"bench","key":"`+k+`","cost":1}`))
+	}
+	h := a.apiHandler()
+	req, _ := http.NewRequestWithContext(context.Background(), "POST", "/v1/check", nil)
+	br := &bodyReader{}
+	req.Body = br
+	w := &nopWriter{}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		br.b, br.i = bodies[i%len(bodies)], 0
+		req.ContentLength = int64(len(br.b))
+		w.h = http.Header{}
+		h.ServeHTTP(w, req)
+		if w.code != 200 {
+			b.Fatal(w.code)
+		}
+		i++
+	}
+}
+
+// BenchmarkChecksHandler is POST /v1/checks with 100 checks; ns/op / 100 is
+// the cost of one decision.
+func BenchmarkChecksHandler(b *testing.B) {
+	a := benchApp(b)
+	keys := benchKeys(1000)
+	var bodies [][]byte
+	for j := 0; j < 10; j++ {
+		var sb strings.Builder
+		sb.WriteString(`{"checks":[`)
+		for i := 0; i < 100; i++ {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(`{"rule":"bench","key":"` + keys[(j*100+i)%len(keys)] + `"}`)
+		}
+		sb.WriteString(`]}`)
+		bodies = append(bodies, []byte(sb.String()))
+	}
+	h := a.apiHandler()
+	req, _ := http.NewRequestWithContext(context.Background(), "POST", "/v1/checks", nil)
+	br := &bodyReader{}
+	req.Body = br
+	w := &nopWriter{}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		br.b, br.i = bodies[i%len(bodies)], 0
+		req.ContentLength = int64(len(br.b))
+		w.h = http.Header{}
+		h.ServeHTTP(w, req)
+		if w.code != 200 {
+			b.Fatal(w.code)
+		}
+		i++
+	}
+}
