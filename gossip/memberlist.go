@@ -240,8 +240,8 @@ func (t *Memberlist) Members() []string {
 	return out
 }
 
-// Close leaves the PoP (telling the others, for up to a second) and shuts
-// memberlist down. It is idempotent.
+// Close leaves the PoP (telling the others, waiting up to a second) and
+// shuts memberlist down. It is idempotent.
 func (t *Memberlist) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -250,8 +250,15 @@ func (t *Memberlist) Close() error {
 	}
 	t.closed = true
 	t.mu.Unlock()
-	err := t.ml.Leave(time.Second)
-	return errors.Join(err, t.ml.Shutdown())
+	// A leave that is not acknowledged in time (the others are stopping
+	// too) is not an error: they will find this node dead instead.
+	if err := t.ml.Leave(time.Second); err != nil && t.cfg.Logger != nil {
+		t.cfg.Logger.Debug("gossip: memberlist leave", "err", err)
+	}
+	if err := t.ml.Shutdown(); err != nil {
+		return fmt.Errorf("gossip: memberlist shutdown: %w", err)
+	}
+	return nil
 }
 
 // mlDelegate adapts memberlist's callbacks to the Handler.
