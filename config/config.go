@@ -93,6 +93,23 @@ type NATS struct {
 	Embedded Embedded `yaml:"embedded"`
 	// SubjectPrefix prefixes every subject. Default "geolimit".
 	SubjectPrefix string `yaml:"subject_prefix"`
+	// Credentials is a NATS credentials file (JWT and nkey seed) for nats.url.
+	Credentials string `yaml:"credentials"`
+	// User and Password authenticate to nats.url with a user name and password.
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	// TLS configures TLS to nats.url; nil for none (or a tls:// URL with the
+	// system roots).
+	TLS *NATSTLS `yaml:"tls"`
+}
+
+// NATSTLS configures TLS to the NATS servers. Files are PEM.
+type NATSTLS struct {
+	// CAFile holds the CA certificates that sign the servers' certificates.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate and its key, both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 }
 
 // Embedded configures the embedded nats-server.
@@ -128,6 +145,15 @@ type Gossip struct {
 	Bind string `yaml:"bind"`
 	// Join lists members to join at start (host:port).
 	Join []string `yaml:"join"`
+	// Advertise is the host:port other members reach this node on; empty
+	// means bind (which must then not be a wildcard address).
+	Advertise string `yaml:"advertise"`
+	// SecretKeyFile holds a 16, 24 or 32-byte key (raw or base64) that
+	// encrypts gossip; empty for none. Every member of the PoP needs the same.
+	SecretKeyFile string `yaml:"secret_key_file"`
+	// Label is stamped on every gossip packet; members with another label
+	// are ignored. Default "geolimit/<region>/<pop>".
+	Label string `yaml:"label"`
 }
 
 // Replication tunes replication.
@@ -373,6 +399,11 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("gossip.join[%d]: %w", i, err)
 			}
 		}
+		if c.Gossip.Advertise != "" {
+			if err := checkAddr(c.Gossip.Advertise, false); err != nil {
+				return fmt.Errorf("gossip.advertise: %w", err)
+			}
+		}
 	}
 	for _, d := range []struct {
 		name string
@@ -409,6 +440,9 @@ func (n *NATS) validate() error {
 	if n.SubjectPrefix == "" || strings.ContainsAny(n.SubjectPrefix, " \t\r\n*>") ||
 		strings.HasPrefix(n.SubjectPrefix, ".") || strings.HasSuffix(n.SubjectPrefix, ".") {
 		return fmt.Errorf("nats.subject_prefix: %q must be a non-empty NATS subject without wildcards", n.SubjectPrefix)
+	}
+	if t := n.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
+		return errors.New("nats.tls: cert_file and key_file go together")
 	}
 	if n.URL != "" {
 		for i, s := range strings.Split(n.URL, ",") {
