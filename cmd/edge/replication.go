@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/server"
+)
+
+func init() { newReplicator = newGossipReplicator }
+
+// gossipReplicator runs gossip.Replicator for the daemon: memberlist inside
+// the PoP when the config has a gossip section, NATS to the other PoPs.
+type gossipReplicator struct {
+	opts gossip.Options
+	r    atomic.Pointer[gossip.Replicator]
+}
+
+func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
+	cfg := env.Config
+	self := env.Node.Self()
+	id := gossip.PoPID{Region: self.Region, PoP: self.PoP}
+	g := &gossipReplicator{}
+	lag := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "geolimit_replication_lag_seconds",
+		Help: "Receive time minus the sender's flush time of replicated messages, by transport.",
+		// 100us .. ~3.3s
+		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
+	}, []string{"transport"})
+	g.opts = gossip.Options{
+		Node:                env.Node,
+		Clock:               env.Clock,
+		FlushInterval:       cfg.Replication.FlushInterval.D(),
+		AntiEntropyInterval: cfg.Replication.AntiEntropyInterval.D(),
+		PeerTimeout:         cfg.Replication.PeerTimeout.D(),
+		Logger:              env.Logger,
+		ObserveLag:          func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
+	}
+	if gc := cfg.Gossip; gc != nil {
+		mc := gossip.MemberlistConfig{
+			Self:      id,
+			Name:      self.Node + "#" + strconv.FormatUint(self.Incarnation, 10),
+			Bind:      gc.Bind,
+			Advertise: gc.Advertise,
+			Join:      gc.Join,
+			Label:     gc.Label,
+			Logger:    env.Logger.With("component", "memberlist"),
+		}
+		if gc.SecretKeyFile != "" {
+			key, err := gossip.ReadSecretKey(gc.SecretKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("gossip.secret_key_file: %w", err)
+			}
+			mc.SecretKey = key
+		}
+		g.opts.PoP = gossip.MemberlistConnect(mc)
+	}
+	nc := gossip.NATSConfig{
+		Self:            id,
+		Name:            self.String(),
+		URL:             env.NATSURL,
+		SubjectPrefix:   cfg.NATS.SubjectPrefix,
+		CredentialsFile: cfg.NATS.Credentials,
+		User:            cfg.NATS.User,
+		Password:        cfg.NATS.Password,
+		Logger:          env.Logger.With("component", "nats-client"),
+	}
+	if t := cfg.NATS.TLS; t != nil {
+		if t.CAFile != "" {
+			nc.RootCAs = []string{t.CAFile}
+		}
+		nc.ClientCert, nc.ClientKey = t.CertFile, t.KeyFile
+	}
+	g.opts.Global = gossip.NATSConnect(nc)
+	if env.Registry != nil {
+		if err := env.Registry.Register(lag); err != nil {
+			return nil, fmt.Errorf("replication metrics: %w", err)
+		}
+		if err := env.Registry.Register(&replCollector{g: g}); err != nil {
+			return nil, fmt.Errorf("replication metrics: %w", err)
+		}
+	}
+	return g, nil
+}
+
+func (g *gossipReplicator) Start(ctx context.Context) error {
+	r, err := gossip.Start(ctx, g.opts)
+	if err != nil {
+		return err
+	}
+	g.r.Store(r)
+	return nil
+}
+
+func (g *gossipReplicator) Close() error {
+	if r := g.r.Load(); r != nil {
+		return r.Close()
+	}
+	return nil
+}
+
+func (g *gossipReplicator) Status() server.ReplicationStatus {
+	st := server.ReplicationStatus{Members: []server.Member{}, RemotePoPs: []server.RemotePoP{}, Partitions: []string{}}
+	r := g.r.Load()
+	if r == nil {
+		return st
+	}
+	s := r.Status()
+	for _, m := range s.Members {
+		st.Members = append(st.Members, server.Member{Name: m, State: "alive"})
+	}
+	for _, p := range s.RemotePoPs {
+		rp := server.RemotePoP{Region: p.Region, PoP: p.PoP, LastHeardMS: -1, Partitioned: p.Partitioned}
+		if p.Age >= 0 {
+			rp.LastHeardMS = p.Age.Milliseconds()
+		}
+		st.RemotePoPs = append(st.RemotePoPs, rp)
+	}
+	st.Partitions = append(st.Partitions, s.Partitioned...)
+	st.Transports = s.Transports
+	return st
+}
+
+// replCollector exports the Replicator's counters at scrape time.
+type replCollector struct{ g *gossipReplicator }
+
+var (
+	labelsTS = []string{"transport", "scope"}
+
+	descMsgsSent     = prometheus.NewDesc("geolimit_replication_messages_sent_total", "Replication messages (deltas, heartbeats) published.", labelsTS, nil)
+	descBytesSent    = prometheus.NewDesc("geolimit_replication_sent_bytes_total", "Replication payload bytes published.", labelsTS, nil)
+	descEntriesSent  = prometheus.NewDesc("geolimit_replication_sent_entries_total", "Key counts (entries) sent in deltas.", labelsTS, nil)
+	descMsgsRecv     = prometheus.NewDesc("geolimit_replication_messages_received_total", "Replication messages received.", labelsTS, nil)
+	descBytesRecv    = prometheus.NewDesc("geolimit_replication_received_bytes_total", "Replication payload bytes received.", labelsTS, nil)
+	descEntriesRecv  = prometheus.NewDesc("geolimit_replication_received_entries_total", "Entries of well-formed received deltas.", labelsTS, nil)
+	descRejected     = prometheus.NewDesc("geolimit_replication_rejected_entries_total", "Received entries refused: sender not of the message's PoP, unknown rule, wrong scope, bad key.", labelsTS, nil)
+	descForged       = prometheus.NewDesc("geolimit_replication_forged_messages_total", "Received messages whose sender is not of the PoP they came from.", labelsTS, nil)
+	descDecodeErrors = prometheus.NewDesc("geolimit_replication_decode_errors_total", "Received messages that were not a valid delta.", labelsTS, nil)
+	descDropped      = prometheus.NewDesc("geolimit_replication_dropped_messages_total", "Received messages dropped because the apply queue was full.", labelsTS, nil)
+	descSendErrors   = prometheus.NewDesc("geolimit_replication_send_errors_total", "Messages that could not be published.", labelsTS, nil)
+	descMembers      = prometheus.NewDesc("geolimit_replication_members", "Other live members of this PoP.", nil, nil)
+	descRemotePoPs   = prometheus.NewDesc("geolimit_replication_remote_pops", "Remote PoPs known (heard or expected).", nil, nil)
+	descPartitioned  = prometheus.NewDesc("geolimit_replication_partitioned_pops", "Remote PoPs silent for longer than replication.peer_timeout.", nil, nil)
+	descLastHeard    = prometheus.NewDesc("geolimit_replication_last_heard_seconds", "Time since the last message from a remote PoP.", []string{"region", "pop"}, nil)
+	descResyncs      = prometheus.NewDesc("geolimit_replication_resyncs_total", "Anti-entropy rounds triggered by a join, a reconnect or a PoP heard again.", nil, nil)
+)
+
+func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMsgsSent, descBytesSent, descEntriesSent, descMsgsRecv, descBytesRecv, descEntriesRecv,
+		descRejected, descForged, descDecodeErrors, descDropped, descSendErrors, descMembers, descRemotePoPs, descPartitioned, descLastHeard, descResyncs} {
+		ch <- d
+	}
+}
+
+func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.g.r.Load()
+	if r == nil {
+		return
+	}
+	s := r.Status()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, t := range s.Transports {
+		l := []string{t.Transport, t.Scope}
+		counter(descMsgsSent, t.MessagesSent, l...)
+		counter(descBytesSent, t.BytesSent, l...)
+		counter(descEntriesSent, t.EntriesSent, l...)
+		counter(descMsgsRecv, t.MessagesReceived, l...)
+		counter(descBytesRecv, t.BytesReceived, l...)
+		counter(descEntriesRecv, t.EntriesReceived, l...)
+		counter(descRejected, t.Rejected, l...)
+		counter(descForged, t.Forged, l...)
+		counter(descDecodeErrors, t.DecodeErrors, l...)
+		counter(descDropped, t.Dropped, l...)
+		counter(descSendErrors, t.SendErrors, l...)
+	}
+	counter(descResyncs, s.Resyncs)
+	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(len(s.Members)))
+	ch <- prometheus.MustNewConstMetric(descRemotePoPs, prometheus.GaugeValue, float64(len(s.RemotePoPs)))
+	ch <- prometheus.MustNewConstMetric(descPartitioned, prometheus.GaugeValue, float64(len(s.Partitioned)))
+	for _, p := range s.RemotePoPs {
+		if p.Age >= 0 {
+			ch <- prometheus.MustNewConstMetric(descLastHeard, prometheus.GaugeValue, p.Age.Seconds(), p.Region, p.PoP)
+		}
+	}
+}
+
+var _ server.Replicator = (*gossipReplicator)(nil)

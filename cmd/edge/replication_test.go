@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// examplePorts rewrites every 127.0.0.1:<port> of the example configs to a
+// free port, the same one for the same port across files.
+type examplePorts map[string]string
+
+func (p examplePorts) rewrite(t *testing.T, src string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	require.NoError(t, err)
+	re := regexp.MustCompile(`127\.0\.0\.1:(\d{4,5})`)
+	out := re.ReplaceAllStringFunc(string(b), func(m string) string {
+		if p[m] == "" {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			p[m] = l.Addr().String()
+			require.NoError(t, l.Close())
+		}
+		return p[m]
+	})
+	path := filepath.Join(t.TempDir(), filepath.Base(src))
+	require.NoError(t, os.WriteFile(path, []byte(out), 0o600))
+	return path
+}
+
+type daemon struct {
+	api  string
+	errb *syncBuffer
+	done chan error
+}
+
+func startDaemon(t *testing.T, ctx context.Context, path string) *daemon {
+	t.Helper()
+	var out syncBuffer
+	d := &daemon{errb: &syncBuffer{}, done: make(chan error, 1)}
+	go func() { d.done <- run(ctx, []string{"-config", path, "-watch-interval", "0"}, &out, d.errb) }()
+	re := regexp.MustCompile(`api listening on (http://\S+)`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			d.api = m[1]
+			return d
+		}
+		select {
+		case err := <-d.done:
+			t.Fatalf("%s: run: %v\n%s", path, err, d.errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no api listener\n%s", path, d.errb.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+	require.NoError(t, json.Unmarshal(b, v), string(b))
+}
+
+func keyTotal(t *testing.T, api, rule, key string) uint64 {
+	var v struct {
+		Windows []struct {
+			Total uint64 `json:"total"`
+		} `json:"windows"`
+	}
+	getJSON(t, api+"/v1/keys/"+rule+"/"+key, &v)
+	var sum uint64
+	for _, w := range v.Windows {
+		sum += w.Total
+	}
+	return sum
+}
+
+// TestMultiRegionExamples runs the shipped examples/multi-region configs
+// (ports rewritten to free ones): three regions, each with an embedded
+// nats-server linked by gateways, and a PoP of two nodes on memberlist.
+// Global counts converge everywhere, pop counts stay in the PoP, and status
+// and metrics show the replication.
+func TestMultiRegionExamples(t *testing.T) {
+	ports := examplePorts{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var ds []*daemon
+	// ams-1 and iad-1, sin-1 first: they run the embedded servers ams-2 uses.
+	for _, f := range []string{"eu-ams-1.yaml", "us-iad-1.yaml", "ap-sin-1.yaml", "eu-ams-2.yaml"} {
+		ds = append(ds, startDaemon(t, ctx, ports.rewrite(t, filepath.Join("..", "..", "examples", "multi-region", f))))
+	}
+	defer func() {
+		cancel()
+		for _, d := range ds {
+			select {
+			case err := <-d.done:
+				assert.NoError(t, err)
+			case <-time.After(20 * time.Second):
+				t.Error("run did not return after cancel")
+			}
+		}
+	}()
+	ams1, iad, sin, ams2 := ds[0], ds[1], ds[2], ds[3]
+	waitFor(t, "every region hears the others", func() bool {
+		for _, d := range []*daemon{ams1, iad, sin} {
+			var st struct {
+				RemotePoPs []struct{ Partitioned bool } `json:"remote_pops"`
+			}
+			getJSON(t, d.api+"/v1/status", &st)
+			if len(st.RemotePoPs) != 2 || st.RemotePoPs[0].Partitioned || st.RemotePoPs[1].Partitioned {
+				return false
+			}
+		}
+		return true
+	})
+	sent := map[string]int{}
+	for i := range 20 {
+		d := ds[i%len(ds)]
+		code, body := post(t, d.api+"/v1/check", `{"rule":"api","key":"198.51.100.1"}`)
+		require.Equal(t, http.StatusOK, code, body)
+		if (d == ams1 || d == ams2) && i < 8 { // login's limit is 5
+			code, body = post(t, d.api+"/v1/check", `{"rule":"login","key":"198.51.100.1"}`)
+			require.Equal(t, http.StatusOK, code, body)
+			sent["login"]++
+		}
+	}
+	waitFor(t, "global counts converge in every region", func() bool {
+		for _, d := range ds {
+			if keyTotal(t, d.api, "api", "198.51.100.1") != 20 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "pop counts shared by the PoP's two nodes", func() bool {
+		return keyTotal(t, ams1.api, "login", "198.51.100.1") == uint64(sent["login"]) &&
+			keyTotal(t, ams2.api, "login", "198.51.100.1") == uint64(sent["login"])
+	})
+	assert.Zero(t, keyTotal(t, iad.api, "login", "198.51.100.1"), "pop counts must not leave the PoP")
+	assert.Zero(t, keyTotal(t, sin.api, "login", "198.51.100.1"))
+
+	var st struct {
+		Members    []struct{ Name string } `json:"members"`
+		RemotePoPs []struct {
+			Region      string `json:"region"`
+			PoP         string `json:"pop"`
+			LastHeardMS int64  `json:"last_heard_ms"`
+		} `json:"remote_pops"`
+		Partitions []string `json:"partitions"`
+		Transports []struct {
+			Transport string `json:"transport"`
+			BytesSent uint64 `json:"bytes_sent"`
+		} `json:"transports"`
+	}
+	getJSON(t, ams1.api+"/v1/status", &st)
+	require.Len(t, st.Members, 1)
+	assert.True(t, strings.HasPrefix(st.Members[0].Name, "ams-2#"), st.Members[0].Name)
+	require.Len(t, st.RemotePoPs, 2)
+	assert.Equal(t, "ap", st.RemotePoPs[0].Region)
+	assert.Equal(t, "sin", st.RemotePoPs[0].PoP)
+	assert.GreaterOrEqual(t, st.RemotePoPs[0].LastHeardMS, int64(0))
+	assert.Empty(t, st.Partitions)
+	require.Len(t, st.Transports, 2)
+	assert.Equal(t, "memberlist", st.Transports[0].Transport)
+	assert.Equal(t, "nats", st.Transports[1].Transport)
+	assert.NotZero(t, st.Transports[1].BytesSent)
+
+	res, err := http.Get(ams1.api + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, m := range []string{
+		`geolimit_replication_sent_bytes_total{scope="global",transport="nats"}`,
+		`geolimit_replication_members 1`,
+		`geolimit_replication_partitioned_pops 0`,
+		`geolimit_replication_remote_pops 2`,
+		`geolimit_replication_lag_seconds_count{transport="nats"}`,
+		`geolimit_replication_rejected_entries_total{scope="pop",transport="memberlist"} 0`,
+	} {
+		assert.Contains(t, string(b), m)
+	}
+}
