@@ -188,7 +188,9 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 			h.Resync()
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("gossip: nats disconnected", "err", err)
+			if err != nil { // nil: closed on purpose
+				log.Warn("gossip: nats disconnected", "err", err)
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("gossip: nats", "err", err)

@@ -50,7 +50,7 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 			Advertise: gc.Advertise,
 			Join:      gc.Join,
 			Label:     gc.Label,
-			Logger:    env.Logger.With("component", "memberlist"),
+			Logger:    env.Logger.With("transport", "memberlist"),
 		}
 		if gc.SecretKeyFile != "" {
 			key, err := gossip.ReadSecretKey(gc.SecretKeyFile)
@@ -69,7 +69,7 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 		CredentialsFile: cfg.NATS.Credentials,
 		User:            cfg.NATS.User,
 		Password:        cfg.NATS.Password,
-		Logger:          env.Logger.With("component", "nats-client"),
+		Logger:          env.Logger.With("transport", "nats"),
 	}
 	if t := cfg.NATS.TLS; t != nil {
 		if t.CAFile != "" {
