@@ -101,10 +101,21 @@ func methodNotAllowed(w http.ResponseWriter, allow string) {
 
 var errTooLarge = errors.New("request body too large")
 
-// readBody reads r's body into buf (reused), capped at max bytes.
+// readBody reads r's body into buf (reused), capped at max bytes. A body of
+// known length is read exactly; a chunked one through http.MaxBytesReader.
 func readBody(w http.ResponseWriter, r *http.Request, max int64, buf []byte) ([]byte, error) {
 	if r.ContentLength > max {
 		return buf, errTooLarge
+	}
+	if n := r.ContentLength; n >= 0 {
+		if int64(cap(buf)) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			return buf, err
+		}
+		return buf, nil
 	}
 	body := http.MaxBytesReader(w, r.Body, max)
 	buf = buf[:0]

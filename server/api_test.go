@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -399,3 +400,23 @@ func (f *fakeReplicator) Close() error                    { f.closed.Store(true)
 var _ Replicator = (*fakeReplicator)(nil)
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func TestChunkedBody(t *testing.T) {
+	ta := startApp(t, rulesYAML+"limits: {max_body_bytes: 512}\n")
+	send := func(body string) resp {
+		req, err := http.NewRequest("POST", ta.api+"/v1/check", io.MultiReader(strings.NewReader(body)))
+		require.NoError(t, err)
+		require.EqualValues(t, 0, req.ContentLength, "sent chunked")
+		res, err := ta.c.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return resp{status: res.StatusCode, header: res.Header, body: b}
+	}
+	r := send(`{"rule":"r","key":"chunked"}`)
+	assert.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = send(`{"rule":"r","key":"chunked","pad":"` + strings.Repeat("x", 1000) + `"}`)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, r.status, "%s", r.body)
+	assert.EqualValues(t, 1, ta.keyTotal("r", "chunked"))
+}
