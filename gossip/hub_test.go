@@ -75,6 +75,8 @@ func TestHubPartition(t *testing.T) {
 	o := opts
 	o.Global = hub.Global(a, "a")
 	o.ExpectedPoPs = []PoPID{b}
+	changes := make(chan []PoPID, 16)
+	o.OnPartitionChange = func(p []PoPID) { changes <- p }
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "a", testRules()), o)
 	o = opts
 	o.Global = hub.Global(b, "b")
@@ -104,5 +106,43 @@ func TestHubPartition(t *testing.T) {
 	waitFor(t, 5*time.Second, "healed views", func() bool {
 		return total(ma.node, "api", "k") == 20 && total(mb.node, "api", "k") == 20
 	})
-	assert.Empty(t, ma.rep.Partitioned())
+	waitFor(t, 5*time.Second, "heard again", func() bool { return len(ma.rep.Partitioned()) == 0 })
+	// OnPartitionChange saw b heard (after it was expected but unheard, if
+	// the first check came before b's first heartbeat), b cut, b back.
+	var seen [][]PoPID
+	waitFor(t, 5*time.Second, "partition changes reported", func() bool {
+		for {
+			select {
+			case p := <-changes:
+				seen = append(seen, p)
+			default:
+				return len(seen) >= 3 && seen[len(seen)-1] == nil
+			}
+		}
+	})
+	if len(seen) == 4 {
+		assert.Equal(t, []PoPID{b}, seen[0])
+		seen = seen[1:]
+	}
+	assert.Equal(t, [][]PoPID{nil, {b}, nil}, seen)
+}
+
+func TestIsPartitioned(t *testing.T) {
+	const s = int64(time.Second)
+	for _, tc := range []struct {
+		name            string
+		lastHeard, now  int64
+		timeout         time.Duration
+		wantPartitioned bool
+	}{
+		{"never heard", 0, 10 * s, time.Second, true},
+		{"just heard", 10 * s, 10 * s, time.Second, false},
+		{"at the timeout", 9 * s, 10 * s, time.Second, false},
+		{"past the timeout", 9*s - 1, 10 * s, time.Second, true},
+		{"clock went back", 11 * s, 10 * s, time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.wantPartitioned, IsPartitioned(tc.lastHeard, tc.now, tc.timeout))
+		})
+	}
 }

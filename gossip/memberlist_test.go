@@ -194,3 +194,35 @@ func TestRestartMidWindow(t *testing.T) {
 	waitFor(t, 10*time.Second, "new incarnation's counts visible in the PoP", all([]*member{a, b, c2}, "per-ip", 95))
 	waitFor(t, 10*time.Second, "new incarnation's counts visible everywhere", all([]*member{a, b, c2, iad}, "api", 105))
 }
+
+// TestMemberlistBigFlush: a flush too big for a few datagrams goes over TCP
+// (memberlist's reliable send) and still arrives whole.
+func TestMemberlistBigFlush(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ams := PoPID{"eu", "ams"}
+	start := func(name string, join ...string) *member {
+		n := newNode(t, ams.Region, ams.PoP, name, testRules())
+		return startMember(t, ctx, n, Options{
+			FlushInterval: time.Hour, AntiEntropyInterval: time.Hour,
+			PoP: MemberlistConnect(MemberlistConfig{Self: ams, Name: name, Bind: "127.0.0.1:0", Join: join}),
+		})
+	}
+	a := start("ams-1")
+	b := start("ams-2", mlAddr(a))
+	waitFor(t, 10*time.Second, "two members", func() bool { return len(a.rep.Members()) == 1 && len(b.rep.Members()) == 1 })
+	keys := ipKeys(20_000)
+	for _, k := range keys {
+		_, err := a.node.Decide(time.Now().UnixNano(), "per-ip", k, 1)
+		require.NoError(t, err)
+	}
+	a.rep.Flush()
+	waitFor(t, 20*time.Second, "every key at the other node", func() bool {
+		return b.node.Stats().KeysByRule["per-ip"] == len(keys)
+	})
+	for _, k := range keys[:100] {
+		assert.Equal(t, uint64(1), total(b.node, "per-ip", k))
+	}
+	st := a.rep.Stats()[0]
+	assert.LessOrEqual(t, st.MessagesSent, uint64(3), "sent as a few large messages, not as datagrams")
+}

@@ -45,6 +45,11 @@ type Options struct {
 	// QueueSize bounds received messages waiting to be applied; when full,
 	// new ones are dropped and counted (anti-entropy repairs them). 0 means 4096.
 	QueueSize int
+	// OnPartitionChange, if set, is called from the Replicator's goroutine
+	// with the remote PoPs counted as partitioned (sorted; nil for none)
+	// at the first check and whenever that set changes, checked every
+	// HeartbeatInterval. It must not block.
+	OnPartitionChange func(partitioned []PoPID)
 	// ObserveLag, if set, is called for every received message with the
 	// transport's name and the receive time minus the sender's flush time.
 	// It must be cheap and safe for concurrent use (a Prometheus histogram).
@@ -118,12 +123,16 @@ type Replicator struct {
 	popT, globT Transport
 	tstats      [2]transportCounters // 0: pop, 1: global
 
-	queue   chan inbound
-	resync  chan struct{} // send own live counts
-	syncReq chan struct{} // ask other PoPs for theirs, then send own
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	queue    chan inbound
+	resync   chan struct{} // send own live counts
+	syncReq  chan struct{} // ask other PoPs for theirs, then send own
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	once     sync.Once
+
+	lastPartitioned []PoPID // the loop's last report to OnPartitionChange
+	reported        bool    // whether there was a first report
 
 	mu      sync.Mutex // guards peers
 	peers   map[PoPID]*peerState
@@ -196,22 +205,25 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 
 func (r *Replicator) selfPoP() PoPID { return PoPID{Region: r.self.Region, PoP: r.self.PoP} }
 
-// Close sends a last flush, closes the transports and stops the goroutines.
-// It is idempotent.
+// Close sends a last flush, stops the goroutines and closes the transports.
+// It is idempotent. Call it even after the context is done: that stops the
+// goroutines, but only Close releases the transports.
 func (r *Replicator) Close() error {
 	var err error
 	r.once.Do(func() {
-		close(r.stop)
+		r.halt()
 		r.wg.Wait()
 		err = r.closeTransports()
 	})
 	return err
 }
 
+func (r *Replicator) halt() { r.stopOnce.Do(func() { close(r.stop) }) }
+
 // shutdown is Close for a Replicator whose loop has not started.
 func (r *Replicator) shutdown() {
 	r.once.Do(func() {
-		close(r.stop)
+		r.halt()
 		_ = r.closeTransports()
 		r.wg.Wait()
 	})
@@ -244,6 +256,7 @@ func (r *Replicator) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			r.flush()
+			r.halt()
 			return
 		case <-r.stop:
 			r.flush()
@@ -262,6 +275,7 @@ func (r *Replicator) loop(ctx context.Context) {
 		case <-hbC:
 			r.heartbeat()
 			r.checkPeers()
+			r.reportPartitions()
 		}
 	}
 }
@@ -300,6 +314,11 @@ func (r *Replicator) send(out []pop.Outbound, reliable bool) {
 
 func (r *Replicator) publish(ti int, t Transport, kind Kind, d *crdt.Delta, reliable bool) {
 	c := &r.tstats[ti]
+	if !reliable && bulky(d, t.MaxPayload(false)) {
+		// Many datagrams in a burst are likely to be dropped: send a big
+		// batch over the stream transport, where there is one.
+		reliable = true
+	}
 	msgs, err := crdt.Encode(d, t.MaxPayload(reliable))
 	if err != nil {
 		c.sendErrors.Add(1)
@@ -318,6 +337,22 @@ func (r *Replicator) publish(ti int, t Transport, kind Kind, d *crdt.Delta, reli
 	if kind == KindDelta {
 		c.entriesSent.Add(uint64(len(d.Entries)))
 	}
+}
+
+// bulkyPackets is how many best-effort messages one batch may take before it
+// goes over the reliable transport instead.
+const bulkyPackets = 8
+
+// bulky reports whether d's entries take more than bulkyPackets messages of
+// maxPayload bytes (an estimate: key plus at most 8 bytes per entry).
+func bulky(d *crdt.Delta, maxPayload int) bool {
+	size, limit := 0, bulkyPackets*maxPayload
+	for i := range d.Entries {
+		if size += len(d.Entries[i].Key) + 8; size > limit {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Replicator) heartbeat() { r.publishEmpty(KindHeartbeat) }
@@ -343,6 +378,19 @@ func (r *Replicator) checkPeers() {
 			r.log.Warn("gossip: remote pop unheard", "pop", id.String(), "timeout", r.opts.PeerTimeout)
 		}
 	}
+}
+
+// reportPartitions calls OnPartitionChange when the partitioned set changed.
+func (r *Replicator) reportPartitions() {
+	if r.opts.OnPartitionChange == nil {
+		return
+	}
+	p := r.Partitioned()
+	if r.reported && slices.Equal(p, r.lastPartitioned) {
+		return
+	}
+	r.lastPartitioned, r.reported = p, true
+	r.opts.OnPartitionChange(slices.Clone(p))
 }
 
 // handler is the Handler a Replicator gives one of its transports.
