@@ -2,12 +2,15 @@ package sim
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
@@ -140,6 +143,7 @@ type engine struct {
 	probes   []probe
 	series   []SeriesRow
 	unserved uint64
+	disagree uint64 // decisions where the fleet and the central node differ
 	log      *bufio.Writer
 	logBuf   []byte
 	err      error
@@ -667,6 +671,9 @@ func (e *engine) request(s *source, t int64) {
 			return
 		}
 		e.cOracle.judge(k, t, s.cost, cd.Allowed)
+		if cd.Allowed != d.Allowed {
+			e.disagree++
+		}
 	}
 	if e.flushNow && d.Allowed {
 		e.broadcast(nd, nd.n.Flush(e.nodeNow(nd, t)), t, false)
@@ -902,6 +909,7 @@ func (e *engine) joinSync(nd *simNode, t int64) {
 		}
 		peer := e.nodes[m]
 		for _, d := range peer.n.State(e.nodeNow(peer, t)) {
+			sortEntries(&d)
 			via := pop.ScopeGlobal
 			if d.Sender.SamePoP(nd.n.Self()) {
 				via = pop.ScopePoP
@@ -916,6 +924,21 @@ func (e *engine) joinSync(nd *simNode, t int64) {
 		}
 		return
 	}
+}
+
+// sortEntries puts d's entries in (rule, key, window) order. The store
+// yields them in hash order, and its hash is seeded per store, so sorting
+// is what makes message sizes and chunking the same run after run.
+func sortEntries(d *crdt.Delta) {
+	slices.SortFunc(d.Entries, func(a, b crdt.Entry) int {
+		if c := strings.Compare(a.Rule, b.Rule); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Window, b.Window)
+	})
 }
 
 // encode encodes d as the transport would (at most maxBytes per message)
@@ -950,6 +973,7 @@ func (e *engine) broadcast(nd *simNode, outs []pop.Outbound, t int64, remoteOnly
 	p := &e.pops[nd.pop]
 	for i := range outs {
 		d := &outs[i].Delta
+		sortEntries(d)
 		if !remoteOnly && len(p.live) > 1 {
 			parts, size := e.encode(d, e.intraMax)
 			for _, m := range p.live {

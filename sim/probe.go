@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"time"
 
 	"github.com/geolimit/geolimit/pop"
 )
@@ -12,7 +13,8 @@ import (
 // nodes for a global rule, the node's PoP for a pop rule). The fleet has
 // converged when every live node's total of every window of that truth that
 // is still live is within 1 % of it. Counts only grow, so once reached this
-// holds; the probe samples every output.convergence_step until then, for at
+// holds; the probe samples every output.convergence_step for the first
+// second after the heal and every ten steps after that, until then, for at
 // most output.convergence_limit (else -1 is reported).
 type probe struct {
 	heal   int64
@@ -118,6 +120,9 @@ func (e *engine) probe(i int, t int64) int64 {
 		return never
 	}
 	step := int64(e.sc.Output.ConvergenceStep)
+	if t-p.heal >= int64(time.Second) {
+		step *= 10 // past the first second, a coarser watch is enough
+	}
 	if t+step-p.heal > int64(e.sc.Output.ConvergenceLimit) || t+step > e.end {
 		p.result = -1
 		return never

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"container/heap"
-
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
 )
@@ -38,40 +36,36 @@ type event struct {
 	d    *crdt.Delta // nil for a heartbeat
 }
 
-// queue is the event queue: a binary heap ordered by time, ties broken by
-// the order of scheduling (seq), so that runs are deterministic.
+// queue is the event queue: a binary min-heap ordered by time, ties broken
+// by the order of scheduling (seq), so that runs are deterministic. It is
+// typed (rather than container/heap over an interface) so that pushing an
+// event allocates nothing.
 type queue struct {
-	h   evHeap
+	h   []event
 	seq uint64
 }
 
-type evHeap []event
-
-func (h evHeap) Len() int { return len(h) }
-func (h evHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+func (a *event) before(b *event) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].seq < h[j].seq
-}
-func (h evHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-
-// Push and Pop are for container/heap only; they move events by value
-// through the interface, which costs one small allocation per push.
-func (h *evHeap) Push(x any) { *h = append(*h, x.(event)) }
-func (h *evHeap) Pop() any {
-	old := *h
-	n := len(old) - 1
-	ev := old[n]
-	old[n] = event{}
-	*h = old[:n]
-	return ev
+	return a.seq < b.seq
 }
 
 func (q *queue) push(ev event) {
 	q.seq++
 	ev.seq = q.seq
-	heap.Push(&q.h, ev)
+	q.h = append(q.h, ev)
+	i := len(q.h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !ev.before(&q.h[p]) {
+			break
+		}
+		q.h[i] = q.h[p]
+		i = p
+	}
+	q.h[i] = ev
 }
 
 // peek returns the time of the next event, or never when the queue is empty.
@@ -82,6 +76,32 @@ func (q *queue) peek() int64 {
 	return q.h[0].at
 }
 
-func (q *queue) pop() event { return heap.Pop(&q.h).(event) }
+// pop removes and returns the earliest event; the queue must not be empty.
+func (q *queue) pop() event {
+	top := q.h[0]
+	n := len(q.h) - 1
+	last := q.h[n]
+	q.h[n] = event{}
+	q.h = q.h[:n]
+	if n > 0 {
+		i := 0
+		for {
+			c := 2*i + 1
+			if c >= n {
+				break
+			}
+			if c+1 < n && q.h[c+1].before(&q.h[c]) {
+				c++
+			}
+			if !q.h[c].before(&last) {
+				break
+			}
+			q.h[i] = q.h[c]
+			i = c
+		}
+		q.h[i] = last
+	}
+	return top
+}
 
 const never = int64(1<<63 - 1)

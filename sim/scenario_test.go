@@ -114,3 +114,18 @@ func TestBuiltinScenariosLoad(t *testing.T) {
 		assert.NotEmpty(t, sc.Description, path)
 	}
 }
+
+func TestQueueOrder(t *testing.T) {
+	var q queue
+	times := []int64{5, 3, 9, 3, 1, 5, 7, 3, 0, 9}
+	for i, at := range times {
+		q.push(event{at: at, i: i})
+	}
+	var got [][2]int64
+	for q.peek() != never {
+		ev := q.pop()
+		got = append(got, [2]int64{ev.at, int64(ev.i)})
+	}
+	want := [][2]int64{{0, 8}, {1, 4}, {3, 1}, {3, 3}, {3, 7}, {5, 0}, {5, 5}, {7, 6}, {9, 2}, {9, 9}}
+	assert.Equal(t, want, got, "time order, then scheduling order")
+}
