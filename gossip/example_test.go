@@ -1,0 +1,53 @@
+package gossip_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Two PoPs replicate a global rule over an in-memory Hub (in production:
+// gossip.NATSConnect between PoPs, gossip.MemberlistConnect inside one).
+func ExampleStart() {
+	hub := gossip.NewHub(1)
+	defer hub.Close()
+	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal}}
+	var nodes []*pop.Node
+	for i, id := range []gossip.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
+		n, err := pop.New(pop.Config{Self: crdt.Replica{Region: id.Region, PoP: id.PoP, Node: "n1", Incarnation: uint64(i + 1)}, Rules: rules})
+		if err != nil {
+			panic(err)
+		}
+		r, err := gossip.Start(context.Background(), gossip.Options{
+			Node:          n,
+			FlushInterval: 5 * time.Millisecond,
+			Global:        hub.Global(id, "n1"),
+		})
+		if err != nil {
+			panic(err)
+		}
+		defer r.Close()
+		nodes = append(nodes, n)
+	}
+	for range 3 {
+		if _, err := nodes[0].Decide(time.Now().UnixNano(), "api", "203.0.113.7", 1); err != nil {
+			panic(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if v, _ := nodes[1].View(time.Now().UnixNano(), "api", "203.0.113.7"); v.Estimate >= 3 {
+			break
+		}
+	}
+	v, _ := nodes[1].View(time.Now().UnixNano(), "api", "203.0.113.7")
+	var total uint64
+	for _, w := range v.Windows {
+		total += w.Total
+	}
+	fmt.Println("iad sees", total)
+	// Output: iad sees 3
+}
