@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/sim"
 )
 
@@ -44,7 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		csvOut   = fs.String("csv", "", "write the time series as CSV to this file")
 		svgOut   = fs.String("svg", "", "write a plot of true admitted vs limit as SVG to this file")
 		logOut   = fs.String("log", "", "write every request as CSV (t_ms,region,pop,node,rule,key,cost,admitted) to this file")
-		compare  = fs.String("compare", "", "run under each of these partition policies, e.g. keep,share")
+		compare  = fs.String("compare", "", "run under each of these partition policies side by side, e.g. keep,share")
 		seed     = fs.Int64("seed", -1, "override the scenario's seed")
 		scale    = fs.Float64("rate-scale", 1, "multiply every traffic rate by this factor")
 		noTiming = fs.Bool("no-timing", false, "leave sim_requests_per_s at 0 so that reports are byte-identical")
@@ -65,8 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *compare != "" {
 		policies = strings.Split(*compare, ",")
 		for _, p := range policies {
-			if p != "keep" && p != "share" {
-				return fmt.Errorf("-compare: unknown policy %q (want keep or share)", p)
+			if _, err := pop.ParsePolicy(p); err != nil {
+				return fmt.Errorf("-compare: %w", err)
 			}
 		}
 		if *logOut != "" && len(policies) > 1 {

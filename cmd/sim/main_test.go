@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const scenario = `
+name: cmd-test
+seed: 3
+duration: 20s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 2}]}
+  - {region: us, pops: [{name: iad, nodes: 1}]}
+network:
+  inter_region: {latency: 50ms, jitter: 5ms}
+replication: {peer_timeout: 500ms}
+rules:
+  - {name: api, limit: 100, window: 2s}
+traffic:
+  - {rule: api, keys: 2, rate: 200/s, track: 2}
+events:
+  - {at: 5s, partition: [[eu], [us]]}
+  - {at: 15s, heal: true}
+`
+
+func writeScenario(t *testing.T) (dir, path string) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "s.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(scenario), 0o644))
+	return dir, path
+}
+
+func TestRunWritesEveryOutput(t *testing.T) {
+	dir, path := writeScenario(t)
+	out := func(name string) string { return filepath.Join(dir, name) }
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{
+		"-scenario", path, "-json", out("r.json"), "-csv", out("r.csv"), "-svg", out("r.svg"), "-log", out("r.log"), "-no-timing",
+	}, &stdout, &stderr)
+	require.NoError(t, err, stderr.String())
+	assert.Contains(t, stdout.String(), "partitioned")
+	assert.Contains(t, stdout.String(), "central")
+
+	var rep map[string]any
+	b, err := os.ReadFile(out("r.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &rep))
+	for _, f := range []string{"scenario", "seed", "policy", "requests", "admitted", "rejected", "over_limit_admits",
+		"wrongly_rejected", "max_admitted_ratio", "p99_admitted_ratio", "mean_admitted_ratio", "phases",
+		"convergence_ms", "replication", "central", "sim_requests_per_s"} {
+		assert.Contains(t, rep, f)
+	}
+	repl := rep["replication"].(map[string]any)
+	assert.Contains(t, repl, "messages_per_s_per_pop")
+	assert.Contains(t, repl, "bytes_per_s_per_pop")
+	assert.EqualValues(t, 0, rep["sim_requests_per_s"], "-no-timing")
+
+	csv, err := os.ReadFile(out("r.csv"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(csv)), "\n")
+	assert.Equal(t, "t_ms,rule,key,true_admitted,limit,central_admitted,partitioned,view_eu,view_us", lines[0])
+	assert.Len(t, lines, 1+20*2, "one row per second per tracked key")
+
+	svg, err := os.ReadFile(out("r.svg"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(svg), "<svg"))
+	assert.Contains(t, string(svg), "<polyline")
+
+	log, err := os.ReadFile(out("r.log"))
+	require.NoError(t, err)
+	logLines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	assert.Equal(t, "t_ms,region,pop,node,rule,key,cost,admitted", logLines[0])
+	assert.EqualValues(t, len(logLines)-1, rep["requests"])
+
+	// Same seed, same bytes.
+	require.NoError(t, run(context.Background(), []string{"-scenario", path, "-json", out("r2.json"), "-no-timing"}, &stdout, &stderr))
+	b2, err := os.ReadFile(out("r2.json"))
+	require.NoError(t, err)
+	assert.Equal(t, string(b), string(b2))
+}
+
+func TestRunSeedAndCompare(t *testing.T) {
+	dir, path := writeScenario(t)
+	var stdout, stderr bytes.Buffer
+	js := filepath.Join(dir, "c.json")
+	require.NoError(t, run(context.Background(), []string{"-scenario", path, "-seed", "99", "-compare", "keep,keep", "-json", js}, &stdout, &stderr))
+	b, err := os.ReadFile(js)
+	require.NoError(t, err)
+	var got struct {
+		Runs []struct {
+			Seed     uint64 `json:"seed"`
+			Policy   string `json:"policy"`
+			Admitted uint64 `json:"admitted"`
+		} `json:"runs"`
+	}
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Len(t, got.Runs, 2)
+	assert.EqualValues(t, 99, got.Runs[0].Seed)
+	assert.Equal(t, "keep", got.Runs[1].Policy)
+	assert.Equal(t, got.Runs[0].Admitted, got.Runs[1].Admitted)
+}
+
+func TestRunErrors(t *testing.T) {
+	_, path := writeScenario(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no scenario", nil, "-scenario FILE is required"},
+		{"missing file", []string{"-scenario", "/nonexistent.yaml"}, "no such file"},
+		{"bad compare", []string{"-scenario", path, "-compare", "keep,panic"}, `unknown partition policy "panic"`},
+		{"log with compare", []string{"-scenario", path, "-compare", "keep,keep", "-log", "x"}, "-log takes one run"},
+		{"unknown flag", []string{"-scenari", path}, "flag provided but not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), tc.args, &stdout, &stderr)
+			require.Error(t, err)
+			assert.Contains(t, err.Error()+stderr.String(), tc.want)
+		})
+	}
+}
