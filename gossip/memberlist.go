@@ -85,9 +85,24 @@ type Memberlist struct {
 	ml   *memberlist.Memberlist
 	self string
 
+	// Reliable sends dial TCP and may wait for a member that died and is
+	// not yet detected: they go through a bounded queue to one sender
+	// goroutine so that Publish never blocks.
+	reliable chan reliableSend
+	done     chan struct{}
+	wg       sync.WaitGroup
+
 	mu     sync.Mutex
 	closed bool
 }
+
+type reliableSend struct {
+	to  *memberlist.Node
+	msg []byte
+}
+
+// reliableQueue bounds the reliable sends waiting for the sender goroutine.
+const reliableQueue = 256
 
 // NewMemberlist starts a memberlist transport delivering to h and joins cfg.Join.
 func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
@@ -129,6 +144,9 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 	mc.SecretKey = cfg.SecretKey
 	mc.UDPBufferSize = cfg.UDPBufferSize
 	mc.EnableCompression = false // deltas are compact already; keeps sizes predictable
+	// Bounds a reliable send (and push/pull) to a member that died and is
+	// not yet detected; LAN default is 10s.
+	mc.TCPTimeout = 2 * time.Second
 	if cfg.ProbeInterval > 0 {
 		mc.ProbeInterval = cfg.ProbeInterval
 	}
@@ -140,7 +158,7 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 	} else {
 		mc.Logger = log.New(io.Discard, "", 0)
 	}
-	t := &Memberlist{cfg: cfg, h: h, self: cfg.Name}
+	t := &Memberlist{cfg: cfg, h: h, self: cfg.Name, reliable: make(chan reliableSend, reliableQueue), done: make(chan struct{})}
 	d := &mlDelegate{t: t}
 	mc.Delegate = d
 	mc.Events = d
@@ -149,6 +167,8 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 		return nil, fmt.Errorf("gossip: memberlist: %w", err)
 	}
 	t.ml = ml
+	t.wg.Add(1)
+	go t.sendReliable()
 	if len(cfg.Join) > 0 {
 		if _, err := ml.Join(cfg.Join); err != nil && cfg.Logger != nil {
 			// Not fatal: the first node of a PoP has nobody to join, and
@@ -196,7 +216,9 @@ func (t *Memberlist) MaxPayload(reliable bool) int {
 	return t.cfg.UDPBufferSize - memberlistMargin - len(t.cfg.Label) - 3
 }
 
-// Publish sends msg to every other member directly. kind must be KindDelta.
+// Publish sends msg to every other member directly: over UDP, or when
+// reliable over TCP from a bounded queue (errors then are logged, not
+// returned). kind must be KindDelta. It does not block.
 func (t *Memberlist) Publish(kind Kind, msg []byte, reliable bool) error {
 	if kind != KindDelta {
 		return fmt.Errorf("gossip: memberlist: cannot publish %s", kind)
@@ -217,7 +239,11 @@ func (t *Memberlist) Publish(kind Kind, msg []byte, reliable bool) error {
 		}
 		var err error
 		if reliable {
-			err = t.ml.SendReliable(n, msg)
+			select {
+			case t.reliable <- reliableSend{to: n, msg: slices.Clone(msg)}:
+			default:
+				err = errors.New("reliable send queue full")
+			}
 		} else {
 			err = t.ml.SendBestEffort(n, msg)
 		}
@@ -255,10 +281,26 @@ func (t *Memberlist) Close() error {
 	if err := t.ml.Leave(time.Second); err != nil && t.cfg.Logger != nil {
 		t.cfg.Logger.Debug("gossip: memberlist leave", "err", err)
 	}
+	close(t.done)
+	t.wg.Wait()
 	if err := t.ml.Shutdown(); err != nil {
 		return fmt.Errorf("gossip: memberlist shutdown: %w", err)
 	}
 	return nil
+}
+
+func (t *Memberlist) sendReliable() {
+	defer t.wg.Done()
+	for {
+		select {
+		case <-t.done:
+			return
+		case s := <-t.reliable:
+			if err := t.ml.SendReliable(s.to, s.msg); err != nil && t.cfg.Logger != nil {
+				t.cfg.Logger.Debug("gossip: memberlist reliable send", "to", s.to.Name, "err", err)
+			}
+		}
+	}
 }
 
 // mlDelegate adapts memberlist's callbacks to the Handler.

@@ -177,6 +177,9 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 		nats.ReconnectBufSize(cfg.ReconnectBufSize),
 		nats.PingInterval(cfg.PingInterval),
 		nats.MaxPingsOutstanding(cfg.MaxPingsOutstanding),
+		// A write that cannot finish within a ping interval means a dead
+		// link: reconnect rather than block the flush loop.
+		nats.FlusherTimeout(cfg.PingInterval),
 		nats.RetryOnFailedConnect(true),
 		nats.Timeout(2 * time.Second),
 		nats.ConnectHandler(func(c *nats.Conn) {
