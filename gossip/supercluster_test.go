@@ -232,7 +232,10 @@ func TestSuperClusterPartition(t *testing.T) {
 		for i := range nodes {
 			decide(i, 40)
 		}
-		time.Sleep(opts.FlushInterval) // let the connected side's deltas flow (traffic pacing, not synchronisation)
+		// Pace the traffic: let a flush go out before the next round, so the
+		// connected side sees part of its own spending as it goes.
+		f := nodes[0].rep.flushes.Load()
+		waitFor(t, 5*time.Second, "a flush", func() bool { return nodes[0].rep.flushes.Load() > f+1 })
 	}
 	during := sum() - before
 	t.Logf("partition: admitted %d before, %d during the cut, %d in all against limit %d: overshoot %d (%.2fx the limit)",
