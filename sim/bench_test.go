@@ -54,3 +54,27 @@ func BenchmarkSim(b *testing.B) { benchRun(b, Options{}) }
 
 // BenchmarkSimFleetOnly is BenchmarkSim without the central reference node.
 func BenchmarkSimFleetOnly(b *testing.B) { benchRun(b, Options{NoCentral: true}) }
+
+// BenchmarkDecideFloor is the node core's own cost for the same kind of
+// requests (one node, 100 global keys): the floor under BenchmarkSim's
+// per-request cost.
+func BenchmarkDecideFloor(b *testing.B) {
+	sc, err := Parse([]byte(benchScenario))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := newEngine(sc, Options{NoCentral: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := e.nodes[0].n
+	keys := e.sources[0].keys
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := n.Decide(Epoch+int64(i)*200, "api", keys[i%len(keys)].key, 1); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

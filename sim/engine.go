@@ -549,9 +549,17 @@ func (e *engine) schedule() {
 			e.probes = append(e.probes, probe{heal: p.from, result: -1})
 		}
 	}
+	// Admitted/limit samples: for the run on the grid k x window from 0,
+	// for each phase on the grid phase start + k x window within the phase.
 	for ri, r := range e.rules {
-		if w := int64(r.Window); w <= e.end {
-			e.q.push(event{at: w, kind: evRuleSample, i: ri})
+		w := int64(r.Window)
+		if w <= e.end {
+			e.q.push(event{at: w, kind: evRuleSample, i: ri, node: -1})
+		}
+		for pi, p := range e.phases {
+			if p.from+w <= p.to {
+				e.q.push(event{at: p.from + w, kind: evRuleSample, i: ri, node: int32(pi)})
+			}
 		}
 	}
 	step := int64(e.sc.Output.Step)
@@ -777,17 +785,15 @@ func (e *engine) handle(ev event) {
 		}
 	case evRuleSample:
 		w := int64(e.rules[ev.i].Window)
-		in := -1
-		for pi, p := range e.phases {
-			if p.from <= t-w && t <= p.to {
-				in = pi
-			}
-		}
-		e.fleet.sample(e.ruleKeys[ev.i], t, in)
+		e.fleet.sample(e.ruleKeys[ev.i], t, int(ev.node))
 		if e.cOracle != nil {
-			e.cOracle.sample(e.ruleKeys[ev.i], t, in)
+			e.cOracle.sample(e.ruleKeys[ev.i], t, int(ev.node))
 		}
-		if t+w <= e.end {
+		bound := e.end
+		if ev.node >= 0 {
+			bound = e.phases[ev.node].to
+		}
+		if t+w <= bound {
 			ev.at += w
 			e.q.push(ev)
 		}

@@ -113,8 +113,8 @@ func (o *oracle) judge(k *keyInfo, t int64, cost uint64, admitted bool) {
 }
 
 // sample adds one admitted/limit sample per key of keys that saw a request
-// in the window (t-width, t]: to the run and to the phase containing that
-// whole window (phase index inPhase, or -1).
+// in the window (t-width, t]: to phase inPhase, or to the whole run when
+// inPhase is -1.
 func (o *oracle) sample(keys []*keyInfo, t int64, inPhase int) {
 	for _, k := range keys {
 		ok := &o.keys[k.idx]
@@ -123,8 +123,9 @@ func (o *oracle) sample(keys []*keyInfo, t int64, inPhase int) {
 		}
 		ok.evict(t - k.width)
 		r := float64(ok.sum) * k.invLimit
-		o.run = append(o.run, r)
-		if inPhase >= 0 {
+		if inPhase < 0 {
+			o.run = append(o.run, r)
+		} else {
 			o.phases[inPhase].samples = append(o.phases[inPhase].samples, r)
 		}
 	}

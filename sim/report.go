@@ -30,11 +30,15 @@ type Figures struct {
 	// MaxAdmittedRatio is the highest exact trailing-window admitted cost of
 	// any key over its limit, at any instant (it can only peak at an admit).
 	MaxAdmittedRatio float64 `json:"max_admitted_ratio"`
-	// P99AdmittedRatio and MeanAdmittedRatio are over the samples: one per
-	// key per window step (t = k x window, the admitted cost in (t-W, t]),
-	// for each key with at least one request in that window.
+	// P99AdmittedRatio and MeanAdmittedRatio are over samples taken every
+	// window length W: at t = k x W for the run, at t = phase start + k x W
+	// within a phase; one sample per key that saw a request in (t-W, t],
+	// the exact admitted cost in (t-W, t] over the limit.
 	P99AdmittedRatio  float64 `json:"p99_admitted_ratio"`
 	MeanAdmittedRatio float64 `json:"mean_admitted_ratio"`
+	// AdmittedRatioSamples is the number of those samples (0: the span is
+	// shorter than the window, and p99 and mean are 0).
+	AdmittedRatioSamples int `json:"admitted_ratio_samples"`
 }
 
 // Phase is a span of the run: healthy (before any fault), partitioned (a cut
@@ -121,6 +125,7 @@ func figures(ts []tally, samples []float64) Figures {
 		f.WronglyRejectedFraction = round(float64(f.WronglyRejected) / float64(f.Requests))
 	}
 	f.MaxAdmittedRatio = round(f.MaxAdmittedRatio)
+	f.AdmittedRatioSamples = len(samples)
 	if len(samples) > 0 {
 		s := slices.Clone(samples)
 		slices.Sort(s)
