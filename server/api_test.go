@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -419,4 +420,41 @@ func TestChunkedBody(t *testing.T) {
 	r = send(`{"rule":"r","key":"chunked","pad":"` + strings.Repeat("x", 1000) + `"}`)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, r.status, "%s", r.body)
 	assert.EqualValues(t, 1, ta.keyTotal("r", "chunked"))
+}
+
+func TestRunUntilCancel(t *testing.T) {
+	cfg, err := config.Parse([]byte(withBase(rulesYAML)))
+	require.NoError(t, err)
+	app, err := New(Options{Config: cfg, Self: testSelf})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx) }()
+	waitFor(t, "ready", app.Ready)
+	res, err := http.Get("http://" + app.APIAddr().String() + "/readyz")
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	cancel()
+	require.NoError(t, <-done)
+	assert.False(t, app.Ready())
+}
+
+func TestNewErrors(t *testing.T) {
+	_, err := New(Options{})
+	assert.ErrorContains(t, err, "config required")
+	cfg := config.Demo()
+	_, err = New(Options{Config: cfg})
+	assert.ErrorContains(t, err, "self")
+	cfg.Rules[0].Limit = 0
+	_, err = New(Options{Config: cfg, Self: testSelf})
+	assert.ErrorContains(t, err, "rules[0].limit")
+
+	// A listener that cannot bind fails Start and releases everything.
+	ta := startApp(t, rulesYAML)
+	cfg2, err := config.Parse([]byte("listen: {api: \"" + ta.APIAddr().String() + "\"}\nnats: {embedded: {listen: \"127.0.0.1:-1\"}}\n"))
+	require.NoError(t, err)
+	app, err := New(Options{Config: cfg2, Self: testSelf})
+	require.NoError(t, err)
+	assert.ErrorContains(t, app.Start(context.Background()), "listen.api")
 }
