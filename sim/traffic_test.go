@@ -56,7 +56,6 @@ func TestZipfTable(t *testing.T) {
 	}
 }
 
-
 // Anycast keys stay on their PoP; while every node of a PoP is down its
 // keys are served elsewhere, and come back when it restarts.
 func TestAnycastPoPLossMovesKeys(t *testing.T) {
