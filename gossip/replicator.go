@@ -181,8 +181,6 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 			r.peers[p] = &peerState{}
 		}
 	}
-	r.wg.Add(1)
-	go r.work()
 	var err error
 	if opts.PoP != nil {
 		if r.popT, err = opts.PoP(&handler{r: r, t: tPoP}); err != nil {
@@ -198,7 +196,9 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 		}
 		r.tstats[tGlobal].name = r.globT.Name()
 	}
-	r.wg.Add(1)
+	// Messages that arrived meanwhile wait in the queue.
+	r.wg.Add(2)
+	go r.work()
 	go r.loop(ctx)
 	return r, nil
 }
