@@ -415,10 +415,7 @@ func (h *handler) Receive(from PoPID, kind Kind, b []byte) {
 // first asks them to resend theirs.
 func (h *handler) Resync() {
 	if h.t == tGlobal {
-		select {
-		case h.r.syncReq <- struct{}{}:
-		default:
-		}
+		h.r.requestSync()
 		return
 	}
 	h.r.Resync()
@@ -487,7 +484,8 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 }
 
 // heard records a message from remote PoP p at now. A PoP heard for the
-// first time or again after a silence gets all own live counts at once.
+// first time or again after a silence gets all own live counts at once, and
+// is asked for its own.
 func (r *Replicator) heard(p PoPID, now int64) {
 	r.mu.Lock()
 	ps := r.peers[p]
@@ -509,7 +507,18 @@ func (r *Replicator) heard(p PoPID, now int64) {
 	}
 	r.mu.Unlock()
 	if resync {
-		r.Resync()
+		// Ask for theirs too: links come back one direction at a time, and
+		// what the other side sent when it heard us first may have been lost.
+		r.requestSync()
+	}
+}
+
+// requestSync asks the other PoPs to resend their live counts, then resends
+// the own. It does not block.
+func (r *Replicator) requestSync() {
+	select {
+	case r.syncReq <- struct{}{}:
+	default:
 	}
 }
 
