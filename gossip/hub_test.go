@@ -153,3 +153,40 @@ func TestIsPartitioned(t *testing.T) {
 		})
 	}
 }
+
+// TestHubShortCut cuts two PoPs apart for less than PeerTimeout: nobody
+// counts as partitioned, but the missed heartbeats make both sides resend,
+// so the counts flushed during the cut arrive without waiting for the
+// periodic anti-entropy (an hour here).
+func TestHubShortCut(t *testing.T) {
+	hub := NewHub(2)
+	defer hub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := Options{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Hour, HeartbeatInterval: 10 * time.Millisecond}
+	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	o := opts
+	o.Global = hub.Global(a, "a")
+	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "a", testRules()), o)
+	o = opts
+	o.Global = hub.Global(b, "b")
+	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "b", testRules()), o)
+	waitFor(t, 5*time.Second, "both heard", func() bool { return len(ma.rep.Heard()) == 1 && len(mb.rep.Heard()) == 1 })
+	hub.Cut(a, b)
+	for _, m := range []*member{ma, mb} {
+		for range 5 {
+			_, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+			require.NoError(t, err)
+		}
+	}
+	// Several heartbeats and the flush go into the cut.
+	sa, sb := ma.rep.Stats()[0].MessagesSent, mb.rep.Stats()[0].MessagesSent
+	waitFor(t, 5*time.Second, "heartbeats lost in the cut", func() bool {
+		return ma.rep.Stats()[0].MessagesSent > sa+4 && mb.rep.Stats()[0].MessagesSent > sb+4
+	})
+	hub.Heal()
+	waitFor(t, 5*time.Second, "repaired after a short cut", func() bool {
+		return total(ma.node, "api", "k") == 10 && total(mb.node, "api", "k") == 10
+	})
+	assert.Empty(t, ma.rep.Partitioned())
+}

@@ -134,10 +134,13 @@ type Replicator struct {
 	lastPartitioned []PoPID // the loop's last report to OnPartitionChange
 	reported        bool    // whether there was a first report
 
-	mu      sync.Mutex // guards peers
-	peers   map[PoPID]*peerState
-	resyncs atomic.Uint64
-	flushes atomic.Uint64
+	mu    sync.Mutex // guards peers and lastBeat
+	peers map[PoPID]*peerState
+	// lastBeat is the SentAt of the last heartbeat of each remote replica:
+	// a gap of more than two heartbeat intervals means messages were lost.
+	lastBeat map[crdt.Replica]int64
+	resyncs  atomic.Uint64
+	flushes  atomic.Uint64
 }
 
 type inbound struct {
@@ -165,16 +168,17 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 	}
 	self := opts.Node.Self()
 	r := &Replicator{
-		opts:    opts,
-		node:    opts.Node,
-		self:    self,
-		clk:     opts.Clock,
-		log:     opts.Logger,
-		queue:   make(chan inbound, opts.QueueSize),
-		resync:  make(chan struct{}, 1),
-		syncReq: make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		peers:   map[PoPID]*peerState{},
+		opts:     opts,
+		node:     opts.Node,
+		self:     self,
+		clk:      opts.Clock,
+		log:      opts.Logger,
+		queue:    make(chan inbound, opts.QueueSize),
+		resync:   make(chan struct{}, 1),
+		syncReq:  make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		peers:    map[PoPID]*peerState{},
+		lastBeat: map[crdt.Replica]int64{},
 	}
 	for _, p := range opts.ExpectedPoPs {
 		if p != r.selfPoP() {
@@ -466,6 +470,11 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 	}
 	if in.t == tGlobal {
 		r.heard(in.from, now)
+		if in.kind == KindHeartbeat && r.missedBeats(d.Sender, d.SentAt, now) {
+			// A short cut (under PeerTimeout) lost messages: repair now
+			// rather than at the next anti-entropy round.
+			r.requestSync()
+		}
 	}
 	if in.kind == KindSync {
 		r.Resync()
@@ -511,6 +520,33 @@ func (r *Replicator) heard(p PoPID, now int64) {
 		// what the other side sent when it heard us first may have been lost.
 		r.requestSync()
 	}
+}
+
+// maxBeatReplicas bounds lastBeat; beyond it, replicas silent for long are
+// forgotten.
+const maxBeatReplicas = 4096
+
+// missedBeats records a heartbeat of sender sent at sentAt (the sender's
+// clock) and reports whether heartbeats in between went missing.
+func (r *Replicator) missedBeats(sender crdt.Replica, sentAt, now int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev, ok := r.lastBeat[sender]
+	if ok && sentAt <= prev {
+		return false // duplicate or reordered
+	}
+	if !ok && len(r.lastBeat) >= maxBeatReplicas {
+		for rep, t := range r.lastBeat {
+			if now-t > int64(10*r.opts.PeerTimeout) {
+				delete(r.lastBeat, rep)
+			}
+		}
+		if len(r.lastBeat) >= maxBeatReplicas {
+			return false
+		}
+	}
+	r.lastBeat[sender] = sentAt
+	return ok && sentAt-prev > int64(2*r.opts.HeartbeatInterval)
 }
 
 // requestSync asks the other PoPs to resend their live counts, then resends
