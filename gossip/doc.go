@@ -16,7 +16,9 @@
 // on NATS (subject <prefix>.delta.<region>.<pop>) to every other PoP. Counts
 // are absolute, so loss, duplication and reordering are harmless; all own
 // live counts are re-sent every AntiEntropyInterval, when a member joins,
-// when NATS reconnects and when a silent PoP is heard again. Heartbeats on
+// when NATS reconnects, when a silent PoP is heard again and when its
+// heartbeats went missing (the last three also ask the others to resend
+// theirs, on <prefix>.sync.<region>.<pop>). Heartbeats on
 // <prefix>.hb.<region>.<pop> tell which PoPs are heard. A message whose sender
 // is not of the PoP it came from is dropped and counted.
 package gossip
