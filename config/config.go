@@ -232,7 +232,8 @@ type Match struct {
 	Host string `yaml:"host"`
 }
 
-// Duration is a time.Duration written in Go syntax ("50ms", "1m").
+// Duration is a time.Duration written in Go syntax ("50ms", "1m"). A plain
+// value.
 type Duration time.Duration
 
 // D returns d as a time.Duration.

@@ -51,7 +51,8 @@ type Replicator interface {
 	Close() error
 }
 
-// ReplicationEnv is what a Replicator is built from.
+// ReplicationEnv is what a Replicator is built from. It is a plain value;
+// Node, Clock, NATS and Registry are safe for concurrent use.
 type ReplicationEnv struct {
 	// Node is the node core whose deltas are replicated.
 	Node *pop.Node
@@ -73,7 +74,8 @@ type ReplicationEnv struct {
 // NewReplicatorFunc builds a Replicator; see Options.NewReplicator.
 type NewReplicatorFunc func(ReplicationEnv) (Replicator, error)
 
-// ReplicationStatus is the replication part of GET /v1/status.
+// ReplicationStatus is the replication part of GET /v1/status: a plain
+// value, not to be mutated once returned from Status.
 type ReplicationStatus struct {
 	// Members are the PoP's members as memberlist sees them.
 	Members []Member `json:"members"`
@@ -104,7 +106,7 @@ type RemotePoP struct {
 	Partitioned bool  `json:"partitioned"`
 }
 
-// Options configures an App.
+// Options configures an App. It is a plain value, read once by New.
 type Options struct {
 	// Config is the configuration; it must be valid (config.Parse/Load
 	// validate). Required.
@@ -131,7 +133,8 @@ type Options struct {
 	NewReplicator NewReplicatorFunc
 }
 
-// App is a running (or ready to run) edge daemon.
+// App is a running (or ready to run) edge daemon. Its methods are safe for
+// concurrent use; Start and Shutdown are called once each.
 type App struct {
 	opts     Options
 	cfg      *config.Config // startup config
