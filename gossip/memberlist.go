@@ -79,6 +79,7 @@ const memberlistMargin = 64
 // Memberlist is a Transport over hashicorp/memberlist inside one PoP. Deltas
 // go to each member directly (UDP best effort, TCP for reliable batches);
 // push/pull carries the Handler's LocalState on join and periodically.
+// It is safe for concurrent use.
 type Memberlist struct {
 	cfg  MemberlistConfig
 	h    Handler

@@ -114,6 +114,7 @@ func ParseSubject(prefix, subject string) (Kind, PoPID, bool) {
 // buffer; every (re)connect asks the Handler to resync, which then also asks
 // the other PoPs to resync (a KindSync message), since they may have
 // reconnected earlier and sent their counts while this node was away.
+// It is safe for concurrent use.
 type NATS struct {
 	cfg    NATSConfig
 	h      Handler

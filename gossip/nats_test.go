@@ -144,3 +144,31 @@ func TestNATSServerRestart(t *testing.T) {
 	})
 	assert.Greater(t, ma.rep.Status().Resyncs, resyncs)
 }
+
+func TestParseSubject(t *testing.T) {
+	iad := PoPID{"us", "iad"}
+	for _, tc := range []struct {
+		name, prefix, subject string
+		kind                  Kind
+		from                  PoPID
+		ok                    bool
+	}{
+		{"delta", "", DeltaSubject("", iad), KindDelta, iad, true},
+		{"heartbeat", "", HeartbeatSubject("", iad), KindHeartbeat, iad, true},
+		{"sync", "", SyncSubject("", iad), KindSync, iad, true},
+		{"dotted prefix", "acme.rl", DeltaSubject("acme.rl", iad), KindDelta, iad, true},
+		{"other prefix", "", "other.delta.us.iad", 0, PoPID{}, false},
+		{"prefix only as a substring", "geo", "geolimit.delta.us.iad", 0, PoPID{}, false},
+		{"unknown kind", "", "geolimit.bogus.us.iad", 0, PoPID{}, false},
+		{"too few tokens", "", "geolimit.delta.us", 0, PoPID{}, false},
+		{"too many tokens", "", "geolimit.delta.us.iad.x", 0, PoPID{}, false},
+		{"empty token", "", "geolimit.delta..iad", 0, PoPID{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kind, from, ok := ParseSubject(tc.prefix, tc.subject)
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.kind, kind)
+			assert.Equal(t, tc.from, from)
+		})
+	}
+}
