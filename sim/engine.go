@@ -410,7 +410,7 @@ func (e *engine) buildTraffic() {
 			s.alias = newZipfTable(t.Keys, t.ZipfS)
 		}
 		if s.anycast {
-			s.assignHomes(e.trng)
+			s.drawHomes(e.trng)
 		}
 		s.route(e.popUp)
 		s.schedule(e.trng, s.start, true)
@@ -775,8 +775,8 @@ func (e *engine) handle(ev event) {
 			s.weights = normalise(c.Share, popIndex, len(e.pops))
 			s.route(e.popUp)
 		}
-		if t >= s.start && t < s.end {
-			s.schedule(e.trng, t, true)
+		if from := max(t, s.start); c.Rate != nil && from < s.end {
+			s.schedule(e.trng, from, true)
 		}
 	case evPhase:
 		e.fleet.cur = &e.fleet.phases[ev.i]

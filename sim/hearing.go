@@ -14,7 +14,8 @@ import "sort"
 
 // unheardSetter is implemented by a node core whose rules adapt to
 // partitions (on_partition: share). pops are "region/pop" names, sorted; an
-// empty list means every PoP is heard.
+// empty list means every PoP is heard. It is told every change, whatever the
+// rules' policies, as the daemon does.
 type unheardSetter interface {
 	SetUnheard(now int64, pops []string)
 }
@@ -72,7 +73,7 @@ func (e *engine) unheardPoPs(nd *simNode) []string {
 
 // hearingChanged tells nd's core which PoPs it does not hear now.
 func (e *engine) hearingChanged(nd *simNode, t int64) {
-	if s, ok := any(nd.n).(unheardSetter); ok && e.share {
+	if s, ok := any(nd.n).(unheardSetter); ok {
 		s.SetUnheard(e.nodeNow(nd, t), e.unheardPoPs(nd))
 	}
 }

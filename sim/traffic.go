@@ -49,8 +49,8 @@ type source struct {
 	weights []float64 // share per PoP index (normalised)
 	cum     []float64 // cumulative shares over the PoPs that are up
 	cumPoP  []int32
-	home    []int32   // anycast: each key's PoP when it is up
-	u       []float64 // anycast: each key's draw for choosing its fallback PoP
+	uHome   []float64 // anycast: each key's draw for its home PoP
+	uAlt    []float64 // anycast: each key's draw for a PoP while home is down
 	cur     []int32   // anycast: each key's PoP now
 	track   int
 	changes []Change
@@ -135,13 +135,7 @@ func (s *source) pickPoP(rng *rand.Rand, k int) int32 {
 	case 1:
 		return s.cumPoP[0]
 	}
-	u := rng.Float64() * s.cum[len(s.cum)-1]
-	for i, c := range s.cum {
-		if u < c {
-			return s.cumPoP[i]
-		}
-	}
-	return s.cumPoP[len(s.cumPoP)-1]
+	return s.cumPoP[pick(s.cum, rng.Float64()*s.cum[len(s.cum)-1])]
 }
 
 // route recomputes where requests go after a PoP went down or came back or
@@ -159,49 +153,51 @@ func (s *source) route(up func(int) bool) {
 	if !s.anycast {
 		return
 	}
+	// Each key's home is where its own draw falls among the shares of all
+	// PoPs: a change of shares moves only the keys near the boundaries that
+	// moved, as anycast routes shift. A key whose home is down moves, by its
+	// second draw, to a PoP that is up, and returns when its home is back.
+	home := make([]float64, len(s.weights))
+	total := 0.0
+	for p, w := range s.weights {
+		total += w
+		home[p] = total
+	}
 	for k := range s.cur {
-		h := s.home[k]
-		if up(int(h)) && s.weights[h] > 0 {
+		h := int32(pick(home, s.uHome[k]*total))
+		if up(int(h)) {
 			s.cur[k] = h
 			continue
 		}
-		// The key's PoP is lost: anycast moves it to another PoP, chosen by
-		// the key's own draw so that it stays there while the PoP is down.
 		s.cur[k] = -1
 		if len(s.cum) > 0 {
-			u := s.u[k] * s.cum[len(s.cum)-1]
-			s.cur[k] = s.cumPoP[len(s.cumPoP)-1]
-			for i, c := range s.cum {
-				if u < c {
-					s.cur[k] = s.cumPoP[i]
-					break
-				}
-			}
+			s.cur[k] = s.cumPoP[pick(s.cum, s.uAlt[k]*s.cum[len(s.cum)-1])]
 		}
 	}
 }
 
-// assignHomes draws each anycast key's home PoP by the shares.
-func (s *source) assignHomes(rng *rand.Rand) {
-	cum := make([]float64, len(s.weights))
-	sum := 0.0
-	for p, w := range s.weights {
-		sum += w
-		cum[p] = sum
+// pick returns the index of the first bin of cumulative weights cum that u
+// falls in (skipping empty bins), or the last bin.
+func pick(cum []float64, u float64) int {
+	prev := 0.0
+	for i, c := range cum {
+		if u < c && c > prev {
+			return i
+		}
+		prev = c
 	}
-	s.home = make([]int32, len(s.keys))
-	s.u = make([]float64, len(s.keys))
+	return len(cum) - 1
+}
+
+// drawHomes draws each anycast key's two uniform numbers: where it lands
+// among the shares, and where it goes while its home PoP is down.
+func (s *source) drawHomes(rng *rand.Rand) {
+	s.uHome = make([]float64, len(s.keys))
+	s.uAlt = make([]float64, len(s.keys))
 	s.cur = make([]int32, len(s.keys))
 	for k := range s.keys {
-		u := rng.Float64() * sum
-		s.home[k] = int32(len(cum) - 1)
-		for p, c := range cum {
-			if u < c && s.weights[p] > 0 {
-				s.home[k] = int32(p)
-				break
-			}
-		}
-		s.u[k] = rng.Float64()
+		s.uHome[k] = rng.Float64()
+		s.uAlt[k] = rng.Float64()
 	}
 }
 

@@ -114,3 +114,41 @@ func TestRestartNewIncarnationAndJoinSync(t *testing.T) {
 	}
 	assert.Positive(t, total, "the restarted node learnt the live windows from its PoP")
 }
+
+// Anycast keys follow the shares; a change of shares moves only about as
+// many keys as the shares moved; a PoP that is down sends its keys elsewhere.
+func TestAnycastRouting(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := &source{anycast: true, keys: make([]*keyInfo, 10000), weights: []float64{0.5, 0.3, 0.2}}
+	s.drawHomes(rng)
+	upAll := func(int) bool { return true }
+	count := func() []int {
+		c := make([]int, 3)
+		for _, p := range s.cur {
+			c[p]++
+		}
+		return c
+	}
+	s.route(upAll)
+	before := append([]int32(nil), s.cur...)
+	c := count()
+	assert.InDelta(t, 5000, c[0], 200)
+	assert.InDelta(t, 3000, c[1], 200)
+
+	s.weights = []float64{0.4, 0.4, 0.2}
+	s.route(upAll)
+	moved := 0
+	for k := range s.cur {
+		if s.cur[k] != before[k] {
+			moved++
+		}
+	}
+	assert.InDelta(t, 1000, moved, 200, "a 10 %% shift moves about 10 %% of the keys")
+
+	s.route(func(p int) bool { return p != 0 })
+	c = count()
+	assert.Zero(t, c[0])
+	assert.Equal(t, 10000, c[1]+c[2])
+	s.route(upAll)
+	assert.InDelta(t, 4000, count()[0], 200, "keys return home")
+}
