@@ -319,6 +319,15 @@ func (n *Node) Rule(name string) (Rule, bool) {
 // nanoseconds) and counts it when admitted. It never blocks on replication
 // and does not allocate.
 func (n *Node) Decide(now int64, rule, key string, cost uint64) (Decision, error) {
+	return n.decide(now, rule, key, cost, true)
+}
+
+// Peek decides like Decide but counts nothing: what Decide would answer now.
+func (n *Node) Peek(now int64, rule, key string, cost uint64) (Decision, error) {
+	return n.decide(now, rule, key, cost, false)
+}
+
+func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Decision, error) {
 	r, ok := n.rules.Load().get(rule)
 	switch {
 	case !ok:
@@ -350,9 +359,9 @@ func (n *Node) Decide(now int64, rule, key string, cost uint64) (Decision, error
 		// partition is over, or a window later at the earliest.
 		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: r.width, Reset: r.width}}
 	} else {
-		res = n.store.Admit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, true)
+		res = n.store.Admit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, count)
 	}
-	if sh != nil {
+	if sh != nil && count {
 		sh.record(idx, cost, !res.Allowed)
 	}
 	d := Decision{

@@ -300,3 +300,23 @@ func TestMaxKeysBoundsMemory(t *testing.T) {
 	assert.Equal(t, uint64(untracked), st.Store.Overflow)
 	assert.Greater(t, st.Store.Evicted+st.Store.Overflow, uint64(4000))
 }
+
+func TestPeekCountsNothing(t *testing.T) {
+	n := newNode(t, replica("a", 1))
+	for i := 0; i < 10; i++ {
+		_, err := n.Decide(t0, "api", "k", 1)
+		require.NoError(t, err)
+	}
+	d, err := n.Peek(t0, "api", "k", 1)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	d, err = n.Peek(t0, "api", "other", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, uint64(9), d.Remaining)
+	_, err = n.Peek(t0, "nope", "k", 1)
+	assert.ErrorIs(t, err, ErrUnknownRule)
+	v, err := n.View(t0, "api", "other")
+	require.NoError(t, err)
+	assert.Empty(t, v.Windows, "a peek creates no key")
+}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/pop"
-	"github.com/geolimit/geolimit/window"
 )
 
 // proxyHandler is the reverse proxy: every applicable rule is checked (AND)
@@ -151,29 +150,10 @@ func (a *App) decideProxy(r *http.Request) (*compiledRule, pop.Decision, bool) {
 	return bind, bd, false
 }
 
-// peek decides a request of the rule's cost for key at now without counting
-// it, from the key's view.
+// peek decides a request of the rule's cost for key at now without counting it.
 func (a *App) peek(now int64, cr *compiledRule, key string) (pop.Decision, bool) {
-	v, err := a.node.View(now, cr.pop.Name, key)
-	if err != nil {
-		return pop.Decision{}, false
-	}
-	width := int64(cr.pop.Window)
-	idx, el := window.Split(now, width)
-	var prev, curr uint64
-	for _, w := range v.Windows {
-		switch w.Index {
-		case idx - 1:
-			prev = w.Total
-		case idx:
-			curr = w.Total
-		}
-	}
-	res := window.Decide(cr.pop.Limit, cr.pop.Cost, prev, curr, el, width)
-	return pop.Decision{
-		Allowed: res.Allowed, Limit: cr.pop.Limit, Remaining: res.Remaining,
-		Reset: time.Duration(res.Reset), RetryAfter: time.Duration(res.RetryAfter),
-	}, true
+	d, err := a.node.Peek(now, cr.pop.Name, key, cr.pop.Cost)
+	return d, err == nil
 }
 
 // appendDenied appends the proxy's 429 body.
