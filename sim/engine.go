@@ -113,8 +113,8 @@ type engine struct {
 	now    int64
 	end    int64
 	q      queue
-	trng   *rand.Rand // traffic: arrivals, keys, PoPs, nodes
-	nrng   *rand.Rand // network and timer phases
+	trng   *rng // traffic: arrivals, keys, PoPs, nodes
+	nrng   *rng // network and timer phases
 
 	regions []string
 	pops    []popInfo
@@ -195,8 +195,8 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 		opts:        opts,
 		rules:       rules,
 		end:         int64(sc.Duration),
-		trng:        rand.New(rand.NewPCG(master.Uint64(), master.Uint64())),
-		nrng:        rand.New(rand.NewPCG(master.Uint64(), master.Uint64())),
+		trng:        newRNG(master.Uint64(), master.Uint64()),
+		nrng:        newRNG(master.Uint64(), master.Uint64()),
 		flushEvery:  int64(*sc.Replication.FlushInterval),
 		aeEvery:     int64(sc.Replication.AntiEntropyInterval),
 		hbEvery:     int64(sc.Replication.HeartbeatInterval),
@@ -383,12 +383,14 @@ func (e *engine) buildTraffic() {
 			s.pattern = patPoisson
 		}
 		s.keys = make([]*keyInfo, t.Keys)
+		slab := make([]keyInfo, t.Keys) // the stream's new keys, side by side
 		for k := range s.keys {
 			name := keyName(t.KeyPrefix, t.Anycast, k)
 			id := r.Name + "\x00" + name
 			ki := byName[id]
 			if ki == nil {
-				ki = &keyInfo{
+				ki = &slab[k]
+				*ki = keyInfo{
 					idx: len(e.keys), rule: ri, ruleName: r.Name, key: name,
 					limit: r.Limit, invLimit: 1 / float64(r.Limit), width: int64(r.Window), scope: uint8(r.Scope),
 				}

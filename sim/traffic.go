@@ -2,7 +2,6 @@ package sim
 
 import (
 	"math"
-	"math/rand/v2"
 	"strconv"
 )
 
@@ -67,7 +66,7 @@ func (s *source) rateAt(t int64) float64 {
 
 // schedule draws the next arrival after t (from scratch when restart is set,
 // as after a rate change).
-func (s *source) schedule(rng *rand.Rand, t int64, restart bool) {
+func (s *source) schedule(g *rng, t int64, restart bool) {
 	for {
 		switch s.pattern {
 		case patConstant:
@@ -89,7 +88,7 @@ func (s *source) schedule(rng *rand.Rand, t int64, restart bool) {
 				s.next = never
 				return
 			}
-			c := t + int64(rng.ExpFloat64()*1e9/rmax) + 1
+			c := t + int64(g.ExpFloat64()*1e9/rmax) + 1
 			if s.pattern == patOnOff {
 				cycle := s.on + s.off
 				if ph := (c - s.start) % cycle; ph >= s.on {
@@ -99,7 +98,7 @@ func (s *source) schedule(rng *rand.Rand, t int64, restart bool) {
 					continue
 				}
 			}
-			if s.pattern == patRamp && rng.Float64()*rmax >= s.rateAt(c) {
+			if s.pattern == patRamp && g.Float64()*rmax >= s.rateAt(c) {
 				t = c
 				continue
 			}
@@ -113,19 +112,19 @@ func (s *source) schedule(rng *rand.Rand, t int64, restart bool) {
 }
 
 // pickKey draws the key of the next request.
-func (s *source) pickKey(rng *rand.Rand) int {
+func (s *source) pickKey(g *rng) int {
 	switch {
 	case len(s.keys) == 1:
 		return 0
 	case s.alias != nil:
-		return s.alias.draw(rng)
+		return s.alias.draw(g)
 	}
-	return rng.IntN(len(s.keys))
+	return g.IntN(len(s.keys))
 }
 
 // pickPoP returns the PoP a request for key k reaches, or -1 when every PoP
 // is down.
-func (s *source) pickPoP(rng *rand.Rand, k int) int32 {
+func (s *source) pickPoP(g *rng, k int) int32 {
 	if s.anycast {
 		return s.cur[k]
 	}
@@ -135,7 +134,7 @@ func (s *source) pickPoP(rng *rand.Rand, k int) int32 {
 	case 1:
 		return s.cumPoP[0]
 	}
-	return s.cumPoP[pick(s.cum, rng.Float64()*s.cum[len(s.cum)-1])]
+	return s.cumPoP[pick(s.cum, g.Float64()*s.cum[len(s.cum)-1])]
 }
 
 // route recomputes where requests go after a PoP went down or came back or
@@ -191,13 +190,13 @@ func pick(cum []float64, u float64) int {
 
 // drawHomes draws each anycast key's two uniform numbers: where it lands
 // among the shares, and where it goes while its home PoP is down.
-func (s *source) drawHomes(rng *rand.Rand) {
+func (s *source) drawHomes(g *rng) {
 	s.uHome = make([]float64, len(s.keys))
 	s.uAlt = make([]float64, len(s.keys))
 	s.cur = make([]int32, len(s.keys))
 	for k := range s.keys {
-		s.uHome[k] = rng.Float64()
-		s.uAlt[k] = rng.Float64()
+		s.uHome[k] = g.Float64()
+		s.uAlt[k] = g.Float64()
 	}
 }
 
@@ -281,8 +280,8 @@ func newZipfTable(n int, s float64) *aliasTable {
 	return t
 }
 
-func (t *aliasTable) draw(rng *rand.Rand) int {
-	u := rng.Float64() * float64(len(t.prob))
+func (t *aliasTable) draw(g *rng) int {
+	u := g.Float64() * float64(len(t.prob))
 	i := int(u)
 	if u-float64(i) < t.prob[i] {
 		return i

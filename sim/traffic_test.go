@@ -39,12 +39,12 @@ func TestPatternsArrivalCounts(t *testing.T) {
 }
 
 func TestZipfTable(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	g := newRNG(1, 2)
 	tab := newZipfTable(50, 1.2)
 	counts := make([]int, 50)
 	const n = 200000
 	for range n {
-		counts[tab.draw(rng)]++
+		counts[tab.draw(g)]++
 	}
 	h := 0.0
 	for k := 1; k <= 50; k++ {
@@ -118,9 +118,9 @@ func TestRestartNewIncarnationAndJoinSync(t *testing.T) {
 // Anycast keys follow the shares; a change of shares moves only about as
 // many keys as the shares moved; a PoP that is down sends its keys elsewhere.
 func TestAnycastRouting(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
+	g := newRNG(3, 4)
 	s := &source{anycast: true, keys: make([]*keyInfo, 10000), weights: []float64{0.5, 0.3, 0.2}}
-	s.drawHomes(rng)
+	s.drawHomes(g)
 	upAll := func(int) bool { return true }
 	count := func() []int {
 		c := make([]int, 3)
@@ -151,4 +151,23 @@ func TestAnycastRouting(t *testing.T) {
 	assert.Equal(t, 10000, c[1]+c[2])
 	s.route(upAll)
 	assert.InDelta(t, 4000, count()[0], 200, "keys return home")
+}
+
+// rng draws exactly what math/rand/v2 draws from the same source.
+func TestRNGMatchesMathRand(t *testing.T) {
+	g := newRNG(5, 6)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 10000 {
+		switch i % 4 {
+		case 0:
+			require.Equal(t, r.Float64(), g.Float64())
+		case 1:
+			n := 1 + i%1000
+			require.Equal(t, r.IntN(n), g.IntN(n))
+		case 2:
+			require.Equal(t, r.Int64N(1<<20), g.Int64N(1<<20))
+		default:
+			require.Equal(t, r.ExpFloat64(), g.ExpFloat64())
+		}
+	}
 }
