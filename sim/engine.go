@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -31,8 +32,8 @@ type Options struct {
 	// RateScale multiplies every traffic rate (0 means 1): tests use it to
 	// shorten runs without changing their shape in time.
 	RateScale float64
-	// Log, when set, receives the per-request CSV log
-	// (t_ms,region,pop,node,rule,key,cost,admitted).
+	// Log, when set, receives the per-request CSV log, rows only (the
+	// caller writes the header t_ms,region,pop,node,rule,key,cost,admitted).
 	Log io.Writer
 	// Progress, when set, is called at every percent of simulated time.
 	Progress func(done, total time.Duration, requests uint64)
@@ -106,6 +107,7 @@ type phaseSpan struct {
 
 // engine is one run. It is not safe for concurrent use.
 type engine struct {
+	ctx    context.Context
 	sc     *Scenario
 	opts   Options
 	policy string
@@ -151,10 +153,17 @@ type engine struct {
 
 // Run simulates sc and returns its report, time series and plot data.
 func Run(sc *Scenario, opts Options) (*Result, error) {
+	return RunContext(context.Background(), sc, opts)
+}
+
+// RunContext is Run, stopping with ctx's error when ctx is done (checked at
+// every percent of simulated time).
+func RunContext(ctx context.Context, sc *Scenario, opts Options) (*Result, error) {
 	e, err := newEngine(sc, opts)
 	if err != nil {
 		return nil, err
 	}
+	e.ctx = ctx
 	var start time.Time
 	if opts.WallClock != nil {
 		start = opts.WallClock()
@@ -566,9 +575,7 @@ func (e *engine) schedule() {
 	}
 	step := int64(e.sc.Output.Step)
 	e.q.push(event{at: step, kind: evSeries})
-	if e.opts.Progress != nil {
-		e.q.push(event{at: e.end / 100, kind: evProgress})
-	}
+	e.q.push(event{at: max(e.end/100, 1), kind: evProgress})
 }
 
 // start (re)starts node nd at t with a new incarnation and queues its timers.
@@ -811,8 +818,14 @@ func (e *engine) handle(ev event) {
 			e.q.push(ev)
 		}
 	case evProgress:
-		e.opts.Progress(time.Duration(t), time.Duration(e.end), e.fleet.requestsSoFar())
-		if next := t + e.end/100; next <= e.end && e.end/100 > 0 {
+		if e.ctx != nil && e.ctx.Err() != nil {
+			e.err = fmt.Errorf("sim: stopped at %s: %w", time.Duration(t), e.ctx.Err())
+			return
+		}
+		if e.opts.Progress != nil {
+			e.opts.Progress(time.Duration(t), time.Duration(e.end), e.fleet.requestsSoFar())
+		}
+		if next := t + max(e.end/100, 1); next <= e.end {
 			ev.at = next
 			e.q.push(ev)
 		}

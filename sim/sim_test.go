@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"strconv"
@@ -263,4 +264,18 @@ func TestOracleRing(t *testing.T) {
 			all = append(all, logEntry{now, c})
 		}
 	}
+}
+
+func TestRunContextStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	_, err := RunContext(ctx, mustParse(t, twoSides), Options{Progress: func(done, total time.Duration, _ uint64) {
+		calls++
+		if done >= total/10 {
+			cancel()
+		}
+	}})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "sim: stopped at 4.4s")
+	assert.Equal(t, 10, calls)
 }

@@ -111,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintf(stderr, "\r%s %s: %3.0f%% of %s simulated, %d requests", sc.Name, label(p), 100*done.Seconds()/total.Seconds(), total, requests)
 			}
 		}
-		res, err := sim.Run(sc, opts)
+		res, err := sim.RunContext(ctx, sc, opts)
 		if shown {
 			fmt.Fprintln(stderr)
 		}
@@ -141,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := write(*jsonOut, func(w io.Writer) error { return sim.WriteJSON(w, reports) }); err != nil {
 		return err
 	}
-	if err := write(*csvOut, func(w io.Writer) error { return sim.WriteCSV(w, results[0]) }); err != nil {
+	if err := write(*csvOut, func(w io.Writer) error { return sim.WriteCSV(w, results...) }); err != nil {
 		return err
 	}
 	return write(*svgOut, func(w io.Writer) error { return sim.WriteSVG(w, results...) })

@@ -68,7 +68,7 @@ func TestRunWritesEveryOutput(t *testing.T) {
 	csv, err := os.ReadFile(out("r.csv"))
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(csv)), "\n")
-	assert.Equal(t, "t_ms,rule,key,true_admitted,limit,central_admitted,partitioned,view_eu,view_us", lines[0])
+	assert.Equal(t, "policy,t_ms,rule,key,true_admitted,limit,central_admitted,partitioned,view_eu,view_us", lines[0])
 	assert.Len(t, lines, 1+20*2, "one row per second per tracked key")
 
 	svg, err := os.ReadFile(out("r.svg"))
@@ -130,4 +130,13 @@ func TestRunErrors(t *testing.T) {
 			assert.Contains(t, err.Error()+stderr.String(), tc.want)
 		})
 	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	_, path := writeScenario(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"-scenario", path}, &stdout, &stderr)
+	require.ErrorIs(t, err, context.Canceled)
 }
