@@ -8,7 +8,8 @@ import (
 )
 
 // probe measures convergence after one heal. At the heal instant it takes
-// the truth: for each probed key, the join (per-replica maximum) of every
+// the truth: for each probed key (the first 16 keys of each stream, its
+// hottest under a Zipf spread), the join (per-replica maximum) of every
 // live node's counts per window, over the nodes that share the key (all
 // nodes for a global rule, the node's PoP for a pop rule). The fleet has
 // converged when every live node's total of every window of that truth that
