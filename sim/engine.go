@@ -51,10 +51,11 @@ type popInfo struct {
 	regionIdx    int
 	nodes        []int32
 	live         []int32 // nodes up, in index order
-	acct         traffic // replication sent by the PoP's nodes
+	acct         sent    // replication sent by the PoP's nodes
 }
 
-type traffic struct{ messages, bytes uint64 }
+// sent counts replication messages and bytes.
+type sent struct{ messages, bytes uint64 }
 
 // simNode is one node of the fleet: the real pop.Node plus what the
 // simulated machine around it knows.
