@@ -41,15 +41,29 @@ func (p examplePorts) rewrite(t *testing.T, src string) string {
 }
 
 type daemon struct {
-	api  string
-	errb *syncBuffer
-	done chan error
+	api    string
+	errb   *syncBuffer
+	done   chan error
+	cancel context.CancelFunc
 }
 
-func startDaemon(t *testing.T, ctx context.Context, path string) *daemon {
+// stop cancels the daemon's run and waits for it to return.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	d.cancel()
+	select {
+	case err := <-d.done:
+		assert.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Error("run did not return after cancel")
+	}
+}
+
+func startDaemon(t *testing.T, path string) *daemon {
 	t.Helper()
 	var out syncBuffer
-	d := &daemon{errb: &syncBuffer{}, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &daemon{errb: &syncBuffer{}, done: make(chan error, 1), cancel: cancel}
 	go func() { d.done <- run(ctx, []string{"-config", path, "-watch-interval", "0"}, &out, d.errb) }()
 	re := regexp.MustCompile(`api listening on (http://\S+)`)
 	deadline := time.Now().Add(20 * time.Second)
@@ -101,22 +115,16 @@ func keyTotal(t *testing.T, api, rule, key string) uint64 {
 // and metrics show the replication.
 func TestMultiRegionExamples(t *testing.T) {
 	ports := examplePorts{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var ds []*daemon
+	paths := map[string]string{}
 	// ams-1 and iad-1, sin-1 first: they run the embedded servers ams-2 uses.
 	for _, f := range []string{"eu-ams-1.yaml", "us-iad-1.yaml", "ap-sin-1.yaml", "eu-ams-2.yaml"} {
-		ds = append(ds, startDaemon(t, ctx, ports.rewrite(t, filepath.Join("..", "..", "examples", "multi-region", f))))
+		paths[f] = ports.rewrite(t, filepath.Join("..", "..", "examples", "multi-region", f))
+		ds = append(ds, startDaemon(t, paths[f]))
 	}
 	defer func() {
-		cancel()
 		for _, d := range ds {
-			select {
-			case err := <-d.done:
-				assert.NoError(t, err)
-			case <-time.After(20 * time.Second):
-				t.Error("run did not return after cancel")
-			}
+			d.stop(t)
 		}
 	}()
 	ams1, iad, sin, ams2 := ds[0], ds[1], ds[2], ds[3]
@@ -198,4 +206,28 @@ func TestMultiRegionExamples(t *testing.T) {
 	} {
 		assert.Contains(t, string(b), m)
 	}
+
+	// Stop region ap: after peer_timeout the others list it as partitioned;
+	// started again, it is heard again and learns the others' counts.
+	sin.stop(t)
+	partitions := func(d *daemon) []string {
+		var st struct {
+			Partitions []string `json:"partitions"`
+		}
+		getJSON(t, d.api+"/v1/status", &st)
+		return st.Partitions
+	}
+	waitFor(t, "ap/sin partitioned", func() bool {
+		p := partitions(ams1)
+		return len(p) == 1 && p[0] == "ap/sin"
+	})
+	sin = startDaemon(t, paths["ap-sin-1.yaml"])
+	ds[2] = sin
+	waitFor(t, "ap/sin heard again", func() bool { return len(partitions(ams1)) == 0 && len(partitions(sin)) == 0 })
+	// A PoP of one node does not get its own previous incarnation's counts
+	// back (see README); it learns all the others'.
+	waitFor(t, "the restarted region learns the others' counts", func() bool {
+		return keyTotal(t, sin.api, "api", "198.51.100.1") == 15
+	})
+	assert.Equal(t, uint64(20), keyTotal(t, ams1.api, "api", "198.51.100.1"))
 }
