@@ -82,11 +82,17 @@ func TestRunWritesEveryOutput(t *testing.T) {
 	assert.Equal(t, "t_ms,region,pop,node,rule,key,cost,admitted", logLines[0])
 	assert.EqualValues(t, len(logLines)-1, rep["requests"])
 
-	// Same seed, same bytes.
-	require.NoError(t, run(context.Background(), []string{"-scenario", path, "-json", out("r2.json"), "-no-timing"}, &stdout, &stderr))
-	b2, err := os.ReadFile(out("r2.json"))
-	require.NoError(t, err)
-	assert.Equal(t, string(b), string(b2))
+	// Same seed, same bytes, in every output.
+	require.NoError(t, run(context.Background(), []string{
+		"-scenario", path, "-json", out("r2.json"), "-csv", out("r2.csv"), "-svg", out("r2.svg"), "-log", out("r2.log"), "-no-timing",
+	}, &stdout, &stderr))
+	for _, name := range []string{"json", "csv", "svg", "log"} {
+		a, err := os.ReadFile(out("r." + name))
+		require.NoError(t, err)
+		b, err := os.ReadFile(out("r2." + name))
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(a, b), "-%s differs between two runs of the same seed", name)
+	}
 }
 
 func TestRunSeedAndCompare(t *testing.T) {
