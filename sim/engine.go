@@ -68,10 +68,8 @@ type simNode struct {
 	inc    uint64
 	up     bool
 	skew   int64
-	hbSize uint64
-	// hearing: see hearing.go.
-	lastHeard []int64
-	unheard   []bool
+	hbSize uint64  // encoded size of a heartbeat or sync request
+	h      hearing // see hearing.go
 }
 
 // linkModel is a resolved Link, in nanoseconds.
@@ -119,12 +117,13 @@ type engine struct {
 	trng   *rng // traffic: arrivals, keys, PoPs, nodes
 	nrng   *rng // network and timer phases
 
-	regions []string
-	pops    []popInfo
-	nodes   []*simNode
-	links   [][]linkModel
-	blocked [][]bool
-	nBlock  int
+	regions  []string
+	pops     []popInfo
+	popIndex map[string]int32 // "region/pop" -> PoP index
+	nodes    []*simNode
+	links    [][]linkModel
+	blocked  [][]bool
+	nBlock   int
 
 	flushEvery, aeEvery, hbEvery, peerTimeout int64
 	flushNow                                  bool
@@ -271,6 +270,10 @@ func (e *engine) buildTopology() error {
 			}
 			e.pops = append(e.pops, info)
 		}
+	}
+	e.popIndex = map[string]int32{}
+	for i, p := range e.pops {
+		e.popIndex[p.id] = int32(i)
 	}
 	np := len(e.pops)
 	e.links = make([][]linkModel, np)
@@ -613,7 +616,11 @@ func (e *engine) start(nd *simNode, t int64) error {
 		e.q.push(event{at: phase(e.aeEvery), kind: evAntiEntropy, node: nd.idx, inc: nd.inc})
 	}
 	if e.hbEvery > 0 && len(e.pops) > 1 {
-		e.q.push(event{at: phase(e.hbEvery), kind: evHeartbeat, node: nd.idx, inc: nd.inc})
+		// A first heartbeat at start, then a tick every interval, the first
+		// a whole interval after start (the others' first heartbeats have
+		// had that long to arrive).
+		e.q.push(event{at: t, kind: evHello, node: nd.idx, inc: nd.inc})
+		e.q.push(event{at: phase(e.hbEvery) + e.hbEvery, kind: evHeartbeat, node: nd.idx, inc: nd.inc})
 	}
 	e.q.push(event{at: phase(int64(time.Second)), kind: evTick, node: nd.idx, inc: nd.inc})
 	return nil
@@ -694,7 +701,7 @@ func (e *engine) request(s *source, t int64) {
 		}
 	}
 	if e.flushNow && d.Allowed {
-		e.broadcast(nd, nd.n.Flush(e.nodeNow(nd, t)), t, false)
+		e.broadcast(nd, nd.n.Flush(e.nodeNow(nd, t)), t, msgDelta)
 	}
 	if e.log != nil {
 		e.writeLog(nd, k, s.cost, d.Allowed, t)
@@ -741,11 +748,23 @@ func (e *engine) handle(ev event) {
 		if !nd.up || nd.inc != ev.inc {
 			return
 		}
-		if ev.from != nd.pop {
-			e.heard(nd, ev.from, t)
-		}
-		if ev.d != nil {
+		if e.receive(nd, ev.from, ev.msg, ev.d, t) {
 			nd.n.Apply(e.nodeNow(nd, t), ev.d, ev.via)
+		}
+	case evSync, evResync, evRelay, evHello:
+		nd := e.nodes[ev.node]
+		if !nd.up || nd.inc != ev.inc {
+			return
+		}
+		switch ev.kind {
+		case evSync:
+			e.doSync(nd, t)
+		case evResync:
+			e.doResync(nd, t)
+		case evRelay:
+			e.doRelay(nd, t)
+		case evHello:
+			e.publishEmpty(nd, msgHeartbeat, t)
 		}
 	case evFlush, evAntiEntropy, evTick, evHeartbeat:
 		nd := e.nodes[ev.node]
@@ -755,17 +774,16 @@ func (e *engine) handle(ev event) {
 		now := e.nodeNow(nd, t)
 		switch ev.kind {
 		case evFlush:
-			e.broadcast(nd, nd.n.Flush(now), t, false)
+			e.broadcast(nd, nd.n.Flush(now), t, msgDelta)
 			ev.at += e.flushEvery
 		case evAntiEntropy:
-			e.broadcast(nd, nd.n.AntiEntropy(now), t, false)
+			e.broadcast(nd, nd.n.AntiEntropy(now), t, msgDelta)
 			ev.at += e.aeEvery
 		case evTick:
 			nd.n.Tick(now)
 			ev.at += int64(time.Second)
 		case evHeartbeat:
-			e.heartbeat(nd, t)
-			e.checkHearing(nd, t)
+			e.heartbeatTick(nd, t)
 			ev.at += e.hbEvery
 		}
 		e.q.push(ev)
@@ -941,7 +959,7 @@ func (e *engine) joinSync(nd *simNode, t int64) {
 			acct.messages += uint64(len(parts))
 			acct.bytes += size
 			for _, part := range parts {
-				e.send(peer, nd.idx, part, via, t)
+				e.send(peer, nd.idx, part, via, msgDelta, t)
 			}
 		}
 		return
@@ -991,12 +1009,12 @@ func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, uint64) {
 // broadcast sends a node's outbound deltas: every delta to the PoP's other
 // live members (memberlist, one message each), and global deltas to every
 // node of every other PoP (one NATS publish, delivered to each subscriber).
-func (e *engine) broadcast(nd *simNode, outs []pop.Outbound, t int64, remoteOnly bool) {
+func (e *engine) broadcast(nd *simNode, outs []pop.Outbound, t int64, msg uint8) {
 	p := &e.pops[nd.pop]
 	for i := range outs {
 		d := &outs[i].Delta
 		sortEntries(d)
-		if !remoteOnly && len(p.live) > 1 {
+		if len(p.live) > 1 {
 			parts, size := e.encode(d, e.intraMax)
 			for _, m := range p.live {
 				if m == nd.idx {
@@ -1005,7 +1023,7 @@ func (e *engine) broadcast(nd *simNode, outs []pop.Outbound, t int64, remoteOnly
 				p.acct.messages += uint64(len(parts))
 				p.acct.bytes += size
 				for _, part := range parts {
-					e.send(nd, m, part, pop.ScopePoP, t)
+					e.send(nd, m, part, pop.ScopePoP, msg, t)
 				}
 			}
 		}
@@ -1021,24 +1039,9 @@ func (e *engine) broadcast(nd *simNode, outs []pop.Outbound, t int64, remoteOnly
 			}
 			for _, m := range e.pops[qi].live {
 				for _, part := range parts {
-					e.send(nd, m, part, pop.ScopeGlobal, t)
+					e.send(nd, m, part, pop.ScopeGlobal, msg, t)
 				}
 			}
-		}
-	}
-}
-
-// heartbeat publishes nd's heartbeat to every other PoP.
-func (e *engine) heartbeat(nd *simNode, t int64) {
-	p := &e.pops[nd.pop]
-	p.acct.messages++
-	p.acct.bytes += nd.hbSize
-	for qi := range e.pops {
-		if int32(qi) == nd.pop {
-			continue
-		}
-		for _, m := range e.pops[qi].live {
-			e.send(nd, m, nil, pop.ScopeGlobal, t)
 		}
 	}
 }
@@ -1046,7 +1049,7 @@ func (e *engine) heartbeat(nd *simNode, t int64) {
 // send puts one message from nd to node to on the network: dropped if the
 // link is cut or the message lost, else delivered after the link's latency
 // and jitter (plus the reorder delay, sometimes), sometimes twice.
-func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, via pop.Scope, t int64) {
+func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, via pop.Scope, msg uint8, t int64) {
 	dst := e.nodes[to]
 	fp, tp := nd.pop, dst.pop
 	if e.nBlock > 0 && e.blocked[fp][tp] {
@@ -1068,6 +1071,6 @@ func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, via pop.Scope, t int
 		if l.reorder > 0 && e.nrng.Float64() < l.reorder {
 			delay += l.reorderDelay
 		}
-		e.q.push(event{at: t + delay, kind: evDeliver, node: to, inc: dst.inc, from: fp, via: via, d: d})
+		e.q.push(event{at: t + delay, kind: evDeliver, node: to, inc: dst.inc, from: fp, via: via, msg: msg, d: d})
 	}
 }

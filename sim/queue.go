@@ -20,6 +20,10 @@ const (
 	evSeries                    // a time-series row
 	evConverge                  // a convergence probe after a heal
 	evProgress                  // progress report
+	evSync                      // a node requests a sync (see hearing.go)
+	evResync                    // a node re-sends its own live counts
+	evRelay                     // a node relays state to PoPs that asked
+	evHello                     // a node's first heartbeat at start
 )
 
 // event is one entry of the queue. Node events carry the incarnation they
@@ -29,11 +33,12 @@ type event struct {
 	seq  uint64
 	kind evKind
 	via  pop.Scope
+	msg  uint8 // message kind of a delivery (msgDelta, msgHeartbeat, ...)
 	node int32
 	from int32 // sending PoP of a delivery
 	i    int   // action, stream, phase, rule or probe index
 	inc  uint64
-	d    *crdt.Delta // nil for a heartbeat
+	d    *crdt.Delta
 }
 
 // queue is the event queue: a binary min-heap ordered by time, ties broken
