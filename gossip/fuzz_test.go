@@ -36,6 +36,7 @@ func FuzzReceive(f *testing.F) {
 			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindDelta, data: b},
 			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindHeartbeat, data: b},
 			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindSync, data: b},
+			{t: tGlobal, from: PoPID{"eu", "ams"}, kind: KindState, data: b},
 			{t: tPoP, from: PoPID{"eu", "ams"}, kind: KindDelta, data: b},
 		} {
 			r.apply(dec, &out, in)

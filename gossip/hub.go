@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"container/heap"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -148,7 +149,9 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-func (h *Hub) publish(from *hubEndpoint, kind Kind, msg []byte) {
+// publish delivers msg from endpoint from to every endpoint it reaches, or
+// with a relay target only to that PoP's endpoints, as if from that PoP.
+func (h *Hub) publish(from *hubEndpoint, kind Kind, msg []byte, relayTo *PoPID) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -158,6 +161,13 @@ func (h *Hub) publish(from *hubEndpoint, kind Kind, msg []byte) {
 	for to := range h.eps {
 		if to == from || !from.reaches(to) || h.cut[[2]PoPID{from.self, to.self}] {
 			continue
+		}
+		origin := from.self
+		if relayTo != nil {
+			if to.self != *relayTo {
+				continue
+			}
+			origin = to.self
 		}
 		n := 1
 		if h.rng.Float64() < h.faults.Drop {
@@ -171,7 +181,7 @@ func (h *Hub) publish(from *hubEndpoint, kind Kind, msg []byte) {
 				d += time.Duration(h.rng.Int64N(int64(spread)))
 			}
 			h.seq++
-			heap.Push(&h.q, &delivery{at: now.Add(d), seq: h.seq, from: from.self, to: to, kind: kind, msg: slices.Clone(msg)})
+			heap.Push(&h.q, &delivery{at: now.Add(d), seq: h.seq, from: origin, to: to, kind: kind, msg: slices.Clone(msg)})
 		}
 	}
 	select {
@@ -278,7 +288,23 @@ func (e *hubEndpoint) Publish(kind Kind, msg []byte, reliable bool) error {
 	if len(msg) > HubMaxPayload {
 		return ErrTooLarge
 	}
-	e.hub.publish(e, kind, msg)
+	e.hub.publish(e, kind, msg, nil)
+	return nil
+}
+
+// Relay delivers msg as KindState to the endpoints of PoP to (Global
+// endpoints only).
+func (e *hubEndpoint) Relay(to PoPID, msg []byte) error {
+	if e.isClosed() {
+		return ErrClosed
+	}
+	if e.local || to == e.self {
+		return fmt.Errorf("gossip: hub: cannot relay to %s", to)
+	}
+	if len(msg) > HubMaxPayload {
+		return ErrTooLarge
+	}
+	e.hub.publish(e, KindState, msg, &to)
 	return nil
 }
 
@@ -310,4 +336,7 @@ func (e *hubEndpoint) Close() error {
 	return nil
 }
 
-var _ Transport = (*hubEndpoint)(nil)
+var (
+	_ Transport = (*hubEndpoint)(nil)
+	_ Relayer   = (*hubEndpoint)(nil)
+)

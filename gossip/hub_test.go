@@ -190,3 +190,28 @@ func TestHubShortCut(t *testing.T) {
 	})
 	assert.Empty(t, ma.rep.Partitioned())
 }
+
+// TestHubRestartLonePoP: the same over the Hub, with loss.
+func TestHubRestartLonePoP(t *testing.T) {
+	hub := NewHub(3)
+	defer hub.Close()
+	hub.SetFaults(Faults{Drop: 0.1, MaxDelay: 2 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := Options{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}
+	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	start := func(id PoPID) *member {
+		o := opts
+		o.Global = hub.Global(id, id.PoP+"-1")
+		return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), o)
+	}
+	ma, mb := start(a), start(b)
+	for range 10 {
+		_, err := mb.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+		require.NoError(t, err)
+	}
+	waitFor(t, 5*time.Second, "a has b's counts", func() bool { return total(ma.node, "api", "k") == 10 })
+	require.NoError(t, mb.rep.Close())
+	mb2 := start(b)
+	waitFor(t, 5*time.Second, "relayed back to the new incarnation", func() bool { return total(mb2.node, "api", "k") == 10 })
+}

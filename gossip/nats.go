@@ -82,6 +82,15 @@ func SyncSubject(prefix string, p PoPID) string {
 	return prefix + ".sync." + p.Region + "." + p.PoP
 }
 
+// StateSubject returns the subject on which other PoPs relay a PoP's own
+// counts back to it.
+func StateSubject(prefix string, p PoPID) string {
+	if prefix == "" {
+		prefix = DefaultSubjectPrefix
+	}
+	return prefix + ".state." + p.Region + "." + p.PoP
+}
+
 // ParseSubject returns the kind and PoP of a subject made by DeltaSubject or
 // HeartbeatSubject under prefix.
 func ParseSubject(prefix, subject string) (Kind, PoPID, bool) {
@@ -104,6 +113,8 @@ func ParseSubject(prefix, subject string) (Kind, PoPID, bool) {
 		return KindHeartbeat, p, true
 	case "sync":
 		return KindSync, p, true
+	case "state":
+		return KindState, p, true
 	}
 	return 0, PoPID{}, false
 }
@@ -120,7 +131,7 @@ type NATS struct {
 	h      Handler
 	nc     *nats.Conn
 	subs   []*nats.Subscription
-	subj   [3]string // by Kind
+	subj   [4]string // by Kind
 	mu     sync.Mutex
 	closed bool
 }
@@ -161,10 +172,11 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.PendingLimit <= 0 {
 		cfg.PendingLimit = 1 << 16
 	}
-	t := &NATS{cfg: cfg, h: h, subj: [3]string{
+	t := &NATS{cfg: cfg, h: h, subj: [4]string{
 		KindDelta:     DeltaSubject(cfg.SubjectPrefix, cfg.Self),
 		KindHeartbeat: HeartbeatSubject(cfg.SubjectPrefix, cfg.Self),
 		KindSync:      SyncSubject(cfg.SubjectPrefix, cfg.Self),
+		KindState:     StateSubject(cfg.SubjectPrefix, cfg.Self),
 	}}
 	log := cfg.Logger
 	if log == nil {
@@ -220,7 +232,7 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 		return nil, fmt.Errorf("gossip: nats: connect %s: %w", cfg.URL, err)
 	}
 	t.nc = nc
-	for _, subj := range []string{cfg.SubjectPrefix + ".delta.>", cfg.SubjectPrefix + ".hb.>", cfg.SubjectPrefix + ".sync.>"} {
+	for _, subj := range []string{cfg.SubjectPrefix + ".delta.>", cfg.SubjectPrefix + ".hb.>", cfg.SubjectPrefix + ".sync.>", t.subj[KindState]} {
 		sub, err := nc.Subscribe(subj, t.receive)
 		if err != nil {
 			nc.Close()
@@ -237,7 +249,9 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 
 func (t *NATS) receive(m *nats.Msg) {
 	kind, from, ok := ParseSubject(t.cfg.SubjectPrefix, m.Subject)
-	if !ok || from == t.cfg.Self {
+	// Skip the own PoP's messages (its members are reached over
+	// memberlist), except state relayed to it by other PoPs.
+	if !ok || (from == t.cfg.Self) != (kind == KindState) {
 		return
 	}
 	t.h.Receive(from, kind, m.Data)
@@ -261,14 +275,28 @@ func (t *NATS) Publish(kind Kind, msg []byte, _ bool) error {
 	if len(msg) > t.MaxPayload(false) {
 		return ErrTooLarge
 	}
-	if int(kind) >= len(t.subj) {
-		return fmt.Errorf("gossip: nats: cannot publish kind %d", kind)
+	if int(kind) >= len(t.subj) || kind == KindState {
+		return fmt.Errorf("gossip: nats: cannot publish kind %s", kind)
 	}
 	if err := t.nc.Publish(t.subj[kind], msg); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return ErrClosed
 		}
 		return fmt.Errorf("gossip: nats publish: %w", err)
+	}
+	return nil
+}
+
+// Relay publishes msg on PoP to's state subject.
+func (t *NATS) Relay(to PoPID, msg []byte) error {
+	if len(msg) > t.MaxPayload(false) {
+		return ErrTooLarge
+	}
+	if err := t.nc.Publish(StateSubject(t.cfg.SubjectPrefix, to), msg); err != nil {
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("gossip: nats relay: %w", err)
 	}
 	return nil
 }
@@ -294,7 +322,10 @@ func (t *NATS) Close() error {
 	return nil
 }
 
-var _ Transport = (*NATS)(nil)
+var (
+	_ Transport = (*NATS)(nil)
+	_ Relayer   = (*NATS)(nil)
+)
 
 // NATSConnect returns a Connect that starts a NATS transport.
 func NATSConnect(cfg NATSConfig) Connect {

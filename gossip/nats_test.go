@@ -156,6 +156,7 @@ func TestParseSubject(t *testing.T) {
 		{"delta", "", DeltaSubject("", iad), KindDelta, iad, true},
 		{"heartbeat", "", HeartbeatSubject("", iad), KindHeartbeat, iad, true},
 		{"sync", "", SyncSubject("", iad), KindSync, iad, true},
+		{"state", "", StateSubject("", iad), KindState, iad, true},
 		{"dotted prefix", "acme.rl", DeltaSubject("acme.rl", iad), KindDelta, iad, true},
 		{"other prefix", "", "other.delta.us.iad", 0, PoPID{}, false},
 		{"prefix only as a substring", "geo", "geolimit.delta.us.iad", 0, PoPID{}, false},
@@ -171,4 +172,36 @@ func TestParseSubject(t *testing.T) {
 			assert.Equal(t, tc.from, from)
 		})
 	}
+}
+
+// TestNATSRestartLonePoP restarts the only node of a PoP: other PoPs relay
+// the counts of its former incarnation back to it, so it does not undercount
+// what it admitted before the restart.
+func TestNATSRestartLonePoP(t *testing.T) {
+	s := startNATS(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
+	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
+	for i := range 30 {
+		m := ma
+		if i%3 == 0 {
+			m = mb
+		}
+		_, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+		require.NoError(t, err)
+	}
+	waitFor(t, 10*time.Second, "converged", func() bool {
+		return total(ma.node, "api", "k") == 30 && total(mb.node, "api", "k") == 30
+	})
+	require.NoError(t, mb.rep.Close())
+	mb2 := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
+	waitFor(t, 10*time.Second, "the restarted node learns its former incarnation's counts", func() bool {
+		return total(mb2.node, "api", "k") == 30
+	})
+	_, err := mb2.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "its new counts visible", func() bool { return total(ma.node, "api", "k") == 31 })
+	assert.Zero(t, mb2.rep.Stats()[0].Forged)
 }

@@ -126,6 +126,7 @@ type Replicator struct {
 	queue    chan inbound
 	resync   chan struct{} // send own live counts
 	syncReq  chan struct{} // ask other PoPs for theirs, then send own
+	relay    chan struct{} // relay state to the PoPs in relayPending
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -139,8 +140,10 @@ type Replicator struct {
 	// lastBeat is the SentAt of the last heartbeat of each remote replica:
 	// a gap of more than two heartbeat intervals means messages were lost.
 	lastBeat map[crdt.Replica]int64
-	resyncs  atomic.Uint64
-	flushes  atomic.Uint64
+	// relayPending are the PoPs to relay their own replicas' counts to.
+	relayPending map[PoPID]bool
+	resyncs      atomic.Uint64
+	flushes      atomic.Uint64
 }
 
 type inbound struct {
@@ -168,17 +171,19 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 	}
 	self := opts.Node.Self()
 	r := &Replicator{
-		opts:     opts,
-		node:     opts.Node,
-		self:     self,
-		clk:      opts.Clock,
-		log:      opts.Logger,
-		queue:    make(chan inbound, opts.QueueSize),
-		resync:   make(chan struct{}, 1),
-		syncReq:  make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		peers:    map[PoPID]*peerState{},
-		lastBeat: map[crdt.Replica]int64{},
+		opts:         opts,
+		node:         opts.Node,
+		self:         self,
+		clk:          opts.Clock,
+		log:          opts.Logger,
+		queue:        make(chan inbound, opts.QueueSize),
+		resync:       make(chan struct{}, 1),
+		syncReq:      make(chan struct{}, 1),
+		stop:         make(chan struct{}),
+		peers:        map[PoPID]*peerState{},
+		lastBeat:     map[crdt.Replica]int64{},
+		relay:        make(chan struct{}, 1),
+		relayPending: map[PoPID]bool{},
 	}
 	for _, p := range opts.ExpectedPoPs {
 		if p != r.selfPoP() {
@@ -276,6 +281,8 @@ func (r *Replicator) loop(ctx context.Context) {
 			r.resyncs.Add(1)
 			r.publishEmpty(KindSync)
 			r.antiEntropy()
+		case <-r.relay:
+			r.relayState()
 		case <-hbC:
 			r.heartbeat()
 			r.checkPeers()
@@ -468,7 +475,7 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 			r.opts.ObserveLag(c.name, lag)
 		}
 	}
-	if in.t == tGlobal {
+	if in.t == tGlobal && in.kind != KindState {
 		r.heard(in.from, now)
 		if in.kind == KindHeartbeat && r.missedBeats(d.Sender, d.SentAt, now) {
 			// A short cut (under PeerTimeout) lost messages: repair now
@@ -478,6 +485,7 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 	}
 	if in.kind == KindSync {
 		r.Resync()
+		r.queueRelay(in.from)
 		return
 	}
 	if in.kind == KindHeartbeat || len(d.Entries) == 0 {
@@ -485,7 +493,7 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 	}
 	via := pop.ScopePoP
 	if in.t == tGlobal {
-		via = pop.ScopeGlobal
+		via = pop.ScopeGlobal // KindState too: only global rules leave a PoP
 	}
 	st := r.node.Apply(now, d, via)
 	c.entriesRecv.Add(uint64(len(d.Entries)))
@@ -519,6 +527,7 @@ func (r *Replicator) heard(p PoPID, now int64) {
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
 		r.requestSync()
+		r.queueRelay(p)
 	}
 }
 
@@ -547,6 +556,62 @@ func (r *Replicator) missedBeats(sender crdt.Replica, sentAt, now int64) bool {
 	}
 	r.lastBeat[sender] = sentAt
 	return ok && sentAt-prev > int64(2*r.opts.HeartbeatInterval)
+}
+
+// queueRelay schedules relaying what this node holds of PoP p's replicas to
+// p: on p's sync request and when p is heard first or again (a restarted
+// node may be there, and its sync request may have gone out before its
+// links were up). Requests that arrive before the loop gets to them are
+// relayed once.
+func (r *Replicator) queueRelay(p PoPID) {
+	if _, ok := r.globT.(Relayer); !ok {
+		return
+	}
+	r.mu.Lock()
+	r.relayPending[p] = true
+	r.mu.Unlock()
+	select {
+	case r.relay <- struct{}{}:
+	default:
+	}
+}
+
+// relayState sends each pending PoP the counts this node holds of that
+// PoP's own replicas: a restarted node of a PoP without other members gets
+// back what its former incarnation counted.
+func (r *Replicator) relayState() {
+	rl, ok := r.globT.(Relayer)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	pending := r.relayPending
+	r.relayPending = map[PoPID]bool{}
+	r.mu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	c := &r.tstats[tGlobal]
+	for _, d := range r.node.State(r.clk.Now()) {
+		p := PoPID{Region: d.Sender.Region, PoP: d.Sender.PoP}
+		if !pending[p] {
+			continue
+		}
+		msgs, err := crdt.Encode(&d, r.globT.MaxPayload(true))
+		if err != nil {
+			c.sendErrors.Add(1)
+			continue
+		}
+		for _, m := range msgs {
+			if err := rl.Relay(p, m); err != nil {
+				c.sendErrors.Add(1)
+				continue
+			}
+			c.msgsSent.Add(1)
+			c.bytesSent.Add(uint64(len(m)))
+		}
+		c.entriesSent.Add(uint64(len(d.Entries)))
+	}
 }
 
 // requestSync asks the other PoPs to resend their live counts, then resends

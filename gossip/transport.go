@@ -19,6 +19,9 @@ const (
 	// has just (re)connected: "send me your live counts". Only sent between
 	// PoPs.
 	KindSync
+	// KindState is an encoded crdt.Delta of counts of the receiving PoP's
+	// own replicas, sent to it by another PoP that holds them (see Relayer).
+	KindState
 )
 
 func (k Kind) String() string {
@@ -27,6 +30,8 @@ func (k Kind) String() string {
 		return "heartbeat"
 	case KindSync:
 		return "sync"
+	case KindState:
+		return "state"
 	}
 	return "delta"
 }
@@ -103,6 +108,18 @@ type Transport interface {
 	// Close stops the transport and waits for its goroutines. It is
 	// idempotent.
 	Close() error
+}
+
+// Relayer is implemented by transports between PoPs that can send a message
+// to the nodes of one given PoP. On a PoP's sync request, and when it hears a
+// PoP first or again after a silence, a node relays what it holds of that
+// PoP's own replicas, so that a restarted node of a one-node PoP gets its
+// former incarnation's counts back. Receivers get it as KindState from their
+// own PoP; its counts can only raise theirs.
+type Relayer interface {
+	// Relay sends msg (KindState) to the nodes of PoP to. The same rules as
+	// for Publish apply.
+	Relay(to PoPID, msg []byte) error
 }
 
 // Connect creates a transport that delivers to h.
