@@ -20,5 +20,8 @@
 // heartbeats went missing (the last three also ask the others to resend
 // theirs, on <prefix>.sync.<region>.<pop>). Heartbeats on
 // <prefix>.hb.<region>.<pop> tell which PoPs are heard. A message whose sender
-// is not of the PoP it came from is dropped and counted.
+// is not of the PoP it came from is dropped and counted. A PoP that asks for a
+// resync, or is heard again, also gets back what others hold of its own
+// replicas (on <prefix>.state.<region>.<pop>), so a restarted node of a PoP
+// without other members learns its former incarnation's counts.
 package gossip

@@ -594,7 +594,16 @@ func (r *Replicator) relayState() {
 	c := &r.tstats[tGlobal]
 	for _, d := range r.node.State(r.clk.Now()) {
 		p := PoPID{Region: d.Sender.Region, PoP: d.Sender.PoP}
-		if !pending[p] {
+		if !pending[p] || p == r.selfPoP() {
+			continue
+		}
+		// Only global counts ever leave a PoP (the others could not have
+		// arrived here; this keeps it so whatever State holds).
+		d.Entries = slices.DeleteFunc(d.Entries, func(e crdt.Entry) bool {
+			rule, ok := r.node.Rule(e.Rule)
+			return !ok || rule.Scope != pop.ScopeGlobal
+		})
+		if len(d.Entries) == 0 {
 			continue
 		}
 		msgs, err := crdt.Encode(&d, r.globT.MaxPayload(true))
