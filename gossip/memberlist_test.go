@@ -34,7 +34,7 @@ func popNode(t testing.TB, ctx context.Context, id PoPID, name string, key []byt
 
 func mlAddr(m *member) string { return m.rep.popT.(*Memberlist).Addr() }
 
-// natsTap records every entry published on any PoP's delta subject.
+// natsTap records every entry published on any geolimit subject.
 type natsTap struct {
 	mu     sync.Mutex
 	byRule map[string]int
@@ -47,7 +47,7 @@ func tapDeltas(t testing.TB, url string) *natsTap {
 	t.Cleanup(nc.Close)
 	tap := &natsTap{byRule: map[string]int{}}
 	dec := crdt.NewDecoder()
-	_, err = nc.Subscribe("geolimit.delta.>", func(m *nats.Msg) {
+	_, err = nc.Subscribe("geolimit.>", func(m *nats.Msg) {
 		var d crdt.Delta
 		tap.mu.Lock()
 		defer tap.mu.Unlock()
