@@ -185,3 +185,34 @@ func BenchmarkDecideReplicating(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReceive measures the receive path (decode, sender check, merge)
+// for remote deltas of 1000 IPv4 keys: the entries per second one node can
+// absorb from other PoPs.
+func BenchmarkReceive(b *testing.B) {
+	n := newNode(b, "eu", "ams", "ams-1", testRules())
+	r, err := Start(context.Background(), Options{Node: n, FlushInterval: time.Hour, AntiEntropyInterval: time.Hour})
+	require.NoError(b, err)
+	defer r.Close()
+	keys := ipKeys(1000)
+	win := time.Now().UnixNano() / int64(time.Hour)
+	d := crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 1}, SentAt: time.Now().UnixNano()}
+	var msgs [][]byte
+	for c := uint64(1); c <= 16; c++ {
+		d.Entries = d.Entries[:0]
+		for _, k := range keys {
+			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: k, Window: win, Count: c})
+		}
+		m, err := crdt.Encode(&d, crdt.MaxDeltaBytes)
+		require.NoError(b, err)
+		msgs = append(msgs, m...)
+	}
+	dec := crdt.NewDecoder()
+	var out crdt.Delta
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		r.apply(dec, &out, inbound{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindDelta, data: msgs[i%len(msgs)]})
+	}
+	b.ReportMetric(float64(b.N*len(keys))/b.Elapsed().Seconds(), "entries/s")
+}
