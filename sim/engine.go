@@ -466,6 +466,14 @@ func (e *engine) buildActions() error {
 		}
 	}
 	sort.SliceStable(e.actions, func(i, j int) bool { return e.actions[i].at < e.actions[j].at })
+	// Clocks skewed from the start are skewed before anything happens.
+	for _, a := range e.actions {
+		if a.at == 0 && a.kind == actSkew {
+			for _, n := range a.nodes {
+				e.nodes[n].skew = a.offset
+			}
+		}
+	}
 
 	// Replay the actions on a shadow of the fault state to find the phases.
 	blocked := 0
@@ -552,7 +560,7 @@ func (e *engine) schedule() {
 	}
 	for si, s := range e.sources {
 		for ci, c := range s.changes {
-			e.q.push(event{at: int64(c.At), kind: evChange, i: si, node: int32(ci)})
+			e.q.push(event{at: int64(c.At), kind: evChange, i: si, from: int32(ci)})
 		}
 	}
 	for i, p := range e.phases {
@@ -791,7 +799,7 @@ func (e *engine) handle(ev event) {
 		e.act(e.actions[ev.i], t)
 	case evChange:
 		s := e.sources[ev.i]
-		c := s.changes[ev.node]
+		c := s.changes[ev.from]
 		if c.Rate != nil {
 			s.rate = float64(*c.Rate) * e.opts.RateScale
 		}

@@ -34,8 +34,8 @@ type event struct {
 	kind evKind
 	via  pop.Scope
 	msg  uint8 // message kind of a delivery (msgDelta, msgHeartbeat, ...)
-	node int32
-	from int32 // sending PoP of a delivery
+	node int32 // the node of a node event; the phase of a rule sample (-1: run)
+	from int32 // sending PoP of a delivery; change index of a traffic change
 	i    int   // action, stream, phase, rule or probe index
 	inc  uint64
 	d    *crdt.Delta
