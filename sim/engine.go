@@ -23,7 +23,7 @@ import (
 const Epoch int64 = 1_767_225_600 * int64(time.Second)
 
 // Options tune a run without changing its scenario. The zero value runs the
-// scenario as written.
+// scenario as written. Progress and Log are used by the run's goroutine only.
 type Options struct {
 	// Policy, when set, overrides every rule's on_partition ("keep", "share").
 	Policy string

@@ -101,7 +101,8 @@ type SeriesRow struct {
 	Views []float64
 }
 
-// Result is everything a run produces.
+// Result is everything a run produces: plain values, safe to read from any
+// goroutine once Run has returned.
 type Result struct {
 	Report  Report
 	Regions []string

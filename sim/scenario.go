@@ -21,7 +21,8 @@ import (
 // Scenario is a simulation as written in a scenario file (scenarios/*.yaml).
 // Durations use Go syntax ("50ms", "2m"); rates are "400/s", "24000/m",
 // "2/ms" or a bare number per second. A Scenario is a plain value; Validate
-// reports the first field at fault.
+// reports the first field at fault (and fills defaults, so it must not race
+// with readers). A validated Scenario may be run by several goroutines at once.
 type Scenario struct {
 	// Name names the scenario in reports.
 	Name string `yaml:"name"`
