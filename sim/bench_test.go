@@ -6,9 +6,9 @@ import (
 )
 
 // benchScenario is 3 regions, 8 nodes, 2 s of simulated time at 6M
-// requests/s: 1000 global keys with a Zipf spread, the hot ones far over
-// their limit, and 10000 client IPs on anycast under a pop-scope per-IP
-// limit, most of them over it; a partition half way.
+// requests/s: 100 global keys with a Zipf spread, the hottest ones far over
+// their limit, and 1000 client IPs on anycast, each at twice its pop-scope
+// per-IP limit; a partition half way.
 const benchScenario = `
 name: bench-3-regions-8-nodes
 seed: 7
