@@ -2,9 +2,7 @@ package gossip
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -15,20 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
 )
 
-// waitFor polls cond every few milliseconds until it holds or timeout
-// passes, then fails the test with msg.
+// waitFor polls cond until it holds or fails the test after timeout.
 func waitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, msg)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	gossiptest.WaitFor(t, timeout, msg, cond)
 }
 
 var incarnation atomic.Uint64
@@ -66,20 +58,10 @@ func total(n *pop.Node, rule, key string) uint64 {
 	return sum
 }
 
-// startNATS starts an embedded nats-server on a free loopback port, with a
-// gateway when gw is set.
+// startNATS starts an embedded nats-server on a free loopback port.
 func startNATS(t testing.TB, gw *server.GatewayOpts) *server.Server {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, ServerName: fmt.Sprintf("s%d", incarnation.Add(1))}
-	if gw != nil {
-		opts.Gateway = *gw
-	}
-	s, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second), "nats-server not ready")
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
+	return gossiptest.StartNATS(t, gw)
 }
 
 // restartNATS starts a server on the same client port as the one shut down.
@@ -104,12 +86,6 @@ func restartNATS(t testing.TB, port int) *server.Server {
 }
 
 func clientPort(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
-
-func mustURL(t testing.TB, hostport string) *url.URL {
-	u, err := url.Parse("nats://" + hostport)
-	require.NoError(t, err)
-	return u
-}
 
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t testing.TB) int {

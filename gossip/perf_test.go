@@ -14,6 +14,7 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -102,7 +103,7 @@ func TestConvergenceLatency(t *testing.T) {
 	if s, err := strconv.Atoi(getenv("GEOLIMIT_CONVERGENCE_SAMPLES")); err == nil && s > 0 {
 		samples = s
 	}
-	c := startSuperCluster(t, "eu", "us")
+	c := gossiptest.StartSuperCluster(t, "eu", "us")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := Options{FlushInterval: 50 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Second}
@@ -171,7 +172,7 @@ func BenchmarkDecideReplicating(b *testing.B) {
 			run(b, newNode(b, "eu", "ams", "ams-1", rules), keys)
 		})
 		b.Run(fmt.Sprintf("keys=%d/replicating", nk), func(b *testing.B) {
-			s := startNATS(b, nil)
+			s := gossiptest.StartNATS(b, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			o := natsOpts(s.ClientURL(), PoPID{"eu", "ams"}, "ams-1")

@@ -4,81 +4,17 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"sort"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
 )
-
-// superCluster is one embedded nats-server per region, linked by gateways.
-// Every directed gateway link i -> j goes through its own TCP proxy, so a
-// test can cut a region off completely.
-type superCluster struct {
-	names   []string
-	servers []*server.Server
-	links   [][]*tcpProxy // links[i][j]: region i's connection to region j's gateway
-}
-
-func startSuperCluster(t testing.TB, names ...string) *superCluster {
-	t.Helper()
-	n := len(names)
-	c := &superCluster{names: names, servers: make([]*server.Server, n), links: make([][]*tcpProxy, n)}
-	for i := range n {
-		c.links[i] = make([]*tcpProxy, n)
-		for j := range n {
-			if i != j {
-				c.links[i][j] = newProxy(t)
-			}
-		}
-	}
-	for i, name := range names {
-		gw := server.GatewayOpts{
-			Name: name, Host: "127.0.0.1", Port: -1,
-			// Remote servers learn a gateway's advertised URL; an address that
-			// refuses connections keeps them on the (cuttable) proxies.
-			Advertise: "127.0.0.1:1",
-		}
-		for j, other := range names {
-			if i != j {
-				u, err := url.Parse("nats://" + c.links[i][j].addr())
-				require.NoError(t, err)
-				gw.Gateways = append(gw.Gateways, &server.RemoteGatewayOpts{Name: other, URLs: []*url.URL{u}})
-			}
-		}
-		c.servers[i] = startNATS(t, &gw)
-		for j := range n {
-			if j != i {
-				c.links[j][i].setTarget(c.servers[i].GatewayAddr().String())
-			}
-		}
-	}
-	waitFor(t, 30*time.Second, "gateways connected", func() bool {
-		for _, s := range c.servers {
-			if s.NumOutboundGateways() != n-1 {
-				return false
-			}
-		}
-		return true
-	})
-	return c
-}
-
-// cut cuts (or restores) every gateway link to and from region i.
-func (c *superCluster) cut(i int, cut bool) {
-	for j := range c.names {
-		if j != i {
-			c.links[i][j].setCut(cut)
-			c.links[j][i].setCut(cut)
-		}
-	}
-}
 
 type scNode struct {
 	*member
@@ -87,18 +23,18 @@ type scNode struct {
 
 // startSCNodes starts one single-node PoP per entry of pops ("region/pop"),
 // connected to its region's server.
-func startSCNodes(t testing.TB, ctx context.Context, c *superCluster, rules []pop.Rule, opts Options, pops ...[2]int) []*scNode {
+func startSCNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster, rules []pop.Rule, opts Options, pops ...[2]int) []*scNode {
 	t.Helper()
 	var out []*scNode
 	var expected []PoPID
 	for _, rp := range pops {
-		expected = append(expected, PoPID{c.names[rp[0]], fmt.Sprintf("%s%d", c.names[rp[0]], rp[1])})
+		expected = append(expected, PoPID{c.Names[rp[0]], fmt.Sprintf("%s%d", c.Names[rp[0]], rp[1])})
 	}
 	for k, rp := range pops {
 		id := expected[k]
 		name := id.PoP + "-1"
 		o := opts
-		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: c.servers[rp[0]].ClientURL(), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second})
+		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: c.Servers[rp[0]].ClientURL(), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second})
 		o.ExpectedPoPs = expected
 		out = append(out, &scNode{member: startMember(t, ctx, newNode(t, id.Region, id.PoP, name, rules), o), region: rp[0]})
 	}
@@ -118,7 +54,7 @@ func startSCNodes(t testing.TB, ctx context.Context, c *superCluster, rules []po
 // admitted requests. The time it takes is logged next to flush interval +
 // measured RTT.
 func TestSuperClusterConvergence(t *testing.T) {
-	c := startSuperCluster(t, "eu", "us", "ap")
+	c := gossiptest.StartSuperCluster(t, "eu", "us", "ap")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := Options{FlushInterval: 20 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
@@ -156,16 +92,16 @@ func TestSuperClusterConvergence(t *testing.T) {
 
 // measureRTT measures the round trip of a message across a gateway: a
 // request from region 0 answered in the last region.
-func measureRTT(t testing.TB, c *superCluster) time.Duration {
+func measureRTT(t testing.TB, c *gossiptest.SuperCluster) time.Duration {
 	t.Helper()
-	far, err := nats.Connect(c.servers[len(c.servers)-1].ClientURL())
+	far, err := nats.Connect(c.Servers[len(c.Servers)-1].ClientURL())
 	require.NoError(t, err)
 	defer far.Close()
 	sub, err := far.Subscribe("rtt.probe", func(m *nats.Msg) { _ = m.Respond(nil) })
 	require.NoError(t, err)
 	defer func() { _ = sub.Unsubscribe() }()
 	require.NoError(t, far.Flush())
-	near, err := nats.Connect(c.servers[0].ClientURL())
+	near, err := nats.Connect(c.Servers[0].ClientURL())
 	require.NoError(t, err)
 	defer near.Close()
 	var rtts []time.Duration
@@ -184,7 +120,7 @@ func measureRTT(t testing.TB, c *superCluster) time.Duration {
 // sides keep deciding; the overshoot over the limit is logged. After heal
 // every view converges to the exact total admitted.
 func TestSuperClusterPartition(t *testing.T) {
-	c := startSuperCluster(t, "eu", "us", "ap")
+	c := gossiptest.StartSuperCluster(t, "eu", "us", "ap")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const limit = 300
@@ -220,7 +156,7 @@ func TestSuperClusterPartition(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "healthy convergence", converged)
 
-	c.cut(2, true)
+	c.Cut(2, true)
 	waitFor(t, 20*time.Second, "partition detected on both sides", func() bool {
 		return len(nodes[0].rep.Partitioned()) == 1 && len(nodes[1].rep.Partitioned()) == 1 && len(nodes[2].rep.Partitioned()) == 2
 	})
@@ -243,7 +179,7 @@ func TestSuperClusterPartition(t *testing.T) {
 	assert.Greater(t, admittedBy[2], uint64(50), "the cut-off region keeps deciding")
 	assert.Greater(t, admittedBy[0]+admittedBy[1], uint64(100), "the connected side keeps deciding")
 
-	c.cut(2, false)
+	c.Cut(2, false)
 	waitFor(t, 30*time.Second, "views converge to the exact totals after heal", converged)
 	waitFor(t, 20*time.Second, "every PoP heard again", func() bool {
 		for _, n := range nodes {

@@ -1,0 +1,254 @@
+// Package gossiptest provides real-network fixtures for replication tests on
+// loopback: embedded nats-servers linked by gateways into a super-cluster,
+// with every gateway link behind a TCP proxy that a test can cut and restore.
+//
+//	sc := gossiptest.StartSuperCluster(t, "eu", "us", "ap")
+//	url := sc.ClientURL(0)  // connect region eu's nodes here
+//	sc.Cut(2, true)          // region ap loses every gateway link
+//	sc.Cut(2, false)         // and gets them back
+//
+// Everything listens on free ports of 127.0.0.1 and is stopped by t.Cleanup.
+package gossiptest
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// WaitFor polls cond every 2ms until it holds, or fails the test with msg
+// after timeout.
+func WaitFor(tb testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, msg)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+var serial atomic.Uint64
+
+// StartNATS starts an embedded nats-server on a free loopback port, with a
+// gateway when gw is set, and shuts it down at cleanup.
+func StartNATS(tb testing.TB, gw *server.GatewayOpts) *server.Server {
+	tb.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, ServerName: fmt.Sprintf("s%d", serial.Add(1))}
+	if gw != nil {
+		opts.Gateway = *gw
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		tb.Fatalf("gossiptest: nats-server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		tb.Fatal("gossiptest: nats-server not ready")
+	}
+	tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// Proxy forwards TCP connections to a target that can be set late, and can
+// be cut (every connection closed, new ones refused) and restored. It is
+// safe for concurrent use.
+type Proxy struct {
+	l  net.Listener
+	wg sync.WaitGroup
+
+	mu     sync.Mutex
+	target string
+	cut    bool
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// NewProxy listens on a free loopback port; it refuses connections until
+// SetTarget. It is closed at cleanup.
+func NewProxy(tb testing.TB) *Proxy {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("gossiptest: proxy: %v", err)
+	}
+	p := &Proxy{l: l, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the proxy's host:port.
+func (p *Proxy) Addr() string { return p.l.Addr().String() }
+
+// SetTarget sets the host:port new connections are forwarded to.
+func (p *Proxy) SetTarget(hostport string) {
+	p.mu.Lock()
+	p.target = hostport
+	p.mu.Unlock()
+}
+
+// SetCut cuts (true: closes every connection, refuses new ones) or restores
+// (false) the link.
+func (p *Proxy) SetCut(cut bool) {
+	p.mu.Lock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			_ = c.Close()
+		}
+	}
+	p.mu.Unlock()
+}
+
+// Close stops the proxy and waits for its goroutines. It is idempotent.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	_ = p.l.Close()
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.cut {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	_ = c.Close()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		in, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		target, refuse := p.target, p.cut || p.closed || p.target == ""
+		p.mu.Unlock()
+		if refuse {
+			_ = in.Close()
+			continue
+		}
+		out, err := net.DialTimeout("tcp", target, 2*time.Second)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		if !p.track(in) || !p.track(out) {
+			p.untrack(in)
+			p.untrack(out)
+			continue
+		}
+		p.wg.Add(2)
+		pipe := func(dst, src net.Conn) {
+			defer p.wg.Done()
+			_, _ = io.Copy(dst, src)
+			p.untrack(dst)
+			p.untrack(src)
+		}
+		go pipe(in, out)
+		go pipe(out, in)
+	}
+}
+
+// SuperCluster is one embedded nats-server per region, linked by gateways.
+// Every directed gateway link i -> j goes through its own Proxy, so that a
+// test can cut a region off completely, or one direction only.
+type SuperCluster struct {
+	Names   []string
+	Servers []*server.Server
+	// Links[i][j] carries region i's gateway connection to region j.
+	Links [][]*Proxy
+}
+
+// StartSuperCluster starts one server per name and waits until every
+// gateway is connected. It shortens the gateways' initial solicit delay for
+// the whole process (server.SetGatewaysSolicitDelay).
+func StartSuperCluster(tb testing.TB, names ...string) *SuperCluster {
+	tb.Helper()
+	server.SetGatewaysSolicitDelay(10 * time.Millisecond)
+	n := len(names)
+	c := &SuperCluster{Names: names, Servers: make([]*server.Server, n), Links: make([][]*Proxy, n)}
+	for i := range n {
+		c.Links[i] = make([]*Proxy, n)
+		for j := range n {
+			if i != j {
+				c.Links[i][j] = NewProxy(tb)
+			}
+		}
+	}
+	for i, name := range names {
+		gw := server.GatewayOpts{
+			Name: name, Host: "127.0.0.1", Port: -1,
+			// Servers learn a remote gateway's advertised URL; one that
+			// refuses connections keeps them on the (cuttable) proxies.
+			Advertise: "127.0.0.1:1",
+		}
+		for j, other := range names {
+			if i != j {
+				u, err := url.Parse("nats://" + c.Links[i][j].Addr())
+				if err != nil {
+					tb.Fatal(err)
+				}
+				gw.Gateways = append(gw.Gateways, &server.RemoteGatewayOpts{Name: other, URLs: []*url.URL{u}})
+			}
+		}
+		c.Servers[i] = StartNATS(tb, &gw)
+		for j := range n {
+			if j != i {
+				c.Links[j][i].SetTarget(c.Servers[i].GatewayAddr().String())
+			}
+		}
+	}
+	WaitFor(tb, 30*time.Second, "gateways connected", func() bool {
+		for _, s := range c.Servers {
+			if s.NumOutboundGateways() != n-1 {
+				return false
+			}
+		}
+		return true
+	})
+	return c
+}
+
+// ClientURL returns region i's client URL.
+func (c *SuperCluster) ClientURL(i int) string { return c.Servers[i].ClientURL() }
+
+// Cut cuts (or restores) every gateway link to and from region i.
+func (c *SuperCluster) Cut(i int, cut bool) {
+	for j := range c.Names {
+		if j != i {
+			c.Links[i][j].SetCut(cut)
+			c.Links[j][i].SetCut(cut)
+		}
+	}
+}
+
+// CutOneWay cuts (or restores) region from's gateway link to region to:
+// messages from "from" no longer reach "to", the other way still works.
+func (c *SuperCluster) CutOneWay(from, to int, cut bool) { c.Links[from][to].SetCut(cut) }
