@@ -65,6 +65,18 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
+	b.Run("geolimit-1k-keys", func(b *testing.B) {
+		// The same on 1k keys, which stay in cache: the compute cost alone.
+		small := created[:1000]
+		n := benchNode(b, small, clk.Now())
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := n.Decide(clk.Now(), "api", small[i%len(small)], 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("xrate-map", func(b *testing.B) {
 		var mu sync.Mutex
 		m := make(map[string]*rate.Limiter, len(created))
