@@ -1,0 +1,116 @@
+package gossip
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// startNATSWith starts an embedded nats-server with extra options.
+func startNATSWith(t *testing.T, set func(*server.Options)) *server.Server {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true}
+	set(opts)
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// twoPoPs replicates a global count between two PoPs through url with the
+// given client settings.
+func twoPoPs(t *testing.T, url string, set func(*NATSConfig)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var ms []*member
+	for _, id := range []PoPID{{"eu", "ams"}, {"us", "iad"}} {
+		cfg := NATSConfig{Self: id, Name: id.PoP, URL: url}
+		set(&cfg)
+		o := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, Global: NATSConnect(cfg)}
+		ms = append(ms, startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), o))
+	}
+	_, err := ms[0].node.Decide(time.Now().UnixNano(), "api", "k", 1)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "replicated", func() bool { return total(ms[1].node, "api", "k") == 1 })
+}
+
+func TestNATSUserPassword(t *testing.T) {
+	s := startNATSWith(t, func(o *server.Options) { o.Username, o.Password = "edge", "s3cret" })
+	twoPoPs(t, s.ClientURL(), func(c *NATSConfig) { c.User, c.Password = "edge", "s3cret" })
+
+	// With a wrong password nothing gets through, while a node with the
+	// right one receives the same count.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := func(id PoPID, password string) *member {
+		return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), Options{
+			FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour,
+			Global: NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: s.ClientURL(), User: "edge", Password: password}),
+		})
+	}
+	good, other, bad := start(PoPID{"eu", "fra"}, "s3cret"), start(PoPID{"us", "sjc"}, "s3cret"), start(PoPID{"ap", "syd"}, "wrong")
+	_, err := good.node.Decide(time.Now().UnixNano(), "api", "k2", 1)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the authenticated node receives it", func() bool { return total(other.node, "api", "k2") == 1 })
+	assert.Zero(t, total(bad.node, "api", "k2"))
+	assert.Zero(t, bad.rep.Stats()[0].MessagesReceived)
+}
+
+func TestNATSTLS(t *testing.T) {
+	dir := t.TempDir()
+	caFile, cert := selfSignedCA(t, dir)
+	s := startNATSWith(t, func(o *server.Options) {
+		o.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		o.TLS = true
+		o.TLSTimeout = 2
+	})
+	twoPoPs(t, s.ClientURL(), func(c *NATSConfig) { c.RootCAs = []string{caFile} })
+}
+
+// selfSignedCA writes a self-signed certificate for 127.0.0.1 (its own CA)
+// and returns the PEM file and the key pair.
+func selfSignedCA(t *testing.T, dir string) (string, tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "geolimit test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	kb, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+	path := filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(path, certPEM, 0o600))
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	require.NoError(t, err)
+	return path, pair
+}
