@@ -33,7 +33,11 @@ type MemberlistConfig struct {
 	Advertise string
 	// Join lists host:port of existing members to join at start. Unreachable
 	// ones are skipped; none reachable is not an error (the first node).
+	// While the node has no other member, it tries again every RejoinInterval.
 	Join []string
+	// RejoinInterval is how often a node alone in its PoP retries Join; 0
+	// means 2s.
+	RejoinInterval time.Duration
 	// Label is put on every packet and stream; members with another label
 	// ignore them. Empty means "geolimit/<region>/<pop>".
 	Label string
@@ -125,6 +129,9 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 	if cfg.ReliableMaxPayload == 0 {
 		cfg.ReliableMaxPayload = 256 << 10
 	}
+	if cfg.RejoinInterval <= 0 {
+		cfg.RejoinInterval = 2 * time.Second
+	}
 	if cfg.Label == "" {
 		cfg.Label = "geolimit/" + cfg.Self.Region + "/" + cfg.Self.PoP
 	}
@@ -176,8 +183,31 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 			// others will join it.
 			cfg.Logger.Info("gossip: memberlist join", "err", err)
 		}
+		t.wg.Add(1)
+		go t.rejoin()
 	}
 	return t, nil
+}
+
+// rejoin retries Join while this node has no other member: peers that were
+// down at start, or a restarted node that nobody joins again.
+func (t *Memberlist) rejoin() {
+	defer t.wg.Done()
+	tick := time.NewTicker(t.cfg.RejoinInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.done:
+			return
+		case <-tick.C:
+			if t.ml.NumMembers() > 1 {
+				continue
+			}
+			if n, err := t.ml.Join(t.cfg.Join); err != nil && t.cfg.Logger != nil {
+				t.cfg.Logger.Debug("gossip: memberlist rejoin", "joined", n, "err", err)
+			}
+		}
+	}
 }
 
 func splitHostPort(hp, what string) (string, int, error) {
@@ -277,13 +307,13 @@ func (t *Memberlist) Close() error {
 	}
 	t.closed = true
 	t.mu.Unlock()
+	close(t.done) // no more rejoins or queued reliable sends
+	t.wg.Wait()
 	// A leave that is not acknowledged in time (the others are stopping
 	// too) is not an error: they will find this node dead instead.
 	if err := t.ml.Leave(time.Second); err != nil && t.cfg.Logger != nil {
 		t.cfg.Logger.Debug("gossip: memberlist leave", "err", err)
 	}
-	close(t.done)
-	t.wg.Wait()
 	if err := t.ml.Shutdown(); err != nil {
 		return fmt.Errorf("gossip: memberlist shutdown: %w", err)
 	}

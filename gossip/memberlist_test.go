@@ -226,3 +226,26 @@ func TestMemberlistBigFlush(t *testing.T) {
 	st := a.rep.Stats()[0]
 	assert.LessOrEqual(t, st.MessagesSent, uint64(3), "sent as a few large messages, not as datagrams")
 }
+
+// TestMemberlistRejoin: a node whose join target is not up yet finds it
+// later, even though the target itself joins nobody.
+func TestMemberlistRejoin(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ams := PoPID{"eu", "ams"}
+	later := hostPort(freePort(t))
+	start := func(name, bind string, join ...string) *member {
+		n := newNode(t, ams.Region, ams.PoP, name, testRules())
+		return startMember(t, ctx, n, Options{
+			FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour,
+			PoP: MemberlistConnect(MemberlistConfig{Self: ams, Name: name, Bind: bind, Join: join, RejoinInterval: 20 * time.Millisecond}),
+		})
+	}
+	a := start("ams-1", "127.0.0.1:0", later)
+	assert.Empty(t, a.rep.Members())
+	b := start("ams-2", later)
+	waitFor(t, 10*time.Second, "a rejoined b", func() bool { return len(a.rep.Members()) == 1 && len(b.rep.Members()) == 1 })
+	_, err := b.node.Decide(time.Now().UnixNano(), "per-ip", "k", 1)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "counts shared", func() bool { return total(a.node, "per-ip", "k") == 1 })
+}
