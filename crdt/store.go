@@ -83,7 +83,6 @@ type Store struct {
 	repMu  sync.RWMutex
 	repIDs map[Replica]ReplicaID
 	reps   []Replica
-	pops   map[[2]string]bool // distinct (region, pop) of reps
 
 	protectMu sync.RWMutex
 	protect   map[RuleID]uint64
@@ -197,7 +196,6 @@ func NewStore(cfg StoreConfig) *Store {
 		perShardCap: (cfg.MaxKeys + p - 1) / p,
 		maxReplicas: cfg.MaxReplicas,
 		repIDs:      map[Replica]ReplicaID{cfg.Self: SelfID},
-		pops:        map[[2]string]bool{{cfg.Self.Region, cfg.Self.PoP}: true},
 		reps:        []Replica{cfg.Self},
 		protect:     map[RuleID]uint64{},
 	}
@@ -233,15 +231,7 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 	id = ReplicaID(len(s.reps))
 	s.repIDs[r] = id
 	s.reps = append(s.reps, r)
-	s.pops[[2]string{r.Region, r.PoP}] = true
 	return id, true
-}
-
-// PoPs returns how many distinct PoPs the interned replicas belong to.
-func (s *Store) PoPs() int {
-	s.repMu.RLock()
-	defer s.repMu.RUnlock()
-	return len(s.pops)
 }
 
 // Replica returns the identity behind id.
@@ -863,47 +853,4 @@ func (s *Store) Replicas() []Replica {
 	s.repMu.RLock()
 	defer s.repMu.RUnlock()
 	return append([]Replica(nil), s.reps...)
-}
-
-// PoPTotals returns the totals of windows nowIndex-1 and nowIndex of (rule,
-// key): over every replica (all) and over the replicas of this store's own
-// PoP (mine), plus how many distinct PoPs wrote to window nowIndex-1. It walks
-// the key's per-replica entries: use it off the hot path.
-func (s *Store) PoPTotals(rule RuleID, key string, nowIndex int64) (mine, all [2]uint64, pops int) {
-	h := s.hash(rule, key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	i, ok := sh.find(h, rule, key)
-	if !ok {
-		sh.mu.Unlock()
-		return mine, all, 0
-	}
-	sl := sh.slots[i]
-	side := append([]sideEntry(nil), sh.side[i]...)
-	sh.mu.Unlock()
-	seen := map[string]bool{}
-	for k, c := range sl.own {
-		if w := sl.win - 1 + int64(k) - (nowIndex - 1); (w == 0 || w == 1) && c > 0 {
-			mine[w] = satAdd(mine[w], c)
-			all[w] = satAdd(all[w], c)
-			if w == 0 {
-				seen[s.self.Region+"/"+s.self.PoP] = true
-			}
-		}
-	}
-	for _, e := range side {
-		w := e.win - (nowIndex - 1)
-		if w != 0 && w != 1 {
-			continue
-		}
-		r := s.Replica(e.rep)
-		all[w] = satAdd(all[w], e.count)
-		if r.SamePoP(s.self) {
-			mine[w] = satAdd(mine[w], e.count)
-		}
-		if w == 0 && e.count > 0 {
-			seen[r.Region+"/"+r.PoP] = true
-		}
-	}
-	return mine, all, len(seen)
 }

@@ -350,9 +350,6 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 			limit = uint64(min(lim, float64(r.Limit)))
 		}
 	}
-	if r.OnPartition == Escrow && r.Scope == ScopeGlobal {
-		limit = min(limit, uint64(max(0, n.escrowLimit(r, key, idx, el))))
-	}
 	var res crdt.AdmitResult
 	if cost > limit {
 		// The share left to this side cannot hold the request; retry once the

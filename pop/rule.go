@@ -82,33 +82,24 @@ const (
 	// Share makes each side enforce only its share of the limit while some
 	// PoPs are unheard.
 	Share
-	// Escrow makes every PoP spend only its escrow of the limit at all times,
-	// re-split every window by the previous window's traffic (experimental;
-	// see the README's partition section for how it compares with Share).
-	Escrow
 )
 
 func (p Policy) String() string {
-	switch p {
-	case Share:
+	if p == Share {
 		return "share"
-	case Escrow:
-		return "escrow"
 	}
 	return "keep"
 }
 
-// ParsePolicy parses "keep", "share" or "escrow".
+// ParsePolicy parses "keep" or "share".
 func ParsePolicy(s string) (Policy, error) {
 	switch s {
 	case "keep":
 		return Keep, nil
 	case "share":
 		return Share, nil
-	case "escrow":
-		return Escrow, nil
 	}
-	return 0, fmt.Errorf("unknown partition policy %q (want keep, share or escrow)", s)
+	return 0, fmt.Errorf("unknown partition policy %q (want keep or share)", s)
 }
 
 // Rule is a named limit.
@@ -150,7 +141,7 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("scope: unknown scope %d", r.Scope)
 	case r.Mode > Shadow:
 		return fmt.Errorf("mode: unknown mode %d", r.Mode)
-	case r.OnPartition > Escrow:
+	case r.OnPartition > Share:
 		return fmt.Errorf("on_partition: unknown policy %d", r.OnPartition)
 	}
 	return nil
