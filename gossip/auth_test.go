@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -113,4 +115,43 @@ func selfSignedCA(t *testing.T, dir string) (string, tls.Certificate) {
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
 	return path, pair
+}
+
+// TestNATSCredentials authenticates with a credentials file (user JWT and
+// nkey seed) against a server in operator mode.
+func TestNATSCredentials(t *testing.T) {
+	okp, err := nkeys.CreateOperator()
+	require.NoError(t, err)
+	opub, err := okp.PublicKey()
+	require.NoError(t, err)
+	ojwt, err := jwt.NewOperatorClaims(opub).Encode(okp)
+	require.NoError(t, err)
+	oc, err := jwt.DecodeOperatorClaims(ojwt)
+	require.NoError(t, err)
+	akp, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	apub, err := akp.PublicKey()
+	require.NoError(t, err)
+	ajwt, err := jwt.NewAccountClaims(apub).Encode(okp)
+	require.NoError(t, err)
+	ukp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	upub, err := ukp.PublicKey()
+	require.NoError(t, err)
+	ujwt, err := jwt.NewUserClaims(upub).Encode(akp)
+	require.NoError(t, err)
+	seed, err := ukp.Seed()
+	require.NoError(t, err)
+	creds, err := jwt.FormatUserConfig(ujwt, seed)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "edge.creds")
+	require.NoError(t, os.WriteFile(path, creds, 0o600))
+
+	resolver := &server.MemAccResolver{}
+	require.NoError(t, resolver.Store(apub, ajwt))
+	s := startNATSWith(t, func(o *server.Options) {
+		o.TrustedOperators = []*jwt.OperatorClaims{oc}
+		o.AccountResolver = resolver
+	})
+	twoPoPs(t, s.ClientURL(), func(c *NATSConfig) { c.CredentialsFile = path })
 }
