@@ -88,15 +88,15 @@ type share struct {
 // PartitionStatus is what a node knows about the current partition.
 type PartitionStatus struct {
 	// Partitioned is set while some PoP is unheard or shares are held after heal.
-	Partitioned bool
+	Partitioned bool `json:"partitioned"`
 	// Since is when the partition was noticed (Unix nanoseconds); 0 if none.
-	Since int64
+	Since int64 `json:"since_unix_nanos"`
 	// Unheard lists the unheard PoPs ("region/pop"), sorted.
-	Unheard []string
+	Unheard []string `json:"unheard"`
 	// SideShare is this side's PoP-count share, used for keys without history.
-	SideShare float64
+	SideShare float64 `json:"side_share"`
 	// Rules lists, per rule, whether it enforces a share now.
-	Rules []RulePartition
+	Rules []RulePartition `json:"rules"`
 }
 
 // RulePartition is one rule's partition behaviour.
@@ -287,7 +287,7 @@ func (sh *share) adapt(idx int64, ceiling, step float64) {
 func (n *Node) Partition(now int64) PartitionStatus {
 	p := n.part.Load()
 	rs := n.rules.Load()
-	st := PartitionStatus{SideShare: 1}
+	st := PartitionStatus{SideShare: 1, Unheard: []string{}, Rules: []RulePartition{}}
 	active := p != nil && (p.healed == 0 || now-p.healed < n.healHold)
 	if active {
 		st.Partitioned, st.Since, st.SideShare = true, p.since, p.sideFrac

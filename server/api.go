@@ -519,24 +519,26 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Replica     string    `json:"replica"`
-		Node        string    `json:"node"`
-		Region      string    `json:"region"`
-		PoP         string    `json:"pop"`
-		Incarnation uint64    `json:"incarnation"`
-		Version     string    `json:"version"`
-		GoVersion   string    `json:"go_version"`
-		UptimeS     int64     `json:"uptime_seconds"`
-		Ready       bool      `json:"ready"`
-		NATSURL     string    `json:"nats_url"`
-		Replication bool      `json:"replication"`
-		Keys        int       `json:"keys"`
-		Rules       []ruleOut `json:"rules"`
+		Replica     string              `json:"replica"`
+		Node        string              `json:"node"`
+		Region      string              `json:"region"`
+		PoP         string              `json:"pop"`
+		Incarnation uint64              `json:"incarnation"`
+		Version     string              `json:"version"`
+		GoVersion   string              `json:"go_version"`
+		UptimeS     int64               `json:"uptime_seconds"`
+		Ready       bool                `json:"ready"`
+		NATSURL     string              `json:"nats_url"`
+		Replication bool                `json:"replication"`
+		Keys        int                 `json:"keys"`
+		Rules       []ruleOut           `json:"rules"`
+		Partition   pop.PartitionStatus `json:"partition"`
 		ReplicationStatus
 	}{
 		Replica: self.String(), Node: self.Node, Region: self.Region, PoP: self.PoP, Incarnation: self.Incarnation,
 		Version: a.opts.Version, GoVersion: runtime.Version(), UptimeS: int64(time.Since(a.started).Seconds()),
 		Ready: a.Ready(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
+		Partition:         a.node.Partition(a.clk.Now()),
 		ReplicationStatus: repl,
 	})
 }

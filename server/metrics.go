@@ -38,6 +38,12 @@ var (
 		"Replica identities known to the store, this node included.", nil, nil)
 	descApplied = prometheus.NewDesc("geolimit_replication_applied_entries_total",
 		"Replicated entries received, by what merging them did.", []string{"outcome"}, nil)
+	descPartition = prometheus.NewDesc("geolimit_partition_active",
+		"1 while some PoP is unheard (or shares are still held after a heal), else 0.", nil, nil)
+	descEnforcingShare = prometheus.NewDesc("geolimit_rule_enforcing_share",
+		"1 while the rule limits this side of a partition to its share (on_partition: share), else 0.", []string{"rule"}, nil)
+	descMeanShare = prometheus.NewDesc("geolimit_rule_mean_share",
+		"Mean share of the limit this side may spend, over the rule's keys with a pre-cut share (1 outside partitions).", []string{"rule"}, nil)
 )
 
 func newMetrics(a *App) *metrics {
@@ -80,7 +86,7 @@ func newMetrics(a *App) *metrics {
 type nodeCollector struct{ a *App }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descEvicted, descUntracked, descExpired, descReplicas, descApplied} {
+	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descEvicted, descUntracked, descExpired, descReplicas, descApplied, descPartition, descEnforcingShare, descMeanShare} {
 		ch <- d
 	}
 }
@@ -112,6 +118,23 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	} {
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(o.v), o.name)
 	}
+	ps := c.a.node.Partition(c.a.clk.Now())
+	ch <- prometheus.MustNewConstMetric(descPartition, prometheus.GaugeValue, b2f(ps.Partitioned))
+	for _, r := range ps.Rules {
+		share := 1.0
+		if r.EnforcingShare {
+			share = r.MeanShare
+		}
+		ch <- prometheus.MustNewConstMetric(descEnforcingShare, prometheus.GaugeValue, b2f(r.EnforcingShare), r.Rule)
+		ch <- prometheus.MustNewConstMetric(descMeanShare, prometheus.GaugeValue, share, r.Rule)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // pool is a typed sync.Pool.
