@@ -87,6 +87,9 @@ type Store struct {
 	protectMu sync.RWMutex
 	protect   map[RuleID]uint64
 
+	flushMu  sync.Mutex // serialises Flush, which reuses flushBuf
+	flushBuf []flushRec
+
 	evicted  atomic.Uint64
 	overflow atomic.Uint64
 	expired  atomic.Uint64
@@ -635,11 +638,16 @@ type FlushEntry struct {
 }
 
 // Flush calls fn for each own count that changed since the last Flush and
-// clears the change marks. fn runs with a shard lock held: it must not call
-// back into the store and must not block.
+// clears the change marks. Under each shard's lock it only copies the changed
+// counts out; fn runs after the lock is released, so building deltas never
+// holds up decisions. Flush is safe for concurrent use, but concurrent Flush
+// calls are serialised.
 func (s *Store) Flush(fn func(FlushEntry)) {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	for si := range s.shards {
 		sh := &s.shards[si]
+		recs := s.flushBuf[:0]
 		sh.mu.Lock()
 		for _, i := range sh.dirty {
 			sl := &sh.slots[i]
@@ -647,22 +655,51 @@ func (s *Store) Flush(fn func(FlushEntry)) {
 				continue // evicted, or already flushed
 			}
 			sl.flags &^= flagInDirty
-			if sl.dirty&1 != 0 && sl.own[0] > 0 {
-				fn(FlushEntry{Rule: sl.rule, Key: sh.keyOf(i), Window: sl.win - 1, Count: sl.own[0]})
+			if sl.dirty&3 == 0 {
+				continue
 			}
-			if sl.dirty&2 != 0 && sl.own[1] > 0 {
-				fn(FlushEntry{Rule: sl.rule, Key: sh.keyOf(i), Window: sl.win, Count: sl.own[1]})
+			r := flushRec{rule: sl.rule, klen: sl.klen, kb: sl.kb, win: sl.win, own: sl.own, dirty: sl.dirty}
+			if sl.klen == longKey {
+				r.long = sh.long[i]
 			}
+			recs = append(recs, r)
 			sl.dirty = 0
 		}
 		sh.dirty = sh.dirty[:0]
 		sh.mu.Unlock()
+		for k := range recs {
+			r := &recs[k]
+			key := r.long
+			if r.klen != longKey {
+				key = string(r.kb[:r.klen])
+			}
+			if r.dirty&1 != 0 && r.own[0] > 0 {
+				fn(FlushEntry{Rule: r.rule, Key: key, Window: r.win - 1, Count: r.own[0]})
+			}
+			if r.dirty&2 != 0 && r.own[1] > 0 {
+				fn(FlushEntry{Rule: r.rule, Key: key, Window: r.win, Count: r.own[1]})
+			}
+			r.long = ""
+		}
+		s.flushBuf = recs
 	}
+}
+
+// flushRec is a changed slot copied out under its shard's lock.
+type flushRec struct {
+	win   int64
+	own   [2]uint64
+	long  string
+	rule  RuleID
+	klen  uint8
+	dirty uint8
+	kb    [inlineKeyLen]byte
 }
 
 // Own calls fn for every own count in a live window: the anti-entropy set that
 // repairs lost deltas and teaches joiners. nowIndex returns the current window
-// index of a rule. fn runs with a shard lock held (see Flush).
+// index of a rule. fn runs with a shard lock held: it must not call back into the store
+// and must not block.
 func (s *Store) Own(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
 	s.Entries(nowIndex, func(rep ReplicaID, e FlushEntry) {
 		if rep == SelfID {
