@@ -166,6 +166,10 @@ type Replication struct {
 	// AntiEntropyInterval is how often all own live counts are re-sent.
 	// Default 5s.
 	AntiEntropyInterval Duration `yaml:"anti_entropy_interval"`
+	// ExpectedPoPs lists other PoPs ("region/pop") known in advance: each
+	// counts as partitioned until first heard, so a node that starts while
+	// cut off knows whom it misses. PoPs not listed appear when first heard.
+	ExpectedPoPs []string `yaml:"expected_pops"`
 }
 
 // Limits caps memory and request sizes.
@@ -404,6 +408,12 @@ func (c *Config) Validate() error {
 			if err := checkAddr(c.Gossip.Advertise, false); err != nil {
 				return fmt.Errorf("gossip.advertise: %w", err)
 			}
+		}
+	}
+	for i, p := range c.Replication.ExpectedPoPs {
+		region, pop, ok := strings.Cut(p, "/")
+		if !ok || region == "" || pop == "" || strings.ContainsAny(region+pop, "/.*> \t\r\n#") {
+			return fmt.Errorf("replication.expected_pops[%d]: %q must be region/pop", i, p)
 		}
 	}
 	for _, d := range []struct {
