@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,10 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 		PeerTimeout:         cfg.Replication.PeerTimeout.D(),
 		Logger:              env.Logger,
 		ObserveLag:          func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
+	}
+	for _, p := range cfg.Replication.ExpectedPoPs {
+		region, pop, _ := strings.Cut(p, "/") // validated by config
+		g.opts.ExpectedPoPs = append(g.opts.ExpectedPoPs, gossip.PoPID{Region: region, PoP: pop})
 	}
 	if gc := cfg.Gossip; gc != nil {
 		mc := gossip.MemberlistConfig{
