@@ -123,14 +123,16 @@ type Replicator struct {
 	popT, globT Transport
 	tstats      [2]transportCounters // 0: pop, 1: global
 
-	queue    chan inbound
-	resync   chan struct{} // send own live counts
-	syncReq  chan struct{} // ask other PoPs for theirs, then send own
-	relay    chan struct{} // relay state to the PoPs in relayPending
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	once     sync.Once
+	queue  chan inbound
+	resync chan struct{} // wakes the loop for the work in resyncWant
+	// resyncWant is a set of want* bits: where to resend own live counts,
+	// and whether to ask the other PoPs for theirs first.
+	resyncWant atomic.Uint32
+	relay      chan struct{} // relay state to the PoPs in relayPending
+	stop       chan struct{}
+	stopOnce   sync.Once
+	wg         sync.WaitGroup
+	once       sync.Once
 
 	lastPartitioned []PoPID // the loop's last report to OnPartitionChange
 	reported        bool    // whether there was a first report
@@ -178,7 +180,6 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 		log:          opts.Logger,
 		queue:        make(chan inbound, opts.QueueSize),
 		resync:       make(chan struct{}, 1),
-		syncReq:      make(chan struct{}, 1),
 		stop:         make(chan struct{}),
 		peers:        map[PoPID]*peerState{},
 		lastBeat:     map[crdt.Replica]int64{},
@@ -275,12 +276,15 @@ func (r *Replicator) loop(ctx context.Context) {
 		case <-ae.C:
 			r.antiEntropy()
 		case <-r.resync:
+			want := r.resyncWant.Swap(0)
+			if want == 0 {
+				continue
+			}
 			r.resyncs.Add(1)
-			r.antiEntropy()
-		case <-r.syncReq:
-			r.resyncs.Add(1)
-			r.publishEmpty(KindSync)
-			r.antiEntropy()
+			if want&wantSync != 0 {
+				r.publishEmpty(KindSync)
+			}
+			r.sendAntiEntropy(want&wantPoP != 0, want&(wantGlobal|wantSync) != 0)
 		case <-r.relay:
 			r.relayState()
 		case <-hbC:
@@ -299,17 +303,42 @@ func (r *Replicator) flush() {
 	r.send(r.node.Flush(r.clk.Now()), false)
 }
 
-func (r *Replicator) antiEntropy() {
-	r.send(r.node.AntiEntropy(r.clk.Now()), true)
+func (r *Replicator) antiEntropy() { r.sendAntiEntropy(true, true) }
+
+// sendAntiEntropy sends all own live counts to the own PoP and/or the other
+// PoPs.
+func (r *Replicator) sendAntiEntropy(toPoP, toGlobal bool) {
+	out := r.node.AntiEntropy(r.clk.Now())
+	for i := range out {
+		o := &out[i]
+		if toPoP && r.popT != nil {
+			r.publish(tPoP, r.popT, KindDelta, &o.Delta, true)
+		}
+		if toGlobal && r.globT != nil && o.Scope == pop.ScopeGlobal {
+			r.publish(tGlobal, r.globT, KindDelta, &o.Delta, true)
+		}
+	}
 }
 
-// Resync asks for all own live counts to be re-sent soon. It does not block.
-func (r *Replicator) Resync() {
+// Bits of resyncWant.
+const (
+	wantPoP    = 1 << iota // resend own counts to the own PoP
+	wantGlobal             // resend own counts to the other PoPs
+	wantSync               // ask the other PoPs for theirs, then resend own
+)
+
+// want schedules resync work for the loop. It does not block.
+func (r *Replicator) want(bits uint32) {
+	r.resyncWant.Or(bits)
 	select {
 	case r.resync <- struct{}{}:
 	default:
 	}
 }
+
+// Resync asks for all own live counts to be re-sent soon, to the own PoP and
+// to the others. It does not block.
+func (r *Replicator) Resync() { r.want(wantPoP | wantGlobal) }
 
 func (r *Replicator) send(out []pop.Outbound, reliable bool) {
 	for i := range out {
@@ -429,7 +458,7 @@ func (h *handler) Resync() {
 		h.r.requestSync()
 		return
 	}
-	h.r.Resync()
+	h.r.want(wantPoP) // a member joined: it alone needs the counts
 }
 
 func (h *handler) LocalState() []byte { return h.r.localState() }
@@ -484,7 +513,7 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 		}
 	}
 	if in.kind == KindSync {
-		r.Resync()
+		r.want(wantGlobal)
 		r.queueRelay(in.from)
 		return
 	}
@@ -624,13 +653,8 @@ func (r *Replicator) relayState() {
 }
 
 // requestSync asks the other PoPs to resend their live counts, then resends
-// the own. It does not block.
-func (r *Replicator) requestSync() {
-	select {
-	case r.syncReq <- struct{}{}:
-	default:
-	}
-}
+// the own to them. It does not block.
+func (r *Replicator) requestSync() { r.want(wantSync) }
 
 // maxStateBytes caps a LocalState (memberlist refuses push/pull state over 20 MB).
 const maxStateBytes = 16 << 20
