@@ -46,6 +46,7 @@ type Options struct {
 	// new ones are dropped and counted (anti-entropy repairs them). 0 means 4096.
 	QueueSize int
 	// OnPartitionChange, if set, is called from the Replicator's goroutine
+	// (after the node core's SetUnheard, which the Replicator always calls)
 	// with the remote PoPs counted as partitioned (sorted; nil for none)
 	// at the first check and whenever that set changes, checked every
 	// HeartbeatInterval. It must not block.
@@ -422,15 +423,22 @@ func (r *Replicator) checkPeers() {
 
 // reportPartitions calls OnPartitionChange when the partitioned set changed.
 func (r *Replicator) reportPartitions() {
-	if r.opts.OnPartitionChange == nil {
-		return
-	}
 	p := r.Partitioned()
 	if r.reported && slices.Equal(p, r.lastPartitioned) {
 		return
 	}
 	r.lastPartitioned, r.reported = p, true
-	r.opts.OnPartitionChange(slices.Clone(p))
+	// The node core's share policy limits this side while PoPs are unheard.
+	// A PoP leaves the set only once something from it has arrived, and the
+	// node holds its shares a little longer while the rest of its counts come.
+	unheard := make([]string, len(p))
+	for i, id := range p {
+		unheard[i] = id.String()
+	}
+	r.opts.Node.SetUnheard(r.opts.Clock.Now(), unheard)
+	if r.opts.OnPartitionChange != nil {
+		r.opts.OnPartitionChange(slices.Clone(p))
+	}
 }
 
 // handler is the Handler a Replicator gives one of its transports.
