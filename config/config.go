@@ -334,9 +334,14 @@ func defaultNodeID() string {
 
 // ApplyRuleDefaults fills each rule's omitted cost, key, scope, mode and
 // on_partition with their defaults.
-func (c *Config) ApplyRuleDefaults() {
-	for i := range c.Rules {
-		r := &c.Rules[i]
+func (c *Config) ApplyRuleDefaults() { RuleDefaults(c.Rules) }
+
+// RuleDefaults fills the unset fields of rules with their defaults: cost 1,
+// key ip, scope global, mode enforce, on_partition keep. The simulator's
+// scenario files share this rule schema.
+func RuleDefaults(rules []Rule) {
+	for i := range rules {
+		r := &rules[i]
 		if r.Cost == 0 {
 			r.Cost = 1
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/geolimit/geolimit/config"
 	"io"
 	"math"
 	"os"
@@ -13,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"gopkg.in/yaml.v3"
 
 	"github.com/geolimit/geolimit/pop"
 )
@@ -121,19 +122,11 @@ type ReplicationSpec struct {
 	MaxKeys int `yaml:"max_keys"`
 }
 
-// RuleSpec is one rule, in the edge config's rule schema (DESIGN.md). Match
-// is accepted and ignored: the simulator names the rule of every request.
-type RuleSpec struct {
-	Name        string        `yaml:"name"`
-	Match       yaml.Node     `yaml:"match"`
-	Key         yaml.Node     `yaml:"key"`
-	Limit       uint64        `yaml:"limit"`
-	Window      time.Duration `yaml:"window"`
-	Cost        uint64        `yaml:"cost"`
-	Scope       string        `yaml:"scope"`
-	Mode        string        `yaml:"mode"`
-	OnPartition string        `yaml:"on_partition"`
-}
+// RuleSpec is one rule: the edge config's rule type, so scenario files and
+// edge configs share one schema, defaults and validation. Match and key are
+// accepted and validated but unused: the simulator names every request's rule
+// and key.
+type RuleSpec = config.Rule
 
 // Traffic is one stream of requests for one rule.
 type Traffic struct {
@@ -304,7 +297,7 @@ func Parse(b []byte) (*Scenario, error) {
 	return &sc, nil
 }
 
-var unknownField = regexp.MustCompile(`field (\S+) not found in type sim\.(\w+)`)
+var unknownField = regexp.MustCompile(`field (\S+) not found in type (?:\w+\.)?(\w+)`)
 
 // yamlError rewords a decoding error: one line, and unknown fields named as
 // such with the part of the scenario they were found in.
@@ -359,21 +352,7 @@ func (sc *Scenario) withDefaults() {
 	if sc.Output.ConvergenceLimit == 0 {
 		sc.Output.ConvergenceLimit = DefaultConvergenceLimit
 	}
-	for i := range sc.Rules {
-		rs := &sc.Rules[i]
-		if rs.Cost == 0 {
-			rs.Cost = 1
-		}
-		if rs.Scope == "" {
-			rs.Scope = "global"
-		}
-		if rs.Mode == "" {
-			rs.Mode = "enforce"
-		}
-		if rs.OnPartition == "" {
-			rs.OnPartition = "keep"
-		}
-	}
+	config.RuleDefaults(sc.Rules)
 	for i := range sc.Traffic {
 		t := &sc.Traffic[i]
 		if t.Name == "" {
@@ -750,31 +729,13 @@ func checkPartition(names map[string]string, groups [][]string) error {
 // popRules converts the rules, overriding every rule's partition policy with
 // policy unless it is empty.
 func (sc *Scenario) popRules(policy string) ([]pop.Rule, error) {
-	out := make([]pop.Rule, len(sc.Rules))
-	for i, rs := range sc.Rules {
-		f := fmt.Sprintf("rules[%d]", i)
-		scope, err := pop.ParseScope(rs.Scope)
-		if err != nil {
-			return nil, fmt.Errorf("%s.scope: %w", f, err)
+	rules := append([]config.Rule(nil), sc.Rules...)
+	if policy != "" {
+		for i := range rules {
+			rules[i].OnPartition = policy
 		}
-		mode, err := pop.ParseMode(rs.Mode)
-		if err != nil {
-			return nil, fmt.Errorf("%s.mode: %w", f, err)
-		}
-		p := rs.OnPartition
-		if policy != "" {
-			p = policy
-		}
-		pol, err := pop.ParsePolicy(p)
-		if err != nil {
-			return nil, fmt.Errorf("%s.on_partition: %w", f, err)
-		}
-		out[i] = pop.Rule{Name: rs.Name, Limit: rs.Limit, Window: rs.Window, Cost: rs.Cost, Scope: scope, Mode: mode, OnPartition: pol}
 	}
-	if err := pop.ValidateRules(out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return config.PopRules(rules)
 }
 
 func sortedKeys[V any](m map[string]V) []string {
