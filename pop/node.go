@@ -181,21 +181,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxSkew < 0 {
 		return nil, errors.New("pop: max skew: must not be negative")
 	}
-	switch {
-	case cfg.ShareFloor == 0:
-		cfg.ShareFloor = DefaultShareFloor
-	case cfg.ShareFloor < 0:
-		cfg.ShareFloor = 0
-	case cfg.ShareFloor > 1:
-		return nil, errors.New("pop: share floor: must be at most 1")
+	var err error
+	if cfg.ShareFloor, err = fractionOption("share floor", cfg.ShareFloor, DefaultShareFloor); err != nil {
+		return nil, err
 	}
-	switch {
-	case cfg.ShareStep == 0:
-		cfg.ShareStep = DefaultShareStep
-	case cfg.ShareStep < 0:
-		cfg.ShareStep = 0
-	case cfg.ShareStep > 1:
-		return nil, errors.New("pop: share step: must be at most 1")
+	if cfg.ShareStep, err = fractionOption("share step", cfg.ShareStep, DefaultShareStep); err != nil {
+		return nil, err
 	}
 	if cfg.HealHold == 0 {
 		cfg.HealHold = DefaultHealHold
@@ -213,6 +204,19 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// fractionOption resolves a 0..1 option: 0 means def, negative means none.
+func fractionOption(name string, v, def float64) (float64, error) {
+	switch {
+	case v == 0:
+		return def, nil
+	case v < 0:
+		return 0, nil
+	case v > 1:
+		return 0, fmt.Errorf("pop: %s: must be at most 1, got %g", name, v)
+	}
+	return v, nil
 }
 
 // Self returns the node's replica identity.
