@@ -44,18 +44,20 @@ func Start(index, width int64) int64 { return index * width }
 // nanoseconds into the current window. elapsed is clamped to [0, width], so a
 // caller whose clock went backwards gets the most conservative estimate.
 func Estimate(prev, curr uint64, elapsed, width int64) float64 {
-	f := fraction(elapsed, width)
-	return float64(prev)*(1-f) + float64(curr)
+	return estimate(float64(prev), float64(curr), elapsed, 1/float64(width))
 }
 
-func fraction(elapsed, width int64) float64 {
+// estimate is Estimate with the counts as floats and 1/width precomputed;
+// every function here goes through it so that they all agree to the ulp.
+func estimate(prev, curr float64, elapsed int64, invWidth float64) float64 {
+	f := float64(elapsed) * invWidth
 	switch {
-	case elapsed <= 0 || width <= 0:
-		return 0
-	case elapsed >= width:
-		return 1
+	case f <= 0:
+		f = 0
+	case f >= 1:
+		f = 1
 	}
-	return float64(elapsed) / float64(width)
+	return prev*(1-f) + curr
 }
 
 // Result is the outcome of Decide. Durations are nanoseconds.
@@ -81,24 +83,23 @@ type Result struct {
 // window of width nanoseconds. It does not count anything: the caller adds cost
 // to the current window when Allowed.
 func Decide(limit, cost, prev, curr uint64, elapsed, width int64) Result {
-	if elapsed < 0 {
-		elapsed = 0
-	}
-	if elapsed > width {
-		elapsed = width
-	}
-	est := Estimate(prev, curr, elapsed, width)
-	lim := float64(limit)
-	c := float64(cost)
+	elapsed = min(max(elapsed, 0), width)
+	inv := 1 / float64(width)
+	p, c := float64(prev), float64(curr)
+	est := estimate(p, c, elapsed, inv)
+	lim, fc := float64(limit), float64(cost)
 	r := Result{Estimate: est}
-	if est+c <= lim {
+	if est+fc <= lim {
 		r.Allowed = true
-		r.Remaining = floorNonNeg(lim - est - c)
+		r.Remaining = floorNonNeg(lim - est - fc)
 		r.Reset = resetAfter(prev, satAdd(curr, cost), elapsed, width)
 		return r
 	}
 	r.Remaining = floorNonNeg(lim - est)
-	r.RetryAfter = RetryAfter(limit, cost, prev, curr, elapsed, width)
+	r.RetryAfter = retryAfter(lim, fc, p, c, elapsed, width, inv)
+	if cost > limit {
+		r.RetryAfter = Never
+	}
 	r.Reset = resetAfter(prev, curr, elapsed, width)
 	return r
 }
@@ -111,37 +112,38 @@ func RetryAfter(limit, cost, prev, curr uint64, elapsed, width int64) int64 {
 	if cost > limit {
 		return Never
 	}
-	if elapsed < 0 {
-		elapsed = 0
-	}
-	if elapsed > width {
-		elapsed = width
-	}
-	lim, c := float64(limit), float64(cost)
-	if Estimate(prev, curr, elapsed, width)+c <= lim {
+	elapsed = min(max(elapsed, 0), width)
+	inv := 1 / float64(width)
+	lim, fc, p, c := float64(limit), float64(cost), float64(prev), float64(curr)
+	if estimate(p, c, elapsed, inv)+fc <= lim {
 		return 0
 	}
+	return retryAfter(lim, fc, p, c, elapsed, width, inv)
+}
+
+// retryAfter is RetryAfter for a request that does not fit now (requires
+// cost <= limit for a finite answer).
+func retryAfter(lim, cost, prev, curr float64, elapsed, width int64, inv float64) int64 {
+	room := lim - cost
+	if room < 0 {
+		return Never
+	}
 	w := float64(width)
-	room := lim - c // >= 0
-	if float64(curr) <= room {
+	if curr <= room {
 		// Fits inside this window once prev has decayed enough:
 		// prev*(1-f) <= room - curr  <=>  f >= 1 - (room-curr)/prev.
-		f := 1 - (room-float64(curr))/float64(prev)
-		d := ceilNanos(f*w) - elapsed
-		return fixUp(d, func(d int64) bool {
-			return Estimate(prev, curr, elapsed+d, width)+c <= lim
-		})
+		d := max(ceilNanos((1-(room-curr)/prev)*w)-elapsed, 0)
+		for i := 0; i < 4 && estimate(prev, curr, elapsed+d, inv)+cost > lim; i++ {
+			d++ // absorb floating-point rounding
+		}
+		return d
 	}
 	// Needs the next window: curr*(1-g) <= room  <=>  g >= 1 - room/curr.
-	g := 1 - room/float64(curr)
-	d := (width - elapsed) + ceilNanos(g*w)
-	return fixUp(d, func(d int64) bool {
-		e := elapsed + d - width
-		if e < 0 {
-			return false
-		}
-		return Estimate(curr, 0, e, width)+c <= lim
-	})
+	g := ceilNanos((1 - room/curr) * w)
+	for i := 0; i < 4 && estimate(curr, 0, g, inv)+cost > lim; i++ {
+		g++
+	}
+	return (width - elapsed) + g
 }
 
 // resetAfter returns the time until the estimate reaches zero.
@@ -153,19 +155,6 @@ func resetAfter(prev, curr uint64, elapsed, width int64) int64 {
 		return width - elapsed
 	}
 	return 0
-}
-
-// fixUp nudges d forward by whole nanoseconds until fits(d) holds, absorbing
-// floating-point rounding; it gives up after a few steps (the error is at most
-// a few ulps).
-func fixUp(d int64, fits func(int64) bool) int64 {
-	if d < 0 {
-		d = 0
-	}
-	for i := 0; i < 4 && !fits(d); i++ {
-		d++
-	}
-	return d
 }
 
 func ceilNanos(x float64) int64 {
