@@ -263,6 +263,7 @@ func (n *Node) SetRules(rules []Rule) error {
 			n.freeID = append(n.freeID, id)
 		}
 	}
+	n.resnapshot()
 	return nil
 }
 

@@ -137,6 +137,20 @@ func (n *Node) SetUnheard(now int64, pops []string) {
 	n.part.Store(n.snapshot(now, unheard))
 }
 
+// resnapshot recomputes the shares of a partition in force after the rules
+// changed (a rule ID may now name another rule). The caller holds n.mu.
+func (n *Node) resnapshot() {
+	n.partMu.Lock()
+	defer n.partMu.Unlock()
+	cur := n.part.Load()
+	if cur == nil {
+		return
+	}
+	p := n.snapshot(cur.since, cur.unheard)
+	p.healed = cur.healed
+	n.part.Store(p)
+}
+
 func sameSet(a, b map[string]bool) bool {
 	if len(a) != len(b) {
 		return false

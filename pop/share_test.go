@@ -143,3 +143,20 @@ func TestShareAdaptsWhenTrafficMoves(t *testing.T) {
 	assert.Greater(t, perWindow[5], perWindow[1], "the share grows when this side's traffic grew")
 	assert.LessOrEqual(t, perWindow[5], 50+5, "but never past the PoP-count split")
 }
+
+func TestSharesSurviveARuleReload(t *testing.T) {
+	eu, _ := shareNodes(t, Share)
+	eu.SetUnheard(t0, []string{"us/iad"})
+	rules := eu.Rules()
+	rules = append(rules, Rule{Name: "other", Limit: 10, Window: time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share})
+	require.NoError(t, eu.SetRules(rules))
+	st := eu.Partition(t0)
+	assert.True(t, st.Partitioned)
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		if d, _ := eu.Decide(t0, "other", "k", 1); d.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 5, admitted, "a rule added during the cut enforces its share too")
+}
