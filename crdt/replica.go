@@ -12,9 +12,10 @@
 //
 //	self := crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: inc}
 //	st := crdt.NewStore(crdt.StoreConfig{Self: self, MaxKeys: 1 << 20})
-//	res, _ := st.Admit(rule, "203.0.113.7", crdt.Now{Index: w, Elapsed: e, Width: W}, 100, 1, false)
+//	res := st.Admit(rule, "203.0.113.7", crdt.Now{Index: w, Elapsed: e, Width: W}, 100, 1, true)
 //	st.Flush(func(e crdt.FlushEntry) { /* batch it */ })
-//	st.Merge(rule, key, w, w, st.Intern(remote), count)
+//	id, _ := st.Intern(remote)
+//	st.Merge(rule, key, w, w, id, count)
 package crdt
 
 import (

@@ -1,0 +1,44 @@
+package crdt_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// Two replicas count the same key; a delta from one raises the other's view.
+func ExampleStore() {
+	width := int64(time.Minute)
+	now := crdt.Now{Index: 29_000_000, Elapsed: width / 2, Width: width}
+	ams := crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1}
+	iad := crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 1}
+	a := crdt.NewStore(crdt.StoreConfig{Self: ams})
+	b := crdt.NewStore(crdt.StoreConfig{Self: iad})
+
+	for i := 0; i < 3; i++ {
+		a.Admit(0, "203.0.113.7", now, 10, 1, true)
+	}
+	id, _ := b.Intern(ams)
+	a.Flush(func(e crdt.FlushEntry) {
+		b.Merge(e.Rule, e.Key, now.Index, e.Window, id, e.Count)
+	})
+	r := b.Admit(0, "203.0.113.7", now, 10, 1, true)
+	fmt.Println(r.Allowed, r.Remaining)
+	// Output: true 6
+}
+
+// A delta travels as msgpack; the decoder checks every cap before allocating.
+func ExampleEncode() {
+	d := &crdt.Delta{
+		Sender:  crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
+		Entries: []crdt.Entry{{Rule: "api", Key: "203.0.113.7", Window: 29_000_000, Count: 3}},
+	}
+	msgs, err := crdt.Encode(d, 0)
+	if err != nil {
+		panic(err)
+	}
+	got, err := crdt.Decode(msgs[0])
+	fmt.Println(len(msgs), got.Entries[0].Key, got.Entries[0].Count, err)
+	// Output: 1 203.0.113.7 3 <nil>
+}
