@@ -891,3 +891,16 @@ func (s *Store) Replicas() []Replica {
 	defer s.repMu.RUnlock()
 	return append([]Replica(nil), s.reps...)
 }
+
+// Pending returns about how many keys changed since the last Flush (an upper
+// bound: a key evicted after its change still counts until the next Flush).
+func (s *Store) Pending() int {
+	n := 0
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		n += len(sh.dirty)
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -42,6 +42,10 @@ type Options struct {
 	// ExpectedPoPs are remote PoPs known in advance: they count as
 	// partitioned until first heard. Others appear when first heard.
 	ExpectedPoPs []PoPID
+	// MaxBatchEntries is the batch size cap: when this many keys changed
+	// since the last flush, the Replicator flushes without waiting for
+	// FlushInterval. 0 means 32768.
+	MaxBatchEntries int
 	// QueueSize bounds received messages waiting to be applied; when full,
 	// new ones are dropped and counted (anti-entropy repairs them). 0 means 4096.
 	QueueSize int
@@ -65,6 +69,7 @@ func DefaultOptions() Options {
 		FlushInterval:       50 * time.Millisecond,
 		AntiEntropyInterval: 5 * time.Second,
 		PeerTimeout:         2 * time.Second,
+		MaxBatchEntries:     32768,
 		QueueSize:           4096,
 	}
 }
@@ -92,6 +97,9 @@ func (o *Options) setDefaults() error {
 	if o.QueueSize == 0 {
 		o.QueueSize = d.QueueSize
 	}
+	if o.MaxBatchEntries == 0 {
+		o.MaxBatchEntries = d.MaxBatchEntries
+	}
 	switch {
 	case o.FlushInterval < time.Millisecond:
 		return fmt.Errorf("gossip: options: flush interval %s below 1ms", o.FlushInterval)
@@ -101,6 +109,8 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("gossip: options: heartbeat interval %s must be positive and below peer timeout %s", o.HeartbeatInterval, o.PeerTimeout)
 	case o.QueueSize < 1:
 		return fmt.Errorf("gossip: options: queue size %d below 1", o.QueueSize)
+	case o.MaxBatchEntries < 1:
+		return fmt.Errorf("gossip: options: max batch entries %d below 1", o.MaxBatchEntries)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -254,6 +264,9 @@ func (r *Replicator) loop(ctx context.Context) {
 	defer r.wg.Done()
 	flush := time.NewTicker(r.opts.FlushInterval)
 	defer flush.Stop()
+	// Between flushes, look whether a batch reached its size cap.
+	full := time.NewTicker(min(max(r.opts.FlushInterval/5, time.Millisecond), 10*time.Millisecond))
+	defer full.Stop()
 	ae := time.NewTicker(r.opts.AntiEntropyInterval)
 	defer ae.Stop()
 	var hbC <-chan time.Time
@@ -274,6 +287,11 @@ func (r *Replicator) loop(ctx context.Context) {
 			return
 		case <-flush.C:
 			r.flush()
+		case <-full.C:
+			if r.node.Pending() >= r.opts.MaxBatchEntries {
+				r.flush()
+				flush.Reset(r.opts.FlushInterval)
+			}
 		case <-ae.C:
 			r.antiEntropy()
 		case <-r.resync:

@@ -453,6 +453,10 @@ func (n *Node) Flush(now int64) []Outbound {
 	return n.outbound(now, &popD, &globD)
 }
 
+// Pending returns about how many keys changed since the last Flush, so that
+// a caller can flush early when a batch reaches its size cap.
+func (n *Node) Pending() int { return n.store.Pending() }
+
 // AntiEntropy returns every own count of the live windows, split like Flush:
 // sent periodically and on join or reconnect, it repairs lost final deltas and
 // teaches new or restarted peers.

@@ -1,0 +1,47 @@
+package gossip
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFlushWhenBatchFull: with a flush interval far longer than the test, a
+// batch that reaches MaxBatchEntries still goes out at once.
+func TestFlushWhenBatchFull(t *testing.T) {
+	hub := NewHub(1)
+	defer hub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := Options{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Hour, MaxBatchEntries: 100}
+	var ms []*member
+	for _, p := range []PoPID{{"eu", "ams"}, {"us", "iad"}} {
+		o := opts
+		o.PoP = hub.PoP(p, p.PoP+"-1")
+		o.Global = hub.Global(p, p.PoP+"-1")
+		ms = append(ms, startMember(t, ctx, newNode(t, p.Region, p.PoP, p.PoP+"-1", testRules()), o))
+	}
+	// Let the start-up exchange (heartbeats, the re-send when a PoP is first
+	// heard) finish, so that only a flush can carry what follows.
+	waitFor(t, 10*time.Second, "both PoPs hear each other", func() bool {
+		return len(ms[0].rep.Heard()) == 1 && len(ms[1].rep.Heard()) == 1
+	})
+	now := time.Now().UnixNano()
+	for i := range 50 {
+		_, err := ms[0].node.Decide(now, "api", "k"+strconv.Itoa(i), 1)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 50, ms[0].node.Pending())
+	for i := 50; i < 150; i++ {
+		_, err := ms[0].node.Decide(now, "api", "k"+strconv.Itoa(i), 1)
+		require.NoError(t, err)
+	}
+	waitFor(t, 10*time.Second, "the full batch flushed early", func() bool { return ms[0].node.Pending() == 0 })
+	waitFor(t, 10*time.Second, "and arrived", func() bool {
+		return total(ms[1].node, "api", "k149") == 1 && total(ms[1].node, "api", "k0") == 1
+	})
+}
