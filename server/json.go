@@ -12,6 +12,12 @@ import (
 // encoding/json accepts for these shapes (unknown fields are skipped, null
 // means omitted, the last duplicate field wins) and rejects what it rejects.
 // Strings without escapes are returned as slices of the input.
+//
+// Why not encoding/json: /v1/checks must reach a million decisions per second
+// on two cores, and encoding/json spends 8x the time of the decisions' own
+// parse on a 100-check body (BenchmarkParseChecks100: about 81 us and 207
+// allocations against 10 us and none here). FuzzParseCheck holds this reader
+// to encoding/json's answers on every input it finds.
 
 // check is one decoded check request. rule and key may alias the request
 // body and are valid only while it is.
