@@ -16,8 +16,9 @@ import (
 // Why not encoding/json: /v1/checks must reach a million decisions per second
 // on two cores, and encoding/json spends 8x the time of the decisions' own
 // parse on a 100-check body (BenchmarkParseChecks100: about 81 us and 207
-// allocations against 10 us and none here). FuzzParseCheck holds this reader
-// to encoding/json's answers on every input it finds.
+// allocations against 10 us and none here). FuzzParseCheck and
+// TestParseDifferential hold it to encoding/json: it rejects what that
+// rejects, and the rule and key it reads are the ones encoding/json reads.
 
 // check is one decoded check request. rule and key may alias the request
 // body and are valid only while it is.

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -137,6 +138,22 @@ func FuzzParseCheck(f *testing.F) {
 		_, err2 := parseChecksBody(b, nil, 100)
 		if !json.Valid(b) && (err == nil || err2 == nil) {
 			t.Fatalf("accepted invalid JSON %q", b)
+		}
+		if err != nil || !utf8.Valid(b) {
+			return
+		}
+		// What the reader returns is what encoding/json reads.
+		var m map[string]any
+		if jerr := json.Unmarshal(b, &m); jerr != nil {
+			t.Fatalf("accepted %q, which encoding/json rejects: %v", b, jerr)
+		}
+		for _, f := range []struct {
+			name string
+			got  []byte
+		}{{"rule", c.rule}, {"key", c.key}} {
+			if v, ok := m[f.name].(string); ok && v != string(f.got) {
+				t.Fatalf("%q: %s = %q, encoding/json reads %q", b, f.name, f.got, v)
+			}
 		}
 	})
 }
