@@ -59,36 +59,25 @@ type NATSConfig struct {
 const DefaultSubjectPrefix = "geolimit"
 
 // DeltaSubject returns the subject a PoP publishes its deltas on.
-func DeltaSubject(prefix string, p PoPID) string {
-	if prefix == "" {
-		prefix = DefaultSubjectPrefix
-	}
-	return prefix + ".delta." + p.Region + "." + p.PoP
-}
+func DeltaSubject(prefix string, p PoPID) string { return subject(prefix, "delta", p) }
 
 // HeartbeatSubject returns the subject a PoP publishes its heartbeats on.
-func HeartbeatSubject(prefix string, p PoPID) string {
-	if prefix == "" {
-		prefix = DefaultSubjectPrefix
-	}
-	return prefix + ".hb." + p.Region + "." + p.PoP
-}
+func HeartbeatSubject(prefix string, p PoPID) string { return subject(prefix, "hb", p) }
 
 // SyncSubject returns the subject a PoP's nodes ask others to resync on.
-func SyncSubject(prefix string, p PoPID) string {
-	if prefix == "" {
-		prefix = DefaultSubjectPrefix
-	}
-	return prefix + ".sync." + p.Region + "." + p.PoP
-}
+func SyncSubject(prefix string, p PoPID) string { return subject(prefix, "sync", p) }
 
 // StateSubject returns the subject on which other PoPs relay a PoP's own
 // counts back to it.
-func StateSubject(prefix string, p PoPID) string {
+func StateSubject(prefix string, p PoPID) string { return subject(prefix, "state", p) }
+
+// subject is <prefix>.<kind>.<region>.<pop>, with the default prefix when
+// prefix is empty.
+func subject(prefix, kind string, p PoPID) string {
 	if prefix == "" {
 		prefix = DefaultSubjectPrefix
 	}
-	return prefix + ".state." + p.Region + "." + p.PoP
+	return prefix + "." + kind + "." + p.Region + "." + p.PoP
 }
 
 // ParseSubject returns the kind and PoP of a subject made by DeltaSubject or
