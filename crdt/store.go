@@ -562,11 +562,17 @@ const (
 	Stale
 	// Ahead: the entry's window is more than one window ahead of now.
 	Ahead
-	// Full: the key is new and the store is full; the entry was dropped.
+	// Full: the key is new and the store is full, or the key already holds
+	// MaxReplicasPerKey entries; the entry was dropped.
 	Full
 	// Self: the entry claims this store's own replica and was ignored.
 	Self
 )
+
+// MaxReplicasPerKey caps the per-replica entries one key holds over its live
+// windows, so that senders inventing incarnations cannot grow one key without
+// bound; entries past it are dropped as Full.
+const MaxReplicasPerKey = 1024
 
 // Merge raises replica rep's count of (rule, key, window win) to count if count
 // is higher (the G-counter merge: per-replica maximum). nowIndex is the
@@ -619,6 +625,9 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 		}
 	}
 	if !found {
+		if len(es) >= MaxReplicasPerKey {
+			return Full
+		}
 		sh.side[i] = append(es, sideEntry{win: win, rep: rep, count: count})
 		sl.flags |= flagSide
 		diff = count

@@ -438,3 +438,20 @@ func TestTableSurvivesChurn(t *testing.T) {
 		assert.Equal(t, c.own+c.remote, views[0].Total, k)
 	}
 }
+
+// TestReplicasPerKeyCapped: a sender inventing incarnations cannot grow one
+// key's per-replica entries without bound.
+func TestReplicasPerKeyCapped(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	full := 0
+	for inc := uint64(1); inc <= MaxReplicasPerKey+10; inc++ {
+		id, ok := st.Intern(rep("forger", inc))
+		require.True(t, ok)
+		if st.Merge(0, "k", 1, 1, id, 1) == Full {
+			full++
+		}
+	}
+	assert.Equal(t, 10, full)
+	_, c := totals(st, 0, "k", 1)
+	assert.Equal(t, uint64(MaxReplicasPerKey), c)
+}
