@@ -80,9 +80,10 @@ type Store struct {
 	perShardCap int
 	maxReplicas int
 
-	repMu  sync.RWMutex
-	repIDs map[Replica]ReplicaID
-	reps   []Replica
+	repMu   sync.RWMutex
+	repIDs  map[Replica]ReplicaID
+	repFree []ReplicaID // forgotten IDs, reused by Intern
+	reps    []Replica
 
 	protectMu sync.RWMutex
 	protect   map[RuleID]uint64
@@ -226,6 +227,13 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 	s.repMu.Lock()
 	defer s.repMu.Unlock()
 	if id, ok = s.repIDs[r]; ok {
+		return id, true
+	}
+	if n := len(s.repFree); n > 0 {
+		id = s.repFree[n-1]
+		s.repFree = s.repFree[:n-1]
+		s.repIDs[r] = id
+		s.reps[id] = r
 		return id, true
 	}
 	if len(s.reps) >= s.maxReplicas {
@@ -871,7 +879,7 @@ func (s *Store) Stats() StoreStats {
 		sh.mu.Unlock()
 	}
 	s.repMu.RLock()
-	st.Replicas = len(s.reps)
+	st.Replicas = len(s.repIDs)
 	s.repMu.RUnlock()
 	return st
 }
@@ -898,7 +906,52 @@ func satAdd(a, b uint64) uint64 { return window.SatAdd(a, b) }
 func (s *Store) Replicas() []Replica {
 	s.repMu.RLock()
 	defer s.repMu.RUnlock()
-	return append([]Replica(nil), s.reps...)
+	out := make([]Replica, 0, len(s.repIDs))
+	for _, r := range s.reps {
+		if r != (Replica{}) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ReplicaCount returns how many replica identities are interned, self included.
+func (s *Store) ReplicaCount() int {
+	s.repMu.RLock()
+	defer s.repMu.RUnlock()
+	return len(s.repIDs)
+}
+
+// ForgetReplicas drops the interned replicas (past incarnations, nodes gone)
+// that no live key holds a count of, so that their IDs can be reused and the
+// table never fills up over a long life of restarts. It returns how many it
+// dropped. The caller must make sure no Merge runs meanwhile (an ID handed out
+// by Intern but not yet merged would look unused).
+func (s *Store) ForgetReplicas() int {
+	used := map[ReplicaID]bool{SelfID: true}
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		for _, es := range sh.side {
+			for _, e := range es {
+				used[e.rep] = true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	s.repMu.Lock()
+	defer s.repMu.Unlock()
+	n := 0
+	for id, r := range s.reps {
+		if used[ReplicaID(id)] || r == (Replica{}) {
+			continue
+		}
+		delete(s.repIDs, r)
+		s.reps[id] = Replica{}
+		s.repFree = append(s.repFree, ReplicaID(id))
+		n++
+	}
+	return n
 }
 
 // Pending returns about how many keys changed since the last Flush (an upper

@@ -455,3 +455,28 @@ func TestReplicasPerKeyCapped(t *testing.T) {
 	_, c := totals(st, 0, "k", 1)
 	assert.Equal(t, uint64(MaxReplicasPerKey), c)
 }
+
+// TestForgetReplicas: replicas no live key references are forgotten and
+// their IDs reused; referenced ones and self stay.
+func TestForgetReplicas(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxReplicas: 4})
+	live, _ := st.Intern(rep("a", 1))
+	gone, _ := st.Intern(rep("a", 0))
+	_, _ = st.Intern(rep("b", 1))
+	_, ok := st.Intern(rep("c", 1))
+	require.False(t, ok, "table full")
+	require.Equal(t, Merged, st.Merge(0, "k", 5, 5, live, 3))
+	require.Equal(t, Merged, st.Merge(0, "old", 3, 3, gone, 2))
+	require.Equal(t, 1, st.Sweep(func(RuleID) int64 { return 5 }), "old expires with a#0's entry")
+
+	assert.Equal(t, 2, st.ForgetReplicas(), "a#0 and b#1")
+	assert.Equal(t, 2, st.ReplicaCount())
+	assert.Equal(t, rep("a", 1), st.Replica(live))
+	assert.Equal(t, Replica{}, st.Replica(gone))
+	id, ok := st.Intern(rep("c", 1))
+	require.True(t, ok, "room again")
+	assert.Contains(t, []ReplicaID{gone, live + 2}, id, "a forgotten ID is reused")
+	_, c := totals(st, 0, "k", 5)
+	assert.Equal(t, uint64(3), c, "referenced counts untouched")
+	assert.ElementsMatch(t, []Replica{rep("self", 1), rep("a", 1), rep("c", 1)}, st.Replicas())
+}

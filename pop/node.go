@@ -128,6 +128,11 @@ type Node struct {
 	maxSkew int64
 	rules   atomic.Pointer[ruleSet]
 
+	// applyMu keeps Apply (read side) and forgetting unused replicas in Tick
+	// (write side) apart, so an ID is never forgotten between Intern and Merge.
+	applyMu    sync.RWMutex
+	lastForget atomic.Int64 // when Tick last forgot unused replicas
+
 	mu     sync.Mutex // serialises SetRules and guards freeIDs, nextID, applied
 	freeID []crdt.RuleID
 	nextID crdt.RuleID
@@ -399,6 +404,8 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 		st.WrongScope = len(d.Entries)
 		return st
 	}
+	n.applyMu.RLock()
+	defer n.applyMu.RUnlock()
 	rep, ok := n.store.Intern(d.Sender)
 	if !ok {
 		st.Full = len(d.Entries)
@@ -536,10 +543,25 @@ func (n *Node) outbound(now int64, popD, globD *crdt.Delta) []Outbound {
 }
 
 // Tick does periodic housekeeping at now: it drops keys whose windows have
-// all passed. Call it every second or so.
+// all passed and, once many replica identities have piled up, the ones no
+// live key references. Call it every second or so.
 func (n *Node) Tick(now int64) {
 	n.store.Sweep(n.indexFunc(n.rules.Load(), now))
+	if n.store.ReplicaCount() > forgetReplicasAt && now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
+		n.lastForget.Store(now)
+		n.applyMu.Lock()
+		n.store.ForgetReplicas()
+		n.applyMu.Unlock()
+	}
 }
+
+// Above forgetReplicasAt interned replicas (every restart of every node adds
+// one), Tick drops those no live key references, at most once per
+// forgetReplicasEvery.
+const (
+	forgetReplicasAt    = 1024
+	forgetReplicasEvery = time.Minute
+)
 
 // KeyView is one key's state as this node sees it.
 type KeyView struct {
