@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"github.com/nats-io/nats-server/v2/server"
 	"testing"
 	"time"
 
@@ -27,12 +28,7 @@ func natsOpts(url string, id PoPID, name string) Options {
 // TestNATSTwoPoPs replicates a global rule between two PoPs over one real
 // nats-server; pop and node rules stay home.
 func TestNATSTwoPoPs(t *testing.T) {
-	s := startNATS(t, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
-	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
-	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
+	_, _, ma, mb := natsPair(t)
 	for i := range 100 {
 		m := ma
 		if i%3 == 0 {
@@ -178,12 +174,8 @@ func TestParseSubject(t *testing.T) {
 // the counts of its former incarnation back to it, so it does not undercount
 // what it admitted before the restart.
 func TestNATSRestartLonePoP(t *testing.T) {
-	s := startNATS(t, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
-	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
-	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
+	s, ctx, ma, mb := natsPair(t)
+	b := mb.id
 	for i := range 30 {
 		m := ma
 		if i%3 == 0 {
@@ -204,4 +196,17 @@ func TestNATSRestartLonePoP(t *testing.T) {
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "its new counts visible", func() bool { return total(ma.node, "api", "k") == 31 })
 	assert.Zero(t, mb2.rep.Stats()[0].Forged)
+}
+
+// natsPair starts one real nats-server and one node in each of eu/ams and
+// us/iad replicating over it; everything stops when the test ends.
+func natsPair(t *testing.T) (*server.Server, context.Context, *member, *member) {
+	t.Helper()
+	s := startNATS(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
+	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
+	return s, ctx, ma, mb
 }
