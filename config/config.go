@@ -25,10 +25,11 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // Config is the whole edge configuration. Field names are the YAML contract
-// (../DESIGN.md); fields may be added, never renamed.
+// that users and tests rely on: fields may be added, never renamed.
 type Config struct {
 	// Node is this node's identity.
 	Node Node `yaml:"node"`
@@ -274,6 +275,7 @@ const (
 // DefaultConfig returns a fresh Config holding every default. It has no
 // rules; DemoRules has the rule set used when no config file is given.
 func DefaultConfig() *Config {
+	rd := repl.DefaultConfig()
 	return &Config{
 		Node:   Node{ID: defaultNodeID(), Region: "local", PoP: "local"},
 		Listen: Listen{API: "127.0.0.1:8080"},
@@ -286,9 +288,9 @@ func DefaultConfig() *Config {
 			SubjectPrefix: "geolimit",
 		},
 		Replication: Replication{
-			FlushInterval:       Duration(50 * time.Millisecond),
-			PeerTimeout:         Duration(2 * time.Second),
-			AntiEntropyInterval: Duration(5 * time.Second),
+			FlushInterval:       Duration(rd.FlushInterval),
+			PeerTimeout:         Duration(rd.PeerTimeout),
+			AntiEntropyInterval: Duration(rd.AntiEntropyInterval),
 		},
 		Limits: Limits{
 			MaxKeys:      crdt.DefaultMaxKeys,

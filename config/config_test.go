@@ -12,7 +12,7 @@ import (
 	"github.com/geolimit/geolimit/pop"
 )
 
-// full is the DESIGN.md contract example.
+// full is the config contract example (every documented field).
 const full = `
 node:
   id: ams-1

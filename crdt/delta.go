@@ -9,8 +9,9 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// DeltaVersion is the wire version of an encoded Delta.
-const DeltaVersion = 1
+// DeltaVersion is the wire version Encode writes. Decode also reads version
+// 1, which has no epoch (Delta.Epoch 0).
+const DeltaVersion = 2
 
 // Hard caps checked while decoding, before anything is allocated.
 const (
@@ -33,7 +34,8 @@ var (
 	ErrDeltaMalformed = errors.New("crdt: malformed delta")
 )
 
-// Entry is one absolute count: the sender's own count of (Rule, Key, Window).
+// Entry is one absolute count: the sender's own count of (Rule, Key, Window);
+// for a PoP aggregate sender, the PoP total.
 type Entry struct {
 	Rule   string
 	Key    string
@@ -49,28 +51,34 @@ type Delta struct {
 	Sender Replica
 	// SentAt is the sender's clock (Unix nanoseconds) when it flushed the batch,
 	// used only to measure replication lag.
-	SentAt  int64
+	SentAt int64
+	// Epoch is the sender's PoP epoch, carried between members of a PoP; 0
+	// means unknown.
+	Epoch   uint64
 	Entries []Entry
 }
 
 // Wire format (msgpack), entries grouped by rule with window offsets so an IPv4
-// key costs about 16 bytes:
+// key costs about 16 bytes. Version 2:
 //
-//	[version, [region, pop, node, incarnation], sentAt,
+//	[2, [region, pop, node, incarnation], sentAt, epoch,
 //	  [[rule, baseWindow, [key, windowOffset, count, key, windowOffset, count, ...]], ...]]
+//
+// Version 1 is the same without epoch (a 4-element array).
 
 // entryBound is an upper bound of one encoded entry's size beyond its key.
 const entryBound = 3 + 9 + 9
 
-// headerBound is an upper bound of a delta's size beyond its groups.
-const headerBound = 1 + 1 + 1 + 3*(MaxNameLen+3) + 9 + 9 + 5
+// headerBound is an upper bound of a delta's size beyond its groups: array,
+// version, sender (array, three names, incarnation), sentAt, epoch, groups array.
+const headerBound = 1 + 1 + 1 + 3*(MaxNameLen+3) + 9 + 9 + 9 + 5
 
 // groupBound is an upper bound of a rule group's size beyond its entries.
 const groupBound = 1 + MaxRuleNameLen + 3 + 9 + 5
 
 // Encode encodes d into one or more messages of at most maxBytes each
 // (MaxDeltaBytes if maxBytes <= 0 or larger), splitting its entries as needed.
-// Every message carries d's sender and SentAt.
+// Every message carries d's sender, SentAt and Epoch.
 func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	if maxBytes <= 0 || maxBytes > MaxDeltaBytes {
 		maxBytes = MaxDeltaBytes
@@ -138,7 +146,7 @@ func encodeChunk(enc *msgpack.Encoder, d *Delta, entries []Entry, rules []string
 			err = e
 		}
 	}
-	put(enc.EncodeArrayLen(4))
+	put(enc.EncodeArrayLen(5))
 	put(enc.EncodeUint(DeltaVersion))
 	put(enc.EncodeArrayLen(4))
 	put(enc.EncodeString(d.Sender.Region))
@@ -146,6 +154,7 @@ func encodeChunk(enc *msgpack.Encoder, d *Delta, entries []Entry, rules []string
 	put(enc.EncodeString(d.Sender.Node))
 	put(enc.EncodeUint(d.Sender.Incarnation))
 	put(enc.EncodeInt(d.SentAt))
+	put(enc.EncodeUint(d.Epoch))
 	put(enc.EncodeArrayLen(len(rules)))
 	for _, r := range rules {
 		base, n := int64(math.MaxInt64), 0
@@ -198,7 +207,8 @@ func NewDecoder() *Decoder {
 	return d
 }
 
-// Decode decodes one delta into out (reusing out.Entries' storage). Hostile
+// Decode decodes one delta of version 1 or 2 into out (reusing out.Entries'
+// storage; a version 1 delta has Epoch 0). Hostile
 // input (truncated, wrong types, huge length prefixes, a wrong version,
 // trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
 // or ErrDeltaVersion; nothing is allocated by a length the input chooses
@@ -299,15 +309,22 @@ func (d *Decoder) uint() (uint64, error) {
 }
 
 func (d *Decoder) decode(out *Delta) error {
-	if _, err := d.arrayLen(4, "delta"); err != nil {
+	fields, err := d.arrayLen(-1, "delta")
+	if err != nil {
 		return err
+	}
+	if fields != 4 && fields != 5 {
+		return malformed("delta: array of %d elements", fields)
 	}
 	v, err := d.uint()
 	if err != nil {
 		return err
 	}
-	if v != DeltaVersion {
+	switch {
+	case v != 1 && v != 2:
 		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
+	case v == 1 && fields != 4, v == 2 && fields != 5:
+		return malformed("version %d delta: array of %d elements", v, fields)
 	}
 	if _, err := d.arrayLen(4, "sender"); err != nil {
 		return err
@@ -328,6 +345,12 @@ func (d *Decoder) decode(out *Delta) error {
 	}
 	if out.SentAt, err = d.dec.DecodeInt64(); err != nil {
 		return err
+	}
+	out.Epoch = 0
+	if v == 2 {
+		if out.Epoch, err = d.uint(); err != nil {
+			return err
+		}
 	}
 	groups, err := d.arrayLen(-1, "groups")
 	if err != nil {

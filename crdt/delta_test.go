@@ -18,7 +18,7 @@ import (
 )
 
 func sampleDelta(rng *rand.Rand, n int) *Delta {
-	d := &Delta{Sender: Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: rng.Uint64()}, SentAt: rng.Int64()}
+	d := &Delta{Sender: Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: rng.Uint64()}, SentAt: rng.Int64(), Epoch: rng.Uint64()}
 	rules := []string{"per-ip", "api", "login"}
 	for i := 0; i < n; i++ {
 		d.Entries = append(d.Entries, Entry{
@@ -57,7 +57,75 @@ func TestDeltaRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, d.Sender, got.Sender)
 		assert.Equal(t, d.SentAt, got.SentAt)
+		assert.Equal(t, d.Epoch, got.Epoch)
 		sameEntries(t, d.Entries, got.Entries)
+	}
+}
+
+// TestDeltaEpochRoundTrip: the epoch survives encoding at its edge values,
+// from node and PoP senders alike, and a reused Delta is overwritten.
+func TestDeltaEpochRoundTrip(t *testing.T) {
+	dec := NewDecoder()
+	var got Delta
+	for _, tt := range []struct {
+		sender Replica
+		epoch  uint64
+	}{
+		{Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 9}, 0},
+		{Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 9}, 1},
+		{PoPReplica("eu", "ams", 42), 42},
+		{PoPReplica("us", "iad", math.MaxUint64), math.MaxUint64},
+		{Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 9}, 0},
+	} {
+		d := &Delta{Sender: tt.sender, SentAt: 5, Epoch: tt.epoch, Entries: []Entry{{Rule: "api", Key: "k", Window: 7, Count: 1}}}
+		msgs, err := Encode(d, 0)
+		require.NoError(t, err)
+		require.NoError(t, dec.Decode(msgs[0], &got))
+		assert.Equal(t, tt.epoch, got.Epoch)
+		assert.Equal(t, tt.sender, got.Sender)
+		assert.Equal(t, tt.sender.IsPoP(), got.Sender.IsPoP())
+		assert.Equal(t, d.Entries, got.Entries)
+	}
+}
+
+// TestDecodeVersions: version 2 carries the epoch, version 1 (no epoch) still
+// decodes with epoch 0, and the array length must match the version.
+func TestDecodeVersions(t *testing.T) {
+	sender := []any{"eu", "ams", "n1", 1}
+	groups := []any{[]any{"api", 100, []any{"k", 0, 3}}}
+	tests := []struct {
+		name  string
+		in    []byte
+		epoch uint64
+		want  error
+	}{
+		{"v2", mp(t, []any{2, sender, 5, 77, groups}), 77, nil},
+		{"v2 epoch 0", mp(t, []any{2, sender, 5, 0, groups}), 0, nil},
+		{"v1", mp(t, []any{1, sender, 5, groups}), 0, nil},
+		{"v1 with an epoch", mp(t, []any{1, sender, 5, 77, groups}), 0, ErrDeltaMalformed},
+		{"v2 without an epoch", mp(t, []any{2, sender, 5, groups}), 0, ErrDeltaMalformed},
+		{"v3", mp(t, []any{3, sender, 5, 77, groups}), 0, ErrDeltaVersion},
+		{"v0", mp(t, []any{0, sender, 5, groups}), 0, ErrDeltaVersion},
+		{"six elements", mp(t, []any{2, sender, 5, 77, groups, 1}), 0, ErrDeltaMalformed},
+		{"three elements", mp(t, []any{2, sender, 5}), 0, ErrDeltaMalformed},
+		{"negative epoch", mp(t, []any{2, sender, 5, -1, groups}), 0, ErrDeltaMalformed},
+		{"epoch as string", mp(t, []any{2, sender, 5, "1", groups}), 0, ErrDeltaMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := Delta{Epoch: 99}
+			err := NewDecoder().Decode(tt.in, &out)
+			if tt.want != nil {
+				require.Error(t, err)
+				assert.True(t, errors.Is(err, tt.want), "got %v, want %v", err, tt.want)
+				assert.Empty(t, out.Entries)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.epoch, out.Epoch)
+			assert.Equal(t, Replica{Region: "eu", PoP: "ams", Node: "n1", Incarnation: 1}, out.Sender)
+			assert.Equal(t, []Entry{{Rule: "api", Key: "k", Window: 100, Count: 3}}, out.Entries)
+		})
 	}
 }
 
@@ -90,6 +158,7 @@ func TestEncodeSplitsUnderMaxBytes(t *testing.T) {
 		var out Delta
 		require.NoError(t, dec.Decode(m, &out))
 		assert.Equal(t, d.Sender, out.Sender)
+		assert.Equal(t, d.Epoch, out.Epoch)
 		all = append(all, out.Entries...)
 	}
 	sameEntries(t, d.Entries, all)
@@ -134,9 +203,12 @@ func unhex(s string) []byte {
 
 func TestDecodeHostile(t *testing.T) {
 	sender := []any{"eu", "ams", "n1", 1}
-	valid := mp(t, []any{1, sender, 5, []any{[]any{"api", 100, []any{"k", 0, 3}}}})
+	valid := mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{"k", 0, 3}}}})
 	_, err := Decode(valid)
 	require.NoError(t, err, "the baseline message must be valid")
+	validV1 := mp(t, []any{1, sender, 5, []any{[]any{"api", 100, []any{"k", 0, 3}}}})
+	_, err = Decode(validV1)
+	require.NoError(t, err, "the version 1 baseline message must be valid")
 	tests := []struct {
 		name string
 		in   []byte
@@ -144,22 +216,30 @@ func TestDecodeHostile(t *testing.T) {
 	}{
 		{"empty", nil, ErrDeltaMalformed},
 		{"truncated", valid[:len(valid)-1], ErrDeltaMalformed},
+		{"truncated v1", validV1[:len(validV1)-1], ErrDeltaMalformed},
 		{"trailing bytes", append(append([]byte(nil), valid...), 0xc0), ErrDeltaMalformed},
+		{"trailing bytes v1", append(append([]byte(nil), validV1...), 0xc0), ErrDeltaMalformed},
 		{"not an array", mp(t, "hello"), ErrDeltaMalformed},
-		{"wrong version", mp(t, []any{2, sender, 5, []any{}}), ErrDeltaVersion},
-		{"version as string", mp(t, []any{"1", sender, 5, []any{}}), ErrDeltaMalformed},
+		{"wrong version", mp(t, []any{3, sender, 5, 9, []any{}}), ErrDeltaVersion},
+		{"version 2 in a version 1 array", mp(t, []any{2, sender, 5, []any{}}), ErrDeltaMalformed},
+		{"version as string", mp(t, []any{"2", sender, 5, 9, []any{}}), ErrDeltaMalformed},
 		{"huge array32 prefix", unhex("dd ffffffff"), ErrDeltaMalformed},
-		{"huge groups prefix", append(mp(t, 1, sender, 5)[0:0], unhex("94 01 94 a2657561 63616d73 a26e31 01 05 dd ffffffff")...), ErrDeltaMalformed},
-		{"huge str32 key", unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 dd 00000003 db ffffffff"), ErrDeltaMalformed},
-		{"huge bin32 key", unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 93 c6 ffffffff"), ErrDeltaMalformed},
-		{"entries not multiple of 3", mp(t, []any{1, sender, 5, []any{[]any{"api", 100, []any{"k", 0}}}}), ErrDeltaMalformed},
-		{"empty key", mp(t, []any{1, sender, 5, []any{[]any{"api", 100, []any{"", 0, 1}}}}), ErrDeltaMalformed},
-		{"key too long", mp(t, []any{1, sender, 5, []any{[]any{"api", 100, []any{strings.Repeat("k", MaxKeyLen+1), 0, 1}}}}), ErrDeltaMalformed},
-		{"empty rule", mp(t, []any{1, sender, 5, []any{[]any{"", 100, []any{"k", 0, 1}}}}), ErrDeltaMalformed},
-		{"bad sender name", mp(t, []any{1, []any{"e/u", "ams", "n1", 1}, 5, []any{}}), ErrDeltaMalformed},
-		{"sender too short", mp(t, []any{1, []any{"eu", "ams"}, 5, []any{}}), ErrDeltaMalformed},
-		{"negative count", mp(t, []any{1, sender, 5, []any{[]any{"api", 100, []any{"k", 0, -1}}}}), ErrDeltaMalformed},
-		{"window overflow", mp(t, []any{1, sender, 5, []any{[]any{"api", int64(math.MaxInt64), []any{"k", 1, 1}}}}), ErrDeltaMalformed},
+		{"huge groups prefix", unhex("95 02 94 a26575 a3616d73 a26e31 01 05 09 dd ffffffff"), ErrDeltaMalformed},
+		{"huge groups prefix v1", unhex("94 01 94 a26575 a3616d73 a26e31 01 05 dd ffffffff"), ErrDeltaMalformed},
+		{"huge str32 key", unhex("95 02 94 a26575 a3616d73 a26e31 01 05 09 91 93 a3617069 64 dd 00000003 db ffffffff"), ErrDeltaMalformed},
+		{"huge str32 key v1", unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 dd 00000003 db ffffffff"), ErrDeltaMalformed},
+		{"huge bin32 key", unhex("95 02 94 a26575 a3616d73 a26e31 01 05 09 91 93 a3617069 64 93 c6 ffffffff"), ErrDeltaMalformed},
+		{"huge bin32 key v1", unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 93 c6 ffffffff"), ErrDeltaMalformed},
+		{"entries not multiple of 3", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{"k", 0}}}}), ErrDeltaMalformed},
+		{"empty key", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{"", 0, 1}}}}), ErrDeltaMalformed},
+		{"key too long", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{strings.Repeat("k", MaxKeyLen+1), 0, 1}}}}), ErrDeltaMalformed},
+		{"empty rule", mp(t, []any{2, sender, 5, 9, []any{[]any{"", 100, []any{"k", 0, 1}}}}), ErrDeltaMalformed},
+		{"bad sender name", mp(t, []any{2, []any{"e/u", "ams", "n1", 1}, 5, 9, []any{}}), ErrDeltaMalformed},
+		{"sender too short", mp(t, []any{2, []any{"eu", "ams"}, 5, 9, []any{}}), ErrDeltaMalformed},
+		{"negative count", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{"k", 0, -1}}}}), ErrDeltaMalformed},
+		{"negative epoch", mp(t, []any{2, sender, 5, -9, []any{}}), ErrDeltaMalformed},
+		{"window overflow", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", int64(math.MaxInt64), []any{"k", 1, 1}}}}), ErrDeltaMalformed},
+		{"window overflow v1", mp(t, []any{1, sender, 5, []any{[]any{"api", int64(math.MaxInt64), []any{"k", 1, 1}}}}), ErrDeltaMalformed},
 		{"map instead of array", mp(t, map[string]any{"v": 1}), ErrDeltaMalformed},
 		{"oversized message", make([]byte, MaxDeltaBytes+1), ErrDeltaTooLarge},
 	}
@@ -185,7 +265,10 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(msgs[0])
 	}
+	// Version 1, without an epoch, still decodes.
+	f.Add(unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 93 a16b 00 03"))
 	f.Add(unhex("dd ffffffff"))
+	f.Add(unhex("95 02 94 a26575 a3616d73 a26e31 01 05 09 91 93 a3617069 64 93 c6 ffffffff"))
 	f.Add(unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 93 c6 ffffffff"))
 	dec := NewDecoder()
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -196,6 +279,7 @@ func FuzzDecode(f *testing.F) {
 		if err := d.Sender.Validate(); err != nil {
 			t.Fatalf("decoded an invalid sender: %v", err)
 		}
+		sender, sentAt, epoch := d.Sender, d.SentAt, d.Epoch
 		for _, e := range d.Entries {
 			if len(e.Key) == 0 || len(e.Key) > MaxKeyLen || len(e.Rule) == 0 || len(e.Rule) > MaxRuleNameLen {
 				t.Fatalf("decoded an entry outside the caps: %+v", e)
@@ -211,21 +295,50 @@ func FuzzDecode(f *testing.F) {
 			if err := NewDecoder().Decode(m, &part); err != nil {
 				t.Fatalf("re-encoded delta does not decode: %v", err)
 			}
+			if part.Sender != sender || part.SentAt != sentAt || part.Epoch != epoch {
+				t.Fatalf("re-encoded header %v %d %d, want %v %d %d", part.Sender, part.SentAt, part.Epoch, sender, sentAt, epoch)
+			}
 			back.Entries = append(back.Entries, part.Entries...)
 		}
 		sameEntries(t, d.Entries, back.Entries)
 	})
 }
 
-// TestFuzzCorpusCommitted makes sure the seed corpus in testdata is present.
+// TestFuzzCorpusCommitted makes sure the seed corpus in testdata is present
+// and still means what its names say: the valid seeds of both versions decode
+// (version 1 with epoch 0), every other seed is refused.
 func TestFuzzCorpusCommitted(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzDecode", "*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
+	versions := map[string]int{}
 	for _, f := range files {
-		_, err := os.ReadFile(f)
-		require.NoError(t, err)
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			require.NoError(t, err)
+			lit, ok := strings.CutPrefix(strings.TrimSpace(string(raw)), "go test fuzz v1\n[]byte(")
+			require.True(t, ok, "corpus header")
+			lit, ok = strings.CutSuffix(lit, ")")
+			require.True(t, ok)
+			b, err := strconv.Unquote(lit)
+			require.NoError(t, err)
+			d, err := Decode([]byte(b))
+			name := filepath.Base(f)
+			if !strings.Contains(name, "valid-") {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			if strings.HasPrefix(name, "v2-") {
+				versions["v2"]++
+			} else {
+				versions["v1"]++
+				assert.Zero(t, d.Epoch)
+			}
+		})
 	}
+	assert.NotZero(t, versions["v1"], "version 1 seeds")
+	assert.NotZero(t, versions["v2"], "version 2 seeds")
 }
 
 // BenchmarkEncodeDelta encodes a batch of 100 IPv4 entries.

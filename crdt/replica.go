@@ -7,13 +7,28 @@
 // commutative, associative and idempotent: loss, duplication and reordering of
 // deltas are harmless.
 //
+// Replicas come in two kinds. A node replica (region/pop/node#incarnation) owns
+// one node's counts; nodes of one PoP (its members) exchange these. A PoP
+// replica (region/pop/*#epoch, see PoPReplica) owns a PoP's aggregate: for
+// each (rule, key, window) the PoP total, the sum of its members' counts. To
+// other PoPs a PoP speaks only through its aggregate, so a receiver holds one
+// entry per remote PoP rather than one per remote node. The epoch is a number
+// the members of a PoP agree on (outside this package); a new epoch makes a
+// new replica, so its counts are never hidden behind a former epoch's maximum.
+//
+// A Store tells the two kinds apart relative to its own replica: a member is
+// a node replica of the own PoP other than the store itself, and a store's PoP
+// total of a window is its own count plus its members' counts (Flush, Totals).
+//
 // The package is pure: no goroutines, no clock, no I/O, no logging. Window
-// indexes and the replica identity are arguments, never invented here.
+// indexes and the replica identity are arguments, never invented here. A
+// Store with StoreConfig.Seed set is deterministic: the same inputs in the
+// same order give the same state and the same outputs.
 //
 //	self := crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: inc}
 //	st := crdt.NewStore(crdt.StoreConfig{Self: self, MaxKeys: 1 << 20})
 //	res := st.Admit(rule, "203.0.113.7", crdt.Now{Index: w, Elapsed: e, Width: W}, 100, 1, true)
-//	st.Flush(func(e crdt.FlushEntry) { /* batch it */ })
+//	st.Flush(func(e crdt.FlushEntry) { /* batch e.Count and/or e.PoP as e.Changed says */ })
 //	id, _ := st.Intern(remote)
 //	st.Merge(rule, key, w, w, id, count)
 package crdt
@@ -27,13 +42,28 @@ import (
 
 // Replica identifies the owner of one G-counter entry: a node of a PoP of a
 // region, in one incarnation (a number that is new at every start, so a
-// restarted node's fresh counts are never hidden behind its old maximum).
+// restarted node's fresh counts are never hidden behind its old maximum). A
+// replica whose Node is PoPNode is a PoP's aggregate instead, and its
+// Incarnation is the PoP's epoch.
 type Replica struct {
 	Region      string
 	PoP         string
 	Node        string
 	Incarnation uint64
 }
+
+// PoPNode is the Node name of a PoP's aggregate replica. Validate accepts it
+// (an aggregate is a valid sender), but no node may be called so: it would be
+// taken for its PoP's aggregate.
+const PoPNode = "*"
+
+// PoPReplica returns the aggregate replica of a PoP in one epoch.
+func PoPReplica(region, pop string, epoch uint64) Replica {
+	return Replica{Region: region, PoP: pop, Node: PoPNode, Incarnation: epoch}
+}
+
+// IsPoP reports whether r is a PoP's aggregate replica.
+func (r Replica) IsPoP() bool { return r.Node == PoPNode }
 
 // MaxNameLen caps the length of the region, PoP and node names of a replica.
 const MaxNameLen = 64
@@ -56,5 +86,5 @@ func (r Replica) Validate() error {
 	return nil
 }
 
-// SamePoP reports whether r and o are nodes of the same PoP.
+// SamePoP reports whether r and o belong to the same PoP (nodes or aggregate).
 func (r Replica) SamePoP(o Replica) bool { return r.Region == o.Region && r.PoP == o.PoP }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -47,6 +49,13 @@ type StoreConfig struct {
 	// MaxReplicas caps how many distinct remote replica identities (including
 	// past incarnations) the store interns. Default 65536.
 	MaxReplicas int
+	// Seed, when non-zero, makes the store deterministic: key placement,
+	// eviction and every other choice the store makes are a function of the
+	// seed and the inputs, so the same calls in the same order give the same
+	// state and outputs (for simulation). Zero draws a random seed per store,
+	// so that keys chosen by a remote client cannot be aimed at one probe run;
+	// a store holding keys from the network must use zero.
+	Seed uint64
 }
 
 // DefaultMaxKeys is the default cap on live keys.
@@ -61,6 +70,12 @@ const DefaultMaxKeys = 1 << 20
 // count and the sum of the others per window; the per-replica entries of remote
 // replicas live in a side table touched only by Merge and window roll-over.
 //
+// Besides each own count, the store tracks the PoP total of each window (the
+// own count plus the counts of the members: the other nodes of the own PoP)
+// without storing it: Flush and Totals sum it from the side table, and a
+// slot's change marks say whether the own count, the PoP total or both
+// changed since the last Flush.
+//
 // Memory is bounded by MaxKeys. When a shard is full, a new key first takes the
 // place of an expired key, then of the coldest of a small sample of keys whose
 // count is below its rule's protection threshold (SetProtect). Keys at or above
@@ -74,7 +89,8 @@ const DefaultMaxKeys = 1 << 20
 // A Store is safe for concurrent use.
 type Store struct {
 	self        Replica
-	seed        maphash.Seed
+	seed        maphash.Seed // key hash seed when fixedSeed is 0
+	fixedSeed   uint64       // StoreConfig.Seed
 	shards      []shard
 	shardShift  uint
 	perShardCap int
@@ -84,6 +100,7 @@ type Store struct {
 	repIDs  map[Replica]ReplicaID
 	repFree []ReplicaID // forgotten IDs, reused by Intern
 	reps    []Replica
+	members atomic.Pointer[memberSet] // written under repMu, read anywhere
 
 	protectMu sync.RWMutex
 	protect   map[RuleID]uint64
@@ -132,9 +149,32 @@ type slot struct {
 	other [2]uint64 // sum over other replicas, same layout
 	rule  RuleID
 	klen  uint8 // key length, or longKey
-	dirty uint8 // bit0: own[0] changed since the last flush; bit1: own[1]
+	dirty uint8 // what changed since the last flush: dirtyOwn0 ... dirtyPoP2
 	flags uint8
 	kb    [inlineKeyLen]byte
+}
+
+// Bits of slot.dirty.
+const (
+	// dirtyOwn0 and dirtyOwn1: own[0] and own[1] changed.
+	dirtyOwn0 uint8 = 1 << iota
+	dirtyOwn1
+	// dirtyPoP0, 1 and 2: the PoP total of window win-1, win and win+1
+	// changed (a member's clock may run a window ahead of the key's).
+	dirtyPoP0
+	dirtyPoP1
+	dirtyPoP2
+
+	dirtyOwn = dirtyOwn0 | dirtyOwn1
+)
+
+// shiftDirty returns dirty bits of a slot moved on by d > 0 windows.
+func shiftDirty(dirty uint8, d int64) uint8 {
+	if d >= 3 {
+		return 0
+	}
+	own, pop := dirty&dirtyOwn, dirty>>2
+	return own>>d | (pop>>d)<<2
 }
 
 func (sl *slot) total() uint64 {
@@ -142,10 +182,15 @@ func (sl *slot) total() uint64 {
 }
 
 type sideEntry struct {
-	win   int64
-	count uint64
-	rep   ReplicaID
+	win    int64
+	count  uint64
+	rep    ReplicaID
+	member bool // rep is a member (see Store.isMember); fixed while rep is interned
 }
+
+// memberSet is a bit per ReplicaID: set when the replica is a member, another
+// node of the store's own PoP. Replaced (never changed in place) when it grows.
+type memberSet struct{ w []atomic.Uint64 }
 
 // shard is an open-addressing hash table whose buckets are the slots
 // themselves (linear probing, backward-shift deletion, capacity growing by
@@ -195,6 +240,7 @@ func NewStore(cfg StoreConfig) *Store {
 	s := &Store{
 		self:        cfg.Self,
 		seed:        maphash.MakeSeed(),
+		fixedSeed:   cfg.Seed,
 		shards:      make([]shard, p),
 		shardShift:  uint(64 - bits),
 		perShardCap: (cfg.MaxKeys + p - 1) / p,
@@ -203,6 +249,7 @@ func NewStore(cfg StoreConfig) *Store {
 		reps:        []Replica{cfg.Self},
 		protect:     map[RuleID]uint64{},
 	}
+	s.members.Store(&memberSet{})
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.slots = make([]slot, initialSlots)
@@ -234,6 +281,7 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 		s.repFree = s.repFree[:n-1]
 		s.repIDs[r] = id
 		s.reps[id] = r
+		s.setMember(id, s.memberOf(r))
 		return id, true
 	}
 	if len(s.reps) >= s.maxReplicas {
@@ -242,7 +290,43 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 	id = ReplicaID(len(s.reps))
 	s.repIDs[r] = id
 	s.reps = append(s.reps, r)
+	s.setMember(id, s.memberOf(r))
 	return id, true
+}
+
+// memberOf reports whether r is a member: another node of the own PoP (any
+// incarnation but the store's own), not an aggregate.
+func (s *Store) memberOf(r Replica) bool {
+	return r != s.self && r.SamePoP(s.self) && !r.IsPoP()
+}
+
+func (s *Store) isMember(id ReplicaID) bool {
+	m := s.members.Load()
+	i := int(id >> 6)
+	return i < len(m.w) && m.w[i].Load()&(1<<(id&63)) != 0
+}
+
+// setMember records whether id is a member; the caller holds repMu.
+func (s *Store) setMember(id ReplicaID, member bool) {
+	m := s.members.Load()
+	i := int(id >> 6)
+	if i >= len(m.w) {
+		if !member {
+			return
+		}
+		grown := &memberSet{w: make([]atomic.Uint64, max(2*len(m.w), i+1))}
+		for j := range m.w {
+			grown.w[j].Store(m.w[j].Load())
+		}
+		s.members.Store(grown)
+		m = grown
+	}
+	bit := uint64(1) << (id & 63)
+	if member {
+		m.w[i].Or(bit)
+	} else {
+		m.w[i].And(^bit)
+	}
 }
 
 // Replica returns the identity behind id.
@@ -271,9 +355,27 @@ func (s *Store) protectOf(rule RuleID) uint64 {
 }
 
 // hash mixes the rule into the key's hash so equal keys of different rules
-// land apart.
+// land apart. With a fixed seed the key's hash is xxhash mixed with the seed:
+// deterministic, where maphash's seed cannot be chosen. (Admit inlines the
+// maphash case by hand: with both cases hash is too big to inline.)
 func (s *Store) hash(rule RuleID, key string) uint64 {
-	return maphash.String(s.seed, key) ^ (uint64(rule)+1)*0x9e3779b97f4a7c15
+	if s.fixedSeed == 0 {
+		return maphash.String(s.seed, key) ^ ruleMix(rule)
+	}
+	return mix64(xxhash.Sum64String(key)^s.fixedSeed) ^ ruleMix(rule)
+}
+
+// ruleMix is what a key's hash is xored with for rule.
+func ruleMix(rule RuleID) uint64 { return (uint64(rule) + 1) * 0x9e3779b97f4a7c15 }
+
+// mix64 is splitmix64's finalizer: a bijection that spreads every input bit
+// over the output.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[h>>s.shardShift&uint64(len(s.shards)-1)] }
@@ -478,12 +580,11 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 	if target == sl.win+1 {
 		sl.own[0], sl.own[1] = sl.own[1], 0
 		sl.other[0], sl.other[1] = sl.other[1], 0
-		sl.dirty >>= 1
 	} else {
 		sl.own = [2]uint64{}
 		sl.other = [2]uint64{}
-		sl.dirty = 0
 	}
+	sl.dirty = shiftDirty(sl.dirty, target-sl.win)
 	sl.win = target
 	if sl.flags&flagSide == 0 {
 		return
@@ -522,7 +623,12 @@ type AdmitResult struct {
 // backwards) the request is decided at the start of the key's current window
 // and counted there, so counts never move back in time.
 func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, count bool) AdmitResult {
-	h := s.hash(rule, key)
+	var h uint64
+	if s.fixedSeed == 0 {
+		h = maphash.String(s.seed, key) ^ ruleMix(rule) // s.hash, inlined
+	} else {
+		h = s.hash(rule, key)
+	}
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	i, ok := sh.find(h, rule, key)
@@ -547,11 +653,7 @@ func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 	r := window.Decide(limit, cost, satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]), elapsed, now.Width)
 	if r.Allowed && count {
 		sl.own[1] = satAdd(sl.own[1], cost)
-		sl.dirty |= 2
-		if sl.flags&flagInDirty == 0 {
-			sl.flags |= flagInDirty
-			sh.dirty = append(sh.dirty, i)
-		}
+		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
 	}
 	sh.mu.Unlock()
 	return AdmitResult{Result: r}
@@ -582,9 +684,20 @@ const (
 // bound; entries past it are dropped as Full.
 const MaxReplicasPerKey = 1024
 
+// markDirty sets bits of slot i's dirty marks and lists the slot for Flush;
+// the caller holds sh.mu.
+func (sh *shard) markDirty(i int32, sl *slot, bits uint8) {
+	sl.dirty |= bits
+	if sl.flags&flagInDirty == 0 {
+		sl.flags |= flagInDirty
+		sh.dirty = append(sh.dirty, i)
+	}
+}
+
 // Merge raises replica rep's count of (rule, key, window win) to count if count
 // is higher (the G-counter merge: per-replica maximum). nowIndex is the
-// receiver's current window index for the rule.
+// receiver's current window index for the rule. When rep is a member, a
+// raised count marks the window's PoP total changed for Flush.
 func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaID, count uint64) MergeOutcome {
 	if rep == SelfID {
 		return Self
@@ -595,15 +708,15 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	if win > nowIndex+1 {
 		return Ahead
 	}
+	if count == 0 {
+		return Unchanged // never above what is known; holds no entry
+	}
 	h := s.hash(rule, key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i, ok := sh.find(h, rule, key)
 	if !ok {
-		if count == 0 {
-			return Unchanged
-		}
 		if i, ok = sh.insert(s, h, rule, key, nowIndex); !ok {
 			return Full
 		}
@@ -620,7 +733,7 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	}
 	es := sh.side[i]
 	var diff uint64
-	found := false
+	found, member := false, false
 	for j := range es {
 		if es[j].win == win && es[j].rep == rep {
 			if count <= es[j].count {
@@ -628,7 +741,7 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 			}
 			diff = count - es[j].count
 			es[j].count = count
-			found = true
+			found, member = true, es[j].member
 			break
 		}
 	}
@@ -636,29 +749,77 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 		if len(es) >= MaxReplicasPerKey {
 			return Full
 		}
-		sh.side[i] = append(es, sideEntry{win: win, rep: rep, count: count})
+		member = s.isMember(rep)
+		sh.side[i] = append(es, sideEntry{win: win, rep: rep, count: count, member: member})
 		sl.flags |= flagSide
 		diff = count
 	}
-	if k := win - (sl.win - 1); k == 0 || k == 1 {
+	k := win - (sl.win - 1) // 0, 1 or 2
+	if k == 0 || k == 1 {
 		sl.other[k] = satAdd(sl.other[k], diff)
+	}
+	if member {
+		sh.markDirty(i, sl, dirtyPoP0<<k)
 	}
 	return Merged
 }
 
-// FlushEntry is one of this replica's own counts handed out by Flush or Own.
+// popTotals returns the PoP totals of windows win-1, win and win+1 of slot i:
+// the own count plus the members' counts. The caller holds sh.mu.
+func (sh *shard) popTotals(i int32, sl *slot) [3]uint64 {
+	t := [3]uint64{sl.own[0], sl.own[1], 0}
+	if sl.flags&flagSide == 0 {
+		return t
+	}
+	for _, e := range sh.side[i] {
+		if !e.member {
+			continue
+		}
+		if k := e.win - (sl.win - 1); k >= 0 && k < 3 {
+			t[k] = satAdd(t[k], e.count)
+		}
+	}
+	return t
+}
+
+// FlushEntry is one (rule, key, window) of this store handed out by Flush,
+// Own, Entries or Totals.
 type FlushEntry struct {
 	Rule   RuleID
 	Key    string
 	Window int64
-	Count  uint64
+	// Count is this replica's own count (Entries: the reported replica's).
+	Count uint64
+	// PoP is the PoP total: the own count plus the member replicas' counts of
+	// this window.
+	PoP uint64
+	// Changed says which of Count and PoP changed since the last Flush (Flush
+	// only); Own and Entries set OwnChanged, Totals PoPChanged.
+	Changed Changed
 }
 
-// Flush calls fn for each own count that changed since the last Flush and
-// clears the change marks. Under each shard's lock it only copies the changed
-// counts out; fn runs after the lock is released, so building deltas never
-// holds up decisions. Flush is safe for concurrent use, but concurrent Flush
-// calls are serialised.
+// Changed is a set of FlushEntry values that changed.
+type Changed uint8
+
+// Changed bits.
+const (
+	// OwnChanged: the own count (FlushEntry.Count) changed.
+	OwnChanged Changed = 1 << iota
+	// PoPChanged: the PoP total (FlushEntry.PoP) changed.
+	PoPChanged
+)
+
+// Flush calls fn for each (rule, key, window) whose own count or PoP total
+// changed since the last Flush, and clears the change marks. An own count
+// changes by Admit, which changes the PoP total as well; the PoP total also
+// changes when Merge raises a member's count, so an entry may have only
+// PoPChanged, with an own count of 0. Changes to counts of 0 are not
+// reported. The windows are the key's previous and current windows, and the
+// one after when a member's clock runs ahead.
+//
+// Under each shard's lock Flush only copies the changed counts out; fn runs
+// after the lock is released, so building deltas never holds up decisions. Flush
+// is safe for concurrent use, but concurrent Flush calls are serialised.
 func (s *Store) Flush(fn func(FlushEntry)) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -672,10 +833,10 @@ func (s *Store) Flush(fn func(FlushEntry)) {
 				continue // evicted, or already flushed
 			}
 			sl.flags &^= flagInDirty
-			if sl.dirty&3 == 0 {
+			if sl.dirty == 0 {
 				continue
 			}
-			r := flushRec{rule: sl.rule, klen: sl.klen, kb: sl.kb, win: sl.win, own: sl.own, dirty: sl.dirty}
+			r := flushRec{rule: sl.rule, klen: sl.klen, kb: sl.kb, win: sl.win, own: sl.own, pop: sh.popTotals(i, sl), dirty: sl.dirty}
 			if sl.klen == longKey {
 				r.long = sh.long[i]
 			}
@@ -690,11 +851,22 @@ func (s *Store) Flush(fn func(FlushEntry)) {
 			if r.klen != longKey {
 				key = string(r.kb[:r.klen])
 			}
-			if r.dirty&1 != 0 && r.own[0] > 0 {
-				fn(FlushEntry{Rule: r.rule, Key: key, Window: r.win - 1, Count: r.own[0]})
-			}
-			if r.dirty&2 != 0 && r.own[1] > 0 {
-				fn(FlushEntry{Rule: r.rule, Key: key, Window: r.win, Count: r.own[1]})
+			for w := range r.pop {
+				var e FlushEntry
+				if w < 2 && r.dirty&(dirtyOwn0<<w) != 0 && r.own[w] > 0 {
+					e.Changed |= OwnChanged
+				}
+				if r.dirty&(dirtyPoP0<<w) != 0 && r.pop[w] > 0 {
+					e.Changed |= PoPChanged
+				}
+				if e.Changed == 0 {
+					continue
+				}
+				e.Rule, e.Key, e.Window, e.PoP = r.rule, key, r.win-1+int64(w), r.pop[w]
+				if w < 2 {
+					e.Count = r.own[w]
+				}
+				fn(e)
 			}
 			r.long = ""
 		}
@@ -706,6 +878,7 @@ func (s *Store) Flush(fn func(FlushEntry)) {
 type flushRec struct {
 	win   int64
 	own   [2]uint64
+	pop   [3]uint64
 	long  string
 	rule  RuleID
 	klen  uint8
@@ -715,8 +888,8 @@ type flushRec struct {
 
 // Own calls fn for every own count in a live window: the anti-entropy set that
 // repairs lost deltas and teaches joiners. nowIndex returns the current window
-// index of a rule. fn runs with a shard lock held: it must not call back into the store
-// and must not block.
+// index of a rule. fn runs with a shard lock held: it must not call back into
+// the store and must not block.
 func (s *Store) Own(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
 	s.Entries(nowIndex, func(rep ReplicaID, e FlushEntry) {
 		if rep == SelfID {
@@ -726,8 +899,9 @@ func (s *Store) Own(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
 }
 
 // Entries calls fn for every per-replica count in a live window, own and
-// remote: the full state a joining or restarted peer needs. fn runs with a
-// shard lock held (see Flush).
+// remote: the full state a joining or restarted peer needs. Count is the
+// reported replica's count and PoP the store's PoP total of that window. fn
+// runs with a shard lock held (see Own).
 func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEntry)) {
 	for si := range s.shards {
 		sh := &s.shards[si]
@@ -738,13 +912,17 @@ func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEnt
 				continue
 			}
 			cur := nowIndex(sl.rule)
+			if sl.win+1 < cur-1 {
+				continue // nothing live
+			}
 			key := ""
+			pop := sh.popTotals(int32(i), sl)
 			for k, c := range sl.own {
 				if w := sl.win - 1 + int64(k); c > 0 && w >= cur-1 {
 					if key == "" {
 						key = sh.keyOf(int32(i))
 					}
-					fn(SelfID, FlushEntry{Rule: sl.rule, Key: key, Window: w, Count: c})
+					fn(SelfID, FlushEntry{Rule: sl.rule, Key: key, Window: w, Count: c, PoP: pop[k], Changed: OwnChanged})
 				}
 			}
 			if sl.flags&flagSide == 0 {
@@ -755,11 +933,58 @@ func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEnt
 					if key == "" {
 						key = sh.keyOf(int32(i))
 					}
-					fn(e.rep, FlushEntry{Rule: sl.rule, Key: key, Window: e.win, Count: e.count})
+					var p uint64
+					if k := e.win - (sl.win - 1); k >= 0 && k < 3 {
+						p = pop[k]
+					}
+					fn(e.rep, FlushEntry{Rule: sl.rule, Key: key, Window: e.win, Count: e.count, PoP: p, Changed: OwnChanged})
 				}
 			}
 		}
 		sh.mu.Unlock()
+	}
+}
+
+// Totals calls fn for every PoP total above 0 in a live window, with Count
+// the own count of that window: the anti-entropy set of a PoP's aggregate.
+// nowIndex returns the current window index of a rule (it runs under a shard
+// lock). Like Flush, Totals copies under each shard's lock and calls fn after
+// releasing it, so fn may block or call into the store.
+func (s *Store) Totals(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
+	var buf []FlushEntry
+	for si := range s.shards {
+		sh := &s.shards[si]
+		buf = buf[:0]
+		sh.mu.Lock()
+		for i := range sh.slots {
+			sl := &sh.slots[i]
+			if sl.flags&flagLive == 0 {
+				continue
+			}
+			cur := nowIndex(sl.rule)
+			if sl.win+1 < cur-1 {
+				continue // nothing live
+			}
+			key := ""
+			for k, p := range sh.popTotals(int32(i), sl) {
+				w := sl.win - 1 + int64(k)
+				if p == 0 || w < cur-1 {
+					continue
+				}
+				if key == "" {
+					key = sh.keyOf(int32(i))
+				}
+				e := FlushEntry{Rule: sl.rule, Key: key, Window: w, PoP: p, Changed: PoPChanged}
+				if k < 2 {
+					e.Count = sl.own[k]
+				}
+				buf = append(buf, e)
+			}
+		}
+		sh.mu.Unlock()
+		for _, e := range buf {
+			fn(e)
+		}
 	}
 }
 
@@ -948,8 +1173,55 @@ func (s *Store) ForgetReplicas() int {
 		}
 		delete(s.repIDs, r)
 		s.reps[id] = Replica{}
+		s.setMember(ReplicaID(id), false)
 		s.repFree = append(s.repFree, ReplicaID(id))
 		n++
+	}
+	return n
+}
+
+// DropReplica removes every count of replica r and returns how many entries
+// it removed. A G-counter never loses counts; this is for counts that were
+// merged under an identity later found to be the store's own: a node that
+// learns its PoP's epoch drops what it merged of its own PoP's aggregate for
+// that epoch, since it holds the same counts per member.
+func (s *Store) DropReplica(r Replica) int {
+	s.repMu.RLock()
+	id, ok := s.repIDs[r]
+	s.repMu.RUnlock()
+	if !ok || id == SelfID {
+		return 0
+	}
+	n := 0
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		for i, es := range sh.side {
+			kept := es[:0]
+			for _, e := range es {
+				if e.rep != id {
+					kept = append(kept, e)
+				}
+			}
+			if len(kept) == len(es) {
+				continue
+			}
+			n += len(es) - len(kept)
+			sl := &sh.slots[i]
+			sl.other = [2]uint64{}
+			for _, e := range kept {
+				if k := e.win - (sl.win - 1); k == 0 || k == 1 {
+					sl.other[k] = satAdd(sl.other[k], e.count)
+				}
+			}
+			if len(kept) == 0 {
+				delete(sh.side, i)
+				sl.flags &^= flagSide
+			} else {
+				sh.side[i] = kept
+			}
+		}
+		sh.mu.Unlock()
 	}
 	return n
 }

@@ -93,6 +93,9 @@ func TestConvergenceUnderLossDupReorder(t *testing.T) {
 				case r < 75:
 					i := rng.IntN(n)
 					stores[i].Flush(func(e FlushEntry) {
+						if e.Changed&OwnChanged == 0 {
+							return // a member's count raised the PoP total
+						}
 						for j := range reps {
 							if j != i {
 								inflight = append(inflight, msg{from: reps[i], e: e})
@@ -131,6 +134,17 @@ func TestConvergenceUnderLossDupReorder(t *testing.T) {
 					assert.Equal(t, ref.total(wkey{1, k, now - 1}), prev, "replica %d key %q prev", i, k)
 					assert.Equal(t, ref.total(wkey{1, k, now}), curr, "replica %d key %q curr", i, k)
 				}
+				// Every replica is a node of one PoP: each one's PoP totals
+				// are the whole totals.
+				pop := map[wkey]uint64{}
+				st.Totals(func(RuleID) int64 { return now }, func(e FlushEntry) { pop[wkey{e.Rule, e.Key, e.Window}] = e.PoP })
+				for wk := range ref {
+					if wk.win >= now-1 && ref.total(wk) > 0 {
+						assert.Equal(t, ref.total(wk), pop[wk], "replica %d PoP total of %+v", i, wk)
+						delete(pop, wk)
+					}
+				}
+				assert.Empty(t, pop, "replica %d: PoP totals beyond the model", i)
 			}
 		})
 	}
@@ -332,23 +346,228 @@ func TestFullOfProtectedKeysFailsOpenUntracked(t *testing.T) {
 	assert.False(t, r.Untracked)
 }
 
-func TestFlushReportsOnlyChangedOwnCounts(t *testing.T) {
+func TestFlushReportsChangedOwnCountsAndPoPTotals(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1)})
-	a, _ := st.Intern(rep("a", 1))
+	member, _ := st.Intern(rep("a", 1))
+	foreign, _ := st.Intern(Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1})
 	st.Admit(0, "k1", at(1), 100, 2, true)
 	st.Admit(0, "k1", at(1), 100, 3, true)
 	st.Admit(1, "a-very-long-key-that-is-not-inline", at(1), 100, 1, true)
-	st.Merge(0, "k2", 1, 1, a, 9)
+	st.Merge(0, "k2", 1, 1, member, 9)
+	st.Merge(0, "k3", 1, 1, foreign, 4)
+	st.Merge(0, "k1", 1, 1, foreign, 7)
+	st.Merge(0, "k1", 1, 1, member, 1)
 	var got []FlushEntry
 	st.Flush(func(e FlushEntry) { got = append(got, e) })
 	sort.Slice(got, func(i, j int) bool { return got[i].Key < got[j].Key })
 	assert.Equal(t, []FlushEntry{
-		{Rule: 1, Key: "a-very-long-key-that-is-not-inline", Window: 1, Count: 1},
-		{Rule: 0, Key: "k1", Window: 1, Count: 5},
-	}, got)
+		{Rule: 1, Key: "a-very-long-key-that-is-not-inline", Window: 1, Count: 1, PoP: 1, Changed: OwnChanged | PoPChanged},
+		{Rule: 0, Key: "k1", Window: 1, Count: 5, PoP: 6, Changed: OwnChanged | PoPChanged},
+		{Rule: 0, Key: "k2", Window: 1, PoP: 9, Changed: PoPChanged},
+	}, got, "k3 holds only a foreign count, outside the PoP total")
 	got = nil
 	st.Flush(func(e FlushEntry) { got = append(got, e) })
 	assert.Empty(t, got, "nothing changed since")
+
+	st.Merge(0, "k1", 1, 1, foreign, 8)
+	st.Merge(0, "k1", 1, 1, member, 1)
+	st.Flush(func(e FlushEntry) { got = append(got, e) })
+	assert.Empty(t, got, "a foreign count and an unchanged member count change no PoP total")
+	st.Merge(0, "k1", 1, 1, member, 4)
+	st.Flush(func(e FlushEntry) { got = append(got, e) })
+	assert.Equal(t, []FlushEntry{{Rule: 0, Key: "k1", Window: 1, Count: 5, PoP: 9, Changed: PoPChanged}}, got)
+}
+
+// TestPoPTotalsCountMembersOnly: the PoP total is the own count plus the
+// counts of other nodes of the own PoP (former incarnations of this node
+// included), never aggregates or other PoPs.
+func TestPoPTotalsCountMembersOnly(t *testing.T) {
+	self := rep("self", 2)
+	tests := []struct {
+		name   string
+		from   Replica
+		member bool
+	}{
+		{"other node", rep("b", 1), true},
+		{"other node, other incarnation", rep("b", 2), true},
+		{"former incarnation of self", rep("self", 1), true},
+		{"own PoP aggregate", PoPReplica("eu", "ams", 1), false},
+		{"other PoP in the region", Replica{Region: "eu", PoP: "fra", Node: "b", Incarnation: 1}, false},
+		{"same PoP name, other region", Replica{Region: "us", PoP: "ams", Node: "b", Incarnation: 1}, false},
+		{"other PoP aggregate", PoPReplica("us", "iad", 1), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := NewStore(StoreConfig{Self: self})
+			st.Admit(0, "k", at(5), 100, 2, true)
+			id, ok := st.Intern(tt.from)
+			require.True(t, ok)
+			assert.Equal(t, tt.member, st.isMember(id))
+			require.Equal(t, Merged, st.Merge(0, "k", 5, 5, id, 10))
+			want := uint64(2)
+			if tt.member {
+				want = 12
+			}
+			var flushed, totals []FlushEntry
+			st.Flush(func(e FlushEntry) { flushed = append(flushed, e) })
+			st.Totals(func(RuleID) int64 { return 5 }, func(e FlushEntry) { totals = append(totals, e) })
+			assert.Equal(t, []FlushEntry{{Rule: 0, Key: "k", Window: 5, Count: 2, PoP: want, Changed: OwnChanged | PoPChanged}}, flushed)
+			assert.Equal(t, []FlushEntry{{Rule: 0, Key: "k", Window: 5, Count: 2, PoP: want, Changed: PoPChanged}}, totals)
+			var own []FlushEntry
+			st.Own(func(RuleID) int64 { return 5 }, func(e FlushEntry) { own = append(own, e) })
+			assert.Equal(t, []FlushEntry{{Rule: 0, Key: "k", Window: 5, Count: 2, PoP: want, Changed: OwnChanged}}, own)
+		})
+	}
+}
+
+// TestPoPMarksFollowTheWindow: the PoP-total marks of the previous, current
+// and next window move with the key's window and are dropped with it.
+func TestPoPMarksFollowTheWindow(t *testing.T) {
+	tests := []struct {
+		advance int64
+		want    []FlushEntry
+	}{
+		{0, []FlushEntry{
+			{Key: "k", Window: 9, PoP: 3, Changed: PoPChanged},
+			{Key: "k", Window: 10, Count: 2, PoP: 2, Changed: OwnChanged | PoPChanged},
+			{Key: "k", Window: 11, PoP: 5, Changed: PoPChanged},
+		}},
+		{1, []FlushEntry{
+			{Key: "k", Window: 10, Count: 2, PoP: 2, Changed: OwnChanged | PoPChanged},
+			{Key: "k", Window: 11, PoP: 5, Changed: PoPChanged},
+		}},
+		{2, []FlushEntry{{Key: "k", Window: 11, PoP: 5, Changed: PoPChanged}}},
+		{3, nil},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.advance), func(t *testing.T) {
+			st := NewStore(StoreConfig{Self: rep("self", 1)})
+			member, _ := st.Intern(rep("b", 1))
+			st.Admit(0, "k", at(10), 100, 2, true)
+			require.Equal(t, Merged, st.Merge(0, "k", 10, 11, member, 5), "a member's clock runs ahead")
+			require.Equal(t, Merged, st.Merge(0, "k", 10, 9, member, 3))
+			st.Admit(0, "k", at(10+tt.advance), 100, 1, false) // rolls, counts nothing
+			var got []FlushEntry
+			st.Flush(func(e FlushEntry) { got = append(got, e) })
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestShiftDirty(t *testing.T) {
+	all := dirtyOwn0 | dirtyOwn1 | dirtyPoP0 | dirtyPoP1 | dirtyPoP2
+	tests := []struct {
+		in   uint8
+		d    int64
+		want uint8
+	}{
+		{all, 1, dirtyOwn0 | dirtyPoP0 | dirtyPoP1},
+		{all, 2, dirtyPoP0},
+		{all, 3, 0},
+		{all, 1 << 40, 0},
+		{dirtyOwn0 | dirtyPoP0, 1, 0},
+		{dirtyOwn1, 1, dirtyOwn0},
+		{dirtyPoP2, 1, dirtyPoP1},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, shiftDirty(tt.in, tt.d), "%05b by %d", tt.in, tt.d)
+	}
+}
+
+// TestTotalsLiveWindowsOnly: Totals reports every PoP total above 0 of the
+// live windows, long keys included, and nothing of passed windows.
+func TestTotalsLiveWindowsOnly(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 4})
+	member, _ := st.Intern(rep("b", 1))
+	foreign, _ := st.Intern(PoPReplica("us", "iad", 3))
+	long := "a-key-longer-than-inline-storage"
+	st.Admit(0, "k", at(10), 100, 2, true)
+	st.Merge(0, "k", 10, 9, member, 4)
+	st.Merge(0, long, 10, 10, member, 6)
+	st.Merge(0, "foreign-only", 10, 10, foreign, 6)
+	st.Admit(1, "old", at(3), 100, 1, true)
+	var got []FlushEntry
+	st.Totals(func(r RuleID) int64 { return 10 }, func(e FlushEntry) { got = append(got, e) })
+	sort.Slice(got, func(i, j int) bool {
+		if got[i].Key != got[j].Key {
+			return got[i].Key < got[j].Key
+		}
+		return got[i].Window < got[j].Window
+	})
+	assert.Equal(t, []FlushEntry{
+		{Key: long, Window: 10, PoP: 6, Changed: PoPChanged},
+		{Key: "k", Window: 9, PoP: 4, Changed: PoPChanged},
+		{Key: "k", Window: 10, Count: 2, PoP: 2, Changed: PoPChanged},
+	}, got)
+}
+
+// TestMembershipFollowsReplicaIDs: an ID's member mark is set by Intern and
+// cleared when the ID is forgotten, so a reused ID is classified afresh.
+func TestMembershipFollowsReplicaIDs(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	var ids []ReplicaID
+	for i := 0; i < 200; i++ { // past one word of the member set
+		r := rep("m"+strconv.Itoa(i), 1)
+		if i%2 == 1 {
+			r.PoP = "fra"
+		}
+		id, ok := st.Intern(r)
+		require.True(t, ok)
+		assert.Equal(t, i%2 == 0, st.isMember(id), i)
+		ids = append(ids, id)
+	}
+	assert.False(t, st.isMember(SelfID))
+	assert.False(t, st.isMember(1000), "never interned")
+	require.Equal(t, 200, st.ForgetReplicas())
+	for _, id := range ids {
+		assert.False(t, st.isMember(id))
+	}
+	a, _ := st.Intern(PoPReplica("eu", "ams", 1))
+	b, _ := st.Intern(rep("b", 1))
+	assert.Contains(t, ids, a, "IDs are reused")
+	assert.False(t, st.isMember(a))
+	assert.True(t, st.isMember(b))
+}
+
+// TestSeedMakesStoresDeterministic: two stores with the same seed fed the
+// same calls past MaxKeys evict the same keys and report the same state in
+// the same order; another seed places and evicts differently; without a seed
+// every store hashes differently.
+func TestSeedMakesStoresDeterministic(t *testing.T) {
+	run := func(seed uint64) (*Store, []FlushEntry) {
+		st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 64, Shards: 4, Seed: seed})
+		st.SetProtect(0, 3)
+		member, _ := st.Intern(rep("b", 1))
+		rng := seeded(t, 11)
+		for i := 0; i < 5000; i++ {
+			k := "10.0." + strconv.Itoa(rng.IntN(40)) + "." + strconv.Itoa(rng.IntN(40))
+			if rng.IntN(4) == 0 {
+				st.Merge(0, k, 1, 1, member, uint64(1+rng.IntN(3)))
+			} else {
+				st.Admit(0, k, at(1), 100, 1, true)
+			}
+		}
+		var out []FlushEntry
+		st.Entries(func(RuleID) int64 { return 1 }, func(id ReplicaID, e FlushEntry) { out = append(out, e) })
+		return st, out
+	}
+	a, aEntries := run(7)
+	b, bEntries := run(7)
+	require.Greater(t, a.Stats().Evicted, uint64(100))
+	assert.Equal(t, a.Stats(), b.Stats())
+	assert.Equal(t, aEntries, bEntries)
+	var aFlush, bFlush []FlushEntry
+	a.Flush(func(e FlushEntry) { aFlush = append(aFlush, e) })
+	b.Flush(func(e FlushEntry) { bFlush = append(bFlush, e) })
+	assert.Equal(t, aFlush, bFlush)
+
+	_, cEntries := run(8)
+	assert.NotEqual(t, aEntries, cEntries, "another seed, another placement")
+
+	x := NewStore(StoreConfig{Self: rep("self", 1)})
+	y := NewStore(StoreConfig{Self: rep("self", 1)})
+	assert.NotEqual(t, x.hash(0, "k"), y.hash(0, "k"), "random seeds")
+	assert.Equal(t, a.hash(0, "k"), b.hash(0, "k"))
 }
 
 func TestDropRuleAndKeysByRule(t *testing.T) {
@@ -377,15 +596,16 @@ func TestInternCap(t *testing.T) {
 
 // TestTableSurvivesChurn inserts, merges into and removes many short and
 // long keys (exercising growth, backward-shift deletion and the side maps that
-// move with slots) and checks every key's counts and the dirty set against a
-// model.
+// move with slots) and checks every key's counts and the change marks (own
+// and PoP total, the remote being a member) against a model.
 func TestTableSurvivesChurn(t *testing.T) {
 	rng := seeded(t, 5)
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxKeys: 1 << 20})
 	remote, _ := st.Intern(rep("remote", 1))
+	require.True(t, st.isMember(remote))
 	type counts struct{ own, remote uint64 }
 	model := map[string]*counts{}
-	dirty := map[string]bool{}
+	dirty := map[string]Changed{}
 	sh := &st.shards[0]
 	name := func(i int) string {
 		if i%3 == 0 {
@@ -411,23 +631,32 @@ func TestTableSurvivesChurn(t *testing.T) {
 					model[k] = &counts{}
 				}
 				model[k].remote = c
+				dirty[k] |= PoPChanged
 			}
 		case r == 9:
-			got := map[string]uint64{}
-			st.Flush(func(e FlushEntry) { got[e.Key] = e.Count })
-			want := map[string]uint64{}
-			for k := range dirty {
-				want[k] = model[k].own
+			got := map[string]FlushEntry{}
+			st.Flush(func(e FlushEntry) {
+				_, dup := got[e.Key]
+				require.False(t, dup, "step %d: %q flushed twice", step, e.Key)
+				got[e.Key] = e
+			})
+			want := map[string]FlushEntry{}
+			for k, ch := range dirty {
+				c := model[k]
+				if c.own == 0 {
+					ch &^= OwnChanged
+				}
+				want[k] = FlushEntry{Key: k, Window: 1, Count: c.own, PoP: c.own + c.remote, Changed: ch}
 			}
 			require.Equal(t, want, got, "step %d", step)
-			dirty = map[string]bool{}
+			dirty = map[string]Changed{}
 		default:
 			st.Admit(0, k, at(1), 1<<40, 1, true)
 			if model[k] == nil {
 				model[k] = &counts{}
 			}
 			model[k].own++
-			dirty[k] = true
+			dirty[k] |= OwnChanged | PoPChanged
 		}
 	}
 	assert.Equal(t, len(model), st.Stats().Keys)

@@ -43,7 +43,7 @@ func twoPoPs(t *testing.T, url string, set func(*NATSConfig)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var ms []*member
-	for _, id := range []PoPID{{"eu", "ams"}, {"us", "iad"}} {
+	for _, id := range []PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		cfg := NATSConfig{Self: id, Name: id.PoP, URL: url}
 		set(&cfg)
 		o := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, Global: NATSConnect(cfg)}
@@ -68,7 +68,7 @@ func TestNATSUserPassword(t *testing.T) {
 			Global: NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: s.ClientURL(), User: "edge", Password: password}),
 		})
 	}
-	good, other, bad := start(PoPID{"eu", "fra"}, "s3cret"), start(PoPID{"us", "sjc"}, "s3cret"), start(PoPID{"ap", "syd"}, "wrong")
+	good, other, bad := start(PoPID{Region: "eu", PoP: "fra"}, "s3cret"), start(PoPID{Region: "us", PoP: "sjc"}, "s3cret"), start(PoPID{Region: "ap", PoP: "syd"}, "wrong")
 	_, err := good.node.Decide(time.Now().UnixNano(), "api", "k2", 1)
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "the authenticated node receives it", func() bool { return total(other.node, "api", "k2") == 1 })

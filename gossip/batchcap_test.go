@@ -19,7 +19,7 @@ func TestFlushWhenBatchFull(t *testing.T) {
 	defer cancel()
 	opts := Options{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Hour, MaxBatchEntries: 100}
 	var ms []*member
-	for _, p := range []PoPID{{"eu", "ams"}, {"us", "iad"}} {
+	for _, p := range []PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		o := opts
 		o.PoP = hub.PoP(p, p.PoP+"-1")
 		o.Global = hub.Global(p, p.PoP+"-1")

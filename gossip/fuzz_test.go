@@ -15,7 +15,7 @@ import (
 // as push/pull state): it must never panic, whatever arrives.
 func FuzzReceive(f *testing.F) {
 	d := crdt.Delta{
-		Sender:  crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 3},
+		Sender:  crdt.PoPReplica("us", "iad", 3),
 		SentAt:  1,
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}, {Rule: "per-ip", Key: "x", Window: 5, Count: 1}},
 	}
@@ -33,11 +33,11 @@ func FuzzReceive(f *testing.F) {
 	var out crdt.Delta
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range []inbound{
-			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindDelta, data: b},
-			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindHeartbeat, data: b},
-			{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindSync, data: b},
-			{t: tGlobal, from: PoPID{"eu", "ams"}, kind: KindState, data: b},
-			{t: tPoP, from: PoPID{"eu", "ams"}, kind: KindDelta, data: b},
+			{t: tGlobal, from: PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: b},
+			{t: tGlobal, from: PoPID{Region: "us", PoP: "iad"}, kind: KindHeartbeat, data: b},
+			{t: tGlobal, from: PoPID{Region: "us", PoP: "iad"}, kind: KindSync, data: b},
+			{t: tGlobal, from: PoPID{Region: "eu", PoP: "ams"}, kind: KindState, data: b},
+			{t: tPoP, from: PoPID{Region: "eu", PoP: "ams"}, kind: KindDelta, data: b},
 		} {
 			r.apply(dec, &out, in)
 		}

@@ -112,7 +112,7 @@ func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts Options) *
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	s := n.Self()
-	return &member{node: n, rep: r, id: PoPID{s.Region, s.PoP}, name: s.Node}
+	return &member{node: n, rep: r, id: PoPID{Region: s.Region, PoP: s.PoP}, name: s.Node}
 }
 
 func getenv(k string) string { return os.Getenv(k) }

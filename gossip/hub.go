@@ -340,3 +340,6 @@ var (
 	_ Transport = (*hubEndpoint)(nil)
 	_ Relayer   = (*hubEndpoint)(nil)
 )
+
+// LocalName returns the name the endpoint's node goes by in Members.
+func (e *hubEndpoint) LocalName() string { return e.name }

@@ -369,3 +369,7 @@ func MemberlistConnect(cfg MemberlistConfig) Connect {
 		return t, nil
 	}
 }
+
+// LocalName returns the name this node goes by in the other members'
+// Members.
+func (t *Memberlist) LocalName() string { return t.self }

@@ -88,11 +88,11 @@ func TestMemberlistPoP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	key := writeKey(t)
-	ams := PoPID{"eu", "ams"}
+	ams := PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", key, s.ClientURL())
 	b := popNode(t, ctx, ams, "ams-2", key, s.ClientURL(), mlAddr(a))
 	c := popNode(t, ctx, ams, "ams-3", key, s.ClientURL(), mlAddr(a))
-	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{"us", "iad"}, "iad-1"))
+	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{Region: "us", PoP: "iad"}, "iad-1"))
 	pop3 := []*member{a, b, c}
 	waitFor(t, 10*time.Second, "three members", func() bool {
 		for _, m := range pop3 {
@@ -134,7 +134,7 @@ func TestMemberlistPoP(t *testing.T) {
 func TestMemberlistWrongKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{"eu", "ams"}
+	ams := PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", writeKey(t), "")
 	b := popNode(t, ctx, ams, "ams-2", []byte("fedcba9876543210"), "", mlAddr(a))
 	assert.Empty(t, a.rep.Members())
@@ -149,11 +149,11 @@ func TestRestartMidWindow(t *testing.T) {
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{"eu", "ams"}
+	ams := PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", nil, s.ClientURL())
 	b := popNode(t, ctx, ams, "ams-2", nil, s.ClientURL(), mlAddr(a))
 	c := popNode(t, ctx, ams, "ams-3", nil, s.ClientURL(), mlAddr(a))
-	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{"us", "iad"}, "iad-1"))
+	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{Region: "us", PoP: "iad"}, "iad-1"))
 	waitFor(t, 10*time.Second, "three members", func() bool { return len(c.rep.Members()) == 2 && len(a.rep.Members()) == 2 })
 	decide := func(m *member, rule string, n int) {
 		for range n {
@@ -200,7 +200,7 @@ func TestRestartMidWindow(t *testing.T) {
 func TestMemberlistBigFlush(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{"eu", "ams"}
+	ams := PoPID{Region: "eu", PoP: "ams"}
 	start := func(name string, join ...string) *member {
 		n := newNode(t, ams.Region, ams.PoP, name, testRules())
 		return startMember(t, ctx, n, Options{
@@ -216,6 +216,7 @@ func TestMemberlistBigFlush(t *testing.T) {
 		_, err := a.node.Decide(time.Now().UnixNano(), "per-ip", k, 1)
 		require.NoError(t, err)
 	}
+	before := a.rep.Stats()[0].MessagesSent // the epoch announced to the joiner
 	a.rep.Flush()
 	waitFor(t, 20*time.Second, "every key at the other node", func() bool {
 		return b.node.Stats().KeysByRule["per-ip"] == len(keys)
@@ -224,7 +225,7 @@ func TestMemberlistBigFlush(t *testing.T) {
 		assert.Equal(t, uint64(1), total(b.node, "per-ip", k))
 	}
 	st := a.rep.Stats()[0]
-	assert.LessOrEqual(t, st.MessagesSent, uint64(3), "sent as a few large messages, not as datagrams")
+	assert.LessOrEqual(t, st.MessagesSent-before, uint64(3), "sent as a few large messages, not as datagrams")
 }
 
 // TestMemberlistRejoin: a node whose join target is not up yet finds it
@@ -232,7 +233,7 @@ func TestMemberlistBigFlush(t *testing.T) {
 func TestMemberlistRejoin(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{"eu", "ams"}
+	ams := PoPID{Region: "eu", PoP: "ams"}
 	later := hostPort(freePort(t))
 	start := func(name, bind string, join ...string) *member {
 		n := newNode(t, ams.Region, ams.PoP, name, testRules())

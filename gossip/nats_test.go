@@ -62,7 +62,7 @@ func TestNATSForgedDelta(t *testing.T) {
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := PoPID{"eu", "ams"}
+	a := PoPID{Region: "eu", PoP: "ams"}
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
@@ -74,9 +74,9 @@ func TestNATSForgedDelta(t *testing.T) {
 	}
 	msgs, err := crdt.Encode(&forged, 0)
 	require.NoError(t, err)
-	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{"us", "iad"}), msgs[0]))
+	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), msgs[0]))
 	// Garbage on a delta subject and on a subject of no PoP.
-	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{"us", "iad"}), []byte{0x94, 0xff, 0x00}))
+	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), []byte{0x94, 0xff, 0x00}))
 	require.NoError(t, nc.Publish("geolimit.delta.x", msgs[0]))
 	require.NoError(t, nc.Flush())
 	waitFor(t, 10*time.Second, "forged delta counted", func() bool {
@@ -85,7 +85,7 @@ func TestNATSForgedDelta(t *testing.T) {
 	})
 	assert.Zero(t, total(ma.node, "api", "k"))
 	// A pop-scope entry that does come from its own subject is refused too.
-	fra := PoPID{"eu", "fra"}
+	fra := PoPID{Region: "eu", PoP: "fra"}
 	forged.Entries[0].Rule = "per-ip"
 	msgs, err = crdt.Encode(&forged, 0)
 	require.NoError(t, err)
@@ -104,7 +104,7 @@ func TestNATSServerRestart(t *testing.T) {
 	port := clientPort(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
 	opts := func(id PoPID, name string) Options {
 		o := natsOpts(s.ClientURL(), id, name)
 		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: s.ClientURL(), ReconnectBufSize: -1, ReconnectWait: 20 * time.Millisecond, PingInterval: time.Second})
@@ -142,7 +142,7 @@ func TestNATSServerRestart(t *testing.T) {
 }
 
 func TestParseSubject(t *testing.T) {
-	iad := PoPID{"us", "iad"}
+	iad := PoPID{Region: "us", PoP: "iad"}
 	for _, tc := range []struct {
 		name, prefix, subject string
 		kind                  Kind
@@ -205,7 +205,7 @@ func natsPair(t *testing.T) (*server.Server, context.Context, *member, *member) 
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	a, b := PoPID{"eu", "ams"}, PoPID{"us", "iad"}
+	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
 	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
 	return s, ctx, ma, mb

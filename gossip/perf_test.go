@@ -42,7 +42,8 @@ func wireBytesPerUpdate(t testing.TB, keys []string, flushes int) (perUpdate flo
 		MaxKeys: 2 * len(keys),
 	})
 	require.NoError(t, err)
-	subject := DeltaSubject("", PoPID{"eu", "ams"})
+	n.SetEpoch(1) // what other PoPs get: the PoP's totals
+	subject := DeltaSubject("", PoPID{Region: "eu", PoP: "ams"})
 	now := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC).UnixNano()
 	var bytes, updates int
 	for range flushes {
@@ -52,8 +53,9 @@ func wireBytesPerUpdate(t testing.TB, keys []string, flushes int) (perUpdate flo
 			}
 		}
 		updates += len(keys)
-		for _, o := range n.Flush(now) {
-			out, err := crdt.Encode(&o.Delta, 64<<10)
+		b := n.Flush(now, nil)
+		for _, d := range []*crdt.Delta{&b.PoP} {
+			out, err := crdt.Encode(d, 64<<10)
 			require.NoError(t, err)
 			for _, m := range out {
 				bytes += len(m) + natsFraming(subject, len(m))
@@ -175,7 +177,7 @@ func BenchmarkDecideReplicating(b *testing.B) {
 			s := gossiptest.StartNATS(b, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			o := natsOpts(s.ClientURL(), PoPID{"eu", "ams"}, "ams-1")
+			o := natsOpts(s.ClientURL(), PoPID{Region: "eu", PoP: "ams"}, "ams-1")
 			o.FlushInterval = 50 * time.Millisecond
 			o.Clock = clk
 			a := startMember(b, ctx, newNode(b, "eu", "ams", "ams-1", rules), o)
@@ -197,7 +199,7 @@ func BenchmarkReceive(b *testing.B) {
 	defer r.Close()
 	keys := ipKeys(1000)
 	win := time.Now().UnixNano() / int64(time.Hour)
-	d := crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 1}, SentAt: time.Now().UnixNano()}
+	d := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 1), SentAt: time.Now().UnixNano()}
 	var msgs [][]byte
 	for c := uint64(1); c <= 16; c++ {
 		d.Entries = d.Entries[:0]
@@ -213,7 +215,7 @@ func BenchmarkReceive(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		r.apply(dec, &out, inbound{t: tGlobal, from: PoPID{"us", "iad"}, kind: KindDelta, data: msgs[i%len(msgs)]})
+		r.apply(dec, &out, inbound{t: tGlobal, from: PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: msgs[i%len(msgs)]})
 	}
 	b.ReportMetric(float64(b.N*len(keys))/b.Elapsed().Seconds(), "entries/s")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // Options configure a Replicator.
@@ -30,9 +31,12 @@ type Options struct {
 	// PeerTimeout is how long a remote PoP may stay silent before it counts
 	// as partitioned; 0 means 2s.
 	PeerTimeout time.Duration
-	// HeartbeatInterval is how often a heartbeat is published to other PoPs;
-	// 0 means PeerTimeout/4.
+	// HeartbeatInterval is how often the PoP heartbeats to other PoPs (its
+	// members take turns); 0 means PeerTimeout/4.
 	HeartbeatInterval time.Duration
+	// EpochWait is how long a node with a PoP transport waits to learn its
+	// PoP's epoch from a member before it starts one; 0 means PeerTimeout.
+	EpochWait time.Duration
 	// PoP connects the transport to the own PoP's other nodes (memberlist);
 	// nil for a PoP of one node.
 	PoP Connect
@@ -65,11 +69,12 @@ type Options struct {
 
 // DefaultOptions returns the default intervals; set Node and transports.
 func DefaultOptions() Options {
+	d := repl.DefaultConfig()
 	return Options{
-		FlushInterval:       50 * time.Millisecond,
-		AntiEntropyInterval: 5 * time.Second,
-		PeerTimeout:         2 * time.Second,
-		MaxBatchEntries:     32768,
+		FlushInterval:       d.FlushInterval,
+		AntiEntropyInterval: d.AntiEntropyInterval,
+		PeerTimeout:         d.PeerTimeout,
+		MaxBatchEntries:     d.MaxBatchEntries,
 		QueueSize:           4096,
 	}
 }
@@ -85,32 +90,11 @@ func (o *Options) setDefaults() error {
 	if o.FlushInterval == 0 {
 		o.FlushInterval = d.FlushInterval
 	}
-	if o.AntiEntropyInterval == 0 {
-		o.AntiEntropyInterval = d.AntiEntropyInterval
-	}
-	if o.PeerTimeout == 0 {
-		o.PeerTimeout = d.PeerTimeout
-	}
-	if o.HeartbeatInterval == 0 {
-		o.HeartbeatInterval = o.PeerTimeout / 4
-	}
 	if o.QueueSize == 0 {
 		o.QueueSize = d.QueueSize
 	}
-	if o.MaxBatchEntries == 0 {
-		o.MaxBatchEntries = d.MaxBatchEntries
-	}
-	switch {
-	case o.FlushInterval < time.Millisecond:
-		return fmt.Errorf("gossip: options: flush interval %s below 1ms", o.FlushInterval)
-	case o.AntiEntropyInterval < o.FlushInterval:
-		return fmt.Errorf("gossip: options: anti-entropy interval %s below flush interval %s", o.AntiEntropyInterval, o.FlushInterval)
-	case o.HeartbeatInterval <= 0 || o.HeartbeatInterval >= o.PeerTimeout:
-		return fmt.Errorf("gossip: options: heartbeat interval %s must be positive and below peer timeout %s", o.HeartbeatInterval, o.PeerTimeout)
-	case o.QueueSize < 1:
+	if o.QueueSize < 1 {
 		return fmt.Errorf("gossip: options: queue size %d below 1", o.QueueSize)
-	case o.MaxBatchEntries < 1:
-		return fmt.Errorf("gossip: options: max batch entries %d below 1", o.MaxBatchEntries)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -118,12 +102,27 @@ func (o *Options) setDefaults() error {
 	return nil
 }
 
-// Replicator runs a Node's replication: every FlushInterval it sends the
-// node's changed counts (pop-scope ones to the own PoP, global ones to the
-// own PoP and every other PoP), applies what arrives, re-sends all own live
-// counts every AntiEntropyInterval and whenever a peer joins, a connection
-// comes back or a silent PoP is heard again, and tracks which remote PoPs are
-// heard. It owns its goroutines; Close stops them. Safe for concurrent use.
+// coreConfig is the protocol configuration the options describe.
+func (o *Options) coreConfig() repl.Config {
+	return repl.Config{
+		Node:                o.Node,
+		FlushInterval:       o.FlushInterval,
+		AntiEntropyInterval: o.AntiEntropyInterval,
+		PeerTimeout:         o.PeerTimeout,
+		HeartbeatInterval:   o.HeartbeatInterval,
+		MaxBatchEntries:     o.MaxBatchEntries,
+		EpochWait:           o.EpochWait,
+		ExpectedPoPs:        o.ExpectedPoPs,
+		PoPLink:             o.PoP != nil,
+		GlobalLink:          o.Global != nil,
+		Relay:               true,
+	}
+}
+
+// Replicator runs a Node's replication: the protocol of package repl (one
+// voice per PoP, heartbeats, sync, relay) around real transports. It owns
+// its goroutines: one ticks the protocol, one decodes and applies what
+// arrives. Close stops them. Safe for concurrent use.
 type Replicator struct {
 	opts Options
 	node *pop.Node
@@ -131,32 +130,27 @@ type Replicator struct {
 	clk  clock.Clock
 	log  *slog.Logger
 
+	mu   sync.Mutex // guards core
+	core *repl.Core
+	// sendMu keeps the messages of one Ready in order on the wire.
+	sendMu sync.Mutex
+
 	popT, globT Transport
 	tstats      [2]transportCounters // 0: pop, 1: global
 
-	queue  chan inbound
-	resync chan struct{} // wakes the loop for the work in resyncWant
-	// resyncWant is a set of want* bits: where to resend own live counts,
-	// and whether to ask the other PoPs for theirs first.
-	resyncWant atomic.Uint32
-	relay      chan struct{} // relay state to the PoPs in relayPending
-	stop       chan struct{}
-	stopOnce   sync.Once
-	wg         sync.WaitGroup
-	once       sync.Once
+	queue chan inbound
+	kick  chan struct{} // wakes the loop: a batch may be full, or events wait
+	// events are the transports' notices (want* bits) for the loop: the
+	// transports call their handlers with their own locks held, so the
+	// handler only records them.
+	events   atomic.Uint32
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	once     sync.Once
 
-	lastPartitioned []PoPID // the loop's last report to OnPartitionChange
-	reported        bool    // whether there was a first report
-
-	mu    sync.Mutex // guards peers and lastBeat
-	peers map[PoPID]*peerState
-	// lastBeat is the SentAt of the last heartbeat of each remote replica:
-	// a gap of more than two heartbeat intervals means messages were lost.
-	lastBeat map[crdt.Replica]int64
-	// relayPending are the PoPs to relay their own replicas' counts to.
-	relayPending map[PoPID]bool
-	resyncs      atomic.Uint64
-	flushes      atomic.Uint64
+	partVersion uint64 // the loop's last report to OnPartitionChange
+	resyncs     atomic.Uint64
 }
 
 type inbound struct {
@@ -166,15 +160,26 @@ type inbound struct {
 	data []byte
 }
 
-type peerState struct {
-	lastHeard int64 // unix nanos; 0 = never
-	down      bool  // reported as partitioned by the loop
-}
-
 const (
 	tPoP    = 0
 	tGlobal = 1
 )
+
+// Bits of Replicator.events.
+const (
+	evMemberJoined = 1 << iota // a member joined the PoP
+	evReconnected              // the link to the other PoPs came back
+)
+
+// notify records transport events for the loop and wakes it. It does not
+// block.
+func (r *Replicator) notify(bits uint32) {
+	r.events.Or(bits)
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
 
 // Start connects the transports and starts replicating. The Replicator stops
 // when ctx is done or Close is called; Close also waits for it.
@@ -182,40 +187,47 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	self := opts.Node.Self()
+	core, err := repl.New(opts.coreConfig())
+	if err != nil {
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
 	r := &Replicator{
-		opts:         opts,
-		node:         opts.Node,
-		self:         self,
-		clk:          opts.Clock,
-		log:          opts.Logger,
-		queue:        make(chan inbound, opts.QueueSize),
-		resync:       make(chan struct{}, 1),
-		stop:         make(chan struct{}),
-		peers:        map[PoPID]*peerState{},
-		lastBeat:     map[crdt.Replica]int64{},
-		relay:        make(chan struct{}, 1),
-		relayPending: map[PoPID]bool{},
+		opts:  opts,
+		node:  opts.Node,
+		self:  opts.Node.Self(),
+		clk:   opts.Clock,
+		log:   opts.Logger,
+		core:  core,
+		queue: make(chan inbound, opts.QueueSize),
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
 	}
-	for _, p := range opts.ExpectedPoPs {
-		if p != r.selfPoP() {
-			r.peers[p] = &peerState{}
-		}
-	}
-	var err error
 	if opts.PoP != nil {
-		if r.popT, err = opts.PoP(&handler{r: r, t: tPoP}); err != nil {
+		t, err := opts.PoP(&handler{r: r, t: tPoP})
+		if err != nil {
 			r.shutdown()
 			return nil, fmt.Errorf("gossip: pop transport: %w", err)
 		}
-		r.tstats[tPoP].name = r.popT.Name()
+		r.sendMu.Lock()
+		r.popT = t
+		r.tstats[tPoP].name = t.Name()
+		r.sendMu.Unlock()
+		if ln, ok := t.(interface{ LocalName() string }); ok {
+			r.mu.Lock()
+			r.core.SetMemberName(ln.LocalName())
+			r.mu.Unlock()
+		}
 	}
 	if opts.Global != nil {
-		if r.globT, err = opts.Global(&handler{r: r, t: tGlobal}); err != nil {
+		t, err := opts.Global(&handler{r: r, t: tGlobal})
+		if err != nil {
 			r.shutdown()
 			return nil, fmt.Errorf("gossip: global transport: %w", err)
 		}
-		r.tstats[tGlobal].name = r.globT.Name()
+		r.sendMu.Lock()
+		r.globT = t
+		r.tstats[tGlobal].name = t.Name()
+		r.sendMu.Unlock()
 	}
 	// Messages that arrived meanwhile wait in the queue.
 	r.wg.Add(2)
@@ -223,8 +235,6 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 	go r.loop(ctx)
 	return r, nil
 }
-
-func (r *Replicator) selfPoP() PoPID { return PoPID{Region: r.self.Region, PoP: r.self.PoP} }
 
 // Close sends a last flush, stops the goroutines and closes the transports.
 // It is idempotent. Call it even after the context is done: that stops the
@@ -260,142 +270,145 @@ func (r *Replicator) closeTransports() error {
 	return errors.Join(errs...)
 }
 
+// with runs fn on the core under the lock and sends what it made ready.
+func (r *Replicator) with(fn func(c *repl.Core, now int64)) {
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
+	r.mu.Lock()
+	fn(r.core, r.clk.Now())
+	out := r.core.Ready()
+	r.mu.Unlock()
+	for i := range out {
+		r.send(&out[i])
+	}
+}
+
 func (r *Replicator) loop(ctx context.Context) {
 	defer r.wg.Done()
-	flush := time.NewTicker(r.opts.FlushInterval)
-	defer flush.Stop()
-	// Between flushes, look whether a batch reached its size cap.
-	full := time.NewTicker(min(max(r.opts.FlushInterval/5, time.Millisecond), 10*time.Millisecond))
-	defer full.Stop()
-	ae := time.NewTicker(r.opts.AntiEntropyInterval)
-	defer ae.Stop()
-	var hbC <-chan time.Time
-	if r.globT != nil {
-		hb := time.NewTicker(r.opts.HeartbeatInterval)
-		defer hb.Stop()
-		hbC = hb.C
-		r.heartbeat()
-	}
+	// The core keeps its own deadlines; a tick finds the due ones. Between
+	// flushes a tick also looks whether a batch reached its size cap.
+	every := min(max(r.opts.FlushInterval/5, time.Millisecond), 10*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	// Joins are notified (Resync); departures are seen by polling.
+	members := time.NewTicker(min(r.opts.FlushInterval, 100*time.Millisecond))
+	defer members.Stop()
+	r.syncMembers()
+	r.step()
 	for {
 		select {
 		case <-ctx.Done():
-			r.flush()
+			r.with(func(c *repl.Core, now int64) { c.Flush(now) })
 			r.halt()
 			return
 		case <-r.stop:
-			r.flush()
+			r.with(func(c *repl.Core, now int64) { c.Flush(now) })
 			return
-		case <-flush.C:
-			r.flush()
-		case <-full.C:
-			if r.node.Pending() >= r.opts.MaxBatchEntries {
-				r.flush()
-				flush.Reset(r.opts.FlushInterval)
+		case <-tick.C:
+			r.step()
+		case <-r.kick:
+			ev := r.events.Swap(0)
+			if ev&evMemberJoined != 0 {
+				r.resyncs.Add(1)
+				r.syncMembers()
+				r.with(func(c *repl.Core, now int64) { c.Resync(now) })
 			}
-		case <-ae.C:
-			r.antiEntropy()
-		case <-r.resync:
-			want := r.resyncWant.Swap(0)
-			if want == 0 {
-				continue
+			if ev&evReconnected != 0 {
+				r.resyncs.Add(1)
+				r.with(func(c *repl.Core, now int64) { c.Reconnected(now) })
 			}
-			r.resyncs.Add(1)
-			if want&wantSync != 0 {
-				r.publishEmpty(KindSync)
-			}
-			r.sendAntiEntropy(want&wantPoP != 0, want&(wantGlobal|wantSync) != 0)
-		case <-r.relay:
-			r.relayState()
-		case <-hbC:
-			r.heartbeat()
-			r.checkPeers()
-			r.reportPartitions()
+			r.step()
+		case <-members.C:
+			r.syncMembers()
 		}
 	}
+}
+
+// step ticks the core and reports a changed partition set.
+func (r *Replicator) step() {
+	var part []PoPID
+	var ver uint64
+	r.with(func(c *repl.Core, now int64) {
+		c.Tick(now)
+		part, ver = c.Partitioned()
+	})
+	if ver != r.partVersion && ver != 0 {
+		r.partVersion = ver
+		if len(part) > 0 {
+			r.log.Warn("gossip: remote pops unheard", "pops", fmt.Sprint(part), "timeout", r.opts.PeerTimeout)
+		}
+		if r.opts.OnPartitionChange != nil {
+			if len(part) == 0 {
+				part = nil
+			}
+			r.opts.OnPartitionChange(part)
+		}
+	}
+}
+
+// syncMembers hands the PoP transport's membership view to the core.
+func (r *Replicator) syncMembers() {
+	if r.popT == nil {
+		return
+	}
+	ms := r.popT.Members()
+	r.with(func(c *repl.Core, now int64) { c.SetMembers(now, ms) })
 }
 
 // Flush sends the node's changed counts now, without waiting for the timer.
-func (r *Replicator) Flush() { r.flush() }
+func (r *Replicator) Flush() { r.with(func(c *repl.Core, now int64) { c.Flush(now) }) }
 
-func (r *Replicator) flush() {
-	r.flushes.Add(1)
-	r.send(r.node.Flush(r.clk.Now()), false)
+// Resync asks for all own live counts to be re-sent now, to the own PoP and
+// to the others.
+func (r *Replicator) Resync() {
+	r.resyncs.Add(1)
+	r.with(func(c *repl.Core, now int64) { c.Resync(now) })
 }
 
-func (r *Replicator) antiEntropy() { r.sendAntiEntropy(true, true) }
-
-// sendAntiEntropy sends all own live counts to the own PoP and/or the other
-// PoPs.
-func (r *Replicator) sendAntiEntropy(toPoP, toGlobal bool) {
-	out := r.node.AntiEntropy(r.clk.Now())
-	for i := range out {
-		o := &out[i]
-		if toPoP && r.popT != nil {
-			r.publish(tPoP, r.popT, KindDelta, &o.Delta, true)
-		}
-		if toGlobal && r.globT != nil && o.Scope == pop.ScopeGlobal {
-			r.publish(tGlobal, r.globT, KindDelta, &o.Delta, true)
-		}
+// send encodes one message of the core and hands it to its transport.
+func (r *Replicator) send(m *repl.Message) {
+	ti, t := tGlobal, r.globT
+	if m.Link == repl.LinkPoP {
+		ti, t = tPoP, r.popT
 	}
-}
-
-// Bits of resyncWant.
-const (
-	wantPoP    = 1 << iota // resend own counts to the own PoP
-	wantGlobal             // resend own counts to the other PoPs
-	wantSync               // ask the other PoPs for theirs, then resend own
-)
-
-// want schedules resync work for the loop. It does not block.
-func (r *Replicator) want(bits uint32) {
-	r.resyncWant.Or(bits)
-	select {
-	case r.resync <- struct{}{}:
-	default:
+	if t == nil {
+		return
 	}
-}
-
-// Resync asks for all own live counts to be re-sent soon, to the own PoP and
-// to the others. It does not block.
-func (r *Replicator) Resync() { r.want(wantPoP | wantGlobal) }
-
-func (r *Replicator) send(out []pop.Outbound, reliable bool) {
-	for i := range out {
-		o := &out[i]
-		if r.popT != nil && (o.Scope == pop.ScopePoP || o.Scope == pop.ScopeGlobal) {
-			r.publish(tPoP, r.popT, KindDelta, &o.Delta, reliable)
-		}
-		if r.globT != nil && o.Scope == pop.ScopeGlobal {
-			r.publish(tGlobal, r.globT, KindDelta, &o.Delta, reliable)
-		}
-	}
-}
-
-func (r *Replicator) publish(ti int, t Transport, kind Kind, d *crdt.Delta, reliable bool) {
 	c := &r.tstats[ti]
-	if !reliable && bulky(d, t.MaxPayload(false)) {
+	reliable := m.Reliable
+	if !reliable && bulky(m.Delta, t.MaxPayload(false)) {
 		// Many datagrams in a burst are likely to be dropped: send a big
 		// batch over the stream transport, where there is one.
 		reliable = true
 	}
-	msgs, err := crdt.Encode(d, t.MaxPayload(reliable))
+	msgs, err := crdt.Encode(m.Delta, t.MaxPayload(reliable))
 	if err != nil {
 		c.sendErrors.Add(1)
 		r.log.Error("gossip: encode delta", "transport", t.Name(), "err", err)
 		return
 	}
-	for _, m := range msgs {
-		if err := t.Publish(kind, m, reliable); err != nil {
+	var rl Relayer
+	if m.Kind == KindState {
+		var ok bool
+		if rl, ok = t.(Relayer); !ok {
+			return
+		}
+	}
+	for _, b := range msgs {
+		if rl != nil {
+			err = rl.Relay(m.To, b)
+		} else {
+			err = t.Publish(m.Kind, b, reliable)
+		}
+		if err != nil {
 			c.sendErrors.Add(1)
-			r.log.Debug("gossip: publish", "transport", t.Name(), "err", err)
+			r.log.Debug("gossip: publish", "transport", t.Name(), "kind", m.Kind.String(), "err", err)
 			continue
 		}
 		c.msgsSent.Add(1)
-		c.bytesSent.Add(uint64(len(m)))
+		c.bytesSent.Add(uint64(len(b)))
 	}
-	if kind == KindDelta {
-		c.entriesSent.Add(uint64(len(d.Entries)))
-	}
+	c.entriesSent.Add(uint64(len(m.Delta.Entries)))
 }
 
 // bulkyPackets is how many best-effort messages one batch may take before it
@@ -412,51 +425,6 @@ func bulky(d *crdt.Delta, maxPayload int) bool {
 		}
 	}
 	return false
-}
-
-func (r *Replicator) heartbeat() { r.publishEmpty(KindHeartbeat) }
-
-// publishEmpty publishes a delta without entries (a heartbeat or a sync
-// request) to the other PoPs.
-func (r *Replicator) publishEmpty(kind Kind) {
-	if r.globT == nil {
-		return
-	}
-	d := crdt.Delta{Sender: r.self, SentAt: r.clk.Now()}
-	r.publish(tGlobal, r.globT, kind, &d, false)
-}
-
-// checkPeers logs the PoPs that went silent.
-func (r *Replicator) checkPeers() {
-	now := r.clk.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for id, p := range r.peers {
-		if !p.down && now-p.lastHeard > int64(r.opts.PeerTimeout) {
-			p.down = true
-			r.log.Warn("gossip: remote pop unheard", "pop", id.String(), "timeout", r.opts.PeerTimeout)
-		}
-	}
-}
-
-// reportPartitions calls OnPartitionChange when the partitioned set changed.
-func (r *Replicator) reportPartitions() {
-	p := r.Partitioned()
-	if r.reported && slices.Equal(p, r.lastPartitioned) {
-		return
-	}
-	r.lastPartitioned, r.reported = p, true
-	// The node core's share policy limits this side while PoPs are unheard.
-	// A PoP leaves the set only once something from it has arrived, and the
-	// node holds its shares a little longer while the rest of its counts come.
-	unheard := make([]string, len(p))
-	for i, id := range p {
-		unheard[i] = id.String()
-	}
-	r.opts.Node.SetUnheard(r.opts.Clock.Now(), unheard)
-	if r.opts.OnPartitionChange != nil {
-		r.opts.OnPartitionChange(slices.Clone(p))
-	}
 }
 
 // handler is the Handler a Replicator gives one of its transports.
@@ -477,14 +445,15 @@ func (h *handler) Receive(from PoPID, kind Kind, b []byte) {
 	}
 }
 
-// Resync resends the own counts; after a (re)connect to the other PoPs it
-// first asks them to resend theirs.
+// Resync: a member joined the PoP (it gets this node's counts, and keys'
+// owners are looked up again), or the link to the other PoPs came back (they
+// are asked for their totals and get this PoP's).
 func (h *handler) Resync() {
 	if h.t == tGlobal {
-		h.r.requestSync()
+		h.r.notify(evReconnected)
 		return
 	}
-	h.r.want(wantPoP) // a member joined: it alone needs the counts
+	h.r.notify(evMemberJoined)
 }
 
 func (h *handler) LocalState() []byte { return h.r.localState() }
@@ -505,8 +474,8 @@ func (r *Replicator) work() {
 	}
 }
 
-// apply decodes and applies one received message. Garbage is counted, never
-// fatal.
+// apply decodes one received message and steps the core with it. Garbage is
+// counted, never fatal.
 func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 	c := &r.tstats[in.t]
 	if err := dec.Decode(in.data, d); err != nil {
@@ -514,173 +483,35 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 		r.log.Debug("gossip: decode", "transport", c.name, "from", in.from.String(), "err", err)
 		return
 	}
-	if d.Sender.Region != in.from.Region || d.Sender.PoP != in.from.PoP {
-		// Not the PoP whose subject (or gossip pool) it came through: forged
-		// or misrouted. Its entries are dropped.
+	link := repl.LinkGlobal
+	if in.t == tPoP {
+		link = repl.LinkPoP
+	}
+	var res repl.StepResult
+	r.with(func(core *repl.Core, now int64) {
+		if d.SentAt > 0 {
+			lag := time.Duration(now - d.SentAt)
+			c.observeLag(lag)
+			if r.opts.ObserveLag != nil {
+				r.opts.ObserveLag(c.name, lag)
+			}
+		}
+		res = core.Step(now, repl.Message{Link: link, Kind: in.kind, From: in.from, Delta: d})
+	})
+	if res.Forged {
+		// Not of the PoP whose subject (or gossip pool) it came through:
+		// forged or misrouted. Its entries are dropped.
 		c.forged.Add(1)
 		c.rejected.Add(uint64(len(d.Entries)))
 		r.log.Debug("gossip: sender not of its pop", "transport", c.name, "from", in.from.String(), "sender", d.Sender.String())
 		return
 	}
-	now := r.clk.Now()
-	if d.SentAt > 0 {
-		lag := time.Duration(now - d.SentAt)
-		c.observeLag(lag)
-		if r.opts.ObserveLag != nil {
-			r.opts.ObserveLag(c.name, lag)
-		}
-	}
-	if in.t == tGlobal && in.kind != KindState {
-		r.heard(in.from, now)
-		if in.kind == KindHeartbeat && r.missedBeats(d.Sender, d.SentAt, now) {
-			// A short cut (under PeerTimeout) lost messages: repair now
-			// rather than at the next anti-entropy round.
-			r.requestSync()
-		}
-	}
-	if in.kind == KindSync {
-		r.want(wantGlobal)
-		r.queueRelay(in.from)
-		return
-	}
-	if in.kind == KindHeartbeat || len(d.Entries) == 0 {
-		return
-	}
-	via := pop.ScopePoP
-	if in.t == tGlobal {
-		via = pop.ScopeGlobal // KindState too: only global rules leave a PoP
-	}
-	st := r.node.Apply(now, d, via)
 	c.entriesRecv.Add(uint64(len(d.Entries)))
-	c.rejected.Add(uint64(st.Rejected()))
-}
-
-// heard records a message from remote PoP p at now. A PoP heard for the
-// first time or again after a silence gets all own live counts at once, and
-// is asked for its own.
-func (r *Replicator) heard(p PoPID, now int64) {
-	r.mu.Lock()
-	ps := r.peers[p]
-	resync := false
-	if ps == nil {
-		ps = &peerState{}
-		r.peers[p] = ps
-		resync = true
-		r.log.Info("gossip: remote pop heard", "pop", p.String())
-	} else if ps.lastHeard == 0 || now-ps.lastHeard > int64(r.opts.PeerTimeout) || ps.down {
-		resync = true
-		if ps.down {
-			r.log.Info("gossip: remote pop heard again", "pop", p.String())
-		}
-	}
-	ps.down = false
-	if now > ps.lastHeard {
-		ps.lastHeard = now
-	}
-	r.mu.Unlock()
-	if resync {
-		// Ask for theirs too: links come back one direction at a time, and
-		// what the other side sent when it heard us first may have been lost.
-		r.requestSync()
-		r.queueRelay(p)
+	c.rejected.Add(uint64(res.Applied.Rejected()))
+	if r.opts.MaxBatchEntries > 0 && r.node.Pending() >= r.opts.MaxBatchEntries {
+		r.notify(0)
 	}
 }
-
-// maxBeatReplicas bounds lastBeat; beyond it, replicas silent for long are
-// forgotten.
-const maxBeatReplicas = 4096
-
-// missedBeats records a heartbeat of sender sent at sentAt (the sender's
-// clock) and reports whether heartbeats in between went missing.
-func (r *Replicator) missedBeats(sender crdt.Replica, sentAt, now int64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	prev, ok := r.lastBeat[sender]
-	if ok && sentAt <= prev {
-		return false // duplicate or reordered
-	}
-	if !ok && len(r.lastBeat) >= maxBeatReplicas {
-		for rep, t := range r.lastBeat {
-			if now-t > int64(10*r.opts.PeerTimeout) {
-				delete(r.lastBeat, rep)
-			}
-		}
-		if len(r.lastBeat) >= maxBeatReplicas {
-			return false
-		}
-	}
-	r.lastBeat[sender] = sentAt
-	return ok && sentAt-prev > int64(2*r.opts.HeartbeatInterval)
-}
-
-// queueRelay schedules relaying what this node holds of PoP p's replicas to
-// p: on p's sync request and when p is heard first or again (a restarted
-// node may be there, and its sync request may have gone out before its
-// links were up). Requests that arrive before the loop gets to them are
-// relayed once.
-func (r *Replicator) queueRelay(p PoPID) {
-	if _, ok := r.globT.(Relayer); !ok {
-		return
-	}
-	r.mu.Lock()
-	r.relayPending[p] = true
-	r.mu.Unlock()
-	select {
-	case r.relay <- struct{}{}:
-	default:
-	}
-}
-
-// relayState sends each pending PoP the counts this node holds of that
-// PoP's own replicas: a restarted node of a PoP without other members gets
-// back what its former incarnation counted.
-func (r *Replicator) relayState() {
-	rl, ok := r.globT.(Relayer)
-	if !ok {
-		return
-	}
-	r.mu.Lock()
-	pending := r.relayPending
-	r.relayPending = map[PoPID]bool{}
-	r.mu.Unlock()
-	if len(pending) == 0 {
-		return
-	}
-	c := &r.tstats[tGlobal]
-	for _, d := range r.node.State(r.clk.Now()) {
-		p := PoPID{Region: d.Sender.Region, PoP: d.Sender.PoP}
-		if !pending[p] || p == r.selfPoP() {
-			continue
-		}
-		// Only global counts ever leave a PoP (the others could not have
-		// arrived here; this keeps it so whatever State holds).
-		d.Entries = slices.DeleteFunc(d.Entries, func(e crdt.Entry) bool {
-			rule, ok := r.node.Rule(e.Rule)
-			return !ok || rule.Scope != pop.ScopeGlobal
-		})
-		if len(d.Entries) == 0 {
-			continue
-		}
-		msgs, err := crdt.Encode(&d, r.globT.MaxPayload(true))
-		if err != nil {
-			c.sendErrors.Add(1)
-			continue
-		}
-		for _, m := range msgs {
-			if err := rl.Relay(p, m); err != nil {
-				c.sendErrors.Add(1)
-				continue
-			}
-			c.msgsSent.Add(1)
-			c.bytesSent.Add(uint64(len(m)))
-		}
-		c.entriesSent.Add(uint64(len(d.Entries)))
-	}
-}
-
-// requestSync asks the other PoPs to resend their live counts, then resends
-// the own to them. It does not block.
-func (r *Replicator) requestSync() { r.want(wantSync) }
 
 // maxStateBytes caps a LocalState (memberlist refuses push/pull state over 20 MB).
 const maxStateBytes = 16 << 20
@@ -688,9 +519,13 @@ const maxStateBytes = 16 << 20
 // localState frames every live count this node holds as length-prefixed
 // encoded deltas.
 func (r *Replicator) localState() []byte {
+	var st []crdt.Delta
+	r.mu.Lock()
+	st = r.core.LocalState(r.clk.Now())
+	r.mu.Unlock()
 	var out []byte
-	for _, d := range r.node.State(r.clk.Now()) {
-		msgs, err := crdt.Encode(&d, crdt.MaxDeltaBytes)
+	for i := range st {
+		msgs, err := crdt.Encode(&st[i], crdt.MaxDeltaBytes)
 		if err != nil {
 			r.log.Error("gossip: encode state", "err", err)
 			continue
@@ -706,30 +541,29 @@ func (r *Replicator) localState() []byte {
 	return out
 }
 
-// mergeState applies a peer's localState: counts of the own PoP's replicas
-// through the PoP scope, others' through the global scope.
+// mergeState applies a member's localState.
 func (r *Replicator) mergeState(b []byte) {
 	dec := crdt.NewDecoder()
 	var d crdt.Delta
-	now := r.clk.Now()
+	c := &r.tstats[tPoP]
 	for len(b) > 0 {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) {
-			r.tstats[tPoP].decodeErrors.Add(1)
+			c.decodeErrors.Add(1)
 			return
 		}
 		m := b[k : k+int(n)]
 		b = b[k+int(n):]
 		if err := dec.Decode(m, &d); err != nil {
-			r.tstats[tPoP].decodeErrors.Add(1)
+			c.decodeErrors.Add(1)
 			continue
 		}
-		via := pop.ScopeGlobal
-		if d.Sender.SamePoP(r.self) {
-			via = pop.ScopePoP
-		}
-		st := r.node.Apply(now, &d, via)
-		r.tstats[tPoP].rejected.Add(uint64(st.Rejected()))
-		r.tstats[tPoP].stateEntries.Add(uint64(len(d.Entries)))
+		// Memberlist may hold its own locks here: merge only; what the core
+		// makes ready goes out with the loop's next tick.
+		r.mu.Lock()
+		st := r.core.MergeState(r.clk.Now(), &d)
+		r.mu.Unlock()
+		c.rejected.Add(uint64(st.Rejected()))
+		c.stateEntries.Add(uint64(len(d.Entries)))
 	}
 }

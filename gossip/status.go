@@ -1,7 +1,7 @@
 package gossip
 
 import (
-	"slices"
+	"github.com/geolimit/geolimit/repl"
 	"sync/atomic"
 	"time"
 )
@@ -73,6 +73,8 @@ type RemotePoP struct {
 	Age time.Duration `json:"age_ns"`
 	// Partitioned: silent for longer than PeerTimeout (or never heard).
 	Partitioned bool `json:"partitioned"`
+	// Epoch is the latest epoch of its PoP totals seen (0: none yet).
+	Epoch uint64 `json:"epoch"`
 }
 
 // Status is a Replicator's state for the status page.
@@ -90,6 +92,11 @@ type Status struct {
 	// Resyncs counts anti-entropy rounds triggered by a join, a reconnect or
 	// a PoP heard again (periodic ones excluded).
 	Resyncs uint64 `json:"resyncs"`
+	// Epoch is the PoP epoch this node publishes its PoP's totals under
+	// (0: not known yet).
+	Epoch uint64 `json:"epoch"`
+	// Protocol are the replication protocol's counters.
+	Protocol repl.Stats `json:"protocol"`
 	// FlushInterval and PeerTimeout are the configured intervals.
 	FlushInterval time.Duration `json:"flush_interval_ns"`
 	PeerTimeout   time.Duration `json:"peer_timeout_ns"`
@@ -101,25 +108,17 @@ type Status struct {
 func (r *Replicator) RemotePoPs() []RemotePoP {
 	now := r.clk.Now()
 	r.mu.Lock()
-	out := make([]RemotePoP, 0, len(r.peers))
-	for id, p := range r.peers {
-		rp := RemotePoP{PoPID: id, Age: -1, Partitioned: IsPartitioned(p.lastHeard, now, r.opts.PeerTimeout)}
-		if p.lastHeard != 0 {
-			rp.LastHeard = time.Unix(0, p.lastHeard)
-			rp.Age = time.Duration(now - p.lastHeard)
+	ps := r.core.RemotePoPs(now)
+	r.mu.Unlock()
+	out := make([]RemotePoP, 0, len(ps))
+	for _, p := range ps {
+		rp := RemotePoP{PoPID: p.PoPID, Age: -1, Partitioned: p.Partitioned, Epoch: p.Epoch}
+		if p.LastHeard != 0 {
+			rp.LastHeard = time.Unix(0, p.LastHeard)
+			rp.Age = time.Duration(now - p.LastHeard)
 		}
 		out = append(out, rp)
 	}
-	r.mu.Unlock()
-	slices.SortFunc(out, func(a, b RemotePoP) int {
-		if a.PoPID == b.PoPID {
-			return 0
-		}
-		if a.Less(b.PoPID) {
-			return -1
-		}
-		return 1
-	})
 	return out
 }
 
@@ -145,12 +144,6 @@ func (r *Replicator) Heard() []PoPID {
 		}
 	}
 	return out
-}
-
-// IsPartitioned reports whether a PoP last heard at lastHeard (Unix nanos, 0
-// = never) counts as partitioned at now with the given timeout.
-func IsPartitioned(lastHeard, now int64, timeout time.Duration) bool {
-	return lastHeard == 0 || now-lastHeard > int64(timeout)
 }
 
 // Members returns the own PoP's other live members, sorted (nil without a
@@ -196,6 +189,9 @@ func (r *Replicator) Stats() []TransportStats {
 
 // Status returns the state for the status page.
 func (r *Replicator) Status() Status {
+	r.mu.Lock()
+	epoch, pstats := r.core.Epoch(), r.core.Stats()
+	r.mu.Unlock()
 	s := Status{
 		Self:          r.self.String(),
 		Members:       r.Members(),
@@ -203,6 +199,8 @@ func (r *Replicator) Status() Status {
 		Partitioned:   []string{},
 		Transports:    r.Stats(),
 		Resyncs:       r.resyncs.Load(),
+		Epoch:         epoch,
+		Protocol:      pstats,
 		FlushInterval: r.opts.FlushInterval,
 		PeerTimeout:   r.opts.PeerTimeout,
 	}

@@ -28,7 +28,7 @@ func startSCNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster,
 	var out []*scNode
 	var expected []PoPID
 	for _, rp := range pops {
-		expected = append(expected, PoPID{c.Names[rp[0]], fmt.Sprintf("%s%d", c.Names[rp[0]], rp[1])})
+		expected = append(expected, PoPID{Region: c.Names[rp[0]], PoP: fmt.Sprintf("%s%d", c.Names[rp[0]], rp[1])})
 	}
 	for k, rp := range pops {
 		id := expected[k]
@@ -160,7 +160,7 @@ func TestSuperClusterPartition(t *testing.T) {
 	waitFor(t, 20*time.Second, "partition detected on both sides", func() bool {
 		return len(nodes[0].rep.Partitioned()) == 1 && len(nodes[1].rep.Partitioned()) == 1 && len(nodes[2].rep.Partitioned()) == 2
 	})
-	assert.Equal(t, []PoPID{{"ap", "ap1"}}, nodes[0].rep.Partitioned())
+	assert.Equal(t, []PoPID{{Region: "ap", PoP: "ap1"}}, nodes[0].rep.Partitioned())
 	before := sum()
 	// Both sides keep deciding: the majority side fills the limit by its own
 	// view, and so does the cut-off region.
@@ -170,8 +170,8 @@ func TestSuperClusterPartition(t *testing.T) {
 		}
 		// Pace the traffic: let a flush go out before the next round, so the
 		// connected side sees part of its own spending as it goes.
-		f := nodes[0].rep.flushes.Load()
-		waitFor(t, 5*time.Second, "a flush", func() bool { return nodes[0].rep.flushes.Load() > f+1 })
+		f := nodes[0].rep.Status().Protocol.Flushes
+		waitFor(t, 5*time.Second, "a flush", func() bool { return nodes[0].rep.Status().Protocol.Flushes > f+1 })
 	}
 	during := sum() - before
 	t.Logf("partition: admitted %d before, %d during the cut, %d in all against limit %d: overshoot %d (%.2fx the limit)",

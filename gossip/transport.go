@@ -3,55 +3,23 @@ package gossip
 import (
 	"errors"
 	"strings"
+
+	"github.com/geolimit/geolimit/repl"
 )
 
-// Kind says what a message carries.
-type Kind uint8
+// Kind says what a message carries (see package repl).
+type Kind = repl.Kind
 
 // Message kinds.
 const (
-	// KindDelta is an encoded crdt.Delta batch.
-	KindDelta Kind = iota
-	// KindHeartbeat is an encoded crdt.Delta with no entries: it says "this
-	// PoP is alive and can reach you". Only sent between PoPs.
-	KindHeartbeat
-	// KindSync is an encoded crdt.Delta with no entries sent by a node that
-	// has just (re)connected: "send me your live counts". Only sent between
-	// PoPs.
-	KindSync
-	// KindState is an encoded crdt.Delta of counts of the receiving PoP's
-	// own replicas, sent to it by another PoP that holds them (see Relayer).
-	KindState
+	KindDelta     = repl.KindDelta
+	KindHeartbeat = repl.KindHeartbeat
+	KindSync      = repl.KindSync
+	KindState     = repl.KindState
 )
 
-func (k Kind) String() string {
-	switch k {
-	case KindHeartbeat:
-		return "heartbeat"
-	case KindSync:
-		return "sync"
-	case KindState:
-		return "state"
-	}
-	return "delta"
-}
-
 // PoPID names one PoP of one region.
-type PoPID struct {
-	Region string `json:"region"`
-	PoP    string `json:"pop"`
-}
-
-// String formats p as region/pop.
-func (p PoPID) String() string { return p.Region + "/" + p.PoP }
-
-// Less orders PoPIDs by region, then PoP.
-func (p PoPID) Less(o PoPID) bool {
-	if p.Region != o.Region {
-		return p.Region < o.Region
-	}
-	return p.PoP < o.PoP
-}
+type PoPID = repl.PoPID
 
 // validName reports whether s can be one token of a NATS subject and a
 // replica name: non-empty, at most 64 bytes, no '.', '*', '>', '/', '#' or

@@ -44,11 +44,18 @@ func ipv4Keys(n int) (created, shuffled []string) {
 }
 
 func benchNode(b *testing.B, keys []string, now int64) *Node {
+	return benchNodeSeeded(b, keys, now, 0)
+}
+
+// benchNodeSeeded is benchNode with a deterministic store (Config.Seed), as
+// the simulator runs it.
+func benchNodeSeeded(b *testing.B, keys []string, now int64, seed uint64) *Node {
 	b.Helper()
 	n, err := New(Config{
 		Self:    crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
 		Rules:   []Rule{{Name: "api", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}},
 		MaxKeys: 4 * len(keys),
+		Seed:    seed,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -71,6 +78,17 @@ func BenchmarkDecide(b *testing.B) {
 	defer clk.Stop()
 	b.Run("geolimit", func(b *testing.B) {
 		n := benchNode(b, created, clk.Now())
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := n.Decide(clk.Now(), "api", keys[i%len(keys)], 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("geolimit-seeded", func(b *testing.B) {
+		// The same with a seeded store (the simulator's): another key hash.
+		n := benchNodeSeeded(b, created, clk.Now(), 1)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
@@ -146,7 +164,7 @@ func BenchmarkDecideParallel(b *testing.B) {
 	}
 }
 
-// BenchmarkApply merges one delta batch of 100 entries from a remote replica
+// BenchmarkApply merges one delta batch of 100 entries from another PoP's aggregate
 // into a node holding 100k keys; every batch raises the counts so each entry
 // really merges.
 func BenchmarkApply(b *testing.B) {
@@ -154,7 +172,7 @@ func BenchmarkApply(b *testing.B) {
 	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
 	n := benchNode(b, created, now)
 	w := now / int64(time.Minute)
-	d := crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 7}}
+	d := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 7)}
 	for i := 0; i < 100; i++ {
 		d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: keys[i], Window: w})
 	}

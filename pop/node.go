@@ -6,10 +6,23 @@
 // the time (Unix nanoseconds) and moves the deltas. The daemon and the
 // simulator drive the very same Node.
 //
+// Replication has two levels. Inside a PoP, nodes (members) exchange their
+// own per-node counts of pop- and global-scope rules (Batch.Local, applied
+// via ScopePoP). Between PoPs, a PoP speaks with one voice: its aggregate
+// replica (crdt.PoPReplica, in the PoP's epoch) carries the PoP total of each
+// global-scope key, the node's own count plus its members' (Batch.PoP,
+// applied via ScopeGlobal). The replication layer agrees on the epoch
+// (SetEpoch) and decides which member publishes which key's aggregate (the
+// owns callback of Flush and AntiEntropy).
+//
 //	n, _ := pop.New(pop.Config{Self: self, Rules: rules})
+//	n.SetEpoch(epoch) // agreed by the PoP's members; no aggregate while 0
 //	d, err := n.Decide(clk.Now(), "api", "203.0.113.7", 1)
-//	for _, out := range n.Flush(clk.Now()) { send(out.Scope, out.Delta) }
-//	n.Apply(clk.Now(), received, pop.ScopeGlobal)
+//	b := n.Flush(clk.Now(), owns)
+//	sendToMembers(b.Local)
+//	sendToOtherPoPs(b.PoP)
+//	n.Apply(clk.Now(), fromMember, pop.ScopePoP)
+//	n.Apply(clk.Now(), fromOtherPoP, pop.ScopeGlobal)
 //	n.Tick(clk.Now()) // every second or so: drops expired keys
 package pop
 
@@ -58,6 +71,10 @@ type Config struct {
 	// HealHold is how long shares stay enforced after every PoP is heard
 	// again, while the other side's counts arrive; 0 means DefaultHealHold.
 	HealHold time.Duration
+	// Seed, when non-zero, makes the node's store deterministic (see
+	// crdt.StoreConfig.Seed): the simulator sets it. Zero, for a node holding
+	// keys from the network, draws a random one.
+	Seed uint64
 }
 
 // DefaultMaxSkew is the default Config.MaxSkew.
@@ -84,11 +101,14 @@ type Decision struct {
 	RetryAfter time.Duration
 }
 
-// Outbound is a delta to send: ScopePoP deltas go to the PoP's members only;
-// ScopeGlobal deltas go to the PoP's members and to every other PoP.
-type Outbound struct {
-	Scope Scope
-	Delta crdt.Delta
+// Batch is what a node sends. Local goes to the own PoP's members: own counts
+// of pop- and global-scope rules, Sender = Self, Epoch = the node's epoch.
+// PoP goes to the other PoPs: PoP totals of global-scope rules for the keys
+// the node publishes (owns), Sender = crdt.PoPReplica(region, pop, epoch).
+// PoP is empty while the epoch is 0. Both carry SentAt and Epoch; either may
+// have no entries.
+type Batch struct {
+	Local, PoP crdt.Delta
 }
 
 // ApplyStats counts what Apply did with a delta's entries.
@@ -96,11 +116,14 @@ type ApplyStats struct {
 	Merged, Unchanged, Stale, Ahead, Full int
 	// UnknownRule: the entry names a rule this node does not have.
 	UnknownRule int
-	// WrongScope: a node-scope rule, or a pop-scope rule from outside the PoP.
+	// WrongScope: a node-scope rule, a pop-scope rule from outside the PoP, or
+	// a sender that may not use the transport: via ScopePoP only other nodes of
+	// the own PoP, via ScopeGlobal only PoP aggregates.
 	WrongScope int
 	// BadEntry: an empty or oversized key.
 	BadEntry int
-	// Echo: the delta came from this very replica.
+	// Echo: the delta came from this very replica, or is this PoP's own
+	// aggregate of the current epoch.
 	Echo int
 }
 
@@ -127,6 +150,7 @@ type Node struct {
 	store   *crdt.Store
 	maxSkew int64
 	rules   atomic.Pointer[ruleSet]
+	epoch   atomic.Uint64
 
 	// applyMu keeps Apply (read side) and forgetting unused replicas in Tick
 	// (write side) apart, so an ID is never forgotten between Intern and Merge.
@@ -177,6 +201,9 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.Self.Validate(); err != nil {
 		return nil, fmt.Errorf("pop: self: %w", err)
 	}
+	if cfg.Self.IsPoP() {
+		return nil, fmt.Errorf("pop: self: node name %q is reserved for PoP aggregates", crdt.PoPNode)
+	}
 	if cfg.MaxKeys < 0 {
 		return nil, errors.New("pop: max keys: must not be negative")
 	}
@@ -201,7 +228,7 @@ func New(cfg Config) (*Node, error) {
 		shareStep:  cfg.ShareStep,
 		healHold:   int64(cfg.HealHold),
 		self:       cfg.Self,
-		store:      crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards}),
+		store:      crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed}),
 		maxSkew:    int64(cfg.MaxSkew),
 	}
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}})
@@ -224,8 +251,44 @@ func fractionOption(name string, v, def float64) (float64, error) {
 	return v, nil
 }
 
+// ownEpoch reports whether the own PoP's aggregate of epoch e stands for
+// counts this node holds per member: the current epoch, or an epoch a
+// member started (an epoch is its starter's incarnation) and left for the
+// PoP's, whose counts that member sends per node. Only an epoch of members
+// that are all gone (the whole PoP restarted) is counted as such.
+func (n *Node) ownEpoch(e uint64) bool {
+	if e == n.Epoch() || e == n.self.Incarnation {
+		return true
+	}
+	for _, r := range n.store.Replicas() {
+		if r.SamePoP(n.self) && !r.IsPoP() && r.Incarnation == e {
+			return true
+		}
+	}
+	return false
+}
+
 // Self returns the node's replica identity.
 func (n *Node) Self() crdt.Replica { return n.self }
+
+// SetEpoch sets the PoP epoch the members agreed on: the incarnation of the
+// PoP's aggregate this node publishes (Batch.PoP) and ignores when it comes
+// back (Apply). 0 means none yet: no aggregate is published.
+//
+// Counts merged earlier under the own PoP's aggregate of that epoch (relayed
+// by another PoP before this node knew the epoch was its PoP's current one)
+// are dropped: the node holds the same counts per member.
+func (n *Node) SetEpoch(epoch uint64) {
+	n.epoch.Store(epoch)
+	if epoch != 0 {
+		n.applyMu.Lock()
+		n.store.DropReplica(crdt.PoPReplica(n.self.Region, n.self.PoP, epoch))
+		n.applyMu.Unlock()
+	}
+}
+
+// Epoch returns the PoP epoch set by SetEpoch.
+func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 
 // SetRules replaces the rule set. Rules whose name and window are unchanged
 // keep their counts (limit, cost, scope, mode and policy may change); others
@@ -386,9 +449,17 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 }
 
 // Apply merges a delta received from another replica through a transport of
-// the given scope: ScopePoP for the PoP's own members (pop and global rules),
-// ScopeGlobal for other PoPs (global rules only). Bad entries are skipped and
-// counted; the rest still merge.
+// the given scope. Via ScopePoP come the own PoP's members (another node of
+// the own PoP, any incarnation, never an aggregate), with pop- and
+// global-scope rules. Via ScopeGlobal come the other PoPs' aggregates (a
+// sender whose Node is crdt.PoPNode), with global-scope rules only; a node
+// sender there is refused, for a PoP speaks to others only through its
+// aggregate. The own PoP's aggregate of the current epoch is an echo of what
+// the members already hold per node and is ignored; of another epoch (a
+// former one, relayed back after the whole PoP restarted) it merges like a
+// foreign PoP's count. Senders that may not use the transport are refused
+// whole (WrongScope); bad entries are skipped and counted, the rest still
+// merge.
 func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 	var st ApplyStats
 	defer func() {
@@ -400,12 +471,18 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 		st.Echo = len(d.Entries)
 		return st
 	}
-	if d.Sender.Validate() != nil || (via == ScopePoP && !d.Sender.SamePoP(n.self)) {
+	if !senderFits(n.self, d.Sender, via) {
 		st.WrongScope = len(d.Entries)
 		return st
 	}
+	// The epoch is read under applyMu, so an entry of the aggregate SetEpoch
+	// drops is either refused here or merged before SetEpoch drops it.
 	n.applyMu.RLock()
 	defer n.applyMu.RUnlock()
+	if via == ScopeGlobal && d.Sender.SamePoP(n.self) && n.ownEpoch(d.Sender.Incarnation) {
+		st.Echo = len(d.Entries)
+		return st
+	}
 	rep, ok := n.store.Intern(d.Sender)
 	if !ok {
 		st.Full = len(d.Entries)
@@ -450,36 +527,97 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 	return st
 }
 
-// Flush returns the own counts that changed since the last Flush, as at most
-// one ScopePoP and one ScopeGlobal delta stamped with now. Node-scope rules
-// produce nothing.
-func (n *Node) Flush(now int64) []Outbound {
+// senderFits reports whether sender may send through a transport of scope
+// via to a node of self's PoP: members via ScopePoP, aggregates via
+// ScopeGlobal.
+func senderFits(self, sender crdt.Replica, via Scope) bool {
+	if sender.Validate() != nil {
+		return false
+	}
+	switch via {
+	case ScopePoP:
+		return sender.SamePoP(self) && !sender.IsPoP()
+	case ScopeGlobal:
+		return sender.IsPoP()
+	}
+	return false
+}
+
+// Flush returns what changed since the last Flush, stamped with now: in
+// Local the own counts that changed, in PoP the PoP totals that changed of
+// the keys owns accepts (nil: every key). A PoP total changes with an own
+// count and when a member's count arrives, so PoP may hold a key this node
+// did not count. The change marks are cleared whether or not a PoP total was
+// published (epoch 0, a key owned by another member): the member that owns a
+// key publishes it, and AntiEntropy repairs a change of ownership. owns is
+// called without any lock of the node held. Node-scope rules produce nothing.
+func (n *Node) Flush(now int64, owns func(key string) bool) Batch {
 	rs := n.rules.Load()
-	var popD, globD crdt.Delta
-	n.store.Flush(func(e crdt.FlushEntry) { n.route(rs, e, &popD, &globD) })
-	return n.outbound(now, &popD, &globD)
+	b := n.batch(now)
+	pub := b.PoP.Epoch != 0
+	n.store.Flush(func(e crdt.FlushEntry) {
+		r := rs.byID[e.Rule]
+		if r == nil || r.Scope == ScopeNode {
+			return
+		}
+		if e.Changed&crdt.OwnChanged != 0 && e.Count > 0 {
+			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
+		}
+		if pub && r.Scope == ScopeGlobal && e.Changed&crdt.PoPChanged != 0 && e.PoP > 0 && (owns == nil || owns(e.Key)) {
+			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
+		}
+	})
+	return b
+}
+
+// batch returns an empty Batch stamped with now and the current epoch.
+func (n *Node) batch(now int64) Batch {
+	ep := n.Epoch()
+	return Batch{
+		Local: crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep},
+		PoP:   crdt.Delta{Sender: crdt.PoPReplica(n.self.Region, n.self.PoP, ep), SentAt: now, Epoch: ep},
+	}
 }
 
 // Pending returns about how many keys changed since the last Flush, so that
 // a caller can flush early when a batch reaches its size cap.
 func (n *Node) Pending() int { return n.store.Pending() }
 
-// AntiEntropy returns every own count of the live windows, split like Flush:
-// sent periodically and on join or reconnect, it repairs lost final deltas and
-// teaches new or restarted peers.
-func (n *Node) AntiEntropy(now int64) []Outbound {
+// AntiEntropy returns every own count of the live windows (Local) and every
+// PoP total of the live windows of the keys owns accepts (PoP; nil owns
+// every key), split like Flush: sent periodically and on join or reconnect,
+// it repairs lost final deltas, teaches new or restarted peers and
+// republishes the keys whose ownership moved. owns is called without any lock
+// of the node held.
+func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	rs := n.rules.Load()
-	var popD, globD crdt.Delta
-	n.store.Own(n.indexFunc(rs, now), func(e crdt.FlushEntry) { n.route(rs, e, &popD, &globD) })
-	return n.outbound(now, &popD, &globD)
+	b := n.batch(now)
+	idx := n.indexFunc(rs, now)
+	n.store.Own(idx, func(e crdt.FlushEntry) {
+		if r := rs.byID[e.Rule]; r != nil && r.Scope != ScopeNode && e.Count > 0 {
+			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
+		}
+	})
+	if b.PoP.Epoch == 0 {
+		return b
+	}
+	n.store.Totals(idx, func(e crdt.FlushEntry) {
+		if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
+			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
+		}
+	})
+	return b
 }
 
 // State returns every count this node holds in the live windows of pop and
 // global rules, own and remote, one delta per owning replica (sorted by
-// replica): the push/pull state a joining or restarted member of the PoP
-// merges to learn the live windows at once.
+// replica, each with SentAt now and Epoch the node's epoch; no empty ones):
+// the push/pull state a joining or restarted member of the PoP merges to
+// learn the live windows at once. The receiver applies the deltas of
+// aggregates (Sender.IsPoP()) via ScopeGlobal and the others via ScopePoP.
 func (n *Node) State(now int64) []crdt.Delta {
 	rs := n.rules.Load()
+	ep := n.Epoch()
 	byRep := map[crdt.ReplicaID]*crdt.Delta{}
 	n.store.Entries(n.indexFunc(rs, now), func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
@@ -488,7 +626,7 @@ func (n *Node) State(now int64) []crdt.Delta {
 		}
 		d := byRep[rep]
 		if d == nil {
-			d = &crdt.Delta{SentAt: now}
+			d = &crdt.Delta{SentAt: now, Epoch: ep}
 			byRep[rep] = d
 		}
 		d.Entries = append(d.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
@@ -511,35 +649,6 @@ func (n *Node) indexFunc(rs *ruleSet, now int64) func(crdt.RuleID) int64 {
 		idx, _ := window.Split(now, r.width)
 		return idx
 	}
-}
-
-func (n *Node) route(rs *ruleSet, e crdt.FlushEntry, popD, globD *crdt.Delta) {
-	r := rs.byID[e.Rule]
-	if r == nil {
-		return
-	}
-	ent := crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count}
-	switch r.Scope {
-	case ScopePoP:
-		popD.Entries = append(popD.Entries, ent)
-	case ScopeGlobal:
-		globD.Entries = append(globD.Entries, ent)
-	}
-}
-
-func (n *Node) outbound(now int64, popD, globD *crdt.Delta) []Outbound {
-	var out []Outbound
-	for _, o := range []struct {
-		s Scope
-		d *crdt.Delta
-	}{{ScopePoP, popD}, {ScopeGlobal, globD}} {
-		if len(o.d.Entries) == 0 {
-			continue
-		}
-		o.d.Sender, o.d.SentAt = n.self, now
-		out = append(out, Outbound{Scope: o.s, Delta: *o.d})
-	}
-	return out
 }
 
 // Tick does periodic housekeeping at now: it drops keys whose windows have

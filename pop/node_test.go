@@ -135,16 +135,15 @@ func TestConcurrentDecideNeverExceedsLimit(t *testing.T) {
 	assert.Equal(t, 1000, admitted)
 }
 
+// exchange flushes from and applies what travels over via to to: the Local
+// delta to a member, the PoP aggregate to another PoP.
 func exchange(t *testing.T, now int64, from *Node, to *Node, via Scope) ApplyStats {
 	t.Helper()
-	var total ApplyStats
-	for _, out := range from.Flush(now) {
-		if out.Scope == ScopePoP && via == ScopeGlobal {
-			continue // pop deltas never leave the PoP
-		}
-		total.add(to.Apply(now, &out.Delta, via))
+	b := from.Flush(now, nil)
+	if via == ScopePoP {
+		return to.Apply(now, &b.Local, ScopePoP)
 	}
-	return total
+	return to.Apply(now, &b.PoP, ScopeGlobal)
 }
 
 func TestReplicationByScope(t *testing.T) {
@@ -162,7 +161,7 @@ func TestReplicationByScope(t *testing.T) {
 	assert.Zero(t, estimate(t, b, t0, "local", "k"), "node scope never leaves the node")
 
 	// A pop-scope entry arriving from another PoP is refused and counted.
-	other := crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, Entries: []crdt.Entry{
+	other := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 1), Entries: []crdt.Entry{
 		{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 50},
 		{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 50},
 		{Rule: "ghost", Key: "k", Window: 1, Count: 50},
@@ -177,9 +176,9 @@ func TestReplicationByScope(t *testing.T) {
 	st = b.Apply(t0, &other, ScopePoP)
 	assert.Equal(t, 4, st.WrongScope)
 	// Our own echo is ignored.
-	for _, out := range a.AntiEntropy(t0) {
-		assert.Equal(t, len(out.Delta.Entries), a.Apply(t0, &out.Delta, ScopePoP).Echo)
-	}
+	out := a.AntiEntropy(t0, nil)
+	require.Len(t, out.Local.Entries, 2)
+	assert.Equal(t, 2, a.Apply(t0, &out.Local, ScopePoP).Echo)
 	assert.Equal(t, 1+2+4, b.Stats().Applied.Rejected(), "unknown rule + wrong scope, both applies")
 }
 
@@ -341,4 +340,256 @@ func TestTickForgetsOldIncarnations(t *testing.T) {
 	d := crdt.Delta{Sender: replica("a", 9999), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: later / w, Count: 4}}}
 	assert.Equal(t, ApplyStats{Merged: 1}, n.Apply(later, &d, ScopePoP))
 	assert.InDelta(t, 4, estimate(t, n, later, "per-ip", "k"), 1e-9, "the reused ID carries only the new counts")
+}
+
+func TestNewRefusesAggregateName(t *testing.T) {
+	_, err := New(Config{Self: crdt.PoPReplica("eu", "ams", 1), Rules: testRules()})
+	assert.ErrorContains(t, err, "reserved")
+}
+
+// entriesByKey maps a delta's entries by rule/key@window for comparison.
+func entriesByKey(d crdt.Delta) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, e := range d.Entries {
+		out[e.Rule+"/"+e.Key+"@"+strconv.FormatInt(e.Window, 10)] = e.Count
+	}
+	return out
+}
+
+// TestPoPTotalsOfThreeMembers: a node of a 3-member PoP publishes, for the
+// global keys it owns, the PoP total: its own count plus the two members'
+// counts, also when only a member counted.
+func TestPoPTotalsOfThreeMembers(t *testing.T) {
+	a, b, c := newNode(t, replica("a", 1)), newNode(t, replica("b", 1)), newNode(t, replica("c", 1))
+	for _, n := range []*Node{a, b, c} {
+		n.SetEpoch(5)
+	}
+	decide := func(n *Node, rule, key string, times int) {
+		for i := 0; i < times; i++ {
+			_, err := n.Decide(t0, rule, key, 1)
+			require.NoError(t, err)
+		}
+	}
+	decide(a, "api", "k1", 1)
+	decide(b, "api", "k1", 2)
+	decide(c, "api", "k1", 3)
+	decide(b, "api", "k2", 4)         // only members count k2
+	decide(c, "api", "not-mine", 5)   // owned by another member
+	decide(b, "per-ip", "k1", 2)      // pop scope: stays in the PoP
+	decide(a, "local", "k1", 1)       // node scope: stays on the node
+	for _, m := range []*Node{b, c} { // members' own counts reach a
+		out := m.Flush(t0, func(string) bool { return false })
+		assert.Empty(t, out.PoP.Entries, "owns nothing")
+		require.Zero(t, a.Apply(t0, &out.Local, ScopePoP).Rejected())
+	}
+	owns := func(key string) bool { return key != "not-mine" }
+	w := strconv.FormatInt(t0/int64(time.Minute), 10)
+	out := a.Flush(t0, owns)
+	assert.Equal(t, replica("a", 1), out.Local.Sender)
+	assert.Equal(t, crdt.PoPReplica("eu", "ams", 5), out.PoP.Sender)
+	for _, d := range []crdt.Delta{out.Local, out.PoP} {
+		assert.Equal(t, t0, d.SentAt)
+		assert.Equal(t, uint64(5), d.Epoch)
+	}
+	assert.Equal(t, map[string]uint64{"api/k1@" + w: 1}, entriesByKey(out.Local), "own counts only, no node scope")
+	assert.Equal(t, map[string]uint64{"api/k1@" + w: 6, "api/k2@" + w: 4}, entriesByKey(out.PoP),
+		"PoP totals of owned global keys, k2 without an own count")
+
+	out = a.Flush(t0, owns)
+	assert.Empty(t, out.Local.Entries)
+	assert.Empty(t, out.PoP.Entries, "nothing changed since")
+
+	// A member's count alone changes the PoP total.
+	decide(b, "api", "k2", 1)
+	bOut := b.Flush(t0, nil)
+	assert.Equal(t, ApplyStats{Merged: 1}, a.Apply(t0, &bOut.Local, ScopePoP))
+	out = a.Flush(t0, owns)
+	assert.Empty(t, out.Local.Entries)
+	assert.Equal(t, map[string]uint64{"api/k2@" + w: 5}, entriesByKey(out.PoP))
+
+	// Anti-entropy: every own count and every owned PoP total.
+	out = a.AntiEntropy(t0, owns)
+	assert.Equal(t, map[string]uint64{"api/k1@" + w: 1}, entriesByKey(out.Local))
+	assert.Equal(t, map[string]uint64{"api/k1@" + w: 6, "api/k2@" + w: 5}, entriesByKey(out.PoP))
+	out = a.AntiEntropy(t0, nil)
+	assert.Equal(t, map[string]uint64{"api/k1@" + w: 6, "api/k2@" + w: 5, "api/not-mine@" + w: 5}, entriesByKey(out.PoP))
+}
+
+// TestTwoPoPsSpeakThroughAggregates: another PoP learns a PoP's total from its
+// aggregate alone, and a PoP never republishes what it heard from others.
+func TestTwoPoPsSpeakThroughAggregates(t *testing.T) {
+	a1, a2 := newNode(t, replica("a1", 1)), newNode(t, replica("a2", 1))
+	iad := newNode(t, crdt.Replica{Region: "us", PoP: "iad", Node: "i1", Incarnation: 1})
+	for _, n := range []*Node{a1, a2, iad} {
+		n.SetEpoch(3)
+	}
+	for i := 0; i < 2; i++ {
+		_, _ = a1.Decide(t0, "api", "k", 1)
+	}
+	for i := 0; i < 3; i++ {
+		_, _ = a2.Decide(t0, "api", "k", 1)
+		_, _ = iad.Decide(t0, "api", "k", 1)
+	}
+	owner := func(n *Node) func(string) bool { return func(string) bool { return n == a1 } }
+	out2 := a2.Flush(t0, owner(a2))
+	assert.Empty(t, out2.PoP.Entries, "a1 owns every key")
+	require.Equal(t, 1, a1.Apply(t0, &out2.Local, ScopePoP).Merged)
+	out1 := a1.Flush(t0, owner(a1))
+	require.Equal(t, 1, a2.Apply(t0, &out1.Local, ScopePoP).Merged)
+	require.Equal(t, 1, iad.Apply(t0, &out1.PoP, ScopeGlobal).Merged)
+	assert.Equal(t, 0, iad.Apply(t0, &out2.PoP, ScopeGlobal).Merged)
+	assert.InDelta(t, 8, estimate(t, iad, t0, "api", "k"), 1e-9, "ams's 5 and iad's own 3")
+
+	outI := iad.Flush(t0, nil)
+	for _, n := range []*Node{a1, a2} {
+		require.Equal(t, 1, n.Apply(t0, &outI.PoP, ScopeGlobal).Merged)
+		assert.InDelta(t, 8, estimate(t, n, t0, "api", "k"), 1e-9)
+	}
+	out := a1.AntiEntropy(t0, nil)
+	assert.Equal(t, uint64(5), out.PoP.Entries[0].Count, "iad's count is not part of ams's total")
+	assert.Empty(t, a1.Flush(t0, nil).PoP.Entries, "a foreign count changes no PoP total")
+	v, err := a1.View(t0, "api", "k")
+	require.NoError(t, err)
+	require.Len(t, v.Windows, 1)
+	assert.Equal(t, map[string]uint64{"eu/ams/a1#1": 2, "eu/ams/a2#1": 3, "us/iad/*#3": 3}, v.Windows[0].Replicas)
+}
+
+// TestApplySenderRules: which sender may use which transport.
+func TestApplySenderRules(t *testing.T) {
+	w := t0 / int64(time.Minute)
+	pw := t0 / int64(10*time.Second)
+	tests := []struct {
+		name   string
+		sender crdt.Replica
+		via    Scope
+		want   ApplyStats
+	}{
+		{"member via pop", replica("b", 1), ScopePoP, ApplyStats{Merged: 2}},
+		{"former self via pop", replica("a", 0), ScopePoP, ApplyStats{Merged: 2}},
+		{"member via global", replica("b", 1), ScopeGlobal, ApplyStats{WrongScope: 2}},
+		{"own aggregate of the epoch via global", crdt.PoPReplica("eu", "ams", 7), ScopeGlobal, ApplyStats{Echo: 2}},
+		{"own aggregate of a former epoch via global", crdt.PoPReplica("eu", "ams", 6), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"own aggregate via pop", crdt.PoPReplica("eu", "ams", 6), ScopePoP, ApplyStats{WrongScope: 2}},
+		{"other aggregate via global", crdt.PoPReplica("us", "iad", 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"other region's PoP of the same name via global", crdt.PoPReplica("us", "ams", 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"other aggregate via pop", crdt.PoPReplica("us", "iad", 7), ScopePoP, ApplyStats{WrongScope: 2}},
+		{"other PoP's node via global", crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
+		{"other PoP's node via pop", crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, ScopePoP, ApplyStats{WrongScope: 2}},
+		{"self via pop", replica("a", 1), ScopePoP, ApplyStats{Echo: 2}},
+		{"self via global", replica("a", 1), ScopeGlobal, ApplyStats{Echo: 2}},
+		{"invalid sender", crdt.Replica{Region: "e/u", PoP: "ams", Node: "*", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
+		{"via node scope", replica("b", 1), ScopeNode, ApplyStats{WrongScope: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newNode(t, replica("a", 1))
+			n.SetEpoch(7)
+			d := crdt.Delta{Sender: tt.sender, Entries: []crdt.Entry{
+				{Rule: "api", Key: "k", Window: w, Count: 3},
+				{Rule: "per-ip", Key: "k", Window: pw, Count: 3},
+			}}
+			assert.Equal(t, tt.want, n.Apply(t0, &d, tt.via))
+			assert.Equal(t, tt.want, n.Stats().Applied)
+			want := 0.0
+			if tt.want.Merged > 0 {
+				want = 3
+			}
+			assert.InDelta(t, want, estimate(t, n, t0, "api", "k"), 1e-9)
+		})
+	}
+}
+
+// TestEpochZeroPublishesNoAggregate: until the PoP agrees on an epoch, a node
+// sends its own counts to its members but no aggregate.
+func TestEpochZeroPublishesNoAggregate(t *testing.T) {
+	n := newNode(t, replica("a", 1))
+	assert.Zero(t, n.Epoch())
+	_, err := n.Decide(t0, "api", "k", 1)
+	require.NoError(t, err)
+	out := n.Flush(t0, nil)
+	assert.Len(t, out.Local.Entries, 1)
+	assert.Empty(t, out.PoP.Entries)
+	assert.Zero(t, out.Local.Epoch)
+	assert.Zero(t, out.PoP.Epoch)
+	assert.Empty(t, n.AntiEntropy(t0, nil).PoP.Entries)
+
+	n.SetEpoch(3)
+	assert.Equal(t, uint64(3), n.Epoch())
+	assert.Empty(t, n.Flush(t0, nil).PoP.Entries, "the change was flushed at epoch 0")
+	ae := n.AntiEntropy(t0, nil)
+	assert.Equal(t, crdt.PoPReplica("eu", "ams", 3), ae.PoP.Sender)
+	assert.Equal(t, uint64(3), ae.Local.Epoch)
+	assert.Len(t, ae.PoP.Entries, 1, "anti-entropy publishes it")
+	_, err = n.Decide(t0, "api", "k", 1)
+	require.NoError(t, err)
+	out = n.Flush(t0, nil)
+	require.Len(t, out.PoP.Entries, 1)
+	assert.Equal(t, uint64(2), out.PoP.Entries[0].Count)
+}
+
+// TestSetEpochEchoRule: the own PoP's aggregate of the current epoch is an
+// echo; once the epoch moves on, that former aggregate counts as foreign (the
+// PoP restarted and lost it), without entering the new PoP total.
+func TestSetEpochEchoRule(t *testing.T) {
+	a, b := newNode(t, replica("a", 1)), newNode(t, replica("b", 2))
+	a.SetEpoch(1)
+	b.SetEpoch(1)
+	for i := 0; i < 4; i++ {
+		_, _ = a.Decide(t0, "api", "k", 1)
+	}
+	agg := a.Flush(t0, nil).PoP
+	require.Len(t, agg.Entries, 1)
+	assert.Equal(t, ApplyStats{Echo: 1}, b.Apply(t0, &agg, ScopeGlobal), "relayed back by another PoP")
+	assert.Zero(t, estimate(t, b, t0, "api", "k"))
+
+	b.SetEpoch(2) // the PoP restarted; a's state is gone
+	assert.Equal(t, ApplyStats{Merged: 1}, b.Apply(t0, &agg, ScopeGlobal))
+
+	// An epoch a member started (its incarnation) and left: that member's
+	// counts arrive per node, so its aggregate is an echo.
+	c := newNode(t, replica("c", 3))
+	c.SetEpoch(2)
+	local := a.AntiEntropy(t0, nil).Local
+	assert.Equal(t, ApplyStats{Merged: 1}, c.Apply(t0, &local, ScopePoP))
+	assert.Equal(t, ApplyStats{Echo: 1}, c.Apply(t0, &agg, ScopeGlobal), "a#1 is a member: its epoch 1 is no former state")
+	assert.InDelta(t, 4, estimate(t, b, t0, "api", "k"), 1e-9)
+	assert.Empty(t, b.Flush(t0, nil).PoP.Entries, "a former aggregate is no member")
+	assert.Empty(t, b.AntiEntropy(t0, nil).PoP.Entries)
+	_, _ = b.Decide(t0, "api", "k", 1)
+	out := b.Flush(t0, nil)
+	require.Len(t, out.PoP.Entries, 1)
+	assert.Equal(t, uint64(1), out.PoP.Entries[0].Count)
+	assert.Equal(t, crdt.PoPReplica("eu", "ams", 2), out.PoP.Sender)
+}
+
+// TestStateCarriesEpochAndAggregates: State returns one delta per replica with
+// the node's epoch, aggregates among them, and a joiner that applies each by
+// its sender's kind learns everything.
+func TestStateCarriesEpochAndAggregates(t *testing.T) {
+	a := newNode(t, replica("a", 1))
+	a.SetEpoch(4)
+	_, _ = a.Decide(t0, "api", "k", 1)
+	_, _ = a.Decide(t0, "per-ip", "k", 1)
+	_, _ = a.Decide(t0, "local", "k", 1)
+	w := t0 / int64(time.Minute)
+	iad := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 7}}}
+	require.Equal(t, 1, a.Apply(t0, &iad, ScopeGlobal).Merged)
+	st := a.State(t0)
+	require.Len(t, st, 2)
+	assert.Equal(t, replica("a", 1), st[0].Sender)
+	assert.Equal(t, crdt.PoPReplica("us", "iad", 9), st[1].Sender)
+	joiner := newNode(t, replica("b", 1))
+	joiner.SetEpoch(4)
+	for _, d := range st {
+		assert.Equal(t, uint64(4), d.Epoch)
+		assert.Equal(t, t0, d.SentAt)
+		via := ScopePoP
+		if d.Sender.IsPoP() {
+			via = ScopeGlobal
+		}
+		assert.Zero(t, joiner.Apply(t0, &d, via).Rejected())
+	}
+	assert.InDelta(t, 8, estimate(t, joiner, t0, "api", "k"), 1e-9)
+	assert.InDelta(t, 1, estimate(t, joiner, t0, "per-ip", "k"), 1e-9)
+	assert.Empty(t, newNode(t, replica("c", 1)).State(t0), "no empty deltas")
 }

@@ -18,17 +18,17 @@ func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
 	require.NoError(t, err)
 	us, err = New(Config{Self: crdt.Replica{Region: "us", PoP: "iad", Node: "b", Incarnation: 1}, Rules: rules, ShareStep: -1})
 	require.NoError(t, err)
+	eu.SetEpoch(1)
+	us.SetEpoch(1)
 	return eu, us
 }
 
 func sync2(t *testing.T, now int64, a, b *Node) {
 	t.Helper()
-	for _, out := range a.Flush(now) {
-		b.Apply(now, &out.Delta, ScopeGlobal)
-	}
-	for _, out := range b.Flush(now) {
-		a.Apply(now, &out.Delta, ScopeGlobal)
-	}
+	out := a.Flush(now, nil)
+	b.Apply(now, &out.PoP, ScopeGlobal)
+	out = b.Flush(now, nil)
+	a.Apply(now, &out.PoP, ScopeGlobal)
 }
 
 // runCut drives steady demand of rate per side per 100ms for several
@@ -126,7 +126,7 @@ func TestShareAdaptsWhenTrafficMoves(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		_, _ = eu.Decide(start, "api", "k", 1)
 	}
-	eu.Apply(start, &crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "b", Incarnation: 1},
+	eu.Apply(start, &crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 1),
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: 90}}}, ScopeGlobal)
 	cut := start + W
 	eu.SetUnheard(cut, []string{"us/iad"})
@@ -159,4 +159,38 @@ func TestSharesSurviveARuleReload(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 5, admitted, "a rule added during the cut enforces its share too")
+}
+
+// TestShareCountsMembersAndAggregates: a side's share sums its PoP's members,
+// and another PoP's aggregate counts for that PoP, which is one PoP however
+// many replicas it has.
+func TestShareCountsMembersAndAggregates(t *testing.T) {
+	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
+	eu, err := New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules})
+	require.NoError(t, err)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	for i := 0; i < 30; i++ {
+		_, _ = eu.Decide(start, "api", "k", 1)
+	}
+	for _, d := range []struct {
+		sender crdt.Replica
+		via    Scope
+		count  uint64
+	}{
+		{crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 1}, ScopePoP, 20},
+		{crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 2}, ScopePoP, 10},
+		{crdt.PoPReplica("us", "iad", 1), ScopeGlobal, 30},
+		{crdt.PoPReplica("us", "iad", 2), ScopeGlobal, 10},
+	} {
+		st := eu.Apply(start, &crdt.Delta{Sender: d.sender, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: d.count}}}, d.via)
+		require.Equal(t, 1, st.Merged, d.sender)
+	}
+	cut := start + W
+	eu.SetUnheard(cut, []string{"us/iad"})
+	st := eu.Partition(cut)
+	assert.InDelta(t, 0.5, st.SideShare, 1e-9, "two PoPs")
+	require.Len(t, st.Rules, 1)
+	assert.Equal(t, 1, st.Rules[0].Keys)
+	assert.InDelta(t, 0.6, st.Rules[0].MeanShare, 1e-9, "ams's 60 of 100")
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // Epoch is the Unix time (nanoseconds) at which every run starts:
@@ -52,10 +53,14 @@ type popInfo struct {
 	nodes        []int32
 	live         []int32 // nodes up, in index order
 	acct         sent    // replication sent by the PoP's nodes
+	global       sent    // of which to other PoPs
 }
 
 // sent counts replication messages and bytes.
 type sent struct{ messages, bytes uint64 }
+
+// received counts replication messages, entries and bytes delivered.
+type received struct{ messages, entries, bytes uint64 }
 
 // simNode is one node of the fleet: the real pop.Node plus what the
 // simulated machine around it knows.
@@ -64,12 +69,14 @@ type simNode struct {
 	name   string
 	pop    int32
 	region int
-	n      *pop.Node // nil while down
+	n      *pop.Node  // nil while down
+	core   *repl.Core // its replication protocol (see wire.go)
 	inc    uint64
 	up     bool
 	skew   int64
-	hbSize uint64  // encoded size of a heartbeat or sync request
-	h      hearing // see hearing.go
+	// nextCore is the time of the core's scheduled tick; an evCore event
+	// for another time is stale.
+	nextCore int64
 }
 
 // linkModel is a resolved Link, in nanoseconds.
@@ -125,10 +132,11 @@ type engine struct {
 	blocked  [][]bool
 	nBlock   int
 
-	flushEvery, aeEvery, hbEvery, peerTimeout int64
-	flushNow                                  bool
-	intraMax, interMax                        int
-	share                                     bool // some rule uses the share policy
+	flushNow           bool
+	intraMax, interMax int
+	inbound            received // delivered from other PoPs, all nodes
+	storeSeed          uint64   // seeds every store's hash (see start)
+	share              bool     // some rule uses the share policy
 
 	keys     []*keyInfo
 	ruleKeys [][]*keyInfo
@@ -200,20 +208,17 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 	}
 	master := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	e := &engine{
-		sc:          sc,
-		opts:        opts,
-		rules:       rules,
-		end:         int64(sc.Duration),
-		trng:        newRNG(master.Uint64(), master.Uint64()),
-		nrng:        newRNG(master.Uint64(), master.Uint64()),
-		flushEvery:  int64(*sc.Replication.FlushInterval),
-		aeEvery:     int64(sc.Replication.AntiEntropyInterval),
-		hbEvery:     int64(sc.Replication.HeartbeatInterval),
-		peerTimeout: int64(sc.Replication.PeerTimeout),
-		intraMax:    sc.Replication.IntraPoPMaxBytes,
-		interMax:    sc.Replication.InterPoPMaxBytes,
+		sc:        sc,
+		opts:      opts,
+		rules:     rules,
+		end:       int64(sc.Duration),
+		trng:      newRNG(master.Uint64(), master.Uint64()),
+		nrng:      newRNG(master.Uint64(), master.Uint64()),
+		storeSeed: master.Uint64() | 1,
+		intraMax:  sc.Replication.IntraPoPMaxBytes,
+		interMax:  sc.Replication.InterPoPMaxBytes,
 	}
-	e.flushNow = e.flushEvery == 0
+	e.flushNow = *sc.Replication.FlushInterval == 0
 	e.policy = opts.Policy
 	if e.policy == "" {
 		e.policy = rules[0].OnPartition.String()
@@ -245,6 +250,7 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 			Self:    crdt.Replica{Region: "central", PoP: "central", Node: "central", Incarnation: 1},
 			Rules:   rules,
 			MaxKeys: sc.Replication.MaxKeys,
+			Seed:    e.storeSeed,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sim: central node: %w", err)
@@ -308,10 +314,8 @@ func (e *engine) buildTopology() error {
 			return err
 		}
 	}
-	if e.share {
-		if _, ok := any(e.nodes[0].n).(unheardSetter); !ok {
-			return errors.New("sim: on_partition share: not supported yet")
-		}
+	for p := range e.pops {
+		e.membersChanged(int32(p), 0)
 	}
 	return nil
 }
@@ -591,46 +595,29 @@ func (e *engine) schedule() {
 }
 
 // start (re)starts node nd at t with a new incarnation and queues its timers.
+// The caller tells the PoP's members (membersChanged).
 func (e *engine) start(nd *simNode, t int64) error {
 	nd.inc++
 	n, err := pop.New(pop.Config{
 		Self:    crdt.Replica{Region: e.pops[nd.pop].region, PoP: e.pops[nd.pop].name, Node: nd.name, Incarnation: nd.inc},
 		Rules:   e.rules,
 		MaxKeys: e.sc.Replication.MaxKeys,
+		Seed:    (e.storeSeed ^ uint64(nd.idx)<<32 ^ nd.inc) | 1,
 	})
 	if err != nil {
 		return fmt.Errorf("sim: node %s: %w", nd.name, err)
 	}
 	nd.n, nd.up = n, true
+	if nd.core, err = e.newCore(nd); err != nil {
+		return err
+	}
 	p := &e.pops[nd.pop]
 	p.live = append(p.live, nd.idx)
 	sort.Slice(p.live, func(i, j int) bool { return p.live[i] < p.live[j] })
-	hb, err := crdt.Encode(&crdt.Delta{Sender: n.Self(), SentAt: e.nodeNow(nd, t)}, 0)
-	if err != nil {
-		return fmt.Errorf("sim: heartbeat: %w", err)
-	}
-	nd.hbSize = uint64(len(hb[0]))
-	e.resetHearing(nd, t)
-	phase := func(every int64) int64 {
-		if every <= 0 {
-			return never
-		}
-		return t + e.nrng.Int64N(every) + 1
-	}
-	if !e.flushNow {
-		e.q.push(event{at: phase(e.flushEvery), kind: evFlush, node: nd.idx, inc: nd.inc})
-	}
-	if e.aeEvery > 0 {
-		e.q.push(event{at: phase(e.aeEvery), kind: evAntiEntropy, node: nd.idx, inc: nd.inc})
-	}
-	if e.hbEvery > 0 && len(e.pops) > 1 {
-		// A first heartbeat at start, then a tick every interval, the first
-		// a whole interval after start (the others' first heartbeats have
-		// had that long to arrive).
-		e.q.push(event{at: t, kind: evHello, node: nd.idx, inc: nd.inc})
-		e.q.push(event{at: phase(e.hbEvery) + e.hbEvery, kind: evHeartbeat, node: nd.idx, inc: nd.inc})
-	}
-	e.q.push(event{at: phase(int64(time.Second)), kind: evTick, node: nd.idx, inc: nd.inc})
+	nd.nextCore = -1
+	nd.core.Tick(e.nodeNow(nd, t))
+	e.drain(nd, t)
+	e.q.push(event{at: t + e.nrng.Int64N(int64(time.Second)) + 1, kind: evTick, node: nd.idx, inc: nd.inc})
 	return nil
 }
 
@@ -709,7 +696,8 @@ func (e *engine) request(s *source, t int64) {
 		}
 	}
 	if e.flushNow && d.Allowed {
-		e.broadcast(nd, nd.n.Flush(e.nodeNow(nd, t)), t, msgDelta)
+		nd.core.Flush(e.nodeNow(nd, t))
+		e.drain(nd, t)
 	}
 	if e.log != nil {
 		e.writeLog(nd, k, s.cost, d.Allowed, t)
@@ -756,44 +744,22 @@ func (e *engine) handle(ev event) {
 		if !nd.up || nd.inc != ev.inc {
 			return
 		}
-		if e.receive(nd, ev.from, ev.msg, ev.d, t) {
-			nd.n.Apply(e.nodeNow(nd, t), ev.d, ev.via)
+		e.deliver(nd, &ev, t)
+	case evCore:
+		nd := e.nodes[ev.node]
+		if !nd.up || nd.inc != ev.inc || ev.at != nd.nextCore {
+			return
 		}
-	case evSync, evResync, evRelay, evHello:
+		nd.nextCore = -1
+		nd.core.Tick(e.nodeNow(nd, t))
+		e.drain(nd, t)
+	case evTick:
 		nd := e.nodes[ev.node]
 		if !nd.up || nd.inc != ev.inc {
 			return
 		}
-		switch ev.kind {
-		case evSync:
-			e.doSync(nd, t)
-		case evResync:
-			e.doResync(nd, t)
-		case evRelay:
-			e.doRelay(nd, t)
-		case evHello:
-			e.publishEmpty(nd, msgHeartbeat, t)
-		}
-	case evFlush, evAntiEntropy, evTick, evHeartbeat:
-		nd := e.nodes[ev.node]
-		if !nd.up || nd.inc != ev.inc {
-			return
-		}
-		now := e.nodeNow(nd, t)
-		switch ev.kind {
-		case evFlush:
-			e.broadcast(nd, nd.n.Flush(now), t, msgDelta)
-			ev.at += e.flushEvery
-		case evAntiEntropy:
-			e.broadcast(nd, nd.n.AntiEntropy(now), t, msgDelta)
-			ev.at += e.aeEvery
-		case evTick:
-			nd.n.Tick(now)
-			ev.at += int64(time.Second)
-		case evHeartbeat:
-			e.heartbeatTick(nd, t)
-			ev.at += e.hbEvery
-		}
+		nd.n.Tick(e.nodeNow(nd, t))
+		ev.at += int64(time.Second)
 		e.q.push(ev)
 	case evAction:
 		e.act(e.actions[ev.i], t)
@@ -904,6 +870,7 @@ func (e *engine) act(a action, t int64) {
 		for _, n := range a.nodes {
 			e.crash(e.nodes[n])
 		}
+		e.popsChanged(a.nodes, t)
 		e.reroute()
 	case actRestart:
 		for _, n := range a.nodes {
@@ -917,6 +884,7 @@ func (e *engine) act(a action, t int64) {
 			}
 			e.joinSync(nd, t)
 		}
+		e.popsChanged(a.nodes, t)
 		e.reroute()
 	}
 }
@@ -928,11 +896,22 @@ func (e *engine) block(x, y int32) {
 	}
 }
 
+// popsChanged tells the members of the PoPs of nodes that membership changed.
+func (e *engine) popsChanged(nodes []int32, t int64) {
+	done := map[int32]bool{}
+	for _, n := range nodes {
+		if p := e.nodes[n].pop; !done[p] {
+			done[p] = true
+			e.membersChanged(p, t)
+		}
+	}
+}
+
 func (e *engine) crash(nd *simNode) {
 	if !nd.up {
 		return
 	}
-	nd.up, nd.n = false, nil
+	nd.up, nd.n, nd.core = false, nil, nil
 	p := &e.pops[nd.pop]
 	for i, x := range p.live {
 		if x == nd.idx {
@@ -945,32 +924,6 @@ func (e *engine) crash(nd *simNode) {
 func (e *engine) reroute() {
 	for _, s := range e.sources {
 		s.route(e.popUp)
-	}
-}
-
-// joinSync is memberlist's push/pull state sync on join: the first other
-// live member of the PoP sends everything it holds of the live windows.
-func (e *engine) joinSync(nd *simNode, t int64) {
-	for _, m := range e.pops[nd.pop].live {
-		if m == nd.idx {
-			continue
-		}
-		peer := e.nodes[m]
-		for _, d := range peer.n.State(e.nodeNow(peer, t)) {
-			sortEntries(&d)
-			via := pop.ScopeGlobal
-			if d.Sender.SamePoP(nd.n.Self()) {
-				via = pop.ScopePoP
-			}
-			parts, size := e.encode(&d, e.interMax)
-			acct := &e.pops[peer.pop].acct
-			acct.messages += uint64(len(parts))
-			acct.bytes += size
-			for _, part := range parts {
-				e.send(peer, nd.idx, part, via, msgDelta, t)
-			}
-		}
-		return
 	}
 }
 
@@ -990,74 +943,37 @@ func sortEntries(d *crdt.Delta) {
 }
 
 // encode encodes d as the transport would (at most maxBytes per message)
-// and returns the deltas as the receivers decode them, and the bytes sent.
-func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, uint64) {
+// and returns the deltas as the receivers decode them, their sizes, and the
+// bytes sent.
+func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, []uint32, uint64) {
 	msgs, err := crdt.Encode(d, maxBytes)
 	if err != nil {
 		e.err = fmt.Errorf("sim: encode: %w", err)
-		return nil, 0
+		return nil, nil, 0
 	}
 	var size uint64
-	for _, m := range msgs {
+	sizes := make([]uint32, len(msgs))
+	for i, m := range msgs {
 		size += uint64(len(m))
+		sizes[i] = uint32(len(m))
 	}
 	if len(msgs) == 1 {
-		return []*crdt.Delta{d}, size
+		return []*crdt.Delta{d}, sizes, size
 	}
 	parts := make([]*crdt.Delta, len(msgs))
 	for i, m := range msgs {
 		if parts[i], err = crdt.Decode(m); err != nil {
 			e.err = fmt.Errorf("sim: decode: %w", err)
-			return nil, 0
+			return nil, nil, 0
 		}
 	}
-	return parts, size
-}
-
-// broadcast sends a node's outbound deltas: every delta to the PoP's other
-// live members (memberlist, one message each), and global deltas to every
-// node of every other PoP (one NATS publish, delivered to each subscriber).
-func (e *engine) broadcast(nd *simNode, outs []pop.Outbound, t int64, msg uint8) {
-	p := &e.pops[nd.pop]
-	for i := range outs {
-		d := &outs[i].Delta
-		sortEntries(d)
-		if len(p.live) > 1 {
-			parts, size := e.encode(d, e.intraMax)
-			for _, m := range p.live {
-				if m == nd.idx {
-					continue
-				}
-				p.acct.messages += uint64(len(parts))
-				p.acct.bytes += size
-				for _, part := range parts {
-					e.send(nd, m, part, pop.ScopePoP, msg, t)
-				}
-			}
-		}
-		if outs[i].Scope != pop.ScopeGlobal || len(e.pops) == 1 {
-			continue
-		}
-		parts, size := e.encode(d, e.interMax)
-		p.acct.messages += uint64(len(parts))
-		p.acct.bytes += size
-		for qi := range e.pops {
-			if int32(qi) == nd.pop {
-				continue
-			}
-			for _, m := range e.pops[qi].live {
-				for _, part := range parts {
-					e.send(nd, m, part, pop.ScopeGlobal, msg, t)
-				}
-			}
-		}
-	}
+	return parts, sizes, size
 }
 
 // send puts one message from nd to node to on the network: dropped if the
 // link is cut or the message lost, else delivered after the link's latency
 // and jitter (plus the reorder delay, sometimes), sometimes twice.
-func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, via pop.Scope, msg uint8, t int64) {
+func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, size uint32, link uint8, msg repl.Kind, from int32, t int64) {
 	dst := e.nodes[to]
 	fp, tp := nd.pop, dst.pop
 	if e.nBlock > 0 && e.blocked[fp][tp] {
@@ -1079,6 +995,6 @@ func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, via pop.Scope, msg u
 		if l.reorder > 0 && e.nrng.Float64() < l.reorder {
 			delay += l.reorderDelay
 		}
-		e.q.push(event{at: t + delay, kind: evDeliver, node: to, inc: dst.inc, from: fp, via: via, msg: msg, d: d})
+		e.q.push(event{at: t + delay, kind: evDeliver, node: to, inc: dst.inc, from: from, link: link, msg: msg, size: size, d: d})
 	}
 }

@@ -2,8 +2,11 @@ package sim
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -31,7 +34,13 @@ func (e *engine) groupOf(nd *simNode, scope uint8) int {
 	return 0
 }
 
-// joinTruth returns, per probed key and group, the joined window totals.
+// joinTruth returns, per probed key and group, the joined window totals:
+// what a node would see if it had every message any node received. Per
+// replica the join is the maximum any node holds. A PoP's own members are
+// counted one by one; its aggregate (region/pop/*#epoch, what other PoPs
+// hold) stands for the same counts under the PoP's current epoch, so the
+// larger of the two is taken, and aggregates of former epochs (counts from
+// before the whole PoP restarted) are added.
 func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 	ng := len(e.pops)
 	truth := make([]map[int64]uint64, len(e.convKeys)*ng)
@@ -61,12 +70,31 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 			}
 		}
 	}
+	current := e.currentEpochs()
 	for gi, byWin := range reps {
 		truth[gi] = map[int64]uint64{}
 		for w, m := range byWin {
+			members := map[string]uint64{} // PoP -> sum of its members' counts
+			aggCur := map[string]uint64{}  // PoP -> its current aggregate
 			var sum uint64
-			for _, c := range m {
-				sum += c
+			for r, c := range m {
+				id, node, inc := splitReplica(r)
+				switch {
+				case node != crdt.PoPNode:
+					members[id] += c
+				case inc == current[id]:
+					aggCur[id] = c
+				default:
+					sum += c
+				}
+			}
+			for id, c := range members {
+				sum += max(c, aggCur[id])
+			}
+			for id, c := range aggCur {
+				if _, ok := members[id]; !ok {
+					sum += c
+				}
 			}
 			truth[gi][w] = sum
 		}
@@ -74,7 +102,32 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 	return truth
 }
 
-// converged reports whether every live node's views cover probe p's truth.
+// currentEpochs returns the epoch of each PoP's live members ("region/pop").
+func (e *engine) currentEpochs() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, nd := range e.nodes {
+		if !nd.up {
+			continue
+		}
+		id := e.pops[nd.pop].id
+		if ep := nd.core.Epoch(); ep != 0 && (out[id] == 0 || ep < out[id]) {
+			out[id] = ep
+		}
+	}
+	return out
+}
+
+// splitReplica splits "region/pop/node#incarnation".
+func splitReplica(r string) (pop, node string, inc uint64) {
+	head, incS, _ := strings.Cut(r, "#")
+	inc, _ = strconv.ParseUint(incS, 10, 64)
+	k := strings.LastIndexByte(head, '/')
+	if k < 0 {
+		return head, "", inc
+	}
+	return head[:k], head[k+1:], inc
+}
+
 func (e *engine) converged(p *probe, t int64) bool {
 	ng := len(e.pops)
 	for _, nd := range e.nodes {

@@ -2,28 +2,22 @@ package sim
 
 import (
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 type evKind uint8
 
 const (
-	evDeliver     evKind = iota // a message reaches a node
-	evFlush                     // a node flushes its changed counts
-	evAntiEntropy               // a node re-sends its own live counts
-	evTick                      // a node's housekeeping
-	evHeartbeat                 // a node publishes a heartbeat and checks whom it hears
-	evAction                    // a scenario action (partition, heal, crash, ...)
-	evChange                    // a traffic stream's rate or shares change
-	evPhase                     // a phase begins
-	evRuleSample                // admitted/limit samples of one rule's keys
-	evSeries                    // a time-series row
-	evConverge                  // a convergence probe after a heal
-	evProgress                  // progress report
-	evSync                      // a node requests a sync (see hearing.go)
-	evResync                    // a node re-sends its own live counts
-	evRelay                     // a node relays state to PoPs that asked
-	evHello                     // a node's first heartbeat at start
+	evDeliver    evKind = iota // a message reaches a node
+	evCore                     // a node's replication core has timed work
+	evTick                     // a node's housekeeping
+	evAction                   // a scenario action (partition, heal, crash, ...)
+	evChange                   // a traffic stream's rate or shares change
+	evPhase                    // a phase begins
+	evRuleSample               // admitted/limit samples of one rule's keys
+	evSeries                   // a time-series row
+	evConverge                 // a convergence probe after a heal
+	evProgress                 // progress report
 )
 
 // event is one entry of the queue. Node events carry the incarnation they
@@ -32,12 +26,13 @@ type event struct {
 	at   int64
 	seq  uint64
 	kind evKind
-	via  pop.Scope
-	msg  uint8 // message kind of a delivery (msgDelta, msgHeartbeat, ...)
+	link uint8 // link of a delivery: repl.LinkPoP, repl.LinkGlobal or linkJoin
+	msg  repl.Kind
 	node int32 // the node of a node event; the phase of a rule sample (-1: run)
 	from int32 // sending PoP of a delivery; change index of a traffic change
 	i    int   // action, stream, phase, rule or probe index
 	inc  uint64
+	size uint32 // encoded size of a delivery
 	d    *crdt.Delta
 }
 

@@ -56,6 +56,15 @@ type Phase struct {
 type Replication struct {
 	MessagesPerSPerPoP map[string]float64 `json:"messages_per_s_per_pop"`
 	BytesPerSPerPoP    map[string]float64 `json:"bytes_per_s_per_pop"`
+	// Capacity figures, per second of simulated time: what one node
+	// receives from other PoPs (mean over nodes), and what one PoP publishes
+	// to other PoPs (mean over PoPs; each publish reaches every node of every
+	// other PoP).
+	NodeInboundMessagesPerS float64 `json:"node_inbound_messages_per_s"`
+	NodeInboundEntriesPerS  float64 `json:"node_inbound_entries_per_s"`
+	NodeInboundBytesPerS    float64 `json:"node_inbound_bytes_per_s"`
+	PoPOutboundMessagesPerS float64 `json:"pop_outbound_messages_per_s"`
+	PoPOutboundBytesPerS    float64 `json:"pop_outbound_bytes_per_s"`
 }
 
 // Central are the figures of the same arrival stream decided by one node
@@ -65,8 +74,9 @@ type Central struct {
 	Phases []Phase `json:"phases"`
 }
 
-// Report is the JSON report of one run. Field names are the contract of
-// DESIGN.md.
+// Report is the JSON report of one run. Field names are a contract (the
+// README's "Running simulations" lists them): fields may be added, never
+// renamed.
 type Report struct {
 	Scenario string `json:"scenario"`
 	Seed     uint64 `json:"seed"`
@@ -174,10 +184,20 @@ func (e *engine) result() *Result {
 		r.ConvergenceMS = append(r.ConvergenceMS, p.result)
 	}
 	secs := float64(e.end) / 1e9
+	var out sent
 	for _, p := range e.pops {
 		r.Replication.MessagesPerSPerPoP[p.id] = round(float64(p.acct.messages) / secs)
 		r.Replication.BytesPerSPerPoP[p.id] = round(float64(p.acct.bytes) / secs)
+		out.messages += p.global.messages
+		out.bytes += p.global.bytes
 	}
+	nodeSecs := secs * float64(len(e.nodes))
+	r.Replication.NodeInboundMessagesPerS = round(float64(e.inbound.messages) / nodeSecs)
+	r.Replication.NodeInboundEntriesPerS = round(float64(e.inbound.entries) / nodeSecs)
+	r.Replication.NodeInboundBytesPerS = round(float64(e.inbound.bytes) / nodeSecs)
+	popSecs := secs * float64(len(e.pops))
+	r.Replication.PoPOutboundMessagesPerS = round(float64(out.messages) / popSecs)
+	r.Replication.PoPOutboundBytesPerS = round(float64(out.bytes) / popSecs)
 	return &Result{Report: r, Regions: e.regions, Series: e.series}
 }
 
@@ -255,11 +275,16 @@ func WriteTable(w io.Writer, reports []Report) error {
 	}
 	for _, r := range reports {
 		fmt.Fprintf(w, "\n[%s] convergence after heal (ms): %s\n", r.Policy, fmtFloats(r.ConvergenceMS))
-		fmt.Fprintf(w, "[%s] replication per PoP (msg/s, bytes/s):", r.Policy)
-		for _, id := range sortedKeys(r.Replication.MessagesPerSPerPoP) {
-			fmt.Fprintf(w, " %s %.0f %.0f;", id, r.Replication.MessagesPerSPerPoP[id], r.Replication.BytesPerSPerPoP[id])
+		rp := &r.Replication
+		fmt.Fprintf(w, "[%s] per node from other PoPs: %.0f msg/s, %.0f entries/s, %.0f bytes/s; per PoP to other PoPs: %.0f msg/s, %.0f bytes/s\n",
+			r.Policy, rp.NodeInboundMessagesPerS, rp.NodeInboundEntriesPerS, rp.NodeInboundBytesPerS, rp.PoPOutboundMessagesPerS, rp.PoPOutboundBytesPerS)
+		if len(rp.MessagesPerSPerPoP) <= 12 {
+			fmt.Fprintf(w, "[%s] replication per PoP (msg/s, bytes/s):", r.Policy)
+			for _, id := range sortedKeys(rp.MessagesPerSPerPoP) {
+				fmt.Fprintf(w, " %s %.0f %.0f;", id, rp.MessagesPerSPerPoP[id], rp.BytesPerSPerPoP[id])
+			}
+			fmt.Fprintln(w)
 		}
-		fmt.Fprintln(w)
 		if r.Unserved > 0 {
 			fmt.Fprintf(w, "[%s] unserved (every PoP down): %d\n", r.Policy, r.Unserved)
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/geolimit/geolimit/config"
 	"io"
 	"math"
 	"os"
@@ -16,7 +15,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // Scenario is a simulation as written in a scenario file (scenarios/*.yaml).
@@ -309,16 +310,21 @@ func yamlError(err error) error {
 	return errors.New(msg)
 }
 
-// Default timings.
+// Default timings: the replication protocol's (repl.DefaultConfig), as the
+// daemon's.
+var (
+	DefaultFlushInterval       = repl.DefaultConfig().FlushInterval
+	DefaultPeerTimeout         = repl.DefaultConfig().PeerTimeout
+	DefaultAntiEntropyInterval = repl.DefaultConfig().AntiEntropyInterval
+)
+
+// Other defaults.
 const (
-	DefaultFlushInterval       = 50 * time.Millisecond
-	DefaultPeerTimeout         = 2 * time.Second
-	DefaultAntiEntropyInterval = 5 * time.Second
-	DefaultIntraPoPMaxBytes    = 1400
-	DefaultInterPoPMaxBytes    = 1 << 20
-	DefaultStep                = time.Second
-	DefaultConvergenceStep     = 5 * time.Millisecond
-	DefaultConvergenceLimit    = 30 * time.Second
+	DefaultIntraPoPMaxBytes = 1400
+	DefaultInterPoPMaxBytes = 1 << 20
+	DefaultStep             = time.Second
+	DefaultConvergenceStep  = 5 * time.Millisecond
+	DefaultConvergenceLimit = 30 * time.Second
 )
 
 // withDefaults fills unset fields in place.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/server"
 )
 
@@ -50,7 +50,7 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 	if gc := cfg.Gossip; gc != nil {
 		mc := gossip.MemberlistConfig{
 			Self:      id,
-			Name:      self.Node + "#" + strconv.FormatUint(self.Incarnation, 10),
+			Name:      repl.MemberName(self),
 			Bind:      gc.Bind,
 			Advertise: gc.Advertise,
 			Join:      gc.Join,

@@ -1,0 +1,833 @@
+package repl
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Config configures a Core. Durations are wall-clock spans; the Core reads
+// them against the times its caller passes.
+type Config struct {
+	// Node is the node core whose counts are replicated. Required.
+	Node *pop.Node
+	// FlushInterval is how often changed counts are sent. 0 means "at once":
+	// the caller calls Flush after every counted decision, and a member's
+	// delta is passed on to other PoPs as soon as it arrives (the
+	// simulator's zero-latency reference).
+	FlushInterval time.Duration
+	// AntiEntropyInterval is how often every live count is re-sent (own
+	// counts to the PoP, owned totals to other PoPs).
+	AntiEntropyInterval time.Duration
+	// PeerTimeout is how long a remote PoP may stay silent before it counts
+	// as partitioned.
+	PeerTimeout time.Duration
+	// HeartbeatInterval is how often the PoP heartbeats to other PoPs (its
+	// members take turns). It must be below PeerTimeout.
+	HeartbeatInterval time.Duration
+	// MaxBatchEntries: when this many keys changed since the last flush,
+	// Tick flushes without waiting for FlushInterval.
+	MaxBatchEntries int
+	// EpochWait is how long a node with a PoP link and members waits to
+	// learn its PoP's epoch from them (a member that has one announces it to
+	// a newcomer at once) before the first member by name starts one; the
+	// others start their own after twice as long. A node alone in its PoP
+	// starts one at once. 0 means two flush intervals, within 10ms..1s.
+	EpochWait time.Duration
+	// ExpectedPoPs are remote PoPs known in advance: they count as
+	// partitioned until first heard.
+	ExpectedPoPs []PoPID
+	// MaxPoPs bounds how many remote PoPs are tracked; messages from PoPs
+	// beyond it are dropped.
+	MaxPoPs int
+	// PoPLink, GlobalLink say which links exist: a PoP of one node has no
+	// PoP link, a deployment of one PoP no global link.
+	PoPLink, GlobalLink bool
+	// Relay says the global link can address one PoP (KindState).
+	Relay bool
+}
+
+// DefaultConfig returns the default intervals; set Node and the links.
+func DefaultConfig() Config {
+	return Config{
+		FlushInterval:       50 * time.Millisecond,
+		AntiEntropyInterval: 5 * time.Second,
+		PeerTimeout:         2 * time.Second,
+		MaxBatchEntries:     32768,
+		MaxPoPs:             4096,
+	}
+}
+
+// normalise fills zero fields from DefaultConfig (HeartbeatInterval from
+// PeerTimeout, EpochWait from PeerTimeout) and validates.
+func (c *Config) normalise() error {
+	d := DefaultConfig()
+	if c.Node == nil {
+		return errors.New("repl: config: node is required")
+	}
+	if c.AntiEntropyInterval == 0 {
+		c.AntiEntropyInterval = d.AntiEntropyInterval
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = d.PeerTimeout
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.PeerTimeout / 4
+	}
+	if c.EpochWait == 0 {
+		c.EpochWait = min(max(2*c.FlushInterval, 10*time.Millisecond), time.Second)
+	}
+	if c.MaxBatchEntries == 0 {
+		c.MaxBatchEntries = d.MaxBatchEntries
+	}
+	if c.MaxPoPs == 0 {
+		c.MaxPoPs = d.MaxPoPs
+	}
+	switch {
+	case c.FlushInterval < 0 || (c.FlushInterval > 0 && c.FlushInterval < time.Millisecond):
+		return fmt.Errorf("repl: config: flush interval %s: want 0 (at once) or at least 1ms", c.FlushInterval)
+	case c.AntiEntropyInterval < c.FlushInterval || c.AntiEntropyInterval <= 0:
+		return fmt.Errorf("repl: config: anti-entropy interval %s below flush interval %s", c.AntiEntropyInterval, c.FlushInterval)
+	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.PeerTimeout:
+		return fmt.Errorf("repl: config: heartbeat interval %s must be positive and below peer timeout %s", c.HeartbeatInterval, c.PeerTimeout)
+	case c.EpochWait < 0:
+		return fmt.Errorf("repl: config: epoch wait %s is negative", c.EpochWait)
+	case c.MaxBatchEntries < 1:
+		return fmt.Errorf("repl: config: max batch entries %d below 1", c.MaxBatchEntries)
+	case c.MaxPoPs < 1:
+		return fmt.Errorf("repl: config: max pops %d below 1", c.MaxPoPs)
+	}
+	return nil
+}
+
+// Core is one node's replication protocol. It is not safe for concurrent
+// use: the runtime serialises every call (the gossip package holds a mutex).
+type Core struct {
+	cfg     Config
+	node    *pop.Node
+	self    crdt.Replica
+	selfPoP PoPID
+	name    string // MemberName(self)
+
+	started   bool
+	startedAt int64
+	epoch     uint64
+
+	members      []string // the PoP's live members, self included, sorted
+	memberH      []uint64 // hashes of members
+	rank         int      // index of self in members
+	membersKnown bool     // SetMembers was called
+
+	nextFlush, nextAE, nextHB int64
+
+	peers map[PoPID]*peer
+
+	// Work asked for by Step or membership: want is done before the call
+	// returns; a sync request and a re-send of the owned totals wait until
+	// syncAt and resendAt (0: none), so that what many messages of one
+	// moment ask for is done once.
+	want             uint8
+	syncAt, resendAt int64
+	relayTo          map[PoPID]bool
+
+	partitioned []PoPID
+	partVersion uint64
+
+	out   []Message
+	stats Stats
+}
+
+// peer is what a node knows of one remote PoP.
+type peer struct {
+	expected  bool
+	lastHeard int64 // receiver's clock; 0 = never
+	heardOnce bool
+	lastBeat  int64 // the latest heartbeat's SentAt (the sender's clock)
+	epoch     uint64
+	down      bool
+	relayedAt int64
+	relayed   bool
+	// relayedTo is the epoch the PoP had at the last relay: a PoP that
+	// restarted since (a new epoch) gets its former totals at once.
+	relayedTo uint64
+}
+
+// Bits of Core.want.
+const (
+	wantLocalAE  = 1 << iota // re-send own counts to the PoP
+	wantGlobalAE             // re-send owned totals to the other PoPs
+	wantAnnounce             // tell the PoP's members the epoch
+)
+
+// Stats are a Core's cumulative counters.
+type Stats struct {
+	Flushes        uint64 `json:"flushes"`
+	AntiEntropies  uint64 `json:"anti_entropy_rounds"`
+	Heartbeats     uint64 `json:"heartbeats_sent"`
+	SyncRequests   uint64 `json:"sync_requests_sent"`
+	SyncAnswers    uint64 `json:"sync_answers"`
+	Relays         uint64 `json:"relays"`
+	Forged         uint64 `json:"forged_messages"`
+	StateDropped   uint64 `json:"state_dropped"`
+	EpochChanges   uint64 `json:"epoch_changes"`
+	UnknownPoPs    uint64 `json:"unknown_pops_ignored"`
+	MembersChanges uint64 `json:"membership_changes"`
+}
+
+// New returns a Core for cfg.Node. The first Tick starts it.
+func New(cfg Config) (*Core, error) {
+	if err := cfg.normalise(); err != nil {
+		return nil, err
+	}
+	self := cfg.Node.Self()
+	c := &Core{
+		cfg:     cfg,
+		node:    cfg.Node,
+		self:    self,
+		selfPoP: PoPOf(self),
+		name:    MemberName(self),
+		peers:   map[PoPID]*peer{},
+		relayTo: map[PoPID]bool{},
+	}
+	for _, p := range cfg.ExpectedPoPs {
+		if p != c.selfPoP && len(c.peers) < cfg.MaxPoPs {
+			c.peers[p] = &peer{expected: true}
+		}
+	}
+	c.setMembers(nil)
+	if !cfg.PoPLink {
+		// Alone in its PoP: every start is a new epoch.
+		c.setEpoch(0, self.Incarnation)
+	}
+	return c, nil
+}
+
+// Self returns the node's replica identity.
+func (c *Core) Self() crdt.Replica { return c.self }
+
+// Epoch returns the PoP epoch this node publishes under (0: not known yet).
+func (c *Core) Epoch() uint64 { return c.epoch }
+
+// Stats returns the Core's counters.
+func (c *Core) Stats() Stats { return c.stats }
+
+// Ready returns the messages to send and forgets them.
+func (c *Core) Ready() []Message {
+	out := c.out
+	c.out = nil
+	return out
+}
+
+// Next returns the earliest time at which Tick has timed work (0 before the
+// first Tick). A caller may Tick more often; a simulator ticks exactly then.
+func (c *Core) Next() int64 {
+	if !c.started {
+		return 0
+	}
+	next := min(c.nextAE, c.nextHB)
+	if c.cfg.FlushInterval > 0 {
+		next = min(next, c.nextFlush)
+	}
+	if c.epoch == 0 {
+		w := int64(c.cfg.EpochWait)
+		if c.rank != 0 {
+			w *= 2
+		}
+		next = min(next, c.startedAt+w)
+	}
+	for _, at := range [2]int64{c.syncAt, c.resendAt} {
+		if at != 0 {
+			next = min(next, at)
+		}
+	}
+	return next
+}
+
+// phase spreads a node's timers over an interval, the same way at every run.
+func (c *Core) phase(every int64) int64 {
+	if every <= 0 {
+		return 0
+	}
+	return int64(hashString(c.self.String()) % uint64(every))
+}
+
+// Tick runs the timed work due at now: flush, anti-entropy, heartbeat turns,
+// the peer timeout and the unheard set, the epoch wait.
+func (c *Core) Tick(now int64) {
+	if !c.started {
+		c.started, c.startedAt = true, now
+		fl, ae, hb := int64(c.cfg.FlushInterval), int64(c.cfg.AntiEntropyInterval), int64(c.cfg.HeartbeatInterval)
+		c.nextFlush = now + c.phase(fl) + 1
+		c.nextAE = now + c.phase(ae) + 1
+		// Heartbeat slots are aligned to the clock, so members agree on turns;
+		// the first check of the peers waits a whole interval so that the
+		// others' first heartbeats have had that long to arrive.
+		c.nextHB = (now/hb+2)*hb + c.phase(hb/8)
+		if c.cfg.GlobalLink {
+			c.heartbeat(now) // hello: let the others hear this PoP at once
+		}
+	}
+	c.maybeStartEpoch(now)
+	if fl := int64(c.cfg.FlushInterval); fl > 0 && (now >= c.nextFlush || c.node.Pending() >= c.cfg.MaxBatchEntries) {
+		c.Flush(now)
+		c.nextFlush = advance(c.nextFlush, now, fl)
+	}
+	if now >= c.nextAE {
+		c.want |= wantLocalAE | wantGlobalAE
+		c.nextAE = advance(c.nextAE, now, int64(c.cfg.AntiEntropyInterval))
+	}
+	if now >= c.nextHB {
+		hb := int64(c.cfg.HeartbeatInterval)
+		if c.cfg.GlobalLink && c.myTurn(now/hb) {
+			c.heartbeat(now)
+		}
+		c.checkPeers(now)
+		c.nextHB = advance(c.nextHB, now, hb)
+	}
+	c.doWork(now)
+}
+
+// advance returns the first of next, next+every, ... after now.
+func advance(next, now, every int64) int64 {
+	if next > now {
+		return next
+	}
+	return next + ((now-next)/every+1)*every
+}
+
+// Flush sends the counts changed since the last flush: own counts to the
+// PoP's members, and the PoP totals of owned keys to the other PoPs.
+func (c *Core) Flush(now int64) {
+	c.stats.Flushes++
+	b := c.node.Flush(now, c.ownsKey)
+	c.emitBatch(&b, false, true)
+}
+
+// emitBatch queues a batch: Local to the PoP (when there are members), PoP
+// totals to the other PoPs when global is set.
+func (c *Core) emitBatch(b *pop.Batch, reliable, global bool) {
+	if c.cfg.PoPLink && len(c.members) > 1 && len(b.Local.Entries) > 0 {
+		d := b.Local
+		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Reliable: reliable, Delta: &d})
+	}
+	if global && c.cfg.GlobalLink && len(b.PoP.Entries) > 0 {
+		d := b.PoP
+		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: &d})
+	}
+}
+
+func (c *Core) heartbeat(now int64) {
+	c.stats.Heartbeats++
+	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: c.empty(now)})
+}
+
+func (c *Core) empty(now int64) *crdt.Delta {
+	return &crdt.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch}
+}
+
+// myTurn reports whether this member heartbeats in slot: members take turns
+// in name order, so a PoP sends one heartbeat per interval.
+func (c *Core) myTurn(slot int64) bool {
+	n := int64(len(c.members))
+	return n <= 1 || slot%n == int64(c.rank)
+}
+
+// checkPeers marks PoPs silent for longer than PeerTimeout as partitioned
+// and tells the node core when the unheard set changed.
+func (c *Core) checkPeers(now int64) {
+	var part []PoPID
+	for id, p := range c.peers {
+		silent := !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
+		p.down = silent
+		if silent {
+			part = append(part, id)
+		}
+	}
+	sort.Slice(part, func(i, j int) bool { return part[i].Less(part[j]) })
+	if c.partVersion > 0 && slices.Equal(part, c.partitioned) {
+		return
+	}
+	c.partitioned = part
+	c.partVersion++
+	names := make([]string, len(part))
+	for i, p := range part {
+		names[i] = p.String()
+	}
+	// The share policy limits this side while PoPs are unheard. A PoP leaves
+	// the set once something from it has arrived; the node holds its shares
+	// a little longer while the rest of its counts come.
+	c.node.SetUnheard(now, names)
+}
+
+// Partitioned returns the remote PoPs counted as partitioned at the last
+// heartbeat tick (sorted), and a version that changes whenever the set does
+// (0 before the first check).
+func (c *Core) Partitioned() ([]PoPID, uint64) {
+	return slices.Clone(c.partitioned), c.partVersion
+}
+
+// SetMembers tells the Core the PoP's live members other than itself (their
+// MemberNames), as the membership layer sees them. Key ownership, heartbeat
+// turns and who answers for the PoP follow this view; when it changes, the
+// totals of keys that moved are published by their new owners, and a new
+// member is sent this node's own counts.
+func (c *Core) SetMembers(now int64, others []string) {
+	oldH, oldRank := c.memberH, c.rank
+	old := c.members
+	c.membersKnown = true
+	if !c.setMembers(others) {
+		c.maybeStartEpoch(now)
+		c.doWork(now)
+		return
+	}
+	c.maybeStartEpoch(now)
+	c.stats.MembersChanges++
+	for _, m := range c.members {
+		if _, ok := slices.BinarySearch(old, m); !ok {
+			c.want |= wantLocalAE | wantAnnounce
+			break
+		}
+	}
+	if c.cfg.GlobalLink && c.epoch != 0 {
+		// Publish at once the totals of the keys this node took over.
+		movedIn := func(key string) bool {
+			kh := hashString(key)
+			return c.owner(c.memberH, kh) == c.rank && (len(oldH) == 0 || c.owner(oldH, kh) != oldRank)
+		}
+		b := c.node.AntiEntropy(now, movedIn)
+		b.Local.Entries = nil
+		c.emitBatch(&b, true, true)
+	}
+	c.doWork(now)
+}
+
+// setMembers installs a membership view and reports whether it changed.
+func (c *Core) setMembers(others []string) bool {
+	ms := make([]string, 0, len(others)+1)
+	ms = append(ms, c.name)
+	for _, m := range others {
+		if m != c.name && m != "" {
+			ms = append(ms, m)
+		}
+	}
+	sort.Strings(ms)
+	ms = slices.Compact(ms)
+	if slices.Equal(ms, c.members) {
+		return false
+	}
+	c.members = ms
+	c.memberH = make([]uint64, len(ms))
+	for i, m := range ms {
+		c.memberH[i] = hashString(m)
+		if m == c.name {
+			c.rank = i
+		}
+	}
+	return true
+}
+
+// SetMemberName sets the name this node goes by in the PoP's membership,
+// when the membership layer names it otherwise than MemberName(self). Every
+// member must know every other by the same name, or two members may both
+// publish a key, or none.
+func (c *Core) SetMemberName(name string) {
+	if name == "" || name == c.name {
+		return
+	}
+	others := slices.DeleteFunc(slices.Clone(c.members), func(m string) bool { return m == c.name })
+	c.name = name
+	c.members = nil
+	c.setMembers(others)
+}
+
+// Members returns the PoP's members as this node sees them (self included).
+func (c *Core) Members() []string { return slices.Clone(c.members) }
+
+// ownsKey reports whether this node publishes key's PoP totals: the member
+// with the highest rendezvous hash of (member, key) does, so a membership
+// change moves only the keys of the members that came or went.
+func (c *Core) ownsKey(key string) bool {
+	if len(c.members) <= 1 {
+		return true
+	}
+	return c.owner(c.memberH, hashString(key)) == c.rank
+}
+
+// ownsTask reports whether this node does a PoP-wide task named task.
+func (c *Core) ownsTask(task string) bool {
+	return len(c.members) <= 1 || c.owner(c.memberH, hashString("\x00"+task)) == c.rank
+}
+
+// owner returns the index of the member (by hashes hs) that owns hash kh.
+func (c *Core) owner(hs []uint64, kh uint64) int {
+	best, bi := uint64(0), 0
+	for i, mh := range hs {
+		if s := mix64(kh ^ mh); i == 0 || s > best {
+			best, bi = s, i
+		}
+	}
+	return bi
+}
+
+// Reconnected tells the Core that the global link came back after an
+// outage: the other PoPs are asked for their totals and get this PoP's.
+func (c *Core) Reconnected(now int64) {
+	c.askSync(now)
+	c.doWork(now)
+}
+
+// Resync asks for every live count to be re-sent now.
+func (c *Core) Resync(now int64) {
+	c.want |= wantLocalAE | wantGlobalAE
+	c.doWork(now)
+}
+
+// setEpoch installs a PoP epoch: totals are published under it from now on,
+// re-sent at once, and former epochs' totals are asked back from the others.
+func (c *Core) setEpoch(now int64, e uint64) {
+	if e == c.epoch {
+		return
+	}
+	if c.epoch != 0 {
+		c.stats.EpochChanges++
+	}
+	c.epoch = e
+	c.node.SetEpoch(e)
+	c.want |= wantGlobalAE | wantAnnounce
+	c.askSync(now)
+}
+
+// coalesce is how long a sync request or a re-send of the owned totals
+// waits for others asked for meanwhile: one flush interval.
+func (c *Core) coalesce() int64 { return int64(c.cfg.FlushInterval) }
+
+// askSync schedules asking the other PoPs for their totals (and re-sending
+// this node's owned totals to them).
+func (c *Core) askSync(now int64) {
+	if c.syncAt == 0 {
+		c.syncAt = max(now+c.coalesce(), 1)
+	}
+	c.scheduleResend(now)
+}
+
+// scheduleResend schedules re-sending this node's owned totals to the other
+// PoPs.
+func (c *Core) scheduleResend(now int64) {
+	if c.resendAt == 0 {
+		c.resendAt = max(now+c.coalesce(), 1)
+	}
+}
+
+// maybeStartEpoch starts an epoch of this node's own when it is alone in
+// its PoP, or has waited long enough to learn one (see Config.EpochWait).
+func (c *Core) maybeStartEpoch(now int64) {
+	if c.epoch != 0 || !c.started {
+		return
+	}
+	waited, w := now-c.startedAt, int64(c.cfg.EpochWait)
+	if (c.membersKnown && len(c.members) == 1) || (c.rank == 0 && waited >= w) || waited >= 2*w {
+		c.setEpoch(now, c.self.Incarnation)
+	}
+}
+
+// learnEpoch takes the epoch a member announced: the lowest known epoch
+// wins, so a member that started its own epoch before it heard the others
+// joins theirs, and the PoP keeps one epoch while any member lives.
+func (c *Core) learnEpoch(now int64, e uint64) {
+	if e != 0 && (c.epoch == 0 || e < c.epoch) {
+		c.setEpoch(now, e)
+	}
+}
+
+// StepResult says what Step did with a message, for metrics.
+type StepResult struct {
+	// Forged: the sender does not belong to the PoP the message came from;
+	// nothing of it was used.
+	Forged bool
+	// Dropped: relayed state that arrived before the PoP epoch was known;
+	// it is asked for again once it is.
+	Dropped bool
+	// Applied is what the node core did with the entries.
+	Applied pop.ApplyStats
+}
+
+// Step handles one received message at now.
+func (c *Core) Step(now int64, m Message) StepResult {
+	var res StepResult
+	d := m.Delta
+	if d == nil {
+		return res
+	}
+	switch {
+	case m.Link == LinkPoP:
+		if !d.Sender.SamePoP(c.self) || d.Sender.IsPoP() {
+			res.Forged = true
+			break
+		}
+		if d.Epoch == 0 && c.epoch != 0 {
+			c.want |= wantAnnounce // a member that does not know it yet
+		}
+		c.learnEpoch(now, d.Epoch)
+		if len(d.Entries) > 0 {
+			res.Applied = c.node.Apply(now, d, pop.ScopePoP)
+			if c.cfg.FlushInterval == 0 {
+				c.Flush(now)
+			}
+		}
+	case m.Kind == KindState:
+		// Another PoP relays this PoP's former totals; the transport
+		// delivers them on the own PoP's state subject.
+		if m.From != c.selfPoP || !d.Sender.SamePoP(c.self) || !d.Sender.IsPoP() {
+			res.Forged = true
+			break
+		}
+		if c.epoch == 0 {
+			// Which epoch is the current one is not known yet: its totals
+			// must not be counted on top of the members' own counts.
+			res.Dropped = true
+			c.stats.StateDropped++
+			break
+		}
+		res.Applied = c.node.Apply(now, d, pop.ScopeGlobal)
+	default:
+		if m.From == c.selfPoP || PoPOf(d.Sender) != m.From {
+			res.Forged = true
+			break
+		}
+		p := c.heard(m.From, now)
+		if p == nil {
+			break
+		}
+		if d.Epoch != 0 && m.Kind != KindDelta {
+			p.epoch = d.Epoch // the sender's current epoch
+		}
+		switch m.Kind {
+		case KindHeartbeat:
+			if c.missedBeats(p, d.SentAt) {
+				// A short cut (under PeerTimeout) lost messages: repair now
+				// rather than at the next anti-entropy round.
+				c.askSync(now)
+			}
+		case KindSync:
+			// Every member re-sends the totals it owns, so the PoP answers
+			// once; requests within one flush interval share one answer.
+			c.stats.SyncAnswers++
+			c.scheduleResend(now)
+			c.relayTo[m.From] = true
+		case KindDelta:
+			if d.Sender.IsPoP() {
+				p.epoch = d.Sender.Incarnation
+			}
+			if len(d.Entries) > 0 {
+				res.Applied = c.node.Apply(now, d, pop.ScopeGlobal)
+			}
+		}
+	}
+	if res.Forged {
+		c.stats.Forged++
+	}
+	c.doWork(now)
+	return res
+}
+
+// heard records a message from remote PoP id at now and returns its state,
+// or nil when MaxPoPs PoPs are tracked already. A PoP heard for the first
+// time or again after a silence is asked for its totals and sent what this
+// PoP holds of its former epochs.
+func (c *Core) heard(id PoPID, now int64) *peer {
+	p := c.peers[id]
+	if p == nil {
+		if len(c.peers) >= c.cfg.MaxPoPs {
+			c.stats.UnknownPoPs++
+			return nil
+		}
+		p = &peer{}
+		c.peers[id] = p
+	}
+	if !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout) || p.down {
+		// Ask for theirs too: links come back one direction at a time, and
+		// what the other side sent when it heard us first may have been lost.
+		c.askSync(now)
+		c.relayTo[id] = true
+	}
+	p.down = false
+	if !p.heardOnce || now > p.lastHeard {
+		p.lastHeard = now
+	}
+	p.heardOnce = true
+	return p
+}
+
+// missedBeats records a heartbeat sent at sentAt (the sender's clock) and
+// reports whether heartbeats in between went missing. Members of a PoP take
+// turns, and one may die before the others notice: a gap up to two intervals
+// and a half is normal.
+func (c *Core) missedBeats(p *peer, sentAt int64) bool {
+	prev := p.lastBeat
+	if prev != 0 && sentAt <= prev {
+		return false // duplicate or reordered
+	}
+	p.lastBeat = sentAt
+	return prev != 0 && sentAt-prev > 5*int64(c.cfg.HeartbeatInterval)/2
+}
+
+// doWork does the work asked for that is due at now.
+func (c *Core) doWork(now int64) {
+	if c.syncAt != 0 && now >= c.syncAt {
+		c.syncAt = 0
+		// The member that noticed asks (what one member missed, the others
+		// may not have); the answers of one moment are shared.
+		if c.cfg.GlobalLink {
+			c.stats.SyncRequests++
+			c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindSync, Delta: c.empty(now)})
+		}
+	}
+	if c.resendAt != 0 && now >= c.resendAt {
+		c.resendAt = 0
+		c.want |= wantGlobalAE
+	}
+	if c.want&(wantLocalAE|wantGlobalAE) != 0 {
+		c.stats.AntiEntropies++
+		b := c.node.AntiEntropy(now, c.ownsKey)
+		if c.want&wantLocalAE == 0 {
+			b.Local.Entries = nil
+		} else if len(b.Local.Entries) > 0 {
+			c.want &^= wantAnnounce // the re-sent counts carry the epoch
+		}
+		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
+	}
+	if c.want&wantAnnounce != 0 && c.epoch != 0 && c.cfg.PoPLink && len(c.members) > 1 {
+		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: c.empty(now)})
+	}
+	c.want = 0
+	if len(c.relayTo) > 0 {
+		c.relay(now)
+	}
+}
+
+// relay sends each PoP in relayTo what this node holds of that PoP's former
+// epochs, so that a PoP whose nodes all restarted counts what it admitted
+// before. One member per target PoP relays, at most once per PeerTimeout
+// and epoch of the target.
+func (c *Core) relay(now int64) {
+	targets := c.relayTo
+	c.relayTo = map[PoPID]bool{}
+	if !c.cfg.Relay || !c.cfg.GlobalLink || c.epoch == 0 {
+		return
+	}
+	var state []crdt.Delta
+	for id := range targets {
+		p := c.peers[id]
+		if p == nil || !c.ownsTask("relay/"+id.String()) {
+			continue
+		}
+		if p.relayed && p.relayedTo == p.epoch && now-p.relayedAt < int64(c.cfg.PeerTimeout) && now >= p.relayedAt {
+			continue
+		}
+		if state == nil {
+			state = c.node.State(now)
+		}
+		sent := false
+		for i := range state {
+			d := &state[i]
+			if PoPOf(d.Sender) != id || !d.Sender.IsPoP() || d.Sender.Incarnation == p.epoch || len(d.Entries) == 0 {
+				continue
+			}
+			dd := *d
+			c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true, Delta: &dd})
+			sent = true
+		}
+		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
+		if sent {
+			c.stats.Relays++
+		}
+	}
+}
+
+// LocalState is the state a joining member learns at once (memberlist
+// push/pull): every count this node holds of the live windows, one delta per
+// replica, all carrying the PoP epoch; a node holding no count yet still
+// sends one empty delta so the joiner learns the epoch.
+func (c *Core) LocalState(now int64) []crdt.Delta {
+	st := c.node.State(now)
+	if len(st) == 0 {
+		return []crdt.Delta{*c.empty(now)}
+	}
+	for i := range st {
+		st[i].Epoch = c.epoch
+	}
+	return st
+}
+
+// MergeState merges one delta of a member's LocalState: counts of the own
+// PoP's members through the PoP scope, aggregates through the global scope.
+func (c *Core) MergeState(now int64, d *crdt.Delta) pop.ApplyStats {
+	c.learnEpoch(now, d.Epoch)
+	var st pop.ApplyStats
+	if len(d.Entries) > 0 {
+		via := pop.ScopeGlobal
+		if d.Sender.SamePoP(c.self) && !d.Sender.IsPoP() {
+			via = pop.ScopePoP
+		}
+		if via == pop.ScopeGlobal && d.Sender.SamePoP(c.self) && c.epoch == 0 {
+			c.stats.StateDropped++
+		} else {
+			st = c.node.Apply(now, d, via)
+		}
+	}
+	c.doWork(now)
+	return st
+}
+
+// RemotePoP is what a node knows of another PoP.
+type RemotePoP struct {
+	PoPID
+	// LastHeard is the receiver's clock at the last message from it (Unix
+	// nanoseconds); 0 if never heard.
+	LastHeard int64 `json:"last_heard"`
+	// Partitioned: silent for longer than PeerTimeout, or never heard.
+	Partitioned bool `json:"partitioned"`
+	// Epoch is its current epoch, as its latest message said.
+	Epoch uint64 `json:"epoch"`
+}
+
+// RemotePoPs returns the known remote PoPs, sorted.
+func (c *Core) RemotePoPs(now int64) []RemotePoP {
+	out := make([]RemotePoP, 0, len(c.peers))
+	for id, p := range c.peers {
+		rp := RemotePoP{PoPID: id, Epoch: p.epoch}
+		if p.heardOnce {
+			rp.LastHeard = p.lastHeard
+		}
+		rp.Partitioned = !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
+		out = append(out, rp)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j].PoPID) })
+	return out
+}
+
+// hashString is FNV-1a: the same on every node and every run, so members
+// agree on ownership.
+func hashString(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return mix64(h)
+}
+
+// mix64 is a bijective finaliser (splitmix64's).
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

@@ -1,0 +1,362 @@
+package repl
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+func testNode(t *testing.T, r crdt.Replica) *pop.Node {
+	t.Helper()
+	n, err := pop.New(pop.Config{Self: r, Rules: testRules()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var ams1 = crdt.Replica{Region: "eu", PoP: "ams", Node: "a1", Incarnation: 1}
+
+func TestConfigErrors(t *testing.T) {
+	n := testNode(t, ams1)
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string // "" for valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"no node", func(c *Config) { c.Node = nil }, "repl: config: node is required"},
+		{"negative flush", func(c *Config) { c.FlushInterval = -time.Millisecond },
+			"repl: config: flush interval -1ms: want 0 (at once) or at least 1ms"},
+		{"flush below 1ms", func(c *Config) { c.FlushInterval = 500 * time.Microsecond },
+			"repl: config: flush interval 500µs: want 0 (at once) or at least 1ms"},
+		{"flush 1ms", func(c *Config) { c.FlushInterval = time.Millisecond }, ""},
+		{"flush at once", func(c *Config) { c.FlushInterval = 0 }, ""},
+		{"anti-entropy below flush", func(c *Config) { c.FlushInterval, c.AntiEntropyInterval = time.Second, 500*time.Millisecond },
+			"repl: config: anti-entropy interval 500ms below flush interval 1s"},
+		{"negative anti-entropy", func(c *Config) { c.FlushInterval, c.AntiEntropyInterval = 0, -time.Second },
+			"repl: config: anti-entropy interval -1s below flush interval 0s"},
+		{"anti-entropy equal to flush", func(c *Config) { c.FlushInterval, c.AntiEntropyInterval = time.Second, time.Second }, ""},
+		{"heartbeat at peer timeout", func(c *Config) { c.HeartbeatInterval, c.PeerTimeout = 2*time.Second, 2*time.Second },
+			"repl: config: heartbeat interval 2s must be positive and below peer timeout 2s"},
+		{"heartbeat above peer timeout", func(c *Config) { c.HeartbeatInterval, c.PeerTimeout = 3*time.Second, time.Second },
+			"repl: config: heartbeat interval 3s must be positive and below peer timeout 1s"},
+		{"negative heartbeat", func(c *Config) { c.HeartbeatInterval = -time.Second },
+			"repl: config: heartbeat interval -1s must be positive and below peer timeout 2s"},
+		{"peer timeout too small for a heartbeat", func(c *Config) { c.PeerTimeout = 3 },
+			"repl: config: heartbeat interval 0s must be positive and below peer timeout 3ns"},
+		{"negative peer timeout", func(c *Config) { c.PeerTimeout = -time.Second },
+			"repl: config: heartbeat interval -250ms must be positive and below peer timeout -1s"},
+		{"negative epoch wait", func(c *Config) { c.EpochWait = -time.Second },
+			"repl: config: epoch wait -1s is negative"},
+		{"negative max batch", func(c *Config) { c.MaxBatchEntries = -1 },
+			"repl: config: max batch entries -1 below 1"},
+		{"negative max pops", func(c *Config) { c.MaxPoPs = -1 },
+			"repl: config: max pops -1 below 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Node = n
+			tt.mod(&cfg)
+			c, err := New(cfg)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				if c == nil {
+					t.Fatal("New returned no Core")
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("New: error %v, want %q", err, tt.want)
+			}
+			if c != nil {
+				t.Fatal("New returned a Core with an error")
+			}
+		})
+	}
+}
+
+func TestConfigDefaultsFilled(t *testing.T) {
+	cfg := Config{Node: testNode(t, ams1), PeerTimeout: 4 * time.Second}
+	if err := cfg.normalise(); err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Node:                cfg.Node,
+		AntiEntropyInterval: 5 * time.Second,
+		PeerTimeout:         4 * time.Second,
+		HeartbeatInterval:   time.Second,           // PeerTimeout/4
+		EpochWait:           10 * time.Millisecond, // two flush intervals, at least 10ms
+		MaxBatchEntries:     32768,
+		MaxPoPs:             4096,
+	}
+	if fmt.Sprint(cfg) != fmt.Sprint(want) {
+		t.Fatalf("normalised\n %+v\nwant\n %+v", cfg, want)
+	}
+	// FlushInterval 0 means "at once" and is kept.
+	if cfg.FlushInterval != 0 {
+		t.Fatalf("flush interval %s, want 0", cfg.FlushInterval)
+	}
+	cfg = Config{Node: cfg.Node, FlushInterval: 50 * time.Millisecond}
+	if err := cfg.normalise(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.EpochWait != 100*time.Millisecond || cfg.HeartbeatInterval != 500*time.Millisecond {
+		t.Fatalf("epoch wait %s, heartbeat %s: want 100ms, 500ms", cfg.EpochWait, cfg.HeartbeatInterval)
+	}
+}
+
+func TestAdvance(t *testing.T) {
+	tests := []struct{ next, now, every, want int64 }{
+		{10, 5, 3, 10},  // not due: unchanged
+		{10, 10, 3, 13}, // due exactly: one step
+		{10, 12, 3, 13}, // within the first step
+		{10, 13, 3, 16}, // on a step boundary: strictly after now
+		{10, 100, 7, 101},
+		{0, 0, 1, 1},
+		{-5, 5, 10, 15},
+	}
+	for _, tt := range tests {
+		if got := advance(tt.next, tt.now, tt.every); got != tt.want {
+			t.Errorf("advance(%d, %d, %d) = %d, want %d", tt.next, tt.now, tt.every, got, tt.want)
+		}
+	}
+	// Property: the result is the first of next + k*every (k >= 0) after now.
+	rng := rand.New(rand.NewSource(1))
+	for i := 0; i < 10000; i++ {
+		next, now, every := rng.Int63n(1e6), rng.Int63n(1e6), 1+rng.Int63n(1e4)
+		got := advance(next, now, every)
+		switch {
+		case got <= now && got != next:
+			t.Fatalf("advance(%d, %d, %d) = %d: not after now", next, now, every, got)
+		case (got-next)%every != 0 || got < next:
+			t.Fatalf("advance(%d, %d, %d) = %d: off the grid", next, now, every, got)
+		case got > next && got-every > now:
+			t.Fatalf("advance(%d, %d, %d) = %d: skipped a slot", next, now, every, got)
+		}
+	}
+}
+
+// ownership returns, for each key, the member that owns it in members' own
+// views, failing when the members disagree or no member (or two) own it.
+func ownership(t *testing.T, members []string, keys []string) map[string]string {
+	t.Helper()
+	cores := make([]*Core, len(members))
+	for i, m := range members {
+		cores[i] = &Core{name: m}
+		cores[i].setMembers(members)
+	}
+	own := make(map[string]string, len(keys))
+	for _, k := range keys {
+		var owners []string
+		for i, c := range cores {
+			if c.ownsKey(k) {
+				owners = append(owners, members[i])
+			}
+		}
+		if len(owners) != 1 {
+			t.Fatalf("members %v: key %q owned by %v, want exactly one", members, k, owners)
+		}
+		own[k] = owners[0]
+	}
+	var taskOwners []string
+	for i, c := range cores {
+		if c.ownsTask("sync") {
+			taskOwners = append(taskOwners, members[i])
+		}
+	}
+	if len(taskOwners) != 1 {
+		t.Fatalf("members %v: task owned by %v, want exactly one", members, taskOwners)
+	}
+	return own
+}
+
+func TestRendezvousMovesOnlyTheDepartedMembersKeys(t *testing.T) {
+	rng := rand.New(rand.NewSource(20260101))
+	keys := make([]string, 400)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("203.0.113.%d/%d", i%256, i)
+	}
+	for trial := 0; trial < 200; trial++ {
+		n := 2 + rng.Intn(10)
+		members := make([]string, 0, n)
+		for len(members) < n {
+			m := fmt.Sprintf("n%d#%d", rng.Intn(50), rng.Intn(1e9))
+			if !slices.Contains(members, m) {
+				members = append(members, m)
+			}
+		}
+		before := ownership(t, members, keys)
+
+		// A member leaves: only its keys move, and they spread over the rest.
+		gone := members[rng.Intn(n)]
+		rest := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == gone })
+		after := ownership(t, rest, keys)
+		for _, k := range keys {
+			if before[k] != gone && after[k] != before[k] {
+				t.Fatalf("trial %d: %s left %v; key %q moved from %s to %s", trial, gone, members, k, before[k], after[k])
+			}
+		}
+
+		// A member joins: keys move only to it.
+		newcomer := fmt.Sprintf("new#%d", trial)
+		joined := ownership(t, append(slices.Clone(members), newcomer), keys)
+		for _, k := range keys {
+			if joined[k] != before[k] && joined[k] != newcomer {
+				t.Fatalf("trial %d: %s joined %v; key %q moved from %s to %s", trial, newcomer, members, k, before[k], joined[k])
+			}
+		}
+	}
+}
+
+func TestRendezvousSpreadsKeys(t *testing.T) {
+	members := []string{"a1#1", "a2#1", "a3#1"}
+	keys := make([]string, 3000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%d", i)
+	}
+	counts := map[string]int{}
+	for _, o := range ownership(t, members, keys) {
+		counts[o]++
+	}
+	for _, m := range members {
+		if counts[m] < 800 || counts[m] > 1200 {
+			t.Errorf("member %s owns %d of %d keys: %v", m, counts[m], len(keys), counts)
+		}
+	}
+}
+
+func TestSetMembersIgnoresSelfEmptyAndDuplicates(t *testing.T) {
+	c := &Core{name: "b#1"}
+	if !c.setMembers([]string{"c#1", "", "a#1", "b#1", "c#1"}) {
+		t.Fatal("first view not installed")
+	}
+	if got := strings.Join(c.Members(), " "); got != "a#1 b#1 c#1" {
+		t.Fatalf("members %q", got)
+	}
+	if c.rank != 1 {
+		t.Fatalf("rank %d, want 1", c.rank)
+	}
+	if c.setMembers([]string{"a#1", "c#1"}) {
+		t.Fatal("the same view reported as a change")
+	}
+}
+
+func TestMissedBeats(t *testing.T) {
+	const hb = int64(500 * time.Millisecond)
+	c := &Core{cfg: Config{HeartbeatInterval: time.Duration(hb)}}
+	p := &peer{}
+	steps := []struct {
+		sentAt int64
+		missed bool
+		last   int64
+	}{
+		{t0, false, t0},                                 // first beat: nothing to compare
+		{t0 + hb, false, t0 + hb},                       // next turn
+		{t0 + hb, false, t0 + hb},                       // duplicate
+		{t0 + hb/2, false, t0 + hb},                     // reordered: ignored
+		{t0 + 3*hb, false, t0 + 3*hb},                   // one turn skipped (a member died): normal
+		{t0 + 3*hb + 5*hb/2, false, t0 + 3*hb + 5*hb/2}, // two and a half intervals: still normal
+		{t0 + 8*hb + 1, true, t0 + 8*hb + 1},            // more: a cut lost beats
+		{t0 + 9*hb, false, t0 + 9*hb},
+	}
+	for i, s := range steps {
+		if got := c.missedBeats(p, s.sentAt); got != s.missed {
+			t.Errorf("step %d (sent %d): missed %v, want %v", i, s.sentAt-t0, got, s.missed)
+		}
+		if p.lastBeat != s.last {
+			t.Errorf("step %d: lastBeat %d, want %d", i, p.lastBeat-t0, s.last-t0)
+		}
+	}
+}
+
+func popIDs(n int) []PoPID {
+	out := make([]PoPID, n)
+	for i := range out {
+		out[i] = PoPID{Region: "r", PoP: fmt.Sprintf("p%02d", i)}
+	}
+	return out
+}
+
+func heartbeatFrom(p PoPID, at int64) Message {
+	return Message{Link: LinkGlobal, Kind: KindHeartbeat, From: p,
+		Delta: &crdt.Delta{Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: "x", Incarnation: 1}, SentAt: at}}
+}
+
+func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
+	ids := popIDs(5)
+	c, err := New(Config{
+		Node: testNode(t, ams1), GlobalLink: true,
+		MaxPoPs: 3, ExpectedPoPs: ids[:4], // one expected PoP is already beyond the bound
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	c.Tick(now)
+	if got := len(c.RemotePoPs(now)); got != 3 {
+		t.Fatalf("%d remote PoPs tracked, want 3", got)
+	}
+	for _, p := range ids {
+		now += int64(time.Millisecond)
+		c.Step(now, heartbeatFrom(p, now))
+	}
+	rps := c.RemotePoPs(now)
+	if len(rps) != 3 {
+		t.Fatalf("%d remote PoPs tracked after hearing %d, want 3", len(rps), len(ids))
+	}
+	for i, rp := range rps {
+		if rp.PoPID != ids[i] || rp.Partitioned || rp.LastHeard == 0 {
+			t.Errorf("remote %d: %+v", i, rp)
+		}
+	}
+	if got := c.Stats().UnknownPoPs; got != 2 {
+		t.Errorf("UnknownPoPs %d, want 2", got)
+	}
+	// The PoP itself never counts, even when listed.
+	c2, err := New(Config{Node: testNode(t, ams1), MaxPoPs: 1, ExpectedPoPs: []PoPID{PoPOf(ams1), ids[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rps := c2.RemotePoPs(t0); len(rps) != 1 || rps[0].PoPID != ids[0] {
+		t.Errorf("remote PoPs %+v, want only %s", rps, ids[0])
+	}
+}
+
+// A PoP beyond MaxPoPs is not tracked; its counts are not applied either
+// (the Config comment only says such PoPs are "not counted as heard"). This
+// test pins the behaviour.
+func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
+	ids := popIDs(2)
+	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, MaxPoPs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Tick(t0)
+	for _, p := range ids {
+		agg := crdt.PoPReplica(p.Region, p.PoP, 7)
+		res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &crdt.Delta{
+			Sender: agg, SentAt: t0, Epoch: 7,
+			Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(ruleWindow), Count: 10}},
+		}})
+		if res.Forged {
+			t.Fatalf("%s: forged", p)
+		}
+	}
+	v, err := c.node.View(t0, "api", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Windows) != 1 || v.Windows[0].Total != 10 {
+		t.Fatalf("view %+v: want only the tracked PoP's 10", v.Windows)
+	}
+}

@@ -1,0 +1,75 @@
+// Package repl is geolimit's replication protocol as a pure state machine:
+// no goroutines, no clock, no I/O. The daemon (package gossip) runs it
+// around real transports and the simulator (package sim) around a simulated
+// network; both drive this one implementation.
+//
+// Like etcd raft's RawNode, a Core is driven from outside:
+//
+//	c, _ := repl.New(repl.Config{Node: node, PoPLink: true, GlobalLink: true, Relay: true})
+//	c.Tick(now)                  // timers: flush, anti-entropy, heartbeat turns, peer timeout
+//	c.Step(now, received)        // a message arrived
+//	c.SetMembers(now, others)    // the PoP's membership changed
+//	for _, m := range c.Ready() { send(m) }
+//
+// # One voice per PoP
+//
+// Inside a PoP, every member sends its own counts (replica
+// region/pop/node#incarnation) to the other members, so each member knows
+// every member's count. Between PoPs, a PoP speaks with one voice: for each
+// key it publishes the PoP total (the sum of its members' counts) as the
+// count of one aggregate replica, region/pop/*#epoch. Each key's total is
+// published by one member, the one with the highest rendezvous hash of
+// (member, key) over the membership view, so publishing is spread over the
+// members and a member that dies hands over only its own keys. What one node
+// receives from other PoPs therefore grows with the number of PoPs, never
+// with the number of nodes per PoP.
+//
+// The epoch keeps restarts from undercounting. A member learns its PoP's
+// epoch from the others (every message inside the PoP carries it; the
+// lowest one wins) and keeps it as long as any member lives, so totals stay
+// monotone under one identity. A node alone in its PoP, or whose members all
+// died, starts a new epoch (its incarnation): the other PoPs keep the
+// former epoch's totals until their windows pass, and relay them back to the
+// PoP when it asks for a sync, so the restarted PoP counts them too.
+// A node with members does not publish totals until it knows the epoch
+// (Config.EpochWait at most).
+//
+// Two members may start epochs of their own (a node that could not join its
+// PoP at start, then does): the lowest epoch wins, and what the other member
+// published under its own epoch stays counted by the other PoPs beside the
+// PoP's totals, which include it too, until its windows pass. That
+// overcount is bounded by the diverged member's own counts, and only ever
+// errs towards rejecting. Inside the PoP it is not counted twice: an
+// aggregate of an epoch a member started (an epoch is its starter's
+// incarnation) is an echo of that member's own counts.
+//
+// # Liveness and repair
+//
+//   - Heartbeats: a PoP's members take turns (slots aligned to the clock, in
+//     name order), so a PoP sends one heartbeat per HeartbeatInterval. Any
+//     message from a PoP counts as hearing it; a PoP silent for PeerTimeout
+//     is partitioned, and the unheard set is handed to the node core (the
+//     share policy) whenever it changes.
+//   - Sync: a PoP heard first or again after a silence, a heartbeat gap of
+//     more than two and a half intervals, or a reconnect makes the member
+//     that noticed ask the others for their totals and re-send its own. Each
+//     member of an asked PoP re-sends the totals it owns: one sync request
+//     costs each other PoP one re-send of its live totals, spread over its
+//     members, and the requests of one flush interval share that re-send.
+//   - Relay: one member of each PoP sends a PoP that asks, or is heard
+//     again, the totals it holds of that PoP's former epochs, at most once
+//     per PeerTimeout.
+//   - Anti-entropy: every AntiEntropyInterval each node re-sends its own
+//     counts to its PoP and its owned totals to the other PoPs; a membership
+//     change re-sends the totals whose owner changed.
+//
+// Every delta carries absolute counts, so loss, duplication and reordering
+// are harmless; a later message repairs an earlier loss.
+//
+// # What is trusted
+//
+// A message is used only as far as its sender may speak: a member's delta
+// must name a member of the own PoP; a delta between PoPs must name the PoP
+// whose subject it came through; relayed state must be the own PoP's
+// aggregate. At most Config.MaxPoPs remote PoPs are tracked.
+package repl

@@ -1,0 +1,179 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/geolimit/geolimit/repl"
+)
+
+// The simulator runs the daemon's replication protocol (package repl) as it
+// is: every node has a repl.Core, ticked at the time the core asks for
+// (Next), stepped with every message that reaches the node, and told its
+// PoP's membership whenever a member starts or crashes (failure detection is
+// taken as instant). What a core makes ready goes on the simulated network:
+// LinkPoP messages to the other live members of the PoP (memberlist, one
+// message each), LinkGlobal messages to every live node of every other PoP
+// (one NATS publish, delivered to each subscriber), KindState to the nodes
+// of the PoP it is relayed to.
+
+// linkJoin marks a delivery of a member's push/pull state on join.
+const linkJoin = 2
+
+// newCore returns the replication core of node nd.
+func (e *engine) newCore(nd *simNode) (*repl.Core, error) {
+	var expected []repl.PoPID
+	for i, p := range e.pops {
+		if int32(i) != nd.pop {
+			expected = append(expected, repl.PoPID{Region: p.region, PoP: p.name})
+		}
+	}
+	c, err := repl.New(repl.Config{
+		Node:                nd.n,
+		FlushInterval:       *e.sc.Replication.FlushInterval,
+		AntiEntropyInterval: e.sc.Replication.AntiEntropyInterval,
+		PeerTimeout:         e.sc.Replication.PeerTimeout,
+		HeartbeatInterval:   e.sc.Replication.HeartbeatInterval,
+		ExpectedPoPs:        expected,
+		PoPLink:             len(e.pops[nd.pop].nodes) > 1,
+		GlobalLink:          len(e.pops) > 1,
+		Relay:               true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sim: node %s: %w", nd.name, err)
+	}
+	return c, nil
+}
+
+// membersChanged gives every live member of PoP p its view of the others.
+func (e *engine) membersChanged(p int32, t int64) {
+	live := e.pops[p].live
+	names := make([]string, len(live))
+	for i, m := range live {
+		names[i] = repl.MemberName(e.nodes[m].n.Self())
+	}
+	for i, m := range live {
+		nd := e.nodes[m]
+		others := make([]string, 0, len(names)-1)
+		others = append(others, names[:i]...)
+		others = append(others, names[i+1:]...)
+		nd.core.SetMembers(e.nodeNow(nd, t), others)
+		e.drain(nd, t)
+	}
+}
+
+// drain sends what nd's core made ready and schedules its next tick.
+func (e *engine) drain(nd *simNode, t int64) {
+	for _, m := range nd.core.Ready() {
+		e.route(nd, &m, t)
+	}
+	next := nd.core.Next()
+	if next == 0 {
+		return
+	}
+	at := max(next-Epoch-nd.skew, t)
+	if at != nd.nextCore {
+		nd.nextCore = at
+		e.q.push(event{at: at, kind: evCore, node: nd.idx, inc: nd.inc})
+	}
+}
+
+// route puts one message of nd on the network.
+func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
+	p := &e.pops[nd.pop]
+	sortEntries(m.Delta)
+	switch {
+	case m.Link == repl.LinkPoP:
+		if len(p.live) < 2 {
+			return
+		}
+		parts, sizes, size := e.encode(m.Delta, e.intraMax)
+		for _, to := range p.live {
+			if to == nd.idx {
+				continue
+			}
+			p.acct.messages += uint64(len(parts))
+			p.acct.bytes += size
+			for i, part := range parts {
+				e.send(nd, to, part, sizes[i], uint8(repl.LinkPoP), m.Kind, nd.pop, t)
+			}
+		}
+	case m.Kind == repl.KindState:
+		to, ok := e.popIndex[m.To.String()]
+		if !ok {
+			return
+		}
+		parts, sizes, size := e.encode(m.Delta, e.interMax)
+		p.acct.messages += uint64(len(parts))
+		p.acct.bytes += size
+		p.global.messages += uint64(len(parts))
+		p.global.bytes += size
+		for _, n := range e.pops[to].live {
+			for i, part := range parts {
+				e.send(nd, n, part, sizes[i], uint8(repl.LinkGlobal), m.Kind, to, t)
+			}
+		}
+	default:
+		if len(e.pops) == 1 {
+			return
+		}
+		parts, sizes, size := e.encode(m.Delta, e.interMax)
+		p.acct.messages += uint64(len(parts))
+		p.acct.bytes += size
+		p.global.messages += uint64(len(parts))
+		p.global.bytes += size
+		for qi := range e.pops {
+			if int32(qi) == nd.pop {
+				continue
+			}
+			for _, n := range e.pops[qi].live {
+				for i, part := range parts {
+					e.send(nd, n, part, sizes[i], uint8(repl.LinkGlobal), m.Kind, nd.pop, t)
+				}
+			}
+		}
+	}
+}
+
+// deliver hands a message that reached nd to its core.
+func (e *engine) deliver(nd *simNode, ev *event, t int64) {
+	now := e.nodeNow(nd, t)
+	switch ev.link {
+	case linkJoin:
+		nd.core.MergeState(now, ev.d)
+	default:
+		if ev.link == uint8(repl.LinkGlobal) {
+			e.inbound.messages++
+			e.inbound.entries += uint64(len(ev.d.Entries))
+			e.inbound.bytes += uint64(ev.size)
+		}
+		p := &e.pops[ev.from]
+		nd.core.Step(now, repl.Message{
+			Link: repl.Link(ev.link), Kind: ev.msg,
+			From:  repl.PoPID{Region: p.region, PoP: p.name},
+			Delta: ev.d,
+		})
+	}
+	e.drain(nd, t)
+}
+
+// joinSync is memberlist's push/pull state sync on join: the first other
+// live member of the PoP sends its LocalState.
+func (e *engine) joinSync(nd *simNode, t int64) {
+	for _, m := range e.pops[nd.pop].live {
+		if m == nd.idx {
+			continue
+		}
+		peer := e.nodes[m]
+		for _, d := range peer.core.LocalState(e.nodeNow(peer, t)) {
+			sortEntries(&d)
+			parts, sizes, size := e.encode(&d, e.interMax)
+			acct := &e.pops[peer.pop].acct
+			acct.messages += uint64(len(parts))
+			acct.bytes += size
+			for i, part := range parts {
+				e.send(peer, nd.idx, part, sizes[i], linkJoin, repl.KindDelta, peer.pop, t)
+			}
+		}
+		return
+	}
+}
