@@ -285,17 +285,20 @@ func (r *Replicator) with(fn func(c *repl.Core, now int64)) {
 
 func (r *Replicator) loop(ctx context.Context) {
 	defer r.wg.Done()
-	// The core keeps its own deadlines; a tick finds the due ones. Between
-	// flushes a tick also looks whether a batch reached its size cap.
-	every := min(max(r.opts.FlushInterval/5, time.Millisecond), 10*time.Millisecond)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
+	// The core keeps its own deadlines; the loop wakes at the next one (flush
+	// slots are aligned across the PoP's members, and the slot's speaker
+	// waits only a tenth of the flush interval for the others' totals), and
+	// at least every maxSleep to look whether a batch reached its size cap.
+	maxSleep := min(max(r.opts.FlushInterval/5, time.Millisecond), 10*time.Millisecond)
+	timer := time.NewTimer(maxSleep)
+	defer timer.Stop()
 	// Joins are notified (Resync); departures are seen by polling.
 	members := time.NewTicker(min(r.opts.FlushInterval, 100*time.Millisecond))
 	defer members.Stop()
 	r.syncMembers()
-	r.step()
 	for {
+		next := r.step()
+		timer.Reset(max(min(time.Duration(next-r.clk.Now()), maxSleep), 0))
 		select {
 		case <-ctx.Done():
 			r.with(func(c *repl.Core, now int64) { c.Flush(now) })
@@ -304,8 +307,7 @@ func (r *Replicator) loop(ctx context.Context) {
 		case <-r.stop:
 			r.with(func(c *repl.Core, now int64) { c.Flush(now) })
 			return
-		case <-tick.C:
-			r.step()
+		case <-timer.C:
 		case <-r.kick:
 			ev := r.events.Swap(0)
 			if ev&evMemberJoined != 0 {
@@ -317,20 +319,28 @@ func (r *Replicator) loop(ctx context.Context) {
 				r.resyncs.Add(1)
 				r.with(func(c *repl.Core, now int64) { c.Reconnected(now) })
 			}
-			r.step()
 		case <-members.C:
 			r.syncMembers()
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
 		}
 	}
 }
 
-// step ticks the core and reports a changed partition set.
-func (r *Replicator) step() {
+// step ticks the core, reports a changed partition set and returns when
+// the core next has timed work.
+func (r *Replicator) step() int64 {
 	var part []PoPID
 	var ver uint64
+	var next int64
 	r.with(func(c *repl.Core, now int64) {
 		c.Tick(now)
 		part, ver = c.Partitioned()
+		next = c.Next()
 	})
 	if ver != r.partVersion && ver != 0 {
 		r.partVersion = ver
@@ -344,6 +354,7 @@ func (r *Replicator) step() {
 			r.opts.OnPartitionChange(part)
 		}
 	}
+	return next
 }
 
 // syncMembers hands the PoP transport's membership view to the core.

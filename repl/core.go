@@ -33,11 +33,11 @@ type Config struct {
 	// MaxBatchEntries: when this many keys changed since the last flush,
 	// Tick flushes without waiting for FlushInterval.
 	MaxBatchEntries int
-	// EpochWait is how long a node with a PoP link and members waits to
-	// learn its PoP's epoch from them (a member that has one announces it to
-	// a newcomer at once) before the first member by name starts one; the
-	// others start their own after twice as long. A node alone in its PoP
-	// starts one at once. 0 means two flush intervals, within 10ms..1s.
+	// EpochWait bounds how long a node with a PoP link waits to learn its
+	// PoP's epoch: the first member by name of the membership it knows
+	// starts one at once (or after EpochWait while it knows no membership),
+	// the others after twice as long (a member that has one announces it to
+	// a newcomer at once). 0 means two flush intervals, within 10ms..1s.
 	EpochWait time.Duration
 	// ExpectedPoPs are remote PoPs known in advance: they count as
 	// partitioned until first heard.
@@ -50,6 +50,15 @@ type Config struct {
 	PoPLink, GlobalLink bool
 	// Relay says the global link can address one PoP (KindState).
 	Relay bool
+	// PhaseSeed is mixed into the hashes that place the timers in their
+	// intervals: the node's identity for anti-entropy, its PoP's for the
+	// flush slots (the members of a PoP flush together). The simulator sets
+	// it from the scenario's seed, the same for the members of a PoP.
+	PhaseSeed uint64
+	// SpeakDelay is how long the speaker of a flush slot waits for the other
+	// members' totals before it publishes the PoP's. 0 means a tenth of the
+	// flush interval.
+	SpeakDelay time.Duration
 }
 
 // DefaultConfig returns the default intervals; set Node and the links.
@@ -88,6 +97,9 @@ func (c *Config) normalise() error {
 	if c.MaxPoPs == 0 {
 		c.MaxPoPs = d.MaxPoPs
 	}
+	if c.SpeakDelay == 0 {
+		c.SpeakDelay = c.FlushInterval / 10
+	}
 	switch {
 	case c.FlushInterval < 0 || (c.FlushInterval > 0 && c.FlushInterval < time.Millisecond):
 		return fmt.Errorf("repl: config: flush interval %s: want 0 (at once) or at least 1ms", c.FlushInterval)
@@ -101,6 +113,8 @@ func (c *Config) normalise() error {
 		return fmt.Errorf("repl: config: max batch entries %d below 1", c.MaxBatchEntries)
 	case c.MaxPoPs < 1:
 		return fmt.Errorf("repl: config: max pops %d below 1", c.MaxPoPs)
+	case c.FlushInterval > 0 && (c.SpeakDelay < 0 || c.SpeakDelay >= c.FlushInterval):
+		return fmt.Errorf("repl: config: speak delay %s must be below flush interval %s", c.SpeakDelay, c.FlushInterval)
 	}
 	return nil
 }
@@ -124,6 +138,14 @@ type Core struct {
 	membersKnown bool     // SetMembers was called
 
 	nextFlush, nextAE, nextHB int64
+
+	// The speaker of a flush slot gathers the PoP's totals for it: its own
+	// owned totals and the other members' (forwarded inside the PoP) until
+	// speakAt, then publishes them as one message.
+	speech    []crdt.Entry
+	speakAt   int64 // 0: not gathering
+	speakSlot int64
+	spoken    int64 // the last slot published
 
 	peers map[PoPID]*peer
 
@@ -167,6 +189,7 @@ const (
 // Stats are a Core's cumulative counters.
 type Stats struct {
 	Flushes        uint64 `json:"flushes"`
+	Forwards       uint64 `json:"forwards"`
 	AntiEntropies  uint64 `json:"anti_entropy_rounds"`
 	Heartbeats     uint64 `json:"heartbeats_sent"`
 	SyncRequests   uint64 `json:"sync_requests_sent"`
@@ -240,7 +263,7 @@ func (c *Core) Next() int64 {
 		}
 		next = min(next, c.startedAt+w)
 	}
-	for _, at := range [2]int64{c.syncAt, c.resendAt} {
+	for _, at := range [3]int64{c.syncAt, c.resendAt, c.speakAt} {
 		if at != 0 {
 			next = min(next, at)
 		}
@@ -253,7 +276,34 @@ func (c *Core) phase(every int64) int64 {
 	if every <= 0 {
 		return 0
 	}
-	return int64(hashString(c.self.String()) % uint64(every))
+	return int64(mix64(hashString(c.self.String())^c.cfg.PhaseSeed) % uint64(every))
+}
+
+// slotPhase is where in the flush interval the PoP's flush slots start: the
+// same for every member.
+func (c *Core) slotPhase() int64 {
+	fl := int64(c.cfg.FlushInterval)
+	return int64(mix64(hashString(c.selfPoP.String())^c.cfg.PhaseSeed) % uint64(fl))
+}
+
+// slotOf returns the flush slot of time t (the node's clock).
+func (c *Core) slotOf(t int64) int64 {
+	fl := int64(c.cfg.FlushInterval)
+	x := t - c.slotPhase()
+	if x < 0 {
+		return (x - fl + 1) / fl
+	}
+	return x / fl
+}
+
+// speaker reports whether this member speaks for the PoP in slot: members
+// take turns in name order, as for heartbeats.
+func (c *Core) speaker(slot int64) bool {
+	n := int64(len(c.members))
+	if n <= 1 {
+		return true
+	}
+	return ((slot%n)+n)%n == int64(c.rank)
 }
 
 // Tick runs the timed work due at now: flush, anti-entropy, heartbeat turns,
@@ -262,7 +312,9 @@ func (c *Core) Tick(now int64) {
 	if !c.started {
 		c.started, c.startedAt = true, now
 		fl, ae, hb := int64(c.cfg.FlushInterval), int64(c.cfg.AntiEntropyInterval), int64(c.cfg.HeartbeatInterval)
-		c.nextFlush = now + c.phase(fl) + 1
+		if fl > 0 {
+			c.nextFlush = (c.slotOf(now)+1)*fl + c.slotPhase()
+		}
 		c.nextAE = now + c.phase(ae) + 1
 		// Heartbeat slots are aligned to the clock, so members agree on turns;
 		// the first check of the peers waits a whole interval so that the
@@ -273,9 +325,14 @@ func (c *Core) Tick(now int64) {
 		}
 	}
 	c.maybeStartEpoch(now)
-	if fl := int64(c.cfg.FlushInterval); fl > 0 && (now >= c.nextFlush || c.node.Pending() >= c.cfg.MaxBatchEntries) {
-		c.Flush(now)
+	if fl := int64(c.cfg.FlushInterval); fl > 0 && now >= c.nextFlush {
+		c.flushSlot(now)
 		c.nextFlush = advance(c.nextFlush, now, fl)
+	} else if fl > 0 && c.node.Pending() >= c.cfg.MaxBatchEntries {
+		c.Flush(now) // a full batch goes out at once
+	}
+	if c.speakAt != 0 && now >= c.speakAt {
+		c.speak(now)
 	}
 	if now >= c.nextAE {
 		c.want |= wantLocalAE | wantGlobalAE
@@ -306,6 +363,72 @@ func (c *Core) Flush(now int64) {
 	c.stats.Flushes++
 	b := c.node.Flush(now, c.ownsKey)
 	c.emitBatch(&b, false, true)
+}
+
+// flushSlot is the flush of a slot: own counts go to the PoP's members; the
+// totals of owned keys go to the slot's speaker (this node, or the others
+// over the PoP link), which publishes the PoP's totals as one message, so a
+// PoP sends one message per flush interval whatever its size.
+func (c *Core) flushSlot(now int64) {
+	c.stats.Flushes++
+	b := c.node.Flush(now, c.ownsKey)
+	c.emitBatch(&b, false, false)
+	if !c.cfg.GlobalLink || c.epoch == 0 {
+		return
+	}
+	slot := c.slotOf(now)
+	if !c.cfg.PoPLink || len(c.members) <= 1 {
+		c.emitBatch(&pop.Batch{PoP: b.PoP}, false, true)
+		return
+	}
+	if c.speaker(slot) {
+		if c.speakAt == 0 || c.speakSlot != slot {
+			c.speak(now) // anything left of an earlier slot
+			c.speakAt, c.speakSlot = now+int64(c.cfg.SpeakDelay), slot
+		}
+		c.speech = append(c.speech, b.PoP.Entries...)
+		return
+	}
+	if len(b.PoP.Entries) > 0 {
+		d := b.PoP
+		c.stats.Forwards++
+		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: &d})
+	}
+}
+
+// speak publishes the totals gathered for the current slot.
+func (c *Core) speak(now int64) {
+	if c.speakAt != 0 {
+		c.spoken = max(c.spoken, c.speakSlot)
+	}
+	if len(c.speech) > 0 && c.epoch != 0 {
+		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.Region, c.self.PoP, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech}
+		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &d})
+	}
+	c.speech, c.speakAt = nil, 0
+}
+
+// forwarded takes a member's totals for a flush slot: the slot's speaker
+// gathers them, or publishes them at once when the slot's message went out
+// already; the other members ignore them.
+func (c *Core) forwarded(now int64, d *crdt.Delta) {
+	slot := c.slotOf(d.SentAt)
+	if !c.cfg.GlobalLink || c.cfg.FlushInterval <= 0 || !c.speaker(slot) || len(d.Entries) == 0 {
+		return
+	}
+	if c.speakAt != 0 && c.speakSlot == slot {
+		c.speech = append(c.speech, d.Entries...)
+		return
+	}
+	if slot > c.spoken && (c.speakAt == 0 || slot > c.speakSlot) {
+		// Before this node's own flush of the slot: gather from now.
+		c.speak(now)
+		c.speakAt, c.speakSlot = now+int64(c.cfg.SpeakDelay), slot
+		c.speech = append(c.speech, d.Entries...)
+		return
+	}
+	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: slices.Clone(d.Entries)}
+	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &late})
 }
 
 // emitBatch queues a batch: Local to the PoP (when there are members), PoP
@@ -503,8 +626,8 @@ func (c *Core) setEpoch(now int64, e uint64) {
 }
 
 // coalesce is how long a sync request or a re-send of the owned totals
-// waits for others asked for meanwhile: one flush interval.
-func (c *Core) coalesce() int64 { return int64(c.cfg.FlushInterval) }
+// waits for others asked for meanwhile: one flush interval, at most 50ms.
+func (c *Core) coalesce() int64 { return int64(min(c.cfg.FlushInterval, 50*time.Millisecond)) }
 
 // askSync schedules asking the other PoPs for their totals (and re-sending
 // this node's owned totals to them).
@@ -523,14 +646,19 @@ func (c *Core) scheduleResend(now int64) {
 	}
 }
 
-// maybeStartEpoch starts an epoch of this node's own when it is alone in
-// its PoP, or has waited long enough to learn one (see Config.EpochWait).
+// maybeStartEpoch starts an epoch of this node's own when it has none and
+// is the first member by name of the membership it was told (alone, or a PoP
+// starting together: the others learn it from its announcement), or has
+// waited long enough to learn one (see Config.EpochWait). A member that has
+// an epoch announces it to a newcomer at once, and a joiner usually learns
+// it from the join's push/pull state before its first tick; if it does not,
+// the lowest epoch wins when they meet.
 func (c *Core) maybeStartEpoch(now int64) {
 	if c.epoch != 0 || !c.started {
 		return
 	}
 	waited, w := now-c.startedAt, int64(c.cfg.EpochWait)
-	if (c.membersKnown && len(c.members) == 1) || (c.rank == 0 && waited >= w) || waited >= 2*w {
+	if (c.membersKnown && c.rank == 0) || (c.rank == 0 && waited >= w) || waited >= 2*w {
 		c.setEpoch(now, c.self.Incarnation)
 	}
 }
@@ -564,6 +692,13 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		return res
 	}
 	switch {
+	case m.Link == LinkPoP && d.Sender.IsPoP() && d.Sender.SamePoP(c.self):
+		// A member's totals for the slot's speaker.
+		if c.epoch == 0 || d.Sender.Incarnation != c.epoch {
+			res.Dropped = true
+			break
+		}
+		c.forwarded(now, d)
 	case m.Link == LinkPoP:
 		if !d.Sender.SamePoP(c.self) || d.Sender.IsPoP() {
 			res.Forged = true

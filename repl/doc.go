@@ -18,11 +18,16 @@
 // every member's count. Between PoPs, a PoP speaks with one voice: for each
 // key it publishes the PoP total (the sum of its members' counts) as the
 // count of one aggregate replica, region/pop/*#epoch. Each key's total is
-// published by one member, the one with the highest rendezvous hash of
-// (member, key) over the membership view, so publishing is spread over the
-// members and a member that dies hands over only its own keys. What one node
-// receives from other PoPs therefore grows with the number of PoPs, never
-// with the number of nodes per PoP.
+// computed by one member, the one with the highest rendezvous hash of
+// (member, key) over the membership view, so the work is spread over the
+// members and a member that dies hands over only its own keys (their new
+// owners publish them at once). The members flush together, in slots
+// aligned to the clock, and take turns to speak: at each slot the owners
+// forward their changed totals inside the PoP to the slot's speaker, which
+// publishes them, with its own, as one message a little later
+// (Config.SpeakDelay). What one node receives from other PoPs therefore
+// grows with the number of PoPs, never with the number of nodes per PoP:
+// one message per PoP per flush interval, one entry per changed key.
 //
 // The epoch keeps restarts from undercounting. A member learns its PoP's
 // epoch from the others (every message inside the PoP carries it; the

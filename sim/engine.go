@@ -745,6 +745,10 @@ func (e *engine) handle(ev event) {
 			return
 		}
 		e.deliver(nd, &ev, t)
+	case evDeliverPoP:
+		for _, m := range e.pops[ev.node].live {
+			e.deliver(e.nodes[m], &ev, t)
+		}
 	case evCore:
 		nd := e.nodes[ev.node]
 		if !nd.up || nd.inc != ev.inc || ev.at != nd.nextCore {
@@ -975,7 +979,21 @@ func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, []uint32, u
 // and jitter (plus the reorder delay, sometimes), sometimes twice.
 func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, size uint32, link uint8, msg repl.Kind, from int32, t int64) {
 	dst := e.nodes[to]
-	fp, tp := nd.pop, dst.pop
+	e.transmit(nd.pop, dst.pop, event{kind: evDeliver, node: to, inc: dst.inc, from: from, link: link, msg: msg, size: size, d: d}, t)
+}
+
+// sendPoP puts one message from nd on the network to every node of PoP to:
+// what a NATS publish does between PoPs. The PoP's nodes sit together, so
+// the link's loss, delay and duplication apply to the PoP as a whole, and
+// one event delivers to every node live at its arrival.
+func (e *engine) sendPoP(nd *simNode, to int32, d *crdt.Delta, size uint32, msg repl.Kind, from int32, t int64) {
+	e.transmit(nd.pop, to, event{kind: evDeliverPoP, node: to, from: from, link: uint8(repl.LinkGlobal), msg: msg, size: size, d: d}, t)
+}
+
+// transmit queues ev over the link from PoP fp to PoP tp at t: dropped if
+// the link is cut or the message lost, else delivered after the link's
+// latency and jitter (plus the reorder delay, sometimes), sometimes twice.
+func (e *engine) transmit(fp, tp int32, ev event, t int64) {
 	if e.nBlock > 0 && e.blocked[fp][tp] {
 		return
 	}
@@ -995,6 +1013,7 @@ func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, size uint32, link ui
 		if l.reorder > 0 && e.nrng.Float64() < l.reorder {
 			delay += l.reorderDelay
 		}
-		e.q.push(event{at: t + delay, kind: evDeliver, node: to, inc: dst.inc, from: from, link: link, msg: msg, size: size, d: d})
+		ev.at = t + delay
+		e.q.push(ev)
 	}
 }

@@ -9,6 +9,7 @@ type evKind uint8
 
 const (
 	evDeliver    evKind = iota // a message reaches a node
+	evDeliverPoP               // a message reaches every node of a PoP
 	evCore                     // a node's replication core has timed work
 	evTick                     // a node's housekeeping
 	evAction                   // a scenario action (partition, heal, crash, ...)

@@ -12,9 +12,9 @@ import (
 // PoP's membership whenever a member starts or crashes (failure detection is
 // taken as instant). What a core makes ready goes on the simulated network:
 // LinkPoP messages to the other live members of the PoP (memberlist, one
-// message each), LinkGlobal messages to every live node of every other PoP
-// (one NATS publish, delivered to each subscriber), KindState to the nodes
-// of the PoP it is relayed to.
+// message each), LinkGlobal messages to every other PoP (one NATS publish;
+// each PoP's nodes get it together), KindState to the nodes of the PoP it
+// is relayed to.
 
 // linkJoin marks a delivery of a member's push/pull state on join.
 const linkJoin = 2
@@ -37,6 +37,7 @@ func (e *engine) newCore(nd *simNode) (*repl.Core, error) {
 		PoPLink:             len(e.pops[nd.pop].nodes) > 1,
 		GlobalLink:          len(e.pops) > 1,
 		Relay:               true,
+		PhaseSeed:           e.storeSeed ^ uint64(nd.pop+1)*0x9e3779b97f4a7c15, // one per PoP
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %s: %w", nd.name, err)
@@ -107,10 +108,8 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 		p.acct.bytes += size
 		p.global.messages += uint64(len(parts))
 		p.global.bytes += size
-		for _, n := range e.pops[to].live {
-			for i, part := range parts {
-				e.send(nd, n, part, sizes[i], uint8(repl.LinkGlobal), m.Kind, to, t)
-			}
+		for i, part := range parts {
+			e.sendPoP(nd, to, part, sizes[i], m.Kind, to, t)
 		}
 	default:
 		if len(e.pops) == 1 {
@@ -122,13 +121,11 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 		p.global.messages += uint64(len(parts))
 		p.global.bytes += size
 		for qi := range e.pops {
-			if int32(qi) == nd.pop {
+			if int32(qi) == nd.pop || len(e.pops[qi].live) == 0 {
 				continue
 			}
-			for _, n := range e.pops[qi].live {
-				for i, part := range parts {
-					e.send(nd, n, part, sizes[i], uint8(repl.LinkGlobal), m.Kind, nd.pop, t)
-				}
+			for i, part := range parts {
+				e.sendPoP(nd, int32(qi), part, sizes[i], m.Kind, nd.pop, t)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -50,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		scale    = fs.Float64("rate-scale", 1, "multiply every traffic rate by this factor")
 		noTiming = fs.Bool("no-timing", false, "leave sim_requests_per_s at 0 so that reports are byte-identical")
 		quiet    = fs.Bool("quiet", false, "no progress line on stderr")
+		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+		memProf  = fs.String("memprofile", "", "write a heap profile at the end of the run to this file (go tool pprof)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,6 +64,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sc, err := sim.Load(*scenario)
 	if err != nil {
 		return err
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *memProf != "" {
+		defer func() {
+			if f, err := os.Create(*memProf); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	policies := []string{""}
 	if *compare != "" {

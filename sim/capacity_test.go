@@ -1,0 +1,62 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// capacityScenario is pops PoPs of nodes nodes each in two regions, the same
+// traffic per PoP on one global rule.
+func capacityScenario(pops, nodes int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: capacity\nseed: 3\nduration: 6s\ntopology:\n")
+	for r := range 2 {
+		fmt.Fprintf(&b, "  - {region: r%d, pops: [", r)
+		for p := range pops / 2 {
+			if p > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "{name: r%dp%d, nodes: %d}", r, p, nodes)
+		}
+		b.WriteString("]}\n")
+	}
+	fmt.Fprintf(&b, `network:
+  inter_pop: {latency: 10ms}
+  inter_region: {latency: 60ms}
+replication: {flush_interval: 50ms}
+rules:
+  - {name: api, limit: 100000, window: 10s}
+traffic:
+  - {rule: api, keys: 500, spread: zipf, zipf_s: 1.05, rate: %d/s}
+`, 100*pops)
+	return b.String()
+}
+
+// What one node receives from other PoPs grows with the number of PoPs and
+// not with the number of nodes per PoP: each PoP publishes its totals once
+// per flush interval (its members take turns to speak), whatever its size.
+func TestInboundGrowsWithPoPsNotNodes(t *testing.T) {
+	run := func(pops, nodes int) Replication {
+		res, err := Run(mustParse(t, capacityScenario(pops, nodes)), Options{NoCentral: true})
+		require.NoError(t, err)
+		return res.Report.Replication
+	}
+	one, three := run(4, 1), run(4, 3)
+	t.Logf("4 PoPs x 1 node: %+v", one)
+	t.Logf("4 PoPs x 3 nodes: %+v", three)
+	require.NotZero(t, one.NodeInboundEntriesPerS)
+	assert.InEpsilon(t, one.NodeInboundEntriesPerS, three.NodeInboundEntriesPerS, 0.15, "entries per node: not with nodes per PoP")
+	assert.InEpsilon(t, one.NodeInboundBytesPerS, three.NodeInboundBytesPerS, 0.15, "bytes per node: not with nodes per PoP")
+	assert.InEpsilon(t, one.NodeInboundMessagesPerS, three.NodeInboundMessagesPerS, 0.2, "messages per node: one speaker per flush slot")
+
+	eight := run(8, 3)
+	t.Logf("8 PoPs x 3 nodes: %+v", eight)
+	// Each node hears 7 PoPs instead of 3, each with the same traffic.
+	grow := eight.NodeInboundEntriesPerS / three.NodeInboundEntriesPerS
+	assert.Greater(t, grow, 1.5)
+	assert.Less(t, grow, 7.0/3*1.2, "at most linear in the PoPs heard")
+}
