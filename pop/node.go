@@ -552,6 +552,13 @@ func senderFits(self, sender crdt.Replica, via Scope) bool {
 // key publishes it, and AntiEntropy repairs a change of ownership. owns is
 // called without any lock of the node held. Node-scope rules produce nothing.
 func (n *Node) Flush(now int64, owns func(key string) bool) Batch {
+	return n.FlushTo(now, owns, true)
+}
+
+// FlushTo is Flush for a node that may have no member to tell: with local
+// false, Batch.Local is left empty (its change marks are cleared all the
+// same), which spares a node alone in its PoP building it.
+func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch {
 	rs := n.rules.Load()
 	b := n.batch(now)
 	pub := b.PoP.Epoch != 0
@@ -560,7 +567,7 @@ func (n *Node) Flush(now int64, owns func(key string) bool) Batch {
 		if r == nil || r.Scope == ScopeNode {
 			return
 		}
-		if e.Changed&crdt.OwnChanged != 0 && e.Count > 0 {
+		if local && e.Changed&crdt.OwnChanged != 0 && e.Count > 0 {
 			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
 		if pub && r.Scope == ScopeGlobal && e.Changed&crdt.PoPChanged != 0 && e.PoP > 0 && (owns == nil || owns(e.Key)) {

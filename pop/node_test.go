@@ -593,3 +593,19 @@ func TestStateCarriesEpochAndAggregates(t *testing.T) {
 	assert.InDelta(t, 1, estimate(t, joiner, t0, "per-ip", "k"), 1e-9)
 	assert.Empty(t, newNode(t, replica("c", 1)).State(t0), "no empty deltas")
 }
+
+// TestFlushToWithoutLocal: a node with no member to tell builds no Local
+// delta, publishes its totals and clears its change marks all the same.
+func TestFlushToWithoutLocal(t *testing.T) {
+	n := newNode(t, replica("a", 1))
+	n.SetEpoch(1)
+	_, err := n.Decide(t0, "api", "k", 3)
+	require.NoError(t, err)
+	b := n.FlushTo(t0, nil, false)
+	assert.Empty(t, b.Local.Entries)
+	require.Len(t, b.PoP.Entries, 1)
+	assert.Equal(t, uint64(3), b.PoP.Entries[0].Count)
+	again := n.Flush(t0, nil)
+	assert.Empty(t, again.Local.Entries, "the own change was flushed")
+	assert.Empty(t, again.PoP.Entries)
+}

@@ -361,7 +361,7 @@ func advance(next, now, every int64) int64 {
 // PoP's members, and the PoP totals of owned keys to the other PoPs.
 func (c *Core) Flush(now int64) {
 	c.stats.Flushes++
-	b := c.node.Flush(now, c.ownsKey)
+	b := c.node.FlushTo(now, c.ownsKey, c.hasMembers())
 	c.emitBatch(&b, false, true)
 }
 
@@ -371,7 +371,7 @@ func (c *Core) Flush(now int64) {
 // PoP sends one message per flush interval whatever its size.
 func (c *Core) flushSlot(now int64) {
 	c.stats.Flushes++
-	b := c.node.Flush(now, c.ownsKey)
+	b := c.node.FlushTo(now, c.ownsKey, c.hasMembers())
 	c.emitBatch(&b, false, false)
 	if !c.cfg.GlobalLink || c.epoch == 0 {
 		return
@@ -430,6 +430,9 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) {
 	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: slices.Clone(d.Entries)}
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &late})
 }
+
+// hasMembers reports whether the PoP has other members to tell.
+func (c *Core) hasMembers() bool { return c.cfg.PoPLink && len(c.members) > 1 }
 
 // emitBatch queues a batch: Local to the PoP (when there are members), PoP
 // totals to the other PoPs when global is set.
