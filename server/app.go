@@ -88,6 +88,13 @@ type ReplicationStatus struct {
 	// and entries sent and received, rejected entries, lag); the
 	// Replicator chooses their shape.
 	Transports any `json:"transports,omitempty"`
+	// Epoch is the PoP epoch this node publishes its PoP's totals under
+	// (0 while it is not known yet).
+	Epoch uint64 `json:"epoch"`
+	// Protocol are the replication protocol's counters (flushes, forwards,
+	// heartbeats, sync requests and answers, relays); the Replicator
+	// chooses their shape.
+	Protocol any `json:"protocol,omitempty"`
 }
 
 // Member is one member of the PoP.

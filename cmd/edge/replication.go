@@ -129,6 +129,7 @@ func (g *gossipReplicator) Status() server.ReplicationStatus {
 	}
 	st.Partitions = append(st.Partitions, s.Partitioned...)
 	st.Transports = s.Transports
+	st.Epoch, st.Protocol = s.Epoch, s.Protocol
 	return st
 }
 

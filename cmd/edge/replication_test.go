@@ -178,8 +178,15 @@ func TestMultiRegionExamples(t *testing.T) {
 			Transport string `json:"transport"`
 			BytesSent uint64 `json:"bytes_sent"`
 		} `json:"transports"`
+		Epoch uint64 `json:"epoch"`
 	}
 	getJSON(t, ams1.api+"/v1/status", &st)
+	var st2 struct {
+		Epoch uint64 `json:"epoch"`
+	}
+	getJSON(t, ams2.api+"/v1/status", &st2)
+	assert.NotZero(t, st.Epoch, "the PoP has an epoch")
+	assert.Equal(t, st.Epoch, st2.Epoch, "the members of ams share it")
 	require.Len(t, st.Members, 1)
 	assert.True(t, strings.HasPrefix(st.Members[0].Name, "ams-2#"), st.Members[0].Name)
 	require.Len(t, st.RemotePoPs, 2)
