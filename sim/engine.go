@@ -134,9 +134,10 @@ type engine struct {
 
 	flushNow           bool
 	intraMax, interMax int
-	inbound            received // delivered from other PoPs, all nodes
-	storeSeed          uint64   // seeds every store's hash (see start)
-	share              bool     // some rule uses the share policy
+	inbound            received  // delivered from other PoPs, all nodes
+	storeSeed          uint64    // seeds every store's hash (see start)
+	others             [][]int32 // per PoP, every other PoP (otherPoPs)
+	share              bool      // some rule uses the share policy
 
 	keys     []*keyInfo
 	ruleKeys [][]*keyInfo

@@ -98,21 +98,18 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 				e.send(nd, to, part, sizes[i], uint8(repl.LinkPoP), m.Kind, nd.pop, t)
 			}
 		}
-	case m.Kind == repl.KindState:
-		to, ok := e.popIndex[m.To.String()]
-		if !ok {
-			return
-		}
-		parts, sizes, size := e.encode(m.Delta, e.interMax)
-		p.acct.messages += uint64(len(parts))
-		p.acct.bytes += size
-		p.global.messages += uint64(len(parts))
-		p.global.bytes += size
-		for i, part := range parts {
-			e.sendPoP(nd, to, part, sizes[i], m.Kind, to, t)
-		}
 	default:
-		if len(e.pops) == 1 {
+		// Between PoPs: one publish, delivered to each PoP reached; relayed
+		// state reaches only the PoP it is for, on that PoP's own subject.
+		targets, from := e.otherPoPs(nd.pop), nd.pop
+		if m.Kind == repl.KindState {
+			to, ok := e.popIndex[m.To.String()]
+			if !ok {
+				return
+			}
+			targets, from = []int32{to}, to
+		}
+		if len(targets) == 0 {
 			return
 		}
 		parts, sizes, size := e.encode(m.Delta, e.interMax)
@@ -120,15 +117,30 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 		p.acct.bytes += size
 		p.global.messages += uint64(len(parts))
 		p.global.bytes += size
-		for qi := range e.pops {
-			if int32(qi) == nd.pop || len(e.pops[qi].live) == 0 {
+		for _, to := range targets {
+			if len(e.pops[to].live) == 0 {
 				continue
 			}
 			for i, part := range parts {
-				e.sendPoP(nd, int32(qi), part, sizes[i], m.Kind, nd.pop, t)
+				e.sendPoP(nd, to, part, sizes[i], m.Kind, from, t)
 			}
 		}
 	}
+}
+
+// otherPoPs returns the indexes of every PoP but p, memoised.
+func (e *engine) otherPoPs(p int32) []int32 {
+	if e.others == nil {
+		e.others = make([][]int32, len(e.pops))
+		for a := range e.pops {
+			for b := range e.pops {
+				if a != b {
+					e.others[a] = append(e.others[a], int32(b))
+				}
+			}
+		}
+	}
+	return e.others[p]
 }
 
 // deliver hands a message that reached nd to its core.
