@@ -33,12 +33,15 @@ type Config struct {
 	// MaxBatchEntries: when this many keys changed since the last flush,
 	// Tick flushes without waiting for FlushInterval.
 	MaxBatchEntries int
-	// EpochWait bounds how long a node with a PoP link waits to learn its
-	// PoP's epoch: the first member by name of the membership it knows
-	// starts one at once (or after EpochWait while it knows no membership),
-	// the others after twice as long (a member that has one announces it to
-	// a newcomer at once). 0 means two flush intervals, within 10ms..1s.
+	// EpochWait is how long the first member by name of a PoP (or a node
+	// that knows no membership yet) waits to learn the PoP's epoch from the
+	// others before it starts one; the other members wait to learn it (see
+	// maybeStartEpoch). 0 means two flush intervals, within 10ms..1s.
 	EpochWait time.Duration
+	// ColdStart says the PoP's members start together, none with an epoch
+	// (the simulator's start): the first member by name starts the PoP's at
+	// once, as soon as it knows the membership.
+	ColdStart bool
 	// ExpectedPoPs are remote PoPs known in advance: they count as
 	// partitioned until first heard.
 	ExpectedPoPs []PoPID
@@ -256,12 +259,8 @@ func (c *Core) Next() int64 {
 	if c.cfg.FlushInterval > 0 {
 		next = min(next, c.nextFlush)
 	}
-	if c.epoch == 0 {
-		w := int64(c.cfg.EpochWait)
-		if c.rank != 0 {
-			w *= 2
-		}
-		next = min(next, c.startedAt+w)
+	if c.epoch == 0 && c.rank == 0 {
+		next = min(next, c.startedAt+int64(c.cfg.EpochWait))
 	}
 	for _, at := range [3]int64{c.syncAt, c.resendAt, c.speakAt} {
 		if at != 0 {
@@ -650,18 +649,20 @@ func (c *Core) scheduleResend(now int64) {
 }
 
 // maybeStartEpoch starts an epoch of this node's own when it has none and
-// is the first member by name of the membership it was told (alone, or a PoP
-// starting together: the others learn it from its announcement), or has
-// waited long enough to learn one (see Config.EpochWait). A member that has
-// an epoch announces it to a newcomer at once, and a joiner usually learns
-// it from the join's push/pull state before its first tick; if it does not,
-// the lowest epoch wins when they meet.
+// is alone in its PoP, or is the first member by name and has waited
+// EpochWait to learn the PoP's (at once when the PoP starts together,
+// Config.ColdStart). The other members never start one: they learn it from
+// the first member, or from any member that has one (a member announces its
+// epoch to a newcomer at once, and a joiner usually learns it from the
+// join's push/pull state before its first tick), and take over when the
+// membership changes. When two epochs meet anyway, the lowest wins.
 func (c *Core) maybeStartEpoch(now int64) {
 	if c.epoch != 0 || !c.started {
 		return
 	}
-	waited, w := now-c.startedAt, int64(c.cfg.EpochWait)
-	if (c.membersKnown && c.rank == 0) || (c.rank == 0 && waited >= w) || waited >= 2*w {
+	alone := c.membersKnown && len(c.members) == 1
+	waited := now-c.startedAt >= int64(c.cfg.EpochWait)
+	if alone || (c.rank == 0 && (waited || (c.cfg.ColdStart && c.membersKnown))) {
 		c.setEpoch(now, c.self.Incarnation)
 	}
 }

@@ -609,7 +609,7 @@ func (e *engine) start(nd *simNode, t int64) error {
 		return fmt.Errorf("sim: node %s: %w", nd.name, err)
 	}
 	nd.n, nd.up = n, true
-	if nd.core, err = e.newCore(nd); err != nil {
+	if nd.core, err = e.newCore(nd, t); err != nil {
 		return err
 	}
 	p := &e.pops[nd.pop]

@@ -20,7 +20,7 @@ import (
 const linkJoin = 2
 
 // newCore returns the replication core of node nd.
-func (e *engine) newCore(nd *simNode) (*repl.Core, error) {
+func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
 	var expected []repl.PoPID
 	for i, p := range e.pops {
 		if int32(i) != nd.pop {
@@ -38,6 +38,7 @@ func (e *engine) newCore(nd *simNode) (*repl.Core, error) {
 		GlobalLink:          len(e.pops) > 1,
 		Relay:               true,
 		PhaseSeed:           e.storeSeed ^ uint64(nd.pop+1)*0x9e3779b97f4a7c15, // one per PoP
+		ColdStart:           t == 0,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %s: %w", nd.name, err)
