@@ -36,8 +36,9 @@
 // died, starts a new epoch (its incarnation): the other PoPs keep the
 // former epoch's totals until their windows pass, and relay them back to the
 // PoP when it asks for a sync, so the restarted PoP counts them too.
-// A node with members does not publish totals until it knows the epoch
-// (Config.EpochWait at most).
+// A node with members does not publish totals until it knows the epoch:
+// the first member by name starts one if it learns none within
+// Config.EpochWait; the others wait to learn it.
 //
 // Two members may start epochs of their own (a node that could not join its
 // PoP at start, then does): the lowest epoch wins, and what the other member
