@@ -34,8 +34,9 @@ type Options struct {
 	// HeartbeatInterval is how often the PoP heartbeats to other PoPs (its
 	// members take turns); 0 means PeerTimeout/4.
 	HeartbeatInterval time.Duration
-	// EpochWait is how long a node with a PoP transport waits to learn its
-	// PoP's epoch from a member before it starts one; 0 means PeerTimeout.
+	// EpochWait is how long the first member by name of a PoP waits to learn
+	// the PoP's epoch before it starts one; 0 means repl's default (two
+	// flush intervals, within 10ms..1s).
 	EpochWait time.Duration
 	// PoP connects the transport to the own PoP's other nodes (memberlist);
 	// nil for a PoP of one node.

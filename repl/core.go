@@ -9,6 +9,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/window"
 )
 
 // Config configures a Core. Durations are wall-clock spans; the Core reads
@@ -191,18 +192,23 @@ const (
 
 // Stats are a Core's cumulative counters.
 type Stats struct {
-	Flushes        uint64 `json:"flushes"`
-	Forwards       uint64 `json:"forwards"`
-	AntiEntropies  uint64 `json:"anti_entropy_rounds"`
-	Heartbeats     uint64 `json:"heartbeats_sent"`
-	SyncRequests   uint64 `json:"sync_requests_sent"`
-	SyncAnswers    uint64 `json:"sync_answers"`
-	Relays         uint64 `json:"relays"`
-	Forged         uint64 `json:"forged_messages"`
-	StateDropped   uint64 `json:"state_dropped"`
-	EpochChanges   uint64 `json:"epoch_changes"`
-	UnknownPoPs    uint64 `json:"unknown_pops_ignored"`
-	MembersChanges uint64 `json:"membership_changes"`
+	Flushes  uint64 `json:"flushes"`
+	Forwards uint64 `json:"forwards"`
+	// ForwardsDropped: members' totals not taken (another epoch, or a slot
+	// far from now); ForwardsRefused: entries of them refused (unknown or
+	// non-global rule, dead window, bad key).
+	ForwardsDropped uint64 `json:"forwards_dropped"`
+	ForwardsRefused uint64 `json:"forward_entries_refused"`
+	AntiEntropies   uint64 `json:"anti_entropy_rounds"`
+	Heartbeats      uint64 `json:"heartbeats_sent"`
+	SyncRequests    uint64 `json:"sync_requests_sent"`
+	SyncAnswers     uint64 `json:"sync_answers"`
+	Relays          uint64 `json:"relays"`
+	Forged          uint64 `json:"forged_messages"`
+	StateDropped    uint64 `json:"state_dropped"`
+	EpochChanges    uint64 `json:"epoch_changes"`
+	UnknownPoPs     uint64 `json:"unknown_pops_ignored"`
+	MembersChanges  uint64 `json:"membership_changes"`
 }
 
 // New returns a Core for cfg.Node. The first Tick starts it.
@@ -211,6 +217,10 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	self := cfg.Node.Self()
+	if self.Incarnation == 0 {
+		// The incarnation is the epoch a node starts; 0 means "none".
+		return nil, errors.New("repl: config: node incarnation must not be 0")
+	}
 	c := &Core{
 		cfg:     cfg,
 		node:    cfg.Node,
@@ -359,6 +369,7 @@ func advance(next, now, every int64) int64 {
 // Flush sends the counts changed since the last flush: own counts to the
 // PoP's members, and the PoP totals of owned keys to the other PoPs.
 func (c *Core) Flush(now int64) {
+	c.speak(now) // and what this node gathered as a slot's speaker
 	c.stats.Flushes++
 	b := c.node.FlushTo(now, c.ownsKey, c.hasMembers())
 	c.emitBatch(&b, false, true)
@@ -410,24 +421,55 @@ func (c *Core) speak(now int64) {
 // forwarded takes a member's totals for a flush slot: the slot's speaker
 // gathers them, or publishes them at once when the slot's message went out
 // already; the other members ignore them.
-func (c *Core) forwarded(now int64, d *crdt.Delta) {
-	slot := c.slotOf(d.SentAt)
-	if !c.cfg.GlobalLink || c.cfg.FlushInterval <= 0 || !c.speaker(slot) || len(d.Entries) == 0 {
-		return
+func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
+	if !c.cfg.GlobalLink || c.cfg.FlushInterval <= 0 || len(d.Entries) == 0 {
+		return true
+	}
+	slot, cur := c.slotOf(d.SentAt), c.slotOf(now)
+	if slot < cur-1 || slot > cur+1 {
+		return false // not a slot of now, on a member's clock: dropped
+	}
+	if !c.speaker(slot) {
+		return true
+	}
+	entries := c.validTotals(now, d.Entries)
+	if len(entries) == 0 {
+		return len(d.Entries) == 0
 	}
 	if c.speakAt != 0 && c.speakSlot == slot {
-		c.speech = append(c.speech, d.Entries...)
-		return
+		c.speech = append(c.speech, entries...)
+		return true
 	}
 	if slot > c.spoken && (c.speakAt == 0 || slot > c.speakSlot) {
 		// Before this node's own flush of the slot: gather from now.
 		c.speak(now)
 		c.speakAt, c.speakSlot = now+int64(c.cfg.SpeakDelay), slot
-		c.speech = append(c.speech, d.Entries...)
-		return
+		c.speech = append(c.speech, entries...)
+		return true
 	}
-	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: slices.Clone(d.Entries)}
+	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries}
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &late})
+	return true
+}
+
+// validTotals returns a copy of the forwarded entries this node may publish
+// for its PoP: global rules it knows, windows that are live now (one ahead
+// for a member whose clock runs ahead), keys of legal length.
+func (c *Core) validTotals(now int64, es []crdt.Entry) []crdt.Entry {
+	out := make([]crdt.Entry, 0, len(es))
+	for _, e := range es {
+		r, ok := c.node.Rule(e.Rule)
+		if !ok || r.Scope != pop.ScopeGlobal || len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen || e.Count == 0 {
+			c.stats.ForwardsRefused++
+			continue
+		}
+		if w, _ := window.Split(now, int64(r.Window)); e.Window < w-1 || e.Window > w+1 {
+			c.stats.ForwardsRefused++
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // hasMembers reports whether the PoP has other members to tell.
@@ -527,6 +569,10 @@ func (c *Core) SetMembers(now int64, others []string) {
 		b := c.node.AntiEntropy(now, movedIn)
 		b.Local.Entries = nil
 		c.emitBatch(&b, true, true)
+		// And all owned totals soon: while views differ, a member may have
+		// forwarded totals to a speaker that did not take them, or that died
+		// before it spoke.
+		c.scheduleResend(now)
 	}
 	c.doWork(now)
 }
@@ -698,11 +744,10 @@ func (c *Core) Step(now int64, m Message) StepResult {
 	switch {
 	case m.Link == LinkPoP && d.Sender.IsPoP() && d.Sender.SamePoP(c.self):
 		// A member's totals for the slot's speaker.
-		if c.epoch == 0 || d.Sender.Incarnation != c.epoch {
+		if c.epoch == 0 || d.Sender.Incarnation != c.epoch || !c.forwarded(now, d) {
 			res.Dropped = true
-			break
+			c.stats.ForwardsDropped++
 		}
-		c.forwarded(now, d)
 	case m.Link == LinkPoP:
 		if !d.Sender.SamePoP(c.self) || d.Sender.IsPoP() {
 			res.Forged = true
@@ -757,7 +802,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			// once; requests within one flush interval share one answer.
 			c.stats.SyncAnswers++
 			c.scheduleResend(now)
-			c.relayTo[m.From] = true
+			c.relayTo[m.From] = true // asked: relayed whatever the throttle
 		case KindDelta:
 			if d.Sender.IsPoP() {
 				p.epoch = d.Sender.Incarnation
@@ -792,7 +837,9 @@ func (c *Core) heard(id PoPID, now int64) *peer {
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
 		c.askSync(now)
-		c.relayTo[id] = true
+		if _, ok := c.relayTo[id]; !ok {
+			c.relayTo[id] = false // heard: relayed at most once per peer timeout
+		}
 	}
 	p.down = false
 	if !p.heardOnce || now > p.lastHeard {
@@ -854,18 +901,22 @@ func (c *Core) doWork(now int64) {
 // before. One member per target PoP relays, at most once per PeerTimeout
 // and epoch of the target.
 func (c *Core) relay(now int64) {
-	targets := c.relayTo
-	c.relayTo = map[PoPID]bool{}
-	if !c.cfg.Relay || !c.cfg.GlobalLink || c.epoch == 0 {
+	if !c.cfg.Relay || !c.cfg.GlobalLink {
+		clear(c.relayTo)
 		return
 	}
+	if c.epoch == 0 {
+		return // later: which epoch is whose is not known yet
+	}
+	targets := c.relayTo
+	c.relayTo = map[PoPID]bool{}
 	var state []crdt.Delta
-	for id := range targets {
+	for id, asked := range targets {
 		p := c.peers[id]
 		if p == nil || !c.ownsTask("relay/"+id.String()) {
 			continue
 		}
-		if p.relayed && p.relayedTo == p.epoch && now-p.relayedAt < int64(c.cfg.PeerTimeout) && now >= p.relayedAt {
+		if !asked && p.relayed && p.relayedTo == p.epoch && now-p.relayedAt < int64(c.cfg.PeerTimeout) && now >= p.relayedAt {
 			continue
 		}
 		if state == nil {

@@ -360,3 +360,66 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 		t.Fatalf("view %+v: want only the tracked PoP's 10", v.Windows)
 	}
 }
+
+func TestNewRefusesIncarnationZero(t *testing.T) {
+	n := testNode(t, crdt.Replica{Region: "eu", PoP: "ams", Node: "a1"})
+	_, err := New(Config{Node: n})
+	if err == nil || !strings.Contains(err.Error(), "incarnation must not be 0") {
+		t.Fatalf("New with incarnation 0: %v", err)
+	}
+}
+
+// A member's forwarded totals are published only for global rules the
+// speaker knows, in live windows, for a slot of now; the rest is refused
+// and counted.
+func TestForwardedTotalsAreChecked(t *testing.T) {
+	n := testNode(t, ams1)
+	c, err := New(Config{Node: n, FlushInterval: 50 * time.Millisecond, PoPLink: true, GlobalLink: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2 := crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 2}
+	c.SetMembers(0, []string{MemberName(a2)})
+	now := int64(t0)
+	c.Tick(now)
+	now += int64(c.cfg.EpochWait)
+	c.Tick(now)
+	if c.Epoch() != 1 {
+		t.Fatalf("epoch %d, want 1 (a1 is the first member and waited)", c.Epoch())
+	}
+	for !c.speaker(c.slotOf(now)) {
+		now += int64(50 * time.Millisecond)
+	}
+	c.Tick(now)
+	c.Ready()
+	w := now / int64(ruleWindow)
+	fwd := crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", 1), SentAt: now, Epoch: 1, Entries: []crdt.Entry{
+		{Rule: "api", Key: "good", Window: w, Count: 7},
+		{Rule: "nope", Key: "k", Window: w, Count: 1},        // unknown rule
+		{Rule: "ip", Key: "k", Window: w, Count: 1},          // pop-scope: never leaves the PoP
+		{Rule: "api", Key: "old", Window: w - 5, Count: 1},   // dead window
+		{Rule: "api", Key: "ahead", Window: w + 9, Count: 1}, // far ahead
+	}}
+	res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: PoPOf(ams1), Delta: &fwd})
+	if res.Dropped || res.Forged {
+		t.Fatalf("step: %+v", res)
+	}
+	far := fwd
+	far.SentAt = now + int64(time.Hour)
+	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: PoPOf(ams1), Delta: &far}); !res.Dropped {
+		t.Errorf("a forward for a slot an hour away was taken")
+	}
+	c.Tick(now + int64(c.cfg.SpeakDelay))
+	var got []crdt.Entry
+	for _, m := range c.Ready() {
+		if m.Link == LinkGlobal && m.Kind == KindDelta {
+			got = append(got, m.Delta.Entries...)
+		}
+	}
+	if len(got) != 1 || got[0].Key != "good" || got[0].Count != 7 {
+		t.Errorf("published %+v, want only api/good=7", got)
+	}
+	if st := c.Stats(); st.ForwardsRefused != 4 || st.ForwardsDropped != 1 {
+		t.Errorf("refused %d entries and dropped %d forwards, want 4 and 1", st.ForwardsRefused, st.ForwardsDropped)
+	}
+}

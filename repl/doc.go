@@ -40,14 +40,15 @@
 // the first member by name starts one if it learns none within
 // Config.EpochWait; the others wait to learn it.
 //
-// Two members may start epochs of their own (a node that could not join its
-// PoP at start, then does): the lowest epoch wins, and what the other member
-// published under its own epoch stays counted by the other PoPs beside the
-// PoP's totals, which include it too, until its windows pass. That
-// overcount is bounded by the diverged member's own counts, and only ever
-// errs towards rejecting. Inside the PoP it is not counted twice: an
-// aggregate of an epoch a member started (an epoch is its starter's
-// incarnation) is an echo of that member's own counts.
+// Two parts of a PoP may run epochs of their own (a node that could not
+// join its PoP at start, then does): when they meet the lowest epoch wins,
+// and what the side that switches published under its own epoch stays
+// counted by the other PoPs beside the PoP's totals, which include it too,
+// until its windows pass. That overcount is bounded by the switching side's
+// counts of those windows, and only ever errs towards rejecting. Inside the
+// PoP it is not counted twice: an aggregate of an epoch a member started (an
+// epoch is its starter's incarnation) is an echo of that member's own
+// counts.
 //
 // # Liveness and repair
 //
@@ -63,11 +64,14 @@
 //     costs each other PoP one re-send of its live totals, spread over its
 //     members, and the requests of one flush interval share that re-send.
 //   - Relay: one member of each PoP sends a PoP that asks, or is heard
-//     again, the totals it holds of that PoP's former epochs, at most once
-//     per PeerTimeout.
+//     again, the totals it holds of that PoP's former epochs (a PoP heard
+//     again at most once per PeerTimeout and epoch; one that asks, each
+//     time it asks).
 //   - Anti-entropy: every AntiEntropyInterval each node re-sends its own
-//     counts to its PoP and its owned totals to the other PoPs; a membership
-//     change re-sends the totals whose owner changed.
+//     counts to its PoP and its owned totals to the other PoPs. A membership
+//     change publishes at once the totals whose owner changed, and soon
+//     after every owned total: while members' views differ a forward can
+//     reach no speaker, or a speaker that dies before it speaks.
 //
 // Every delta carries absolute counts, so loss, duplication and reordering
 // are harmless; a later message repairs an earlier loss.
@@ -77,5 +81,7 @@
 // A message is used only as far as its sender may speak: a member's delta
 // must name a member of the own PoP; a delta between PoPs must name the PoP
 // whose subject it came through; relayed state must be the own PoP's
-// aggregate. At most Config.MaxPoPs remote PoPs are tracked.
+// aggregate. A member's forwarded totals are published only for global
+// rules the node knows, in live windows, for a slot of now. At most
+// Config.MaxPoPs remote PoPs are tracked.
 package repl

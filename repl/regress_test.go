@@ -147,3 +147,32 @@ crash a2
 		}
 	}
 }
+
+// While the members' views differ (a3 died; a1 noticed, a2 not yet), a
+// member can forward its totals to a speaker that does not take them. The
+// totals are re-sent once the views change, so the other PoPs converge
+// without waiting for anti-entropy (an hour here).
+func TestFixedForwardsLostWhileViewsDifferAreRepaired(t *testing.T) {
+	h := newHarness(t)
+	h.do(t, threeMembers)
+	h.do(t, "crash a3")
+	a1, a2 := h.node("a1"), h.node("a2")
+	a1.c.SetMembers(h.nodeNow(a1), []string{MemberName(a2.rep)}) // only a1 noticed
+	h.collect(a1)
+	h.do(t, `
+decide a1 api k1,k2,k3,k4,k5,k6 1
+decide a2 api k1,k2,k3,k4,k5,k6 2
+run for=400ms
+members a1 a2
+run for=400ms
+`)
+	for _, k := range []string{"k1", "k2", "k3", "k4", "k5", "k6"} {
+		want := h.total(t, "a1", k)
+		if want != 3 {
+			t.Fatalf("a1: %s total %d, want 3", k, want)
+		}
+		if got := h.total(t, "b1", k); got != want {
+			t.Errorf("b1: %s total %d, want %d (eu/ams's)", k, got, want)
+		}
+	}
+}

@@ -137,6 +137,7 @@ type engine struct {
 	inbound            received  // delivered from other PoPs, all nodes
 	storeSeed          uint64    // seeds every store's hash (see start)
 	others             [][]int32 // per PoP, every other PoP (otherPoPs)
+	incarnations       uint64    // the last incarnation given to a node
 	share              bool      // some rule uses the share policy
 
 	keys     []*keyInfo
@@ -598,7 +599,10 @@ func (e *engine) schedule() {
 // start (re)starts node nd at t with a new incarnation and queues its timers.
 // The caller tells the PoP's members (membersChanged).
 func (e *engine) start(nd *simNode, t int64) error {
-	nd.inc++
+	// Incarnations grow across the fleet, as start times do in the daemon:
+	// an epoch (its starter's incarnation) is never taken twice.
+	e.incarnations++
+	nd.inc = e.incarnations
 	n, err := pop.New(pop.Config{
 		Self:    crdt.Replica{Region: e.pops[nd.pop].region, PoP: e.pops[nd.pop].name, Node: nd.name, Incarnation: nd.inc},
 		Rules:   e.rules,

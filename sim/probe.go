@@ -75,15 +75,24 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 		truth[gi] = map[int64]uint64{}
 		for w, m := range byWin {
 			members := map[string]uint64{} // PoP -> sum of its members' counts
-			aggCur := map[string]uint64{}  // PoP -> its current aggregate
+			started := map[string]bool{}   // "pop#inc" of the members' replicas
+			for r, c := range m {
+				if id, node, inc := splitReplica(r); node != crdt.PoPNode {
+					members[id] += c
+					started[id+"#"+strconv.FormatUint(inc, 10)] = true
+				}
+			}
+			// An aggregate of the current epoch, or of an epoch a member
+			// started, stands for members' counts (the larger of the two is
+			// the PoP's); one of an epoch whose members are gone adds.
+			aggCur := map[string]uint64{}
 			var sum uint64
 			for r, c := range m {
 				id, node, inc := splitReplica(r)
 				switch {
 				case node != crdt.PoPNode:
-					members[id] += c
-				case inc == current[id]:
-					aggCur[id] = c
+				case inc == current[id] || started[id+"#"+strconv.FormatUint(inc, 10)]:
+					aggCur[id] = max(aggCur[id], c)
 				default:
 					sum += c
 				}
