@@ -425,28 +425,31 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 	if !c.cfg.GlobalLink || c.cfg.FlushInterval <= 0 || len(d.Entries) == 0 {
 		return true
 	}
+	// The slot is the sender's, so every member judges the same forward the
+	// same way whatever its own clock.
 	slot, cur := c.slotOf(d.SentAt), c.slotOf(now)
-	if slot < cur-1 || slot > cur+1 {
-		return false // not a slot of now, on a member's clock: dropped
+	if span := int64(pop.DefaultMaxSkew/c.cfg.FlushInterval) + 1; slot < cur-span || slot > cur+span {
+		return false // further off than a member's clock may be: dropped
 	}
 	if !c.speaker(slot) {
 		return true
 	}
 	entries := c.validTotals(now, d.Entries)
 	if len(entries) == 0 {
-		return len(d.Entries) == 0
-	}
-	if c.speakAt != 0 && c.speakSlot == slot {
-		c.speech = append(c.speech, entries...)
 		return true
 	}
-	if slot > c.spoken && (c.speakAt == 0 || slot > c.speakSlot) {
+	switch {
+	case c.speakAt != 0 && c.speakSlot == slot:
+		c.speech = append(c.speech, entries...)
+		return true
+	case slot >= cur-1 && slot <= cur+1 && slot > c.spoken && (c.speakAt == 0 || slot > c.speakSlot):
 		// Before this node's own flush of the slot: gather from now.
 		c.speak(now)
 		c.speakAt, c.speakSlot = now+int64(c.cfg.SpeakDelay), slot
 		c.speech = append(c.speech, entries...)
 		return true
 	}
+	// Late, or from a member whose clock is off: on its own.
 	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries}
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &late})
 	return true

@@ -370,8 +370,8 @@ func TestNewRefusesIncarnationZero(t *testing.T) {
 }
 
 // A member's forwarded totals are published only for global rules the
-// speaker knows, in live windows, for a slot of now; the rest is refused
-// and counted.
+// speaker knows, in live windows, for a slot no further from now than a
+// member's clock may be; the rest is refused and counted.
 func TestForwardedTotalsAreChecked(t *testing.T) {
 	n := testNode(t, ams1)
 	c, err := New(Config{Node: n, FlushInterval: 50 * time.Millisecond, PoPLink: true, GlobalLink: true})
