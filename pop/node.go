@@ -268,6 +268,11 @@ func (n *Node) ownEpoch(e uint64) bool {
 	return false
 }
 
+// Replicas returns the replica identities whose counts the node holds or
+// held (interned; forgotten once no live key references them), self
+// included.
+func (n *Node) Replicas() []crdt.Replica { return n.store.Replicas() }
+
 // Self returns the node's replica identity.
 func (n *Node) Self() crdt.Replica { return n.self }
 

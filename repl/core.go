@@ -922,6 +922,10 @@ func (c *Core) relay(now int64) {
 		if !asked && p.relayed && p.relayedTo == p.epoch && now-p.relayedAt < int64(c.cfg.PeerTimeout) && now >= p.relayedAt {
 			continue
 		}
+		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
+		if !c.holdsFormer(id, p.epoch) {
+			continue // the common case: nothing to relay, no scan of the store
+		}
 		if state == nil {
 			state = c.node.State(now)
 		}
@@ -935,11 +939,21 @@ func (c *Core) relay(now int64) {
 			c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true, Delta: &dd})
 			sent = true
 		}
-		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
 		if sent {
 			c.stats.Relays++
 		}
 	}
+}
+
+// holdsFormer reports whether this node holds counts of an aggregate of PoP
+// id other than its current epoch cur.
+func (c *Core) holdsFormer(id PoPID, cur uint64) bool {
+	for _, r := range c.node.Replicas() {
+		if r.IsPoP() && PoPOf(r) == id && r.Incarnation != cur {
+			return true
+		}
+	}
+	return false
 }
 
 // LocalState is the state a joining member learns at once (memberlist
