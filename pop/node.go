@@ -268,6 +268,10 @@ func (n *Node) ownEpoch(e uint64) bool {
 	return false
 }
 
+// MaxSkew returns how far ahead of this node's clock a peer's clock may run
+// (Config.MaxSkew).
+func (n *Node) MaxSkew() time.Duration { return time.Duration(n.maxSkew) }
+
 // Replicas returns the replica identities whose counts the node holds or
 // held (interned; forgotten once no live key references them), self
 // included.

@@ -77,7 +77,7 @@ func DefaultConfig() Config {
 }
 
 // normalise fills zero fields from DefaultConfig (HeartbeatInterval from
-// PeerTimeout, EpochWait from PeerTimeout) and validates.
+// PeerTimeout, EpochWait and SpeakDelay from FlushInterval) and validates.
 func (c *Config) normalise() error {
 	d := DefaultConfig()
 	if c.Node == nil {
@@ -428,7 +428,7 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 	// The slot is the sender's, so every member judges the same forward the
 	// same way whatever its own clock.
 	slot, cur := c.slotOf(d.SentAt), c.slotOf(now)
-	if span := int64(pop.DefaultMaxSkew/c.cfg.FlushInterval) + 1; slot < cur-span || slot > cur+span {
+	if span := int64(c.node.MaxSkew()/c.cfg.FlushInterval) + 1; slot < cur-span || slot > cur+span {
 		return false // further off than a member's clock may be: dropped
 	}
 	if !c.speaker(slot) {
@@ -456,8 +456,9 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 }
 
 // validTotals returns a copy of the forwarded entries this node may publish
-// for its PoP: global rules it knows, windows that are live now (one ahead
-// for a member whose clock runs ahead), keys of legal length.
+// for its PoP: global rules it knows, windows live at a time within the
+// node's max skew of now (a member's clock may be off by that much), keys of
+// legal length.
 func (c *Core) validTotals(now int64, es []crdt.Entry) []crdt.Entry {
 	out := make([]crdt.Entry, 0, len(es))
 	for _, e := range es {
@@ -466,7 +467,10 @@ func (c *Core) validTotals(now int64, es []crdt.Entry) []crdt.Entry {
 			c.stats.ForwardsRefused++
 			continue
 		}
-		if w, _ := window.Split(now, int64(r.Window)); e.Window < w-1 || e.Window > w+1 {
+		skew := int64(c.node.MaxSkew())
+		lo, _ := window.Split(now-skew, int64(r.Window))
+		hi, _ := window.Split(now+skew, int64(r.Window))
+		if e.Window < lo-1 || e.Window > hi {
 			c.stats.ForwardsRefused++
 			continue
 		}
@@ -557,9 +561,14 @@ func (c *Core) SetMembers(now int64, others []string) {
 	}
 	c.maybeStartEpoch(now)
 	c.stats.MembersChanges++
+	// Tell the members, who then re-send their owned totals too: while views
+	// differ a member's forward can reach no speaker (a member that lost
+	// another for a moment and got it back), and the members whose own view
+	// did not change would not know to repair it.
+	c.want |= wantAnnounce
 	for _, m := range c.members {
 		if _, ok := slices.BinarySearch(old, m); !ok {
-			c.want |= wantLocalAE | wantAnnounce
+			c.want |= wantLocalAE
 			break
 		}
 	}
@@ -759,6 +768,10 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		if d.Epoch == 0 && c.epoch != 0 {
 			c.want |= wantAnnounce // a member that does not know it yet
 		}
+		if len(d.Entries) == 0 && d.Epoch != 0 {
+			// An announcement: the sender's view of the PoP changed.
+			c.scheduleResend(now)
+		}
 		c.learnEpoch(now, d.Epoch)
 		if len(d.Entries) > 0 {
 			res.Applied = c.node.Apply(now, d, pop.ScopePoP)
@@ -885,8 +898,6 @@ func (c *Core) doWork(now int64) {
 		b := c.node.AntiEntropy(now, c.ownsKey)
 		if c.want&wantLocalAE == 0 {
 			b.Local.Entries = nil
-		} else if len(b.Local.Entries) > 0 {
-			c.want &^= wantAnnounce // the re-sent counts carry the epoch
 		}
 		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
 	}
@@ -919,8 +930,12 @@ func (c *Core) relay(now int64) {
 		if p == nil || !c.ownsTask("relay/"+id.String()) {
 			continue
 		}
-		if !asked && p.relayed && p.relayedTo == p.epoch && now-p.relayedAt < int64(c.cfg.PeerTimeout) && now >= p.relayedAt {
-			continue
+		if p.relayed && p.relayedTo == p.epoch && now >= p.relayedAt {
+			// A PoP heard again: once per peer timeout and epoch. A PoP
+			// that asks: each time, but once per coalescing interval.
+			if wait := now - p.relayedAt; (!asked && wait < int64(c.cfg.PeerTimeout)) || wait < c.coalesce() {
+				continue
+			}
 		}
 		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
 		if !c.holdsFormer(id, p.epoch) {
