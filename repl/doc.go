@@ -68,10 +68,12 @@
 //     again at most once per PeerTimeout and epoch; one that asks, each
 //     time it asks).
 //   - Anti-entropy: every AntiEntropyInterval each node re-sends its own
-//     counts to its PoP and its owned totals to the other PoPs. A membership
-//     change publishes at once the totals whose owner changed, and soon
-//     after every owned total: while members' views differ a forward can
-//     reach no speaker, or a speaker that dies before it speaks.
+//     counts to its PoP and its owned totals to the other PoPs. A member
+//     whose view of the PoP changes publishes at once the totals whose owner
+//     changed and announces the change; soon after, it and every member
+//     that hears the announcement re-send every owned total: while members'
+//     views differ a forward can reach no speaker, or a speaker that dies
+//     before it speaks.
 //
 // Every delta carries absolute counts, so loss, duplication and reordering
 // are harmless; a later message repairs an earlier loss.
