@@ -163,11 +163,8 @@ func (h *Hub) publish(from *hubEndpoint, kind Kind, msg []byte, relayTo *PoPID) 
 			continue
 		}
 		origin := from.self
-		if relayTo != nil {
-			if to.self != *relayTo {
-				continue
-			}
-			origin = to.self
+		if relayTo != nil && to.self != *relayTo {
+			continue
 		}
 		n := 1
 		if h.rng.Float64() < h.faults.Drop {

@@ -67,9 +67,14 @@ func HeartbeatSubject(prefix string, p PoPID) string { return subject(prefix, "h
 // SyncSubject returns the subject a PoP's nodes ask others to resync on.
 func SyncSubject(prefix string, p PoPID) string { return subject(prefix, "sync", p) }
 
-// StateSubject returns the subject on which other PoPs relay a PoP's own
-// counts back to it.
-func StateSubject(prefix string, p PoPID) string { return subject(prefix, "state", p) }
+// StateSubject returns the subject on which PoP from relays PoP to's own
+// former counts back to it: <prefix>.state.<from>.<to>. It starts with the
+// sender's own tokens like every subject a PoP publishes on, so a PoP's NATS
+// credentials can be limited to publishing on <prefix>.*.<region>.<pop> and
+// <prefix>.state.<region>.<pop>.> (see examples/secure-multi-region).
+func StateSubject(prefix string, from, to PoPID) string {
+	return subject(prefix, "state", from) + "." + to.Region + "." + to.PoP
+}
 
 // subject is <prefix>.<kind>.<region>.<pop>, with the default prefix when
 // prefix is empty.
@@ -80,32 +85,42 @@ func subject(prefix, kind string, p PoPID) string {
 	return prefix + "." + kind + "." + p.Region + "." + p.PoP
 }
 
-// ParseSubject returns the kind and PoP of a subject made by DeltaSubject or
-// HeartbeatSubject under prefix.
-func ParseSubject(prefix, subject string) (Kind, PoPID, bool) {
+// ParseSubject returns the kind and sending PoP of a subject made under
+// prefix by DeltaSubject, HeartbeatSubject, SyncSubject or StateSubject, and
+// for StateSubject the PoP it is for (zero otherwise).
+func ParseSubject(prefix, subject string) (kind Kind, from, to PoPID, ok bool) {
 	if prefix == "" {
 		prefix = DefaultSubjectPrefix
 	}
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	if !ok {
-		return 0, PoPID{}, false
+		return 0, PoPID{}, PoPID{}, false
 	}
 	parts := strings.Split(rest, ".")
-	if len(parts) != 3 || !validName(parts[1]) || !validName(parts[2]) {
-		return 0, PoPID{}, false
+	n := 3
+	if parts[0] == "state" {
+		n = 5
 	}
-	p := PoPID{Region: parts[1], PoP: parts[2]}
+	if len(parts) != n {
+		return 0, PoPID{}, PoPID{}, false
+	}
+	for _, p := range parts[1:] {
+		if !validName(p) {
+			return 0, PoPID{}, PoPID{}, false
+		}
+	}
+	from = PoPID{Region: parts[1], PoP: parts[2]}
 	switch parts[0] {
 	case "delta":
-		return KindDelta, p, true
+		return KindDelta, from, PoPID{}, true
 	case "hb":
-		return KindHeartbeat, p, true
+		return KindHeartbeat, from, PoPID{}, true
 	case "sync":
-		return KindSync, p, true
+		return KindSync, from, PoPID{}, true
 	case "state":
-		return KindState, p, true
+		return KindState, from, PoPID{Region: parts[3], PoP: parts[4]}, true
 	}
-	return 0, PoPID{}, false
+	return 0, PoPID{}, PoPID{}, false
 }
 
 // NATS is a Transport over core NATS pub/sub between PoPs. Each PoP
@@ -120,7 +135,7 @@ type NATS struct {
 	h      Handler
 	nc     *nats.Conn
 	subs   []*nats.Subscription
-	subj   [4]string // by Kind
+	subj   [3]string // by Kind, except KindState
 	mu     sync.Mutex
 	closed bool
 }
@@ -161,11 +176,10 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.PendingLimit <= 0 {
 		cfg.PendingLimit = 1 << 16
 	}
-	t := &NATS{cfg: cfg, h: h, subj: [4]string{
+	t := &NATS{cfg: cfg, h: h, subj: [3]string{
 		KindDelta:     DeltaSubject(cfg.SubjectPrefix, cfg.Self),
 		KindHeartbeat: HeartbeatSubject(cfg.SubjectPrefix, cfg.Self),
 		KindSync:      SyncSubject(cfg.SubjectPrefix, cfg.Self),
-		KindState:     StateSubject(cfg.SubjectPrefix, cfg.Self),
 	}}
 	log := cfg.Logger
 	if log == nil {
@@ -221,7 +235,8 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 		return nil, fmt.Errorf("gossip: nats: connect %s: %w", cfg.URL, err)
 	}
 	t.nc = nc
-	for _, subj := range []string{cfg.SubjectPrefix + ".delta.>", cfg.SubjectPrefix + ".hb.>", cfg.SubjectPrefix + ".sync.>", t.subj[KindState]} {
+	for _, subj := range []string{cfg.SubjectPrefix + ".delta.>", cfg.SubjectPrefix + ".hb.>", cfg.SubjectPrefix + ".sync.>",
+		cfg.SubjectPrefix + ".state.*.*." + cfg.Self.Region + "." + cfg.Self.PoP} {
 		sub, err := nc.Subscribe(subj, t.receive)
 		if err != nil {
 			nc.Close()
@@ -237,10 +252,10 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 }
 
 func (t *NATS) receive(m *nats.Msg) {
-	kind, from, ok := ParseSubject(t.cfg.SubjectPrefix, m.Subject)
-	// Skip the own PoP's messages (its members are reached over
-	// memberlist), except state relayed to it by other PoPs.
-	if !ok || (from == t.cfg.Self) != (kind == KindState) {
+	kind, from, to, ok := ParseSubject(t.cfg.SubjectPrefix, m.Subject)
+	// Skip the own PoP's messages (its members are reached over memberlist)
+	// and state relayed to other PoPs.
+	if !ok || from == t.cfg.Self || (kind == KindState && to != t.cfg.Self) {
 		return
 	}
 	t.h.Receive(from, kind, m.Data)
@@ -264,7 +279,7 @@ func (t *NATS) Publish(kind Kind, msg []byte, _ bool) error {
 	if len(msg) > t.MaxPayload(false) {
 		return ErrTooLarge
 	}
-	if int(kind) >= len(t.subj) || kind == KindState {
+	if int(kind) >= len(t.subj) {
 		return fmt.Errorf("gossip: nats: cannot publish kind %s", kind)
 	}
 	if err := t.nc.Publish(t.subj[kind], msg); err != nil {
@@ -276,12 +291,12 @@ func (t *NATS) Publish(kind Kind, msg []byte, _ bool) error {
 	return nil
 }
 
-// Relay publishes msg on PoP to's state subject.
+// Relay publishes msg for PoP to on the own PoP's state subject for it.
 func (t *NATS) Relay(to PoPID, msg []byte) error {
 	if len(msg) > t.MaxPayload(false) {
 		return ErrTooLarge
 	}
-	if err := t.nc.Publish(StateSubject(t.cfg.SubjectPrefix, to), msg); err != nil {
+	if err := t.nc.Publish(StateSubject(t.cfg.SubjectPrefix, t.cfg.Self, to), msg); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return ErrClosed
 		}

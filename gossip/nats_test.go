@@ -142,30 +142,33 @@ func TestNATSServerRestart(t *testing.T) {
 }
 
 func TestParseSubject(t *testing.T) {
-	iad := PoPID{Region: "us", PoP: "iad"}
+	iad, ams := PoPID{Region: "us", PoP: "iad"}, PoPID{Region: "eu", PoP: "ams"}
 	for _, tc := range []struct {
 		name, prefix, subject string
 		kind                  Kind
-		from                  PoPID
+		from, to              PoPID
 		ok                    bool
 	}{
-		{"delta", "", DeltaSubject("", iad), KindDelta, iad, true},
-		{"heartbeat", "", HeartbeatSubject("", iad), KindHeartbeat, iad, true},
-		{"sync", "", SyncSubject("", iad), KindSync, iad, true},
-		{"state", "", StateSubject("", iad), KindState, iad, true},
-		{"dotted prefix", "acme.rl", DeltaSubject("acme.rl", iad), KindDelta, iad, true},
-		{"other prefix", "", "other.delta.us.iad", 0, PoPID{}, false},
-		{"prefix only as a substring", "geo", "geolimit.delta.us.iad", 0, PoPID{}, false},
-		{"unknown kind", "", "geolimit.bogus.us.iad", 0, PoPID{}, false},
-		{"too few tokens", "", "geolimit.delta.us", 0, PoPID{}, false},
-		{"too many tokens", "", "geolimit.delta.us.iad.x", 0, PoPID{}, false},
-		{"empty token", "", "geolimit.delta..iad", 0, PoPID{}, false},
+		{"delta", "", DeltaSubject("", iad), KindDelta, iad, PoPID{}, true},
+		{"heartbeat", "", HeartbeatSubject("", iad), KindHeartbeat, iad, PoPID{}, true},
+		{"sync", "", SyncSubject("", iad), KindSync, iad, PoPID{}, true},
+		{"state", "", StateSubject("", iad, ams), KindState, iad, ams, true},
+		{"dotted prefix", "acme.rl", DeltaSubject("acme.rl", iad), KindDelta, iad, PoPID{}, true},
+		{"other prefix", "", "other.delta.us.iad", 0, PoPID{}, PoPID{}, false},
+		{"prefix only as a substring", "geo", "geolimit.delta.us.iad", 0, PoPID{}, PoPID{}, false},
+		{"unknown kind", "", "geolimit.bogus.us.iad", 0, PoPID{}, PoPID{}, false},
+		{"too few tokens", "", "geolimit.delta.us", 0, PoPID{}, PoPID{}, false},
+		{"too many tokens", "", "geolimit.delta.us.iad.x", 0, PoPID{}, PoPID{}, false},
+		{"empty token", "", "geolimit.delta..iad", 0, PoPID{}, PoPID{}, false},
+		{"state without recipient", "", "geolimit.state.us.iad", 0, PoPID{}, PoPID{}, false},
+		{"state, empty recipient token", "", "geolimit.state.us.iad.eu.", 0, PoPID{}, PoPID{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kind, from, ok := ParseSubject(tc.prefix, tc.subject)
+			kind, from, to, ok := ParseSubject(tc.prefix, tc.subject)
 			assert.Equal(t, tc.ok, ok)
 			assert.Equal(t, tc.kind, kind)
 			assert.Equal(t, tc.from, from)
+			assert.Equal(t, tc.to, to)
 		})
 	}
 }

@@ -780,9 +780,9 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			}
 		}
 	case m.Kind == KindState:
-		// Another PoP relays this PoP's former totals; the transport
-		// delivers them on the own PoP's state subject.
-		if m.From != c.selfPoP || !d.Sender.SamePoP(c.self) || !d.Sender.IsPoP() {
+		// Another PoP (From) relays this PoP's former totals; the
+		// transport delivers only state meant for this PoP.
+		if m.From == c.selfPoP || !d.Sender.SamePoP(c.self) || !d.Sender.IsPoP() {
 			res.Forged = true
 			break
 		}

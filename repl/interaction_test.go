@@ -570,9 +570,6 @@ func (h *harness) deliver(b *strings.Builder, q inflight, show map[string]bool, 
 			to = append(to, n)
 		}
 	default:
-		if m.Kind == KindState {
-			from = m.To
-		}
 		for _, n := range h.live() {
 			if n.pop == srcPoP || (m.Kind == KindState && n.pop != m.To) {
 				continue

@@ -91,8 +91,9 @@ type Message struct {
 	// To is, for an outbound KindState, the PoP to relay to.
 	To PoPID
 	// From is, for an inbound message, the PoP the transport vouches it came
-	// from: the NATS subject's PoP (for KindState, the own PoP, whose state
-	// subject it arrived on), or the own PoP for LinkPoP.
+	// from: the NATS subject's PoP (for KindState the relaying PoP; the
+	// transport delivers only state meant for the own PoP), or the own PoP
+	// for LinkPoP.
 	From PoPID
 	// Reliable asks for a stream transport where there is a choice: large
 	// anti-entropy batches.

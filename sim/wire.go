@@ -101,14 +101,14 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 		}
 	default:
 		// Between PoPs: one publish, delivered to each PoP reached; relayed
-		// state reaches only the PoP it is for, on that PoP's own subject.
+		// state reaches only the PoP it is for.
 		targets, from := e.otherPoPs(nd.pop), nd.pop
 		if m.Kind == repl.KindState {
 			to, ok := e.popIndex[m.To.String()]
 			if !ok {
 				return
 			}
-			targets, from = []int32{to}, to
+			targets = []int32{to}
 		}
 		if len(targets) == 0 {
 			return
