@@ -125,6 +125,10 @@ type ApplyStats struct {
 	// Echo: the delta came from this very replica, or is this PoP's own
 	// aggregate of the current epoch.
 	Echo int
+	// Clamped: entries whose count was above the rule's limit, more than
+	// one replica can admit in a window; they were merged as the limit.
+	// These entries are also counted by their merge outcome.
+	Clamped int
 }
 
 // Rejected is the number of entries Apply refused for a reason that points
@@ -141,6 +145,7 @@ func (a *ApplyStats) add(b ApplyStats) {
 	a.WrongScope += b.WrongScope
 	a.BadEntry += b.BadEntry
 	a.Echo += b.Echo
+	a.Clamped += b.Clamped
 }
 
 // Node is one geolimit node's core. All methods are safe for concurrent use;
@@ -518,7 +523,16 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 			st.Ahead++
 			continue
 		}
-		switch n.store.Merge(r.id, e.Key, idx, e.Window, rep, e.Count) {
+		count := e.Count
+		if count > r.Limit {
+			// No replica admits more than the limit in a window (a denied
+			// request spends nothing), so a larger count is a bug or an
+			// attack: it must not lock the key beyond what one replica
+			// could, two windows at most.
+			count = r.Limit
+			st.Clamped++
+		}
+		switch n.store.Merge(r.id, e.Key, idx, e.Window, rep, count) {
 		case crdt.Merged:
 			st.Merged++
 		case crdt.Unchanged:

@@ -609,3 +609,36 @@ func TestFlushToWithoutLocal(t *testing.T) {
 	assert.Empty(t, again.Local.Entries, "the own change was flushed")
 	assert.Empty(t, again.PoP.Entries)
 }
+
+// TestApplyClampsCountsAboveLimit: a replica claims 2^62 requests on a key
+// with a limit of 10. It is merged as 10, so the key is denied only for as
+// long as one replica that spent the whole limit could deny it: usable again
+// within two windows, and the clamp is counted.
+func TestApplyClampsCountsAboveLimit(t *testing.T) {
+	n := newNode(t, replica("a", 1))
+	win := int64(time.Minute)
+	w := t0 / win
+	start := w * win
+	d := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 3), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 1 << 62}}}
+	st := n.Apply(start, &d, ScopeGlobal)
+	assert.Equal(t, ApplyStats{Merged: 1, Clamped: 1}, st)
+	assert.Equal(t, 1, n.Stats().Applied.Clamped)
+
+	dec, err := n.Decide(start+1, "api", "k", 1)
+	require.NoError(t, err)
+	assert.False(t, dec.Allowed, "a replica that spent the limit denies the key")
+	// Resent in the next window it is clamped again; two windows after the
+	// last one claimed, the key is free whatever was claimed.
+	d.Entries[0].Window = w + 1
+	assert.Equal(t, 1, n.Apply(start+win, &d, ScopeGlobal).Clamped)
+	// Halfway through the window after the claim, the sliding estimate
+	// weighs the clamped count by one half: a limit of 10 leaves 5.
+	dec, err = n.Peek(start+2*win+win/2, "api", "k", 1)
+	require.NoError(t, err)
+	assert.True(t, dec.Allowed)
+	assert.EqualValues(t, 4, dec.Remaining, "10 - 5 - this request")
+	dec, err = n.Decide(start+3*win+1, "api", "k", 1)
+	require.NoError(t, err)
+	assert.True(t, dec.Allowed)
+	assert.EqualValues(t, 9, dec.Remaining)
+}

@@ -38,6 +38,8 @@ var (
 		"Replica identities known to the store, this node included.", nil, nil)
 	descApplied = prometheus.NewDesc("geolimit_replication_applied_entries_total",
 		"Replicated entries received, by what merging them did.", []string{"outcome"}, nil)
+	descClamped = prometheus.NewDesc("geolimit_replication_clamped_entries_total",
+		"Replicated counts above their rule's limit (more than one replica can admit in a window), merged as the limit: a faulty or hostile peer.", nil, nil)
 	descPartition = prometheus.NewDesc("geolimit_partition_active",
 		"1 while some PoP is unheard (or shares are still held after a heal), else 0.", nil, nil)
 	descEnforcingShare = prometheus.NewDesc("geolimit_rule_enforcing_share",
@@ -86,7 +88,7 @@ func newMetrics(a *App) *metrics {
 type nodeCollector struct{ a *App }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descEvicted, descUntracked, descExpired, descReplicas, descApplied, descPartition, descEnforcingShare, descMeanShare} {
+	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descEvicted, descUntracked, descExpired, descReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare} {
 		ch <- d
 	}
 }
@@ -118,6 +120,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	} {
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(o.v), o.name)
 	}
+	ch <- prometheus.MustNewConstMetric(descClamped, prometheus.CounterValue, float64(ap.Clamped))
 	ps := c.a.node.Partition(c.a.clk.Now())
 	ch <- prometheus.MustNewConstMetric(descPartition, prometheus.GaugeValue, b2f(ps.Partitioned))
 	for _, r := range ps.Rules {
