@@ -44,11 +44,23 @@ type Config struct {
 	// once, as soon as it knows the membership.
 	ColdStart bool
 	// ExpectedPoPs are remote PoPs known in advance: they count as
-	// partitioned until first heard.
+	// partitioned until first heard. When set, only they count: other PoPs'
+	// counts are merged, but their silence partitions nothing (a message on
+	// an invented PoP's subject cannot cut the share policy's limits).
 	ExpectedPoPs []PoPID
 	// MaxPoPs bounds how many remote PoPs are tracked; messages from PoPs
 	// beyond it are dropped.
 	MaxPoPs int
+	// ForgetAfter is how long a remote PoP that is not expected may stay
+	// silent before it is forgotten (from the unheard set, status and
+	// metrics). It must be above PeerTimeout.
+	ForgetAfter time.Duration
+	// SyncInterval bounds the work other PoPs can ask for: a PoP's sync
+	// requests are answered at most once per SyncInterval, and re-sends of
+	// the owned totals asked for from outside the PoP (sync requests, PoPs
+	// heard first or again) go out at most syncBurst at once, then one per
+	// SyncInterval/syncBurst.
+	SyncInterval time.Duration
 	// PoPLink, GlobalLink say which links exist: a PoP of one node has no
 	// PoP link, a deployment of one PoP no global link.
 	PoPLink, GlobalLink bool
@@ -73,8 +85,15 @@ func DefaultConfig() Config {
 		PeerTimeout:         2 * time.Second,
 		MaxBatchEntries:     32768,
 		MaxPoPs:             4096,
+		ForgetAfter:         10 * time.Minute,
+		SyncInterval:        time.Second,
 	}
 }
+
+// syncBurst is how many re-sends asked for from outside the PoP go out at
+// once (see Config.SyncInterval): a heal makes several PoPs ask within one
+// moment.
+const syncBurst = 4
 
 // normalise fills zero fields from DefaultConfig (HeartbeatInterval from
 // PeerTimeout, EpochWait and SpeakDelay from FlushInterval) and validates.
@@ -104,6 +123,12 @@ func (c *Config) normalise() error {
 	if c.SpeakDelay == 0 {
 		c.SpeakDelay = c.FlushInterval / 10
 	}
+	if c.ForgetAfter == 0 {
+		c.ForgetAfter = max(d.ForgetAfter, 2*c.PeerTimeout)
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = d.SyncInterval
+	}
 	switch {
 	case c.FlushInterval < 0 || (c.FlushInterval > 0 && c.FlushInterval < time.Millisecond):
 		return fmt.Errorf("repl: config: flush interval %s: want 0 (at once) or at least 1ms", c.FlushInterval)
@@ -115,6 +140,10 @@ func (c *Config) normalise() error {
 		return fmt.Errorf("repl: config: epoch wait %s is negative", c.EpochWait)
 	case c.MaxBatchEntries < 1:
 		return fmt.Errorf("repl: config: max batch entries %d below 1", c.MaxBatchEntries)
+	case c.ForgetAfter <= c.PeerTimeout:
+		return fmt.Errorf("repl: config: forget after %s must be above peer timeout %s", c.ForgetAfter, c.PeerTimeout)
+	case c.SyncInterval < 0:
+		return fmt.Errorf("repl: config: sync interval %s is negative", c.SyncInterval)
 	case c.MaxPoPs < 1:
 		return fmt.Errorf("repl: config: max pops %d below 1", c.MaxPoPs)
 	case c.FlushInterval > 0 && (c.SpeakDelay < 0 || c.SpeakDelay >= c.FlushInterval):
@@ -160,6 +189,11 @@ type Core struct {
 	want             uint8
 	syncAt, resendAt int64
 	relayTo          map[PoPID]bool
+	// resendTAT paces the re-sends other PoPs ask for (a GCRA's theoretical
+	// arrival time): one is allowed at t >= resendTAT - (syncBurst-1) x
+	// SyncInterval/syncBurst.
+	resendTAT   int64
+	hasExpected bool
 
 	partitioned []PoPID
 	partVersion uint64
@@ -181,7 +215,14 @@ type peer struct {
 	// relayedTo is the epoch the PoP had at the last relay: a PoP that
 	// restarted since (a new epoch) gets its former totals at once.
 	relayedTo uint64
+	// answered holds, per node of the PoP that asked for a sync, when the
+	// re-send that answers it is due; at most maxRequesters entries.
+	answered map[crdt.Replica]int64
 }
+
+// maxRequesters bounds the nodes of one remote PoP whose sync requests are
+// paced one by one; beyond it, a request is paced after the latest answer.
+const maxRequesters = 64
 
 // Bits of Core.want.
 const (
@@ -203,11 +244,18 @@ type Stats struct {
 	Heartbeats      uint64 `json:"heartbeats_sent"`
 	SyncRequests    uint64 `json:"sync_requests_sent"`
 	SyncAnswers     uint64 `json:"sync_answers"`
+	// SyncThrottled: sync requests not answered because the same PoP's
+	// last one was answered less than SyncInterval before.
+	SyncThrottled uint64 `json:"sync_requests_throttled"`
+	// ResendsDeferred: re-sends asked for from outside the PoP that had to
+	// wait for the SyncInterval pace.
+	ResendsDeferred uint64 `json:"resends_deferred"`
 	Relays          uint64 `json:"relays"`
 	Forged          uint64 `json:"forged_messages"`
 	StateDropped    uint64 `json:"state_dropped"`
 	EpochChanges    uint64 `json:"epoch_changes"`
 	UnknownPoPs     uint64 `json:"unknown_pops_ignored"`
+	ForgottenPoPs   uint64 `json:"pops_forgotten"`
 	MembersChanges  uint64 `json:"membership_changes"`
 }
 
@@ -233,6 +281,7 @@ func New(cfg Config) (*Core, error) {
 	for _, p := range cfg.ExpectedPoPs {
 		if p != c.selfPoP && len(c.peers) < cfg.MaxPoPs {
 			c.peers[p] = &peer{expected: true}
+			c.hasExpected = true
 		}
 	}
 	c.setMembers(nil)
@@ -511,14 +560,20 @@ func (c *Core) myTurn(slot int64) bool {
 	return n <= 1 || slot%n == int64(c.rank)
 }
 
-// checkPeers marks PoPs silent for longer than PeerTimeout as partitioned
+// checkPeers marks PoPs silent for longer than PeerTimeout as partitioned,
+// forgets PoPs that are not expected and have been silent for ForgetAfter,
 // and tells the node core when the unheard set changed.
 func (c *Core) checkPeers(now int64) {
 	var part []PoPID
 	for id, p := range c.peers {
-		silent := !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
-		p.down = silent
-		if silent {
+		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
+			delete(c.peers, id)
+			delete(c.relayTo, id)
+			c.stats.ForgottenPoPs++
+			continue
+		}
+		p.down = c.silent(p, now)
+		if p.down && c.counts(p) {
 			part = append(part, id)
 		}
 	}
@@ -537,6 +592,16 @@ func (c *Core) checkPeers(now int64) {
 	// a little longer while the rest of its counts come.
 	c.node.SetUnheard(now, names)
 }
+
+// silent reports whether remote PoP p has been silent for longer than
+// PeerTimeout, or never heard.
+func (c *Core) silent(p *peer, now int64) bool {
+	return !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
+}
+
+// counts reports whether p's silence partitions this PoP: every PoP's does,
+// unless ExpectedPoPs names the PoPs that do.
+func (c *Core) counts(p *peer) bool { return p.expected || !c.hasExpected }
 
 // Partitioned returns the remote PoPs counted as partitioned at the last
 // heartbeat tick (sorted), and a version that changes whenever the set does
@@ -691,18 +756,53 @@ func (c *Core) coalesce() int64 { return int64(min(c.cfg.FlushInterval, 50*time.
 
 // askSync schedules asking the other PoPs for their totals (and re-sending
 // this node's owned totals to them).
-func (c *Core) askSync(now int64) {
+func (c *Core) askSync(now int64) { c.askSyncFor(now, false) }
+
+// askSyncFor is askSync; remote says a message from another PoP is the
+// reason, so the re-send is paced (see remoteResend).
+func (c *Core) askSyncFor(now int64, remote bool) {
 	if c.syncAt == 0 {
 		c.syncAt = max(now+c.coalesce(), 1)
 	}
-	c.scheduleResend(now)
+	if remote {
+		c.remoteResend(now)
+	} else {
+		c.scheduleResend(now)
+	}
+}
+
+// remoteResend schedules a re-send of the owned totals that another PoP's
+// message asked for (see remoteResendAt).
+func (c *Core) remoteResend(now int64) {
+	if c.resendAt == 0 {
+		c.remoteResendAt(now + c.coalesce())
+	}
+}
+
+// remoteResendAt schedules a re-send of the owned totals at at or later,
+// paced so that messages from outside the PoP cannot make it re-send its
+// totals more than syncBurst times at once and once per
+// SyncInterval/syncBurst after that, however many PoPs ask or appear. It
+// returns when the re-send is due.
+func (c *Core) remoteResendAt(at int64) int64 {
+	step := int64(c.cfg.SyncInterval) / syncBurst
+	if earliest := c.resendTAT - (syncBurst-1)*step; earliest > at {
+		at = earliest
+		c.stats.ResendsDeferred++
+	}
+	at = max(at, 1)
+	if c.resendAt == 0 || at < c.resendAt {
+		c.resendAt = at
+	}
+	return c.resendAt
 }
 
 // scheduleResend schedules re-sending this node's owned totals to the other
-// PoPs.
+// PoPs, for a reason inside the PoP: within one coalescing interval, even if
+// a paced re-send was due later.
 func (c *Core) scheduleResend(now int64) {
-	if c.resendAt == 0 {
-		c.resendAt = max(now+c.coalesce(), 1)
+	if at := max(now+c.coalesce(), 1); c.resendAt == 0 || at < c.resendAt {
+		c.resendAt = at
 	}
 }
 
@@ -815,9 +915,21 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			}
 		case KindSync:
 			// Every member re-sends the totals it owns, so the PoP answers
-			// once; requests within one flush interval share one answer.
-			c.stats.SyncAnswers++
-			c.scheduleResend(now)
+			// once. A re-send already due answers every request that came
+			// before it; otherwise one is scheduled, no sooner than
+			// SyncInterval after the one that answered the same PoP last.
+			if c.resendAt != 0 {
+				c.stats.SyncAnswers++
+				break
+			}
+			at := now + c.coalesce()
+			if last := p.lastAnswer(d.Sender, now, int64(c.cfg.SyncInterval)); last != 0 && at < last+int64(c.cfg.SyncInterval) {
+				at = last + int64(c.cfg.SyncInterval)
+				c.stats.SyncThrottled++
+			} else {
+				c.stats.SyncAnswers++
+			}
+			p.answered[d.Sender] = c.remoteResendAt(at)
 			c.relayTo[m.From] = true // asked: relayed whatever the throttle
 		case KindDelta:
 			if d.Sender.IsPoP() {
@@ -852,7 +964,7 @@ func (c *Core) heard(id PoPID, now int64) *peer {
 	if !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout) || p.down {
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
-		c.askSync(now)
+		c.askSyncFor(now, true)
 		if _, ok := c.relayTo[id]; !ok {
 			c.relayTo[id] = false // heard: relayed at most once per peer timeout
 		}
@@ -863,6 +975,38 @@ func (c *Core) heard(id PoPID, now int64) *peer {
 	}
 	p.heardOnce = true
 	return p
+}
+
+// lastAnswer returns when the last answer to requester's sync requests was
+// due (0: none within the last interval), making room for requester in
+// p.answered: entries older than interval are dropped, and when the table
+// is still full, the latest answer to any node of the PoP counts.
+func (p *peer) lastAnswer(requester crdt.Replica, now, interval int64) int64 {
+	if p.answered == nil {
+		p.answered = map[crdt.Replica]int64{}
+	}
+	if at, ok := p.answered[requester]; ok {
+		return at
+	}
+	if len(p.answered) < maxRequesters {
+		return 0
+	}
+	var latest int64
+	for r, at := range p.answered {
+		if now-at >= interval {
+			delete(p.answered, r)
+		} else {
+			latest = max(latest, at)
+		}
+	}
+	if len(p.answered) < maxRequesters {
+		return 0
+	}
+	for r := range p.answered {
+		delete(p.answered, r) // make room: the pacing holds through latest
+		break
+	}
+	return latest
 }
 
 // missedBeats records a heartbeat sent at sentAt (the sender's clock) and
@@ -892,6 +1036,7 @@ func (c *Core) doWork(now int64) {
 	if c.resendAt != 0 && now >= c.resendAt {
 		c.resendAt = 0
 		c.want |= wantGlobalAE
+		c.resendTAT = max(c.resendTAT, now) + int64(c.cfg.SyncInterval)/syncBurst
 	}
 	if c.want&(wantLocalAE|wantGlobalAE) != 0 {
 		c.stats.AntiEntropies++
@@ -932,7 +1077,8 @@ func (c *Core) relay(now int64) {
 		}
 		if p.relayed && p.relayedTo == p.epoch && now >= p.relayedAt {
 			// A PoP heard again: once per peer timeout and epoch. A PoP
-			// that asks: each time, but once per coalescing interval.
+			// that asks: each time it is answered (at most once per
+			// SyncInterval), but once per coalescing interval.
 			if wait := now - p.relayedAt; (!asked && wait < int64(c.cfg.PeerTimeout)) || wait < c.coalesce() {
 				continue
 			}
@@ -1016,17 +1162,20 @@ type RemotePoP struct {
 	Partitioned bool `json:"partitioned"`
 	// Epoch is its current epoch, as its latest message said.
 	Epoch uint64 `json:"epoch"`
+	// Expected: named in Config.ExpectedPoPs. When some PoPs are, only they
+	// count as partitioned.
+	Expected bool `json:"expected"`
 }
 
 // RemotePoPs returns the known remote PoPs, sorted.
 func (c *Core) RemotePoPs(now int64) []RemotePoP {
 	out := make([]RemotePoP, 0, len(c.peers))
 	for id, p := range c.peers {
-		rp := RemotePoP{PoPID: id, Epoch: p.epoch}
+		rp := RemotePoP{PoPID: id, Epoch: p.epoch, Expected: p.expected}
 		if p.heardOnce {
 			rp.LastHeard = p.lastHeard
 		}
-		rp.Partitioned = !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
+		rp.Partitioned = c.silent(p, now) && c.counts(p)
 		out = append(out, rp)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j].PoPID) })

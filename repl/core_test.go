@@ -98,6 +98,8 @@ func TestConfigDefaultsFilled(t *testing.T) {
 		EpochWait:           10 * time.Millisecond, // two flush intervals, at least 10ms
 		MaxBatchEntries:     32768,
 		MaxPoPs:             4096,
+		ForgetAfter:         10 * time.Minute,
+		SyncInterval:        time.Second,
 	}
 	if fmt.Sprint(cfg) != fmt.Sprint(want) {
 		t.Fatalf("normalised\n %+v\nwant\n %+v", cfg, want)
@@ -422,4 +424,194 @@ func TestForwardedTotalsAreChecked(t *testing.T) {
 	if st := c.Stats(); st.ForwardsRefused != 4 || st.ForwardsDropped != 1 {
 		t.Errorf("refused %d entries and dropped %d forwards, want 4 and 1", st.ForwardsRefused, st.ForwardsDropped)
 	}
+}
+
+// With ExpectedPoPs set, a PoP heard once on an invented subject and then
+// silent partitions nothing (the share policy keeps the whole limit), while
+// an expected PoP's silence does. Without ExpectedPoPs it would count.
+func TestOnlyExpectedPoPsPartition(t *testing.T) {
+	ids := popIDs(2) // ids[0] expected, ids[1] invented
+	for _, tc := range []struct {
+		name     string
+		expected []PoPID
+		want     []PoPID
+	}{
+		{"expected set", ids[:1], ids[:1]},
+		{"none expected", nil, ids},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, ExpectedPoPs: tc.expected})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := t0
+			c.Tick(now)
+			for _, p := range ids {
+				c.Step(now, heartbeatFrom(p, now))
+			}
+			for range 20 { // 5s: both silent for longer than the 2s peer timeout
+				now += int64(250 * time.Millisecond)
+				c.Tick(now)
+			}
+			got, _ := c.Partitioned()
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("partitioned %v, want %v", got, tc.want)
+			}
+			for _, rp := range c.RemotePoPs(now) {
+				if rp.Partitioned != slices.Contains(tc.want, rp.PoPID) || rp.Expected != slices.Contains(tc.expected, rp.PoPID) {
+					t.Errorf("remote %+v", rp)
+				}
+			}
+		})
+	}
+}
+
+// A PoP that is not expected and stays silent for ForgetAfter is forgotten:
+// gone from the unheard set and from RemotePoPs. An expected PoP never is.
+func TestSilentUnexpectedPoPsAreForgotten(t *testing.T) {
+	ids := popIDs(3)
+	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, ExpectedPoPs: ids[:1], ForgetAfter: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	c.Tick(now)
+	for _, p := range ids {
+		c.Step(now, heartbeatFrom(p, now))
+	}
+	step := int64(250 * time.Millisecond)
+	for now < t0+int64(9*time.Second) {
+		now += step
+		c.Tick(now)
+		c.Step(now, heartbeatFrom(ids[2], now)) // ids[2] keeps talking
+	}
+	if got := len(c.RemotePoPs(now)); got != 3 {
+		t.Fatalf("%d remote PoPs before ForgetAfter, want 3", got)
+	}
+	for now < t0+int64(11*time.Second) {
+		now += step
+		c.Tick(now)
+		c.Step(now, heartbeatFrom(ids[2], now))
+	}
+	var got []PoPID
+	for _, rp := range c.RemotePoPs(now) {
+		got = append(got, rp.PoPID)
+	}
+	if want := []PoPID{ids[0], ids[2]}; !slices.Equal(got, want) {
+		t.Fatalf("remote PoPs %v, want %v (ids[1] forgotten, expected ids[0] kept)", got, want)
+	}
+	if c.Stats().ForgottenPoPs != 1 {
+		t.Errorf("ForgottenPoPs %d, want 1", c.Stats().ForgottenPoPs)
+	}
+	// Heard again, it is tracked again.
+	c.Step(now, heartbeatFrom(ids[1], now))
+	if got := len(c.RemotePoPs(now)); got != 3 {
+		t.Fatalf("%d remote PoPs after ids[1] spoke again, want 3", got)
+	}
+}
+
+// resends counts the re-sends of owned totals to other PoPs among msgs.
+func resends(msgs []Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Link == LinkGlobal && m.Kind == KindDelta && m.Reliable {
+			n++
+		}
+	}
+	return n
+}
+
+func syncFrom(p PoPID, node string, at int64) Message {
+	return Message{Link: LinkGlobal, Kind: KindSync, From: p,
+		Delta: &crdt.Delta{Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: node, Incarnation: 1}, SentAt: at}}
+}
+
+// Sync requests cannot make a node re-send its totals without bound: one
+// requester is answered at most once per SyncInterval, and requests from
+// many nodes or PoPs at most syncBurst at once and then one per
+// SyncInterval/syncBurst. A request is never lost: it is answered late.
+func TestSyncRequestsArePaced(t *testing.T) {
+	const interval = time.Second
+	setup := func(t *testing.T) (*Core, int64) {
+		c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, FlushInterval: 50 * time.Millisecond,
+			AntiEntropyInterval: time.Hour, SyncInterval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.node.Decide(t0, "api", "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		now := t0
+		c.Tick(now)
+		for _, p := range popIDs(2) { // heard: their own re-sends happen now
+			c.Step(now, heartbeatFrom(p, now))
+		}
+		for range 40 {
+			now += int64(50 * time.Millisecond)
+			c.Tick(now)
+		}
+		c.Ready()
+		return c, now
+	}
+	// run feeds a request every 10ms for 10s and counts the re-sends.
+	run := func(c *Core, now int64, req func(i int, now int64) Message) int {
+		n := 0
+		for i := range 1000 {
+			now += int64(10 * time.Millisecond)
+			c.Step(now, req(i, now))
+			c.Tick(now)
+			n += resends(c.Ready())
+		}
+		return n
+	}
+	p := popIDs(1)[0]
+	t.Run("one requester", func(t *testing.T) {
+		c, now := setup(t)
+		n := run(c, now, func(_ int, now int64) Message { return syncFrom(p, "x", now) })
+		// 10s of requests: one answer per second, the first at once.
+		if n < 9 || n > 11 {
+			t.Fatalf("%d re-sends for 1000 requests from one node over 10s, want 10 (one per %s)", n, interval)
+		}
+		if c.Stats().SyncThrottled == 0 {
+			t.Error("no request counted as throttled")
+		}
+	})
+	t.Run("many requesters", func(t *testing.T) {
+		c, now := setup(t)
+		n := run(c, now, func(i int, now int64) Message {
+			return syncFrom(PoPID{Region: "r", PoP: fmt.Sprintf("q%d", i%100)}, fmt.Sprintf("n%d", i), now)
+		})
+		// syncBurst at once, then one per 250ms: about 43 over 10s, where
+		// unpaced answers would be one per 50ms coalescing interval (200).
+		if max := syncBurst + 10*syncBurst; n > max {
+			t.Fatalf("%d re-sends for 1000 requests from 1000 nodes over 10s, want at most %d", n, max)
+		}
+		if n < 10*syncBurst-5 {
+			t.Fatalf("%d re-sends: pacing must still answer, want about %d", n, 10*syncBurst)
+		}
+		if c.Stats().ResendsDeferred == 0 {
+			t.Error("no re-send counted as deferred")
+		}
+	})
+	t.Run("late request answered", func(t *testing.T) {
+		c, now := setup(t)
+		c.Step(now, syncFrom(p, "x", now))
+		for range 10 {
+			now += int64(10 * time.Millisecond)
+			c.Tick(now)
+		}
+		if n := resends(c.Ready()); n != 1 {
+			t.Fatalf("%d re-sends for the first request, want 1", n)
+		}
+		c.Step(now, syncFrom(p, "x", now)) // within the interval: answered late
+		got := 0
+		for range 120 {
+			now += int64(10 * time.Millisecond)
+			c.Tick(now)
+			got += resends(c.Ready())
+		}
+		if got != 1 {
+			t.Fatalf("%d re-sends within 1.2s of a paced request, want 1", got)
+		}
+	})
 }
