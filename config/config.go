@@ -169,8 +169,21 @@ type Replication struct {
 	AntiEntropyInterval Duration `yaml:"anti_entropy_interval"`
 	// ExpectedPoPs lists other PoPs ("region/pop") known in advance: each
 	// counts as partitioned until first heard, so a node that starts while
-	// cut off knows whom it misses. PoPs not listed appear when first heard.
+	// cut off knows whom it misses. When the list is set, only these PoPs
+	// count as partitioned: others are replicated when heard, but their
+	// silence cuts no share. Empty: every PoP heard counts.
 	ExpectedPoPs []string `yaml:"expected_pops"`
+	// ForgetAfter is how long a PoP that is not expected may stay silent
+	// before it is forgotten (unheard set, status and metrics). Default 10m.
+	ForgetAfter Duration `yaml:"forget_after"`
+	// MaxPoPs caps the remote PoPs tracked; messages from PoPs beyond it are
+	// dropped and counted. Default 4096.
+	MaxPoPs int `yaml:"max_pops"`
+	// SyncInterval paces the sync requests of other PoPs: a node of another
+	// PoP is answered at most once per interval, and re-sends asked from
+	// outside the PoP go out at most 4 at once, then 4 per interval.
+	// Default 1s.
+	SyncInterval Duration `yaml:"sync_interval"`
 }
 
 // Limits caps memory and request sizes.
@@ -291,6 +304,9 @@ func DefaultConfig() *Config {
 			FlushInterval:       Duration(rd.FlushInterval),
 			PeerTimeout:         Duration(rd.PeerTimeout),
 			AntiEntropyInterval: Duration(rd.AntiEntropyInterval),
+			ForgetAfter:         Duration(rd.ForgetAfter),
+			MaxPoPs:             rd.MaxPoPs,
+			SyncInterval:        Duration(rd.SyncInterval),
 		},
 		Limits: Limits{
 			MaxKeys:      crdt.DefaultMaxKeys,
@@ -430,6 +446,8 @@ func (c *Config) Validate() error {
 		{"replication.flush_interval", c.Replication.FlushInterval},
 		{"replication.peer_timeout", c.Replication.PeerTimeout},
 		{"replication.anti_entropy_interval", c.Replication.AntiEntropyInterval},
+		{"replication.forget_after", c.Replication.ForgetAfter},
+		{"replication.sync_interval", c.Replication.SyncInterval},
 		{"limits.max_skew", c.Limits.MaxSkew},
 		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout},
 		{"http.read_timeout", c.HTTP.ReadTimeout},
@@ -442,6 +460,10 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch {
+	case c.Replication.ForgetAfter <= c.Replication.PeerTimeout:
+		return fmt.Errorf("replication.forget_after: %s must be above replication.peer_timeout %s", c.Replication.ForgetAfter, c.Replication.PeerTimeout)
+	case c.Replication.MaxPoPs < 1:
+		return fmt.Errorf("replication.max_pops: must be at least 1, got %d", c.Replication.MaxPoPs)
 	case c.Limits.MaxKeys < 1:
 		return fmt.Errorf("limits.max_keys: must be at least 1, got %d", c.Limits.MaxKeys)
 	case c.Limits.MaxBodyBytes < 64:

@@ -45,8 +45,18 @@ type Options struct {
 	// deployment of one PoP.
 	Global Connect
 	// ExpectedPoPs are remote PoPs known in advance: they count as
-	// partitioned until first heard. Others appear when first heard.
+	// partitioned until first heard. Others appear when first heard; when
+	// some PoPs are expected, only they count as partitioned.
 	ExpectedPoPs []PoPID
+	// MaxPoPs bounds the remote PoPs tracked (see repl.Config); 0 means
+	// repl's default.
+	MaxPoPs int
+	// ForgetAfter: a remote PoP that is not expected and silent this long is
+	// forgotten; 0 means repl's default (10m).
+	ForgetAfter time.Duration
+	// SyncInterval paces the sync requests of other PoPs (see repl.Config);
+	// 0 means repl's default (1s).
+	SyncInterval time.Duration
 	// MaxBatchEntries is the batch size cap: when this many keys changed
 	// since the last flush, the Replicator flushes without waiting for
 	// FlushInterval. 0 means 32768.
@@ -54,6 +64,9 @@ type Options struct {
 	// QueueSize bounds received messages waiting to be applied; when full,
 	// new ones are dropped and counted (anti-entropy repairs them). 0 means 4096.
 	QueueSize int
+	// QueueBytes bounds the bytes of the received messages waiting to be
+	// applied, the same way. 0 means 32 MiB.
+	QueueBytes int64
 	// OnPartitionChange, if set, is called from the Replicator's goroutine
 	// (after the node core's SetUnheard, which the Replicator always calls)
 	// with the remote PoPs counted as partitioned (sorted; nil for none)
@@ -77,6 +90,7 @@ func DefaultOptions() Options {
 		PeerTimeout:         d.PeerTimeout,
 		MaxBatchEntries:     d.MaxBatchEntries,
 		QueueSize:           4096,
+		QueueBytes:          32 << 20,
 	}
 }
 
@@ -97,6 +111,12 @@ func (o *Options) setDefaults() error {
 	if o.QueueSize < 1 {
 		return fmt.Errorf("gossip: options: queue size %d below 1", o.QueueSize)
 	}
+	if o.QueueBytes == 0 {
+		o.QueueBytes = d.QueueBytes
+	}
+	if o.QueueBytes < 1 {
+		return fmt.Errorf("gossip: options: queue bytes %d below 1", o.QueueBytes)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -114,6 +134,9 @@ func (o *Options) coreConfig() repl.Config {
 		MaxBatchEntries:     o.MaxBatchEntries,
 		EpochWait:           o.EpochWait,
 		ExpectedPoPs:        o.ExpectedPoPs,
+		MaxPoPs:             o.MaxPoPs,
+		ForgetAfter:         o.ForgetAfter,
+		SyncInterval:        o.SyncInterval,
 		PoPLink:             o.PoP != nil,
 		GlobalLink:          o.Global != nil,
 		Relay:               true,
@@ -139,8 +162,9 @@ type Replicator struct {
 	popT, globT Transport
 	tstats      [2]transportCounters // 0: pop, 1: global
 
-	queue chan inbound
-	kick  chan struct{} // wakes the loop: a batch may be full, or events wait
+	queue       chan inbound
+	queuedBytes atomic.Int64 // bytes of the messages in queue
+	kick        chan struct{} // wakes the loop: a batch may be full, or events wait
 	// events are the transports' notices (want* bits) for the loop: the
 	// transports call their handlers with their own locks held, so the
 	// handler only records them.
@@ -445,14 +469,24 @@ type handler struct {
 	t int
 }
 
-// Receive copies b onto the receive queue, or drops it when the queue is full.
+// Receive copies b onto the receive queue, or drops it when the queue is
+// full (Options.QueueSize messages or Options.QueueBytes bytes): a flood
+// costs at most QueueBytes of memory, returned once it is applied.
 func (h *handler) Receive(from PoPID, kind Kind, b []byte) {
-	c := &h.r.tstats[h.t]
+	r := h.r
+	c := &r.tstats[h.t]
 	c.msgsRecv.Add(1)
 	c.bytesRecv.Add(uint64(len(b)))
+	n := int64(len(b))
+	if r.queuedBytes.Add(n) > r.opts.QueueBytes {
+		r.queuedBytes.Add(-n)
+		c.dropped.Add(1)
+		return
+	}
 	select {
-	case h.r.queue <- inbound{t: h.t, from: from, kind: kind, data: slices.Clone(b)}:
+	case r.queue <- inbound{t: h.t, from: from, kind: kind, data: slices.Clone(b)}:
 	default:
+		r.queuedBytes.Add(-n)
 		c.dropped.Add(1)
 	}
 }
@@ -481,6 +515,7 @@ func (r *Replicator) work() {
 		case <-r.stop:
 			return
 		case in := <-r.queue:
+			r.queuedBytes.Add(-int64(len(in.data)))
 			r.apply(dec, &d, in)
 		}
 	}

@@ -75,6 +75,8 @@ type RemotePoP struct {
 	Partitioned bool `json:"partitioned"`
 	// Epoch is the latest epoch of its PoP totals seen (0: none yet).
 	Epoch uint64 `json:"epoch"`
+	// Expected: named in Options.ExpectedPoPs.
+	Expected bool `json:"expected"`
 }
 
 // Status is a Replicator's state for the status page.
@@ -112,7 +114,7 @@ func (r *Replicator) RemotePoPs() []RemotePoP {
 	r.mu.Unlock()
 	out := make([]RemotePoP, 0, len(ps))
 	for _, p := range ps {
-		rp := RemotePoP{PoPID: p.PoPID, Age: -1, Partitioned: p.Partitioned, Epoch: p.Epoch}
+		rp := RemotePoP{PoPID: p.PoPID, Age: -1, Partitioned: p.Partitioned, Epoch: p.Epoch, Expected: p.Expected}
 		if p.LastHeard != 0 {
 			rp.LastHeard = time.Unix(0, p.LastHeard)
 			rp.Age = time.Duration(now - p.LastHeard)

@@ -111,6 +111,8 @@ type RemotePoP struct {
 	// LastHeardMS is the time since its last message, in milliseconds.
 	LastHeardMS int64 `json:"last_heard_ms"`
 	Partitioned bool  `json:"partitioned"`
+	// Expected: named in replication.expected_pops.
+	Expected bool `json:"expected"`
 }
 
 // Options configures an App. It is a plain value, read once by New.

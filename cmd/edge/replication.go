@@ -40,6 +40,9 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 		FlushInterval:       cfg.Replication.FlushInterval.D(),
 		AntiEntropyInterval: cfg.Replication.AntiEntropyInterval.D(),
 		PeerTimeout:         cfg.Replication.PeerTimeout.D(),
+		ForgetAfter:         cfg.Replication.ForgetAfter.D(),
+		MaxPoPs:             cfg.Replication.MaxPoPs,
+		SyncInterval:        cfg.Replication.SyncInterval.D(),
 		Logger:              env.Logger,
 		ObserveLag:          func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
 	}
@@ -121,7 +124,7 @@ func (g *gossipReplicator) Status() server.ReplicationStatus {
 		st.Members = append(st.Members, server.Member{Name: m, State: "alive"})
 	}
 	for _, p := range s.RemotePoPs {
-		rp := server.RemotePoP{Region: p.Region, PoP: p.PoP, LastHeardMS: -1, Partitioned: p.Partitioned}
+		rp := server.RemotePoP{Region: p.Region, PoP: p.PoP, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected}
 		if p.Age >= 0 {
 			rp.LastHeardMS = p.Age.Milliseconds()
 		}
