@@ -163,7 +163,8 @@ type Replicator struct {
 	tstats      [2]transportCounters // 0: pop, 1: global
 
 	queue       chan inbound
-	queuedBytes atomic.Int64 // bytes of the messages in queue
+	queuedBytes atomic.Int64  // bytes of the messages in queue
+	queuedPeak  atomic.Int64  // the most queuedBytes has been
 	kick        chan struct{} // wakes the loop: a batch may be full, or events wait
 	// events are the transports' notices (want* bits) for the loop: the
 	// transports call their handlers with their own locks held, so the
@@ -478,10 +479,13 @@ func (h *handler) Receive(from PoPID, kind Kind, b []byte) {
 	c.msgsRecv.Add(1)
 	c.bytesRecv.Add(uint64(len(b)))
 	n := int64(len(b))
-	if r.queuedBytes.Add(n) > r.opts.QueueBytes {
+	q := r.queuedBytes.Add(n)
+	if q > r.opts.QueueBytes {
 		r.queuedBytes.Add(-n)
 		c.dropped.Add(1)
 		return
+	}
+	for p := r.queuedPeak.Load(); q > p && !r.queuedPeak.CompareAndSwap(p, q); p = r.queuedPeak.Load() {
 	}
 	select {
 	case r.queue <- inbound{t: h.t, from: from, kind: kind, data: slices.Clone(b)}:

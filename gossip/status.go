@@ -99,6 +99,10 @@ type Status struct {
 	Epoch uint64 `json:"epoch"`
 	// Protocol are the replication protocol's counters.
 	Protocol repl.Stats `json:"protocol"`
+	// QueuedBytes is what waits in the receive queue now; QueuedBytesPeak the
+	// most it has held (at most Options.QueueBytes).
+	QueuedBytes     int64 `json:"queued_bytes"`
+	QueuedBytesPeak int64 `json:"queued_bytes_peak"`
 	// FlushInterval and PeerTimeout are the configured intervals.
 	FlushInterval time.Duration `json:"flush_interval_ns"`
 	PeerTimeout   time.Duration `json:"peer_timeout_ns"`
@@ -195,16 +199,18 @@ func (r *Replicator) Status() Status {
 	epoch, pstats := r.core.Epoch(), r.core.Stats()
 	r.mu.Unlock()
 	s := Status{
-		Self:          r.self.String(),
-		Members:       r.Members(),
-		RemotePoPs:    r.RemotePoPs(),
-		Partitioned:   []string{},
-		Transports:    r.Stats(),
-		Resyncs:       r.resyncs.Load(),
-		Epoch:         epoch,
-		Protocol:      pstats,
-		FlushInterval: r.opts.FlushInterval,
-		PeerTimeout:   r.opts.PeerTimeout,
+		Self:            r.self.String(),
+		Members:         r.Members(),
+		RemotePoPs:      r.RemotePoPs(),
+		Partitioned:     []string{},
+		Transports:      r.Stats(),
+		Resyncs:         r.resyncs.Load(),
+		Epoch:           epoch,
+		Protocol:        pstats,
+		QueuedBytes:     r.queuedBytes.Load(),
+		QueuedBytesPeak: r.queuedPeak.Load(),
+		FlushInterval:   r.opts.FlushInterval,
+		PeerTimeout:     r.opts.PeerTimeout,
 	}
 	if s.Members == nil {
 		s.Members = []string{}

@@ -918,12 +918,15 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			// once. A re-send already due answers every request that came
 			// before it; otherwise one is scheduled, no sooner than
 			// SyncInterval after the one that answered the same PoP last.
-			if c.resendAt != 0 {
+			last := p.lastAnswer(d.Sender, now, int64(c.cfg.SyncInterval))
+			if c.resendAt != 0 && c.resendAt >= last {
 				c.stats.SyncAnswers++
+				p.answered[d.Sender] = c.resendAt
+				c.relayTo[m.From] = true
 				break
 			}
 			at := now + c.coalesce()
-			if last := p.lastAnswer(d.Sender, now, int64(c.cfg.SyncInterval)); last != 0 && at < last+int64(c.cfg.SyncInterval) {
+			if last != 0 && at < last+int64(c.cfg.SyncInterval) {
 				at = last + int64(c.cfg.SyncInterval)
 				c.stats.SyncThrottled++
 			} else {

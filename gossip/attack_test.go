@@ -1,0 +1,252 @@
+package gossip
+
+// Attacks by a client on the NATS network that no credentials stop (the
+// servers here have none: what credentials stop is tested in auth_test.go
+// and with the example configuration in cmd/edge). Each test plays one
+// attack against real nats-servers linked by gateways and checks the bound
+// the node keeps.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// attacker connects a plain NATS client to url.
+func attacker(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// publish encodes d and publishes it on subj.
+func publish(t *testing.T, nc *nats.Conn, subj string, d *crdt.Delta) int {
+	t.Helper()
+	parts, err := crdt.Encode(d, 1<<20)
+	require.NoError(t, err)
+	n := 0
+	for _, p := range parts {
+		require.NoError(t, nc.Publish(subj, p))
+		n += len(p)
+	}
+	return n
+}
+
+// globalStats returns the counters of st's transport to other PoPs.
+func globalStats(st Status) TransportStats {
+	for _, t := range st.Transports {
+		if t.Scope == "global" {
+			return t
+		}
+	}
+	return TransportStats{}
+}
+
+// A single delta claiming 2^62 requests from an invented incarnation of a
+// real PoP, sent from another region: the count is clamped to the rule's
+// limit and counted, so the key is locked no longer than a replica that
+// spent the whole limit could lock it (two windows at most).
+func TestAttackForgedHugeCount(t *testing.T) {
+	c := gossiptest.StartSuperCluster(t, "eu", "us")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rules := []pop.Rule{{Name: "login", Limit: 10, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
+	victim := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", rules), Options{
+		FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour,
+		Global: NATSConnect(NATSConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+	})
+	nc := attacker(t, c.ClientURL(1))
+	now := time.Now().UnixNano()
+	win := int64(time.Minute)
+	forged := &crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 99), SentAt: now, Epoch: 99,
+		Entries: []crdt.Entry{{Rule: "login", Key: "alice", Window: now / win, Count: 1 << 62}}}
+	waitFor(t, 10*time.Second, "the forged count arrives across the gateway", func() bool {
+		publish(t, nc, DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), forged)
+		return victim.node.Stats().Applied.Clamped > 0
+	})
+	assert.EqualValues(t, 10, total(victim.node, "login", "alice"), "merged as the limit")
+	d, err := victim.node.Peek(now, "login", "alice", 1)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "a replica that spent the limit denies the key")
+	// Two windows after the window claimed, the key is free again.
+	d, err = victim.node.Peek((now/win+2)*win, "login", "alice", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.EqualValues(t, 9, d.Remaining)
+}
+
+// Heartbeats on the subjects of 500 invented PoPs, against a node that
+// names the PoPs it expects: none of them counts as partitioned (the share
+// policy keeps the whole limit), at most MaxPoPs are tracked, and once
+// silent for ForgetAfter they are gone from status too.
+func TestAttackInventedPoPs(t *testing.T) {
+	c := gossiptest.StartSuperCluster(t, "eu", "us")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ams, iad := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
+	opts := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 400 * time.Millisecond,
+		ForgetAfter: 2 * time.Second, MaxPoPs: 50, ExpectedPoPs: []PoPID{ams, iad}}
+	start := func(id PoPID, url string) *member {
+		o := opts
+		o.Global = NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: url})
+		return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), o)
+	}
+	victim := start(ams, c.ClientURL(0))
+	start(iad, c.ClientURL(1))
+	waitFor(t, 10*time.Second, "the real PoPs hear each other", func() bool { return len(victim.rep.Partitioned()) == 0 })
+
+	nc := attacker(t, c.ClientURL(1))
+	now := time.Now().UnixNano()
+	for i := range 500 {
+		p := PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
+		publish(t, nc, HeartbeatSubject("", p), &crdt.Delta{Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: "n", Incarnation: 1}, SentAt: now})
+	}
+	require.NoError(t, nc.Flush())
+	waitFor(t, 10*time.Second, "the invented PoPs are heard", func() bool { return victim.rep.Status().Protocol.UnknownPoPs > 0 })
+	st := victim.rep.Status()
+	assert.LessOrEqual(t, len(st.RemotePoPs), 50, "at most MaxPoPs tracked")
+	// Silent for longer than the peer timeout, they still partition nothing.
+	time.Sleep(3 * opts.PeerTimeout / 2) // let them go silent: a duration of the protocol, not a poll
+	assert.Empty(t, victim.rep.Partitioned())
+	assert.False(t, victim.node.Partition(time.Now().UnixNano()).Partitioned, "no share limits")
+	waitFor(t, 10*time.Second, "the invented PoPs are forgotten", func() bool {
+		rps := victim.rep.RemotePoPs()
+		return len(rps) == 1 && rps[0].PoPID == iad
+	})
+	assert.Positive(t, victim.rep.Status().Protocol.ForgottenPoPs)
+}
+
+// A flood of sync requests, from one node and from a thousand invented
+// nodes, makes the node re-send its totals a bounded number of times: one
+// requester at most once per SyncInterval, all together at most 4 at once
+// and 4 per SyncInterval, where each request used to cost one re-send per
+// 50ms.
+func TestAttackSyncAmplification(t *testing.T) {
+	c := gossiptest.StartSuperCluster(t, "eu", "us")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ams := PoPID{Region: "eu", PoP: "ams"}
+	const syncInterval = time.Second
+	victim := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", testRules()), Options{
+		FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, SyncInterval: syncInterval,
+		Global: NATSConnect(NATSConfig{Self: ams, Name: "ams-1", URL: c.ClientURL(0)}),
+	})
+	now := time.Now().UnixNano()
+	for i := range 2000 {
+		_, err := victim.node.Decide(now, "api", fmt.Sprintf("k%d", i), 1)
+		require.NoError(t, err)
+	}
+	waitFor(t, 10*time.Second, "flushed", func() bool { return victim.node.Pending() == 0 })
+	nc := attacker(t, c.ClientURL(1))
+	for _, tc := range []struct {
+		name  string
+		nodes int
+	}{{"one node", 1}, {"a thousand nodes", 1000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			time.Sleep(syncInterval) // a fresh pacing budget: a duration of the protocol, not a poll
+			before := victim.rep.Status()
+			begin := time.Now()
+			var asked int
+			for i := range 1000 {
+				p := PoPID{Region: "x", PoP: fmt.Sprintf("evil%d", i%tc.nodes%10)}
+				asked += publish(t, nc, SyncSubject("", p), &crdt.Delta{
+					Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: fmt.Sprintf("n%d", i%tc.nodes), Incarnation: 1}, SentAt: time.Now().UnixNano()})
+				if i%100 == 99 {
+					time.Sleep(20 * time.Millisecond) // spread over ~200ms, each burst past the coalescing interval
+				}
+			}
+			require.NoError(t, nc.Flush())
+			waitFor(t, 10*time.Second, "the requests are seen", func() bool {
+				p := victim.rep.Status().Protocol
+				return p.SyncAnswers+p.SyncThrottled-before.Protocol.SyncAnswers-before.Protocol.SyncThrottled >= 10
+			})
+			time.Sleep(syncInterval) // let the paced answers go out
+			after := victim.rep.Status()
+			elapsed := time.Since(begin)
+			rounds := after.Protocol.AntiEntropies - before.Protocol.AntiEntropies
+			bound := uint64(4 + 4*elapsed/syncInterval + 1)
+			sent := globalStats(after).BytesSent - globalStats(before).BytesSent
+			t.Logf("%d requests (%d B) over %s: %d re-sends, %d B sent", 1000, asked, elapsed.Round(time.Millisecond), rounds, sent)
+			assert.Positive(t, rounds, "requests are answered")
+			assert.LessOrEqual(t, rounds, bound)
+			if tc.nodes == 1 {
+				assert.LessOrEqual(t, rounds, uint64(elapsed/syncInterval+1), "one requester: once per SyncInterval")
+			}
+		})
+	}
+}
+
+// 32 MB of well-formed deltas, as fast as a client can publish them, into a
+// node whose receive queue holds 1 MiB: the queue never holds more, what does
+// not fit is dropped and counted, the store stays within its key bound, and
+// the heap comes back once the flood has been applied.
+func TestAttackBulkFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods 32 MB")
+	}
+	c := gossiptest.StartSuperCluster(t, "eu", "us")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const queueBytes = 1 << 20
+	n, err := pop.New(pop.Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: incarnation.Add(1)},
+		Rules: testRules(), MaxKeys: 20000})
+	require.NoError(t, err)
+	victim := startMember(t, ctx, n, Options{
+		FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, QueueBytes: queueBytes,
+		Global: NATSConnect(NATSConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+	})
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	base := heap()
+	nc := attacker(t, c.ClientURL(1))
+	now := time.Now().UnixNano()
+	win := now / int64(time.Hour)
+	sent, seq := 0, 0
+	for sent < 32<<20 {
+		d := &crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 7), SentAt: now, Epoch: 7}
+		for range 2000 {
+			seq++
+			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: fmt.Sprintf("flood-%d", seq), Window: win, Count: 1})
+		}
+		sent += publish(t, nc, DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), d)
+	}
+	require.NoError(t, nc.Flush())
+	waitFor(t, 60*time.Second, "the flood is received and the queue drained", func() bool {
+		st := victim.rep.Status()
+		return globalStats(st).BytesReceived >= uint64(sent)/2 && st.QueuedBytes == 0
+	})
+	// Everything not yet delivered by the server drains too.
+	var last uint64
+	waitFor(t, 60*time.Second, "nothing more arrives", func() bool {
+		st := victim.rep.Status()
+		r := globalStats(st).BytesReceived
+		done := r == last && st.QueuedBytes == 0
+		last = r
+		return done
+	})
+	st := victim.rep.Status()
+	t.Logf("flood %d MB: received %d MB, dropped %d messages, queue peak %d B, keys %d",
+		sent>>20, globalStats(st).BytesReceived>>20, globalStats(st).Dropped, st.QueuedBytesPeak, victim.node.Stats().Store.Keys)
+	assert.LessOrEqual(t, st.QueuedBytesPeak, int64(queueBytes))
+	assert.Positive(t, globalStats(st).Dropped, "the flood overran the queue")
+	assert.LessOrEqual(t, victim.node.Stats().Store.Keys, 20000+1024, "max_keys, rounded up to whole shards")
+	after := heap()
+	t.Logf("heap: %d MB before, %d MB after", base>>20, after>>20)
+	assert.Less(t, after, base+48<<20, "the flood's memory comes back (the store holds at most 20000 keys)")
+}
