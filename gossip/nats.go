@@ -51,6 +51,10 @@ type NATSConfig struct {
 	// PendingLimit bounds the messages waiting to be handed to the Handler
 	// per subscription; 0 means 65536.
 	PendingLimit int
+	// PendingBytes bounds their bytes per subscription; 0 means 8 MiB. The
+	// Handler copies a message onto its own bounded queue and returns, so
+	// this fills only when the process is starved of CPU.
+	PendingBytes int
 	// Logger receives connection events; nil discards them.
 	Logger *slog.Logger
 }
@@ -176,6 +180,9 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.PendingLimit <= 0 {
 		cfg.PendingLimit = 1 << 16
 	}
+	if cfg.PendingBytes <= 0 {
+		cfg.PendingBytes = 8 << 20
+	}
 	t := &NATS{cfg: cfg, h: h, subj: [3]string{
 		KindDelta:     DeltaSubject(cfg.SubjectPrefix, cfg.Self),
 		KindHeartbeat: HeartbeatSubject(cfg.SubjectPrefix, cfg.Self),
@@ -242,7 +249,7 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 			nc.Close()
 			return nil, fmt.Errorf("gossip: nats: subscribe %s: %w", subj, err)
 		}
-		if err := sub.SetPendingLimits(cfg.PendingLimit, 64<<20); err != nil {
+		if err := sub.SetPendingLimits(cfg.PendingLimit, cfg.PendingBytes); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("gossip: nats: pending limits: %w", err)
 		}
