@@ -181,8 +181,8 @@ type Replication struct {
 	MaxPoPs int `yaml:"max_pops"`
 	// SyncInterval paces the sync requests of other PoPs: a node of another
 	// PoP is answered at most once per interval, and re-sends asked from
-	// outside the PoP go out at most 4 at once, then 4 per interval.
-	// Default 1s.
+	// outside the PoP go out at most 4 at once, then one per interval.
+	// Default 250ms.
 	SyncInterval Duration `yaml:"sync_interval"`
 }
 

@@ -55,7 +55,7 @@ type Options struct {
 	// forgotten; 0 means repl's default (10m).
 	ForgetAfter time.Duration
 	// SyncInterval paces the sync requests of other PoPs (see repl.Config);
-	// 0 means repl's default (1s).
+	// 0 means repl's default (250ms).
 	SyncInterval time.Duration
 	// MaxBatchEntries is the batch size cap: when this many keys changed
 	// since the last flush, the Replicator flushes without waiting for

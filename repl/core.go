@@ -59,7 +59,7 @@ type Config struct {
 	// requests are answered at most once per SyncInterval, and re-sends of
 	// the owned totals asked for from outside the PoP (sync requests, PoPs
 	// heard first or again) go out at most syncBurst at once, then one per
-	// SyncInterval/syncBurst.
+	// SyncInterval.
 	SyncInterval time.Duration
 	// PoPLink, GlobalLink say which links exist: a PoP of one node has no
 	// PoP link, a deployment of one PoP no global link.
@@ -86,7 +86,7 @@ func DefaultConfig() Config {
 		MaxBatchEntries:     32768,
 		MaxPoPs:             4096,
 		ForgetAfter:         10 * time.Minute,
-		SyncInterval:        time.Second,
+		SyncInterval:        250 * time.Millisecond,
 	}
 }
 
@@ -191,7 +191,7 @@ type Core struct {
 	relayTo          map[PoPID]bool
 	// resendTAT paces the re-sends other PoPs ask for (a GCRA's theoretical
 	// arrival time): one is allowed at t >= resendTAT - (syncBurst-1) x
-	// SyncInterval/syncBurst.
+	// SyncInterval.
 	resendTAT   int64
 	hasExpected bool
 
@@ -781,11 +781,11 @@ func (c *Core) remoteResend(now int64) {
 
 // remoteResendAt schedules a re-send of the owned totals at at or later,
 // paced so that messages from outside the PoP cannot make it re-send its
-// totals more than syncBurst times at once and once per
-// SyncInterval/syncBurst after that, however many PoPs ask or appear. It
+// totals more than syncBurst times at once and once per SyncInterval
+// after that, however many PoPs ask or appear. It
 // returns when the re-send is due.
 func (c *Core) remoteResendAt(at int64) int64 {
-	step := int64(c.cfg.SyncInterval) / syncBurst
+	step := int64(c.cfg.SyncInterval)
 	if earliest := c.resendTAT - (syncBurst-1)*step; earliest > at {
 		at = earliest
 		c.stats.ResendsDeferred++
@@ -1039,7 +1039,7 @@ func (c *Core) doWork(now int64) {
 	if c.resendAt != 0 && now >= c.resendAt {
 		c.resendAt = 0
 		c.want |= wantGlobalAE
-		c.resendTAT = max(c.resendTAT, now) + int64(c.cfg.SyncInterval)/syncBurst
+		c.resendTAT = max(c.resendTAT, now) + int64(c.cfg.SyncInterval)
 	}
 	if c.want&(wantLocalAE|wantGlobalAE) != 0 {
 		c.stats.AntiEntropies++
