@@ -57,13 +57,11 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 			Label:     gc.Label,
 			Logger:    env.Logger.With("transport", "memberlist"),
 		}
-		if gc.SecretKeyFile != "" {
-			key, err := gossip.ReadSecretKey(gc.SecretKeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("gossip.secret_key_file: %w", err)
-			}
-			mc.SecretKey = key
+		keys, err := gc.Keys()
+		if err != nil {
+			return nil, err
 		}
+		mc.SecretKeys = keys
 		g.opts.PoP = gossip.MemberlistConnect(mc)
 	}
 	nc := gossip.NATSConfig{
