@@ -327,6 +327,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("server: listen.api: %w", err)
 	}
 	a.apiSrv = newSrv(a.apiHandler())
+	if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.API) {
+		a.log.Warn("listen.api listens beyond loopback without a token (api.insecure): whoever reaches it can spend and read counts", "addr", a.cfg.Listen.API)
+	}
 	if a.cfg.Listen.Proxy != "" {
 		ph, err := a.proxyHandler()
 		if err != nil {

@@ -70,6 +70,12 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 			return nil, err
 		}
 		mc.SecretKeys = keys
+		switch {
+		case keys != nil:
+			env.Logger.Info("gossip encrypted", "keys", len(keys), "encrypting", keyID(keys[0]))
+		case !config.IsLoopback(gc.Bind):
+			env.Logger.Warn("gossip listens beyond loopback without a key (gossip.insecure): whoever reaches it can join the PoP and inject counts", "bind", gc.Bind)
+		}
 		connect := gossip.MemberlistConnect(mc)
 		g.opts.PoP = func(h gossip.Handler) (gossip.Transport, error) {
 			t, err := connect(h)
