@@ -16,15 +16,14 @@ const GenerateKeyHint = "head -c 32 /dev/urandom | base64"
 const MinTokenLen = 16
 
 // IsLoopback reports whether addr (host:port) listens on loopback only: its
-// host is in 127.0.0.0/8, is ::1 or is "localhost". A wildcard host (empty,
-// 0.0.0.0, ::) and every other address or name listen beyond loopback.
+// host is an address in 127.0.0.0/8 or ::1. A wildcard host (empty, 0.0.0.0,
+// ::), every other address and every host name, "localhost" included,
+// count as beyond loopback: memberlist binds a name it cannot parse as an
+// address to every interface.
 func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Unmap().IsLoopback()
