@@ -517,13 +517,13 @@ func (a *App) watchLoop(ctx context.Context) {
 		paths := append([]string{a.opts.ConfigPath}, secretFiles(cur)...)
 		stamps := make([]fileStamp, 0, len(paths))
 		for _, p := range paths {
-			if fi, err := os.Stat(p); err == nil {
-				stamps = append(stamps, fileStamp{fi.ModTime(), fi.Size()})
-			} else {
-				stamps = append(stamps, fileStamp{size: -1}) // being replaced; a later poll sees the new file
+			fi, err := os.Stat(p)
+			if err != nil {
+				break // being replaced; a later poll sees the new file
 			}
+			stamps = append(stamps, fileStamp{fi.ModTime(), fi.Size()})
 		}
-		if slices.Equal(stamps, last) || stamps[0].size < 0 {
+		if len(stamps) < len(paths) || slices.Equal(stamps, last) {
 			continue
 		}
 		last = stamps
