@@ -222,7 +222,7 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 	if cfg.SecretKey != nil {
 		keys = append([][]byte{cfg.SecretKey}, keys...)
 	}
-	if keys != nil {
+	if len(keys) > 0 {
 		if err := checkKeys(keys); err != nil {
 			return nil, err
 		}
