@@ -35,6 +35,8 @@ type Config struct {
 	Node Node `yaml:"node"`
 	// Listen holds the listen addresses.
 	Listen Listen `yaml:"listen"`
+	// API configures the decision API's authentication.
+	API API `yaml:"api"`
 	// Proxy configures reverse-proxy mode (used when Listen.Proxy is set).
 	Proxy Proxy `yaml:"proxy"`
 	// NATS configures the NATS connection between PoPs and regions.
@@ -68,6 +70,19 @@ type Listen struct {
 	API string `yaml:"api"`
 	// Proxy is the reverse-proxy listener; empty (the default) turns proxy mode off.
 	Proxy string `yaml:"proxy"`
+}
+
+// API configures the decision API listener's authentication.
+type API struct {
+	// TokenFile holds bearer tokens, one per line (see ReadAPITokens). When
+	// set, every API endpoint but /healthz and /readyz requires
+	// "Authorization: Bearer <token>" with one of them. Several tokens
+	// allow rotation. Required when listen.api is beyond loopback, unless
+	// Insecure.
+	TokenFile string `yaml:"token_file"`
+	// Insecure lets listen.api listen beyond loopback without TokenFile:
+	// whoever reaches the port can spend and read counts.
+	Insecure bool `yaml:"insecure"`
 }
 
 // Proxy configures reverse-proxy mode.
@@ -149,9 +164,15 @@ type Gossip struct {
 	// Advertise is the host:port other members reach this node on; empty
 	// means bind (which must then not be a wildcard address).
 	Advertise string `yaml:"advertise"`
-	// SecretKeyFile holds a 16, 24 or 32-byte key (raw or base64) that
-	// encrypts gossip; empty for none. Every member of the PoP needs the same.
+	// SecretKeyFile holds the keys that encrypt and authenticate gossip,
+	// one per line, base64 of 16, 24 or 32 bytes (see ReadGossipKeys): the
+	// first encrypts, every one is accepted. Empty for none. Every member of
+	// the PoP needs the key the others encrypt with. Required when Bind is
+	// beyond loopback, unless Insecure.
 	SecretKeyFile string `yaml:"secret_key_file"`
+	// Insecure lets Bind listen beyond loopback without SecretKeyFile:
+	// whoever reaches the port can join the PoP and inject counts.
+	Insecure bool `yaml:"insecure"`
 	// Label is stamped on every gossip packet; members with another label
 	// are ignored. Default "geolimit/<region>/<pop>".
 	Label string `yaml:"label"`
@@ -379,7 +400,9 @@ func RuleDefaults(rules []Rule) {
 }
 
 // Validate reports the first thing wrong with c, naming the field, e.g.
-// "listen.api: missing port in address".
+// "listen.api: missing port in address". It reads gossip.secret_key_file
+// and api.token_file, and refuses a gossip or API listener beyond loopback
+// with neither its secret file nor its insecure flag.
 func (c *Config) Validate() error {
 	if err := (crdt.Replica{Region: c.Node.Region, PoP: c.Node.PoP, Node: c.Node.ID}).Validate(); err != nil {
 		for _, f := range []struct{ name, v string }{{"node.id", c.Node.ID}, {"node.region", c.Node.Region}, {"node.pop", c.Node.PoP}} {
@@ -432,6 +455,9 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("gossip.advertise: %w", err)
 			}
 		}
+	}
+	if err := c.validateAuth(); err != nil {
+		return err
 	}
 	for i, p := range c.Replication.ExpectedPoPs {
 		region, pop, ok := strings.Cut(p, "/")

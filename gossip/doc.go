@@ -5,7 +5,7 @@
 //
 //	r, err := gossip.Start(ctx, gossip.Options{
 //		Node:   node,
-//		PoP:    gossip.MemberlistConnect(gossip.MemberlistConfig{Self: id, Name: "ams-1#7", Bind: "10.0.0.1:7946", Join: peers}),
+//		PoP:    gossip.MemberlistConnect(gossip.MemberlistConfig{Self: id, Name: "ams-1#7", Bind: "10.0.0.1:7946", Join: peers, SecretKeys: keys}),
 //		Global: gossip.NATSConnect(gossip.NATSConfig{Self: id, Name: "ams-1", URL: "nats://127.0.0.1:4222"}),
 //	})
 //	defer r.Close()

@@ -1,17 +1,15 @@
 package gossip
 
 import (
-	"encoding/base64"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,7 +39,13 @@ type MemberlistConfig struct {
 	// Label is put on every packet and stream; members with another label
 	// ignore them. Empty means "geolimit/<region>/<pop>".
 	Label string
-	// SecretKey, if set, encrypts gossip (AES, 16, 24 or 32 bytes).
+	// SecretKeys, if set, encrypt and authenticate gossip (AES-GCM; keys of
+	// 16, 24 or 32 bytes): the first encrypts what this node sends, every
+	// one is accepted on what it receives. Packets and streams that none
+	// of them decrypts, unencrypted ones included, are dropped. Rotate with
+	// SetKeys.
+	SecretKeys [][]byte
+	// SecretKey is a shorthand for SecretKeys with one key.
 	SecretKey []byte
 	// UDPBufferSize is the largest UDP packet in bytes; deltas sent best
 	// effort are split below it. 0 means 1400 (a safe Ethernet MTU).
@@ -58,23 +62,115 @@ type MemberlistConfig struct {
 	Logger *slog.Logger
 }
 
-// ReadSecretKey reads a memberlist key from path: 16, 24 or 32 raw bytes, or
-// their base64 encoding (surrounding white space ignored).
-func ReadSecretKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("gossip: secret key: %w", err)
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+
+// ErrKeysAtRestart is SetKeys' answer on a transport started without keys:
+// encryption is turned on (or off) only at start.
+var ErrKeysAtRestart = errors.New("gossip: memberlist: started without keys: encryption is turned on or off only at start")
+
+// checkKeys checks a key set: at least one key, each of 16, 24 or 32 bytes,
+// none twice.
+func checkKeys(keys [][]byte) error {
+	if len(keys) == 0 {
+		return errors.New("gossip: memberlist: no secret key")
 	}
-	if k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b))); err == nil && validKeyLen(len(k)) {
-		return k, nil
+	for i, k := range keys {
+		if !validKeyLen(len(k)) {
+			return fmt.Errorf("gossip: memberlist: secret key %d of %d bytes (want 16, 24 or 32)", i, len(k))
+		}
+		for j := range i {
+			if bytes.Equal(keys[j], k) {
+				return fmt.Errorf("gossip: memberlist: secret key %d repeats key %d", i, j)
+			}
+		}
 	}
-	if validKeyLen(len(b)) {
-		return b, nil
-	}
-	return nil, fmt.Errorf("gossip: secret key %s: want 16, 24 or 32 bytes (raw or base64), got %d bytes", path, len(b))
+	return nil
 }
 
-func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+func cloneKeys(keys [][]byte) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = slices.Clone(k)
+	}
+	return out
+}
+
+func hasKey(keys [][]byte, k []byte) bool {
+	return slices.ContainsFunc(keys, func(x []byte) bool { return bytes.Equal(x, k) })
+}
+
+// Keys returns copies of the keys in use, the one that encrypts first; nil
+// without encryption.
+func (t *Memberlist) Keys() [][]byte {
+	if t.keyring == nil {
+		return nil
+	}
+	t.keyMu.Lock()
+	defer t.keyMu.Unlock()
+	return cloneKeys(t.keyring.GetKeys())
+}
+
+// SetKeys replaces the keys of a running transport: keys[0] encrypts from
+// now on, every key of keys is accepted, keys not in keys are no longer
+// accepted (Keys may list the accepted ones in another order). It reports whether anything changed. A transport started
+// without keys answers ErrKeysAtRestart.
+//
+// To rotate a PoP's key without losing a packet, take each step on every
+// member before the next: add the new key after the current one; move it
+// first; drop the old one.
+func (t *Memberlist) SetKeys(keys [][]byte) (bool, error) {
+	if err := checkKeys(keys); err != nil {
+		return false, err
+	}
+	if t.keyring == nil {
+		return false, ErrKeysAtRestart
+	}
+	t.keyMu.Lock()
+	defer t.keyMu.Unlock()
+	kr := t.keyring
+	keys = cloneKeys(keys)
+	changed := false
+	for _, k := range keys {
+		if !hasKey(kr.GetKeys(), k) {
+			if err := kr.AddKey(k); err != nil {
+				return changed, fmt.Errorf("gossip: memberlist: %w", err)
+			}
+			changed = true
+		}
+	}
+	if !bytes.Equal(kr.GetPrimaryKey(), keys[0]) {
+		if err := kr.UseKey(keys[0]); err != nil {
+			return changed, fmt.Errorf("gossip: memberlist: %w", err)
+		}
+		changed = true
+	}
+	// Drop the keys no longer listed, always the ring's last one: memberlist
+	// decrypts with the ring's current slice without a lock, and
+	// Keyring.RemoveKey shifts the keys behind the one it removes within
+	// that slice, but removing the last one shifts nothing. The rotation
+	// steps above always drop the last key; for other changes the kept
+	// keys are first moved ahead (each UseKey makes one key the encrypting
+	// one for a moment, ending with keys[0]).
+	for {
+		ring := kr.GetKeys()
+		if !slices.ContainsFunc(ring, func(k []byte) bool { return !hasKey(keys, k) }) {
+			break
+		}
+		if last := ring[len(ring)-1]; !hasKey(keys, last) {
+			if err := kr.RemoveKey(last); err != nil {
+				return changed, fmt.Errorf("gossip: memberlist: %w", err)
+			}
+			changed = true
+			continue
+		}
+		for i := len(keys) - 1; i >= 0; i-- {
+			if err := kr.UseKey(keys[i]); err != nil {
+				return changed, fmt.Errorf("gossip: memberlist: %w", err)
+			}
+		}
+	}
+	return changed, nil
+}
 
 // memberlistMargin is what a best-effort packet needs beyond the message:
 // message type, compound header, CRC, encryption (45 bytes worst case).
@@ -99,6 +195,11 @@ type Memberlist struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	// keyring is memberlist's, nil without encryption; keyMu serializes
+	// SetKeys.
+	keyring *memberlist.Keyring
+	keyMu   sync.Mutex
 }
 
 type reliableSend struct {
@@ -117,8 +218,14 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("gossip: memberlist: name must not be empty")
 	}
-	if cfg.SecretKey != nil && !validKeyLen(len(cfg.SecretKey)) {
-		return nil, fmt.Errorf("gossip: memberlist: secret key of %d bytes (want 16, 24 or 32)", len(cfg.SecretKey))
+	keys := cfg.SecretKeys
+	if cfg.SecretKey != nil {
+		keys = append([][]byte{cfg.SecretKey}, keys...)
+	}
+	if len(keys) > 0 {
+		if err := checkKeys(keys); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.UDPBufferSize == 0 {
 		cfg.UDPBufferSize = 1400
@@ -149,7 +256,16 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 		}
 	}
 	mc.Label = cfg.Label
-	mc.SecretKey = cfg.SecretKey
+	var keyring *memberlist.Keyring
+	if len(keys) > 0 {
+		// memberlist keeps the keyring's slices: give it copies.
+		if keyring, err = memberlist.NewKeyring(cloneKeys(keys[1:]), slices.Clone(keys[0])); err != nil {
+			return nil, fmt.Errorf("gossip: memberlist: %w", err)
+		}
+		mc.Keyring = keyring
+		// Strict both ways: nothing unencrypted goes out or comes in.
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
 	mc.UDPBufferSize = cfg.UDPBufferSize
 	mc.EnableCompression = false // deltas are compact already; keeps sizes predictable
 	// Bounds a reliable send (and push/pull) to a member that died and is
@@ -166,7 +282,7 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 	} else {
 		mc.Logger = log.New(io.Discard, "", 0)
 	}
-	t := &Memberlist{cfg: cfg, h: h, self: cfg.Name, reliable: make(chan reliableSend, reliableQueue), done: make(chan struct{})}
+	t := &Memberlist{cfg: cfg, h: h, self: cfg.Name, reliable: make(chan reliableSend, reliableQueue), done: make(chan struct{}), keyring: keyring}
 	d := &mlDelegate{t: t}
 	mc.Delegate = d
 	mc.Events = d

@@ -2,10 +2,7 @@ package gossip
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -20,12 +17,21 @@ import (
 // popNode starts a node of PoP id with memberlist (joining join) and NATS.
 func popNode(t testing.TB, ctx context.Context, id PoPID, name string, key []byte, natsURL string, join ...string) *member {
 	t.Helper()
+	var keys [][]byte
+	if key != nil {
+		keys = [][]byte{key}
+	}
+	return popNodeWith(t, ctx, id, name, MemberlistConfig{SecretKeys: keys}, natsURL, join...)
+}
+
+// popNodeWith is popNode with the memberlist settings of mc (keys, logger).
+func popNodeWith(t testing.TB, ctx context.Context, id PoPID, name string, mc MemberlistConfig, natsURL string, join ...string) *member {
+	t.Helper()
 	n := newNode(t, id.Region, id.PoP, name, testRules())
 	o := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
-	o.PoP = MemberlistConnect(MemberlistConfig{
-		Self: id, Name: fmt.Sprintf("%s#%d", name, n.Self().Incarnation), Bind: "127.0.0.1:0",
-		Join: join, SecretKey: key, ProbeInterval: 200 * time.Millisecond,
-	})
+	mc.Self, mc.Name, mc.Bind, mc.Join = id, fmt.Sprintf("%s#%d", name, n.Self().Incarnation), "127.0.0.1:0", join
+	mc.ProbeInterval = 200 * time.Millisecond
+	o.PoP = MemberlistConnect(mc)
 	if natsURL != "" {
 		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: natsURL, ReconnectWait: 50 * time.Millisecond})
 	}
@@ -68,16 +74,8 @@ func (tp *natsTap) count(rule string) int {
 	return tp.byRule[rule]
 }
 
-func writeKey(t testing.TB) []byte {
-	t.Helper()
-	raw := []byte("0123456789abcdef0123456789abcdef")
-	path := filepath.Join(t.TempDir(), "gossip.key")
-	require.NoError(t, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(raw)+"\n"), 0o600))
-	key, err := ReadSecretKey(path)
-	require.NoError(t, err)
-	require.Equal(t, raw, key)
-	return key
-}
+// testKey is a 32-byte gossip key.
+func testKey() []byte { return []byte("0123456789abcdef0123456789abcdef") }
 
 // TestMemberlistPoP runs a PoP of three nodes on real memberlist (encrypted)
 // next to another PoP on NATS: the pop-scope rule is shared by the three and
@@ -87,7 +85,7 @@ func TestMemberlistPoP(t *testing.T) {
 	tap := tapDeltas(t, s.ClientURL())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	key := writeKey(t)
+	key := testKey()
 	ams := PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", key, s.ClientURL())
 	b := popNode(t, ctx, ams, "ams-2", key, s.ClientURL(), mlAddr(a))
@@ -135,7 +133,7 @@ func TestMemberlistWrongKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ams := PoPID{Region: "eu", PoP: "ams"}
-	a := popNode(t, ctx, ams, "ams-1", writeKey(t), "")
+	a := popNode(t, ctx, ams, "ams-1", testKey(), "")
 	b := popNode(t, ctx, ams, "ams-2", []byte("fedcba9876543210"), "", mlAddr(a))
 	assert.Empty(t, a.rep.Members())
 	assert.Empty(t, b.rep.Members())

@@ -54,6 +54,12 @@ func (a *App) apiHandler() http.Handler {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if au := a.auth.Load(); au != nil && !authOpen(r.URL.Path) {
+			if why := au.check(r); why != authOK {
+				a.unauthorized(w, why)
+				return
+			}
+		}
 		// The decision endpoints skip the mux.
 		switch r.URL.Path {
 		case "/v1/check":

@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,15 @@ type Replicator interface {
 	Status() ReplicationStatus
 	// Close stops replication after a final flush. It is called once.
 	Close() error
+}
+
+// ConfigReloader is implemented by a Replicator that applies part of a
+// reloaded config while it runs: the gossip keys of gossip.secret_key_file.
+type ConfigReloader interface {
+	// ReloadConfig applies cfg's gossip keys (cfg is valid). An error means
+	// they were not applied and take effect at restart; the rest of the
+	// reload stands.
+	ReloadConfig(cfg *config.Config) error
 }
 
 // ReplicationEnv is what a Replicator is built from. It is a plain value;
@@ -154,11 +164,12 @@ type App struct {
 	reg      *prometheus.Registry
 	met      *metrics
 	rules    atomic.Pointer[ruleSet]
+	auth     atomic.Pointer[apiAuth] // nil: the API takes no token
 	started  time.Time
 
 	reloadMu   sync.Mutex
 	cfgNow     *config.Config // last applied config
-	lastHash   [32]byte       // hash of the last file content tried
+	lastHash   [32]byte       // fingerprint of the last content tried (config and secret files)
 	metricsMu  sync.Mutex
 	ruleMetric map[string]*ruleMetrics
 
@@ -214,11 +225,16 @@ func New(o Options) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	au, err := newAPIAuth(o.Config)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	a.node = node
 	a.rules.Store(rs)
+	a.auth.Store(au)
 	if o.ConfigPath != "" {
 		if b, err := os.ReadFile(o.ConfigPath); err == nil {
-			a.lastHash = sha256.Sum256(b)
+			a.lastHash = fingerprint(b, o.Config)
 		}
 	}
 	a.met = newMetrics(a)
@@ -313,6 +329,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("server: listen.api: %w", err)
 	}
 	a.apiSrv = newSrv(a.apiHandler())
+	if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.API) {
+		a.log.Warn("listen.api listens beyond loopback without a token (api.insecure): whoever reaches it can spend and read counts", "addr", a.cfg.Listen.API)
+	}
 	if a.cfg.Listen.Proxy != "" {
 		ph, err := a.proxyHandler()
 		if err != nil {
@@ -443,33 +462,79 @@ func (a *App) tickLoop(ctx context.Context) {
 	}
 }
 
-// watchLoop polls the config file and reloads when its content changes.
+// secretFiles lists the files besides the config file that a reload reads:
+// the gossip keys and the API tokens.
+func secretFiles(c *config.Config) []string {
+	var out []string
+	if c.Gossip != nil && c.Gossip.SecretKeyFile != "" {
+		out = append(out, c.Gossip.SecretKeyFile)
+	}
+	if c.API.TokenFile != "" {
+		out = append(out, c.API.TokenFile)
+	}
+	return out
+}
+
+// fingerprint hashes the config file's content b and the content of the
+// secret files c names: a reload is due when it changes.
+func fingerprint(b []byte, c *config.Config) [32]byte {
+	h := sha256.New()
+	h.Write(b)
+	for _, p := range secretFiles(c) {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+		if sb, err := os.ReadFile(p); err == nil {
+			h.Write(sb)
+		}
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// fileStamp is what a poll compares before reading: modification time and
+// size of each watched file.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+// watchLoop polls the config file and the secret files it names, and
+// reloads when their content changes.
 func (a *App) watchLoop(ctx context.Context) {
 	defer a.loops.Done()
 	t := time.NewTicker(a.opts.WatchInterval)
 	defer t.Stop()
-	var lastMod time.Time
-	var lastSize int64 = -1
+	var last []fileStamp
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		fi, err := os.Stat(a.opts.ConfigPath)
-		if err != nil {
-			continue // being replaced; a later poll sees the new file
+		a.reloadMu.Lock()
+		cur := a.cfgNow
+		a.reloadMu.Unlock()
+		paths := append([]string{a.opts.ConfigPath}, secretFiles(cur)...)
+		stamps := make([]fileStamp, 0, len(paths))
+		for _, p := range paths {
+			fi, err := os.Stat(p)
+			if err != nil {
+				break // being replaced; a later poll sees the new file
+			}
+			stamps = append(stamps, fileStamp{fi.ModTime(), fi.Size()})
 		}
-		if fi.ModTime().Equal(lastMod) && fi.Size() == lastSize {
+		if len(stamps) < len(paths) || slices.Equal(stamps, last) {
 			continue
 		}
-		lastMod, lastSize = fi.ModTime(), fi.Size()
+		last = stamps
 		b, err := os.ReadFile(a.opts.ConfigPath)
 		if err != nil {
 			continue
 		}
 		a.reloadMu.Lock()
-		same := sha256.Sum256(b) == a.lastHash
+		same := fingerprint(b, a.cfgNow) == a.lastHash
 		a.reloadMu.Unlock()
 		if !same {
 			_ = a.reloadBytes(b, "file change")
@@ -477,12 +542,14 @@ func (a *App) watchLoop(ctx context.Context) {
 	}
 }
 
-// Reload re-reads the config file and applies its rules and trusted proxies.
-// An invalid file changes nothing: the old config keeps serving and the
-// reason is logged and returned. Rules whose name and window are unchanged
-// keep their counts. Other sections (listen, nats, gossip, replication,
-// node, limits, http) take effect only at restart; a change to them is
-// logged.
+// Reload re-reads the config file and applies its rules, trusted proxies,
+// API tokens (api.token_file, read again) and, when the Replicator is a
+// ConfigReloader, gossip keys (gossip.secret_key_file, read again). An
+// invalid file, key file or token file changes nothing: the old config keeps
+// serving and the reason is logged and returned. Rules whose name and window
+// are unchanged keep their counts. Other sections (listen, nats, the rest of
+// gossip, replication, node, limits, http) take effect only at restart; a
+// change to them is logged.
 func (a *App) Reload() error {
 	if a.opts.ConfigPath == "" {
 		return errors.New("server: reload: no config file")
@@ -499,8 +566,8 @@ func (a *App) Reload() error {
 func (a *App) reloadBytes(b []byte, why string) error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	a.lastHash = sha256.Sum256(b)
 	err := a.apply(b)
+	a.lastHash = fingerprint(b, a.cfgNow)
 	if err != nil {
 		a.met.reloads.WithLabelValues("failed").Inc()
 		a.log.Error("config reload failed; keeping the old config", "trigger", why, "path", a.opts.ConfigPath, "err", err)
@@ -520,12 +587,25 @@ func (a *App) apply(b []byte) error {
 	if err != nil {
 		return err
 	}
+	au, err := newAPIAuth(cfg)
+	if err != nil {
+		return err
+	}
 	if err := a.node.SetRules(prules); err != nil {
 		return err
 	}
 	a.rules.Store(rs)
+	if old := a.auth.Swap(au); !old.same(au) {
+		a.log.Info("api tokens changed", "tokens", au.count())
+	}
 	old := a.cfgNow
 	a.cfgNow = cfg
+	_, keysLive := a.repl.(ConfigReloader)
+	if keysLive {
+		if err := a.repl.(ConfigReloader).ReloadConfig(cfg); err != nil {
+			a.log.Warn("gossip keys not applied; they take effect at restart", "err", err)
+		}
+	}
 	// Forget the counters of removed rules.
 	a.metricsMu.Lock()
 	for name := range a.ruleMetric {
@@ -534,24 +614,25 @@ func (a *App) apply(b []byte) error {
 		}
 	}
 	a.metricsMu.Unlock()
-	if diff := restartOnly(old, cfg); len(diff) > 0 {
+	if diff := restartOnly(old, cfg, keysLive); len(diff) > 0 {
 		a.log.Warn("config sections changed that take effect only at restart", "sections", diff)
 	}
 	return nil
 }
 
 // restartOnly lists the sections that differ between a and b and are not
-// applied by a reload.
-func restartOnly(a, b *config.Config) []string {
+// applied by a reload; with keysLive, gossip.secret_key_file is applied.
+func restartOnly(a, b *config.Config, keysLive bool) []string {
 	var out []string
 	pa, pb := a.Proxy, b.Proxy
 	pa.TrustedProxies, pb.TrustedProxies = nil, nil
+	ga, gb := gossipRestart(a.Gossip, keysLive), gossipRestart(b.Gossip, keysLive)
 	for _, s := range []struct {
 		name string
 		x, y any
 	}{
 		{"node", a.Node, b.Node}, {"listen", a.Listen, b.Listen}, {"proxy", pa, pb},
-		{"nats", a.NATS, b.NATS}, {"gossip", a.Gossip, b.Gossip}, {"replication", a.Replication, b.Replication},
+		{"nats", a.NATS, b.NATS}, {"gossip", ga, gb}, {"replication", a.Replication, b.Replication},
 		{"limits", a.Limits, b.Limits}, {"http", a.HTTP, b.HTTP},
 	} {
 		if !reflect.DeepEqual(s.x, s.y) {
@@ -559,6 +640,20 @@ func restartOnly(a, b *config.Config) []string {
 		}
 	}
 	return out
+}
+
+// gossipRestart is the part of a gossip section that only a restart applies.
+// insecure only relaxes validation.
+func gossipRestart(g *config.Gossip, keysLive bool) *config.Gossip {
+	if g == nil {
+		return nil
+	}
+	c := *g
+	c.Insecure = false
+	if keysLive {
+		c.SecretKeyFile = ""
+	}
+	return &c
 }
 
 // Err delivers the error of a listener that stopped serving on its own.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,9 +40,9 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 }
 func (r *bodyReader) Close() error { return nil }
 
-func benchApp(b *testing.B) *App {
+func benchApp(b *testing.B, extraYAML ...string) *App {
 	b.Helper()
-	cfg, err := config.Parse([]byte("rules: [{name: bench, limit: 1000000000000, window: 1m, scope: node}]"))
+	cfg, err := config.Parse([]byte("rules: [{name: bench, limit: 1000000000000, window: 1m, scope: node}]\n" + strings.Join(extraYAML, "")))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,11 +95,39 @@ func BenchmarkChecksHandler(b *testing.B) {
 	serveBodies(b, a, "/v1/checks", bodies)
 }
 
+// BenchmarkCheckHandlerAuth is BenchmarkCheckHandler without and with
+// api.token_file (two tokens, the request bearing the second), in the same
+// run: the cost of the bearer check.
+func BenchmarkCheckHandlerAuth(b *testing.B) {
+	var bodies [][]byte
+	for _, k := range benchKeys(1000) {
+		bodies = append(bodies, []byte(`{"rule":"bench","key":"`+k+`","cost":1}`))
+	}
+	b.Run("no-token", func(b *testing.B) {
+		serveBodies(b, benchApp(b), "/v1/check", bodies)
+	})
+	b.Run("token", func(b *testing.B) {
+		p := filepath.Join(b.TempDir(), "api-token")
+		if err := os.WriteFile(p, []byte(benchToken1+"\n"+benchToken2+"\n"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		serveBodies(b, benchApp(b, "api: {token_file: "+p+"}\n"), "/v1/check", bodies, "Authorization", "Bearer "+benchToken2)
+	})
+}
+
+const (
+	benchToken1 = "Zmlyc3QtdG9rZW4tMDEyMzQ1Njc4OWFiY2RlZjAxMjM="
+	benchToken2 = "c2Vjb25kLXRva2VuLTAxMjM0NTY3ODlhYmNkZWYwMTI="
+)
+
 // serveBodies posts the bodies in turn to path on the API handler, in
-// process, and fails on any answer but 200.
-func serveBodies(b *testing.B, a *App, path string, bodies [][]byte) {
+// process, with the header pairs hdr, and fails on any answer but 200.
+func serveBodies(b *testing.B, a *App, path string, bodies [][]byte, hdr ...string) {
 	h := a.apiHandler()
 	req, _ := http.NewRequestWithContext(context.Background(), "POST", path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	br := &bodyReader{}
 	req.Body = br
 	w := &nopWriter{}
@@ -112,5 +142,19 @@ func serveBodies(b *testing.B, a *App, path string, bodies [][]byte) {
 			b.Fatal(w.code)
 		}
 		i++
+	}
+}
+
+// BenchmarkAuthCheck is the bearer check alone: two tokens, the request
+// bearing the second.
+func BenchmarkAuthCheck(b *testing.B) {
+	au := &apiAuth{tokens: [][]byte{[]byte(benchToken1), []byte(benchToken2)}}
+	req, _ := http.NewRequestWithContext(context.Background(), "POST", "/v1/check", nil)
+	req.Header.Set("Authorization", "Bearer "+benchToken2)
+	b.ReportAllocs()
+	for b.Loop() {
+		if au.check(req) != authOK {
+			b.Fatal("refused")
+		}
 	}
 }

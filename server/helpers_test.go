@@ -50,6 +50,9 @@ type testApp struct {
 	path string
 	api  string // http://host:port
 	c    *http.Client
+	// token, when set, is sent as a bearer token by requests that carry no
+	// Authorization header of their own.
+	token string
 }
 
 type testOpt func(*Options)
@@ -110,6 +113,9 @@ func (ta *testApp) do(method, url, body string, hdr ...string) resp {
 			continue
 		}
 		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	if ta.token != "" && req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", "Bearer "+ta.token)
 	}
 	res, err := ta.c.Do(req)
 	require.NoError(ta.t, err)

@@ -19,6 +19,8 @@ type metrics struct {
 	latencyChecks  prometheus.Observer
 	latencyProxy   prometheus.Observer
 	upstreamErrors prometheus.Counter
+	unauthMissing  prometheus.Counter
+	unauthInvalid  prometheus.Counter
 }
 
 var (
@@ -70,6 +72,12 @@ func newMetrics(a *App) *metrics {
 	}
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
+	unauth := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "geolimit_api_unauthorized_total",
+		Help: "API requests answered 401 because api.token_file is set and they carried no bearer token (missing) or none of the tokens (invalid).",
+	}, []string{"reason"})
+	m.unauthMissing = unauth.WithLabelValues("missing")
+	m.unauthInvalid = unauth.WithLabelValues("invalid")
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "geolimit_build_info",
 		Help: "Build and identity of this node; always 1.",
@@ -79,7 +87,7 @@ func newMetrics(a *App) *metrics {
 		},
 	})
 	build.Set(1)
-	a.reg.MustRegister(m.reloads, lat, m.upstreamErrors, build, &nodeCollector{a: a},
+	a.reg.MustRegister(m.reloads, lat, m.upstreamErrors, unauth, build, &nodeCollector{a: a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/server"
@@ -20,14 +25,17 @@ func init() { newReplicator = newGossipReplicator }
 // the PoP when the config has a gossip section, NATS to the other PoPs.
 type gossipReplicator struct {
 	opts gossip.Options
+	log  *slog.Logger
 	r    atomic.Pointer[gossip.Replicator]
+	// ml is the memberlist transport once started, for key rotation.
+	ml atomic.Pointer[gossip.Memberlist]
 }
 
 func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 	cfg := env.Config
 	self := env.Node.Self()
 	id := gossip.PoPID{Region: self.Region, PoP: self.PoP}
-	g := &gossipReplicator{}
+	g := &gossipReplicator{log: env.Logger}
 	lag := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "geolimit_replication_lag_seconds",
 		Help: "Receive time minus the sender's flush time of replicated messages, by transport.",
@@ -60,14 +68,25 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 			Label:     gc.Label,
 			Logger:    env.Logger.With("transport", "memberlist"),
 		}
-		if gc.SecretKeyFile != "" {
-			key, err := gossip.ReadSecretKey(gc.SecretKeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("gossip.secret_key_file: %w", err)
-			}
-			mc.SecretKey = key
+		keys, err := gc.Keys()
+		if err != nil {
+			return nil, err
 		}
-		g.opts.PoP = gossip.MemberlistConnect(mc)
+		mc.SecretKeys = keys
+		switch {
+		case keys != nil:
+			env.Logger.Info("gossip encrypted", "keys", len(keys), "encrypting", keyID(keys[0]))
+		case !config.IsLoopback(gc.Bind):
+			env.Logger.Warn("gossip listens beyond loopback without a key (gossip.insecure): whoever reaches it can join the PoP and inject counts", "bind", gc.Bind)
+		}
+		connect := gossip.MemberlistConnect(mc)
+		g.opts.PoP = func(h gossip.Handler) (gossip.Transport, error) {
+			t, err := connect(h)
+			if ml, ok := t.(*gossip.Memberlist); ok {
+				g.ml.Store(ml)
+			}
+			return t, err
+		}
 	}
 	nc := gossip.NATSConfig{
 		Self:            id,
@@ -111,6 +130,44 @@ func (g *gossipReplicator) Close() error {
 		return r.Close()
 	}
 	return nil
+}
+
+// ReloadConfig applies the keys of cfg's gossip.secret_key_file to the
+// running memberlist (see gossip.Memberlist.SetKeys). Turning encryption on
+// or off waits for a restart.
+func (g *gossipReplicator) ReloadConfig(cfg *config.Config) error {
+	ml := g.ml.Load()
+	if ml == nil || cfg.Gossip == nil {
+		return nil // no memberlist, or the gossip section changed: a restart applies it
+	}
+	keys, err := cfg.Gossip.Keys()
+	if err != nil {
+		return err
+	}
+	running := ml.Keys() != nil
+	switch {
+	case keys == nil && running:
+		return errors.New("gossip.secret_key_file: removed, but gossip stays encrypted until a restart")
+	case keys == nil:
+		return nil
+	case !running:
+		return errors.New("gossip.secret_key_file: set, but gossip starts to be encrypted only at a restart")
+	}
+	changed, err := ml.SetKeys(keys)
+	if err != nil {
+		return fmt.Errorf("gossip.secret_key_file: %w", err)
+	}
+	if changed {
+		g.log.Info("gossip keys applied", "keys", len(keys), "encrypting", keyID(keys[0]))
+	}
+	return nil
+}
+
+// keyID names a key in logs without revealing it: the first bytes of its
+// SHA-256.
+func keyID(k []byte) string {
+	h := sha256.Sum256(k)
+	return hex.EncodeToString(h[:4])
 }
 
 func (g *gossipReplicator) Status() server.ReplicationStatus {
@@ -201,4 +258,7 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-var _ server.Replicator = (*gossipReplicator)(nil)
+var (
+	_ server.Replicator     = (*gossipReplicator)(nil)
+	_ server.ConfigReloader = (*gossipReplicator)(nil)
+)

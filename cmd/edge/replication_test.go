@@ -40,6 +40,19 @@ func (p examplePorts) rewrite(t *testing.T, src string) string {
 	return path
 }
 
+// addr returns a 127.0.0.1 address that was free a moment ago, the same one
+// for the same name.
+func (p examplePorts) addr(t *testing.T, name string) string {
+	t.Helper()
+	if p[name] == "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		p[name] = l.Addr().String()
+		require.NoError(t, l.Close())
+	}
+	return p[name]
+}
+
 type daemon struct {
 	api    string
 	errb   *syncBuffer
@@ -59,12 +72,16 @@ func (d *daemon) stop(t *testing.T) {
 	}
 }
 
-func startDaemon(t *testing.T, path string) *daemon {
+func startDaemon(t *testing.T, path string, args ...string) *daemon {
 	t.Helper()
 	var out syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &daemon{errb: &syncBuffer{}, done: make(chan error, 1), cancel: cancel}
-	go func() { d.done <- run(ctx, []string{"-config", path, "-watch-interval", "0"}, &out, d.errb) }()
+	if len(args) == 0 {
+		args = []string{"-watch-interval", "0"}
+	}
+	args = append([]string{"-config", path}, args...)
+	go func() { d.done <- run(ctx, args, &out, d.errb) }()
 	re := regexp.MustCompile(`api listening on (http://\S+)`)
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"net/http"
+	"slices"
+	"unsafe"
+
+	"github.com/geolimit/geolimit/config"
+)
+
+// apiAuth holds the API's bearer tokens (api.token_file). An App without
+// tokens has a nil *apiAuth, and its handler pays one nil check.
+type apiAuth struct {
+	tokens [][]byte
+}
+
+// newAPIAuth reads the tokens of cfg's api.token_file; nil without one.
+func newAPIAuth(cfg *config.Config) (*apiAuth, error) {
+	toks, err := cfg.API.Tokens()
+	if err != nil || toks == nil {
+		return nil, err
+	}
+	au := &apiAuth{tokens: make([][]byte, len(toks))}
+	for i, t := range toks {
+		au.tokens[i] = []byte(t)
+	}
+	return au, nil
+}
+
+// count is the number of tokens; 0 for a nil apiAuth.
+func (au *apiAuth) count() int {
+	if au == nil {
+		return 0
+	}
+	return len(au.tokens)
+}
+
+// same reports whether au and o hold the same tokens in the same order.
+func (au *apiAuth) same(o *apiAuth) bool {
+	if au == nil || o == nil {
+		return au == o
+	}
+	return slices.EqualFunc(au.tokens, o.tokens, bytes.Equal)
+}
+
+// Why a request was refused.
+const (
+	authOK = iota
+	authMissing
+	authInvalid
+)
+
+// check reports whether r carries "Authorization: Bearer <token>" with one
+// of the tokens. Every token is compared in constant time, so the time
+// taken does not tell how much of a token matched, nor which one did.
+func (au *apiAuth) check(r *http.Request) int {
+	v := r.Header["Authorization"]
+	if len(v) == 0 {
+		return authMissing
+	}
+	const scheme = "bearer "
+	h := v[0]
+	if len(v) != 1 || len(h) <= len(scheme) || !asciiEqualFold(h[:len(scheme)], scheme) {
+		return authInvalid
+	}
+	tok := h[len(scheme):]
+	for len(tok) > 0 && tok[0] == ' ' {
+		tok = tok[1:]
+	}
+	// A read-only view of the header's bytes: no copy on every request.
+	b := unsafe.Slice(unsafe.StringData(tok), len(tok))
+	ok := 0
+	for _, t := range au.tokens {
+		ok |= subtle.ConstantTimeCompare(b, t)
+	}
+	if ok == 1 {
+		return authOK
+	}
+	return authInvalid
+}
+
+func asciiEqualFold(s, lower string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// authOpen lists the API paths served without a token: the probes of load
+// balancers and orchestrators, which say nothing about counts.
+func authOpen(path string) bool { return path == "/healthz" || path == "/readyz" }
+
+var (
+	wwwAuthMissing = []string{`Bearer realm="geolimit"`}
+	wwwAuthInvalid = []string{`Bearer realm="geolimit", error="invalid_token"`}
+)
+
+// unauthorized answers 401 with WWW-Authenticate (RFC 6750) and counts it.
+func (a *App) unauthorized(w http.ResponseWriter, why int) {
+	if why == authMissing {
+		a.met.unauthMissing.Inc()
+		w.Header()["Www-Authenticate"] = wwwAuthMissing
+		writeError(w, http.StatusUnauthorized, "unauthorized: Authorization: Bearer <token> required")
+		return
+	}
+	a.met.unauthInvalid.Inc()
+	w.Header()["Www-Authenticate"] = wwwAuthInvalid
+	writeError(w, http.StatusUnauthorized, "unauthorized: invalid bearer token")
+}

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/config"
+)
+
+const (
+	token1 = "dG9rZW4tb25lLTAxMjM0NTY3ODlhYmNkZWY="
+	token2 = "dG9rZW4tdHdvLTAxMjM0NTY3ODlhYmNkZWY="
+	token3 = "0123456789abcdef0123456789abcdef"
+)
+
+// writeTokens writes a token file in dir (replacing it atomically) and
+// returns its path.
+func writeTokens(t *testing.T, dir, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, "api-token")
+	require.NoError(t, os.WriteFile(p+".tmp", []byte(body), 0o600))
+	require.NoError(t, os.Rename(p+".tmp", p))
+	return p
+}
+
+func bearer(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+
+// status sends method path with the given headers and returns the status.
+func (ta *testApp) status(method, path string, hdr ...string) int {
+	ta.t.Helper()
+	return ta.do(method, ta.api+path, "", hdr...).status
+}
+
+// unauthorized reads geolimit_api_unauthorized_total{reason}.
+func (ta *testApp) unauthorized(reason string) float64 {
+	ta.t.Helper()
+	saved := ta.token
+	ta.token = token1
+	defer func() { ta.token = saved }()
+	v, ok := metricValue(ta.scrape(), "geolimit_api_unauthorized_total", "reason", reason)
+	require.True(ta.t, ok)
+	return v
+}
+
+// TestAPIToken: with api.token_file every API endpoint but /healthz and
+// /readyz answers 401 (JSON error, WWW-Authenticate, counted, nothing
+// decided) without a token or with another one, and serves every token of
+// the file.
+func TestAPIToken(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := writeTokens(t, dir, "# current\n"+token1+"\n# next, during the rotation\n"+token2+"\n")
+	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n")
+	check := `{"rule":"r","key":"203.0.113.7"}`
+
+	r := ta.do(http.MethodPost, ta.api+"/v1/check", check)
+	require.Equal(t, http.StatusUnauthorized, r.status, "%s", r.body)
+	assert.Equal(t, `Bearer realm="geolimit"`, r.header.Get("WWW-Authenticate"))
+	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+	assert.Equal(t, map[string]any{"error": "unauthorized: Authorization: Bearer <token> required"}, r.json(t))
+	assert.Empty(t, r.header.Get("RateLimit"))
+
+	for _, hdr := range [][]string{
+		bearer("bm90LWEtdG9rZW4tYXQtYWxsLXJlYWxseQ=="),
+		bearer(token1[:len(token1)-1]),
+		bearer(token1 + "x"),
+		bearer(""),
+		{"Authorization", "Basic " + token1},
+		{"Authorization", token1},
+		{"Authorization", "Bearer " + token1, "Authorization", "Bearer " + token2},
+	} {
+		r := ta.do(http.MethodPost, ta.api+"/v1/check", check, hdr...)
+		require.Equal(t, http.StatusUnauthorized, r.status, "%v: %s", hdr, r.body)
+		assert.Equal(t, `Bearer realm="geolimit", error="invalid_token"`, r.header.Get("WWW-Authenticate"), "%v", hdr)
+		assert.Equal(t, map[string]any{"error": "unauthorized: invalid bearer token"}, r.json(t))
+	}
+
+	// Both tokens of the file are accepted; the scheme is case-insensitive.
+	for _, hdr := range [][]string{bearer(token1), bearer(token2), {"Authorization", "bearer  " + token2}} {
+		r := ta.do(http.MethodPost, ta.api+"/v1/check", check, hdr...)
+		require.Equal(t, http.StatusOK, r.status, "%v: %s", hdr, r.body)
+	}
+	assert.EqualValues(t, 3, func() uint64 {
+		ta.token = token1
+		defer func() { ta.token = "" }()
+		return ta.keyTotal("r", "203.0.113.7")
+	}(),
+		"refused requests counted nothing")
+
+	// Every endpoint but the probes needs the token, unknown paths too.
+	for _, ep := range []struct{ method, path string }{
+		{"POST", "/v1/checks"}, {"GET", "/v1/keys/r/203.0.113.7"}, {"GET", "/v1/status"},
+		{"GET", "/metrics"}, {"GET", "/nope"}, {"GET", "/healthz/"}, {"GET", "/"},
+	} {
+		assert.Equal(t, http.StatusUnauthorized, ta.status(ep.method, ep.path), "%s %s without a token", ep.method, ep.path)
+		assert.NotEqual(t, http.StatusUnauthorized, ta.status(ep.method, ep.path, bearer(token2)...), "%s %s with a token", ep.method, ep.path)
+	}
+	assert.Equal(t, http.StatusOK, ta.status("GET", "/healthz"))
+	assert.Equal(t, http.StatusOK, ta.status("GET", "/readyz"))
+	assert.Equal(t, http.StatusOK, ta.status("GET", "/healthz", bearer("wrong-token-0123456789")...), "a probe ignores a bad token")
+
+	assert.EqualValues(t, 1+7, ta.unauthorized("missing"))
+	assert.EqualValues(t, 7, ta.unauthorized("invalid"))
+}
+
+// TestAPINoToken: without api.token_file (loopback) nothing asks for a
+// token, and a token sent anyway is ignored.
+func TestAPINoToken(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	assert.Equal(t, http.StatusOK, ta.status("GET", "/v1/status"))
+	assert.Equal(t, http.StatusOK, ta.status("GET", "/v1/status", bearer(token1)...))
+	assert.EqualValues(t, 0, ta.unauthorized("missing"))
+}
+
+// TestAPITokenReload: the token file is read again on every reload (SIGHUP)
+// and when it changes on disk (the config watcher polls it): a token
+// dropped from the file stops working, a token added starts working, and a
+// bad token file keeps the old tokens.
+func TestAPITokenReload(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := writeTokens(t, dir, token1+"\n")
+	var logs syncBuffer
+	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n", func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	ok := func(tok string) bool { return ta.status("GET", "/v1/status", bearer(tok)...) == http.StatusOK }
+	require.True(t, ok(token1))
+	require.False(t, ok(token2))
+
+	// Rotation: the new token is added, clients move to it, the old one goes.
+	writeTokens(t, dir, token1+"\n"+token2+"\n")
+	require.NoError(t, ta.Reload())
+	assert.True(t, ok(token1))
+	assert.True(t, ok(token2))
+	writeTokens(t, dir, token2+"\n")
+	require.NoError(t, ta.Reload())
+	assert.False(t, ok(token1))
+	assert.True(t, ok(token2))
+	assert.Contains(t, logs.String(), "api tokens changed")
+	assert.NotContains(t, logs.String(), "take effect only at restart")
+
+	// A bad token file fails the reload and keeps the old tokens.
+	writeTokens(t, dir, "short\n")
+	err := ta.Reload()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "api.token_file: "+tokFile+": line 1: token of 5 characters")
+	assert.True(t, ok(token2))
+
+	// Dropping api.token_file (on loopback) opens the API.
+	ta.writeConfig(rulesYAML)
+	require.NoError(t, ta.Reload())
+	assert.Equal(t, http.StatusOK, ta.status("GET", "/v1/status"))
+}
+
+func TestAPITokenFileWatched(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := writeTokens(t, dir, token1+"\n")
+	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n", func(o *Options) { o.WatchInterval = 10 * time.Millisecond })
+	ok := func(tok string) bool { return ta.status("GET", "/v1/status", bearer(tok)...) == http.StatusOK }
+	require.True(t, ok(token1))
+	// Only the token file changes; the config file stays as it is.
+	writeTokens(t, dir, token3+"\n")
+	waitFor(t, "the new token", func() bool { return ok(token3) })
+	assert.False(t, ok(token1))
+}
+
+// keyReplicator is a fakeReplicator that records the configs reloads hand it.
+type keyReplicator struct {
+	fakeReplicator
+	mu   sync.Mutex
+	cfgs []*config.Config
+}
+
+func (k *keyReplicator) ReloadConfig(cfg *config.Config) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cfgs = append(k.cfgs, cfg)
+	return nil
+}
+
+func (k *keyReplicator) reloads() []*config.Config {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]*config.Config(nil), k.cfgs...)
+}
+
+// TestReloadGossipKeys: a replicator that applies gossip keys gets every
+// reloaded config, also when only the key file changed on disk, and a
+// change of gossip.secret_key_file is not reported as waiting for a restart.
+func TestReloadGossipKeys(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p+".tmp", []byte(body), 0o600))
+		require.NoError(t, os.Rename(p+".tmp", p))
+		return p
+	}
+	k1 := keyFile("gossip.key", "MDEyMzQ1Njc4OWFiY2RlZg==\n")
+	gossip := func(p string) string {
+		return "gossip: {bind: '127.0.0.1:0', secret_key_file: " + p + "}\n"
+	}
+	kr := &keyReplicator{}
+	var logs syncBuffer
+	ta := startApp(t, rulesYAML+gossip(k1), func(o *Options) {
+		o.NewReplicator = func(ReplicationEnv) (Replicator, error) { return kr, nil }
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		o.WatchInterval = 10 * time.Millisecond
+	})
+	keyFile("gossip.key", "ZmVkY2JhOTg3NjU0MzIxMA==\nMDEyMzQ1Njc4OWFiY2RlZg==\n")
+	waitFor(t, "the key file reloaded", func() bool { return len(kr.reloads()) == 1 })
+	k2 := keyFile("other.key", "ZmVkY2JhOTg3NjU0MzIxMA==\n")
+	ta.writeConfig(rulesYAML + gossip(k2))
+	waitFor(t, "the config reloaded", func() bool { return len(kr.reloads()) == 2 })
+	assert.Equal(t, k2, kr.reloads()[1].Gossip.SecretKeyFile)
+	assert.NotContains(t, logs.String(), "take effect only at restart")
+
+	// A bad key file fails the reload before the replicator sees it.
+	keyFile("other.key", "not base64\n")
+	require.Error(t, ta.Reload())
+	assert.Len(t, kr.reloads(), 2)
+}
