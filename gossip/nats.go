@@ -22,6 +22,10 @@ type NATSConfig struct {
 	Name string
 	// URL is one or more comma-separated server URLs.
 	URL string
+	// InProcess, when set, is a server in this process to connect to
+	// without a socket (e.g. an embedded nats-server); URL then only names
+	// it. Credentials apply; TLS does not (nothing leaves the process).
+	InProcess nats.InProcessConnProvider
 	// SubjectPrefix is the first subject token(s); empty means "geolimit".
 	SubjectPrefix string
 	// MaxPayload caps one message in bytes, below the server's max_payload;
@@ -221,14 +225,18 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.User != "" {
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
 	}
-	if cfg.TLS != nil {
-		opts = append(opts, nats.Secure(cfg.TLS))
-	}
-	if len(cfg.RootCAs) > 0 {
-		opts = append(opts, nats.RootCAs(cfg.RootCAs...))
-	}
-	if cfg.ClientCert != "" {
-		opts = append(opts, nats.ClientCert(cfg.ClientCert, cfg.ClientKey))
+	if cfg.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(cfg.InProcess))
+	} else {
+		if cfg.TLS != nil {
+			opts = append(opts, nats.Secure(cfg.TLS))
+		}
+		if len(cfg.RootCAs) > 0 {
+			opts = append(opts, nats.RootCAs(cfg.RootCAs...))
+		}
+		if cfg.ClientCert != "" {
+			opts = append(opts, nats.ClientCert(cfg.ClientCert, cfg.ClientKey))
+		}
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
