@@ -159,6 +159,13 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.URL == "" {
 		cfg.URL = nats.DefaultURL
 	}
+	if cfg.InProcess != nil {
+		// A tls:// URL would make the client start TLS on the in-process
+		// connection, which needs none.
+		if rest, ok := strings.CutPrefix(cfg.URL, "tls://"); ok {
+			cfg.URL = "nats://" + rest
+		}
+	}
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 64 << 10
 	}
