@@ -35,6 +35,7 @@
 package natsembed
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -443,7 +444,8 @@ func ClientAuth(opts *server.Options) bool {
 	if opts.NoAuthUser != "" {
 		return false
 	}
-	return AuthRequired(opts) || (opts.TLSConfig != nil && opts.TLSVerify && !opts.AllowNonTLS)
+	verify := opts.TLSConfig != nil && (opts.TLSVerify || opts.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
+	return AuthRequired(opts) || (verify && !opts.AllowNonTLS)
 }
 
 // IsLoopback reports whether a listen host stays on the machine: an address
