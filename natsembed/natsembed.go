@@ -145,8 +145,9 @@ func (e *ConfigFileError) Error() string {
 	if e.Key != "" {
 		return fmt.Sprintf("%s: %s: %v", e.File, e.Key, e.Err)
 	}
-	// nats-server's messages start with the file name already.
-	msg := e.Err.Error()
+	// nats-server's messages start with the file name already, one line
+	// per error.
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(e.Err.Error()), "\n", "; ")), " ")
 	if strings.HasPrefix(msg, e.File) {
 		return msg
 	}
