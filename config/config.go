@@ -126,8 +126,9 @@ type Embedded struct {
 	// both is an error. Empty: none.
 	ConfigFile string `yaml:"config_file"`
 	// Listen is the client listen address. Default 127.0.0.1:4222 (with
-	// ConfigFile: the file's, else that default). Port -1 or 0 picks a free
-	// port; an empty host is every interface.
+	// ConfigFile: the file's, else that default; Parse then leaves Listen
+	// empty unless the YAML sets it). Port -1 or 0 picks a free port; an
+	// empty host is every interface.
 	Listen string `yaml:"listen"`
 	// Insecure allows the client port to listen beyond loopback without
 	// client authentication.
