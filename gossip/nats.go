@@ -22,6 +22,10 @@ type NATSConfig struct {
 	Name string
 	// URL is one or more comma-separated server URLs.
 	URL string
+	// InProcess, when set, is a server in this process to connect to
+	// without a socket (e.g. an embedded nats-server); URL then only names
+	// it. Credentials apply; TLS does not (nothing leaves the process).
+	InProcess nats.InProcessConnProvider
 	// SubjectPrefix is the first subject token(s); empty means "geolimit".
 	SubjectPrefix string
 	// MaxPayload caps one message in bytes, below the server's max_payload;
@@ -159,6 +163,13 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.URL == "" {
 		cfg.URL = nats.DefaultURL
 	}
+	if cfg.InProcess != nil {
+		// A tls:// URL would make the client start TLS on the in-process
+		// connection, which needs none.
+		if rest, ok := strings.CutPrefix(cfg.URL, "tls://"); ok {
+			cfg.URL = "nats://" + rest
+		}
+	}
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 64 << 10
 	}
@@ -228,14 +239,18 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	if cfg.User != "" {
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
 	}
-	if cfg.TLS != nil {
-		opts = append(opts, nats.Secure(cfg.TLS))
-	}
-	if len(cfg.RootCAs) > 0 {
-		opts = append(opts, nats.RootCAs(cfg.RootCAs...))
-	}
-	if cfg.ClientCert != "" {
-		opts = append(opts, nats.ClientCert(cfg.ClientCert, cfg.ClientKey))
+	if cfg.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(cfg.InProcess))
+	} else {
+		if cfg.TLS != nil {
+			opts = append(opts, nats.Secure(cfg.TLS))
+		}
+		if len(cfg.RootCAs) > 0 {
+			opts = append(opts, nats.RootCAs(cfg.RootCAs...))
+		}
+		if cfg.ClientCert != "" {
+			opts = append(opts, nats.ClientCert(cfg.ClientCert, cfg.ClientKey))
+		}
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {

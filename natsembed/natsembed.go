@@ -1,5 +1,7 @@
-// Package natsembed runs an embedded nats-server on loopback, optionally with
-// a gateway that links it into a super-cluster of regions.
+// Package natsembed runs an embedded nats-server, optionally with a gateway
+// that links it into a super-cluster of regions, and optionally configured
+// by a native nats-server configuration file (accounts, users, nkeys,
+// permissions, TLS on every port, gateway authorization).
 //
 //	s, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1"})
 //	if err != nil {
@@ -17,16 +19,31 @@
 //		Gateway: &natsembed.Gateway{Name: "us", Listen: "127.0.0.1:-1",
 //			Gateways: []natsembed.RemoteGateway{{Name: "eu", URLs: []string{eu.GatewayURL()}}}}})
 //
+// With a configuration file, the Options fill only what the file leaves out,
+// and setting the same thing in both is an error (*ConflictError):
+//
+//	s, err := natsembed.Start(natsembed.Options{ConfigFile: "/etc/geolimit/nats-eu.conf",
+//		DefaultListen: "127.0.0.1:4222", DefaultGatewayName: "eu"})
+//
+// A listener beyond loopback must be protected: the client port (and the
+// websocket and MQTT ports) by client authentication unless Options.Insecure,
+// the gateway by gateway authorization and TLS unless Gateway.Insecure, and
+// the cluster and leafnode ports, which only the file can open, by their
+// own authorization and TLS (*ExposureError).
+//
 // A Server is safe for concurrent use.
 package natsembed
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,19 +53,36 @@ import (
 // Options configures an embedded server. The zero value listens for clients
 // on a free port of 127.0.0.1 with no gateway.
 type Options struct {
+	// ConfigFile is a nats-server configuration file in nats-server's own
+	// format, read by nats-server's parser (server.ProcessConfigFile). The
+	// settings below fill only what it leaves out; Listen, Gateway.Name,
+	// Gateway.Listen or Gateway.Gateways set in both is a *ConflictError.
+	// Empty: no file.
+	ConfigFile string
 	// Listen is the client listen address, host:port. Port 0 or -1 picks a
-	// free port. Empty means 127.0.0.1:-1.
+	// free port; an empty host listens on every interface. Empty: the
+	// file's client address, else DefaultListen.
 	Listen string
-	// ServerName names the server; it must be unique in a super-cluster.
-	// Empty: nats-server uses its generated server ID.
+	// DefaultListen is the client listen address when neither Listen nor
+	// the file set one. Empty means 127.0.0.1:-1.
+	DefaultListen string
+	// Insecure allows the client port (and a websocket or MQTT port opened
+	// by the file) to listen beyond loopback without client authentication.
+	Insecure bool
+	// ServerName names the server unless the file does; it must be unique
+	// in a super-cluster. Empty: nats-server uses its generated server ID.
 	ServerName string
-	// Gateway, when set, links this server to other regions' servers.
+	// Gateway, when set, links this server to other regions' servers. The
+	// file's gateway block may set it instead, or in part.
 	Gateway *Gateway
+	// DefaultGatewayName names the gateway when neither Gateway.Name nor the
+	// file do.
+	DefaultGatewayName string
 	// ReadyTimeout bounds the wait for the server to accept connections.
 	// Default 10s.
 	ReadyTimeout time.Duration
 	// Logger receives the server's notices, warnings and errors (debug with
-	// Debug). Nil: the server logs nothing.
+	// Debug), and the warnings of Resolve. Nil: the server logs nothing.
 	Logger *slog.Logger
 	// Debug also forwards the server's debug messages to Logger.
 	Debug bool
@@ -56,14 +90,18 @@ type Options struct {
 
 // Gateway configures the server's gateway (one per region).
 type Gateway struct {
-	// Name is the gateway (region) name; required.
+	// Name is the gateway (region) name. Empty: the file's, else
+	// Options.DefaultGatewayName; one of them is required.
 	Name string
 	// Listen is the gateway listen address, host:port; port 0 or -1 picks a
-	// free port.
+	// free port. Empty: the file's; one of them is required.
 	Listen string
 	// Gateways are the remote gateways to connect to. Gateways learn of each
 	// other, so it is enough for one side to name the other.
 	Gateways []RemoteGateway
+	// Insecure allows the gateway to listen beyond loopback without gateway
+	// authorization or without TLS.
+	Insecure bool
 }
 
 // RemoteGateway is a remote region's gateway.
@@ -80,59 +118,367 @@ type Server struct {
 	once sync.Once
 }
 
-// Errors.
-var (
-	ErrNotReady = errors.New("natsembed: server not ready for connections in time")
+// ErrNotReady is returned when the server does not accept connections in
+// time.
+var ErrNotReady = errors.New("natsembed: server not ready for connections in time")
+
+// Names of the Options settings in errors.
+const (
+	OptListen          = "Listen"
+	OptGatewayName     = "Gateway.Name"
+	OptGatewayListen   = "Gateway.Listen"
+	OptGatewayGateways = "Gateway.Gateways"
 )
 
-// Start starts a server and waits until it accepts connections.
-func Start(o Options) (*Server, error) {
-	if o.Listen == "" {
-		o.Listen = "127.0.0.1:-1"
+// ConfigFileError is a configuration file that cannot be read or parsed, or
+// that sets something the embedded server does not support.
+type ConfigFileError struct {
+	// File is Options.ConfigFile.
+	File string
+	// Key is the file's setting at fault, e.g. "log_file"; empty for an
+	// error of nats-server's parser (which names file, line and key).
+	Key string
+	Err error
+}
+
+func (e *ConfigFileError) Error() string {
+	if e.Key != "" {
+		return fmt.Sprintf("%s: %s: %v", e.File, e.Key, e.Err)
 	}
+	// nats-server's messages start with the file name already, one line
+	// per error.
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(e.Err.Error()), "\n", "; ")), " ")
+	if strings.HasPrefix(msg, e.File) {
+		return msg
+	}
+	return e.File + ": " + msg
+}
+
+func (e *ConfigFileError) Unwrap() error { return e.Err }
+
+// ConflictError is a setting made both by Options and by the configuration
+// file.
+type ConflictError struct {
+	// Option is the Options setting (OptListen, OptGatewayName, ...).
+	Option string
+	// FileKey is the file's setting, e.g. "listen" or "gateway.name".
+	FileKey string
+	// File is Options.ConfigFile.
+	File string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("natsembed: %s and %s of %s both set; keep one", e.Option, e.FileKey, e.File)
+}
+
+// MissingError is a required setting made neither by Options nor by the
+// configuration file.
+type MissingError struct {
+	// Option is the Options setting (OptGatewayName, OptGatewayListen).
+	Option string
+	// FileKey is the file's equivalent, e.g. "gateway.listen".
+	FileKey string
+	// File is Options.ConfigFile, empty without one.
+	File string
+}
+
+func (e *MissingError) Error() string {
+	if e.File == "" {
+		return fmt.Sprintf("natsembed: %s: required", e.Option)
+	}
+	return fmt.Sprintf("natsembed: %s: required, here or as %s in %s", e.Option, e.FileKey, e.File)
+}
+
+// Listener names in an ExposureError.
+const (
+	ListenerClient    = "client"
+	ListenerWebsocket = "websocket"
+	ListenerMQTT      = "mqtt"
+	ListenerGateway   = "gateway"
+	ListenerCluster   = "cluster"
+	ListenerLeafnodes = "leafnodes"
+)
+
+// ExposureError is a listener beyond loopback without the protection it
+// needs: client authentication for the client, websocket and MQTT ports;
+// authorization and TLS for the gateway, cluster and leafnode ports.
+type ExposureError struct {
+	// Listener is one of the Listener constants.
+	Listener string
+	// Addr is the listen address, host:port.
+	Addr string
+	// FromFile tells whether the address comes from the configuration file.
+	FromFile bool
+	// NoAuth: no authentication (client ports) or authorization (links).
+	NoAuth bool
+	// NoTLS: no TLS (links only).
+	NoTLS bool
+}
+
+// Missing names what is missing, e.g. "authorization and TLS".
+func (e *ExposureError) Missing() string {
+	auth := "authorization"
+	if e.clientPort() {
+		auth = "client authentication"
+	}
+	switch {
+	case e.NoAuth && e.NoTLS:
+		return auth + " and TLS"
+	case e.NoAuth:
+		return auth
+	default:
+		return "TLS"
+	}
+}
+
+func (e *ExposureError) clientPort() bool {
+	return e.Listener == ListenerClient || e.Listener == ListenerWebsocket || e.Listener == ListenerMQTT
+}
+
+func (e *ExposureError) Error() string {
+	return fmt.Sprintf("natsembed: %s listen address %s is beyond loopback without %s", e.Listener, e.Addr, e.Missing())
+}
+
+// Resolve reads the configuration file, merges it with o and checks the
+// result as Start does, without starting anything. It returns the options
+// the server would run with, and warnings worth logging (a client port
+// beyond loopback without TLS, monitoring beyond loopback).
+func Resolve(o Options) (*server.Options, []string, error) {
+	opts := &server.Options{}
+	file := o.ConfigFile
+	if file != "" {
+		fo, err := server.ProcessConfigFile(file)
+		if err != nil {
+			return nil, nil, &ConfigFileError{File: file, Err: err}
+		}
+		opts = fo
+		// The embedded server logs through Logger; a log file or syslog of
+		// its own would go unnoticed next to the daemon's log.
+		for _, k := range []struct {
+			key string
+			set bool
+		}{{"log_file", opts.LogFile != ""}, {"syslog", opts.Syslog}, {"remote_syslog", opts.RemoteSyslog != ""}} {
+			if k.set {
+				return nil, nil, &ConfigFileError{File: file, Key: k.key, Err: errors.New("not supported: the embedded server logs through geolimit's log")}
+			}
+		}
+	}
+	opts.NoSigs = true
+	opts.NoLog = o.Logger == nil
+	if opts.ServerName == "" {
+		opts.ServerName = o.ServerName
+	}
+
+	// Client port.
+	clientFromFile := opts.Host != "" || opts.Port != 0
+	switch {
+	case o.Listen != "" && clientFromFile:
+		return nil, nil, &ConflictError{Option: OptListen, FileKey: "listen", File: file}
+	case o.Listen != "":
+		h, p, err := splitAddr(o.Listen)
+		if err != nil {
+			return nil, nil, fmt.Errorf("natsembed: %s: %w", OptListen, err)
+		}
+		opts.Host, opts.Port = h, p
+	case !clientFromFile:
+		def := o.DefaultListen
+		if def == "" {
+			def = "127.0.0.1:-1"
+		}
+		h, p, err := splitAddr(def)
+		if err != nil {
+			return nil, nil, fmt.Errorf("natsembed: DefaultListen: %w", err)
+		}
+		opts.Host, opts.Port = h, p
+	default: // the file's, with nats-server's defaults for what it omits
+		if opts.Host == "" {
+			opts.Host = server.DEFAULT_HOST
+		}
+		if opts.Port == 0 {
+			opts.Port = server.DEFAULT_PORT
+		}
+	}
+
+	// Gateway.
+	fg := &opts.Gateway
+	gwFromFile := fg.Host != "" || fg.Port != 0
+	if g := o.Gateway; g != nil {
+		if g.Name != "" {
+			if fg.Name != "" {
+				return nil, nil, &ConflictError{Option: OptGatewayName, FileKey: "gateway.name", File: file}
+			}
+			fg.Name = g.Name
+		}
+		if g.Listen != "" {
+			if gwFromFile {
+				return nil, nil, &ConflictError{Option: OptGatewayListen, FileKey: "gateway.listen", File: file}
+			}
+			h, p, err := splitAddr(g.Listen)
+			if err != nil {
+				return nil, nil, fmt.Errorf("natsembed: %s: %w", OptGatewayListen, err)
+			}
+			fg.Host, fg.Port = h, p
+		}
+		if len(g.Gateways) > 0 {
+			if len(fg.Gateways) > 0 {
+				return nil, nil, &ConflictError{Option: OptGatewayGateways, FileKey: "gateway.gateways", File: file}
+			}
+			for i, r := range g.Gateways {
+				rg := &server.RemoteGatewayOpts{Name: r.Name}
+				for j, s := range r.URLs {
+					u, err := url.Parse(s)
+					if err != nil || u.Host == "" {
+						return nil, nil, fmt.Errorf("natsembed: %s[%d].URLs[%d]: bad URL %q", OptGatewayGateways, i, j, s)
+					}
+					rg.URLs = append(rg.URLs, u)
+				}
+				fg.Gateways = append(fg.Gateways, rg)
+			}
+		}
+	}
+	gateway := o.Gateway != nil || fg.Name != "" || fg.Host != "" || fg.Port != 0 || len(fg.Gateways) > 0 ||
+		fg.Username != "" || fg.TLSConfig != nil
+	if gateway {
+		if fg.Name == "" {
+			fg.Name = o.DefaultGatewayName
+		}
+		if fg.Name == "" {
+			return nil, nil, &MissingError{Option: OptGatewayName, FileKey: "gateway.name", File: file}
+		}
+		if fg.Port == 0 {
+			// nats-server leaves a gateway without a port off; say so.
+			return nil, nil, &MissingError{Option: OptGatewayListen, FileKey: "gateway.listen", File: file}
+		}
+		if fg.Host == "" {
+			fg.Host = server.DEFAULT_HOST
+		}
+	}
+
+	warnings, err := checkExposure(opts, o, clientFromFile, gateway && (o.Gateway == nil || o.Gateway.Listen == ""))
+	if err != nil {
+		return nil, nil, err
+	}
+	return opts, warnings, nil
+}
+
+// checkExposure refuses listeners beyond loopback without the protection
+// they need and returns warnings for those that are allowed but weak.
+func checkExposure(opts *server.Options, o Options, clientFromFile, gatewayFromFile bool) ([]string, error) {
+	var warnings []string
+	addr := func(h string, p int) string { return net.JoinHostPort(h, strconv.Itoa(p)) }
+	clientAuth := ClientAuth(opts)
+
+	if !IsLoopback(opts.Host) {
+		if !clientAuth && !o.Insecure {
+			return nil, &ExposureError{Listener: ListenerClient, Addr: addr(opts.Host, opts.Port), FromFile: clientFromFile, NoAuth: true}
+		}
+		if opts.TLSConfig == nil {
+			warnings = append(warnings, fmt.Sprintf("the client port %s is beyond loopback without TLS: client passwords and replicated counts (client IPs among them) travel in clear", addr(opts.Host, opts.Port)))
+		}
+	}
+	ws := &opts.Websocket
+	if ws.Port != 0 && !IsLoopback(defaultHost(ws.Host)) && !o.Insecure {
+		own := ws.Username != "" || ws.Token != ""
+		if ws.NoAuthUser != "" || !(own || clientAuth) {
+			return nil, &ExposureError{Listener: ListenerWebsocket, Addr: addr(defaultHost(ws.Host), ws.Port), FromFile: true, NoAuth: true}
+		}
+	}
+	mq := &opts.MQTT
+	if mq.Port != 0 && !IsLoopback(defaultHost(mq.Host)) && !o.Insecure {
+		own := mq.Username != "" || mq.Token != ""
+		if mq.NoAuthUser != "" || !(own || clientAuth) {
+			return nil, &ExposureError{Listener: ListenerMQTT, Addr: addr(defaultHost(mq.Host), mq.Port), FromFile: true, NoAuth: true}
+		}
+	}
+
+	g := &opts.Gateway
+	if g.Port != 0 && !IsLoopback(g.Host) && (o.Gateway == nil || !o.Gateway.Insecure) {
+		e := &ExposureError{Listener: ListenerGateway, Addr: addr(g.Host, g.Port), FromFile: gatewayFromFile,
+			NoAuth: g.Username == "" && !g.TLSMap && !g.TLSCheckKnownURLs, NoTLS: g.TLSConfig == nil}
+		if e.NoAuth || e.NoTLS {
+			return nil, e
+		}
+	}
+	c := &opts.Cluster
+	if c.Port != 0 && !IsLoopback(defaultHost(c.Host)) {
+		e := &ExposureError{Listener: ListenerCluster, Addr: addr(defaultHost(c.Host), c.Port), FromFile: true,
+			NoAuth: c.Username == "" && !c.TLSMap && !c.TLSCheckKnownURLs, NoTLS: c.TLSConfig == nil}
+		if e.NoAuth || e.NoTLS {
+			return nil, e
+		}
+	}
+	l := &opts.LeafNode
+	if l.Port != 0 && !IsLoopback(defaultHost(l.Host)) {
+		e := &ExposureError{Listener: ListenerLeafnodes, Addr: addr(defaultHost(l.Host), l.Port), FromFile: true,
+			NoAuth: l.Username == "" && l.Nkey == "" && len(l.Users) == 0 && !l.TLSMap && !clientAuth, NoTLS: l.TLSConfig == nil}
+		if e.NoAuth || e.NoTLS {
+			return nil, e
+		}
+	}
+	for _, m := range []struct {
+		port int
+		name string
+	}{{opts.HTTPPort, "http"}, {opts.HTTPSPort, "https"}} {
+		h := opts.HTTPHost
+		if h == "" {
+			h = opts.Host
+		}
+		if m.port != 0 && !IsLoopback(h) {
+			warnings = append(warnings, fmt.Sprintf("the monitoring port (%s) %s is beyond loopback: it shows connections, subscriptions and accounts to anyone who can reach it", m.name, addr(h, m.port)))
+		}
+	}
+	return warnings, nil
+}
+
+func defaultHost(h string) string {
+	if h == "" {
+		return server.DEFAULT_HOST
+	}
+	return h
+}
+
+// ClientAuth reports whether opts make clients authenticate: users,
+// nkeys, a token, operator JWTs, an auth callout, or TLS client
+// certificates. A no_auth_user lets clients in without credentials, so it
+// counts as none.
+func ClientAuth(opts *server.Options) bool {
+	if opts.NoAuthUser != "" {
+		return false
+	}
+	verify := opts.TLSConfig != nil && (opts.TLSVerify || opts.TLSConfig.ClientAuth == tls.RequireAndVerifyClientCert)
+	return AuthRequired(opts) || (verify && !opts.AllowNonTLS)
+}
+
+// IsLoopback reports whether a listen host stays on the machine: an address
+// of 127.0.0.0/8, ::1, or "localhost". An empty host, a wildcard and any
+// other name count as beyond loopback.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// Start starts a server and waits until it accepts connections. Errors of
+// the configuration are those of Resolve.
+func Start(o Options) (*Server, error) {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 10 * time.Second
 	}
-	host, port, err := splitAddr(o.Listen)
+	opts, warnings, err := Resolve(o)
 	if err != nil {
-		return nil, fmt.Errorf("natsembed: listen: %w", err)
-	}
-	opts := &server.Options{
-		ServerName: o.ServerName,
-		Host:       host,
-		Port:       port,
-		NoSigs:     true,
-		NoLog:      o.Logger == nil,
-		// No monitoring, no cluster, no JetStream: core pub/sub only.
-		HTTPPort: 0,
-	}
-	if g := o.Gateway; g != nil {
-		if g.Name == "" {
-			return nil, errors.New("natsembed: gateway: name required")
-		}
-		gh, gp, err := splitAddr(g.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("natsembed: gateway listen: %w", err)
-		}
-		opts.Gateway = server.GatewayOpts{Name: g.Name, Host: gh, Port: gp}
-		for i, r := range g.Gateways {
-			rg := &server.RemoteGatewayOpts{Name: r.Name}
-			for j, s := range r.URLs {
-				u, err := url.Parse(s)
-				if err != nil || u.Host == "" {
-					return nil, fmt.Errorf("natsembed: gateway: gateways[%d].urls[%d]: bad URL %q", i, j, s)
-				}
-				rg.URLs = append(rg.URLs, u)
-			}
-			opts.Gateway.Gateways = append(opts.Gateway.Gateways, rg)
-		}
+		return nil, err
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
 	}
 	if o.Logger != nil {
-		ns.SetLoggerV2(&slogAdapter{l: o.Logger}, o.Debug, false, false)
+		ns.SetLoggerV2(&slogAdapter{l: o.Logger}, o.Debug || opts.Debug, opts.Trace, false)
+		for _, w := range warnings {
+			o.Logger.Warn("embedded nats-server: " + w)
+		}
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(o.ReadyTimeout) {
@@ -144,7 +490,7 @@ func Start(o Options) (*Server, error) {
 }
 
 // splitAddr splits host:port, mapping port 0 to -1 (nats-server's "random
-// port"; its 0 means the default port).
+// port"; its 0 means the default port). An empty host is every interface.
 func splitAddr(addr string) (string, int, error) {
 	h, p, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -158,7 +504,7 @@ func splitAddr(addr string) (string, int, error) {
 		port = -1
 	}
 	if h == "" {
-		h = "127.0.0.1"
+		h = server.DEFAULT_HOST
 	}
 	return h, port, nil
 }
@@ -188,6 +534,11 @@ func (s *Server) GatewayURL() string {
 // cross regions.
 func (s *Server) NumOutboundGateways() int { return s.ns.NumOutboundGateways() }
 
+// InProcessConn returns a connection to the server that never touches the
+// network (nats.InProcessServer): the client port's TLS is not required on
+// it, its authentication is.
+func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
+
 // NATS returns the underlying nats-server, for what this package does not
 // wrap.
 func (s *Server) NATS() *server.Server { return s.ns }
@@ -209,3 +560,15 @@ func (a *slogAdapter) Fatalf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v..
 func (a *slogAdapter) Errorf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
 func (a *slogAdapter) Debugf(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }
 func (a *slogAdapter) Tracef(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }
+
+// AuthRequired reports whether opts make clients present credentials when
+// they connect (users, nkeys, a token, operator JWTs, an auth callout) and
+// no no_auth_user lets them in without.
+func AuthRequired(opts *server.Options) bool {
+	if opts.NoAuthUser != "" {
+		return false
+	}
+	return opts.Username != "" || opts.Authorization != "" || len(opts.Users) > 0 || len(opts.Nkeys) > 0 ||
+		len(opts.TrustedOperators) > 0 || len(opts.TrustedKeys) > 0 || opts.AuthCallout != nil ||
+		opts.CustomClientAuthentication != nil
+}

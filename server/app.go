@@ -73,7 +73,9 @@ type ReplicationEnv struct {
 	Config *config.Config
 	// NATSURL is the NATS client URL: nats.url, or the embedded server's.
 	NATSURL string
-	// NATS is the embedded server, nil when nats.url is set.
+	// NATS is the embedded server, nil when nats.url is set. The node's own
+	// client reaches it in process (NATS.InProcessConn), with the
+	// credentials of the nats section.
 	NATS *natsembed.Server
 	// Logger is the App's logger.
 	Logger *slog.Logger
@@ -299,16 +301,13 @@ func (a *App) Start(ctx context.Context) (err error) {
 	if a.cfg.NATS.URL != "" {
 		a.natsURL = a.cfg.NATS.URL
 	} else {
-		opts := natsembed.Options{Listen: a.cfg.NATS.Embedded.Listen, ServerName: a.opts.Self.Region + "-" + a.opts.Self.PoP + "-" + a.opts.Self.Node, Logger: a.log.With("component", "nats")}
-		if g := a.cfg.NATS.Embedded.Gateway; g != nil {
-			ng := &natsembed.Gateway{Name: g.Name, Listen: g.Listen}
-			for _, r := range g.Gateways {
-				ng.Gateways = append(ng.Gateways, natsembed.RemoteGateway{Name: r.Name, URLs: r.URLs})
-			}
-			opts.Gateway = ng
-		}
+		// nats.embedded.config_file is read again here: it may have changed
+		// since the config was validated, and it is checked again.
+		opts := a.cfg.EmbeddedOptions()
+		opts.ServerName = a.opts.Self.Region + "-" + a.opts.Self.PoP + "-" + a.opts.Self.Node
+		opts.Logger = a.log.With("component", "nats")
 		if a.nats, err = natsembed.Start(opts); err != nil {
-			return fmt.Errorf("server: embedded nats: %w", err)
+			return fmt.Errorf("server: embedded nats: %w", config.EmbeddedError(err))
 		}
 		a.natsURL = a.nats.ClientURL()
 		a.log.Info("embedded nats-server started", "url", a.natsURL, "gateway", a.nats.GatewayURL())

@@ -98,7 +98,11 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 		Password:        cfg.NATS.Password,
 		Logger:          env.Logger.With("transport", "nats"),
 	}
-	if t := cfg.NATS.TLS; t != nil {
+	if env.NATS != nil {
+		// The node's own embedded server: in process, so the client port's
+		// TLS and its listen address do not matter; its credentials do.
+		nc.InProcess = env.NATS
+	} else if t := cfg.NATS.TLS; t != nil {
 		if t.CAFile != "" {
 			nc.RootCAs = []string{t.CAFile}
 		}

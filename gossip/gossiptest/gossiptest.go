@@ -7,6 +7,12 @@
 //	sc.Cut(2, true)          // region ap loses every gateway link
 //	sc.Cut(2, false)         // and gets them back
 //
+// CopyExample and WriteCerts run an example directory of configs (geolimit's
+// and nats-server's) on free ports with certificates made for the test:
+//
+//	e := gossiptest.CopyExample(t, "../examples/secure-multi-region", "examples/secure-multi-region")
+//	ca := gossiptest.WriteCerts(t, filepath.Join(e.Dir, "certs"), "eu", "us", "ap")
+//
 // Everything listens on free ports of 127.0.0.1 and is stopped by t.Cleanup.
 package gossiptest
 
