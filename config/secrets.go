@@ -3,10 +3,10 @@ package config
 import (
 	"encoding/base64"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"strings"
+
+	"github.com/geolimit/geolimit/internal/listen"
 )
 
 // GenerateKeyHint is the command that makes a gossip key or an API token.
@@ -15,19 +15,9 @@ const GenerateKeyHint = "head -c 32 /dev/urandom | base64"
 // MinTokenLen is the shortest API token accepted, in characters.
 const MinTokenLen = 16
 
-// IsLoopback reports whether addr (host:port) listens on loopback only: its
-// host is an address in 127.0.0.0/8 or ::1. A wildcard host (empty, 0.0.0.0,
-// ::), every other address and every host name, "localhost" included,
-// count as beyond loopback: memberlist binds a name it cannot parse as an
-// address to every interface.
-func IsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
-}
+// IsLoopback reports whether addr (host:port) listens on loopback only
+// (see listen.IsLoopbackHost).
+func IsLoopback(addr string) bool { return listen.IsLoopback(addr) }
 
 // secretLine is one non-blank, non-comment line of a secret file.
 type secretLine struct {

@@ -143,7 +143,7 @@ func TestResolveBadFile(t *testing.T) {
 
 func TestIsLoopback(t *testing.T) {
 	for host, want := range map[string]bool{
-		"127.0.0.1": true, "127.1.2.3": true, "::1": true, "[::1]": true, "localhost": true, "::ffff:127.0.0.1": true,
+		"127.0.0.1": true, "127.1.2.3": true, "::1": true, "[::1]": true, "localhost": false, "::ffff:127.0.0.1": true,
 		"": false, "0.0.0.0": false, "::": false, "10.0.0.1": false, "192.0.2.1": false, "nats.example.net": false, "128.0.0.1": false,
 	} {
 		assert.Equal(t, want, IsLoopback(host), host)
@@ -174,7 +174,8 @@ func TestExposure(t *testing.T) {
 		warn     string
 	}{
 		{"loopback, no auth", "", Options{Listen: "127.0.0.1:4222", Gateway: &Gateway{Name: "eu", Listen: "127.0.0.1:7222"}}, "", false, false, ""},
-		{"localhost and ::1", "", Options{Listen: "localhost:4222", Gateway: &Gateway{Name: "eu", Listen: "[::1]:7222"}}, "", false, false, ""},
+		{"::1", "", Options{Listen: "[::1]:4222", Gateway: &Gateway{Name: "eu", Listen: "[::1]:7222"}}, "", false, false, ""},
+		{"localhost is a name, not loopback", "", Options{Listen: "localhost:4222"}, ListenerClient, true, false, ""},
 		{"client on every interface", "", Options{Listen: "0.0.0.0:4222"}, ListenerClient, true, false, ""},
 		{"client on an empty host", "", Options{Listen: ":4222"}, ListenerClient, true, false, ""},
 		{"client on [::]", "", Options{Listen: "[::]:4222"}, ListenerClient, true, false, ""},

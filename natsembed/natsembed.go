@@ -40,7 +40,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -48,6 +47,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/geolimit/geolimit/internal/listen"
 )
 
 // Options configures an embedded server. The zero value listens for clients
@@ -449,16 +450,9 @@ func ClientAuth(opts *server.Options) bool {
 	return AuthRequired(opts) || (verify && !opts.AllowNonTLS)
 }
 
-// IsLoopback reports whether a listen host stays on the machine: an address
-// of 127.0.0.0/8, ::1, or "localhost". An empty host, a wildcard and any
-// other name count as beyond loopback.
-func IsLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.Unmap().IsLoopback()
-}
+// IsLoopback reports whether a listen host stays on the machine (see
+// listen.IsLoopbackHost: literal loopback addresses only).
+func IsLoopback(host string) bool { return listen.IsLoopbackHost(host) }
 
 // Start starts a server and waits until it accepts connections. Errors of
 // the configuration are those of Resolve.
