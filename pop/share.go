@@ -236,7 +236,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	if sh == nil {
 		sh = p.newKey(r, key, now, max(p.sideFrac, n.shareFloor))
 	}
-	sh.adapt(idx, p.sideFrac, n.shareStep)
+	frac := sh.adapt(idx, p.sideFrac, n.shareStep)
 	frozen := 0.0
 	switch idx {
 	case sh.win:
@@ -244,7 +244,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	case sh.win + 1:
 		frozen = window.Estimate(sh.frozen[1], 0, elapsed, r.width)
 	}
-	return sh.frac*float64(r.Limit) + frozen, sh, true
+	return frac*float64(r.Limit) + frozen, sh, true
 }
 
 func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *share {
@@ -282,12 +282,12 @@ func (sh *share) record(idx int64, cost uint64, denied bool) {
 
 // adapt closes the previous window's demand count when a new window starts
 // and grows the share by step if this side's demand grew past its pre-cut
-// traffic and hit the share.
-func (sh *share) adapt(idx int64, ceiling, step float64) {
+// traffic and hit the share. It returns the share.
+func (sh *share) adapt(idx int64, ceiling, step float64) float64 {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if idx <= sh.demandWin {
-		return
+		return sh.frac
 	}
 	if sh.demandWin != 0 && idx == sh.demandWin+1 && sh.hitShare &&
 		float64(sh.demand) > 1.5*float64(max(sh.hist, 1)) && sh.frac+step <= max(ceiling, sh.base)+1e-9 {
@@ -295,6 +295,7 @@ func (sh *share) adapt(idx int64, ceiling, step float64) {
 		sh.adaptedSteps++
 	}
 	sh.demandWin, sh.demand, sh.hitShare = idx, 0, false
+	return sh.frac
 }
 
 // Partition returns what the node knows about the current partition at now.
@@ -318,7 +319,9 @@ func (n *Node) Partition(now int64) PartitionStatus {
 			for k, sh := range p.keys {
 				if k.rule == r.id {
 					rp.Keys++
+					sh.mu.Lock()
 					sum += sh.frac
+					sh.mu.Unlock()
 				}
 			}
 			rp.MeanShare = st.SideShare
