@@ -160,7 +160,11 @@ func TestSuperClusterPartition(t *testing.T) {
 
 	c.Cut(2, true)
 	waitFor(t, 20*time.Second, "partition detected on both sides", func() bool {
-		return len(nodes[0].rep.Partitioned()) == 1 && len(nodes[1].rep.Partitioned()) == 1 && len(nodes[2].rep.Partitioned()) == 2
+		ok := len(nodes[0].rep.Partitioned()) == 1 && len(nodes[1].rep.Partitioned()) == 1 && len(nodes[2].rep.Partitioned()) == 2
+		if !ok {
+			t.Logf("%s: %v %v %v", time.Now().Format("15:04:05.000"), nodes[0].rep.RemotePoPs(), nodes[1].rep.RemotePoPs(), nodes[2].rep.RemotePoPs())
+		}
+		return ok
 	})
 	assert.Equal(t, []PoPID{{Region: "ap", PoP: "ap1"}}, nodes[0].rep.Partitioned())
 	before := sum()
