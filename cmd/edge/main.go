@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -54,8 +55,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	bare := fs.Bool("bare-baseline", false, "benchmark baseline: serve POST /v1/check with a fixed JSON answer and nothing else, on -bare-listen")
 	bareListen := fs.String("bare-listen", "127.0.0.1:8081", "listen `address` for -bare-baseline")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to `file` until exit")
+	showVersion := fs.Bool("version", false, "print the version, commit and Go version, and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, versionLine())
+		return nil
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -152,9 +158,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
+// version is the module version from the build info: a tag such as v0.3.0
+// when installed with go install at a version, a pseudo-version, or
+// "(devel)" when built from a checkout.
 func version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
 	}
-	return "devel"
+	return "(devel)"
+}
+
+// versionLine is what -version prints: the module version, the VCS commit
+// and time the binary was built from (with "+dirty" for uncommitted
+// changes), the Go version and the platform, all from the build info.
+func versionLine() string {
+	commit, at, dirty := "unknown", "", false
+	goVersion := runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVersion = bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if dirty {
+		commit += "+dirty"
+	}
+	line := fmt.Sprintf("edge %s commit %s", version(), commit)
+	if at != "" {
+		line += " (" + at + ")"
+	}
+	return line + fmt.Sprintf(" %s %s/%s", goVersion, runtime.GOOS, runtime.GOARCH)
 }

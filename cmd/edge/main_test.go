@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -150,4 +151,20 @@ func TestBareBaseline(t *testing.T) {
 	assert.Equal(t, string(bareBody), body)
 	cancel()
 	require.NoError(t, <-done)
+}
+
+func TestVersionFlag(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-version"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	line := strings.TrimSpace(out.String())
+	for _, want := range []string{"edge ", " commit ", runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH} {
+		if !strings.Contains(line, want) {
+			t.Errorf("-version printed %q, want it to contain %q", line, want)
+		}
+	}
+	if strings.Contains(line, "\n") {
+		t.Errorf("-version printed more than one line: %q", line)
+	}
 }
