@@ -28,6 +28,8 @@ var (
 		"Decisions by rule and result (allowed, denied, shadow_denied).", []string{"rule", "result"}, nil)
 	descActiveKeys = prometheus.NewDesc("geolimit_active_keys",
 		"Live keys per rule.", []string{"rule"}, nil)
+	descMaxKeys = prometheus.NewDesc("geolimit_store_max_keys",
+		"The store's cap on live (rule, key) pairs (limits.max_keys): geolimit_store_keys over this is the store's fill.", nil, nil)
 	descKeys = prometheus.NewDesc("geolimit_store_keys",
 		"Live (rule, key) pairs in the store.", nil, nil)
 	descEvicted = prometheus.NewDesc("geolimit_store_evicted_keys_total",
@@ -96,7 +98,7 @@ func newMetrics(a *App) *metrics {
 type nodeCollector struct{ a *App }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descEvicted, descUntracked, descExpired, descReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare} {
+	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descMaxKeys, descEvicted, descUntracked, descExpired, descReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare} {
 		ch <- d
 	}
 }
@@ -113,6 +115,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descActiveKeys, prometheus.GaugeValue, float64(k), rule)
 	}
 	ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(st.Store.Keys))
+	ch <- prometheus.MustNewConstMetric(descMaxKeys, prometheus.GaugeValue, float64(c.a.cfg.Limits.MaxKeys))
 	ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(st.Store.Evicted))
 	ch <- prometheus.MustNewConstMetric(descUntracked, prometheus.CounterValue, float64(st.Store.Overflow))
 	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(st.Store.Expired))
