@@ -230,6 +230,7 @@ func TestMultiRegionExamples(t *testing.T) {
 	} {
 		assert.Contains(t, string(b), m)
 	}
+	assertMetricsDocumented(t, string(b))
 
 	// Stop region ap: after peer_timeout the others list it as partitioned;
 	// started again, it is heard again and learns the others' counts.
@@ -254,4 +255,37 @@ func TestMultiRegionExamples(t *testing.T) {
 		return keyTotal(t, sin.api, "api", "198.51.100.1") == 20
 	})
 	assert.Equal(t, uint64(20), keyTotal(t, ams1.api, "api", "198.51.100.1"))
+}
+
+// assertMetricsDocumented checks that every geolimit_ metric family in the
+// exposition text is named in README.md, literally or in a brace group such
+// as geolimit_replication_{messages_sent,sent_bytes}_total.
+func assertMetricsDocumented(t *testing.T, exposition string) {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(geolimit_[a-z_{},]+)").FindAllStringSubmatch(string(readme), -1) {
+		for _, n := range expandBraces(m[1]) {
+			documented[n] = true
+		}
+	}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (geolimit_\S+) `).FindAllStringSubmatch(exposition, -1) {
+		assert.True(t, documented[m[1]], "metric %s is not in README.md", m[1])
+	}
+}
+
+// expandBraces expands one level of {a,b,...} groups: x_{a,b}_y gives x_a_y
+// and x_b_y.
+func expandBraces(s string) []string {
+	i := strings.IndexByte(s, '{')
+	j := strings.IndexByte(s, '}')
+	if i < 0 || j < i {
+		return []string{s}
+	}
+	var out []string
+	for _, alt := range strings.Split(s[i+1:j], ",") {
+		out = append(out, expandBraces(s[:i]+alt+s[j+1:])...)
+	}
+	return out
 }
