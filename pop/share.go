@@ -107,7 +107,9 @@ type RulePartition struct {
 	EnforcingShare bool `json:"enforcing_share"`
 	// Keys is how many keys have a snapshotted traffic share.
 	Keys int `json:"keys"`
-	// MeanShare is the mean share of those keys (or SideShare without any).
+	// MeanShare is the mean share of those keys (or SideShare without any)
+	// while the rule enforces shares, 1 otherwise (the whole limit), as the
+	// metric geolimit_rule_mean_share reports it.
 	MeanShare float64 `json:"mean_share"`
 }
 
@@ -312,7 +314,7 @@ func (n *Node) Partition(now int64) PartitionStatus {
 		sort.Strings(st.Unheard)
 	}
 	for _, r := range rs.sorted {
-		rp := RulePartition{Rule: r.Name, Policy: r.OnPartition.String()}
+		rp := RulePartition{Rule: r.Name, Policy: r.OnPartition.String(), MeanShare: 1}
 		if active && r.OnPartition == Share && r.Scope == ScopeGlobal {
 			rp.EnforcingShare = true
 			sum := 0.0

@@ -83,6 +83,10 @@ func TestShareSplitsLimitByPreCutTraffic(t *testing.T) {
 
 func TestShareFallsBackToPoPCountForNewKeys(t *testing.T) {
 	eu, _ := shareNodes(t, Share)
+	st := eu.Partition(t0)
+	require.Len(t, st.Rules, 1)
+	assert.False(t, st.Rules[0].EnforcingShare)
+	assert.Equal(t, 1.0, st.Rules[0].MeanShare, "outside partitions a rule may spend its whole limit")
 	// eu knows of iad only as unheard: 2 PoPs, one per side.
 	eu.SetUnheard(t0, []string{"us/iad"})
 	admitted := 0
@@ -92,7 +96,7 @@ func TestShareFallsBackToPoPCountForNewKeys(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 50, admitted)
-	st := eu.Partition(t0)
+	st = eu.Partition(t0)
 	assert.InDelta(t, 0.5, st.SideShare, 1e-9)
 	require.Len(t, st.Rules, 1)
 	assert.True(t, st.Rules[0].EnforcingShare)
