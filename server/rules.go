@@ -146,11 +146,65 @@ type origin struct {
 }
 
 // proxiedOrigin is the origin of a request that reaches the proxy listener:
-// its own method, path, host and headers, and the client address clientIP
-// finds.
+// its own method, path (see rulePath), host and headers, and the client
+// address clientIP finds.
 func proxiedOrigin(r *http.Request, trusted []netip.Prefix) origin {
 	ip, _ := clientIP(r, trusted)
-	return origin{method: r.Method, path: r.URL.Path, host: r.Host, header: r.Header, ip: ip}
+	return origin{method: r.Method, path: rulePath(r.URL.Path), host: r.Host, header: r.Header, ip: ip}
+}
+
+// rulePath is the path the rules see: p with "." and ".." segments resolved
+// and repeated slashes merged (a trailing slash kept), as nginx and most
+// servers route it. Without it "/x/../api/v1" or "//api/v1" would reach
+// /api/v1 upstream unmatched by a path_prefix /api rule. A path without
+// such segments (nearly all) is returned as it is, with no allocation.
+func rulePath(p string) string {
+	if !dirtyPath(p) {
+		return p
+	}
+	segs := strings.Split(p[1:], "/")
+	out := make([]string, 0, len(segs))
+	trailing := false
+	for _, s := range segs {
+		trailing = false
+		switch s {
+		case "", ".":
+			trailing = true
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			trailing = true
+		default:
+			out = append(out, s)
+		}
+	}
+	c := "/" + strings.Join(out, "/")
+	if trailing && len(out) > 0 {
+		c += "/"
+	}
+	return c
+}
+
+// dirtyPath reports whether p (starting with '/') has an empty, "." or ".."
+// segment before its end.
+func dirtyPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' {
+			continue
+		}
+		rest := p[i+1:]
+		switch {
+		case len(rest) > 0 && rest[0] == '/':
+			return true
+		case rest == "." || rest == ".." || strings.HasPrefix(rest, "./") || strings.HasPrefix(rest, "../"):
+			return true
+		}
+	}
+	return false
 }
 
 // matches reports whether the request o falls under the rule.
