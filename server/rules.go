@@ -15,12 +15,14 @@ import (
 	"github.com/geolimit/geolimit/pop"
 )
 
-// ruleSet is an immutable snapshot of the compiled rules and proxy settings,
-// swapped atomically on reload.
+// ruleSet is an immutable snapshot of the compiled rules, the trusted
+// proxies and the forward-auth deny status, swapped atomically on reload.
 type ruleSet struct {
 	rules   []*compiledRule // config order
 	byName  map[string]*compiledRule
 	trusted []netip.Prefix
+	// denyStatus is forward_auth.deny_status.
+	denyStatus int
 }
 
 // compiledRule is a rule ready for the hot path: matchers parsed, header
@@ -83,7 +85,7 @@ func compileRules(cfg *config.Config, metricsFor func(string) *ruleMetrics) (*ru
 	if err != nil {
 		return nil, nil, err
 	}
-	rs := &ruleSet{byName: make(map[string]*compiledRule, len(prules)), trusted: trusted}
+	rs := &ruleSet{byName: make(map[string]*compiledRule, len(prules)), trusted: trusted, denyStatus: cfg.ForwardAuth.DenyStatus}
 	for i, r := range cfg.Rules {
 		pr := prules[i]
 		cr := &compiledRule{
