@@ -187,6 +187,9 @@ type App struct {
 	ready    atomic.Bool
 	// fwdWarned is set once an untrusted forward-auth peer was logged.
 	fwdWarned atomic.Bool
+	// testHookAtomic, set by tests only, runs between the peek and the
+	// counts of an atomic batch.
+	testHookAtomic func()
 
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup
