@@ -38,8 +38,12 @@ type Config struct {
 	Listen Listen `yaml:"listen"`
 	// API configures the decision API's authentication.
 	API API `yaml:"api"`
-	// Proxy configures reverse-proxy mode (used when Listen.Proxy is set).
+	// Proxy configures reverse-proxy mode (used when Listen.Proxy is set);
+	// its trusted_proxies apply to the forward-auth listener too.
 	Proxy Proxy `yaml:"proxy"`
+	// ForwardAuth configures the forward-auth listener (used when
+	// Listen.ForwardAuth is set).
+	ForwardAuth ForwardAuth `yaml:"forward_auth"`
 	// NATS configures the NATS connection between PoPs and regions.
 	NATS NATS `yaml:"nats"`
 	// Gossip configures memberlist inside the PoP; nil for a one-node PoP.
@@ -71,6 +75,10 @@ type Listen struct {
 	API string `yaml:"api"`
 	// Proxy is the reverse-proxy listener; empty (the default) turns proxy mode off.
 	Proxy string `yaml:"proxy"`
+	// ForwardAuth is the forward-auth listener that nginx auth_request,
+	// Traefik ForwardAuth and Caddy forward_auth ask, on any path; empty
+	// (the default) turns it off.
+	ForwardAuth string `yaml:"forward_auth"`
 }
 
 // API configures the decision API listener's authentication.
@@ -100,6 +108,21 @@ type Proxy struct {
 	// headers. Default 30s.
 	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
 }
+
+// ForwardAuth configures the forward-auth listener.
+type ForwardAuth struct {
+	// DenyStatus is the status of a denied request (400-499) unless the
+	// request asks for another with the X-Geolimit-Deny-Status header.
+	// Default 429; nginx auth_request passes only 401 and 403 on.
+	DenyStatus int `yaml:"deny_status"`
+}
+
+// MinDenyStatus and MaxDenyStatus bound forward_auth.deny_status and the
+// X-Geolimit-Deny-Status header: a denial is a client error.
+const (
+	MinDenyStatus = 400
+	MaxDenyStatus = 499
+)
 
 // NATS configures NATS.
 type NATS struct {
@@ -338,6 +361,7 @@ func DefaultConfig() *Config {
 			DialTimeout:           Duration(2 * time.Second),
 			ResponseHeaderTimeout: Duration(30 * time.Second),
 		},
+		ForwardAuth: ForwardAuth{DenyStatus: 429},
 		NATS: NATS{
 			Embedded:      Embedded{Listen: DefaultEmbeddedListen},
 			SubjectPrefix: "geolimit",
@@ -443,6 +467,14 @@ func (c *Config) Validate() error {
 		if c.Proxy.Upstream == "" {
 			return errors.New("proxy.upstream: required when listen.proxy is set")
 		}
+	}
+	if c.Listen.ForwardAuth != "" {
+		if err := checkAddr(c.Listen.ForwardAuth, false); err != nil {
+			return fmt.Errorf("listen.forward_auth: %w", err)
+		}
+	}
+	if s := c.ForwardAuth.DenyStatus; s < MinDenyStatus || s > MaxDenyStatus {
+		return fmt.Errorf("forward_auth.deny_status: must be a 4xx status (%d-%d), got %d", MinDenyStatus, MaxDenyStatus, s)
 	}
 	if c.Proxy.Upstream != "" {
 		u, err := url.Parse(c.Proxy.Upstream)

@@ -21,6 +21,9 @@ node:
 listen:
   api: 127.0.0.1:8080
   proxy: ""
+  forward_auth: 127.0.0.1:8090
+forward_auth:
+  deny_status: 403
 proxy:
   upstream: http://127.0.0.1:9000
   trusted_proxies: [127.0.0.1/32]
@@ -57,6 +60,8 @@ func TestParseContract(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Node{ID: "ams-1", Region: "eu", PoP: "ams"}, c.Node)
 	assert.Equal(t, "127.0.0.1:8080", c.Listen.API)
+	assert.Equal(t, "127.0.0.1:8090", c.Listen.ForwardAuth)
+	assert.Equal(t, 403, c.ForwardAuth.DenyStatus)
 	assert.Equal(t, []string{"127.0.0.1/32"}, c.Proxy.TrustedProxies)
 	require.NotNil(t, c.NATS.Embedded.Gateway)
 	assert.Equal(t, []RemoteGateway{{Name: "us", URLs: []string{"nats://127.0.0.1:7223"}}}, c.NATS.Embedded.Gateway.Gateways)
@@ -79,6 +84,8 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, "local", c.Node.Region)
 	assert.Equal(t, "127.0.0.1:4222", c.NATS.Embedded.Listen)
 	assert.Equal(t, "geolimit", c.NATS.SubjectPrefix)
+	assert.Empty(t, c.Listen.ForwardAuth)
+	assert.Equal(t, 429, c.ForwardAuth.DenyStatus)
 	r := c.Rules[0]
 	assert.Equal(t, Rule{Name: "r", Key: KeySpec{"ip", "header:X-Key"}, Limit: 5, Window: Duration(time.Second),
 		Cost: 1, Scope: "global", Mode: "enforce", OnPartition: "keep"}, r)
@@ -137,6 +144,11 @@ func TestParseErrors(t *testing.T) {
 		{"bad api listen", "listen: {api: localhost}", "listen.api:"},
 		{"proxy without upstream", "listen: {proxy: '127.0.0.1:0'}", "proxy.upstream: required"},
 		{"bad upstream", "proxy: {upstream: 'ftp://x'}", "proxy.upstream:"},
+		{"bad forward-auth listen", "listen: {forward_auth: '127.0.0.1'}", "listen.forward_auth:"},
+		{"deny status not 4xx", "forward_auth: {deny_status: 500}", "forward_auth.deny_status: must be a 4xx status (400-499), got 500"},
+		{"deny status 2xx", "forward_auth: {deny_status: 200}", "forward_auth.deny_status: must be a 4xx status (400-499), got 200"},
+		{"deny status not a number", "forward_auth: {deny_status: forbidden}", "forward_auth.deny_status: cannot unmarshal"},
+		{"unknown forward-auth field", "forward_auth: {status: 403}", "forward_auth.status: unknown field"},
 		{"bad trusted proxy", "proxy: {trusted_proxies: [10.0.0.0/8, nope]}", "proxy.trusted_proxies[1]:"},
 		{"bad node id", "node: {id: 'a/b'}", "node.id:"},
 		{"empty region", "node: {region: ''}", "node.region:"},

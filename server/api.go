@@ -1,13 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -262,6 +265,11 @@ type batchScratch struct {
 	rules  []*compiledRule
 	costs  []uint64
 	counts []ruleCount
+	// For atomic batches: each check's cumulative cost (see cumulate), an
+	// index slice to sort, the decisions.
+	cum   []uint64
+	order []int32
+	decs  []pop.Decision
 }
 
 type ruleCount struct {
@@ -271,9 +279,11 @@ type ruleCount struct {
 
 var batchPool = newPool(func() *batchScratch { return &batchScratch{} })
 
-// POST /v1/checks {"checks":[{"rule":..,"key":..,"cost":..},...]}
+// POST /v1/checks {"checks":[{"rule":..,"key":..,"cost":..},...],"atomic":false}
 // -> {"results":[...]} (200; each result says allowed or not). Every check
-// is validated before any is decided, so a bad check counts nothing.
+// is validated before any is decided, so a bad check counts nothing. With
+// "atomic": true all checks pass or none is counted (see decideAtomic), and
+// the answer adds "allowed" and "counted".
 func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		methodNotAllowed(w, http.MethodPost)
@@ -289,7 +299,8 @@ func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 	sc := batchPool.get()
 	defer batchPool.put(sc)
 	var err error
-	sc.checks, err = parseChecksBody(*bp, sc.checks[:0], a.cfg.Limits.MaxBatch)
+	var atomic bool
+	sc.checks, atomic, err = parseChecksBody(*bp, sc.checks[:0], a.cfg.Limits.MaxBatch)
 	if err != nil {
 		if errors.Is(err, errTooMany) {
 			writeError(w, http.StatusRequestEntityTooLarge, "checks: more than "+strconv.Itoa(a.cfg.Limits.MaxBatch)+" in one batch")
@@ -303,7 +314,7 @@ func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 	for i := range sc.checks {
 		cr, cost, aerr := resolve(rs, &sc.checks[i])
 		if aerr != nil {
-			writeError(w, aerr.status, "checks["+strconv.Itoa(i)+"]: "+aerr.msg)
+			writeError(w, aerr.status, checkMsg(i, aerr.msg))
 			return
 		}
 		sc.rules = append(sc.rules, cr)
@@ -311,17 +322,38 @@ func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 	}
 	out := getBuf()
 	defer putBuf(out)
-	b := append((*out)[:0], `{"results":[`...)
 	sc.counts = sc.counts[:0]
+	var b []byte
+	if atomic {
+		b, aerr = a.decideAtomic(sc, (*out)[:0])
+	} else {
+		b, aerr = a.decideEach(sc, (*out)[:0])
+	}
+	*out = b
+	a.flushCounts(sc)
+	if aerr != nil {
+		writeError(w, aerr.status, aerr.msg)
+		return
+	}
+	w.Header()[hContentType] = jsonCT
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	a.met.latencyChecks.Observe(time.Since(start).Seconds())
+}
+
+func checkMsg(i int, msg string) string { return "checks[" + strconv.Itoa(i) + "]: " + msg }
+
+// decideEach decides the batch's checks one by one, each counted when
+// allowed, and appends {"results":[...]} to b.
+func (a *App) decideEach(sc *batchScratch, b []byte) ([]byte, *apiError) {
+	b = append(b, `{"results":[`...)
 	for i := range sc.checks {
 		cr := sc.rules[i]
 		key := string(sc.checks[i].key)
 		d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, sc.costs[i])
 		if err != nil {
-			a.flushCounts(sc)
 			e := decideErr(err)
-			writeError(w, e.status, "checks["+strconv.Itoa(i)+"]: "+e.msg)
-			return
+			return b, errStatus(e.status, checkMsg(i, e.msg))
 		}
 		sc.count(cr.m, d)
 		if i > 0 {
@@ -329,13 +361,117 @@ func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 		}
 		b = appendResultObj(b, cr, key, d)
 	}
-	b = append(b, "]}\n"...)
-	*out = b
-	a.flushCounts(sc)
-	w.Header()[hContentType] = jsonCT
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
-	a.met.latencyChecks.Observe(time.Since(start).Seconds())
+	return append(b, "]}\n"...), nil
+}
+
+// decideAtomic decides an atomic batch and appends
+// {"allowed":..,"counted":..,"results":[...]} to b.
+//
+// First every check is peeked (decided without counting) at one instant,
+// with the cost of the batch's checks of its rule and key up to and
+// including it (cumulate), so that two checks of one key are judged
+// together. If a check of an enforce rule would be denied, nothing is
+// counted: "allowed" is false, "counted" 0, and each result is its peeked
+// answer (a check that would fit says allowed although it was not counted).
+// Otherwise the checks are decided (counted) in batch order. Between the
+// peek and the counts another request (on this node, or counted elsewhere
+// and merged by replication) may take the last units of a key; then the
+// first check denied stops the batch: the checks before it stay counted,
+// it and those after it are not, "allowed" is false and "counted" says how
+// many were. Shadow rules never deny.
+func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
+	n := len(sc.checks)
+	if aerr := sc.cumulate(); aerr != nil {
+		return b, aerr
+	}
+	now := a.clk.Now()
+	sc.decs = sc.decs[:0]
+	allowed := true
+	for i := 0; i < n; i++ {
+		cr := sc.rules[i]
+		d, err := a.node.Peek(now, cr.pop.Name, string(sc.checks[i].key), sc.cum[i])
+		if err != nil {
+			e := decideErr(err)
+			return b, errStatus(e.status, checkMsg(i, e.msg))
+		}
+		if !d.Allowed {
+			allowed = false
+			sc.count(cr.m, d)
+		}
+		sc.decs = append(sc.decs, d)
+	}
+	counted := 0
+	if allowed {
+		if a.testHookAtomic != nil {
+			a.testHookAtomic()
+		}
+		for i := 0; i < n; i++ {
+			cr := sc.rules[i]
+			d, err := a.node.Decide(now, cr.pop.Name, string(sc.checks[i].key), sc.costs[i])
+			if err != nil {
+				e := decideErr(err)
+				return b, errStatus(e.status, checkMsg(i, e.msg))
+			}
+			sc.count(cr.m, d)
+			sc.decs[i] = d
+			if !d.Allowed {
+				allowed = false
+				break
+			}
+			counted++
+		}
+	}
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, allowed)
+	b = append(b, `,"counted":`...)
+	b = strconv.AppendInt(b, int64(counted), 10)
+	b = append(b, `,"results":[`...)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendResultObj(b, sc.rules[i], string(sc.checks[i].key), sc.decs[i])
+	}
+	return append(b, "]}\n"...), nil
+}
+
+// cumulate sets sc.cum[i] to the cost of check i plus that of the batch's
+// earlier checks of the same rule and key, and refuses (400) a batch in
+// which such a sum is over the rule's limit: it could never pass whole.
+func (sc *batchScratch) cumulate() *apiError {
+	n := len(sc.checks)
+	sc.cum = slices.Grow(sc.cum[:0], n)[:n]
+	copy(sc.cum, sc.costs)
+	if n < 2 {
+		return nil
+	}
+	sc.order = sc.order[:0]
+	for i := 0; i < n; i++ {
+		sc.order = append(sc.order, int32(i))
+	}
+	// Stable: checks of one rule and key stay in batch order.
+	slices.SortStableFunc(sc.order, sc.compare)
+	for k := 1; k < n; k++ {
+		prev, i := sc.order[k-1], sc.order[k]
+		if sc.rules[prev] != sc.rules[i] || !bytes.Equal(sc.checks[prev].key, sc.checks[i].key) {
+			continue
+		}
+		sc.cum[i] += sc.cum[prev]
+		if cr := sc.rules[i]; sc.cum[i] > cr.pop.Limit {
+			return errStatus(http.StatusBadRequest, checkMsg(int(i), "cost: the batch's checks of rule "+strconv.Quote(cr.pop.Name)+
+				" and key "+strconv.Quote(string(sc.checks[i].key))+" cost "+strconv.FormatUint(sc.cum[i], 10)+" together, over the rule's limit "+
+				cr.limitStr+": an atomic batch could never pass"))
+		}
+	}
+	return nil
+}
+
+// compare orders check indexes by rule name, then key.
+func (sc *batchScratch) compare(x, y int32) int {
+	if c := strings.Compare(sc.rules[x].pop.Name, sc.rules[y].pop.Name); c != 0 {
+		return c
+	}
+	return bytes.Compare(sc.checks[x].key, sc.checks[y].key)
 }
 
 // count adds a decision to the batch's per-rule tallies (a batch touches few

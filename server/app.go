@@ -180,9 +180,16 @@ type App struct {
 	repl     Replicator
 	apiLn    net.Listener
 	proxyLn  net.Listener
+	fwdLn    net.Listener
 	apiSrv   *http.Server
 	proxySrv *http.Server
+	fwdSrv   *http.Server
 	ready    atomic.Bool
+	// fwdWarned is set once an untrusted forward-auth peer was logged.
+	fwdWarned atomic.Bool
+	// testHookAtomic, set by tests only, runs between the peek and the
+	// counts of an atomic batch.
+	testHookAtomic func()
 
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup
@@ -217,7 +224,7 @@ func New(o Options) (*App, error) {
 		clk:        o.Clock,
 		reg:        prometheus.NewRegistry(),
 		ruleMetric: map[string]*ruleMetrics{},
-		serveErr:   make(chan error, 2),
+		serveErr:   make(chan error, 3),
 	}
 	rs, prules, err := compileRules(o.Config, a.metricsFor)
 	if err != nil {
@@ -284,6 +291,15 @@ func (a *App) ProxyAddr() net.Addr {
 	return a.proxyLn.Addr()
 }
 
+// ForwardAuthAddr returns the forward-auth listener's address, or nil when
+// listen.forward_auth is not set or the App has not started.
+func (a *App) ForwardAuthAddr() net.Addr {
+	if a.fwdLn == nil {
+		return nil
+	}
+	return a.fwdLn.Addr()
+}
+
 // NATSURL returns the NATS client URL in use, once started.
 func (a *App) NATSURL() string { return a.natsURL }
 
@@ -341,6 +357,12 @@ func (a *App) Start(ctx context.Context) (err error) {
 		}
 		a.proxySrv = newSrv(ph)
 	}
+	if a.cfg.Listen.ForwardAuth != "" {
+		if a.fwdLn, err = net.Listen("tcp", a.cfg.Listen.ForwardAuth); err != nil {
+			return fmt.Errorf("server: listen.forward_auth: %w", err)
+		}
+		a.fwdSrv = newSrv(a.forwardAuthHandler())
+	}
 	if a.opts.NewReplicator != nil {
 		r, err := a.opts.NewReplicator(ReplicationEnv{
 			Node: a.node, Clock: a.clk, Config: a.cfg, NATSURL: a.natsURL, NATS: a.nats,
@@ -359,6 +381,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 	if a.proxySrv != nil {
 		a.serve(a.proxySrv, a.proxyLn, "proxy")
 	}
+	if a.fwdSrv != nil {
+		a.serve(a.fwdSrv, a.fwdLn, "forward_auth")
+	}
 	a.loops.Add(1)
 	go a.tickLoop(ctx)
 	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
@@ -367,7 +392,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	a.ready.Store(true)
 	a.log.Info("edge started", "node", a.opts.Self.String(), "api", a.apiLn.Addr().String(),
-		"proxy", addrString(a.proxyLn), "rules", len(a.rules.Load().rules))
+		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "rules", len(a.rules.Load().rules))
 	return nil
 }
 
@@ -412,7 +437,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.shutOnce.Do(func() {
 		a.ready.Store(false)
 		var errs []error
-		for _, s := range []*http.Server{a.proxySrv, a.apiSrv} {
+		for _, s := range []*http.Server{a.proxySrv, a.fwdSrv, a.apiSrv} {
 			if s == nil {
 				continue
 			}
@@ -421,7 +446,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 				_ = s.Close()
 			}
 		}
-		for _, l := range []net.Listener{a.apiLn, a.proxyLn} {
+		for _, l := range []net.Listener{a.apiLn, a.proxyLn, a.fwdLn} {
 			if l != nil {
 				_ = l.Close() // a listener that never served
 			}
@@ -542,8 +567,9 @@ func (a *App) watchLoop(ctx context.Context) {
 }
 
 // Reload re-reads the config file and applies its rules, trusted proxies,
-// API tokens (api.token_file, read again) and, when the Replicator is a
-// ConfigReloader, gossip keys (gossip.secret_key_file, read again). An
+// forward_auth.deny_status, API tokens (api.token_file, read again) and,
+// when the Replicator is a ConfigReloader, gossip keys
+// (gossip.secret_key_file, read again). An
 // invalid file, key file or token file changes nothing: the old config keeps
 // serving and the reason is logged and returned. Rules whose name and window
 // are unchanged keep their counts. Other sections (listen, nats, the rest of

@@ -77,12 +77,23 @@ func BenchmarkCheckHandler(b *testing.B) {
 // BenchmarkChecksHandler is POST /v1/checks with 100 checks; ns/op / 100 is
 // the cost of one decision.
 func BenchmarkChecksHandler(b *testing.B) {
-	a := benchApp(b)
+	serveBodies(b, benchApp(b), "/v1/checks", checksBodies(`{"checks":[`))
+}
+
+// BenchmarkChecksHandlerAtomic is BenchmarkChecksHandler with "atomic":
+// true: every check is peeked, then counted.
+func BenchmarkChecksHandlerAtomic(b *testing.B) {
+	serveBodies(b, benchApp(b), "/v1/checks", checksBodies(`{"atomic":true,"checks":[`))
+}
+
+// checksBodies returns 10 bodies of 100 checks over 1000 keys, each
+// starting with head.
+func checksBodies(head string) [][]byte {
 	keys := benchKeys(1000)
 	var bodies [][]byte
 	for j := 0; j < 10; j++ {
 		var sb strings.Builder
-		sb.WriteString(`{"checks":[`)
+		sb.WriteString(head)
 		for i := 0; i < 100; i++ {
 			if i > 0 {
 				sb.WriteByte(',')
@@ -92,7 +103,7 @@ func BenchmarkChecksHandler(b *testing.B) {
 		sb.WriteString(`]}`)
 		bodies = append(bodies, []byte(sb.String()))
 	}
-	serveBodies(b, a, "/v1/checks", bodies)
+	return bodies
 }
 
 // BenchmarkCheckHandlerAuth is BenchmarkCheckHandler without and with

@@ -8,7 +8,7 @@ import (
 )
 
 // A small, allocation-lean JSON reader for the decision API's two request
-// shapes, {"rule","key","cost"} and {"checks":[...]}. It accepts exactly what
+// shapes, {"rule","key","cost"} and {"checks":[...],"atomic":bool}. It accepts exactly what
 // encoding/json accepts for these shapes (unknown fields are skipped, null
 // means omitted, the last duplicate field wins) and rejects what it rejects.
 // Strings without escapes are returned as slices of the input.
@@ -18,7 +18,8 @@ import (
 // parse on a 100-check body (BenchmarkParseChecks100: about 81 us and 207
 // allocations against 10 us and none here). FuzzParseCheck and
 // TestParseDifferential hold it to encoding/json: it rejects what that
-// rejects, and the rule and key it reads are the ones encoding/json reads.
+// rejects, and the rule, key and atomic flag it reads are the ones
+// encoding/json reads.
 
 // check is one decoded check request. rule and key may alias the request
 // body and are valid only while it is.
@@ -80,15 +81,16 @@ func parseCheckBody(b []byte, c *check) error {
 	return nil
 }
 
-// parseChecksBody parses {"checks":[...]} into dst (reused) and returns it.
-// It fails with errTooMany once more than max checks are seen.
-func parseChecksBody(b []byte, dst []check, max int) ([]check, error) {
+// parseChecksBody parses {"checks":[...],"atomic":bool} into dst (reused)
+// and returns it and atomic ("atomic" omitted or null: false). It fails
+// with errTooMany once more than max checks are seen.
+func parseChecksBody(b []byte, dst []check, max int) (checks []check, atomic bool, err error) {
 	i := ws(b, 0)
 	if i >= len(b) {
-		return dst, &jsonErr{err: errJSONEOF, off: i}
+		return dst, false, &jsonErr{err: errJSONEOF, off: i}
 	}
 	if b[i] != '{' {
-		return dst, &jsonErr{err: errJSONType, off: i, msg: "want an object"}
+		return dst, false, &jsonErr{err: errJSONType, off: i, msg: "want an object"}
 	}
 	i = ws(b, i+1)
 	seen := false
@@ -98,41 +100,71 @@ func parseChecksBody(b []byte, dst []check, max int) ([]check, error) {
 		for {
 			name, j, err := parseString(b, i)
 			if err != nil {
-				return dst, err
+				return dst, false, err
 			}
 			if i = ws(b, j); i >= len(b) || b[i] != ':' {
-				return dst, synErr(i, "want ':'")
+				return dst, false, synErr(i, "want ':'")
 			}
 			i = ws(b, i+1)
-			if string(name) == "checks" {
+			switch string(name) {
+			case "checks":
 				dst, i, err = parseCheckArray(b, i, dst[:0], max)
 				if err != nil {
-					return dst, err
+					return dst, false, err
 				}
 				seen = true
-			} else if i, err = skipValue(b, i, 0); err != nil {
-				return dst, err
+			case "atomic":
+				if atomic, i, err = parseBool(b, i, "atomic"); err != nil {
+					return dst, false, err
+				}
+			default:
+				if i, err = skipValue(b, i, 0); err != nil {
+					return dst, false, err
+				}
 			}
 			if i = ws(b, i); i >= len(b) {
-				return dst, &jsonErr{err: errJSONEOF, off: i}
+				return dst, false, &jsonErr{err: errJSONEOF, off: i}
 			}
 			if b[i] == '}' {
 				i++
 				break
 			}
 			if b[i] != ',' {
-				return dst, synErr(i, "want ',' or '}'")
+				return dst, false, synErr(i, "want ',' or '}'")
 			}
 			i = ws(b, i+1)
 		}
 	}
 	if i = ws(b, i); i != len(b) {
-		return dst, &jsonErr{err: errJSONTrailer, off: i}
+		return dst, false, &jsonErr{err: errJSONTrailer, off: i}
 	}
 	if !seen {
 		dst = dst[:0]
 	}
-	return dst, nil
+	return dst, atomic, nil
+}
+
+// parseBool parses true, false or null (false) at b[i]; field names the
+// field in a type error.
+func parseBool(b []byte, i int, field string) (bool, int, error) {
+	if i >= len(b) {
+		return false, i, &jsonErr{err: errJSONEOF, off: i}
+	}
+	switch b[i] {
+	case 't':
+		j, err := lit(b, i, "true")
+		return err == nil, j, err
+	case 'f':
+		j, err := lit(b, i, "false")
+		return false, j, err
+	case 'n':
+		j, err := lit(b, i, "null")
+		return false, j, err
+	}
+	if j, err := skipValue(b, i, 0); err != nil {
+		return false, j, err
+	}
+	return false, i, &jsonErr{err: errJSONType, off: i, msg: field + ": want true or false"}
 }
 
 var errTooMany = errors.New("too many checks")

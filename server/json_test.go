@@ -75,24 +75,70 @@ func TestParseCheck(t *testing.T) {
 }
 
 func TestParseChecks(t *testing.T) {
-	cs, err := parseChecksBody([]byte(`{"other":1,"checks":[{"rule":"a","key":"1"},{"rule":"b","key":"2","cost":2}]}`), nil, 10)
+	cs, atomic, err := parseChecksBody([]byte(`{"other":1,"checks":[{"rule":"a","key":"1"},{"rule":"b","key":"2","cost":2}]}`), nil, 10)
 	require.NoError(t, err)
 	require.Len(t, cs, 2)
+	assert.False(t, atomic)
 	assert.Equal(t, "b", string(cs[1].rule))
 	assert.Equal(t, uint64(2), cs[1].cost)
 
-	cs, err = parseChecksBody([]byte(`{"checks":[]}`), cs, 10)
+	cs, _, err = parseChecksBody([]byte(`{"checks":[]}`), cs, 10)
 	require.NoError(t, err)
 	assert.Empty(t, cs)
-	cs, err = parseChecksBody([]byte(`{}`), cs, 10)
+	cs, _, err = parseChecksBody([]byte(`{}`), cs, 10)
 	require.NoError(t, err)
 	assert.Empty(t, cs)
 
-	_, err = parseChecksBody([]byte(`{"checks":[{},{},{}]}`), nil, 2)
+	_, _, err = parseChecksBody([]byte(`{"checks":[{},{},{}]}`), nil, 2)
 	assert.ErrorIs(t, err, errTooMany)
 	for _, bad := range []string{`{"checks":{}}`, `{"checks":[1]}`, `{"checks":[{}`, `{"checks":[{}] `[:12], `[]`, `{"checks":[{},]}`} {
-		_, err = parseChecksBody([]byte(bad), nil, 10)
+		_, _, err = parseChecksBody([]byte(bad), nil, 10)
 		assert.Error(t, err, bad)
+	}
+}
+
+func TestParseChecksAtomic(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"checks":[{"rule":"a","key":"1"}],"atomic":true}`: true,
+		`{"atomic":true,"checks":[]}`:                       true,
+		` { "atomic" : false , "checks" : [ ] } `:           false,
+		`{"atomic":null}`:                                   false,
+		`{"atomic":true,"atomic":false}`:                    false,
+		`{"atomic":false,"atomic":true}`:                    true,
+		`{"atomic":true,"atomic":null}`:                     false,
+		`{"Atomic":true}`:                                   false,
+		`{"checks":[{"atomic":true}]}`:                      false,
+	} {
+		_, atomic, err := parseChecksBody([]byte(in), nil, 10)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, atomic, in)
+	}
+	for in, msg := range map[string]string{
+		`{"atomic":1}`:      "atomic: want true or false",
+		`{"atomic":"true"}`: "atomic: want true or false",
+		`{"atomic":[true]}`: "atomic: want true or false",
+		`{"atomic":{}}`:     "atomic: want true or false",
+		`{"atomic":tru}`:    "bad literal",
+		`{"atomic":truex}`:  "want ',' or '}'",
+		`{"atomic":}`:       "unexpected character",
+		`{"atomic":"x}`:     "unexpected end",
+		`{"atomic":true`:    "unexpected end",
+		`{"atomic":fals}`:   "bad literal",
+		`{"atomic":nul`:     "unexpected end",
+		`{"atomic":true}{}`: "after top-level value",
+		`{"atomic":[1,}`:    "unexpected character",
+		`{"atomic":"\x"}`:   "bad escape",
+		`{"atomic":-}`:      "bad number",
+		`{"atomic":true,}`:  "unexpected character",
+	} {
+		_, _, err := parseChecksBody([]byte(in), nil, 10)
+		require.Error(t, err, in)
+		assert.Contains(t, err.Error(), msg, in)
+		// encoding/json rejects each too.
+		var v struct {
+			Atomic bool `json:"atomic"`
+		}
+		assert.Error(t, json.Unmarshal([]byte(in), &v), in)
 	}
 }
 
@@ -104,6 +150,7 @@ func TestParseDifferential(t *testing.T) {
 	base := []string{
 		`{"rule":"api","key":"203.0.113.7","cost":1}`,
 		`{"checks":[{"rule":"a","key":"x\u00e9"},{"rule":"b","key":"y","cost":2,"z":[true,null,{"q":-1.5e3}]}]}`,
+		`{"atomic":true,"checks":[{"rule":"a","key":"k"}],"atomic":false}`,
 	}
 	const alphabet = "{}[]\",:\\ 0123456789-.eEtrufalsn"
 	for i := 0; i < 20000; i++ {
@@ -121,7 +168,7 @@ func TestParseDifferential(t *testing.T) {
 		}
 		var c check
 		err1 := parseCheckBody(b, &c)
-		_, err2 := parseChecksBody(b, nil, 1000)
+		_, _, err2 := parseChecksBody(b, nil, 1000)
 		if !json.Valid(b) {
 			require.Error(t, err1, "seed %d: accepted invalid JSON %q", seed, b)
 			require.Error(t, err2, "seed %d: accepted invalid JSON %q", seed, b)
@@ -132,27 +179,50 @@ func TestParseDifferential(t *testing.T) {
 func FuzzParseCheck(f *testing.F) {
 	f.Add([]byte(`{"rule":"api","key":"k","cost":1}`))
 	f.Add([]byte(`{"checks":[{"rule":"a","key":"\u00e9"}]}`))
+	f.Add([]byte(`{"checks":[{"rule":"a","key":"k"}],"atomic":true}`))
+	f.Add([]byte(`{"atomic":null,"atomic":false,"checks":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var c check
 		err := parseCheckBody(b, &c)
-		_, err2 := parseChecksBody(b, nil, 100)
+		cs, atomic, err2 := parseChecksBody(b, nil, 100)
 		if !json.Valid(b) && (err == nil || err2 == nil) {
 			t.Fatalf("accepted invalid JSON %q", b)
 		}
-		if err != nil || !utf8.Valid(b) {
+		if !utf8.Valid(b) {
 			return
 		}
 		// What the reader returns is what encoding/json reads.
 		var m map[string]any
-		if jerr := json.Unmarshal(b, &m); jerr != nil {
-			t.Fatalf("accepted %q, which encoding/json rejects: %v", b, jerr)
+		if err == nil || err2 == nil {
+			if jerr := json.Unmarshal(b, &m); jerr != nil {
+				t.Fatalf("accepted %q, which encoding/json rejects: %v", b, jerr)
+			}
 		}
-		for _, f := range []struct {
-			name string
-			got  []byte
-		}{{"rule", c.rule}, {"key", c.key}} {
-			if v, ok := m[f.name].(string); ok && v != string(f.got) {
-				t.Fatalf("%q: %s = %q, encoding/json reads %q", b, f.name, f.got, v)
+		if err == nil {
+			for _, f := range []struct {
+				name string
+				got  []byte
+			}{{"rule", c.rule}, {"key", c.key}} {
+				if v, ok := m[f.name].(string); ok && v != string(f.got) {
+					t.Fatalf("%q: %s = %q, encoding/json reads %q", b, f.name, f.got, v)
+				}
+			}
+		}
+		if err2 == nil {
+			switch v := m["atomic"].(type) {
+			case nil: // omitted or null
+				if atomic {
+					t.Fatalf("%q: atomic = true, encoding/json reads %v", b, v)
+				}
+			case bool:
+				if atomic != v {
+					t.Fatalf("%q: atomic = %v, encoding/json reads %v", b, atomic, v)
+				}
+			default:
+				t.Fatalf("%q: accepted atomic %v, not a boolean", b, v)
+			}
+			if arr, ok := m["checks"].([]any); ok && len(arr) != len(cs) {
+				t.Fatalf("%q: %d checks, encoding/json reads %d", b, len(cs), len(arr))
 			}
 		}
 	})
@@ -168,8 +238,9 @@ func TestAppendString(t *testing.T) {
 }
 
 // BenchmarkParseChecks100 parses a /v1/checks body of 100 checks with the
-// API's reader, and with encoding/json into the same shape as the baseline
-// in the same run: the reason the API has its own reader.
+// API's reader (also with "atomic":true), and with encoding/json into the
+// same shape as the baseline in the same run: the reason the API has its
+// own reader.
 func BenchmarkParseChecks100(b *testing.B) {
 	var sb strings.Builder
 	sb.WriteString(`{"checks":[`)
@@ -181,17 +252,23 @@ func BenchmarkParseChecks100(b *testing.B) {
 	}
 	sb.WriteString(`]}`)
 	body := []byte(sb.String())
-	b.Run("reader", func(b *testing.B) {
-		var dst []check
-		b.ReportAllocs()
-		b.SetBytes(int64(len(body)))
-		for b.Loop() {
-			var err error
-			if dst, err = parseChecksBody(body, dst, 1000); err != nil {
-				b.Fatal(err)
+	atomicBody := []byte(`{"atomic":true,` + sb.String()[1:])
+	reader := func(body []byte, atomic bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			var dst []check
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				var err error
+				var got bool
+				if dst, got, err = parseChecksBody(body, dst, 1000); err != nil || got != atomic {
+					b.Fatal(err, got)
+				}
 			}
 		}
-	})
+	}
+	b.Run("reader", reader(body, false))
+	b.Run("reader-atomic", reader(atomicBody, true))
 	b.Run("encoding-json", func(b *testing.B) {
 		type jcheck struct {
 			Rule string  `json:"rule"`
@@ -200,6 +277,7 @@ func BenchmarkParseChecks100(b *testing.B) {
 		}
 		var dst struct {
 			Checks []jcheck `json:"checks"`
+			Atomic bool     `json:"atomic"`
 		}
 		b.ReportAllocs()
 		b.SetBytes(int64(len(body)))

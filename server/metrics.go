@@ -14,13 +14,15 @@ import (
 // a collector at scrape time, so the hot path does no label lookup; key
 // counts come from node.Stats at scrape time.
 type metrics struct {
-	reloads        *prometheus.CounterVec
-	latencyCheck   prometheus.Observer
-	latencyChecks  prometheus.Observer
-	latencyProxy   prometheus.Observer
-	upstreamErrors prometheus.Counter
-	unauthMissing  prometheus.Counter
-	unauthInvalid  prometheus.Counter
+	reloads       *prometheus.CounterVec
+	latencyCheck  prometheus.Observer
+	latencyChecks prometheus.Observer
+	latencyProxy  prometheus.Observer
+	// latencyForwardAuth is observed per decided forward-auth request.
+	latencyForwardAuth prometheus.Observer
+	upstreamErrors     prometheus.Counter
+	unauthMissing      prometheus.Counter
+	unauthInvalid      prometheus.Counter
 }
 
 var (
@@ -55,7 +57,7 @@ var (
 func newMetrics(a *App) *metrics {
 	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "geolimit_decision_duration_seconds",
-		Help: "Time to decide one request: for the API from reading the body to the response written; for the proxy until the decision is made (upstream excluded). A /v1/checks batch is one observation; /v1/check is sampled 1 in 8.",
+		Help: "Time to decide one request: for the API from reading the body to the response written; for the proxy until the decision is made (upstream excluded); for forward auth until the answer is written. A /v1/checks batch is one observation; /v1/check is sampled 1 in 8.",
 		// 2us .. ~16ms
 		Buckets: prometheus.ExponentialBuckets(2e-6, 2, 14),
 	}, []string{"endpoint"})
@@ -64,9 +66,10 @@ func newMetrics(a *App) *metrics {
 			Name: "geolimit_config_reloads_total",
 			Help: "Config reloads by result (ok, failed).",
 		}, []string{"result"}),
-		latencyCheck:  lat.WithLabelValues("check"),
-		latencyChecks: lat.WithLabelValues("checks"),
-		latencyProxy:  lat.WithLabelValues("proxy"),
+		latencyCheck:       lat.WithLabelValues("check"),
+		latencyChecks:      lat.WithLabelValues("checks"),
+		latencyProxy:       lat.WithLabelValues("proxy"),
+		latencyForwardAuth: lat.WithLabelValues("forward_auth"),
 		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "geolimit_proxy_upstream_errors_total",
 			Help: "Proxied requests answered 502 because the upstream failed.",

@@ -61,20 +61,28 @@ func (a *App) proxyHandler() (http.Handler, error) {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		bind, d, denied := a.decideProxy(r)
+		rs := a.rules.Load()
+		o := proxiedOrigin(r, rs.trusted)
+		bind, d, denied := a.decideRules(rs, &o)
 		a.met.latencyProxy.Observe(time.Since(start).Seconds())
 		if bind != nil {
 			setRateLimitHeaders(w.Header(), bind, d)
 		}
 		if denied {
-			b := appendDenied(make([]byte, 0, 192), bind.pop.Name, d)
-			w.Header()[hContentType] = jsonCT
-			w.WriteHeader(http.StatusTooManyRequests)
-			_, _ = w.Write(b)
+			writeDenied(w, http.StatusTooManyRequests, bind, d)
 			return
 		}
 		rp.ServeHTTP(w, r)
 	}), nil
+}
+
+// writeDenied answers a denied request with status and the denial's JSON
+// body; the RateLimit headers (Retry-After among them) are already set.
+func writeDenied(w http.ResponseWriter, status int, bind *compiledRule, d pop.Decision) {
+	b := appendDenied(make([]byte, 0, 192), bind.pop.Name, d)
+	w.Header()[hContentType] = jsonCT
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
 }
 
 type applied struct {
@@ -82,21 +90,20 @@ type applied struct {
 	key string
 }
 
-// decideProxy decides r against every applicable rule. It returns the
-// binding rule and its decision (the denying rule with the longest wait, or
-// the enforce rule with the least remaining; nil when no enforce rule
-// applies), and whether r is denied.
-func (a *App) decideProxy(r *http.Request) (*compiledRule, pop.Decision, bool) {
-	rs := a.rules.Load()
-	ip, _ := clientIP(r, rs.trusted)
+// decideRules decides the request o against every applicable rule of rs,
+// for proxy mode and forward auth alike. It returns the binding rule and
+// its decision (the denying rule with the longest wait, or the enforce rule
+// with the least remaining; nil when no enforce rule applies), and whether
+// o is denied.
+func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, bool) {
 	var buf [8]applied
 	app := buf[:0]
 	enforce := 0
 	for _, cr := range rs.rules {
-		if !cr.matches(r) {
+		if !cr.matches(o) {
 			continue
 		}
-		k, ok := cr.key(r, ip)
+		k, ok := cr.key(o)
 		if !ok {
 			continue
 		}

@@ -243,3 +243,49 @@ func TestClientIP(t *testing.T) {
 		})
 	}
 }
+
+func TestRulePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/":              "/",
+		"/api/v1":        "/api/v1",
+		"/api/v1/":       "/api/v1/",
+		"/.well-known/x": "/.well-known/x",
+		"/a/..b/c.":      "/a/..b/c.",
+		"/x/../api/v1":   "/api/v1",
+		"/../api":        "/api",
+		"/api/./v1":      "/api/v1",
+		"//api//v1":      "/api/v1",
+		"/api/v1/..":     "/api/",
+		"/api/.":         "/api/",
+		"/api//":         "/api/",
+		"/..":            "/",
+		"//":             "/",
+		"*":              "*",
+		"":               "",
+	} {
+		assert.Equal(t, want, rulePath(in), "%q", in)
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = rulePath("/api/v1/users/42") }))
+}
+
+// TestProxyDotSegments: a path that names /api/x once its dot segments or
+// repeated slashes are resolved is counted as /api/x.
+func TestProxyDotSegments(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", `
+  - {name: api, limit: 100, window: 1m, match: {path_prefix: /api/}, key: [ip, path]}
+`))
+	for _, p := range []string{"/api/x", "/static/../api/x", "/api//x", "/api/./x", "/static/%2e%2e/api/x"} {
+		req, err := http.NewRequest("GET", "http://"+ta.ProxyAddr().String()+"/", nil)
+		require.NoError(t, err)
+		req.URL.Opaque = p // sent as written, not cleaned by the client
+		res, err := ta.c.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, p)
+	}
+	assert.EqualValues(t, 5, ta.keyTotal("api", "127.0.0.1%7C%2Fapi%2Fx"))
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	assert.Equal(t, "/static/../api/x", up.reqs[1].URL.Path, "the upstream gets the path as sent")
+}

@@ -15,12 +15,14 @@ import (
 	"github.com/geolimit/geolimit/pop"
 )
 
-// ruleSet is an immutable snapshot of the compiled rules and proxy settings,
-// swapped atomically on reload.
+// ruleSet is an immutable snapshot of the compiled rules, the trusted
+// proxies and the forward-auth deny status, swapped atomically on reload.
 type ruleSet struct {
 	rules   []*compiledRule // config order
 	byName  map[string]*compiledRule
 	trusted []netip.Prefix
+	// denyStatus is forward_auth.deny_status.
+	denyStatus int
 }
 
 // compiledRule is a rule ready for the hot path: matchers parsed, header
@@ -83,7 +85,7 @@ func compileRules(cfg *config.Config, metricsFor func(string) *ruleMetrics) (*ru
 	if err != nil {
 		return nil, nil, err
 	}
-	rs := &ruleSet{byName: make(map[string]*compiledRule, len(prules)), trusted: trusted}
+	rs := &ruleSet{byName: make(map[string]*compiledRule, len(prules)), trusted: trusted, denyStatus: cfg.ForwardAuth.DenyStatus}
 	for i, r := range cfg.Rules {
 		pr := prules[i]
 		cr := &compiledRule{
@@ -130,12 +132,89 @@ func ceilDiv(a, b int64) int64 {
 	return (a + b - 1) / b
 }
 
-// matches reports whether the proxied request r falls under the rule.
-func (cr *compiledRule) matches(r *http.Request) bool {
+// origin is the request the rules judge: in proxy mode the request itself,
+// in forward auth the request a trusted proxy describes. Both modes build
+// one and decide it with the same rules and key extraction.
+type origin struct {
+	method string
+	// path is the URL path, decoded.
+	path string
+	// host is the Host, possibly with a port.
+	host string
+	// header holds the request's headers, for header:<Name> key parts.
+	header http.Header
+	// ip is the client's address (see clientIP); invalid when unknown.
+	ip netip.Addr
+}
+
+// proxiedOrigin is the origin of a request that reaches the proxy listener:
+// its own method, path (see rulePath), host and headers, and the client
+// address clientIP finds.
+func proxiedOrigin(r *http.Request, trusted []netip.Prefix) origin {
+	ip, _ := clientIP(r, trusted)
+	return origin{method: r.Method, path: rulePath(r.URL.Path), host: r.Host, header: r.Header, ip: ip}
+}
+
+// rulePath is the path the rules see: p with "." and ".." segments resolved
+// and repeated slashes merged (a trailing slash kept), as nginx and most
+// servers route it. Without it "/x/../api/v1" or "//api/v1" would reach
+// /api/v1 upstream unmatched by a path_prefix /api rule. A path without
+// such segments (nearly all) is returned as it is, with no allocation.
+func rulePath(p string) string {
+	if !dirtyPath(p) {
+		return p
+	}
+	segs := strings.Split(p[1:], "/")
+	out := make([]string, 0, len(segs))
+	trailing := false
+	for _, s := range segs {
+		trailing = false
+		switch s {
+		case "", ".":
+			trailing = true
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			trailing = true
+		default:
+			out = append(out, s)
+		}
+	}
+	c := "/" + strings.Join(out, "/")
+	if trailing && len(out) > 0 {
+		c += "/"
+	}
+	return c
+}
+
+// dirtyPath reports whether p (starting with '/') has an empty, "." or ".."
+// segment before its end.
+func dirtyPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' {
+			continue
+		}
+		rest := p[i+1:]
+		switch {
+		case len(rest) > 0 && rest[0] == '/':
+			return true
+		case rest == "." || rest == ".." || strings.HasPrefix(rest, "./") || strings.HasPrefix(rest, "../"):
+			return true
+		}
+	}
+	return false
+}
+
+// matches reports whether the request o falls under the rule.
+func (cr *compiledRule) matches(o *origin) bool {
 	if len(cr.methods) > 0 {
 		ok := false
 		for _, m := range cr.methods {
-			if r.Method == m {
+			if o.method == m {
 				ok = true
 				break
 			}
@@ -144,20 +223,20 @@ func (cr *compiledRule) matches(r *http.Request) bool {
 			return false
 		}
 	}
-	if cr.prefix != "" && !strings.HasPrefix(r.URL.Path, cr.prefix) {
+	if cr.prefix != "" && !strings.HasPrefix(o.path, cr.prefix) {
 		return false
 	}
-	if cr.host != "" && !strings.EqualFold(hostOnly(r.Host), cr.host) {
+	if cr.host != "" && !strings.EqualFold(hostOnly(o.host), cr.host) {
 		return false
 	}
 	return true
 }
 
-// key builds the rule's key for r; ok is false when a part is missing (a
+// key builds the rule's key for o; ok is false when a part is missing (a
 // header not sent), in which case the rule does not apply.
-func (cr *compiledRule) key(r *http.Request, ip netip.Addr) (string, bool) {
+func (cr *compiledRule) key(o *origin) (string, bool) {
 	if len(cr.parts) == 1 {
-		k := partValue(cr.parts[0], r, ip)
+		k := partValue(cr.parts[0], o)
 		if k == "" {
 			return "", false
 		}
@@ -165,7 +244,7 @@ func (cr *compiledRule) key(r *http.Request, ip netip.Addr) (string, bool) {
 	}
 	var b strings.Builder
 	for i, p := range cr.parts {
-		v := partValue(p, r, ip)
+		v := partValue(p, o)
 		if v == "" {
 			return "", false
 		}
@@ -177,19 +256,19 @@ func (cr *compiledRule) key(r *http.Request, ip netip.Addr) (string, bool) {
 	return boundKey(b.String()), true
 }
 
-func partValue(p keyPart, r *http.Request, ip netip.Addr) string {
+func partValue(p keyPart, o *origin) string {
 	switch p.kind {
 	case partIP:
-		if !ip.IsValid() {
+		if !o.ip.IsValid() {
 			return ""
 		}
-		return ip.String()
+		return o.ip.String()
 	case partHeader:
-		return r.Header.Get(p.header)
+		return o.header.Get(p.header)
 	case partPath:
-		return r.URL.Path
+		return o.path
 	case partHost:
-		return strings.ToLower(hostOnly(r.Host))
+		return strings.ToLower(hostOnly(o.host))
 	}
 	return ""
 }

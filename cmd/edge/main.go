@@ -136,6 +136,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if a := app.ProxyAddr(); a != nil {
 		fmt.Fprintf(stdout, "proxy listening on http://%s\n", a)
 	}
+	if a := app.ForwardAuthAddr(); a != nil {
+		fmt.Fprintf(stdout, "forward auth listening on http://%s\n", a)
+	}
 	fmt.Fprintf(stdout, "nats on %s\n", app.NATSURL())
 	for {
 		select {

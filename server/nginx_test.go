@@ -1,0 +1,287 @@
+package server
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestNginxForwardAuth puts a real nginx, configured with the shipped
+// examples/forward-auth files, in front of a real upstream, and geolimit's
+// forward-auth listener behind auth_request. The client connects from
+// 127.0.0.2, nginx reaches geolimit from 127.0.0.1 (the trusted proxy).
+//
+// It needs nginx with ngx_http_auth_request_module: on PATH, in
+// /usr/sbin, or named by GEOLIMIT_NGINX. Without one it skips, unless
+// GEOLIMIT_REQUIRE_NGINX=1 (as in CI), when it fails.
+func TestNginxForwardAuth(t *testing.T) {
+	bin := nginxBinary(t)
+	up := newUpstream(t)
+	ex := filepath.Join("..", "examples", "forward-auth")
+	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
+	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
+	yaml = replaceOnce(t, yaml, "127.0.0.1:8090", "127.0.0.1:0")
+	ta := startApp(t, yaml)
+
+	dir := t.TempDir()
+	site := readFile(t, filepath.Join(ex, "nginx", "site.conf"))
+	site = replaceOnce(t, site, "server 127.0.0.1:8090;", "server "+ta.ForwardAuthAddr().String()+";")
+	site = replaceOnce(t, site, "proxy_pass http://127.0.0.1:9000;", "proxy_pass "+up.URL+";")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "geolimit"), 0o755))
+	for _, f := range []string{"locations.conf", "protect.conf"} {
+		copyFile(t, filepath.Join(ex, "nginx", "geolimit", f), filepath.Join(dir, "geolimit", f))
+	}
+	nginxAddr := startNginx(t, bin, dir, func(listen string) string {
+		return replaceOnce(t, site, "listen 80;", "listen "+listen+";")
+	})
+
+	// The client, from 127.0.0.2.
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext,
+	}}
+	send := func(method, path string, hdr ...string) resp {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+nginxAddr+path, strings.NewReader(""))
+		require.NoError(t, err)
+		req.Host = "app.example.com"
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Add(hdr[i], hdr[i+1])
+		}
+		res, err := c.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var b bytes.Buffer
+		_, err = b.ReadFrom(res.Body)
+		require.NoError(t, err)
+		return resp{status: res.StatusCode, header: res.Header, body: b.Bytes()}
+	}
+	const (
+		toShadow = `zzz","rule":"shadow-all`
+		toOther  = `mine","key":"other-customer`
+	)
+	// What a client may add to steer the decision: another URI, method,
+	// host or address, another status, the other spelling.
+	injections := [][]string{
+		nil,
+		{"X-Forwarded-Uri", "/static/app.js", "X-Forwarded-Method", "GET"},
+		{"X-Original-URI", "/static/app.js", "X-Original-Method", "GET"},
+		{"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "other.example.com"},
+		{"X-Geolimit-Deny-Status", "200", "X-Api-Key", toShadow},
+	}
+
+	// login: 5 per minute per client address.
+	for i := 0; i < 5; i++ {
+		r := send("POST", "/login", injections[i]...)
+		require.Equal(t, http.StatusOK, r.status, "request %d: %s", i, r.body)
+		assert.Equal(t, "hello from upstream POST /login", string(r.body))
+		assert.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"), "geolimit's headers reach the client")
+		name, p := parseItem(t, r.header.Get("RateLimit"))
+		assert.Equal(t, "login", name)
+		assert.EqualValues(t, 4-i, p["r"])
+	}
+	require.Equal(t, 5, up.count())
+	for _, inj := range injections {
+		r := send("POST", "/login", inj...)
+		require.Equal(t, http.StatusTooManyRequests, r.status, "%q: %s", inj, r.body)
+		retry, err := strconv.Atoi(r.header.Get("Retry-After"))
+		require.NoError(t, err, "Retry-After %q", r.header.Get("Retry-After"))
+		assert.Positive(t, retry)
+		assert.LessOrEqual(t, retry, 120, "at most two windows")
+		name, p := parseItem(t, r.header.Get("RateLimit"))
+		assert.Equal(t, "login", name)
+		assert.Equal(t, map[string]int64{"r": 0, "t": int64(retry)}, p)
+		assert.Equal(t, "rate limited", r.json(t)["error"])
+	}
+	assert.Equal(t, 5, up.count(), "the upstream saw only the allowed requests")
+	assert.EqualValues(t, 5, ta.keyTotal("login", "127.0.0.2"))
+	assert.EqualValues(t, 5, ta.keyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
+	for _, k := range []string{"6.6.6.6", "127.0.0.1"} {
+		assert.EqualValues(t, 0, ta.keyTotal("login", k))
+		assert.EqualValues(t, 0, ta.keyTotal("per-ip", k))
+	}
+	assert.EqualValues(t, 5, ta.decisions("login", "denied"))
+
+	// Other paths pass; API keys are keys, whatever they hold.
+	for _, k := range []string{toOther, toOther, toShadow} {
+		r := send("GET", "/api/items", "X-Api-Key", k)
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		assert.Equal(t, `"per-ip";q=100;w=60`, r.header.Get("RateLimit-Policy"))
+	}
+	assert.EqualValues(t, 2, ta.keyTotal("per-api-key", url.PathEscape(toOther)))
+	assert.EqualValues(t, 1, ta.keyTotal("per-api-key", url.PathEscape(toShadow)))
+	assert.EqualValues(t, 0, ta.keyTotal("per-api-key", "other-customer"))
+	assert.EqualValues(t, 8, ta.keyTotal("per-ip", "127.0.0.2"))
+	assert.Equal(t, 8, up.count())
+}
+
+// nginxBinary finds nginx with the auth_request module, or skips (fails
+// with GEOLIMIT_REQUIRE_NGINX=1).
+func nginxBinary(t *testing.T) string {
+	t.Helper()
+	missing := func(why string) {
+		t.Helper()
+		if os.Getenv("GEOLIMIT_REQUIRE_NGINX") == "1" {
+			t.Fatalf("GEOLIMIT_REQUIRE_NGINX=1 but %s", why)
+		}
+		t.Skipf("%s: install nginx (apt-get install nginx) or set GEOLIMIT_NGINX to run this end-to-end test", why)
+	}
+	bin := os.Getenv("GEOLIMIT_NGINX")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("nginx"); err != nil {
+			bin = "/usr/sbin/nginx"
+		}
+	}
+	if _, err := os.Stat(bin); err != nil {
+		missing("no nginx binary (" + bin + ")")
+	}
+	out, err := exec.Command(bin, "-V").CombinedOutput()
+	if err != nil {
+		missing("nginx -V failed: " + err.Error())
+	}
+	if !bytes.Contains(out, []byte("http_auth_request_module")) {
+		missing(bin + " is built without ngx_http_auth_request_module")
+	}
+	return bin
+}
+
+// startNginx writes nginx.conf into dir (pid, logs and temp paths inside
+// it) with the server block site(listen) in its http block, runs nginx in
+// the foreground and returns its address once it accepts connections. It
+// is stopped when the test ends.
+func startNginx(t *testing.T, bin, dir string, site func(listen string) string) string {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		addr, inUse := tryNginx(t, bin, dir, site)
+		if !inUse {
+			return addr
+		}
+		if attempt == 3 {
+			t.Fatalf("nginx: no free port after %d attempts", attempt+1)
+		}
+		// The free port was taken meanwhile: another one.
+	}
+}
+
+func tryNginx(t *testing.T, bin, dir string, site func(listen string) string) (addr string, inUse bool) {
+	t.Helper()
+	userLine := ""
+	if os.Geteuid() == 0 {
+		// Workers would run as nobody, who cannot enter the test's
+		// directory: run them as the test's own user.
+		u, err := user.Current()
+		require.NoError(t, err)
+		userLine = "user " + u.Username + ";"
+	}
+	addr = freeAddr(t)
+	conf := strings.NewReplacer("{dir}", dir, "{user}", userLine).Replace(`
+{user}
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log info;
+events { worker_connections 64; }
+http {
+    access_log {dir}/access.log;
+    client_body_temp_path {dir}/client_body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    include site.conf;
+}
+`)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site(addr)), 0o644))
+	var out syncBuffer
+	cmd := exec.Command(bin, "-p", dir+"/", "-c", filepath.Join(dir, "nginx.conf"),
+		"-e", filepath.Join(dir, "error.log"), "-g", "daemon off;")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM) // fast shutdown
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
+	}
+	t.Cleanup(stop)
+	logs := func() string {
+		b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		return out.String() + string(b)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			l := logs()
+			if strings.Contains(l, "Address already in use") {
+				return "", true
+			}
+			t.Fatalf("nginx exited: %v\n%s", err, l)
+		default:
+		}
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("nginx logs:\n%s", logs())
+				}
+			})
+			return addr, false
+		}
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("nginx did not accept connections on %s\n%s", addr, logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// freeAddr returns a 127.0.0.1 address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(to, []byte(readFile(t, from)), 0o644))
+}
+
+// replaceOnce replaces old, which must occur exactly once in s.
+func replaceOnce(t *testing.T, s, old, new string) string {
+	t.Helper()
+	require.Equal(t, 1, strings.Count(s, old), "%q must occur once", old)
+	return strings.Replace(s, old, new, 1)
+}
