@@ -126,6 +126,10 @@ const (
 
 // NATS configures NATS.
 type NATS struct {
+	// Disabled runs the node without NATS: no embedded server, no link to
+	// other PoPs (a single node, or a PoP on its own with gossip). Default
+	// false.
+	Disabled bool `yaml:"disabled"`
 	// URL of the NATS server(s), comma-separated; empty (the default) starts
 	// an embedded nats-server.
 	URL string `yaml:"url"`
@@ -556,6 +560,14 @@ func (c *Config) Validate() error {
 }
 
 func (n *NATS) validate(region string) error {
+	if n.Disabled {
+		switch {
+		case n.URL != "":
+			return errors.New("nats.url: set while nats.disabled is true; remove one of them")
+		case n.Embedded.ConfigFile != "" || n.Embedded.Gateway != nil:
+			return errors.New("nats.embedded: configured while nats.disabled is true; remove one of them")
+		}
+	}
 	if n.SubjectPrefix == "" || strings.ContainsAny(n.SubjectPrefix, " \t\r\n*>") ||
 		strings.HasPrefix(n.SubjectPrefix, ".") || strings.HasSuffix(n.SubjectPrefix, ".") {
 		return fmt.Errorf("nats.subject_prefix: %q must be a non-empty NATS subject without wildcards", n.SubjectPrefix)

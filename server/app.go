@@ -314,9 +314,12 @@ func (a *App) Start(ctx context.Context) (err error) {
 			_ = a.Shutdown(context.Background())
 		}
 	}()
-	if a.cfg.NATS.URL != "" {
+	switch {
+	case a.cfg.NATS.Disabled:
+		a.log.Info("nats disabled: no counts cross to other PoPs")
+	case a.cfg.NATS.URL != "":
 		a.natsURL = a.cfg.NATS.URL
-	} else {
+	default:
 		// nats.embedded.config_file is read again here: it may have changed
 		// since the config was validated, and it is checked again.
 		opts := a.cfg.EmbeddedOptions()

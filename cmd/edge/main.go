@@ -139,7 +139,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if a := app.ForwardAuthAddr(); a != nil {
 		fmt.Fprintf(stdout, "forward auth listening on http://%s\n", a)
 	}
-	fmt.Fprintf(stdout, "nats on %s\n", app.NATSURL())
+	if u := app.NATSURL(); u != "" {
+		fmt.Fprintf(stdout, "nats on %s\n", u)
+	}
 	for {
 		select {
 		case <-hup:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/config"
 )
 
 type syncBuffer struct {
@@ -167,4 +170,43 @@ func TestVersionFlag(t *testing.T) {
 	if strings.Contains(line, "\n") {
 		t.Errorf("-version printed more than one line: %q", line)
 	}
+}
+
+// With nats.disabled the node runs alone: no embedded server (a nats-server
+// already on the default port does not matter), decisions work, and
+// replication reports no transport.
+func TestRunWithoutNATS(t *testing.T) {
+	// Something already listens where the embedded server would.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	path := writeFile(t, strings.Replace(testConfig, `nats: {embedded: {listen: "127.0.0.1:-1"}}`,
+		`nats: {disabled: true, embedded: {listen: "`+l.Addr().String()+`"}}`, 1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-config", path, "-watch-interval", "0"}, &out, &errb) }()
+	re := regexp.MustCompile(`api listening on (http://\S+)`)
+	var api string
+	waitFor(t, "the api listener", func() bool {
+		m := re.FindStringSubmatch(out.String())
+		if m != nil {
+			api = m[1]
+		}
+		return m != nil
+	})
+	code, body := post(t, api+"/v1/check", `{"rule":"demo","key":"k"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	res, err := http.Get(api + "/v1/status")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Contains(t, string(b), `"nats_url":""`)
+	assert.NotContains(t, out.String(), "nats on")
+	cancel()
+	require.NoError(t, <-done)
+
+	_, err = config.Parse([]byte("nats: {disabled: true, url: nats://127.0.0.1:4222}"))
+	require.ErrorContains(t, err, "nats.url: set while nats.disabled is true")
 }

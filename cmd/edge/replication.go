@@ -88,6 +88,9 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 			return t, err
 		}
 	}
+	if cfg.NATS.Disabled {
+		return g.finish(env, lag)
+	}
 	nc := gossip.NATSConfig{
 		Self:            id,
 		Name:            self.String(),
@@ -109,6 +112,11 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 		nc.ClientCert, nc.ClientKey = t.CertFile, t.KeyFile
 	}
 	g.opts.Global = gossip.NATSConnect(nc)
+	return g.finish(env, lag)
+}
+
+// finish registers the replication metrics.
+func (g *gossipReplicator) finish(env server.ReplicationEnv, lag *prometheus.HistogramVec) (server.Replicator, error) {
 	if env.Registry != nil {
 		if err := env.Registry.Register(lag); err != nil {
 			return nil, fmt.Errorf("replication metrics: %w", err)
