@@ -35,6 +35,7 @@
 package natsembed
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -546,14 +547,73 @@ func (s *Server) Shutdown() {
 }
 
 // slogAdapter routes nats-server logs to slog; notices are debug messages.
-type slogAdapter struct{ l *slog.Logger }
+// Warnings and errors that repeat (a gateway or route that cannot connect is
+// retried every second) are logged with an exponential backoff per message
+// format: the first at once, then at most once per 1s, 2s, 4s ... 5m, with
+// the number left out meanwhile.
+type slogAdapter struct {
+	l   *slog.Logger
+	now func() time.Time // time.Now when nil
+
+	mu   sync.Mutex
+	seen map[string]*repeat
+}
+
+// repeat is the backoff state of one message format.
+type repeat struct {
+	last, next time.Time
+	wait       time.Duration
+	skipped    int
+}
+
+// Bounds of the backoff, and how long a format must stay quiet before it is
+// logged at once again.
+const (
+	repeatFirst = time.Second
+	repeatMax   = 5 * time.Minute
+	repeatReset = 10 * time.Minute
+	maxFormats  = 1024
+)
 
 func (a *slogAdapter) Noticef(f string, v ...any) { a.l.Debug(fmt.Sprintf(f, v...)) }
-func (a *slogAdapter) Warnf(f string, v ...any)   { a.l.Warn(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Warnf(f string, v ...any)   { a.throttled(slog.LevelWarn, f, v) }
 func (a *slogAdapter) Fatalf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
-func (a *slogAdapter) Errorf(f string, v ...any)  { a.l.Error(fmt.Sprintf(f, v...)) }
+func (a *slogAdapter) Errorf(f string, v ...any)  { a.throttled(slog.LevelError, f, v) }
 func (a *slogAdapter) Debugf(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }
 func (a *slogAdapter) Tracef(f string, v ...any)  { a.l.Debug(fmt.Sprintf(f, v...)) }
+
+func (a *slogAdapter) throttled(level slog.Level, f string, v []any) {
+	now := time.Now()
+	if a.now != nil {
+		now = a.now()
+	}
+	a.mu.Lock()
+	if a.seen == nil || len(a.seen) >= maxFormats {
+		a.seen = map[string]*repeat{}
+	}
+	r := a.seen[f]
+	switch {
+	case r == nil || now.Sub(r.last) >= repeatReset:
+		r = &repeat{wait: repeatFirst}
+		a.seen[f] = r
+	case now.Before(r.next):
+		r.skipped++
+		r.last = now
+		a.mu.Unlock()
+		return
+	default:
+		r.wait = min(2*r.wait, repeatMax)
+	}
+	skipped, wait := r.skipped, r.wait
+	r.last, r.next, r.skipped = now, now.Add(wait), 0
+	a.mu.Unlock()
+	msg := fmt.Sprintf(f, v...)
+	if skipped > 0 {
+		a.l.Log(context.Background(), level, msg, "repeated", skipped, "next_in", wait)
+		return
+	}
+	a.l.Log(context.Background(), level, msg)
+}
 
 // AuthRequired reports whether opts make clients present credentials when
 // they connect (users, nkeys, a token, operator JWTs, an auth callout) and

@@ -1,7 +1,10 @@
 package natsembed
 
 import (
+	"bytes"
+	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +60,36 @@ func TestBadOptions(t *testing.T) {
 			}
 			assert.Error(t, err)
 		})
+	}
+}
+
+// A warning that repeats every second (a gateway that cannot connect) is
+// logged at once, then with a doubling gap, with the count left out; after
+// ten quiet minutes it is logged at once again. Other formats are not held
+// back.
+func TestRepeatedLogsBackOff(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1_700_000_000, 0)
+	a := &slogAdapter{l: slog.New(slog.NewTextHandler(&buf, nil)), now: func() time.Time { return now }}
+	logged := func() int { return strings.Count(buf.String(), "cannot connect") }
+	for range 60 { // one a second for a minute
+		a.Warnf("gateway %q: cannot connect: %v", "us", "refused")
+		now = now.Add(time.Second)
+	}
+	// At 0s, then after gaps of 1, 2, 4, 8, 16s: 0, 1, 3, 7, 15, 31 (then 63).
+	if got := logged(); got != 6 {
+		t.Fatalf("%d lines for 60 repeats in a minute, want 6:\n%s", got, buf.String())
+	}
+	if !strings.Contains(buf.String(), "repeated=15") {
+		t.Errorf("the count left out is not logged:\n%s", buf.String())
+	}
+	a.Errorf("another %s", "error")
+	if !strings.Contains(buf.String(), "another error") {
+		t.Error("another format was held back")
+	}
+	now = now.Add(11 * time.Minute)
+	a.Warnf("gateway %q: cannot connect: %v", "us", "refused")
+	if got := logged(); got != 7 {
+		t.Fatalf("%d lines after a quiet spell, want 7", got)
 	}
 }
