@@ -21,6 +21,7 @@ type ruleSet struct {
 	rules   []*compiledRule // config order
 	byName  map[string]*compiledRule
 	trusted []netip.Prefix
+	rls     *rlsTable // the rls section: descriptors to these rules
 }
 
 // compiledRule is a rule ready for the hot path: matchers parsed, header
@@ -112,6 +113,7 @@ func compileRules(cfg *config.Config, metricsFor func(string) *ruleMetrics) (*ru
 		rs.rules = append(rs.rules, cr)
 		rs.byName[pr.Name] = cr
 	}
+	rs.rls = compileRLS(cfg.RLS, rs.byName)
 	return rs, prules, nil
 }
 

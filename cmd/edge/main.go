@@ -130,6 +130,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if a := app.ProxyAddr(); a != nil {
 		fmt.Fprintf(stdout, "proxy listening on http://%s\n", a)
 	}
+	if a := app.GRPCAddr(); a != nil {
+		fmt.Fprintf(stdout, "rate limit service (gRPC) listening on %s\n", a)
+	}
 	fmt.Fprintf(stdout, "nats on %s\n", app.NATSURL())
 	for {
 		select {
