@@ -257,10 +257,10 @@ type rlsItem struct {
 	check bool
 	// over: the cost exceeds the rule's limit and can never fit.
 	over bool
-	// decided: d holds a decision (counted or not; when not, its
+	// decided: d holds a decision; spent: it was counted (when not, d's
 	// remaining is the key's as it stands).
-	decided bool
-	d       pop.Decision
+	decided, spent bool
+	d              pop.Decision
 }
 
 type rlsDupKey struct {
@@ -278,6 +278,16 @@ type rlsScratch struct {
 }
 
 var rlsPool = newPool(func() *rlsScratch { return &rlsScratch{sums: map[rlsDupKey]uint64{}} })
+
+// release returns sc to the pool, holding no request's strings and no
+// oversized buffer.
+func (sc *rlsScratch) release() {
+	clear(sc.items)
+	if cap(sc.sig) > 1<<16 || cap(sc.kbuf) > 1<<16 {
+		sc.sig, sc.kbuf = nil, nil
+	}
+	rlsPool.put(sc)
+}
 
 func rlsInvalid(m *rlsMetrics, msg string) error {
 	m.invalid.Inc()
@@ -327,13 +337,13 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 	dom := rs.rls.domains[req.GetDomain()]
 	if dom == nil {
 		m.unknownDomain.Inc()
-		resp := rlsResponse(len(descs))
+		resp, _ := rlsResponse(len(descs))
 		a.met.latencyRLS.Observe(time.Since(start).Seconds())
 		return resp, nil
 	}
 
 	sc := rlsPool.get()
-	defer rlsPool.put(sc)
+	defer sc.release()
 	items := slices.Grow(sc.items[:0], len(descs))[:len(descs)]
 	sc.items = items
 	enforce, unmatched, needPeek := 0, 0, false
@@ -386,9 +396,11 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 					it.sh = nil // the rule went away in a reload
 					continue
 				}
-				it.d, it.decided = d, true
+				it.d, it.decided, it.spent = d, true, d.Allowed
 				if !d.Allowed && cr.pop.Mode == pop.Enforce {
-					denied = true // lost a race for the last unit
+					// The only enforce descriptor denies, or one lost a race
+					// for the last unit after the check.
+					denied = true
 					break passes
 				}
 			}
@@ -399,11 +411,11 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 	// lost race) are checked for their status, counting nothing.
 	a.rlsPeek(now, items, nil, false)
 
-	resp := rlsResponse(len(descs))
+	resp, slots := rlsResponse(len(descs))
 	var bind *rlsItem
 	for i := range items {
 		it := &items[i]
-		st := resp.Statuses[i]
+		st := &slots[i].st
 		if it.sh == nil {
 			continue
 		}
@@ -416,26 +428,29 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			wait = d.RetryAfter
 		}
-		st.DurationUntilReset.Seconds, st.DurationUntilReset.Nanos = int64(wait/time.Second), int32(wait%time.Second)
-		if cr.pop.Mode != pop.Enforce {
-			if !denied {
-				sc.tally.count(cr.m, d)
-			}
-			continue
-		}
-		if denied {
-			if d.Allowed {
-				continue
-			}
+		dur := &slots[i].dur
+		dur.Seconds, dur.Nanos = int64(wait/time.Second), int32(wait%time.Second)
+		st.DurationUntilReset = dur
+		// Counted in geolimit_decisions_total: what was counted, and the
+		// decisions that stand: all of an admitted request, the denying
+		// ones of a denied request.
+		enf := cr.pop.Mode == pop.Enforce
+		if it.spent || !denied || (enf && !d.Allowed) {
 			sc.tally.count(cr.m, d)
-			if bind == nil || d.RetryAfter > bind.d.RetryAfter {
+		}
+		// The headers follow the binding descriptor, as in proxy mode: the
+		// denying one with the longest wait, else the enforce one with the
+		// least remaining.
+		switch {
+		case !enf:
+		case denied:
+			if !d.Allowed && (bind == nil || d.RetryAfter > bind.d.RetryAfter) {
 				bind = it
 			}
-			continue
-		}
-		sc.tally.count(cr.m, d)
-		if bind == nil || d.Remaining < bind.d.Remaining || (d.Remaining == bind.d.Remaining && d.Reset > bind.d.Reset) {
-			bind = it
+		default:
+			if bind == nil || d.Remaining < bind.d.Remaining || (d.Remaining == bind.d.Remaining && d.Reset > bind.d.Reset) {
+				bind = it
+			}
 		}
 	}
 	a.flushCounts(&sc.tally)
@@ -504,22 +519,22 @@ func (a *App) rlsPeek(now int64, items []rlsItem, sums map[rlsDupKey]uint64, all
 	return denied
 }
 
-// rlsResponse returns an OK response with n OK statuses, allocated
-// together.
-func rlsResponse(n int) *rlsv3.RateLimitResponse {
-	type slot struct {
-		st  rlsv3.RateLimitResponse_DescriptorStatus
-		dur durationpb.Duration
-	}
-	slots := make([]slot, n)
+// rlsSlot is one descriptor status and its duration, allocated together.
+type rlsSlot struct {
+	st  rlsv3.RateLimitResponse_DescriptorStatus
+	dur durationpb.Duration
+}
+
+// rlsResponse returns an OK response with n OK statuses (without a limit
+// or a duration) and their slots.
+func rlsResponse(n int) (*rlsv3.RateLimitResponse, []rlsSlot) {
+	slots := make([]rlsSlot, n)
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	for i := range slots {
-		s := &slots[i]
-		s.st.Code = rlsv3.RateLimitResponse_OK
-		s.st.DurationUntilReset = &s.dur
-		resp.Statuses[i] = &s.st
+		slots[i].st.Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = &slots[i].st
 	}
-	return resp
+	return resp, slots
 }
 
 // rlsHeaderOrder lists the RateLimit headers in the order they are added,

@@ -264,6 +264,7 @@ func TestRLSMatching(t *testing.T) {
 	for _, st := range res.GetStatuses() {
 		assert.Equal(t, rlsv3.RateLimitResponse_OK, st.GetCode())
 		assert.Nil(t, st.GetCurrentLimit())
+		assert.Nil(t, st.GetDurationUntilReset())
 	}
 	assert.Empty(t, res.GetResponseHeadersToAdd())
 	assert.Equal(t, 1.0, ta.rlsRequests("unknown_domain"))
