@@ -339,6 +339,18 @@ func TestRLSBadInput(t *testing.T) {
 	assert.Equal(t, 0.0, ta.decisions("per-ip", "allowed"))
 }
 
+// TestRLSMessageSize: a request message over limits.max_body_bytes is
+// refused by gRPC, counting nothing.
+func TestRLSMessageSize(t *testing.T) {
+	ta := startApp(t, rlsYAML+"limits: {max_body_bytes: 1024}\n")
+	c, _ := rlsClient(t, ta)
+	_, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", desc("remote_address", "203.0.113.7"), desc("tight", strings.Repeat("k", 1100))))
+	assert.Equal(t, codes.ResourceExhausted, grpcstatus.Code(err))
+	assert.Equal(t, uint64(0), ta.keyTotal("per-ip", "203.0.113.7"))
+	shouldRL(t, c, rlsReq("edge", desc("remote_address", "203.0.113.7")))
+	assert.Equal(t, uint64(1), ta.keyTotal("per-ip", "203.0.113.7"))
+}
+
 // TestRLSToken: with api.token_file the service needs "authorization:
 // Bearer <token>" in the gRPC metadata; the health service does not.
 func TestRLSToken(t *testing.T) {
