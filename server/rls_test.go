@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,6 +339,35 @@ func TestRLSBadInput(t *testing.T) {
 	assert.Equal(t, uint64(0), ta.keyTotal("per-ip", "203.0.113.7"), "nothing spent")
 	assert.Equal(t, float64(len(tests)), ta.rlsRequests("invalid_argument"))
 	assert.Equal(t, 0.0, ta.decisions("per-ip", "allowed"))
+}
+
+// TestRLSConcurrent: requests from many goroutines on one connection admit
+// exactly the limit (the clock stands still), and responses that share a
+// rule's current_limit are encoded concurrently (run with -race).
+func TestRLSConcurrent(t *testing.T) {
+	ta := startApp(t, rlsYAML)
+	c, _ := rlsClient(t, ta)
+	req := rlsReq("edge", desc("generic_key", "api", "user_id", "u1"), desc("watch", "w"))
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				res, err := c.ShouldRateLimit(context.Background(), req)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if res.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(100), ok.Load(), "per-user admits exactly its limit of 100")
+	assert.Equal(t, uint64(100), ta.keyTotal("per-user", "api|u1"))
 }
 
 // TestRLSMessageSize: a request message over limits.max_body_bytes is
