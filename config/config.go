@@ -44,6 +44,9 @@ type Config struct {
 	// ForwardAuth configures the forward-auth listener (used when
 	// Listen.ForwardAuth is set).
 	ForwardAuth ForwardAuth `yaml:"forward_auth"`
+	// RLS configures the Envoy rate limit service (used when Listen.GRPC
+	// is set).
+	RLS RLS `yaml:"rls"`
 	// NATS configures the NATS connection between PoPs and regions.
 	NATS NATS `yaml:"nats"`
 	// Gossip configures memberlist inside the PoP; nil for a one-node PoP.
@@ -79,6 +82,9 @@ type Listen struct {
 	// Traefik ForwardAuth and Caddy forward_auth ask, on any path; empty
 	// (the default) turns it off.
 	ForwardAuth string `yaml:"forward_auth"`
+	// GRPC serves the Envoy rate limit service (RLS v3) over gRPC; empty
+	// (the default) turns it off.
+	GRPC string `yaml:"grpc"`
 }
 
 // API configures the decision API listener's authentication.
@@ -259,10 +265,12 @@ type Replication struct {
 type Limits struct {
 	// MaxKeys caps live (rule, key) pairs. Default 1048576.
 	MaxKeys int `yaml:"max_keys"`
-	// MaxBodyBytes caps a decision API request body; larger bodies get 413.
+	// MaxBodyBytes caps a decision API request body (larger bodies get
+	// 413) and a rate limit service request message.
 	// Default 1048576.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
-	// MaxBatch caps the checks of one POST /v1/checks. Default 1000.
+	// MaxBatch caps the checks of one POST /v1/checks and the descriptors
+	// of one rate limit service request. Default 1000.
 	MaxBatch int `yaml:"max_batch"`
 	// MaxSkew is how far ahead of this node's clock a peer's may run before
 	// its counts are ignored. Default 2s.
@@ -450,8 +458,8 @@ func RuleDefaults(rules []Rule) {
 
 // Validate reports the first thing wrong with c, naming the field, e.g.
 // "listen.api: missing port in address". It reads gossip.secret_key_file
-// and api.token_file, and refuses a gossip or API listener beyond loopback
-// with neither its secret file nor its insecure flag.
+// and api.token_file, and refuses a gossip, API or gRPC listener beyond
+// loopback with neither its secret file nor its insecure flag.
 func (c *Config) Validate() error {
 	if err := (crdt.Replica{Region: c.Node.Region, PoP: c.Node.PoP, Node: c.Node.ID}).Validate(); err != nil {
 		for _, f := range []struct{ name, v string }{{"node.id", c.Node.ID}, {"node.region", c.Node.Region}, {"node.pop", c.Node.PoP}} {
@@ -556,7 +564,10 @@ func (c *Config) Validate() error {
 	case c.HTTP.MaxHeaderBytes < 1024:
 		return fmt.Errorf("http.max_header_bytes: must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
 	}
-	return ValidateRules(c.Rules)
+	if err := ValidateRules(c.Rules); err != nil {
+		return err
+	}
+	return c.validateRLS()
 }
 
 func (n *NATS) validate(region string) error {

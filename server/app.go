@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
@@ -165,6 +167,7 @@ type App struct {
 	node     *pop.Node
 	reg      *prometheus.Registry
 	met      *metrics
+	rlsMet   *rlsMetrics
 	rules    atomic.Pointer[ruleSet]
 	auth     atomic.Pointer[apiAuth] // nil: the API takes no token
 	started  time.Time
@@ -184,6 +187,9 @@ type App struct {
 	apiSrv   *http.Server
 	proxySrv *http.Server
 	fwdSrv   *http.Server
+	grpcLn   net.Listener
+	grpcSrv  *grpc.Server
+	health   *health.Server
 	ready    atomic.Bool
 	// fwdWarned is set once an untrusted forward-auth peer was logged.
 	fwdWarned atomic.Bool
@@ -224,7 +230,7 @@ func New(o Options) (*App, error) {
 		clk:        o.Clock,
 		reg:        prometheus.NewRegistry(),
 		ruleMetric: map[string]*ruleMetrics{},
-		serveErr:   make(chan error, 3),
+		serveErr:   make(chan error, 4), // one per listener: api, proxy, forward auth, grpc
 	}
 	rs, prules, err := compileRules(o.Config, a.metricsFor)
 	if err != nil {
@@ -247,6 +253,7 @@ func New(o Options) (*App, error) {
 		}
 	}
 	a.met = newMetrics(a)
+	a.rlsMet = newRLSMetrics(a.reg)
 	if a.clk == nil {
 		a.ownClock = clock.NewCoarse(time.Millisecond)
 		a.clk = a.ownClock
@@ -298,6 +305,15 @@ func (a *App) ForwardAuthAddr() net.Addr {
 		return nil
 	}
 	return a.fwdLn.Addr()
+}
+
+// GRPCAddr returns the gRPC (rate limit service) listener's address, or
+// nil when listen.grpc is empty or the App has not started.
+func (a *App) GRPCAddr() net.Addr {
+	if a.grpcLn == nil {
+		return nil
+	}
+	return a.grpcLn.Addr()
 }
 
 // NATSURL returns the NATS client URL in use, once started.
@@ -366,6 +382,15 @@ func (a *App) Start(ctx context.Context) (err error) {
 		}
 		a.fwdSrv = newSrv(a.forwardAuthHandler())
 	}
+	if a.cfg.Listen.GRPC != "" {
+		if a.grpcLn, err = net.Listen("tcp", a.cfg.Listen.GRPC); err != nil {
+			return fmt.Errorf("server: listen.grpc: %w", err)
+		}
+		a.grpcSrv = a.newGRPCServer()
+		if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.GRPC) {
+			a.log.Warn("listen.grpc listens beyond loopback without a token (rls.insecure): whoever reaches it can spend counts", "addr", a.cfg.Listen.GRPC)
+		}
+	}
 	if a.opts.NewReplicator != nil {
 		r, err := a.opts.NewReplicator(ReplicationEnv{
 			Node: a.node, Clock: a.clk, Config: a.cfg, NATSURL: a.natsURL, NATS: a.nats,
@@ -387,6 +412,16 @@ func (a *App) Start(ctx context.Context) (err error) {
 	if a.fwdSrv != nil {
 		a.serve(a.fwdSrv, a.fwdLn, "forward_auth")
 	}
+	if a.grpcSrv != nil {
+		a.loops.Add(1)
+		go func() {
+			defer a.loops.Done()
+			if err := a.grpcSrv.Serve(a.grpcLn); err != nil {
+				a.log.Error("grpc server failed", "listener", "grpc", "err", err)
+				a.serveErr <- fmt.Errorf("server: grpc: %w", err)
+			}
+		}()
+	}
 	a.loops.Add(1)
 	go a.tickLoop(ctx)
 	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
@@ -395,7 +430,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	a.ready.Store(true)
 	a.log.Info("edge started", "node", a.opts.Self.String(), "api", a.apiLn.Addr().String(),
-		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "rules", len(a.rules.Load().rules))
+		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().rules))
 	return nil
 }
 
@@ -449,7 +484,12 @@ func (a *App) Shutdown(ctx context.Context) error {
 				_ = s.Close()
 			}
 		}
-		for _, l := range []net.Listener{a.apiLn, a.proxyLn, a.fwdLn} {
+		if a.grpcSrv != nil {
+			if err := a.drainGRPC(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, l := range []net.Listener{a.apiLn, a.proxyLn, a.fwdLn, a.grpcLn} {
 			if l != nil {
 				_ = l.Close() // a listener that never served
 			}

@@ -55,8 +55,11 @@ const (
 // check reports whether r carries "Authorization: Bearer <token>" with one
 // of the tokens. Every token is compared in constant time, so the time
 // taken does not tell how much of a token matched, nor which one did.
-func (au *apiAuth) check(r *http.Request) int {
-	v := r.Header["Authorization"]
+func (au *apiAuth) check(r *http.Request) int { return au.checkValues(r.Header["Authorization"]) }
+
+// checkValues is check for the values of an Authorization header (or of
+// the gRPC metadata key "authorization").
+func (au *apiAuth) checkValues(v []string) int {
 	if len(v) == 0 {
 		return authMissing
 	}

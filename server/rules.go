@@ -23,6 +23,7 @@ type ruleSet struct {
 	trusted []netip.Prefix
 	// denyStatus is forward_auth.deny_status.
 	denyStatus int
+	rls        *rlsTable // the rls section: descriptors to these rules
 }
 
 // compiledRule is a rule ready for the hot path: matchers parsed, header
@@ -114,6 +115,7 @@ func compileRules(cfg *config.Config, metricsFor func(string) *ruleMetrics) (*ru
 		rs.rules = append(rs.rules, cr)
 		rs.byName[pr.Name] = cr
 	}
+	rs.rls = compileRLS(cfg.RLS, rs.byName)
 	return rs, prules, nil
 }
 

@@ -139,6 +139,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if a := app.ForwardAuthAddr(); a != nil {
 		fmt.Fprintf(stdout, "forward auth listening on http://%s\n", a)
 	}
+	if a := app.GRPCAddr(); a != nil {
+		fmt.Fprintf(stdout, "rate limit service (gRPC) listening on %s\n", a)
+	}
 	if u := app.NATSURL(); u != "" {
 		fmt.Fprintf(stdout, "nats on %s\n", u)
 	}

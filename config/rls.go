@@ -1,0 +1,122 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// RLS configures the Envoy rate limit service (envoy.service.ratelimit.v3,
+// served on listen.grpc): which rule and key each descriptor of a domain
+// maps to.
+type RLS struct {
+	// Insecure lets listen.grpc listen beyond loopback without
+	// api.token_file: whoever reaches the port can spend counts.
+	Insecure bool `yaml:"insecure"`
+	// Domains map each domain's descriptors to rules. A domain not listed
+	// is answered OK without limits.
+	Domains []RLSDomain `yaml:"domains"`
+}
+
+// RLSDomain maps the descriptors of one rate limit domain to rules.
+type RLSDomain struct {
+	// Domain is the domain Envoy names in its requests (its rate limit
+	// filter's domain). Required, unique.
+	Domain string `yaml:"domain"`
+	// Descriptors are the descriptor shapes of the domain and their rules.
+	Descriptors []RLSDescriptor `yaml:"descriptors"`
+}
+
+// RLSDescriptor maps one descriptor shape to a rule.
+type RLSDescriptor struct {
+	// Entries are the descriptor's entries in order: "key" matches an entry
+	// of that key with any non-empty value, "key=value" only that value. A
+	// descriptor matches when it has exactly these entries in this order;
+	// the values of all its entries, joined by '|', form the key counted.
+	Entries []string `yaml:"entries"`
+	// Rule names the rule counted (one of rules). Required.
+	Rule string `yaml:"rule"`
+}
+
+// RLSEntry is one parsed entry of RLSDescriptor.Entries.
+type RLSEntry struct {
+	// Key is the descriptor entry's key.
+	Key string
+	// Value is the value the entry must have; empty when any will do.
+	Value string
+}
+
+// ParseRLSEntry parses "key" or "key=value" (split at the first '=', so a
+// value may hold '=').
+func ParseRLSEntry(s string) (RLSEntry, error) {
+	k, v, fixed := strings.Cut(s, "=")
+	switch {
+	case k == "":
+		return RLSEntry{}, fmt.Errorf("%q: the key must not be empty (want key or key=value)", s)
+	case fixed && v == "":
+		return RLSEntry{}, fmt.Errorf("%q: the value after '=' must not be empty (write just the key to match any value)", s)
+	}
+	return RLSEntry{Key: k, Value: v}, nil
+}
+
+// validateRLS checks listen.grpc and the rls section: the listener's
+// address and protection, every domain and descriptor, and that each
+// descriptor names one of the rules.
+func (c *Config) validateRLS() error {
+	if c.Listen.GRPC != "" {
+		if err := checkAddr(c.Listen.GRPC, false); err != nil {
+			return fmt.Errorf("listen.grpc: %w", err)
+		}
+		if len(c.RLS.Domains) == 0 {
+			return errors.New("rls.domains: required when listen.grpc is set (map each domain's descriptors to rules)")
+		}
+		if c.API.TokenFile == "" && !c.RLS.Insecure && !IsLoopback(c.Listen.GRPC) {
+			return fmt.Errorf("api.token_file: required when listen.grpc %s listens beyond loopback (the rate limit service takes the API's bearer tokens in the gRPC metadata \"authorization\"; generate a token with: %s > api-token), or write rls.insecure: true", c.Listen.GRPC, GenerateKeyHint)
+		}
+	}
+	rules := make([]string, len(c.Rules))
+	for i, r := range c.Rules {
+		rules[i] = r.Name
+	}
+	seen := map[string]int{}
+	for i, d := range c.RLS.Domains {
+		at := fmt.Sprintf("rls.domains[%d]", i)
+		if d.Domain == "" {
+			return fmt.Errorf("%s.domain: required", at)
+		}
+		if j, dup := seen[d.Domain]; dup {
+			return fmt.Errorf("%s.domain: %q already used by rls.domains[%d]", at, d.Domain, j)
+		}
+		seen[d.Domain] = i
+		if len(d.Descriptors) == 0 {
+			return fmt.Errorf("%s.descriptors: at least one required", at)
+		}
+		shapes := map[string]int{}
+		for j, ds := range d.Descriptors {
+			at := fmt.Sprintf("%s.descriptors[%d]", at, j)
+			if len(ds.Entries) == 0 {
+				return fmt.Errorf("%s.entries: at least one required (descriptor keys in order, e.g. [remote_address])", at)
+			}
+			var shape strings.Builder
+			for k, e := range ds.Entries {
+				pe, err := ParseRLSEntry(e)
+				if err != nil {
+					return fmt.Errorf("%s.entries[%d]: %w", at, k, err)
+				}
+				fmt.Fprintf(&shape, "%q=%q,", pe.Key, pe.Value)
+			}
+			if k, dup := shapes[shape.String()]; dup {
+				return fmt.Errorf("%s.entries: same entries as %s.descriptors[%d]", at, fmt.Sprintf("rls.domains[%d]", i), k)
+			}
+			shapes[shape.String()] = j
+			switch {
+			case ds.Rule == "":
+				return fmt.Errorf("%s.rule: required", at)
+			case !slices.Contains(rules, ds.Rule):
+				return fmt.Errorf("%s.rule: unknown rule %q (rules: %s)", at, ds.Rule, strings.Join(rules, ", "))
+			}
+		}
+	}
+	return nil
+}

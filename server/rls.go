@@ -1,0 +1,587 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// The Envoy rate limit service (envoy.service.ratelimit.v3.RateLimitService,
+// "RLS v3") on listen.grpc.
+//
+// A request names a domain and descriptors, each a list of (key, value)
+// entries. The rls section maps a domain's descriptor shapes (entry keys in
+// order, optionally a fixed value) to rules; the values of a matching
+// descriptor's entries, joined by '|', are the key counted. A descriptor
+// matching no shape, or an unknown domain, is not limited (OK without a
+// current limit), as with envoyproxy/ratelimit.
+//
+// Several descriptors are ANDed as in proxy mode, and a denied request
+// spends nothing: when two or more enforce rules apply (or a descriptor only
+// checks), every enforce descriptor is first checked without counting, with
+// the summed cost of the descriptors sharing its rule and key; if one would
+// deny, the request is OVER_LIMIT and nothing is counted. Otherwise the
+// enforce descriptors are counted in order, then the shadow ones. (Only a
+// race for the last unit between the check and the count can make a later
+// descriptor deny after earlier ones counted; the request is then denied.)
+
+// rlsTable is the compiled rls section, part of a ruleSet (so that it
+// reloads with the rules it names).
+type rlsTable struct {
+	domains map[string]*rlsDomain
+}
+
+// rlsDomain holds one domain's descriptor shapes.
+type rlsDomain struct {
+	// shapes maps the entry keys of a descriptor, joined by NUL, to the
+	// shapes with those keys, the most specific first: at the first
+	// position where two differ, the one with a fixed value wins.
+	shapes map[string][]*rlsShape
+}
+
+// rlsShape is one descriptor shape of the rls section and its rule.
+type rlsShape struct {
+	entries []config.RLSEntry
+	rule    *compiledRule
+	// limit is the descriptor status's current_limit: shared by every
+	// response, never modified.
+	limit *rlsv3.RateLimitResponse_RateLimit
+}
+
+// compileRLS compiles a validated rls section against the rules of rs.
+func compileRLS(c config.RLS, byName map[string]*compiledRule) *rlsTable {
+	t := &rlsTable{domains: make(map[string]*rlsDomain, len(c.Domains))}
+	limits := map[*compiledRule]*rlsv3.RateLimitResponse_RateLimit{}
+	for _, d := range c.Domains {
+		dom := &rlsDomain{shapes: map[string][]*rlsShape{}}
+		for _, ds := range d.Descriptors {
+			cr := byName[ds.Rule]
+			if cr == nil {
+				continue // refused by config validation
+			}
+			sh := &rlsShape{rule: cr}
+			var sig []byte
+			for i, e := range ds.Entries {
+				pe, err := config.ParseRLSEntry(e)
+				if err != nil {
+					continue // refused by config validation
+				}
+				sh.entries = append(sh.entries, pe)
+				if i > 0 {
+					sig = append(sig, 0)
+				}
+				sig = append(sig, pe.Key...)
+			}
+			if limits[cr] == nil {
+				limits[cr] = rlsCurrentLimit(cr.pop)
+			}
+			sh.limit = limits[cr]
+			dom.shapes[string(sig)] = append(dom.shapes[string(sig)], sh)
+		}
+		for _, list := range dom.shapes {
+			slices.SortStableFunc(list, func(a, b *rlsShape) int {
+				for i := range a.entries {
+					if fa, fb := a.entries[i].Value != "", b.entries[i].Value != ""; fa != fb {
+						if fa {
+							return -1
+						}
+						return 1
+					}
+				}
+				return 0
+			})
+		}
+		t.domains[d.Domain] = dom
+	}
+	return t
+}
+
+// match returns the shape that entries match, or nil. sig is scratch space.
+func (d *rlsDomain) match(entries []*rlcommonv3.RateLimitDescriptor_Entry, sig *[]byte) *rlsShape {
+	b := (*sig)[:0]
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, e.GetKey()...)
+	}
+	*sig = b
+	for _, sh := range d.shapes[string(b)] {
+		if sh.matches(entries) {
+			return sh
+		}
+	}
+	return nil
+}
+
+// matches reports whether entries have the shape's keys in order, a
+// non-empty value each, and the shape's fixed values.
+func (sh *rlsShape) matches(entries []*rlcommonv3.RateLimitDescriptor_Entry) bool {
+	if len(entries) != len(sh.entries) {
+		return false
+	}
+	for i, e := range entries {
+		want := sh.entries[i]
+		if e.GetKey() != want.Key || e.GetValue() == "" || (want.Value != "" && e.GetValue() != want.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// key is the key a matching descriptor counts: its values joined by '|'
+// (the composite-key format of proxy mode), hashed when longer than the
+// store accepts. buf is scratch space.
+func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, buf *[]byte) string {
+	if len(entries) == 1 {
+		return boundKey(entries[0].GetValue())
+	}
+	b := (*buf)[:0]
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, '|')
+		}
+		b = append(b, e.GetValue()...)
+	}
+	*buf = b
+	return boundKey(string(b))
+}
+
+// rlsUnits are the units current_limit is reported in, shortest first.
+// MONTH is 30 days, as envoyproxy/ratelimit counts it.
+var rlsUnits = [...]struct {
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+}
+
+// rlsCurrentLimit reports a rule as requests per unit: the unit is the
+// shortest one at least as long as the window, and requests_per_unit the
+// rule's rate over that unit, limit × unit / window rounded down (at most
+// 2^32-1). A window of exactly one unit reports the limit itself; 100 per
+// 10s reads 600 per MINUTE, the same rate, never 100 per SECOND, which
+// would claim ten times the rate.
+func rlsCurrentLimit(r pop.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	u := rlsUnits[len(rlsUnits)-1]
+	for _, x := range rlsUnits {
+		if x.d >= r.Window {
+			u = x
+			break
+		}
+	}
+	per := uint64(math.MaxUint32)
+	if hi, lo := bits.Mul64(r.Limit, uint64(u.d)); hi < uint64(r.Window) {
+		q, _ := bits.Div64(hi, lo, uint64(r.Window))
+		per = min(q, per)
+	}
+	return &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: uint32(per), Unit: u.unit}
+}
+
+// rlsMetrics are the rate limit service's own counters.
+type rlsMetrics struct {
+	ok, overLimit, unknownDomain, invalid, unauthenticated prometheus.Counter
+	unmatched                                              prometheus.Counter
+}
+
+func newRLSMetrics(reg *prometheus.Registry) *rlsMetrics {
+	req := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "geolimit_rls_requests_total",
+		Help: "Rate limit service (gRPC ShouldRateLimit) requests by result: ok, over_limit, unknown_domain (answered OK without limits), invalid_argument, unauthenticated.",
+	}, []string{"result"})
+	unmatched := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "geolimit_rls_unmatched_descriptors_total",
+		Help: "Descriptors of a known domain that matched no descriptor of the rls section (or had an empty value): answered OK without a limit.",
+	})
+	reg.MustRegister(req, unmatched)
+	return &rlsMetrics{
+		ok: req.WithLabelValues("ok"), overLimit: req.WithLabelValues("over_limit"),
+		unknownDomain: req.WithLabelValues("unknown_domain"), invalid: req.WithLabelValues("invalid_argument"),
+		unauthenticated: req.WithLabelValues("unauthenticated"), unmatched: unmatched,
+	}
+}
+
+// rlsService serves ShouldRateLimit for an App.
+type rlsService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	a *App
+}
+
+// newGRPCServer builds the gRPC server of listen.grpc: the rate limit
+// service and the standard health service (which needs no token, like
+// /healthz).
+func (a *App) newGRPCServer() *grpc.Server {
+	s := grpc.NewServer(
+		grpc.MaxRecvMsgSize(int(min(a.cfg.Limits.MaxBodyBytes, math.MaxInt32))),
+		grpc.ConnectionTimeout(a.cfg.HTTP.ReadHeaderTimeout.D()),
+	)
+	rlsv3.RegisterRateLimitServiceServer(s, &rlsService{a: a})
+	a.health = health.NewServer()
+	a.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, a.health)
+	return s
+}
+
+// rlsItem is one descriptor of a request being decided.
+type rlsItem struct {
+	sh   *rlsShape // nil: not limited
+	key  string
+	cost uint64
+	// check: the descriptor's hits_addend is 0, it is checked (with the
+	// rule's cost) and never counted.
+	check bool
+	// over: the cost exceeds the rule's limit and can never fit.
+	over bool
+	// decided: d holds a decision; spent: it was counted (when not, d's
+	// remaining is the key's as it stands).
+	decided, spent bool
+	d              pop.Decision
+}
+
+type rlsDupKey struct {
+	cr  *compiledRule
+	key string
+}
+
+// rlsScratch is the pooled state of one request.
+type rlsScratch struct {
+	items []rlsItem
+	sig   []byte
+	kbuf  []byte
+	sums  map[rlsDupKey]uint64
+	tally batchScratch
+}
+
+var rlsPool = newPool(func() *rlsScratch { return &rlsScratch{sums: map[rlsDupKey]uint64{}} })
+
+// release returns sc to the pool, holding no request's strings and no
+// oversized buffer.
+func (sc *rlsScratch) release() {
+	clear(sc.items)
+	if cap(sc.sig) > 1<<16 || cap(sc.kbuf) > 1<<16 {
+		sc.sig, sc.kbuf = nil, nil
+	}
+	rlsPool.put(sc)
+}
+
+func rlsInvalid(m *rlsMetrics, msg string) error {
+	m.invalid.Inc()
+	return status.Error(codes.InvalidArgument, msg)
+}
+
+// ShouldRateLimit decides a request's descriptors (see the comment at the
+// top of this file). Bad input is InvalidArgument and spends nothing.
+func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	a := s.a
+	start := time.Now()
+	m := a.rlsMet
+	if au := a.auth.Load(); au != nil {
+		switch au.checkValues(metadata.ValueFromIncomingContext(ctx, "authorization")) {
+		case authOK:
+		case authMissing:
+			m.unauthenticated.Inc()
+			return nil, status.Error(codes.Unauthenticated, "authorization: Bearer <token> required in the gRPC metadata")
+		default:
+			m.unauthenticated.Inc()
+			return nil, status.Error(codes.Unauthenticated, "authorization: invalid bearer token")
+		}
+	}
+	descs := req.GetDescriptors()
+	switch {
+	case req.GetDomain() == "":
+		return nil, rlsInvalid(m, "domain: must not be empty")
+	case len(descs) == 0:
+		return nil, rlsInvalid(m, "descriptors: at least one required")
+	case len(descs) > a.cfg.Limits.MaxBatch:
+		return nil, rlsInvalid(m, "descriptors: "+strconv.Itoa(len(descs))+" in one request, more than limits.max_batch "+strconv.Itoa(a.cfg.Limits.MaxBatch))
+	}
+	for i, d := range descs {
+		if len(d.GetEntries()) == 0 {
+			return nil, rlsInvalid(m, "descriptors["+strconv.Itoa(i)+"].entries: at least one required")
+		}
+		if d.GetIsNegativeHits() {
+			return nil, rlsInvalid(m, "descriptors["+strconv.Itoa(i)+"].is_negative_hits: not supported (counts only grow; nothing can be given back)")
+		}
+		for j, e := range d.GetEntries() {
+			if e.GetKey() == "" {
+				return nil, rlsInvalid(m, "descriptors["+strconv.Itoa(i)+"].entries["+strconv.Itoa(j)+"].key: must not be empty")
+			}
+		}
+	}
+	rs := a.rules.Load()
+	dom := rs.rls.domains[req.GetDomain()]
+	if dom == nil {
+		m.unknownDomain.Inc()
+		resp, _ := rlsResponse(len(descs))
+		a.met.latencyRLS.Observe(time.Since(start).Seconds())
+		return resp, nil
+	}
+
+	sc := rlsPool.get()
+	defer sc.release()
+	items := slices.Grow(sc.items[:0], len(descs))[:len(descs)]
+	sc.items = items
+	enforce, unmatched, needPeek := 0, 0, false
+	for i, d := range descs {
+		it := &items[i]
+		*it = rlsItem{}
+		sh := dom.match(d.GetEntries(), &sc.sig)
+		if sh == nil {
+			unmatched++
+			continue
+		}
+		cr := sh.rule
+		it.sh, it.key = sh, rlsKey(d.GetEntries(), &sc.kbuf)
+		switch ha := d.GetHitsAddend(); {
+		case ha != nil && ha.GetValue() == 0:
+			it.check, it.cost = true, cr.pop.Cost
+		case ha != nil:
+			it.cost = ha.GetValue()
+		case req.GetHitsAddend() > 0:
+			it.cost = uint64(req.GetHitsAddend())
+		default:
+			it.cost = cr.pop.Cost
+		}
+		it.over = it.cost > cr.pop.Limit
+		if cr.pop.Mode == pop.Enforce {
+			enforce++
+			needPeek = needPeek || it.check || it.over
+		}
+	}
+	if unmatched > 0 {
+		m.unmatched.Add(float64(unmatched))
+	}
+
+	now := a.clk.Now()
+	denied := false
+	if enforce >= 2 || needPeek {
+		denied = a.rlsPeek(now, items, sc.sums, true)
+	}
+	if !denied {
+	passes:
+		for pass := 0; pass < 2; pass++ { // enforce descriptors first, then shadow ones
+			for i := range items {
+				it := &items[i]
+				if it.sh == nil || (it.sh.rule.pop.Mode == pop.Enforce) != (pass == 0) || it.check || it.over {
+					continue
+				}
+				cr := it.sh.rule
+				d, err := a.node.Decide(now, cr.pop.Name, it.key, it.cost)
+				if err != nil {
+					it.sh = nil // the rule went away in a reload
+					continue
+				}
+				it.d, it.decided, it.spent = d, true, d.Allowed
+				if !d.Allowed && cr.pop.Mode == pop.Enforce {
+					// The only enforce descriptor denies, or one lost a race
+					// for the last unit after the check.
+					denied = true
+					break passes
+				}
+			}
+		}
+	}
+	// Descriptors still without a decision (shadow ones of a denied request,
+	// checks and over-limit costs of shadow rules, enforce ones after a
+	// lost race) are checked for their status, counting nothing.
+	a.rlsPeek(now, items, nil, false)
+
+	resp, slots := rlsResponse(len(descs))
+	var bind *rlsItem
+	for i := range items {
+		it := &items[i]
+		st := &slots[i].st
+		if it.sh == nil {
+			continue
+		}
+		cr := it.sh.rule
+		d := it.d
+		st.CurrentLimit = it.sh.limit
+		st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
+		wait := d.Reset
+		if !d.Allowed {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			wait = d.RetryAfter
+		}
+		dur := &slots[i].dur
+		dur.Seconds, dur.Nanos = int64(wait/time.Second), int32(wait%time.Second)
+		st.DurationUntilReset = dur
+		// Counted in geolimit_decisions_total: what was counted, and the
+		// decisions that stand: all of an admitted request, the denying
+		// ones of a denied request.
+		enf := cr.pop.Mode == pop.Enforce
+		if it.spent || !denied || (enf && !d.Allowed) {
+			sc.tally.count(cr.m, d)
+		}
+		// The headers follow the binding descriptor, as in proxy mode: the
+		// denying one with the longest wait, else the enforce one with the
+		// least remaining.
+		switch {
+		case !enf:
+		case denied:
+			if !d.Allowed && (bind == nil || d.RetryAfter > bind.d.RetryAfter) {
+				bind = it
+			}
+		default:
+			if bind == nil || d.Remaining < bind.d.Remaining || (d.Remaining == bind.d.Remaining && d.Reset > bind.d.Reset) {
+				bind = it
+			}
+		}
+	}
+	a.flushCounts(&sc.tally)
+	if denied {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		m.overLimit.Inc()
+	} else {
+		m.ok.Inc()
+	}
+	if bind != nil {
+		resp.ResponseHeadersToAdd = rlsHeaders(bind.sh.rule, bind.d)
+	}
+	a.met.latencyRLS.Observe(time.Since(start).Seconds())
+	return resp, nil
+}
+
+// rlsPeek decides, without counting, every limited descriptor that has no
+// decision yet; the remaining it reports is the key's as it stands. With
+// all (the check before counting), only enforce descriptors are checked, a
+// counted one with the summed cost of the counted descriptors sharing its
+// rule and key (sums is scratch space), and it reports whether one would
+// deny. Otherwise every remaining descriptor is checked for its status. A
+// cost over the rule's limit is denied (for a shadow rule: shadow-denied),
+// with a retry-after of at least the window.
+func (a *App) rlsPeek(now int64, items []rlsItem, sums map[rlsDupKey]uint64, all bool) bool {
+	if all {
+		for i := range items {
+			if it := &items[i]; it.sh != nil && !it.check && !it.over && it.sh.rule.pop.Mode == pop.Enforce {
+				sums[rlsDupKey{it.sh.rule, it.key}] += it.cost
+			}
+		}
+		defer clear(sums)
+	}
+	denied := false
+	for i := range items {
+		it := &items[i]
+		if it.sh == nil || it.decided || (all && it.sh.rule.pop.Mode != pop.Enforce) {
+			continue
+		}
+		cr := it.sh.rule
+		cost := it.cost
+		if all && !it.check && !it.over {
+			cost = sums[rlsDupKey{cr, it.key}] // >= it.cost, may exceed the limit
+		}
+		pc := min(cost, cr.pop.Limit)
+		d, err := a.node.Peek(now, cr.pop.Name, it.key, pc)
+		if err != nil {
+			it.sh = nil // the rule went away in a reload
+			continue
+		}
+		if d.Allowed {
+			d.Remaining = min(d.Remaining+pc, d.Limit) // nothing was spent
+		}
+		if cost > cr.pop.Limit {
+			// It (or the descriptors sharing its rule and key) can never fit.
+			d.Allowed, d.RetryAfter = false, max(d.RetryAfter, cr.pop.Window)
+		}
+		if cr.pop.Mode == pop.Shadow && !d.Allowed {
+			d.Allowed, d.ShadowDenied = true, true
+		}
+		it.d, it.decided = d, true
+		if !d.Allowed {
+			denied = true
+		}
+	}
+	return denied
+}
+
+// rlsSlot is one descriptor status and its duration, allocated together.
+type rlsSlot struct {
+	st  rlsv3.RateLimitResponse_DescriptorStatus
+	dur durationpb.Duration
+}
+
+// rlsResponse returns an OK response with n OK statuses (without a limit
+// or a duration) and their slots.
+func rlsResponse(n int) (*rlsv3.RateLimitResponse, []rlsSlot) {
+	slots := make([]rlsSlot, n)
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	for i := range slots {
+		slots[i].st.Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = &slots[i].st
+	}
+	return resp, slots
+}
+
+// rlsHeaderOrder lists the RateLimit headers in the order they are added,
+// with their lower-case names.
+var rlsHeaderOrder = [...]struct{ canon, lower string }{
+	{hPolicy, "ratelimit-policy"},
+	{hRateLimit, "ratelimit"},
+	{hXLimit, "x-ratelimit-limit"},
+	{hXRemaining, "x-ratelimit-remaining"},
+	{hXReset, "x-ratelimit-reset"},
+	{hRetryAfter, "retry-after"},
+}
+
+// rlsHeaders returns the RateLimit headers of the binding rule's decision,
+// exactly as the HTTP API writes them (setRateLimitHeaders), with
+// lower-case names.
+func rlsHeaders(cr *compiledRule, d pop.Decision) []*corev3.HeaderValue {
+	h := make(http.Header, len(rlsHeaderOrder))
+	setRateLimitHeaders(h, cr, d)
+	vals := make([]corev3.HeaderValue, len(h))
+	out := make([]*corev3.HeaderValue, 0, len(h))
+	for _, n := range rlsHeaderOrder {
+		if v := h[n.canon]; len(v) > 0 && len(out) < len(vals) {
+			hv := &vals[len(out)]
+			hv.Key, hv.Value = n.lower, v[0]
+			out = append(out, hv)
+		}
+	}
+	return out
+}
+
+// drainGRPC stops the gRPC server: the health service turns NOT_SERVING,
+// running requests finish, then connections close; at once when ctx ends
+// first.
+func (a *App) drainGRPC(ctx context.Context) error {
+	a.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		a.grpcSrv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		a.grpcSrv.Stop()
+		<-done
+		return fmt.Errorf("server: drain grpc: %w", ctx.Err())
+	}
+}
