@@ -113,6 +113,10 @@ type Proxy struct {
 	// ResponseHeaderTimeout bounds the wait for the upstream's response
 	// headers. Default 30s.
 	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
+	// PreserveHost sends the client's Host header to the upstream instead
+	// of the upstream URL's host (for upstreams that route by name).
+	// Default false.
+	PreserveHost bool `yaml:"preserve_host"`
 }
 
 // ForwardAuth configures the forward-auth listener.

@@ -42,6 +42,9 @@ func (a *App) proxyHandler() (http.Handler, error) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up)
+			if pc.PreserveHost {
+				pr.Out.Host = pr.In.Host
+			}
 			// Keep the forwarded chain only from a trusted proxy; from anyone
 			// else X-Forwarded-For starts afresh with the socket peer.
 			if _, trusted := clientIP(pr.In, a.rules.Load().trusted); trusted {

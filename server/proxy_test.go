@@ -289,3 +289,23 @@ func TestProxyDotSegments(t *testing.T) {
 	defer up.mu.Unlock()
 	assert.Equal(t, "/static/../api/x", up.reqs[1].URL.Path, "the upstream gets the path as sent")
 }
+
+// The upstream gets the upstream URL's host by default, the client's Host
+// with proxy.preserve_host.
+func TestProxyPreserveHost(t *testing.T) {
+	for _, preserve := range []bool{false, true} {
+		t.Run(fmt.Sprint("preserve_host=", preserve), func(t *testing.T) {
+			up := newUpstream(t)
+			yaml := strings.Replace(proxyYAML(up.URL, "", "  - {name: r, limit: 10, window: 1m}"),
+				"proxy: {", fmt.Sprintf("proxy: {preserve_host: %v, ", preserve), 1)
+			ta := startApp(t, yaml)
+			r := ta.proxy("GET", "/x", "Host", "shop.example.com")
+			require.Equal(t, http.StatusOK, r.status, string(r.body))
+			want := strings.TrimPrefix(up.URL, "http://")
+			if preserve {
+				want = "shop.example.com"
+			}
+			assert.Equal(t, want, up.last(t).Host)
+		})
+	}
+}
