@@ -1,0 +1,286 @@
+package crdt
+
+import "sync/atomic"
+
+// The near-limit allowance.
+//
+// A replica's admits reach the others only after the replication lag: the
+// wait for its next flush, then the horizon (the hop to the member that
+// publishes the key's PoP total, the speaker's delay, the network). Until
+// then every replica decides on room that the others may be spending too.
+// Far from the limit that does no harm; near it, each replica's unseen
+// admits add up, by the rate times the lag times the number of replicas.
+//
+// So near the limit the remaining headroom is split. Let K be the count every
+// replica already holds: the estimate minus this replica's own admits that
+// the others cannot have seen yet (U, those after its last flush older than
+// the horizon). H = limit - K is the headroom left to the whole fleet, and
+// replica i may have at most w_i x H of its own admits unseen, where w_i is
+// its share of K: its own seen count over K, computed from counts every
+// replica holds alike, and at least 1/Replicas. The replicas' unseen admits
+// therefore add up to about H, and the fleet stays at the limit.
+//
+// A replica with nothing unseen may always admit one request (the weights
+// are fractions of units): near the limit a fleet of n replicas exceeds it
+// by at most n-1 requests, whatever the rate, where without the split each
+// replica spends everything it sees during the lag.
+//
+// Far from the limit nothing is read beyond the slot: a replica whose own
+// count of both live windows, plus the request, is within 1/Replicas of the
+// headroom the estimate leaves cannot break the split (U is at most that
+// count, w_i at least 1/Replicas). Only a key that fails this test gets an
+// entry in the shard's hot table (bounded by StoreConfig.MaxHotKeys), which
+// keeps the own counts of its last flushes; a key that finds the table full
+// is decided as if all its own counts were unseen, which errs towards
+// rejecting.
+
+// Allowance configures the near-limit split for one call of AdmitSplit.
+// The zero value, or Replicas below 2, or Horizon 0, splits nothing.
+type Allowance struct {
+	// Horizon is how long after a flush (nanoseconds, on the clock of the
+	// times passed to FlushAt and AdmitSplit) every other replica holds the
+	// own counts that flush sent.
+	Horizon int64
+	// Replicas is how many replicas may admit the key, this one included.
+	Replicas int
+}
+
+// on reports whether a splits anything.
+func (a *Allowance) on() bool { return a != nil && a.Replicas > 1 && a.Horizon > 0 }
+
+// DefaultMaxHotKeys is the default StoreConfig.MaxHotKeys.
+const DefaultMaxHotKeys = 1 << 14
+
+// hotSnaps is how many flushes a hot key remembers.
+const hotSnaps = 4
+
+// hotSnap is a hot key's own counts as one flush sent them.
+type hotSnap struct {
+	at  int64     // the flush's time
+	win int64     // the slot's window then
+	own [2]uint64 // the own counts of windows win-1 and win then
+}
+
+// hotEntry is the side state of a key near its limit: the own counts of its
+// last flushes, oldest first. No pointers, so the GC never scans the slab.
+type hotEntry struct {
+	snaps [hotSnaps]hotSnap
+	used  int64 // the last decision that read it
+	pos   int32 // the slot's position
+	n     uint8
+}
+
+// hotSample is how many hot entries a full hot table looks at to evict one.
+const hotSample = 8
+
+// push records that the flush at at sent own counts own of window win. A
+// full ring drops its oldest flush once the next one is older than the
+// horizon (no later query needs the oldest then), and otherwise overwrites
+// its newest, which only makes later queries see an older flush.
+func (e *hotEntry) push(at, horizon, win int64, own [2]uint64) {
+	if e.n > 0 {
+		if last := &e.snaps[e.n-1]; last.win == win && last.own == own {
+			return // nothing new was sent
+		}
+	}
+	s := hotSnap{at: at, win: win, own: own}
+	switch {
+	case int(e.n) < hotSnaps:
+		e.snaps[e.n] = s
+		e.n++
+	case e.snaps[1].at <= at-horizon:
+		copy(e.snaps[:], e.snaps[1:])
+		e.snaps[hotSnaps-1] = s
+	default:
+		e.snaps[hotSnaps-1] = s
+	}
+}
+
+// seen returns the own counts of windows win-1 and win that every replica
+// holds at now: those of the latest flush at or before now-horizon.
+func (e *hotEntry) seen(now, horizon, win int64) (s0, s1 uint64) {
+	for k := int(e.n) - 1; k >= 0; k-- {
+		s := &e.snaps[k]
+		if s.at > now-horizon {
+			continue
+		}
+		switch s.win {
+		case win:
+			return s.own[0], s.own[1]
+		case win - 1:
+			return s.own[1], 0
+		}
+		return 0, 0
+	}
+	return 0, 0
+}
+
+// matures returns how long until the next flush of e that others do not
+// hold at now will be held by them: horizon when no flush is pending.
+func (e *hotEntry) matures(now, horizon int64) int64 {
+	for k := 0; k < int(e.n); k++ {
+		if at := e.snaps[k].at; at > now-horizon {
+			return at + horizon - now
+		}
+	}
+	return horizon
+}
+
+// hotOf returns slot i's hot entry, making one if it has none: nil when
+// the shard's hot table is full and no entry can be evicted. A new entry
+// lists the slot for the next flush, which records its first snapshot. The
+// caller holds sh.mu.
+func (sh *shard) hotOf(s *Store, i int32, sl *slot, now int64) *hotEntry {
+	if sl.flags&flagHot != 0 {
+		e := &sh.hotSlab[sh.hot[i]]
+		e.used = now
+		return e
+	}
+	if s.hotPerShard == 0 || (len(sh.hot) >= s.hotPerShard && !sh.evictHot()) {
+		return nil
+	}
+	var k int32
+	if n := len(sh.hotFree); n > 0 {
+		k = sh.hotFree[n-1]
+		sh.hotFree = sh.hotFree[:n-1]
+	} else {
+		k = int32(len(sh.hotSlab))
+		sh.hotSlab = append(sh.hotSlab, hotEntry{})
+	}
+	sh.hotSlab[k] = hotEntry{pos: i, used: now}
+	sh.hot[i] = k
+	sl.flags |= flagHot
+	sh.markDirty(i, sl, 0)
+	return &sh.hotSlab[k]
+}
+
+// dropHot frees slot i's hot entry; the caller holds sh.mu.
+func (sh *shard) dropHot(i int32, sl *slot) {
+	k := sh.hot[i]
+	delete(sh.hot, i)
+	sh.hotSlab[k] = hotEntry{pos: -1}
+	sh.hotFree = append(sh.hotFree, k)
+	sl.flags &^= flagHot
+}
+
+// moveHot moves the hot entry of a slot from position from to to.
+func (sh *shard) moveHot(from, to int32) {
+	k := sh.hot[from]
+	delete(sh.hot, from)
+	sh.hot[to] = k
+	sh.hotSlab[k].pos = to
+}
+
+// evictHot frees the least recently used of a sample of hot entries.
+func (sh *shard) evictHot() bool {
+	n := len(sh.hotSlab)
+	best := int32(-1)
+	for seen, looked := 0, 0; seen < hotSample && looked < n; looked++ {
+		if sh.hotCur++; sh.hotCur >= n {
+			sh.hotCur = 0
+		}
+		e := &sh.hotSlab[sh.hotCur]
+		if e.pos < 0 {
+			continue
+		}
+		seen++
+		if best < 0 || e.used < sh.hotSlab[best].used {
+			best = int32(sh.hotCur)
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	pos := sh.hotSlab[best].pos
+	sh.dropHot(pos, &sh.slots[pos])
+	return true
+}
+
+// split decides, for slot i whose estimate est lets a request of cost in,
+// whether this replica's share of the headroom does too (see the top of
+// this file). now is the decision's time, f the elapsed fraction of the
+// window. It returns the time until a denied request may fit. The caller
+// holds sh.mu.
+func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now int64, f, est float64, limit, cost uint64) (bool, int64) {
+	e := sh.hotOf(s, i, sl, now)
+	var s0, s1 uint64
+	if e != nil {
+		s0, s1 = e.seen(now, a.Horizon, sl.win)
+	}
+	u0, u1 := satSub(sl.own[0], s0), satSub(sl.own[1], s1)
+	unseen := satAdd(u0, u1)
+	if unseen == 0 {
+		return true, 0 // one request in flight is always allowed
+	}
+	k := est - (float64(u0)*(1-f) + float64(u1))
+	excl := 0.0
+	if ex := s.excluded.Load(); ex != nil && sl.flags&flagSide != 0 {
+		var x0, x1 uint64
+		for _, se := range sh.side[i] {
+			if ex.has(se.rep) {
+				switch se.win - (sl.win - 1) {
+				case 0:
+					x0 = satAdd(x0, se.count)
+				case 1:
+					x1 = satAdd(x1, se.count)
+				}
+			}
+		}
+		excl = float64(x0)*(1-f) + float64(x1)
+	}
+	w := 1 / float64(a.Replicas)
+	if kw, mine := k-excl, float64(s0)*(1-f)+float64(s1); kw > 0 && mine > w*kw {
+		w = mine / kw
+	}
+	if float64(satAdd(unseen, cost)) <= w*(float64(limit)-k) {
+		return true, 0
+	}
+	if e == nil {
+		return false, a.Horizon
+	}
+	return false, max(e.matures(now, a.Horizon), 1)
+}
+
+// AdmitSplit is Admit with the near-limit allowance a (nil: none): a request
+// the estimate lets in is admitted only if this replica's unseen admits stay
+// within its share of the headroom.
+func (s *Store) AdmitSplit(rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) AdmitResult {
+	return s.admit(rule, key, now, limit, cost, count, a)
+}
+
+// SetExcluded sets which replicas' counts the allowance leaves out of every
+// replica's share (the PoPs counted as partitioned, whose counts are
+// frozen); nil leaves none out.
+func (s *Store) SetExcluded(excluded func(Replica) bool) {
+	s.repMu.Lock()
+	defer s.repMu.Unlock()
+	s.exclude = excluded
+	if excluded == nil {
+		s.excluded.Store(nil)
+		return
+	}
+	set := &memberSet{w: make([]atomic.Uint64, (len(s.reps)+63)/64)}
+	for id, r := range s.reps {
+		if r != (Replica{}) && excluded(r) {
+			set.w[id>>6].Or(1 << (id & 63))
+		}
+	}
+	s.excluded.Store(set)
+}
+
+func (m *memberSet) has(id ReplicaID) bool {
+	i := int(id >> 6)
+	return i < len(m.w) && m.w[i].Load()&(1<<(id&63)) != 0
+}
+
+func satSub(a, b uint64) uint64 {
+	if b >= a {
+		return 0
+	}
+	return a - b
+}
+
+// fraction returns the elapsed fraction of now's window, clamped to [0, 1].
+func fraction(elapsed, width int64) float64 {
+	return min(max(float64(elapsed)/float64(width), 0), 1)
+}
