@@ -111,3 +111,22 @@ func TestAllowanceAloneInPoP(t *testing.T) {
 		t.Fatalf("pop %+v", got)
 	}
 }
+
+// NoAllowance leaves the node deciding on its estimate alone.
+func TestNoAllowance(t *testing.T) {
+	n := testNode(t, ams1)
+	cfg := DefaultConfig()
+	cfg.Node, cfg.PoPLink, cfg.GlobalLink, cfg.NoAllowance = n, true, true, true
+	cfg.ExpectedPoPs = []PoPID{{Region: "us", PoP: "iad"}}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(time.Hour)
+	c.Tick(now)
+	c.SetMembers(now, []string{"a2#1"})
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: PoPID{Region: "us", PoP: "iad"}, Delta: &crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
+	if g, p := n.AllowanceOf(pop.ScopeGlobal), n.AllowanceOf(pop.ScopePoP); g != (pop.Allowance{}) || p != (pop.Allowance{}) {
+		t.Fatalf("allowance %+v %+v with NoAllowance", g, p)
+	}
+}

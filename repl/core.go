@@ -75,6 +75,9 @@ type Config struct {
 	// members' totals before it publishes the PoP's. 0 means a tenth of the
 	// flush interval.
 	SpeakDelay time.Duration
+	// NoAllowance turns the near-limit allowance off: the node decides on
+	// its estimate alone, near a limit too (see allowance.go).
+	NoAllowance bool
 }
 
 // DefaultConfig returns the default intervals; set Node and the links.
