@@ -314,3 +314,31 @@ func TestDeterminismFullStores(t *testing.T) {
 	c := runJSON(t, sc, Options{Seed: &seed})
 	assert.NotEqual(t, string(a), string(c), "another seed, another run")
 }
+
+// Admitted/limit is sampled ten times per window, so that a p99 rests on
+// many samples and a phase shorter than a window has some.
+func TestSamplesTenPerWindow(t *testing.T) {
+	res, err := Run(mustParse(t, `
+name: short-phase
+seed: 5
+duration: 25s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 1}]}
+  - {region: us, pops: [{name: iad, nodes: 1}]}
+rules:
+  - {name: api, limit: 100, window: 10s}
+traffic:
+  - {rule: api, keys: 1, rate: 50/s}
+events:
+  - {at: 20s, partition: [[eu], [us]]}
+  - {at: 23s, heal: true}
+`), Options{})
+	require.NoError(t, err)
+	r := res.Report
+	assert.Equal(t, 25, r.AdmittedRatioSamples, "every second for 25s")
+	require.Len(t, r.Phases, 3)
+	for i, want := range []int{20, 3, 2} {
+		assert.Equal(t, want, r.Phases[i].AdmittedRatioSamples, r.Phases[i].Name)
+		assert.Positive(t, r.Phases[i].P99AdmittedRatio, r.Phases[i].Name)
+	}
+}

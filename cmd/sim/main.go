@@ -57,6 +57,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *scale <= 0 {
+		return fmt.Errorf("-rate-scale %g: must be positive", *scale)
+	}
 	if *scenario == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return errors.New("-scenario FILE is required and no positional arguments are taken")

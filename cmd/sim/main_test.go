@@ -128,6 +128,8 @@ func TestRunErrors(t *testing.T) {
 		{"bad compare", []string{"-scenario", path, "-compare", "keep,panic"}, `unknown partition policy "panic"`},
 		{"log with compare", []string{"-scenario", path, "-compare", "keep,keep", "-log", "x"}, "-log takes one run"},
 		{"unknown flag", []string{"-scenari", path}, "flag provided but not defined"},
+		{"zero rate scale", []string{"-scenario", path, "-rate-scale", "0"}, "-rate-scale 0: must be positive"},
+		{"negative rate scale", []string{"-scenario", path, "-rate-scale", "-1"}, "-rate-scale -1: must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
