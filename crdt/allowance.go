@@ -28,11 +28,19 @@ import "sync/atomic"
 // Far from the limit nothing is read beyond the slot: a replica whose own
 // count of both live windows, plus the request, is within 1/Replicas of the
 // headroom the estimate leaves cannot break the split (U is at most that
-// count, w_i at least 1/Replicas). Only a key that fails this test gets an
-// entry in the shard's hot table (bounded by StoreConfig.MaxHotKeys), which
-// keeps the own counts of its last flushes; a key that finds the table full
-// is decided as if all its own counts were unseen, which errs towards
-// rejecting.
+// count, w_i at least 1/Replicas). Nor does a key whose own counts were all
+// sent longer than a horizon ago (U = 0): each slot says so in spare bits,
+// flagRecent and the sequence number of the flush that last sent its own
+// counts (sentSeq), cleared by a per-shard list of recent sends (sentRec)
+// once they are older than the horizon. That list holds the keys sent within
+// a horizon, like the dirty list the keys changed since the last flush.
+// Only a key with admits that may be unseen gets an entry in the shard's
+// hot table (bounded by StoreConfig.MaxHotKeys), which keeps the own counts
+// of its last flushes; a key that finds the table full is decided as if all
+// its own counts were unseen, which errs towards rejecting.
+//
+// AdmitSplit counts on FlushAt: a store flushed with Flush (no time) keeps
+// no record of its sends.
 
 // Allowance configures the near-limit split for one call of AdmitSplit.
 // The zero value, or Replicas below 2, or Horizon 0, splits nothing.
@@ -96,6 +104,13 @@ func (e *hotEntry) push(at, horizon, win int64, own [2]uint64) {
 	}
 }
 
+// heldBy records that every replica holds the own counts own of window win
+// by at: earlier records say less, and are dropped.
+func (e *hotEntry) heldBy(at, win int64, own [2]uint64) {
+	e.snaps[0] = hotSnap{at: at, win: win, own: own}
+	e.n = 1
+}
+
 // seen returns the own counts of windows win-1 and win that every replica
 // holds at now: those of the latest flush at or before now-horizon.
 func (e *hotEntry) seen(now, horizon, win int64) (s0, s1 uint64) {
@@ -124,6 +139,82 @@ func (e *hotEntry) matures(now, horizon int64) int64 {
 		}
 	}
 	return horizon
+}
+
+// sentRec records that the flush at at sent the own counts of the slot at
+// pos (whose key hashes to fp) as they were then. A record older than the
+// horizon clears the slot's flagRecent, unless the slot changed since (a
+// later record, or unsent admits, speak for it) or another key took its
+// position (fp).
+type sentRec struct {
+	at, win int64
+	own     [2]uint64
+	pos     int32
+	fp      uint32
+	seq     uint8 // the flush's sequence number, modulo 64
+}
+
+// fingerprint returns the high bits of the hash of slot i's key.
+func (sh *shard) fingerprint(s *Store, i int32, sl *slot) uint32 {
+	return uint32(s.hash(sl.rule, sh.keyOf(i)) >> 32)
+}
+
+// sentNow records that the flush at at (sequence number seq) sent slot
+// i's own counts; the caller holds sh.mu.
+func (sh *shard) sentNow(s *Store, at int64, seq uint8, i int32, sl *slot) {
+	seq &= 63
+	sl.setSentSeq(seq)
+	sl.flags |= flagRecent
+	sh.sent = append(sh.sent, sentRec{at: at, win: sl.win, own: sl.own, pos: i, fp: sh.fingerprint(s, i, sl), seq: seq})
+}
+
+// resent records a slot with flagRecent that moved to position i, as sent
+// by the same flush as before but no earlier than the last flush. A slot
+// with unsent admits needs no record: the next flush sends it and records
+// that.
+func (sh *shard) resent(s *Store, i int32, sl *slot) {
+	if sl.dirty&dirtyOwn == 0 {
+		sh.sentNow(s, s.lastFlush.Load(), sl.sentSeq(), i, sl)
+	}
+}
+
+// expireSent clears flagRecent of the slots whose own counts no flush after
+// cutoff sent and that changed in no other way since. The caller holds sh.mu.
+func (sh *shard) expireSent(s *Store, cutoff int64) {
+	for sh.sentHead < len(sh.sent) && sh.sent[sh.sentHead].at <= cutoff {
+		r := &sh.sent[sh.sentHead]
+		sh.sentHead++
+		if int(r.pos) >= len(sh.slots) {
+			continue
+		}
+		sl := &sh.slots[r.pos]
+		if sl.flags&(flagLive|flagRecent) != flagLive|flagRecent || sl.sentSeq() != r.seq ||
+			sl.dirty&dirtyOwn != 0 || !sameOwn(sl, r) {
+			continue // another key, or sent again since
+		}
+		if sh.fingerprint(s, r.pos, sl) == r.fp {
+			sl.flags &^= flagRecent
+		}
+	}
+	if sh.sentHead == len(sh.sent) {
+		sh.sent, sh.sentHead = sh.sent[:0], 0
+	} else if sh.sentHead > len(sh.sent)/2 {
+		n := copy(sh.sent, sh.sent[sh.sentHead:])
+		sh.sent, sh.sentHead = sh.sent[:n], 0
+	}
+}
+
+// sameOwn reports whether slot sl's own counts are still those r recorded.
+func sameOwn(sl *slot, r *sentRec) bool {
+	switch d := sl.win - r.win; {
+	case d == 0:
+		return sl.own == r.own
+	case d == 1:
+		return sl.own[0] == r.own[1] && sl.own[1] == 0
+	case d > 1:
+		return sl.own == [2]uint64{}
+	}
+	return false
 }
 
 // hotOf returns slot i's hot entry, making one if it has none: nil when
@@ -204,7 +295,17 @@ func (sh *shard) evictHot() bool {
 func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now int64, f, est float64, limit, cost uint64) (bool, int64) {
 	e := sh.hotOf(s, i, sl, now)
 	var s0, s1 uint64
-	if e != nil {
+	switch {
+	case sl.dirty&dirtyOwn == 0 && sl.flags&flagRecent == 0:
+		// Sent longer than a horizon ago, and nothing since: all held.
+		s0, s1 = sl.own[0], sl.own[1]
+		if e != nil {
+			e.heldBy(now-a.Horizon, sl.win, sl.own)
+		}
+	case e != nil:
+		if last := s.lastFlush.Load(); sl.dirty&dirtyOwn == 0 && last != 0 {
+			e.push(last, a.Horizon, sl.win, sl.own) // sent by the last flush at the latest
+		}
 		s0, s1 = e.seen(now, a.Horizon, sl.win)
 	}
 	u0, u1 := satSub(sl.own[0], s0), satSub(sl.own[1], s1)

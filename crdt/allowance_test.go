@@ -284,3 +284,122 @@ func TestHotRing(t *testing.T) {
 	assert.Equal(t, int64(15), e.matures(125, h), "the flush at 40 is held at 140")
 	assert.Equal(t, h, e.matures(300, h), "none pending")
 }
+
+// A key whose own counts a flush sent longer than a horizon ago, with no
+// admit since, is held by every replica: a second request long after the
+// first is admitted even when the split's share is below one request, with
+// no record of the key's flushes. Within the horizon it is not.
+func TestSentLongAgoCountsAsSeen(t *testing.T) {
+	many := &Allowance{Horizon: 100 * ms, Replicas: 60} // 1/60 of 100: below one request
+	for _, tc := range []struct {
+		name  string
+		after int64 // the second request, after the flush that sent the first
+		want  bool
+	}{
+		{"within the horizon", 50 * ms, false},
+		{"after the horizon", 2 * time.Second.Nanoseconds(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 4})
+			t0 := time.Second.Nanoseconds()
+			require.True(t, st.AdmitSplit(0, "ip", nowAt(t0), 100, 1, true, many).Allowed)
+			st.FlushAt(abs(t0+ms), many.Horizon, func(FlushEntry) {})
+			for at := t0 + 51*ms; at <= t0+tc.after; at += 50 * ms {
+				st.FlushAt(abs(at), many.Horizon, func(FlushEntry) {}) // later flushes: nothing to send
+			}
+			got := st.AdmitSplit(0, "ip", nowAt(t0+ms+tc.after), 100, 1, true, many).Allowed
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// Soundness under churn: a slot whose own counts a flush sent within the
+// horizon, or that has unsent admits, is never taken as held by every
+// replica, whatever moves, growth, removals, sweeps and window rolls
+// happened; and once no flush has sent anything for a horizon, every slot
+// is taken as held.
+func TestRecentSurvivesChurn(t *testing.T) {
+	rng := seeded(t, 11)
+	const horizon, width = 30 * ms, 400 * ms
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2, MaxKeys: 1 << 20, Seed: 6})
+	a := &Allowance{Horizon: horizon, Replicas: 4}
+	lastSent := map[string]int64{} // key -> the last flush that sent an admit of it
+	unsent := map[string]bool{}
+	now := time.Second.Nanoseconds()
+	at := func(t int64) Now { return Now{Index: t / width, Elapsed: t % width, Width: width} }
+	for step := 0; step < 40000; step++ {
+		now += ms / 4
+		k := "k" + strconv.Itoa(rng.IntN(800))
+		switch r := rng.IntN(60); {
+		case r == 0:
+			sh := st.shardOf(st.hash(0, k))
+			sh.mu.Lock()
+			if p, ok := sh.find(st.hash(0, k), 0, k); ok {
+				sh.remove(st, p)
+			}
+			sh.mu.Unlock()
+			delete(lastSent, k)
+			delete(unsent, k)
+		case r == 1:
+			st.Sweep(func(RuleID) int64 { return now / width })
+		case r < 6:
+			st.FlushAt(now, horizon, func(FlushEntry) {})
+			for k := range unsent {
+				lastSent[k] = now
+			}
+			clear(unsent)
+		default:
+			if st.AdmitSplit(0, k, at(now), 1<<40, 1, true, a).Allowed {
+				unsent[k] = true
+			}
+		}
+		if step%97 != 0 {
+			continue
+		}
+		for si := range st.shards {
+			sh := &st.shards[si]
+			sh.mu.Lock()
+			for i := range sh.slots {
+				sl := &sh.slots[i]
+				if sl.flags&flagLive == 0 || sl.own == [2]uint64{} {
+					continue
+				}
+				key := sh.keyOf(int32(i))
+				held := sl.dirty&dirtyOwn == 0 && sl.flags&flagRecent == 0
+				if unsent[key] || lastSent[key] > now-horizon {
+					require.False(t, held, "step %d: %s sent at %d, now %d, taken as held", step, key, lastSent[key], now)
+				}
+			}
+			sh.mu.Unlock()
+		}
+	}
+	st.FlushAt(now, horizon, func(FlushEntry) {})
+	now += horizon
+	st.FlushAt(now, horizon, func(FlushEntry) {})
+	recent := 0
+	for si := range st.shards {
+		for _, sl := range st.shards[si].slots {
+			if sl.flags&flagLive != 0 && sl.flags&flagRecent != 0 {
+				recent++
+			}
+		}
+	}
+	assert.Zero(t, recent)
+}
+
+// The sequence number of a slot's last send lives in spare bits of dirty
+// and flags: window rolls and flushes keep it, and it keeps theirs.
+func TestSentSeqBits(t *testing.T) {
+	for _, seq := range []uint8{0, 5, 8, 45, 63} {
+		sl := slot{flags: flagLive | flagHot, dirty: dirtyOwn1 | dirtyPoP2}
+		sl.setSentSeq(seq)
+		require.Equal(t, seq, sl.sentSeq())
+		assert.Equal(t, flagLive|flagHot, sl.flags&^(7<<sentSeqShift))
+		assert.Equal(t, dirtyOwn1|dirtyPoP2, sl.dirty&dirtyAll)
+		for d := int64(1); d <= 3; d++ {
+			shifted := shiftDirty(sl.dirty, d)
+			assert.Equal(t, shiftDirty(sl.dirty&dirtyAll, d), shifted&dirtyAll, "d=%d", d)
+			assert.Equal(t, sl.dirty&^dirtyAll, shifted&^dirtyAll, "d=%d", d)
+		}
+	}
+}

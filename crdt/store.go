@@ -117,7 +117,9 @@ type Store struct {
 	excluded atomic.Pointer[memberSet]
 	exclude  func(Replica) bool
 
-	hotPerShard int // hot entries per shard (see allowance.go)
+	hotPerShard int          // hot entries per shard (see allowance.go)
+	lastFlush   atomic.Int64 // the time of the last FlushAt
+	flushSeq    uint8        // FlushAt calls so far, modulo 256 (under flushMu)
 
 	protectMu sync.RWMutex
 	protect   map[RuleID]uint64
@@ -152,6 +154,12 @@ const (
 	flagInDirty
 	flagLive
 	flagHot // the key has an entry in shard.hot (see allowance.go)
+	// flagRecent: a flush sent the own counts within the allowance's
+	// horizon, so the other replicas may not hold them yet (see sentRec).
+	flagRecent
+
+	// The top three bits of flags hold half of the slot's sentSeq.
+	sentSeqShift = 5
 )
 
 // inlineKeyLen is the longest key stored inside its slot (IPv4 addresses fit);
@@ -169,7 +177,7 @@ type slot struct {
 	other [2]uint64 // sum over other replicas, same layout
 	rule  RuleID
 	klen  uint8 // key length, or longKey
-	dirty uint8 // what changed since the last flush: dirtyOwn0 ... dirtyPoP2
+	dirty uint8 // what changed since the last flush: dirtyOwn0 ... dirtyPoP2; see sentSeq
 	flags uint8
 	kb    [inlineKeyLen]byte
 }
@@ -186,15 +194,27 @@ const (
 	dirtyPoP2
 
 	dirtyOwn = dirtyOwn0 | dirtyOwn1
+	dirtyAll = dirtyOwn | dirtyPoP0 | dirtyPoP1 | dirtyPoP2
 )
 
-// shiftDirty returns dirty bits of a slot moved on by d > 0 windows.
+// shiftDirty returns dirty bits of a slot moved on by d > 0 windows (the
+// bits above dirtyAll are kept).
 func shiftDirty(dirty uint8, d int64) uint8 {
 	if d >= 3 {
-		return 0
+		return dirty &^ dirtyAll
 	}
-	own, pop := dirty&dirtyOwn, dirty>>2
-	return own>>d | (pop>>d)<<2
+	own, pop := dirty&dirtyOwn, dirty>>2&7
+	return own>>d | (pop>>d)<<2 | dirty&^dirtyAll
+}
+
+// sentSeq returns the sequence number, modulo 64, of the flush that last
+// sent the slot's own counts: three bits above dirtyAll in dirty, three
+// above sentSeqShift in flags.
+func (sl *slot) sentSeq() uint8 { return sl.dirty>>5 | (sl.flags>>sentSeqShift)<<3 }
+
+func (sl *slot) setSentSeq(seq uint8) {
+	sl.dirty = sl.dirty&dirtyAll | (seq&7)<<5
+	sl.flags = sl.flags&^(7<<sentSeqShift) | (seq>>3&7)<<sentSeqShift
 }
 
 func (sl *slot) total() uint64 {
@@ -237,7 +257,11 @@ type shard struct {
 	hotSlab []hotEntry
 	hotFree []int32
 	hotCur  int
-	_       [64]byte
+	// sent lists, oldest first from sentHead, the flushes that sent own
+	// counts; once older than the horizon they clear flagRecent.
+	sent     []sentRec
+	sentHead int
+	_        [64]byte
 }
 
 // initialSlots is a new shard's capacity.
@@ -532,6 +556,9 @@ func (sh *shard) grow(s *Store) {
 		if sl.flags&flagInDirty != 0 {
 			sh.dirty = append(sh.dirty, p)
 		}
+		if sl.flags&flagRecent != 0 {
+			sh.resent(s, p, &sh.slots[p])
+		}
 	}
 }
 
@@ -559,14 +586,14 @@ func (sh *shard) remove(s *Store, p int32) {
 		h := int32(home(s.hash(nx.rule, sh.keyOf(j)), int(n)))
 		// nx may move to the hole p unless its home lies cyclically in (p, j].
 		if (p < j && (h <= p || h > j)) || (p > j && h <= p && h > j) {
-			sh.move(j, p)
+			sh.move(s, j, p)
 			p = j
 		}
 	}
 }
 
 // move moves the slot at position from to the empty position to.
-func (sh *shard) move(from, to int32) {
+func (sh *shard) move(s *Store, from, to int32) {
 	sl := sh.slots[from]
 	sh.slots[to] = sl
 	sh.slots[from] = slot{}
@@ -583,6 +610,9 @@ func (sh *shard) move(from, to int32) {
 	}
 	if sl.flags&flagInDirty != 0 {
 		sh.dirty = append(sh.dirty, to)
+	}
+	if sl.flags&flagRecent != 0 {
+		sh.resent(s, to, &sh.slots[to])
 	}
 }
 
@@ -907,6 +937,10 @@ func (s *Store) FlushAt(at, horizon int64, fn func(FlushEntry)) { s.flush(at, ho
 func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	if at != 0 {
+		s.lastFlush.Store(at)
+		s.flushSeq++
+	}
 	for si := range s.shards {
 		sh := &s.shards[si]
 		recs := s.flushBuf[:0]
@@ -917,10 +951,15 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 				continue // evicted, or already flushed
 			}
 			sl.flags &^= flagInDirty
-			if at != 0 && sl.flags&flagHot != 0 {
-				sh.hotSlab[sh.hot[i]].push(at, horizon, sl.win, sl.own)
+			if at != 0 {
+				if sl.flags&flagHot != 0 {
+					sh.hotSlab[sh.hot[i]].push(at, horizon, sl.win, sl.own)
+				}
+				if sl.dirty&dirtyOwn != 0 {
+					sh.sentNow(s, at, s.flushSeq, i, sl)
+				}
 			}
-			if sl.dirty == 0 {
+			if sl.dirty&dirtyAll == 0 {
 				continue
 			}
 			r := flushRec{rule: sl.rule, klen: sl.klen, kb: sl.kb, win: sl.win, own: sl.own, pop: sh.popTotals(i, sl), dirty: sl.dirty}
@@ -928,9 +967,12 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 				r.long = sh.long[i]
 			}
 			recs = append(recs, r)
-			sl.dirty = 0
+			sl.dirty &^= dirtyAll
 		}
 		sh.dirty = sh.dirty[:0]
+		if at != 0 {
+			sh.expireSent(s, at-horizon)
+		}
 		sh.mu.Unlock()
 		for k := range recs {
 			r := &recs[k]
