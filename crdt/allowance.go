@@ -16,9 +16,14 @@ import "sync/atomic"
 // the others cannot have seen yet (U, those after its last flush older than
 // the horizon). H = limit - K is the headroom left to the whole fleet, and
 // replica i may have at most w_i x H of its own admits unseen, where w_i is
-// its share of K: its own seen count over K, computed from counts every
-// replica holds alike, and at least 1/Replicas. The replicas' unseen admits
-// therefore add up to about H, and the fleet stays at the limit.
+// its share of K, computed from counts every replica holds alike, in two
+// levels as the counts travel: its PoP's part of K (its own seen count and
+// its members' over K, at least 1/PoPs), times its part of the PoP's (its
+// own seen count over the PoP's, at least 1/Members). The replicas' unseen
+// admits therefore add up to about H, and the fleet stays at the limit. A
+// key no replica has counted yet is split evenly (a cold start, or a new
+// key under attack everywhere at once); a node new to a key its PoP already
+// counts gets a member's share of the PoP's part.
 //
 // A replica with nothing unseen may always admit one request (the weights
 // are fractions of units): near the limit a fleet of n replicas exceeds it
@@ -43,18 +48,23 @@ import "sync/atomic"
 // no record of its sends.
 
 // Allowance configures the near-limit split for one call of AdmitSplit.
-// The zero value, or Replicas below 2, or Horizon 0, splits nothing.
+// The zero value, a single replica, or Horizon 0, splits nothing.
 type Allowance struct {
 	// Horizon is how long after a flush (nanoseconds, on the clock of the
 	// times passed to FlushAt and AdmitSplit) every other replica holds the
 	// own counts that flush sent.
 	Horizon int64
-	// Replicas is how many replicas may admit the key, this one included.
-	Replicas int
+	// Members is how many nodes of the own PoP may admit the key, this one
+	// included; PoPs how many PoPs, this one included. Replicas whose
+	// counts are its members' (see Store) make up the PoP's part.
+	Members, PoPs int
 }
 
+// Replicas is how many replicas may admit the key: Members x PoPs.
+func (a *Allowance) Replicas() int { return max(a.Members, 1) * max(a.PoPs, 1) }
+
 // on reports whether a splits anything.
-func (a *Allowance) on() bool { return a != nil && a.Replicas > 1 && a.Horizon > 0 }
+func (a *Allowance) on() bool { return a != nil && a.Horizon > 0 && a.Replicas() > 1 }
 
 // DefaultMaxHotKeys is the default StoreConfig.MaxHotKeys.
 const DefaultMaxHotKeys = 1 << 14
@@ -292,7 +302,7 @@ func (sh *shard) evictHot() bool {
 // this file). now is the decision's time, f the elapsed fraction of the
 // window. It returns the time until a denied request may fit. The caller
 // holds sh.mu.
-func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now int64, f, est float64, limit, cost uint64) (bool, int64) {
+func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed int64, f, est float64, limit, cost uint64) (bool, int64) {
 	e := sh.hotOf(s, i, sl, now)
 	var s0, s1 uint64
 	switch {
@@ -314,23 +324,25 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now int64, f, 
 		return true, 0 // one request in flight is always allowed
 	}
 	k := est - (float64(u0)*(1-f) + float64(u1))
-	excl := 0.0
-	if ex := s.excluded.Load(); ex != nil && sl.flags&flagSide != 0 {
-		var x0, x1 uint64
+	// The members' counts, and those of excluded replicas, by window.
+	var m, x [2]uint64
+	if sl.flags&flagSide != 0 {
+		ex := s.excluded.Load()
 		for _, se := range sh.side[i] {
-			if ex.has(se.rep) {
-				switch se.win - (sl.win - 1) {
-				case 0:
-					x0 = satAdd(x0, se.count)
-				case 1:
-					x1 = satAdd(x1, se.count)
-				}
+			j := se.win - (sl.win - 1)
+			if j != 0 && j != 1 {
+				continue
+			}
+			switch {
+			case se.member:
+				m[j] = satAdd(m[j], se.count)
+			case ex != nil && ex.has(se.rep):
+				x[j] = satAdd(x[j], se.count)
 			}
 		}
-		excl = float64(x0)*(1-f) + float64(x1)
 	}
-	w := 1 / float64(a.Replicas)
-	if kw, mine := k-excl, float64(s0)*(1-f)+float64(s1); kw > 0 && mine > w*kw {
+	w := a.floor(sl, m[0], x[0], elapsed)
+	if kw, mine := k-(float64(x[0])*(1-f)+float64(x[1])), float64(s0)*(1-f)+float64(s1); kw > 0 && mine > w*kw {
 		w = mine / kw
 	}
 	if float64(satAdd(unseen, cost)) <= w*(float64(limit)-k) {
@@ -340,6 +352,30 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now int64, f, 
 		return false, a.Horizon
 	}
 	return false, max(e.matures(now, a.Horizon), 1)
+}
+
+// floor returns the least share of slot sl's key for this replica: its part
+// of the previous window's counts, in two levels as the counts travel (its
+// PoP's part, then its part of the PoP's, each at least an equal split),
+// once every replica holds that window whole; before, or with no count in
+// it, an equal split. m0 and x0 are the previous window's counts of the
+// members and of the excluded replicas, elapsed the time into the current
+// window.
+func (a *Allowance) floor(sl *slot, m0, x0 uint64, elapsed int64) float64 {
+	ps, ns := 1/float64(max(a.PoPs, 1)), 1/float64(max(a.Members, 1))
+	// A count of the previous window was raised before it ended: the
+	// others hold it a flush interval (at most a horizon) and a horizon
+	// later.
+	if elapsed < 2*a.Horizon {
+		return ps * ns
+	}
+	pop := float64(satAdd(sl.own[0], m0))
+	all := float64(satAdd(sl.own[0], satSub(sl.other[0], x0)))
+	if pop > 0 && all > 0 {
+		ps = max(ps, min(pop/all, 1))
+		ns = max(ns, float64(sl.own[0])/pop)
+	}
+	return ps * ns
 }
 
 // AdmitSplit is Admit with the near-limit allowance a (nil: none): a request

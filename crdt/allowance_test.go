@@ -12,7 +12,7 @@ import (
 const ms = int64(time.Millisecond)
 
 // split is the allowance the tests use: four replicas, 100ms horizon.
-var split = &Allowance{Horizon: 100 * ms, Replicas: 4}
+var split = &Allowance{Horizon: 100 * ms, PoPs: 4}
 
 // nowAt is the instant t of window 1 (t is its elapsed time); abs(t) is
 // the same instant as FlushAt takes it.
@@ -74,7 +74,7 @@ func TestSplitHoldsUnseenAdmitsToShare(t *testing.T) {
 }
 
 // A replica's share is its part of the counts everyone holds, when above
-// 1/Replicas.
+// an equal split.
 func TestSplitShareFollowsCounts(t *testing.T) {
 	st := withOthers(t, "k", 10, "a", "b", "c") // 30
 	t0 := time.Second.Nanoseconds()
@@ -135,7 +135,7 @@ func TestExcludedFollowsInterning(t *testing.T) {
 // one request is always admitted (the shares are fractions of units).
 func TestSplitFarFromLimitAndOneInFlight(t *testing.T) {
 	st := withOthers(t, "k", 30, "a", "b", "c") // 90 of 100
-	many := &Allowance{Horizon: 100 * ms, Replicas: 40}
+	many := &Allowance{Horizon: 100 * ms, PoPs: 40}
 	t0 := time.Second.Nanoseconds()
 	for i := range 5 {
 		key := "far" + strconv.Itoa(i)
@@ -151,7 +151,7 @@ func TestSplitFarFromLimitAndOneInFlight(t *testing.T) {
 	// Without an allowance the estimate alone decides: 9 more.
 	n, _ = admitAll(t, st, "k", t0, nil)
 	assert.Equal(t, 9, n)
-	for _, a := range []*Allowance{{Horizon: 0, Replicas: 4}, {Horizon: ms, Replicas: 1}} {
+	for _, a := range []*Allowance{{Horizon: 0, PoPs: 4}, {Horizon: ms, PoPs: 1}} {
 		assert.False(t, a.on())
 	}
 }
@@ -229,7 +229,7 @@ func TestHotEntriesSurviveChurn(t *testing.T) {
 	rng := seeded(t, 9)
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxKeys: 1 << 20, MaxHotKeys: 64, Seed: 2})
 	other, _ := st.Intern(PoPReplica("far", "a", 1))
-	a := &Allowance{Horizon: 20 * ms, Replicas: 4}
+	a := &Allowance{Horizon: 20 * ms, PoPs: 4}
 	sh := &st.shards[0]
 	t0 := time.Second.Nanoseconds()
 	for step := 0; step < 20000; step++ {
@@ -290,7 +290,7 @@ func TestHotRing(t *testing.T) {
 // first is admitted even when the split's share is below one request, with
 // no record of the key's flushes. Within the horizon it is not.
 func TestSentLongAgoCountsAsSeen(t *testing.T) {
-	many := &Allowance{Horizon: 100 * ms, Replicas: 60} // 1/60 of 100: below one request
+	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of 100: below one request
 	for _, tc := range []struct {
 		name  string
 		after int64 // the second request, after the flush that sent the first
@@ -322,7 +322,7 @@ func TestRecentSurvivesChurn(t *testing.T) {
 	rng := seeded(t, 11)
 	const horizon, width = 30 * ms, 400 * ms
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2, MaxKeys: 1 << 20, Seed: 6})
-	a := &Allowance{Horizon: horizon, Replicas: 4}
+	a := &Allowance{Horizon: horizon, PoPs: 4}
 	lastSent := map[string]int64{} // key -> the last flush that sent an admit of it
 	unsent := map[string]bool{}
 	now := time.Second.Nanoseconds()
@@ -402,4 +402,39 @@ func TestSentSeqBits(t *testing.T) {
 			assert.Equal(t, sl.dirty&^dirtyAll, shifted&^dirtyAll, "d=%d", d)
 		}
 	}
+}
+
+// Its floor follows the previous window, in two levels: this PoP's part of
+// it, then this node's part of the PoP's, each at least an equal split. A
+// node new to a key its PoP's members counted last window gets a member's
+// share of the PoP's part, not 1/Replicas of the whole: a client pinned to
+// one PoP keeps being served by its every node. Counts of the current
+// window do not count towards it (at a cold start every PoP's members see
+// each other's first).
+func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
+	a := &Allowance{Horizon: 100 * ms, Members: 3, PoPs: 10}
+	run := func(at, win int64, others ...Replica) int {
+		st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 8})
+		for _, r := range others {
+			id, _ := st.Intern(r)
+			require.Equal(t, Merged, st.Merge(0, "k", 1, win, id, 10))
+		}
+		n, _ := admitAll(t, st, "k", at, a)
+		return n
+	}
+	members := []Replica{rep("ams-2", 1), rep("ams-3", 1)}
+	pops := []Replica{PoPReplica("far", "a", 1), PoPReplica("far", "b", 1)}
+	sec := time.Second.Nanoseconds()
+	// Members ams-2 and ams-3 held the previous window (18 of it left in
+	// the estimate at 1s): the PoP's part is all of it, this node a third
+	// of the PoP's: a third of H = 82, 27 unseen.
+	assert.Equal(t, 27, run(sec, 0, members...))
+	// The same counts held by two other PoPs: this PoP's part is nothing,
+	// so an equal split among PoPs and members, 1/30 of H = 82: two.
+	assert.Equal(t, 2, run(sec, 0, pops...))
+	// Too early in the window for every replica to hold the previous one.
+	assert.Equal(t, 2, run(150*ms, 0, members...))
+	// The members' counts of the current window (a cold start) do not
+	// count.
+	assert.Equal(t, 2, run(sec, 1, members...))
 }

@@ -57,7 +57,7 @@ func BenchmarkAdmitSplit(b *testing.B) {
 	created, keys := benchKeys(100_000)
 	st := benchStore(b, created)
 	now := Now{Index: 1, Elapsed: W / 2, Width: W}
-	a := &Allowance{Horizon: int64(200 * time.Millisecond), Replicas: 40}
+	a := &Allowance{Horizon: int64(200 * time.Millisecond), Members: 2, PoPs: 20}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

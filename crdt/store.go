@@ -740,9 +740,9 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 		// replica's own counts, unseen or not, within 1/Replicas of the
 		// headroom. Otherwise its share decides (allowance.go).
 		if own := satAdd(sl.own[0], sl.own[1]); own != 0 &&
-			float64(satAdd(own, cost))*float64(a.Replicas) > float64(limit)-r.Estimate {
+			float64(satAdd(own, cost))*float64(a.Replicas()) > float64(limit)-r.Estimate {
 			t := now.Index*now.Width + now.Elapsed
-			if ok, retry := sh.split(s, a, i, sl, t, fraction(elapsed, now.Width), r.Estimate, limit, cost); !ok {
+			if ok, retry := sh.split(s, a, i, sl, t, elapsed, fraction(elapsed, now.Width), r.Estimate, limit, cost); !ok {
 				// Denied: nothing counted, so the reset leaves this request out.
 				r.Allowed, r.RetryAfter, r.Remaining = false, retry, 0
 				r.Reset = now.Width - elapsed

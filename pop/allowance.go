@@ -15,8 +15,9 @@ import (
 // estimate alone says. Near it, each node may keep unseen (admitted but not
 // yet held by the others) at most its share of the headroom the others
 // already know of, its share being its part of the key's counts that every
-// replica holds alike, and at least 1/replicas; a node with nothing unseen
-// may always admit one request. The unseen admits of the whole fleet then add
+// replica holds alike (its PoP's part, then its own part of the PoP's, each
+// at least an equal split); a node with nothing unseen may always admit one
+// request. The unseen admits of the whole fleet then add
 // up to about that headroom. The replication layer tells the node the lag
 // and the number of replicas (SetAllowance); crdt.AdmitSplit has the maths.
 //
@@ -33,24 +34,28 @@ type Allowance struct {
 	// latency; for global rules, the hop to the key's owner, the speaker's
 	// delay and the latency to the farthest PoP heard.
 	Horizon time.Duration
-	// Replicas is how many nodes may admit a key of the scope, this one
-	// included: the PoP's members for pop scope; for global rules, the
-	// members times the PoPs heard and not partitioned.
-	Replicas int
+	// Members is how many nodes of the PoP may admit a key of the scope,
+	// this one included (the live members); PoPs how many PoPs (1 for pop
+	// scope; for global rules the PoPs heard and not partitioned, this one
+	// included).
+	Members, PoPs int
 }
 
+// Replicas is how many nodes may admit a key: Members x PoPs.
+func (a Allowance) Replicas() int { return max(a.Members, 1) * max(a.PoPs, 1) }
+
 // SetAllowance sets the near-limit allowance of the rules of scope (pop or
-// global; node-scope rules are never split). Replicas below 2 or a zero
-// Horizon turn it off (a node alone, or counts seen at once).
+// global; node-scope rules are never split). A single replica or a zero
+// Horizon turns it off (a node alone, or counts seen at once).
 func (n *Node) SetAllowance(scope Scope, a Allowance) {
 	if scope != ScopePoP && scope != ScopeGlobal {
 		return
 	}
-	if a.Replicas < 2 || a.Horizon <= 0 {
+	if a.Replicas() < 2 || a.Horizon <= 0 {
 		n.allow[scope].Store(nil)
 		return
 	}
-	n.allow[scope].Store(&crdt.Allowance{Horizon: int64(a.Horizon), Replicas: a.Replicas})
+	n.allow[scope].Store(&crdt.Allowance{Horizon: int64(a.Horizon), Members: max(a.Members, 1), PoPs: max(a.PoPs, 1)})
 }
 
 // AllowanceOf returns the allowance of scope in force (the zero value when
@@ -63,7 +68,7 @@ func (n *Node) AllowanceOf(scope Scope) Allowance {
 	if a == nil {
 		return Allowance{}
 	}
-	return Allowance{Horizon: time.Duration(a.Horizon), Replicas: a.Replicas}
+	return Allowance{Horizon: time.Duration(a.Horizon), Members: a.Members, PoPs: a.PoPs}
 }
 
 // flushHorizon is the longest horizon in force: what a flush's records of

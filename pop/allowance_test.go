@@ -34,7 +34,7 @@ func runFleet(t *testing.T, n, rate int, split bool) fleetResult {
 		require.NoError(t, err)
 		nd.SetEpoch(1)
 		if split {
-			nd.SetAllowance(ScopeGlobal, Allowance{Horizon: time.Duration(lat), Replicas: n})
+			nd.SetAllowance(ScopeGlobal, Allowance{Horizon: time.Duration(lat), Members: 1, PoPs: n})
 		}
 		nodes[i] = nd
 	}
@@ -107,16 +107,16 @@ func TestAllowanceHoldsFleetAtLimit(t *testing.T) {
 // fewer than two replicas or a zero horizon turn it off.
 func TestSetAllowanceScopes(t *testing.T) {
 	n := newNode(t, replica("a", 1))
-	a := Allowance{Horizon: 100 * time.Millisecond, Replicas: 10}
+	a := Allowance{Horizon: 100 * time.Millisecond, Members: 2, PoPs: 5}
 	n.SetAllowance(ScopeNode, a)
 	n.SetAllowance(ScopeGlobal, a)
 	assert.Equal(t, Allowance{}, n.AllowanceOf(ScopeNode))
 	assert.Equal(t, Allowance{}, n.AllowanceOf(ScopePoP))
 	assert.Equal(t, a, n.AllowanceOf(ScopeGlobal))
 	assert.Equal(t, a.Horizon.Nanoseconds(), n.flushHorizon())
-	n.SetAllowance(ScopePoP, Allowance{Horizon: time.Second, Replicas: 1})
+	n.SetAllowance(ScopePoP, Allowance{Horizon: time.Second, Members: 1, PoPs: 1})
 	assert.Equal(t, Allowance{}, n.AllowanceOf(ScopePoP), "alone: off")
-	n.SetAllowance(ScopeGlobal, Allowance{Replicas: 10})
+	n.SetAllowance(ScopeGlobal, Allowance{Members: 2, PoPs: 5})
 	assert.Equal(t, Allowance{}, n.AllowanceOf(ScopeGlobal), "no lag: off")
 
 	// A node-scope rule (limit 5) is never split, whatever the others do.
@@ -135,7 +135,7 @@ func TestAllowanceSplitsPoPScope(t *testing.T) {
 	rules := []Rule{{Name: "per-ip", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopePoP}}
 	n, err := New(Config{Self: replica("a", 1), Rules: rules})
 	require.NoError(t, err)
-	n.SetAllowance(ScopePoP, Allowance{Horizon: time.Millisecond, Replicas: 4})
+	n.SetAllowance(ScopePoP, Allowance{Horizon: time.Millisecond, Members: 4, PoPs: 1})
 	member := crdt.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 60}}}
 	require.Equal(t, 1, n.Apply(t0, &member, ScopePoP).Merged)
 	admitted := 0
@@ -164,7 +164,7 @@ func TestAllowanceLeavesUnheardPoPsOut(t *testing.T) {
 		n, err := New(Config{Self: replica("a", 1), Rules: rules})
 		require.NoError(t, err)
 		n.SetEpoch(1)
-		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 50 * time.Millisecond, Replicas: 3})
+		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 50 * time.Millisecond, Members: 1, PoPs: 3})
 		win := t0 / int64(10*time.Second)
 		for _, p := range []crdt.Replica{crdt.PoPReplica("us", "iad", 1), crdt.PoPReplica("ap", "sin", 1)} {
 			d := crdt.Delta{Sender: p, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: win, Count: 25}}}

@@ -101,7 +101,7 @@ func BenchmarkDecide(b *testing.B) {
 		// The same with the near-limit allowance of a fleet of 40 nodes
 		// on: far from their limit, keys pay the slot's test only.
 		n := benchNode(b, created, clk.Now())
-		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 200 * time.Millisecond, Replicas: 40})
+		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 200 * time.Millisecond, Members: 2, PoPs: 20})
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {

@@ -24,12 +24,11 @@ import (
 //	                  (a member's count reaches the other PoPs in the PoP
 //	                  total its owner publishes at the next slot)
 //
-// Replicas are the live members, and for global rules the members times the
-// PoPs that count: this one, every PoP heard and not partitioned, and, until
-// the first check of the peers, the expected PoPs not heard yet (at a cold
-// start they admit too). The other
-// PoPs' sizes are not known; they are taken to be this one's. Before any
-// sample a remote PoP's latency is taken to be the heartbeat interval.
+// Members are the live members; PoPs, for global rules, the PoPs that
+// count: this one, every PoP heard and not partitioned, and, until the first
+// check of the peers, the expected PoPs not heard yet (at a cold start they
+// admit too). Before any sample a remote PoP's latency is taken to be the
+// heartbeat interval.
 
 // delayDecay is the divisor of the decay of a measured latency per sample.
 const delayDecay = 16
@@ -87,8 +86,8 @@ func (c *Core) updateAllowance(now int64, force bool) {
 	if !c.popLag.set {
 		popH = 0
 	}
-	pa := pop.Allowance{Horizon: time.Duration(popH), Replicas: members}
-	ga := pop.Allowance{Horizon: pa.Horizon, Replicas: members}
+	pa := pop.Allowance{Horizon: time.Duration(popH), Members: members, PoPs: 1}
+	ga := pop.Allowance{Horizon: pa.Horizon, Members: members, PoPs: 1}
 	if c.cfg.GlobalLink {
 		pops := 1
 		far, heard := int64(0), false
@@ -106,7 +105,7 @@ func (c *Core) updateAllowance(now int64, force bool) {
 			}
 			far, heard = max(far, lag), true
 		}
-		ga.Replicas = members * pops
+		ga.PoPs = pops
 		if heard {
 			h := far
 			if members > 1 {

@@ -29,7 +29,7 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	want := func(what string, pa, ga pop.Allowance) {
 		t.Helper()
 		gp, gg := n.AllowanceOf(pop.ScopePoP), n.AllowanceOf(pop.ScopeGlobal)
-		if pa.Replicas < 2 || pa.Horizon == 0 {
+		if pa.Replicas() < 2 || pa.Horizon == 0 {
 			pa = pop.Allowance{}
 		}
 		if gp != pa || gg != ga {
@@ -37,7 +37,7 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 		}
 	}
 	// Nothing heard yet: the expected PoPs count, at a heartbeat's lag.
-	want("cold", pop.Allowance{}, pop.Allowance{Horizon: hb + fl + sd, Replicas: 6})
+	want("cold", pop.Allowance{}, pop.Allowance{Horizon: hb + fl + sd, Members: 2, PoPs: 3})
 
 	member := func(at, sentAt int64) {
 		c.Step(at, Message{Link: LinkPoP, From: c.selfPoP, Delta: &crdt.Delta{Sender: crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 1}, SentAt: sentAt, Epoch: c.Epoch()}})
@@ -49,16 +49,16 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	member(now, now-ms)
 	beat(now, now-80*ms, "us", "iad")
 	// sin is still unheard: its lag is a heartbeat interval's.
-	want("iad heard", pop.Allowance{Horizon: time.Millisecond, Replicas: 2}, pop.Allowance{Horizon: hb + fl + sd, Replicas: 6})
+	want("iad heard", pop.Allowance{Horizon: time.Millisecond, Members: 2, PoPs: 1}, pop.Allowance{Horizon: hb + fl + sd, Members: 2, PoPs: 3})
 	beat(now, now-120*ms, "ap", "sin")
-	want("both heard", pop.Allowance{Horizon: time.Millisecond, Replicas: 2}, pop.Allowance{Horizon: 120*time.Millisecond + fl + sd, Replicas: 6})
+	want("both heard", pop.Allowance{Horizon: time.Millisecond, Members: 2, PoPs: 1}, pop.Allowance{Horizon: 120*time.Millisecond + fl + sd, Members: 2, PoPs: 3})
 
 	// A slower message raises the lag at once; faster ones lower it
 	// gradually; a sender whose clock runs far behind cannot push it past
 	// the peer timeout.
 	t1 := now + 10*ms
 	beat(t1, t1-200*ms, "ap", "sin")
-	want("slower", pop.Allowance{Horizon: time.Millisecond, Replicas: 2}, pop.Allowance{Horizon: 200*time.Millisecond + fl + sd, Replicas: 6})
+	want("slower", pop.Allowance{Horizon: time.Millisecond, Members: 2, PoPs: 1}, pop.Allowance{Horizon: 200*time.Millisecond + fl + sd, Members: 2, PoPs: 3})
 	for i := range 40 {
 		at := t1 + int64(i+1)*ms
 		beat(at, at-100*ms, "ap", "sin")
@@ -71,7 +71,7 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	}
 	t2 := c.nextHB
 	beat(t2, t2-10*time.Second.Nanoseconds(), "ap", "sin")
-	want("skewed", pop.Allowance{Horizon: time.Millisecond, Replicas: 2}, pop.Allowance{Horizon: time.Second + fl + sd, Replicas: 6})
+	want("skewed", pop.Allowance{Horizon: time.Millisecond, Members: 2, PoPs: 1}, pop.Allowance{Horizon: time.Second + fl + sd, Members: 2, PoPs: 3})
 
 	// sin falls silent: partitioned, it counts no more, nor does its lag.
 	for at := t2; at <= t2+2*time.Second.Nanoseconds(); at += int64(hb) {
@@ -83,7 +83,7 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 		t.Fatalf("unheard %v, want [ap/sin]", got)
 	}
 	ga := n.AllowanceOf(pop.ScopeGlobal)
-	if ga.Replicas != 4 || ga.Horizon < 80*time.Millisecond+fl+sd || ga.Horizon > 90*time.Millisecond+fl+sd {
+	if ga.Replicas() != 4 || ga.Horizon < 80*time.Millisecond+fl+sd || ga.Horizon > 90*time.Millisecond+fl+sd {
 		t.Fatalf("with sin partitioned: %+v, want 4 replicas at about 80ms+%s", ga, fl+sd)
 	}
 	if p, g := c.Allowance(); p != n.AllowanceOf(pop.ScopePoP) || g != ga {
@@ -104,7 +104,7 @@ func TestAllowanceAloneInPoP(t *testing.T) {
 	now := int64(time.Hour)
 	c.Tick(now)
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: PoPID{Region: "us", PoP: "iad"}, Delta: &crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
-	if got := n.AllowanceOf(pop.ScopeGlobal); got != (pop.Allowance{Horizon: 70 * time.Millisecond, Replicas: 2}) {
+	if got := n.AllowanceOf(pop.ScopeGlobal); got != (pop.Allowance{Horizon: 70 * time.Millisecond, Members: 1, PoPs: 2}) {
 		t.Fatalf("global %+v", got)
 	}
 	if got := n.AllowanceOf(pop.ScopePoP); got != (pop.Allowance{}) {

@@ -82,11 +82,11 @@
 //
 // Near a limit a node spends only its share of the headroom while its own
 // admits are unseen by the others (pop.Node.SetAllowance). The Core tells
-// its node the two figures that takes: how many nodes may admit a key (the
-// live members, times, for global rules, this PoP and the PoPs heard and not
-// partitioned, plus the expected ones not heard yet until the first check of
-// the peers), and the horizon after which a flush's counts are held by every
-// other node. It measures the horizon from what arrives: the age of each
+// its node the figures that takes: how many nodes may admit a key (the live
+// members of the PoP and, for global rules, how many PoPs: this one and the
+// PoPs heard and not partitioned, plus the expected ones not heard yet until
+// the first check of the peers), and the horizon after which a flush's
+// counts are held by every other node. It measures the horizon from what arrives: the age of each
 // message (the receiver's clock minus its SentAt) as a decaying maximum per
 // remote PoP and for the members, clamped to [0, PeerTimeout]; for global
 // rules it adds, with members, one flush interval and the speaker's delay (a

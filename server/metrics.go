@@ -121,7 +121,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, sc := range []pop.Scope{pop.ScopePoP, pop.ScopeGlobal} {
 		a := c.a.node.AllowanceOf(sc)
 		ch <- prometheus.MustNewConstMetric(descAllowHorizon, prometheus.GaugeValue, a.Horizon.Seconds(), sc.String())
-		ch <- prometheus.MustNewConstMetric(descAllowReplicas, prometheus.GaugeValue, float64(a.Replicas), sc.String())
+		replicas := 0
+		if a != (pop.Allowance{}) {
+			replicas = a.Replicas()
+		}
+		ch <- prometheus.MustNewConstMetric(descAllowReplicas, prometheus.GaugeValue, float64(replicas), sc.String())
 	}
 	ap := st.Applied
 	for _, o := range []struct {
