@@ -54,3 +54,21 @@ func TestManyKeysHealthyNearCentral(t *testing.T) {
 	assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.35)
 	assert.GreaterOrEqual(t, float64(r.Admitted), 0.95*float64(r.Central.Admitted))
 }
+
+// Far from their limits keys are decided as the estimate says, even where a
+// node's equal share of the limit is below one request: a fleet of 30
+// nodes, a per-IP limit of 15 per 20 s, clients pinned to their PoP at a
+// third of it. What the fleet rejects beyond the central node is a node's
+// second request of an IP new to it within one replication lag.
+func TestPerIPFarFromLimitNotRestricted(t *testing.T) {
+	sc, err := Load("../scenarios/per-ip-far-from-limit.yaml")
+	require.NoError(t, err)
+	sc.Duration = 40 * time.Second
+	res, err := Run(sc, Options{})
+	require.NoError(t, err)
+	r := res.Report
+	t.Logf("admitted %d (central %d), wrongly rejected %.4f", r.Admitted, r.Central.Admitted, r.WronglyRejectedFraction)
+	assert.LessOrEqual(t, r.WronglyRejectedFraction, 0.01)
+	assert.GreaterOrEqual(t, float64(r.Admitted), 0.99*float64(r.Central.Admitted))
+	assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.0)
+}
