@@ -1,6 +1,10 @@
 package crdt
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/geolimit/geolimit/window"
+)
 
 // The near-limit allowance.
 //
@@ -352,6 +356,23 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed i
 		return false, a.Horizon
 	}
 	return false, max(e.matures(now, a.Horizon), 1)
+}
+
+// decideSplit turns r, a request the estimate lets in, into a denial when
+// this replica's share of the headroom does not (split). It is kept out of
+// Admit's body, which keys far from their limit run. The caller holds sh.mu.
+func (sh *shard) decideSplit(s *Store, a *Allowance, i int32, sl *slot, now Now, elapsed int64, limit, cost uint64, r *window.Result) {
+	t := now.Index*now.Width + now.Elapsed
+	ok, retry := sh.split(s, a, i, sl, t, elapsed, fraction(elapsed, now.Width), r.Estimate, limit, cost)
+	if ok {
+		return
+	}
+	// Denied: nothing counted, so the reset leaves this request out.
+	r.Allowed, r.RetryAfter, r.Remaining = false, retry, 0
+	r.Reset = now.Width - elapsed
+	if satAdd(sl.own[1], sl.other[1]) > 0 {
+		r.Reset += now.Width
+	}
 }
 
 // floor returns the least share of slot sl's key for this replica: its part

@@ -735,21 +735,13 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 		elapsed = 0
 	}
 	r := window.Decide(limit, cost, satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]), elapsed, now.Width)
-	if r.Allowed && a.on() {
+	if r.Allowed && a != nil {
 		// Far from the limit the slot alone clears the request: this
 		// replica's own counts, unseen or not, within 1/Replicas of the
 		// headroom. Otherwise its share decides (allowance.go).
-		if own := satAdd(sl.own[0], sl.own[1]); own != 0 &&
+		if own := satAdd(sl.own[0], sl.own[1]); own != 0 && a.on() &&
 			float64(satAdd(own, cost))*float64(a.Replicas()) > float64(limit)-r.Estimate {
-			t := now.Index*now.Width + now.Elapsed
-			if ok, retry := sh.split(s, a, i, sl, t, elapsed, fraction(elapsed, now.Width), r.Estimate, limit, cost); !ok {
-				// Denied: nothing counted, so the reset leaves this request out.
-				r.Allowed, r.RetryAfter, r.Remaining = false, retry, 0
-				r.Reset = now.Width - elapsed
-				if satAdd(sl.own[1], sl.other[1]) > 0 {
-					r.Reset += now.Width
-				}
-			}
+			sh.decideSplit(s, a, i, sl, now, elapsed, limit, cost, &r)
 		}
 	}
 	if r.Allowed && count {

@@ -178,8 +178,9 @@ type Node struct {
 	part                  atomic.Pointer[partition]
 
 	// allow is the near-limit allowance by rule scope (allowance.go); nil
-	// while off, and always for node scope.
-	allow [ScopeGlobal + 1]atomic.Pointer[crdt.Allowance]
+	// while off, and always for node scope. Four entries, so that indexing
+	// by scope&3 needs no bounds check.
+	allow [4]atomic.Pointer[crdt.Allowance]
 }
 
 type ruleSet struct {
@@ -452,7 +453,7 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 		// partition is over, or a window later at the earliest.
 		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: r.width, Reset: r.width}}
 	} else {
-		res = n.store.AdmitSplit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, count, n.allow[r.Scope].Load())
+		res = n.store.AdmitSplit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, count, n.allow[r.Scope&3].Load())
 	}
 	if sh != nil && count {
 		sh.record(idx, cost, !res.Allowed)
