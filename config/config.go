@@ -263,6 +263,10 @@ type Replication struct {
 	// outside the PoP go out at most 4 at once, then one per interval.
 	// Default 250ms.
 	SyncInterval Duration `yaml:"sync_interval"`
+	// NearLimitAllowance splits the headroom near a limit among the nodes
+	// while their admits are unseen by the others, so that replication lag
+	// does not let a hot key overshoot. Default true.
+	NearLimitAllowance *bool `yaml:"near_limit_allowance"`
 }
 
 // Limits caps memory and request sizes.

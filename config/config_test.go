@@ -91,6 +91,12 @@ func TestDefaults(t *testing.T) {
 		Cost: 1, Scope: "global", Mode: "enforce", OnPartition: "keep"}, r)
 	assert.NotSame(t, DefaultConfig(), DefaultConfig())
 
+	assert.Nil(t, c.Replication.NearLimitAllowance, "unset: on")
+	c, err = Parse([]byte("replication: {near_limit_allowance: false}"))
+	require.NoError(t, err)
+	require.NotNil(t, c.Replication.NearLimitAllowance)
+	assert.False(t, *c.Replication.NearLimitAllowance)
+
 	c, err = Parse(nil)
 	require.NoError(t, err)
 	assert.Empty(t, c.Rules)

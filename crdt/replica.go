@@ -28,7 +28,8 @@
 //	self := crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: inc}
 //	st := crdt.NewStore(crdt.StoreConfig{Self: self, MaxKeys: 1 << 20})
 //	res := st.Admit(rule, "203.0.113.7", crdt.Now{Index: w, Elapsed: e, Width: W}, 100, 1, true)
-//	st.Flush(func(e crdt.FlushEntry) { /* batch e.Count and/or e.PoP as e.Changed says */ })
+//	res = st.AdmitSplit(rule, key, now, 100, 1, true, &crdt.Allowance{Horizon: lag, Replicas: n})
+//	st.FlushAt(now, horizon, func(e crdt.FlushEntry) { /* batch e.Count and/or e.PoP as e.Changed says */ })
 //	id, _ := st.Intern(remote)
 //	st.Merge(rule, key, w, w, id, count)
 package crdt

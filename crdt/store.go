@@ -51,6 +51,10 @@ type StoreConfig struct {
 	// MaxReplicas caps how many distinct remote replica identities (including
 	// past incarnations) the store interns. Default 65536.
 	MaxReplicas int
+	// MaxHotKeys caps the keys near their limit that keep the side state of
+	// the near-limit allowance (see AdmitSplit). Default DefaultMaxHotKeys;
+	// negative keeps none.
+	MaxHotKeys int
 	// Seed, when non-zero, makes the store deterministic: key placement,
 	// eviction and every other choice the store makes are a function of the
 	// seed and the inputs, so the same calls in the same order give the same
@@ -78,6 +82,11 @@ const DefaultMaxKeys = 1 << 20
 // slot's change marks say whether the own count, the PoP total or both
 // changed since the last Flush.
 //
+// Near its limit a key may also hold allowance state (AdmitSplit, see
+// allowance.go): the own counts of its last flushes, in a side table keyed by
+// slot position and bounded by MaxHotKeys, so that the slot stays one cache
+// line and a key far from its limit costs nothing more.
+//
 // Memory is bounded by MaxKeys. When a shard is full, a new key first takes the
 // place of an expired key, then of the coldest of a small sample of keys whose
 // count is below its rule's protection threshold (SetProtect). Keys at or above
@@ -103,6 +112,14 @@ type Store struct {
 	repFree []ReplicaID // forgotten IDs, reused by Intern
 	reps    []Replica
 	members atomic.Pointer[memberSet] // written under repMu, read anywhere
+	// excluded is the replicas the allowance leaves out (SetExcluded): nil
+	// for none. exclude decides for replicas interned later.
+	excluded atomic.Pointer[memberSet]
+	exclude  func(Replica) bool
+
+	hotPerShard int          // hot entries per shard (see allowance.go)
+	lastFlush   atomic.Int64 // the time of the last FlushAt
+	flushSeq    uint8        // FlushAt calls so far, modulo 256 (under flushMu)
 
 	protectMu sync.RWMutex
 	protect   map[RuleID]uint64
@@ -128,12 +145,21 @@ type StoreStats struct {
 	Expired uint64
 	// Replicas is the number of interned replica identities, self included.
 	Replicas int
+	// HotKeys is the number of keys holding near-limit allowance state.
+	HotKeys int
 }
 
 const (
 	flagSide uint8 = 1 << iota
 	flagInDirty
 	flagLive
+	flagHot // the key has an entry in shard.hot (see allowance.go)
+	// flagRecent: a flush sent the own counts within the allowance's
+	// horizon, so the other replicas may not hold them yet (see sentRec).
+	flagRecent
+
+	// The top three bits of flags hold half of the slot's sentSeq.
+	sentSeqShift = 5
 )
 
 // inlineKeyLen is the longest key stored inside its slot (IPv4 addresses fit);
@@ -151,7 +177,7 @@ type slot struct {
 	other [2]uint64 // sum over other replicas, same layout
 	rule  RuleID
 	klen  uint8 // key length, or longKey
-	dirty uint8 // what changed since the last flush: dirtyOwn0 ... dirtyPoP2
+	dirty uint8 // what changed since the last flush: dirtyOwn0 ... dirtyPoP2; see sentSeq
 	flags uint8
 	kb    [inlineKeyLen]byte
 }
@@ -168,15 +194,27 @@ const (
 	dirtyPoP2
 
 	dirtyOwn = dirtyOwn0 | dirtyOwn1
+	dirtyAll = dirtyOwn | dirtyPoP0 | dirtyPoP1 | dirtyPoP2
 )
 
-// shiftDirty returns dirty bits of a slot moved on by d > 0 windows.
+// shiftDirty returns dirty bits of a slot moved on by d > 0 windows (the
+// bits above dirtyAll are kept).
 func shiftDirty(dirty uint8, d int64) uint8 {
 	if d >= 3 {
-		return 0
+		return dirty &^ dirtyAll
 	}
-	own, pop := dirty&dirtyOwn, dirty>>2
-	return own>>d | (pop>>d)<<2
+	own, pop := dirty&dirtyOwn, dirty>>2&7
+	return own>>d | (pop>>d)<<2 | dirty&^dirtyAll
+}
+
+// sentSeq returns the sequence number, modulo 64, of the flush that last
+// sent the slot's own counts: three bits above dirtyAll in dirty, three
+// above sentSeqShift in flags.
+func (sl *slot) sentSeq() uint8 { return sl.dirty>>5 | (sl.flags>>sentSeqShift)<<3 }
+
+func (sl *slot) setSentSeq(seq uint8) {
+	sl.dirty = sl.dirty&dirtyAll | (seq&7)<<5
+	sl.flags = sl.flags&^(7<<sentSeqShift) | (seq>>3&7)<<sentSeqShift
 }
 
 func (sl *slot) total() uint64 {
@@ -213,7 +251,17 @@ type shard struct {
 	now   []int64 // by RuleID: the latest window index seen
 	count []int   // by RuleID: live keys
 	cur   int     // eviction cursor
-	_     [64]byte
+	// hot maps the position of a slot with flagHot to its entry in
+	// hotSlab; hotFree lists free entries, hotCur is hot eviction's cursor.
+	hot     map[int32]int32
+	hotSlab []hotEntry
+	hotFree []int32
+	hotCur  int
+	// sent lists, oldest first from sentHead, the flushes that sent own
+	// counts; once older than the horizon they clear flagRecent.
+	sent     []sentRec
+	sentHead int
+	_        [64]byte
 }
 
 // initialSlots is a new shard's capacity.
@@ -239,6 +287,9 @@ func NewStore(cfg StoreConfig) *Store {
 	if cfg.MaxReplicas <= 0 {
 		cfg.MaxReplicas = 1 << 16
 	}
+	if cfg.MaxHotKeys == 0 {
+		cfg.MaxHotKeys = DefaultMaxHotKeys
+	}
 	s := &Store{
 		self:        cfg.Self,
 		seed:        maphash.MakeSeed(),
@@ -247,6 +298,7 @@ func NewStore(cfg StoreConfig) *Store {
 		shardShift:  uint(64 - bits),
 		perShardCap: (cfg.MaxKeys + p - 1) / p,
 		maxReplicas: cfg.MaxReplicas,
+		hotPerShard: max((cfg.MaxHotKeys+p-1)/p, 0),
 		repIDs:      map[Replica]ReplicaID{cfg.Self: SelfID},
 		reps:        []Replica{cfg.Self},
 		protect:     map[RuleID]uint64{},
@@ -257,6 +309,7 @@ func NewStore(cfg StoreConfig) *Store {
 		sh.slots = make([]slot, initialSlots)
 		sh.long = map[int32]string{}
 		sh.side = map[int32][]sideEntry{}
+		sh.hot = map[int32]int32{}
 	}
 	return s
 }
@@ -302,29 +355,35 @@ func (s *Store) memberOf(r Replica) bool {
 	return r != s.self && r.SamePoP(s.self) && !r.IsPoP()
 }
 
-func (s *Store) isMember(id ReplicaID) bool {
-	m := s.members.Load()
-	i := int(id >> 6)
-	return i < len(m.w) && m.w[i].Load()&(1<<(id&63)) != 0
+func (s *Store) isMember(id ReplicaID) bool { return s.members.Load().has(id) }
+
+// setMember records whether id is a member, and whether the allowance
+// leaves it out; the caller holds repMu.
+func (s *Store) setMember(id ReplicaID, member bool) {
+	setBit(&s.members, id, member)
+	if s.exclude != nil {
+		setBit(&s.excluded, id, member == false && s.exclude(s.reps[id]))
+	}
 }
 
-// setMember records whether id is a member; the caller holds repMu.
-func (s *Store) setMember(id ReplicaID, member bool) {
-	m := s.members.Load()
+// setBit sets or clears id's bit of the set p points to, growing it (a new
+// set, never changed in place but for its bits) when needed.
+func setBit(p *atomic.Pointer[memberSet], id ReplicaID, on bool) {
+	m := p.Load()
 	i := int(id >> 6)
 	if i >= len(m.w) {
-		if !member {
+		if !on {
 			return
 		}
 		grown := &memberSet{w: make([]atomic.Uint64, max(2*len(m.w), i+1))}
 		for j := range m.w {
 			grown.w[j].Store(m.w[j].Load())
 		}
-		s.members.Store(grown)
+		p.Store(grown)
 		m = grown
 	}
 	bit := uint64(1) << (id & 63)
-	if member {
+	if on {
 		m.w[i].Or(bit)
 	} else {
 		m.w[i].And(^bit)
@@ -464,10 +523,11 @@ func (sh *shard) free(h uint64) int32 {
 
 // grow moves every slot into a table half as large again.
 func (sh *shard) grow(s *Store) {
-	old, oldLong, oldSide := sh.slots, sh.long, sh.side
+	old, oldLong, oldSide, oldHot := sh.slots, sh.long, sh.side, sh.hot
 	sh.slots = make([]slot, len(old)+len(old)/2)
 	sh.long = make(map[int32]string, len(oldLong))
 	sh.side = make(map[int32][]sideEntry, len(oldSide))
+	sh.hot = make(map[int32]int32, len(oldHot))
 	sh.dirty = sh.dirty[:0]
 	for i := range old {
 		sl := &old[i]
@@ -488,8 +548,16 @@ func (sh *shard) grow(s *Store) {
 		if sl.flags&flagSide != 0 {
 			sh.side[p] = oldSide[int32(i)]
 		}
+		if sl.flags&flagHot != 0 {
+			k := oldHot[int32(i)]
+			sh.hot[p] = k
+			sh.hotSlab[k].pos = p
+		}
 		if sl.flags&flagInDirty != 0 {
 			sh.dirty = append(sh.dirty, p)
+		}
+		if sl.flags&flagRecent != 0 {
+			sh.resent(s, p, &sh.slots[p])
 		}
 	}
 }
@@ -502,6 +570,9 @@ func (sh *shard) remove(s *Store, p int32) {
 	sh.used--
 	delete(sh.long, p)
 	delete(sh.side, p)
+	if sl.flags&flagHot != 0 {
+		sh.dropHot(p, sl)
+	}
 	*sl = slot{}
 	n := int32(len(sh.slots))
 	for j := p; ; {
@@ -515,14 +586,14 @@ func (sh *shard) remove(s *Store, p int32) {
 		h := int32(home(s.hash(nx.rule, sh.keyOf(j)), int(n)))
 		// nx may move to the hole p unless its home lies cyclically in (p, j].
 		if (p < j && (h <= p || h > j)) || (p > j && h <= p && h > j) {
-			sh.move(j, p)
+			sh.move(s, j, p)
 			p = j
 		}
 	}
 }
 
 // move moves the slot at position from to the empty position to.
-func (sh *shard) move(from, to int32) {
+func (sh *shard) move(s *Store, from, to int32) {
 	sl := sh.slots[from]
 	sh.slots[to] = sl
 	sh.slots[from] = slot{}
@@ -534,8 +605,14 @@ func (sh *shard) move(from, to int32) {
 		sh.side[to] = sh.side[from]
 		delete(sh.side, from)
 	}
+	if sl.flags&flagHot != 0 {
+		sh.moveHot(from, to)
+	}
 	if sl.flags&flagInDirty != 0 {
 		sh.dirty = append(sh.dirty, to)
+	}
+	if sl.flags&flagRecent != 0 {
+		sh.resent(s, to, &sh.slots[to])
 	}
 }
 
@@ -625,6 +702,10 @@ type AdmitResult struct {
 // backwards) the request is decided at the start of the key's current window
 // and counted there, so counts never move back in time.
 func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, count bool) AdmitResult {
+	return s.admit(rule, key, now, limit, cost, count, nil)
+}
+
+func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) AdmitResult {
 	var h uint64
 	if s.fixedSeed == 0 {
 		h = maphash.String(s.seed, key) ^ ruleMix(rule) // s.hash, inlined
@@ -635,6 +716,7 @@ func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 	sh.mu.Lock()
 	i, ok := sh.find(h, rule, key)
 	if !ok {
+		// A key new here has no own admits unseen: the allowance lets it in.
 		r := window.Decide(limit, cost, 0, 0, now.Elapsed, now.Width)
 		if !r.Allowed || !count {
 			sh.mu.Unlock()
@@ -653,6 +735,15 @@ func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 		elapsed = 0
 	}
 	r := window.Decide(limit, cost, satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]), elapsed, now.Width)
+	if r.Allowed && a != nil {
+		// Far from the limit the slot alone clears the request: this
+		// replica's own counts, unseen or not, within 1/Replicas of the
+		// headroom. Otherwise its share decides (allowance.go).
+		if own := satAdd(sl.own[0], sl.own[1]); own != 0 && a.on() &&
+			float64(satAdd(own, cost))*float64(a.Replicas()) > float64(limit)-r.Estimate {
+			sh.decideSplit(s, a, i, sl, now, elapsed, limit, cost, &r)
+		}
+	}
 	if r.Allowed && count {
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
@@ -826,9 +917,22 @@ const (
 // Under each shard's lock Flush only copies the changed counts out; fn runs
 // after the lock is released, so building deltas never holds up decisions. Flush
 // is safe for concurrent use, but concurrent Flush calls are serialised.
-func (s *Store) Flush(fn func(FlushEntry)) {
+func (s *Store) Flush(fn func(FlushEntry)) { s.flush(0, 0, fn) }
+
+// FlushAt is Flush at time at (the clock of AdmitSplit's times): it also
+// records, for the keys near their limit, the own counts this flush sends,
+// which the near-limit allowance counts as held by the other replicas once
+// its horizon has passed. horizon is the allowance's (see Allowance); it
+// only says which recorded flushes later decisions may still need.
+func (s *Store) FlushAt(at, horizon int64, fn func(FlushEntry)) { s.flush(at, horizon, fn) }
+
+func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	if at != 0 {
+		s.lastFlush.Store(at)
+		s.flushSeq++
+	}
 	for si := range s.shards {
 		sh := &s.shards[si]
 		recs := s.flushBuf[:0]
@@ -839,7 +943,15 @@ func (s *Store) Flush(fn func(FlushEntry)) {
 				continue // evicted, or already flushed
 			}
 			sl.flags &^= flagInDirty
-			if sl.dirty == 0 {
+			if at != 0 {
+				if sl.flags&flagHot != 0 {
+					sh.hotSlab[sh.hot[i]].push(at, horizon, sl.win, sl.own)
+				}
+				if sl.dirty&dirtyOwn != 0 {
+					sh.sentNow(s, at, s.flushSeq, i, sl)
+				}
+			}
+			if sl.dirty&dirtyAll == 0 {
 				continue
 			}
 			r := flushRec{rule: sl.rule, klen: sl.klen, kb: sl.kb, win: sl.win, own: sl.own, pop: sh.popTotals(i, sl), dirty: sl.dirty}
@@ -847,9 +959,12 @@ func (s *Store) Flush(fn func(FlushEntry)) {
 				r.long = sh.long[i]
 			}
 			recs = append(recs, r)
-			sl.dirty = 0
+			sl.dirty &^= dirtyAll
 		}
 		sh.dirty = sh.dirty[:0]
+		if at != 0 {
+			sh.expireSent(s, at-horizon)
+		}
 		sh.mu.Unlock()
 		for k := range recs {
 			r := &recs[k]
@@ -1107,6 +1222,7 @@ func (s *Store) Stats() StoreStats {
 		sh := &s.shards[si]
 		sh.mu.Lock()
 		st.Keys += sh.used
+		st.HotKeys += len(sh.hot)
 		sh.mu.Unlock()
 	}
 	s.repMu.RLock()

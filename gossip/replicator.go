@@ -57,6 +57,8 @@ type Options struct {
 	// SyncInterval paces the sync requests of other PoPs (see repl.Config);
 	// 0 means repl's default (250ms).
 	SyncInterval time.Duration
+	// NoAllowance turns the near-limit allowance off (see repl.Config).
+	NoAllowance bool
 	// MaxBatchEntries is the batch size cap: when this many keys changed
 	// since the last flush, the Replicator flushes without waiting for
 	// FlushInterval. 0 means 32768.
@@ -137,6 +139,7 @@ func (o *Options) coreConfig() repl.Config {
 		MaxPoPs:             o.MaxPoPs,
 		ForgetAfter:         o.ForgetAfter,
 		SyncInterval:        o.SyncInterval,
+		NoAllowance:         o.NoAllowance,
 		PoPLink:             o.PoP != nil,
 		GlobalLink:          o.Global != nil,
 		Relay:               true,

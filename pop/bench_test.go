@@ -97,6 +97,23 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
+	b.Run("geolimit-split", func(b *testing.B) {
+		// The same with the near-limit allowance of a fleet of 40 nodes
+		// on: far from their limit, keys pay the slot's test only.
+		n := benchNode(b, created, clk.Now())
+		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 200 * time.Millisecond, Members: 2, PoPs: 20})
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := n.Decide(clk.Now(), "api", keys[i%len(keys)], 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if hot := n.Stats().Store.HotKeys; hot != 0 {
+			b.Fatalf("%d keys far from their limit took allowance state", hot)
+		}
+	})
 	b.Run("geolimit-1k-keys", func(b *testing.B) {
 		// The same on 1k keys, which stay in cache: the compute cost alone.
 		small := created[:1000]

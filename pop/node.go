@@ -24,6 +24,11 @@
 //	n.Apply(clk.Now(), fromMember, pop.ScopePoP)
 //	n.Apply(clk.Now(), fromOtherPoP, pop.ScopeGlobal)
 //	n.Tick(clk.Now()) // every second or so: drops expired keys
+//
+// Near a limit a node spends only its share of the headroom while its own
+// admits are unseen by the others (the near-limit allowance, allowance.go):
+// the replication layer tells it the lag and the number of replicas
+// (SetAllowance), and decisions far from a limit are not affected.
 package pop
 
 import (
@@ -171,6 +176,11 @@ type Node struct {
 	healHold              int64
 	partMu                sync.Mutex // serialises SetUnheard
 	part                  atomic.Pointer[partition]
+
+	// allow is the near-limit allowance by rule scope (allowance.go); nil
+	// while off, and always for node scope. Four entries, so that indexing
+	// by scope&3 needs no bounds check.
+	allow [4]atomic.Pointer[crdt.Allowance]
 }
 
 type ruleSet struct {
@@ -443,7 +453,7 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 		// partition is over, or a window later at the earliest.
 		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: r.width, Reset: r.width}}
 	} else {
-		res = n.store.Admit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, count)
+		res = n.store.AdmitSplit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, count, n.allow[r.Scope&3].Load())
 	}
 	if sh != nil && count {
 		sh.record(idx, cost, !res.Allowed)
@@ -585,7 +595,7 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 	rs := n.rules.Load()
 	b := n.batch(now)
 	pub := b.PoP.Epoch != 0
-	n.store.Flush(func(e crdt.FlushEntry) {
+	n.store.FlushAt(now, n.flushHorizon(), func(e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
 		if r == nil || r.Scope == ScopeNode {
 			return

@@ -122,6 +122,7 @@ func (n *Node) SetUnheard(now int64, pops []string) {
 	defer n.partMu.Unlock()
 	cur := n.part.Load()
 	if len(pops) == 0 {
+		n.exclude(nil)
 		if cur != nil && cur.healed == 0 {
 			healed := *cur
 			healed.healed = now
@@ -136,6 +137,7 @@ func (n *Node) SetUnheard(now int64, pops []string) {
 	if cur != nil && cur.healed == 0 && sameSet(cur.unheard, unheard) {
 		return
 	}
+	n.exclude(unheard)
 	n.part.Store(n.snapshot(now, unheard))
 }
 

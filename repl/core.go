@@ -75,6 +75,9 @@ type Config struct {
 	// members' totals before it publishes the PoP's. 0 means a tenth of the
 	// flush interval.
 	SpeakDelay time.Duration
+	// NoAllowance turns the near-limit allowance off: the node decides on
+	// its estimate alone, near a limit too (see allowance.go).
+	NoAllowance bool
 }
 
 // DefaultConfig returns the default intervals; set Node and the links.
@@ -198,6 +201,13 @@ type Core struct {
 	partitioned []PoPID
 	partVersion uint64
 
+	// The near-limit allowance told to the node (allowance.go): the
+	// members' latency, whether a sample raised a latency since, and the
+	// allowance last told, for pop scope and global rules.
+	popLag     lagTracker
+	allowDirty bool
+	allow      [2]pop.Allowance
+
 	out   []Message
 	stats Stats
 }
@@ -218,6 +228,8 @@ type peer struct {
 	// answered holds, per node of the PoP that asked for a sync, when the
 	// re-send that answers it is due; at most maxRequesters entries.
 	answered map[crdt.Replica]int64
+	// lag is the age its messages arrive at (allowance.go).
+	lag lagTracker
 }
 
 // maxRequesters bounds the nodes of one remote PoP whose sync requests are
@@ -381,6 +393,7 @@ func (c *Core) Tick(now int64) {
 		if c.cfg.GlobalLink {
 			c.heartbeat(now) // hello: let the others hear this PoP at once
 		}
+		c.updateAllowance(now, true)
 	}
 	c.maybeStartEpoch(now)
 	if fl := int64(c.cfg.FlushInterval); fl > 0 && now >= c.nextFlush {
@@ -578,6 +591,7 @@ func (c *Core) checkPeers(now int64) {
 		}
 	}
 	sort.Slice(part, func(i, j int) bool { return part[i].Less(part[j]) })
+	defer c.updateAllowance(now, true) // latencies decayed, PoPs came or went
 	if c.partVersion > 0 && slices.Equal(part, c.partitioned) {
 		return
 	}
@@ -624,6 +638,7 @@ func (c *Core) SetMembers(now int64, others []string) {
 		c.doWork(now)
 		return
 	}
+	c.updateAllowance(now, true)
 	c.maybeStartEpoch(now)
 	c.stats.MembersChanges++
 	// Tell the members, who then re-send their owned totals too: while views
@@ -853,6 +868,9 @@ func (c *Core) Step(now int64, m Message) StepResult {
 	if d == nil {
 		return res
 	}
+	if m.Link == LinkPoP && d.Sender.SamePoP(c.self) {
+		c.observe(now, d.SentAt, nil)
+	}
 	switch {
 	case m.Link == LinkPoP && d.Sender.IsPoP() && d.Sender.SamePoP(c.self):
 		// A member's totals for the slot's speaker.
@@ -903,6 +921,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		if p == nil {
 			break
 		}
+		c.observe(now, d.SentAt, p)
 		if d.Epoch != 0 && m.Kind != KindDelta {
 			p.epoch = d.Epoch // the sender's current epoch
 		}
@@ -946,6 +965,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 	if res.Forged {
 		c.stats.Forged++
 	}
+	c.updateAllowance(now, false)
 	c.doWork(now)
 	return res
 }

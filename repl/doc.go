@@ -78,6 +78,26 @@
 // Every delta carries absolute counts, so loss, duplication and reordering
 // are harmless; a later message repairs an earlier loss.
 //
+// # The near-limit allowance
+//
+// Near a limit a node spends only its share of the headroom while its own
+// admits are unseen by the others (pop.Node.SetAllowance). The Core tells
+// its node the figures that takes: how many nodes may admit a key (the live
+// members of the PoP and, for global rules, how many PoPs: this one and the
+// PoPs heard and not partitioned, plus the expected ones not heard yet until
+// the first check of the peers), and the horizon after which a flush's
+// counts are held by every other node. It measures the horizon from what arrives: the age of each
+// message (the receiver's clock minus its SentAt) as a decaying maximum per
+// remote PoP and for the members, clamped to [0, PeerTimeout]; for global
+// rules it adds, with members, one flush interval and the speaker's delay (a
+// member's count reaches the other PoPs in the total its owner publishes at
+// the next slot). A remote PoP not measured yet counts at one heartbeat
+// interval. A skewed clock makes messages look older or younger than they
+// are; the horizon is the maximum over the PoPs heard, so a PoP whose clock
+// runs behind lengthens it (a stricter split, fewer admits near the limit),
+// and one whose clock runs ahead shortens it only as far as the other PoPs'
+// ages allow.
+//
 // # What is trusted
 //
 // A message is used only as far as its sender may speak: a member's delta

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/geolimit/geolimit/pop"
 )
 
 // metrics are the App's Prometheus metrics, on the App's own registry.
@@ -43,6 +45,12 @@ var (
 		"Keys removed because all their windows had passed.", nil, nil)
 	descReplicas = prometheus.NewDesc("geolimit_store_replicas",
 		"Replica identities known to the store, this node included.", nil, nil)
+	descHotKeys = prometheus.NewDesc("geolimit_store_hot_keys",
+		"Keys near their limit holding near-limit allowance state (bounded).", nil, nil)
+	descAllowHorizon = prometheus.NewDesc("geolimit_allowance_horizon_seconds",
+		"Near-limit allowance: how long after a flush every other node holds its counts, as measured (0: off).", []string{"scope"}, nil)
+	descAllowReplicas = prometheus.NewDesc("geolimit_allowance_replicas",
+		"Near-limit allowance: nodes that may admit a key, this one included (0: off).", []string{"scope"}, nil)
 	descApplied = prometheus.NewDesc("geolimit_replication_applied_entries_total",
 		"Replicated entries received, by what merging them did.", []string{"outcome"}, nil)
 	descClamped = prometheus.NewDesc("geolimit_replication_clamped_entries_total",
@@ -103,7 +111,7 @@ func newMetrics(a *App) *metrics {
 type nodeCollector struct{ a *App }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descMaxKeys, descEvicted, descUntracked, descExpired, descReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare} {
+	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descMaxKeys, descEvicted, descUntracked, descExpired, descReplicas, descHotKeys, descAllowHorizon, descAllowReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare} {
 		ch <- d
 	}
 }
@@ -125,6 +133,16 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUntracked, prometheus.CounterValue, float64(st.Store.Overflow))
 	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(st.Store.Expired))
 	ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(st.Store.Replicas))
+	ch <- prometheus.MustNewConstMetric(descHotKeys, prometheus.GaugeValue, float64(st.Store.HotKeys))
+	for _, sc := range []pop.Scope{pop.ScopePoP, pop.ScopeGlobal} {
+		a := c.a.node.AllowanceOf(sc)
+		ch <- prometheus.MustNewConstMetric(descAllowHorizon, prometheus.GaugeValue, a.Horizon.Seconds(), sc.String())
+		replicas := 0
+		if a != (pop.Allowance{}) {
+			replicas = a.Replicas()
+		}
+		ch <- prometheus.MustNewConstMetric(descAllowReplicas, prometheus.GaugeValue, float64(replicas), sc.String())
+	}
 	ap := st.Applied
 	for _, o := range []struct {
 		name string

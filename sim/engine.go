@@ -578,16 +578,17 @@ func (e *engine) schedule() {
 			e.probes = append(e.probes, probe{heal: p.from, result: -1})
 		}
 	}
-	// Admitted/limit samples: for the run on the grid k x window from 0,
-	// for each phase on the grid phase start + k x window within the phase.
+	// Admitted/limit samples, samplesPerWindow per window: for the run on
+	// the grid k x step from 0, for each phase on the grid phase start +
+	// k x step within the phase.
 	for ri, r := range e.rules {
-		w := int64(r.Window)
-		if w <= e.end {
-			e.q.push(event{at: w, kind: evRuleSample, i: ri, node: -1})
+		step := sampleStep(r.Window)
+		if step <= e.end {
+			e.q.push(event{at: step, kind: evRuleSample, i: ri, node: -1})
 		}
 		for pi, p := range e.phases {
-			if p.from+w <= p.to {
-				e.q.push(event{at: p.from + w, kind: evRuleSample, i: ri, node: int32(pi)})
+			if p.from+step <= p.to {
+				e.q.push(event{at: p.from + step, kind: evRuleSample, i: ri, node: int32(pi)})
 			}
 		}
 	}
@@ -595,6 +596,14 @@ func (e *engine) schedule() {
 	e.q.push(event{at: step, kind: evSeries})
 	e.q.push(event{at: max(e.end/100, 1), kind: evProgress})
 }
+
+// samplesPerWindow is how many admitted/limit samples a key gives per
+// window length, so that a p99 rests on enough samples and a phase shorter
+// than a window has some.
+const samplesPerWindow = 10
+
+// sampleStep is the time between two samples of a rule of window w.
+func sampleStep(w time.Duration) int64 { return max(int64(w)/samplesPerWindow, 1) }
 
 // start (re)starts node nd at t with a new incarnation and queues its timers.
 // The caller tells the PoP's members (membersChanged).
@@ -795,7 +804,7 @@ func (e *engine) handle(ev event) {
 			e.cOracle.cur = &e.cOracle.phases[ev.i]
 		}
 	case evRuleSample:
-		w := int64(e.rules[ev.i].Window)
+		w := sampleStep(e.rules[ev.i].Window)
 		e.fleet.sample(e.ruleKeys[ev.i], t, int(ev.node))
 		if e.cOracle != nil {
 			e.cOracle.sample(e.ruleKeys[ev.i], t, int(ev.node))

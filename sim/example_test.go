@@ -9,6 +9,9 @@ import (
 
 // Two regions cut apart for 20 one-second windows under the keep policy:
 // each side spends the whole limit, so the fleet admits twice the limit.
+// A phase's figures are over its instants, whose trailing window may reach
+// back into the phase before: the first second after the heal still holds
+// the cut's admits.
 func ExampleRun() {
 	sc, err := sim.Parse([]byte(`
 name: example
@@ -41,5 +44,5 @@ events:
 	// Output:
 	// healthy     p99 admitted/limit 1.0
 	// partitioned p99 admitted/limit 2.0
-	// healed      p99 admitted/limit 1.0
+	// healed      p99 admitted/limit 1.8
 }

@@ -30,14 +30,14 @@ type Figures struct {
 	// MaxAdmittedRatio is the highest exact trailing-window admitted cost of
 	// any key over its limit, at any instant (it can only peak at an admit).
 	MaxAdmittedRatio float64 `json:"max_admitted_ratio"`
-	// P99AdmittedRatio and MeanAdmittedRatio are over samples taken every
-	// window length W: at t = k x W for the run, at t = phase start + k x W
-	// within a phase; one sample per key that saw a request in (t-W, t],
-	// the exact admitted cost in (t-W, t] over the limit.
+	// P99AdmittedRatio and MeanAdmittedRatio are over samples taken ten
+	// times per window length W: at t = k x W/10 for the run, at t = phase
+	// start + k x W/10 within a phase; one sample per key that saw a request
+	// in (t-W, t], the exact admitted cost in (t-W, t] over the limit.
 	P99AdmittedRatio  float64 `json:"p99_admitted_ratio"`
 	MeanAdmittedRatio float64 `json:"mean_admitted_ratio"`
 	// AdmittedRatioSamples is the number of those samples (0: the span is
-	// shorter than the window, and p99 and mean are 0).
+	// shorter than a tenth of the window, and p99 and mean are 0).
 	AdmittedRatioSamples int `json:"admitted_ratio_samples"`
 }
 

@@ -121,6 +121,10 @@ type ReplicationSpec struct {
 	InterPoPMaxBytes int `yaml:"inter_pop_max_bytes"`
 	// MaxKeys caps every node's live keys; 0 is the pop default.
 	MaxKeys int `yaml:"max_keys"`
+	// NearLimitAllowance splits the headroom near a limit among the nodes
+	// while their admits are unseen (the daemon's
+	// replication.near_limit_allowance). Default true.
+	NearLimitAllowance *bool `yaml:"near_limit_allowance"`
 }
 
 // RuleSpec is one rule: the edge config's rule type, so scenario files and

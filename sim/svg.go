@@ -12,8 +12,9 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#
 
 // WriteSVG writes a plot of the exact fleet-wide admitted cost in the
 // trailing window over the limit (1.0 = at the limit) against time, one
-// line per tracked key and run (runs of -compare share the axes), with the
-// central node's line dashed and the partitioned phases shaded.
+// line per tracked key and run (runs of -compare share the axes), the limit
+// as a solid black line, the central node's lines dashed (both in the
+// legend), and the partitioned phases shaded.
 func WriteSVG(w io.Writer, runs ...*Result) error {
 	const (
 		width, height = 960, 420
@@ -55,7 +56,6 @@ func WriteSVG(w io.Writer, runs ...*Result) error {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#999"/>`+"\n", x(s*1000), float64(top)+ph, x(s*1000), float64(top)+ph+5)
 		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle">%gs</text>`+"\n", x(s*1000), float64(top)+ph+18, s)
 	}
-	fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="black" stroke-width="1.5" stroke-dasharray="6 3"/>`+"\n", left, y(1), float64(left)+pw, y(1))
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#333"/>`+"\n", left, top, pw, ph)
 	fmt.Fprintf(b, `<text x="%.0f" y="%d" text-anchor="middle">simulated time (shaded: partitioned)</text>`+"\n", float64(left)+pw/2, height-10)
 
@@ -66,9 +66,12 @@ func WriteSVG(w io.Writer, runs ...*Result) error {
 		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", width-right+42, ly+4, html.EscapeString(label))
 		ly += 18
 	}
+	// The limit, drawn over the shading and the grid, first in the legend.
+	fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="black" stroke-width="1.5"/>`+"\n", left, y(1), float64(left)+pw, y(1))
+	legend("black", "none", "limit")
 	c := 0
-	line := func(res *Result, key string, val func(SeriesRow) float64, color, dash, label string) {
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.6" stroke-dasharray="%s" points="`, color, dash)
+	line := func(res *Result, key string, val func(SeriesRow) float64, color, dash, label string, width float64) {
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-dasharray="%s" points="`, color, width, dash)
 		for _, row := range res.Series {
 			if row.Rule+"/"+row.Key == key {
 				fmt.Fprintf(b, "%.1f,%.1f ", x(float64(row.TMS)), y(val(row)))
@@ -80,12 +83,12 @@ func WriteSVG(w io.Writer, runs ...*Result) error {
 	keys := seriesKeys(runs[0])
 	for _, res := range runs {
 		for _, k := range keys {
-			line(res, k, func(r SeriesRow) float64 { return float64(r.True) / float64(r.Limit) }, palette[c%len(palette)], "none", res.Report.Policy+" "+k)
+			line(res, k, func(r SeriesRow) float64 { return float64(r.True) / float64(r.Limit) }, palette[c%len(palette)], "none", res.Report.Policy+" "+k, 1.6)
 			c++
 		}
 	}
 	for _, k := range keys {
-		line(runs[0], k, func(r SeriesRow) float64 { return float64(r.Central) / float64(r.Limit) }, "#555", "2 3", "central "+k)
+		line(runs[0], k, func(r SeriesRow) float64 { return float64(r.Central) / float64(r.Limit) }, "#222", "5 3", "central "+k, 2.2)
 	}
 	b.WriteString("</svg>\n")
 	return b.Flush()

@@ -39,6 +39,7 @@ func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
 		Relay:               true,
 		PhaseSeed:           e.storeSeed ^ uint64(nd.pop+1)*0x9e3779b97f4a7c15, // one per PoP
 		ColdStart:           t == 0,
+		NoAllowance:         e.sc.Replication.NearLimitAllowance != nil && !*e.sc.Replication.NearLimitAllowance,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %s: %w", nd.name, err)

@@ -51,6 +51,7 @@ func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
 		ForgetAfter:         cfg.Replication.ForgetAfter.D(),
 		MaxPoPs:             cfg.Replication.MaxPoPs,
 		SyncInterval:        cfg.Replication.SyncInterval.D(),
+		NoAllowance:         cfg.Replication.NearLimitAllowance != nil && !*cfg.Replication.NearLimitAllowance,
 		Logger:              env.Logger,
 		ObserveLag:          func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
 	}

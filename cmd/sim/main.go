@@ -50,12 +50,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		seed     = fs.Int64("seed", -1, "override the scenario's seed")
 		scale    = fs.Float64("rate-scale", 1, "multiply every traffic rate by this factor")
 		noTiming = fs.Bool("no-timing", false, "leave sim_requests_per_s at 0 so that reports are byte-identical")
+		allow    = fs.String("near-limit-allowance", "", "override the scenario's replication.near_limit_allowance: on or off")
 		quiet    = fs.Bool("quiet", false, "no progress line on stderr")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		memProf  = fs.String("memprofile", "", "write a heap profile at the end of the run to this file (go tool pprof)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *scale <= 0 {
+		return fmt.Errorf("-rate-scale %g: must be positive", *scale)
 	}
 	if *scenario == "" || fs.NArg() > 0 {
 		fs.Usage()
@@ -64,6 +68,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sc, err := sim.Load(*scenario)
 	if err != nil {
 		return err
+	}
+	switch *allow {
+	case "":
+	case "on", "off":
+		on := *allow == "on"
+		sc.Replication.NearLimitAllowance = &on
+	default:
+		return fmt.Errorf("-near-limit-allowance %q: want on or off", *allow)
 	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)

@@ -128,6 +128,9 @@ func TestRunErrors(t *testing.T) {
 		{"bad compare", []string{"-scenario", path, "-compare", "keep,panic"}, `unknown partition policy "panic"`},
 		{"log with compare", []string{"-scenario", path, "-compare", "keep,keep", "-log", "x"}, "-log takes one run"},
 		{"unknown flag", []string{"-scenari", path}, "flag provided but not defined"},
+		{"bad allowance", []string{"-scenario", path, "-near-limit-allowance", "maybe"}, `-near-limit-allowance "maybe": want on or off`},
+		{"zero rate scale", []string{"-scenario", path, "-rate-scale", "0"}, "-rate-scale 0: must be positive"},
+		{"negative rate scale", []string{"-scenario", path, "-rate-scale", "-1"}, "-rate-scale -1: must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -145,4 +148,25 @@ func TestRunStopsOnCancel(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{"-scenario", path}, &stdout, &stderr)
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// -near-limit-allowance off runs the scenario as if every node decided on
+// its estimate alone: a hot key overshoots far more.
+func TestRunNearLimitAllowanceFlag(t *testing.T) {
+	dir := t.TempDir()
+	maxRatio := func(mode string) float64 {
+		js := filepath.Join(dir, mode+".json")
+		var stdout, stderr bytes.Buffer
+		require.NoError(t, run(context.Background(), []string{"-scenario", "../../scenarios/hot-key-attack.yaml", "-rate-scale", "0.2", "-quiet", "-near-limit-allowance", mode, "-json", js}, &stdout, &stderr))
+		b, err := os.ReadFile(js)
+		require.NoError(t, err)
+		var got struct {
+			Max float64 `json:"max_admitted_ratio"`
+		}
+		require.NoError(t, json.Unmarshal(b, &got))
+		return got.Max
+	}
+	on, off := maxRatio("on"), maxRatio("off")
+	assert.Less(t, on, 1.15)
+	assert.Greater(t, off, 1.3)
 }

@@ -1,0 +1,444 @@
+package crdt
+
+import (
+	"sync/atomic"
+
+	"github.com/geolimit/geolimit/window"
+)
+
+// The near-limit allowance.
+//
+// A replica's admits reach the others only after the replication lag: the
+// wait for its next flush, then the horizon (the hop to the member that
+// publishes the key's PoP total, the speaker's delay, the network). Until
+// then every replica decides on room that the others may be spending too.
+// Far from the limit that does no harm; near it, each replica's unseen
+// admits add up, by the rate times the lag times the number of replicas.
+//
+// So near the limit the remaining headroom is split. Let K be the count every
+// replica already holds: the estimate minus this replica's own admits that
+// the others cannot have seen yet (U, those after its last flush older than
+// the horizon). H = limit - K is the headroom left to the whole fleet, and
+// replica i may have at most w_i x H of its own admits unseen, where w_i is
+// its share of K, computed from counts every replica holds alike, in two
+// levels as the counts travel: its PoP's part of K (its own seen count and
+// its members' over K, at least 1/PoPs), times its part of the PoP's (its
+// own seen count over the PoP's, at least 1/Members). The replicas' unseen
+// admits therefore add up to about H, and the fleet stays at the limit. A
+// key no replica has counted yet is split evenly (a cold start, or a new
+// key under attack everywhere at once); a node new to a key its PoP already
+// counts gets a member's share of the PoP's part.
+//
+// A replica with nothing unseen may always admit one request (the weights
+// are fractions of units): near the limit a fleet of n replicas exceeds it
+// by at most n-1 requests, whatever the rate, where without the split each
+// replica spends everything it sees during the lag.
+//
+// Far from the limit nothing is read beyond the slot: a replica whose own
+// count of both live windows, plus the request, is within 1/Replicas of the
+// headroom the estimate leaves cannot break the split (U is at most that
+// count, w_i at least 1/Replicas). Nor does a key whose own counts were all
+// sent longer than a horizon ago (U = 0): each slot says so in spare bits,
+// flagRecent and the sequence number of the flush that last sent its own
+// counts (sentSeq), cleared by a per-shard list of recent sends (sentRec)
+// once they are older than the horizon. That list holds the keys sent within
+// a horizon, like the dirty list the keys changed since the last flush.
+// Only a key with admits that may be unseen gets an entry in the shard's
+// hot table (bounded by StoreConfig.MaxHotKeys), which keeps the own counts
+// of its last flushes; a key that finds the table full is decided as if all
+// its own counts were unseen, which errs towards rejecting.
+//
+// AdmitSplit counts on FlushAt: a store flushed with Flush (no time) keeps
+// no record of its sends.
+
+// Allowance configures the near-limit split for one call of AdmitSplit.
+// The zero value, a single replica, or Horizon 0, splits nothing.
+type Allowance struct {
+	// Horizon is how long after a flush (nanoseconds, on the clock of the
+	// times passed to FlushAt and AdmitSplit) every other replica holds the
+	// own counts that flush sent.
+	Horizon int64
+	// Members is how many nodes of the own PoP may admit the key, this one
+	// included; PoPs how many PoPs, this one included. Replicas whose
+	// counts are its members' (see Store) make up the PoP's part.
+	Members, PoPs int
+}
+
+// Replicas is how many replicas may admit the key: Members x PoPs.
+func (a *Allowance) Replicas() int { return max(a.Members, 1) * max(a.PoPs, 1) }
+
+// on reports whether a splits anything.
+func (a *Allowance) on() bool { return a != nil && a.Horizon > 0 && a.Replicas() > 1 }
+
+// DefaultMaxHotKeys is the default StoreConfig.MaxHotKeys.
+const DefaultMaxHotKeys = 1 << 14
+
+// hotSnaps is how many flushes a hot key remembers.
+const hotSnaps = 4
+
+// hotSnap is a hot key's own counts as one flush sent them.
+type hotSnap struct {
+	at  int64     // the flush's time
+	win int64     // the slot's window then
+	own [2]uint64 // the own counts of windows win-1 and win then
+}
+
+// hotEntry is the side state of a key near its limit: the own counts of its
+// last flushes, oldest first. No pointers, so the GC never scans the slab.
+type hotEntry struct {
+	snaps [hotSnaps]hotSnap
+	used  int64 // the last decision that read it
+	pos   int32 // the slot's position
+	n     uint8
+}
+
+// hotSample is how many hot entries a full hot table looks at to evict one.
+const hotSample = 8
+
+// push records that the flush at at sent own counts own of window win. A
+// full ring drops its oldest flush once the next one is older than the
+// horizon (no later query needs the oldest then), and otherwise overwrites
+// its newest, which only makes later queries see an older flush.
+func (e *hotEntry) push(at, horizon, win int64, own [2]uint64) {
+	if e.n > 0 {
+		if last := &e.snaps[e.n-1]; last.win == win && last.own == own {
+			return // nothing new was sent
+		}
+	}
+	s := hotSnap{at: at, win: win, own: own}
+	switch {
+	case int(e.n) < hotSnaps:
+		e.snaps[e.n] = s
+		e.n++
+	case e.snaps[1].at <= at-horizon:
+		copy(e.snaps[:], e.snaps[1:])
+		e.snaps[hotSnaps-1] = s
+	default:
+		e.snaps[hotSnaps-1] = s
+	}
+}
+
+// heldBy records that every replica holds the own counts own of window win
+// by at: earlier records say less, and are dropped.
+func (e *hotEntry) heldBy(at, win int64, own [2]uint64) {
+	e.snaps[0] = hotSnap{at: at, win: win, own: own}
+	e.n = 1
+}
+
+// seen returns the own counts of windows win-1 and win that every replica
+// holds at now: those of the latest flush at or before now-horizon.
+func (e *hotEntry) seen(now, horizon, win int64) (s0, s1 uint64) {
+	for k := int(e.n) - 1; k >= 0; k-- {
+		s := &e.snaps[k]
+		if s.at > now-horizon {
+			continue
+		}
+		switch s.win {
+		case win:
+			return s.own[0], s.own[1]
+		case win - 1:
+			return s.own[1], 0
+		}
+		return 0, 0
+	}
+	return 0, 0
+}
+
+// matures returns how long until the next flush of e that others do not
+// hold at now will be held by them: horizon when no flush is pending.
+func (e *hotEntry) matures(now, horizon int64) int64 {
+	for k := 0; k < int(e.n); k++ {
+		if at := e.snaps[k].at; at > now-horizon {
+			return at + horizon - now
+		}
+	}
+	return horizon
+}
+
+// sentRec records that the flush at at sent the own counts of the slot at
+// pos (whose key hashes to fp) as they were then. A record older than the
+// horizon clears the slot's flagRecent, unless the slot changed since (a
+// later record, or unsent admits, speak for it) or another key took its
+// position (fp).
+type sentRec struct {
+	at, win int64
+	own     [2]uint64
+	pos     int32
+	fp      uint32
+	seq     uint8 // the flush's sequence number, modulo 64
+}
+
+// fingerprint returns the high bits of the hash of slot i's key.
+func (sh *shard) fingerprint(s *Store, i int32, sl *slot) uint32 {
+	return uint32(s.hash(sl.rule, sh.keyOf(i)) >> 32)
+}
+
+// sentNow records that the flush at at (sequence number seq) sent slot
+// i's own counts; the caller holds sh.mu.
+func (sh *shard) sentNow(s *Store, at int64, seq uint8, i int32, sl *slot) {
+	seq &= 63
+	sl.setSentSeq(seq)
+	sl.flags |= flagRecent
+	sh.sent = append(sh.sent, sentRec{at: at, win: sl.win, own: sl.own, pos: i, fp: sh.fingerprint(s, i, sl), seq: seq})
+}
+
+// resent records a slot with flagRecent that moved to position i, as sent
+// by the same flush as before but no earlier than the last flush. A slot
+// with unsent admits needs no record: the next flush sends it and records
+// that.
+func (sh *shard) resent(s *Store, i int32, sl *slot) {
+	if sl.dirty&dirtyOwn == 0 {
+		sh.sentNow(s, s.lastFlush.Load(), sl.sentSeq(), i, sl)
+	}
+}
+
+// expireSent clears flagRecent of the slots whose own counts no flush after
+// cutoff sent and that changed in no other way since. The caller holds sh.mu.
+func (sh *shard) expireSent(s *Store, cutoff int64) {
+	for sh.sentHead < len(sh.sent) && sh.sent[sh.sentHead].at <= cutoff {
+		r := &sh.sent[sh.sentHead]
+		sh.sentHead++
+		if int(r.pos) >= len(sh.slots) {
+			continue
+		}
+		sl := &sh.slots[r.pos]
+		if sl.flags&(flagLive|flagRecent) != flagLive|flagRecent || sl.sentSeq() != r.seq ||
+			sl.dirty&dirtyOwn != 0 || !sameOwn(sl, r) {
+			continue // another key, or sent again since
+		}
+		if sh.fingerprint(s, r.pos, sl) == r.fp {
+			sl.flags &^= flagRecent
+		}
+	}
+	if sh.sentHead == len(sh.sent) {
+		sh.sent, sh.sentHead = sh.sent[:0], 0
+	} else if sh.sentHead > len(sh.sent)/2 {
+		n := copy(sh.sent, sh.sent[sh.sentHead:])
+		sh.sent, sh.sentHead = sh.sent[:n], 0
+	}
+}
+
+// sameOwn reports whether slot sl's own counts are still those r recorded.
+func sameOwn(sl *slot, r *sentRec) bool {
+	switch d := sl.win - r.win; {
+	case d == 0:
+		return sl.own == r.own
+	case d == 1:
+		return sl.own[0] == r.own[1] && sl.own[1] == 0
+	case d > 1:
+		return sl.own == [2]uint64{}
+	}
+	return false
+}
+
+// hotOf returns slot i's hot entry, making one if it has none: nil when
+// the shard's hot table is full and no entry can be evicted. A new entry
+// lists the slot for the next flush, which records its first snapshot. The
+// caller holds sh.mu.
+func (sh *shard) hotOf(s *Store, i int32, sl *slot, now int64) *hotEntry {
+	if sl.flags&flagHot != 0 {
+		e := &sh.hotSlab[sh.hot[i]]
+		e.used = now
+		return e
+	}
+	if s.hotPerShard == 0 || (len(sh.hot) >= s.hotPerShard && !sh.evictHot()) {
+		return nil
+	}
+	var k int32
+	if n := len(sh.hotFree); n > 0 {
+		k = sh.hotFree[n-1]
+		sh.hotFree = sh.hotFree[:n-1]
+	} else {
+		k = int32(len(sh.hotSlab))
+		sh.hotSlab = append(sh.hotSlab, hotEntry{})
+	}
+	sh.hotSlab[k] = hotEntry{pos: i, used: now}
+	sh.hot[i] = k
+	sl.flags |= flagHot
+	sh.markDirty(i, sl, 0)
+	return &sh.hotSlab[k]
+}
+
+// dropHot frees slot i's hot entry; the caller holds sh.mu.
+func (sh *shard) dropHot(i int32, sl *slot) {
+	k := sh.hot[i]
+	delete(sh.hot, i)
+	sh.hotSlab[k] = hotEntry{pos: -1}
+	sh.hotFree = append(sh.hotFree, k)
+	sl.flags &^= flagHot
+}
+
+// moveHot moves the hot entry of a slot from position from to to.
+func (sh *shard) moveHot(from, to int32) {
+	k := sh.hot[from]
+	delete(sh.hot, from)
+	sh.hot[to] = k
+	sh.hotSlab[k].pos = to
+}
+
+// evictHot frees the least recently used of a sample of hot entries.
+func (sh *shard) evictHot() bool {
+	n := len(sh.hotSlab)
+	best := int32(-1)
+	for seen, looked := 0, 0; seen < hotSample && looked < n; looked++ {
+		if sh.hotCur++; sh.hotCur >= n {
+			sh.hotCur = 0
+		}
+		e := &sh.hotSlab[sh.hotCur]
+		if e.pos < 0 {
+			continue
+		}
+		seen++
+		if best < 0 || e.used < sh.hotSlab[best].used {
+			best = int32(sh.hotCur)
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	pos := sh.hotSlab[best].pos
+	sh.dropHot(pos, &sh.slots[pos])
+	return true
+}
+
+// split decides, for slot i whose estimate est lets a request of cost in,
+// whether this replica's share of the headroom does too (see the top of
+// this file). now is the decision's time, f the elapsed fraction of the
+// window. It returns the time until a denied request may fit. The caller
+// holds sh.mu.
+func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed int64, f, est float64, limit, cost uint64) (bool, int64) {
+	e := sh.hotOf(s, i, sl, now)
+	var s0, s1 uint64
+	switch {
+	case sl.dirty&dirtyOwn == 0 && sl.flags&flagRecent == 0:
+		// Sent longer than a horizon ago, and nothing since: all held.
+		s0, s1 = sl.own[0], sl.own[1]
+		if e != nil {
+			e.heldBy(now-a.Horizon, sl.win, sl.own)
+		}
+	case e != nil:
+		if last := s.lastFlush.Load(); sl.dirty&dirtyOwn == 0 && last != 0 {
+			e.push(last, a.Horizon, sl.win, sl.own) // sent by the last flush at the latest
+		}
+		s0, s1 = e.seen(now, a.Horizon, sl.win)
+	}
+	u0, u1 := satSub(sl.own[0], s0), satSub(sl.own[1], s1)
+	unseen := satAdd(u0, u1)
+	if unseen == 0 {
+		return true, 0 // one request in flight is always allowed
+	}
+	k := est - (float64(u0)*(1-f) + float64(u1))
+	// The members' counts, and those of excluded replicas, by window.
+	var m, x [2]uint64
+	if sl.flags&flagSide != 0 {
+		ex := s.excluded.Load()
+		for _, se := range sh.side[i] {
+			j := se.win - (sl.win - 1)
+			if j != 0 && j != 1 {
+				continue
+			}
+			switch {
+			case se.member:
+				m[j] = satAdd(m[j], se.count)
+			case ex != nil && ex.has(se.rep):
+				x[j] = satAdd(x[j], se.count)
+			}
+		}
+	}
+	w := a.floor(sl, m[0], x[0], elapsed)
+	if kw, mine := k-(float64(x[0])*(1-f)+float64(x[1])), float64(s0)*(1-f)+float64(s1); kw > 0 && mine > w*kw {
+		w = mine / kw
+	}
+	if float64(satAdd(unseen, cost)) <= w*(float64(limit)-k) {
+		return true, 0
+	}
+	if e == nil {
+		return false, a.Horizon
+	}
+	return false, max(e.matures(now, a.Horizon), 1)
+}
+
+// decideSplit turns r, a request the estimate lets in, into a denial when
+// this replica's share of the headroom does not (split). It is kept out of
+// Admit's body, which keys far from their limit run. The caller holds sh.mu.
+func (sh *shard) decideSplit(s *Store, a *Allowance, i int32, sl *slot, now Now, elapsed int64, limit, cost uint64, r *window.Result) {
+	t := now.Index*now.Width + now.Elapsed
+	ok, retry := sh.split(s, a, i, sl, t, elapsed, fraction(elapsed, now.Width), r.Estimate, limit, cost)
+	if ok {
+		return
+	}
+	// Denied: nothing counted, so the reset leaves this request out.
+	r.Allowed, r.RetryAfter, r.Remaining = false, retry, 0
+	r.Reset = now.Width - elapsed
+	if satAdd(sl.own[1], sl.other[1]) > 0 {
+		r.Reset += now.Width
+	}
+}
+
+// floor returns the least share of slot sl's key for this replica: its part
+// of the previous window's counts, in two levels as the counts travel (its
+// PoP's part, then its part of the PoP's, each at least an equal split),
+// once every replica holds that window whole; before, or with no count in
+// it, an equal split. m0 and x0 are the previous window's counts of the
+// members and of the excluded replicas, elapsed the time into the current
+// window.
+func (a *Allowance) floor(sl *slot, m0, x0 uint64, elapsed int64) float64 {
+	ps, ns := 1/float64(max(a.PoPs, 1)), 1/float64(max(a.Members, 1))
+	// A count of the previous window was raised before it ended: the
+	// others hold it a flush interval (at most a horizon) and a horizon
+	// later.
+	if elapsed < 2*a.Horizon {
+		return ps * ns
+	}
+	pop := float64(satAdd(sl.own[0], m0))
+	all := float64(satAdd(sl.own[0], satSub(sl.other[0], x0)))
+	if pop > 0 && all > 0 {
+		ps = max(ps, min(pop/all, 1))
+		ns = max(ns, float64(sl.own[0])/pop)
+	}
+	return ps * ns
+}
+
+// AdmitSplit is Admit with the near-limit allowance a (nil: none): a request
+// the estimate lets in is admitted only if this replica's unseen admits stay
+// within its share of the headroom.
+func (s *Store) AdmitSplit(rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) AdmitResult {
+	return s.admit(rule, key, now, limit, cost, count, a)
+}
+
+// SetExcluded sets which replicas' counts the allowance leaves out of every
+// replica's share (the PoPs counted as partitioned, whose counts are
+// frozen); nil leaves none out.
+func (s *Store) SetExcluded(excluded func(Replica) bool) {
+	s.repMu.Lock()
+	defer s.repMu.Unlock()
+	s.exclude = excluded
+	if excluded == nil {
+		s.excluded.Store(nil)
+		return
+	}
+	set := &memberSet{w: make([]atomic.Uint64, (len(s.reps)+63)/64)}
+	for id, r := range s.reps {
+		if r != (Replica{}) && excluded(r) {
+			set.w[id>>6].Or(1 << (id & 63))
+		}
+	}
+	s.excluded.Store(set)
+}
+
+func (m *memberSet) has(id ReplicaID) bool {
+	i := int(id >> 6)
+	return i < len(m.w) && m.w[i].Load()&(1<<(id&63)) != 0
+}
+
+func satSub(a, b uint64) uint64 {
+	if b >= a {
+		return 0
+	}
+	return a - b
+}
+
+// fraction returns the elapsed fraction of now's window, clamped to [0, 1].
+func fraction(elapsed, width int64) float64 {
+	return min(max(float64(elapsed)/float64(width), 0), 1)
+}

@@ -1,0 +1,440 @@
+package crdt
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const ms = int64(time.Millisecond)
+
+// split is the allowance the tests use: four replicas, 100ms horizon.
+var split = &Allowance{Horizon: 100 * ms, PoPs: 4}
+
+// nowAt is the instant t of window 1 (t is its elapsed time); abs(t) is
+// the same instant as FlushAt takes it.
+func nowAt(t int64) Now { return Now{Index: 1, Elapsed: t, Width: W} }
+
+func abs(t int64) int64 { return W + t }
+
+// admitAll admits cost-1 requests of key at t until one is denied, and
+// returns how many were admitted and the denial.
+func admitAll(t *testing.T, st *Store, key string, at int64, a *Allowance) (int, AdmitResult) {
+	t.Helper()
+	for n := 0; n < 1000; n++ {
+		if r := st.AdmitSplit(0, key, nowAt(at), 100, 1, true, a); !r.Allowed {
+			return n, r
+		}
+	}
+	t.Fatal("never denied")
+	return 0, AdmitResult{}
+}
+
+// withOthers returns a store holding count for each of pops' aggregates of
+// key in window 1.
+func withOthers(t *testing.T, key string, count uint64, pops ...string) *Store {
+	t.Helper()
+	st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})
+	for _, p := range pops {
+		id, ok := st.Intern(PoPReplica("far", p, 1))
+		require.True(t, ok)
+		require.Equal(t, Merged, st.Merge(0, key, 1, 1, id, count))
+	}
+	return st
+}
+
+// Near the limit a replica keeps unseen at most its share of the headroom
+// the others know of; once a flush is older than the horizon its admits
+// count as seen and the replica may spend again.
+func TestSplitHoldsUnseenAdmitsToShare(t *testing.T) {
+	st := withOthers(t, "k", 20, "a", "b", "c") // the others: 60 of 100
+	t0 := time.Second.Nanoseconds()
+	// No own admit is seen yet: K = 60, H = 40, share 1/4 (the floor): 10.
+	n, r := admitAll(t, st, "k", t0, split)
+	assert.Equal(t, 10, n)
+	assert.Zero(t, r.Remaining)
+	assert.Equal(t, 100*ms, r.RetryAfter, "nothing flushed yet: a horizon")
+	assert.Equal(t, 1, st.Stats().HotKeys)
+
+	t1 := t0 + 10*ms
+	st.FlushAt(abs(t1), split.Horizon, func(FlushEntry) {})
+	n, r = admitAll(t, st, "k", t1+50*ms, split)
+	assert.Zero(t, n, "the flush is not held by the others yet")
+	assert.Equal(t, 50*ms, r.RetryAfter, "until the flush is")
+
+	// At t1+horizon the 10 are seen: K = 70, own share 10/70 < 1/4, so
+	// H = 30 and the share 7.5: 7 more.
+	n, _ = admitAll(t, st, "k", t1+100*ms, split)
+	assert.Equal(t, 7, n)
+	_, curr := totals(st, 0, "k", 1)
+	assert.Equal(t, uint64(60+17), curr)
+}
+
+// A replica's share is its part of the counts everyone holds, when above
+// an equal split.
+func TestSplitShareFollowsCounts(t *testing.T) {
+	st := withOthers(t, "k", 10, "a", "b", "c") // 30
+	t0 := time.Second.Nanoseconds()
+	// Nothing unseen: one request, whatever its cost.
+	require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 100, 50, true, split).Allowed)
+	// 50 unseen, over 1/4 of H = 70: denied, and the key is hot.
+	require.False(t, st.AdmitSplit(0, "k", nowAt(t0), 100, 1, true, split).Allowed)
+	st.FlushAt(abs(t0+ms), split.Horizon, func(FlushEntry) {})
+	// Seen: 50 of K = 80, so 5/8 of H = 20: 12.5, 12 more.
+	n, _ := admitAll(t, st, "k", t0+ms+split.Horizon, split)
+	assert.Equal(t, 12, n)
+}
+
+// The counts of excluded replicas (PoPs counted as partitioned) are left
+// out of the shares: a side splits its headroom among its own replicas.
+func TestSplitLeavesExcludedCountsOut(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		exclude func(Replica) bool
+		want    int
+	}{
+		// Seen own 10 of K = 70: 1/4 of H = 30, 7.
+		{"none", nil, 7},
+		// Without a and b: 10 of 30, a third of 30: 10.
+		{"two of three", func(r Replica) bool { return r.PoP == "a" || r.PoP == "b" }, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := withOthers(t, "k", 20, "a", "b", "c")
+			st.SetExcluded(tc.exclude)
+			t0 := time.Second.Nanoseconds()
+			n, _ := admitAll(t, st, "k", t0, split)
+			require.Equal(t, 10, n)
+			st.FlushAt(abs(t0), split.Horizon, func(FlushEntry) {})
+			n, _ = admitAll(t, st, "k", t0+split.Horizon, split)
+			assert.Equal(t, tc.want, n)
+		})
+	}
+}
+
+// A replica interned after SetExcluded is excluded if the predicate says
+// so; SetExcluded(nil) excludes nothing again.
+func TestExcludedFollowsInterning(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	st.SetExcluded(func(r Replica) bool { return r.PoP == "iad" })
+	iad, _ := st.Intern(PoPReplica("us", "iad", 1))
+	sin, _ := st.Intern(PoPReplica("ap", "sin", 1))
+	member, _ := st.Intern(rep("ams-2", 1))
+	ex := st.excluded.Load()
+	require.NotNil(t, ex)
+	assert.True(t, ex.has(iad))
+	assert.False(t, ex.has(sin))
+	assert.False(t, ex.has(member))
+	st.SetExcluded(nil)
+	assert.Nil(t, st.excluded.Load())
+}
+
+// Far from the limit no key gets allowance state, and with nothing unseen
+// one request is always admitted (the shares are fractions of units).
+func TestSplitFarFromLimitAndOneInFlight(t *testing.T) {
+	st := withOthers(t, "k", 30, "a", "b", "c") // 90 of 100
+	many := &Allowance{Horizon: 100 * ms, PoPs: 40}
+	t0 := time.Second.Nanoseconds()
+	for i := range 5 {
+		key := "far" + strconv.Itoa(i)
+		for range 2 {
+			require.True(t, st.AdmitSplit(0, key, nowAt(t0), 100, 1, true, many).Allowed)
+		}
+	}
+	assert.Zero(t, st.Stats().HotKeys, "keys far from the limit hold no allowance state")
+	// 1/40 of H = 10 is a quarter of a request: one, not two.
+	n, _ := admitAll(t, st, "k", t0, many)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, 1, st.Stats().HotKeys)
+	// Without an allowance the estimate alone decides: 9 more.
+	n, _ = admitAll(t, st, "k", t0, nil)
+	assert.Equal(t, 9, n)
+	for _, a := range []*Allowance{{Horizon: 0, PoPs: 4}, {Horizon: ms, PoPs: 1}} {
+		assert.False(t, a.on())
+	}
+}
+
+// The hot table is bounded: a key that finds it full evicts the least
+// recently used entry; with no room at all (MaxHotKeys < 0) a key near its
+// limit is decided as if all its own counts were unseen.
+func TestHotTableBounded(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxHotKeys: 2, Seed: 1})
+	t0 := time.Second.Nanoseconds()
+	id, _ := st.Intern(PoPReplica("far", "a", 1))
+	for i := range 5 {
+		key := "k" + strconv.Itoa(i)
+		st.Merge(0, key, 1, 1, id, 60)
+		n, _ := admitAll(t, st, key, t0+int64(i)*ms, split)
+		require.Equal(t, 10, n, key) // 1/4 of 40
+		assert.LessOrEqual(t, st.Stats().HotKeys, 2)
+		checkHot(t, st)
+	}
+	sh := &st.shards[0]
+	var keys []string
+	for pos, k := range sh.hot {
+		require.Equal(t, pos, sh.hotSlab[k].pos)
+		keys = append(keys, sh.keyOf(pos))
+	}
+	assert.ElementsMatch(t, []string{"k3", "k4"}, keys, "the two most recently used")
+
+	none := NewStore(StoreConfig{Self: rep("self", 1), MaxHotKeys: -1})
+	id, _ = none.Intern(PoPReplica("far", "a", 1))
+	none.Merge(0, "k", 1, 1, id, 60)
+	n, _ := admitAll(t, none, "k", t0, split)
+	assert.Equal(t, 10, n)
+	none.FlushAt(abs(t0), split.Horizon, func(FlushEntry) {})
+	n, r := admitAll(t, none, "k", t0+time.Second.Nanoseconds(), split)
+	assert.Zero(t, n, "no record of the flush: every own admit counts as unseen")
+	assert.Equal(t, split.Horizon, r.RetryAfter)
+	assert.Zero(t, none.Stats().HotKeys)
+}
+
+// checkHot verifies the hot table's links: every slot marked hot has an
+// entry pointing back at it, and every entry in use belongs to such a slot.
+func checkHot(t *testing.T, st *Store) {
+	t.Helper()
+	for si := range st.shards {
+		sh := &st.shards[si]
+		sh.mu.Lock()
+		marked := 0
+		for i := range sh.slots {
+			sl := &sh.slots[i]
+			if sl.flags&flagHot == 0 {
+				continue
+			}
+			require.NotZero(t, sl.flags&flagLive, "a free slot marked hot")
+			k, ok := sh.hot[int32(i)]
+			require.True(t, ok, "slot %d marked hot without an entry", i)
+			require.Equal(t, int32(i), sh.hotSlab[k].pos)
+			marked++
+		}
+		free := 0
+		for _, e := range sh.hotSlab {
+			if e.pos < 0 {
+				free++
+			}
+		}
+		require.Equal(t, marked, len(sh.hot))
+		require.Equal(t, free, len(sh.hotFree))
+		require.Equal(t, len(sh.hot)+len(sh.hotFree), len(sh.hotSlab))
+		sh.mu.Unlock()
+	}
+}
+
+// Hot entries follow their slots through growth, backward-shift deletion
+// and eviction, and decisions keep reading the right key's records.
+func TestHotEntriesSurviveChurn(t *testing.T) {
+	rng := seeded(t, 9)
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxKeys: 1 << 20, MaxHotKeys: 64, Seed: 2})
+	other, _ := st.Intern(PoPReplica("far", "a", 1))
+	a := &Allowance{Horizon: 20 * ms, PoPs: 4}
+	sh := &st.shards[0]
+	t0 := time.Second.Nanoseconds()
+	for step := 0; step < 20000; step++ {
+		now := t0 + int64(step)*ms/10
+		k := "k" + strconv.Itoa(rng.IntN(500))
+		switch r := rng.IntN(20); {
+		case r == 0:
+			sh.mu.Lock()
+			if p, ok := sh.find(st.hash(0, k), 0, k); ok {
+				sh.remove(st, p)
+			}
+			sh.mu.Unlock()
+		case r < 4:
+			st.Merge(0, k, 1, 1, other, uint64(rng.IntN(80)))
+		case r == 4:
+			st.FlushAt(abs(now), a.Horizon, func(FlushEntry) {})
+		default:
+			st.AdmitSplit(0, k, nowAt(now), 100, 1, true, a)
+		}
+		if step%500 == 0 {
+			checkHot(t, st)
+		}
+	}
+	checkHot(t, st)
+	assert.Positive(t, st.Stats().HotKeys)
+	assert.LessOrEqual(t, st.Stats().HotKeys, 64)
+}
+
+// The ring of flushes keeps what later queries need: the oldest record is
+// dropped only once the next is older than the horizon, and a flush that
+// sent nothing new records nothing.
+func TestHotRing(t *testing.T) {
+	var e hotEntry
+	h := int64(100)
+	for i, at := range []int64{0, 10, 20, 30} {
+		e.push(at, h, 1, [2]uint64{0, uint64(i + 1)})
+	}
+	e.push(35, h, 1, [2]uint64{0, 4}) // unchanged: nothing recorded
+	require.EqualValues(t, 4, e.n)
+	e.push(40, h, 1, [2]uint64{0, 5}) // 10 is not older than 40-100: overwrite the newest
+	assert.Equal(t, []int64{0, 10, 20, 40}, []int64{e.snaps[0].at, e.snaps[1].at, e.snaps[2].at, e.snaps[3].at})
+	e.push(110, h, 1, [2]uint64{0, 6}) // 10 <= 110-100: drop 0
+	assert.Equal(t, []int64{10, 20, 40, 110}, []int64{e.snaps[0].at, e.snaps[1].at, e.snaps[2].at, e.snaps[3].at})
+	s0, s1 := e.seen(125, h, 1)
+	assert.Equal(t, [2]uint64{0, 3}, [2]uint64{s0, s1}, "the flush at 20 is the latest held at 125")
+	s0, s1 = e.seen(125, h, 2)
+	assert.Equal(t, [2]uint64{3, 0}, [2]uint64{s0, s1}, "a window later it is the previous window's")
+	s0, s1 = e.seen(125, h, 3)
+	assert.Equal(t, [2]uint64{0, 0}, [2]uint64{s0, s1})
+	s0, s1 = e.seen(5, h, 1)
+	assert.Equal(t, [2]uint64{0, 0}, [2]uint64{s0, s1}, "nothing held yet")
+	assert.Equal(t, int64(15), e.matures(125, h), "the flush at 40 is held at 140")
+	assert.Equal(t, h, e.matures(300, h), "none pending")
+}
+
+// A key whose own counts a flush sent longer than a horizon ago, with no
+// admit since, is held by every replica: a second request long after the
+// first is admitted even when the split's share is below one request, with
+// no record of the key's flushes. Within the horizon it is not.
+func TestSentLongAgoCountsAsSeen(t *testing.T) {
+	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of 100: below one request
+	for _, tc := range []struct {
+		name  string
+		after int64 // the second request, after the flush that sent the first
+		want  bool
+	}{
+		{"within the horizon", 50 * ms, false},
+		{"after the horizon", 2 * time.Second.Nanoseconds(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 4})
+			t0 := time.Second.Nanoseconds()
+			require.True(t, st.AdmitSplit(0, "ip", nowAt(t0), 100, 1, true, many).Allowed)
+			st.FlushAt(abs(t0+ms), many.Horizon, func(FlushEntry) {})
+			for at := t0 + 51*ms; at <= t0+tc.after; at += 50 * ms {
+				st.FlushAt(abs(at), many.Horizon, func(FlushEntry) {}) // later flushes: nothing to send
+			}
+			got := st.AdmitSplit(0, "ip", nowAt(t0+ms+tc.after), 100, 1, true, many).Allowed
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// Soundness under churn: a slot whose own counts a flush sent within the
+// horizon, or that has unsent admits, is never taken as held by every
+// replica, whatever moves, growth, removals, sweeps and window rolls
+// happened; and once no flush has sent anything for a horizon, every slot
+// is taken as held.
+func TestRecentSurvivesChurn(t *testing.T) {
+	rng := seeded(t, 11)
+	const horizon, width = 30 * ms, 400 * ms
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2, MaxKeys: 1 << 20, Seed: 6})
+	a := &Allowance{Horizon: horizon, PoPs: 4}
+	lastSent := map[string]int64{} // key -> the last flush that sent an admit of it
+	unsent := map[string]bool{}
+	now := time.Second.Nanoseconds()
+	at := func(t int64) Now { return Now{Index: t / width, Elapsed: t % width, Width: width} }
+	for step := 0; step < 40000; step++ {
+		now += ms / 4
+		k := "k" + strconv.Itoa(rng.IntN(800))
+		switch r := rng.IntN(60); {
+		case r == 0:
+			sh := st.shardOf(st.hash(0, k))
+			sh.mu.Lock()
+			if p, ok := sh.find(st.hash(0, k), 0, k); ok {
+				sh.remove(st, p)
+			}
+			sh.mu.Unlock()
+			delete(lastSent, k)
+			delete(unsent, k)
+		case r == 1:
+			st.Sweep(func(RuleID) int64 { return now / width })
+		case r < 6:
+			st.FlushAt(now, horizon, func(FlushEntry) {})
+			for k := range unsent {
+				lastSent[k] = now
+			}
+			clear(unsent)
+		default:
+			if st.AdmitSplit(0, k, at(now), 1<<40, 1, true, a).Allowed {
+				unsent[k] = true
+			}
+		}
+		if step%97 != 0 {
+			continue
+		}
+		for si := range st.shards {
+			sh := &st.shards[si]
+			sh.mu.Lock()
+			for i := range sh.slots {
+				sl := &sh.slots[i]
+				if sl.flags&flagLive == 0 || sl.own == [2]uint64{} {
+					continue
+				}
+				key := sh.keyOf(int32(i))
+				held := sl.dirty&dirtyOwn == 0 && sl.flags&flagRecent == 0
+				if unsent[key] || lastSent[key] > now-horizon {
+					require.False(t, held, "step %d: %s sent at %d, now %d, taken as held", step, key, lastSent[key], now)
+				}
+			}
+			sh.mu.Unlock()
+		}
+	}
+	st.FlushAt(now, horizon, func(FlushEntry) {})
+	now += horizon
+	st.FlushAt(now, horizon, func(FlushEntry) {})
+	recent := 0
+	for si := range st.shards {
+		for _, sl := range st.shards[si].slots {
+			if sl.flags&flagLive != 0 && sl.flags&flagRecent != 0 {
+				recent++
+			}
+		}
+	}
+	assert.Zero(t, recent)
+}
+
+// The sequence number of a slot's last send lives in spare bits of dirty
+// and flags: window rolls and flushes keep it, and it keeps theirs.
+func TestSentSeqBits(t *testing.T) {
+	for _, seq := range []uint8{0, 5, 8, 45, 63} {
+		sl := slot{flags: flagLive | flagHot, dirty: dirtyOwn1 | dirtyPoP2}
+		sl.setSentSeq(seq)
+		require.Equal(t, seq, sl.sentSeq())
+		assert.Equal(t, flagLive|flagHot, sl.flags&^(7<<sentSeqShift))
+		assert.Equal(t, dirtyOwn1|dirtyPoP2, sl.dirty&dirtyAll)
+		for d := int64(1); d <= 3; d++ {
+			shifted := shiftDirty(sl.dirty, d)
+			assert.Equal(t, shiftDirty(sl.dirty&dirtyAll, d), shifted&dirtyAll, "d=%d", d)
+			assert.Equal(t, sl.dirty&^dirtyAll, shifted&^dirtyAll, "d=%d", d)
+		}
+	}
+}
+
+// Its floor follows the previous window, in two levels: this PoP's part of
+// it, then this node's part of the PoP's, each at least an equal split. A
+// node new to a key its PoP's members counted last window gets a member's
+// share of the PoP's part, not 1/Replicas of the whole: a client pinned to
+// one PoP keeps being served by its every node. Counts of the current
+// window do not count towards it (at a cold start every PoP's members see
+// each other's first).
+func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
+	a := &Allowance{Horizon: 100 * ms, Members: 3, PoPs: 10}
+	run := func(at, win int64, others ...Replica) int {
+		st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 8})
+		for _, r := range others {
+			id, _ := st.Intern(r)
+			require.Equal(t, Merged, st.Merge(0, "k", 1, win, id, 10))
+		}
+		n, _ := admitAll(t, st, "k", at, a)
+		return n
+	}
+	members := []Replica{rep("ams-2", 1), rep("ams-3", 1)}
+	pops := []Replica{PoPReplica("far", "a", 1), PoPReplica("far", "b", 1)}
+	sec := time.Second.Nanoseconds()
+	// Members ams-2 and ams-3 held the previous window (18 of it left in
+	// the estimate at 1s): the PoP's part is all of it, this node a third
+	// of the PoP's: a third of H = 82, 27 unseen.
+	assert.Equal(t, 27, run(sec, 0, members...))
+	// The same counts held by two other PoPs: this PoP's part is nothing,
+	// so an equal split among PoPs and members, 1/30 of H = 82: two.
+	assert.Equal(t, 2, run(sec, 0, pops...))
+	// Too early in the window for every replica to hold the previous one.
+	assert.Equal(t, 2, run(150*ms, 0, members...))
+	// The members' counts of the current window (a cold start) do not
+	// count.
+	assert.Equal(t, 2, run(sec, 1, members...))
+}

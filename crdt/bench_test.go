@@ -1,0 +1,69 @@
+package crdt
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// benchKeys returns n IPv4 keys and the same keys shuffled, back to back
+// in one buffer (requests arrive in no particular order, and the daemon
+// decides on a key it has just parsed, which is in cache).
+func benchKeys(n int) (created, shuffled []string) {
+	created = make([]string, n)
+	buf := make([]byte, 0, 16*n)
+	for i := range created {
+		created[i] = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+	}
+	order := rand.New(rand.NewPCG(1, 2)).Perm(n)
+	offs := make([]int, n+1)
+	for i, j := range order {
+		buf = append(buf, created[j]...)
+		offs[i+1] = len(buf)
+	}
+	all := string(buf)
+	shuffled = make([]string, n)
+	for i := range shuffled {
+		shuffled[i] = all[offs[i]:offs[i+1]]
+	}
+	return created, shuffled
+}
+
+func benchStore(b *testing.B, keys []string) *Store {
+	b.Helper()
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 4 * len(keys)})
+	for _, k := range keys {
+		st.Admit(0, k, at(1), 1<<40, 1, true)
+	}
+	return st
+}
+
+// BenchmarkAdmit decides and counts one of 100k keys far from its limit.
+func BenchmarkAdmit(b *testing.B) {
+	created, keys := benchKeys(100_000)
+	st := benchStore(b, created)
+	now := Now{Index: 1, Elapsed: W / 2, Width: W}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st.Admit(0, keys[i%len(keys)], now, 1<<40, 1, true)
+	}
+}
+
+// BenchmarkAdmitSplit is BenchmarkAdmit with the near-limit allowance of a
+// fleet of 40 nodes: far from their limit the keys cost the slot's test only.
+func BenchmarkAdmitSplit(b *testing.B) {
+	created, keys := benchKeys(100_000)
+	st := benchStore(b, created)
+	now := Now{Index: 1, Elapsed: W / 2, Width: W}
+	a := &Allowance{Horizon: int64(200 * time.Millisecond), Members: 2, PoPs: 20}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st.AdmitSplit(0, keys[i%len(keys)], now, 1<<40, 1, true, a)
+	}
+	if st.Stats().HotKeys != 0 {
+		b.Fatal("keys far from their limit took allowance state")
+	}
+}

@@ -1,0 +1,132 @@
+package repl
+
+import (
+	"time"
+
+	"github.com/geolimit/geolimit/pop"
+)
+
+// The near-limit allowance (pop.Node.SetAllowance) needs two figures only
+// the replication layer knows: how many nodes may admit a key, and how long
+// after a flush the others hold the counts it sent. The Core measures the
+// second from what arrives: a message's age at arrival (the receiver's clock
+// minus its SentAt), per remote PoP and for the own PoP's members, as a
+// maximum that decays by a sixteenth of the difference per sample, so that
+// jitter is covered and a path that got faster is followed within a few
+// dozen messages. A sample is clamped to [0, PeerTimeout]: a sender whose
+// clock runs ahead gives negative ages, and a skewed clock cannot make the
+// horizon longer than the time after which the PoP would count as
+// partitioned.
+//
+//	horizon(pop)    = the members' latency
+//	horizon(global) = the latency to the farthest PoP heard, plus, with
+//	                  members, one flush interval and the speaker's delay
+//	                  (a member's count reaches the other PoPs in the PoP
+//	                  total its owner publishes at the next slot)
+//
+// Members are the live members; PoPs, for global rules, the PoPs that
+// count: this one, every PoP heard and not partitioned, and, until the first
+// check of the peers, the expected PoPs not heard yet (at a cold start they
+// admit too). Before any sample a remote PoP's latency is taken to be the
+// heartbeat interval.
+
+// delayDecay is the divisor of the decay of a measured latency per sample.
+const delayDecay = 16
+
+// lagTracker is a decaying maximum of message ages.
+type lagTracker struct {
+	max int64
+	set bool
+}
+
+func (l *lagTracker) sample(age int64) bool {
+	switch {
+	case !l.set:
+		l.max, l.set = age, true
+		return true
+	case age >= l.max:
+		raised := age > l.max
+		l.max = age
+		return raised
+	}
+	l.max -= (l.max - age) / delayDecay
+	return false
+}
+
+// observe records the age of a message sent at sentAt (the sender's clock)
+// that arrived at now; p is its PoP (nil: a member).
+func (c *Core) observe(now, sentAt int64, p *peer) {
+	if sentAt == 0 {
+		return
+	}
+	age := min(max(now-sentAt, 0), int64(c.cfg.PeerTimeout))
+	var raised bool
+	if p == nil {
+		raised = c.popLag.sample(age)
+	} else {
+		raised = p.lag.sample(age)
+	}
+	if raised {
+		c.allowDirty = true
+	}
+}
+
+// updateAllowance tells the node the allowance of each scope when it
+// changed, recomputing it when asked or when a sample raised a latency.
+func (c *Core) updateAllowance(now int64, force bool) {
+	if c.cfg.NoAllowance || (!force && !c.allowDirty) {
+		return
+	}
+	c.allowDirty = false
+	members := 1
+	if c.cfg.PoPLink {
+		members = len(c.members)
+	}
+	popH := c.popLag.max
+	if !c.popLag.set {
+		popH = 0
+	}
+	pa := pop.Allowance{Horizon: time.Duration(popH), Members: members, PoPs: 1}
+	ga := pop.Allowance{Horizon: pa.Horizon, Members: members, PoPs: 1}
+	if c.cfg.GlobalLink {
+		pops := 1
+		far, heard := int64(0), false
+		for _, p := range c.peers {
+			if p.heardOnce && c.silent(p, now) {
+				continue // partitioned: its counts are frozen, it hears nothing of ours
+			}
+			if !p.heardOnce && (!p.expected || c.partVersion > 0) {
+				continue // never heard: counted only until the first check of the peers
+			}
+			pops++
+			lag := int64(c.cfg.HeartbeatInterval)
+			if p.lag.set {
+				lag = p.lag.max
+			}
+			far, heard = max(far, lag), true
+		}
+		ga.PoPs = pops
+		if heard {
+			h := far
+			if members > 1 {
+				h += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
+				if c.cfg.FlushInterval == 0 {
+					h += popH
+				}
+			}
+			ga.Horizon = time.Duration(max(h, popH))
+		}
+	}
+	if pa != c.allow[0] {
+		c.allow[0] = pa
+		c.node.SetAllowance(pop.ScopePoP, pa)
+	}
+	if ga != c.allow[1] {
+		c.allow[1] = ga
+		c.node.SetAllowance(pop.ScopeGlobal, ga)
+	}
+}
+
+// Allowance returns the near-limit allowance the Core last told the node,
+// for pop-scope and for global rules.
+func (c *Core) Allowance() (popScope, global pop.Allowance) { return c.allow[0], c.allow[1] }
