@@ -112,6 +112,9 @@ func (a *App) forwardedOrigin(r *http.Request, rs *ruleSet) (o origin, status in
 		return o, 0, msg
 	}
 	if uri != "" {
+		// nginx's $request_uri keeps a raw fragment that nginx itself routes
+		// without: /api/x#/../../o is served as /api/x, so it is judged so.
+		uri, _, _ = strings.Cut(uri, "#")
 		u, err := url.ParseRequestURI(uri)
 		if err != nil || !strings.HasPrefix(uri, "/") {
 			return o, 0, "X-Forwarded-Uri/X-Original-URI: " + strconv.Quote(uri) + " is not a request URI such as /api/v1?page=2"

@@ -258,3 +258,19 @@ func TestForwardAuthInjection(t *testing.T) {
 	assert.Zero(t, ta.decisions("shadow-all", "shadow_denied"))
 	assert.Empty(t, strings.TrimSpace(string(r.body)))
 }
+
+// A raw fragment in the described URI (nginx's $request_uri keeps one,
+// while nginx routes the path before it) cannot move the request off a path
+// rule or onto a key of its own.
+func TestForwardAuthFragment(t *testing.T) {
+	ta := startApp(t, forwardAuthYAML("127.0.0.1", `
+  - {name: api, limit: 1, window: 1m, match: {path_prefix: /api/}}
+  - {name: per-path, limit: 100, window: 1m, key: path}
+`, ""))
+	require.Equal(t, http.StatusOK, ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.9")...).status)
+	for _, uri := range []string{"/api/x#/../../o1", "/api/x#frag", "/api/x?a=1#/../../o2"} {
+		r := ta.fa("GET", "/", fwdHeaders("GET", uri, "198.51.100.9")...)
+		assert.Equal(t, http.StatusTooManyRequests, r.status, "%s: judged as /api/x", uri)
+	}
+	assert.EqualValues(t, 1, ta.keyTotal("per-path", url.PathEscape("/api/x")))
+}
