@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -18,8 +19,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/geolimit/geolimit/config"
@@ -239,12 +242,45 @@ func (a *App) newGRPCServer() *grpc.Server {
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(int(min(a.cfg.Limits.MaxBodyBytes, math.MaxInt32))),
 		grpc.ConnectionTimeout(a.cfg.HTTP.ReadHeaderTimeout.D()),
+		// The token is checked on a stream's headers, before its message is
+		// read and decoded: a peer without one costs no decoding.
+		grpc.InTapHandle(a.grpcTap),
+		// One connection cannot open streams without bound, nor ping
+		// without bound; idle connections are closed.
+		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: a.cfg.HTTP.IdleTimeout.D()}),
 	)
 	rlsv3.RegisterRateLimitServiceServer(s, &rlsService{a: a})
 	a.health = health.NewServer()
 	a.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, a.health)
 	return s
+}
+
+// grpcMaxStreams bounds the concurrent streams of one gRPC connection (Envoy
+// multiplexes its rate limit calls over a few connections).
+const grpcMaxStreams = 256
+
+// grpcTap refuses a stream whose headers carry no valid bearer token, when
+// api.token_file is set, before its message is read; the health service
+// stays open. ShouldRateLimit checks the token again (a reload may have
+// changed the tokens in between).
+func (a *App) grpcTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	au := a.auth.Load()
+	if au == nil || strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
+		return ctx, nil
+	}
+	switch au.checkValues(info.Header.Get("authorization")) {
+	case authOK:
+		return ctx, nil
+	case authMissing:
+		a.rlsMet.unauthenticated.Inc()
+		return ctx, status.Error(codes.Unauthenticated, "authorization: Bearer <token> required in the gRPC metadata")
+	default:
+		a.rlsMet.unauthenticated.Inc()
+		return ctx, status.Error(codes.Unauthenticated, "authorization: invalid bearer token")
+	}
 }
 
 // rlsItem is one descriptor of a request being decided.

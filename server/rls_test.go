@@ -409,6 +409,15 @@ func TestRLSToken(t *testing.T) {
 	hres, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: rlsv3.RateLimitService_ServiceDesc.ServiceName})
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, hres.GetStatus())
+
+	// The token is checked on the stream's headers, before the message is
+	// read: a message over limits.max_body_bytes (which gRPC would refuse as
+	// ResourceExhausted once read) without a token is Unauthenticated.
+	big := rlsReq("edge", desc("remote_address", strings.Repeat("k", int(2<<20))))
+	_, err = c.ShouldRateLimit(context.Background(), big)
+	assert.Equal(t, codes.Unauthenticated, grpcstatus.Code(err), "%v", err)
+	_, err = c.ShouldRateLimit(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token1), big)
+	assert.Equal(t, codes.ResourceExhausted, grpcstatus.Code(err), "%v", err)
 }
 
 // TestRLSReload: the rls section reloads with the rules; counts of kept
