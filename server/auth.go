@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
 	"slices"
@@ -14,6 +15,10 @@ import (
 // tokens has a nil *apiAuth, and its handler pays one nil check.
 type apiAuth struct {
 	tokens [][]byte
+	// sums are the tokens' SHA-256 digests: a request's token is hashed
+	// and compared with them, so that neither the time taken nor an early
+	// return on a length mismatch tells anything of a token.
+	sums [][sha256.Size]byte
 }
 
 // newAPIAuth reads the tokens of cfg's api.token_file; nil without one.
@@ -22,11 +27,17 @@ func newAPIAuth(cfg *config.Config) (*apiAuth, error) {
 	if err != nil || toks == nil {
 		return nil, err
 	}
-	au := &apiAuth{tokens: make([][]byte, len(toks))}
+	return authFromTokens(toks), nil
+}
+
+// authFromTokens is the apiAuth of toks.
+func authFromTokens(toks []string) *apiAuth {
+	au := &apiAuth{tokens: make([][]byte, len(toks)), sums: make([][sha256.Size]byte, len(toks))}
 	for i, t := range toks {
 		au.tokens[i] = []byte(t)
+		au.sums[i] = sha256.Sum256(au.tokens[i])
 	}
-	return au, nil
+	return au
 }
 
 // count is the number of tokens; 0 for a nil apiAuth.
@@ -53,8 +64,9 @@ const (
 )
 
 // check reports whether r carries "Authorization: Bearer <token>" with one
-// of the tokens. Every token is compared in constant time, so the time
-// taken does not tell how much of a token matched, nor which one did.
+// of the tokens. The token's digest is compared with every token's in
+// constant time, so the time taken does not tell how much of a token
+// matched, which one did, nor how long the tokens are.
 func (au *apiAuth) check(r *http.Request) int { return au.checkValues(r.Header["Authorization"]) }
 
 // checkValues is check for the values of an Authorization header (or of
@@ -73,10 +85,10 @@ func (au *apiAuth) checkValues(v []string) int {
 		tok = tok[1:]
 	}
 	// A read-only view of the header's bytes: no copy on every request.
-	b := unsafe.Slice(unsafe.StringData(tok), len(tok))
+	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(tok), len(tok)))
 	ok := 0
-	for _, t := range au.tokens {
-		ok |= subtle.ConstantTimeCompare(b, t)
+	for i := range au.sums {
+		ok |= subtle.ConstantTimeCompare(sum[:], au.sums[i][:])
 	}
 	if ok == 1 {
 		return authOK

@@ -159,7 +159,7 @@ func serveBodies(b *testing.B, a *App, path string, bodies [][]byte, hdr ...stri
 // BenchmarkAuthCheck is the bearer check alone: two tokens, the request
 // bearing the second.
 func BenchmarkAuthCheck(b *testing.B) {
-	au := &apiAuth{tokens: [][]byte{[]byte(benchToken1), []byte(benchToken2)}}
+	au := authFromTokens([]string{benchToken1, benchToken2})
 	req, _ := http.NewRequestWithContext(context.Background(), "POST", "/v1/check", nil)
 	req.Header.Set("Authorization", "Bearer "+benchToken2)
 	b.ReportAllocs()
