@@ -67,6 +67,10 @@ func (a *App) forwardAuthHandler() http.Handler {
 		}
 		bind, d, denied := a.decideRules(rs, &o)
 		a.met.latencyForwardAuth.Observe(time.Since(start).Seconds())
+		if o.ambiguous != "" {
+			writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
+			return
+		}
 		if bind != nil {
 			setRateLimitHeaders(w.Header(), bind, d)
 		}

@@ -68,6 +68,10 @@ func (a *App) proxyHandler() (http.Handler, error) {
 		o := proxiedOrigin(r, rs.trusted)
 		bind, d, denied := a.decideRules(rs, &o)
 		a.met.latencyProxy.Observe(time.Since(start).Seconds())
+		if o.ambiguous != "" {
+			writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
+			return
+		}
 		if bind != nil {
 			setRateLimitHeaders(w.Header(), bind, d)
 		}
@@ -93,11 +97,18 @@ type applied struct {
 	key string
 }
 
+// ambiguousMsg is the 400 answer to a request that sends a header a rule
+// keys on more than once.
+func ambiguousMsg(header string) string {
+	return header + ": sent more than once; a rule keys on it, so one value is needed"
+}
+
 // decideRules decides the request o against every applicable rule of rs,
 // for proxy mode and forward auth alike. It returns the binding rule and
 // its decision (the denying rule with the longest wait, or the enforce rule
 // with the least remaining; nil when no enforce rule applies), and whether
-// o is denied.
+// o is denied. A request that sends a header a rule keys on more than once
+// (o.ambiguous) counts nothing; the caller refuses it.
 func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, bool) {
 	var buf [8]applied
 	app := buf[:0]
@@ -114,6 +125,9 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 		if cr.pop.Mode == pop.Enforce {
 			enforce++
 		}
+	}
+	if o.ambiguous != "" {
+		return nil, pop.Decision{}, true // refused by the caller; nothing counted
 	}
 	now := a.clk.Now()
 	var bind *compiledRule

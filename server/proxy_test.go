@@ -309,3 +309,24 @@ func TestProxyPreserveHost(t *testing.T) {
 		})
 	}
 }
+
+// A header a rule keys on, sent twice, is refused with 400 and counts
+// nothing (on any rule): geolimit cannot know which value the upstream will
+// use, and counting the first would let a client spend another's budget
+// while the upstream authenticates the second.
+func TestProxyDuplicateKeyHeader(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", `
+  - {name: per-key, limit: 5, window: 1m, key: "header:X-Api-Key"}
+  - {name: per-ip, limit: 100, window: 1m}
+`))
+	r := ta.proxy("GET", "/x", "X-Api-Key", "victim", "X-Api-Key", "mine")
+	assert.Equal(t, http.StatusBadRequest, r.status)
+	assert.Contains(t, string(r.body), "X-Api-Key: sent more than once")
+	assert.Zero(t, up.count())
+	assert.EqualValues(t, 0, ta.keyTotal("per-key", "victim"))
+	assert.EqualValues(t, 0, ta.keyTotal("per-ip", "127.0.0.1"))
+	r = ta.proxy("GET", "/x", "X-Api-Key", "mine")
+	assert.Equal(t, http.StatusOK, r.status)
+	assert.EqualValues(t, 1, ta.keyTotal("per-key", "mine"))
+}

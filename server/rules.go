@@ -147,6 +147,10 @@ type origin struct {
 	header http.Header
 	// ip is the client's address (see clientIP); invalid when unknown.
 	ip netip.Addr
+	// ambiguous names a header that a rule keys on and that the request
+	// sends more than once: which value the upstream uses is not known, so
+	// the request is refused rather than counted under one of them.
+	ambiguous string
 }
 
 // proxiedOrigin is the origin of a request that reaches the proxy listener:
@@ -266,7 +270,15 @@ func partValue(p keyPart, o *origin) string {
 		}
 		return o.ip.String()
 	case partHeader:
-		return o.header.Get(p.header)
+		vs := o.header[p.header]
+		if len(vs) > 1 {
+			o.ambiguous = p.header
+			return ""
+		}
+		if len(vs) == 0 {
+			return ""
+		}
+		return vs[0]
 	case partPath:
 		return o.path
 	case partHost:
