@@ -198,6 +198,8 @@ func TestExposure(t *testing.T) {
 		{"leafnodes", "leafnodes { listen: 0.0.0.0:7422 }", Options{}, ListenerLeafnodes, true, true, ""},
 		{"websocket", "websocket { listen: 0.0.0.0:8443, no_tls: true }", Options{}, ListenerWebsocket, true, false, ""},
 		{"websocket with users", users + "websocket { listen: 0.0.0.0:8443, no_tls: true }", Options{}, "", false, false, ""},
+		{"websocket behind a client certificate check only", "tls { cert_file: %CERT%, key_file: %KEY%, ca_file: %CERT%, verify: true }\nwebsocket { listen: 0.0.0.0:8443, no_tls: true }", Options{}, ListenerWebsocket, true, false, ""},
+		{"mqtt behind a client certificate check only", "tls { cert_file: %CERT%, key_file: %KEY%, ca_file: %CERT%, verify: true }\nmqtt { listen: 0.0.0.0:1883 }", Options{}, ListenerMQTT, true, false, ""},
 		{"monitoring", "http: 0.0.0.0:8222", Options{}, "", false, false, "monitoring port"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -378,17 +378,23 @@ func checkExposure(opts *server.Options, o Options, clientFromFile, gatewayFromF
 			warnings = append(warnings, fmt.Sprintf("the client port %s is beyond loopback without TLS: client passwords and replicated counts (client IPs among them) travel in clear", addr(opts.Host, opts.Port)))
 		}
 	}
+	// Websocket, MQTT and leafnode connections do not go through the client
+	// port's TLS: a verified client certificate there protects none of
+	// them. They count as authenticated only with users (or a token,
+	// nkeys, operators) that every listener checks, or credentials of their
+	// own.
+	usersAuth := AuthRequired(opts)
 	ws := &opts.Websocket
 	if ws.Port != 0 && !IsLoopback(defaultHost(ws.Host)) && !o.Insecure {
 		own := ws.Username != "" || ws.Token != ""
-		if ws.NoAuthUser != "" || !(own || clientAuth) {
+		if ws.NoAuthUser != "" || !(own || usersAuth) {
 			return nil, &ExposureError{Listener: ListenerWebsocket, Addr: addr(defaultHost(ws.Host), ws.Port), FromFile: true, NoAuth: true}
 		}
 	}
 	mq := &opts.MQTT
 	if mq.Port != 0 && !IsLoopback(defaultHost(mq.Host)) && !o.Insecure {
 		own := mq.Username != "" || mq.Token != ""
-		if mq.NoAuthUser != "" || !(own || clientAuth) {
+		if mq.NoAuthUser != "" || !(own || usersAuth) {
 			return nil, &ExposureError{Listener: ListenerMQTT, Addr: addr(defaultHost(mq.Host), mq.Port), FromFile: true, NoAuth: true}
 		}
 	}
@@ -412,7 +418,7 @@ func checkExposure(opts *server.Options, o Options, clientFromFile, gatewayFromF
 	l := &opts.LeafNode
 	if l.Port != 0 && !IsLoopback(defaultHost(l.Host)) {
 		e := &ExposureError{Listener: ListenerLeafnodes, Addr: addr(defaultHost(l.Host), l.Port), FromFile: true,
-			NoAuth: l.Username == "" && l.Nkey == "" && len(l.Users) == 0 && !l.TLSMap && !clientAuth, NoTLS: l.TLSConfig == nil}
+			NoAuth: l.Username == "" && l.Nkey == "" && len(l.Users) == 0 && !l.TLSMap && !usersAuth, NoTLS: l.TLSConfig == nil}
 		if e.NoAuth || e.NoTLS {
 			return nil, e
 		}
