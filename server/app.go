@@ -319,6 +319,22 @@ func (a *App) GRPCAddr() net.Addr {
 // NATSURL returns the NATS client URL in use, once started.
 func (a *App) NATSURL() string { return a.natsURL }
 
+// needTokens refuses to run without API tokens while a running listener
+// that needs them (listen.api, listen.grpc) listens beyond loopback with no
+// insecure flag of the startup config.
+func (a *App) needTokens() error {
+	if a.auth.Load() == nil {
+		return nil // started without tokens: the startup config allowed it
+	}
+	if a.apiLn != nil && !config.IsLoopback(a.cfg.Listen.API) && !a.cfg.API.Insecure {
+		return fmt.Errorf("api.token_file: required while listen.api %s (running) is beyond loopback; listeners change only at restart", a.cfg.Listen.API)
+	}
+	if a.grpcLn != nil && !config.IsLoopback(a.cfg.Listen.GRPC) && !a.cfg.RLS.Insecure {
+		return fmt.Errorf("api.token_file: required while listen.grpc %s (running) is beyond loopback; listeners change only at restart", a.cfg.Listen.GRPC)
+	}
+	return nil
+}
+
 // Start starts the embedded NATS server (unless nats.url is set), the HTTP
 // listeners, the replicator, the tick loop and the config watcher, and
 // returns once all are up. On error everything started is stopped.
@@ -658,6 +674,13 @@ func (a *App) apply(b []byte) error {
 	au, err := newAPIAuth(cfg)
 	if err != nil {
 		return err
+	}
+	if au == nil {
+		// Listeners move only at restart: the running ones decide whether
+		// the tokens may go, whatever the new file says of listen.*.
+		if err := a.needTokens(); err != nil {
+			return err
+		}
 	}
 	if err := a.node.SetRules(prules); err != nil {
 		return err

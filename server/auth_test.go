@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -225,4 +226,22 @@ func TestReloadGossipKeys(t *testing.T) {
 	keyFile("other.key", "not base64\n")
 	require.Error(t, ta.Reload())
 	assert.Len(t, kr.reloads(), 2)
+}
+
+// Listeners move only at restart: a reload that drops api.token_file while
+// the running API listener is beyond loopback is refused, even if the new
+// file moves listen.api back to loopback, and the tokens stay.
+func TestAPITokensStayWhileExposed(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := writeTokens(t, dir, token1+"\n")
+	ta := startApp(t, "listen: {api: \"0.0.0.0:0\"}\napi: {token_file: "+tokFile+"}\n"+rulesYAML)
+	_, port, err := net.SplitHostPort(ta.APIAddr().String())
+	require.NoError(t, err)
+	ta.api = "http://127.0.0.1:" + port
+	require.Equal(t, http.StatusUnauthorized, ta.status("GET", "/v1/status"))
+	ta.writeConfig("listen: {api: \"127.0.0.1:0\"}\n" + rulesYAML)
+	err = ta.Reload()
+	require.ErrorContains(t, err, "api.token_file: required while listen.api 0.0.0.0:0 (running) is beyond loopback")
+	assert.Equal(t, http.StatusUnauthorized, ta.status("GET", "/v1/status"), "the tokens stay")
+	assert.Equal(t, http.StatusOK, ta.status("GET", "/v1/status", bearer(token1)...))
 }
