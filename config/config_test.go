@@ -139,6 +139,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad mode", rule("    mode: loud\n"), `rules[0].mode: unknown mode "loud"`},
 		{"bad policy", rule("    on_partition: panic\n"), `rules[0].on_partition: unknown partition policy "panic"`},
 		{"zero limit", "rules: [{name: r, limit: 0, window: 1s}]", "rules[0].limit: must be at least 1"},
+		{"limit over 2^53", "rules: [{name: r, limit: 9007199254740993, window: 1s}]", "rules[0].limit: must be at most 9007199254740992 (2^53)"},
 		{"limit not a number", "rules: [{name: r, limit: lots, window: 1s}]", "rules[0].limit: cannot unmarshal"},
 		{"cost over limit", rule("    cost: 11\n"), "rules[0].cost: 11 exceeds limit 10"},
 		{"duplicate rule", "rules: [{name: r, limit: 1, window: 1s}, {name: r, limit: 1, window: 1s}]", `rules[1].name: "r" already used by rules[0]`},

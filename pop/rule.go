@@ -102,6 +102,11 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("unknown partition policy %q (want keep or share)", s)
 }
 
+// MaxLimit is the largest Limit a rule may have: 2^53, below which a
+// window's counts and the sliding estimate are exact in a float64, and far
+// enough from 2^64 that adding up the costs of a request cannot wrap.
+const MaxLimit = 1 << 53
+
 // Rule is a named limit.
 type Rule struct {
 	// Name identifies the rule in requests and on the wire (1-64 bytes).
@@ -129,6 +134,8 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("name: %q must not contain '/', quotes or white space", r.Name)
 	case r.Limit < 1:
 		return errors.New("limit: must be at least 1")
+	case r.Limit > MaxLimit:
+		return fmt.Errorf("limit: must be at most %d (2^53), got %d", uint64(MaxLimit), r.Limit)
 	case r.Window < time.Millisecond || r.Window%time.Millisecond != 0:
 		return fmt.Errorf("window: must be a whole number of milliseconds >= 1ms, got %s", r.Window)
 	case r.Window > 30*24*time.Hour:

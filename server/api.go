@@ -17,6 +17,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/window"
 )
 
 // Canonical header names (net/http canonical form) used on the hot path.
@@ -456,7 +457,7 @@ func (sc *batchScratch) cumulate() *apiError {
 		if sc.rules[prev] != sc.rules[i] || !bytes.Equal(sc.checks[prev].key, sc.checks[i].key) {
 			continue
 		}
-		sc.cum[i] += sc.cum[prev]
+		sc.cum[i] = window.SatAdd(sc.cum[i], sc.cum[prev])
 		if cr := sc.rules[i]; sc.cum[i] > cr.pop.Limit {
 			return errStatus(http.StatusBadRequest, checkMsg(int(i), "cost: the batch's checks of rule "+strconv.Quote(cr.pop.Name)+
 				" and key "+strconv.Quote(string(sc.checks[i].key))+" cost "+strconv.FormatUint(sc.cum[i], 10)+" together, over the rule's limit "+

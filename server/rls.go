@@ -27,6 +27,7 @@ import (
 
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/window"
 )
 
 // The Envoy rate limit service (envoy.service.ratelimit.v3.RateLimitService,
@@ -515,7 +516,8 @@ func (a *App) rlsPeek(now int64, items []rlsItem, sums map[rlsDupKey]uint64, all
 	if all {
 		for i := range items {
 			if it := &items[i]; it.sh != nil && !it.check && !it.over && it.sh.rule.pop.Mode == pop.Enforce {
-				sums[rlsDupKey{it.sh.rule, it.key}] += it.cost
+				k := rlsDupKey{it.sh.rule, it.key}
+				sums[k] = window.SatAdd(sums[k], it.cost)
 			}
 		}
 		defer clear(sums)
