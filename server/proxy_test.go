@@ -330,3 +330,12 @@ func TestProxyDuplicateKeyHeader(t *testing.T) {
 	assert.Equal(t, http.StatusOK, r.status)
 	assert.EqualValues(t, 1, ta.keyTotal("per-key", "mine"))
 }
+
+// A method rule matches whatever the letter case: "pOst" cannot escape a
+// POST rule at an upstream that reads methods loosely.
+func TestProxyMethodCase(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", "  - {name: login, limit: 1, window: 1m, match: {methods: [POST]}}"))
+	require.Equal(t, http.StatusOK, ta.proxy("POST", "/login").status)
+	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("pOst", "/login").status)
+}

@@ -220,7 +220,9 @@ func (cr *compiledRule) matches(o *origin) bool {
 	if len(cr.methods) > 0 {
 		ok := false
 		for _, m := range cr.methods {
-			if o.method == m {
+			// Methods are case-sensitive in HTTP, but an upstream that
+			// takes "post" for POST must not let "post" escape a POST rule.
+			if o.method == m || strings.EqualFold(o.method, m) {
 				ok = true
 				break
 			}
