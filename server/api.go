@@ -115,6 +115,11 @@ func methodNotAllowed(w http.ResponseWriter, allow string) {
 
 var errTooLarge = errors.New("request body too large")
 
+// preallocMax is the most readBody allocates on a declared Content-Length
+// before the bytes arrive: a larger body grows the buffer as it is read, so
+// a client that declares a megabyte and stalls costs what it sent.
+const preallocMax = 64 << 10
+
 // readBody reads r's body into buf (reused), capped at max bytes. A body of
 // known length is read exactly; a chunked one through http.MaxBytesReader.
 func readBody(w http.ResponseWriter, r *http.Request, max int64, buf []byte) ([]byte, error) {
@@ -122,12 +127,29 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64, buf []byte) ([]
 		return buf, errTooLarge
 	}
 	if n := r.ContentLength; n >= 0 {
-		if int64(cap(buf)) < n {
-			buf = make([]byte, n)
+		if n <= preallocMax || int64(cap(buf)) >= n {
+			if int64(cap(buf)) < n {
+				buf = make([]byte, n)
+			}
+			buf = buf[:n]
+			if _, err := io.ReadFull(r.Body, buf); err != nil {
+				return buf, err
+			}
+			return buf, nil
 		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return buf, err
+		buf = buf[:0]
+		for int64(len(buf)) < n {
+			if len(buf) == cap(buf) {
+				buf = append(buf, 0)[:len(buf)]
+			}
+			m, err := r.Body.Read(buf[len(buf):min(cap(buf), int(n))])
+			buf = buf[:len(buf)+m]
+			if err == io.EOF && int64(len(buf)) < n {
+				return buf, io.ErrUnexpectedEOF
+			}
+			if err != nil && err != io.EOF {
+				return buf, err
+			}
 		}
 		return buf, nil
 	}
