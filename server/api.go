@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -202,6 +203,10 @@ func resolve(rs *ruleSet, c *check) (*compiledRule, uint64, *apiError) {
 		return nil, 0, errStatus(http.StatusBadRequest, "key: must not be empty")
 	case len(c.key) > crdt.MaxKeyLen:
 		return nil, 0, errStatus(http.StatusBadRequest, "key: longer than "+strconv.Itoa(crdt.MaxKeyLen)+" bytes")
+	case !utf8.Valid(c.key):
+		// Two invalid keys would be counted apart but answered alike (as
+		// U+FFFD), and JSON cannot carry them back.
+		return nil, 0, errStatus(http.StatusBadRequest, "key: not valid UTF-8")
 	case c.costErr:
 		return nil, 0, errStatus(http.StatusBadRequest, "cost: must be a positive integer")
 	}

@@ -503,3 +503,18 @@ func TestReadBodyDoesNotTrustContentLength(t *testing.T) {
 	_, err = readBody(httptest.NewRecorder(), r, 1<<20, nil)
 	assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "a body shorter than declared")
 }
+
+// Keys must be valid UTF-8: "\xff" and "\xfe" would be counted as two keys
+// but answered as the same U+FFFD.
+func TestCheckKeyNotUTF8(t *testing.T) {
+	ta := startApp(t, rulesYAML)
+	for _, k := range []string{"\xff", "\xfe", "a\xc3"} {
+		r := ta.post("/v1/check", `{"rule":"r","key":"`+k+`"}`)
+		assert.Equal(t, http.StatusBadRequest, r.status, "%q", k)
+		assert.Contains(t, string(r.body), "key: not valid UTF-8")
+	}
+	r := ta.post("/v1/check", `{"rule":"r","key":"caf\u00e9"}`)
+	assert.Equal(t, http.StatusOK, r.status, "escaped non-ASCII is fine: %s", r.body)
+	r = ta.post("/v1/check", `{"rule":"r","key":"café"}`)
+	assert.Equal(t, http.StatusOK, r.status, "raw UTF-8 too: %s", r.body)
+}
