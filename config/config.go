@@ -298,6 +298,10 @@ type HTTP struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes caps request header size in bytes. Default 65536.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxConnections caps the open connections of each listener (API,
+	// proxy, forward auth, gRPC); further clients wait in the kernel's
+	// accept queue until one closes. Default 10000.
+	MaxConnections int `yaml:"max_connections"`
 	// ShutdownTimeout bounds draining on SIGINT/SIGTERM. Default 10s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 }
@@ -406,6 +410,7 @@ func DefaultConfig() *Config {
 			WriteTimeout:      Duration(60 * time.Second),
 			IdleTimeout:       Duration(120 * time.Second),
 			MaxHeaderBytes:    64 << 10,
+			MaxConnections:    10000,
 			ShutdownTimeout:   Duration(10 * time.Second),
 		},
 	}
@@ -569,6 +574,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limits.max_body_bytes: must be at least 64, got %d", c.Limits.MaxBodyBytes)
 	case c.Limits.MaxBatch < 1:
 		return fmt.Errorf("limits.max_batch: must be at least 1, got %d", c.Limits.MaxBatch)
+	case c.HTTP.MaxConnections < 1:
+		return fmt.Errorf("http.max_connections: must be at least 1, got %d", c.HTTP.MaxConnections)
 	case c.HTTP.MaxHeaderBytes < 1024:
 		return fmt.Errorf("http.max_header_bytes: must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
 	}

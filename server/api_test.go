@@ -1,12 +1,14 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -517,4 +519,47 @@ func TestCheckKeyNotUTF8(t *testing.T) {
 	assert.Equal(t, http.StatusOK, r.status, "escaped non-ASCII is fine: %s", r.body)
 	r = ta.post("/v1/check", `{"rule":"r","key":"café"}`)
 	assert.Equal(t, http.StatusOK, r.status, "raw UTF-8 too: %s", r.body)
+}
+
+// http.max_connections caps the open connections of a listener: with two
+// idle keep-alive connections open, a third client waits until one closes.
+func TestMaxConnections(t *testing.T) {
+	ta := startApp(t, "http: {max_connections: 2}\n"+rulesYAML)
+	addr := ta.APIAddr().String()
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		// One request each, so the connection is accepted and then idle.
+		_, err = fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		res.Body.Close()
+		idle = append(idle, c)
+	}
+	done := make(chan int, 1)
+	go func() {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		res, err := c.Get("http://" + addr + "/healthz")
+		if err != nil {
+			done <- 0
+			return
+		}
+		res.Body.Close()
+		done <- res.StatusCode
+	}()
+	select {
+	case code := <-done:
+		t.Fatalf("a third connection was served (%d) while two were open", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	idle[0].Close()
+	select {
+	case code := <-done:
+		assert.Equal(t, http.StatusOK, code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third client was not served after a connection closed")
+	}
 }

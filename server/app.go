@@ -32,6 +32,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/crdt"
@@ -319,6 +321,17 @@ func (a *App) GRPCAddr() net.Addr {
 // NATSURL returns the NATS client URL in use, once started.
 func (a *App) NATSURL() string { return a.natsURL }
 
+// listen opens a TCP listener that holds at most http.max_connections
+// connections open at once (golang.org/x/net/netutil): idle keep-alive
+// connections cannot exhaust the process's file descriptors.
+func (a *App) listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return netutil.LimitListener(l, a.cfg.HTTP.MaxConnections), nil
+}
+
 // needTokens refuses to run without API tokens while a running listener
 // that needs them (listen.api, listen.grpc) listens beyond loopback with no
 // insecure flag of the startup config.
@@ -375,7 +388,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		}
 	}
-	if a.apiLn, err = net.Listen("tcp", a.cfg.Listen.API); err != nil {
+	if a.apiLn, err = a.listen(a.cfg.Listen.API); err != nil {
 		return fmt.Errorf("server: listen.api: %w", err)
 	}
 	a.apiSrv = newSrv(a.apiHandler())
@@ -387,19 +400,19 @@ func (a *App) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		if a.proxyLn, err = net.Listen("tcp", a.cfg.Listen.Proxy); err != nil {
+		if a.proxyLn, err = a.listen(a.cfg.Listen.Proxy); err != nil {
 			return fmt.Errorf("server: listen.proxy: %w", err)
 		}
 		a.proxySrv = newSrv(ph)
 	}
 	if a.cfg.Listen.ForwardAuth != "" {
-		if a.fwdLn, err = net.Listen("tcp", a.cfg.Listen.ForwardAuth); err != nil {
+		if a.fwdLn, err = a.listen(a.cfg.Listen.ForwardAuth); err != nil {
 			return fmt.Errorf("server: listen.forward_auth: %w", err)
 		}
 		a.fwdSrv = newSrv(a.forwardAuthHandler())
 	}
 	if a.cfg.Listen.GRPC != "" {
-		if a.grpcLn, err = net.Listen("tcp", a.cfg.Listen.GRPC); err != nil {
+		if a.grpcLn, err = a.listen(a.cfg.Listen.GRPC); err != nil {
 			return fmt.Errorf("server: listen.grpc: %w", err)
 		}
 		a.grpcSrv = a.newGRPCServer()
