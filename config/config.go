@@ -892,9 +892,26 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := Parse(b)
+	c, err := ParseFile(b)
 	if err != nil {
 		return nil, fmt.Errorf("config: %s: %w", path, errors.Unwrap(err))
+	}
+	return c, nil
+}
+
+// ErrNoRules is ParseFile's error for a file without rules.
+var ErrNoRules = errors.New("rules: at least one rule required (a file without rules, such as an empty or truncated one, would drop every count)")
+
+// ParseFile is Parse for the content of a config file: a file must hold at
+// least one rule, so that an empty or truncated file (caught mid-write by a
+// reload) is refused instead of dropping every rule and its counts.
+func ParseFile(b []byte) (*Config, error) {
+	c, err := Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Rules) == 0 {
+		return nil, fmt.Errorf("config: %w", ErrNoRules)
 	}
 	return c, nil
 }

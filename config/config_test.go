@@ -200,3 +200,18 @@ func TestParsePrefixes(t *testing.T) {
 	assert.Equal(t, "::1/128", ps[2].String())
 	assert.Equal(t, "192.168.0.0/16", ps[3].String())
 }
+
+// A config file must hold rules: an empty or truncated file, or rules: [],
+// is refused rather than dropping every rule and its counts on a reload.
+func TestFileNeedsRules(t *testing.T) {
+	dir := t.TempDir()
+	for _, body := range []string{"", "\n", "rules: []\n", "node: {id: a}\n"} {
+		p := filepath.Join(dir, "edge.yaml")
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		_, err := Load(p)
+		require.ErrorIs(t, err, ErrNoRules, "%q", body)
+		assert.Contains(t, err.Error(), "rules: at least one rule required")
+	}
+	_, err := ParseFile([]byte("rules: [{name: r, limit: 1, window: 1s}]"))
+	require.NoError(t, err)
+}

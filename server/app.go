@@ -676,7 +676,7 @@ func (a *App) reloadBytes(b []byte, why string) error {
 }
 
 func (a *App) apply(b []byte) error {
-	cfg, err := config.Parse(b)
+	cfg, err := config.ParseFile(b)
 	if err != nil {
 		return err
 	}

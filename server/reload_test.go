@@ -100,3 +100,16 @@ func TestReloadOnFileChange(t *testing.T) {
 	assert.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status, "the old config keeps serving")
 	assert.EqualValues(t, 1, ta.reloads("ok"))
 }
+
+// A file caught empty or truncated to no rules is refused on reload: the
+// rules and their counts stay.
+func TestReloadRefusesNoRules(t *testing.T) {
+	ta := startApp(t, "rules: [{name: r, limit: 3, window: 1m}]\n")
+	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+	for _, body := range []string{"", "rules: []\n"} {
+		ta.writeConfig(body)
+		require.ErrorContains(t, ta.Reload(), "rules: at least one rule required", "%q", body)
+	}
+	assert.EqualValues(t, 1, ta.keyTotal("r", "k"))
+	assert.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+}
