@@ -154,6 +154,12 @@ type Options struct {
 	// NewReplicator, when set, builds the replication runtime; nil runs the
 	// node without replication (a one-node PoP).
 	NewReplicator NewReplicatorFunc
+	// Embedded runs the App inside another program's HTTP server, which
+	// serves App.Middleware: Start opens none of the App's own listeners
+	// (the listen section is ignored: no API, proxy, forward-auth or gRPC
+	// listener) but still starts NATS (unless nats.disabled), replication,
+	// the tick loop and the config watcher.
+	Embedded bool
 }
 
 // App is a running (or ready to run) edge daemon. Its methods are safe for
@@ -335,9 +341,10 @@ func (a *App) needTokens() error {
 	return nil
 }
 
-// Start starts the embedded NATS server (unless nats.url is set), the HTTP
-// listeners, the replicator, the tick loop and the config watcher, and
-// returns once all are up. On error everything started is stopped.
+// Start starts the embedded NATS server (unless nats.url is set or
+// nats.disabled), the listeners of the listen section (none with
+// Options.Embedded), the replicator, the tick loop and the config watcher,
+// and returns once all are up. On error everything started is stopped.
 func (a *App) Start(ctx context.Context) (err error) {
 	a.started = time.Now()
 	ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -375,6 +382,58 @@ func (a *App) Start(ctx context.Context) (err error) {
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		}
 	}
+	if !a.opts.Embedded {
+		if err := a.listen(newSrv); err != nil {
+			return err
+		}
+	}
+	if a.opts.NewReplicator != nil {
+		r, err := a.opts.NewReplicator(ReplicationEnv{
+			Node: a.node, Clock: a.clk, Config: a.cfg, NATSURL: a.natsURL, NATS: a.nats,
+			Logger: a.log.With("component", "replication"), Registry: a.reg,
+		})
+		if err != nil {
+			return fmt.Errorf("server: replication: %w", err)
+		}
+		if err := r.Start(ctx); err != nil {
+			_ = r.Close()
+			return fmt.Errorf("server: replication: %w", err)
+		}
+		a.repl = r
+	}
+	if a.apiSrv != nil {
+		a.serve(a.apiSrv, a.apiLn, "api")
+	}
+	if a.proxySrv != nil {
+		a.serve(a.proxySrv, a.proxyLn, "proxy")
+	}
+	if a.fwdSrv != nil {
+		a.serve(a.fwdSrv, a.fwdLn, "forward_auth")
+	}
+	if a.grpcSrv != nil {
+		a.loops.Add(1)
+		go func() {
+			defer a.loops.Done()
+			if err := a.grpcSrv.Serve(a.grpcLn); err != nil {
+				a.log.Error("grpc server failed", "listener", "grpc", "err", err)
+				a.serveErr <- fmt.Errorf("server: grpc: %w", err)
+			}
+		}()
+	}
+	a.loops.Add(1)
+	go a.tickLoop(ctx)
+	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
+		a.loops.Add(1)
+		go a.watchLoop(ctx)
+	}
+	a.ready.Store(true)
+	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "embedded", a.opts.Embedded,
+		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().rules))
+	return nil
+}
+
+// listen opens the listeners of the listen section and builds their servers.
+func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 	if a.apiLn, err = net.Listen("tcp", a.cfg.Listen.API); err != nil {
 		return fmt.Errorf("server: listen.api: %w", err)
 	}
@@ -407,46 +466,6 @@ func (a *App) Start(ctx context.Context) (err error) {
 			a.log.Warn("listen.grpc listens beyond loopback without a token (rls.insecure): whoever reaches it can spend counts", "addr", a.cfg.Listen.GRPC)
 		}
 	}
-	if a.opts.NewReplicator != nil {
-		r, err := a.opts.NewReplicator(ReplicationEnv{
-			Node: a.node, Clock: a.clk, Config: a.cfg, NATSURL: a.natsURL, NATS: a.nats,
-			Logger: a.log.With("component", "replication"), Registry: a.reg,
-		})
-		if err != nil {
-			return fmt.Errorf("server: replication: %w", err)
-		}
-		if err := r.Start(ctx); err != nil {
-			_ = r.Close()
-			return fmt.Errorf("server: replication: %w", err)
-		}
-		a.repl = r
-	}
-	a.serve(a.apiSrv, a.apiLn, "api")
-	if a.proxySrv != nil {
-		a.serve(a.proxySrv, a.proxyLn, "proxy")
-	}
-	if a.fwdSrv != nil {
-		a.serve(a.fwdSrv, a.fwdLn, "forward_auth")
-	}
-	if a.grpcSrv != nil {
-		a.loops.Add(1)
-		go func() {
-			defer a.loops.Done()
-			if err := a.grpcSrv.Serve(a.grpcLn); err != nil {
-				a.log.Error("grpc server failed", "listener", "grpc", "err", err)
-				a.serveErr <- fmt.Errorf("server: grpc: %w", err)
-			}
-		}()
-	}
-	a.loops.Add(1)
-	go a.tickLoop(ctx)
-	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
-		a.loops.Add(1)
-		go a.watchLoop(ctx)
-	}
-	a.ready.Store(true)
-	a.log.Info("edge started", "node", a.opts.Self.String(), "api", a.apiLn.Addr().String(),
-		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().rules))
 	return nil
 }
 
