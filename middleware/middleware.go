@@ -54,9 +54,10 @@ import (
 type Options struct {
 	// Logger receives the Limiter's logs; nil discards them.
 	Logger *slog.Logger
-	// ConfigPath is a YAML config file that Reload reads and that is
-	// polled for changes (its rules, trusted proxies and keys apply
-	// without a restart); empty disables both.
+	// ConfigPath is the YAML file cfg was loaded from (config.Load): Reload
+	// reads it again and it is polled every second; on a change its rules,
+	// trusted proxies and gossip keys apply without a restart, as in the
+	// edge daemon. Empty disables both.
 	ConfigPath string
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -234,4 +236,28 @@ func TestReplicationAcrossPoPs(t *testing.T) {
 	}
 	assert.Equal(t, http.StatusTooManyRequests, a.get(t, "/").status)
 	assert.Equal(t, http.StatusTooManyRequests, b.get(t, "/").status)
+}
+
+func TestReloadFromFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	write := func(limit int) {
+		y := fmt.Sprintf("nats: {disabled: true}\nrules:\n  - {name: r, limit: %d, window: 1m}\n", limit)
+		require.NoError(t, os.WriteFile(path, []byte(y), 0o600))
+	}
+	write(5)
+	cfg, err := config.Load(path)
+	require.NoError(t, err)
+	lim, err := middleware.NewWithOptions(cfg, middleware.Options{ConfigPath: path})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, lim.Close(context.Background())) })
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	limit := func() string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		return rec.Header().Get("X-RateLimit-Limit")
+	}
+	assert.Equal(t, "5", limit())
+	write(7)
+	require.NoError(t, lim.Reload())
+	assert.Equal(t, "7", limit())
 }
