@@ -156,6 +156,12 @@ type Options struct {
 	// NewReplicator, when set, builds the replication runtime; nil runs the
 	// node without replication (a one-node PoP).
 	NewReplicator NewReplicatorFunc
+	// Embedded runs the App inside another program's HTTP server, which
+	// serves App.Middleware: Start opens none of the App's own listeners
+	// (the listen section is ignored: no API, proxy, forward-auth or gRPC
+	// listener) but still starts NATS (unless nats.disabled), replication,
+	// the tick loop and the config watcher.
+	Embedded bool
 }
 
 // App is a running (or ready to run) edge daemon. Its methods are safe for
@@ -321,10 +327,10 @@ func (a *App) GRPCAddr() net.Addr {
 // NATSURL returns the NATS client URL in use, once started.
 func (a *App) NATSURL() string { return a.natsURL }
 
-// listen opens a TCP listener that holds at most http.max_connections
+// limitListen opens a TCP listener that holds at most http.max_connections
 // connections open at once (golang.org/x/net/netutil): idle keep-alive
 // connections cannot exhaust the process's file descriptors.
-func (a *App) listen(addr string) (net.Listener, error) {
+func (a *App) limitListen(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -348,9 +354,10 @@ func (a *App) needTokens() error {
 	return nil
 }
 
-// Start starts the embedded NATS server (unless nats.url is set), the HTTP
-// listeners, the replicator, the tick loop and the config watcher, and
-// returns once all are up. On error everything started is stopped.
+// Start starts the embedded NATS server (unless nats.url is set or
+// nats.disabled), the listeners of the listen section (none with
+// Options.Embedded), the replicator, the tick loop and the config watcher,
+// and returns once all are up. On error everything started is stopped.
 func (a *App) Start(ctx context.Context) (err error) {
 	a.started = time.Now()
 	ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -388,36 +395,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		}
 	}
-	if a.apiLn, err = a.listen(a.cfg.Listen.API); err != nil {
-		return fmt.Errorf("server: listen.api: %w", err)
-	}
-	a.apiSrv = newSrv(a.apiHandler())
-	if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.API) {
-		a.log.Warn("listen.api listens beyond loopback without a token (api.insecure): whoever reaches it can spend and read counts", "addr", a.cfg.Listen.API)
-	}
-	if a.cfg.Listen.Proxy != "" {
-		ph, err := a.proxyHandler()
-		if err != nil {
+	if !a.opts.Embedded {
+		if err := a.listen(newSrv); err != nil {
 			return err
-		}
-		if a.proxyLn, err = a.listen(a.cfg.Listen.Proxy); err != nil {
-			return fmt.Errorf("server: listen.proxy: %w", err)
-		}
-		a.proxySrv = newSrv(ph)
-	}
-	if a.cfg.Listen.ForwardAuth != "" {
-		if a.fwdLn, err = a.listen(a.cfg.Listen.ForwardAuth); err != nil {
-			return fmt.Errorf("server: listen.forward_auth: %w", err)
-		}
-		a.fwdSrv = newSrv(a.forwardAuthHandler())
-	}
-	if a.cfg.Listen.GRPC != "" {
-		if a.grpcLn, err = a.listen(a.cfg.Listen.GRPC); err != nil {
-			return fmt.Errorf("server: listen.grpc: %w", err)
-		}
-		a.grpcSrv = a.newGRPCServer()
-		if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.GRPC) {
-			a.log.Warn("listen.grpc listens beyond loopback without a token (rls.insecure): whoever reaches it can spend counts", "addr", a.cfg.Listen.GRPC)
 		}
 	}
 	if a.opts.NewReplicator != nil {
@@ -434,7 +414,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 		}
 		a.repl = r
 	}
-	a.serve(a.apiSrv, a.apiLn, "api")
+	if a.apiSrv != nil {
+		a.serve(a.apiSrv, a.apiLn, "api")
+	}
 	if a.proxySrv != nil {
 		a.serve(a.proxySrv, a.proxyLn, "proxy")
 	}
@@ -458,8 +440,45 @@ func (a *App) Start(ctx context.Context) (err error) {
 		go a.watchLoop(ctx)
 	}
 	a.ready.Store(true)
-	a.log.Info("edge started", "node", a.opts.Self.String(), "api", a.apiLn.Addr().String(),
+	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "embedded", a.opts.Embedded,
 		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().rules))
+	return nil
+}
+
+// listen opens the listeners of the listen section and builds their servers.
+func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
+	if a.apiLn, err = a.limitListen(a.cfg.Listen.API); err != nil {
+		return fmt.Errorf("server: listen.api: %w", err)
+	}
+	a.apiSrv = newSrv(a.apiHandler())
+	if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.API) {
+		a.log.Warn("listen.api listens beyond loopback without a token (api.insecure): whoever reaches it can spend and read counts", "addr", a.cfg.Listen.API)
+	}
+	if a.cfg.Listen.Proxy != "" {
+		ph, err := a.proxyHandler()
+		if err != nil {
+			return err
+		}
+		if a.proxyLn, err = a.limitListen(a.cfg.Listen.Proxy); err != nil {
+			return fmt.Errorf("server: listen.proxy: %w", err)
+		}
+		a.proxySrv = newSrv(ph)
+	}
+	if a.cfg.Listen.ForwardAuth != "" {
+		if a.fwdLn, err = a.limitListen(a.cfg.Listen.ForwardAuth); err != nil {
+			return fmt.Errorf("server: listen.forward_auth: %w", err)
+		}
+		a.fwdSrv = newSrv(a.forwardAuthHandler())
+	}
+	if a.cfg.Listen.GRPC != "" {
+		if a.grpcLn, err = a.limitListen(a.cfg.Listen.GRPC); err != nil {
+			return fmt.Errorf("server: listen.grpc: %w", err)
+		}
+		a.grpcSrv = a.newGRPCServer()
+		if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.GRPC) {
+			a.log.Warn("listen.grpc listens beyond loopback without a token (rls.insecure): whoever reaches it can spend counts", "addr", a.cfg.Listen.GRPC)
+		}
+	}
 	return nil
 }
 

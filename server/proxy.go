@@ -62,25 +62,51 @@ func (a *App) proxyHandler() (http.Handler, error) {
 		},
 		ErrorLog: nil,
 	}
+	return a.Middleware(rp), nil
+}
+
+// Middleware returns a handler that decides every request against the
+// rules exactly as the proxy listener does, and passes the allowed ones to
+// next instead of an upstream: the client address from the socket peer or,
+// behind proxy.trusted_proxies, from X-Forwarded-For; every applicable rule
+// checked (AND), nothing counted when one denies; shadow rules counted but
+// never denying. An allowed request reaches next with the RateLimit headers
+// of its binding rule already set on w; a denied one is answered 429 with
+// Retry-After and a JSON body, and one that sends a header a rule keys on
+// more than once is answered 400. Reloaded rules apply to the next request.
+//
+// Middleware may be called before Start; the counts then wait for Start to
+// be replicated (and, without Start, are never forgotten by the tick loop).
+func (a *App) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rs := a.rules.Load()
-		o := proxiedOrigin(r, rs.trusted)
-		bind, d, denied := a.decideRules(rs, &o)
-		a.met.latencyProxy.Observe(time.Since(start).Seconds())
-		if o.ambiguous != "" {
-			writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
-			return
+		if a.limit(w, r) {
+			next.ServeHTTP(w, r)
 		}
-		if bind != nil {
-			setRateLimitHeaders(w.Header(), bind, d)
-		}
-		if denied {
-			writeDenied(w, http.StatusTooManyRequests, bind, d)
-			return
-		}
-		rp.ServeHTTP(w, r)
-	}), nil
+	})
+}
+
+// limit decides r as a request to the proxy listener and answers it when
+// it may not go on (400 for an ambiguous key header, 429 when denied). When
+// it may, limit sets the binding rule's RateLimit headers on w and returns
+// true.
+func (a *App) limit(w http.ResponseWriter, r *http.Request) bool {
+	start := time.Now()
+	rs := a.rules.Load()
+	o := proxiedOrigin(r, rs.trusted)
+	bind, d, denied := a.decideRules(rs, &o)
+	a.met.latencyProxy.Observe(time.Since(start).Seconds())
+	if o.ambiguous != "" {
+		writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
+		return false
+	}
+	if bind != nil {
+		setRateLimitHeaders(w.Header(), bind, d)
+	}
+	if denied {
+		writeDenied(w, http.StatusTooManyRequests, bind, d)
+		return false
+	}
+	return true
 }
 
 // writeDenied answers a denied request with status and the denial's JSON

@@ -24,6 +24,7 @@ import (
 
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/internal/edgerepl"
 	"github.com/geolimit/geolimit/server"
 )
 
@@ -38,9 +39,9 @@ func main() {
 	}
 }
 
-// newReplicator builds the replication runtime (memberlist + NATS). nil runs
-// every node as a one-node PoP without replication.
-var newReplicator server.NewReplicatorFunc
+// newReplicator builds the replication runtime (memberlist + NATS); see
+// edgerepl. nil runs every node as a one-node PoP without replication.
+var newReplicator server.NewReplicatorFunc = edgerepl.New
 
 // run is the whole daemon: it returns when ctx is done (after a graceful
 // shutdown) or on a startup error. SIGHUP reloads the config file.

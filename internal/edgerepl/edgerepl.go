@@ -1,4 +1,7 @@
-package main
+// Package edgerepl is the replication runtime of an App: memberlist inside
+// the PoP when the config has a gossip section, NATS to the other PoPs. The
+// edge daemon and the middleware package build their Apps with New.
+package edgerepl
 
 import (
 	"context"
@@ -19,8 +22,6 @@ import (
 	"github.com/geolimit/geolimit/server"
 )
 
-func init() { newReplicator = newGossipReplicator }
-
 // gossipReplicator runs gossip.Replicator for the daemon: memberlist inside
 // the PoP when the config has a gossip section, NATS to the other PoPs.
 type gossipReplicator struct {
@@ -31,7 +32,9 @@ type gossipReplicator struct {
 	ml atomic.Pointer[gossip.Memberlist]
 }
 
-func newGossipReplicator(env server.ReplicationEnv) (server.Replicator, error) {
+// New builds the replicator of the App env describes; it is a
+// server.NewReplicatorFunc.
+func New(env server.ReplicationEnv) (server.Replicator, error) {
 	cfg := env.Config
 	self := env.Node.Self()
 	id := gossip.PoPID{Region: self.Region, PoP: self.PoP}
