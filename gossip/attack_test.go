@@ -149,6 +149,7 @@ func TestAttackSyncAmplification(t *testing.T) {
 		require.NoError(t, err)
 	}
 	waitFor(t, 10*time.Second, "flushed", func() bool { return victim.node.Pending() == 0 })
+	waitFor(t, 10*time.Second, "the victim subscribed", func() bool { return c.Servers[0].NumSubscriptions() >= 4 })
 	nc := attacker(t, c.ClientURL(1))
 	for _, tc := range []struct {
 		name  string
@@ -214,6 +215,7 @@ func TestAttackBulkFlood(t *testing.T) {
 		return ms.HeapAlloc
 	}
 	base := heap()
+	waitFor(t, 10*time.Second, "the victim subscribed", func() bool { return c.Servers[0].NumSubscriptions() >= 4 })
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
 	win := now / int64(time.Hour)

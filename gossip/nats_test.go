@@ -64,6 +64,9 @@ func TestNATSForgedDelta(t *testing.T) {
 	defer cancel()
 	a := PoPID{Region: "eu", PoP: "ams"}
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
+	// The member's subscriptions must be in place at the server before the
+	// forged messages are published (core NATS keeps nothing for later).
+	waitFor(t, 10*time.Second, "the member subscribed", func() bool { return s.NumSubscriptions() >= 4 })
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
 	defer nc.Close()
