@@ -58,6 +58,22 @@ rules:
   - {name: demo, limit: 2, window: 1m}
 `
 
+// waitOutput waits until out holds a line matching pattern and returns the
+// pattern's first group (an address the daemon printed).
+func waitOutput(t *testing.T, out *syncBuffer, pattern, what string) string {
+	t.Helper()
+	re := regexp.MustCompile(pattern)
+	var got string
+	waitFor(t, what, func() bool {
+		m := re.FindStringSubmatch(out.String())
+		if m != nil {
+			got = m[1]
+		}
+		return m != nil
+	})
+	return got
+}
+
 func writeFile(t *testing.T, body string) string {
 	p := filepath.Join(t.TempDir(), "edge.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
@@ -101,15 +117,7 @@ func TestRun(t *testing.T) {
 		done <- run(ctx, []string{"-config", path, "-watch-interval", "0", "-log-level", "debug"}, &out, &errb)
 	}()
 
-	re := regexp.MustCompile(`api listening on (http://\S+)`)
-	var api string
-	waitFor(t, "the api listener", func() bool {
-		m := re.FindStringSubmatch(out.String())
-		if m != nil {
-			api = m[1]
-		}
-		return m != nil
-	})
+	api := waitOutput(t, &out, `api listening on (http://\S+)`, "the api listener")
 	for i := 0; i < 2; i++ {
 		code, body := post(t, api+"/v1/check", `{"rule":"demo","key":"k"}`)
 		require.Equal(t, http.StatusOK, code, body)
@@ -140,15 +148,7 @@ func TestBareBaseline(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"-bare-baseline", "-bare-listen", "127.0.0.1:0"}, &out, io.Discard) }()
-	re := regexp.MustCompile(`listening on (http://\S+)`)
-	var url string
-	waitFor(t, "the listener", func() bool {
-		m := re.FindStringSubmatch(out.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	})
+	url := waitOutput(t, &out, `listening on (http://\S+)`, "the listener")
 	code, body := post(t, url+"/v1/check", `{"rule":"demo","key":"k"}`)
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, string(bareBody), body)
@@ -187,15 +187,7 @@ func TestRunWithoutNATS(t *testing.T) {
 	var out, errb syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"-config", path, "-watch-interval", "0"}, &out, &errb) }()
-	re := regexp.MustCompile(`api listening on (http://\S+)`)
-	var api string
-	waitFor(t, "the api listener", func() bool {
-		m := re.FindStringSubmatch(out.String())
-		if m != nil {
-			api = m[1]
-		}
-		return m != nil
-	})
+	api := waitOutput(t, &out, `api listening on (http://\S+)`, "the api listener")
 	code, body := post(t, api+"/v1/check", `{"rule":"demo","key":"k"}`)
 	require.Equal(t, http.StatusOK, code, body)
 	res, err := http.Get(api + "/v1/status")

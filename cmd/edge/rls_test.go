@@ -56,15 +56,7 @@ func TestRLSClientCmd(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"-config", writeFile(t, rlsConfig), "-watch-interval", "0"}, &out, &errb)
 	}()
-	re := regexp.MustCompile(`rate limit service \(gRPC\) listening on (\S+)`)
-	var addr string
-	waitFor(t, "the gRPC listener", func() bool {
-		m := re.FindStringSubmatch(out.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	})
+	addr := waitOutput(t, &out, `rate limit service \(gRPC\) listening on (\S+)`, "the gRPC listener")
 
 	ask := func(descriptors ...string) string {
 		t.Helper()
