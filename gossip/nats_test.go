@@ -182,6 +182,18 @@ func TestParseSubject(t *testing.T) {
 func TestNATSRestartLonePoP(t *testing.T) {
 	s, ctx, ma, mb := natsPair(t)
 	b := mb.id
+	mb2 := restartLonePoP(t, ma, mb, func() *member {
+		return startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
+	})
+	assert.Zero(t, mb2.rep.Stats()[0].Forged)
+}
+
+// restartLonePoP counts 30 on a global key over ma and mb (a PoP of one
+// node), restarts mb with restart, and checks that the new incarnation
+// learns the former one's counts (relayed back by ma's PoP) and that its
+// new counts reach ma. It returns the restarted member.
+func restartLonePoP(t *testing.T, ma, mb *member, restart func() *member) *member {
+	t.Helper()
 	for i := range 30 {
 		m := ma
 		if i%3 == 0 {
@@ -190,18 +202,18 @@ func TestNATSRestartLonePoP(t *testing.T) {
 		_, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
 		require.NoError(t, err)
 	}
-	waitFor(t, 10*time.Second, "converged", func() bool {
+	waitFor(t, 10*time.Second, "counts replicated both ways", func() bool {
 		return total(ma.node, "api", "k") == 30 && total(mb.node, "api", "k") == 30
 	})
 	require.NoError(t, mb.rep.Close())
-	mb2 := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
+	mb2 := restart()
 	waitFor(t, 10*time.Second, "the restarted node learns its former incarnation's counts", func() bool {
 		return total(mb2.node, "api", "k") == 30
 	})
 	_, err := mb2.node.Decide(time.Now().UnixNano(), "api", "k", 1)
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "its new counts visible", func() bool { return total(ma.node, "api", "k") == 31 })
-	assert.Zero(t, mb2.rep.Stats()[0].Forged)
+	return mb2
 }
 
 // natsPair starts one real nats-server and one node in each of eu/ams and
