@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -67,25 +66,6 @@ func rlsBenchRequests() []*rlsv3.RateLimitRequest {
 	return reqs
 }
 
-// checksBenchBodies are the same 10 × 100 decisions as /v1/checks bodies.
-func checksBenchBodies() [][]byte {
-	keys := benchKeys(1000)
-	var bodies [][]byte
-	for j := 0; j < 10; j++ {
-		var sb strings.Builder
-		sb.WriteString(`{"checks":[`)
-		for i := 0; i < 100; i++ {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteString(`{"rule":"bench","key":"` + keys[(j*100+i)%len(keys)] + `"}`)
-		}
-		sb.WriteString(`]}`)
-		bodies = append(bodies, []byte(sb.String()))
-	}
-	return bodies
-}
-
 func reportDecisions(b *testing.B, perOp int) {
 	b.ReportMetric(float64(b.N*perOp)/b.Elapsed().Seconds(), "decisions/s")
 }
@@ -134,7 +114,7 @@ func BenchmarkRLSOneConn(b *testing.B) {
 		reportDecisions(b, 100)
 	})
 	b.Run("checks-serial", func(b *testing.B) {
-		bodies := checksBenchBodies()
+		bodies := checksBodies(`{"checks":[`) // the same 10 × 100 decisions
 		hc := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}}
 		url := "http://" + a.APIAddr().String() + "/v1/checks"
 		b.ReportAllocs()
