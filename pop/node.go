@@ -181,6 +181,8 @@ type Node struct {
 	// while off, and always for node scope. Four entries, so that indexing
 	// by scope&3 needs no bounds check.
 	allow [4]atomic.Pointer[crdt.Allowance]
+
+	unsynced atomic.Bool // see SetSynced
 }
 
 type ruleSet struct {

@@ -642,3 +642,13 @@ func TestApplyClampsCountsAboveLimit(t *testing.T) {
 	assert.True(t, dec.Allowed)
 	assert.EqualValues(t, 9, dec.Remaining)
 }
+
+func TestSynced(t *testing.T) {
+	n, err := New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}})
+	require.NoError(t, err)
+	assert.True(t, n.Synced(), "a new node core has no past to wait for")
+	n.SetSynced(false)
+	assert.False(t, n.Synced())
+	n.SetSynced(true)
+	assert.True(t, n.Synced())
+}
