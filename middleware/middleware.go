@@ -29,8 +29,11 @@
 // X-Forwarded-For that is not a trusted proxy.
 //
 // The config is the edge daemon's (config.Config, as config.Load reads it
-// from YAML); its listen section is ignored: the Limiter opens no listener
-// of its own. Standalone builds one for a single process (nats.disabled).
+// from YAML); its listen section is ignored, for the Limiter opens no
+// listener of its own (a config built in Go may leave it empty; a file read
+// by config.Load is checked as the daemon would check it). Decisions are
+// timed as geolimit_decision_duration_seconds{endpoint="middleware"}.
+// Standalone builds a config for a single process (nats.disabled).
 // With NATS enabled, Start connects to nats.url (or starts the embedded
 // nats-server) and replicates counts between the PoPs like the daemon, so
 // that Limiters in several PoPs, and edge daemons, share global rules.

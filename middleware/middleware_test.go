@@ -261,3 +261,46 @@ func TestReloadFromFile(t *testing.T) {
 	require.NoError(t, lim.Reload())
 	assert.Equal(t, "7", limit())
 }
+
+// The listen section is not used by a Limiter: a config built in Go may
+// leave it empty, or name addresses the daemon would refuse.
+func TestListenSectionIgnored(t *testing.T) {
+	for name, l := range map[string]config.Listen{
+		"empty":                  {},
+		"exposed without tokens": {API: "0.0.0.0:8080", GRPC: "0.0.0.0:8081"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := middleware.Standalone(config.Rule{Name: "r", Limit: 1, Window: config.Duration(time.Minute)})
+			cfg.Listen = l
+			require.Error(t, cfg.Validate(), "the daemon refuses it")
+			s := serve(t, cfg)
+			assert.Equal(t, http.StatusOK, s.get(t, "/").status)
+			assert.Equal(t, http.StatusTooManyRequests, s.get(t, "/").status)
+		})
+	}
+}
+
+// Decisions are timed under their own label, not the proxy listener's.
+func TestLatencyLabel(t *testing.T) {
+	s := serve(t, middleware.Standalone(config.Rule{Name: "r", Limit: 5, Window: config.Duration(time.Minute)}))
+	for range 3 {
+		s.get(t, "/")
+	}
+	mfs, err := s.lim.App().Registry().Gather()
+	require.NoError(t, err)
+	counts := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "geolimit_decision_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "endpoint" {
+					counts[lp.GetValue()] = m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	assert.Equal(t, uint64(3), counts["middleware"])
+	assert.Zero(t, counts["proxy"])
+}

@@ -212,13 +212,25 @@ type App struct {
 	serveErr chan error
 }
 
+// validate validates cfg. Embedded, the App opens none of the listen
+// section's listeners, so that section is validated as its defaults: a
+// config built in Go may leave it empty.
+func validate(cfg *config.Config, embedded bool) error {
+	if !embedded {
+		return cfg.Validate()
+	}
+	c := *cfg
+	c.Listen = config.DefaultConfig().Listen
+	return c.Validate()
+}
+
 // New builds an App: the node core, rules and metrics. It opens no socket
 // and starts no goroutine except the coarse clock when Options.Clock is nil.
 func New(o Options) (*App, error) {
 	if o.Config == nil {
 		return nil, errors.New("server: options: config required")
 	}
-	if err := o.Config.Validate(); err != nil {
+	if err := validate(o.Config, o.Embedded); err != nil {
 		return nil, fmt.Errorf("server: config: %w", err)
 	}
 	if o.Logger == nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -62,7 +64,7 @@ func (a *App) proxyHandler() (http.Handler, error) {
 		},
 		ErrorLog: nil,
 	}
-	return a.Middleware(rp), nil
+	return a.middleware(rp, a.met.latencyProxy), nil
 }
 
 // Middleware returns a handler that decides every request against the
@@ -77,9 +79,17 @@ func (a *App) proxyHandler() (http.Handler, error) {
 //
 // Middleware may be called before Start; the counts then wait for Start to
 // be replicated (and, without Start, are never forgotten by the tick loop).
+//
+// Its decisions are timed under the "middleware" label of
+// geolimit_decision_seconds.
 func (a *App) Middleware(next http.Handler) http.Handler {
+	return a.middleware(next, a.met.latencyMiddleware)
+}
+
+// middleware is Middleware, timing decisions with lat.
+func (a *App) middleware(next http.Handler, lat prometheus.Observer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.limit(w, r) {
+		if a.limit(w, r, lat) {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -89,12 +99,12 @@ func (a *App) Middleware(next http.Handler) http.Handler {
 // it may not go on (400 for an ambiguous key header, 429 when denied). When
 // it may, limit sets the binding rule's RateLimit headers on w and returns
 // true.
-func (a *App) limit(w http.ResponseWriter, r *http.Request) bool {
+func (a *App) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Observer) bool {
 	start := time.Now()
 	rs := a.rules.Load()
 	o := proxiedOrigin(r, rs.trusted)
 	bind, d, denied := a.decideRules(rs, &o)
-	a.met.latencyProxy.Observe(time.Since(start).Seconds())
+	lat.Observe(time.Since(start).Seconds())
 	if o.ambiguous != "" {
 		writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
 		return false
