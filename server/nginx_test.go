@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -210,36 +208,19 @@ http {
 	cmd := exec.Command(bin, "-p", dir+"/", "-c", filepath.Join(dir, "nginx.conf"),
 		"-e", filepath.Join(dir, "error.log"), "-g", "daemon off;")
 	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM) // fast shutdown
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		})
-	}
-	t.Cleanup(stop)
+	p := startProc(t, cmd)
 	logs := func() string {
 		b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 		return out.String() + string(b)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		select {
-		case err := <-exited:
+		if p.exited() {
 			l := logs()
 			if strings.Contains(l, "Address already in use") {
 				return "", true
 			}
-			t.Fatalf("nginx exited: %v\n%s", err, l)
-		default:
+			t.Fatalf("nginx exited: %v\n%s", p.err, l)
 		}
 		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			conn.Close()
@@ -251,7 +232,7 @@ http {
 			return addr, false
 		}
 		if time.Now().After(deadline) {
-			stop()
+			p.stop()
 			t.Fatalf("nginx did not accept connections on %s\n%s", addr, logs())
 		}
 		time.Sleep(10 * time.Millisecond)
