@@ -722,7 +722,7 @@ func (n *Node) State(now int64) []crdt.Delta {
 				delete(byRep, rep)
 			}
 		}
-		self.Blocks = blocks
+		self.Sender, self.Blocks = n.self, blocks
 		out = append(out, self)
 	}
 	for rep, d := range byRep {
