@@ -236,3 +236,28 @@ func TestRuleValidationOfGuards(t *testing.T) {
 		})
 	}
 }
+
+func TestPenalizeAPeekedDenial(t *testing.T) {
+	n := boxNode(t, replica("a", 1))
+	for i := 0; i < 3; i++ {
+		_, _ = n.Decide(t0, "login", "k", 1)
+		_, _ = n.Decide(t0, "plain", "k", 1)
+	}
+	d, err := n.Peek(t0, "login", "k", 1)
+	require.NoError(t, err)
+	require.False(t, d.Blocked)
+	n.Penalize(t0, "login", "k", &d)
+	assert.True(t, d.Blocked && d.BlockStarted)
+	assert.Equal(t, 10*time.Minute, d.RetryAfter)
+	assert.Equal(t, t0+int64(10*time.Minute), n.BlockedUntil(t0, "login", "k"))
+
+	ok, err := n.Peek(t0, "login", "other", 1)
+	require.NoError(t, err)
+	n.Penalize(t0, "login", "other", &ok)
+	assert.False(t, ok.Blocked, "an admission is not penalized")
+	p, err := n.Peek(t0, "plain", "k", 1)
+	require.NoError(t, err)
+	n.Penalize(t0, "plain", "k", &p)
+	assert.False(t, p.Blocked, "no block_for, no block")
+	assert.Equal(t, 1, n.Stats().Blocks)
+}
