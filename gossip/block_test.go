@@ -27,7 +27,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 		{Name: "otp", Limit: 2, Window: time.Hour, Cost: 1, Scope: pop.ScopePoP, BlockFor: 10 * time.Minute},
 	}
 	const flush = 50 * time.Millisecond
-	opts := func(region, popName, name string, server int, n *pop.Node) Options {
+	opts := func(region, popName, name string, server int) Options {
 		id := PoPID{Region: region, PoP: popName}
 		return Options{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second,
 			ExpectedPoPs: []PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}},
@@ -38,7 +38,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 	for i := 1; i <= 2; i++ {
 		name := fmt.Sprintf("ams-%d", i)
 		n := newNode(t, "eu", "ams", name, rules)
-		o := opts("eu", "ams", name, 0, n)
+		o := opts("eu", "ams", name, 0)
 		o.PoP = MemberlistConnect(MemberlistConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: fmt.Sprintf("%s#%d", name, n.Self().Incarnation),
 			Bind: "127.0.0.1:0", Join: join, ProbeInterval: 200 * time.Millisecond})
 		m := startMember(t, ctx, n, o)
@@ -46,7 +46,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 		ams = append(ams, m)
 	}
 	iadNode := newNode(t, "us", "iad", "iad-1", rules)
-	iad := startMember(t, ctx, iadNode, opts("us", "iad", "iad-1", 1, iadNode))
+	iad := startMember(t, ctx, iadNode, opts("us", "iad", "iad-1", 1))
 	waitFor(t, 20*time.Second, "ams shares an epoch and both PoPs hear each other", func() bool {
 		for _, m := range ams {
 			st := m.rep.Status()

@@ -1,6 +1,8 @@
 package pop
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
@@ -157,25 +159,26 @@ func (n *Node) flushBlocks(rs *ruleSet, b *Batch, local, pub bool) {
 	})
 }
 
-// liveBlocks returns every block held that ends after now, with the scope of
-// its rule; node-scope ones and blocks of removed rules left out.
-func (n *Node) liveBlocks(rs *ruleSet, now int64) (blocks []crdt.Block, scopes []Scope) {
+// liveBlocks returns every block held that ends after now, sorted by rule
+// and key (the simulator's output must not depend on map order);
+// node-scope ones and blocks of removed rules are left out.
+func (n *Node) liveBlocks(rs *ruleSet, now int64) []crdt.Block {
+	var blocks []crdt.Block
 	n.blocks.Each(now, func(id crdt.RuleID, key string, until int64) {
 		if r := rs.byID[id]; r != nil && r.Scope != ScopeNode {
 			blocks = append(blocks, crdt.Block{Rule: r.Name, Key: key, Until: until})
-			scopes = append(scopes, r.Scope)
 		}
 	})
-	return blocks, scopes
+	slices.SortFunc(blocks, func(a, b crdt.Block) int { return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key)) })
+	return blocks
 }
 
 // antiEntropyBlocks adds every live block to b: pop and global ones to
 // Local, global ones whose key owns accepts to PoP (when it has an epoch).
 func (n *Node) antiEntropyBlocks(rs *ruleSet, now int64, b *Batch, owns func(string) bool) {
-	blocks, scopes := n.liveBlocks(rs, now)
-	for i, blk := range blocks {
+	for _, blk := range n.liveBlocks(rs, now) {
 		b.Local.Blocks = append(b.Local.Blocks, blk)
-		if b.PoP.Epoch != 0 && scopes[i] == ScopeGlobal && (owns == nil || owns(blk.Key)) {
+		if r := rs.byName[blk.Rule]; b.PoP.Epoch != 0 && r.Scope == ScopeGlobal && (owns == nil || owns(blk.Key)) {
 			b.PoP.Blocks = append(b.PoP.Blocks, blk)
 		}
 	}

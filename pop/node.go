@@ -713,7 +713,7 @@ func (n *Node) State(now int64) []crdt.Delta {
 		d.Entries = append(d.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
 	})
 	out := make([]crdt.Delta, 0, len(byRep)+1)
-	if blocks, _ := n.liveBlocks(rs, now); len(blocks) > 0 {
+	if blocks := n.liveBlocks(rs, now); len(blocks) > 0 {
 		// Blocks have no owner: they travel with this node's own counts.
 		self := crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep}
 		for rep, d := range byRep {

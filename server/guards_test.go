@@ -126,3 +126,35 @@ func TestOnUnsureOverHTTP(t *testing.T) {
 	ta.node.SetSynced(true)
 	assert.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"otp","key":"alice"}`).status)
 }
+
+func TestPenaltyBoxForwardAuthAndAtomicBatch(t *testing.T) {
+	ta := startApp(t, forwardAuthYAML("127.0.0.1", `
+  - {name: login, limit: 2, window: 1m, block_for: 5m, match: {path_prefix: /login}}
+  - {name: site, limit: 100, window: 1m}
+`, ""))
+	hdr := fwdHeaders("POST", "/login", "198.51.100.9")
+	for i := 0; i < 2; i++ {
+		require.Equal(t, http.StatusOK, ta.fa("GET", "/", hdr...).status)
+	}
+	r := ta.fa("GET", "/", hdr...)
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, true, r.json(t)["blocked"])
+	assert.EqualValues(t, 300, headerInt(t, r.header, "Retry-After"))
+
+	// An atomic batch checks every rule before counting any: the denial it
+	// finds starts the block too.
+	for i := 0; i < 2; i++ {
+		require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"login","key":"u"}`).status)
+	}
+	r = ta.post("/v1/checks", `{"atomic":true,"checks":[{"rule":"site","key":"u"},{"rule":"login","key":"u"}]}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	body := r.json(t)
+	assert.Equal(t, false, body["allowed"])
+	assert.EqualValues(t, 0, body["counted"])
+	last := body["results"].([]any)[1].(map[string]any)
+	assert.Equal(t, true, last["blocked"])
+	ta.clk.Advance(2 * time.Minute)
+	r = ta.post("/v1/check", `{"rule":"login","key":"u"}`)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "blocked although the window has passed")
+	assert.EqualValues(t, 180, headerInt(t, r.header, "Retry-After"))
+}
