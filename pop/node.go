@@ -498,7 +498,10 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 	if r.guarded {
 		n.afterGuard(now, r, key, count, &d)
 	}
-	return shadowed(r, d), nil
+	if !d.Allowed && r.Mode == Shadow {
+		d.Allowed, d.ShadowDenied = true, true
+	}
+	return d, nil
 }
 
 // shadowed turns a shadow rule's denial into an admission that says it
