@@ -327,6 +327,14 @@ type Rule struct {
 	Mode string `yaml:"mode"`
 	// OnPartition is keep or share. Default keep.
 	OnPartition string `yaml:"on_partition"`
+	// BlockFor, when set, keeps a key the rule denies denied for that long
+	// (the penalty box), on every node the rule's scope reaches (whole
+	// milliseconds, at most 720h). Default 0: no penalty box.
+	BlockFor Duration `yaml:"block_for"`
+	// OnUnsure is allow or deny: what the rule answers when the node cannot
+	// know a key's count (store full, counts not synced yet after a start,
+	// no history under on_partition: share). Default allow.
+	OnUnsure string `yaml:"on_unsure"`
 }
 
 // Match selects requests in proxy mode. Every non-empty field must match.
@@ -465,6 +473,9 @@ func RuleDefaults(rules []Rule) {
 		}
 		if r.OnPartition == "" {
 			r.OnPartition = "keep"
+		}
+		if r.OnUnsure == "" {
+			r.OnUnsure = "allow"
 		}
 	}
 }
@@ -851,7 +862,12 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d].on_partition: %w", i, err)
 		}
-		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol}
+		unsure, err := pop.ParseUnsurePolicy(r.OnUnsure)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].on_unsure: %w", i, err)
+		}
+		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol,
+			BlockFor: r.BlockFor.D(), OnUnsure: unsure}
 	}
 	if err := pop.ValidateRules(out); err != nil {
 		return nil, err

@@ -88,7 +88,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 429, c.ForwardAuth.DenyStatus)
 	r := c.Rules[0]
 	assert.Equal(t, Rule{Name: "r", Key: KeySpec{"ip", "header:X-Key"}, Limit: 5, Window: Duration(time.Second),
-		Cost: 1, Scope: "global", Mode: "enforce", OnPartition: "keep"}, r)
+		Cost: 1, Scope: "global", Mode: "enforce", OnPartition: "keep", OnUnsure: "allow"}, r)
 	assert.NotSame(t, DefaultConfig(), DefaultConfig())
 
 	assert.Nil(t, c.Replication.NearLimitAllowance, "unset: on")
@@ -138,6 +138,11 @@ func TestParseErrors(t *testing.T) {
 		{"bad scope", rule("    scope: planet\n"), `rules[0].scope: unknown scope "planet"`},
 		{"bad mode", rule("    mode: loud\n"), `rules[0].mode: unknown mode "loud"`},
 		{"bad policy", rule("    on_partition: panic\n"), `rules[0].on_partition: unknown partition policy "panic"`},
+		{"bad on_unsure", rule("    on_unsure: maybe\n"), `rules[0].on_unsure: unknown policy "maybe" (want allow or deny)`},
+		{"negative block_for", rule("    block_for: -1m\n"), "rules[0].block_for: must be 0 or a whole number of milliseconds, got -1m0s"},
+		{"block_for below a millisecond", rule("    block_for: 1500us\n"), "rules[0].block_for: must be 0 or a whole number of milliseconds"},
+		{"block_for too long", rule("    block_for: 800h\n"), "rules[0].block_for: must be at most 720h0m0s"},
+		{"bad block_for", rule("    block_for: later\n"), `rules[0].block_for: bad duration "later"`},
 		{"zero limit", "rules: [{name: r, limit: 0, window: 1s}]", "rules[0].limit: must be at least 1"},
 		{"limit over 2^53", "rules: [{name: r, limit: 9007199254740993, window: 1s}]", "rules[0].limit: must be at most 9007199254740992 (2^53)"},
 		{"limit not a number", "rules: [{name: r, limit: lots, window: 1s}]", "rules[0].limit: cannot unmarshal"},
@@ -214,4 +219,15 @@ func TestFileNeedsRules(t *testing.T) {
 	}
 	_, err := ParseFile([]byte("rules: [{name: r, limit: 1, window: 1s}]"))
 	require.NoError(t, err)
+}
+
+func TestParsePenaltyBoxAndOnUnsure(t *testing.T) {
+	c, err := Parse([]byte("rules: [{name: login, limit: 5, window: 1m, block_for: 10m, on_unsure: deny}]"))
+	require.NoError(t, err)
+	assert.Equal(t, Duration(10*time.Minute), c.Rules[0].BlockFor)
+	assert.Equal(t, "deny", c.Rules[0].OnUnsure)
+	rules, err := c.PopRules()
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Minute, rules[0].BlockFor)
+	assert.Equal(t, pop.DenyUnsure, rules[0].OnUnsure)
 }

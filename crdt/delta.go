@@ -9,9 +9,16 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// DeltaVersion is the wire version Encode writes. Decode also reads version
-// 1, which has no epoch (Delta.Epoch 0).
+// DeltaVersion is the wire version Encode writes for counts. Decode also
+// reads version 1, which has no epoch (Delta.Epoch 0), and version 3
+// (BlockVersion).
 const DeltaVersion = 2
+
+// BlockVersion is the wire version of a message carrying penalty blocks
+// (Delta.Blocks). Encode puts blocks in messages of their own, so a peer that
+// reads only versions 1 and 2 refuses those (ErrDeltaVersion) and still
+// merges every count.
+const BlockVersion = 3
 
 // Hard caps checked while decoding, before anything is allocated.
 const (
@@ -56,6 +63,9 @@ type Delta struct {
 	// means unknown.
 	Epoch   uint64
 	Entries []Entry
+	// Blocks are penalty blocks (rule, key, until), merged by max; any
+	// replica may send any block it holds.
+	Blocks []Block
 }
 
 // Wire format (msgpack), entries grouped by rule with window offsets so an IPv4
@@ -64,7 +74,13 @@ type Delta struct {
 //	[2, [region, pop, node, incarnation], sentAt, epoch,
 //	  [[rule, baseWindow, [key, windowOffset, count, key, windowOffset, count, ...]], ...]]
 //
-// Version 1 is the same without epoch (a 4-element array).
+// Version 1 is the same without epoch (a 4-element array). Version 3 adds
+// penalty blocks, grouped by rule:
+//
+//	[3, sender, sentAt, epoch, groups,
+//	  [[rule, [key, until, key, until, ...]], ...]]
+//
+// Encode writes version 3 only for blocks, with no count groups.
 
 // entryBound is an upper bound of one encoded entry's size beyond its key.
 const entryBound = 3 + 9 + 9
@@ -78,7 +94,9 @@ const groupBound = 1 + MaxRuleNameLen + 3 + 9 + 5
 
 // Encode encodes d into one or more messages of at most maxBytes each
 // (MaxDeltaBytes if maxBytes <= 0 or larger), splitting its entries as needed.
-// Every message carries d's sender, SentAt and Epoch.
+// Every message carries d's sender, SentAt and Epoch. Entries go in version 2
+// messages, blocks in version 3 messages after them (see BlockVersion); a
+// delta with neither is one empty version 2 message.
 func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	if maxBytes <= 0 || maxBytes > MaxDeltaBytes {
 		maxBytes = MaxDeltaBytes
@@ -98,11 +116,20 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 			return nil, fmt.Errorf("crdt: encode: rule name of %d bytes (want 1-%d)", len(e.Rule), MaxRuleNameLen)
 		}
 	}
+	for i := range d.Blocks {
+		e := &d.Blocks[i]
+		if len(e.Key) == 0 || len(e.Key) > MaxKeyLen {
+			return nil, fmt.Errorf("crdt: encode: block key of %d bytes (want 1-%d)", len(e.Key), MaxKeyLen)
+		}
+		if len(e.Rule) == 0 || len(e.Rule) > MaxRuleNameLen {
+			return nil, fmt.Errorf("crdt: encode: block rule name of %d bytes (want 1-%d)", len(e.Rule), MaxRuleNameLen)
+		}
+	}
 	var out [][]byte
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	entries := d.Entries
-	for len(entries) > 0 || out == nil {
+	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0) {
 		// Take the longest prefix whose worst-case size fits.
 		size, n := headerBound, 0
 		var rules []string
@@ -127,7 +154,7 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 		out = append(out, bytes.Clone(buf.Bytes()))
 		entries = entries[n:]
 	}
-	return out, nil
+	return encodeBlocks(out, enc, &buf, d, maxBytes)
 }
 
 func contains(s []string, v string) bool {
@@ -195,7 +222,9 @@ type Decoder struct {
 	dec   *msgpack.Decoder
 	arena []byte
 	spans []span
-	tmp   [MaxKeyLen]byte
+	// bspans are the blocks' keys in arena.
+	bspans []span
+	tmp    [MaxKeyLen]byte
 }
 
 type span struct{ off, n int }
@@ -207,8 +236,8 @@ func NewDecoder() *Decoder {
 	return d
 }
 
-// Decode decodes one delta of version 1 or 2 into out (reusing out.Entries'
-// storage; a version 1 delta has Epoch 0). Hostile
+// Decode decodes one delta of version 1, 2 or 3 into out (reusing
+// out.Entries' and out.Blocks' storage; a version 1 delta has Epoch 0). Hostile
 // input (truncated, wrong types, huge length prefixes, a wrong version,
 // trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
 // or ErrDeltaVersion; nothing is allocated by a length the input chooses
@@ -222,9 +251,12 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	d.dec.Reset(&d.rd)
 	d.arena = d.arena[:0]
 	d.spans = d.spans[:0]
+	d.bspans = d.bspans[:0]
 	out.Entries = out.Entries[:0]
+	out.Blocks = out.Blocks[:0]
 	if err := d.decode(out); err != nil {
 		out.Entries = out.Entries[:0]
+		out.Blocks = out.Blocks[:0]
 		if errors.Is(err, ErrDeltaVersion) || errors.Is(err, ErrDeltaMalformed) {
 			return err
 		}
@@ -232,11 +264,15 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	}
 	if d.rd.Len() != 0 {
 		out.Entries = out.Entries[:0]
+		out.Blocks = out.Blocks[:0]
 		return fmt.Errorf("%w: %d trailing bytes", ErrDeltaMalformed, d.rd.Len())
 	}
 	keys := string(d.arena)
 	for i, s := range d.spans {
 		out.Entries[i].Key = keys[s.off : s.off+s.n]
+	}
+	for i, s := range d.bspans {
+		out.Blocks[i].Key = keys[s.off : s.off+s.n]
 	}
 	return nil
 }
@@ -313,7 +349,7 @@ func (d *Decoder) decode(out *Delta) error {
 	if err != nil {
 		return err
 	}
-	if fields != 4 && fields != 5 {
+	if fields < 4 {
 		return malformed("delta: array of %d elements", fields)
 	}
 	v, err := d.uint()
@@ -321,9 +357,9 @@ func (d *Decoder) decode(out *Delta) error {
 		return err
 	}
 	switch {
-	case v != 1 && v != 2:
+	case v < 1 || v > BlockVersion:
 		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
-	case v == 1 && fields != 4, v == 2 && fields != 5:
+	case fields != int(v)+3:
 		return malformed("version %d delta: array of %d elements", v, fields)
 	}
 	if _, err := d.arrayLen(4, "sender"); err != nil {
@@ -347,7 +383,7 @@ func (d *Decoder) decode(out *Delta) error {
 		return err
 	}
 	out.Epoch = 0
-	if v == 2 {
+	if v >= 2 {
 		if out.Epoch, err = d.uint(); err != nil {
 			return err
 		}
@@ -408,6 +444,9 @@ func (d *Decoder) decode(out *Delta) error {
 			d.arena = append(d.arena, kb...)
 			out.Entries = append(out.Entries, Entry{Rule: rule, Window: base + int64(off), Count: cnt})
 		}
+	}
+	if v == BlockVersion {
+		return d.decodeBlocks(out)
 	}
 	return nil
 }

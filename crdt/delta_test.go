@@ -104,7 +104,9 @@ func TestDecodeVersions(t *testing.T) {
 		{"v1", mp(t, []any{1, sender, 5, groups}), 0, nil},
 		{"v1 with an epoch", mp(t, []any{1, sender, 5, 77, groups}), 0, ErrDeltaMalformed},
 		{"v2 without an epoch", mp(t, []any{2, sender, 5, groups}), 0, ErrDeltaMalformed},
-		{"v3", mp(t, []any{3, sender, 5, 77, groups}), 0, ErrDeltaVersion},
+		{"v3 without blocks", mp(t, []any{3, sender, 5, 77, groups}), 0, ErrDeltaMalformed},
+		{"v3", mp(t, []any{3, sender, 5, 77, groups, []any{}}), 77, nil},
+		{"v4", mp(t, []any{4, sender, 5, 77, groups, []any{}, 1}), 0, ErrDeltaVersion},
 		{"v0", mp(t, []any{0, sender, 5, groups}), 0, ErrDeltaVersion},
 		{"six elements", mp(t, []any{2, sender, 5, 77, groups, 1}), 0, ErrDeltaMalformed},
 		{"three elements", mp(t, []any{2, sender, 5}), 0, ErrDeltaMalformed},
@@ -220,7 +222,7 @@ func TestDecodeHostile(t *testing.T) {
 		{"trailing bytes", append(append([]byte(nil), valid...), 0xc0), ErrDeltaMalformed},
 		{"trailing bytes v1", append(append([]byte(nil), validV1...), 0xc0), ErrDeltaMalformed},
 		{"not an array", mp(t, "hello"), ErrDeltaMalformed},
-		{"wrong version", mp(t, []any{3, sender, 5, 9, []any{}}), ErrDeltaVersion},
+		{"wrong version", mp(t, []any{4, sender, 5, 9, []any{}, []any{}, 1}), ErrDeltaVersion},
 		{"version 2 in a version 1 array", mp(t, []any{2, sender, 5, []any{}}), ErrDeltaMalformed},
 		{"version as string", mp(t, []any{"2", sender, 5, 9, []any{}}), ErrDeltaMalformed},
 		{"huge array32 prefix", unhex("dd ffffffff"), ErrDeltaMalformed},
@@ -265,6 +267,15 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(msgs[0])
 	}
+	for _, n := range []int{1, 4} {
+		d := sampleDelta(rng, n)
+		d.Blocks = sampleBlocks(rng, n)
+		msgs, err := Encode(d, 0)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(msgs[len(msgs)-1])
+	}
 	// Version 1, without an epoch, still decodes.
 	f.Add(unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 93 a16b 00 03"))
 	f.Add(unhex("dd ffffffff"))
@@ -299,8 +310,10 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("re-encoded header %v %d %d, want %v %d %d", part.Sender, part.SentAt, part.Epoch, sender, sentAt, epoch)
 			}
 			back.Entries = append(back.Entries, part.Entries...)
+			back.Blocks = append(back.Blocks, part.Blocks...)
 		}
 		sameEntries(t, d.Entries, back.Entries)
+		sameBlocks(t, d.Blocks, back.Blocks)
 	})
 }
 
@@ -329,9 +342,13 @@ func TestFuzzCorpusCommitted(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			if strings.HasPrefix(name, "v2-") {
+			switch {
+			case strings.HasPrefix(name, "v3-"):
+				versions["v3"]++
+				assert.NotEmpty(t, d.Blocks)
+			case strings.HasPrefix(name, "v2-"):
 				versions["v2"]++
-			} else {
+			default:
 				versions["v1"]++
 				assert.Zero(t, d.Epoch)
 			}
@@ -339,6 +356,7 @@ func TestFuzzCorpusCommitted(t *testing.T) {
 	}
 	assert.NotZero(t, versions["v1"], "version 1 seeds")
 	assert.NotZero(t, versions["v2"], "version 2 seeds")
+	assert.NotZero(t, versions["v3"], "version 3 seeds")
 }
 
 // BenchmarkEncodeDelta encodes a batch of 100 IPv4 entries.

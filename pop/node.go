@@ -32,6 +32,7 @@
 package pop
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sort"
@@ -94,6 +95,14 @@ type Decision struct {
 	// Untracked is set when the key is new and the store is full: the request
 	// was decided as a key with no history and not counted.
 	Untracked bool
+	// Blocked is set when the key is in the rule's penalty box (Rule.BlockFor,
+	// block.go): denied (in shadow mode: would be) until RetryAfter from now.
+	Blocked bool
+	// BlockStarted is set when this decision put the key in the penalty box.
+	BlockStarted bool
+	// Unsure says why a rule with DenyUnsure denied a request it could not
+	// judge (unsure.go); UnsureNone otherwise.
+	Unsure Unsure
 	// Limit is the rule's limit.
 	Limit uint64
 	// Remaining is what is left of the limit after this request (see window.Result).
@@ -134,6 +143,8 @@ type ApplyStats struct {
 	// one replica can admit in a window; they were merged as the limit.
 	// These entries are also counted by their merge outcome.
 	Clamped int
+	// Blocks counts what was done with penalty blocks (block.go).
+	Blocks BlockApplyStats
 }
 
 // Rejected is the number of entries Apply refused for a reason that points
@@ -151,6 +162,7 @@ func (a *ApplyStats) add(b ApplyStats) {
 	a.BadEntry += b.BadEntry
 	a.Echo += b.Echo
 	a.Clamped += b.Clamped
+	a.Blocks.add(b.Blocks)
 }
 
 // Node is one geolimit node's core. All methods are safe for concurrent use;
@@ -183,6 +195,8 @@ type Node struct {
 	allow [4]atomic.Pointer[crdt.Allowance]
 
 	unsynced atomic.Bool // see SetSynced
+
+	blocks *crdt.Blocks // penalty blocks (block.go)
 }
 
 type ruleSet struct {
@@ -197,6 +211,9 @@ type ruleState struct {
 	id    crdt.RuleID
 	width int64
 	cur   atomic.Pointer[winCache]
+	// guarded: the rule has a penalty box or fails closed (block.go,
+	// unsure.go); other rules' decisions look nothing more up.
+	guarded bool
 }
 
 // winCache remembers the rule's current window so that the hot path does not
@@ -247,6 +264,7 @@ func New(cfg Config) (*Node, error) {
 		self:       cfg.Self,
 		store:      crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed}),
 		maxSkew:    int64(cfg.MaxSkew),
+		blocks:     crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
 	}
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
@@ -330,7 +348,7 @@ func (n *Node) SetRules(rules []Rule) error {
 	next := &ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}}
 	kept := map[crdt.RuleID]bool{}
 	for _, r := range rules {
-		rs := &ruleState{Rule: r, width: int64(r.Window)}
+		rs := &ruleState{Rule: r, width: int64(r.Window), guarded: r.BlockFor != 0 || r.OnUnsure != AllowUnsure}
 		if o, ok := old.byName[r.Name]; ok && o.Window == r.Window {
 			rs.id = o.id
 			kept[o.id] = true
@@ -354,6 +372,7 @@ func (n *Node) SetRules(rules []Rule) error {
 	for id := range old.byID {
 		if !kept[id] {
 			n.store.DropRule(id)
+			n.blocks.DropRule(id)
 			n.freeID = append(n.freeID, id)
 		}
 	}
@@ -440,6 +459,11 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 	case cost > r.Limit:
 		return Decision{}, ErrCostOverLimit
 	}
+	if r.guarded {
+		if d, done := n.guard(now, r, key); done {
+			return shadowed(r, d), nil
+		}
+	}
 	idx, el := r.split(now)
 	limit := r.Limit
 	var sh *share
@@ -447,6 +471,9 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 		var lim float64
 		if lim, sh, ok = n.shareLimit(r, key, now, idx, el); ok {
 			limit = uint64(min(lim, float64(r.Limit)))
+			if sh.fresh && r.OnUnsure == DenyUnsure {
+				return shadowed(r, unsureDecision(r, UnsureNoHistory)), nil
+			}
 		}
 	}
 	var res crdt.AdmitResult
@@ -468,10 +495,22 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 		Reset:      time.Duration(res.Reset),
 		RetryAfter: time.Duration(res.RetryAfter),
 	}
+	if r.guarded {
+		n.afterGuard(now, r, key, count, &d)
+	}
 	if !d.Allowed && r.Mode == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
 	return d, nil
+}
+
+// shadowed turns a shadow rule's denial into an admission that says it
+// would have denied.
+func shadowed(r *ruleState, d Decision) Decision {
+	if !d.Allowed && r.Mode == Shadow {
+		d.Allowed, d.ShadowDenied = true, true
+	}
+	return d
 }
 
 // Apply merges a delta received from another replica through a transport of
@@ -494,11 +533,11 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 		n.mu.Unlock()
 	}()
 	if d.Sender == n.self {
-		st.Echo = len(d.Entries)
+		st.Echo = len(d.Entries) + len(d.Blocks)
 		return st
 	}
 	if !senderFits(n.self, d.Sender, via) {
-		st.WrongScope = len(d.Entries)
+		st.WrongScope = len(d.Entries) + len(d.Blocks)
 		return st
 	}
 	// The epoch is read under applyMu, so an entry of the aggregate SetEpoch
@@ -506,9 +545,10 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 	n.applyMu.RLock()
 	defer n.applyMu.RUnlock()
 	if via == ScopeGlobal && d.Sender.SamePoP(n.self) && n.ownEpoch(d.Sender.Incarnation) {
-		st.Echo = len(d.Entries)
+		st.Echo = len(d.Entries) + len(d.Blocks)
 		return st
 	}
+	n.applyBlocks(now, d, via, &st)
 	rep, ok := n.store.Intern(d.Sender)
 	if !ok {
 		st.Full = len(d.Entries)
@@ -609,6 +649,7 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}
 	})
+	n.flushBlocks(rs, &b, local, pub)
 	return b
 }
 
@@ -640,6 +681,7 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
 	})
+	n.antiEntropyBlocks(rs, now, &b, owns)
 	if b.PoP.Epoch == 0 {
 		return b
 	}
@@ -673,7 +715,19 @@ func (n *Node) State(now int64) []crdt.Delta {
 		}
 		d.Entries = append(d.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
 	})
-	out := make([]crdt.Delta, 0, len(byRep))
+	out := make([]crdt.Delta, 0, len(byRep)+1)
+	if blocks := n.liveBlocks(rs, now); len(blocks) > 0 {
+		// Blocks have no owner: they travel with this node's own counts.
+		self := crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep}
+		for rep, d := range byRep {
+			if n.store.Replica(rep) == n.self {
+				self = *d
+				delete(byRep, rep)
+			}
+		}
+		self.Sender, self.Blocks = n.self, blocks
+		out = append(out, self)
+	}
 	for rep, d := range byRep {
 		d.Sender = n.store.Replica(rep)
 		out = append(out, *d)
@@ -698,6 +752,7 @@ func (n *Node) indexFunc(rs *ruleSet, now int64) func(crdt.RuleID) int64 {
 // live key references. Call it every second or so.
 func (n *Node) Tick(now int64) {
 	n.store.Sweep(n.indexFunc(n.rules.Load(), now))
+	n.blocks.Sweep(now)
 	if n.store.ReplicaCount() > forgetReplicasAt && now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
 		n.lastForget.Store(now)
 		n.applyMu.Lock()
@@ -721,6 +776,9 @@ type KeyView struct {
 	Limit    uint64
 	Estimate float64
 	Windows  []crdt.WindowView
+	// BlockedUntil is when the key's penalty block ends (Unix nanoseconds),
+	// 0 when it is not blocked.
+	BlockedUntil int64
 }
 
 // View returns one key's live windows with per-replica counts and the
@@ -750,6 +808,9 @@ func (n *Node) View(now int64, rule, key string) (KeyView, error) {
 		}
 	}
 	v.Estimate = window.Estimate(prev, curr, el, r.width)
+	if until := n.blocks.Until(r.id, key); until > now {
+		v.BlockedUntil = until
+	}
 	return v, nil
 }
 
@@ -760,12 +821,17 @@ type Stats struct {
 	Applied ApplyStats
 	// KeysByRule is the number of live keys per rule name.
 	KeysByRule map[string]int
+	// Blocks is the number of penalty blocks held (ended ones until Tick).
+	Blocks int
+	// BlocksFull counts new penalty blocks dropped because the block table
+	// was full (its cap is MaxKeys).
+	BlocksFull uint64
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	rs := n.rules.Load()
-	st := Stats{Store: n.store.Stats(), KeysByRule: map[string]int{}}
+	st := Stats{Store: n.store.Stats(), KeysByRule: map[string]int{}, Blocks: n.blocks.Len(), BlocksFull: n.blocks.Full()}
 	for _, r := range rs.sorted {
 		st.KeysByRule[r.Name] = 0
 	}

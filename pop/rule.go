@@ -123,6 +123,13 @@ type Rule struct {
 	Mode Mode
 	// OnPartition is the partition policy.
 	OnPartition Policy
+	// BlockFor, when non-zero, puts a key denied by the rule in the penalty
+	// box for that long: every request for it is denied until then, on every
+	// node the rule's scope reaches (see block.go). 0 means no penalty box.
+	BlockFor time.Duration
+	// OnUnsure says what the rule answers when the node cannot know the
+	// key's count (see unsure.go): AllowUnsure (the default) or DenyUnsure.
+	OnUnsure UnsurePolicy
 }
 
 // Validate reports the first thing wrong with r, naming the field.
@@ -150,6 +157,12 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("mode: unknown mode %d", r.Mode)
 	case r.OnPartition > Share:
 		return fmt.Errorf("on_partition: unknown policy %d", r.OnPartition)
+	case r.BlockFor < 0 || r.BlockFor%time.Millisecond != 0:
+		return fmt.Errorf("block_for: must be 0 or a whole number of milliseconds, got %s", r.BlockFor)
+	case r.BlockFor > MaxBlockFor:
+		return fmt.Errorf("block_for: must be at most %s, got %s", MaxBlockFor, r.BlockFor)
+	case r.OnUnsure > DenyUnsure:
+		return fmt.Errorf("on_unsure: unknown policy %d", r.OnUnsure)
 	}
 	return nil
 }

@@ -77,6 +77,7 @@ type share struct {
 	frac         float64 // this side's share of the limit
 	base         float64 // frac at the cut (before adaptation)
 	hist         uint64  // this side's count in window c-1
+	fresh        bool    // first seen during the cut: no history (see unsure.go)
 	frozen       [2]uint64
 	mu           sync.Mutex
 	demandWin    int64
@@ -258,7 +259,7 @@ func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *s
 	sh := p.newKeys.m[k]
 	if sh == nil {
 		c, _ := window.Split(now, r.width)
-		sh = &share{win: c, frac: frac, base: frac}
+		sh = &share{win: c, frac: frac, base: frac, fresh: true}
 		if len(p.newKeys.m) < maxNewShareKeys {
 			p.newKeys.m[shareKey{r.id, strings.Clone(key)}] = sh
 		} // else: decided with a transient share that does not adapt

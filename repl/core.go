@@ -179,7 +179,8 @@ type Core struct {
 	// owned totals and the other members' (forwarded inside the PoP) until
 	// speakAt, then publishes them as one message.
 	speech    []crdt.Entry
-	speakAt   int64 // 0: not gathering
+	speechBlk []crdt.Block // penalty blocks gathered with speech
+	speakAt   int64        // 0: not gathering
 	speakSlot int64
 	spoken    int64 // the last slot published
 
@@ -459,9 +460,10 @@ func (c *Core) flushSlot(now int64) {
 			c.speakAt, c.speakSlot = now+int64(c.cfg.SpeakDelay), slot
 		}
 		c.speech = append(c.speech, b.PoP.Entries...)
+		c.speechBlk = append(c.speechBlk, b.PoP.Blocks...)
 		return
 	}
-	if len(b.PoP.Entries) > 0 {
+	if hasContent(&b.PoP) {
 		d := b.PoP
 		c.stats.Forwards++
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: &d})
@@ -473,18 +475,18 @@ func (c *Core) speak(now int64) {
 	if c.speakAt != 0 {
 		c.spoken = max(c.spoken, c.speakSlot)
 	}
-	if len(c.speech) > 0 && c.epoch != 0 {
-		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.Region, c.self.PoP, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech}
+	if (len(c.speech) > 0 || len(c.speechBlk) > 0) && c.epoch != 0 {
+		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.Region, c.self.PoP, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &d})
 	}
-	c.speech, c.speakAt = nil, 0
+	c.speech, c.speechBlk, c.speakAt = nil, nil, 0
 }
 
 // forwarded takes a member's totals for a flush slot: the slot's speaker
 // gathers them, or publishes them at once when the slot's message went out
 // already; the other members ignore them.
 func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
-	if !c.cfg.GlobalLink || c.cfg.FlushInterval <= 0 || len(d.Entries) == 0 {
+	if !c.cfg.GlobalLink || c.cfg.FlushInterval <= 0 || !hasContent(d) {
 		return true
 	}
 	// The slot is the sender's, so every member judges the same forward the
@@ -497,22 +499,25 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 		return true
 	}
 	entries := c.validTotals(now, d.Entries)
-	if len(entries) == 0 {
+	blocks := c.validBlocks(d.Blocks)
+	if len(entries) == 0 && len(blocks) == 0 {
 		return true
 	}
 	switch {
 	case c.speakAt != 0 && c.speakSlot == slot:
 		c.speech = append(c.speech, entries...)
+		c.speechBlk = append(c.speechBlk, blocks...)
 		return true
 	case slot >= cur-1 && slot <= cur+1 && slot > c.spoken && (c.speakAt == 0 || slot > c.speakSlot):
 		// Before this node's own flush of the slot: gather from now.
 		c.speak(now)
 		c.speakAt, c.speakSlot = now+int64(c.cfg.SpeakDelay), slot
 		c.speech = append(c.speech, entries...)
+		c.speechBlk = append(c.speechBlk, blocks...)
 		return true
 	}
 	// Late, or from a member whose clock is off: on its own.
-	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries}
+	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries, Blocks: blocks}
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &late})
 	return true
 }
@@ -541,17 +546,36 @@ func (c *Core) validTotals(now int64, es []crdt.Entry) []crdt.Entry {
 	return out
 }
 
+// validBlocks returns a copy of the forwarded penalty blocks this node may
+// publish for its PoP: global rules it knows, keys of legal length. The
+// receivers bound how long a block may last.
+func (c *Core) validBlocks(bs []crdt.Block) []crdt.Block {
+	var out []crdt.Block
+	for _, b := range bs {
+		r, ok := c.node.Rule(b.Rule)
+		if !ok || r.Scope != pop.ScopeGlobal || r.BlockFor == 0 || len(b.Key) == 0 || len(b.Key) > crdt.MaxKeyLen {
+			c.stats.ForwardsRefused++
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// hasContent reports whether d carries counts or penalty blocks.
+func hasContent(d *crdt.Delta) bool { return len(d.Entries) > 0 || len(d.Blocks) > 0 }
+
 // hasMembers reports whether the PoP has other members to tell.
 func (c *Core) hasMembers() bool { return c.cfg.PoPLink && len(c.members) > 1 }
 
 // emitBatch queues a batch: Local to the PoP (when there are members), PoP
 // totals to the other PoPs when global is set.
 func (c *Core) emitBatch(b *pop.Batch, reliable, global bool) {
-	if c.cfg.PoPLink && len(c.members) > 1 && len(b.Local.Entries) > 0 {
+	if c.cfg.PoPLink && len(c.members) > 1 && hasContent(&b.Local) {
 		d := b.Local
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Reliable: reliable, Delta: &d})
 	}
-	if global && c.cfg.GlobalLink && len(b.PoP.Entries) > 0 {
+	if global && c.cfg.GlobalLink && hasContent(&b.PoP) {
 		d := b.PoP
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: &d})
 	}
@@ -659,7 +683,7 @@ func (c *Core) SetMembers(now int64, others []string) {
 			return c.owner(c.memberH, kh) == c.rank && (len(oldH) == 0 || c.owner(oldH, kh) != oldRank)
 		}
 		b := c.node.AntiEntropy(now, movedIn)
-		b.Local.Entries = nil
+		b.Local.Entries, b.Local.Blocks = nil, nil
 		c.emitBatch(&b, true, true)
 		// And all owned totals soon: while views differ, a member may have
 		// forwarded totals to a speaker that did not take them, or that died
@@ -886,12 +910,12 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		if d.Epoch == 0 && c.epoch != 0 {
 			c.want |= wantAnnounce // a member that does not know it yet
 		}
-		if len(d.Entries) == 0 && d.Epoch != 0 {
+		if !hasContent(d) && d.Epoch != 0 {
 			// An announcement: the sender's view of the PoP changed.
 			c.scheduleResend(now)
 		}
 		c.learnEpoch(now, d.Epoch)
-		if len(d.Entries) > 0 {
+		if hasContent(d) {
 			res.Applied = c.node.Apply(now, d, pop.ScopePoP)
 			if c.cfg.FlushInterval == 0 {
 				c.Flush(now)
@@ -957,7 +981,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			if d.Sender.IsPoP() {
 				p.epoch = d.Sender.Incarnation
 			}
-			if len(d.Entries) > 0 {
+			if hasContent(d) {
 				res.Applied = c.node.Apply(now, d, pop.ScopeGlobal)
 			}
 		}
@@ -1065,7 +1089,7 @@ func (c *Core) doWork(now int64) {
 		c.stats.AntiEntropies++
 		b := c.node.AntiEntropy(now, c.ownsKey)
 		if c.want&wantLocalAE == 0 {
-			b.Local.Entries = nil
+			b.Local.Entries, b.Local.Blocks = nil, nil
 		}
 		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
 	}
@@ -1160,7 +1184,7 @@ func (c *Core) LocalState(now int64) []crdt.Delta {
 func (c *Core) MergeState(now int64, d *crdt.Delta) pop.ApplyStats {
 	c.learnEpoch(now, d.Epoch)
 	var st pop.ApplyStats
-	if len(d.Entries) > 0 {
+	if hasContent(d) {
 		via := pop.ScopeGlobal
 		if d.Sender.SamePoP(c.self) && !d.Sender.IsPoP() {
 			via = pop.ScopePoP

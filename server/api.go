@@ -424,6 +424,9 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 		}
 		if !d.Allowed {
 			allowed = false
+			if cr.pop.Mode == pop.Enforce {
+				a.node.Penalize(now, cr.pop.Name, string(sc.checks[i].key), &d)
+			}
 			sc.count(cr.m, d)
 		}
 		sc.decs = append(sc.decs, d)
@@ -524,6 +527,7 @@ func (sc *batchScratch) count(m *ruleMetrics, d pop.Decision) {
 	default:
 		rc.denied++
 	}
+	m.guards.record(d)
 }
 
 func (a *App) flushCounts(sc *batchScratch) {
@@ -562,11 +566,12 @@ func appendResultObj(b []byte, cr *compiledRule, key string, d pop.Decision) []b
 	b = append(b, `,"reset_ms":`...)
 	b = strconv.AppendInt(b, ceilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
 	if d.RetryAfter <= 0 {
-		return append(b, `,"retry_after_ms":0}`...)
+		b = append(b, `,"retry_after_ms":0`...)
+	} else {
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
 	}
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
-	return append(b, '}')
+	return append(appendGuards(b, d), '}')
 }
 
 // setRateLimitHeaders sets RateLimit-Policy, RateLimit
@@ -636,7 +641,8 @@ func (a *App) handleKey(w http.ResponseWriter, r *http.Request) {
 		Limit    uint64   `json:"limit"`
 		Estimate float64  `json:"estimate"`
 		Windows  []window `json:"windows"`
-	}{Rule: v.Rule, Key: v.Key, Limit: v.Limit, Estimate: v.Estimate, Windows: []window{}}
+		blockedUntilFields
+	}{Rule: v.Rule, Key: v.Key, Limit: v.Limit, Estimate: v.Estimate, Windows: []window{}, blockedUntilFields: blockedUntil(v.BlockedUntil)}
 	for _, wv := range v.Windows {
 		reps := wv.Replicas
 		if reps == nil {

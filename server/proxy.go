@@ -176,6 +176,7 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 				continue
 			}
 			if d, ok := a.peek(now, ap.cr, ap.key); ok && !d.Allowed {
+				a.node.Penalize(now, ap.cr.pop.Name, ap.key, &d)
 				ap.cr.m.record(d)
 				if bind == nil || d.RetryAfter > bd.RetryAfter {
 					bind, bd = ap.cr, d
@@ -228,5 +229,6 @@ func appendDenied(b []byte, rule string, d pop.Decision) []byte {
 	b = strconv.AppendInt(b, ceilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
+	b = appendGuards(b, d)
 	return append(b, "}\n"...)
 }

@@ -541,6 +541,8 @@ func (a *App) rlsPeek(now int64, items []rlsItem, sums map[rlsDupKey]uint64, all
 		}
 		if d.Allowed {
 			d.Remaining = min(d.Remaining+pc, d.Limit) // nothing was spent
+		} else if all && !it.check && !it.over {
+			a.node.Penalize(now, cr.pop.Name, it.key, &d)
 		}
 		if cost > cr.pop.Limit {
 			// It (or the descriptors sharing its rule and key) can never fit.

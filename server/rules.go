@@ -62,6 +62,7 @@ type keyPart struct {
 // long as a rule of that name exists.
 type ruleMetrics struct {
 	allowed, denied, shadowDenied atomic.Uint64
+	guards                        guardMetrics
 }
 
 func (m *ruleMetrics) record(d pop.Decision) {
@@ -73,6 +74,7 @@ func (m *ruleMetrics) record(d pop.Decision) {
 	default:
 		m.denied.Add(1)
 	}
+	m.guards.record(d)
 }
 
 // compileRules builds a ruleSet from a validated config. metricsFor returns

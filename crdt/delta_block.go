@@ -1,0 +1,139 @@
+package crdt
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// blockBound is an upper bound of one encoded block's size beyond its key:
+// the key's string header and the time.
+const blockBound = 3 + 9
+
+// blockGroupBound is an upper bound of a block group's size beyond its blocks.
+const blockGroupBound = 1 + MaxRuleNameLen + 3 + 5
+
+// encodeBlocks appends d's blocks to out as version 3 messages of at most
+// maxBytes each, with no count groups.
+func encodeBlocks(out [][]byte, enc *msgpack.Encoder, buf *bytes.Buffer, d *Delta, maxBytes int) ([][]byte, error) {
+	blocks := d.Blocks
+	for len(blocks) > 0 {
+		size, n := headerBound+1, 0
+		var rules []string
+		for n < len(blocks) && n < MaxDeltaEntries {
+			add := len(blocks[n].Key) + blockBound
+			if !contains(rules, blocks[n].Rule) {
+				add += blockGroupBound
+			}
+			if size+add > maxBytes {
+				break
+			}
+			if !contains(rules, blocks[n].Rule) {
+				rules = append(rules, blocks[n].Rule)
+			}
+			size += add
+			n++
+		}
+		buf.Reset()
+		if err := encodeBlockChunk(enc, d, blocks[:n], rules); err != nil {
+			return nil, err
+		}
+		out = append(out, bytes.Clone(buf.Bytes()))
+		blocks = blocks[n:]
+	}
+	return out, nil
+}
+
+func encodeBlockChunk(enc *msgpack.Encoder, d *Delta, blocks []Block, rules []string) error {
+	var err error
+	put := func(e error) {
+		if err == nil {
+			err = e
+		}
+	}
+	put(enc.EncodeArrayLen(6))
+	put(enc.EncodeUint(BlockVersion))
+	put(enc.EncodeArrayLen(4))
+	put(enc.EncodeString(d.Sender.Region))
+	put(enc.EncodeString(d.Sender.PoP))
+	put(enc.EncodeString(d.Sender.Node))
+	put(enc.EncodeUint(d.Sender.Incarnation))
+	put(enc.EncodeInt(d.SentAt))
+	put(enc.EncodeUint(d.Epoch))
+	put(enc.EncodeArrayLen(0)) // no count groups
+	put(enc.EncodeArrayLen(len(rules)))
+	for _, r := range rules {
+		n := 0
+		for i := range blocks {
+			if blocks[i].Rule == r {
+				n++
+			}
+		}
+		put(enc.EncodeArrayLen(2))
+		put(enc.EncodeString(r))
+		put(enc.EncodeArrayLen(2 * n))
+		for i := range blocks {
+			if b := &blocks[i]; b.Rule == r {
+				put(enc.EncodeString(b.Key))
+				put(enc.EncodeInt(b.Until))
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("crdt: encode blocks: %w", err)
+	}
+	return nil
+}
+
+// decodeBlocks reads a version 3 delta's block groups into out.Blocks, keys
+// into d.arena (d.bspans).
+func (d *Decoder) decodeBlocks(out *Delta) error {
+	groups, err := d.arrayLen(-1, "block groups")
+	if err != nil {
+		return err
+	}
+	if groups > maxGroups {
+		return malformed("%d block groups (max %d)", groups, maxGroups)
+	}
+	for g := 0; g < groups; g++ {
+		if _, err := d.arrayLen(2, "block group"); err != nil {
+			return err
+		}
+		rb, err := d.str(MaxRuleNameLen, "block rule name")
+		if err != nil {
+			return err
+		}
+		if len(rb) == 0 {
+			return malformed("empty block rule name")
+		}
+		rule := string(rb)
+		n, err := d.arrayLen(-1, "blocks")
+		if err != nil {
+			return err
+		}
+		if n%2 != 0 {
+			return malformed("blocks: %d elements, not a multiple of 2", n)
+		}
+		if len(out.Blocks)+n/2 > MaxDeltaEntries {
+			return malformed("more than %d blocks", MaxDeltaEntries)
+		}
+		for k := 0; k < n/2; k++ {
+			kb, err := d.str(MaxKeyLen, "block key")
+			if err != nil {
+				return err
+			}
+			if len(kb) == 0 {
+				return malformed("empty block key")
+			}
+			until, err := d.dec.DecodeInt64()
+			if err != nil {
+				return err
+			}
+			d.bspans = append(d.bspans, span{off: len(d.arena), n: len(kb)})
+			d.arena = append(d.arena, kb...)
+			out.Blocks = append(out.Blocks, Block{Rule: rule, Until: until})
+		}
+	}
+	return nil
+}

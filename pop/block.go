@@ -1,0 +1,217 @@
+package pop
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// The penalty box.
+//
+// A rule with BlockFor > 0 puts a key it denies (a counted decision, over
+// the limit) in the penalty box until now + BlockFor: every request for the
+// key is denied until then (Decision.Blocked, RetryAfter the time left),
+// whatever its count, and a denial while blocked does not extend the block.
+// In shadow mode the block is set and reported the same way (ShadowDenied
+// and Blocked: it would block) but nothing is denied. Unsure denials
+// (unsure.go) never start a block.
+//
+// The block is a max register per (rule, key) (crdt.Blocks), replicated
+// with the counts and as far as the rule's scope: not at all for node
+// scope, to the PoP's members for pop scope (Batch.Local), and to the other
+// PoPs too for global scope (Batch.PoP). The node that sets a block sends it
+// at the next Flush; AntiEntropy and State re-send every block held, so a
+// lost message, a new member or a restarted node converges. A block from a
+// peer ends at most BlockFor plus MaxSkew after the receiver's now (longer
+// ones are clamped and counted); a peer's block for a rule without BlockFor
+// here is ignored. The table is capped at the store's MaxKeys and Tick drops
+// the blocks that ended.
+
+// MaxBlockFor is the longest Rule.BlockFor.
+const MaxBlockFor = 30 * 24 * time.Hour
+
+// BlockApplyStats counts what Apply did with a delta's blocks. Blocks of an
+// unknown rule, a wrong scope or a bad key are counted in ApplyStats'
+// UnknownRule, WrongScope and BadEntry.
+type BlockApplyStats struct {
+	// Merged blocks were new or ended later than the one held.
+	Merged int
+	// Unchanged: the node held a block ending as late or later.
+	Unchanged int
+	// Expired blocks had ended already.
+	Expired int
+	// Ignored: the rule has no BlockFor on this node.
+	Ignored int
+	// Full: new blocks dropped because the block table was full.
+	Full int
+	// Clamped blocks ended later than now + BlockFor + MaxSkew; they were
+	// merged as ending then (a faulty or hostile peer, or a longer BlockFor
+	// there). Also counted by their merge outcome.
+	Clamped int
+}
+
+func (a *BlockApplyStats) add(b BlockApplyStats) {
+	a.Merged += b.Merged
+	a.Unchanged += b.Unchanged
+	a.Expired += b.Expired
+	a.Ignored += b.Ignored
+	a.Full += b.Full
+	a.Clamped += b.Clamped
+}
+
+// guard decides what a rule with a penalty box or DenyUnsure may decide
+// before counting: a blocked key, or a node not synced yet. done is false
+// when the decision is left to the counts.
+func (n *Node) guard(now int64, r *ruleState, key string) (d Decision, done bool) {
+	if r.BlockFor != 0 {
+		if until := n.blocks.Until(r.id, key); until > now {
+			left := time.Duration(until - now)
+			return Decision{Limit: r.Limit, Blocked: true, RetryAfter: left, Reset: left}, true
+		}
+	}
+	if n.notSynced(r) {
+		return unsureDecision(r, UnsureNotSynced), true
+	}
+	return Decision{}, false
+}
+
+// afterGuard completes a counted or peeked decision of a guarded rule: a
+// DenyUnsure rule denies an untracked key, and a counted denial starts a
+// block.
+func (n *Node) afterGuard(now int64, r *ruleState, key string, count bool, d *Decision) {
+	if d.Untracked && r.OnUnsure == DenyUnsure {
+		*d = unsureDecision(r, UnsureStoreFull)
+		d.Untracked = true
+		return
+	}
+	if d.Allowed || !count || r.BlockFor == 0 {
+		return
+	}
+	if n.blocks.Raise(r.id, key, now+int64(r.BlockFor), r.Scope != ScopeNode) == crdt.BlockFull {
+		return // no room: the counts alone limit the key
+	}
+	d.Blocked, d.BlockStarted = true, true
+	d.RetryAfter = r.BlockFor
+	d.Reset = max(d.Reset, r.BlockFor)
+}
+
+// applyBlocks merges d's blocks (received via scope via from an accepted
+// sender) into the block table.
+func (n *Node) applyBlocks(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
+	if len(d.Blocks) == 0 {
+		return
+	}
+	rs := n.rules.Load()
+	for i := range d.Blocks {
+		b := &d.Blocks[i]
+		r, ok := rs.byName[b.Rule]
+		switch {
+		case !ok:
+			st.UnknownRule++
+			continue
+		case r.Scope == ScopeNode || (r.Scope == ScopePoP && via != ScopePoP):
+			st.WrongScope++
+			continue
+		case len(b.Key) == 0 || len(b.Key) > crdt.MaxKeyLen:
+			st.BadEntry++
+			continue
+		case r.BlockFor == 0:
+			st.Blocks.Ignored++
+			continue
+		case b.Until <= now:
+			st.Blocks.Expired++
+			continue
+		}
+		until := b.Until
+		if bound := now + int64(r.BlockFor) + n.maxSkew; until > bound {
+			until = bound
+			st.Blocks.Clamped++
+		}
+		switch n.blocks.Raise(r.id, b.Key, until, false) {
+		case crdt.BlockRaised:
+			st.Blocks.Merged++
+		case crdt.BlockUnchanged:
+			st.Blocks.Unchanged++
+		case crdt.BlockFull:
+			st.Blocks.Full++
+		}
+	}
+}
+
+// flushBlocks adds the blocks this node set since the last flush to b:
+// pop- and global-scope ones to Local (when local), global-scope ones to PoP
+// (when pub).
+func (n *Node) flushBlocks(rs *ruleSet, b *Batch, local, pub bool) {
+	n.blocks.Drain(func(id crdt.RuleID, key string, until int64) {
+		r := rs.byID[id]
+		if r == nil || r.Scope == ScopeNode {
+			return
+		}
+		blk := crdt.Block{Rule: r.Name, Key: key, Until: until}
+		if local {
+			b.Local.Blocks = append(b.Local.Blocks, blk)
+		}
+		if pub && r.Scope == ScopeGlobal {
+			b.PoP.Blocks = append(b.PoP.Blocks, blk)
+		}
+	})
+}
+
+// liveBlocks returns every block held that ends after now, sorted by rule
+// and key (the simulator's output must not depend on map order);
+// node-scope ones and blocks of removed rules are left out.
+func (n *Node) liveBlocks(rs *ruleSet, now int64) []crdt.Block {
+	var blocks []crdt.Block
+	n.blocks.Each(now, func(id crdt.RuleID, key string, until int64) {
+		if r := rs.byID[id]; r != nil && r.Scope != ScopeNode {
+			blocks = append(blocks, crdt.Block{Rule: r.Name, Key: key, Until: until})
+		}
+	})
+	slices.SortFunc(blocks, func(a, b crdt.Block) int { return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key)) })
+	return blocks
+}
+
+// antiEntropyBlocks adds every live block to b: pop and global ones to
+// Local, global ones whose key owns accepts to PoP (when it has an epoch).
+func (n *Node) antiEntropyBlocks(rs *ruleSet, now int64, b *Batch, owns func(string) bool) {
+	for _, blk := range n.liveBlocks(rs, now) {
+		b.Local.Blocks = append(b.Local.Blocks, blk)
+		if r := rs.byName[blk.Rule]; b.PoP.Epoch != 0 && r.Scope == ScopeGlobal && (owns == nil || owns(blk.Key)) {
+			b.PoP.Blocks = append(b.PoP.Blocks, blk)
+		}
+	}
+}
+
+// BlockedUntil returns when key's penalty block under rule ends (Unix
+// nanoseconds), or 0 when it is not blocked at now.
+func (n *Node) BlockedUntil(now int64, rule, key string) int64 {
+	r, ok := n.rules.Load().byName[rule]
+	if !ok {
+		return 0
+	}
+	if until := n.blocks.Until(r.id, key); until > now {
+		return until
+	}
+	return 0
+}
+
+// Penalize puts key in rule's penalty box as Decide does for a counted
+// denial, for a request denied on d, a decision Peek took (Peek starts no
+// block): a caller that checks several rules without counting and then
+// denies the request calls it for the rules that denied. It updates d as
+// Decide would have (Blocked, BlockStarted, RetryAfter). It does nothing for
+// a rule without BlockFor, an admission, a key already blocked or an unsure
+// denial.
+func (n *Node) Penalize(now int64, rule, key string, d *Decision) {
+	r, ok := n.rules.Load().get(rule)
+	if !ok || r.BlockFor == 0 || d.Blocked || d.Unsure != UnsureNone || (d.Allowed && !d.ShadowDenied) ||
+		len(key) == 0 || len(key) > crdt.MaxKeyLen {
+		return
+	}
+	allowed := d.Allowed
+	d.Allowed = false
+	n.afterGuard(now, r, key, true, d)
+	d.Allowed = allowed
+}

@@ -1,0 +1,129 @@
+package pop
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+func TestOnUnsureNotSynced(t *testing.T) {
+	rules := []Rule{
+		{Name: "login", Limit: 5, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, OnUnsure: DenyUnsure},
+		{Name: "per-ip", Limit: 5, Window: time.Minute, Cost: 1, Scope: ScopePoP, OnUnsure: DenyUnsure},
+		{Name: "local", Limit: 5, Window: time.Minute, Cost: 1, Scope: ScopeNode, OnUnsure: DenyUnsure},
+		{Name: "api", Limit: 5, Window: time.Minute, Cost: 1, Scope: ScopeGlobal},
+		{Name: "watch", Limit: 5, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, OnUnsure: DenyUnsure, Mode: Shadow},
+	}
+	n, err := New(Config{Self: replica("a", 1), Rules: rules})
+	require.NoError(t, err)
+	n.SetSynced(false)
+	for _, tt := range []struct {
+		rule    string
+		allowed bool
+		unsure  Unsure
+	}{
+		{"login", false, UnsureNotSynced},
+		{"per-ip", false, UnsureNotSynced},
+		{"local", true, UnsureNone}, // node scope has no former counts to wait for
+		{"api", true, UnsureNone},   // on_unsure: allow
+		{"watch", true, UnsureNotSynced},
+	} {
+		d, err := n.Decide(t0, tt.rule, "k", 1)
+		require.NoError(t, err)
+		assert.Equal(t, tt.allowed, d.Allowed, tt.rule)
+		assert.Equal(t, tt.unsure, d.Unsure, tt.rule)
+		if tt.unsure != UnsureNone {
+			assert.Equal(t, time.Second, d.RetryAfter, tt.rule)
+			assert.Zero(t, d.Remaining, tt.rule)
+		}
+	}
+	d, _ := n.Decide(t0, "watch", "k", 1)
+	assert.True(t, d.ShadowDenied, "shadow mode reports what it would deny")
+	v, err := n.View(t0, "login", "k")
+	require.NoError(t, err)
+	assert.Empty(t, v.Windows, "an unsure denial counts nothing")
+
+	n.SetSynced(true)
+	d, err = n.Decide(t0, "login", "k", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, UnsureNone, d.Unsure)
+}
+
+func TestOnUnsureStoreFull(t *testing.T) {
+	for _, tt := range []struct {
+		policy  UnsurePolicy
+		allowed bool
+		unsure  Unsure
+	}{
+		{AllowUnsure, true, UnsureNone},
+		{DenyUnsure, false, UnsureStoreFull},
+	} {
+		t.Run(tt.policy.String(), func(t *testing.T) {
+			rules := []Rule{{Name: "login", Limit: 10, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, OnUnsure: tt.policy}}
+			n, err := New(Config{Self: replica("a", 1), Rules: rules, MaxKeys: 8, Shards: 1, Seed: 1})
+			require.NoError(t, err)
+			// Fill the store with keys at their protection threshold: none
+			// can be evicted.
+			for i := 0; i < 8; i++ {
+				for j := 0; j < 2; j++ {
+					d, err := n.Decide(t0, "login", "k"+strconv.Itoa(i), 1)
+					require.NoError(t, err)
+					require.False(t, d.Untracked)
+				}
+			}
+			d, err := n.Decide(t0, "login", "new", 1)
+			require.NoError(t, err)
+			assert.True(t, d.Untracked)
+			assert.Equal(t, tt.allowed, d.Allowed)
+			assert.Equal(t, tt.unsure, d.Unsure)
+		})
+	}
+}
+
+func TestOnUnsureNoHistoryUnderShare(t *testing.T) {
+	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share, OnUnsure: DenyUnsure}}
+	eu, err := New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules})
+	require.NoError(t, err)
+	// Before the cut the key was seen; a window later the cut starts.
+	d, err := eu.Decide(t0, "api", "known", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	cut := t0 + int64(10*time.Second)
+	eu.SetUnheard(cut, []string{"us/iad"})
+
+	d, err = eu.Decide(cut, "api", "known", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "a key with history gets its share")
+	d, err = eu.Decide(cut, "api", "fresh", 1)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "no history to derive a share from")
+	assert.Equal(t, UnsureNoHistory, d.Unsure)
+
+	eu.SetUnheard(cut, nil)
+	healed := cut + int64(time.Second) // past the heal hold
+	d, err = eu.Decide(healed, "api", "fresh", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "outside partitions every key is judged by its counts")
+}
+
+func TestUnsureNames(t *testing.T) {
+	assert.Equal(t, []string{"store_full", "not_synced", "no_history"}, func() (s []string) {
+		for _, u := range UnsureReasons() {
+			s = append(s, u.String())
+		}
+		return s
+	}())
+	for _, s := range []string{"allow", "deny"} {
+		p, err := ParseUnsurePolicy(s)
+		require.NoError(t, err)
+		assert.Equal(t, s, p.String())
+	}
+	_, err := ParseUnsurePolicy("maybe")
+	assert.Error(t, err)
+}
