@@ -97,6 +97,8 @@ type Status struct {
 	// Epoch is the PoP epoch this node publishes its PoP's totals under
 	// (0: not known yet).
 	Epoch uint64 `json:"epoch"`
+	// Startup is where the startup sync stands.
+	Startup repl.StartupState `json:"startup_sync"`
 	// Protocol are the replication protocol's counters.
 	Protocol repl.Stats `json:"protocol"`
 	// QueuedBytes is what waits in the receive queue now; QueuedBytesPeak the
@@ -196,7 +198,7 @@ func (r *Replicator) Stats() []TransportStats {
 // Status returns the state for the status page.
 func (r *Replicator) Status() Status {
 	r.mu.Lock()
-	epoch, pstats := r.core.Epoch(), r.core.Stats()
+	epoch, pstats, startup := r.core.Epoch(), r.core.Stats(), r.core.Startup()
 	r.mu.Unlock()
 	s := Status{
 		Self:            r.self.String(),
@@ -206,6 +208,7 @@ func (r *Replicator) Status() Status {
 		Transports:      r.Stats(),
 		Resyncs:         r.resyncs.Load(),
 		Epoch:           epoch,
+		Startup:         startup,
 		Protocol:        pstats,
 		QueuedBytes:     r.queuedBytes.Load(),
 		QueuedBytesPeak: r.queuedPeak.Load(),

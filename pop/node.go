@@ -272,13 +272,16 @@ func fractionOption(name string, v, def float64) (float64, error) {
 // counts this node holds per member: the current epoch, or an epoch a
 // member started (an epoch is its starter's incarnation) and left for the
 // PoP's, whose counts that member sends per node. Only an epoch of members
-// that are all gone (the whole PoP restarted) is counted as such.
+// that are all gone (the whole PoP restarted) is counted as such. A former
+// incarnation of this node is gone: what the node holds of it per node
+// (from a state file, Restore) holds no global counts, so its epoch's
+// aggregate merges like another PoP's.
 func (n *Node) ownEpoch(e uint64) bool {
 	if e == n.Epoch() || e == n.self.Incarnation {
 		return true
 	}
 	for _, r := range n.store.Replicas() {
-		if r.SamePoP(n.self) && !r.IsPoP() && r.Incarnation == e {
+		if r.SamePoP(n.self) && !r.IsPoP() && r.Incarnation == e && r.Node != n.self.Node {
 			return true
 		}
 	}
@@ -526,40 +529,46 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 			st.WrongScope++
 			continue
 		}
-		if len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen {
-			st.BadEntry++
-			continue
-		}
-		idx, _ := window.Split(now, r.width)
-		if limitIdx, _ := window.Split(now+n.maxSkew, r.width); e.Window > limitIdx {
-			st.Ahead++
-			continue
-		}
-		count := e.Count
-		if count > r.Limit {
-			// No replica admits more than the limit in a window (a denied
-			// request spends nothing), so a larger count is a bug or an
-			// attack: it must not lock the key beyond what one replica
-			// could, two windows at most.
-			count = r.Limit
-			st.Clamped++
-		}
-		switch n.store.Merge(r.id, e.Key, idx, e.Window, rep, count) {
-		case crdt.Merged:
-			st.Merged++
-		case crdt.Unchanged:
-			st.Unchanged++
-		case crdt.Stale:
-			st.Stale++
-		case crdt.Ahead:
-			st.Ahead++
-		case crdt.Full:
-			st.Full++
-		case crdt.Self:
-			st.Echo++
-		}
+		n.mergeEntry(now, r, rep, e, &st)
 	}
 	return st
+}
+
+// mergeEntry merges one entry of replica rep for rule r (whose scope the
+// caller checked), counting the outcome in st. Requires applyMu read-held.
+func (n *Node) mergeEntry(now int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, st *ApplyStats) {
+	if len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen {
+		st.BadEntry++
+		return
+	}
+	idx, _ := window.Split(now, r.width)
+	if limitIdx, _ := window.Split(now+n.maxSkew, r.width); e.Window > limitIdx {
+		st.Ahead++
+		return
+	}
+	count := e.Count
+	if count > r.Limit {
+		// No replica admits more than the limit in a window (a denied
+		// request spends nothing), so a larger count is a bug or an
+		// attack: it must not lock the key beyond what one replica
+		// could, two windows at most.
+		count = r.Limit
+		st.Clamped++
+	}
+	switch n.store.Merge(r.id, e.Key, idx, e.Window, rep, count) {
+	case crdt.Merged:
+		st.Merged++
+	case crdt.Unchanged:
+		st.Unchanged++
+	case crdt.Stale:
+		st.Stale++
+	case crdt.Ahead:
+		st.Ahead++
+	case crdt.Full:
+		st.Full++
+	case crdt.Self:
+		st.Echo++
+	}
 }
 
 // senderFits reports whether sender may send through a transport of scope

@@ -49,7 +49,11 @@ func (a *App) apiHandler() http.Handler {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !a.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+			status := "not ready"
+			if a.ready.Load() {
+				status = "syncing" // deciding, but former incarnations' counts may be missing
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": status})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -698,6 +702,7 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		GoVersion   string              `json:"go_version"`
 		UptimeS     int64               `json:"uptime_seconds"`
 		Ready       bool                `json:"ready"`
+		Synced      bool                `json:"synced"`
 		NATSURL     string              `json:"nats_url"`
 		Replication bool                `json:"replication"`
 		Keys        int                 `json:"keys"`
@@ -707,7 +712,7 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}{
 		Replica: self.String(), Node: self.Node, Region: self.Region, PoP: self.PoP, Incarnation: self.Incarnation,
 		Version: a.opts.Version, GoVersion: runtime.Version(), UptimeS: int64(time.Since(a.started).Seconds()),
-		Ready: a.Ready(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
+		Ready: a.Ready(), Synced: a.node.Synced(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
 		Partition:         a.node.Partition(a.clk.Now()),
 		ReplicationStatus: repl,
 	})

@@ -782,8 +782,10 @@ func gossipRestart(g *config.Gossip, keysLive bool) *config.Gossip {
 // Err delivers the error of a listener that stopped serving on its own.
 func (a *App) Err() <-chan error { return a.serveErr }
 
-// Ready reports whether the App serves (started and not shutting down).
-func (a *App) Ready() bool { return a.ready.Load() }
+// Ready reports whether the App serves (started and not shutting down) and
+// its node is synced: it holds what its former incarnations counted
+// (replication.startup_sync, state.file), or stopped waiting for it.
+func (a *App) Ready() bool { return a.ready.Load() && a.node.Synced() }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 

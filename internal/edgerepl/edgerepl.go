@@ -55,6 +55,7 @@ func New(env server.ReplicationEnv) (server.Replicator, error) {
 		MaxPoPs:             cfg.Replication.MaxPoPs,
 		SyncInterval:        cfg.Replication.SyncInterval.D(),
 		NoAllowance:         cfg.Replication.NearLimitAllowance != nil && !*cfg.Replication.NearLimitAllowance,
+		StartupSync:         cfg.Replication.StartupSync.D(),
 		Logger:              env.Logger,
 		ObserveLag:          func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
 	}
