@@ -13,8 +13,8 @@ import (
 //   - node- and pop-scope rules: the per-node counts of the live windows,
 //     own (node scope: only own) and the PoP's members' (pop scope);
 //   - global rules: PoP aggregates only: the own PoP's totals under the
-//     current epoch (none while it is 0), and every aggregate held (other
-//     PoPs', the own PoP's former epochs).
+//     current epoch (while it is 0, under the node's incarnation), and every
+//     aggregate held (other PoPs', the own PoP's former epochs).
 //
 // Global counts are kept as aggregates, never per node: a restarted PoP
 // publishes under a new epoch, and its former totals must stay counted once,
@@ -51,8 +51,15 @@ func (n *Node) Snapshot(now int64) []crdt.Delta {
 		d.Sender = n.store.Replica(rep)
 		out = append(out, *d)
 	}
-	if ep != 0 {
-		own := crdt.Delta{Sender: crdt.PoPReplica(n.self.Region, n.self.PoP, ep), SentAt: now, Epoch: ep}
+	{
+		// A node with no epoch (no replication, or a member that has not
+		// learned its PoP's) keeps its PoP's totals as the aggregate of an
+		// epoch of its own incarnation, as a node alone in its PoP does.
+		aggEpoch := ep
+		if aggEpoch == 0 {
+			aggEpoch = n.self.Incarnation
+		}
+		own := crdt.Delta{Sender: crdt.PoPReplica(n.self.Region, n.self.PoP, aggEpoch), SentAt: now, Epoch: ep}
 		n.store.Totals(idx, func(e crdt.FlushEntry) {
 			if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 {
 				own.Entries = append(own.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})

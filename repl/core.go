@@ -220,6 +220,7 @@ type Core struct {
 	// markTo are the PoPs that asked for a marker.
 	syncing, syncTimedOut bool
 	syncTook              int64
+	syncMissing           []PoPID // the PoPs unanswered at a time-out
 	popMerged             bool
 	markTo                map[PoPID]bool
 
@@ -441,6 +442,7 @@ func (c *Core) Tick(now int64) {
 			c.heartbeat(now)
 		}
 		c.checkPeers(now)
+		c.reaskStartup(now)
 		c.nextHB = advance(c.nextHB, now, hb)
 	}
 	c.doWork(now)

@@ -56,7 +56,8 @@ type StartupState struct {
 	TimedOut bool `json:"timed_out,omitempty"`
 	// WaitingPoP: the own PoP's members' state has not been merged yet.
 	WaitingPoP bool `json:"waiting_pop,omitempty"`
-	// Waiting are the expected remote PoPs whose answer has not arrived.
+	// Waiting are the expected remote PoPs whose answer has not arrived
+	// (once TimedOut: had not arrived).
 	Waiting []PoPID `json:"waiting,omitempty"`
 	// Unknown: no remote PoPs are expected (Config.ExpectedPoPs), so which
 	// PoPs exist is not known and the node waits the whole StartupSync.
@@ -70,6 +71,8 @@ func (c *Core) Startup() StartupState {
 	st := StartupState{Synced: !c.syncing, TimedOut: c.syncTimedOut}
 	if st.Synced {
 		st.TookMS = c.syncTook / 1e6
+		st.Waiting = c.syncMissing
+		st.Unknown = c.syncTimedOut && c.cfg.GlobalLink && (!c.hasExpected || !c.cfg.Relay)
 		return st
 	}
 	st.WaitingPoP = !c.popSynced()
@@ -123,6 +126,9 @@ func (c *Core) checkStartup(now int64) {
 	if !done && now-c.startedAt < int64(c.cfg.StartupSync) {
 		return
 	}
+	if !done {
+		c.syncMissing = c.unanswered()
+	}
 	c.syncing, c.syncTimedOut, c.syncTook = false, !done, max(now-c.startedAt, 0)
 	c.node.SetSynced(true)
 }
@@ -169,5 +175,21 @@ func (c *Core) sendMarkers(now int64) {
 		c.stats.Markers++
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true,
 			Delta: &crdt.Delta{Sender: crdt.PoPReplica(id.Region, id.PoP, p.epoch), SentAt: now, Epoch: p.epoch}})
+	}
+}
+
+// reaskStartup asks again, once per heartbeat interval while the node
+// waits, when an expected PoP that has not answered is heard: a link comes
+// back one direction at a time (a gateway, each side's own connection), so
+// a request sent while this PoP heard the other may still have been lost.
+func (c *Core) reaskStartup(now int64) {
+	if !c.syncing || !c.cfg.GlobalLink || c.epoch == 0 {
+		return
+	}
+	for _, p := range c.peers {
+		if p.expected && p.marked != c.epoch && !c.silent(p, now) {
+			c.askSync(now)
+			return
+		}
 	}
 }

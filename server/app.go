@@ -107,6 +107,9 @@ type ReplicationStatus struct {
 	// Epoch is the PoP epoch this node publishes its PoP's totals under
 	// (0 while it is not known yet).
 	Epoch uint64 `json:"epoch"`
+	// Startup is where the startup sync stands (replication.startup_sync);
+	// the Replicator chooses its shape.
+	Startup any `json:"startup_sync,omitempty"`
 	// Protocol are the replication protocol's counters (flushes, forwards,
 	// heartbeats, sync requests and answers, relays); the Replicator
 	// chooses their shape.
@@ -176,6 +179,7 @@ type App struct {
 	reg      *prometheus.Registry
 	met      *metrics
 	rlsMet   *rlsMetrics
+	state    *stateKeeper
 	rules    atomic.Pointer[ruleSet]
 	auth     atomic.Pointer[apiAuth] // nil: the API takes no token
 	started  time.Time
@@ -262,6 +266,7 @@ func New(o Options) (*App, error) {
 	}
 	a.met = newMetrics(a)
 	a.rlsMet = newRLSMetrics(a.reg)
+	a.state = newStateKeeper(a)
 	if a.clk == nil {
 		a.ownClock = clock.NewCoarse(time.Millisecond)
 		a.clk = a.ownClock
@@ -366,6 +371,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 			_ = a.Shutdown(context.Background())
 		}
 	}()
+	a.loadState() // before anything is decided
 	switch {
 	case a.cfg.NATS.Disabled:
 		a.log.Info("nats disabled: no counts cross to other PoPs")
@@ -435,6 +441,10 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	a.loops.Add(1)
 	go a.tickLoop(ctx)
+	if a.state.path != "" {
+		a.loops.Add(1)
+		go a.stateLoop(ctx)
+	}
 	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
 		a.loops.Add(1)
 		go a.watchLoop(ctx)
@@ -551,6 +561,13 @@ func (a *App) Shutdown(ctx context.Context) error {
 			a.cancel()
 		}
 		a.loops.Wait()
+		if a.cancel != nil {
+			// The last counts, after the final flush: the next start goes
+			// on from here.
+			if err := a.saveState(); err != nil {
+				errs = append(errs, fmt.Errorf("server: %w", err))
+			}
+		}
 		if a.nats != nil {
 			a.nats.Shutdown()
 		}
@@ -756,7 +773,7 @@ func restartOnly(a, b *config.Config, keysLive bool) []string {
 	}{
 		{"node", a.Node, b.Node}, {"listen", a.Listen, b.Listen}, {"proxy", pa, pb},
 		{"nats", a.NATS, b.NATS}, {"gossip", ga, gb}, {"replication", a.Replication, b.Replication},
-		{"limits", a.Limits, b.Limits}, {"http", a.HTTP, b.HTTP},
+		{"limits", a.Limits, b.Limits}, {"http", a.HTTP, b.HTTP}, {"state", a.State, b.State},
 	} {
 		if !reflect.DeepEqual(s.x, s.y) {
 			out = append(out, s.name)

@@ -206,7 +206,7 @@ func (g *gossipReplicator) Status() server.ReplicationStatus {
 	}
 	st.Partitions = append(st.Partitions, s.Partitioned...)
 	st.Transports = s.Transports
-	st.Epoch, st.Protocol = s.Epoch, s.Protocol
+	st.Epoch, st.Protocol, st.Startup = s.Epoch, s.Protocol, s.Startup
 	return st
 }
 
