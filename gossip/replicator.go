@@ -185,6 +185,7 @@ type Replicator struct {
 
 	partVersion uint64 // the loop's last report to OnPartitionChange
 	synced      bool   // the loop logged the end of the startup sync
+	drift       driftLog
 	resyncs     atomic.Uint64
 }
 
@@ -373,6 +374,9 @@ func (r *Replicator) step() int64 {
 	var ver uint64
 	var next int64
 	var startup repl.StartupState
+	var drift []repl.PeerDrift
+	var driftVer uint64
+	var driftChanged bool
 	r.with(func(c *repl.Core, now int64) {
 		c.Tick(now)
 		part, ver = c.Partitioned()
@@ -380,7 +384,13 @@ func (r *Replicator) step() int64 {
 		if !r.synced {
 			startup = c.Startup()
 		}
+		if driftChanged = c.DriftVersion() != r.drift.version; driftChanged {
+			drift, driftVer = c.Drift()
+		}
 	})
+	if driftChanged {
+		r.logDrift(drift, driftVer)
+	}
 	if !r.synced && startup.Synced {
 		r.synced = true
 		r.logStartup(startup)

@@ -221,8 +221,10 @@ type Core struct {
 	syncing, syncTimedOut bool
 	syncTook              int64
 	syncMissing           []PoPID // the PoPs unanswered at a time-out
-	popMerged             bool
-	markTo                map[PoPID]bool
+
+	driftVersion uint64 // see Drift
+	popMerged    bool
+	markTo       map[PoPID]bool
 
 	out   []Message
 	stats Stats
@@ -249,6 +251,8 @@ type peer struct {
 	// marked is the epoch of this node that the PoP's last marker answered
 	// (startup.go).
 	marked uint64
+	// drift is what its heartbeats say of its rules and clock (drift.go).
+	drift peerDrift
 }
 
 // maxRequesters bounds the nodes of one remote PoP whose sync requests are
@@ -587,7 +591,9 @@ func (c *Core) emitBatch(b *pop.Batch, reliable, global bool) {
 
 func (c *Core) heartbeat(now int64) {
 	c.stats.Heartbeats++
-	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: c.empty(now)})
+	d := c.empty(now)
+	d.Entries = c.fingerprints() // drift.go
+	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: d})
 }
 
 func (c *Core) empty(now int64) *crdt.Delta {
@@ -960,6 +966,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		}
 		switch m.Kind {
 		case KindHeartbeat:
+			c.checkDrift(now, p, d)
 			if c.missedBeats(p, d.SentAt) {
 				// A short cut (under PeerTimeout) lost messages: repair now
 				// rather than at the next anti-entropy round.

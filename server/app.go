@@ -110,6 +110,11 @@ type ReplicationStatus struct {
 	// Startup is where the startup sync stands (replication.startup_sync);
 	// the Replicator chooses its shape.
 	Startup any `json:"startup_sync,omitempty"`
+	// Drift lists, per remote PoP, its estimated clock offset and the
+	// global rules it has otherwise (a different window, limit, scope or
+	// partition policy) or this node lacks; the Replicator chooses its
+	// shape.
+	Drift any `json:"drift,omitempty"`
 	// Protocol are the replication protocol's counters (flushes, forwards,
 	// heartbeats, sync requests and answers, relays); the Replicator
 	// chooses their shape.
