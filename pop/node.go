@@ -167,10 +167,11 @@ type Node struct {
 	applyMu    sync.RWMutex
 	lastForget atomic.Int64 // when Tick last forgot unused replicas
 
-	mu     sync.Mutex // serialises SetRules and guards freeIDs, nextID, applied
-	freeID []crdt.RuleID
-	nextID crdt.RuleID
-	stats  ApplyStats
+	mu      sync.Mutex // serialises SetRules and guards freeIDs, nextID, applied, retired
+	freeID  []crdt.RuleID
+	nextID  crdt.RuleID
+	stats   ApplyStats
+	retired map[string]retiredRule // removed rules whose counts are kept (retired.go)
 
 	shareFloor, shareStep float64
 	healHold              int64
@@ -321,8 +322,10 @@ func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 
 // SetRules replaces the rule set. Rules whose name and window are unchanged
 // keep their counts (limit, cost, scope, mode and policy may change); others
-// start empty, and removed rules' counts are dropped. An invalid set changes
-// nothing.
+// start empty. A removed rule's counts (or a rule's under its former window)
+// are kept for two of its windows after the next Tick: a rule set again
+// with that name and window within that time goes on with them
+// (retired.go). An invalid set changes nothing.
 func (n *Node) SetRules(rules []Rule) error {
 	if err := ValidateRules(rules); err != nil {
 		return fmt.Errorf("pop: %w", err)
@@ -337,6 +340,8 @@ func (n *Node) SetRules(rules []Rule) error {
 		if o, ok := old.byName[r.Name]; ok && o.Window == r.Window {
 			rs.id = o.id
 			kept[o.id] = true
+		} else if id, ok := n.unretire(r.Name, r.Window); ok {
+			rs.id = id
 		} else {
 			id, err := n.allocID()
 			if err != nil {
@@ -354,10 +359,9 @@ func (n *Node) SetRules(rules []Rule) error {
 		next.small = next.sorted
 	}
 	n.rules.Store(next)
-	for id := range old.byID {
+	for id, o := range old.byID {
 		if !kept[id] {
-			n.store.DropRule(id)
-			n.freeID = append(n.freeID, id)
+			n.retire(o)
 		}
 	}
 	n.resnapshot()
@@ -706,7 +710,7 @@ func (n *Node) indexFunc(rs *ruleSet, now int64) func(crdt.RuleID) int64 {
 // all passed and, once many replica identities have piled up, the ones no
 // live key references. Call it every second or so.
 func (n *Node) Tick(now int64) {
-	n.store.Sweep(n.indexFunc(n.rules.Load(), now))
+	n.store.Sweep(n.sweepIndex(now))
 	if n.store.ReplicaCount() > forgetReplicasAt && now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
 		n.lastForget.Store(now)
 		n.applyMu.Lock()
