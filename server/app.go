@@ -707,7 +707,11 @@ func (a *App) reloadBytes(b []byte, why string) error {
 	err := a.apply(b)
 	a.lastHash = fingerprint(b, a.cfgNow)
 	if err != nil {
-		a.met.reloads.WithLabelValues("failed").Inc()
+		result := "failed"
+		if errors.Is(err, errRuleRemoval) {
+			result = "refused"
+		}
+		a.met.reloads.WithLabelValues(result).Inc()
 		a.log.Error("config reload failed; keeping the old config", "trigger", why, "path", a.opts.ConfigPath, "err", err)
 		return err
 	}
@@ -719,6 +723,9 @@ func (a *App) reloadBytes(b []byte, why string) error {
 func (a *App) apply(b []byte) error {
 	cfg, err := config.ParseFile(b)
 	if err != nil {
+		return err
+	}
+	if err := checkRuleRemoval(a.cfgNow, cfg); err != nil {
 		return err
 	}
 	rs, prules, err := compileRules(cfg, a.metricsFor)
