@@ -198,6 +198,9 @@ type ruleState struct {
 	id    crdt.RuleID
 	width int64
 	cur   atomic.Pointer[winCache]
+	// dropped: the rule was removed and its retired counts dropped; its ID
+	// may serve another rule (handle.go).
+	dropped atomic.Bool
 }
 
 // winCache remembers the rule's current window so that the hot path does not
@@ -435,9 +438,16 @@ func (n *Node) Peek(now int64, rule, key string, cost uint64) (Decision, error) 
 
 func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Decision, error) {
 	r, ok := n.rules.Load().get(rule)
-	switch {
-	case !ok:
+	if !ok {
 		return Decision{}, ErrUnknownRule
+	}
+	return n.decideRule(now, r, key, cost, count)
+}
+
+// decideRule decides for rule r of some rule table snapshot.
+func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, count bool) (Decision, error) {
+	var ok bool
+	switch {
 	case len(key) == 0:
 		return Decision{}, ErrEmptyKey
 	case len(key) > crdt.MaxKeyLen:

@@ -21,6 +21,7 @@ type retiredRule struct {
 	id     crdt.RuleID
 	window time.Duration
 	until  int64 // when the counts are dropped; 0: set at the next Tick
+	rs     *ruleState
 }
 
 // retire keeps r's counts (see above); a rule of that name retired before
@@ -32,7 +33,7 @@ func (n *Node) retire(r *ruleState) {
 	if o, ok := n.retired[r.Name]; ok {
 		n.dropRetired(r.Name, o)
 	}
-	n.retired[r.Name] = retiredRule{id: r.id, window: r.Window}
+	n.retired[r.Name] = retiredRule{id: r.id, window: r.Window, rs: r}
 }
 
 // unretire returns the ID of the rule retired under name with window w, and
@@ -49,6 +50,7 @@ func (n *Node) unretire(name string, w time.Duration) (crdt.RuleID, bool) {
 // dropRetired drops a retired rule's counts and frees its ID. Requires n.mu
 // held.
 func (n *Node) dropRetired(name string, o retiredRule) {
+	o.rs.dropped.Store(true) // before the ID can serve another rule
 	n.store.DropRule(o.id)
 	n.freeID = append(n.freeID, o.id)
 	delete(n.retired, name)

@@ -269,7 +269,7 @@ func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := string(c.key)
-	d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, cost)
+	d, err := a.node.DecideHandle(a.clk.Now(), cr.h, key, cost)
 	if err != nil {
 		e := decideErr(err)
 		writeError(w, e.status, e.msg)
@@ -382,7 +382,7 @@ func (a *App) decideEach(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	for i := range sc.checks {
 		cr := sc.rules[i]
 		key := string(sc.checks[i].key)
-		d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, sc.costs[i])
+		d, err := a.node.DecideHandle(a.clk.Now(), cr.h, key, sc.costs[i])
 		if err != nil {
 			e := decideErr(err)
 			return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -421,7 +421,7 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	allowed := true
 	for i := 0; i < n; i++ {
 		cr := sc.rules[i]
-		d, err := a.node.Peek(now, cr.pop.Name, string(sc.checks[i].key), sc.cum[i])
+		d, err := a.node.PeekHandle(now, cr.h, string(sc.checks[i].key), sc.cum[i])
 		if err != nil {
 			e := decideErr(err)
 			return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -439,7 +439,7 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 		}
 		for i := 0; i < n; i++ {
 			cr := sc.rules[i]
-			d, err := a.node.Decide(now, cr.pop.Name, string(sc.checks[i].key), sc.costs[i])
+			d, err := a.node.DecideHandle(now, cr.h, string(sc.checks[i].key), sc.costs[i])
 			if err != nil {
 				e := decideErr(err)
 				return b, errStatus(e.status, checkMsg(i, e.msg))

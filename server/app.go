@@ -262,6 +262,7 @@ func New(o Options) (*App, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	a.node = node
+	rs.bind(node)
 	a.rules.Store(rs)
 	a.auth.Store(au)
 	if o.ConfigPath != "" {
@@ -746,6 +747,7 @@ func (a *App) apply(b []byte) error {
 	if err := a.node.SetRules(prules); err != nil {
 		return err
 	}
+	rs.bind(a.node) // one table: the server's rules and the core's, from one snapshot
 	a.rules.Store(rs)
 	if old := a.auth.Swap(au); !old.same(au) {
 		a.log.Info("api tokens changed", "tokens", au.count())
