@@ -24,6 +24,7 @@ func (n *Node) Snapshot(now int64) []crdt.Delta {
 	ep := n.Epoch()
 	idx := n.indexFunc(rs, now)
 	byRep := map[crdt.ReplicaID]*crdt.Delta{}
+	aggregate := map[crdt.ReplicaID]bool{} // whether a replica is a PoP's
 	add := func(rep crdt.ReplicaID, e crdt.Entry) {
 		d := byRep[rep]
 		if d == nil {
@@ -37,7 +38,11 @@ func (n *Node) Snapshot(now int64) []crdt.Delta {
 		if r == nil || e.Count == 0 {
 			return
 		}
-		isPoP := n.store.Replica(rep).IsPoP()
+		isPoP, ok := aggregate[rep]
+		if !ok {
+			isPoP = n.store.Replica(rep).IsPoP()
+			aggregate[rep] = isPoP
+		}
 		switch {
 		case r.Scope == ScopeNode && rep != crdt.SelfID,
 			r.Scope == ScopeGlobal && !isPoP,

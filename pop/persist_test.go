@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,4 +99,23 @@ func TestRestoreRefuses(t *testing.T) {
 	assert.Zero(t, estimate(t, n, t0, "api", "k"))
 	assert.Zero(t, estimate(t, n, t0, "per-ip", "k"))
 	assert.Zero(t, estimate(t, n, t0, "local", "k"))
+}
+
+// BenchmarkSnapshot measures a state file's snapshot of 100k live keys (the
+// periodic cost of state.file, every state.interval).
+func BenchmarkSnapshot(b *testing.B) {
+	n, err := New(Config{Self: replica("a", 1), Rules: []Rule{{Name: "api", Limit: 1000, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}}})
+	require.NoError(b, err)
+	n.SetEpoch(1)
+	for i := range 100_000 {
+		_, err := n.Decide(t0, "api", "k"+strconv.Itoa(i), 1)
+		require.NoError(b, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if s := n.Snapshot(t0); len(s) != 1 || len(s[0].Entries) != 100_000 {
+			b.Fatalf("snapshot of %d deltas", len(s))
+		}
+	}
 }
