@@ -57,6 +57,12 @@ type Config struct {
 	Limits Limits `yaml:"limits"`
 	// HTTP holds the HTTP server timeouts shared by the API and proxy listeners.
 	HTTP HTTP `yaml:"http"`
+	// State keeps the node's counts in a file across restarts.
+	State State `yaml:"state"`
+	// AllowRuleRemoval lets a reload remove more than half of the running
+	// rules (a truncated or wrongly generated file looks like that). Without
+	// it such a reload is refused and the old rules keep serving.
+	AllowRuleRemoval bool `yaml:"allow_rule_removal"`
 	// Rules are the rate-limit rules.
 	Rules []Rule `yaml:"rules"`
 }
@@ -267,6 +273,12 @@ type Replication struct {
 	// while their admits are unseen by the others, so that replication lag
 	// does not let a hot key overshoot. Default true.
 	NearLimitAllowance *bool `yaml:"near_limit_allowance"`
+	// StartupSync bounds how long a node waits at start for its PoP's and
+	// the expected PoPs' view of what its former incarnations counted:
+	// meanwhile it decides on the view it has and /readyz answers 503.
+	// Without expected_pops it waits the whole span. 0 turns the wait off.
+	// Default 5s.
+	StartupSync Duration `yaml:"startup_sync"`
 }
 
 // Limits caps memory and request sizes.
@@ -405,6 +417,7 @@ func DefaultConfig() *Config {
 			ForgetAfter:         Duration(rd.ForgetAfter),
 			MaxPoPs:             rd.MaxPoPs,
 			SyncInterval:        Duration(rd.SyncInterval),
+			StartupSync:         Duration(DefaultStartupSync),
 		},
 		Limits: Limits{
 			MaxKeys:      crdt.DefaultMaxKeys,
@@ -421,6 +434,7 @@ func DefaultConfig() *Config {
 			MaxConnections:    10000,
 			ShutdownTimeout:   Duration(10 * time.Second),
 		},
+		State: State{Interval: Duration(DefaultStateInterval)},
 	}
 }
 
@@ -589,6 +603,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("http.max_connections: must be at least 1, got %d", c.HTTP.MaxConnections)
 	case c.HTTP.MaxHeaderBytes < 1024:
 		return fmt.Errorf("http.max_header_bytes: must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
+	}
+	if c.Replication.StartupSync < 0 {
+		return fmt.Errorf("replication.startup_sync: must not be negative, got %s", c.Replication.StartupSync)
+	}
+	if err := c.State.validate(); err != nil {
+		return err
 	}
 	if err := ValidateRules(c.Rules); err != nil {
 		return err

@@ -169,6 +169,10 @@ func TestParseErrors(t *testing.T) {
 		{"gateway without urls", "nats: {embedded: {gateway: {name: eu, listen: '127.0.0.1:1', gateways: [{name: us}]}}}", "nats.embedded.gateway.gateways[0].urls:"},
 		{"bad gossip bind", "gossip: {bind: nowhere}", "gossip.bind:"},
 		{"bad max keys", "limits: {max_keys: 0}", "limits.max_keys: must be at least 1"},
+		{"negative startup sync", "replication: {startup_sync: -1s}", "replication.startup_sync: must not be negative, got -1s"},
+		{"zero state interval", "state: {file: /tmp/x, interval: 0s}", "state.interval: must be positive, got 0s"},
+		{"state file of no name", "state: {file: /}", `state.file: "/" names no file`},
+		{"unknown state field", "state: {path: /tmp/x}", "state.path: unknown field"},
 		{"yaml syntax", "node: [", "yaml:"},
 	}
 	for _, tt := range tests {

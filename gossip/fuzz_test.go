@@ -22,6 +22,17 @@ func FuzzReceive(f *testing.F) {
 	msgs, err := crdt.Encode(&d, 0)
 	require.NoError(f, err)
 	f.Add(msgs[0])
+	// Control entries: a heartbeat's rule fingerprints, a sync request
+	// asking for a startup marker, and a marker (a state without entries).
+	for _, c := range []crdt.Delta{
+		{Sender: crdt.PoPReplica("us", "iad", 3), SentAt: 1, Entries: []crdt.Entry{{Rule: "api", Key: "fingerprint/1", Window: 60000, Count: 1 << 63}, {Rule: "nope", Key: "fingerprint/1", Window: -1, Count: 0}}},
+		{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "n", Incarnation: 3}, SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "geolimit/control", Key: "startup-sync/1", Count: 1}}},
+		{Sender: crdt.PoPReplica("eu", "ams", 1), SentAt: 1, Epoch: 1},
+	} {
+		cm, err := crdt.Encode(&c, 0)
+		require.NoError(f, err)
+		f.Add(cm[0])
+	}
 	f.Add([]byte{})
 	f.Add([]byte{0x94, 0x01, 0x94})
 	f.Add(append([]byte{byte(len(msgs[0]))}, msgs[0]...))

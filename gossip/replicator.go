@@ -59,6 +59,10 @@ type Options struct {
 	SyncInterval time.Duration
 	// NoAllowance turns the near-limit allowance off (see repl.Config).
 	NoAllowance bool
+	// StartupSync is how long the node stays unsynced at start while it
+	// waits for its PoP's and the expected PoPs' view of its former
+	// incarnations' counts (see repl.Config); 0 turns the wait off.
+	StartupSync time.Duration
 	// MaxBatchEntries is the batch size cap: when this many keys changed
 	// since the last flush, the Replicator flushes without waiting for
 	// FlushInterval. 0 means 32768.
@@ -140,6 +144,7 @@ func (o *Options) coreConfig() repl.Config {
 		ForgetAfter:         o.ForgetAfter,
 		SyncInterval:        o.SyncInterval,
 		NoAllowance:         o.NoAllowance,
+		StartupSync:         o.StartupSync,
 		PoPLink:             o.PoP != nil,
 		GlobalLink:          o.Global != nil,
 		Relay:               true,
@@ -179,6 +184,8 @@ type Replicator struct {
 	once     sync.Once
 
 	partVersion uint64 // the loop's last report to OnPartitionChange
+	synced      bool   // the loop logged the end of the startup sync
+	drift       driftLog
 	resyncs     atomic.Uint64
 }
 
@@ -366,11 +373,28 @@ func (r *Replicator) step() int64 {
 	var part []PoPID
 	var ver uint64
 	var next int64
+	var startup repl.StartupState
+	var drift []repl.PeerDrift
+	var driftVer uint64
+	var driftChanged bool
 	r.with(func(c *repl.Core, now int64) {
 		c.Tick(now)
 		part, ver = c.Partitioned()
 		next = c.Next()
+		if !r.synced {
+			startup = c.Startup()
+		}
+		if driftChanged = c.DriftVersion() != r.drift.version; driftChanged {
+			drift, driftVer = c.Drift()
+		}
 	})
+	if driftChanged {
+		r.logDrift(drift, driftVer)
+	}
+	if !r.synced && startup.Synced {
+		r.synced = true
+		r.logStartup(startup)
+	}
 	if ver != r.partVersion && ver != 0 {
 		r.partVersion = ver
 		if len(part) > 0 {
@@ -384,6 +408,21 @@ func (r *Replicator) step() int64 {
 		}
 	}
 	return next
+}
+
+// logStartup logs the end of the startup sync.
+func (r *Replicator) logStartup(st repl.StartupState) {
+	took := time.Duration(st.TookMS) * time.Millisecond
+	switch {
+	case r.opts.StartupSync <= 0:
+	case !st.TimedOut:
+		r.log.Info("gossip: startup sync complete: the pop's and the expected pops' counts are in", "took", took)
+	case st.Unknown:
+		r.log.Info("gossip: startup sync waited its whole bound: no expected pops, so which pops exist is unknown (replication.expected_pops)", "took", took)
+	default:
+		r.log.Warn("gossip: startup sync timed out; decisions may undercount what former incarnations admitted", "took", took,
+			"waiting_pop", st.WaitingPoP, "unanswered", fmt.Sprint(st.Waiting))
+	}
 }
 
 // syncMembers hands the PoP transport's membership view to the core.

@@ -97,6 +97,11 @@ type Status struct {
 	// Epoch is the PoP epoch this node publishes its PoP's totals under
 	// (0: not known yet).
 	Epoch uint64 `json:"epoch"`
+	// Startup is where the startup sync stands.
+	Startup repl.StartupState `json:"startup_sync"`
+	// Drift is, per remote PoP heard, its estimated clock offset and its
+	// global rules that differ from this node's.
+	Drift []repl.PeerDrift `json:"drift"`
 	// Protocol are the replication protocol's counters.
 	Protocol repl.Stats `json:"protocol"`
 	// QueuedBytes is what waits in the receive queue now; QueuedBytesPeak the
@@ -196,8 +201,12 @@ func (r *Replicator) Stats() []TransportStats {
 // Status returns the state for the status page.
 func (r *Replicator) Status() Status {
 	r.mu.Lock()
-	epoch, pstats := r.core.Epoch(), r.core.Stats()
+	epoch, pstats, startup := r.core.Epoch(), r.core.Stats(), r.core.Startup()
+	drift, _ := r.core.Drift()
 	r.mu.Unlock()
+	if drift == nil {
+		drift = []repl.PeerDrift{}
+	}
 	s := Status{
 		Self:            r.self.String(),
 		Members:         r.Members(),
@@ -206,6 +215,8 @@ func (r *Replicator) Status() Status {
 		Transports:      r.Stats(),
 		Resyncs:         r.resyncs.Load(),
 		Epoch:           epoch,
+		Startup:         startup,
+		Drift:           drift,
 		Protocol:        pstats,
 		QueuedBytes:     r.queuedBytes.Load(),
 		QueuedBytesPeak: r.queuedPeak.Load(),

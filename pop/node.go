@@ -179,10 +179,11 @@ type Node struct {
 	applyMu    sync.RWMutex
 	lastForget atomic.Int64 // when Tick last forgot unused replicas
 
-	mu     sync.Mutex // serialises SetRules and guards freeIDs, nextID, applied
-	freeID []crdt.RuleID
-	nextID crdt.RuleID
-	stats  ApplyStats
+	mu      sync.Mutex // serialises SetRules and guards freeIDs, nextID, applied, retired
+	freeID  []crdt.RuleID
+	nextID  crdt.RuleID
+	stats   ApplyStats
+	retired map[string]retiredRule // removed rules whose counts are kept (retired.go)
 
 	shareFloor, shareStep float64
 	healHold              int64
@@ -214,6 +215,9 @@ type ruleState struct {
 	// guarded: the rule has a penalty box or fails closed (block.go,
 	// unsure.go); other rules' decisions look nothing more up.
 	guarded bool
+	// dropped: the rule was removed and its retired counts dropped; its ID
+	// may serve another rule (handle.go).
+	dropped atomic.Bool
 }
 
 // winCache remembers the rule's current window so that the hot path does not
@@ -290,13 +294,16 @@ func fractionOption(name string, v, def float64) (float64, error) {
 // counts this node holds per member: the current epoch, or an epoch a
 // member started (an epoch is its starter's incarnation) and left for the
 // PoP's, whose counts that member sends per node. Only an epoch of members
-// that are all gone (the whole PoP restarted) is counted as such.
+// that are all gone (the whole PoP restarted) is counted as such. A former
+// incarnation of this node is gone: what the node holds of it per node
+// (from a state file, Restore) holds no global counts, so its epoch's
+// aggregate merges like another PoP's.
 func (n *Node) ownEpoch(e uint64) bool {
 	if e == n.Epoch() || e == n.self.Incarnation {
 		return true
 	}
 	for _, r := range n.store.Replicas() {
-		if r.SamePoP(n.self) && !r.IsPoP() && r.Incarnation == e {
+		if r.SamePoP(n.self) && !r.IsPoP() && r.Incarnation == e && r.Node != n.self.Node {
 			return true
 		}
 	}
@@ -336,8 +343,10 @@ func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 
 // SetRules replaces the rule set. Rules whose name and window are unchanged
 // keep their counts (limit, cost, scope, mode and policy may change); others
-// start empty, and removed rules' counts are dropped. An invalid set changes
-// nothing.
+// start empty. A removed rule's counts (or a rule's under its former window)
+// are kept for two of its windows after the next Tick: a rule set again
+// with that name and window within that time goes on with them
+// (retired.go). An invalid set changes nothing.
 func (n *Node) SetRules(rules []Rule) error {
 	if err := ValidateRules(rules); err != nil {
 		return fmt.Errorf("pop: %w", err)
@@ -352,6 +361,8 @@ func (n *Node) SetRules(rules []Rule) error {
 		if o, ok := old.byName[r.Name]; ok && o.Window == r.Window {
 			rs.id = o.id
 			kept[o.id] = true
+		} else if id, ok := n.unretire(r.Name, r.Window); ok {
+			rs.id = id
 		} else {
 			id, err := n.allocID()
 			if err != nil {
@@ -369,11 +380,9 @@ func (n *Node) SetRules(rules []Rule) error {
 		next.small = next.sorted
 	}
 	n.rules.Store(next)
-	for id := range old.byID {
+	for id, o := range old.byID {
 		if !kept[id] {
-			n.store.DropRule(id)
-			n.blocks.DropRule(id)
-			n.freeID = append(n.freeID, id)
+			n.retire(o)
 		}
 	}
 	n.resnapshot()
@@ -447,9 +456,16 @@ func (n *Node) Peek(now int64, rule, key string, cost uint64) (Decision, error) 
 
 func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Decision, error) {
 	r, ok := n.rules.Load().get(rule)
-	switch {
-	case !ok:
+	if !ok {
 		return Decision{}, ErrUnknownRule
+	}
+	return n.decideRule(now, r, key, cost, count)
+}
+
+// decideRule decides for rule r of some rule table snapshot.
+func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, count bool) (Decision, error) {
+	var ok bool
+	switch {
 	case len(key) == 0:
 		return Decision{}, ErrEmptyKey
 	case len(key) > crdt.MaxKeyLen:
@@ -566,40 +582,46 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 			st.WrongScope++
 			continue
 		}
-		if len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen {
-			st.BadEntry++
-			continue
-		}
-		idx, _ := window.Split(now, r.width)
-		if limitIdx, _ := window.Split(now+n.maxSkew, r.width); e.Window > limitIdx {
-			st.Ahead++
-			continue
-		}
-		count := e.Count
-		if count > r.Limit {
-			// No replica admits more than the limit in a window (a denied
-			// request spends nothing), so a larger count is a bug or an
-			// attack: it must not lock the key beyond what one replica
-			// could, two windows at most.
-			count = r.Limit
-			st.Clamped++
-		}
-		switch n.store.Merge(r.id, e.Key, idx, e.Window, rep, count) {
-		case crdt.Merged:
-			st.Merged++
-		case crdt.Unchanged:
-			st.Unchanged++
-		case crdt.Stale:
-			st.Stale++
-		case crdt.Ahead:
-			st.Ahead++
-		case crdt.Full:
-			st.Full++
-		case crdt.Self:
-			st.Echo++
-		}
+		n.mergeEntry(now, r, rep, e, &st)
 	}
 	return st
+}
+
+// mergeEntry merges one entry of replica rep for rule r (whose scope the
+// caller checked), counting the outcome in st. Requires applyMu read-held.
+func (n *Node) mergeEntry(now int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, st *ApplyStats) {
+	if len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen {
+		st.BadEntry++
+		return
+	}
+	idx, _ := window.Split(now, r.width)
+	if limitIdx, _ := window.Split(now+n.maxSkew, r.width); e.Window > limitIdx {
+		st.Ahead++
+		return
+	}
+	count := e.Count
+	if count > r.Limit {
+		// No replica admits more than the limit in a window (a denied
+		// request spends nothing), so a larger count is a bug or an
+		// attack: it must not lock the key beyond what one replica
+		// could, two windows at most.
+		count = r.Limit
+		st.Clamped++
+	}
+	switch n.store.Merge(r.id, e.Key, idx, e.Window, rep, count) {
+	case crdt.Merged:
+		st.Merged++
+	case crdt.Unchanged:
+		st.Unchanged++
+	case crdt.Stale:
+		st.Stale++
+	case crdt.Ahead:
+		st.Ahead++
+	case crdt.Full:
+		st.Full++
+	case crdt.Self:
+		st.Echo++
+	}
 }
 
 // senderFits reports whether sender may send through a transport of scope
@@ -751,7 +773,7 @@ func (n *Node) indexFunc(rs *ruleSet, now int64) func(crdt.RuleID) int64 {
 // all passed and, once many replica identities have piled up, the ones no
 // live key references. Call it every second or so.
 func (n *Node) Tick(now int64) {
-	n.store.Sweep(n.indexFunc(n.rules.Load(), now))
+	n.store.Sweep(n.sweepIndex(now))
 	n.blocks.Sweep(now)
 	if n.store.ReplicaCount() > forgetReplicasAt && now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
 		n.lastForget.Store(now)

@@ -78,6 +78,11 @@ type Config struct {
 	// NoAllowance turns the near-limit allowance off: the node decides on
 	// its estimate alone, near a limit too (see allowance.go).
 	NoAllowance bool
+	// StartupSync is how long the node waits at start for its PoP's and the
+	// other PoPs' view of its former incarnations' counts (startup.go): it
+	// is unsynced (pop.Node.SetSynced) until that view is in or this long
+	// has passed since the first Tick. 0 turns the wait off.
+	StartupSync time.Duration
 }
 
 // DefaultConfig returns the default intervals; set Node and the links.
@@ -147,6 +152,8 @@ func (c *Config) normalise() error {
 		return fmt.Errorf("repl: config: forget after %s must be above peer timeout %s", c.ForgetAfter, c.PeerTimeout)
 	case c.SyncInterval < 0:
 		return fmt.Errorf("repl: config: sync interval %s is negative", c.SyncInterval)
+	case c.StartupSync < 0:
+		return fmt.Errorf("repl: config: startup sync %s is negative", c.StartupSync)
 	case c.MaxPoPs < 1:
 		return fmt.Errorf("repl: config: max pops %d below 1", c.MaxPoPs)
 	case c.FlushInterval > 0 && (c.SpeakDelay < 0 || c.SpeakDelay >= c.FlushInterval):
@@ -209,6 +216,17 @@ type Core struct {
 	allowDirty bool
 	allow      [2]pop.Allowance
 
+	// The startup sync (startup.go): syncing until the view is complete or
+	// StartupSync passed; popMerged once a member's state was merged;
+	// markTo are the PoPs that asked for a marker.
+	syncing, syncTimedOut bool
+	syncTook              int64
+	syncMissing           []PoPID // the PoPs unanswered at a time-out
+
+	driftVersion uint64 // see Drift
+	popMerged    bool
+	markTo       map[PoPID]bool
+
 	out   []Message
 	stats Stats
 }
@@ -231,6 +249,11 @@ type peer struct {
 	answered map[crdt.Replica]int64
 	// lag is the age its messages arrive at (allowance.go).
 	lag lagTracker
+	// marked is the epoch of this node that the PoP's last marker answered
+	// (startup.go).
+	marked uint64
+	// drift is what its heartbeats say of its rules and clock (drift.go).
+	drift peerDrift
 }
 
 // maxRequesters bounds the nodes of one remote PoP whose sync requests are
@@ -270,6 +293,9 @@ type Stats struct {
 	UnknownPoPs     uint64 `json:"unknown_pops_ignored"`
 	ForgottenPoPs   uint64 `json:"pops_forgotten"`
 	MembersChanges  uint64 `json:"membership_changes"`
+	// Markers: markers sent after answering a sync request of a node
+	// waiting for its startup sync.
+	Markers uint64 `json:"startup_markers_sent"`
 }
 
 // New returns a Core for cfg.Node. The first Tick starts it.
@@ -290,7 +316,9 @@ func New(cfg Config) (*Core, error) {
 		name:    MemberName(self),
 		peers:   map[PoPID]*peer{},
 		relayTo: map[PoPID]bool{},
+		markTo:  map[PoPID]bool{},
 	}
+	c.startStartup()
 	for _, p := range cfg.ExpectedPoPs {
 		if p != c.selfPoP && len(c.peers) < cfg.MaxPoPs {
 			c.peers[p] = &peer{expected: true}
@@ -338,6 +366,9 @@ func (c *Core) Next() int64 {
 		if at != 0 {
 			next = min(next, at)
 		}
+	}
+	if c.syncing {
+		next = min(next, c.startedAt+int64(c.cfg.StartupSync))
 	}
 	return next
 }
@@ -416,6 +447,7 @@ func (c *Core) Tick(now int64) {
 			c.heartbeat(now)
 		}
 		c.checkPeers(now)
+		c.reaskStartup(now)
 		c.nextHB = advance(c.nextHB, now, hb)
 	}
 	c.doWork(now)
@@ -583,7 +615,9 @@ func (c *Core) emitBatch(b *pop.Batch, reliable, global bool) {
 
 func (c *Core) heartbeat(now int64) {
 	c.stats.Heartbeats++
-	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: c.empty(now)})
+	d := c.empty(now)
+	d.Entries = c.fingerprints() // drift.go
+	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: d})
 }
 
 func (c *Core) empty(now int64) *crdt.Delta {
@@ -606,6 +640,7 @@ func (c *Core) checkPeers(now int64) {
 		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
 			delete(c.peers, id)
 			delete(c.relayTo, id)
+			delete(c.markTo, id)
 			c.stats.ForgottenPoPs++
 			continue
 		}
@@ -928,6 +963,10 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			res.Forged = true
 			break
 		}
+		if len(d.Entries) == 0 {
+			c.marked(m.From, d) // a marker: m.From's answer is complete
+			break
+		}
 		if c.epoch == 0 {
 			// Which epoch is the current one is not known yet: its totals
 			// must not be counted on top of the members' own counts.
@@ -951,12 +990,16 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		}
 		switch m.Kind {
 		case KindHeartbeat:
+			c.checkDrift(now, p, d)
 			if c.missedBeats(p, d.SentAt) {
 				// A short cut (under PeerTimeout) lost messages: repair now
 				// rather than at the next anti-entropy round.
 				c.askSync(now)
 			}
 		case KindSync:
+			if wantsMarker(d) {
+				c.markTo[m.From] = true
+			}
 			// Every member re-sends the totals it owns, so the PoP answers
 			// once. A re-send already due answers every request that came
 			// before it; otherwise one is scheduled, no sooner than
@@ -1077,7 +1120,7 @@ func (c *Core) doWork(now int64) {
 		// may not have); the answers of one moment are shared.
 		if c.cfg.GlobalLink {
 			c.stats.SyncRequests++
-			c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindSync, Delta: c.empty(now)})
+			c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindSync, Delta: c.syncRequest(now)})
 		}
 	}
 	if c.resendAt != 0 && now >= c.resendAt {
@@ -1100,6 +1143,10 @@ func (c *Core) doWork(now int64) {
 	if len(c.relayTo) > 0 {
 		c.relay(now)
 	}
+	if len(c.markTo) > 0 {
+		c.sendMarkers(now)
+	}
+	c.checkStartup(now)
 }
 
 // relay sends each PoP in relayTo what this node holds of that PoP's former
@@ -1182,6 +1229,9 @@ func (c *Core) LocalState(now int64) []crdt.Delta {
 // MergeState merges one delta of a member's LocalState: counts of the own
 // PoP's members through the PoP scope, aggregates through the global scope.
 func (c *Core) MergeState(now int64, d *crdt.Delta) pop.ApplyStats {
+	if d.Sender.SamePoP(c.self) && d.Sender != c.self {
+		c.popMerged = true // a member's view of the PoP (startup.go)
+	}
 	c.learnEpoch(now, d.Epoch)
 	var st pop.ApplyStats
 	if hasContent(d) {

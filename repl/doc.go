@@ -67,6 +67,13 @@
 //     again, the totals it holds of that PoP's former epochs (a PoP heard
 //     again at most once per PeerTimeout and epoch; one that asks, each
 //     time it asks).
+//   - Startup sync (startup.go): with Config.StartupSync a node is unsynced
+//     (pop.Node.SetSynced) at start until it holds its PoP's state and a
+//     marker from every expected PoP, sent after that PoP's relay and
+//     re-send, or until StartupSync has passed.
+//   - Drift (drift.go): heartbeats carry a fingerprint of each global rule;
+//     a receiver reports the rules of a remote PoP it lacks or has
+//     otherwise, and the PoP's estimated clock offset.
 //   - Anti-entropy: every AntiEntropyInterval each node re-sends its own
 //     counts to its PoP and its owned totals to the other PoPs. A member
 //     whose view of the PoP changes publishes at once the totals whose owner

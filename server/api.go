@@ -49,7 +49,11 @@ func (a *App) apiHandler() http.Handler {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !a.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+			status := "not ready"
+			if a.ready.Load() {
+				status = "syncing" // deciding, but former incarnations' counts may be missing
+			}
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": status})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -265,7 +269,7 @@ func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := string(c.key)
-	d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, cost)
+	d, err := a.node.DecideHandle(a.clk.Now(), cr.h, key, cost)
 	if err != nil {
 		e := decideErr(err)
 		writeError(w, e.status, e.msg)
@@ -378,7 +382,7 @@ func (a *App) decideEach(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	for i := range sc.checks {
 		cr := sc.rules[i]
 		key := string(sc.checks[i].key)
-		d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, sc.costs[i])
+		d, err := a.node.DecideHandle(a.clk.Now(), cr.h, key, sc.costs[i])
 		if err != nil {
 			e := decideErr(err)
 			return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -417,7 +421,7 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	allowed := true
 	for i := 0; i < n; i++ {
 		cr := sc.rules[i]
-		d, err := a.node.Peek(now, cr.pop.Name, string(sc.checks[i].key), sc.cum[i])
+		d, err := a.node.PeekHandle(now, cr.h, string(sc.checks[i].key), sc.cum[i])
 		if err != nil {
 			e := decideErr(err)
 			return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -438,7 +442,7 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 		}
 		for i := 0; i < n; i++ {
 			cr := sc.rules[i]
-			d, err := a.node.Decide(now, cr.pop.Name, string(sc.checks[i].key), sc.costs[i])
+			d, err := a.node.DecideHandle(now, cr.h, string(sc.checks[i].key), sc.costs[i])
 			if err != nil {
 				e := decideErr(err)
 				return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -704,6 +708,7 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		GoVersion   string              `json:"go_version"`
 		UptimeS     int64               `json:"uptime_seconds"`
 		Ready       bool                `json:"ready"`
+		Synced      bool                `json:"synced"`
 		NATSURL     string              `json:"nats_url"`
 		Replication bool                `json:"replication"`
 		Keys        int                 `json:"keys"`
@@ -713,7 +718,7 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}{
 		Replica: self.String(), Node: self.Node, Region: self.Region, PoP: self.PoP, Incarnation: self.Incarnation,
 		Version: a.opts.Version, GoVersion: runtime.Version(), UptimeS: int64(time.Since(a.started).Seconds()),
-		Ready: a.Ready(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
+		Ready: a.Ready(), Synced: a.node.Synced(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
 		Partition:         a.node.Partition(a.clk.Now()),
 		ReplicationStatus: repl,
 	})

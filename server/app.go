@@ -107,6 +107,14 @@ type ReplicationStatus struct {
 	// Epoch is the PoP epoch this node publishes its PoP's totals under
 	// (0 while it is not known yet).
 	Epoch uint64 `json:"epoch"`
+	// Startup is where the startup sync stands (replication.startup_sync);
+	// the Replicator chooses its shape.
+	Startup any `json:"startup_sync,omitempty"`
+	// Drift lists, per remote PoP, its estimated clock offset and the
+	// global rules it has otherwise (a different window, limit, scope or
+	// partition policy) or this node lacks; the Replicator chooses its
+	// shape.
+	Drift any `json:"drift,omitempty"`
 	// Protocol are the replication protocol's counters (flushes, forwards,
 	// heartbeats, sync requests and answers, relays); the Replicator
 	// chooses their shape.
@@ -176,6 +184,7 @@ type App struct {
 	reg      *prometheus.Registry
 	met      *metrics
 	rlsMet   *rlsMetrics
+	state    *stateKeeper
 	rules    atomic.Pointer[ruleSet]
 	auth     atomic.Pointer[apiAuth] // nil: the API takes no token
 	started  time.Time
@@ -265,6 +274,7 @@ func New(o Options) (*App, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	a.node = node
+	rs.bind(node)
 	a.rules.Store(rs)
 	a.auth.Store(au)
 	if o.ConfigPath != "" {
@@ -274,6 +284,7 @@ func New(o Options) (*App, error) {
 	}
 	a.met = newMetrics(a)
 	a.rlsMet = newRLSMetrics(a.reg)
+	a.state = newStateKeeper(a)
 	if a.clk == nil {
 		a.ownClock = clock.NewCoarse(time.Millisecond)
 		a.clk = a.ownClock
@@ -378,6 +389,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 			_ = a.Shutdown(context.Background())
 		}
 	}()
+	a.loadState() // before anything is decided
 	switch {
 	case a.cfg.NATS.Disabled:
 		a.log.Info("nats disabled: no counts cross to other PoPs")
@@ -447,6 +459,10 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	a.loops.Add(1)
 	go a.tickLoop(ctx)
+	if a.state.path != "" {
+		a.loops.Add(1)
+		go a.stateLoop(ctx)
+	}
 	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
 		a.loops.Add(1)
 		go a.watchLoop(ctx)
@@ -563,6 +579,13 @@ func (a *App) Shutdown(ctx context.Context) error {
 			a.cancel()
 		}
 		a.loops.Wait()
+		if a.cancel != nil {
+			// The last counts, after the final flush: the next start goes
+			// on from here.
+			if err := a.saveState(); err != nil {
+				errs = append(errs, fmt.Errorf("server: %w", err))
+			}
+		}
 		if a.nats != nil {
 			a.nats.Shutdown()
 		}
@@ -697,7 +720,11 @@ func (a *App) reloadBytes(b []byte, why string) error {
 	err := a.apply(b)
 	a.lastHash = fingerprint(b, a.cfgNow)
 	if err != nil {
-		a.met.reloads.WithLabelValues("failed").Inc()
+		result := "failed"
+		if errors.Is(err, errRuleRemoval) {
+			result = "refused"
+		}
+		a.met.reloads.WithLabelValues(result).Inc()
 		a.log.Error("config reload failed; keeping the old config", "trigger", why, "path", a.opts.ConfigPath, "err", err)
 		return err
 	}
@@ -709,6 +736,9 @@ func (a *App) reloadBytes(b []byte, why string) error {
 func (a *App) apply(b []byte) error {
 	cfg, err := config.ParseFile(b)
 	if err != nil {
+		return err
+	}
+	if err := checkRuleRemoval(a.cfgNow, cfg); err != nil {
 		return err
 	}
 	rs, prules, err := compileRules(cfg, a.metricsFor)
@@ -729,6 +759,7 @@ func (a *App) apply(b []byte) error {
 	if err := a.node.SetRules(prules); err != nil {
 		return err
 	}
+	rs.bind(a.node) // one table: the server's rules and the core's, from one snapshot
 	a.rules.Store(rs)
 	if old := a.auth.Swap(au); !old.same(au) {
 		a.log.Info("api tokens changed", "tokens", au.count())
@@ -768,7 +799,7 @@ func restartOnly(a, b *config.Config, keysLive bool) []string {
 	}{
 		{"node", a.Node, b.Node}, {"listen", a.Listen, b.Listen}, {"proxy", pa, pb},
 		{"nats", a.NATS, b.NATS}, {"gossip", ga, gb}, {"replication", a.Replication, b.Replication},
-		{"limits", a.Limits, b.Limits}, {"http", a.HTTP, b.HTTP},
+		{"limits", a.Limits, b.Limits}, {"http", a.HTTP, b.HTTP}, {"state", a.State, b.State},
 	} {
 		if !reflect.DeepEqual(s.x, s.y) {
 			out = append(out, s.name)
@@ -794,8 +825,10 @@ func gossipRestart(g *config.Gossip, keysLive bool) *config.Gossip {
 // Err delivers the error of a listener that stopped serving on its own.
 func (a *App) Err() <-chan error { return a.serveErr }
 
-// Ready reports whether the App serves (started and not shutting down).
-func (a *App) Ready() bool { return a.ready.Load() }
+// Ready reports whether the App serves (started and not shutting down) and
+// its node is synced: it holds what its former incarnations counted
+// (replication.startup_sync, state.file), or stopped waiting for it.
+func (a *App) Ready() bool { return a.ready.Load() && a.node.Synced() }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 

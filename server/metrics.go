@@ -75,7 +75,7 @@ func newMetrics(a *App) *metrics {
 	m := &metrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geolimit_config_reloads_total",
-			Help: "Config reloads by result (ok, failed).",
+			Help: "Config reloads by result (ok, failed, refused: it would remove more than half of the rules without allow_rule_removal).",
 		}, []string{"result"}),
 		latencyCheck:       lat.WithLabelValues("check"),
 		latencyChecks:      lat.WithLabelValues("checks"),
@@ -90,6 +90,7 @@ func newMetrics(a *App) *metrics {
 	}
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
+	m.reloads.WithLabelValues("refused")
 	unauth := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "geolimit_api_unauthorized_total",
 		Help: "API requests answered 401 because api.token_file is set and they carried no bearer token (missing) or none of the tokens (invalid).",

@@ -192,7 +192,7 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 			if (ap.cr.pop.Mode == pop.Enforce) != (pass == 0) {
 				continue
 			}
-			d, err := a.node.Decide(now, ap.cr.pop.Name, ap.key, ap.cr.pop.Cost)
+			d, err := a.node.DecideHandle(now, ap.cr.h, ap.key, ap.cr.pop.Cost)
 			if err != nil {
 				continue // the rule went away in a reload
 			}
@@ -213,7 +213,7 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 
 // peek decides a request of the rule's cost for key at now without counting it.
 func (a *App) peek(now int64, cr *compiledRule, key string) (pop.Decision, bool) {
-	d, err := a.node.Peek(now, cr.pop.Name, key, cr.pop.Cost)
+	d, err := a.node.PeekHandle(now, cr.h, key, cr.pop.Cost)
 	return d, err == nil
 }
 

@@ -428,7 +428,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 					continue
 				}
 				cr := it.sh.rule
-				d, err := a.node.Decide(now, cr.pop.Name, it.key, it.cost)
+				d, err := a.node.DecideHandle(now, cr.h, it.key, it.cost)
 				if err != nil {
 					it.sh = nil // the rule went away in a reload
 					continue
@@ -534,7 +534,7 @@ func (a *App) rlsPeek(now int64, items []rlsItem, sums map[rlsDupKey]uint64, all
 			cost = sums[rlsDupKey{cr, it.key}] // >= it.cost, may exceed the limit
 		}
 		pc := min(cost, cr.pop.Limit)
-		d, err := a.node.Peek(now, cr.pop.Name, it.key, pc)
+		d, err := a.node.PeekHandle(now, cr.h, it.key, pc)
 		if err != nil {
 			it.sh = nil // the rule went away in a reload
 			continue

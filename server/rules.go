@@ -29,8 +29,13 @@ type ruleSet struct {
 // compiledRule is a rule ready for the hot path: matchers parsed, header
 // values preformatted, metrics resolved.
 type compiledRule struct {
-	cfg     config.Rule
-	pop     pop.Rule
+	cfg config.Rule
+	pop pop.Rule
+	// h is the node core's rule of the same snapshot (bind): every
+	// decision goes through it, so a request or batch resolved against
+	// this snapshot is decided against it whatever a reload swaps
+	// meanwhile.
+	h       pop.RuleHandle
 	methods []string
 	host    string // lower case, no port
 	prefix  string
@@ -75,6 +80,14 @@ func (m *ruleMetrics) record(d pop.Decision) {
 		m.denied.Add(1)
 	}
 	m.guards.record(d)
+}
+
+// bind resolves each rule's handle in n's current table; call it after
+// n.SetRules with this set's rules and before the set is published.
+func (rs *ruleSet) bind(n *pop.Node) {
+	for _, cr := range rs.rules {
+		cr.h, _ = n.Handle(cr.pop.Name)
+	}
 }
 
 // compileRules builds a ruleSet from a validated config. metricsFor returns

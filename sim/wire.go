@@ -154,7 +154,11 @@ func (e *engine) deliver(nd *simNode, ev *event, t int64) {
 	default:
 		if ev.link == uint8(repl.LinkGlobal) {
 			e.inbound.messages++
-			e.inbound.entries += uint64(len(ev.d.Entries))
+			if ev.msg == repl.KindDelta || ev.msg == repl.KindState {
+				// Counts only: heartbeats' rule fingerprints and sync
+				// requests' control entries are bytes, not entries.
+				e.inbound.entries += uint64(len(ev.d.Entries))
+			}
 			e.inbound.bytes += uint64(ev.size)
 		}
 		p := &e.pops[ev.from]

@@ -55,6 +55,7 @@ func New(env server.ReplicationEnv) (server.Replicator, error) {
 		MaxPoPs:             cfg.Replication.MaxPoPs,
 		SyncInterval:        cfg.Replication.SyncInterval.D(),
 		NoAllowance:         cfg.Replication.NearLimitAllowance != nil && !*cfg.Replication.NearLimitAllowance,
+		StartupSync:         cfg.Replication.StartupSync.D(),
 		Logger:              env.Logger,
 		ObserveLag:          func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
 	}
@@ -205,7 +206,7 @@ func (g *gossipReplicator) Status() server.ReplicationStatus {
 	}
 	st.Partitions = append(st.Partitions, s.Partitioned...)
 	st.Transports = s.Transports
-	st.Epoch, st.Protocol = s.Epoch, s.Protocol
+	st.Epoch, st.Protocol, st.Startup, st.Drift = s.Epoch, s.Protocol, s.Startup, s.Drift
 	return st
 }
 
@@ -231,11 +232,15 @@ var (
 	descPartitioned  = prometheus.NewDesc("geolimit_replication_partitioned_pops", "Remote PoPs silent for longer than replication.peer_timeout.", nil, nil)
 	descLastHeard    = prometheus.NewDesc("geolimit_replication_last_heard_seconds", "Time since the last message from a remote PoP.", []string{"region", "pop"}, nil)
 	descResyncs      = prometheus.NewDesc("geolimit_replication_resyncs_total", "Anti-entropy rounds triggered by a join, a reconnect or a PoP heard again.", nil, nil)
+	descMismatch     = prometheus.NewDesc("geolimit_rule_mismatch", "1 for a global rule that a remote PoP (peer, region/pop) has otherwise (window, limit, scope, on_partition) or this node lacks.", []string{"rule", "peer"}, nil)
+	descClockOffset  = prometheus.NewDesc("geolimit_peer_clock_offset_seconds", "A remote PoP's clock minus this node's, estimated from its heartbeats (low by up to one one-way latency).", []string{"peer"}, nil)
+	descSynced       = prometheus.NewDesc("geolimit_startup_synced", "1 once the node holds its former incarnations' counts or stopped waiting for them (replication.startup_sync), else 0.", nil, nil)
 )
 
 func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMsgsSent, descBytesSent, descEntriesSent, descMsgsRecv, descBytesRecv, descEntriesRecv,
-		descRejected, descForged, descDecodeErrors, descDropped, descSendErrors, descMembers, descRemotePoPs, descPartitioned, descLastHeard, descResyncs} {
+		descRejected, descForged, descDecodeErrors, descDropped, descSendErrors, descMembers, descRemotePoPs, descPartitioned, descLastHeard, descResyncs,
+		descMismatch, descClockOffset, descSynced} {
 		ch <- d
 	}
 }
@@ -272,6 +277,18 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descLastHeard, prometheus.GaugeValue, p.Age.Seconds(), p.Region, p.PoP)
 		}
 	}
+	for _, d := range s.Drift {
+		peer := d.String()
+		ch <- prometheus.MustNewConstMetric(descClockOffset, prometheus.GaugeValue, d.ClockOffset.Seconds(), peer)
+		for _, m := range d.Mismatches {
+			ch <- prometheus.MustNewConstMetric(descMismatch, prometheus.GaugeValue, 1, m.Rule, peer)
+		}
+	}
+	synced := 0.0
+	if s.Startup.Synced {
+		synced = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, synced)
 }
 
 var (

@@ -1,0 +1,110 @@
+package statefile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+var self = crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 7}
+
+func sample() *State {
+	return &State{Self: self, SavedAt: 1234567890, Deltas: []crdt.Delta{
+		{Sender: crdt.PoPReplica("eu", "ams", 7), SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 9}}},
+		{Sender: self, SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "local", Key: "203.0.113.7", Window: 5, Count: 3}, {Rule: "ip", Key: "x", Window: 6, Count: 1}}},
+	}}
+}
+
+func TestRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	require.NoError(t, Write(path, sample()))
+	got, err := Read(path)
+	require.NoError(t, err)
+	assert.Equal(t, sample(), got)
+	// An empty state is a valid file too.
+	require.NoError(t, Write(path, &State{Self: self}))
+	got, err = Read(path)
+	require.NoError(t, err)
+	assert.Empty(t, got.Deltas)
+	// No temporary file is left behind.
+	ents, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	assert.Len(t, ents, 1)
+}
+
+func TestReadMissing(t *testing.T) {
+	_, err := Read(filepath.Join(t.TempDir(), "none"))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "%v", err)
+}
+
+// Every damaged file is refused whole with an error, never a panic.
+func TestDecodeRefusesDamage(t *testing.T) {
+	good, err := Encode(sample())
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"empty", nil, ErrCorrupt},
+		{"not a state file", []byte("rules:\n  - {name: a}\n"), ErrCorrupt},
+		{"truncated by one byte", good[:len(good)-1], ErrCorrupt},
+		{"truncated to half", good[:len(good)/2], ErrCorrupt},
+		{"header only", good[:headerLen], ErrCorrupt},
+		{"flipped bit", func() []byte { b := append([]byte(nil), good...); b[len(b)/2] ^= 1; return b }(), ErrCorrupt},
+		{"other version", func() []byte { b := append([]byte(nil), good...); b[len(magic)] = 9; return b }(), ErrVersion},
+		{"trailing garbage", append(append([]byte(nil), good...), 0), ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := Decode(tc.b)
+			assert.Nil(t, st)
+			assert.ErrorIs(t, err, tc.want)
+		})
+	}
+}
+
+// Write never leaves a half-written file at path: a failed write keeps the
+// former file.
+func TestWriteKeepsFormerFileOnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	require.NoError(t, Write(path, sample()))
+	bad := &State{Self: crdt.Replica{Region: "eu"}}
+	require.Error(t, Write(path, bad))
+	_, err := Read(path)
+	require.NoError(t, err)
+	require.Error(t, Write(filepath.Join(t.TempDir(), "no", "such", "dir"), sample()))
+}
+
+func FuzzDecode(f *testing.F) {
+	good, err := Encode(sample())
+	require.NoError(f, err)
+	f.Add(good)
+	f.Add(good[:len(good)-3])
+	empty, err := Encode(&State{Self: self})
+	require.NoError(f, err)
+	f.Add(empty)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := Decode(b)
+		if err != nil {
+			if st != nil {
+				t.Fatal("state returned with an error")
+			}
+			return
+		}
+		// What decodes re-encodes to a file that decodes alike.
+		again, err := Encode(st)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if _, err := Decode(again); err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}

@@ -1,0 +1,24 @@
+package pop
+
+import "strconv"
+
+// Fingerprint hashes what replicas of a rule must agree on for their counts
+// to mean the same thing: name, window, limit, scope and partition policy.
+// Nodes compare their global rules' fingerprints to detect a rule that
+// differs between them (a rule whose window differs shares no counts). It is
+// FNV-1a, the same on every node and every version that keeps these fields.
+func (r Rule) Fingerprint() uint64 {
+	b := make([]byte, 0, len(r.Name)+48)
+	b = append(b, r.Name...)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, int64(r.Window), 10)
+	b = append(b, 0)
+	b = strconv.AppendUint(b, r.Limit, 10)
+	b = append(b, 0, byte(r.Scope), byte(r.OnPartition))
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}

@@ -1,0 +1,40 @@
+package pop
+
+// RuleHandle is one rule of one rule table snapshot, resolved once by name:
+// a caller that resolves a batch's rules up front decides every check of it
+// against that snapshot, even if SetRules swaps the table meanwhile (a
+// removed rule's counts are kept for two of its windows, so its handle
+// still decides and counts). A handle of a rule whose retired counts were
+// dropped answers ErrUnknownRule. The zero value is not a rule. Handles are
+// plain values, safe for concurrent use.
+type RuleHandle struct{ r *ruleState }
+
+// Handle returns the handle of the rule called name in the current table.
+func (n *Node) Handle(name string) (RuleHandle, bool) {
+	r, ok := n.rules.Load().get(name)
+	return RuleHandle{r}, ok
+}
+
+// Rule returns the rule the handle stands for.
+func (h RuleHandle) Rule() Rule {
+	if h.r == nil {
+		return Rule{}
+	}
+	return h.r.Rule
+}
+
+// DecideHandle is Decide for a resolved rule.
+func (n *Node) DecideHandle(now int64, h RuleHandle, key string, cost uint64) (Decision, error) {
+	if h.r == nil || h.r.dropped.Load() {
+		return Decision{}, ErrUnknownRule
+	}
+	return n.decideRule(now, h.r, key, cost, true)
+}
+
+// PeekHandle is Peek for a resolved rule.
+func (n *Node) PeekHandle(now int64, h RuleHandle, key string, cost uint64) (Decision, error) {
+	if h.r == nil || h.r.dropped.Load() {
+		return Decision{}, ErrUnknownRule
+	}
+	return n.decideRule(now, h.r, key, cost, false)
+}

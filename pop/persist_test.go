@@ -1,0 +1,121 @@
+package pop
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+func admitAll(t *testing.T, n *Node, now int64, rule, key string, times int) {
+	t.Helper()
+	for range times {
+		d, err := n.Decide(now, rule, key, 1)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+}
+
+// A node alone in its PoP restarts from its Snapshot: every scope goes on
+// where it stopped, global counts as its former epoch's aggregate.
+func TestSnapshotRestoreLoneNode(t *testing.T) {
+	old := newNode(t, replica("a", 1))
+	old.SetEpoch(1)
+	admitAll(t, old, t0, "api", "k", 7)
+	admitAll(t, old, t0, "per-ip", "k", 3)
+	admitAll(t, old, t0, "local", "k", 4)
+	// Another PoP's aggregate it held.
+	other := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 2}}}
+	require.Equal(t, 1, old.Apply(t0, &other, ScopeGlobal).Merged)
+
+	snap := old.Snapshot(t0)
+	var senders []string
+	for _, d := range snap {
+		senders = append(senders, d.Sender.String())
+	}
+	assert.Equal(t, []string{"eu/ams/*#1", "eu/ams/a#1", "us/iad/*#9"}, senders)
+	for _, d := range snap {
+		for _, e := range d.Entries {
+			if !d.Sender.IsPoP() {
+				assert.NotEqual(t, "api", e.Rule, "global counts are kept as aggregates only")
+			}
+		}
+	}
+
+	now := t0 + int64(100*time.Millisecond)
+	n := newNode(t, replica("a", 2))
+	st := n.Restore(now, snap)
+	assert.Zero(t, st.Rejected())
+	n.SetEpoch(2)
+	assert.InDelta(t, 9, estimate(t, n, now, "api", "k"), 0.01, "own 7 and iad's 2")
+	assert.InDelta(t, 3, estimate(t, n, now, "per-ip", "k"), 0.3)
+	assert.InDelta(t, 4, estimate(t, n, now, "local", "k"), 0.4)
+	// The restored node does not publish its former counts under its new
+	// epoch: the other PoPs hold them under the former one.
+	b := n.Flush(now, nil)
+	assert.Empty(t, b.PoP.Entries)
+	// A fresher relay of the former epoch's totals (counts admitted after
+	// the snapshot) raises them: it is not taken for an echo.
+	relay := crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 8}}}
+	assert.Equal(t, 1, n.Apply(now, &relay, ScopeGlobal).Merged)
+	assert.InDelta(t, 10, estimate(t, n, now, "api", "k"), 0.01)
+	// Restoring again changes nothing.
+	n.Restore(now, snap)
+	assert.InDelta(t, 10, estimate(t, n, now, "api", "k"), 0.01)
+}
+
+// Restore drops windows that passed and refuses what a snapshot cannot
+// hold; nothing of it panics.
+func TestRestoreRefuses(t *testing.T) {
+	n := newNode(t, replica("a", 2))
+	w := t0 / int64(time.Minute)
+	tests := []struct {
+		name  string
+		d     crdt.Delta
+		check func(t *testing.T, st ApplyStats)
+	}{
+		{"expired window", crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w - 5, Count: 3}}},
+			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.Stale) }},
+		{"global per node", crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 3}}},
+			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
+		{"another node's node scope", crdt.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 3}}},
+			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
+		{"another pop's node", crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "a", Incarnation: 1}, Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
+			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
+		{"this incarnation", crdt.Delta{Sender: replica("a", 2), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
+			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.Echo) }},
+		{"unknown rule", crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "gone", Key: "k", Window: w, Count: 3}}},
+			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.UnknownRule) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.check(t, n.Restore(t0, []crdt.Delta{tt.d}))
+		})
+	}
+	assert.Zero(t, estimate(t, n, t0, "api", "k"))
+	assert.Zero(t, estimate(t, n, t0, "per-ip", "k"))
+	assert.Zero(t, estimate(t, n, t0, "local", "k"))
+}
+
+// BenchmarkSnapshot measures a state file's snapshot of 100k live keys (the
+// periodic cost of state.file, every state.interval).
+func BenchmarkSnapshot(b *testing.B) {
+	n, err := New(Config{Self: replica("a", 1), Rules: []Rule{{Name: "api", Limit: 1000, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}}})
+	require.NoError(b, err)
+	n.SetEpoch(1)
+	for i := range 100_000 {
+		_, err := n.Decide(t0, "api", "k"+strconv.Itoa(i), 1)
+		require.NoError(b, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if s := n.Snapshot(t0); len(s) != 1 || len(s[0].Entries) != 100_000 {
+			b.Fatalf("snapshot of %d deltas", len(s))
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package pop
+
+import (
+	"slices"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/window"
+)
+
+// A rule removed from the rule set (or set again with another window) is
+// retired, not dropped: its rule ID and counts are kept for two of its
+// windows, so that a rule restored within that time (a truncated config file
+// put right, a reload undone) goes on where it was instead of admitting its
+// whole limit again under the same replica identity. Retired rules decide
+// nothing and merge nothing; their keys only wait. The two windows are
+// counted from the first Tick after the retirement (SetRules takes no time).
+
+// retiredRule is a rule's ID and counts kept after its removal.
+type retiredRule struct {
+	id     crdt.RuleID
+	window time.Duration
+	until  int64 // when the counts are dropped; 0: set at the next Tick
+	rs     *ruleState
+}
+
+// retire keeps r's counts (see above); a rule of that name retired before
+// is dropped now. Requires n.mu held.
+func (n *Node) retire(r *ruleState) {
+	if n.retired == nil {
+		n.retired = map[string]retiredRule{}
+	}
+	if o, ok := n.retired[r.Name]; ok {
+		n.dropRetired(r.Name, o)
+	}
+	n.retired[r.Name] = retiredRule{id: r.id, window: r.Window, rs: r}
+}
+
+// unretire returns the ID of the rule retired under name with window w, and
+// takes it out of retirement. Requires n.mu held.
+func (n *Node) unretire(name string, w time.Duration) (crdt.RuleID, bool) {
+	o, ok := n.retired[name]
+	if !ok || o.window != w {
+		return 0, false
+	}
+	delete(n.retired, name)
+	return o.id, true
+}
+
+// dropRetired drops a retired rule's counts and frees its ID. Requires n.mu
+// held.
+func (n *Node) dropRetired(name string, o retiredRule) {
+	o.rs.dropped.Store(true) // before the ID can serve another rule
+	n.store.DropRule(o.id)
+	n.blocks.DropRule(o.id)
+	n.freeID = append(n.freeID, o.id)
+	delete(n.retired, name)
+}
+
+// sweepIndex is the window index function Tick sweeps with: the live rules'
+// and the retired ones' (whose keys stay until dropped). It starts the
+// retired rules' two windows, and drops those whose time has passed.
+func (n *Node) sweepIndex(now int64) func(crdt.RuleID) int64 {
+	live := n.indexFunc(n.rules.Load(), now)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.retired) == 0 {
+		return live
+	}
+	widths := make(map[crdt.RuleID]int64, len(n.retired))
+	for name, o := range n.retired {
+		switch {
+		case o.until == 0:
+			o.until = now + 2*int64(o.window)
+			n.retired[name] = o
+		case now >= o.until:
+			n.dropRetired(name, o)
+			continue
+		}
+		widths[o.id] = int64(o.window)
+	}
+	return func(id crdt.RuleID) int64 {
+		if w, ok := widths[id]; ok {
+			idx, _ := window.Split(now, w)
+			return idx
+		}
+		return live(id)
+	}
+}
+
+// Retired returns the names of the rules whose counts are kept after their
+// removal, sorted.
+func (n *Node) Retired() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.retired))
+	for name := range n.retired {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const threeRules = `
+rules:
+  - {name: login, limit: 10, window: 1h}
+  - {name: api, limit: 10, window: 1h}
+  - {name: search, limit: 10, window: 1h}
+`
+
+// A reload that would drop most rules (a truncated file) is refused unless
+// the file allows it; and a rule removed, then restored, goes on with its
+// counts instead of admitting its limit again.
+func TestReloadRuleRemoval(t *testing.T) {
+	ta := startApp(t, threeRules)
+	spend := func(rule string, n int) (admitted int) {
+		for range n {
+			if r := ta.post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":"k"}`, rule)); r.status == http.StatusOK {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	require.Equal(t, 10, spend("login", 10))
+
+	truncated := "\nrules:\n  - {name: api, limit: 10, window: 1h}\n"
+	ta.writeConfig(truncated)
+	err := ta.Reload()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "removes 2 of the 3 running rules (login, search); set allow_rule_removal: true")
+	v, _ := metricValue(ta.scrape(), "geolimit_config_reloads_total", "result", "refused")
+	assert.Equal(t, 1.0, v)
+	assert.Zero(t, spend("login", 1), "the old rules keep serving")
+
+	ta.writeConfig("allow_rule_removal: true\n" + truncated)
+	require.NoError(t, ta.Reload())
+	assert.Equal(t, http.StatusNotFound, ta.post("/v1/check", `{"rule":"login","key":"k"}`).status)
+
+	ta.writeConfig(threeRules)
+	require.NoError(t, ta.Reload())
+	assert.Zero(t, spend("login", 10), "a restored rule goes on with its counts")
+	assert.Equal(t, 10, spend("search", 10))
+
+	// Removing one rule of three is a reload like any other.
+	ta.writeConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n  - {name: api, limit: 10, window: 1h}\n")
+	require.NoError(t, ta.Reload())
+}
+
+// A batch is decided against the rule table it was resolved with: a reload
+// that removes its rule between the batch's peek and its counts (the
+// server's table and the core's swapped) neither fails it half-counted nor
+// loses its counts.
+func TestBatchDecidedAgainstOneSnapshot(t *testing.T) {
+	ta := startApp(t, threeRules)
+	ta.testHookAtomic = func() {
+		ta.writeConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n  - {name: api, limit: 10, window: 1h}\n")
+		require.NoError(t, ta.Reload())
+	}
+	r := ta.post("/v1/checks", `{"atomic":true,"checks":[{"rule":"search","key":"k"},{"rule":"search","key":"k","cost":2}]}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.Equal(t, true, r.json(t)["allowed"])
+	assert.Equal(t, 2.0, r.json(t)["counted"])
+	ta.testHookAtomic = nil
+	assert.Equal(t, http.StatusNotFound, ta.post("/v1/check", `{"rule":"search","key":"k"}`).status, "removed for new requests")
+	ta.writeConfig(threeRules)
+	require.NoError(t, ta.Reload())
+	assert.Equal(t, uint64(3), ta.keyTotal("search", "k"), "the batch's counts were kept and restored")
+}

@@ -1,0 +1,124 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/geolimit/geolimit/internal/statefile"
+)
+
+// stateKeeper writes the node's counts to state.file and loads them at
+// start, so that a node restarts where it stopped (see pop.Node.Snapshot).
+// Safe for concurrent use.
+type stateKeeper struct {
+	path   string
+	every  time.Duration
+	writes *prometheus.CounterVec // by result: ok, failed
+	loads  *prometheus.CounterVec // by result: ok, absent, corrupt, foreign, failed
+	mu     sync.Mutex             // one write at a time
+}
+
+func newStateKeeper(a *App) *stateKeeper {
+	s := &stateKeeper{
+		path:  a.cfg.State.File,
+		every: a.cfg.State.Interval.D(),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geolimit_state_writes_total",
+			Help: "Writes of state.file by result (ok, failed).",
+		}, []string{"result"}),
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geolimit_state_loads_total",
+			Help: "Loads of state.file at start by result (ok, absent, corrupt, foreign: another node's, failed: unreadable).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"ok", "failed"} {
+		s.writes.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "absent", "corrupt", "foreign", "failed"} {
+		s.loads.WithLabelValues(r)
+	}
+	a.reg.MustRegister(s.writes, s.loads)
+	return s
+}
+
+// loadState merges state.file into the node before anything is decided. A
+// missing file is a first start; a corrupt one is logged, counted, moved
+// aside (path.corrupt) and the node starts without it: a limiter that
+// refuses to start over its own cache would turn a disk fault into an
+// outage.
+func (a *App) loadState() {
+	s := a.state
+	if s == nil || s.path == "" {
+		return
+	}
+	st, err := statefile.Read(s.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		s.loads.WithLabelValues("absent").Inc()
+		a.log.Info("no state file yet; starting without former counts", "path", s.path)
+		return
+	case errors.Is(err, statefile.ErrCorrupt), errors.Is(err, statefile.ErrVersion):
+		s.loads.WithLabelValues("corrupt").Inc()
+		aside := s.path + ".corrupt"
+		if rerr := os.Rename(s.path, aside); rerr != nil {
+			aside = ""
+		}
+		a.log.Error("state file unusable; starting without former counts", "path", s.path, "moved_to", aside, "err", err)
+		return
+	case err != nil:
+		s.loads.WithLabelValues("failed").Inc()
+		a.log.Error("state file unreadable; starting without former counts", "path", s.path, "err", err)
+		return
+	}
+	self := a.opts.Self
+	if st.Self.Region != self.Region || st.Self.PoP != self.PoP || st.Self.Node != self.Node {
+		s.loads.WithLabelValues("foreign").Inc()
+		a.log.Error("state file written by another node; ignored", "path", s.path, "writer", st.Self.String(), "self", self.String())
+		return
+	}
+	now := a.clk.Now()
+	res := a.node.Restore(now, st.Deltas)
+	s.loads.WithLabelValues("ok").Inc()
+	a.log.Info("state restored", "path", s.path, "writer", st.Self.String(), "age", time.Duration(now-st.SavedAt).Round(time.Millisecond),
+		"merged", res.Merged, "expired", res.Stale, "refused", res.Rejected())
+}
+
+// saveState writes the node's counts to state.file.
+func (a *App) saveState() error {
+	s := a.state
+	if s == nil || s.path == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := a.clk.Now()
+	err := statefile.Write(s.path, &statefile.State{Self: a.opts.Self, SavedAt: now, Deltas: a.node.Snapshot(now)})
+	if err != nil {
+		s.writes.WithLabelValues("failed").Inc()
+		a.log.Error("state file not written", "path", s.path, "err", err)
+		return err
+	}
+	s.writes.WithLabelValues("ok").Inc()
+	return nil
+}
+
+// stateLoop writes state.file every state.interval until ctx is done.
+func (a *App) stateLoop(ctx context.Context) {
+	defer a.loops.Done()
+	t := time.NewTicker(a.state.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = a.saveState()
+		}
+	}
+}
