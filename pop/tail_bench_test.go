@@ -16,7 +16,10 @@ import (
 // 100k live keys, as fast as it can: Flush and encode the changes, and every
 // tenth round AntiEntropy and encode everything. The global sub-benchmark
 // decides on the replicated rule, node on a node-scope rule of the same
-// node, whose 100k global keys the replication goroutine keeps walking.
+// node, whose 100k global keys the replication goroutine keeps walking;
+// quiet is the baseline: the other goroutine only spins on the CPU, without
+// locks or allocations, so what other load on the machine does to the tail
+// shows there too.
 // It reports the p50, p99 and p99.9 and the longest call, in ns, and how
 // many calls took over 100µs (stalls).
 //
@@ -24,8 +27,9 @@ import (
 func BenchmarkDecideTail(b *testing.B) {
 	created, keys := ipv4Keys(benchKeys)
 	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
-	for _, rule := range []string{"global", "node"} {
-		b.Run(rule, func(b *testing.B) {
+	for _, tc := range []struct{ name, rule string }{{"global", "global"}, {"node", "node"}, {"quiet", "global"}} {
+		rule := tc.rule
+		b.Run(tc.name, func(b *testing.B) {
 			n, err := New(Config{
 				Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
 				Rules: []Rule{
@@ -52,6 +56,18 @@ func BenchmarkDecideTail(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				if tc.name == "quiet" {
+					x := uint64(1)
+					for !stop.Load() {
+						for range 1000 {
+							x ^= x << 13
+							x ^= x >> 7
+							x ^= x << 17
+						}
+					}
+					sent.Add(int64(x & 1))
+					return
+				}
 				for i := 0; !stop.Load(); i++ {
 					bt := n.Flush(now, nil)
 					if i%10 == 0 {
@@ -97,5 +113,30 @@ func BenchmarkDecideTail(b *testing.B) {
 			b.ReportMetric(float64(stalls), "stalls>100µs")
 			b.ReportMetric(float64(rounds.Load()), "repl-rounds")
 		})
+	}
+}
+
+// BenchmarkAntiEntropy is one anti-entropy round of a node holding 100k
+// keys of a global rule, encoded as the replicator sends it: the work (and
+// the garbage) that competes with decisions every anti-entropy interval.
+//
+//	go test ./pop -run '^$' -bench AntiEntropy -benchmem
+func BenchmarkAntiEntropy(b *testing.B) {
+	created, _ := ipv4Keys(benchKeys)
+	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
+	n := benchNode(b, created, now)
+	n.SetEpoch(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		bt := n.AntiEntropy(now, nil)
+		if len(bt.Local.Entries) != benchKeys || len(bt.PoP.Entries) != benchKeys {
+			b.Fatalf("%d own and %d PoP entries of %d keys", len(bt.Local.Entries), len(bt.PoP.Entries), benchKeys)
+		}
+		for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
+			if _, err := crdt.Encode(d, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
