@@ -515,12 +515,20 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 		return st
 	}
 	rs := n.rules.Load()
+	// Entries come grouped by rule: look a rule and its windows up once
+	// per run of its entries.
+	var r *ruleState
+	var idx, limitIdx int64
 	for i := range d.Entries {
 		e := &d.Entries[i]
-		r, ok := rs.byName[e.Rule]
-		if !ok {
-			st.UnknownRule++
-			continue
+		if r == nil || e.Rule != r.Name {
+			var ok bool
+			if r, ok = rs.get(e.Rule); !ok {
+				st.UnknownRule++
+				continue
+			}
+			idx, _ = window.Split(now, r.width)
+			limitIdx, _ = window.Split(now+n.maxSkew, r.width)
 		}
 		if r.Scope == ScopeNode || (r.Scope == ScopePoP && via != ScopePoP) {
 			st.WrongScope++
@@ -530,8 +538,7 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 			st.BadEntry++
 			continue
 		}
-		idx, _ := window.Split(now, r.width)
-		if limitIdx, _ := window.Split(now+n.maxSkew, r.width); e.Window > limitIdx {
+		if e.Window > limitIdx {
 			st.Ahead++
 			continue
 		}
