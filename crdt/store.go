@@ -1,7 +1,6 @@
 package crdt
 
 import (
-	"cmp"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -827,12 +826,16 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	// A key's side entries are sorted by (replica, window): with hundreds
 	// of PoPs a key has hundreds of them, and most merges raise one.
 	es := sh.side[i]
-	j, found := sort.Find(len(es), func(j int) int {
-		if c := cmp.Compare(rep, es[j].rep); c != 0 {
-			return c
+	j, hi := 0, len(es) // binary search for the first entry not below (rep, win)
+	for j < hi {
+		m := int(uint(j+hi) >> 1)
+		if e := &es[m]; e.rep < rep || e.rep == rep && e.win < win {
+			j = m + 1
+		} else {
+			hi = m
 		}
-		return cmp.Compare(win, es[j].win)
-	})
+	}
+	found := j < len(es) && es[j].rep == rep && es[j].win == win
 	var diff uint64
 	var member bool
 	if found {
