@@ -1079,6 +1079,14 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID
 	var keys []flushRec // only klen, kb and long are used
 	for si := range s.shards {
 		sh := &s.shards[si]
+		// Shards hold about as many keys each: room for twice the last
+		// shard's copy, made before locking, keeps growth out of the lock.
+		if cap(recs) < 2*len(recs) {
+			recs = make([]entryRec, 0, 2*len(recs))
+		}
+		if cap(keys) < 2*len(keys) {
+			keys = make([]flushRec, 0, 2*len(keys))
+		}
 		recs, keys = recs[:0], keys[:0]
 		sh.mu.Lock()
 		for i := range sh.slots {
