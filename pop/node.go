@@ -644,10 +644,13 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	idx := n.indexFunc(rs, now)
 	// A key holds at most two own windows: sized once, the batch of a large
 	// store is not copied over and over as it grows.
-	keys := 0
+	keys, global := 0, 0
 	for id, c := range n.store.KeysByRule() {
 		if r := rs.byID[id]; r != nil && r.Scope != ScopeNode {
 			keys += c
+			if r.Scope == ScopeGlobal {
+				global += c
+			}
 		}
 	}
 	b.Local.Entries = make([]crdt.Entry, 0, 2*keys)
@@ -659,7 +662,7 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	if b.PoP.Epoch == 0 {
 		return b
 	}
-	b.PoP.Entries = make([]crdt.Entry, 0, cap(b.Local.Entries))
+	b.PoP.Entries = make([]crdt.Entry, 0, 2*global)
 	n.store.Totals(idx, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
 			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
