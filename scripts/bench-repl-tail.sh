@@ -8,8 +8,9 @@
 #   every anti-entropy round has that many keys to walk; then wrk drives
 #   POST /v1/check on eu/ams over the same KEYS keys, alternately on the
 #   global rule (replicated to us/iad) and on a node-scope rule (never
-#   replicated), and prints the p50/p99 of each and the p99 ratio
-#   global/node (goal <= 1.5).
+#   replicated), and a bare net/http handler (edge -bare-baseline), and
+#   prints the p50/p99 of each and the p99 ratios global/node (goal <= 1.5)
+#   and global/bare.
 #
 # Usage: scripts/bench-repl-tail.sh            (from the repository root)
 # Env:   DURATION (10s per run) ROUNDS (3 alternating global/node runs)
@@ -97,6 +98,9 @@ prof=()
 pids+=($!)
 "$work/edge" -config "$work/b.yaml" -log-level warn -watch-interval 0 >"$work/b.out" 2>"$work/b.err" &
 pids+=($!)
+BARE=$(free_port)
+"$work/edge" -bare-baseline -bare-listen "127.0.0.1:$BARE" -log-level warn >"$work/bare.out" 2>&1 &
+pids+=($!)
 
 wait_http() {
 	for _ in $(seq 1 100); do
@@ -109,6 +113,10 @@ wait_http() {
 }
 wait_http "127.0.0.1:$API_A"
 wait_http "127.0.0.1:$API_B"
+for _ in $(seq 1 100); do
+	curl -s -o /dev/null -X POST -d '{}' "http://127.0.0.1:$BARE/v1/check" && break
+	sleep 0.1
+done
 
 # Wait until each region hears the other (no partition listed).
 for _ in $(seq 1 100); do
@@ -172,10 +180,12 @@ ms() { awk -v v="$1" 'BEGIN {
 	else if (v ~ /ms$/) { sub(/ms$/, "", v); print v + 0 }
 	else { sub(/s$/, "", v); print v * 1000 } }'; }
 
-# runwrk RULE: one wrk run; appends "p50_ms p99_ms requests/s" to $work/RULE.runs.
+# runwrk RULE [ADDR]: one wrk run against eu/ams (or ADDR); appends
+# "p50_ms p99_ms requests/s" to $work/RULE.runs.
 runwrk() {
-	local out p50 p99 rps
-	out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$work/$1.lua" "http://127.0.0.1:$API_A")
+	local out p50 p99 rps lua=$1
+	[ "$1" = bare ] && lua=node
+	out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$work/$lua.lua" "http://${2:-127.0.0.1:$API_A}")
 	p50=$(ms "$(echo "$out" | awk '$1 == "50%" {print $2}')")
 	p99=$(ms "$(echo "$out" | awk '$1 == "99%" {print $2}')")
 	rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
@@ -187,6 +197,7 @@ echo "wrk -t$THREADS -c$CONNS -d$DURATION --latency x $ROUNDS rounds (alternatin
 for _ in $(seq 1 "$ROUNDS"); do
 	runwrk global
 	runwrk node
+	runwrk bare "127.0.0.1:$BARE"
 done
 
 # The peer region must have received the global keys.
@@ -198,7 +209,7 @@ awk '
 	FNR == 1 {f++}
 	{p99[f, FNR] = $2; n[f] = FNR; if ($2 > worst[f]) worst[f] = $2}
 	END {
-		for (g = 1; g <= 2; g++) {
+		for (g = 1; g <= 3; g++) {
 			m = n[g]
 			for (i = 1; i <= m; i++) v[i] = p99[g, i]
 			for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) {t = v[i]; v[i] = v[j]; v[j] = t}
@@ -206,4 +217,5 @@ awk '
 		}
 		printf "p99 median over rounds: global %.3f ms, node %.3f ms, ratio global/node %.2f (goal <= 1.5)\n", med[1], med[2], med[1] / med[2]
 		printf "p99 worst round:        global %.3f ms, node %.3f ms, ratio %.2f\n", worst[1], worst[2], worst[1] / worst[2]
-	}' "$work/global.runs" "$work/node.runs"
+		printf "bare net/http handler:  p99 median %.3f ms; global/bare %.2f, node/bare %.2f\n", med[3], med[1] / med[3], med[2] / med[3]
+	}' "$work/global.runs" "$work/node.runs" "$work/bare.runs"
