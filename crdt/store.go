@@ -1137,12 +1137,23 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID
 			}
 		}
 		sh.mu.Unlock()
-		joined := joinKeys(keys)
+		// The anti-entropy walks' keys live as long as their batch: one
+		// string holds a shard's. Entries' keys may be kept (a partition's
+		// shares keep some): each has its own.
+		joined := ""
+		if walk != walkAll {
+			joined = joinKeys(keys)
+		}
 		key, last := "", int32(-1)
 		for _, r := range recs {
 			if r.slot != last {
 				kr := &keys[r.slot]
-				if key = kr.long; kr.klen != longKey {
+				switch {
+				case kr.klen == longKey:
+					key = kr.long
+				case walk == walkAll:
+					key = string(kr.kb[:kr.klen])
+				default:
 					key, joined = joined[:kr.klen], joined[kr.klen:]
 				}
 				last = r.slot
