@@ -1,7 +1,6 @@
 package crdt
 
 import (
-	"cmp"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -827,12 +826,16 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	// A key's side entries are sorted by (replica, window): with hundreds
 	// of PoPs a key has hundreds of them, and most merges raise one.
 	es := sh.side[i]
-	j, found := sort.Find(len(es), func(j int) int {
-		if c := cmp.Compare(rep, es[j].rep); c != 0 {
-			return c
+	j, hi := 0, len(es) // binary search for the first entry not below (rep, win)
+	for j < hi {
+		m := int(uint(j+hi) >> 1)
+		if e := &es[m]; e.rep < rep || e.rep == rep && e.win < win {
+			j = m + 1
+		} else {
+			hi = m
 		}
-		return cmp.Compare(win, es[j].win)
-	})
+	}
+	found := j < len(es) && es[j].rep == rep && es[j].win == win
 	var diff uint64
 	var member bool
 	if found {
@@ -966,11 +969,12 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 			sh.expireSent(s, at-horizon)
 		}
 		sh.mu.Unlock()
+		keys := joinKeys(recs)
 		for k := range recs {
 			r := &recs[k]
 			key := r.long
 			if r.klen != longKey {
-				key = string(r.kb[:r.klen])
+				key, keys = keys[:r.klen], keys[r.klen:]
 			}
 			for w := range r.pop {
 				var e FlushEntry
@@ -995,6 +999,26 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 	}
 }
 
+// joinKeys returns the inline keys of recs back to back in one string, in
+// order: one allocation for a shard's keys rather than one per key, which
+// the caller slices off in the same order.
+func joinKeys(recs []flushRec) string {
+	n := 0
+	for k := range recs {
+		if recs[k].klen != longKey {
+			n += int(recs[k].klen)
+		}
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for k := range recs {
+		if r := &recs[k]; r.klen != longKey {
+			b.Write(r.kb[:r.klen])
+		}
+	}
+	return b.String()
+}
+
 // flushRec is a changed slot copied out under its shard's lock.
 type flushRec struct {
 	win   int64
@@ -1009,23 +1033,61 @@ type flushRec struct {
 
 // Own calls fn for every own count in a live window: the anti-entropy set that
 // repairs lost deltas and teaches joiners. nowIndex returns the current window
-// index of a rule. fn runs with a shard lock held: it must not call back into
-// the store and must not block.
+// index of a rule (it runs under a shard lock). Like Flush, Own copies under
+// each shard's lock and calls fn after releasing it.
 func (s *Store) Own(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
-	s.Entries(nowIndex, func(rep ReplicaID, e FlushEntry) {
-		if rep == SelfID {
-			fn(e)
-		}
-	})
+	s.entries(nowIndex, walkOwn, func(_ ReplicaID, e FlushEntry) { fn(e) })
 }
 
 // Entries calls fn for every per-replica count in a live window, own and
 // remote: the full state a joining or restarted peer needs. Count is the
-// reported replica's count and PoP the store's PoP total of that window. fn
-// runs with a shard lock held (see Own).
+// reported replica's count and PoP the store's PoP total of that window.
+// nowIndex runs under a shard lock; fn runs after it is released (see Own).
 func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEntry)) {
+	s.entries(nowIndex, walkAll, fn)
+}
+
+// entryRec is one count copied out by entries under its shard's lock; slot
+// indexes the record of the slot in a shard's walk whose key it has.
+type entryRec struct {
+	win   int64
+	count uint64
+	pop   uint64
+	slot  int32
+	rep   ReplicaID
+	rule  RuleID
+}
+
+// What entries walks.
+const (
+	walkOwn    = iota // the own counts (Own)
+	walkAll           // the own and the other replicas' counts (Entries)
+	walkTotals        // the PoP totals (Totals)
+)
+
+// entries is Own, Entries and Totals. Under each shard's lock it copies
+// counts and key bytes into reused buffers and allocates nothing, so that a
+// walk of a large store never holds a lock across an allocation (which may
+// assist the garbage collector) or a callback; a lock is held for one shard's
+// copy at a time.
+func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID, FlushEntry)) {
+	changed := OwnChanged
+	if walk == walkTotals {
+		changed = PoPChanged
+	}
+	var recs []entryRec
+	var keys []flushRec // only klen, kb and long are used
 	for si := range s.shards {
 		sh := &s.shards[si]
+		// Shards hold about as many keys each: room for twice the last
+		// shard's copy, made before locking, keeps growth out of the lock.
+		if cap(recs) < 2*len(recs) {
+			recs = make([]entryRec, 0, 2*len(recs))
+		}
+		if cap(keys) < 2*len(keys) {
+			keys = make([]flushRec, 0, 2*len(keys))
+		}
+		recs, keys = recs[:0], keys[:0]
 		sh.mu.Lock()
 		for i := range sh.slots {
 			sl := &sh.slots[i]
@@ -1036,33 +1098,71 @@ func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEnt
 			if sl.win+1 < cur-1 {
 				continue // nothing live
 			}
-			key := ""
+			at := len(recs)
 			pop := sh.popTotals(int32(i), sl)
-			for k, c := range sl.own {
-				if w := sl.win - 1 + int64(k); c > 0 && w >= cur-1 {
-					if key == "" {
-						key = sh.keyOf(int32(i))
+			if walk == walkTotals {
+				for k, p := range pop {
+					if w := sl.win - 1 + int64(k); p > 0 && w >= cur-1 {
+						var c uint64
+						if k < 2 {
+							c = sl.own[k]
+						}
+						recs = append(recs, entryRec{win: w, count: c, pop: p, slot: int32(len(keys)), rep: SelfID, rule: sl.rule})
 					}
-					fn(SelfID, FlushEntry{Rule: sl.rule, Key: key, Window: w, Count: c, PoP: pop[k], Changed: OwnChanged})
+				}
+			} else {
+				for k, c := range sl.own {
+					if w := sl.win - 1 + int64(k); c > 0 && w >= cur-1 {
+						recs = append(recs, entryRec{win: w, count: c, pop: pop[k], slot: int32(len(keys)), rep: SelfID, rule: sl.rule})
+					}
 				}
 			}
-			if sl.flags&flagSide == 0 {
-				continue
-			}
-			for _, e := range sh.side[int32(i)] {
-				if e.win >= cur-1 {
-					if key == "" {
-						key = sh.keyOf(int32(i))
+			if walk == walkAll && sl.flags&flagSide != 0 {
+				for _, e := range sh.side[int32(i)] {
+					if e.win >= cur-1 {
+						var p uint64
+						if k := e.win - (sl.win - 1); k >= 0 && k < 3 {
+							p = pop[k]
+						}
+						recs = append(recs, entryRec{win: e.win, count: e.count, pop: p, slot: int32(len(keys)), rep: e.rep, rule: sl.rule})
 					}
-					var p uint64
-					if k := e.win - (sl.win - 1); k >= 0 && k < 3 {
-						p = pop[k]
-					}
-					fn(e.rep, FlushEntry{Rule: sl.rule, Key: key, Window: e.win, Count: e.count, PoP: p, Changed: OwnChanged})
 				}
+			}
+			if len(recs) > at {
+				kr := flushRec{klen: sl.klen, kb: sl.kb}
+				if sl.klen == longKey {
+					kr.long = sh.long[int32(i)]
+				}
+				keys = append(keys, kr)
 			}
 		}
 		sh.mu.Unlock()
+		// The anti-entropy walks' keys live as long as their batch: one
+		// string holds a shard's. Entries' keys may be kept (a partition's
+		// shares keep some): each has its own.
+		joined := ""
+		if walk != walkAll {
+			joined = joinKeys(keys)
+		}
+		key, last := "", int32(-1)
+		for _, r := range recs {
+			if r.slot != last {
+				kr := &keys[r.slot]
+				switch {
+				case kr.klen == longKey:
+					key = kr.long
+				case walk == walkAll:
+					key = string(kr.kb[:kr.klen])
+				default:
+					key, joined = joined[:kr.klen], joined[kr.klen:]
+				}
+				last = r.slot
+			}
+			fn(r.rep, FlushEntry{Rule: r.rule, Key: key, Window: r.win, Count: r.count, PoP: r.pop, Changed: changed})
+		}
+		for i := range keys {
+			keys[i].long = ""
+		}
 	}
 }
 
@@ -1072,41 +1172,7 @@ func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEnt
 // lock). Like Flush, Totals copies under each shard's lock and calls fn after
 // releasing it, so fn may block or call into the store.
 func (s *Store) Totals(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
-	var buf []FlushEntry
-	for si := range s.shards {
-		sh := &s.shards[si]
-		buf = buf[:0]
-		sh.mu.Lock()
-		for i := range sh.slots {
-			sl := &sh.slots[i]
-			if sl.flags&flagLive == 0 {
-				continue
-			}
-			cur := nowIndex(sl.rule)
-			if sl.win+1 < cur-1 {
-				continue // nothing live
-			}
-			key := ""
-			for k, p := range sh.popTotals(int32(i), sl) {
-				w := sl.win - 1 + int64(k)
-				if p == 0 || w < cur-1 {
-					continue
-				}
-				if key == "" {
-					key = sh.keyOf(int32(i))
-				}
-				e := FlushEntry{Rule: sl.rule, Key: key, Window: w, PoP: p, Changed: PoPChanged}
-				if k < 2 {
-					e.Count = sl.own[k]
-				}
-				buf = append(buf, e)
-			}
-		}
-		sh.mu.Unlock()
-		for _, e := range buf {
-			fn(e)
-		}
-	}
+	s.entries(nowIndex, walkTotals, func(_ ReplicaID, e FlushEntry) { fn(e) })
 }
 
 // Sweep removes every key whose windows have all passed: nowIndex returns the

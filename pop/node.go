@@ -571,18 +571,26 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 		return st
 	}
 	rs := n.rules.Load()
+	// Entries come grouped by rule: look a rule and its windows up once
+	// per run of its entries.
+	var r *ruleState
+	var idx, limitIdx int64
 	for i := range d.Entries {
 		e := &d.Entries[i]
-		r, ok := rs.byName[e.Rule]
-		if !ok {
-			st.UnknownRule++
-			continue
+		if r == nil || e.Rule != r.Name {
+			var ok bool
+			if r, ok = rs.get(e.Rule); !ok {
+				st.UnknownRule++
+				continue
+			}
+			idx, _ = window.Split(now, r.width)
+			limitIdx, _ = window.Split(now+n.maxSkew, r.width)
 		}
 		if r.Scope == ScopeNode || (r.Scope == ScopePoP && via != ScopePoP) {
 			st.WrongScope++
 			continue
 		}
-		n.mergeEntry(now, r, rep, e, &st)
+		n.mergeAt(idx, limitIdx, r, rep, e, &st)
 	}
 	return st
 }
@@ -590,12 +598,20 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 // mergeEntry merges one entry of replica rep for rule r (whose scope the
 // caller checked), counting the outcome in st. Requires applyMu read-held.
 func (n *Node) mergeEntry(now int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, st *ApplyStats) {
+	idx, _ := window.Split(now, r.width)
+	limitIdx, _ := window.Split(now+n.maxSkew, r.width)
+	n.mergeAt(idx, limitIdx, r, rep, e, st)
+}
+
+// mergeAt is mergeEntry with r's current window index and the last index a
+// peer may be ahead at (now + max skew) already computed, for a run of
+// entries of one rule.
+func (n *Node) mergeAt(idx, limitIdx int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, st *ApplyStats) {
 	if len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen {
 		st.BadEntry++
 		return
 	}
-	idx, _ := window.Split(now, r.width)
-	if limitIdx, _ := window.Split(now+n.maxSkew, r.width); e.Window > limitIdx {
+	if e.Window > limitIdx {
 		st.Ahead++
 		return
 	}
@@ -698,6 +714,18 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	rs := n.rules.Load()
 	b := n.batch(now)
 	idx := n.indexFunc(rs, now)
+	// A key holds at most two own windows: sized once, the batch of a large
+	// store is not copied over and over as it grows.
+	keys, global := 0, 0
+	for id, c := range n.store.KeysByRule() {
+		if r := rs.byID[id]; r != nil && r.Scope != ScopeNode {
+			keys += c
+			if r.Scope == ScopeGlobal {
+				global += c
+			}
+		}
+	}
+	b.Local.Entries = make([]crdt.Entry, 0, 2*keys)
 	n.store.Own(idx, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope != ScopeNode && e.Count > 0 {
 			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
@@ -707,6 +735,7 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	if b.PoP.Epoch == 0 {
 		return b
 	}
+	b.PoP.Entries = make([]crdt.Entry, 0, 2*global)
 	n.store.Totals(idx, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
 			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})

@@ -1,0 +1,142 @@
+package pop
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// BenchmarkDecideTail measures the latency tail of Decide while the node
+// replicates: one goroutine decides on 100k keys in random order, timing
+// every call, while another does what the replicator does with a node of
+// 100k live keys, as fast as it can: Flush and encode the changes, and every
+// tenth round AntiEntropy and encode everything. The global sub-benchmark
+// decides on the replicated rule, node on a node-scope rule of the same
+// node, whose 100k global keys the replication goroutine keeps walking;
+// quiet is the baseline: the other goroutine only spins on the CPU, without
+// locks or allocations, so what other load on the machine does to the tail
+// shows there too.
+// It reports the p50, p99 and p99.9 and the longest call, in ns, and how
+// many calls took over 100µs (stalls).
+//
+//	go test ./pop -run '^$' -bench DecideTail -benchtime 3000000x -cpu 2
+func BenchmarkDecideTail(b *testing.B) {
+	created, keys := ipv4Keys(benchKeys)
+	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
+	for _, tc := range []struct{ name, rule string }{{"global", "global"}, {"node", "node"}, {"quiet", "global"}} {
+		rule := tc.rule
+		b.Run(tc.name, func(b *testing.B) {
+			n, err := New(Config{
+				Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
+				Rules: []Rule{
+					{Name: "global", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal},
+					{Name: "node", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeNode},
+				},
+				MaxKeys: 4 * len(keys),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n.SetEpoch(1)
+			for _, k := range created {
+				for _, r := range []string{"global", "node"} {
+					if _, err := n.Decide(now, r, k, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			lat := make([]uint32, b.N)
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var rounds, sent atomic.Int64
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if tc.name == "quiet" {
+					x := uint64(1)
+					for !stop.Load() {
+						for range 1000 {
+							x ^= x << 13
+							x ^= x >> 7
+							x ^= x << 17
+						}
+					}
+					sent.Add(int64(x & 1))
+					return
+				}
+				for i := 0; !stop.Load(); i++ {
+					bt := n.Flush(now, nil)
+					if i%10 == 0 {
+						bt = n.AntiEntropy(now, nil)
+					}
+					for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
+						msgs, err := crdt.Encode(d, 0)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						for _, m := range msgs {
+							sent.Add(int64(len(m)))
+						}
+					}
+					rounds.Add(1)
+				}
+			}()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if _, err := n.Decide(now, rule, keys[i%len(keys)], 1); err != nil {
+					b.Fatal(err)
+				}
+				lat[i] = uint32(min(time.Since(t0), 1<<32-1))
+			}
+			b.StopTimer()
+			stop.Store(true)
+			wg.Wait()
+			stalls := 0
+			for _, l := range lat {
+				if l > 100_000 {
+					stalls++
+				}
+			}
+			slices.Sort(lat)
+			q := func(p float64) float64 { return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
+			b.ReportMetric(q(0.5), "p50-ns")
+			b.ReportMetric(q(0.99), "p99-ns")
+			b.ReportMetric(q(0.999), "p99.9-ns")
+			b.ReportMetric(float64(lat[len(lat)-1]), "max-ns")
+			b.ReportMetric(float64(stalls), "stalls>100µs")
+			b.ReportMetric(float64(rounds.Load()), "repl-rounds")
+		})
+	}
+}
+
+// BenchmarkAntiEntropy is one anti-entropy round of a node holding 100k
+// keys of a global rule, encoded as the replicator sends it: the work (and
+// the garbage) that competes with decisions every anti-entropy interval.
+//
+//	go test ./pop -run '^$' -bench AntiEntropy -benchmem
+func BenchmarkAntiEntropy(b *testing.B) {
+	created, _ := ipv4Keys(benchKeys)
+	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
+	n := benchNode(b, created, now)
+	n.SetEpoch(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		bt := n.AntiEntropy(now, nil)
+		if len(bt.Local.Entries) != benchKeys || len(bt.PoP.Entries) != benchKeys {
+			b.Fatalf("%d own and %d PoP entries of %d keys", len(bt.Local.Entries), len(bt.PoP.Entries), benchKeys)
+		}
+		for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
+			if _, err := crdt.Encode(d, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
