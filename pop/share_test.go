@@ -168,7 +168,7 @@ func TestShareFollowsAFailover(t *testing.T) {
 	}
 	assert.InDelta(t, 30, usAdm[1], 2, "before the failover us spends its 30 %")
 	assert.GreaterOrEqual(t, usAdm[4], 95, "after it us takes the whole limit")
-	assert.InDelta(t, 1.0, us.Partition(cut+6*W).Rules[0].MeanShare, 0.01)
+	assert.InDelta(t, 1.0, us.Partition(cut + 6*W).Rules[0].MeanShare, 0.01)
 }
 
 // TestShareKeepsSharesOfASteadySide: sides whose demand does not move keep
