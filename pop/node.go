@@ -71,8 +71,9 @@ type Config struct {
 	// ShareFloor is the least fraction of the limit a side enforcing the share
 	// policy may use (0..1); 0 means DefaultShareFloor, negative means none.
 	ShareFloor float64
-	// ShareStep is how much a side's share may grow per window when its
-	// traffic grew during the cut (0..1); 0 means DefaultShareStep, negative none.
+	// ShareStep is how far (a fraction, 0..1) a side's demand during a cut
+	// must move from what its share covers before the share follows it;
+	// 0 means DefaultShareStep, negative: shares never follow demand.
 	ShareStep float64
 	// HealHold is how long shares stay enforced after every PoP is heard
 	// again, while the other side's counts arrive; 0 means DefaultHealHold.
@@ -189,6 +190,7 @@ type Node struct {
 	healHold              int64
 	partMu                sync.Mutex // serialises SetUnheard
 	part                  atomic.Pointer[partition]
+	lastPart              *partition // the latest partition, cleared or not; guarded by partMu
 
 	// allow is the near-limit allowance by rule scope (allowance.go); nil
 	// while off, and always for node scope. Four entries, so that indexing
@@ -501,7 +503,7 @@ func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, coun
 		res = n.store.AdmitSplit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, count, n.allow[r.Scope&3].Load())
 	}
 	if sh != nil && count {
-		sh.record(idx, cost, !res.Allowed)
+		sh.record(idx, cost)
 	}
 	d := Decision{
 		Allowed:    res.Allowed,

@@ -27,13 +27,21 @@ import (
 // side spends exactly its share of the trailing window's limit on its own
 // traffic and the sides together admit at most the limit.
 //
-// Two mechanisms keep a side whose traffic grows from being starved for the
-// whole cut: a floor (every side may use at least ShareFloor of the limit),
-// and a slow adaptation: after every window of the cut in which a key's demand
-// on this side was above 1.5x its pre-cut traffic and hit its share, the
-// share grows by ShareStep, up to the PoP-count split. Both can let the sides
-// together go over the limit (by the floor and the steps taken), which the
-// simulator measures.
+// A side follows its demand (share_demand.go): when its demand grows well
+// past what it was at the cut while its share binds, it takes the demand for
+// traffic that moved to it from the other side (a failover: a dead PoP looks
+// exactly like a partitioned one) and grows its share to its part of the
+// fleet's demand; a side whose demand fell shrinks its share the same way, so
+// the sides still add up to the limit when traffic moves between them. A
+// floor (every side may use at least ShareFloor of the limit) keeps a side
+// from being shut out.
+//
+// When the unheard set changes during a partition (a cut that changes
+// shape, with no heal long enough to see a window whole in between), the
+// shares are derived again from the same per-PoP counts of the window seen
+// whole before the first cut, which every side holds alike, so the sides of
+// the new cut still add up to the limit although their views of the cut's
+// windows differ.
 //
 // When every PoP is heard again the node keeps enforcing shares for HealHold,
 // the time the other side's counts take to arrive (anti-entropy on reconnect),
@@ -46,7 +54,7 @@ const maxNewShareKeys = 1 << 18
 // Share policy defaults.
 const (
 	DefaultShareFloor = 0.02
-	DefaultShareStep  = 0.05
+	DefaultShareStep  = 0.25
 	DefaultHealHold   = 250 * time.Millisecond
 )
 
@@ -71,19 +79,39 @@ type shareKey struct {
 	key  string
 }
 
+// popCount is one PoP's count of a key in the window seen whole before the
+// first cut of a partition.
+type popCount struct {
+	pop   string // "region/pop"
+	count uint64
+}
+
 // share is one key's budget during a partition.
 type share struct {
-	win          int64   // window index c the cut was noticed in
-	frac         float64 // this side's share of the limit
-	base         float64 // frac at the cut (before adaptation)
-	hist         uint64  // this side's count in window c-1
-	fresh        bool    // first seen during the cut: no history (see unsure.go)
-	frozen       [2]uint64
-	mu           sync.Mutex
-	demandWin    int64
-	demand       uint64
-	hitShare     bool
-	adaptedSteps int
+	win    int64     // window index c the cut was noticed in
+	frozen [2]uint64 // the unheard PoPs' counts of windows c-1 and c
+	// base is the key's per-PoP counts of the window seen whole before the
+	// first cut (nil for a key without history): the shares of every shape
+	// the partition takes are derived from it.
+	base []popCount
+	// scale is the fleet's demand before the cut over the limit, when the
+	// base window shows the key below its limit then (nothing was refused);
+	// 1 when it was at its limit or without history.
+	scale float64
+
+	mu sync.Mutex
+	// frac is this side's share of the limit, snap the share at the cut;
+	// prev the share in force in the previous window, from which a grown
+	// share opens as that window's counts decay.
+	frac, snap, prev float64
+	// This node's demand in window demandWin (whole: measured from the
+	// window's start), and in the first whole window of the cut (0: not yet).
+	demandWin  int64
+	demand     uint64
+	whole      bool
+	baseDemand float64
+
+	fresh bool // first seen during the cut: no history (see unsure.go)
 }
 
 // PartitionStatus is what a node knows about the current partition.
@@ -128,6 +156,7 @@ func (n *Node) SetUnheard(now int64, pops []string) {
 			healed := *cur
 			healed.healed = now
 			n.part.Store(&healed)
+			n.lastPart = &healed
 		}
 		return
 	}
@@ -135,11 +164,14 @@ func (n *Node) SetUnheard(now int64, pops []string) {
 	for _, p := range pops {
 		unheard[p] = true
 	}
-	if cur != nil && cur.healed == 0 && sameSet(cur.unheard, unheard) {
+	healing := cur != nil && cur.healed == 0 && subset(unheard, cur.unheard)
+	if healing && len(unheard) == len(cur.unheard) {
 		return
 	}
 	n.exclude(unheard)
-	n.part.Store(n.snapshot(now, unheard))
+	p := n.snapshot(now, unheard, n.lastPart)
+	n.part.Store(p)
+	n.lastPart = p
 }
 
 // resnapshot recomputes the shares of a partition in force after the rules
@@ -151,15 +183,14 @@ func (n *Node) resnapshot() {
 	if cur == nil {
 		return
 	}
-	p := n.snapshot(cur.since, cur.unheard)
+	p := n.snapshot(cur.since, cur.unheard, nil)
 	p.healed = cur.healed
 	n.part.Store(p)
+	n.lastPart = p
 }
 
-func sameSet(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
+// subset reports whether every member of a is in b.
+func subset(a, b map[string]bool) bool {
 	for k := range a {
 		if !b[k] {
 			return false
@@ -170,8 +201,12 @@ func sameSet(a, b map[string]bool) bool {
 
 func popOf(r crdt.Replica) string { return r.Region + "/" + r.PoP }
 
-// snapshot computes every share key's share from the per-replica counts held now.
-func (n *Node) snapshot(now int64, unheard map[string]bool) *partition {
+// snapshot computes every share key's share from the per-replica counts held
+// now. A key the partition before (prev, nil if none) held keeps that
+// partition's base window and fleet demand unless this node has seen a
+// window whole since it healed: the shares of the new shape are derived from
+// counts every side holds alike.
+func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *partition {
 	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}}}
 	all := map[string]bool{popOf(n.self): true}
 	for _, r := range n.store.Replicas() {
@@ -182,9 +217,12 @@ func (n *Node) snapshot(now int64, unheard map[string]bool) *partition {
 	}
 	p.sideFrac = float64(len(all)-len(unheard)) / float64(len(all))
 	rs := n.rules.Load()
-	type acc struct{ side, other [2]uint64 }
+	type acc struct {
+		other [2]uint64
+		pops  []popCount
+	}
 	sums := map[shareKey]*acc{}
-	repSide := map[crdt.ReplicaID]bool{}
+	repPoP := map[crdt.ReplicaID]string{}
 	n.store.Entries(n.indexFunc(rs, now), func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
 		if r == nil || r.OnPartition != Share || r.Scope != ScopeGlobal {
@@ -201,29 +239,74 @@ func (n *Node) snapshot(now int64, unheard map[string]bool) *partition {
 			a = &acc{}
 			sums[k] = a
 		}
-		onSide, ok := repSide[rep]
+		pop, ok := repPoP[rep]
 		if !ok {
-			onSide = !unheard[popOf(n.store.Replica(rep))]
-			repSide[rep] = onSide
+			pop = popOf(n.store.Replica(rep))
+			repPoP[rep] = pop
 		}
-		if onSide {
-			a.side[i] += e.Count
-		} else {
+		if unheard[pop] {
 			a.other[i] += e.Count
+		}
+		if i == 0 {
+			a.pops = addPoPCount(a.pops, pop, e.Count)
 		}
 	})
 	for k, a := range sums {
 		r := rs.byID[k.rule]
 		c, _ := window.Split(now, r.width)
-		sh := &share{win: c, frac: p.sideFrac, hist: a.side[0], frozen: a.other}
-		if tot := a.side[0] + a.other[0]; tot > 0 {
-			sh.frac = float64(a.side[0]) / float64(tot)
+		sh := &share{win: c, frozen: a.other, base: a.pops}
+		if old := prev.retained(k, r, c, n.healHold); old != nil {
+			old.mu.Lock()
+			sh.base, sh.baseDemand = old.base, old.baseDemand
+			old.mu.Unlock()
 		}
-		sh.frac = max(sh.frac, n.shareFloor)
-		sh.base = sh.frac
+		sh.scale = demandScale(sh.base, r.Limit)
+		sh.frac = max(sideOf(sh.base, unheard, p.sideFrac), n.shareFloor)
+		sh.snap, sh.prev = sh.frac, sh.frac
 		p.keys[k] = sh
 	}
 	return p
+}
+
+// retained returns the share of key k (rule r) in partition p when a cut
+// noticed in window c keeps p's base: p is still cut, or healed too recently
+// for window c-1 to have been seen whole since. p may be nil.
+func (p *partition) retained(k shareKey, r *ruleState, c, hold int64) *share {
+	if p == nil || (p.healed != 0 && p.healed+hold <= window.Start(c-1, r.width)) {
+		return nil
+	}
+	if sh := p.keys[k]; sh != nil {
+		return sh
+	}
+	p.newKeys.mu.Lock()
+	defer p.newKeys.mu.Unlock()
+	return p.newKeys.m[k]
+}
+
+func addPoPCount(ps []popCount, pop string, c uint64) []popCount {
+	for i := range ps {
+		if ps[i].pop == pop {
+			ps[i].count += c
+			return ps
+		}
+	}
+	return append(ps, popCount{pop, c})
+}
+
+// sideOf returns the part of base's counts owned by PoPs not in unheard, or
+// def when base holds no count.
+func sideOf(base []popCount, unheard map[string]bool, def float64) float64 {
+	var side, tot uint64
+	for _, pc := range base {
+		tot += pc.count
+		if !unheard[pc.pop] {
+			side += pc.count
+		}
+	}
+	if tot == 0 {
+		return def
+	}
+	return float64(side) / float64(tot)
 }
 
 // shareLimit returns the limit a Share rule enforces for key at now, and
@@ -241,7 +324,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	if sh == nil {
 		sh = p.newKey(r, key, now, max(p.sideFrac, n.shareFloor))
 	}
-	frac := sh.adapt(idx, p.sideFrac, n.shareStep)
+	frac, prev := sh.adapt(idx, n.shareFloor, n.shareStep)
 	frozen := 0.0
 	switch idx {
 	case sh.win:
@@ -249,7 +332,13 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	case sh.win + 1:
 		frozen = window.Estimate(sh.frozen[1], 0, elapsed, r.width)
 	}
-	return frac*float64(r.Limit) + frozen, sh, true
+	// A share grown at this window opens as the previous window's counts
+	// decay: the other side may have spent its former share then.
+	budget := frac
+	if frac > prev {
+		budget -= (frac - prev) * float64(r.width-elapsed) / float64(r.width)
+	}
+	return budget*float64(r.Limit) + frozen, sh, true
 }
 
 func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *share {
@@ -259,7 +348,7 @@ func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *s
 	sh := p.newKeys.m[k]
 	if sh == nil {
 		c, _ := window.Split(now, r.width)
-		sh = &share{win: c, frac: frac, base: frac, fresh: true}
+		sh = &share{win: c, frac: frac, snap: frac, prev: frac, scale: 1, fresh: true}
 		if len(p.newKeys.m) < maxNewShareKeys {
 			p.newKeys.m[shareKey{r.id, strings.Clone(key)}] = sh
 		} // else: decided with a transient share that does not adapt
@@ -273,34 +362,6 @@ func (n *Node) clearHealed(p *partition) {
 		n.part.Store(nil)
 	}
 	n.partMu.Unlock()
-}
-
-// record notes a decision's demand for the adaptation.
-func (sh *share) record(idx int64, cost uint64, denied bool) {
-	sh.mu.Lock()
-	if idx == sh.demandWin {
-		sh.demand += cost
-		sh.hitShare = sh.hitShare || denied
-	}
-	sh.mu.Unlock()
-}
-
-// adapt closes the previous window's demand count when a new window starts
-// and grows the share by step if this side's demand grew past its pre-cut
-// traffic and hit the share. It returns the share.
-func (sh *share) adapt(idx int64, ceiling, step float64) float64 {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if idx <= sh.demandWin {
-		return sh.frac
-	}
-	if sh.demandWin != 0 && idx == sh.demandWin+1 && sh.hitShare &&
-		float64(sh.demand) > 1.5*float64(max(sh.hist, 1)) && sh.frac+step <= max(ceiling, sh.base)+1e-9 {
-		sh.frac += step
-		sh.adaptedSteps++
-	}
-	sh.demandWin, sh.demand, sh.hitShare = idx, 0, false
-	return sh.frac
 }
 
 // Partition returns what the node knows about the current partition at now.

@@ -14,9 +14,9 @@ func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
 	t.Helper()
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: policy}}
 	var err error
-	eu, err = New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules, ShareStep: -1})
+	eu, err = New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
-	us, err = New(Config{Self: crdt.Replica{Region: "us", PoP: "iad", Node: "b", Incarnation: 1}, Rules: rules, ShareStep: -1})
+	us, err = New(Config{Self: crdt.Replica{Region: "us", PoP: "iad", Node: "b", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	eu.SetEpoch(1)
 	us.SetEpoch(1)
@@ -120,32 +120,117 @@ func TestShareHealsAfterHold(t *testing.T) {
 	assert.False(t, eu.Partition(after).Partitioned)
 }
 
-func TestShareAdaptsWhenTrafficMoves(t *testing.T) {
-	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
-	eu, err := New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules})
-	require.NoError(t, err)
+// TestShareFollowsAFailover: all of eu's traffic moves to us during the
+// cut (a dead PoP looks like a partitioned one). us's share grows to the
+// whole limit; eu, which has no traffic left, spends nothing; the two never
+// spend more than the limit in a window.
+func TestShareFollowsAFailover(t *testing.T) {
+	eu, us := shareNodes(t, Share)
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
-	// Before the cut eu had 10% of the traffic (us's counts arrive by delta).
-	for i := 0; i < 10; i++ {
-		_, _ = eu.Decide(start, "api", "k", 1)
+	// One healthy window at the limit: eu carries 70 % of the traffic.
+	for i := int64(0); i < 100; i++ {
+		now := start + i*W/100
+		for j := 0; j < 7; j++ {
+			_, _ = eu.Decide(now, "api", "k", 1)
+		}
+		for j := 0; j < 3; j++ {
+			_, _ = us.Decide(now, "api", "k", 1)
+		}
+		sync2(t, now, eu, us)
 	}
-	eu.Apply(start, &crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 1),
-		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: 90}}}, ScopeGlobal)
 	cut := start + W
 	eu.SetUnheard(cut, []string{"us/iad"})
-	perWindow := make([]int, 6)
+	us.SetUnheard(cut, []string{"eu/ams"})
+	var euAdm, usAdm [6]int
 	for w := int64(0); w < 6; w++ {
 		for i := int64(0); i < 100; i++ {
 			now := cut + w*W + i*W/100
-			if d, _ := eu.Decide(now, "api", "k", 1); d.Allowed {
-				perWindow[w]++
+			euN, usN := 7, 3
+			if w >= 2 { // the failover
+				euN, usN = 0, 10
+			}
+			for j := 0; j < euN; j++ {
+				if d, _ := eu.Decide(now, "api", "k", 1); d.Allowed {
+					euAdm[w]++
+				}
+			}
+			for j := 0; j < usN; j++ {
+				if d, _ := us.Decide(now, "api", "k", 1); d.Allowed {
+					usAdm[w]++
+				}
 			}
 		}
 	}
-	t.Logf("admitted per window as traffic moved to eu: %v", perWindow)
-	assert.Greater(t, perWindow[5], perWindow[1], "the share grows when this side's traffic grew")
-	assert.LessOrEqual(t, perWindow[5], 50+5, "but never past the PoP-count split")
+	t.Logf("admitted per window: eu %v, us %v", euAdm, usAdm)
+	for w := range euAdm {
+		assert.LessOrEqual(t, euAdm[w]+usAdm[w], 101, "window %d: the sides together stay at the limit", w)
+	}
+	assert.InDelta(t, 30, usAdm[1], 2, "before the failover us spends its 30 %")
+	assert.GreaterOrEqual(t, usAdm[4], 95, "after it us takes the whole limit")
+	assert.InDelta(t, 1.0, us.Partition(cut + 6*W).Rules[0].MeanShare, 0.01)
+}
+
+// TestShareKeepsSharesOfASteadySide: sides whose demand does not move keep
+// their shares.
+func TestShareKeepsSharesOfASteadySide(t *testing.T) {
+	euAdm, usAdm := runCut(t, Share)
+	assert.InDelta(t, 75, euAdm, 3)
+	assert.InDelta(t, 25, usAdm, 3)
+}
+
+// TestShareRollingCuts: three PoPs cut off in turn with no heal between.
+// The shares of the second cut come from the window every side saw whole
+// before the first, so the sides add up to the limit although ap never
+// heard the others' counts of the first cut.
+func TestShareRollingCuts(t *testing.T) {
+	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
+	mk := func(region, p string) *Node {
+		n, err := New(Config{Self: crdt.Replica{Region: region, PoP: p, Node: "a", Incarnation: 1}, Rules: rules})
+		require.NoError(t, err)
+		n.SetEpoch(1)
+		return n
+	}
+	eu, us, ap := mk("eu", "ams"), mk("us", "iad"), mk("ap", "sin")
+	all := []*Node{eu, us, ap}
+	exchange := func(now int64, ns ...*Node) {
+		for _, a := range ns {
+			out := a.Flush(now, nil)
+			for _, b := range ns {
+				if b != a {
+					b.Apply(now, &out.PoP, ScopeGlobal)
+				}
+			}
+		}
+	}
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	for i, n := range all { // 50, 30, 20 of the limit
+		for j := 0; j < []int{50, 30, 20}[i]; j++ {
+			_, _ = n.Decide(start, "api", "k", 1)
+		}
+	}
+	exchange(start, all...)
+	cut1 := start + W
+	eu.SetUnheard(cut1, []string{"ap/sin"})
+	us.SetUnheard(cut1, []string{"ap/sin"})
+	ap.SetUnheard(cut1, []string{"eu/ams", "us/iad"})
+	for _, n := range all {
+		for j := 0; j < 200; j++ {
+			_, _ = n.Decide(cut1+W/2, "api", "k", 1)
+		}
+	}
+	exchange(cut1+W/2, eu, us)
+	// A window later us is cut off and ap hears eu again, before any count
+	// of the first cut has reached it.
+	cut2 := cut1 + W + W/2
+	eu.SetUnheard(cut2, []string{"us/iad"})
+	us.SetUnheard(cut2, []string{"ap/sin", "eu/ams"})
+	ap.SetUnheard(cut2, []string{"us/iad"})
+	share := func(n *Node) float64 { return n.Partition(cut2).Rules[0].MeanShare }
+	assert.InDelta(t, 0.7, share(eu), 1e-9)
+	assert.InDelta(t, 0.7, share(ap), 1e-9, "derived from the window seen whole before the first cut")
+	assert.InDelta(t, 0.3, share(us), 1e-9)
 }
 
 func TestSharesSurviveARuleReload(t *testing.T) {

@@ -957,14 +957,30 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			}
 		}
 	case m.Kind == KindState:
-		// Another PoP (From) relays this PoP's former totals; the
-		// transport delivers only state meant for this PoP.
-		if m.From == c.selfPoP || !d.Sender.SamePoP(c.self) || !d.Sender.IsPoP() {
+		// Another PoP (From) relays former totals: this PoP's, or, asked
+		// for a sync, any PoP's; the transport delivers only state meant
+		// for this PoP.
+		if m.From == c.selfPoP || !d.Sender.IsPoP() {
 			res.Forged = true
 			break
 		}
-		if len(d.Entries) == 0 {
+		if !hasContent(d) {
 			c.marked(m.From, d) // a marker: m.From's answer is complete
+			break
+		}
+		if !d.Sender.SamePoP(c.self) {
+			// Another PoP's former epoch: never its current one (its own
+			// messages carry those), and only of PoPs this node knows.
+			p := c.peers[PoPOf(d.Sender)]
+			switch {
+			case (p != nil && p.epoch == d.Sender.Incarnation) || (PoPOf(d.Sender) == m.From && d.Epoch == d.Sender.Incarnation):
+				res.Forged = true // no PoP relays a current epoch
+			case p == nil || p.epoch == 0:
+				res.Dropped = true
+				c.stats.StateDropped++
+			default:
+				res.Applied = c.node.Apply(now, d, pop.ScopeGlobal)
+			}
 			break
 		}
 		if c.epoch == 0 {
@@ -1151,8 +1167,10 @@ func (c *Core) doWork(now int64) {
 
 // relay sends each PoP in relayTo what this node holds of that PoP's former
 // epochs, so that a PoP whose nodes all restarted counts what it admitted
-// before. One member per target PoP relays, at most once per PeerTimeout
-// and epoch of the target.
+// before, and, to a PoP that asked for a sync, of every PoP's former epochs
+// (see former). One member per target PoP relays, at most once per
+// PeerTimeout and epoch of the target (each time it asks, at most once per
+// coalescing interval).
 func (c *Core) relay(now int64) {
 	if !c.cfg.Relay || !c.cfg.GlobalLink {
 		clear(c.relayTo)
@@ -1178,7 +1196,7 @@ func (c *Core) relay(now int64) {
 			}
 		}
 		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
-		if !c.holdsFormer(id, p.epoch) {
+		if !c.holdsFormer(id, asked) {
 			continue // the common case: nothing to relay, no scan of the store
 		}
 		if state == nil {
@@ -1187,7 +1205,7 @@ func (c *Core) relay(now int64) {
 		sent := false
 		for i := range state {
 			d := &state[i]
-			if PoPOf(d.Sender) != id || !d.Sender.IsPoP() || d.Sender.Incarnation == p.epoch || len(d.Entries) == 0 {
+			if !d.Sender.IsPoP() || len(d.Entries) == 0 || !c.former(d.Sender, id, asked) {
 				continue
 			}
 			dd := *d
@@ -1200,15 +1218,43 @@ func (c *Core) relay(now int64) {
 	}
 }
 
-// holdsFormer reports whether this node holds counts of an aggregate of PoP
-// id other than its current epoch cur.
-func (c *Core) holdsFormer(id PoPID, cur uint64) bool {
+// holdsFormer reports whether this node holds counts of an aggregate it
+// would relay to PoP id (see former).
+func (c *Core) holdsFormer(id PoPID, asked bool) bool {
 	for _, r := range c.node.Replicas() {
-		if r.IsPoP() && PoPOf(r) == id && r.Incarnation != cur {
+		if r.IsPoP() && c.former(r, id, asked) {
 			return true
 		}
 	}
 	return false
+}
+
+// former reports whether aggregate r is relayed to PoP id: an earlier epoch
+// of id itself, and, when id asked for a sync, an earlier epoch of any PoP
+// (this one included) whose current epoch is known. Nobody else re-sends
+// those: live nodes re-send only their current epoch's totals, so a node
+// that restarts alone in its PoP would not count them until their windows
+// pass.
+func (c *Core) former(r crdt.Replica, id PoPID, asked bool) bool {
+	of := PoPOf(r)
+	if of == id {
+		p := c.peers[id]
+		return p != nil && r.Incarnation != p.epoch
+	}
+	cur := c.currentEpoch(of)
+	return asked && cur != 0 && r.Incarnation != cur
+}
+
+// currentEpoch returns the epoch PoP id publishes under as this node knows
+// it, or 0 when it does not know it (which no aggregate carries).
+func (c *Core) currentEpoch(id PoPID) uint64 {
+	if id == c.selfPoP {
+		return c.epoch
+	}
+	if p := c.peers[id]; p != nil && p.epoch != 0 {
+		return p.epoch
+	}
+	return 0
 }
 
 // LocalState is the state a joining member learns at once (memberlist

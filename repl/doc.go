@@ -66,7 +66,10 @@
 //   - Relay: one member of each PoP sends a PoP that asks, or is heard
 //     again, the totals it holds of that PoP's former epochs (a PoP heard
 //     again at most once per PeerTimeout and epoch; one that asks, each
-//     time it asks).
+//     time it asks), and a PoP that asks the former epochs of every PoP
+//     whose current epoch it knows: live nodes re-send only their current
+//     epoch's totals, so a node that restarts alone in its PoP learns the
+//     other PoPs' former ones only so.
 //   - Startup sync (startup.go): with Config.StartupSync a node is unsynced
 //     (pop.Node.SetSynced) at start until it holds its PoP's state and a
 //     marker from every expected PoP, sent after that PoP's relay and
@@ -110,7 +113,9 @@
 // A message is used only as far as its sender may speak: a member's delta
 // must name a member of the own PoP; a delta between PoPs must name the PoP
 // whose subject it came through; relayed state must be the own PoP's
-// aggregate. A member's forwarded totals are published only for global
+// aggregate or, for another PoP, an epoch of it that is not its current
+// one (a receiver that does not know that PoP's epoch yet drops it). A
+// member's forwarded totals are published only for global
 // rules the node knows, in live windows, for a slot of now. At most
 // Config.MaxPoPs remote PoPs are tracked.
 package repl

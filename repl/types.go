@@ -49,8 +49,9 @@ const (
 	// KindSync is a delta without entries sent between PoPs by a PoP that
 	// has just heard another PoP first or again: "send me your totals".
 	KindSync
-	// KindState is a delta of the receiving PoP's own former totals (an
-	// earlier epoch), relayed to it by another PoP that holds them.
+	// KindState is a delta of former totals (an earlier epoch) of the
+	// receiving PoP or, when it asked for a sync, of any PoP, relayed to it
+	// by another PoP that holds them.
 	KindState
 )
 

@@ -698,6 +698,7 @@ func (e *engine) request(s *source, t int64) {
 		return
 	}
 	e.fleet.judge(k, t, s.cost, d.Allowed)
+	e.fleet.served(nd.region, d.Allowed)
 	if e.central != nil {
 		cd, err := e.central.Decide(Epoch+t, k.ruleName, k.key, s.cost)
 		if err != nil {
@@ -705,6 +706,7 @@ func (e *engine) request(s *source, t int64) {
 			return
 		}
 		e.cOracle.judge(k, t, s.cost, cd.Allowed)
+		e.cOracle.served(nd.region, cd.Allowed)
 		if cd.Allowed != d.Allowed {
 			e.disagree++
 		}

@@ -67,6 +67,23 @@ type tally struct {
 	overLimit, wronglyRejected   uint64
 	maxRatio                     float64
 	samples                      []float64 // admitted/limit per key per window
+	// byRegion counts requests and admits by the region that served them.
+	byRegion []regionTally
+}
+
+type regionTally struct{ requests, admitted uint64 }
+
+// served records a decision of the current phase by the region that served
+// it (the topology's region index).
+func (o *oracle) served(region int, admitted bool) {
+	tl := o.cur
+	for len(tl.byRegion) <= region {
+		tl.byRegion = append(tl.byRegion, regionTally{})
+	}
+	tl.byRegion[region].requests++
+	if admitted {
+		tl.byRegion[region].admitted++
+	}
 }
 
 // oracle judges every decision of one decider (the fleet, or the central

@@ -48,6 +48,17 @@ type Phase struct {
 	FromMS int64  `json:"from_ms"`
 	ToMS   int64  `json:"to_ms"`
 	Figures
+	// Regions are the requests and admits of the phase by the region that
+	// served them, in topology order.
+	Regions []RegionFigures `json:"regions"`
+}
+
+// RegionFigures are the decisions one region's nodes took (for the central
+// node: the decisions on the requests that region served).
+type RegionFigures struct {
+	Region   string `json:"region"`
+	Requests uint64 `json:"requests"`
+	Admitted uint64 `json:"admitted"`
 }
 
 // Replication is what the nodes of each PoP sent, per second of simulated
@@ -155,6 +166,13 @@ func (e *engine) phaseFigures(o *oracle) (Figures, []Phase) {
 	ph := make([]Phase, len(e.phases))
 	for i, p := range e.phases {
 		ph[i] = Phase{Name: p.name, FromMS: p.from / 1e6, ToMS: p.to / 1e6, Figures: figures(o.phases[i:i+1], o.phases[i].samples)}
+		ph[i].Regions = make([]RegionFigures, len(e.regions))
+		for ri, name := range e.regions {
+			ph[i].Regions[ri].Region = name
+			if bt := o.phases[i].byRegion; ri < len(bt) {
+				ph[i].Regions[ri].Requests, ph[i].Regions[ri].Admitted = bt[ri].requests, bt[ri].admitted
+			}
+		}
 	}
 	return figures(o.phases, o.run), ph
 }
@@ -285,6 +303,17 @@ func WriteTable(w io.Writer, reports []Report) error {
 			}
 			fmt.Fprintln(w)
 		}
+		for i, p := range r.Phases {
+			if p.Name != "partitioned" || len(r0.Central.Phases) <= i || len(p.Regions) < 2 {
+				continue
+			}
+			fmt.Fprintf(w, "[%s] %s admitted by region (fleet / central):", r.Policy, p.Name)
+			for ri, rf := range p.Regions {
+				c := r0.Central.Phases[i].Regions[ri].Admitted
+				fmt.Fprintf(w, " %s %d / %d (%s);", rf.Region, rf.Admitted, c, fmtRatio(rf.Admitted, c))
+			}
+			fmt.Fprintln(w)
+		}
 		if r.Unserved > 0 {
 			fmt.Fprintf(w, "[%s] unserved (every PoP down): %d\n", r.Policy, r.Unserved)
 		}
@@ -294,6 +323,13 @@ func WriteTable(w io.Writer, reports []Report) error {
 	}
 	_, err := fmt.Fprintln(w, "\na/l: exact admitted cost in the trailing window / limit (max over instants; p99, mean over keys x windows)")
 	return err
+}
+
+func fmtRatio(a, b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", float64(a)/float64(b))
 }
 
 func fmtMS(ms int64) string {

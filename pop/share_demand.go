@@ -1,0 +1,104 @@
+package pop
+
+// How a side's share follows its demand during a partition.
+//
+// Every node counts, per key and window of the cut, its own demand: the cost
+// asked, admitted or not. The first whole window of the cut is its baseline;
+// the demand of each later window over it (g) says how this side's demand
+// moved since, taking the node's traffic for its side's. At the cut the side
+// carried its share of the fleet's demand (the share is its part of the base
+// window's counts), so it now carries about g x share of it.
+//
+// A side cannot tell whether the other side's demand fell when its own grew:
+// a failover (a dead PoP looks exactly like a partitioned one) or traffic
+// that grew on both sides. So a share grows past its snapshot only when its
+// side's demand grew well past its baseline (by 2 x ShareStep at least) and
+// it carries nearly all of the fleet's demand (takeoverAt of it, and no more
+// than the whole fleet asked before the cut plus ShareStep): then the other
+// side has nearly nothing left to spend, and the share becomes this side's
+// part of the fleet's demand, up to the whole limit. A side that lost all but
+// 1 - takeoverAt of its demand shrinks its share the same way (so the side it
+// moved to may take it), and grows back to its snapshot when its demand
+// returns. A demand within ShareStep of its baseline moves no share. Demand
+// that moves only partly (a follow-the-sun shift), or within a side, leaves
+// the shares as they were: the side it left may still spend its own.
+//
+// A grown share opens as the previous window's counts decay (shareLimit):
+// the other side may have spent its former share in that window, and its
+// counts are not heard. What remains possible is traffic that moves back
+// during the cut: until the side it leaves closes its window and shrinks,
+// both may spend their grown shares, for up to a window.
+
+// minShareDemand is the least demand (in cost units) a node must see in a
+// window before its share follows it: fewer requests measure it too coarsely.
+const minShareDemand = 100
+
+// takeoverAt is the part of the fleet's demand before the cut that a side
+// must carry before its share grows past its snapshot.
+const takeoverAt = 0.8
+
+// demandScale returns the fleet's demand before the cut over the limit when
+// base (the per-PoP counts of the window seen whole before it) shows a key
+// clearly below its limit, where nothing was refused; 1 when it was at its
+// limit or had no count.
+func demandScale(base []popCount, limit uint64) float64 {
+	var tot uint64
+	for _, pc := range base {
+		tot += pc.count
+	}
+	if tot == 0 || float64(tot) >= 0.9*float64(limit) {
+		return 1
+	}
+	return float64(tot) / float64(limit)
+}
+
+// record notes a decision's cost in window idx.
+func (sh *share) record(idx int64, cost uint64) {
+	sh.mu.Lock()
+	if idx == sh.demandWin {
+		sh.demand += cost
+	}
+	sh.mu.Unlock()
+}
+
+// adapt closes the previous window's demand when a new window starts and
+// lets the share follow it. It returns the share and the share in force in
+// the previous window.
+func (sh *share) adapt(idx int64, floor, step float64) (frac, prev float64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if idx <= sh.demandWin {
+		return sh.frac, sh.prev
+	}
+	sh.prev = sh.frac
+	next := sh.demandWin != 0 && idx == sh.demandWin+1
+	switch {
+	case sh.demandWin != 0 && !next:
+		// No decision here in the previous window: the other side may have
+		// spent all of it.
+		sh.prev = min(floor, sh.frac)
+	case next && sh.whole && step >= 0 && sh.demand >= minShareDemand:
+		if sh.baseDemand == 0 {
+			sh.baseDemand = float64(sh.demand)
+		} else {
+			sh.follow(float64(sh.demand)/sh.baseDemand, floor, step)
+		}
+	}
+	sh.demandWin, sh.demand, sh.whole = idx, 0, next
+	return sh.frac, sh.prev
+}
+
+// follow moves the share as the side's demand moved by g since the
+// baseline. The caller holds sh.mu.
+func (sh *share) follow(g, floor, step float64) {
+	part := g * sh.snap  // the side's part of the fleet's demand before the cut
+	t := part * sh.scale // the same, as a fraction of the limit
+	switch {
+	case g >= 1+2*step && part >= takeoverAt && part <= 1+step && t > sh.frac:
+		sh.frac = min(t, 1) // the other side's demand moved here
+	case g > 1+step && sh.frac < sh.snap:
+		sh.frac = min(t, sh.snap) // back towards the snapshot
+	case g <= 1-takeoverAt && t < sh.frac:
+		sh.frac = max(t, floor) // this side's demand moved away
+	}
+}
