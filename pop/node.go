@@ -94,7 +94,8 @@ type Decision struct {
 	// Untracked is set when the key is new and the store is full: the request
 	// was decided as a key with no history and not counted.
 	Untracked bool
-	// Limit is the rule's limit.
+	// Limit is the binding window's limit for the request: the rule's, or
+	// the one an override or tier gave the key.
 	Limit uint64
 	// Remaining is what is left of the limit after this request (see window.Result).
 	Remaining uint64
@@ -104,6 +105,15 @@ type Decision struct {
 	// RetryAfter is 0 when allowed, else the time until a request of the same
 	// cost would fit if no other request arrives.
 	RetryAfter time.Duration
+	// Binding is the index, in Rule.Windows, of the window the other fields
+	// speak of: of a denied request, the denying window with the longest
+	// wait; of an admitted one, the window with the least remaining. 0 for
+	// a rule of one window.
+	Binding uint8
+	// Limits are the limits per window (in the order of Rule.Windows) that
+	// an override or tier gave the request, nil when the rule's own applied.
+	// Read only: shared with the rule table.
+	Limits []uint64
 }
 
 // Batch is what a node sends. Local goes to the own PoP's members: own counts
@@ -188,15 +198,30 @@ type Node struct {
 type ruleSet struct {
 	small  []*ruleState // all rules when there are few: a scan beats hashing
 	byName map[string]*ruleState
-	byID   map[crdt.RuleID]*ruleState
-	sorted []*ruleState // by name
+	byID   map[crdt.RuleID]*ruleState // every window of every rule
+	byWire map[string]*ruleState      // every window by its name on the wire
+	sorted []*ruleState               // by name
 }
 
+// ruleState is a rule, or one further window of a rule of several (sub):
+// each window has its own id and counts, and a Rule whose Limit and Window
+// are the window's.
 type ruleState struct {
 	Rule
 	id    crdt.RuleID
 	width int64
 	cur   atomic.Pointer[winCache]
+	// wire is the window's name on the wire (Rule.WireName).
+	wire string
+	// clamp is the largest limit the window gives any key (Apply's clamp).
+	clamp uint64
+	// multi: several windows, overrides or tiers; decided by decideMulti
+	// (limits.go) with wins, lims and maxCost.
+	multi   bool
+	sub     bool // a further window, reached through its rule's wins only
+	wins    []*ruleState
+	lims    *limitTable
+	maxCost uint64
 }
 
 // winCache remembers the rule's current window so that the hot path does not
@@ -248,7 +273,7 @@ func New(cfg Config) (*Node, error) {
 		store:      crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed}),
 		maxSkew:    int64(cfg.MaxSkew),
 	}
-	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}})
+	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
 		return nil, err
 	}
@@ -316,10 +341,10 @@ func (n *Node) SetEpoch(epoch uint64) {
 // Epoch returns the PoP epoch set by SetEpoch.
 func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 
-// SetRules replaces the rule set. Rules whose name and window are unchanged
-// keep their counts (limit, cost, scope, mode and policy may change); others
-// start empty, and removed rules' counts are dropped. An invalid set changes
-// nothing.
+// SetRules replaces the rule set. Windows whose rule name and width are
+// unchanged keep their counts (limits, overrides, tiers, cost, scope, mode
+// and policy may change); others start empty, and removed windows' counts
+// are dropped. An invalid set changes nothing.
 func (n *Node) SetRules(rules []Rule) error {
 	if err := ValidateRules(rules); err != nil {
 		return fmt.Errorf("pop: %w", err)
@@ -327,24 +352,29 @@ func (n *Node) SetRules(rules []Rule) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	old := n.rules.Load()
-	next := &ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}}
+	next := &ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}}
 	kept := map[crdt.RuleID]bool{}
 	for _, r := range rules {
-		rs := &ruleState{Rule: r, width: int64(r.Window)}
-		if o, ok := old.byName[r.Name]; ok && o.Window == r.Window {
-			rs.id = o.id
-			kept[o.id] = true
-		} else {
-			id, err := n.allocID()
-			if err != nil {
-				return err
+		rs := newRuleState(r)
+		for _, w := range rs.windows() {
+			if o := old.window(r.Name, w.Window); o != nil && !kept[o.id] {
+				w.id = o.id
+				kept[o.id] = true
+			} else {
+				id, err := n.allocID()
+				if err != nil {
+					return err
+				}
+				w.id = id
 			}
-			rs.id = id
+		}
+		for _, w := range rs.windows() {
+			next.byID[w.id] = w
+			next.byWire[w.wire] = w
+			n.store.SetProtect(w.id, protectThreshold(w.Limit))
 		}
 		next.byName[r.Name] = rs
-		next.byID[rs.id] = rs
 		next.sorted = append(next.sorted, rs)
-		n.store.SetProtect(rs.id, protectThreshold(r.Limit))
 	}
 	sort.Slice(next.sorted, func(i, j int) bool { return next.sorted[i].Name < next.sorted[j].Name })
 	if len(next.sorted) <= smallRuleSet {
@@ -437,6 +467,8 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 		return Decision{}, ErrKeyTooLong
 	case cost < 1:
 		return Decision{}, ErrBadCost
+	case r.multi:
+		return n.decideMulti(now, r, key, "", cost, count)
 	case cost > r.Limit:
 		return Decision{}, ErrCostOverLimit
 	}
@@ -517,7 +549,7 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 	rs := n.rules.Load()
 	for i := range d.Entries {
 		e := &d.Entries[i]
-		r, ok := rs.byName[e.Rule]
+		r, ok := rs.byWire[e.Rule]
 		if !ok {
 			st.UnknownRule++
 			continue
@@ -536,12 +568,13 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 			continue
 		}
 		count := e.Count
-		if count > r.Limit {
+		if count > r.clamp {
 			// No replica admits more than the limit in a window (a denied
 			// request spends nothing), so a larger count is a bug or an
 			// attack: it must not lock the key beyond what one replica
-			// could, two windows at most.
-			count = r.Limit
+			// could, two windows at most. With overrides or tiers, the
+			// largest limit the window gives any key.
+			count = r.clamp
 			st.Clamped++
 		}
 		switch n.store.Merge(r.id, e.Key, idx, e.Window, rep, count) {
@@ -603,10 +636,10 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 			return
 		}
 		if local && e.Changed&crdt.OwnChanged != 0 && e.Count > 0 {
-			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
+			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
 		if pub && r.Scope == ScopeGlobal && e.Changed&crdt.PoPChanged != 0 && e.PoP > 0 && (owns == nil || owns(e.Key)) {
-			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
+			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}
 	})
 	return b
@@ -637,7 +670,7 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	idx := n.indexFunc(rs, now)
 	n.store.Own(idx, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope != ScopeNode && e.Count > 0 {
-			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
+			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
 	})
 	if b.PoP.Epoch == 0 {
@@ -645,7 +678,7 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	}
 	n.store.Totals(idx, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
-			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
+			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}
 	})
 	return b
@@ -671,7 +704,7 @@ func (n *Node) State(now int64) []crdt.Delta {
 			d = &crdt.Delta{SentAt: now, Epoch: ep}
 			byRep[rep] = d
 		}
-		d.Entries = append(d.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
+		d.Entries = append(d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 	})
 	out := make([]crdt.Delta, 0, len(byRep))
 	for rep, d := range byRep {
@@ -770,7 +803,7 @@ func (n *Node) Stats() Stats {
 		st.KeysByRule[r.Name] = 0
 	}
 	for id, c := range n.store.KeysByRule() {
-		if r := rs.byID[id]; r != nil {
+		if r := rs.byID[id]; r != nil && !r.sub {
 			st.KeysByRule[r.Name] = c
 		}
 	}
