@@ -131,7 +131,7 @@ func (r Rule) validateMore() error {
 		}
 	}
 	if len(ws) > 1 {
-		longest := len(r.WireName(time.Duration(MaxWindowWidth-time.Millisecond)))
+		longest := len(r.WireName(time.Duration(MaxWindowWidth - time.Millisecond)))
 		if longest > crdt.MaxRuleNameLen {
 			return fmt.Errorf("name: a rule of several windows names each window's counts %q on the wire: the name must be at most %d bytes, got %d",
 				r.Name+"/<window>", crdt.MaxRuleNameLen-(longest-len(r.Name)), len(r.Name))
