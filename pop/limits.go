@@ -205,7 +205,7 @@ func (r Rule) checkLimits(at string, ws, ls []Limit) error {
 	}
 	for i, l := range ls {
 		li, pre := at+".limit", at+"."
-		if len(ws) > 1 || len(ls) > 1 {
+		if len(ws) > 1 || len(ls) > 1 || l.Window != ws[0].Window {
 			li = fmt.Sprintf("%s.limits[%d]", at, i)
 			pre = li + "."
 		}
