@@ -282,20 +282,46 @@ func newRuleState(r Rule) *ruleState {
 		}
 		rs.lims = t
 	}
-	rs.maxCost = MaxLimit
+	clamps := r.largest()
 	for i, w := range rs.wins {
-		w.clamp = w.Limit
-		if t := rs.lims; t != nil {
-			for _, l := range t.keys {
-				w.clamp = max(w.clamp, l[i])
-			}
-			for _, l := range t.tiers {
-				w.clamp = max(w.clamp, l[i])
+		w.clamp = clamps[i].Limit
+	}
+	rs.maxCost = r.MaxCost()
+	return rs
+}
+
+// largest returns, per window in the order of Windows, the largest limit
+// the rule gives any key: its own, an override's or a tier's.
+func (r Rule) largest() []Limit {
+	ws := r.Windows()
+	raise := func(ls []Limit) {
+		for _, l := range ls {
+			for i := range ws {
+				if ws[i].Window == l.Window {
+					ws[i].Limit = max(ws[i].Limit, l.Limit)
+				}
 			}
 		}
-		rs.maxCost = min(rs.maxCost, w.clamp)
 	}
-	return rs
+	for _, o := range r.Overrides {
+		raise(o.Limits)
+	}
+	for _, t := range r.Tiers {
+		raise(t)
+	}
+	return ws
+}
+
+// MaxCost is the largest cost a request of the rule may name: the least,
+// over its windows, of the largest limit the window gives any key. A
+// larger cost is an error (ErrCostOverLimit); one within it but above the
+// request's own limits is a denial.
+func (r Rule) MaxCost() uint64 {
+	c := uint64(MaxLimit)
+	for _, l := range r.largest() {
+		c = min(c, l.Limit)
+	}
+	return c
 }
 
 // windows returns every window state of the rule, itself first.

@@ -214,10 +214,26 @@ func resolve(rs *ruleSet, c *check) (*compiledRule, uint64, *apiError) {
 	if c.hasCost {
 		cost = c.cost
 	}
-	if cost > cr.pop.Limit {
-		return nil, 0, errStatus(http.StatusBadRequest, "cost: "+strconv.FormatUint(cost, 10)+" exceeds the rule's limit "+cr.limitStr)
+	if cost > cr.maxCost {
+		return nil, 0, errStatus(http.StatusBadRequest, "cost: "+strconv.FormatUint(cost, 10)+" exceeds the rule's limit "+cr.maxCostStr)
 	}
 	return cr, cost, nil
+}
+
+// decideTier decides a request of cost for key under cr with the tier the
+// request names (none: empty), counting it when count is set.
+func (a *App) decideTier(now int64, cr *compiledRule, key, tier string, cost uint64, count bool) (pop.Decision, error) {
+	switch {
+	case tier != "":
+		o := pop.Options{Tier: tier}
+		if count {
+			return a.node.DecideWith(now, cr.pop.Name, key, cost, o)
+		}
+		return a.node.PeekWith(now, cr.pop.Name, key, cost, o)
+	case count:
+		return a.node.Decide(now, cr.pop.Name, key, cost)
+	}
+	return a.node.Peek(now, cr.pop.Name, key, cost)
 }
 
 // decideErr maps a Decide error (possible only when a reload races the
@@ -265,7 +281,7 @@ func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := string(c.key)
-	d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, cost)
+	d, err := a.decideTier(a.clk.Now(), cr, key, string(c.tier), cost, true)
 	if err != nil {
 		e := decideErr(err)
 		writeError(w, e.status, e.msg)
@@ -378,7 +394,7 @@ func (a *App) decideEach(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	for i := range sc.checks {
 		cr := sc.rules[i]
 		key := string(sc.checks[i].key)
-		d, err := a.node.Decide(a.clk.Now(), cr.pop.Name, key, sc.costs[i])
+		d, err := a.decideTier(a.clk.Now(), cr, key, string(sc.checks[i].tier), sc.costs[i], true)
 		if err != nil {
 			e := decideErr(err)
 			return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -417,7 +433,7 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	allowed := true
 	for i := 0; i < n; i++ {
 		cr := sc.rules[i]
-		d, err := a.node.Peek(now, cr.pop.Name, string(sc.checks[i].key), sc.cum[i])
+		d, err := a.decideTier(now, cr, string(sc.checks[i].key), string(sc.checks[i].tier), sc.cum[i], false)
 		if err != nil {
 			e := decideErr(err)
 			return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -435,7 +451,7 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 		}
 		for i := 0; i < n; i++ {
 			cr := sc.rules[i]
-			d, err := a.node.Decide(now, cr.pop.Name, string(sc.checks[i].key), sc.costs[i])
+			d, err := a.decideTier(now, cr, string(sc.checks[i].key), string(sc.checks[i].tier), sc.costs[i], true)
 			if err != nil {
 				e := decideErr(err)
 				return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -485,10 +501,10 @@ func (sc *batchScratch) cumulate() *apiError {
 			continue
 		}
 		sc.cum[i] = window.SatAdd(sc.cum[i], sc.cum[prev])
-		if cr := sc.rules[i]; sc.cum[i] > cr.pop.Limit {
+		if cr := sc.rules[i]; sc.cum[i] > cr.maxCost {
 			return errStatus(http.StatusBadRequest, checkMsg(int(i), "cost: the batch's checks of rule "+strconv.Quote(cr.pop.Name)+
 				" and key "+strconv.Quote(string(sc.checks[i].key))+" cost "+strconv.FormatUint(sc.cum[i], 10)+" together, over the rule's limit "+
-				cr.limitStr+": an atomic batch could never pass"))
+				cr.maxCostStr+": an atomic batch could never pass"))
 		}
 	}
 	return nil
@@ -556,17 +572,31 @@ func appendResultObj(b []byte, cr *compiledRule, key string, d pop.Decision) []b
 	b = append(b, `,"key":`...)
 	b = appendString(b, key)
 	b = append(b, `,"limit":`...)
-	b = append(b, cr.limitStr...)
+	b = appendLimit(b, cr, d)
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendUint(b, d.Remaining, 10)
 	b = append(b, `,"reset_ms":`...)
 	b = strconv.AppendInt(b, ceilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
 	if d.RetryAfter <= 0 {
-		return append(b, `,"retry_after_ms":0}`...)
+		b = append(b, `,"retry_after_ms":0`...)
+	} else {
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
 	}
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
+	if cr.windowMS != nil && int(d.Binding) < len(cr.windowMS) {
+		// A rule of several windows says which one the answer speaks of.
+		b = append(b, `,"window_ms":`...)
+		b = append(b, cr.windowMS[d.Binding]...)
+	}
 	return append(b, '}')
+}
+
+// appendLimit appends the binding window's limit for the request.
+func appendLimit(b []byte, cr *compiledRule, d pop.Decision) []byte {
+	if d.Limit == cr.pop.Limit || d.Limit == 0 {
+		return append(b, cr.limitStr...)
+	}
+	return strconv.AppendUint(b, d.Limit, 10)
 }
 
 // setRateLimitHeaders sets RateLimit-Policy, RateLimit
@@ -585,8 +615,12 @@ func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
 	var rem, tb [20]byte
 	r := strconv.AppendUint(rem[:0], d.Remaining, 10)
 	ts := strconv.AppendInt(tb[:0], t, 10)
-	var arr [128]byte
-	b := append(arr[:0], cr.policy[:len(cr.pop.Name)+2]...) // "name"
+	var arr [160]byte
+	name := cr.names[0] // "name"
+	if int(d.Binding) < len(cr.names) {
+		name = cr.names[d.Binding]
+	}
+	b := append(arr[:0], name...)
 	b = append(b, ";r="...)
 	b = append(b, r...)
 	b = append(b, ";t="...)
@@ -595,10 +629,21 @@ func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
 	b = append(b, r...)
 	remEnd := len(b)
 	b = append(b, ts...)
+	limEnd := len(b)
+	if d.Limit != cr.pop.Limit && d.Limit != 0 {
+		b = strconv.AppendUint(b, d.Limit, 10)
+	}
 	s := string(b)
 	vals := make([]string, 6)
 	vals[0], vals[1], vals[2] = cr.policy, s[:rlEnd], cr.limitStr
-	vals[3], vals[4] = s[rlEnd:remEnd], s[remEnd:]
+	vals[3], vals[4] = s[rlEnd:remEnd], s[remEnd:limEnd]
+	if limEnd < len(s) {
+		vals[2] = s[limEnd:]
+	}
+	if d.Limits != nil {
+		// An override or tier: the key's own limits.
+		vals[0] = policyField(cr.pop, d.Limits)
+	}
 	h[hPolicy] = vals[0:1:1]
 	h[hRateLimit] = vals[1:2:2]
 	h[hXLimit] = vals[2:3:3]

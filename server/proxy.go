@@ -112,15 +112,16 @@ func (a *App) limit(w http.ResponseWriter, r *http.Request) bool {
 // writeDenied answers a denied request with status and the denial's JSON
 // body; the RateLimit headers (Retry-After among them) are already set.
 func writeDenied(w http.ResponseWriter, status int, bind *compiledRule, d pop.Decision) {
-	b := appendDenied(make([]byte, 0, 192), bind.pop.Name, d)
+	b := appendDenied(make([]byte, 0, 192), bind, d)
 	w.Header()[hContentType] = jsonCT
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
 
 type applied struct {
-	cr  *compiledRule
-	key string
+	cr   *compiledRule
+	key  string
+	tier string // the request's tier (rule field tier); empty for none
 }
 
 // ambiguousMsg is the 400 answer to a request that sends a header a rule
@@ -147,7 +148,7 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 		if !ok {
 			continue
 		}
-		app = append(app, applied{cr, k})
+		app = append(app, applied{cr, k, cr.tier(o)})
 		if cr.pop.Mode == pop.Enforce {
 			enforce++
 		}
@@ -165,7 +166,7 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 			if ap.cr.pop.Mode != pop.Enforce {
 				continue
 			}
-			if d, ok := a.peek(now, ap.cr, ap.key); ok && !d.Allowed {
+			if d, ok := a.peek(now, ap); ok && !d.Allowed {
 				ap.cr.m.record(d)
 				if bind == nil || d.RetryAfter > bd.RetryAfter {
 					bind, bd = ap.cr, d
@@ -181,7 +182,7 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 			if (ap.cr.pop.Mode == pop.Enforce) != (pass == 0) {
 				continue
 			}
-			d, err := a.node.Decide(now, ap.cr.pop.Name, ap.key, ap.cr.pop.Cost)
+			d, err := a.decideTier(now, ap.cr, ap.key, ap.tier, ap.cr.pop.Cost, true)
 			if err != nil {
 				continue // the rule went away in a reload
 			}
@@ -200,16 +201,30 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 	return bind, bd, false
 }
 
-// peek decides a request of the rule's cost for key at now without counting it.
-func (a *App) peek(now int64, cr *compiledRule, key string) (pop.Decision, bool) {
-	d, err := a.node.Peek(now, cr.pop.Name, key, cr.pop.Cost)
+// peek decides a request of the rule's cost for the applied rule's key
+// and tier at now without counting it.
+func (a *App) peek(now int64, ap applied) (pop.Decision, bool) {
+	d, err := a.decideTier(now, ap.cr, ap.key, ap.tier, ap.cr.pop.Cost, false)
 	return d, err == nil
 }
 
+// tier returns the request's tier for the rule: the value of its tier
+// header, or empty (the default tier) when the rule reads none or the
+// request sends it not exactly once.
+func (cr *compiledRule) tier(o *origin) string {
+	if cr.tierHeader == "" {
+		return ""
+	}
+	if vs := o.header[cr.tierHeader]; len(vs) == 1 {
+		return vs[0]
+	}
+	return ""
+}
+
 // appendDenied appends the proxy's 429 body.
-func appendDenied(b []byte, rule string, d pop.Decision) []byte {
+func appendDenied(b []byte, cr *compiledRule, d pop.Decision) []byte {
 	b = append(b, `{"error":"rate limited","rule":`...)
-	b = appendString(b, rule)
+	b = appendString(b, cr.pop.Name)
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendUint(b, d.Limit, 10)
 	b = append(b, `,"remaining":`...)
@@ -218,5 +233,9 @@ func appendDenied(b []byte, rule string, d pop.Decision) []byte {
 	b = strconv.AppendInt(b, ceilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
+	if cr.windowMS != nil && int(d.Binding) < len(cr.windowMS) {
+		b = append(b, `,"window_ms":`...)
+		b = append(b, cr.windowMS[d.Binding]...)
+	}
 	return append(b, "}\n"...)
 }
