@@ -25,8 +25,8 @@ import (
 // body and are valid only while it is.
 type check struct {
 	rule, key, tier []byte
-	cost      uint64
-	hasCost   bool
+	cost            uint64
+	hasCost         bool
 	// costErr is set for a cost that is present but not a positive integer.
 	costErr bool
 }
