@@ -700,6 +700,10 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	self := a.opts.Self
 	st := a.node.Stats()
+	type limitOut struct {
+		Limit  uint64 `json:"limit"`
+		Window string `json:"window"`
+	}
 	type ruleOut struct {
 		Name        string `json:"name"`
 		Limit       uint64 `json:"limit"`
@@ -709,12 +713,29 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Mode        string `json:"mode"`
 		OnPartition string `json:"on_partition"`
 		Keys        int    `json:"keys"`
+		// Of a rule of several windows, every window (the first is
+		// limit and window); overrides and tiers when set.
+		Limits      []limitOut `json:"limits,omitempty"`
+		Overrides   int        `json:"overrides,omitempty"`
+		Tiers       []string   `json:"tiers,omitempty"`
+		DefaultTier string     `json:"default_tier,omitempty"`
 	}
 	rules := []ruleOut{}
 	for _, cr := range a.rules.Load().rules {
 		p := cr.pop
-		rules = append(rules, ruleOut{Name: p.Name, Limit: p.Limit, Window: p.Window.String(), Cost: p.Cost,
-			Scope: p.Scope.String(), Mode: p.Mode.String(), OnPartition: p.OnPartition.String(), Keys: st.KeysByRule[p.Name]})
+		ro := ruleOut{Name: p.Name, Limit: p.Limit, Window: p.Window.String(), Cost: p.Cost,
+			Scope: p.Scope.String(), Mode: p.Mode.String(), OnPartition: p.OnPartition.String(), Keys: st.KeysByRule[p.Name],
+			Overrides: len(p.Overrides), DefaultTier: p.DefaultTier}
+		if len(p.More) > 0 {
+			for _, l := range p.Windows() {
+				ro.Limits = append(ro.Limits, limitOut{Limit: l.Limit, Window: l.Window.String()})
+			}
+		}
+		for name := range p.Tiers {
+			ro.Tiers = append(ro.Tiers, name)
+		}
+		slices.Sort(ro.Tiers)
+		rules = append(rules, ro)
 	}
 	repl := ReplicationStatus{
 		Members:    []Member{{Name: self.Node, State: "alive"}},
