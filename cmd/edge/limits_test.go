@@ -96,6 +96,9 @@ replication: {flush_interval: 20ms, peer_timeout: 2s, near_limit_allowance: fals
 		}
 	}
 	assert.Equal(t, 3, admitted, "the override applies at once, on top of the 2 counted")
+	// a has no override: b's count of 5 is more than a replica may admit
+	// under a's rule, and is clamped to a's limit.
+	waitFor(t, "b's count reaches a, clamped", func() bool { return keyTotal(t, a.api, "plan", "vip") == 2 })
 	code, _ = post(t, a.api+"/v1/check", `{"rule":"plan","key":"vip"}`)
 	assert.Equal(t, http.StatusTooManyRequests, code, "the node without the override keeps the rule's limit")
 }
