@@ -416,13 +416,14 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 	lims := r.limitsFor(key, tier)
 	one := len(r.wins) == 1
 	var res [MaxWindows]crdt.AdmitResult
+	var more [MaxWindows]moreState
 	allowed, untracked := true, false
 	for i, w := range r.wins {
 		lim := w.Limit
 		if lims != nil {
 			lim = lims[i]
 		}
-		res[i] = n.admitWindow(now, w, key, lim, cost, count && one, count)
+		res[i], more[i] = n.admitWindow(now, w, key, lim, cost, count && one, count)
 		allowed = allowed && res[i].Allowed
 		untracked = untracked || res[i].Untracked
 	}
@@ -454,6 +455,7 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 		RetryAfter: time.Duration(res[b].RetryAfter),
 		Binding:    uint8(b),
 		Limits:     lims,
+		more:       more[b],
 	}
 	if !d.Allowed && r.Mode == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
@@ -464,7 +466,7 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 // admitWindow decides (and with count, counts) a request of cost against
 // limit in one window w of a rule, under the share policy as decide does,
 // and records the demand with record. Remaining is capped by the share.
-func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint64, count, record bool) crdt.AdmitResult {
+func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint64, count, record bool) (crdt.AdmitResult, moreState) {
 	idx, el := w.split(now)
 	var sh *share
 	if w.OnPartition == Share && w.Scope == ScopeGlobal && n.part.Load() != nil {
@@ -482,7 +484,7 @@ func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint
 		sh.record(idx, cost, !res.Allowed)
 	}
 	res.Remaining = min(res.Remaining, limit)
-	return res
+	return res, moreState{prev: res.Prev, curr: window.SatAdd(res.Curr, cost), lim: limit, elapsed: el, width: w.width}
 }
 
 // WireRule returns the rule of the window whose counts travel under the

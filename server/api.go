@@ -600,16 +600,21 @@ func appendLimit(b []byte, cr *compiledRule, d pop.Decision) []byte {
 }
 
 // setRateLimitHeaders sets RateLimit-Policy, RateLimit
-// (draft-ietf-httpapi-ratelimit-headers-10), X-RateLimit-Limit/Remaining/Reset
+// (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-Limit/Remaining/Reset
 // and, when denied, Retry-After, from the binding rule's decision.
 //
-// t (and X-RateLimit-Reset) is in whole seconds, rounded up: when allowed,
-// the time until the whole limit is available again; when denied, the time
-// until a request of the same cost fits (equal to Retry-After).
+// t is in whole seconds, rounded up: the time until more quota is available
+// (pop.Decision.MoreAfter): when allowed, until the remaining grows by at
+// least 1; when denied, until a request of the same cost fits (equal to
+// Retry-After). X-RateLimit-Reset, also whole seconds, is the time until
+// the whole limit is available again when allowed, and Retry-After when
+// denied.
 func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
-	t := ceilDiv(int64(d.Reset), int64(time.Second))
+	reset := ceilDiv(int64(d.Reset), int64(time.Second))
+	t := ceilDiv(int64(d.MoreAfter()), int64(time.Second))
 	if !d.Allowed {
 		t = max(1, ceilDiv(int64(d.RetryAfter), int64(time.Second)))
+		reset = t
 	}
 	// One allocation for all the values: build them in one buffer and slice.
 	var rem, tb [20]byte
@@ -628,7 +633,7 @@ func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
 	rlEnd := len(b)
 	b = append(b, r...)
 	remEnd := len(b)
-	b = append(b, ts...)
+	b = strconv.AppendInt(b, reset, 10)
 	limEnd := len(b)
 	if d.Limit != cr.pop.Limit && d.Limit != 0 {
 		b = strconv.AppendUint(b, d.Limit, 10)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -197,4 +198,32 @@ func TestStatusListsWindowsAndTiers(t *testing.T) {
 	assert.Equal(t, []any{map[string]any{"limit": 3.0, "window": "1s"}, map[string]any{"limit": 5.0, "window": "1h0m0s"}}, burst["limits"])
 	assert.EqualValues(t, 1, plan["overrides"])
 	assert.Equal(t, []any{"free", "pro"}, plan["tiers"])
+}
+
+// TestRateLimitT: t in the RateLimit field is the time until more quota is
+// available (draft -11), not until the whole limit is back.
+func TestRateLimitT(t *testing.T) {
+	ta := startApp(t, "rules: [{name: r, limit: 10, window: 10s}]\n")
+	for range 10 {
+		require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+	}
+	// 11 s on: the full previous window weighs 0.9 (9), one request fits
+	// and leaves 0; one more unit frees when 10*(1-f)+1 <= 9, at f = 0.2,
+	// one second later. The whole limit is back after the next window: 19 s.
+	ta.clk.Advance(11e9)
+	r := ta.post("/v1/check", `{"rule":"r","key":"k"}`)
+	require.Equal(t, http.StatusOK, r.status)
+	_, p := parseItem(t, r.header.Get("RateLimit"))
+	assert.Equal(t, map[string]int64{"r": 0, "t": 1}, p)
+	assert.Equal(t, "19", r.header.Get("X-RateLimit-Reset"))
+	// Denied: t is the retry-after, as Retry-After.
+	r = ta.post("/v1/check", `{"rule":"r","key":"k"}`)
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	_, p = parseItem(t, r.header.Get("RateLimit"))
+	assert.Equal(t, r.header.Get("Retry-After"), strconv.FormatInt(p["t"], 10))
+	// A fresh key:
+	r = ta.post("/v1/check", `{"rule":"r","key":"fresh","cost":1}`)
+	_, p = parseItem(t, r.header.Get("RateLimit"))
+	assert.EqualValues(t, 9, p["r"])
+	assert.Positive(t, p["t"], "one unit spent in the current window frees only in the next")
 }
