@@ -2,6 +2,7 @@ package pop
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,4 +272,45 @@ func TestWindowName(t *testing.T) {
 	} {
 		assert.Equal(t, want, WindowName(w))
 	}
+}
+
+// TestSeveralWindowsConcurrent: under concurrent decisions every admitted
+// request counts in every window and no denied one counts in any (both
+// windows' counts equal the admitted total), and the tighter window ends at
+// most a few racing requests over its limit.
+func TestSeveralWindowsConcurrent(t *testing.T) {
+	r := Rule{Name: "c", Limit: 1000, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, More: []Limit{{Limit: 500, Window: time.Hour}}}
+	n := limitsNode(t, replica("a", 1), r)
+	start := t0 - t0%int64(time.Hour)
+	var mu sync.Mutex
+	admitted := 0
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok := 0
+			for i := range 200 {
+				d, err := n.Decide(start+int64(g*200+i), "c", "k", 1)
+				require.NoError(t, err)
+				if d.Allowed {
+					ok++
+				}
+			}
+			mu.Lock()
+			admitted += ok
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	counts := map[string]uint64{}
+	for _, d := range n.State(start + 2000) {
+		for _, e := range d.Entries {
+			counts[e.Rule] += e.Count
+		}
+	}
+	assert.Equal(t, uint64(admitted), counts["c/1m"], "every admitted request in the minute window")
+	assert.Equal(t, uint64(admitted), counts["c/1h"], "and in the hour window, no denied one in either")
+	assert.GreaterOrEqual(t, admitted, 500)
+	assert.LessOrEqual(t, admitted, 500+8, "at most one racing request per goroutine over the hour's limit")
 }
