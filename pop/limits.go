@@ -416,14 +416,13 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 	lims := r.limitsFor(key, tier)
 	one := len(r.wins) == 1
 	var res [MaxWindows]crdt.AdmitResult
-	var more [MaxWindows]moreState
 	allowed, untracked := true, false
 	for i, w := range r.wins {
 		lim := w.Limit
 		if lims != nil {
 			lim = lims[i]
 		}
-		res[i], more[i] = n.admitWindow(now, w, key, lim, cost, count && one, count)
+		res[i] = n.admitWindow(now, w, key, lim, cost, count && one, count)
 		allowed = allowed && res[i].Allowed
 		untracked = untracked || res[i].Untracked
 	}
@@ -455,7 +454,6 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 		RetryAfter: time.Duration(res[b].RetryAfter),
 		Binding:    uint8(b),
 		Limits:     lims,
-		more:       more[b],
 	}
 	if !d.Allowed && r.Mode == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
@@ -466,7 +464,7 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 // admitWindow decides (and with count, counts) a request of cost against
 // limit in one window w of a rule, under the share policy as decide does,
 // and records the demand with record. Remaining is capped by the share.
-func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint64, count, record bool) (crdt.AdmitResult, moreState) {
+func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint64, count, record bool) crdt.AdmitResult {
 	idx, el := w.split(now)
 	var sh *share
 	if w.OnPartition == Share && w.Scope == ScopeGlobal && n.part.Load() != nil {
@@ -484,7 +482,7 @@ func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint
 		sh.record(idx, cost, !res.Allowed)
 	}
 	res.Remaining = min(res.Remaining, limit)
-	return res, moreState{prev: res.Prev, curr: window.SatAdd(res.Curr, cost), lim: limit, elapsed: el, width: w.width}
+	return res
 }
 
 // WireRule returns the rule of the window whose counts travel under the

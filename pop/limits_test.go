@@ -67,7 +67,7 @@ func TestSeveralWindowsEveryWindowMustPass(t *testing.T) {
 	assert.EqualValues(t, 1, d.Binding, "least remaining: the minute window")
 	assert.EqualValues(t, 5, d.Limit)
 	assert.EqualValues(t, 1, d.Remaining)
-	more := d.MoreAfter()
+	more := n.MoreAfter(now, "burst", "k", d, Options{})
 	assert.Positive(t, more, "the minute window frees a unit only in the next minute")
 	assert.LessOrEqual(t, more, d.Reset)
 	ok, d = decideN(t, n, now, "burst", "k", 3)
@@ -313,4 +313,24 @@ func TestSeveralWindowsConcurrent(t *testing.T) {
 	assert.Equal(t, uint64(admitted), counts["c/1h"], "and in the hour window, no denied one in either")
 	assert.GreaterOrEqual(t, admitted, 500)
 	assert.LessOrEqual(t, admitted, 500+8, "at most one racing request per goroutine over the hour's limit")
+}
+
+func TestMoreAfter(t *testing.T) {
+	n := limitsNode(t, replica("a", 1), Rule{Name: "r", Limit: 10, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal})
+	start := t0 - t0%int64(10*time.Second)
+	decideN(t, n, start, "r", "k", 10)
+	// 11 s on the previous window weighs 9: one fits and leaves 0, and one
+	// unit more frees when 10*(1-f)+1 <= 9, at f = 0.2, 1 s later.
+	now := start + int64(11*time.Second)
+	d, err := n.Decide(now, "r", "k", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.InDelta(t, float64(time.Second), float64(n.MoreAfter(now, "r", "k", d, Options{})), 10)
+	assert.Greater(t, d.Reset, 18*time.Second, "the whole limit is back much later")
+	d, err = n.Decide(now, "r", "k", 1)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	assert.Equal(t, d.RetryAfter, n.MoreAfter(now, "r", "k", d, Options{}))
+	// A fresh key: nothing spent, nothing to wait for.
+	assert.Zero(t, n.MoreAfter(now, "r", "new", Decision{Allowed: true, Limit: 10, Remaining: 10}, Options{}))
 }

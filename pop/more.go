@@ -1,37 +1,27 @@
 package pop
 
-import (
-	"time"
+import "time"
 
-	"github.com/geolimit/geolimit/window"
-)
-
-// moreState is what a Decision keeps of its binding window for MoreAfter:
-// the totals decided on (curr with the request's cost), the limit applied
-// (after any share), and where in which window it was decided. The hot path
-// only copies it; the maths runs when asked.
-type moreState struct {
-	prev, curr, lim uint64
-	elapsed, width  int64
-}
-
-// MoreAfter is the time until more quota is available if no other request
-// arrives (the RateLimit field's t in draft-ietf-httpapi-ratelimit-headers-11):
-// for a denied request (shadow-denied too) RetryAfter; for an admitted one
-// the time until Remaining grows by at least 1 as the sliding estimate of
-// the binding window decays (0 when the whole limit is available). It is
-// computed on demand, so decisions that never report it do not pay for it.
-func (d Decision) MoreAfter() time.Duration {
+// MoreAfter returns the time until more quota is available to key after
+// the decision d that DecideWith (or Decide, with a zero o) made at now,
+// if no other request arrives: the RateLimit field's t in
+// draft-ietf-httpapi-ratelimit-headers-11. For a denied request (shadow-
+// denied too) it is d.RetryAfter; for an admitted one the time until the
+// remaining grows by at least 1, as the sliding estimates decay (for a rule
+// of several windows, until every window has that much room); 0 when the
+// whole limit is available. It looks the key up again without counting
+// (what a request of cost d.Remaining+1 would wait), so decisions whose
+// answer does not report it do not pay for it.
+func (n *Node) MoreAfter(now int64, rule, key string, d Decision, o Options) time.Duration {
 	if !d.Allowed || d.ShadowDenied {
 		return d.RetryAfter
 	}
-	m := d.more
-	if m.width == 0 {
+	if d.Remaining >= d.Limit {
 		return 0
 	}
-	after := window.MoreAfter(m.lim, d.Remaining, m.prev, m.curr, m.elapsed, m.width)
-	if after == window.Never {
-		return d.Reset
+	p, err := n.decideWith(now, rule, key, d.Remaining+1, o.Tier, false)
+	if err != nil || (p.Allowed && !p.ShadowDenied) {
+		return 0
 	}
-	return time.Duration(after)
+	return p.RetryAfter
 }

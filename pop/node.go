@@ -114,9 +114,6 @@ type Decision struct {
 	// an override or tier gave the request, nil when the rule's own applied.
 	// Read only: shared with the rule table.
 	Limits []uint64
-
-	// more is what MoreAfter computes from (more.go).
-	more moreState
 }
 
 // Batch is what a node sends. Local goes to the own PoP's members: own counts
@@ -502,7 +499,6 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 		Remaining:  min(res.Remaining, limit),
 		Reset:      time.Duration(res.Reset),
 		RetryAfter: time.Duration(res.RetryAfter),
-		more:       moreState{prev: res.Prev, curr: window.SatAdd(res.Curr, cost), lim: limit, elapsed: el, width: r.width},
 	}
 	if !d.Allowed && r.Mode == Shadow {
 		d.Allowed, d.ShadowDenied = true, true

@@ -281,14 +281,15 @@ func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := string(c.key)
-	d, err := a.decideTier(a.clk.Now(), cr, key, string(c.tier), cost, true)
+	now := a.clk.Now()
+	d, err := a.decideTier(now, cr, key, string(c.tier), cost, true)
 	if err != nil {
 		e := decideErr(err)
 		writeError(w, e.status, e.msg)
 		return
 	}
 	cr.m.record(d)
-	setRateLimitHeaders(w.Header(), cr, d)
+	setRateLimitHeaders(w.Header(), cr, d, a.node.MoreAfter(now, cr.pop.Name, key, d, pop.Options{Tier: string(c.tier)}))
 	out := appendResult((*bp)[:0], cr, key, d)
 	*bp = out
 	w.Header()[hContentType] = jsonCT
@@ -603,15 +604,15 @@ func appendLimit(b []byte, cr *compiledRule, d pop.Decision) []byte {
 // (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-Limit/Remaining/Reset
 // and, when denied, Retry-After, from the binding rule's decision.
 //
-// t is in whole seconds, rounded up: the time until more quota is available
-// (pop.Decision.MoreAfter): when allowed, until the remaining grows by at
+// t is in whole seconds, rounded up: more, the time until more quota is
+// available (pop.Node.MoreAfter): when allowed, until the remaining grows by at
 // least 1; when denied, until a request of the same cost fits (equal to
 // Retry-After). X-RateLimit-Reset, also whole seconds, is the time until
 // the whole limit is available again when allowed, and Retry-After when
 // denied.
-func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
+func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision, more time.Duration) {
 	reset := ceilDiv(int64(d.Reset), int64(time.Second))
-	t := ceilDiv(int64(d.MoreAfter()), int64(time.Second))
+	t := ceilDiv(int64(more), int64(time.Second))
 	if !d.Allowed {
 		t = max(1, ceilDiv(int64(d.RetryAfter), int64(time.Second)))
 		reset = t

@@ -99,11 +99,11 @@ func (a *App) limit(w http.ResponseWriter, r *http.Request) bool {
 		writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
 		return false
 	}
-	if bind != nil {
-		setRateLimitHeaders(w.Header(), bind, d)
+	if bind.cr != nil {
+		setRateLimitHeaders(w.Header(), bind.cr, d, a.moreAfter(bind, d))
 	}
 	if denied {
-		writeDenied(w, http.StatusTooManyRequests, bind, d)
+		writeDenied(w, http.StatusTooManyRequests, bind.cr, d)
 		return false
 	}
 	return true
@@ -131,12 +131,12 @@ func ambiguousMsg(header string) string {
 }
 
 // decideRules decides the request o against every applicable rule of rs,
-// for proxy mode and forward auth alike. It returns the binding rule and
-// its decision (the denying rule with the longest wait, or the enforce rule
+// for proxy mode and forward auth alike. It returns the binding rule (with
+// the key and tier it was decided for) and its decision (the denying rule with the longest wait, or the enforce rule
 // with the least remaining; nil when no enforce rule applies), and whether
 // o is denied. A request that sends a header a rule keys on more than once
 // (o.ambiguous) counts nothing; the caller refuses it.
-func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, bool) {
+func (a *App) decideRules(rs *ruleSet, o *origin) (applied, pop.Decision, bool) {
 	var buf [8]applied
 	app := buf[:0]
 	enforce := 0
@@ -154,10 +154,10 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 		}
 	}
 	if o.ambiguous != "" {
-		return nil, pop.Decision{}, true // refused by the caller; nothing counted
+		return applied{}, pop.Decision{}, true // refused by the caller; nothing counted
 	}
 	now := a.clk.Now()
-	var bind *compiledRule
+	var bind applied
 	var bd pop.Decision
 	if enforce >= 2 {
 		// Check every enforce rule without counting; deny on the first
@@ -168,12 +168,12 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 			}
 			if d, ok := a.peek(now, ap); ok && !d.Allowed {
 				ap.cr.m.record(d)
-				if bind == nil || d.RetryAfter > bd.RetryAfter {
-					bind, bd = ap.cr, d
+				if bind.cr == nil || d.RetryAfter > bd.RetryAfter {
+					bind, bd = ap, d
 				}
 			}
 		}
-		if bind != nil {
+		if bind.cr != nil {
 			return bind, bd, true
 		}
 	}
@@ -191,10 +191,10 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 				continue
 			}
 			if !d.Allowed {
-				return ap.cr, d, true
+				return ap, d, true
 			}
-			if bind == nil || d.Remaining < bd.Remaining || (d.Remaining == bd.Remaining && d.Reset > bd.Reset) {
-				bind, bd = ap.cr, d
+			if bind.cr == nil || d.Remaining < bd.Remaining || (d.Remaining == bd.Remaining && d.Reset > bd.Reset) {
+				bind, bd = ap, d
 			}
 		}
 	}
@@ -206,6 +206,12 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 func (a *App) peek(now int64, ap applied) (pop.Decision, bool) {
 	d, err := a.decideTier(now, ap.cr, ap.key, ap.tier, ap.cr.pop.Cost, false)
 	return d, err == nil
+}
+
+// moreAfter is the RateLimit field's t for the binding rule's decision d
+// (pop.Node.MoreAfter): an admitted request looks its key up once more.
+func (a *App) moreAfter(ap applied, d pop.Decision) time.Duration {
+	return a.node.MoreAfter(a.clk.Now(), ap.cr.pop.Name, ap.key, d, pop.Options{Tier: ap.tier})
 }
 
 // tier returns the request's tier for the rule: the value of its tier

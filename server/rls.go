@@ -517,7 +517,8 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		m.ok.Inc()
 	}
 	if bind != nil {
-		resp.ResponseHeadersToAdd = rlsHeaders(bind.sh.rule, bind.d)
+		more := a.node.MoreAfter(a.clk.Now(), bind.sh.rule.pop.Name, bind.key, bind.d, pop.Options{Tier: bind.tier})
+		resp.ResponseHeadersToAdd = rlsHeaders(bind.sh.rule, bind.d, more)
 	}
 	a.met.latencyRLS.Observe(time.Since(start).Seconds())
 	return resp, nil
@@ -608,9 +609,9 @@ var rlsHeaderOrder = [...]struct{ canon, lower string }{
 // rlsHeaders returns the RateLimit headers of the binding rule's decision,
 // exactly as the HTTP API writes them (setRateLimitHeaders), with
 // lower-case names.
-func rlsHeaders(cr *compiledRule, d pop.Decision) []*corev3.HeaderValue {
+func rlsHeaders(cr *compiledRule, d pop.Decision, more time.Duration) []*corev3.HeaderValue {
 	h := make(http.Header, len(rlsHeaderOrder))
-	setRateLimitHeaders(h, cr, d)
+	setRateLimitHeaders(h, cr, d, more)
 	vals := make([]corev3.HeaderValue, len(h))
 	out := make([]*corev3.HeaderValue, 0, len(h))
 	for _, n := range rlsHeaderOrder {

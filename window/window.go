@@ -76,9 +76,6 @@ type Result struct {
 	// arrives (the whole limit is available again). It counts this request
 	// when it is allowed.
 	Reset int64
-	// Prev and Curr are the totals of the previous and current windows the
-	// decision was made on, this request not included (see MoreAfter).
-	Prev, Curr uint64
 }
 
 // Decide evaluates a request of cost against limit, given the totals of the
@@ -91,7 +88,7 @@ func Decide(limit, cost, prev, curr uint64, elapsed, width int64) Result {
 	p, c := float64(prev), float64(curr)
 	est := estimate(p, c, elapsed, inv)
 	lim, fc := float64(limit), float64(cost)
-	r := Result{Estimate: est, Prev: prev, Curr: curr}
+	r := Result{Estimate: est}
 	if est+fc <= lim {
 		r.Allowed = true
 		r.Remaining = floorNonNeg(lim - est - fc)
@@ -105,19 +102,6 @@ func Decide(limit, cost, prev, curr uint64, elapsed, width int64) Result {
 	}
 	r.Reset = resetAfter(prev, curr, elapsed, width)
 	return r
-}
-
-// MoreAfter returns the nanoseconds from elapsed until more quota is
-// available to a key whose windows hold prev and curr (curr including any
-// request just admitted), remaining being what is left now: the time until
-// the remaining grows by at least 1, as the previous window's weight
-// decays, if no other request arrives. 0 when nothing is spent
-// (remaining >= limit).
-func MoreAfter(limit, remaining, prev, curr uint64, elapsed, width int64) int64 {
-	if remaining >= limit {
-		return 0
-	}
-	return RetryAfter(limit, remaining+1, prev, curr, elapsed, width)
 }
 
 // RetryAfter returns the nanoseconds from elapsed until est + cost <= limit,

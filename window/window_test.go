@@ -162,34 +162,3 @@ func BenchmarkDecide(b *testing.B) {
 	}
 	_ = sink
 }
-
-func TestMoreAfter(t *testing.T) {
-	const w = 10 * sec
-	tests := []struct {
-		name             string
-		limit, remaining uint64
-		prev, curr       uint64
-		elapsed, want    int64
-	}{
-		// est = 10*(1-f) + 1 must fall to 5 for a remaining of 5: f = 0.6.
-		{"previous window decays", 10, 4, 10, 1, w / 2, w / 10},
-		// Nothing decays before the current window becomes the previous
-		// one: 5*(1-g) <= 4 at g = 0.2 of the next window.
-		{"needs the next window", 10, 5, 0, 5, w / 2, w/2 + w/5},
-		{"all available", 10, 10, 0, 0, w / 2, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := MoreAfter(tt.limit, tt.remaining, tt.prev, tt.curr, tt.elapsed, w)
-			assert.InDelta(t, tt.want, got, 2, "ns")
-			if got > 0 {
-				// Exact: one nanosecond earlier the remaining has not grown.
-				before := Estimate(tt.prev, tt.curr, tt.elapsed+got-1, w)
-				if tt.elapsed+got-1 >= w {
-					before = Estimate(tt.curr, 0, tt.elapsed+got-1-w, w)
-				}
-				assert.Greater(t, before+float64(tt.remaining+1), float64(tt.limit))
-			}
-		})
-	}
-}
