@@ -331,6 +331,18 @@ type Rule struct {
 	Limit uint64 `yaml:"limit"`
 	// Window is the sliding window's width (>= 1ms, whole milliseconds).
 	Window Duration `yaml:"window"`
+	// Limits are several windows instead of limit and window (rulelimits.go).
+	Limits []WindowLimit `yaml:"limits"`
+	// Overrides give keys limits of their own.
+	Overrides []Override `yaml:"overrides"`
+	// Tier is where proxy mode and forward auth read a request's tier:
+	// header:<Name>. Empty: no tier from requests.
+	Tier string `yaml:"tier"`
+	// Tiers map tier names to their limits.
+	Tiers map[string]TierLimit `yaml:"tiers"`
+	// DefaultTier names the tier of requests that name none or an unknown
+	// one; empty means the rule's own limit(s).
+	DefaultTier string `yaml:"default_tier"`
 	// Cost is the cost of a request that names none. Default 1.
 	Cost uint64 `yaml:"cost"`
 	// Scope is node, pop or global. Default global.
@@ -835,6 +847,9 @@ func ValidateRules(rules []Rule) error {
 		if len(r.Key) == 0 {
 			return fmt.Errorf("rules[%d].key: required", i)
 		}
+		if err := r.checkTier(); err != nil {
+			return fmt.Errorf("rules[%d].%w", i, err)
+		}
 		for j, k := range r.Key {
 			if err := checkKeyPart(k); err != nil {
 				if len(r.Key) == 1 {
@@ -888,6 +903,9 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 		}
 		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol,
 			BlockFor: r.BlockFor.D(), OnUnsure: unsure}
+		if err := r.popLimits(&out[i]); err != nil {
+			return nil, fmt.Errorf("rules[%d].%w", i, err)
+		}
 	}
 	if err := pop.ValidateRules(out); err != nil {
 		return nil, err

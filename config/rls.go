@@ -37,6 +37,10 @@ type RLSDescriptor struct {
 	Entries []string `yaml:"entries"`
 	// Rule names the rule counted (one of rules). Required.
 	Rule string `yaml:"rule"`
+	// Tier is the key of one of Entries (without a fixed value) whose value
+	// names the request's tier of the rule's tiers; that entry is left out
+	// of the key counted. Empty: the descriptor names no tier.
+	Tier string `yaml:"tier"`
 }
 
 // RLSEntry is one parsed entry of RLSDescriptor.Entries.
@@ -116,7 +120,39 @@ func (c *Config) validateRLS() error {
 			case !slices.Contains(rules, ds.Rule):
 				return fmt.Errorf("%s.rule: unknown rule %q (rules: %s)", at, ds.Rule, strings.Join(rules, ", "))
 			}
+			if err := c.checkRLSTier(ds); err != nil {
+				return fmt.Errorf("%s.tier: %w", at, err)
+			}
 		}
+	}
+	return nil
+}
+
+// checkRLSTier checks a descriptor's tier: the key of one of its entries,
+// without a fixed value, not its only entry, of a rule with tiers.
+func (c *Config) checkRLSTier(ds RLSDescriptor) error {
+	if ds.Tier == "" {
+		return nil
+	}
+	for _, r := range c.Rules {
+		if r.Name == ds.Rule && len(r.Tiers) == 0 {
+			return fmt.Errorf("rule %q has no tiers", ds.Rule)
+		}
+	}
+	if len(ds.Entries) < 2 {
+		return fmt.Errorf("%q: the descriptor needs another entry to form the key", ds.Tier)
+	}
+	n := 0
+	for _, e := range ds.Entries {
+		if pe, err := ParseRLSEntry(e); err == nil && pe.Key == ds.Tier {
+			if pe.Value != "" {
+				return fmt.Errorf("%q: the tier entry must not have a fixed value", ds.Tier)
+			}
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%q is not the key of exactly one of entries", ds.Tier)
 	}
 	return nil
 }

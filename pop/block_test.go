@@ -261,3 +261,31 @@ func TestPenalizeAPeekedDenial(t *testing.T) {
 	assert.False(t, p.Blocked, "no block_for, no block")
 	assert.Equal(t, 1, n.Stats().Blocks)
 }
+
+// A rule of several windows, overrides or tiers has the penalty box and the
+// unsure guards of a rule of one.
+func TestGuardsOnRulesOfSeveralWindows(t *testing.T) {
+	rules := []Rule{{Name: "login", Limit: 3, Window: time.Minute, Cost: 1, Scope: ScopeGlobal,
+		More: []Limit{{Limit: 100, Window: time.Hour}}, BlockFor: 10 * time.Minute, OnUnsure: DenyUnsure}}
+	n, err := New(Config{Self: replica("a", 1), Rules: rules})
+	require.NoError(t, err)
+	n.SetEpoch(1)
+	d := exhaust(t, n, t0, "login", "alice")
+	assert.False(t, d.Allowed)
+	assert.True(t, d.Blocked, "the denial starts a block")
+	later := t0 + int64(2*time.Minute) // the minute window is free again
+	d, err = n.Decide(later, "login", "alice", 1)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "still in the penalty box")
+	assert.True(t, d.Blocked)
+	assert.Equal(t, 8*time.Minute, d.RetryAfter)
+	d, err = n.Decide(t0+int64(11*time.Minute), "login", "alice", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "the block ended")
+
+	n.SetSynced(false)
+	d, err = n.Decide(later, "login", "bob", 1)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, UnsureNotSynced, d.Unsure)
+}

@@ -3,7 +3,8 @@ package pop
 import "strconv"
 
 // Fingerprint hashes what replicas of a rule must agree on for their counts
-// to mean the same thing: name, window, limit, scope and partition policy.
+// to mean the same thing: name, windows and their limits, scope and
+// partition policy.
 // Nodes compare their global rules' fingerprints to detect a rule that
 // differs between them (a rule whose window differs shares no counts). It is
 // FNV-1a, the same on every node and every version that keeps these fields.
@@ -15,6 +16,12 @@ func (r Rule) Fingerprint() uint64 {
 	b = append(b, 0)
 	b = strconv.AppendUint(b, r.Limit, 10)
 	b = append(b, 0, byte(r.Scope), byte(r.OnPartition))
+	for _, l := range r.More { // nothing for a rule of one window
+		b = append(b, 0)
+		b = strconv.AppendInt(b, int64(l.Window), 10)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, l.Limit, 10)
+	}
 	h := uint64(14695981039346656037)
 	for _, c := range b {
 		h ^= uint64(c)

@@ -38,3 +38,19 @@ func (n *Node) PeekHandle(now int64, h RuleHandle, key string, cost uint64) (Dec
 	}
 	return n.decideRule(now, h.r, key, cost, false)
 }
+
+// DecideHandleWith is DecideWith for a resolved rule.
+func (n *Node) DecideHandleWith(now int64, h RuleHandle, key string, cost uint64, o Options) (Decision, error) {
+	if h.r == nil || h.r.dropped.Load() {
+		return Decision{}, ErrUnknownRule
+	}
+	return n.decideRuleWith(now, h.r, key, cost, o.Tier, true)
+}
+
+// PeekHandleWith is PeekWith for a resolved rule.
+func (n *Node) PeekHandleWith(now int64, h RuleHandle, key string, cost uint64, o Options) (Decision, error) {
+	if h.r == nil || h.r.dropped.Load() {
+		return Decision{}, ErrUnknownRule
+	}
+	return n.decideRuleWith(now, h.r, key, cost, o.Tier, false)
+}

@@ -104,7 +104,8 @@ type Decision struct {
 	// Unsure says why a rule with DenyUnsure denied a request it could not
 	// judge (unsure.go); UnsureNone otherwise.
 	Unsure Unsure
-	// Limit is the rule's limit.
+	// Limit is the binding window's limit for the request: the rule's, or
+	// the one an override or tier gave the key.
 	Limit uint64
 	// Remaining is what is left of the limit after this request (see window.Result).
 	Remaining uint64
@@ -114,6 +115,15 @@ type Decision struct {
 	// RetryAfter is 0 when allowed, else the time until a request of the same
 	// cost would fit if no other request arrives.
 	RetryAfter time.Duration
+	// Binding is the index, in Rule.Windows, of the window the other fields
+	// speak of: of a denied request, the denying window with the longest
+	// wait; of an admitted one, the window with the least remaining. 0 for
+	// a rule of one window.
+	Binding uint8
+	// Limits are the limits per window (in the order of Rule.Windows) that
+	// an override or tier gave the request, nil when the rule's own applied.
+	// Read only: shared with the rule table.
+	Limits []uint64
 }
 
 // Batch is what a node sends. Local goes to the own PoP's members: own counts
@@ -184,7 +194,7 @@ type Node struct {
 	freeID  []crdt.RuleID
 	nextID  crdt.RuleID
 	stats   ApplyStats
-	retired map[string]retiredRule // removed rules whose counts are kept (retired.go)
+	retired map[retiredKey]retiredRule // removed windows whose counts are kept (retired.go)
 
 	shareFloor, shareStep float64
 	healHold              int64
@@ -205,10 +215,14 @@ type Node struct {
 type ruleSet struct {
 	small  []*ruleState // all rules when there are few: a scan beats hashing
 	byName map[string]*ruleState
-	byID   map[crdt.RuleID]*ruleState
-	sorted []*ruleState // by name
+	byID   map[crdt.RuleID]*ruleState // every window of every rule
+	byWire map[string]*ruleState      // every window by its name on the wire
+	sorted []*ruleState               // by name
 }
 
+// ruleState is a rule, or one further window of a rule of several (sub):
+// each window has its own id and counts, and a Rule whose Limit and Window
+// are the window's.
 type ruleState struct {
 	Rule
 	id    crdt.RuleID
@@ -220,6 +234,17 @@ type ruleState struct {
 	// dropped: the rule was removed and its retired counts dropped; its ID
 	// may serve another rule (handle.go).
 	dropped atomic.Bool
+	// wire is the window's name on the wire (Rule.WireName).
+	wire string
+	// clamp is the largest limit the window gives any key (Apply's clamp).
+	clamp uint64
+	// multi: several windows, overrides or tiers; decided by decideMulti
+	// (limits.go) with wins, lims and maxCost.
+	multi   bool
+	sub     bool // a further window, reached through its rule's wins only
+	wins    []*ruleState
+	lims    *limitTable
+	maxCost uint64
 }
 
 // winCache remembers the rule's current window so that the hot path does not
@@ -272,7 +297,7 @@ func New(cfg Config) (*Node, error) {
 		maxSkew:    int64(cfg.MaxSkew),
 		blocks:     crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
 	}
-	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}})
+	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
 		return nil, err
 	}
@@ -343,12 +368,12 @@ func (n *Node) SetEpoch(epoch uint64) {
 // Epoch returns the PoP epoch set by SetEpoch.
 func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 
-// SetRules replaces the rule set. Rules whose name and window are unchanged
-// keep their counts (limit, cost, scope, mode and policy may change); others
-// start empty. A removed rule's counts (or a rule's under its former window)
-// are kept for two of its windows after the next Tick: a rule set again
-// with that name and window within that time goes on with them
-// (retired.go). An invalid set changes nothing.
+// SetRules replaces the rule set. Windows whose rule name and width are
+// unchanged keep their counts (limits, overrides, tiers, cost, scope, mode
+// and policy may change); others start empty. A removed window's counts (or
+// a rule's under its former window) are kept for two of its windows after
+// the next Tick: a window set again with that rule name and width within
+// that time goes on with them (retired.go). An invalid set changes nothing.
 func (n *Node) SetRules(rules []Rule) error {
 	if err := ValidateRules(rules); err != nil {
 		return fmt.Errorf("pop: %w", err)
@@ -356,26 +381,32 @@ func (n *Node) SetRules(rules []Rule) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	old := n.rules.Load()
-	next := &ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}}
+	next := &ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}}
 	kept := map[crdt.RuleID]bool{}
 	for _, r := range rules {
-		rs := &ruleState{Rule: r, width: int64(r.Window), guarded: r.BlockFor != 0 || r.OnUnsure != AllowUnsure}
-		if o, ok := old.byName[r.Name]; ok && o.Window == r.Window {
-			rs.id = o.id
-			kept[o.id] = true
-		} else if id, ok := n.unretire(r.Name, r.Window); ok {
-			rs.id = id
-		} else {
-			id, err := n.allocID()
-			if err != nil {
-				return err
+		rs := newRuleState(r)
+		rs.guarded = r.BlockFor != 0 || r.OnUnsure != AllowUnsure
+		for _, w := range rs.windows() {
+			if o := old.window(r.Name, w.Window); o != nil && !kept[o.id] {
+				w.id = o.id
+				kept[o.id] = true
+			} else if id, ok := n.unretire(r.Name, w.Window); ok {
+				w.id = id
+			} else {
+				id, err := n.allocID()
+				if err != nil {
+					return err
+				}
+				w.id = id
 			}
-			rs.id = id
+		}
+		for _, w := range rs.windows() {
+			next.byID[w.id] = w
+			next.byWire[w.wire] = w
+			n.store.SetProtect(w.id, protectThreshold(w.Limit))
 		}
 		next.byName[r.Name] = rs
-		next.byID[rs.id] = rs
 		next.sorted = append(next.sorted, rs)
-		n.store.SetProtect(rs.id, protectThreshold(r.Limit))
 	}
 	sort.Slice(next.sorted, func(i, j int) bool { return next.sorted[i].Name < next.sorted[j].Name })
 	if len(next.sorted) <= smallRuleSet {
@@ -474,6 +505,8 @@ func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, coun
 		return Decision{}, ErrKeyTooLong
 	case cost < 1:
 		return Decision{}, ErrBadCost
+	case r.multi:
+		return n.decideMulti(now, r, key, "", cost, count)
 	case cost > r.Limit:
 		return Decision{}, ErrCostOverLimit
 	}
@@ -579,9 +612,9 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 	var idx, limitIdx int64
 	for i := range d.Entries {
 		e := &d.Entries[i]
-		if r == nil || e.Rule != r.Name {
+		if r == nil || e.Rule != r.wire {
 			var ok bool
-			if r, ok = rs.get(e.Rule); !ok {
+			if r, ok = rs.byWire[e.Rule]; !ok {
 				st.UnknownRule++
 				continue
 			}
@@ -618,12 +651,13 @@ func (n *Node) mergeAt(idx, limitIdx int64, r *ruleState, rep crdt.ReplicaID, e 
 		return
 	}
 	count := e.Count
-	if count > r.Limit {
+	if count > r.clamp {
 		// No replica admits more than the limit in a window (a denied
 		// request spends nothing), so a larger count is a bug or an
 		// attack: it must not lock the key beyond what one replica
-		// could, two windows at most.
-		count = r.Limit
+		// could, two windows at most. With overrides or tiers, the
+		// largest limit the window gives any key.
+		count = r.clamp
 		st.Clamped++
 	}
 	switch n.store.Merge(r.id, e.Key, idx, e.Window, rep, count) {
@@ -683,10 +717,10 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 			return
 		}
 		if local && e.Changed&crdt.OwnChanged != 0 && e.Count > 0 {
-			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
+			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
 		if pub && r.Scope == ScopeGlobal && e.Changed&crdt.PoPChanged != 0 && e.PoP > 0 && (owns == nil || owns(e.Key)) {
-			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
+			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}
 	})
 	n.flushBlocks(rs, &b, local, pub)
@@ -730,7 +764,7 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	b.Local.Entries = make([]crdt.Entry, 0, 2*keys)
 	n.store.Own(idx, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope != ScopeNode && e.Count > 0 {
-			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
+			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
 	})
 	n.antiEntropyBlocks(rs, now, &b, owns)
@@ -740,7 +774,7 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	b.PoP.Entries = make([]crdt.Entry, 0, 2*global)
 	n.store.Totals(idx, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
-			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
+			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}
 	})
 	return b
@@ -766,7 +800,7 @@ func (n *Node) State(now int64) []crdt.Delta {
 			d = &crdt.Delta{SentAt: now, Epoch: ep}
 			byRep[rep] = d
 		}
-		d.Entries = append(d.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
+		d.Entries = append(d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 	})
 	out := make([]crdt.Delta, 0, len(byRep)+1)
 	if blocks := n.liveBlocks(rs, now); len(blocks) > 0 {
@@ -889,7 +923,7 @@ func (n *Node) Stats() Stats {
 		st.KeysByRule[r.Name] = 0
 	}
 	for id, c := range n.store.KeysByRule() {
-		if r := rs.byID[id]; r != nil {
+		if r := rs.byID[id]; r != nil && !r.sub {
 			st.KeysByRule[r.Name] = c
 		}
 	}

@@ -28,28 +28,37 @@ type retiredRule struct {
 // is dropped now. Requires n.mu held.
 func (n *Node) retire(r *ruleState) {
 	if n.retired == nil {
-		n.retired = map[string]retiredRule{}
+		n.retired = map[retiredKey]retiredRule{}
 	}
-	if o, ok := n.retired[r.Name]; ok {
-		n.dropRetired(r.Name, o)
+	k := retiredKey{r.Name, r.Window}
+	if o, ok := n.retired[k]; ok {
+		n.dropRetired(k, o)
 	}
-	n.retired[r.Name] = retiredRule{id: r.id, window: r.Window, rs: r}
+	n.retired[k] = retiredRule{id: r.id, window: r.Window, rs: r}
 }
 
-// unretire returns the ID of the rule retired under name with window w, and
-// takes it out of retirement. Requires n.mu held.
+// retiredKey names a retired window: its rule's name and its width (a rule
+// of several windows retires each).
+type retiredKey struct {
+	name   string
+	window time.Duration
+}
+
+// unretire returns the ID of the window of width w retired from the rule
+// called name, and takes it out of retirement. Requires n.mu held.
 func (n *Node) unretire(name string, w time.Duration) (crdt.RuleID, bool) {
-	o, ok := n.retired[name]
-	if !ok || o.window != w {
+	k := retiredKey{name, w}
+	o, ok := n.retired[k]
+	if !ok {
 		return 0, false
 	}
-	delete(n.retired, name)
+	delete(n.retired, k)
 	return o.id, true
 }
 
 // dropRetired drops a retired rule's counts and frees its ID. Requires n.mu
 // held.
-func (n *Node) dropRetired(name string, o retiredRule) {
+func (n *Node) dropRetired(name retiredKey, o retiredRule) {
 	o.rs.dropped.Store(true) // before the ID can serve another rule
 	n.store.DropRule(o.id)
 	n.blocks.DropRule(o.id)
@@ -94,9 +103,9 @@ func (n *Node) Retired() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	out := make([]string, 0, len(n.retired))
-	for name := range n.retired {
-		out = append(out, name)
+	for k := range n.retired {
+		out = append(out, k.name)
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }

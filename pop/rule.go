@@ -130,6 +130,18 @@ type Rule struct {
 	// OnUnsure says what the rule answers when the node cannot know the
 	// key's count (see unsure.go): AllowUnsure (the default) or DenyUnsure.
 	OnUnsure UnsurePolicy
+	// More are further windows (limits.go): a request must fit in Limit per
+	// Window and in each of these; a denied request counts in none. Empty
+	// for a rule of one window.
+	More []Limit
+	// Overrides give keys limits of their own; they win over tiers.
+	Overrides []Override
+	// Tiers map a tier name, which a request names (DecideWith), to its
+	// limits; windows a tier does not name keep the rule's limit.
+	Tiers map[string][]Limit
+	// DefaultTier names the tier of requests that name none or an unknown
+	// one; empty means the rule's own limits.
+	DefaultTier string
 }
 
 // Validate reports the first thing wrong with r, naming the field.
@@ -164,7 +176,7 @@ func (r Rule) Validate() error {
 	case r.OnUnsure > DenyUnsure:
 		return fmt.Errorf("on_unsure: unknown policy %d", r.OnUnsure)
 	}
-	return nil
+	return r.validateMore()
 }
 
 // ValidateRules checks every rule and that names are unique. Errors name the

@@ -561,7 +561,7 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 func (c *Core) validTotals(now int64, es []crdt.Entry) []crdt.Entry {
 	out := make([]crdt.Entry, 0, len(es))
 	for _, e := range es {
-		r, ok := c.node.Rule(e.Rule)
+		r, ok := c.node.WireRule(e.Rule)
 		if !ok || r.Scope != pop.ScopeGlobal || len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen || e.Count == 0 {
 			c.stats.ForwardsRefused++
 			continue

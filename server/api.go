@@ -218,10 +218,26 @@ func resolve(rs *ruleSet, c *check) (*compiledRule, uint64, *apiError) {
 	if c.hasCost {
 		cost = c.cost
 	}
-	if cost > cr.pop.Limit {
-		return nil, 0, errStatus(http.StatusBadRequest, "cost: "+strconv.FormatUint(cost, 10)+" exceeds the rule's limit "+cr.limitStr)
+	if cost > cr.maxCost {
+		return nil, 0, errStatus(http.StatusBadRequest, "cost: "+strconv.FormatUint(cost, 10)+" exceeds the rule's limit "+cr.maxCostStr)
 	}
 	return cr, cost, nil
+}
+
+// decideTier decides a request of cost for key under cr with the tier the
+// request names (none: empty), counting it when count is set.
+func (a *App) decideTier(now int64, cr *compiledRule, key, tier string, cost uint64, count bool) (pop.Decision, error) {
+	switch {
+	case tier != "":
+		o := pop.Options{Tier: tier}
+		if count {
+			return a.node.DecideHandleWith(now, cr.h, key, cost, o)
+		}
+		return a.node.PeekHandleWith(now, cr.h, key, cost, o)
+	case count:
+		return a.node.DecideHandle(now, cr.h, key, cost)
+	}
+	return a.node.PeekHandle(now, cr.h, key, cost)
 }
 
 // decideErr maps a Decide error (possible only when a reload races the
@@ -269,14 +285,15 @@ func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := string(c.key)
-	d, err := a.node.DecideHandle(a.clk.Now(), cr.h, key, cost)
+	now := a.clk.Now()
+	d, err := a.decideTier(now, cr, key, string(c.tier), cost, true)
 	if err != nil {
 		e := decideErr(err)
 		writeError(w, e.status, e.msg)
 		return
 	}
 	cr.m.record(d)
-	setRateLimitHeaders(w.Header(), cr, d)
+	setRateLimitHeaders(w.Header(), cr, d, a.node.MoreAfter(now, cr.pop.Name, key, d, pop.Options{Tier: string(c.tier)}))
 	out := appendResult((*bp)[:0], cr, key, d)
 	*bp = out
 	w.Header()[hContentType] = jsonCT
@@ -382,7 +399,7 @@ func (a *App) decideEach(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	for i := range sc.checks {
 		cr := sc.rules[i]
 		key := string(sc.checks[i].key)
-		d, err := a.node.DecideHandle(a.clk.Now(), cr.h, key, sc.costs[i])
+		d, err := a.decideTier(a.clk.Now(), cr, key, string(sc.checks[i].tier), sc.costs[i], true)
 		if err != nil {
 			e := decideErr(err)
 			return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -421,7 +438,7 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	allowed := true
 	for i := 0; i < n; i++ {
 		cr := sc.rules[i]
-		d, err := a.node.PeekHandle(now, cr.h, string(sc.checks[i].key), sc.cum[i])
+		d, err := a.decideTier(now, cr, string(sc.checks[i].key), string(sc.checks[i].tier), sc.cum[i], false)
 		if err != nil {
 			e := decideErr(err)
 			return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -442,7 +459,7 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 		}
 		for i := 0; i < n; i++ {
 			cr := sc.rules[i]
-			d, err := a.node.DecideHandle(now, cr.h, string(sc.checks[i].key), sc.costs[i])
+			d, err := a.decideTier(now, cr, string(sc.checks[i].key), string(sc.checks[i].tier), sc.costs[i], true)
 			if err != nil {
 				e := decideErr(err)
 				return b, errStatus(e.status, checkMsg(i, e.msg))
@@ -492,10 +509,10 @@ func (sc *batchScratch) cumulate() *apiError {
 			continue
 		}
 		sc.cum[i] = window.SatAdd(sc.cum[i], sc.cum[prev])
-		if cr := sc.rules[i]; sc.cum[i] > cr.pop.Limit {
+		if cr := sc.rules[i]; sc.cum[i] > cr.maxCost {
 			return errStatus(http.StatusBadRequest, checkMsg(int(i), "cost: the batch's checks of rule "+strconv.Quote(cr.pop.Name)+
 				" and key "+strconv.Quote(string(sc.checks[i].key))+" cost "+strconv.FormatUint(sc.cum[i], 10)+" together, over the rule's limit "+
-				cr.limitStr+": an atomic batch could never pass"))
+				cr.maxCostStr+": an atomic batch could never pass"))
 		}
 	}
 	return nil
@@ -564,7 +581,7 @@ func appendResultObj(b []byte, cr *compiledRule, key string, d pop.Decision) []b
 	b = append(b, `,"key":`...)
 	b = appendString(b, key)
 	b = append(b, `,"limit":`...)
-	b = append(b, cr.limitStr...)
+	b = appendLimit(b, cr, d)
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendUint(b, d.Remaining, 10)
 	b = append(b, `,"reset_ms":`...)
@@ -575,27 +592,49 @@ func appendResultObj(b []byte, cr *compiledRule, key string, d pop.Decision) []b
 		b = append(b, `,"retry_after_ms":`...)
 		b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
 	}
+	if cr.windowMS != nil && int(d.Binding) < len(cr.windowMS) {
+		// A rule of several windows says which one the answer speaks of.
+		b = append(b, `,"window_ms":`...)
+		b = append(b, cr.windowMS[d.Binding]...)
+	}
 	return append(appendGuards(b, d), '}')
 }
 
+// appendLimit appends the binding window's limit for the request.
+func appendLimit(b []byte, cr *compiledRule, d pop.Decision) []byte {
+	if d.Limit == cr.pop.Limit || d.Limit == 0 {
+		return append(b, cr.limitStr...)
+	}
+	return strconv.AppendUint(b, d.Limit, 10)
+}
+
 // setRateLimitHeaders sets RateLimit-Policy, RateLimit
-// (draft-ietf-httpapi-ratelimit-headers-10), X-RateLimit-Limit/Remaining/Reset
+// (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-Limit/Remaining/Reset
 // and, when denied, Retry-After, from the binding rule's decision.
 //
-// t (and X-RateLimit-Reset) is in whole seconds, rounded up: when allowed,
-// the time until the whole limit is available again; when denied, the time
-// until a request of the same cost fits (equal to Retry-After).
-func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
-	t := ceilDiv(int64(d.Reset), int64(time.Second))
+// t is in whole seconds, rounded up: more, the time until more quota is
+// available (pop.Node.MoreAfter): when allowed, until the remaining grows by at
+// least 1; when denied, until a request of the same cost fits (equal to
+// Retry-After). X-RateLimit-Reset, also whole seconds, is the time until
+// the whole limit is available again when allowed, and Retry-After when
+// denied.
+func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision, more time.Duration) {
+	reset := ceilDiv(int64(d.Reset), int64(time.Second))
+	t := ceilDiv(int64(more), int64(time.Second))
 	if !d.Allowed {
 		t = max(1, ceilDiv(int64(d.RetryAfter), int64(time.Second)))
+		reset = t
 	}
 	// One allocation for all the values: build them in one buffer and slice.
 	var rem, tb [20]byte
 	r := strconv.AppendUint(rem[:0], d.Remaining, 10)
 	ts := strconv.AppendInt(tb[:0], t, 10)
-	var arr [128]byte
-	b := append(arr[:0], cr.policy[:len(cr.pop.Name)+2]...) // "name"
+	var arr [160]byte
+	name := cr.names[0] // "name"
+	if int(d.Binding) < len(cr.names) {
+		name = cr.names[d.Binding]
+	}
+	b := append(arr[:0], name...)
 	b = append(b, ";r="...)
 	b = append(b, r...)
 	b = append(b, ";t="...)
@@ -603,11 +642,22 @@ func setRateLimitHeaders(h http.Header, cr *compiledRule, d pop.Decision) {
 	rlEnd := len(b)
 	b = append(b, r...)
 	remEnd := len(b)
-	b = append(b, ts...)
+	b = strconv.AppendInt(b, reset, 10)
+	limEnd := len(b)
+	if d.Limit != cr.pop.Limit && d.Limit != 0 {
+		b = strconv.AppendUint(b, d.Limit, 10)
+	}
 	s := string(b)
 	vals := make([]string, 6)
 	vals[0], vals[1], vals[2] = cr.policy, s[:rlEnd], cr.limitStr
-	vals[3], vals[4] = s[rlEnd:remEnd], s[remEnd:]
+	vals[3], vals[4] = s[rlEnd:remEnd], s[remEnd:limEnd]
+	if limEnd < len(s) {
+		vals[2] = s[limEnd:]
+	}
+	if d.Limits != nil {
+		// An override or tier: the key's own limits.
+		vals[0] = policyField(cr.pop, d.Limits)
+	}
 	h[hPolicy] = vals[0:1:1]
 	h[hRateLimit] = vals[1:2:2]
 	h[hXLimit] = vals[2:3:3]
@@ -665,6 +715,10 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	self := a.opts.Self
 	st := a.node.Stats()
+	type limitOut struct {
+		Limit  uint64 `json:"limit"`
+		Window string `json:"window"`
+	}
 	type ruleOut struct {
 		Name        string `json:"name"`
 		Limit       uint64 `json:"limit"`
@@ -674,12 +728,29 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Mode        string `json:"mode"`
 		OnPartition string `json:"on_partition"`
 		Keys        int    `json:"keys"`
+		// Of a rule of several windows, every window (the first is
+		// limit and window); overrides and tiers when set.
+		Limits      []limitOut `json:"limits,omitempty"`
+		Overrides   int        `json:"overrides,omitempty"`
+		Tiers       []string   `json:"tiers,omitempty"`
+		DefaultTier string     `json:"default_tier,omitempty"`
 	}
 	rules := []ruleOut{}
 	for _, cr := range a.rules.Load().rules {
 		p := cr.pop
-		rules = append(rules, ruleOut{Name: p.Name, Limit: p.Limit, Window: p.Window.String(), Cost: p.Cost,
-			Scope: p.Scope.String(), Mode: p.Mode.String(), OnPartition: p.OnPartition.String(), Keys: st.KeysByRule[p.Name]})
+		ro := ruleOut{Name: p.Name, Limit: p.Limit, Window: p.Window.String(), Cost: p.Cost,
+			Scope: p.Scope.String(), Mode: p.Mode.String(), OnPartition: p.OnPartition.String(), Keys: st.KeysByRule[p.Name],
+			Overrides: len(p.Overrides), DefaultTier: p.DefaultTier}
+		if len(p.More) > 0 {
+			for _, l := range p.Windows() {
+				ro.Limits = append(ro.Limits, limitOut{Limit: l.Limit, Window: l.Window.String()})
+			}
+		}
+		for name := range p.Tiers {
+			ro.Tiers = append(ro.Tiers, name)
+		}
+		slices.Sort(ro.Tiers)
+		rules = append(rules, ro)
 	}
 	repl := ReplicationStatus{
 		Members:    []Member{{Name: self.Node, State: "alive"}},

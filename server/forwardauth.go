@@ -71,11 +71,11 @@ func (a *App) forwardAuthHandler() http.Handler {
 			writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
 			return
 		}
-		if bind != nil {
-			setRateLimitHeaders(w.Header(), bind, d)
+		if bind.cr != nil {
+			setRateLimitHeaders(w.Header(), bind.cr, d, a.moreAfter(bind, d))
 		}
 		if denied {
-			writeDenied(w, status, bind, d)
+			writeDenied(w, status, bind.cr, d)
 			return
 		}
 		w.WriteHeader(http.StatusOK)

@@ -24,9 +24,9 @@ import (
 // check is one decoded check request. rule and key may alias the request
 // body and are valid only while it is.
 type check struct {
-	rule, key []byte
-	cost      uint64
-	hasCost   bool
+	rule, key, tier []byte
+	cost            uint64
+	hasCost         bool
 	// costErr is set for a cost that is present but not a positive integer.
 	costErr bool
 }
@@ -232,7 +232,7 @@ func parseCheck(b []byte, i int, c *check) (int, error) {
 		}
 		i = ws(b, i+1)
 		switch string(name) {
-		case "rule", "key":
+		case "rule", "key", "tier":
 			var s []byte
 			if isNull(b, i) {
 				i += 4
@@ -243,10 +243,13 @@ func parseCheck(b []byte, i int, c *check) (int, error) {
 				}
 				return i, err
 			}
-			if string(name) == "rule" {
+			switch string(name) {
+			case "rule":
 				c.rule = s
-			} else {
+			case "key":
 				c.key = s
+			default:
+				c.tier = s
 			}
 		case "cost":
 			if isNull(b, i) {

@@ -151,6 +151,7 @@ func TestParseDifferential(t *testing.T) {
 		`{"rule":"api","key":"203.0.113.7","cost":1}`,
 		`{"checks":[{"rule":"a","key":"x\u00e9"},{"rule":"b","key":"y","cost":2,"z":[true,null,{"q":-1.5e3}]}]}`,
 		`{"atomic":true,"checks":[{"rule":"a","key":"k"}],"atomic":false}`,
+		`{"rule":"api","key":"k","tier":"pro","cost":2}`,
 	}
 	const alphabet = "{}[]\",:\\ 0123456789-.eEtrufalsn"
 	for i := 0; i < 20000; i++ {

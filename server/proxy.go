@@ -109,11 +109,11 @@ func (a *App) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Obser
 		writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
 		return false
 	}
-	if bind != nil {
-		setRateLimitHeaders(w.Header(), bind, d)
+	if bind.cr != nil {
+		setRateLimitHeaders(w.Header(), bind.cr, d, a.moreAfter(bind, d))
 	}
 	if denied {
-		writeDenied(w, http.StatusTooManyRequests, bind, d)
+		writeDenied(w, http.StatusTooManyRequests, bind.cr, d)
 		return false
 	}
 	return true
@@ -122,15 +122,16 @@ func (a *App) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Obser
 // writeDenied answers a denied request with status and the denial's JSON
 // body; the RateLimit headers (Retry-After among them) are already set.
 func writeDenied(w http.ResponseWriter, status int, bind *compiledRule, d pop.Decision) {
-	b := appendDenied(make([]byte, 0, 192), bind.pop.Name, d)
+	b := appendDenied(make([]byte, 0, 192), bind, d)
 	w.Header()[hContentType] = jsonCT
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
 
 type applied struct {
-	cr  *compiledRule
-	key string
+	cr   *compiledRule
+	key  string
+	tier string // the request's tier (rule field tier); empty for none
 }
 
 // ambiguousMsg is the 400 answer to a request that sends a header a rule
@@ -140,12 +141,12 @@ func ambiguousMsg(header string) string {
 }
 
 // decideRules decides the request o against every applicable rule of rs,
-// for proxy mode and forward auth alike. It returns the binding rule and
-// its decision (the denying rule with the longest wait, or the enforce rule
+// for proxy mode and forward auth alike. It returns the binding rule (with
+// the key and tier it was decided for) and its decision (the denying rule with the longest wait, or the enforce rule
 // with the least remaining; nil when no enforce rule applies), and whether
 // o is denied. A request that sends a header a rule keys on more than once
 // (o.ambiguous) counts nothing; the caller refuses it.
-func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, bool) {
+func (a *App) decideRules(rs *ruleSet, o *origin) (applied, pop.Decision, bool) {
 	var buf [8]applied
 	app := buf[:0]
 	enforce := 0
@@ -157,16 +158,16 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 		if !ok {
 			continue
 		}
-		app = append(app, applied{cr, k})
+		app = append(app, applied{cr, k, cr.tier(o)})
 		if cr.pop.Mode == pop.Enforce {
 			enforce++
 		}
 	}
 	if o.ambiguous != "" {
-		return nil, pop.Decision{}, true // refused by the caller; nothing counted
+		return applied{}, pop.Decision{}, true // refused by the caller; nothing counted
 	}
 	now := a.clk.Now()
-	var bind *compiledRule
+	var bind applied
 	var bd pop.Decision
 	if enforce >= 2 {
 		// Check every enforce rule without counting; deny on the first
@@ -175,15 +176,15 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 			if ap.cr.pop.Mode != pop.Enforce {
 				continue
 			}
-			if d, ok := a.peek(now, ap.cr, ap.key); ok && !d.Allowed {
+			if d, ok := a.peek(now, ap); ok && !d.Allowed {
 				a.node.Penalize(now, ap.cr.pop.Name, ap.key, &d)
 				ap.cr.m.record(d)
-				if bind == nil || d.RetryAfter > bd.RetryAfter {
-					bind, bd = ap.cr, d
+				if bind.cr == nil || d.RetryAfter > bd.RetryAfter {
+					bind, bd = ap, d
 				}
 			}
 		}
-		if bind != nil {
+		if bind.cr != nil {
 			return bind, bd, true
 		}
 	}
@@ -192,7 +193,7 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 			if (ap.cr.pop.Mode == pop.Enforce) != (pass == 0) {
 				continue
 			}
-			d, err := a.node.DecideHandle(now, ap.cr.h, ap.key, ap.cr.pop.Cost)
+			d, err := a.decideTier(now, ap.cr, ap.key, ap.tier, ap.cr.pop.Cost, true)
 			if err != nil {
 				continue // the rule went away in a reload
 			}
@@ -201,26 +202,46 @@ func (a *App) decideRules(rs *ruleSet, o *origin) (*compiledRule, pop.Decision, 
 				continue
 			}
 			if !d.Allowed {
-				return ap.cr, d, true
+				return ap, d, true
 			}
-			if bind == nil || d.Remaining < bd.Remaining || (d.Remaining == bd.Remaining && d.Reset > bd.Reset) {
-				bind, bd = ap.cr, d
+			if bind.cr == nil || d.Remaining < bd.Remaining || (d.Remaining == bd.Remaining && d.Reset > bd.Reset) {
+				bind, bd = ap, d
 			}
 		}
 	}
 	return bind, bd, false
 }
 
-// peek decides a request of the rule's cost for key at now without counting it.
-func (a *App) peek(now int64, cr *compiledRule, key string) (pop.Decision, bool) {
-	d, err := a.node.PeekHandle(now, cr.h, key, cr.pop.Cost)
+// peek decides a request of the rule's cost for the applied rule's key
+// and tier at now without counting it.
+func (a *App) peek(now int64, ap applied) (pop.Decision, bool) {
+	d, err := a.decideTier(now, ap.cr, ap.key, ap.tier, ap.cr.pop.Cost, false)
 	return d, err == nil
 }
 
+// moreAfter is the RateLimit field's t for the binding rule's decision d
+// (pop.Node.MoreAfter): an admitted request looks its key up once more.
+func (a *App) moreAfter(ap applied, d pop.Decision) time.Duration {
+	return a.node.MoreAfter(a.clk.Now(), ap.cr.pop.Name, ap.key, d, pop.Options{Tier: ap.tier})
+}
+
+// tier returns the request's tier for the rule: the value of its tier
+// header, or empty (the default tier) when the rule reads none or the
+// request sends it not exactly once.
+func (cr *compiledRule) tier(o *origin) string {
+	if cr.tierHeader == "" {
+		return ""
+	}
+	if vs := o.header[cr.tierHeader]; len(vs) == 1 {
+		return vs[0]
+	}
+	return ""
+}
+
 // appendDenied appends the proxy's 429 body.
-func appendDenied(b []byte, rule string, d pop.Decision) []byte {
+func appendDenied(b []byte, cr *compiledRule, d pop.Decision) []byte {
 	b = append(b, `{"error":"rate limited","rule":`...)
-	b = appendString(b, rule)
+	b = appendString(b, cr.pop.Name)
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendUint(b, d.Limit, 10)
 	b = append(b, `,"remaining":`...)
@@ -230,5 +251,9 @@ func appendDenied(b []byte, rule string, d pop.Decision) []byte {
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
 	b = appendGuards(b, d)
+	if cr.windowMS != nil && int(d.Binding) < len(cr.windowMS) {
+		b = append(b, `,"window_ms":`...)
+		b = append(b, cr.windowMS[d.Binding]...)
+	}
 	return append(b, "}\n"...)
 }

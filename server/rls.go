@@ -67,6 +67,9 @@ type rlsDomain struct {
 type rlsShape struct {
 	entries []config.RLSEntry
 	rule    *compiledRule
+	// tier is the index of the entry that names the tier (rls descriptor
+	// field tier), left out of the key; -1 for none.
+	tier int
 	// limit is the descriptor status's current_limit: shared by every
 	// response, never modified.
 	limit *rlsv3.RateLimitResponse_RateLimit
@@ -83,12 +86,15 @@ func compileRLS(c config.RLS, byName map[string]*compiledRule) *rlsTable {
 			if cr == nil {
 				continue // refused by config validation
 			}
-			sh := &rlsShape{rule: cr}
+			sh := &rlsShape{rule: cr, tier: -1}
 			var sig []byte
 			for i, e := range ds.Entries {
 				pe, err := config.ParseRLSEntry(e)
 				if err != nil {
 					continue // refused by config validation
+				}
+				if ds.Tier != "" && pe.Key == ds.Tier {
+					sh.tier = i
 				}
 				sh.entries = append(sh.entries, pe)
 				if i > 0 {
@@ -154,17 +160,26 @@ func (sh *rlsShape) matches(entries []*rlcommonv3.RateLimitDescriptor_Entry) boo
 }
 
 // key is the key a matching descriptor counts: its values joined by '|'
-// (the composite-key format of proxy mode), hashed when longer than the
-// store accepts. buf is scratch space.
-func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, buf *[]byte) string {
+// (the composite-key format of proxy mode), the tier entry's (index tier,
+// -1 for none) left out, hashed when longer than the store accepts. buf is
+// scratch space.
+func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, tier int, buf *[]byte) string {
 	if len(entries) == 1 {
 		return boundKey(entries[0].GetValue())
 	}
+	if len(entries) == 2 && tier >= 0 {
+		return boundKey(entries[1-tier].GetValue())
+	}
 	b := (*buf)[:0]
+	first := true
 	for i, e := range entries {
-		if i > 0 {
+		if i == tier {
+			continue
+		}
+		if !first {
 			b = append(b, '|')
 		}
+		first = false
 		b = append(b, e.GetValue()...)
 	}
 	*buf = b
@@ -288,6 +303,7 @@ func (a *App) grpcTap(ctx context.Context, info *tap.Info) (context.Context, err
 type rlsItem struct {
 	sh   *rlsShape // nil: not limited
 	key  string
+	tier string // the tier entry's value; empty for none
 	cost uint64
 	// check: the descriptor's hits_addend is 0, it is checked (with the
 	// rule's cost) and never counted.
@@ -393,7 +409,10 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 			continue
 		}
 		cr := sh.rule
-		it.sh, it.key = sh, rlsKey(d.GetEntries(), &sc.kbuf)
+		it.sh, it.key = sh, rlsKey(d.GetEntries(), sh.tier, &sc.kbuf)
+		if sh.tier >= 0 {
+			it.tier = d.GetEntries()[sh.tier].GetValue()
+		}
 		switch ha := d.GetHitsAddend(); {
 		case ha != nil && ha.GetValue() == 0:
 			it.check, it.cost = true, cr.pop.Cost
@@ -404,7 +423,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		default:
 			it.cost = cr.pop.Cost
 		}
-		it.over = it.cost > cr.pop.Limit
+		it.over = it.cost > cr.maxCost
 		if cr.pop.Mode == pop.Enforce {
 			enforce++
 			needPeek = needPeek || it.check || it.over
@@ -428,7 +447,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 					continue
 				}
 				cr := it.sh.rule
-				d, err := a.node.DecideHandle(now, cr.h, it.key, it.cost)
+				d, err := a.decideTier(now, cr, it.key, it.tier, it.cost, true)
 				if err != nil {
 					it.sh = nil // the rule went away in a reload
 					continue
@@ -498,7 +517,8 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		m.ok.Inc()
 	}
 	if bind != nil {
-		resp.ResponseHeadersToAdd = rlsHeaders(bind.sh.rule, bind.d)
+		more := a.node.MoreAfter(a.clk.Now(), bind.sh.rule.pop.Name, bind.key, bind.d, pop.Options{Tier: bind.tier})
+		resp.ResponseHeadersToAdd = rlsHeaders(bind.sh.rule, bind.d, more)
 	}
 	a.met.latencyRLS.Observe(time.Since(start).Seconds())
 	return resp, nil
@@ -533,8 +553,8 @@ func (a *App) rlsPeek(now int64, items []rlsItem, sums map[rlsDupKey]uint64, all
 		if all && !it.check && !it.over {
 			cost = sums[rlsDupKey{cr, it.key}] // >= it.cost, may exceed the limit
 		}
-		pc := min(cost, cr.pop.Limit)
-		d, err := a.node.PeekHandle(now, cr.h, it.key, pc)
+		pc := min(cost, cr.maxCost)
+		d, err := a.decideTier(now, cr, it.key, it.tier, pc, false)
 		if err != nil {
 			it.sh = nil // the rule went away in a reload
 			continue
@@ -544,7 +564,7 @@ func (a *App) rlsPeek(now int64, items []rlsItem, sums map[rlsDupKey]uint64, all
 		} else if all && !it.check && !it.over {
 			a.node.Penalize(now, cr.pop.Name, it.key, &d)
 		}
-		if cost > cr.pop.Limit {
+		if cost > cr.maxCost {
 			// It (or the descriptors sharing its rule and key) can never fit.
 			d.Allowed, d.RetryAfter = false, max(d.RetryAfter, cr.pop.Window)
 		}
@@ -591,9 +611,9 @@ var rlsHeaderOrder = [...]struct{ canon, lower string }{
 // rlsHeaders returns the RateLimit headers of the binding rule's decision,
 // exactly as the HTTP API writes them (setRateLimitHeaders), with
 // lower-case names.
-func rlsHeaders(cr *compiledRule, d pop.Decision) []*corev3.HeaderValue {
+func rlsHeaders(cr *compiledRule, d pop.Decision, more time.Duration) []*corev3.HeaderValue {
 	h := make(http.Header, len(rlsHeaderOrder))
-	setRateLimitHeaders(h, cr, d)
+	setRateLimitHeaders(h, cr, d, more)
 	vals := make([]corev3.HeaderValue, len(h))
 	out := make([]*corev3.HeaderValue, 0, len(h))
 	for _, n := range rlsHeaderOrder {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/crdt"
@@ -40,10 +41,23 @@ type compiledRule struct {
 	host    string // lower case, no port
 	prefix  string
 	parts   []keyPart
-	// policy is the RateLimit-Policy item: "name";q=100;w=60.
+	// policy is the RateLimit-Policy field: one item per window,
+	// "name";q=100;w=60 (rules of several windows: "name/1s";q=20;w=1, ...).
 	policy string
+	// names are the policy items' names per window, quoted: "name".
+	names []string
+	// windowMS are the windows' widths in milliseconds, for the answers'
+	// window_ms; nil for a rule of one window.
+	windowMS []string
 	// limitStr is the limit in decimal, for X-RateLimit-Limit.
 	limitStr string
+	// maxCost is the largest cost a request may name (pop.Rule.MaxCost),
+	// and maxCostStr the same in decimal.
+	maxCost    uint64
+	maxCostStr string
+	// tierHeader is the canonical header that names a request's tier in
+	// proxy mode and forward auth (rule field tier); empty for none.
+	tierHeader string
 	// ruleJSON is the name as a JSON string.
 	ruleJSON string
 	m        *ruleMetrics
@@ -110,10 +124,21 @@ func compileRules(cfg *config.Config, metricsFor func(string) *ruleMetrics) (*ru
 			methods:  r.Match.Methods,
 			host:     strings.ToLower(r.Match.Host),
 			prefix:   r.Match.PathPrefix,
-			policy:   policyItem(pr),
+			policy:   policyField(pr, nil),
 			limitStr: strconv.FormatUint(pr.Limit, 10),
+			maxCost:  pr.MaxCost(),
 			ruleJSON: string(appendString(nil, pr.Name)),
 			m:        metricsFor(pr.Name),
+		}
+		cr.maxCostStr = strconv.FormatUint(cr.maxCost, 10)
+		for _, w := range pr.Windows() {
+			cr.names = append(cr.names, `"`+policyName(pr, w.Window)+`"`)
+			if len(pr.More) > 0 {
+				cr.windowMS = append(cr.windowMS, strconv.FormatInt(w.Window.Milliseconds(), 10))
+			}
+		}
+		if h, ok := strings.CutPrefix(r.Tier, config.KeyHeaderPrefix); ok {
+			cr.tierHeader = http.CanonicalHeaderKey(h)
 		}
 		for _, k := range r.Key {
 			switch {
@@ -134,13 +159,31 @@ func compileRules(cfg *config.Config, metricsFor func(string) *ruleMetrics) (*ru
 	return rs, prules, nil
 }
 
-// policyItem formats the rule as a RateLimit-Policy item
-// (draft-ietf-httpapi-ratelimit-headers-10): "name";q=<limit>;w=<window s>.
-// Windows shorter than a second or not whole seconds round up.
-func policyItem(r pop.Rule) string {
-	w := ceilDiv(int64(r.Window), 1e9)
-	return `"` + r.Name + `";q=` + strconv.FormatUint(r.Limit, 10) + ";w=" + strconv.FormatInt(max(w, 1), 10)
+// policyField formats the rule as a RateLimit-Policy field
+// (draft-ietf-httpapi-ratelimit-headers): one item per window,
+// "name";q=<limit>;w=<window s>, the limits of limits (per window, as
+// pop.Decision.Limits) or else the rule's own. Windows shorter than a
+// second or not whole seconds round up. Items of a rule of several windows
+// are named "name/<window>" (pop.WindowName), e.g. "api/1s", "api/1h".
+func policyField(r pop.Rule, limits []uint64) string {
+	var b strings.Builder
+	for i, l := range r.Windows() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		q := l.Limit
+		if limits != nil {
+			q = limits[i]
+		}
+		w := ceilDiv(int64(l.Window), 1e9)
+		b.WriteString(`"` + policyName(r, l.Window) + `";q=` + strconv.FormatUint(q, 10) + ";w=" + strconv.FormatInt(max(w, 1), 10))
+	}
+	return b.String()
 }
+
+// policyName names a window's policy item: the rule's name, or for a rule
+// of several windows "name/<window>", as its counts are named on the wire.
+func policyName(r pop.Rule, w time.Duration) string { return r.WireName(w) }
 
 func ceilDiv(a, b int64) int64 {
 	if a <= 0 {

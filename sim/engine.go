@@ -413,6 +413,9 @@ func (e *engine) buildTraffic() {
 					idx: len(e.keys), rule: ri, ruleName: r.Name, key: name,
 					limit: r.Limit, invLimit: 1 / float64(r.Limit), width: int64(r.Window), scope: uint8(r.Scope),
 				}
+				for _, l := range r.More {
+					ki.more = append(ki.more, winLimit{limit: l.Limit, width: int64(l.Window)})
+				}
 				byName[id] = ki
 				e.keys = append(e.keys, ki)
 				e.ruleKeys[ri] = append(e.ruleKeys[ri], ki)

@@ -89,7 +89,10 @@ func (o *oracle) served(region int, admitted bool) {
 // oracle judges every decision of one decider (the fleet, or the central
 // node) against the exact trailing-window totals.
 type oracle struct {
-	keys   []okey
+	keys []okey
+	// more holds the logs of the further windows of keys of rules of
+	// several windows, by key index (nil for the others).
+	more   map[int][]okey
 	phases []tally
 	cur    *tally
 	run    []float64 // admitted/limit samples of the whole run
@@ -112,6 +115,10 @@ func (o *oracle) judge(k *keyInfo, t int64, cost uint64, admitted bool) {
 	ok.evict(t - k.width)
 	tl := o.cur
 	tl.requests++
+	if k.more != nil {
+		o.judgeMore(k, t, cost, admitted)
+		return
+	}
 	if admitted {
 		tl.admitted++
 		ok.push(t, cost)
@@ -126,6 +133,47 @@ func (o *oracle) judge(k *keyInfo, t int64, cost uint64, admitted bool) {
 	tl.rejected++
 	if ok.sum+cost <= k.limit {
 		tl.wronglyRejected++
+	}
+}
+
+// judgeMore is judge for a key of a rule of several windows: an admit is
+// over the limit when it takes any window's trailing total over that
+// window's limit, a reject wrong when the request fit in every window. The
+// admitted/limit ratios are of the rule's first window.
+func (o *oracle) judgeMore(k *keyInfo, t int64, cost uint64, admitted bool) {
+	if o.more == nil {
+		o.more = map[int][]okey{}
+	}
+	logs := o.more[k.idx]
+	if logs == nil {
+		logs = make([]okey, len(k.more))
+		o.more[k.idx] = logs
+	}
+	ok := &o.keys[k.idx]
+	over, fits := ok.sum+cost > k.limit, ok.sum+cost <= k.limit
+	for i := range logs {
+		logs[i].evict(t - k.more[i].width)
+		over = over || logs[i].sum+cost > k.more[i].limit
+		fits = fits && logs[i].sum+cost <= k.more[i].limit
+	}
+	tl := o.cur
+	if !admitted {
+		tl.rejected++
+		if fits {
+			tl.wronglyRejected++
+		}
+		return
+	}
+	tl.admitted++
+	ok.push(t, cost)
+	for i := range logs {
+		logs[i].push(t, cost)
+	}
+	if over {
+		tl.overLimit++
+	}
+	if r := float64(ok.sum) * k.invLimit; r > tl.maxRatio {
+		tl.maxRatio = r
 	}
 }
 

@@ -599,8 +599,8 @@ func (t *Traffic) validate(names map[string]string, rules map[string]pop.Rule, d
 		return fmt.Errorf("start: must be within the run, got %s", t.Start)
 	case t.End <= t.Start || t.End > dur:
 		return fmt.Errorf("end: must be after start and within the run, got %s", t.End)
-	case t.Cost > r.Limit:
-		return fmt.Errorf("cost: %d exceeds the limit %d of rule %q", t.Cost, r.Limit, r.Name)
+	case t.Cost > minLimit(r):
+		return fmt.Errorf("cost: %d exceeds the limit %d of rule %q", t.Cost, minLimit(r), r.Name)
 	case t.Track < 0 || t.Track > 64:
 		return fmt.Errorf("track: must be 0-64, got %d", t.Track)
 	}
@@ -746,6 +746,15 @@ func (sc *Scenario) popRules(policy string) ([]pop.Rule, error) {
 		}
 	}
 	return config.PopRules(rules)
+}
+
+// minLimit is the least limit of r's windows: the most a request may cost.
+func minLimit(r pop.Rule) uint64 {
+	m := r.Limit
+	for _, l := range r.More {
+		m = min(m, l.Limit)
+	}
+	return m
 }
 
 func sortedKeys[V any](m map[string]V) []string {

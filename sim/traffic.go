@@ -25,6 +25,16 @@ type keyInfo struct {
 	invLimit float64
 	width    int64
 	scope    uint8
+	// more are the rule's further windows (a rule of several): the oracle
+	// judges an admit over the limit when any window's exact trailing total
+	// exceeds its limit, and a reject wrong when every window had room.
+	more []winLimit
+}
+
+// winLimit is one further window of a rule: its limit and width.
+type winLimit struct {
+	limit uint64
+	width int64
 }
 
 // source generates one traffic stream's arrivals, keys and PoPs. It draws

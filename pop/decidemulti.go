@@ -1,0 +1,322 @@
+// Deciding rules of several windows, overrides and tiers (limits.go).
+
+package pop
+
+import (
+	"math"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/window"
+)
+
+// limitTable holds a rule's overrides and tiers as limits per window, in
+// the order of Rule.Windows.
+type limitTable struct {
+	keys  map[string][]uint64
+	tiers map[string][]uint64
+	def   []uint64 // DefaultTier's; nil for the rule's own
+}
+
+// newRuleState compiles a valid rule: its windows (further ones as sub
+// states), limit table, clamps and largest cost. Ids are left to SetRules.
+func newRuleState(r Rule) *ruleState {
+	rs := &ruleState{Rule: r, width: int64(r.Window), wire: r.WireName(r.Window)}
+	ws := r.Windows()
+	rs.multi = len(ws) > 1 || len(r.Overrides) > 0 || len(r.Tiers) > 0
+	if !rs.multi {
+		rs.clamp = r.Limit
+		return rs
+	}
+	rs.wins = []*ruleState{rs}
+	for _, l := range ws[1:] {
+		sub := &ruleState{Rule: r, width: int64(l.Window), wire: r.WireName(l.Window), sub: true}
+		sub.Limit, sub.Window = l.Limit, l.Window
+		sub.More, sub.Overrides, sub.Tiers, sub.DefaultTier = nil, nil, nil, ""
+		rs.wins = append(rs.wins, sub)
+	}
+	if len(r.Overrides) > 0 || len(r.Tiers) > 0 {
+		t := &limitTable{}
+		limits := func(over []Limit) []uint64 {
+			out := make([]uint64, len(ws))
+			for i, l := range applyLimits(r.Windows(), over) {
+				out[i] = l.Limit
+			}
+			return out
+		}
+		if len(r.Overrides) > 0 {
+			t.keys = make(map[string][]uint64, len(r.Overrides))
+			for _, o := range r.Overrides {
+				t.keys[o.Key] = limits(o.Limits)
+			}
+		}
+		if len(r.Tiers) > 0 {
+			t.tiers = make(map[string][]uint64, len(r.Tiers))
+			for name, ls := range r.Tiers {
+				t.tiers[name] = limits(ls)
+			}
+		}
+		if r.DefaultTier != "" {
+			t.def = t.tiers[r.DefaultTier]
+		}
+		rs.lims = t
+	}
+	clamps := r.largest()
+	for i, w := range rs.wins {
+		w.clamp = clamps[i].Limit
+	}
+	rs.maxCost = r.MaxCost()
+	return rs
+}
+
+// largest returns, per window in the order of Windows, the largest limit
+// the rule gives any key: its own, an override's or a tier's.
+func (r Rule) largest() []Limit {
+	ws := r.Windows()
+	raise := func(ls []Limit) {
+		for _, l := range ls {
+			for i := range ws {
+				if ws[i].Window == l.Window {
+					ws[i].Limit = max(ws[i].Limit, l.Limit)
+				}
+			}
+		}
+	}
+	for _, o := range r.Overrides {
+		raise(o.Limits)
+	}
+	for _, t := range r.Tiers {
+		raise(t)
+	}
+	return ws
+}
+
+// MaxCost is the largest cost a request of the rule may name: the least,
+// over its windows, of the largest limit the window gives any key. A
+// larger cost is an error (ErrCostOverLimit); one within it but above the
+// request's own limits is a denial.
+func (r Rule) MaxCost() uint64 {
+	c := uint64(MaxLimit)
+	for _, l := range r.largest() {
+		c = min(c, l.Limit)
+	}
+	return c
+}
+
+// windows returns every window state of the rule, itself first.
+func (r *ruleState) windows() []*ruleState {
+	if r.wins != nil {
+		return r.wins
+	}
+	return []*ruleState{r}
+}
+
+// window returns the state of the window of width w of the rule called
+// name, or nil.
+func (rs *ruleSet) window(name string, w time.Duration) *ruleState {
+	r := rs.byName[name]
+	if r == nil {
+		return nil
+	}
+	for _, s := range r.windows() {
+		if s.Window == w {
+			return s
+		}
+	}
+	return nil
+}
+
+// limitsFor returns the limits per window that apply to key under tier, or
+// nil for the rule's own.
+func (r *ruleState) limitsFor(key, tier string) []uint64 {
+	t := r.lims
+	if t == nil {
+		return nil
+	}
+	if len(t.keys) != 0 {
+		if l, ok := t.keys[key]; ok {
+			return l
+		}
+	}
+	if tier != "" {
+		if l, ok := t.tiers[tier]; ok {
+			return l
+		}
+	}
+	return t.def
+}
+
+// Options are the optional inputs of DecideWith and PeekWith.
+type Options struct {
+	// Tier names the request's tier (Rule.Tiers); empty or unknown means
+	// the rule's default tier.
+	Tier string
+}
+
+// DecideWith is Decide for a request that names a tier (Options.Tier). On a
+// rule without tiers it is Decide.
+func (n *Node) DecideWith(now int64, rule, key string, cost uint64, o Options) (Decision, error) {
+	return n.decideWith(now, rule, key, cost, o.Tier, true)
+}
+
+// PeekWith is Peek for a request that names a tier.
+func (n *Node) PeekWith(now int64, rule, key string, cost uint64, o Options) (Decision, error) {
+	return n.decideWith(now, rule, key, cost, o.Tier, false)
+}
+
+func (n *Node) decideWith(now int64, rule, key string, cost uint64, tier string, count bool) (Decision, error) {
+	r, ok := n.rules.Load().get(rule)
+	if !ok {
+		return Decision{}, ErrUnknownRule
+	}
+	return n.decideRuleWith(now, r, key, cost, tier, count)
+}
+
+// decideRuleWith is decideRule for a request that names a tier.
+func (n *Node) decideRuleWith(now int64, r *ruleState, key string, cost uint64, tier string, count bool) (Decision, error) {
+	if r.lims == nil || tier == "" {
+		return n.decideRule(now, r, key, cost, count)
+	}
+	switch {
+	case len(key) == 0:
+		return Decision{}, ErrEmptyKey
+	case len(key) > crdt.MaxKeyLen:
+		return Decision{}, ErrKeyTooLong
+	case cost < 1:
+		return Decision{}, ErrBadCost
+	}
+	return n.decideMulti(now, r, key, tier, cost, count)
+}
+
+// decideMulti decides a rule of several windows, overrides or tiers. The
+// request must fit in every window under the limits of its key and tier.
+// First every window is checked without counting; if one denies, nothing is
+// counted anywhere. Otherwise the cost is added to every window. Between
+// the check and the counts a concurrent request of the same key may take
+// the last units of a window; both are then admitted, and that window may
+// end up over its limit by the cost of the requests that raced (never a
+// window counted for a denied request).
+func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint64, count bool) (Decision, error) {
+	if cost > r.maxCost {
+		return Decision{}, ErrCostOverLimit
+	}
+	if r.guarded {
+		if d, done := n.guard(now, r, key); done {
+			return shadowed(r, d), nil
+		}
+	}
+	lims := r.limitsFor(key, tier)
+	one := len(r.wins) == 1
+	var res [MaxWindows]crdt.AdmitResult
+	allowed, untracked := true, false
+	for i, w := range r.wins {
+		lim := w.Limit
+		if lims != nil {
+			lim = lims[i]
+		}
+		var fresh bool
+		res[i], fresh = n.admitWindow(now, w, key, lim, cost, count && one, count)
+		if fresh {
+			// A share rule that fails closed, and the key has no history:
+			// nothing was counted in this window (admitWindow stops first).
+			return shadowed(r, unsureDecision(r, UnsureNoHistory)), nil
+		}
+		allowed = allowed && res[i].Allowed
+		untracked = untracked || res[i].Untracked
+	}
+	if allowed && count && !one {
+		for _, w := range r.wins {
+			idx, el := w.split(now)
+			a := n.store.AdmitSplit(w.id, key, crdt.Now{Index: idx, Elapsed: el, Width: w.width}, math.MaxUint64, cost, true, nil)
+			untracked = untracked || a.Untracked
+		}
+	}
+	b := 0
+	for i := 1; i < len(r.wins); i++ {
+		x, y := &res[i], &res[b]
+		if allowed && (x.Remaining < y.Remaining || (x.Remaining == y.Remaining && x.Reset > y.Reset)) ||
+			!allowed && !x.Allowed && (y.Allowed || x.RetryAfter > y.RetryAfter) {
+			b = i
+		}
+	}
+	lim := r.wins[b].Limit
+	if lims != nil {
+		lim = lims[b]
+	}
+	d := Decision{
+		Allowed:    allowed,
+		Untracked:  untracked,
+		Limit:      lim,
+		Remaining:  res[b].Remaining,
+		Reset:      time.Duration(res[b].Reset),
+		RetryAfter: time.Duration(res[b].RetryAfter),
+		Binding:    uint8(b),
+		Limits:     lims,
+	}
+	if r.guarded {
+		n.afterGuard(now, r, key, count, &d)
+	}
+	if !d.Allowed && r.Mode == Shadow {
+		d.Allowed, d.ShadowDenied = true, true
+	}
+	return d, nil
+}
+
+// admitWindow decides (and with count, counts) a request of cost against
+// limit in one window w of a rule, under the share policy as decide does,
+// and records the demand with record. Remaining is capped by the share.
+// noHistory reports a share rule that fails closed (DenyUnsure) deciding,
+// during a partition, a key with no history: nothing was decided or
+// counted.
+func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint64, count, record bool) (res crdt.AdmitResult, noHistory bool) {
+	idx, el := w.split(now)
+	var sh *share
+	if w.OnPartition == Share && w.Scope == ScopeGlobal && n.part.Load() != nil {
+		if lim, s, ok := n.shareLimit(w, key, now, idx, el); ok {
+			if s.fresh && w.OnUnsure == DenyUnsure {
+				return crdt.AdmitResult{}, true
+			}
+			limit, sh = uint64(min(lim, float64(limit))), s
+		}
+	}
+	if cost > limit {
+		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: w.width, Reset: w.width}}
+	} else {
+		res = n.store.AdmitSplit(w.id, key, crdt.Now{Index: idx, Elapsed: el, Width: w.width}, limit, cost, count, n.allow[w.Scope&3].Load())
+	}
+	if sh != nil && record {
+		sh.record(idx, cost)
+	}
+	res.Remaining = min(res.Remaining, limit)
+	return res, false
+}
+
+// WireRule returns the rule of the window whose counts travel under the
+// wire name (Rule.WireName): for a window of a rule of several, a Rule
+// whose Limit and Window are that window's (the largest limit a key may
+// have there is the rule's concern, not the wire's).
+func (n *Node) WireRule(wire string) (Rule, bool) {
+	r, ok := n.rules.Load().byWire[wire]
+	if !ok {
+		return Rule{}, false
+	}
+	return r.Rule, true
+}
+
+// Limits returns the limits that apply to key under tier in rule, one per
+// window in the order of Rule.Windows: what DecideWith compares the
+// request with. It allocates; the RateLimit-Policy of a request whose
+// Decision.Limits is set is built from it.
+func (n *Node) Limits(rule, key, tier string) ([]Limit, bool) {
+	r, ok := n.rules.Load().byName[rule]
+	if !ok {
+		return nil, false
+	}
+	ws := r.Windows()
+	if l := r.limitsFor(key, tier); l != nil {
+		for i := range ws {
+			ws[i].Limit = l[i]
+		}
+	}
+	return ws, true
+}
