@@ -87,15 +87,15 @@ const DefaultMaxKeys = 1 << 20
 // slot position and bounded by MaxHotKeys, so that the slot stays one cache
 // line and a key far from its limit costs nothing more.
 //
-// Memory is bounded by MaxKeys. When a shard is full, a new key first takes the
-// place of an expired key, then of the coldest of a small sample of keys whose
-// count is below its rule's protection threshold (SetProtect). Keys at or above
-// the threshold (the keys being limited) are never evicted. If no key can be
-// evicted the new key is not stored: Admit decides it as a key with no history
-// and reports it Untracked, and Merge drops the entry. Failing open for new keys
-// is the safe choice: refusing them would let a flood of random keys deny every
-// new client, while an untracked key can overshoot only by its own traffic
-// until room frees, and every key already being limited keeps its count.
+// Memory is bounded by MaxKeys, split over the shards and, inside a shard,
+// over the rules: each rule is guaranteed an equal share of the room and may
+// borrow free room beyond it, which it loses first. A key being limited (at
+// or above its rule's protection threshold, SetProtect, or denied in its
+// live windows) keeps its count, unless it holds borrowed room that another
+// rule needs back. A new key that finds no room is decided by, and counted
+// in, one counter its rule's other keys without room share in the shard
+// (reported Untracked): however many keys flood a rule, a key is never
+// admitted more than the rule's limit per window. evict.go has the details.
 //
 // A Store is safe for concurrent use.
 type Store struct {
@@ -104,7 +104,6 @@ type Store struct {
 	fixedSeed   uint64       // StoreConfig.Seed
 	shards      []shard
 	shardShift  uint
-	perShardCap int
 	maxReplicas int
 
 	repMu   sync.RWMutex
@@ -121,15 +120,16 @@ type Store struct {
 	lastFlush   atomic.Int64 // the time of the last FlushAt
 	flushSeq    uint8        // FlushAt calls so far, modulo 256 (under flushMu)
 
-	protectMu sync.RWMutex
-	protect   map[RuleID]uint64
+	rulesMu sync.Mutex // serialises changes of rules
+	rules   atomic.Pointer[ruleTable]
 
 	flushMu  sync.Mutex // serialises Flush, which reuses flushBuf
 	flushBuf []flushRec
 
-	evicted  atomic.Uint64
-	overflow atomic.Uint64
-	expired  atomic.Uint64
+	evicted         atomic.Uint64
+	overflow        atomic.Uint64
+	expired         atomic.Uint64
+	untrackedDenied atomic.Uint64
 }
 
 // StoreStats are cumulative counters of a Store.
@@ -139,8 +139,12 @@ type StoreStats struct {
 	// Evicted counts keys evicted to make room for a new one.
 	Evicted uint64
 	// Overflow counts new keys (or merged entries) refused because the store
-	// was full and nothing could be evicted.
+	// was full and nothing could be evicted: their requests were decided by
+	// their rule's aggregate (AdmitResult.Untracked).
 	Overflow uint64
+	// UntrackedDenied counts the requests of keys without room that their
+	// rule's aggregate denied.
+	UntrackedDenied uint64
 	// Expired counts keys removed by Sweep because all their windows had passed.
 	Expired uint64
 	// Replicas is the number of interned replica identities, self included.
@@ -164,7 +168,7 @@ const (
 
 // inlineKeyLen is the longest key stored inside its slot (IPv4 addresses fit);
 // longer keys live in a side map of their shard.
-const inlineKeyLen = 19
+const inlineKeyLen = 18
 
 // longKey marks a slot whose key is in shard.long.
 const longKey = 0xff
@@ -179,6 +183,7 @@ type slot struct {
 	klen  uint8 // key length, or longKey
 	dirty uint8 // what changed since the last flush: dirtyOwn0 ... dirtyPoP2; see sentSeq
 	flags uint8
+	mark  uint8 // markDenied0, markDenied1: see evict.go
 	kb    [inlineKeyLen]byte
 }
 
@@ -250,7 +255,11 @@ type shard struct {
 	dirty []int32
 	now   []int64 // by RuleID: the latest window index seen
 	count []int   // by RuleID: live keys
+	cap   int     // the most live keys: the shard's part of MaxKeys
 	cur   int     // eviction cursor
+	// agg is, by RuleID, the one counter of the rule's keys that found no
+	// room (see evict.go).
+	agg []aggregate
 	// hot maps the position of a slot with flagHot to its entry in
 	// hotSlab; hotFree lists free entries, hotCur is hot eviction's cursor.
 	hot     map[int32]int32
@@ -296,16 +305,20 @@ func NewStore(cfg StoreConfig) *Store {
 		fixedSeed:   cfg.Seed,
 		shards:      make([]shard, p),
 		shardShift:  uint(64 - bits),
-		perShardCap: (cfg.MaxKeys + p - 1) / p,
 		maxReplicas: cfg.MaxReplicas,
 		hotPerShard: max((cfg.MaxHotKeys+p-1)/p, 0),
 		repIDs:      map[Replica]ReplicaID{cfg.Self: SelfID},
 		reps:        []Replica{cfg.Self},
-		protect:     map[RuleID]uint64{},
 	}
 	s.members.Store(&memberSet{})
+	s.rules.Store(&ruleTable{})
 	for i := range s.shards {
 		sh := &s.shards[i]
+		// MaxKeys split over the shards: the first ones take the remainder.
+		sh.cap = cfg.MaxKeys / p
+		if i < cfg.MaxKeys%p {
+			sh.cap++
+		}
 		sh.slots = make([]slot, initialSlots)
 		sh.long = map[int32]string{}
 		sh.side = map[int32][]sideEntry{}
@@ -400,21 +413,6 @@ func (s *Store) Replica(id ReplicaID) Replica {
 	return Replica{}
 }
 
-// SetProtect sets the count at or above which a key of rule is never evicted
-// to make room for a new key. With the default, 0, no live key is evicted:
-// only expired keys make room.
-func (s *Store) SetProtect(rule RuleID, threshold uint64) {
-	s.protectMu.Lock()
-	s.protect[rule] = threshold
-	s.protectMu.Unlock()
-}
-
-func (s *Store) protectOf(rule RuleID) uint64 {
-	s.protectMu.RLock()
-	defer s.protectMu.RUnlock()
-	return s.protect[rule]
-}
-
 // hash mixes the rule into the key's hash so equal keys of different rules
 // land apart. With a fixed seed the key's hash is xxhash mixed with the seed:
 // deterministic, where maphash's seed cannot be chosen. (Admit inlines the
@@ -487,7 +485,7 @@ func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex in
 	if nowIndex > sh.now[rule] {
 		sh.now[rule] = nowIndex
 	}
-	if sh.used >= s.perShardCap && !sh.evictOne(s) {
+	if sh.used >= sh.cap && !sh.evictFor(s, rule) {
 		s.overflow.Add(1)
 		return 0, false
 	}
@@ -616,41 +614,6 @@ func (sh *shard) move(s *Store, from, to int32) {
 	}
 }
 
-// evictSample is how many slots evictOne inspects.
-const evictSample = 16
-
-// evictOne frees one slot: an expired one, or the coldest unprotected one of
-// a sample. The caller holds sh.mu.
-func (sh *shard) evictOne(s *Store) bool {
-	n := len(sh.slots)
-	best, bestVal := int32(-1), uint64(0)
-	for seen, looked := 0, 0; seen < evictSample && looked < n; looked++ {
-		if sh.cur++; sh.cur >= n {
-			sh.cur = 0
-		}
-		i := int32(sh.cur)
-		sl := &sh.slots[i]
-		if sl.flags&flagLive == 0 {
-			continue
-		}
-		seen++
-		if sl.win < sh.now[sl.rule]-1 {
-			sh.remove(s, i)
-			s.expired.Add(1)
-			return true
-		}
-		if v := sl.total(); (best < 0 || v < bestVal) && v < s.protectOf(sl.rule) {
-			best, bestVal = i, v
-		}
-	}
-	if best < 0 {
-		return false
-	}
-	sh.remove(s, best)
-	s.evicted.Add(1)
-	return true
-}
-
 // roll advances slot i to window target > sl.win; the caller holds sh.mu.
 func (sh *shard) roll(i int32, sl *slot, target int64) {
 	if target > sh.now[sl.rule] {
@@ -664,6 +627,7 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 		sl.other = [2]uint64{}
 	}
 	sl.dirty = shiftDirty(sl.dirty, target-sl.win)
+	sl.mark = shiftMark(sl.mark, target-sl.win)
 	sl.win = target
 	if sl.flags&flagSide == 0 {
 		return
@@ -691,8 +655,9 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 // AdmitResult is the outcome of Admit.
 type AdmitResult struct {
 	window.Result
-	// Untracked is set when the key is new and the store is full: the request
-	// was decided as a key with no history and nothing was counted.
+	// Untracked is set when the key is new and the store had no room for
+	// it: the request was decided, and counted when admitted, by the one
+	// counter the rule's keys without room share (see evict.go).
 	Untracked bool
 }
 
@@ -723,6 +688,7 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 			return AdmitResult{Result: r}
 		}
 		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
+			r = sh.admitUntracked(s, rule, now, limit, cost)
 			sh.mu.Unlock()
 			return AdmitResult{Result: r, Untracked: true}
 		}
@@ -747,6 +713,8 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 	if r.Allowed && count {
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
+	} else if count {
+		sl.mark |= markDenied1
 	}
 	sh.mu.Unlock()
 	return AdmitResult{Result: r}
@@ -1127,11 +1095,12 @@ func (s *Store) DropRule(rule RuleID) {
 		if int(rule) < len(sh.now) {
 			sh.now[rule] = math.MinInt64
 		}
+		if int(rule) < len(sh.agg) {
+			sh.agg[rule] = aggregate{}
+		}
 		sh.mu.Unlock()
 	}
-	s.protectMu.Lock()
-	delete(s.protect, rule)
-	s.protectMu.Unlock()
+	s.forgetRule(rule)
 }
 
 func (s *Store) removeIf(drop func(*slot) bool) int {
@@ -1217,7 +1186,8 @@ func (s *Store) View(rule RuleID, key string, nowIndex int64) (views []WindowVie
 
 // Stats returns the store's counters.
 func (s *Store) Stats() StoreStats {
-	st := StoreStats{Evicted: s.evicted.Load(), Overflow: s.overflow.Load(), Expired: s.expired.Load()}
+	st := StoreStats{Evicted: s.evicted.Load(), Overflow: s.overflow.Load(), Expired: s.expired.Load(),
+		UntrackedDenied: s.untrackedDenied.Load()}
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
