@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -123,8 +122,9 @@ type Store struct {
 	rulesMu sync.Mutex // serialises changes of rules
 	rules   atomic.Pointer[ruleTable]
 
-	flushMu  sync.Mutex // serialises Flush, which reuses flushBuf
-	flushBuf []flushRec
+	flushMu   sync.Mutex // serialises Flush, which reuses flushBuf and flushKeys
+	flushBuf  []flushRec
+	flushKeys []byte
 
 	evicted         atomic.Uint64
 	overflow        atomic.Uint64
@@ -167,10 +167,10 @@ const (
 )
 
 // inlineKeyLen is the longest key stored inside its slot (IPv4 addresses fit);
-// longer keys live in a side map of their shard.
+// longer keys live in their shard's arena (see table.go).
 const inlineKeyLen = 18
 
-// longKey marks a slot whose key is in shard.long.
+// longKey marks a slot whose key is in its shard's arena.
 const longKey = 0xff
 
 // slot is one (rule, key): exactly one cache line, no pointers (the GC never
@@ -238,25 +238,26 @@ type sideEntry struct {
 type memberSet struct{ w []atomic.Uint64 }
 
 // shard is an open-addressing hash table whose buckets are the slots
-// themselves (linear probing, backward-shift deletion, capacity growing by
-// half). A decision hashes the key once and usually finds it in the first
-// slot it reads: one cache line.
+// themselves (table.go). A decision hashes the key once and usually finds it
+// in the first slot it reads: one cache line.
 //
-// Slot positions move when the table grows and when a deletion shifts a
-// probe run back; the side maps keyed by position (long keys, remote
-// replicas) move with them, and a moved slot still marked dirty is listed
-// again at its new position.
+// Slot positions move when the table grows or shrinks and when a deletion
+// shifts a probe run back; the side maps keyed by position (remote
+// replicas, hot keys) move with them, and a moved slot still marked dirty is
+// listed again at its new position.
 type shard struct {
 	mu    sync.Mutex
 	slots []slot // the table; live slots have flagLive
 	used  int
-	long  map[int32]string
-	side  map[int32][]sideEntry
-	dirty []int32
-	now   []int64 // by RuleID: the latest window index seen
-	count []int   // by RuleID: live keys
-	cap   int     // the most live keys: the shard's part of MaxKeys
-	cur   int     // eviction cursor
+	arena []byte // the long keys (table.go)
+	// arenaDead is how many bytes of arena removed keys left.
+	arenaDead int
+	side      map[int32][]sideEntry
+	dirty     []int32
+	now       []int64 // by RuleID: the latest window index seen
+	count     []int   // by RuleID: live keys
+	cap       int     // the most live keys: the shard's part of MaxKeys
+	cur       int     // eviction cursor
 	// agg is, by RuleID, the one counter of the rule's keys that found no
 	// room (see evict.go).
 	agg []aggregate
@@ -272,12 +273,6 @@ type shard struct {
 	sentHead int
 	_        [64]byte
 }
-
-// initialSlots is a new shard's capacity.
-const initialSlots = 16
-
-// maxLoad is the fill ratio (in eighths) at which a shard grows.
-const maxLoad = 6
 
 // NewStore returns an empty store.
 func NewStore(cfg StoreConfig) *Store {
@@ -320,7 +315,6 @@ func NewStore(cfg StoreConfig) *Store {
 			sh.cap++
 		}
 		sh.slots = make([]slot, initialSlots)
-		sh.long = map[int32]string{}
 		sh.side = map[int32][]sideEntry{}
 		sh.hot = map[int32]int32{}
 	}
@@ -438,181 +432,6 @@ func mix64(x uint64) uint64 {
 }
 
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[h>>s.shardShift&uint64(len(s.shards)-1)] }
-
-// keyOf returns slot i's key; the caller holds sh.mu.
-func (sh *shard) keyOf(i int32) string {
-	sl := &sh.slots[i]
-	if sl.klen == longKey {
-		return sh.long[i]
-	}
-	return string(sl.kb[:sl.klen])
-}
-
-// home returns the first position of hash h in a table of n slots.
-func home(h uint64, n int) int { return int((h & 0xffffffff) * uint64(n) >> 32) }
-
-// find returns the position of (rule, key).
-func (sh *shard) find(h uint64, rule RuleID, key string) (int32, bool) {
-	n := len(sh.slots)
-	for p := home(h, n); ; {
-		sl := &sh.slots[p]
-		if sl.flags&flagLive == 0 {
-			return 0, false
-		}
-		if sl.rule == rule {
-			if sl.klen == longKey {
-				if sh.long[int32(p)] == key {
-					return int32(p), true
-				}
-			} else if int(sl.klen) == len(key) && string(sl.kb[:sl.klen]) == key {
-				return int32(p), true
-			}
-		}
-		if p++; p == n {
-			p = 0
-		}
-	}
-}
-
-// insert adds a new (rule, key) with window nowIndex, making room if the shard
-// is full; the caller holds sh.mu and knows the key is absent. It returns the
-// key's position.
-func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex int64) (int32, bool) {
-	for int(rule) >= len(sh.now) {
-		sh.now = append(sh.now, math.MinInt64)
-		sh.count = append(sh.count, 0)
-	}
-	if nowIndex > sh.now[rule] {
-		sh.now[rule] = nowIndex
-	}
-	if sh.used >= sh.cap && !sh.evictFor(s, rule) {
-		s.overflow.Add(1)
-		return 0, false
-	}
-	if (sh.used+1)*8 > len(sh.slots)*maxLoad {
-		sh.grow(s)
-	}
-	p := sh.free(h)
-	sl := &sh.slots[p]
-	*sl = slot{win: nowIndex, rule: rule, flags: flagLive}
-	if len(key) <= inlineKeyLen {
-		sl.klen = uint8(len(key))
-		copy(sl.kb[:], key)
-	} else {
-		sl.klen = longKey
-		sh.long[p] = strings.Clone(key)
-	}
-	sh.used++
-	sh.count[rule]++
-	return p, true
-}
-
-// free returns the first empty position on h's probe run.
-func (sh *shard) free(h uint64) int32 {
-	n := len(sh.slots)
-	p := home(h, n)
-	for sh.slots[p].flags&flagLive != 0 {
-		if p++; p == n {
-			p = 0
-		}
-	}
-	return int32(p)
-}
-
-// grow moves every slot into a table half as large again.
-func (sh *shard) grow(s *Store) {
-	old, oldLong, oldSide, oldHot := sh.slots, sh.long, sh.side, sh.hot
-	sh.slots = make([]slot, len(old)+len(old)/2)
-	sh.long = make(map[int32]string, len(oldLong))
-	sh.side = make(map[int32][]sideEntry, len(oldSide))
-	sh.hot = make(map[int32]int32, len(oldHot))
-	sh.dirty = sh.dirty[:0]
-	for i := range old {
-		sl := &old[i]
-		if sl.flags&flagLive == 0 {
-			continue
-		}
-		var key string
-		if sl.klen == longKey {
-			key = oldLong[int32(i)]
-		} else {
-			key = string(sl.kb[:sl.klen])
-		}
-		p := sh.free(s.hash(sl.rule, key))
-		sh.slots[p] = *sl
-		if sl.klen == longKey {
-			sh.long[p] = key
-		}
-		if sl.flags&flagSide != 0 {
-			sh.side[p] = oldSide[int32(i)]
-		}
-		if sl.flags&flagHot != 0 {
-			k := oldHot[int32(i)]
-			sh.hot[p] = k
-			sh.hotSlab[k].pos = p
-		}
-		if sl.flags&flagInDirty != 0 {
-			sh.dirty = append(sh.dirty, p)
-		}
-		if sl.flags&flagRecent != 0 {
-			sh.resent(s, p, &sh.slots[p])
-		}
-	}
-}
-
-// remove deletes the slot at position p; the caller holds sh.mu. Later
-// slots of the probe run shift back so every run stays unbroken.
-func (sh *shard) remove(s *Store, p int32) {
-	sl := &sh.slots[p]
-	sh.count[sl.rule]--
-	sh.used--
-	delete(sh.long, p)
-	delete(sh.side, p)
-	if sl.flags&flagHot != 0 {
-		sh.dropHot(p, sl)
-	}
-	*sl = slot{}
-	n := int32(len(sh.slots))
-	for j := p; ; {
-		if j++; j == n {
-			j = 0
-		}
-		nx := &sh.slots[j]
-		if nx.flags&flagLive == 0 {
-			return
-		}
-		h := int32(home(s.hash(nx.rule, sh.keyOf(j)), int(n)))
-		// nx may move to the hole p unless its home lies cyclically in (p, j].
-		if (p < j && (h <= p || h > j)) || (p > j && h <= p && h > j) {
-			sh.move(s, j, p)
-			p = j
-		}
-	}
-}
-
-// move moves the slot at position from to the empty position to.
-func (sh *shard) move(s *Store, from, to int32) {
-	sl := sh.slots[from]
-	sh.slots[to] = sl
-	sh.slots[from] = slot{}
-	if sl.klen == longKey {
-		sh.long[to] = sh.long[from]
-		delete(sh.long, from)
-	}
-	if sl.flags&flagSide != 0 {
-		sh.side[to] = sh.side[from]
-		delete(sh.side, from)
-	}
-	if sl.flags&flagHot != 0 {
-		sh.moveHot(from, to)
-	}
-	if sl.flags&flagInDirty != 0 {
-		sh.dirty = append(sh.dirty, to)
-	}
-	if sl.flags&flagRecent != 0 {
-		sh.resent(s, to, &sh.slots[to])
-	}
-}
 
 // roll advances slot i to window target > sl.win; the caller holds sh.mu.
 func (sh *shard) roll(i int32, sl *slot, target int64) {
@@ -903,7 +722,7 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 	}
 	for si := range s.shards {
 		sh := &s.shards[si]
-		recs := s.flushBuf[:0]
+		recs, keys := s.flushBuf[:0], s.flushKeys[:0]
 		sh.mu.Lock()
 		for _, i := range sh.dirty {
 			sl := &sh.slots[i]
@@ -922,24 +741,21 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 			if sl.dirty&dirtyAll == 0 {
 				continue
 			}
-			r := flushRec{rule: sl.rule, klen: sl.klen, kb: sl.kb, win: sl.win, own: sl.own, pop: sh.popTotals(i, sl), dirty: sl.dirty}
-			if sl.klen == longKey {
-				r.long = sh.long[i]
-			}
-			recs = append(recs, r)
+			kb := sh.keyBytes(i)
+			recs = append(recs, flushRec{rule: sl.rule, koff: uint32(len(keys)), klen: uint32(len(kb)),
+				win: sl.win, own: sl.own, pop: sh.popTotals(i, sl), dirty: sl.dirty})
+			keys = append(keys, kb...)
 			sl.dirty &^= dirtyAll
 		}
-		sh.dirty = sh.dirty[:0]
+		sh.dirty = trimmed(sh.dirty)
 		if at != 0 {
 			sh.expireSent(s, at-horizon)
 		}
 		sh.mu.Unlock()
+		all := string(keys) // one allocation for the keys of the shard's entries
 		for k := range recs {
 			r := &recs[k]
-			key := r.long
-			if r.klen != longKey {
-				key = string(r.kb[:r.klen])
-			}
+			key := all[r.koff : r.koff+r.klen]
 			for w := range r.pop {
 				var e FlushEntry
 				if w < 2 && r.dirty&(dirtyOwn0<<w) != 0 && r.own[w] > 0 {
@@ -957,10 +773,19 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 				}
 				fn(e)
 			}
-			r.long = ""
 		}
-		s.flushBuf = recs
+		s.flushBuf, s.flushKeys = trimmed(recs), trimmed(keys)
 	}
+}
+
+// trimmed returns buf emptied, or nil when its capacity is four times what
+// it last held and more than a little: a burst of changes does not keep its
+// buffers for ever.
+func trimmed[T any](buf []T) []T {
+	if cap(buf) > 4*len(buf)+1024 {
+		return nil
+	}
+	return buf[:0]
 }
 
 // flushRec is a changed slot copied out under its shard's lock.
@@ -968,11 +793,10 @@ type flushRec struct {
 	win   int64
 	own   [2]uint64
 	pop   [3]uint64
-	long  string
+	koff  uint32 // the key, in the flush's key buffer
+	klen  uint32
 	rule  RuleID
-	klen  uint8
 	dirty uint8
-	kb    [inlineKeyLen]byte
 }
 
 // Own calls fn for every own count in a live window: the anti-entropy set that
@@ -1129,6 +953,7 @@ func (s *Store) removeIf(drop func(*slot) bool) int {
 			}
 			sh.dirty = d
 		}
+		sh.shrink(s)
 		sh.mu.Unlock()
 	}
 	return n
