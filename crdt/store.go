@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -151,6 +152,10 @@ type StoreStats struct {
 	Replicas int
 	// HotKeys is the number of keys holding near-limit allowance state.
 	HotKeys int
+	// TableBytes is the size of the shards' slot tables, OffHeapBytes the
+	// part of it outside the Go heap (see offheap.go), ArenaBytes the size
+	// of the arenas of long keys.
+	TableBytes, OffHeapBytes, ArenaBytes int
 }
 
 const (
@@ -246,10 +251,11 @@ type memberSet struct{ w []atomic.Uint64 }
 // replicas, hot keys) move with them, and a moved slot still marked dirty is
 // listed again at its new position.
 type shard struct {
-	mu    sync.Mutex
-	slots []slot // the table; live slots have flagLive
-	used  int
-	arena []byte // the long keys (table.go)
+	mu     sync.Mutex
+	slots  []slot   // the table; live slots have flagLive
+	mapped *offHeap // slots' mapping outside the heap, or nil (offheap.go)
+	used   int
+	arena  []byte // the long keys (table.go)
 	// arenaDead is how many bytes of arena removed keys left.
 	arenaDead int
 	side      map[int32][]sideEntry
@@ -314,7 +320,7 @@ func NewStore(cfg StoreConfig) *Store {
 		if i < cfg.MaxKeys%p {
 			sh.cap++
 		}
-		sh.slots = make([]slot, initialSlots)
+		sh.setSlots(initialSlots)
 		sh.side = map[int32][]sideEntry{}
 		sh.hot = map[int32]int32{}
 	}
@@ -1018,6 +1024,9 @@ func (s *Store) Stats() StoreStats {
 		sh.mu.Lock()
 		st.Keys += sh.used
 		st.HotKeys += len(sh.hot)
+		st.TableBytes += len(sh.slots) * int(unsafe.Sizeof(slot{}))
+		st.OffHeapBytes += sh.offHeapBytes()
+		st.ArenaBytes += cap(sh.arena)
 		sh.mu.Unlock()
 	}
 	s.repMu.RLock()

@@ -20,7 +20,7 @@ import (
 // The table grows by half when it is three quarters full and shrinks to
 // half full when a sweep leaves it less than a quarter full, so the memory
 // of keys that expired comes back; the side structures keyed by position
-// are rebuilt with it.
+// are rebuilt with it. A large table lives outside the Go heap (offheap.go).
 
 // initialSlots is a new shard's capacity.
 const initialSlots = 16
@@ -143,7 +143,7 @@ func (sh *shard) free(h uint64) int32 {
 // compacted arena and side structures sized for what they hold.
 func (sh *shard) rehash(s *Store, n int) {
 	old, oldArena, oldSide, oldHot := sh.slots, sh.arena, sh.side, sh.hot
-	sh.slots = make([]slot, n)
+	oldMap := sh.setSlots(n)
 	sh.arena = make([]byte, 0, len(oldArena)-sh.arenaDead)
 	sh.arenaDead = 0
 	sh.side = make(map[int32][]sideEntry, len(oldSide))
@@ -187,6 +187,7 @@ func (sh *shard) rehash(s *Store, n int) {
 			sh.resent(s, p, nsl)
 		}
 	}
+	oldMap.free()
 }
 
 // shrink makes the table half full if it is less than a quarter full; the

@@ -49,6 +49,12 @@ func TestTableShrinksWhenKeysExpire(t *testing.T) {
 	}
 	big := len(sh.slots)
 	require.Greater(t, big, 20000)
+	stats := st.Stats()
+	assert.Equal(t, big*64, stats.TableBytes)
+	if _, mem := mapSlots(big); mem != nil { // a build that maps large tables
+		unmap(mem)
+		assert.Equal(t, stats.TableBytes, stats.OffHeapBytes, "a large table is outside the heap")
+	}
 	st.Flush(func(FlushEntry) {})
 	for k, c := range want {
 		st.Admit(1, k, at(5), 1<<40, c, true) // changed again: marked for the next flush
@@ -72,6 +78,7 @@ func TestTableShrinksWhenKeysExpire(t *testing.T) {
 	assert.Equal(t, 2000, st.Sweep(func(RuleID) int64 { return 9 }))
 	assert.Equal(t, initialSlots, len(sh.slots))
 	assert.Empty(t, sh.arena)
+	assert.Zero(t, st.Stats().OffHeapBytes, "the mappings went back")
 }
 
 // TestArenaStaysBounded churns long keys through a full shard: evictions

@@ -20,7 +20,9 @@ import (
 // heap, each read after runtime.GC and debug.FreeOSMemory (rss-B/key,
 // heap-B/key); resident memory after runtime.GC alone, with what the Go
 // runtime keeps for itself at the default GOGC (rss-gc-B/key); and the peak
-// resident memory while filling (VmHWM, reset first; peak-B/key).
+// resident memory while filling (VmHWM, reset first; peak-B/key). The
+// store's part: its slot tables (table-B/key, on the heap or off it) and its
+// arenas of long keys (arena-B/key).
 // released-B/key is what the process still holds per key once every key
 // has expired and Tick has swept them. Run it with -benchtime=1x:
 //
@@ -37,18 +39,17 @@ func BenchmarkMemoryRSS(b *testing.B) {
 		{"24-byte", func(i int) string { return fmt.Sprintf("user:%019d", i) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = c.key(i)
-			}
 			for range b.N {
-				measureMemory(b, keys)
+				measureMemory(b, n, c.key)
 			}
 		})
 	}
 }
 
-func measureMemory(b *testing.B, keys []string) {
+// measureMemory makes each key as it decides it, as the daemon parses it
+// from a request: the keys are garbage once decided, and no list of them
+// adds to the live heap the GC paces itself by.
+func measureMemory(b *testing.B, n int, key func(int) string) {
 	b.Helper()
 	w := time.Minute
 	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
@@ -57,14 +58,14 @@ func measureMemory(b *testing.B, keys []string) {
 	nd, err := New(Config{
 		Self:    crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
 		Rules:   []Rule{{Name: "api", Limit: 100, Window: w, Cost: 1, Scope: ScopeGlobal}},
-		MaxKeys: 2 * len(keys),
+		MaxKeys: 2 * n,
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	all := func(string) bool { return true }
-	for i, k := range keys {
-		if _, err := nd.Decide(now, "api", k, 1); err != nil {
+	for i := range n {
+		if _, err := nd.Decide(now, "api", key(i), 1); err != nil {
 			b.Fatal(err)
 		}
 		if i%32768 == 32767 {
@@ -72,12 +73,13 @@ func measureMemory(b *testing.B, keys []string) {
 		}
 	}
 	nd.Flush(now, all)
-	if got := nd.Stats().Store.Keys; got != len(keys) {
-		b.Fatalf("holds %d keys, want %d", got, len(keys))
+	if got := nd.Stats().Store.Keys; got != n {
+		b.Fatalf("holds %d keys, want %d", got, n)
 	}
 	runtime.GC()
 	rssGC, peak := procStatus(b, "VmRSS:"), procStatus(b, "VmHWM:")
 	rss1, heap1 := settledMemory(b)
+	st := nd.Stats().Store
 	later := now + 3*int64(w)
 	nd.Tick(later)
 	nd.Flush(later, all)
@@ -85,11 +87,13 @@ func measureMemory(b *testing.B, keys []string) {
 		b.Fatalf("holds %d keys after they expired", got)
 	}
 	rss2, _ := settledMemory(b)
-	per := func(x, y uint64) float64 { return (float64(y) - float64(x)) / float64(len(keys)) }
+	per := func(x, y uint64) float64 { return (float64(y) - float64(x)) / float64(n) }
 	b.ReportMetric(per(rss0, rss1), "rss-B/key")
 	b.ReportMetric(per(heap0, heap1), "heap-B/key")
 	b.ReportMetric(per(rss0, rss2), "released-B/key")
 	b.ReportMetric(per(rss0, rssGC), "rss-gc-B/key")
+	b.ReportMetric(float64(st.TableBytes)/float64(n), "table-B/key")
+	b.ReportMetric(float64(st.ArenaBytes)/float64(n), "arena-B/key")
 	if peakReset {
 		b.ReportMetric(per(rss0, peak), "peak-B/key")
 	}
