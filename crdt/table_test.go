@@ -100,3 +100,16 @@ func TestArenaStaysBounded(t *testing.T) {
 	}
 	assert.Equal(t, 500, st.Stats().Keys)
 }
+
+// TestHashBytesIsHash: moving and removing slots hashes keys as bytes,
+// deciding hashes them as strings; both must agree, seeded or not.
+func TestHashBytesIsHash(t *testing.T) {
+	for _, seed := range []uint64{0, 42} {
+		st := NewStore(StoreConfig{Self: rep("self", 1), Seed: seed})
+		for _, k := range []string{"", "k", "203.0.113.7", "a-key-longer-than-a-slot-holds"} {
+			for _, r := range []RuleID{0, 7} {
+				assert.Equal(t, st.hash(r, k), st.hashBytes(r, []byte(k)), "seed %d, rule %d, %q", seed, r, k)
+			}
+		}
+	}
+}
