@@ -170,7 +170,7 @@ type sentRec struct {
 
 // fingerprint returns the high bits of the hash of slot i's key.
 func (sh *shard) fingerprint(s *Store, i int32, sl *slot) uint32 {
-	return uint32(s.hash(sl.rule, sh.keyOf(i)) >> 32)
+	return uint32(s.hashBytes(sl.rule, sh.keyBytes(i)) >> 32)
 }
 
 // sentNow records that the flush at at (sequence number seq) sent slot

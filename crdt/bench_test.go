@@ -67,3 +67,24 @@ func BenchmarkAdmitSplit(b *testing.B) {
 		b.Fatal("keys far from their limit took allowance state")
 	}
 }
+
+// BenchmarkAdmitFlood decides new keys in a full store of 100k keys whose
+// keys are not being limited: every decision makes room by evicting one.
+func BenchmarkAdmitFlood(b *testing.B) {
+	created, _ := benchKeys(100_000)
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: len(created)})
+	st.SetProtect(0, 1<<40)
+	for _, k := range created {
+		st.Admit(0, k, at(1), 1<<40, 1, true)
+	}
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = "flood-" + strconv.Itoa(i)
+	}
+	now := Now{Index: 1, Elapsed: W / 2, Width: W}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st.Admit(0, keys[i&(len(keys)-1)], now, 1<<40, 1, true)
+	}
+}

@@ -20,7 +20,8 @@
 // a node replica of the own PoP other than the store itself, and a store's PoP
 // total of a window is its own count plus its members' counts (Flush, Totals).
 //
-// The package is pure: no goroutines, no clock, no I/O, no logging. Window
+// The package is pure: no goroutines, no clock, no I/O, no logging (its one
+// system call maps large tables outside the Go heap, see offheap.go). Window
 // indexes and the replica identity are arguments, never invented here. A
 // Store with StoreConfig.Seed set is deterministic: the same inputs in the
 // same order give the same state and the same outputs.

@@ -5,9 +5,9 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -86,15 +86,15 @@ const DefaultMaxKeys = 1 << 20
 // slot position and bounded by MaxHotKeys, so that the slot stays one cache
 // line and a key far from its limit costs nothing more.
 //
-// Memory is bounded by MaxKeys. When a shard is full, a new key first takes the
-// place of an expired key, then of the coldest of a small sample of keys whose
-// count is below its rule's protection threshold (SetProtect). Keys at or above
-// the threshold (the keys being limited) are never evicted. If no key can be
-// evicted the new key is not stored: Admit decides it as a key with no history
-// and reports it Untracked, and Merge drops the entry. Failing open for new keys
-// is the safe choice: refusing them would let a flood of random keys deny every
-// new client, while an untracked key can overshoot only by its own traffic
-// until room frees, and every key already being limited keeps its count.
+// Memory is bounded by MaxKeys, split over the shards and, inside a shard,
+// over the rules: each rule is guaranteed an equal share of the room and may
+// borrow free room beyond it, which it loses first. A key being limited (at
+// or above its rule's protection threshold, SetProtect, or denied in its
+// live windows) keeps its count, unless it holds borrowed room that another
+// rule needs back. A new key that finds no room is decided by, and counted
+// in, one counter its rule's other keys without room share in the shard
+// (reported Untracked): however many keys flood a rule, a key is never
+// admitted more than the rule's limit per window. evict.go has the details.
 //
 // A Store is safe for concurrent use.
 type Store struct {
@@ -103,7 +103,6 @@ type Store struct {
 	fixedSeed   uint64       // StoreConfig.Seed
 	shards      []shard
 	shardShift  uint
-	perShardCap int
 	maxReplicas int
 
 	repMu   sync.RWMutex
@@ -120,15 +119,17 @@ type Store struct {
 	lastFlush   atomic.Int64 // the time of the last FlushAt
 	flushSeq    uint8        // FlushAt calls so far, modulo 256 (under flushMu)
 
-	protectMu sync.RWMutex
-	protect   map[RuleID]uint64
+	rulesMu sync.Mutex // serialises changes of rules
+	rules   atomic.Pointer[ruleTable]
 
-	flushMu  sync.Mutex // serialises Flush, which reuses flushBuf
-	flushBuf []flushRec
+	flushMu   sync.Mutex // serialises Flush, which reuses flushBuf and flushKeys
+	flushBuf  []flushRec
+	flushKeys []byte
 
-	evicted  atomic.Uint64
-	overflow atomic.Uint64
-	expired  atomic.Uint64
+	evicted         atomic.Uint64
+	overflow        atomic.Uint64
+	expired         atomic.Uint64
+	untrackedDenied atomic.Uint64
 }
 
 // StoreStats are cumulative counters of a Store.
@@ -138,14 +139,22 @@ type StoreStats struct {
 	// Evicted counts keys evicted to make room for a new one.
 	Evicted uint64
 	// Overflow counts new keys (or merged entries) refused because the store
-	// was full and nothing could be evicted.
+	// was full and nothing could be evicted: their requests were decided by
+	// their rule's aggregate (AdmitResult.Untracked).
 	Overflow uint64
+	// UntrackedDenied counts the requests of keys without room that their
+	// rule's aggregate denied.
+	UntrackedDenied uint64
 	// Expired counts keys removed by Sweep because all their windows had passed.
 	Expired uint64
 	// Replicas is the number of interned replica identities, self included.
 	Replicas int
 	// HotKeys is the number of keys holding near-limit allowance state.
 	HotKeys int
+	// TableBytes is the size of the shards' slot tables, OffHeapBytes the
+	// part of it outside the Go heap (see offheap.go), ArenaBytes the size
+	// of the arenas of long keys.
+	TableBytes, OffHeapBytes, ArenaBytes int
 }
 
 const (
@@ -162,10 +171,10 @@ const (
 )
 
 // inlineKeyLen is the longest key stored inside its slot (IPv4 addresses fit);
-// longer keys live in a side map of their shard.
-const inlineKeyLen = 19
+// longer keys live in their shard's arena (see table.go).
+const inlineKeyLen = 18
 
-// longKey marks a slot whose key is in shard.long.
+// longKey marks a slot whose key is in its shard's arena.
 const longKey = 0xff
 
 // slot is one (rule, key): exactly one cache line, no pointers (the GC never
@@ -178,6 +187,7 @@ type slot struct {
 	klen  uint8 // key length, or longKey
 	dirty uint8 // what changed since the last flush: dirtyOwn0 ... dirtyPoP2; see sentSeq
 	flags uint8
+	mark  uint8 // markDenied0, markDenied1: see evict.go
 	kb    [inlineKeyLen]byte
 }
 
@@ -232,24 +242,30 @@ type sideEntry struct {
 type memberSet struct{ w []atomic.Uint64 }
 
 // shard is an open-addressing hash table whose buckets are the slots
-// themselves (linear probing, backward-shift deletion, capacity growing by
-// half). A decision hashes the key once and usually finds it in the first
-// slot it reads: one cache line.
+// themselves (table.go). A decision hashes the key once and usually finds it
+// in the first slot it reads: one cache line.
 //
-// Slot positions move when the table grows and when a deletion shifts a
-// probe run back; the side maps keyed by position (long keys, remote
-// replicas) move with them, and a moved slot still marked dirty is listed
-// again at its new position.
+// Slot positions move when the table grows or shrinks and when a deletion
+// shifts a probe run back; the side maps keyed by position (remote
+// replicas, hot keys) move with them, and a moved slot still marked dirty is
+// listed again at its new position.
 type shard struct {
-	mu    sync.Mutex
-	slots []slot // the table; live slots have flagLive
-	used  int
-	long  map[int32]string
-	side  map[int32][]sideEntry
-	dirty []int32
-	now   []int64 // by RuleID: the latest window index seen
-	count []int   // by RuleID: live keys
-	cur   int     // eviction cursor
+	mu     sync.Mutex
+	slots  []slot   // the table; live slots have flagLive
+	mapped *offHeap // slots' mapping outside the heap, or nil (offheap.go)
+	used   int
+	arena  []byte // the long keys (table.go)
+	// arenaDead is how many bytes of arena removed keys left.
+	arenaDead int
+	side      map[int32][]sideEntry
+	dirty     []int32
+	now       []int64 // by RuleID: the latest window index seen
+	count     []int   // by RuleID: live keys
+	cap       int     // the most live keys: the shard's part of MaxKeys
+	cur       int     // eviction cursor
+	// agg is, by RuleID, the one counter of the rule's keys that found no
+	// room (see evict.go).
+	agg []aggregate
 	// hot maps the position of a slot with flagHot to its entry in
 	// hotSlab; hotFree lists free entries, hotCur is hot eviction's cursor.
 	hot     map[int32]int32
@@ -262,12 +278,6 @@ type shard struct {
 	sentHead int
 	_        [64]byte
 }
-
-// initialSlots is a new shard's capacity.
-const initialSlots = 16
-
-// maxLoad is the fill ratio (in eighths) at which a shard grows.
-const maxLoad = 6
 
 // NewStore returns an empty store.
 func NewStore(cfg StoreConfig) *Store {
@@ -295,18 +305,21 @@ func NewStore(cfg StoreConfig) *Store {
 		fixedSeed:   cfg.Seed,
 		shards:      make([]shard, p),
 		shardShift:  uint(64 - bits),
-		perShardCap: (cfg.MaxKeys + p - 1) / p,
 		maxReplicas: cfg.MaxReplicas,
 		hotPerShard: max((cfg.MaxHotKeys+p-1)/p, 0),
 		repIDs:      map[Replica]ReplicaID{cfg.Self: SelfID},
 		reps:        []Replica{cfg.Self},
-		protect:     map[RuleID]uint64{},
 	}
 	s.members.Store(&memberSet{})
+	s.rules.Store(&ruleTable{})
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.slots = make([]slot, initialSlots)
-		sh.long = map[int32]string{}
+		// MaxKeys split over the shards: the first ones take the remainder.
+		sh.cap = cfg.MaxKeys / p
+		if i < cfg.MaxKeys%p {
+			sh.cap++
+		}
+		sh.setSlots(initialSlots)
 		sh.side = map[int32][]sideEntry{}
 		sh.hot = map[int32]int32{}
 	}
@@ -399,21 +412,6 @@ func (s *Store) Replica(id ReplicaID) Replica {
 	return Replica{}
 }
 
-// SetProtect sets the count at or above which a key of rule is never evicted
-// to make room for a new key. With the default, 0, no live key is evicted:
-// only expired keys make room.
-func (s *Store) SetProtect(rule RuleID, threshold uint64) {
-	s.protectMu.Lock()
-	s.protect[rule] = threshold
-	s.protectMu.Unlock()
-}
-
-func (s *Store) protectOf(rule RuleID) uint64 {
-	s.protectMu.RLock()
-	defer s.protectMu.RUnlock()
-	return s.protect[rule]
-}
-
 // hash mixes the rule into the key's hash so equal keys of different rules
 // land apart. With a fixed seed the key's hash is xxhash mixed with the seed:
 // deterministic, where maphash's seed cannot be chosen. (Admit inlines the
@@ -440,216 +438,6 @@ func mix64(x uint64) uint64 {
 
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[h>>s.shardShift&uint64(len(s.shards)-1)] }
 
-// keyOf returns slot i's key; the caller holds sh.mu.
-func (sh *shard) keyOf(i int32) string {
-	sl := &sh.slots[i]
-	if sl.klen == longKey {
-		return sh.long[i]
-	}
-	return string(sl.kb[:sl.klen])
-}
-
-// home returns the first position of hash h in a table of n slots.
-func home(h uint64, n int) int { return int((h & 0xffffffff) * uint64(n) >> 32) }
-
-// find returns the position of (rule, key).
-func (sh *shard) find(h uint64, rule RuleID, key string) (int32, bool) {
-	n := len(sh.slots)
-	for p := home(h, n); ; {
-		sl := &sh.slots[p]
-		if sl.flags&flagLive == 0 {
-			return 0, false
-		}
-		if sl.rule == rule {
-			if sl.klen == longKey {
-				if sh.long[int32(p)] == key {
-					return int32(p), true
-				}
-			} else if int(sl.klen) == len(key) && string(sl.kb[:sl.klen]) == key {
-				return int32(p), true
-			}
-		}
-		if p++; p == n {
-			p = 0
-		}
-	}
-}
-
-// insert adds a new (rule, key) with window nowIndex, making room if the shard
-// is full; the caller holds sh.mu and knows the key is absent. It returns the
-// key's position.
-func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex int64) (int32, bool) {
-	for int(rule) >= len(sh.now) {
-		sh.now = append(sh.now, math.MinInt64)
-		sh.count = append(sh.count, 0)
-	}
-	if nowIndex > sh.now[rule] {
-		sh.now[rule] = nowIndex
-	}
-	if sh.used >= s.perShardCap && !sh.evictOne(s) {
-		s.overflow.Add(1)
-		return 0, false
-	}
-	if (sh.used+1)*8 > len(sh.slots)*maxLoad {
-		sh.grow(s)
-	}
-	p := sh.free(h)
-	sl := &sh.slots[p]
-	*sl = slot{win: nowIndex, rule: rule, flags: flagLive}
-	if len(key) <= inlineKeyLen {
-		sl.klen = uint8(len(key))
-		copy(sl.kb[:], key)
-	} else {
-		sl.klen = longKey
-		sh.long[p] = strings.Clone(key)
-	}
-	sh.used++
-	sh.count[rule]++
-	return p, true
-}
-
-// free returns the first empty position on h's probe run.
-func (sh *shard) free(h uint64) int32 {
-	n := len(sh.slots)
-	p := home(h, n)
-	for sh.slots[p].flags&flagLive != 0 {
-		if p++; p == n {
-			p = 0
-		}
-	}
-	return int32(p)
-}
-
-// grow moves every slot into a table half as large again.
-func (sh *shard) grow(s *Store) {
-	old, oldLong, oldSide, oldHot := sh.slots, sh.long, sh.side, sh.hot
-	sh.slots = make([]slot, len(old)+len(old)/2)
-	sh.long = make(map[int32]string, len(oldLong))
-	sh.side = make(map[int32][]sideEntry, len(oldSide))
-	sh.hot = make(map[int32]int32, len(oldHot))
-	sh.dirty = sh.dirty[:0]
-	for i := range old {
-		sl := &old[i]
-		if sl.flags&flagLive == 0 {
-			continue
-		}
-		var key string
-		if sl.klen == longKey {
-			key = oldLong[int32(i)]
-		} else {
-			key = string(sl.kb[:sl.klen])
-		}
-		p := sh.free(s.hash(sl.rule, key))
-		sh.slots[p] = *sl
-		if sl.klen == longKey {
-			sh.long[p] = key
-		}
-		if sl.flags&flagSide != 0 {
-			sh.side[p] = oldSide[int32(i)]
-		}
-		if sl.flags&flagHot != 0 {
-			k := oldHot[int32(i)]
-			sh.hot[p] = k
-			sh.hotSlab[k].pos = p
-		}
-		if sl.flags&flagInDirty != 0 {
-			sh.dirty = append(sh.dirty, p)
-		}
-		if sl.flags&flagRecent != 0 {
-			sh.resent(s, p, &sh.slots[p])
-		}
-	}
-}
-
-// remove deletes the slot at position p; the caller holds sh.mu. Later
-// slots of the probe run shift back so every run stays unbroken.
-func (sh *shard) remove(s *Store, p int32) {
-	sl := &sh.slots[p]
-	sh.count[sl.rule]--
-	sh.used--
-	delete(sh.long, p)
-	delete(sh.side, p)
-	if sl.flags&flagHot != 0 {
-		sh.dropHot(p, sl)
-	}
-	*sl = slot{}
-	n := int32(len(sh.slots))
-	for j := p; ; {
-		if j++; j == n {
-			j = 0
-		}
-		nx := &sh.slots[j]
-		if nx.flags&flagLive == 0 {
-			return
-		}
-		h := int32(home(s.hash(nx.rule, sh.keyOf(j)), int(n)))
-		// nx may move to the hole p unless its home lies cyclically in (p, j].
-		if (p < j && (h <= p || h > j)) || (p > j && h <= p && h > j) {
-			sh.move(s, j, p)
-			p = j
-		}
-	}
-}
-
-// move moves the slot at position from to the empty position to.
-func (sh *shard) move(s *Store, from, to int32) {
-	sl := sh.slots[from]
-	sh.slots[to] = sl
-	sh.slots[from] = slot{}
-	if sl.klen == longKey {
-		sh.long[to] = sh.long[from]
-		delete(sh.long, from)
-	}
-	if sl.flags&flagSide != 0 {
-		sh.side[to] = sh.side[from]
-		delete(sh.side, from)
-	}
-	if sl.flags&flagHot != 0 {
-		sh.moveHot(from, to)
-	}
-	if sl.flags&flagInDirty != 0 {
-		sh.dirty = append(sh.dirty, to)
-	}
-	if sl.flags&flagRecent != 0 {
-		sh.resent(s, to, &sh.slots[to])
-	}
-}
-
-// evictSample is how many slots evictOne inspects.
-const evictSample = 16
-
-// evictOne frees one slot: an expired one, or the coldest unprotected one of
-// a sample. The caller holds sh.mu.
-func (sh *shard) evictOne(s *Store) bool {
-	n := len(sh.slots)
-	best, bestVal := int32(-1), uint64(0)
-	for seen, looked := 0, 0; seen < evictSample && looked < n; looked++ {
-		if sh.cur++; sh.cur >= n {
-			sh.cur = 0
-		}
-		i := int32(sh.cur)
-		sl := &sh.slots[i]
-		if sl.flags&flagLive == 0 {
-			continue
-		}
-		seen++
-		if sl.win < sh.now[sl.rule]-1 {
-			sh.remove(s, i)
-			s.expired.Add(1)
-			return true
-		}
-		if v := sl.total(); (best < 0 || v < bestVal) && v < s.protectOf(sl.rule) {
-			best, bestVal = i, v
-		}
-	}
-	if best < 0 {
-		return false
-	}
-	sh.remove(s, best)
-	s.evicted.Add(1)
-	return true
-}
-
 // roll advances slot i to window target > sl.win; the caller holds sh.mu.
 func (sh *shard) roll(i int32, sl *slot, target int64) {
 	if target > sh.now[sl.rule] {
@@ -663,6 +451,7 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 		sl.other = [2]uint64{}
 	}
 	sl.dirty = shiftDirty(sl.dirty, target-sl.win)
+	sl.mark = shiftMark(sl.mark, target-sl.win)
 	sl.win = target
 	if sl.flags&flagSide == 0 {
 		return
@@ -690,8 +479,9 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 // AdmitResult is the outcome of Admit.
 type AdmitResult struct {
 	window.Result
-	// Untracked is set when the key is new and the store is full: the request
-	// was decided as a key with no history and nothing was counted.
+	// Untracked is set when the key is new and the store had no room for
+	// it: the request was decided, and counted when admitted, by the one
+	// counter the rule's keys without room share (see evict.go).
 	Untracked bool
 }
 
@@ -722,6 +512,7 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 			return AdmitResult{Result: r}
 		}
 		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
+			r = sh.admitUntracked(s, rule, now, limit, cost)
 			sh.mu.Unlock()
 			return AdmitResult{Result: r, Untracked: true}
 		}
@@ -746,6 +537,8 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 	if r.Allowed && count {
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
+	} else if count {
+		sl.mark |= markDenied1
 	}
 	sh.mu.Unlock()
 	return AdmitResult{Result: r}
@@ -938,7 +731,7 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 	}
 	for si := range s.shards {
 		sh := &s.shards[si]
-		recs := s.flushBuf[:0]
+		recs, keys := s.flushBuf[:0], s.flushKeys[:0]
 		sh.mu.Lock()
 		for _, i := range sh.dirty {
 			sl := &sh.slots[i]
@@ -957,25 +750,21 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 			if sl.dirty&dirtyAll == 0 {
 				continue
 			}
-			r := flushRec{rule: sl.rule, klen: sl.klen, kb: sl.kb, win: sl.win, own: sl.own, pop: sh.popTotals(i, sl), dirty: sl.dirty}
-			if sl.klen == longKey {
-				r.long = sh.long[i]
-			}
-			recs = append(recs, r)
+			kb := sh.keyBytes(i)
+			recs = append(recs, flushRec{rule: sl.rule, koff: uint32(len(keys)), klen: uint32(len(kb)),
+				win: sl.win, own: sl.own, pop: sh.popTotals(i, sl), dirty: sl.dirty})
+			keys = append(keys, kb...)
 			sl.dirty &^= dirtyAll
 		}
-		sh.dirty = sh.dirty[:0]
+		sh.dirty = trimmed(sh.dirty)
 		if at != 0 {
 			sh.expireSent(s, at-horizon)
 		}
 		sh.mu.Unlock()
-		keys := joinKeys(recs)
+		all := string(keys) // one allocation for the keys of the shard's entries
 		for k := range recs {
 			r := &recs[k]
-			key := r.long
-			if r.klen != longKey {
-				key, keys = keys[:r.klen], keys[r.klen:]
-			}
+			key := all[r.koff : r.koff+r.klen]
 			for w := range r.pop {
 				var e FlushEntry
 				if w < 2 && r.dirty&(dirtyOwn0<<w) != 0 && r.own[w] > 0 {
@@ -993,30 +782,19 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 				}
 				fn(e)
 			}
-			r.long = ""
 		}
-		s.flushBuf = recs
+		s.flushBuf, s.flushKeys = trimmed(recs), trimmed(keys)
 	}
 }
 
-// joinKeys returns the inline keys of recs back to back in one string, in
-// order: one allocation for a shard's keys rather than one per key, which
-// the caller slices off in the same order.
-func joinKeys(recs []flushRec) string {
-	n := 0
-	for k := range recs {
-		if recs[k].klen != longKey {
-			n += int(recs[k].klen)
-		}
+// trimmed returns buf emptied, or nil when its capacity is four times what
+// it last held and more than a little: a burst of changes does not keep its
+// buffers for ever.
+func trimmed[T any](buf []T) []T {
+	if cap(buf) > 4*len(buf)+1024 {
+		return nil
 	}
-	var b strings.Builder
-	b.Grow(n)
-	for k := range recs {
-		if r := &recs[k]; r.klen != longKey {
-			b.Write(r.kb[:r.klen])
-		}
-	}
-	return b.String()
+	return buf[:0]
 }
 
 // flushRec is a changed slot copied out under its shard's lock.
@@ -1024,11 +802,10 @@ type flushRec struct {
 	win   int64
 	own   [2]uint64
 	pop   [3]uint64
-	long  string
+	koff  uint32 // the key, in the flush's key buffer
+	klen  uint32
 	rule  RuleID
-	klen  uint8
 	dirty uint8
-	kb    [inlineKeyLen]byte
 }
 
 // Own calls fn for every own count in a live window: the anti-entropy set that
@@ -1076,7 +853,8 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID
 		changed = PoPChanged
 	}
 	var recs []entryRec
-	var keys []flushRec // only klen, kb and long are used
+	var keys []walkKey // a slot's key, in kb
+	var kb []byte
 	for si := range s.shards {
 		sh := &s.shards[si]
 		// Shards hold about as many keys each: room for twice the last
@@ -1085,9 +863,12 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID
 			recs = make([]entryRec, 0, 2*len(recs))
 		}
 		if cap(keys) < 2*len(keys) {
-			keys = make([]flushRec, 0, 2*len(keys))
+			keys = make([]walkKey, 0, 2*len(keys))
 		}
-		recs, keys = recs[:0], keys[:0]
+		if cap(kb) < 2*len(kb) {
+			kb = make([]byte, 0, 2*len(kb))
+		}
+		recs, keys, kb = recs[:0], keys[:0], kb[:0]
 		sh.mu.Lock()
 		for i := range sh.slots {
 			sl := &sh.slots[i]
@@ -1129,11 +910,9 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID
 				}
 			}
 			if len(recs) > at {
-				kr := flushRec{klen: sl.klen, kb: sl.kb}
-				if sl.klen == longKey {
-					kr.long = sh.long[int32(i)]
-				}
-				keys = append(keys, kr)
+				k := sh.keyBytes(int32(i))
+				keys = append(keys, walkKey{off: uint32(len(kb)), len: uint32(len(k))})
+				kb = append(kb, k...)
 			}
 		}
 		sh.mu.Unlock()
@@ -1142,29 +921,26 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID
 		// shares keep some): each has its own.
 		joined := ""
 		if walk != walkAll {
-			joined = joinKeys(keys)
+			joined = string(kb)
 		}
 		key, last := "", int32(-1)
 		for _, r := range recs {
 			if r.slot != last {
-				kr := &keys[r.slot]
-				switch {
-				case kr.klen == longKey:
-					key = kr.long
-				case walk == walkAll:
-					key = string(kr.kb[:kr.klen])
-				default:
-					key, joined = joined[:kr.klen], joined[kr.klen:]
+				k := keys[r.slot]
+				if walk == walkAll {
+					key = string(kb[k.off : k.off+k.len])
+				} else {
+					key = joined[k.off : k.off+k.len]
 				}
 				last = r.slot
 			}
 			fn(r.rep, FlushEntry{Rule: r.rule, Key: key, Window: r.win, Count: r.count, PoP: r.pop, Changed: changed})
 		}
-		for i := range keys {
-			keys[i].long = ""
-		}
 	}
 }
+
+// walkKey is where entries copied a slot's key in its key buffer.
+type walkKey struct{ off, len uint32 }
 
 // Totals calls fn for every PoP total above 0 in a live window, with Count
 // the own count of that window: the anti-entropy set of a PoP's aggregate.
@@ -1193,11 +969,12 @@ func (s *Store) DropRule(rule RuleID) {
 		if int(rule) < len(sh.now) {
 			sh.now[rule] = math.MinInt64
 		}
+		if int(rule) < len(sh.agg) {
+			sh.agg[rule] = aggregate{}
+		}
 		sh.mu.Unlock()
 	}
-	s.protectMu.Lock()
-	delete(s.protect, rule)
-	s.protectMu.Unlock()
+	s.forgetRule(rule)
 }
 
 func (s *Store) removeIf(drop func(*slot) bool) int {
@@ -1226,6 +1003,7 @@ func (s *Store) removeIf(drop func(*slot) bool) int {
 			}
 			sh.dirty = d
 		}
+		sh.shrink(s)
 		sh.mu.Unlock()
 	}
 	return n
@@ -1283,12 +1061,16 @@ func (s *Store) View(rule RuleID, key string, nowIndex int64) (views []WindowVie
 
 // Stats returns the store's counters.
 func (s *Store) Stats() StoreStats {
-	st := StoreStats{Evicted: s.evicted.Load(), Overflow: s.overflow.Load(), Expired: s.expired.Load()}
+	st := StoreStats{Evicted: s.evicted.Load(), Overflow: s.overflow.Load(), Expired: s.expired.Load(),
+		UntrackedDenied: s.untrackedDenied.Load()}
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
 		st.Keys += sh.used
 		st.HotKeys += len(sh.hot)
+		st.TableBytes += len(sh.slots) * int(unsafe.Sizeof(slot{}))
+		st.OffHeapBytes += sh.offHeapBytes()
+		st.ArenaBytes += cap(sh.arena)
 		sh.mu.Unlock()
 	}
 	s.repMu.RLock()

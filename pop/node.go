@@ -93,8 +93,10 @@ type Decision struct {
 	Allowed bool
 	// ShadowDenied is set when a shadow rule would have denied the request.
 	ShadowDenied bool
-	// Untracked is set when the key is new and the store is full: the request
-	// was decided as a key with no history and not counted.
+	// Untracked is set when the key is new and the store had no room for it:
+	// the request was decided, and counted when admitted, by the one counter
+	// the rule's keys without room share (see crdt.Store), not by a count of
+	// its own.
 	Untracked bool
 	// Blocked is set when the key is in the rule's penalty box (Rule.BlockFor,
 	// block.go): denied (in shadow mode: would be) until RetryAfter from now.
@@ -422,9 +424,12 @@ func (n *Node) SetRules(rules []Rule) error {
 	return nil
 }
 
-// protectThreshold is the count at or above which a key is never evicted: a
-// tenth of the limit, and at least 2 so that keys seen once can make room.
-func protectThreshold(limit uint64) uint64 { return max(1, limit/10) + 1 }
+// protectThreshold is the count, over a key's live windows, at or above
+// which the store counts a key as being limited and keeps it (see
+// crdt.Store.SetProtect): more than half the limit. Keys further from their
+// limit make room for new keys, so a flood of keys must spend more than
+// half a limit on each key to hold its place.
+func protectThreshold(limit uint64) uint64 { return limit/2 + 1 }
 
 // smallRuleSet is the most rules looked up by a linear scan.
 const smallRuleSet = 8

@@ -68,10 +68,10 @@ func TestOnUnsureStoreFull(t *testing.T) {
 			rules := []Rule{{Name: "login", Limit: 10, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, OnUnsure: tt.policy}}
 			n, err := New(Config{Self: replica("a", 1), Rules: rules, MaxKeys: 8, Shards: 1, Seed: 1})
 			require.NoError(t, err)
-			// Fill the store with keys at their protection threshold: none
-			// can be evicted.
+			// Fill the store with keys being limited (above half their
+			// limit): none can be evicted.
 			for i := 0; i < 8; i++ {
-				for j := 0; j < 2; j++ {
+				for j := 0; j < 6; j++ {
 					d, err := n.Decide(t0, "login", "k"+strconv.Itoa(i), 1)
 					require.NoError(t, err)
 					require.False(t, d.Untracked)

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// floodYAML: a cheap rule, whose keys a flood can push near their limit
+// for two requests each, and the demo rule.
+const floodYAML = `
+rules:
+  - {name: cheap, limit: 10, window: 1m}
+  - {name: demo, limit: 10, window: 10s}
+limits: {max_keys: 20000}
+`
+
+// flood sends perKey requests for each of keys new keys of rule, in
+// batches of /v1/checks, and returns how many were admitted.
+func (ta *testApp) flood(rule, prefix string, keys, perKey int) int {
+	ta.t.Helper()
+	admitted := 0
+	var sb strings.Builder
+	for k := 0; k < keys; {
+		sb.Reset()
+		sb.WriteString(`{"checks":[`)
+		for n := 0; n < 1000/perKey && k < keys; n, k = n+1, k+1 {
+			for j := range perKey {
+				if n > 0 || j > 0 {
+					sb.WriteByte(',')
+				}
+				fmt.Fprintf(&sb, `{"rule":%q,"key":"%s%d"}`, rule, prefix, k)
+			}
+		}
+		sb.WriteString(`]}`)
+		r := ta.post("/v1/checks", sb.String())
+		require.Equal(ta.t, http.StatusOK, r.status, "%s", r.body)
+		var out struct {
+			Results []struct {
+				Allowed bool `json:"allowed"`
+			} `json:"results"`
+		}
+		require.NoError(ta.t, json.Unmarshal(r.body, &out))
+		for _, res := range out.Results {
+			if res.Allowed {
+				admitted++
+			}
+		}
+	}
+	return admitted
+}
+
+// untilDenied sends up to max single /v1/check requests of key and returns
+// how many were admitted before the first 429.
+func (ta *testApp) untilDenied(rule, key string, max int) int {
+	ta.t.Helper()
+	for i := range max {
+		r := ta.post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":%q}`, rule, key))
+		if r.status == http.StatusTooManyRequests {
+			return i
+		}
+		require.Equal(ta.t, http.StatusOK, r.status, "%s", r.body)
+	}
+	return max
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestKeyFloodLeavesNewKeysLimited floods a node of max_keys 20000 over
+// real HTTP with new keys of its cheapest rule: first two requests per key
+// (far from the limit of 10), then six (more than half of it, so every
+// key is being limited). After each, a fresh key of the demo rule (10 per
+// 10 s) is admitted 10 times and then denied, a fresh key of the flooded
+// rule at most 10 times, and the node holds at most max_keys keys.
+func TestKeyFloodLeavesNewKeysLimited(t *testing.T) {
+	heap0 := heapInUse()
+	ta := startApp(t, floodYAML)
+	node := ta.Node()
+	for round, c := range []struct{ keys, perKey int }{{30_000, 2}, {25_000, 6}} {
+		keys, perKey := c.keys, c.perKey
+		ta.flood("cheap", fmt.Sprintf("a%d-", round), keys, perKey)
+		st := node.Stats().Store
+		assert.LessOrEqual(t, st.Keys, 20_000, "round %d", round)
+		demo := ta.untilDenied("demo", fmt.Sprintf("fresh-%d", round), 20)
+		assert.InDelta(t, 10, demo, 1, "round %d (%d keys, %d requests each): a fresh demo key", round, keys, perKey)
+		cheap := ta.untilDenied("cheap", fmt.Sprintf("fresh-%d", round), 20)
+		assert.LessOrEqual(t, cheap, 10, "round %d: a fresh key of the flooded rule", round)
+		assert.LessOrEqual(t, node.Stats().Store.Keys, 20_000, "round %d", round)
+		t.Logf("round %d: %d keys of %d requests: a fresh demo key admitted %d times, a fresh cheap key %d; %+v",
+			round, keys, perKey, demo, cheap, node.Stats().Store)
+		ta.clk.Advance(2 * time.Minute) // the flood's windows pass; it starts again
+	}
+	grown := int64(heapInUse()) - int64(heap0)
+	t.Logf("heap grew by %d KB", grown>>10)
+	assert.Less(t, grown, int64(64<<20), "heap growth")
+}
