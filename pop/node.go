@@ -871,6 +871,17 @@ type KeyView struct {
 	// BlockedUntil is when the key's penalty block ends (Unix nanoseconds),
 	// 0 when it is not blocked.
 	BlockedUntil int64
+	// More are the further windows of a rule of several, in the order of
+	// Rule.More; Limit, Estimate and Windows above are the first window's.
+	More []WindowKeyView
+}
+
+// WindowKeyView is one further window of a KeyView.
+type WindowKeyView struct {
+	Window   time.Duration
+	Limit    uint64
+	Estimate float64
+	Windows  []crdt.WindowView
 }
 
 // View returns one key's live windows with per-replica counts and the
@@ -885,25 +896,37 @@ func (n *Node) View(now int64, rule, key string) (KeyView, error) {
 	case len(key) > crdt.MaxKeyLen:
 		return KeyView{}, ErrKeyTooLong
 	}
-	idx, el := window.Split(now, r.width)
-	v := KeyView{Rule: rule, Key: key, Limit: r.Limit, Windows: []crdt.WindowView{}}
-	if ws, ok := n.store.View(r.id, key, idx); ok {
-		v.Windows = ws
-	}
-	var prev, curr uint64
-	for _, w := range v.Windows {
-		switch w.Index {
-		case idx - 1:
-			prev = w.Total
-		case idx:
-			curr = w.Total
+	first := n.viewWindow(now, r, key)
+	v := KeyView{Rule: rule, Key: key, Limit: r.Limit, Estimate: first.Estimate, Windows: first.Windows}
+	if r.multi {
+		for _, w := range r.wins[1:] {
+			v.More = append(v.More, n.viewWindow(now, w, key))
 		}
 	}
-	v.Estimate = window.Estimate(prev, curr, el, r.width)
 	if until := n.blocks.Until(r.id, key); until > now {
 		v.BlockedUntil = until
 	}
 	return v, nil
+}
+
+// viewWindow is View of one window of a rule.
+func (n *Node) viewWindow(now int64, w *ruleState, key string) WindowKeyView {
+	idx, el := window.Split(now, w.width)
+	v := WindowKeyView{Window: w.Window, Limit: w.Limit, Windows: []crdt.WindowView{}}
+	if ws, ok := n.store.View(w.id, key, idx); ok {
+		v.Windows = ws
+	}
+	var prev, curr uint64
+	for _, wv := range v.Windows {
+		switch wv.Index {
+		case idx - 1:
+			prev = wv.Total
+		case idx:
+			curr = wv.Total
+		}
+	}
+	v.Estimate = window.Estimate(prev, curr, el, w.width)
+	return v
 }
 
 // Stats are a Node's cumulative counters.

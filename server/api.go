@@ -689,20 +689,35 @@ func (a *App) handleKey(w http.ResponseWriter, r *http.Request) {
 		Total    uint64            `json:"total"`
 		Replicas map[string]uint64 `json:"replicas"`
 	}
+	windows := func(ws []crdt.WindowView) []window {
+		out := []window{}
+		for _, wv := range ws {
+			reps := wv.Replicas
+			if reps == nil {
+				reps = map[string]uint64{}
+			}
+			out = append(out, window{Index: wv.Index, Total: wv.Total, Replicas: reps})
+		}
+		return out
+	}
+	type more struct {
+		WindowMS int64    `json:"window_ms"`
+		Limit    uint64   `json:"limit"`
+		Estimate float64  `json:"estimate"`
+		Windows  []window `json:"windows"`
+	}
 	out := struct {
 		Rule     string   `json:"rule"`
 		Key      string   `json:"key"`
 		Limit    uint64   `json:"limit"`
 		Estimate float64  `json:"estimate"`
 		Windows  []window `json:"windows"`
+		// More are a rule's further windows (a rule of several).
+		More []more `json:"more_windows,omitempty"`
 		blockedUntilFields
-	}{Rule: v.Rule, Key: v.Key, Limit: v.Limit, Estimate: v.Estimate, Windows: []window{}, blockedUntilFields: blockedUntil(v.BlockedUntil)}
-	for _, wv := range v.Windows {
-		reps := wv.Replicas
-		if reps == nil {
-			reps = map[string]uint64{}
-		}
-		out.Windows = append(out.Windows, window{Index: wv.Index, Total: wv.Total, Replicas: reps})
+	}{Rule: v.Rule, Key: v.Key, Limit: v.Limit, Estimate: v.Estimate, Windows: windows(v.Windows), blockedUntilFields: blockedUntil(v.BlockedUntil)}
+	for _, m := range v.More {
+		out.More = append(out.More, more{WindowMS: m.Window.Milliseconds(), Limit: m.Limit, Estimate: m.Estimate, Windows: windows(m.Windows)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -58,9 +58,26 @@ func TestAPISeveralWindows(t *testing.T) {
 		assert.EqualValues(t, 3_600_000, m["window_ms"], "check %d: the hour binds", i)
 		assert.EqualValues(t, 5, m["limit"], "check %d", i)
 	}
-	// The denied check counted in neither window: the key's view (its
-	// first window, 1s) holds the batch's two admitted checks.
+	// The denied check counted in neither window: the key's view of its
+	// first window (1s) holds the batch's two admitted checks, the hour all
+	// five admitted requests.
 	assert.EqualValues(t, 2, ta.keyTotal("burst", "k"))
+	r = ta.get("/v1/keys/burst/k")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	more := r.json(t)["more_windows"].([]any)
+	require.Len(t, more, 1)
+	hour := more[0].(map[string]any)
+	assert.EqualValues(t, 3_600_000, hour["window_ms"])
+	assert.EqualValues(t, 5, hour["limit"])
+	assert.EqualValues(t, 5, hour["estimate"])
+	var total float64
+	for _, w := range hour["windows"].([]any) {
+		total += w.(map[string]any)["total"].(float64)
+	}
+	assert.EqualValues(t, 5, total)
+	r = ta.get("/v1/keys/plan/a")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.NotContains(t, r.json(t), "more_windows", "a rule of one window has none")
 }
 
 func TestAPITiersAndOverrides(t *testing.T) {
