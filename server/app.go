@@ -470,7 +470,16 @@ func (a *App) Start(ctx context.Context) (err error) {
 	a.ready.Store(true)
 	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "embedded", a.opts.Embedded,
 		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().rules))
+	a.warn(a.cfg)
 	return nil
+}
+
+// warn logs what in cfg works, but not as its author may expect
+// (config.Config.Warnings).
+func (a *App) warn(cfg *config.Config) {
+	for _, w := range cfg.Warnings() {
+		a.log.Warn("config: " + w)
+	}
 }
 
 // listen opens the listeners of the listen section and builds their servers.
@@ -730,6 +739,7 @@ func (a *App) reloadBytes(b []byte, why string) error {
 	}
 	a.met.reloads.WithLabelValues("ok").Inc()
 	a.log.Info("config reloaded", "trigger", why, "path", a.opts.ConfigPath, "rules", len(a.rules.Load().rules))
+	a.warn(a.cfgNow)
 	return nil
 }
 

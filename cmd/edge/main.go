@@ -108,6 +108,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *check {
 		fmt.Fprintf(stdout, "config ok: %d rules\n", len(cfg.Rules))
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintf(stdout, "warning: %s\n", w)
+		}
 		return nil
 	}
 	self := crdt.Replica{Region: cfg.Node.Region, PoP: cfg.Node.PoP, Node: cfg.Node.ID, Incarnation: uint64(time.Now().UnixNano())}

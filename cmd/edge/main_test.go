@@ -89,7 +89,16 @@ func TestCheckConfig(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bogus: unknown field")
 
-	require.NoError(t, run(t.Context(), []string{"-check-config"}, io.Discard, io.Discard), "the demo config is valid")
+	var demo bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"-check-config"}, &demo, io.Discard), "the demo config is valid")
+	assert.NotContains(t, demo.String(), "warning", "and has no surprise")
+
+	// A valid config whose windows are too short for the skew it tolerates
+	// passes, with a warning naming the fields.
+	out.Reset()
+	short := "rules: [{name: fast, limit: 5, window: 1s}]\n"
+	require.NoError(t, run(t.Context(), []string{"-config", writeFile(t, short), "-check-config"}, &out, &errb))
+	assert.Contains(t, out.String(), "config ok: 1 rules\nwarning: rules[0] (fast): window 1s is less than twice limits.max_skew (2s)")
 
 	assert.Error(t, run(t.Context(), []string{"-log-level", "loud"}, io.Discard, io.Discard))
 	assert.Error(t, run(t.Context(), []string{"-nope"}, io.Discard, io.Discard))
