@@ -119,6 +119,7 @@ type Result struct {
 	Series  []SeriesRow
 }
 
+// figures sums tallies ts and summarises samples, which it sorts.
 func figures(ts []tally, samples []float64) Figures {
 	var f Figures
 	for _, t := range ts {
@@ -138,7 +139,7 @@ func figures(ts []tally, samples []float64) Figures {
 	f.MaxAdmittedRatio = round(f.MaxAdmittedRatio)
 	f.AdmittedRatioSamples = len(samples)
 	if len(samples) > 0 {
-		s := slices.Clone(samples)
+		s := samples
 		slices.Sort(s)
 		sum := 0.0
 		for _, x := range s {
@@ -154,9 +155,9 @@ func figures(ts []tally, samples []float64) Figures {
 func (e *engine) phaseFigures(o *oracle) (Figures, []Phase) {
 	ph := make([]Phase, len(e.phases))
 	for i, p := range e.phases {
-		ph[i] = Phase{Name: p.name, FromMS: p.from / 1e6, ToMS: p.to / 1e6, Figures: figures(o.phases[i:i+1], o.phases[i].samples)}
+		ph[i] = Phase{Name: p.name, FromMS: p.from / 1e6, ToMS: p.to / 1e6, Figures: figures(o.phases[i:i+1], o.phases[i].samples.flat())}
 	}
-	return figures(o.phases, o.run), ph
+	return figures(o.phases, o.run.flat()), ph
 }
 
 func (e *engine) result() *Result {
