@@ -120,29 +120,34 @@ func (c *Core) updateAllowance(now int64, force bool) {
 func (c *Core) Allowance() (popScope, global pop.Allowance) { return c.allow[0], c.allow[1] }
 
 // remotePoPs is what updateAllowance last found of the remote PoPs that
-// count: how many, and the largest latency among them. A message that
-// raises one PoP's latency then costs O(1) rather than a walk over every
-// PoP. It stays exact while ok and now is in [at, until]: until is the
-// earliest time a counted PoP turns silent, heard invalidates it when a PoP
-// that did not count is heard, and a sample that lowers the largest
-// latency invalidates it.
+// count: how many, the largest latency among them and how many have it. A
+// message that raises one PoP's latency then costs O(1) rather than a walk
+// over every PoP. It stays exact while ok and now is in [at, until]: until
+// is the earliest time a counted PoP turns silent, heard invalidates it
+// when a PoP that did not count is heard, and a sample that lowers the
+// largest latency of the last PoP that had it invalidates it.
 type remotePoPs struct {
 	ok        bool
 	at, until int64
 	part      uint64 // the partVersion it was computed under
 	pops      int
 	far       int64
+	atFar     int // counted PoPs whose latency is far
 }
 
 // sampled updates the view after a counted PoP's latency went from old to
 // lag.
 func (r *remotePoPs) sampled(old, lag int64) {
 	switch {
-	case !r.ok:
+	case !r.ok || lag == old:
 	case lag > r.far:
-		r.far = lag
-	case lag < old && old == r.far:
-		r.ok = false
+		r.far, r.atFar = lag, 1
+	case lag == r.far:
+		r.atFar++
+	case old == r.far:
+		if r.atFar--; r.atFar == 0 {
+			r.ok = false
+		}
 	}
 }
 
@@ -174,7 +179,12 @@ func (c *Core) remoteView(now int64, force bool) remotePoPs {
 			r.until = min(r.until, p.lastHeard+int64(c.cfg.PeerTimeout))
 		}
 		r.pops++
-		r.far = max(r.far, c.lagOf(p))
+		switch lag := c.lagOf(p); {
+		case lag > r.far:
+			r.far, r.atFar = lag, 1
+		case lag == r.far:
+			r.atFar++
+		}
 	}
 	return *r
 }
