@@ -1,6 +1,7 @@
 package repl
 
 import (
+	"math"
 	"time"
 
 	"github.com/geolimit/geolimit/pop"
@@ -64,7 +65,9 @@ func (c *Core) observe(now, sentAt int64, p *peer) {
 	if p == nil {
 		raised = c.popLag.sample(age)
 	} else {
+		old := c.lagOf(p)
 		raised = p.lag.sample(age)
+		c.remote.sampled(old, c.lagOf(p))
 	}
 	if raised {
 		c.allowDirty = true
@@ -89,24 +92,9 @@ func (c *Core) updateAllowance(now int64, force bool) {
 	pa := pop.Allowance{Horizon: time.Duration(popH), Members: members, PoPs: 1}
 	ga := pop.Allowance{Horizon: pa.Horizon, Members: members, PoPs: 1}
 	if c.cfg.GlobalLink {
-		pops := 1
-		far, heard := int64(0), false
-		for _, p := range c.peers {
-			if p.heardOnce && c.silent(p, now) {
-				continue // partitioned: its counts are frozen, it hears nothing of ours
-			}
-			if !p.heardOnce && (!p.expected || c.partVersion > 0) {
-				continue // never heard: counted only until the first check of the peers
-			}
-			pops++
-			lag := int64(c.cfg.HeartbeatInterval)
-			if p.lag.set {
-				lag = p.lag.max
-			}
-			far, heard = max(far, lag), true
-		}
-		ga.PoPs = pops
-		if heard {
+		r := c.remoteView(now, force)
+		ga.PoPs = 1 + r.pops
+		if far := r.far; r.pops > 0 {
 			h := far
 			if members > 1 {
 				h += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
@@ -130,3 +118,73 @@ func (c *Core) updateAllowance(now int64, force bool) {
 // Allowance returns the near-limit allowance the Core last told the node,
 // for pop-scope and for global rules.
 func (c *Core) Allowance() (popScope, global pop.Allowance) { return c.allow[0], c.allow[1] }
+
+// remotePoPs is what updateAllowance last found of the remote PoPs that
+// count: how many, the largest latency among them and how many have it. A
+// message that raises one PoP's latency then costs O(1) rather than a walk
+// over every PoP. It stays exact while ok and now is in [at, until]: until
+// is the earliest time a counted PoP turns silent, heard invalidates it
+// when a PoP that did not count is heard, and a sample that lowers the
+// largest latency of the last PoP that had it invalidates it.
+type remotePoPs struct {
+	ok        bool
+	at, until int64
+	part      uint64 // the partVersion it was computed under
+	pops      int
+	far       int64
+	atFar     int // counted PoPs whose latency is far
+}
+
+// sampled updates the view after a counted PoP's latency went from old to
+// lag.
+func (r *remotePoPs) sampled(old, lag int64) {
+	switch {
+	case !r.ok || lag == old:
+	case lag > r.far:
+		r.far, r.atFar = lag, 1
+	case lag == r.far:
+		r.atFar++
+	case old == r.far:
+		if r.atFar--; r.atFar == 0 {
+			r.ok = false
+		}
+	}
+}
+
+// lagOf returns remote PoP p's latency: as measured, or before any sample
+// a heartbeat interval.
+func (c *Core) lagOf(p *peer) int64 {
+	if p.lag.set {
+		return p.lag.max
+	}
+	return int64(c.cfg.HeartbeatInterval)
+}
+
+// remoteView returns the remote PoPs that count at now, recomputed when
+// forced or when the cached view may be stale.
+func (c *Core) remoteView(now int64, force bool) remotePoPs {
+	r := &c.remote
+	if !force && r.ok && now >= r.at && now <= r.until && r.part == c.partVersion {
+		return *r
+	}
+	*r = remotePoPs{ok: true, at: now, until: math.MaxInt64, part: c.partVersion}
+	for _, p := range c.peers {
+		if p.heardOnce && c.silent(p, now) {
+			continue // partitioned: its counts are frozen, it hears nothing of ours
+		}
+		if !p.heardOnce && (!p.expected || c.partVersion > 0) {
+			continue // never heard: counted only until the first check of the peers
+		}
+		if p.heardOnce {
+			r.until = min(r.until, p.lastHeard+int64(c.cfg.PeerTimeout))
+		}
+		r.pops++
+		switch lag := c.lagOf(p); {
+		case lag > r.far:
+			r.far, r.atFar = lag, 1
+		case lag == r.far:
+			r.atFar++
+		}
+	}
+	return *r
+}

@@ -1,6 +1,7 @@
 package repl
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -128,5 +129,62 @@ func TestNoAllowance(t *testing.T) {
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: PoPID{Region: "us", PoP: "iad"}, Delta: &crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
 	if g, p := n.AllowanceOf(pop.ScopeGlobal), n.AllowanceOf(pop.ScopePoP); g != (pop.Allowance{}) || p != (pop.Allowance{}) {
 		t.Fatalf("allowance %+v %+v with NoAllowance", g, p)
+	}
+}
+
+// Between latency samples the Core keeps its view of the remote PoPs that
+// count rather than walking them all per message. Whatever arrives, in
+// whatever order, with PoPs falling silent and coming back, the kept view
+// must be the one a fresh walk finds.
+func TestRemoteViewMatchesAFullWalk(t *testing.T) {
+	n := testNode(t, ams1)
+	cfg := DefaultConfig()
+	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n, true, true
+	cfg.PeerTimeout = time.Second
+	ids := []PoPID{{Region: "us", PoP: "iad"}, {Region: "ap", PoP: "sin"}, {Region: "us", PoP: "sjc"}, {Region: "eu", PoP: "fra"}, {Region: "sa", PoP: "gru"}}
+	cfg.ExpectedPoPs = ids[:3] // fra and gru are not expected
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := int64(time.Millisecond)
+	now := int64(1_000_000) * ms
+	c.Tick(now)
+	c.SetMembers(now, []string{"a2#1"})
+	rng := rand.New(rand.NewPCG(1, 2))
+	kept, walks := 0, 0
+	for i := range 20000 {
+		switch x := rng.IntN(100); {
+		case x < 2:
+			now += int64(rng.IntN(1500)) * ms // long enough to fall silent
+		default:
+			now += int64(rng.IntN(20)) * ms
+		}
+		if now >= c.Next() {
+			c.Tick(now)
+		}
+		// Some PoPs are quiet for a while: they fall silent and come back.
+		id := ids[rng.IntN(len(ids))]
+		if (i/3000)%2 == 1 && id.PoP == "sin" {
+			continue
+		}
+		age := int64(rng.IntN(300)) * ms
+		c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &crdt.Delta{Sender: crdt.Replica{Region: id.Region, PoP: id.PoP, Node: "x", Incarnation: 1}, SentAt: now - age, Epoch: 1}})
+
+		r := c.remote
+		if r.ok && now >= r.at && now <= r.until && r.part == c.partVersion {
+			kept++
+		}
+		got := c.remoteView(now, false)
+		saved := c.remote
+		want := c.remoteView(now, true)
+		c.remote = saved
+		walks++
+		if got.pops != want.pops || got.far != want.far {
+			t.Fatalf("message %d at %d: kept view %d PoPs at %d, a walk finds %d at %d", i, now, got.pops, got.far, want.pops, want.far)
+		}
+	}
+	if kept < walks/2 {
+		t.Fatalf("the view was kept for %d of %d messages, want most", kept, walks)
 	}
 }

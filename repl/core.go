@@ -215,6 +215,7 @@ type Core struct {
 	popLag     lagTracker
 	allowDirty bool
 	allow      [2]pop.Allowance
+	remote     remotePoPs
 
 	// The startup sync (startup.go): syncing until the view is complete or
 	// StartupSync passed; popMerged once a member's state was merged;
@@ -1071,6 +1072,7 @@ func (c *Core) heard(id PoPID, now int64) *peer {
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
 		c.askSyncFor(now, true)
+		c.remote.ok = false // it may count from now on
 		if _, ok := c.relayTo[id]; !ok {
 			c.relayTo[id] = false // heard: relayed at most once per peer timeout
 		}

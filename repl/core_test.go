@@ -12,7 +12,7 @@ import (
 	"github.com/geolimit/geolimit/pop"
 )
 
-func testNode(t *testing.T, r crdt.Replica) *pop.Node {
+func testNode(t testing.TB, r crdt.Replica) *pop.Node {
 	t.Helper()
 	n, err := pop.New(pop.Config{Self: r, Rules: testRules()})
 	if err != nil {

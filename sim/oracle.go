@@ -66,7 +66,7 @@ type tally struct {
 	requests, admitted, rejected uint64
 	overLimit, wronglyRejected   uint64
 	maxRatio                     float64
-	samples                      []float64 // admitted/limit per key per window
+	samples                      sampleLog // admitted/limit per key per window
 	// byRegion counts requests and admits by the region that served them.
 	byRegion []regionTally
 }
@@ -86,6 +86,34 @@ func (o *oracle) served(region int, admitted bool) {
 	}
 }
 
+// sampleLog holds admitted/limit samples in fixed-size blocks: a run can
+// take millions, and a block never moves once allocated.
+type sampleLog struct {
+	blocks [][]float64
+	n      int
+}
+
+// sampleBlock is the number of samples per block of a sampleLog.
+const sampleBlock = 1 << 12
+
+func (l *sampleLog) add(x float64) {
+	if l.n%sampleBlock == 0 {
+		l.blocks = append(l.blocks, make([]float64, 0, sampleBlock))
+	}
+	b := &l.blocks[len(l.blocks)-1]
+	*b = append(*b, x)
+	l.n++
+}
+
+// flat returns a copy of the samples in the order they were added.
+func (l *sampleLog) flat() []float64 {
+	out := make([]float64, 0, l.n)
+	for _, b := range l.blocks {
+		out = append(out, b...)
+	}
+	return out
+}
+
 // oracle judges every decision of one decider (the fleet, or the central
 // node) against the exact trailing-window totals.
 type oracle struct {
@@ -95,7 +123,7 @@ type oracle struct {
 	more   map[int][]okey
 	phases []tally
 	cur    *tally
-	run    []float64 // admitted/limit samples of the whole run
+	run    sampleLog // admitted/limit samples of the whole run
 }
 
 func newOracle(nkeys, nphases int) *oracle {
@@ -189,9 +217,9 @@ func (o *oracle) sample(keys []*keyInfo, t int64, inPhase int) {
 		ok.evict(t - k.width)
 		r := float64(ok.sum) * k.invLimit
 		if inPhase < 0 {
-			o.run = append(o.run, r)
+			o.run.add(r)
 		} else {
-			o.phases[inPhase].samples = append(o.phases[inPhase].samples, r)
+			o.phases[inPhase].samples.add(r)
 		}
 	}
 }

@@ -130,6 +130,7 @@ type Result struct {
 	Series  []SeriesRow
 }
 
+// figures sums tallies ts and summarises samples, which it sorts.
 func figures(ts []tally, samples []float64) Figures {
 	var f Figures
 	for _, t := range ts {
@@ -149,7 +150,7 @@ func figures(ts []tally, samples []float64) Figures {
 	f.MaxAdmittedRatio = round(f.MaxAdmittedRatio)
 	f.AdmittedRatioSamples = len(samples)
 	if len(samples) > 0 {
-		s := slices.Clone(samples)
+		s := samples
 		slices.Sort(s)
 		sum := 0.0
 		for _, x := range s {
@@ -165,7 +166,7 @@ func figures(ts []tally, samples []float64) Figures {
 func (e *engine) phaseFigures(o *oracle) (Figures, []Phase) {
 	ph := make([]Phase, len(e.phases))
 	for i, p := range e.phases {
-		ph[i] = Phase{Name: p.name, FromMS: p.from / 1e6, ToMS: p.to / 1e6, Figures: figures(o.phases[i:i+1], o.phases[i].samples)}
+		ph[i] = Phase{Name: p.name, FromMS: p.from / 1e6, ToMS: p.to / 1e6, Figures: figures(o.phases[i:i+1], o.phases[i].samples.flat())}
 		ph[i].Regions = make([]RegionFigures, len(e.regions))
 		for ri, name := range e.regions {
 			ph[i].Regions[ri].Region = name
@@ -174,7 +175,7 @@ func (e *engine) phaseFigures(o *oracle) (Figures, []Phase) {
 			}
 		}
 	}
-	return figures(o.phases, o.run), ph
+	return figures(o.phases, o.run.flat()), ph
 }
 
 func (e *engine) result() *Result {
