@@ -130,23 +130,8 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	enc := msgpack.NewEncoder(&buf)
 	entries := d.Entries
 	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0) {
-		// Take the longest prefix whose worst-case size fits.
-		size, n := headerBound, 0
-		var rules []string
-		for n < len(entries) && n < MaxDeltaEntries {
-			add := len(entries[n].Key) + entryBound
-			if !contains(rules, entries[n].Rule) {
-				add += groupBound
-			}
-			if size+add > maxBytes {
-				break
-			}
-			if !contains(rules, entries[n].Rule) {
-				rules = append(rules, entries[n].Rule)
-			}
-			size += add
-			n++
-		}
+		n, rules := fit(len(entries), func(i int) (string, int) { return entries[i].Rule, len(entries[i].Key) },
+			headerBound, entryBound, groupBound, maxBytes)
 		buf.Reset()
 		if err := encodeChunk(enc, d, entries[:n], rules); err != nil {
 			return nil, err
@@ -155,6 +140,31 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 		entries = entries[n:]
 	}
 	return encodeBlocks(out, enc, &buf, d, maxBytes)
+}
+
+// fit returns how many of the first n items (item i of rule and key length
+// at(i)) fit in maxBytes after size bytes, at their worst-case sizes: the
+// key plus itemBound for each, and groupBound once per rule; and those
+// rules, in order of first use. It takes at most MaxDeltaEntries items.
+func fit(n int, at func(i int) (rule string, keyLen int), size, itemBound, groupBound, maxBytes int) (int, []string) {
+	var rules []string
+	k := 0
+	for ; k < n && k < MaxDeltaEntries; k++ {
+		rule, keyLen := at(k)
+		add := keyLen + itemBound
+		known := contains(rules, rule)
+		if !known {
+			add += groupBound
+		}
+		if size+add > maxBytes {
+			break
+		}
+		if !known {
+			rules = append(rules, rule)
+		}
+		size += add
+	}
+	return k, rules
 }
 
 func contains(s []string, v string) bool {

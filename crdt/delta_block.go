@@ -19,22 +19,8 @@ const blockGroupBound = 1 + MaxRuleNameLen + 3 + 5
 func encodeBlocks(out [][]byte, enc *msgpack.Encoder, buf *bytes.Buffer, d *Delta, maxBytes int) ([][]byte, error) {
 	blocks := d.Blocks
 	for len(blocks) > 0 {
-		size, n := headerBound+1, 0
-		var rules []string
-		for n < len(blocks) && n < MaxDeltaEntries {
-			add := len(blocks[n].Key) + blockBound
-			if !contains(rules, blocks[n].Rule) {
-				add += blockGroupBound
-			}
-			if size+add > maxBytes {
-				break
-			}
-			if !contains(rules, blocks[n].Rule) {
-				rules = append(rules, blocks[n].Rule)
-			}
-			size += add
-			n++
-		}
+		n, rules := fit(len(blocks), func(i int) (string, int) { return blocks[i].Rule, len(blocks[i].Key) },
+			headerBound+1, blockBound, blockGroupBound, maxBytes)
 		buf.Reset()
 		if err := encodeBlockChunk(enc, d, blocks[:n], rules); err != nil {
 			return nil, err
