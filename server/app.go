@@ -457,11 +457,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 			}
 		}()
 	}
-	a.loops.Add(1)
-	go a.tickLoop(ctx)
+	a.every(ctx, a.opts.TickInterval, func() { a.node.Tick(a.clk.Now()) })
 	if a.state.path != "" {
-		a.loops.Add(1)
-		go a.stateLoop(ctx)
+		a.every(ctx, a.state.every, func() { _ = a.saveState() }) // failures are logged and counted
 	}
 	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
 		a.loops.Add(1)
@@ -607,18 +605,22 @@ func (a *App) Shutdown(ctx context.Context) error {
 	return a.shutErr
 }
 
-func (a *App) tickLoop(ctx context.Context) {
-	defer a.loops.Done()
-	t := time.NewTicker(a.opts.TickInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			a.node.Tick(a.clk.Now())
+// every runs fn every d until ctx is done, in a goroutine of a.loops.
+func (a *App) every(ctx context.Context, d time.Duration, fn func()) {
+	a.loops.Add(1)
+	go func() {
+		defer a.loops.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fn()
+			}
 		}
-	}
+	}()
 }
 
 // secretFiles lists the files besides the config file that a reload reads:

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -106,19 +105,4 @@ func (a *App) saveState() error {
 	}
 	s.writes.WithLabelValues("ok").Inc()
 	return nil
-}
-
-// stateLoop writes state.file every state.interval until ctx is done.
-func (a *App) stateLoop(ctx context.Context) {
-	defer a.loops.Done()
-	t := time.NewTicker(a.state.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = a.saveState()
-		}
-	}
 }
