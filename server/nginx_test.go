@@ -47,26 +47,7 @@ func TestNginxForwardAuth(t *testing.T) {
 		return replaceOnce(t, site, "listen 80;", "listen "+listen+";")
 	})
 
-	// The client, from 127.0.0.2.
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext,
-	}}
-	send := func(method, path string, hdr ...string) resp {
-		t.Helper()
-		req, err := http.NewRequest(method, "http://"+nginxAddr+path, strings.NewReader(""))
-		require.NoError(t, err)
-		req.Host = "app.example.com"
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Add(hdr[i], hdr[i+1])
-		}
-		res, err := c.Do(req)
-		require.NoError(t, err)
-		defer res.Body.Close()
-		var b bytes.Buffer
-		_, err = b.ReadFrom(res.Body)
-		require.NoError(t, err)
-		return resp{status: res.StatusCode, header: res.Header, body: b.Bytes()}
-	}
+	send := clientFrom2(t, nginxAddr)
 	const (
 		toShadow = `zzz","rule":"shadow-all`
 		toOther  = `mine","key":"other-customer`
@@ -93,16 +74,7 @@ func TestNginxForwardAuth(t *testing.T) {
 	}
 	require.Equal(t, 5, up.count())
 	for _, inj := range injections {
-		r := send("POST", "/login", inj...)
-		require.Equal(t, http.StatusTooManyRequests, r.status, "%q: %s", inj, r.body)
-		retry, err := strconv.Atoi(r.header.Get("Retry-After"))
-		require.NoError(t, err, "Retry-After %q", r.header.Get("Retry-After"))
-		assert.Positive(t, retry)
-		assert.LessOrEqual(t, retry, 120, "at most two windows")
-		name, p := parseItem(t, r.header.Get("RateLimit"))
-		assert.Equal(t, "login", name)
-		assert.Equal(t, map[string]int64{"r": 0, "t": int64(retry)}, p)
-		assert.Equal(t, "rate limited", r.json(t)["error"])
+		assertLoginDenied(t, send("POST", "/login", inj...), inj)
 	}
 	assert.Equal(t, 5, up.count(), "the upstream saw only the allowed requests")
 	assert.EqualValues(t, 5, ta.keyTotal("login", "127.0.0.2"))
@@ -124,6 +96,46 @@ func TestNginxForwardAuth(t *testing.T) {
 	assert.EqualValues(t, 0, ta.keyTotal("per-api-key", "other-customer"))
 	assert.EqualValues(t, 8, ta.keyTotal("per-ip", "127.0.0.2"))
 	assert.Equal(t, 8, up.count())
+}
+
+// clientFrom2 returns a function that sends a request for app.example.com
+// to addr from 127.0.0.2, the client address of the forward-auth tests.
+func clientFrom2(t *testing.T, addr string) func(method, path string, hdr ...string) resp {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext,
+	}}
+	return func(method, path string, hdr ...string) resp {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(""))
+		require.NoError(t, err)
+		req.Host = "app.example.com"
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Add(hdr[i], hdr[i+1])
+		}
+		res, err := c.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var b bytes.Buffer
+		_, err = b.ReadFrom(res.Body)
+		require.NoError(t, err)
+		return resp{status: res.StatusCode, header: res.Header, body: b.Bytes()}
+	}
+}
+
+// assertLoginDenied checks r, the answer to a POST /login of the example
+// config's spent login rule (sent with the injected headers inj), is
+// geolimit's denial as the proxy passed it on.
+func assertLoginDenied(t *testing.T, r resp, inj []string) {
+	t.Helper()
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%q: %s", inj, r.body)
+	retry, err := strconv.Atoi(r.header.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After %q", r.header.Get("Retry-After"))
+	assert.Positive(t, retry)
+	assert.LessOrEqual(t, retry, 120, "at most two windows")
+	name, p := parseItem(t, r.header.Get("RateLimit"))
+	assert.Equal(t, "login", name)
+	assert.Equal(t, map[string]int64{"r": 0, "t": int64(retry)}, p)
+	assert.Equal(t, "rate limited", r.json(t)["error"])
 }
 
 // nginxBinary finds nginx with the auth_request module, or skips (fails
