@@ -167,6 +167,19 @@ func fit(n int, at func(i int) (rule string, keyLen int), size, itemBound, group
 	return k, rules
 }
 
+// ruleName reads a group's rule name (what names it in errors): 1 to
+// MaxRuleNameLen bytes.
+func (d *Decoder) ruleName(what string) (string, error) {
+	rb, err := d.str(MaxRuleNameLen, what)
+	if err != nil {
+		return "", err
+	}
+	if len(rb) == 0 {
+		return "", malformed("empty %s", what)
+	}
+	return string(rb), nil
+}
+
 func contains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {
@@ -409,14 +422,10 @@ func (d *Decoder) decode(out *Delta) error {
 		if _, err := d.arrayLen(3, "group"); err != nil {
 			return err
 		}
-		rb, err := d.str(MaxRuleNameLen, "rule name")
+		rule, err := d.ruleName("rule name")
 		if err != nil {
 			return err
 		}
-		if len(rb) == 0 {
-			return malformed("empty rule name")
-		}
-		rule := string(rb)
 		base, err := d.dec.DecodeInt64()
 		if err != nil {
 			return err

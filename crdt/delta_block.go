@@ -86,14 +86,10 @@ func (d *Decoder) decodeBlocks(out *Delta) error {
 		if _, err := d.arrayLen(2, "block group"); err != nil {
 			return err
 		}
-		rb, err := d.str(MaxRuleNameLen, "block rule name")
+		rule, err := d.ruleName("block rule name")
 		if err != nil {
 			return err
 		}
-		if len(rb) == 0 {
-			return malformed("empty block rule name")
-		}
-		rule := string(rb)
 		n, err := d.arrayLen(-1, "blocks")
 		if err != nil {
 			return err

@@ -177,13 +177,8 @@ func (n *Node) decideRuleWith(now int64, r *ruleState, key string, cost uint64, 
 	if r.lims == nil || tier == "" {
 		return n.decideRule(now, r, key, cost, count)
 	}
-	switch {
-	case len(key) == 0:
-		return Decision{}, ErrEmptyKey
-	case len(key) > crdt.MaxKeyLen:
-		return Decision{}, ErrKeyTooLong
-	case cost < 1:
-		return Decision{}, ErrBadCost
+	if err := checkRequest(key, cost); err != nil {
+		return Decision{}, err
 	}
 	return n.decideMulti(now, r, key, tier, cost, count)
 }

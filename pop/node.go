@@ -500,16 +500,27 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Dec
 	return n.decideRule(now, r, key, cost, count)
 }
 
+// checkRequest checks what every rule asks of a request: a key of 1 to
+// crdt.MaxKeyLen bytes and a cost of at least 1.
+func checkRequest(key string, cost uint64) error {
+	switch {
+	case len(key) == 0:
+		return ErrEmptyKey
+	case len(key) > crdt.MaxKeyLen:
+		return ErrKeyTooLong
+	case cost < 1:
+		return ErrBadCost
+	}
+	return nil
+}
+
 // decideRule decides for rule r of some rule table snapshot.
 func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, count bool) (Decision, error) {
 	var ok bool
+	if err := checkRequest(key, cost); err != nil {
+		return Decision{}, err
+	}
 	switch {
-	case len(key) == 0:
-		return Decision{}, ErrEmptyKey
-	case len(key) > crdt.MaxKeyLen:
-		return Decision{}, ErrKeyTooLong
-	case cost < 1:
-		return Decision{}, ErrBadCost
 	case r.multi:
 		return n.decideMulti(now, r, key, "", cost, count)
 	case cost > r.Limit:
