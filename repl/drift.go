@@ -3,6 +3,7 @@ package repl
 import (
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
@@ -20,8 +21,11 @@ import (
 //
 // Each side reports what the other has that it does not: a rule of the
 // peer's that it lacks or that differs. A heartbeat too large for one message
-// is split, and each part is judged on its own, so nothing is concluded from
-// a rule's absence in a heartbeat.
+// is split, so a rule is judged by its own entry only: a mismatch is set or
+// updated when an entry shows it, cleared when an entry shows the rule
+// alike, and forgotten when no entry of the peer has shown it for
+// driftExpiry peer timeouts (the peer dropped the rule); nothing is
+// concluded from a rule's absence in one part.
 //
 // The clock offset of a remote PoP (its clock minus this node's) is
 // estimated from the heartbeats' SentAt: each gives SentAt - receive time =
@@ -38,6 +42,14 @@ const driftSamples = 8
 
 // maxMismatches bounds the mismatches kept per remote PoP.
 const maxMismatches = 32
+
+// driftExpiry is how many peer timeouts a mismatch no heartbeat has shown
+// again is kept.
+const driftExpiry = 2
+
+// maxClockOffset bounds a heartbeat's SentAt - receive time, so that an
+// absurd SentAt neither wraps the subtraction nor hides a skew.
+const maxClockOffset = int64(24 * time.Hour)
 
 // RuleMismatch is a global rule a remote PoP has that this node does not
 // have alike.
@@ -68,7 +80,8 @@ type peerDrift struct {
 	offsets [driftSamples]int64
 	n, next int
 	skewed  bool
-	mism    []RuleMismatch
+	mism    []RuleMismatch // sorted by rule
+	shown   []int64        // when a heartbeat last showed mism[i]
 }
 
 // fingerprints returns the control entries of this node's global rules.
@@ -86,41 +99,62 @@ func (c *Core) fingerprints() []crdt.Entry {
 func (c *Core) checkDrift(now int64, p *peer, d *crdt.Delta) {
 	dr := &p.drift
 	if d.SentAt != 0 {
-		dr.offsets[dr.next] = d.SentAt - now
+		dr.offsets[dr.next] = min(max(d.SentAt, now-maxClockOffset), now+maxClockOffset) - now
 		dr.next = (dr.next + 1) % driftSamples
 		dr.n = min(dr.n+1, driftSamples)
 	}
 	skewed := dr.n > 0 && abs(dr.offset()) > int64(c.node.MaxSkew())
 	changed := skewed != dr.skewed
 	dr.skewed = skewed
-	var mism []RuleMismatch
-	seen := false
 	for _, e := range d.Entries {
 		if e.Key != fingerprintKey {
 			continue
 		}
-		seen = true
-		r, ok := c.node.Rule(e.Rule)
-		switch {
+		var m RuleMismatch
+		bad := true
+		switch r, ok := c.node.Rule(e.Rule); {
 		case !ok || r.Scope != pop.ScopeGlobal:
-			mism = append(mism, RuleMismatch{Rule: e.Rule, Absent: true, PeerWindowMS: e.Window})
+			m = RuleMismatch{Rule: e.Rule, Absent: true, PeerWindowMS: e.Window}
 		case r.Fingerprint() != e.Count:
-			mism = append(mism, RuleMismatch{Rule: e.Rule, PeerWindowMS: e.Window, WindowMS: r.Window.Milliseconds()})
+			m = RuleMismatch{Rule: e.Rule, PeerWindowMS: e.Window, WindowMS: r.Window.Milliseconds()}
+		default:
+			bad = false
 		}
-		if len(mism) >= maxMismatches {
-			break
-		}
+		changed = dr.show(now, e.Rule, m, bad) || changed
 	}
-	if seen {
-		sort.Slice(mism, func(i, j int) bool { return mism[i].Rule < mism[j].Rule })
-		if !slices.Equal(mism, dr.mism) {
-			dr.mism = mism
+	for i := 0; i < len(dr.mism); {
+		if now-dr.shown[i] > driftExpiry*int64(c.cfg.PeerTimeout) {
+			dr.mism, dr.shown = slices.Delete(dr.mism, i, i+1), slices.Delete(dr.shown, i, i+1)
 			changed = true
+			continue
 		}
+		i++
 	}
 	if changed {
 		c.driftVersion++
 	}
+}
+
+// show records what a heartbeat entry showed of rule at now: the mismatch m
+// when bad, else that the rule is alike. It reports whether the mismatches
+// changed.
+func (dr *peerDrift) show(now int64, rule string, m RuleMismatch, bad bool) bool {
+	i, found := slices.BinarySearchFunc(dr.mism, rule, func(x RuleMismatch, r string) int { return strings.Compare(x.Rule, r) })
+	switch {
+	case found && bad:
+		dr.shown[i] = now
+		if dr.mism[i] != m {
+			dr.mism[i] = m
+			return true
+		}
+	case found:
+		dr.mism, dr.shown = slices.Delete(dr.mism, i, i+1), slices.Delete(dr.shown, i, i+1)
+		return true
+	case bad && len(dr.mism) < maxMismatches:
+		dr.mism, dr.shown = slices.Insert(dr.mism, i, m), slices.Insert(dr.shown, i, now)
+		return true
+	}
+	return false
 }
 
 // offset is the estimate: the largest sample kept.

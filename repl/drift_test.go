@@ -1,6 +1,7 @@
 package repl
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -93,5 +94,63 @@ func TestDriftQuiet(t *testing.T) {
 	d, v := a.c.Drift()
 	if len(d) != 1 || d[0].Skewed || len(d[0].Mismatches) != 0 || d[0].ClockOffset != -time.Second || v != v0 {
 		t.Fatalf("drift %+v (version %d -> %d), want an offset of -1s and nothing else", d, v0, v)
+	}
+}
+
+// A heartbeat split into parts shows each rule in one part only: a
+// mismatch shown by one part stands through the others, is cleared when an
+// entry shows the rule alike, and is forgotten once no heartbeat has shown
+// it for driftExpiry peer timeouts. An absurd SentAt is reported as a large
+// offset, skewed, not wrapped.
+func TestDriftSplitHeartbeat(t *testing.T) {
+	rules := []pop.Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: pop.ScopeGlobal}}
+	a := driftCore(t, ams1, rules)
+	a.c.Tick(t0)
+	iad := PoPID{Region: "us", PoP: "iad"}
+	fp := func(rule string, w time.Duration) crdt.Entry {
+		r := pop.Rule{Name: rule, Limit: 100, Window: w, Cost: 1, Scope: pop.ScopeGlobal}
+		return crdt.Entry{Rule: rule, Key: fingerprintKey, Window: w.Milliseconds(), Count: r.Fingerprint()}
+	}
+	part := func(at int64, es ...crdt.Entry) {
+		m := heartbeatFrom(iad, at)
+		m.Delta.Entries = es
+		a.c.Step(at, m)
+	}
+	mism := func() []RuleMismatch {
+		d, _ := a.c.Drift()
+		if len(d) != 1 {
+			t.Fatalf("drift %+v, want iad only", d)
+		}
+		return d[0].Mismatches
+	}
+	at := t0
+	for range 3 { // each heartbeat in two parts
+		at += int64(250 * time.Millisecond)
+		part(at, fp("api", 20*time.Second))
+		part(at, fp("other", time.Minute))
+		if got := mism(); len(got) != 2 || got[0].Rule != "api" || got[1].Rule != "other" {
+			t.Fatalf("mismatches %+v, want api and other through both parts", got)
+		}
+	}
+	_, v := a.c.Drift()
+	part(at, fp("api", 20*time.Second))
+	if _, v2 := a.c.Drift(); v2 != v {
+		t.Fatalf("drift version %d -> %d: nothing changed", v, v2)
+	}
+	at += int64(250 * time.Millisecond)
+	part(at, fp("api", 10*time.Second)) // the peer fixed api
+	if got := mism(); len(got) != 1 || got[0].Rule != "other" {
+		t.Fatalf("mismatches %+v, want other only", got)
+	}
+	at += int64(3 * time.Second) // other not shown for over driftExpiry peer timeouts
+	part(at, fp("api", 10*time.Second))
+	if got := mism(); len(got) != 0 {
+		t.Fatalf("mismatches %+v, want none", got)
+	}
+	m := heartbeatFrom(iad, math.MaxInt64)
+	a.c.Step(at, m)
+	d, _ := a.c.Drift()
+	if !d[0].Skewed || d[0].ClockOffset <= 0 {
+		t.Fatalf("an absurd clock shows as %+v, want a large positive offset, skewed", d[0])
 	}
 }

@@ -145,7 +145,7 @@ func (c *Core) syncRequest(now int64) *crdt.Delta {
 // marked records a marker from the PoP from: it has relayed and re-sent
 // everything it holds for this node's epoch.
 func (c *Core) marked(from PoPID, d *crdt.Delta) {
-	if p := c.peers[from]; p != nil && c.epoch != 0 && d.Sender.Incarnation == c.epoch {
+	if p := c.peers[from]; p != nil && c.epoch != 0 && d.Sender.SamePoP(c.self) && d.Sender.Incarnation == c.epoch {
 		p.marked = c.epoch
 	}
 }
