@@ -215,9 +215,9 @@ func (sh *shard) aggregateOf(rule RuleID) *aggregate {
 }
 
 // admitUntracked decides a request of cost of a key of rule that found no
-// room, with the rule's aggregate, and counts it there when admitted. The
-// caller holds sh.mu.
-func (sh *shard) admitUntracked(s *Store, rule RuleID, now Now, limit, cost uint64) window.Result {
+// room, with the rule's aggregate, and with count counts it there when
+// admitted. The caller holds sh.mu.
+func (sh *shard) admitUntracked(s *Store, rule RuleID, now Now, limit, cost uint64, count bool) window.Result {
 	a := sh.aggregateOf(rule)
 	a.roll(now.Index)
 	elapsed := now.Elapsed
@@ -225,9 +225,11 @@ func (sh *shard) admitUntracked(s *Store, rule RuleID, now Now, limit, cost uint
 		elapsed = 0
 	}
 	r := window.Decide(limit, cost, a.c[0], a.c[1], elapsed, now.Width)
-	if r.Allowed {
+	switch {
+	case !count:
+	case r.Allowed:
 		a.c[1] = satAdd(a.c[1], cost)
-	} else {
+	default:
 		s.untrackedDenied.Add(1)
 	}
 	return r

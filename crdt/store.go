@@ -505,6 +505,15 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 	sh.mu.Lock()
 	i, ok := sh.find(h, rule, key)
 	if !ok {
+		if !count && sh.used >= sh.cap {
+			// A check of a new key in a full shard: counted, it may find
+			// no room (evictFor decides that, and only when counting), so
+			// it is checked as a key without room, against the rule's
+			// shared counter, which errs towards rejecting.
+			r := sh.admitUntracked(s, rule, now, limit, cost, false)
+			sh.mu.Unlock()
+			return AdmitResult{Result: r, Untracked: true}
+		}
 		// A key new here has no own admits unseen: the allowance lets it in.
 		r := window.Decide(limit, cost, 0, 0, now.Elapsed, now.Width)
 		if !r.Allowed || !count {
@@ -512,7 +521,7 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 			return AdmitResult{Result: r}
 		}
 		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
-			r = sh.admitUntracked(s, rule, now, limit, cost)
+			r = sh.admitUntracked(s, rule, now, limit, cost, true)
 			sh.mu.Unlock()
 			return AdmitResult{Result: r, Untracked: true}
 		}

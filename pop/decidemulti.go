@@ -219,6 +219,13 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 		allowed = allowed && res[i].Allowed
 		untracked = untracked || res[i].Untracked
 	}
+	if untracked && r.OnUnsure == DenyUnsure {
+		// A key the store may have no room for: fail closed before
+		// anything is counted.
+		d := unsureDecision(r, UnsureStoreFull)
+		d.Untracked = true
+		return shadowed(r, d), nil
+	}
 	if allowed && count && !one {
 		for _, w := range r.wins {
 			idx, el := w.split(now)

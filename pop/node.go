@@ -549,7 +549,18 @@ func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, coun
 		// partition is over, or a window later at the earliest.
 		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: r.width, Reset: r.width}}
 	} else {
-		res = n.store.AdmitSplit(r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, limit, cost, count, n.allow[r.Scope&3].Load())
+		at := crdt.Now{Index: idx, Elapsed: el, Width: r.width}
+		if count && r.OnUnsure == DenyUnsure {
+			// Fail closed before counting: a key the store may have no
+			// room for is denied, and nothing goes to the rule's counter
+			// of keys without room.
+			if p := n.store.AdmitSplit(r.id, key, at, limit, cost, false, nil); p.Untracked {
+				d := unsureDecision(r, UnsureStoreFull)
+				d.Untracked = true
+				return shadowed(r, d), nil
+			}
+		}
+		res = n.store.AdmitSplit(r.id, key, at, limit, cost, count, n.allow[r.Scope&3].Load())
 	}
 	if sh != nil && count {
 		sh.record(idx, cost)

@@ -127,3 +127,66 @@ func TestUnsureNames(t *testing.T) {
 	_, err := ParseUnsurePolicy("maybe")
 	assert.Error(t, err)
 }
+
+// Keys without room in a full store are limited together, and a rule that
+// fails closed counts nothing for them, whether the rule has one window or
+// several.
+func TestKeysWithoutRoom(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		more  []Limit
+		deny  bool
+		admit int // of 50 new keys, one request each
+	}{
+		{"one window", nil, false, 3},
+		{"two windows", []Limit{{Limit: 100, Window: time.Hour}}, false, 3},
+		{"one window, fail closed", nil, true, 0},
+		{"two windows, fail closed", []Limit{{Limit: 100, Window: time.Hour}}, true, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rule := Rule{Name: "login", Limit: 3, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, More: tt.more}
+			if tt.deny {
+				rule.OnUnsure = DenyUnsure
+			}
+			// Room for the 8 held keys in each window.
+			n, err := New(Config{Self: replica("a", 1), Rules: []Rule{rule}, MaxKeys: 8 * (1 + len(tt.more)), Shards: 1, Seed: 1})
+			require.NoError(t, err)
+			for i := 0; i < 8; i++ { // every held key denied once: being limited
+				for j := 0; j < 4; j++ {
+					_, err := n.Decide(t0, "login", "k"+strconv.Itoa(i), 1)
+					require.NoError(t, err)
+				}
+			}
+			admitted := 0
+			for i := 0; i < 50; i++ {
+				d, err := n.Decide(t0, "login", "new"+strconv.Itoa(i), 1)
+				require.NoError(t, err)
+				assert.True(t, d.Untracked)
+				if d.Allowed {
+					admitted++
+				} else if tt.deny {
+					assert.Equal(t, UnsureStoreFull, d.Unsure)
+				}
+			}
+			assert.Equal(t, tt.admit, admitted, "keys without room share the rule's limit")
+			// Nothing a fail-closed rule denied was counted: the counter of
+			// keys without room is still empty (seen by the same rule
+			// failing open).
+			rule.OnUnsure = AllowUnsure
+			require.NoError(t, n.SetRules([]Rule{rule}))
+			after := 0
+			for i := 0; i < 10; i++ {
+				d, err := n.Decide(t0, "login", "more"+strconv.Itoa(i), 1)
+				require.NoError(t, err)
+				if d.Allowed {
+					after++
+				}
+			}
+			want := 0 // the counter was spent above
+			if tt.deny {
+				want = 3
+			}
+			assert.Equal(t, want, after)
+		})
+	}
+}
