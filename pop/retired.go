@@ -18,10 +18,8 @@ import (
 
 // retiredRule is a rule's ID and counts kept after its removal.
 type retiredRule struct {
-	id     crdt.RuleID
-	window time.Duration
-	until  int64 // when the counts are dropped; 0: set at the next Tick
-	rs     *ruleState
+	rs    *ruleState
+	until int64 // when the counts are dropped; 0: set at the next Tick
 }
 
 // retire keeps r's counts (see above); a rule of that name retired before
@@ -34,7 +32,7 @@ func (n *Node) retire(r *ruleState) {
 	if o, ok := n.retired[k]; ok {
 		n.dropRetired(k, o)
 	}
-	n.retired[k] = retiredRule{id: r.id, window: r.Window, rs: r}
+	n.retired[k] = retiredRule{rs: r}
 }
 
 // retiredKey names a retired window: its rule's name and its width (a rule
@@ -53,16 +51,16 @@ func (n *Node) unretire(name string, w time.Duration) (crdt.RuleID, bool) {
 		return 0, false
 	}
 	delete(n.retired, k)
-	return o.id, true
+	return o.rs.id, true
 }
 
 // dropRetired drops a retired rule's counts and frees its ID. Requires n.mu
 // held.
 func (n *Node) dropRetired(name retiredKey, o retiredRule) {
 	o.rs.dropped.Store(true) // before the ID can serve another rule
-	n.store.DropRule(o.id)
-	n.blocks.DropRule(o.id)
-	n.freeID = append(n.freeID, o.id)
+	n.store.DropRule(o.rs.id)
+	n.blocks.DropRule(o.rs.id)
+	n.freeID = append(n.freeID, o.rs.id)
 	delete(n.retired, name)
 }
 
@@ -80,13 +78,13 @@ func (n *Node) sweepIndex(now int64) func(crdt.RuleID) int64 {
 	for name, o := range n.retired {
 		switch {
 		case o.until == 0:
-			o.until = now + 2*int64(o.window)
+			o.until = now + 2*int64(o.rs.Window)
 			n.retired[name] = o
 		case now >= o.until:
 			n.dropRetired(name, o)
 			continue
 		}
-		widths[o.id] = int64(o.window)
+		widths[o.rs.id] = int64(o.rs.Window)
 	}
 	return func(id crdt.RuleID) int64 {
 		if w, ok := widths[id]; ok {

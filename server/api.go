@@ -251,10 +251,6 @@ func decideErr(err error) *apiError {
 	}
 }
 
-func badJSON(err error) *apiError {
-	return errStatus(http.StatusBadRequest, "bad JSON: "+err.Error())
-}
-
 // POST /v1/check {"rule":"api","key":"203.0.113.7","cost":1}
 func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
