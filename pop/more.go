@@ -13,13 +13,19 @@ import "time"
 // (what a request of cost d.Remaining+1 would wait), so decisions whose
 // answer does not report it do not pay for it.
 func (n *Node) MoreAfter(now int64, rule, key string, d Decision, o Options) time.Duration {
+	h, _ := n.Handle(rule) // an unknown rule: the zero handle, which answers 0
+	return n.MoreAfterHandle(now, h, key, d, o)
+}
+
+// MoreAfterHandle is MoreAfter for the resolved rule that decided d.
+func (n *Node) MoreAfterHandle(now int64, h RuleHandle, key string, d Decision, o Options) time.Duration {
 	if !d.Allowed || d.ShadowDenied {
 		return d.RetryAfter
 	}
 	if d.Remaining >= d.Limit {
 		return 0
 	}
-	p, err := n.decideWith(now, rule, key, d.Remaining+1, o.Tier, false)
+	p, err := n.PeekHandleWith(now, h, key, d.Remaining+1, o)
 	if err != nil || (p.Allowed && !p.ShadowDenied) {
 		return 0
 	}

@@ -289,7 +289,7 @@ func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cr.m.record(d)
-	setRateLimitHeaders(w.Header(), cr, d, a.node.MoreAfter(now, cr.pop.Name, key, d, pop.Options{Tier: string(c.tier)}))
+	setRateLimitHeaders(w.Header(), cr, d, a.node.MoreAfterHandle(now, cr.h, key, d, pop.Options{Tier: string(c.tier)}))
 	out := appendResult((*bp)[:0], cr, key, d)
 	*bp = out
 	w.Header()[hContentType] = jsonCT

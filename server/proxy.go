@@ -222,7 +222,7 @@ func (a *App) peek(now int64, ap applied) (pop.Decision, bool) {
 // moreAfter is the RateLimit field's t for the binding rule's decision d
 // (pop.Node.MoreAfter): an admitted request looks its key up once more.
 func (a *App) moreAfter(ap applied, d pop.Decision) time.Duration {
-	return a.node.MoreAfter(a.clk.Now(), ap.cr.pop.Name, ap.key, d, pop.Options{Tier: ap.tier})
+	return a.node.MoreAfterHandle(a.clk.Now(), ap.cr.h, ap.key, d, pop.Options{Tier: ap.tier})
 }
 
 // tier returns the request's tier for the rule: the value of its tier

@@ -517,7 +517,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		m.ok.Inc()
 	}
 	if bind != nil {
-		more := a.node.MoreAfter(a.clk.Now(), bind.sh.rule.pop.Name, bind.key, bind.d, pop.Options{Tier: bind.tier})
+		more := a.node.MoreAfterHandle(a.clk.Now(), bind.sh.rule.h, bind.key, bind.d, pop.Options{Tier: bind.tier})
 		resp.ResponseHeadersToAdd = rlsHeaders(bind.sh.rule, bind.d, more)
 	}
 	a.met.latencyRLS.Observe(time.Since(start).Seconds())
