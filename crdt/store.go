@@ -822,7 +822,42 @@ type flushRec struct {
 // index of a rule (it runs under a shard lock). Like Flush, Own copies under
 // each shard's lock and calls fn after releasing it.
 func (s *Store) Own(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
-	s.entries(nowIndex, walkOwn, func(_ ReplicaID, e FlushEntry) { fn(e) })
+	s.OwnPart(nowIndex, 0, 1, fn)
+}
+
+// OwnPart is Own over one part of the store: the keys of the shards of part
+// (0 <= part < parts) when the shards are cut in parts runs of about equal
+// length. The parts 0 to parts-1 of one parts hold every key once, so a
+// caller can spread a walk of a large store over time (Parts).
+func (s *Store) OwnPart(nowIndex func(RuleID) int64, part, parts int, fn func(FlushEntry)) {
+	lo, hi := s.partShards(part, parts)
+	s.entries(nowIndex, walkOwn, lo, hi, func(_ ReplicaID, e FlushEntry) { fn(e) })
+}
+
+// partShards returns the shards [lo, hi) of part of parts.
+func (s *Store) partShards(part, parts int) (lo, hi int) {
+	if parts < 1 || part < 0 || part >= parts {
+		return 0, 0
+	}
+	n := len(s.shards)
+	return part * n / parts, (part + 1) * n / parts
+}
+
+// Parts returns how many parts (OwnPart, TotalsPart) a walk of the store is
+// best cut in for parts of about perPart keys each: at least 1, at most the
+// number of shards.
+func (s *Store) Parts(perPart int) int {
+	keys := 0
+	for si := range s.shards {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		keys += sh.used
+		sh.mu.Unlock()
+	}
+	if perPart < 1 {
+		return 1
+	}
+	return min(max((keys+perPart-1)/perPart, 1), len(s.shards))
 }
 
 // Entries calls fn for every per-replica count in a live window, own and
@@ -830,7 +865,7 @@ func (s *Store) Own(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
 // reported replica's count and PoP the store's PoP total of that window.
 // nowIndex runs under a shard lock; fn runs after it is released (see Own).
 func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEntry)) {
-	s.entries(nowIndex, walkAll, fn)
+	s.entries(nowIndex, walkAll, 0, len(s.shards), fn)
 }
 
 // entryRec is one count copied out by entries under its shard's lock; slot
@@ -856,7 +891,7 @@ const (
 // walk of a large store never holds a lock across an allocation (which may
 // assist the garbage collector) or a callback; a lock is held for one shard's
 // copy at a time.
-func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID, FlushEntry)) {
+func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(ReplicaID, FlushEntry)) {
 	changed := OwnChanged
 	if walk == walkTotals {
 		changed = PoPChanged
@@ -864,7 +899,7 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk int, fn func(ReplicaID
 	var recs []entryRec
 	var keys []walkKey // a slot's key, in kb
 	var kb []byte
-	for si := range s.shards {
+	for si := lo; si < hi; si++ {
 		sh := &s.shards[si]
 		// Shards hold about as many keys each: room for twice the last
 		// shard's copy, made before locking, keeps growth out of the lock.
@@ -957,7 +992,13 @@ type walkKey struct{ off, len uint32 }
 // lock). Like Flush, Totals copies under each shard's lock and calls fn after
 // releasing it, so fn may block or call into the store.
 func (s *Store) Totals(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
-	s.entries(nowIndex, walkTotals, func(_ ReplicaID, e FlushEntry) { fn(e) })
+	s.TotalsPart(nowIndex, 0, 1, fn)
+}
+
+// TotalsPart is Totals over one part of the store (see OwnPart).
+func (s *Store) TotalsPart(nowIndex func(RuleID) int64, part, parts int, fn func(FlushEntry)) {
+	lo, hi := s.partShards(part, parts)
+	s.entries(nowIndex, walkTotals, lo, hi, func(_ ReplicaID, e FlushEntry) { fn(e) })
 }
 
 // Sweep removes every key whose windows have all passed: nowIndex returns the

@@ -774,6 +774,25 @@ func (n *Node) Pending() int { return n.store.Pending() }
 // republishes the keys whose ownership moved. owns is called without any lock
 // of the node held.
 func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
+	return n.AntiEntropyPart(now, owns, 0, 1)
+}
+
+// antiEntropyPartKeys is about how many keys one part of a paced
+// anti-entropy round walks (AntiEntropyParts).
+const antiEntropyPartKeys = 4096
+
+// AntiEntropyParts returns in how many parts a paced anti-entropy round of
+// the store's current size is best cut: parts of about 4096 keys, so that
+// one part walks, encodes and sends in a few milliseconds; 1 for a small
+// store.
+func (n *Node) AntiEntropyParts() int { return n.store.Parts(antiEntropyPartKeys) }
+
+// AntiEntropyPart is AntiEntropy over part of parts (0 <= part < parts):
+// the parts 0 to parts-1 of one parts send every count AntiEntropy sends,
+// each key's in exactly one part, and the penalty blocks with part 0. A
+// caller spreads the parts over its interval so that a large store's round
+// is not one burst of work that stalls the decisions sharing its cores.
+func (n *Node) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) Batch {
 	rs := n.rules.Load()
 	b := n.batch(now)
 	idx := n.indexFunc(rs, now)
@@ -788,18 +807,21 @@ func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
 			}
 		}
 	}
-	b.Local.Entries = make([]crdt.Entry, 0, 2*keys)
-	n.store.Own(idx, func(e crdt.FlushEntry) {
+	parts = max(parts, 1)
+	b.Local.Entries = make([]crdt.Entry, 0, 2*keys/parts)
+	n.store.OwnPart(idx, part, parts, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope != ScopeNode && e.Count > 0 {
 			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
 	})
-	n.antiEntropyBlocks(rs, now, &b, owns)
+	if part == 0 {
+		n.antiEntropyBlocks(rs, now, &b, owns)
+	}
 	if b.PoP.Epoch == 0 {
 		return b
 	}
-	b.PoP.Entries = make([]crdt.Entry, 0, 2*global)
-	n.store.Totals(idx, func(e crdt.FlushEntry) {
+	b.PoP.Entries = make([]crdt.Entry, 0, 2*global/parts)
+	n.store.TotalsPart(idx, part, parts, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
 			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}

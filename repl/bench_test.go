@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
 )
 
 // BenchmarkStepHeartbeats steps a node of a 300-PoP fleet with heartbeats
@@ -62,4 +63,61 @@ func BenchmarkStepHeartbeats(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkAntiEntropyStall ticks a node of 100k keys through one
+// anti-entropy interval (5s, in 10ms ticks of simulated time) and times each
+// tick with the encoding of what it made ready, as the daemon's replication
+// loop runs it: max-tick-ms is the longest burst of work the loop does at
+// once (which takes a core from the decisions), total-ms the work of the
+// whole interval.
+func BenchmarkAntiEntropyStall(b *testing.B) {
+	n, err := pop.New(pop.Config{Self: ams1, Rules: []pop.Rule{
+		{Name: "api", Limit: 1000, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n, true, true
+	cfg.FlushInterval, cfg.AntiEntropyInterval, cfg.PeerTimeout = 50*time.Millisecond, 5*time.Second, 10*time.Second
+	c, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := int64(time.Millisecond)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	c.Tick(now)
+	c.SetMembers(now, []string{"a2#1"})
+	for i := range 100_000 {
+		if _, err := n.Decide(now, "api", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var worst, total time.Duration
+	rounds := -1 // the first interval, which flushes every key, is not timed
+	for b.Loop() {
+		end := now + int64(cfg.AntiEntropyInterval)
+		for ; now < end; now += 10 * ms {
+			if rounds < 0 {
+				c.Tick(now)
+				c.Ready()
+				continue
+			}
+			t0 := time.Now()
+			c.Tick(now)
+			for _, m := range c.Ready() {
+				if m.Delta == nil {
+					continue
+				}
+				if _, err := crdt.Encode(m.Delta, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			d := time.Since(t0)
+			worst, total = max(worst, d), total+d
+		}
+		rounds++
+	}
+	b.ReportMetric(float64(worst)/1e6, "max-tick-ms")
+	b.ReportMetric(float64(total)/1e6/float64(rounds), "total-ms")
 }

@@ -23,7 +23,10 @@ type Config struct {
 	// simulator's zero-latency reference).
 	FlushInterval time.Duration
 	// AntiEntropyInterval is how often every live count is re-sent (own
-	// counts to the PoP, owned totals to other PoPs).
+	// counts to the PoP, owned totals to other PoPs). A large store's round
+	// is cut in parts of a few thousand keys, sent one after the other over
+	// the first half of the interval (pop.Node.AntiEntropyParts), so that it
+	// is not one burst of work every interval.
 	AntiEntropyInterval time.Duration
 	// PeerTimeout is how long a remote PoP may stay silent before it counts
 	// as partitioned.
@@ -181,6 +184,11 @@ type Core struct {
 	membersKnown bool     // SetMembers was called
 
 	nextFlush, nextAE, nextHB int64
+
+	// The periodic anti-entropy round under way: part aePart of aeParts is
+	// due at aePartAt(aePart); aePart == aeParts when none is.
+	aeParts, aePart int
+	aeStart         int64
 
 	// The speaker of a flush slot gathers the PoP's totals for it: its own
 	// owned totals and the other members' (forwarded inside the PoP) until
@@ -357,6 +365,9 @@ func (c *Core) Next() int64 {
 		return 0
 	}
 	next := min(c.nextAE, c.nextHB)
+	if c.aePart < c.aeParts {
+		next = min(next, c.aePartAt(c.aePart))
+	}
 	if c.cfg.FlushInterval > 0 {
 		next = min(next, c.nextFlush)
 	}
@@ -439,9 +450,10 @@ func (c *Core) Tick(now int64) {
 		c.speak(now)
 	}
 	if now >= c.nextAE {
-		c.want |= wantLocalAE | wantGlobalAE
+		c.startAE(now)
 		c.nextAE = advance(c.nextAE, now, int64(c.cfg.AntiEntropyInterval))
 	}
+	c.paceAE(now)
 	if now >= c.nextHB {
 		hb := int64(c.cfg.HeartbeatInterval)
 		if c.cfg.GlobalLink && c.myTurn(now/hb) {
@@ -452,6 +464,42 @@ func (c *Core) Tick(now int64) {
 		c.nextHB = advance(c.nextHB, now, hb)
 	}
 	c.doWork(now)
+}
+
+// startAE starts a periodic anti-entropy round: at once for a small store,
+// else in parts over the first half of the interval (paceAE). What is left
+// of the round before is sent first.
+func (c *Core) startAE(now int64) {
+	for c.aePart < c.aeParts {
+		c.sendAEPart(now)
+	}
+	parts := c.node.AntiEntropyParts()
+	if parts <= 1 {
+		c.aeParts, c.aePart = 0, 0
+		c.want |= wantLocalAE | wantGlobalAE
+		return
+	}
+	c.stats.AntiEntropies++
+	c.aeParts, c.aePart, c.aeStart = parts, 0, now
+}
+
+// aePartAt is when part k of the round under way is due.
+func (c *Core) aePartAt(k int) int64 {
+	return c.aeStart + int64(k)*(int64(c.cfg.AntiEntropyInterval)/2)/int64(c.aeParts)
+}
+
+// paceAE sends the parts of the round under way that are due at now.
+func (c *Core) paceAE(now int64) {
+	for c.aePart < c.aeParts && now >= c.aePartAt(c.aePart) {
+		c.sendAEPart(now)
+	}
+}
+
+// sendAEPart sends the next part of the round under way.
+func (c *Core) sendAEPart(now int64) {
+	b := c.node.AntiEntropyPart(now, c.ownsKey, c.aePart, c.aeParts)
+	c.aePart++
+	c.emitBatch(&b, true, true)
 }
 
 // advance returns the first of next, next+every, ... after now.

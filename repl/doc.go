@@ -78,7 +78,9 @@
 //     a receiver reports the rules of a remote PoP it lacks or has
 //     otherwise, and the PoP's estimated clock offset.
 //   - Anti-entropy: every AntiEntropyInterval each node re-sends its own
-//     counts to its PoP and its owned totals to the other PoPs. A member
+//     counts to its PoP and its owned totals to the other PoPs; a large
+//     store's round goes in parts of about 4096 keys spread over the first
+//     half of the interval (pop.Node.AntiEntropyPart). A member
 //     whose view of the PoP changes publishes at once the totals whose owner
 //     changed and announces the change; soon after, it and every member
 //     that hears the announcement re-send every owned total: while members'
