@@ -333,14 +333,14 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed i
 	if sl.flags&flagSide != 0 {
 		ex := s.excluded.Load()
 		for _, se := range sh.side[i] {
-			j := se.win - (sl.win - 1)
+			j := se.win(sl.win) - (sl.win - 1)
 			if j != 0 && j != 1 {
 				continue
 			}
 			switch {
-			case se.member:
+			case se.member():
 				m[j] = satAdd(m[j], se.count)
-			case ex != nil && ex.has(se.rep):
+			case ex != nil && ex.has(se.rep()):
 				x[j] = satAdd(x[j], se.count)
 			}
 		}

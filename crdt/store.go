@@ -230,12 +230,37 @@ func (sl *slot) total() uint64 {
 	return satAdd(satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]))
 }
 
+// sideEntry is one remote replica's count of one window of a key: 16 bytes,
+// as a key of a fleet of hundreds of PoPs holds hundreds of them.
 type sideEntry struct {
-	win    int64
-	count  uint64
-	rep    ReplicaID
-	member bool // rep is a member (see Store.isMember); fixed while rep is interned
+	count uint64
+	// w is the low 32 bits of the window index: a key's entries lie within
+	// one window of its slot's, so the slot's window gives back the rest
+	// (win).
+	w uint32
+	// rm is the ReplicaID, with sideMember set when the replica is a member
+	// (see Store.isMember; fixed while the replica is interned).
+	rm uint32
 }
+
+// sideMember marks a member's sideEntry; ReplicaIDs stay below it.
+const sideMember = 1 << 31
+
+func newSideEntry(win int64, rep ReplicaID, count uint64, member bool) sideEntry {
+	e := sideEntry{count: count, w: uint32(win), rm: uint32(rep)}
+	if member {
+		e.rm |= sideMember
+	}
+	return e
+}
+
+// win returns the entry's window index, given near, the window of its
+// slot (or any index within 2^31 of the entry's).
+func (e *sideEntry) win(near int64) int64 { return near + int64(int32(e.w-uint32(near))) }
+
+func (e *sideEntry) rep() ReplicaID { return ReplicaID(e.rm &^ sideMember) }
+
+func (e *sideEntry) member() bool { return e.rm&sideMember != 0 }
 
 // memberSet is a bit per ReplicaID: set when the replica is a member, another
 // node of the store's own PoP. Replaced (never changed in place) when it grows.
@@ -295,6 +320,9 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	if cfg.MaxReplicas <= 0 {
 		cfg.MaxReplicas = 1 << 16
+	}
+	if cfg.MaxReplicas >= sideMember {
+		cfg.MaxReplicas = sideMember - 1
 	}
 	if cfg.MaxHotKeys == 0 {
 		cfg.MaxHotKeys = DefaultMaxHotKeys
@@ -460,11 +488,14 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 	es := old[:0]
 	sl.other = [2]uint64{}
 	for _, e := range old {
-		if e.win < target-1 {
+		// target is within 2^31 windows of the entry's unless the key
+		// idled that long, when every entry is stale either way.
+		w := e.win(target)
+		if w < target-1 || w > target+1 {
 			continue
 		}
 		es = append(es, e)
-		if k := e.win - (target - 1); k == 0 || k == 1 {
+		if k := w - (target - 1); k == 0 || k == 1 {
 			sl.other[k] = satAdd(sl.other[k], e.count)
 		}
 	}
@@ -631,13 +662,13 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	j, hi := 0, len(es) // binary search for the first entry not below (rep, win)
 	for j < hi {
 		m := int(uint(j+hi) >> 1)
-		if e := &es[m]; e.rep < rep || e.rep == rep && e.win < win {
+		if e := &es[m]; e.rep() < rep || e.rep() == rep && e.win(win) < win {
 			j = m + 1
 		} else {
 			hi = m
 		}
 	}
-	found := j < len(es) && es[j].rep == rep && es[j].win == win
+	found := j < len(es) && es[j].rep() == rep && es[j].win(win) == win
 	var diff uint64
 	var member bool
 	if found {
@@ -646,13 +677,13 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 		}
 		diff = count - es[j].count
 		es[j].count = count
-		member = es[j].member
+		member = es[j].member()
 	} else {
 		if len(es) >= MaxReplicasPerKey {
 			return Full
 		}
 		member = s.isMember(rep)
-		sh.side[i] = slices.Insert(es, j, sideEntry{win: win, rep: rep, count: count, member: member})
+		sh.side[i] = slices.Insert(es, j, newSideEntry(win, rep, count, member))
 		sl.flags |= flagSide
 		diff = count
 	}
@@ -674,10 +705,10 @@ func (sh *shard) popTotals(i int32, sl *slot) [3]uint64 {
 		return t
 	}
 	for _, e := range sh.side[i] {
-		if !e.member {
+		if !e.member() {
 			continue
 		}
-		if k := e.win - (sl.win - 1); k >= 0 && k < 3 {
+		if k := e.win(sl.win) - (sl.win - 1); k >= 0 && k < 3 {
 			t[k] = satAdd(t[k], e.count)
 		}
 	}
@@ -944,12 +975,12 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(R
 			}
 			if walk == walkAll && sl.flags&flagSide != 0 {
 				for _, e := range sh.side[int32(i)] {
-					if e.win >= cur-1 {
+					if w := e.win(sl.win); w >= cur-1 {
 						var p uint64
-						if k := e.win - (sl.win - 1); k >= 0 && k < 3 {
+						if k := w - (sl.win - 1); k >= 0 && k < 3 {
 							p = pop[k]
 						}
-						recs = append(recs, entryRec{win: e.win, count: e.count, pop: p, slot: int32(len(keys)), rep: e.rep, rule: sl.rule})
+						recs = append(recs, entryRec{win: w, count: e.count, pop: p, slot: int32(len(keys)), rep: e.rep(), rule: sl.rule})
 					}
 				}
 			}
@@ -1098,8 +1129,8 @@ func (s *Store) View(rule RuleID, key string, nowIndex int64) (views []WindowVie
 		}
 	}
 	for _, e := range side {
-		if e.win >= nowIndex-1 {
-			add(e.win, s.Replica(e.rep).String(), e.count)
+		if w := e.win(sl.win); w >= nowIndex-1 {
+			add(w, s.Replica(e.rep()).String(), e.count)
 		}
 	}
 	for _, v := range byWin {
@@ -1179,7 +1210,7 @@ func (s *Store) ForgetReplicas() int {
 		sh.mu.Lock()
 		for _, es := range sh.side {
 			for _, e := range es {
-				used[e.rep] = true
+				used[e.rep()] = true
 			}
 		}
 		sh.mu.Unlock()
@@ -1219,7 +1250,7 @@ func (s *Store) DropReplica(r Replica) int {
 		for i, es := range sh.side {
 			kept := es[:0]
 			for _, e := range es {
-				if e.rep != id {
+				if e.rep() != id {
 					kept = append(kept, e)
 				}
 			}
@@ -1230,7 +1261,7 @@ func (s *Store) DropReplica(r Replica) int {
 			sl := &sh.slots[i]
 			sl.other = [2]uint64{}
 			for _, e := range kept {
-				if k := e.win - (sl.win - 1); k == 0 || k == 1 {
+				if k := e.win(sl.win) - (sl.win - 1); k == 0 || k == 1 {
 					sl.other[k] = satAdd(sl.other[k], e.count)
 				}
 			}

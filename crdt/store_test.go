@@ -3,6 +3,7 @@ package crdt
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"testing"
@@ -708,4 +709,44 @@ func TestForgetReplicas(t *testing.T) {
 	_, c := totals(st, 0, "k", 5)
 	assert.Equal(t, uint64(3), c, "referenced counts untouched")
 	assert.ElementsMatch(t, []Replica{rep("self", 1), rep("a", 1), rep("c", 1)}, st.Replicas())
+}
+
+// TestSideEntriesAcrossWindowWrap: remote counts keep their windows when
+// the window index crosses a multiple of 2^32 (side entries hold the low 32
+// bits of theirs), through merges, a roll-over and the walks.
+func TestSideEntriesAcrossWindowWrap(t *testing.T) {
+	for _, base := range []int64{1<<32 - 1, 1<<33 - 2, 5} {
+		st := NewStore(StoreConfig{Self: rep("self", 1)})
+		r, _ := st.Intern(rep("other", 1))
+		for k, c := range []uint64{3, 5, 7} { // windows base-1, base, base+1
+			if got := st.Merge(0, "k", base, base-1+int64(k), r, c); got != Merged {
+				t.Fatalf("base %d: merge %d: %v", base, k, got)
+			}
+		}
+		views, ok := st.View(0, "k", base)
+		if !ok || len(views) != 3 {
+			t.Fatalf("base %d: views %+v", base, views)
+		}
+		for k, want := range []uint64{3, 5, 7} {
+			if v := views[k]; v.Index != base-1+int64(k) || v.Total != want {
+				t.Fatalf("base %d: window %d: %+v, want index %d total %d", base, k, v, base-1+int64(k), want)
+			}
+		}
+		// Raising a count finds its entry; the next window rolls over and
+		// keeps the two live ones.
+		if got := st.Merge(0, "k", base, base+1, r, 9); got != Merged {
+			t.Fatalf("base %d: raise: %v", base, got)
+		}
+		res := st.Admit(0, "k", at(base+1), 100, 1, false)
+		if res.Estimate < 9 || res.Estimate > 14 {
+			t.Fatalf("base %d: estimate %v after roll-over, want 5*(1-f)+9", base, res.Estimate)
+		}
+		var got []string
+		st.Entries(func(RuleID) int64 { return base + 1 }, func(_ ReplicaID, e FlushEntry) {
+			got = append(got, fmt.Sprintf("%d=%d", e.Window-base, e.Count))
+		})
+		if want := []string{"0=5", "1=9"}; !slices.Equal(got, want) {
+			t.Fatalf("base %d: entries (window-base=count) %v, want %v", base, got, want)
+		}
+	}
 }
