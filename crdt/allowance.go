@@ -332,7 +332,7 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed i
 	var m, x [2]uint64
 	if sl.flags&flagSide != 0 {
 		ex := s.excluded.Load()
-		for _, se := range sh.side[i] {
+		for _, se := range sh.side.get(i) {
 			j := se.win(sl.win) - (sl.win - 1)
 			if j != 0 && j != 1 {
 				continue

@@ -139,7 +139,7 @@ func (sh *shard) evictFor(s *Store, rule RuleID) bool {
 			continue
 		}
 		live++
-		if sl.win < sh.now[sl.rule]-1 {
+		if sh.expired(i, sl, sh.now[sl.rule]) {
 			sh.remove(s, i)
 			s.expired.Add(1)
 			return true

@@ -282,7 +282,7 @@ type shard struct {
 	arena  []byte // the long keys (table.go)
 	// arenaDead is how many bytes of arena removed keys left.
 	arenaDead int
-	side      map[int32][]sideEntry
+	side      sideTable
 	dirty     []int32
 	now       []int64 // by RuleID: the latest window index seen
 	count     []int   // by RuleID: live keys
@@ -348,7 +348,6 @@ func NewStore(cfg StoreConfig) *Store {
 			sh.cap++
 		}
 		sh.setSlots(initialSlots)
-		sh.side = map[int32][]sideEntry{}
 		sh.hot = map[int32]int32{}
 	}
 	return s
@@ -484,7 +483,7 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 	if sl.flags&flagSide == 0 {
 		return
 	}
-	old := sh.side[i]
+	old := sh.side.get(i)
 	es := old[:0]
 	sl.other = [2]uint64{}
 	for _, e := range old {
@@ -500,11 +499,11 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 		}
 	}
 	if len(es) == 0 {
-		delete(sh.side, i)
+		sh.side.del(i)
 		sl.flags &^= flagSide
 		return
 	}
-	sh.side[i] = es
+	sh.side.set(i, es, len(sh.slots))
 }
 
 // AdmitResult is the outcome of Admit.
@@ -658,7 +657,7 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	}
 	// A key's side entries are sorted by (replica, window): with hundreds
 	// of PoPs a key has hundreds of them, and most merges raise one.
-	es := sh.side[i]
+	es := sh.side.get(i)
 	j, hi := 0, len(es) // binary search for the first entry not below (rep, win)
 	for j < hi {
 		m := int(uint(j+hi) >> 1)
@@ -683,7 +682,7 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 			return Full
 		}
 		member = s.isMember(rep)
-		sh.side[i] = slices.Insert(es, j, newSideEntry(win, rep, count, member))
+		sh.side.set(i, slices.Insert(es, j, newSideEntry(win, rep, count, member)), len(sh.slots))
 		sl.flags |= flagSide
 		diff = count
 	}
@@ -697,6 +696,25 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	return Merged
 }
 
+// expired reports whether slot i holds nothing live at window nowIndex of
+// its rule: its windows are all before nowIndex-1, including the window
+// after its own, which a remote replica whose clock runs ahead may have
+// counted in. The caller holds sh.mu.
+func (sh *shard) expired(i int32, sl *slot, nowIndex int64) bool {
+	switch {
+	case sl.win >= nowIndex-1:
+		return false
+	case sl.win+1 < nowIndex-1 || sl.flags&flagSide == 0:
+		return true
+	}
+	for _, e := range sh.side.get(i) {
+		if e.win(sl.win) > sl.win {
+			return false
+		}
+	}
+	return true
+}
+
 // popTotals returns the PoP totals of windows win-1, win and win+1 of slot i:
 // the own count plus the members' counts. The caller holds sh.mu.
 func (sh *shard) popTotals(i int32, sl *slot) [3]uint64 {
@@ -704,7 +722,7 @@ func (sh *shard) popTotals(i int32, sl *slot) [3]uint64 {
 	if sl.flags&flagSide == 0 {
 		return t
 	}
-	for _, e := range sh.side[i] {
+	for _, e := range sh.side.get(i) {
 		if !e.member() {
 			continue
 		}
@@ -974,7 +992,7 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(R
 				}
 			}
 			if walk == walkAll && sl.flags&flagSide != 0 {
-				for _, e := range sh.side[int32(i)] {
+				for _, e := range sh.side.get(int32(i)) {
 					if w := e.win(sl.win); w >= cur-1 {
 						var p uint64
 						if k := w - (sl.win - 1); k >= 0 && k < 3 {
@@ -1032,18 +1050,18 @@ func (s *Store) TotalsPart(nowIndex func(RuleID) int64, part, parts int, fn func
 	s.entries(nowIndex, walkTotals, lo, hi, func(_ ReplicaID, e FlushEntry) { fn(e) })
 }
 
-// Sweep removes every key whose windows have all passed: nowIndex returns the
-// current window index of a rule, and a key whose current window is older than
-// the one before it holds nothing live. It returns how many keys it removed.
+// Sweep removes every key whose windows have all passed (see shard.expired):
+// nowIndex returns the current window index of a rule. It returns how many
+// keys it removed.
 func (s *Store) Sweep(nowIndex func(RuleID) int64) int {
-	n := s.removeIf(func(sl *slot) bool { return sl.win < nowIndex(sl.rule)-1 })
+	n := s.removeIf(func(sh *shard, i int32, sl *slot) bool { return sh.expired(i, sl, nowIndex(sl.rule)) })
 	s.expired.Add(uint64(n))
 	return n
 }
 
 // DropRule removes every key of rule (the rule was deleted or redefined).
 func (s *Store) DropRule(rule RuleID) {
-	s.removeIf(func(sl *slot) bool { return sl.rule == rule })
+	s.removeIf(func(_ *shard, _ int32, sl *slot) bool { return sl.rule == rule })
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
@@ -1058,13 +1076,13 @@ func (s *Store) DropRule(rule RuleID) {
 	s.forgetRule(rule)
 }
 
-func (s *Store) removeIf(drop func(*slot) bool) int {
+func (s *Store) removeIf(drop func(*shard, int32, *slot) bool) int {
 	n := 0
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
 		for i := 0; i < len(sh.slots); i++ {
-			if sl := &sh.slots[i]; sl.flags&flagLive != 0 && drop(sl) {
+			if sl := &sh.slots[i]; sl.flags&flagLive != 0 && drop(sh, int32(i), sl) {
 				sh.remove(s, int32(i))
 				n++
 				i-- // a later slot of the run may have shifted into i
@@ -1110,7 +1128,7 @@ func (s *Store) View(rule RuleID, key string, nowIndex int64) (views []WindowVie
 		return nil, false
 	}
 	sl := sh.slots[i]
-	side := append([]sideEntry(nil), sh.side[i]...)
+	side := append([]sideEntry(nil), sh.side.get(i)...)
 	sh.mu.Unlock()
 	byWin := map[int64]*WindowView{}
 	add := func(w int64, rep string, c uint64) {
@@ -1208,7 +1226,7 @@ func (s *Store) ForgetReplicas() int {
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
-		for _, es := range sh.side {
+		for _, es := range sh.side.lists {
 			for _, e := range es {
 				used[e.rep()] = true
 			}
@@ -1247,7 +1265,11 @@ func (s *Store) DropReplica(r Replica) int {
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
-		for i, es := range sh.side {
+		for i := range sh.slots {
+			if sh.slots[i].flags&flagSide == 0 {
+				continue
+			}
+			es := sh.side.get(int32(i))
 			kept := es[:0]
 			for _, e := range es {
 				if e.rep() != id {
@@ -1266,10 +1288,10 @@ func (s *Store) DropReplica(r Replica) int {
 				}
 			}
 			if len(kept) == 0 {
-				delete(sh.side, i)
+				sh.side.del(int32(i))
 				sl.flags &^= flagSide
 			} else {
-				sh.side[i] = kept
+				sh.side.set(int32(i), kept, len(sh.slots))
 			}
 		}
 		sh.mu.Unlock()

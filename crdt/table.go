@@ -146,7 +146,7 @@ func (sh *shard) rehash(s *Store, n int) {
 	oldMap := sh.setSlots(n)
 	sh.arena = make([]byte, 0, len(oldArena)-sh.arenaDead)
 	sh.arenaDead = 0
-	sh.side = make(map[int32][]sideEntry, len(oldSide))
+	sh.side = oldSide.rebuilt(n)
 	sh.hot = make(map[int32]int32, len(oldHot))
 	if cap(sh.dirty) > 2*sh.used+64 {
 		sh.dirty = make([]int32, 0, sh.used)
@@ -173,7 +173,7 @@ func (sh *shard) rehash(s *Store, n int) {
 			sh.arena = append(sh.arena, key...)
 		}
 		if sl.flags&flagSide != 0 {
-			sh.side[p] = oldSide[int32(i)]
+			sh.side.set(p, oldSide.get(int32(i)), n)
 		}
 		if sl.flags&flagHot != 0 {
 			k := oldHot[int32(i)]
@@ -211,7 +211,7 @@ func (sh *shard) remove(s *Store, p int32) {
 		_, kn := sl.longRef()
 		sh.arenaDead += kn
 	}
-	delete(sh.side, p)
+	sh.side.del(p)
 	if sl.flags&flagHot != 0 {
 		sh.dropHot(p, sl)
 	}
@@ -258,8 +258,7 @@ func (sh *shard) move(s *Store, from, to int32) {
 	sh.slots[to] = sl
 	sh.slots[from] = slot{}
 	if sl.flags&flagSide != 0 {
-		sh.side[to] = sh.side[from]
-		delete(sh.side, from)
+		sh.side.move(from, to)
 	}
 	if sl.flags&flagHot != 0 {
 		sh.moveHot(from, to)
