@@ -180,6 +180,7 @@ func (sh *shard) sentNow(s *Store, at int64, seq uint8, i int32, sl *slot) {
 	sl.setSentSeq(seq)
 	sl.flags |= flagRecent
 	sh.sent = append(sh.sent, sentRec{at: at, win: sl.win, own: sl.own, pos: i, fp: sh.fingerprint(s, i, sl), seq: seq})
+	sh.noteWork()
 }
 
 // resent records a slot with flagRecent that moved to position i, as sent

@@ -301,7 +301,20 @@ type shard struct {
 	// counts; once older than the horizon they clear flagRecent.
 	sent     []sentRec
 	sentHead int
-	_        [64]byte
+	// work is set while dirty or sent may hold something (noteWork), so
+	// that Flush and Pending pass a shard with nothing to do without
+	// locking it: a node of many shards and few changing keys flushes in
+	// time of the keys, not of the shards.
+	work atomic.Bool
+	_    [64]byte
+}
+
+// noteWork marks the shard as having work for Flush; the caller holds sh.mu
+// and has just listed something in dirty or sent.
+func (sh *shard) noteWork() {
+	if !sh.work.Load() {
+		sh.work.Store(true)
+	}
 }
 
 // NewStore returns an empty store.
@@ -615,6 +628,7 @@ func (sh *shard) markDirty(i int32, sl *slot, bits uint8) {
 	if sl.flags&flagInDirty == 0 {
 		sl.flags |= flagInDirty
 		sh.dirty = append(sh.dirty, i)
+		sh.noteWork()
 	}
 }
 
@@ -789,6 +803,9 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 	}
 	for si := range s.shards {
 		sh := &s.shards[si]
+		if !sh.work.Load() {
+			continue // a change made meanwhile goes with the next flush
+		}
 		recs, keys := s.flushBuf[:0], s.flushKeys[:0]
 		sh.mu.Lock()
 		for _, i := range sh.dirty {
@@ -818,6 +835,7 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 		if at != 0 {
 			sh.expireSent(s, at-horizon)
 		}
+		sh.work.Store(len(sh.dirty) > 0 || sh.sentHead < len(sh.sent))
 		sh.mu.Unlock()
 		all := string(keys) // one allocation for the keys of the shard's entries
 		for k := range recs {
@@ -1305,6 +1323,9 @@ func (s *Store) Pending() int {
 	n := 0
 	for si := range s.shards {
 		sh := &s.shards[si]
+		if !sh.work.Load() {
+			continue
+		}
 		sh.mu.Lock()
 		n += len(sh.dirty)
 		sh.mu.Unlock()

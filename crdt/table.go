@@ -182,6 +182,7 @@ func (sh *shard) rehash(s *Store, n int) {
 		}
 		if sl.flags&flagInDirty != 0 {
 			sh.dirty = append(sh.dirty, p)
+			sh.noteWork()
 		}
 		if sl.flags&flagRecent != 0 {
 			sh.resent(s, p, nsl)
@@ -265,6 +266,7 @@ func (sh *shard) move(s *Store, from, to int32) {
 	}
 	if sl.flags&flagInDirty != 0 {
 		sh.dirty = append(sh.dirty, to)
+		sh.noteWork()
 	}
 	if sl.flags&flagRecent != 0 {
 		sh.resent(s, to, &sh.slots[to])
