@@ -85,3 +85,35 @@ func TestSideEntriesFollowTheirKeys(t *testing.T) {
 		t.Fatalf("keys left %d, table shrunk %v: the test did not exercise what it is for", st.Stats().Keys, shrunk)
 	}
 }
+
+// TestSideSearch checks sideSearch against a linear scan on sorted lists
+// of every shape: dense and sparse replicas, one or several windows each,
+// windows across a 2^32 boundary, and targets present, absent, before the
+// first and after the last.
+func TestSideSearch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	for range 3000 {
+		n := rng.IntN(200)
+		base := int64(1<<32-2) + int64(rng.IntN(4)) // windows across a 2^32 boundary
+		var es []sideEntry
+		r := ReplicaID(rng.IntN(5))
+		for len(es) < n {
+			r += ReplicaID(1 + rng.IntN(1+rng.IntN(20))) // dense or sparse
+			for w := base - 1; w <= base+1; w++ {
+				if rng.IntN(3) > 0 {
+					es = append(es, newSideEntry(w, r, 1, false))
+				}
+			}
+		}
+		for range 20 {
+			rep, win := ReplicaID(rng.IntN(int(r)+10)), base-1+int64(rng.IntN(3))
+			want := 0
+			for want < len(es) && (es[want].rep() < rep || es[want].rep() == rep && es[want].win(win) < win) {
+				want++
+			}
+			if got := sideSearch(es, rep, win); got != want {
+				t.Fatalf("%d entries: search (%d, %d) = %d, want %d", len(es), rep, win-base, got, want)
+			}
+		}
+	}
+}

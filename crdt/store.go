@@ -151,8 +151,9 @@ type StoreStats struct {
 	Replicas int
 	// HotKeys is the number of keys holding near-limit allowance state.
 	HotKeys int
-	// TableBytes is the size of the shards' slot tables, OffHeapBytes the
-	// part of it outside the Go heap (see offheap.go), ArenaBytes the size
+	// TableBytes is the size of the shards' slot tables (with the index
+	// of their remote entries, see sideTable), OffHeapBytes the part of it
+	// outside the Go heap (see offheap.go), ArenaBytes the size
 	// of the arenas of long keys.
 	TableBytes, OffHeapBytes, ArenaBytes int
 }
@@ -271,8 +272,8 @@ type memberSet struct{ w []atomic.Uint64 }
 // in the first slot it reads: one cache line.
 //
 // Slot positions move when the table grows or shrinks and when a deletion
-// shifts a probe run back; the side maps keyed by position (remote
-// replicas, hot keys) move with them, and a moved slot still marked dirty is
+// shifts a probe run back; the side structures keyed by position (remote
+// replicas' entries, hot keys) move with them, and a moved slot still marked dirty is
 // listed again at its new position.
 type shard struct {
 	mu     sync.Mutex
@@ -334,7 +335,7 @@ func NewStore(cfg StoreConfig) *Store {
 	if cfg.MaxReplicas <= 0 {
 		cfg.MaxReplicas = 1 << 16
 	}
-	if cfg.MaxReplicas >= sideMember {
+	if int64(cfg.MaxReplicas) >= sideMember {
 		cfg.MaxReplicas = sideMember - 1
 	}
 	if cfg.MaxHotKeys == 0 {
@@ -492,6 +493,7 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 	}
 	sl.dirty = shiftDirty(sl.dirty, target-sl.win)
 	sl.mark = shiftMark(sl.mark, target-sl.win)
+	prev := sl.win // the entries lie within one window of it
 	sl.win = target
 	if sl.flags&flagSide == 0 {
 		return
@@ -500,9 +502,7 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 	es := old[:0]
 	sl.other = [2]uint64{}
 	for _, e := range old {
-		// target is within 2^31 windows of the entry's unless the key
-		// idled that long, when every entry is stale either way.
-		w := e.win(target)
+		w := e.win(prev)
 		if w < target-1 || w > target+1 {
 			continue
 		}
@@ -669,18 +669,8 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	if win > sl.win+1 {
 		return Ahead
 	}
-	// A key's side entries are sorted by (replica, window): with hundreds
-	// of PoPs a key has hundreds of them, and most merges raise one.
 	es := sh.side.get(i)
-	j, hi := 0, len(es) // binary search for the first entry not below (rep, win)
-	for j < hi {
-		m := int(uint(j+hi) >> 1)
-		if e := &es[m]; e.rep() < rep || e.rep() == rep && e.win(win) < win {
-			j = m + 1
-		} else {
-			hi = m
-		}
-	}
+	j := sideSearch(es, rep, win)
 	found := j < len(es) && es[j].rep() == rep && es[j].win(win) == win
 	var diff uint64
 	var member bool
@@ -953,11 +943,11 @@ const (
 	walkTotals        // the PoP totals (Totals)
 )
 
-// entries is Own, Entries and Totals. Under each shard's lock it copies
-// counts and key bytes into reused buffers and allocates nothing, so that a
-// walk of a large store never holds a lock across an allocation (which may
-// assist the garbage collector) or a callback; a lock is held for one shard's
-// copy at a time.
+// entries is Own, Entries and Totals over the shards [lo, hi). Under each
+// shard's lock it copies counts and key bytes into reused buffers, sized
+// before locking, so that a walk of a large store seldom holds a lock across
+// an allocation (which may assist the garbage collector) and never across a
+// callback; a lock is held for one shard's copy at a time.
 func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(ReplicaID, FlushEntry)) {
 	changed := OwnChanged
 	if walk == walkTotals {
@@ -966,6 +956,15 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(R
 	var recs []entryRec
 	var keys []walkKey // a slot's key, in kb
 	var kb []byte
+	if lo < hi {
+		// The first shard's copy is sized from its keys: a key gives up
+		// to three records (Entries: more), and most keys are short.
+		sh := &s.shards[lo]
+		sh.mu.Lock()
+		n := sh.used
+		sh.mu.Unlock()
+		recs, keys, kb = make([]entryRec, 0, 3*n), make([]walkKey, 0, n), make([]byte, 0, 16*n)
+	}
 	for si := lo; si < hi; si++ {
 		sh := &s.shards[si]
 		// Shards hold about as many keys each: room for twice the last
@@ -1185,7 +1184,7 @@ func (s *Store) Stats() StoreStats {
 		sh.mu.Lock()
 		st.Keys += sh.used
 		st.HotKeys += len(sh.hot)
-		st.TableBytes += len(sh.slots) * int(unsafe.Sizeof(slot{}))
+		st.TableBytes += len(sh.slots)*int(unsafe.Sizeof(slot{})) + 4*len(sh.side.at)
 		st.OffHeapBytes += sh.offHeapBytes()
 		st.ArenaBytes += cap(sh.arena)
 		sh.mu.Unlock()

@@ -750,3 +750,18 @@ func TestSideEntriesAcrossWindowWrap(t *testing.T) {
 		}
 	}
 }
+
+// TestRollAfterIdleOf2To32Windows: a key idle for 2^32 windows exactly
+// must not read its remote entries' 32-bit windows as live ones.
+func TestRollAfterIdleOf2To32Windows(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	r, _ := st.Intern(rep("other", 1))
+	const w = int64(1000)
+	if got := st.Merge(0, "k", w, w, r, 50); got != Merged {
+		t.Fatal(got)
+	}
+	later := w + 1<<32
+	if res := st.Admit(0, "k", at(later), 100, 1, false); res.Estimate != 0 {
+		t.Fatalf("estimate %v at window %d: a count of window %d came back", res.Estimate, later, w)
+	}
+}

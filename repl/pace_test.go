@@ -35,22 +35,18 @@ func TestAntiEntropyIsPaced(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// Tick every 10ms for two intervals; the counts stay put, so
-			// after the first flush only anti-entropy sends them.
-			seen := map[string]int{} // key -> parts that held it, second round
+			// Tick every 10ms for three intervals and a half; the counts stay
+			// put, so after the first flush only anti-entropy sends them.
+			// Rounds are told apart by the core's count of rounds started:
+			// the second one is watched (the first starts with the flushes).
+			seen := map[string]int{} // key -> parts of the second round that held it
 			var sentAt []int64       // the second round's sends
-			var round2 int64
-			for now := t0; now < t0+int64(2*ae)+int64(ae/2); now += int64(10 * time.Millisecond) {
+			for now := t0; now < t0+int64(3*ae)+int64(ae/2); now += int64(10 * time.Millisecond) {
 				c.Tick(now)
+				round := c.Stats().AntiEntropies
 				for _, m := range c.Ready() {
-					if m.Link != LinkGlobal || m.Kind != KindDelta || !m.Reliable || len(m.Delta.Entries) == 0 {
+					if round != 2 || m.Link != LinkGlobal || m.Kind != KindDelta || !m.Reliable || len(m.Delta.Entries) == 0 {
 						continue
-					}
-					if round2 == 0 && now >= t0+int64(ae)+int64(ae/2) {
-						round2 = now // a round started within the first interval and a half
-					}
-					if round2 == 0 {
-						continue // the first round: started with the flushes
 					}
 					sentAt = append(sentAt, now)
 					for _, e := range m.Delta.Entries {
