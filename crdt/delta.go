@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -125,9 +126,10 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 			return nil, fmt.Errorf("crdt: encode: block rule name of %d bytes (want 1-%d)", len(e.Rule), MaxRuleNameLen)
 		}
 	}
+	st := encoders.Get().(*encoder)
+	defer st.put()
 	var out [][]byte
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	buf, enc := &st.buf, st.enc
 	entries := d.Entries
 	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0) {
 		n, rules := fit(len(entries), func(i int) (string, int) { return entries[i].Rule, len(entries[i].Key) },
@@ -139,7 +141,30 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 		out = append(out, bytes.Clone(buf.Bytes()))
 		entries = entries[n:]
 	}
-	return encodeBlocks(out, enc, &buf, d, maxBytes)
+	return encodeBlocks(out, enc, buf, d, maxBytes)
+}
+
+// encoder is a buffer and a msgpack encoder writing to it, reused across
+// Encode calls through encoders: most deltas are small, and a new encoder
+// and a growing buffer cost more than encoding them.
+type encoder struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := &encoder{}
+	e.enc = msgpack.NewEncoder(&e.buf)
+	return e
+}}
+
+// put returns e to the pool, unless a large batch grew its buffer: that
+// memory goes back to the garbage collector rather than staying pooled.
+func (e *encoder) put() {
+	if e.buf.Cap() <= 64<<10 {
+		e.buf.Reset()
+		encoders.Put(e)
+	}
 }
 
 // fit returns how many of the first n items (item i of rule and key length

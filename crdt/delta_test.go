@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -392,4 +393,45 @@ func BenchmarkDecodeDelta(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/entry")
 	b.ReportMetric(float64(len(msgs[0]))/100, "bytes/entry")
+}
+
+// TestEncodeConcurrentReusesNothingShared: encoders are pooled, so
+// concurrent Encode calls of deltas large and small must each get exactly
+// their own delta back.
+func TestEncodeConcurrentReusesNothingShared(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			for i := range 60 {
+				d := sampleDelta(rng, 1+rng.IntN(3000))
+				d.SentAt = int64(g*1000 + i)
+				msgs, err := Encode(d, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var got []Entry
+				for _, m := range msgs {
+					p, err := Decode(m)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if p.SentAt != d.SentAt || p.Sender != d.Sender {
+						t.Errorf("goroutine %d delta %d: header of another delta", g, i)
+						return
+					}
+					got = append(got, p.Entries...)
+				}
+				if len(got) != len(d.Entries) {
+					t.Errorf("goroutine %d delta %d: %d entries back, want %d", g, i, len(got), len(d.Entries))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
