@@ -55,7 +55,11 @@ func (n *Node) SetAllowance(scope Scope, a Allowance) {
 		n.allow[scope].Store(nil)
 		return
 	}
-	n.allow[scope].Store(&crdt.Allowance{Horizon: int64(a.Horizon), Members: max(a.Members, 1), PoPs: max(a.PoPs, 1)})
+	next := crdt.Allowance{Horizon: int64(a.Horizon), Members: max(a.Members, 1), PoPs: max(a.PoPs, 1)}
+	if cur := n.allow[scope].Load(); cur != nil && *cur == next {
+		return // unchanged: the replication core sets it after every peer check
+	}
+	n.allow[scope].Store(&next)
 }
 
 // AllowanceOf returns the allowance of scope in force (the zero value when

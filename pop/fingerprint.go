@@ -9,8 +9,8 @@ import "strconv"
 // differs between them (a rule whose window differs shares no counts). It is
 // FNV-1a, the same on every node and every version that keeps these fields.
 func (r Rule) Fingerprint() uint64 {
-	b := make([]byte, 0, len(r.Name)+48)
-	b = append(b, r.Name...)
+	var buf [160]byte // on the stack: heartbeats fingerprint every rule
+	b := append(buf[:0], r.Name...)
 	b = append(b, 0)
 	b = strconv.AppendInt(b, int64(r.Window), 10)
 	b = append(b, 0)

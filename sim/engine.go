@@ -113,16 +113,18 @@ type phaseSpan struct {
 
 // engine is one run. It is not safe for concurrent use.
 type engine struct {
-	ctx    context.Context
-	sc     *Scenario
-	opts   Options
-	policy string
-	rules  []pop.Rule
-	now    int64
-	end    int64
-	q      queue
-	trng   *rng // traffic: arrivals, keys, PoPs, nodes
-	nrng   *rng // network and timer phases
+	partsBuf []*crdt.Delta // encode's results, reused
+	sizesBuf []uint32
+	ctx      context.Context
+	sc       *Scenario
+	opts     Options
+	policy   string
+	rules    []pop.Rule
+	now      int64
+	end      int64
+	q        queue
+	trng     *rng // traffic: arrivals, keys, PoPs, nodes
+	nrng     *rng // network and timer phases
 
 	regions  []string
 	pops     []popInfo
@@ -967,7 +969,7 @@ func sortEntries(d *crdt.Delta) {
 
 // encode encodes d as the transport would (at most maxBytes per message)
 // and returns the deltas as the receivers decode them, their sizes, and the
-// bytes sent.
+// bytes sent. The two slices are the engine's, valid until the next call.
 func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, []uint32, uint64) {
 	msgs, err := crdt.Encode(d, maxBytes)
 	if err != nil {
@@ -975,15 +977,21 @@ func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, []uint32, u
 		return nil, nil, 0
 	}
 	var size uint64
-	sizes := make([]uint32, len(msgs))
-	for i, m := range msgs {
+	sizes := e.sizesBuf[:0]
+	for _, m := range msgs {
 		size += uint64(len(m))
-		sizes[i] = uint32(len(m))
+		sizes = append(sizes, uint32(len(m)))
 	}
+	e.sizesBuf = sizes
+	parts := e.partsBuf[:0]
 	if len(msgs) == 1 {
-		return []*crdt.Delta{d}, sizes, size
+		e.partsBuf = append(parts, d)
+		return e.partsBuf, sizes, size
 	}
-	parts := make([]*crdt.Delta, len(msgs))
+	for range msgs {
+		parts = append(parts, nil)
+	}
+	e.partsBuf = parts
 	for i, m := range msgs {
 		if parts[i], err = crdt.Decode(m); err != nil {
 			e.err = fmt.Errorf("sim: decode: %w", err)
