@@ -390,6 +390,8 @@ func (r *Replicator) step() int64 {
 	})
 	if driftChanged {
 		r.logDrift(drift, driftVer)
+	} else {
+		r.drift.roll(r, r.clk.Now()) // says what a period left out, changes or not
 	}
 	if !r.synced && startup.Synced {
 		r.synced = true
