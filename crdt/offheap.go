@@ -1,6 +1,9 @@
 package crdt
 
-import "runtime"
+import (
+	"runtime"
+	"unsafe"
+)
 
 // Tables outside the Go heap.
 //
@@ -30,6 +33,8 @@ func (sh *shard) setSlots(n int) *offHeap {
 	old := sh.mapped
 	slots, mem := mapSlots(n)
 	sh.slots, sh.mapped = slots, nil
+	sh.base.Store(uintptr(unsafe.Pointer(unsafe.SliceData(slots))))
+	sh.n.Store(int64(len(slots)))
 	if mem != nil {
 		m := &offHeap{mem: mem}
 		m.cleanup = runtime.AddCleanup(m, unmap, mem)

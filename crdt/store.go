@@ -307,6 +307,11 @@ type shard struct {
 	// locking it: a node of many shards and few changing keys flushes in
 	// time of the keys, not of the shards.
 	work atomic.Bool
+	// base and n are the table's address and length, written under mu
+	// with slots and read without it by Prefetch: a stale pair only
+	// prefetches the wrong line.
+	base atomic.Uintptr
+	n    atomic.Int64
 	_    [64]byte
 }
 
@@ -544,6 +549,27 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 	} else {
 		h = s.hash(rule, key)
 	}
+	return s.admitHashed(h, rule, key, now, limit, cost, count, a)
+}
+
+// Hash returns the hash of (rule, key) and prefetches the slot where a look-up
+// of it starts, so that a caller with other work to do before it decides
+// (AdmitSplitHashed) overlaps that work with the memory access.
+func (s *Store) Hash(rule RuleID, key string) uint64 {
+	h := s.hash(rule, key)
+	sh := s.shardOf(h)
+	if n := sh.n.Load(); n > 0 {
+		prefetch(sh.base.Load() + uintptr(home(h, int(n)))*unsafe.Sizeof(slot{}))
+	}
+	return h
+}
+
+// AdmitSplitHashed is AdmitSplit with h, the Hash of (rule, key).
+func (s *Store) AdmitSplitHashed(h uint64, rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) AdmitResult {
+	return s.admitHashed(h, rule, key, now, limit, cost, count, a)
+}
+
+func (s *Store) admitHashed(h uint64, rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) AdmitResult {
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	i, ok := sh.find(h, rule, key)
@@ -637,6 +663,13 @@ func (sh *shard) markDirty(i int32, sl *slot, bits uint8) {
 // receiver's current window index for the rule. When rep is a member, a
 // raised count marks the window's PoP total changed for Flush.
 func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaID, count uint64) MergeOutcome {
+	return s.MergeHashed(s.hash(rule, key), rule, key, nowIndex, win, rep, count)
+}
+
+// MergeHashed is Merge with h, the Hash of (rule, key): a caller merging a
+// batch hashes the next entry's key, which prefetches its slot, before it
+// merges the current one.
+func (s *Store) MergeHashed(h uint64, rule RuleID, key string, nowIndex, win int64, rep ReplicaID, count uint64) MergeOutcome {
 	if rep == SelfID {
 		return Self
 	}
@@ -649,7 +682,6 @@ func (s *Store) Merge(rule RuleID, key string, nowIndex, win int64, rep ReplicaI
 	if count == 0 {
 		return Unchanged // never above what is known; holds no entry
 	}
-	h := s.hash(rule, key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

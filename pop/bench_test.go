@@ -181,29 +181,41 @@ func BenchmarkDecideParallel(b *testing.B) {
 	}
 }
 
-// BenchmarkApply merges one delta batch of 100 entries from another PoP's aggregate
-// into a node holding 100k keys; every batch raises the counts so each entry
-// really merges.
+// BenchmarkApply merges one delta batch of 100 entries from another PoP's
+// aggregate into a node holding 100k keys; every batch raises the counts so
+// each entry really merges. "hot" merges the same 100 keys every time (in
+// cache); "spread" takes each batch's 100 keys from all 100k in random
+// order, so that nearly every entry's slot is a cache miss, as in a node
+// receiving a fleet's deltas.
 func BenchmarkApply(b *testing.B) {
 	created, keys := ipv4Keys(benchKeys)
 	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
-	n := benchNode(b, created, now)
 	w := now / int64(time.Minute)
-	d := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 7)}
-	for i := 0; i < 100; i++ {
-		d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: keys[i], Window: w})
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for j := range d.Entries {
-			d.Entries[j].Count = uint64(i + 1)
+	for _, spread := range []bool{false, true} {
+		name := "hot"
+		if spread {
+			name = "spread"
 		}
-		if st := n.Apply(now, &d, ScopeGlobal); st.Merged != 100 {
-			b.Fatalf("merged %d of 100", st.Merged)
-		}
+		b.Run(name, func(b *testing.B) {
+			n := benchNode(b, created, now)
+			d := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 7), Entries: make([]crdt.Entry, 100)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for j := range d.Entries {
+					k := j
+					if spread {
+						k = (i*100 + j) % len(keys)
+					}
+					d.Entries[j] = crdt.Entry{Rule: "api", Key: keys[k], Window: w, Count: uint64(i + 1)}
+				}
+				if st := n.Apply(now, &d, ScopeGlobal); st.Merged != 100 {
+					b.Fatalf("merged %d of 100", st.Merged)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/entry")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/entry")
 }
 
 // BenchmarkMemoryPerKey stores 1M IPv4 keys with one replica and reports the
