@@ -1,76 +1,76 @@
 package crdt
 
+import "unsafe"
+
 // sideTable holds a shard's remote entries (sideEntry), by slot position:
-// at[i] is 1 + the index in lists of slot i's entries, 0 for none. A merge
-// finds a key's entries with one read of a pointer-free array, where a map
-// keyed by position took a hash and a probe of its own; moving a slot moves
-// one int32. at is allocated with the shard's first remote entry and kept
-// until a rehash finds none (a node with only node-scope rules never has
-// one), and lists reuses the places freed.
+// lists[i] is slot i's, nil for none. A merge finds a key's entries with one
+// read of a slice parallel to the slots, at the key's position, which
+// Store.Hash prefetches with the slot; a map keyed by position took a hash
+// and a probe of its own. Moving a slot moves one slice header. lists is
+// allocated with the shard's first remote entry (a node with only
+// node-scope rules never has one) and kept until a rehash finds none.
 type sideTable struct {
-	at    []int32
 	lists [][]sideEntry
-	free  []int32
+	live  int // lists that are not nil
 }
 
 // get returns slot i's entries (nil for none).
 func (t *sideTable) get(i int32) []sideEntry {
-	if t.at == nil {
+	if t.lists == nil {
 		return nil
 	}
-	if x := t.at[i]; x != 0 {
-		return t.lists[x-1]
-	}
-	return nil
+	return t.lists[i]
 }
 
-// set makes es slot i's entries, in a table of n slots.
-func (t *sideTable) set(i int32, es []sideEntry, n int) {
-	if t.at == nil {
-		t.at = make([]int32, n)
+// set makes es (not nil) slot i's entries, in a table of n slots; it
+// reports whether it allocated the table's lists.
+func (t *sideTable) set(i int32, es []sideEntry, n int) bool {
+	grown := t.lists == nil
+	if grown {
+		t.lists = make([][]sideEntry, n)
 	}
-	x := t.at[i]
-	if x == 0 {
-		if k := len(t.free); k > 0 {
-			x, t.free = t.free[k-1], t.free[:k-1]
-		} else {
-			t.lists = append(t.lists, nil)
-			x = int32(len(t.lists))
-		}
-		t.at[i] = x
+	if t.lists[i] == nil {
+		t.live++
 	}
-	t.lists[x-1] = es
+	t.lists[i] = es
+	return grown
 }
 
 // del drops slot i's entries.
 func (t *sideTable) del(i int32) {
-	if t.at == nil {
-		return
-	}
-	if x := t.at[i]; x != 0 {
-		t.lists[x-1] = nil
-		t.free = append(t.free, x)
-		t.at[i] = 0
+	if t.lists != nil && t.lists[i] != nil {
+		t.lists[i] = nil
+		t.live--
 	}
 }
 
 // move moves slot from's entries to the empty position to.
 func (t *sideTable) move(from, to int32) {
-	if t.at != nil {
-		t.at[to], t.at[from] = t.at[from], 0
+	if t.lists != nil {
+		t.lists[to], t.lists[from] = t.lists[from], nil
 	}
 }
 
-// live returns how many slots hold entries.
-func (t *sideTable) live() int { return len(t.lists) - len(t.free) }
-
-// rebuilt returns an empty table for n slots and the lists of t compacted
-// into it as the caller re-sets them (rehash).
+// rebuilt returns an empty table for n slots, for the caller to re-set
+// t's lists in (rehash); without lists when t holds none.
 func (t *sideTable) rebuilt(n int) sideTable {
-	if t.live() == 0 {
+	if t.live == 0 {
 		return sideTable{}
 	}
-	return sideTable{at: make([]int32, n), lists: make([][]sideEntry, 0, t.live())}
+	return sideTable{lists: make([][]sideEntry, n)}
+}
+
+// setSide makes es slot i's entries; the caller holds sh.mu.
+func (sh *shard) setSide(i int32, es []sideEntry) {
+	if sh.side.set(i, es, len(sh.slots)) {
+		sh.noteSideBase()
+	}
+}
+
+// noteSideBase publishes where the side lists are, for Store.Hash's
+// prefetch; the caller holds sh.mu and has just replaced sh.side.lists.
+func (sh *shard) noteSideBase() {
+	sh.sideBase.Store(uintptr(unsafe.Pointer(unsafe.SliceData(sh.side.lists))))
 }
 
 // sideSearch returns the position in es of the first entry not below

@@ -151,8 +151,8 @@ type StoreStats struct {
 	Replicas int
 	// HotKeys is the number of keys holding near-limit allowance state.
 	HotKeys int
-	// TableBytes is the size of the shards' slot tables (with the index
-	// of their remote entries, see sideTable), OffHeapBytes the part of it
+	// TableBytes is the size of the shards' slot tables (with the lists
+	// of their remote entries laid out beside them, see sideTable), OffHeapBytes the part of it
 	// outside the Go heap (see offheap.go), ArenaBytes the size
 	// of the arenas of long keys.
 	TableBytes, OffHeapBytes, ArenaBytes int
@@ -312,7 +312,9 @@ type shard struct {
 	// prefetches the wrong line.
 	base atomic.Uintptr
 	n    atomic.Int64
-	_    [64]byte
+	// sideBase is where side.lists is, for the same prefetch; 0 for none.
+	sideBase atomic.Uintptr
+	_        [64]byte
 }
 
 // noteWork marks the shard as having work for Flush; the caller holds sh.mu
@@ -521,7 +523,7 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 		sl.flags &^= flagSide
 		return
 	}
-	sh.side.set(i, es, len(sh.slots))
+	sh.setSide(i, es)
 }
 
 // AdmitResult is the outcome of Admit.
@@ -559,7 +561,11 @@ func (s *Store) Hash(rule RuleID, key string) uint64 {
 	h := s.hash(rule, key)
 	sh := s.shardOf(h)
 	if n := sh.n.Load(); n > 0 {
-		prefetch(sh.base.Load() + uintptr(home(h, int(n)))*unsafe.Sizeof(slot{}))
+		p := uintptr(home(h, int(n)))
+		prefetch(sh.base.Load() + p*unsafe.Sizeof(slot{}))
+		if sb := sh.sideBase.Load(); sb != 0 {
+			prefetch(sb + p*unsafe.Sizeof([]sideEntry(nil)))
+		}
 	}
 	return h
 }
@@ -718,7 +724,7 @@ func (s *Store) MergeHashed(h uint64, rule RuleID, key string, nowIndex, win int
 			return Full
 		}
 		member = s.isMember(rep)
-		sh.side.set(i, slices.Insert(es, j, newSideEntry(win, rep, count, member)), len(sh.slots))
+		sh.setSide(i, slices.Insert(es, j, newSideEntry(win, rep, count, member)))
 		sl.flags |= flagSide
 		diff = count
 	}
@@ -1216,7 +1222,7 @@ func (s *Store) Stats() StoreStats {
 		sh.mu.Lock()
 		st.Keys += sh.used
 		st.HotKeys += len(sh.hot)
-		st.TableBytes += len(sh.slots)*int(unsafe.Sizeof(slot{})) + 4*len(sh.side.at)
+		st.TableBytes += len(sh.slots)*int(unsafe.Sizeof(slot{})) + 24*len(sh.side.lists)
 		st.OffHeapBytes += sh.offHeapBytes()
 		st.ArenaBytes += cap(sh.arena)
 		sh.mu.Unlock()
@@ -1340,7 +1346,7 @@ func (s *Store) DropReplica(r Replica) int {
 				sh.side.del(int32(i))
 				sl.flags &^= flagSide
 			} else {
-				sh.side.set(int32(i), kept, len(sh.slots))
+				sh.setSide(int32(i), kept)
 			}
 		}
 		sh.mu.Unlock()

@@ -596,7 +596,7 @@ func TestInternCap(t *testing.T) {
 }
 
 // TestTableSurvivesChurn inserts, merges into and removes many short and
-// long keys (exercising growth, backward-shift deletion and the side maps that
+// long keys (exercising growth, backward-shift deletion and the side structures that
 // move with slots) and checks every key's counts and the change marks (own
 // and PoP total, the remote being a member) against a model.
 func TestTableSurvivesChurn(t *testing.T) {

@@ -147,6 +147,7 @@ func (sh *shard) rehash(s *Store, n int) {
 	sh.arena = make([]byte, 0, len(oldArena)-sh.arenaDead)
 	sh.arenaDead = 0
 	sh.side = oldSide.rebuilt(n)
+	sh.noteSideBase()
 	sh.hot = make(map[int32]int32, len(oldHot))
 	if cap(sh.dirty) > 2*sh.used+64 {
 		sh.dirty = make([]int32, 0, sh.used)
