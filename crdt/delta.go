@@ -338,6 +338,36 @@ func malformed(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrDeltaMalformed}, args...)...)
 }
 
+// items reads the array of a group's items, each of per elements, and
+// returns how many items it holds: refused unless the elements make whole
+// items and the message's items (have before it) stay within
+// MaxDeltaEntries.
+func (d *Decoder) items(what string, per, have int) (int, error) {
+	n, err := d.arrayLen(-1, what)
+	if err != nil {
+		return 0, err
+	}
+	if n%per != 0 {
+		return 0, malformed("%s: %d elements, not a multiple of %d", what, n, per)
+	}
+	if have+n/per > MaxDeltaEntries {
+		return 0, malformed("more than %d %s", MaxDeltaEntries, what)
+	}
+	return n / per, nil
+}
+
+// key reads an item's key: 1 to MaxKeyLen bytes.
+func (d *Decoder) key(what string) ([]byte, error) {
+	kb, err := d.str(MaxKeyLen, what)
+	if err != nil {
+		return nil, err
+	}
+	if len(kb) == 0 {
+		return nil, malformed("empty %s", what)
+	}
+	return kb, nil
+}
+
 func (d *Decoder) arrayLen(want int, what string) (int, error) {
 	n, err := d.dec.DecodeArrayLen()
 	if err != nil {
@@ -455,23 +485,14 @@ func (d *Decoder) decode(out *Delta) error {
 		if err != nil {
 			return err
 		}
-		n, err := d.arrayLen(-1, "entries")
+		n, err := d.items("entries", 3, len(out.Entries))
 		if err != nil {
 			return err
 		}
-		if n%3 != 0 {
-			return malformed("entries: %d elements, not a multiple of 3", n)
-		}
-		if len(out.Entries)+n/3 > MaxDeltaEntries {
-			return malformed("more than %d entries", MaxDeltaEntries)
-		}
-		for k := 0; k < n/3; k++ {
-			kb, err := d.str(MaxKeyLen, "key")
+		for k := 0; k < n; k++ {
+			kb, err := d.key("key")
 			if err != nil {
 				return err
-			}
-			if len(kb) == 0 {
-				return malformed("empty key")
 			}
 			off, err := d.uint()
 			if err != nil {

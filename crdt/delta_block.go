@@ -90,23 +90,14 @@ func (d *Decoder) decodeBlocks(out *Delta) error {
 		if err != nil {
 			return err
 		}
-		n, err := d.arrayLen(-1, "blocks")
+		n, err := d.items("blocks", 2, len(out.Blocks))
 		if err != nil {
 			return err
 		}
-		if n%2 != 0 {
-			return malformed("blocks: %d elements, not a multiple of 2", n)
-		}
-		if len(out.Blocks)+n/2 > MaxDeltaEntries {
-			return malformed("more than %d blocks", MaxDeltaEntries)
-		}
-		for k := 0; k < n/2; k++ {
-			kb, err := d.str(MaxKeyLen, "block key")
+		for k := 0; k < n; k++ {
+			kb, err := d.key("block key")
 			if err != nil {
 				return err
-			}
-			if len(kb) == 0 {
-				return malformed("empty block key")
 			}
 			until, err := d.dec.DecodeInt64()
 			if err != nil {
