@@ -27,12 +27,7 @@ import (
 // (as in CI), when it fails.
 func TestCaddyForwardAuth(t *testing.T) {
 	bin := caddyBinary(t)
-	up := newUpstream(t)
-	ex := filepath.Join("..", "examples", "forward-auth")
-	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
-	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
-	yaml = replaceOnce(t, yaml, "127.0.0.1:8090", "127.0.0.1:0")
-	ta := startApp(t, yaml)
+	up, ta, ex := startForwardAuthExample(t)
 
 	site := readFile(t, filepath.Join(ex, "caddy", "Caddyfile"))
 	site = replaceOnce(t, site, "forward_auth 127.0.0.1:8090 {", "forward_auth "+ta.ForwardAuthAddr().String()+" {")

@@ -18,6 +18,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// startForwardAuthExample starts a real upstream and geolimit with the
+// shipped examples/forward-auth/geolimit.yaml on free ports, for a proxy
+// test to put its proxy between them; ex is the examples directory.
+func startForwardAuthExample(t *testing.T) (up *upstream, ta *testApp, ex string) {
+	t.Helper()
+	up = newUpstream(t)
+	ex = filepath.Join("..", "examples", "forward-auth")
+	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
+	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
+	yaml = replaceOnce(t, yaml, "127.0.0.1:8090", "127.0.0.1:0")
+	return up, startApp(t, yaml), ex
+}
+
 // TestNginxForwardAuth puts a real nginx, configured with the shipped
 // examples/forward-auth files, in front of a real upstream, and geolimit's
 // forward-auth listener behind auth_request. The client connects from
@@ -28,12 +41,7 @@ import (
 // GEOLIMIT_REQUIRE_NGINX=1 (as in CI), when it fails.
 func TestNginxForwardAuth(t *testing.T) {
 	bin := nginxBinary(t)
-	up := newUpstream(t)
-	ex := filepath.Join("..", "examples", "forward-auth")
-	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
-	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
-	yaml = replaceOnce(t, yaml, "127.0.0.1:8090", "127.0.0.1:0")
-	ta := startApp(t, yaml)
+	up, ta, ex := startForwardAuthExample(t)
 
 	dir := t.TempDir()
 	site := readFile(t, filepath.Join(ex, "nginx", "site.conf"))
