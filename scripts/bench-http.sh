@@ -27,22 +27,8 @@ ROUNDS=${ROUNDS:-3}
 
 cd "$(dirname "$0")/.."
 
-if ! command -v wrk >/dev/null 2>&1; then
-	echo "wrk not found; installing it with apt-get" >&2
-	SUDO=""
-	[ "$(id -u)" -ne 0 ] && SUDO=sudo
-	$SUDO apt-get update -qq >/dev/null
-	$SUDO apt-get install -y -qq wrk >/dev/null
-fi
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
 
 echo "building edge" >&2
 go build -o "$work/edge" ./cmd/edge

@@ -37,22 +37,8 @@ PROFILE=${PROFILE:-}
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-if ! command -v wrk >/dev/null 2>&1; then
-	echo "wrk not found; installing it with apt-get" >&2
-	SUDO=""
-	[ "$(id -u)" -ne 0 ] && SUDO=sudo
-	$SUDO apt-get update -qq >/dev/null
-	$SUDO apt-get install -y -qq wrk >/dev/null
-fi
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/bench-lib.sh
+. scripts/bench-lib.sh
 
 # free_port: a TCP port nobody listens on right now.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
