@@ -20,21 +20,7 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Node: n, FlushInterval: 50 * time.Millisecond, PoPLink: true, GlobalLink: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a2 := crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 2}
-	c.SetMembers(0, []string{MemberName(a2)})
-	now := int64(t0)
-	c.Tick(now)
-	now += int64(c.cfg.EpochWait)
-	c.Tick(now)
-	for !c.speaker(c.slotOf(now)) {
-		now += int64(50 * time.Millisecond)
-	}
-	c.Tick(now)
-	c.Ready()
+	c, a2, now := speakingCore(t, n)
 	until := now + int64(time.Minute)
 
 	own := crdt.Delta{Sender: a2, SentAt: now, Epoch: 1, Blocks: []crdt.Block{{Rule: "ip", Key: "member", Until: until}}}

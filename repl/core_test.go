@@ -371,18 +371,18 @@ func TestNewRefusesIncarnationZero(t *testing.T) {
 	}
 }
 
-// A member's forwarded totals are published only for global rules the
-// speaker knows, in live windows, for a slot no further from now than a
-// member's clock may be; the rest is refused and counted.
-func TestForwardedTotalsAreChecked(t *testing.T) {
-	n := testNode(t, ams1)
+// speakingCore returns a core of n (ams1) with one other member, a2, its
+// PoP's epoch started (1), ticked at now, the start of a flush slot it
+// speaks for, and nothing left ready.
+func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 crdt.Replica, now int64) {
+	t.Helper()
 	c, err := New(Config{Node: n, FlushInterval: 50 * time.Millisecond, PoPLink: true, GlobalLink: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2 := crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 2}
+	a2 = crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 2}
 	c.SetMembers(0, []string{MemberName(a2)})
-	now := int64(t0)
+	now = int64(t0)
 	c.Tick(now)
 	now += int64(c.cfg.EpochWait)
 	c.Tick(now)
@@ -394,6 +394,14 @@ func TestForwardedTotalsAreChecked(t *testing.T) {
 	}
 	c.Tick(now)
 	c.Ready()
+	return c, a2, now
+}
+
+// A member's forwarded totals are published only for global rules the
+// speaker knows, in live windows, for a slot no further from now than a
+// member's clock may be; the rest is refused and counted.
+func TestForwardedTotalsAreChecked(t *testing.T) {
+	c, _, now := speakingCore(t, testNode(t, ams1))
 	w := now / int64(ruleWindow)
 	fwd := crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", 1), SentAt: now, Epoch: 1, Entries: []crdt.Entry{
 		{Rule: "api", Key: "good", Window: w, Count: 7},
