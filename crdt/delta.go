@@ -214,6 +214,22 @@ func contains(s []string, v string) bool {
 	return false
 }
 
+// encodeHeader writes the start of a message of version with fields
+// top-level fields: the array, the version, the sender, SentAt and Epoch.
+func encodeHeader(enc *msgpack.Encoder, d *Delta, version uint64, fields int) error {
+	return errors.Join(
+		enc.EncodeArrayLen(fields),
+		enc.EncodeUint(version),
+		enc.EncodeArrayLen(4),
+		enc.EncodeString(d.Sender.Region),
+		enc.EncodeString(d.Sender.PoP),
+		enc.EncodeString(d.Sender.Node),
+		enc.EncodeUint(d.Sender.Incarnation),
+		enc.EncodeInt(d.SentAt),
+		enc.EncodeUint(d.Epoch),
+	)
+}
+
 func encodeChunk(enc *msgpack.Encoder, d *Delta, entries []Entry, rules []string) error {
 	var err error
 	put := func(e error) {
@@ -221,15 +237,7 @@ func encodeChunk(enc *msgpack.Encoder, d *Delta, entries []Entry, rules []string
 			err = e
 		}
 	}
-	put(enc.EncodeArrayLen(5))
-	put(enc.EncodeUint(DeltaVersion))
-	put(enc.EncodeArrayLen(4))
-	put(enc.EncodeString(d.Sender.Region))
-	put(enc.EncodeString(d.Sender.PoP))
-	put(enc.EncodeString(d.Sender.Node))
-	put(enc.EncodeUint(d.Sender.Incarnation))
-	put(enc.EncodeInt(d.SentAt))
-	put(enc.EncodeUint(d.Epoch))
+	put(encodeHeader(enc, d, DeltaVersion, 5))
 	put(enc.EncodeArrayLen(len(rules)))
 	for _, r := range rules {
 		base, n := int64(math.MaxInt64), 0

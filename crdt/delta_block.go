@@ -38,15 +38,7 @@ func encodeBlockChunk(enc *msgpack.Encoder, d *Delta, blocks []Block, rules []st
 			err = e
 		}
 	}
-	put(enc.EncodeArrayLen(6))
-	put(enc.EncodeUint(BlockVersion))
-	put(enc.EncodeArrayLen(4))
-	put(enc.EncodeString(d.Sender.Region))
-	put(enc.EncodeString(d.Sender.PoP))
-	put(enc.EncodeString(d.Sender.Node))
-	put(enc.EncodeUint(d.Sender.Incarnation))
-	put(enc.EncodeInt(d.SentAt))
-	put(enc.EncodeUint(d.Epoch))
+	put(encodeHeader(enc, d, BlockVersion, 6))
 	put(enc.EncodeArrayLen(0)) // no count groups
 	put(enc.EncodeArrayLen(len(rules)))
 	for _, r := range rules {

@@ -80,24 +80,12 @@ func TestCaddyForwardAuth(t *testing.T) {
 // caddyBinary finds caddy, or skips (fails with GEOLIMIT_REQUIRE_CADDY=1).
 func caddyBinary(t *testing.T) string {
 	t.Helper()
-	missing := func(why string) {
-		t.Helper()
-		if os.Getenv("GEOLIMIT_REQUIRE_CADDY") == "1" {
-			t.Fatalf("GEOLIMIT_REQUIRE_CADDY=1 but %s", why)
+	return proxyBinary(t, "caddy", "GEOLIMIT_CADDY", "GEOLIMIT_REQUIRE_CADDY", "", func(bin string) string {
+		if out, err := exec.Command(bin, "version").CombinedOutput(); err != nil {
+			return "caddy version failed: " + err.Error() + ": " + string(out)
 		}
-		t.Skipf("%s: install caddy (apt-get install caddy) or set GEOLIMIT_CADDY to run this end-to-end test", why)
-	}
-	bin := os.Getenv("GEOLIMIT_CADDY")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("caddy"); err != nil {
-			missing("no caddy on PATH")
-		}
-	}
-	if out, err := exec.Command(bin, "version").CombinedOutput(); err != nil {
-		missing("caddy version failed: " + err.Error() + ": " + string(out))
-	}
-	return bin
+		return ""
+	})
 }
 
 // startCaddy runs caddy in the foreground with the Caddyfile site(port)

@@ -150,29 +150,47 @@ func assertLoginDenied(t *testing.T, r resp, inj []string) {
 // with GEOLIMIT_REQUIRE_NGINX=1).
 func nginxBinary(t *testing.T) string {
 	t.Helper()
+	return proxyBinary(t, "nginx", "GEOLIMIT_NGINX", "GEOLIMIT_REQUIRE_NGINX", "/usr/sbin/nginx", func(bin string) string {
+		out, err := exec.Command(bin, "-V").CombinedOutput()
+		if err != nil {
+			return "nginx -V failed: " + err.Error()
+		}
+		if !bytes.Contains(out, []byte("http_auth_request_module")) {
+			return bin + " is built without ngx_http_auth_request_module"
+		}
+		return ""
+	})
+}
+
+// proxyBinary finds the binary of a proxy for an end-to-end test: named by
+// the environment variable env, else name on PATH, else fallback (when not
+// empty); check returns why a binary found will not do ("" when it will).
+// Without one the test skips, unless the environment variable require is
+// 1 (as in CI), when it fails.
+func proxyBinary(t *testing.T, name, env, require, fallback string, check func(bin string) string) string {
+	t.Helper()
 	missing := func(why string) {
 		t.Helper()
-		if os.Getenv("GEOLIMIT_REQUIRE_NGINX") == "1" {
-			t.Fatalf("GEOLIMIT_REQUIRE_NGINX=1 but %s", why)
+		if os.Getenv(require) == "1" {
+			t.Fatalf("%s=1 but %s", require, why)
 		}
-		t.Skipf("%s: install nginx (apt-get install nginx) or set GEOLIMIT_NGINX to run this end-to-end test", why)
+		t.Skipf("%s: install %s (apt-get install %s) or set %s to run this end-to-end test", why, name, name, env)
 	}
-	bin := os.Getenv("GEOLIMIT_NGINX")
+	bin := os.Getenv(env)
 	if bin == "" {
 		var err error
-		if bin, err = exec.LookPath("nginx"); err != nil {
-			bin = "/usr/sbin/nginx"
+		if bin, err = exec.LookPath(name); err != nil {
+			if fallback == "" {
+				missing("no " + name + " on PATH")
+			}
+			bin = fallback
 		}
 	}
 	if _, err := os.Stat(bin); err != nil {
-		missing("no nginx binary (" + bin + ")")
+		missing("no " + name + " binary (" + bin + ")")
 	}
-	out, err := exec.Command(bin, "-V").CombinedOutput()
-	if err != nil {
-		missing("nginx -V failed: " + err.Error())
-	}
-	if !bytes.Contains(out, []byte("http_auth_request_module")) {
-		missing(bin + " is built without ngx_http_auth_request_module")
+	if why := check(bin); why != "" {
+		missing(why)
 	}
 	return bin
 }
