@@ -555,7 +555,7 @@ func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, coun
 			// Fail closed before counting: a key the store may have no
 			// room for is denied, and nothing goes to the rule's counter
 			// of keys without room.
-			if p := n.store.AdmitSplit(r.id, key, at, limit, cost, false, nil); p.Untracked {
+			if p := n.store.AdmitSplitHashed(h, r.id, key, at, limit, cost, false, nil); p.Untracked {
 				d := unsureDecision(r, UnsureStoreFull)
 				d.Untracked = true
 				return shadowed(r, d), nil
