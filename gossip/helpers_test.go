@@ -89,10 +89,11 @@ func clientPort(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
 
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	_, p, err := net.SplitHostPort(gossiptest.FreeAddr(t))
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	n, err := strconv.Atoi(p)
+	require.NoError(t, err)
+	return n
 }
 
 func hostPort(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)) }

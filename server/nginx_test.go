@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/gossip/gossiptest"
 )
 
 // startForwardAuthExample starts a real upstream and geolimit with the
@@ -278,13 +280,7 @@ http {
 }
 
 // freeAddr returns a 127.0.0.1 address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return gossiptest.FreeAddr(t) }
 
 func readFile(t *testing.T, path string) string {
 	t.Helper()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/gossip/gossiptest"
 )
 
 // examplePorts rewrites every 127.0.0.1:<port> of the example configs to a
@@ -26,29 +27,18 @@ func (p examplePorts) rewrite(t *testing.T, src string) string {
 	b, err := os.ReadFile(src)
 	require.NoError(t, err)
 	re := regexp.MustCompile(`127\.0\.0\.1:(\d{4,5})`)
-	out := re.ReplaceAllStringFunc(string(b), func(m string) string {
-		if p[m] == "" {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			p[m] = l.Addr().String()
-			require.NoError(t, l.Close())
-		}
-		return p[m]
-	})
+	out := re.ReplaceAllStringFunc(string(b), func(m string) string { return p.addr(t, m) })
 	path := filepath.Join(t.TempDir(), filepath.Base(src))
 	require.NoError(t, os.WriteFile(path, []byte(out), 0o600))
 	return path
 }
 
-// addr returns a 127.0.0.1 address that was free a moment ago, the same one
-// for the same name.
+// addr returns a 127.0.0.1 address that was free a moment ago
+// (gossiptest.FreeAddr), the same one for the same name.
 func (p examplePorts) addr(t *testing.T, name string) string {
 	t.Helper()
 	if p[name] == "" {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		p[name] = l.Addr().String()
-		require.NoError(t, l.Close())
+		p[name] = gossiptest.FreeAddr(t)
 	}
 	return p[name]
 }

@@ -8,10 +8,12 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +100,29 @@ type Example struct {
 	Ports map[string]string
 }
 
+// FreeAddr returns a 127.0.0.1 address free a moment ago, for a server a
+// test starts later (a config file names it). The port is drawn below
+// Linux's default range of ephemeral ports (32768-60999), which the
+// kernel hands out to the outgoing connections and port-0 listeners of
+// tests running meanwhile: a port from that range, free when drawn, is
+// soon some connection's source port.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(20000+mrand.IntN(12000)))
+		if err != nil {
+			continue // taken: draw again
+		}
+		addr := l.Addr().String()
+		if err := l.Close(); err != nil {
+			tb.Fatal(err)
+		}
+		return addr
+	}
+	tb.Fatal("gossiptest: no free port in 20000-31999")
+	return ""
+}
+
 var loopbackPort = regexp.MustCompile(`127\.0\.0\.1:(\d{4,5})`)
 
 // CopyExample copies the regular files of the directory src, which the
@@ -124,12 +149,7 @@ func CopyExample(tb testing.TB, src, rel string) *Example {
 		s := strings.ReplaceAll(string(b), strings.TrimSuffix(rel, "/")+"/", e.Dir+"/")
 		s = loopbackPort.ReplaceAllStringFunc(s, func(m string) string {
 			if e.Ports[m] == "" {
-				l, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					tb.Fatal(err)
-				}
-				e.Ports[m] = l.Addr().String()
-				_ = l.Close()
+				e.Ports[m] = FreeAddr(tb)
 			}
 			return e.Ports[m]
 		})
