@@ -75,15 +75,49 @@ func (sh *shard) noteSideBase() {
 
 // sideSearch returns the position in es of the first entry not below
 // (rep, win): a key's entries are sorted by (replica, window), and with
-// hundreds of PoPs a key holds hundreds of them. (A search that guesses
-// the position from the densely interned replica IDs was measured no
-// faster on the 300-PoP scenario: the first read of the list is the miss
-// that counts.)
-func sideSearch(es []sideEntry, rep ReplicaID, win int64) int {
-	lo, hi := 0, len(es)
+// hundreds of PoPs a key holds hundreds of them, several kilobytes. nreps
+// bounds the replica IDs (the store's table of replicas): IDs are handed
+// out densely, so a key that most replicas count in (a hot key, which most
+// merges are for) holds rep's entries near len(es)*rep/nreps. The search
+// starts there and gallops out to bracket the position, so that it reads
+// one or two cache lines where a binary search over the whole list reads
+// one per halving; on a sparse list the guess is off and the gallop costs
+// about what the binary search would.
+func sideSearch(es []sideEntry, rep ReplicaID, win int64, nreps int) int {
+	n := len(es)
+	before := func(e *sideEntry) bool {
+		return e.rep() < rep || e.rep() == rep && e.win(win) < win
+	}
+	lo, hi := 0, n
+	if n >= 16 && nreps > 0 {
+		g := min(int(uint64(n)*uint64(rep)/uint64(nreps)), n-1)
+		if before(&es[g]) {
+			// The position is after g: gallop right from g+1.
+			lo = g + 1
+			for step := 4; ; step <<= 1 {
+				if p := lo + step; p < n && before(&es[p]) {
+					lo = p + 1
+				} else {
+					hi = min(p, n)
+					break
+				}
+			}
+		} else {
+			// At or before g: gallop left.
+			hi = g
+			for step := 4; ; step <<= 1 {
+				if p := hi - step; p >= 0 && !before(&es[p]) {
+					hi = p
+				} else {
+					lo = max(p+1, 0)
+					break
+				}
+			}
+		}
+	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if e := &es[m]; e.rep() < rep || e.rep() == rep && e.win(win) < win {
+		if before(&es[m]) {
 			lo = m + 1
 		} else {
 			hi = m

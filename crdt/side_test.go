@@ -111,8 +111,10 @@ func TestSideSearch(t *testing.T) {
 			for want < len(es) && (es[want].rep() < rep || es[want].rep() == rep && es[want].win(win) < win) {
 				want++
 			}
-			if got := sideSearch(es, rep, win); got != want {
-				t.Fatalf("%d entries: search (%d, %d) = %d, want %d", len(es), rep, win-base, got, want)
+			for _, nreps := range []int{0, 1, int(r) + 10, int(r) * 3, 1 << 20} {
+				if got := sideSearch(es, rep, win, nreps); got != want {
+					t.Fatalf("%d entries, %d replicas: search (%d, %d) = %d, want %d", len(es), nreps, rep, win-base, got, want)
+				}
 			}
 		}
 	}

@@ -104,11 +104,16 @@ type Store struct {
 	shards      []shard
 	shardShift  uint
 	maxReplicas int
+	// nreps is len(reps), for merges to read without repMu (sideSearch).
+	nreps atomic.Int32
 
 	repMu   sync.RWMutex
 	repIDs  map[Replica]ReplicaID
 	repFree []ReplicaID // forgotten IDs, reused by Intern
 	reps    []Replica
+	// repGen changes whenever an ID is forgotten (and may then name
+	// another replica): an InternCache of another generation is stale.
+	repGen  atomic.Uint64
 	members atomic.Pointer[memberSet] // written under repMu, read anywhere
 	// excluded is the replicas the allowance leaves out (SetExcluded): nil
 	// for none. exclude decides for replicas interned later.
@@ -276,14 +281,32 @@ type memberSet struct{ w []atomic.Uint64 }
 // replicas' entries, hot keys) move with them, and a moved slot still marked dirty is
 // listed again at its new position.
 type shard struct {
-	mu     sync.Mutex
-	slots  []slot   // the table; live slots have flagLive
+	// The first two cache lines hold what a look-up and a merge read:
+	// Store.Hash loads base, n and sideBase (the line that holds the lock
+	// and the table too) and prefetches the second line, one entry ahead
+	// of the merge that uses them.
+	mu sync.Mutex
+	// base and n are the table's address and length, written under mu
+	// with slots and read without it by Prefetch: a stale pair only
+	// prefetches the wrong line.
+	base atomic.Uintptr
+	n    atomic.Int64
+	// sideBase is where side.lists is, for the same prefetch; 0 for none.
+	sideBase atomic.Uintptr
+	slots    []slot // the table; live slots have flagLive
+	// work is set while dirty or sent may hold something (noteWork), so
+	// that Flush and Pending pass a shard with nothing to do without
+	// locking it: a node of many shards and few changing keys flushes in
+	// time of the keys, not of the shards.
+	work atomic.Bool
+
+	side  sideTable
+	used  int
+	arena []byte // the long keys (table.go)
+
 	mapped *offHeap // slots' mapping outside the heap, or nil (offheap.go)
-	used   int
-	arena  []byte // the long keys (table.go)
 	// arenaDead is how many bytes of arena removed keys left.
 	arenaDead int
-	side      sideTable
 	dirty     []int32
 	now       []int64 // by RuleID: the latest window index seen
 	count     []int   // by RuleID: live keys
@@ -302,19 +325,9 @@ type shard struct {
 	// counts; once older than the horizon they clear flagRecent.
 	sent     []sentRec
 	sentHead int
-	// work is set while dirty or sent may hold something (noteWork), so
-	// that Flush and Pending pass a shard with nothing to do without
-	// locking it: a node of many shards and few changing keys flushes in
-	// time of the keys, not of the shards.
-	work atomic.Bool
-	// base and n are the table's address and length, written under mu
-	// with slots and read without it by Prefetch: a stale pair only
-	// prefetches the wrong line.
-	base atomic.Uintptr
-	n    atomic.Int64
-	// sideBase is where side.lists is, for the same prefetch; 0 for none.
-	sideBase atomic.Uintptr
-	_        [64]byte
+	// Pads the shard to whole cache lines on 64-bit machines (352 bytes
+	// of fields), with a spare line between neighbours' hot lines.
+	_ [32 + 64]byte
 }
 
 // noteWork marks the shard as having work for Flush; the caller holds sh.mu
@@ -361,6 +374,8 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	s.members.Store(&memberSet{})
 	s.rules.Store(&ruleTable{})
+	s.repGen.Store(1) // a zero InternCache is empty
+	s.nreps.Store(1)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		// MaxKeys split over the shards: the first ones take the remainder.
@@ -405,8 +420,34 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 	id = ReplicaID(len(s.reps))
 	s.repIDs[r] = id
 	s.reps = append(s.reps, r)
+	s.nreps.Store(int32(len(s.reps)))
 	s.setMember(id, s.memberOf(r))
 	return id, true
+}
+
+// InternCache remembers the ID a store gave one replica, for a caller that
+// hears from the same replica over and over (a remote PoP's aggregate): a
+// hit skips the store's table of replicas, a look-up that takes a few cache
+// misses when many replicas are known. The zero value is empty.
+type InternCache struct {
+	s   *Store
+	r   Replica
+	id  ReplicaID
+	gen uint64
+}
+
+// InternCached is Intern through c, which holds the last replica looked up
+// through it. A cached ID holds until ForgetReplicas frees any.
+func (s *Store) InternCached(r Replica, c *InternCache) (ReplicaID, bool) {
+	gen := s.repGen.Load()
+	if c.s == s && c.gen == gen && c.r == r {
+		return c.id, true
+	}
+	id, ok := s.Intern(r)
+	if ok {
+		*c = InternCache{s: s, r: r, id: id, gen: gen}
+	}
+	return id, ok
 }
 
 // memberOf reports whether r is a member: another node of the own PoP (any
@@ -559,6 +600,29 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 // (AdmitSplitHashed) overlaps that work with the memory access.
 func (s *Store) Hash(rule RuleID, key string) uint64 {
 	h := s.hash(rule, key)
+	s.PrefetchShard(h)
+	s.PrefetchSlot(h)
+	return h
+}
+
+// KeyHash returns the hash of (rule, key) that the ...Hashed methods take,
+// and touches no memory of the store. With PrefetchShard and PrefetchSlot it
+// lets a caller with several keys to merge (a received delta) take their
+// cache misses together rather than one after another: hash and
+// PrefetchShard every key, then PrefetchSlot every key, then merge.
+func (s *Store) KeyHash(rule RuleID, key string) uint64 { return s.hash(rule, key) }
+
+// PrefetchShard prefetches the lines of h's shard that a merge reads,
+// without waiting for them.
+func (s *Store) PrefetchShard(h uint64) {
+	sh := s.shardOf(h)
+	prefetch(uintptr(unsafe.Pointer(sh)))
+	prefetch(uintptr(unsafe.Pointer(&sh.side)))
+}
+
+// PrefetchSlot prefetches the slot where a look-up of h starts, and its
+// list of remote counts; it reads h's shard (PrefetchShard it first).
+func (s *Store) PrefetchSlot(h uint64) {
 	sh := s.shardOf(h)
 	if n := sh.n.Load(); n > 0 {
 		p := uintptr(home(h, int(n)))
@@ -567,7 +631,6 @@ func (s *Store) Hash(rule RuleID, key string) uint64 {
 			prefetch(sb + p*unsafe.Sizeof([]sideEntry(nil)))
 		}
 	}
-	return h
 }
 
 // AdmitSplitHashed is AdmitSplit with h, the Hash of (rule, key).
@@ -708,7 +771,7 @@ func (s *Store) MergeHashed(h uint64, rule RuleID, key string, nowIndex, win int
 		return Ahead
 	}
 	es := sh.side.get(i)
-	j := sideSearch(es, rep, win)
+	j := sideSearch(es, rep, win, int(s.nreps.Load()))
 	found := j < len(es) && es[j].rep() == rep && es[j].win(win) == win
 	var diff uint64
 	var member bool
@@ -1300,6 +1363,9 @@ func (s *Store) ForgetReplicas() int {
 		s.setMember(ReplicaID(id), false)
 		s.repFree = append(s.repFree, ReplicaID(id))
 		n++
+	}
+	if n > 0 {
+		s.repGen.Add(1)
 	}
 	return n
 }

@@ -711,6 +711,39 @@ func TestForgetReplicas(t *testing.T) {
 	assert.ElementsMatch(t, []Replica{rep("self", 1), rep("a", 1), rep("c", 1)}, st.Replicas())
 }
 
+// TestInternCached: a cache answers for its replica until the store frees
+// an ID, which may then name another replica; it never answers for another
+// replica or another store.
+func TestInternCached(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxReplicas: 3})
+	var c InternCache
+	a, ok := st.InternCached(rep("a", 1), &c)
+	require.True(t, ok)
+	again, _ := st.InternCached(rep("a", 1), &c)
+	assert.Equal(t, a, again)
+	b, _ := st.InternCached(rep("b", 1), &c)
+	assert.NotEqual(t, a, b, "another replica is looked up")
+	assert.Equal(t, rep("b", 1), st.Replica(b))
+
+	// b holds no count: forgotten, its ID goes to c#1, and the cache, which
+	// still names b, must not hand that ID out for b.
+	require.Equal(t, Merged, st.Merge(0, "k", 5, 5, a, 3))
+	require.Equal(t, 1, st.ForgetReplicas())
+	cid, ok := st.Intern(rep("c", 1))
+	require.True(t, ok)
+	require.Equal(t, b, cid, "the freed ID is reused")
+	nb, ok := st.InternCached(rep("b", 1), &c)
+	require.False(t, ok, "the table is full again: b has no ID to get")
+	assert.NotEqual(t, cid, nb)
+
+	other := NewStore(StoreConfig{Self: rep("self", 1)})
+	var oc InternCache
+	_, ok = other.InternCached(rep("x", 1), &oc)
+	require.True(t, ok)
+	_, ok = st.InternCached(rep("x", 1), &oc)
+	assert.False(t, ok, "full; the cache of another store does not answer")
+}
+
 // TestSideEntriesAcrossWindowWrap: remote counts keep their windows when
 // the window index crosses a multiple of 2^32 (side entries hold the low 32
 // bits of theirs), through merges, a roll-over and the walks.

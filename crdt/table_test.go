@@ -3,6 +3,7 @@ package crdt
 import (
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -114,4 +115,18 @@ func TestHashBytesIsHash(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestShardLayout checks what Store.Hash relies on: a merge's fields in the
+// shard's first two cache lines, and shards of whole lines.
+func TestShardLayout(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is laid out for 64-bit machines")
+	}
+	var sh shard
+	assert.Zero(t, unsafe.Sizeof(sh)%64, "shard size %d", unsafe.Sizeof(sh))
+	assert.Less(t, unsafe.Offsetof(sh.slots)+unsafe.Sizeof(sh.slots), uintptr(64))
+	assert.Less(t, unsafe.Offsetof(sh.work), uintptr(64))
+	assert.Equal(t, uintptr(64), unsafe.Offsetof(sh.side))
+	assert.LessOrEqual(t, unsafe.Offsetof(sh.arena)+unsafe.Sizeof(sh.arena), uintptr(128))
 }
