@@ -164,7 +164,8 @@ type ApplyStats struct {
 // at a misconfigured or hostile sender.
 func (a ApplyStats) Rejected() int { return a.UnknownRule + a.WrongScope + a.BadEntry }
 
-func (a *ApplyStats) add(b ApplyStats) {
+// Add adds b's counts to a's.
+func (a *ApplyStats) Add(b ApplyStats) {
 	a.Merged += b.Merged
 	a.Unchanged += b.Unchanged
 	a.Stale += b.Stale
@@ -220,6 +221,10 @@ type ruleSet struct {
 	byID   map[crdt.RuleID]*ruleState // every window of every rule
 	byWire map[string]*ruleState      // every window by its name on the wire
 	sorted []*ruleState               // by name
+	// wires and wired are every window's wire name and state when there
+	// are few windows, for getWire to scan (nil otherwise).
+	wires []string
+	wired []*ruleState
 }
 
 // ruleState is a rule, or one further window of a rule of several (sub):
@@ -414,6 +419,14 @@ func (n *Node) SetRules(rules []Rule) error {
 	if len(next.sorted) <= smallRuleSet {
 		next.small = next.sorted
 	}
+	if len(next.byWire) <= smallRuleSet {
+		for _, rs := range next.sorted {
+			for _, w := range rs.windows() {
+				next.wires = append(next.wires, w.wire)
+				next.wired = append(next.wired, w)
+			}
+		}
+	}
 	n.rules.Store(next)
 	for id, o := range old.byID {
 		if !kept[id] {
@@ -444,6 +457,22 @@ func (rs *ruleSet) get(name string) (*ruleState, bool) {
 		return nil, false
 	}
 	r, ok := rs.byName[name]
+	return r, ok
+}
+
+// getWire returns the window named wire on the wire. Every received entry
+// names one, so a small table is scanned: one compact read where a map
+// look-up takes a few cache misses on a node that merges little at a time.
+func (rs *ruleSet) getWire(wire string) (*ruleState, bool) {
+	if rs.wires != nil || len(rs.byWire) == 0 {
+		for i, w := range rs.wires {
+			if w == wire {
+				return rs.wired[i], true
+			}
+		}
+		return nil, false
+	}
+	r, ok := rs.byWire[wire]
 	return r, ok
 }
 
@@ -605,10 +634,17 @@ func shadowed(r *ruleState, d Decision) Decision {
 // whole (WrongScope); bad entries are skipped and counted, the rest still
 // merge.
 func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
+	return n.ApplyFrom(now, d, via, nil)
+}
+
+// ApplyFrom is Apply with from, when not nil, caching the store's ID of the
+// sender: a caller that keeps one per remote PoP saves a look-up per
+// message.
+func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternCache) ApplyStats {
 	var st ApplyStats
 	defer func() {
 		n.mu.Lock()
-		n.stats.add(st)
+		n.stats.Add(st)
 		n.mu.Unlock()
 	}()
 	if d.Sender == n.self {
@@ -628,49 +664,82 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 		return st
 	}
 	n.applyBlocks(now, d, via, &st)
-	rep, ok := n.store.Intern(d.Sender)
+	var rep crdt.ReplicaID
+	var ok bool
+	if from != nil {
+		rep, ok = n.store.InternCached(d.Sender, from)
+	} else {
+		rep, ok = n.store.Intern(d.Sender)
+	}
 	if !ok {
 		st.Full = len(d.Entries)
 		return st
 	}
 	rs := n.rules.Load()
-	// Entries come grouped by rule: look a rule and its windows up once
-	// per run of its entries.
-	var r *ruleState
-	var idx, limitIdx int64
-	// Each entry's key is hashed one entry ahead, which prefetches its
-	// slot: in a large store nearly every entry's slot is a cache miss,
-	// taken while the entry before is merged.
-	var next uint64
-	var haveNext bool
-	for i := range d.Entries {
-		e := &d.Entries[i]
-		if r == nil || e.Rule != r.wire {
-			haveNext = false
-			var ok bool
-			if r, ok = rs.byWire[e.Rule]; !ok {
-				st.UnknownRule++
-				continue
-			}
-			idx, _ = window.Split(now, r.width)
-			limitIdx, _ = window.Split(now+n.maxSkew, r.width)
+	// Entries come grouped by rule: a rule and its windows are looked up
+	// once per run of its entries. In a large store nearly every entry's
+	// shard, slot and list of remote counts are cache misses; they are
+	// taken together, a block of entries at a time: every key is hashed
+	// and its shard prefetched, then its slot, then the entries merge.
+	var hs [applyBlock]uint64
+	for i := 0; i < len(d.Entries); {
+		wire := d.Entries[i].Rule
+		j := i + 1
+		for j < len(d.Entries) && j-i < applyBlock && d.Entries[j].Rule == wire {
+			j++
 		}
-		if r.Scope == ScopeNode || (r.Scope == ScopePoP && via != ScopePoP) {
-			st.WrongScope++
+		run := d.Entries[i:j]
+		i = j
+		r, ok := rs.getWire(wire)
+		if !ok {
+			st.UnknownRule += len(run)
 			continue
 		}
-		h := next
-		if !haveNext {
-			h = n.store.Hash(r.id, e.Key)
+		if r.Scope == ScopeNode || (r.Scope == ScopePoP && via != ScopePoP) {
+			st.WrongScope += len(run)
+			continue
 		}
-		if f := i + 1; f < len(d.Entries) && d.Entries[f].Rule == r.wire && len(d.Entries[f].Key) <= crdt.MaxKeyLen {
-			next, haveNext = n.store.Hash(r.id, d.Entries[f].Key), true
-		} else {
-			haveNext = false
+		for k := range run {
+			if len(run[k].Key) <= crdt.MaxKeyLen { // longer ones are refused
+				hs[k] = n.store.KeyHash(r.id, run[k].Key)
+				n.store.PrefetchShard(hs[k])
+			}
 		}
-		n.mergeAt(idx, limitIdx, r, rep, e, h, &st)
+		for k := range run {
+			if len(run[k].Key) <= crdt.MaxKeyLen {
+				n.store.PrefetchSlot(hs[k])
+			}
+		}
+		idx, _ := window.Split(now, r.width)
+		limitIdx, _ := window.Split(now+n.maxSkew, r.width)
+		for k := range run {
+			n.mergeAt(idx, limitIdx, r, rep, &run[k], hs[k], &st)
+		}
 	}
 	return st
+}
+
+// applyBlock is how many entries Apply prefetches together.
+const applyBlock = 8
+
+// PrefetchDelta starts fetching the store's memory that applying d will
+// read first (the shards of its first entries), without waiting for it,
+// so that a caller with other work to do before ApplyFrom (its own state of
+// the sender) overlaps the two.
+func (n *Node) PrefetchDelta(d *crdt.Delta) {
+	if len(d.Entries) == 0 {
+		return
+	}
+	wire := d.Entries[0].Rule
+	r, ok := n.rules.Load().getWire(wire)
+	if !ok {
+		return
+	}
+	for i := range min(len(d.Entries), applyBlock) {
+		if e := &d.Entries[i]; e.Rule == wire && len(e.Key) <= crdt.MaxKeyLen {
+			n.store.PrefetchShard(n.store.KeyHash(r.id, e.Key))
+		}
+	}
 }
 
 // mergeEntry merges one entry of replica rep for rule r (whose scope the

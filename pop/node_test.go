@@ -652,3 +652,29 @@ func TestSynced(t *testing.T) {
 	n.SetSynced(true)
 	assert.True(t, n.Synced())
 }
+
+// TestApplyFindsRulesByWireName: a received entry finds its rule by the
+// name it has on the wire, whether the node holds few rules (scanned) or
+// many (looked up in a map), and an unknown name finds none.
+func TestApplyFindsRulesByWireName(t *testing.T) {
+	for _, nrules := range []int{1, smallRuleSet, smallRuleSet + 1, 40} {
+		var rules []Rule
+		for i := range nrules {
+			rules = append(rules, Rule{Name: "r" + strconv.Itoa(i), Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal})
+		}
+		n, err := New(Config{Self: replica("b", 1), Rules: rules})
+		require.NoError(t, err)
+		w := t0 / int64(10*time.Second)
+		d := crdt.Delta{Sender: crdt.PoPReplica("us", "nyc", 1)}
+		for i := range nrules {
+			d.Entries = append(d.Entries, crdt.Entry{Rule: rules[i].WireName(rules[i].Window), Key: "k", Window: w, Count: uint64(i + 1)})
+		}
+		d.Entries = append(d.Entries, crdt.Entry{Rule: "nope", Key: "k", Window: w, Count: 1})
+		st := n.Apply(t0, &d, ScopeGlobal)
+		assert.Equal(t, nrules, st.Merged, "%d rules", nrules)
+		assert.Equal(t, 1, st.UnknownRule, "%d rules", nrules)
+		for i := range nrules {
+			assert.InDelta(t, float64(i+1), estimate(t, n, t0, rules[i].Name, "k"), 1e-9, "%d rules: rule %d", nrules, i)
+		}
+	}
+}

@@ -93,10 +93,10 @@ func (n *Node) Restore(now int64, ds []crdt.Delta) ApplyStats {
 	for i := range ds {
 		d := &ds[i]
 		if d.Sender.IsPoP() {
-			st.add(n.Apply(now, d, ScopeGlobal))
+			st.Add(n.Apply(now, d, ScopeGlobal))
 			continue
 		}
-		st.add(n.restoreNode(now, d))
+		st.Add(n.restoreNode(now, d))
 	}
 	return st
 }
@@ -106,7 +106,7 @@ func (n *Node) restoreNode(now int64, d *crdt.Delta) ApplyStats {
 	var st ApplyStats
 	defer func() {
 		n.mu.Lock()
-		n.stats.add(st)
+		n.stats.Add(st)
 		n.mu.Unlock()
 	}()
 	switch {

@@ -168,7 +168,7 @@ func (c *Core) remoteView(now int64, force bool) remotePoPs {
 		return *r
 	}
 	*r = remotePoPs{ok: true, at: now, until: math.MaxInt64, part: c.partVersion}
-	for _, p := range c.peers {
+	for _, p := range c.peers.m {
 		if p.heardOnce && c.silent(p, now) {
 			continue // partitioned: its counts are frozen, it hears nothing of ours
 		}

@@ -199,7 +199,7 @@ type Core struct {
 	speakSlot int64
 	spoken    int64 // the last slot published
 
-	peers map[PoPID]*peer
+	peers peerTable
 
 	// Work asked for by Step or membership: want is done before the call
 	// returns; a sync request and a re-send of the owned totals wait until
@@ -242,6 +242,7 @@ type Core struct {
 
 // peer is what a node knows of one remote PoP.
 type peer struct {
+	id        PoPID
 	expected  bool
 	lastHeard int64 // receiver's clock; 0 = never
 	heardOnce bool
@@ -263,6 +264,8 @@ type peer struct {
 	marked uint64
 	// drift is what its heartbeats say of its rules and clock (drift.go).
 	drift peerDrift
+	// sender is the node's ID of the replica its deltas came from last.
+	sender crdt.InternCache
 }
 
 // maxRequesters bounds the nodes of one remote PoP whose sync requests are
@@ -323,14 +326,14 @@ func New(cfg Config) (*Core, error) {
 		self:    self,
 		selfPoP: PoPOf(self),
 		name:    MemberName(self),
-		peers:   map[PoPID]*peer{},
+		peers:   newPeerTable(),
 		relayTo: map[PoPID]bool{},
 		markTo:  map[PoPID]bool{},
 	}
 	c.startStartup()
 	for _, p := range cfg.ExpectedPoPs {
-		if p != c.selfPoP && len(c.peers) < cfg.MaxPoPs {
-			c.peers[p] = &peer{expected: true}
+		if p != c.selfPoP && len(c.peers.m) < cfg.MaxPoPs {
+			c.peers.add(p, &peer{expected: true})
 			c.hasExpected = true
 		}
 	}
@@ -685,9 +688,9 @@ func (c *Core) myTurn(slot int64) bool {
 // and tells the node core when the unheard set changed.
 func (c *Core) checkPeers(now int64) {
 	var part []PoPID
-	for id, p := range c.peers {
+	for id, p := range c.peers.m {
 		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
-			delete(c.peers, id)
+			c.peers.del(id)
 			delete(c.relayTo, id)
 			delete(c.markTo, id)
 			c.stats.ForgottenPoPs++
@@ -1020,7 +1023,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		if !d.Sender.SamePoP(c.self) {
 			// Another PoP's former epoch: never its current one (its own
 			// messages carry those), and only of PoPs this node knows.
-			p := c.peers[PoPOf(d.Sender)]
+			p := c.peers.get(PoPOf(d.Sender))
 			switch {
 			case (p != nil && p.epoch == d.Sender.Incarnation) || (PoPOf(d.Sender) == m.From && d.Epoch == d.Sender.Incarnation):
 				res.Forged = true // no PoP relays a current epoch
@@ -1044,6 +1047,9 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		if m.From == c.selfPoP || PoPOf(d.Sender) != m.From {
 			res.Forged = true
 			break
+		}
+		if m.Kind == KindDelta {
+			c.node.PrefetchDelta(d) // comes in while the sender is looked up
 		}
 		p := c.heard(m.From, now)
 		if p == nil {
@@ -1090,7 +1096,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 				p.epoch = d.Sender.Incarnation
 			}
 			if hasContent(d) {
-				res.Applied = c.node.Apply(now, d, pop.ScopeGlobal)
+				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, &p.sender)
 			}
 		}
 	}
@@ -1107,14 +1113,14 @@ func (c *Core) Step(now int64, m Message) StepResult {
 // time or again after a silence is asked for its totals and sent what this
 // PoP holds of its former epochs.
 func (c *Core) heard(id PoPID, now int64) *peer {
-	p := c.peers[id]
+	p := c.peers.get(id)
 	if p == nil {
-		if len(c.peers) >= c.cfg.MaxPoPs {
+		if len(c.peers.m) >= c.cfg.MaxPoPs {
 			c.stats.UnknownPoPs++
 			return nil
 		}
 		p = &peer{}
-		c.peers[id] = p
+		c.peers.add(id, p)
 	}
 	if !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout) || p.down {
 		// Ask for theirs too: links come back one direction at a time, and
@@ -1233,7 +1239,7 @@ func (c *Core) relay(now int64) {
 	c.relayTo = map[PoPID]bool{}
 	var state []crdt.Delta
 	for id, asked := range targets {
-		p := c.peers[id]
+		p := c.peers.get(id)
 		if p == nil || !c.ownsTask("relay/"+id.String()) {
 			continue
 		}
@@ -1288,7 +1294,7 @@ func (c *Core) holdsFormer(id PoPID, asked bool) bool {
 func (c *Core) former(r crdt.Replica, id PoPID, asked bool) bool {
 	of := PoPOf(r)
 	if of == id {
-		p := c.peers[id]
+		p := c.peers.get(id)
 		return p != nil && r.Incarnation != p.epoch
 	}
 	cur := c.currentEpoch(of)
@@ -1301,7 +1307,7 @@ func (c *Core) currentEpoch(id PoPID) uint64 {
 	if id == c.selfPoP {
 		return c.epoch
 	}
-	if p := c.peers[id]; p != nil && p.epoch != 0 {
+	if p := c.peers.get(id); p != nil && p.epoch != 0 {
 		return p.epoch
 	}
 	return 0
@@ -1362,8 +1368,8 @@ type RemotePoP struct {
 
 // RemotePoPs returns the known remote PoPs, sorted.
 func (c *Core) RemotePoPs(now int64) []RemotePoP {
-	out := make([]RemotePoP, 0, len(c.peers))
-	for id, p := range c.peers {
+	out := make([]RemotePoP, 0, len(c.peers.m))
+	for id, p := range c.peers.m {
 		rp := RemotePoP{PoPID: id, Epoch: p.epoch, Expected: p.expected}
 		if p.heardOnce {
 			rp.LastHeard = p.lastHeard

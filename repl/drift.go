@@ -182,7 +182,7 @@ func (c *Core) DriftVersion() uint64 { return c.driftVersion }
 // whenever a mismatch or a PoP's Skewed does.
 func (c *Core) Drift() ([]PeerDrift, uint64) {
 	var out []PeerDrift
-	for id, p := range c.peers {
+	for id, p := range c.peers.m {
 		if p.drift.n == 0 && p.drift.mism == nil {
 			continue
 		}

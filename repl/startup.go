@@ -104,7 +104,7 @@ func (c *Core) popSynced() bool {
 // for the current epoch, sorted.
 func (c *Core) unanswered() []PoPID {
 	var out []PoPID
-	for id, p := range c.peers {
+	for id, p := range c.peers.m {
 		if p.expected && (c.epoch == 0 || p.marked != c.epoch) {
 			out = append(out, id)
 		}
@@ -145,7 +145,7 @@ func (c *Core) syncRequest(now int64) *crdt.Delta {
 // marked records a marker from the PoP from: it has relayed and re-sent
 // everything it holds for this node's epoch.
 func (c *Core) marked(from PoPID, d *crdt.Delta) {
-	if p := c.peers[from]; p != nil && c.epoch != 0 && d.Sender.SamePoP(c.self) && d.Sender.Incarnation == c.epoch {
+	if p := c.peers.get(from); p != nil && c.epoch != 0 && d.Sender.SamePoP(c.self) && d.Sender.Incarnation == c.epoch {
 		p.marked = c.epoch
 	}
 }
@@ -168,7 +168,7 @@ func (c *Core) sendMarkers(now int64) {
 	clear(c.markTo)
 	sort.Slice(ids, func(i, j int) bool { return ids[i].Less(ids[j]) })
 	for _, id := range ids {
-		p := c.peers[id]
+		p := c.peers.get(id)
 		if p == nil || p.epoch == 0 || !c.ownsTask("relay/"+id.String()) {
 			continue
 		}
@@ -186,7 +186,7 @@ func (c *Core) reaskStartup(now int64) {
 	if !c.syncing || !c.cfg.GlobalLink || c.epoch == 0 {
 		return
 	}
-	for _, p := range c.peers {
+	for _, p := range c.peers.m {
 		if p.expected && p.marked != c.epoch && !c.silent(p, now) {
 			c.askSync(now)
 			return

@@ -1,0 +1,66 @@
+package repl
+
+// peerTable holds the states of the remote PoPs a core tracks. Every
+// message from another PoP looks its sender up, so get goes through a
+// direct-mapped cache of the states by a hash of the ID before the map:
+// one read of the cache and the state it points to, where a map look-up
+// takes a few dependent cache misses on a node that handles messages of
+// hundreds of PoPs (and a simulator that runs hundreds of such nodes). A
+// colliding ID only falls back to the map.
+type peerTable struct {
+	m     map[PoPID]*peer
+	cache []*peer // by popHash(id) & (len-1); nil, or a state in m
+}
+
+// The cache has at least minCache entries and grows to keep at least
+// twice as many as there are PoPs; it stays small enough to span few pages.
+const minCache = 64
+
+func newPeerTable() peerTable {
+	return peerTable{m: map[PoPID]*peer{}, cache: make([]*peer, minCache)}
+}
+
+// get returns id's state, nil for none.
+func (t *peerTable) get(id PoPID) *peer {
+	c := &t.cache[popHash(id)&uint64(len(t.cache)-1)]
+	if p := *c; p != nil && p.id == id {
+		return p
+	}
+	p := t.m[id]
+	if p != nil {
+		*c = p
+	}
+	return p
+}
+
+// add tracks p as id's state.
+func (t *peerTable) add(id PoPID, p *peer) {
+	p.id = id
+	t.m[id] = p
+	if len(t.m)*2 > len(t.cache) {
+		t.cache = make([]*peer, len(t.cache)*2) // refilled by get
+	}
+}
+
+// del forgets id.
+func (t *peerTable) del(id PoPID) {
+	if c := &t.cache[popHash(id)&uint64(len(t.cache)-1)]; *c != nil && (*c).id == id {
+		*c = nil
+	}
+	delete(t.m, id)
+}
+
+// popHash is FNV-1a over the region, a separator and the PoP name. It only
+// spreads IDs over the cache: crafted collisions cost look-ups in the map.
+func popHash(id PoPID) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id.Region); i++ {
+		h = (h ^ uint64(id.Region[i])) * prime
+	}
+	h = (h ^ 0xff) * prime
+	for i := 0; i < len(id.PoP); i++ {
+		h = (h ^ uint64(id.PoP[i])) * prime
+	}
+	return h ^ h>>29
+}
