@@ -298,7 +298,7 @@ func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint
 // whose Limit and Window are that window's (the largest limit a key may
 // have there is the rule's concern, not the wire's).
 func (n *Node) WireRule(wire string) (Rule, bool) {
-	r, ok := n.rules.Load().byWire[wire]
+	r, ok := n.rules.Load().getWire(wire)
 	if !ok {
 		return Rule{}, false
 	}

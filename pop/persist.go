@@ -1,14 +1,38 @@
 package pop
 
 import (
+	"iter"
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
 )
 
 // Snapshot returns what a restarted incarnation of this node needs to go on
-// where this one stopped (see Restore), one delta per owning replica, sorted
-// by replica, without empty ones:
+// where this one stopped (see Restore): SnapshotEach's deltas, copied and
+// merged into one delta per owning replica, sorted by replica.
+func (n *Node) Snapshot(now int64) []crdt.Delta {
+	var out []crdt.Delta
+	at := map[crdt.Replica]int{}
+	for d := range n.SnapshotEach(now) {
+		i, ok := at[d.Sender]
+		if !ok {
+			i = len(out)
+			at[d.Sender] = i
+			out = append(out, crdt.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
+		}
+		out[i].Entries = append(out[i].Entries, d.Entries...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Sender.String() < out[j].Sender.String() })
+	return out
+}
+
+// snapshotChunk is the most entries SnapshotEach holds for one replica
+// before it hands them out.
+const snapshotChunk = 1024
+
+// SnapshotEach yields, in deltas of at most snapshotChunk entries (several
+// per replica), what a restarted incarnation of this node needs to go on
+// where this one stopped (see RestoreDelta):
 //
 //   - node- and pop-scope rules: the per-node counts of the live windows,
 //     own (node scope: only own) and the PoP's members' (pop scope);
@@ -18,45 +42,60 @@ import (
 //
 // Global counts are kept as aggregates, never per node: a restarted PoP
 // publishes under a new epoch, and its former totals must stay counted once,
-// under the former epoch, by every PoP.
-func (n *Node) Snapshot(now int64) []crdt.Delta {
-	rs := n.rules.Load()
-	ep := n.Epoch()
-	idx := n.indexFunc(rs, now)
-	byRep := map[crdt.ReplicaID]*crdt.Delta{}
-	aggregate := map[crdt.ReplicaID]bool{} // whether a replica is a PoP's
-	add := func(rep crdt.ReplicaID, e crdt.Entry) {
-		d := byRep[rep]
-		if d == nil {
-			d = &crdt.Delta{SentAt: now, Epoch: ep}
-			byRep[rep] = d
+// under the former epoch, by every PoP. Entries name their window as the
+// wire does (Rule.WireName), so that each window of a rule of several is
+// restored into its own.
+//
+// It streams, for a state file written as the store is walked: it holds at
+// most snapshotChunk entries per replica, and no lock while it yields. A
+// yielded delta is reused once yield returns.
+func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
+	return func(yield func(*crdt.Delta) bool) {
+		rs := n.rules.Load()
+		ep := n.Epoch()
+		idx := n.indexFunc(rs, now)
+		type pending struct {
+			d     crdt.Delta
+			isPoP bool // the replica is a PoP's aggregate
 		}
-		d.Entries = append(d.Entries, e)
-	}
-	n.store.Entries(idx, func(rep crdt.ReplicaID, e crdt.FlushEntry) {
-		r := rs.byID[e.Rule]
-		if r == nil || e.Count == 0 {
-			return
+		byRep := map[crdt.ReplicaID]*pending{}
+		stopped := false
+		emit := func(p *pending) {
+			if !stopped && len(p.d.Entries) > 0 {
+				stopped = !yield(&p.d)
+				p.d.Entries = p.d.Entries[:0]
+			}
 		}
-		isPoP, ok := aggregate[rep]
-		if !ok {
-			isPoP = n.store.Replica(rep).IsPoP()
-			aggregate[rep] = isPoP
+		n.store.Entries(idx, func(rep crdt.ReplicaID, e crdt.FlushEntry) {
+			r := rs.byID[e.Rule]
+			if stopped || r == nil || e.Count == 0 {
+				return
+			}
+			p := byRep[rep]
+			if p == nil {
+				sender := n.store.Replica(rep)
+				p = &pending{d: crdt.Delta{Sender: sender, SentAt: now, Epoch: ep}, isPoP: sender.IsPoP()}
+				byRep[rep] = p
+			}
+			switch {
+			case r.Scope == ScopeNode && rep != crdt.SelfID,
+				r.Scope == ScopeGlobal && !p.isPoP,
+				r.Scope != ScopeGlobal && p.isPoP:
+				return
+			}
+			p.d.Entries = append(p.d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
+			if len(p.d.Entries) >= snapshotChunk {
+				emit(p)
+			}
+		})
+		rest := make([]*pending, 0, len(byRep))
+		for _, p := range byRep {
+			rest = append(rest, p)
 		}
-		switch {
-		case r.Scope == ScopeNode && rep != crdt.SelfID,
-			r.Scope == ScopeGlobal && !isPoP,
-			r.Scope != ScopeGlobal && isPoP:
-			return
+		sort.Slice(rest, func(i, j int) bool { return rest[i].d.Sender.String() < rest[j].d.Sender.String() })
+		for _, p := range rest {
+			emit(p)
 		}
-		add(rep, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.Count})
-	})
-	out := make([]crdt.Delta, 0, len(byRep)+1)
-	for rep, d := range byRep {
-		d.Sender = n.store.Replica(rep)
-		out = append(out, *d)
-	}
-	{
 		// A node with no epoch (no replication, or a member that has not
 		// learned its PoP's) keeps its PoP's totals as the aggregate of an
 		// epoch of its own incarnation, as a node alone in its PoP does.
@@ -64,41 +103,44 @@ func (n *Node) Snapshot(now int64) []crdt.Delta {
 		if aggEpoch == 0 {
 			aggEpoch = n.self.Incarnation
 		}
-		own := crdt.Delta{Sender: crdt.PoPReplica(n.self.Region, n.self.PoP, aggEpoch), SentAt: now, Epoch: ep}
+		own := &pending{d: crdt.Delta{Sender: crdt.PoPReplica(n.self.Region, n.self.PoP, aggEpoch), SentAt: now, Epoch: ep}}
 		n.store.Totals(idx, func(e crdt.FlushEntry) {
-			if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 {
-				own.Entries = append(own.Entries, crdt.Entry{Rule: r.Name, Key: e.Key, Window: e.Window, Count: e.PoP})
+			if r := rs.byID[e.Rule]; !stopped && r != nil && r.Scope == ScopeGlobal && e.PoP > 0 {
+				own.d.Entries = append(own.d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
+				if len(own.d.Entries) >= snapshotChunk {
+					emit(own)
+				}
 			}
 		})
-		if len(own.Entries) > 0 {
-			out = append(out, own)
-		}
+		emit(own)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Sender.String() < out[j].Sender.String() })
-	return out
 }
 
-// Restore merges a former incarnation's Snapshot into the node, before it
-// decides: a replica's counts merge by per-replica maximum as any remote
-// replica's do, so restoring twice, or a snapshot older than what peers
-// relay, changes nothing wrongly. Aggregates merge as through ScopeGlobal
-// (the own PoP's former epochs like another PoP's); per-node counts of the
-// own PoP merge as through ScopePoP, and node-scope counts only when they
-// are a former incarnation's of this very node. Windows that passed are
-// dropped (Stale); entries the snapshot could not hold (global per-node
-// counts, another PoP's nodes, this incarnation) are refused (WrongScope,
-// Echo), counted like Apply's.
+// Restore merges a former incarnation's Snapshot into the node (see
+// RestoreDelta), before it decides.
 func (n *Node) Restore(now int64, ds []crdt.Delta) ApplyStats {
 	var st ApplyStats
 	for i := range ds {
-		d := &ds[i]
-		if d.Sender.IsPoP() {
-			st.Add(n.Apply(now, d, ScopeGlobal))
-			continue
-		}
-		st.Add(n.restoreNode(now, d))
+		st.Add(n.RestoreDelta(now, &ds[i]))
 	}
 	return st
+}
+
+// RestoreDelta merges one delta of a former incarnation's SnapshotEach into
+// the node, before it decides: a replica's counts merge by per-replica
+// maximum as any remote replica's do, so restoring twice, or a snapshot
+// older than what peers relay, changes nothing wrongly. Aggregates merge as
+// through ScopeGlobal (the own PoP's former epochs like another PoP's);
+// per-node counts of the own PoP merge as through ScopePoP, and node-scope
+// counts only when they are a former incarnation's of this very node.
+// Windows that passed are dropped (Stale); entries the snapshot could not
+// hold (global per-node counts, another PoP's nodes, this incarnation) are
+// refused (WrongScope, Echo), counted like Apply's.
+func (n *Node) RestoreDelta(now int64, d *crdt.Delta) ApplyStats {
+	if d.Sender.IsPoP() {
+		return n.Apply(now, d, ScopeGlobal)
+	}
+	return n.restoreNode(now, d)
 }
 
 // restoreNode merges the per-node counts of d (see Restore).
@@ -128,7 +170,7 @@ func (n *Node) restoreNode(now int64, d *crdt.Delta) ApplyStats {
 	rs := n.rules.Load()
 	for i := range d.Entries {
 		e := &d.Entries[i]
-		r, ok := rs.byName[e.Rule]
+		r, ok := rs.getWire(e.Rule)
 		switch {
 		case !ok:
 			st.UnknownRule++

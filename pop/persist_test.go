@@ -102,7 +102,7 @@ func TestRestoreRefuses(t *testing.T) {
 }
 
 // BenchmarkSnapshot measures a state file's snapshot of 100k live keys (the
-// periodic cost of state.file, every state.interval).
+// periodic cost of state.file, every state.interval), without the writing.
 func BenchmarkSnapshot(b *testing.B) {
 	n, err := New(Config{Self: replica("a", 1), Rules: []Rule{{Name: "api", Limit: 1000, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}}})
 	require.NoError(b, err)
@@ -114,8 +114,74 @@ func BenchmarkSnapshot(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if s := n.Snapshot(t0); len(s) != 1 || len(s[0].Entries) != 100_000 {
-			b.Fatalf("snapshot of %d deltas", len(s))
+		entries := 0
+		for d := range n.SnapshotEach(t0) {
+			entries += len(d.Entries)
+		}
+		if entries != 100_000 {
+			b.Fatalf("snapshot of %d entries", entries)
 		}
 	}
+}
+
+// TestSnapshotRestoreMultiWindow: each window of a rule of several comes
+// back into its own window, for every scope (entries name windows as the
+// wire does).
+func TestSnapshotRestoreMultiWindow(t *testing.T) {
+	for _, scope := range []Scope{ScopeGlobal, ScopePoP, ScopeNode} {
+		rules := []Rule{{Name: "mw", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: scope, More: []Limit{{Limit: 1000, Window: time.Hour}}}}
+		old, err := New(Config{Self: replica("a", 1), Rules: rules})
+		require.NoError(t, err)
+		old.SetEpoch(1)
+		admitAll(t, old, t0, "mw", "k", 7)
+
+		n, err := New(Config{Self: replica("a", 2), Rules: rules})
+		require.NoError(t, err)
+		st := n.Restore(t0, old.Snapshot(t0))
+		assert.Equal(t, 2, st.Merged, "scope %v: both windows: %+v", scope, st)
+		assert.Zero(t, st.Rejected(), "scope %v", scope)
+		n.SetEpoch(2)
+		v, err := n.View(t0, "mw", "k")
+		require.NoError(t, err)
+		assert.InDelta(t, 7, v.Estimate, 0.01, "scope %v: the 10s window", scope)
+		require.Len(t, v.More, 1)
+		assert.InDelta(t, 7, v.More[0].Estimate, 0.01, "scope %v: the hour window", scope)
+	}
+}
+
+// TestSnapshotEachStreamsInChunks: a snapshot of more keys than a chunk
+// comes in several deltas per replica, none above the chunk, and restores
+// the same counts as the whole snapshot; a consumer that stops early is
+// yielded nothing more.
+func TestSnapshotEachStreamsInChunks(t *testing.T) {
+	old := newNode(t, replica("a", 1))
+	old.SetEpoch(1)
+	keys := 2*snapshotChunk + 10
+	for i := range keys {
+		admitAll(t, old, t0, "api", "k"+strconv.Itoa(i), 1)
+		admitAll(t, old, t0, "per-ip", "k"+strconv.Itoa(i), 1)
+	}
+	perSender := map[string]int{}
+	deltas := 0
+	n := newNode(t, replica("a", 2))
+	for d := range old.SnapshotEach(t0) {
+		require.LessOrEqual(t, len(d.Entries), snapshotChunk)
+		perSender[d.Sender.String()] += len(d.Entries)
+		deltas++
+		require.Zero(t, n.RestoreDelta(t0, d).Rejected())
+	}
+	assert.Equal(t, map[string]int{"eu/ams/*#1": keys, "eu/ams/a#1": keys}, perSender)
+	assert.Equal(t, 6, deltas, "three chunks per replica")
+	n.SetEpoch(2)
+	for _, i := range []int{0, keys / 2, keys - 1} {
+		assert.InDelta(t, 1, estimate(t, n, t0, "api", "k"+strconv.Itoa(i)), 0.01)
+		assert.InDelta(t, 1, estimate(t, n, t0, "per-ip", "k"+strconv.Itoa(i)), 0.01)
+	}
+
+	seen := 0
+	for range old.SnapshotEach(t0) {
+		seen++
+		break
+	}
+	assert.Equal(t, 1, seen)
 }

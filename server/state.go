@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/internal/statefile"
+	"github.com/geolimit/geolimit/pop"
 )
 
 // stateKeeper writes the node's counts to state.file and loads them at
@@ -56,7 +58,7 @@ func (a *App) loadState() {
 	if s == nil || s.path == "" {
 		return
 	}
-	st, err := statefile.Read(s.path)
+	f, err := statefile.Open(s.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		s.loads.WithLabelValues("absent").Inc()
@@ -75,16 +77,28 @@ func (a *App) loadState() {
 		a.log.Error("state file unreadable; starting without former counts", "path", s.path, "err", err)
 		return
 	}
+	defer f.Close()
 	self := a.opts.Self
-	if st.Self.Region != self.Region || st.Self.PoP != self.PoP || st.Self.Node != self.Node {
+	if f.Self.Region != self.Region || f.Self.PoP != self.PoP || f.Self.Node != self.Node {
 		s.loads.WithLabelValues("foreign").Inc()
-		a.log.Error("state file written by another node; ignored", "path", s.path, "writer", st.Self.String(), "self", self.String())
+		a.log.Error("state file written by another node; ignored", "path", s.path, "writer", f.Self.String(), "self", self.String())
 		return
 	}
 	now := a.clk.Now()
-	res := a.node.Restore(now, st.Deltas)
+	var res pop.ApplyStats
+	err = f.Deltas(func(d *crdt.Delta) error {
+		res.Add(a.node.RestoreDelta(now, d))
+		return nil
+	})
+	if err != nil {
+		// The disk failed between the check and the read: what was merged
+		// stays merged (counts merge by maximum), the rest is lost.
+		s.loads.WithLabelValues("failed").Inc()
+		a.log.Error("state file unreadable part way; starting with what was read", "path", s.path, "err", err, "merged", res.Merged)
+		return
+	}
 	s.loads.WithLabelValues("ok").Inc()
-	a.log.Info("state restored", "path", s.path, "writer", st.Self.String(), "age", time.Duration(now-st.SavedAt).Round(time.Millisecond),
+	a.log.Info("state restored", "path", s.path, "writer", f.Self.String(), "age", time.Duration(now-f.SavedAt).Round(time.Millisecond),
 		"merged", res.Merged, "expired", res.Stale, "refused", res.Rejected())
 }
 
@@ -97,7 +111,7 @@ func (a *App) saveState() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := a.clk.Now()
-	err := statefile.Write(s.path, &statefile.State{Self: a.opts.Self, SavedAt: now, Deltas: a.node.Snapshot(now)})
+	err := statefile.Write(s.path, statefile.Header{Self: a.opts.Self, SavedAt: now}, a.node.SnapshotEach(now))
 	if err != nil {
 		s.writes.WithLabelValues("failed").Inc()
 		a.log.Error("state file not written", "path", s.path, "err", err)

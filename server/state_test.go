@@ -122,8 +122,8 @@ func TestStateFileCorrupt(t *testing.T) {
 func TestStateFileOfAnotherNode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	other := crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-2", Incarnation: 3}
-	require.NoError(t, statefile.Write(path, &statefile.State{Self: other, Deltas: []crdt.Delta{
-		{Sender: other, Entries: []crdt.Entry{{Rule: "per-ip", Key: "mallory", Window: t0 / int64(time.Hour), Count: 10}}}}}))
+	require.NoError(t, statefile.Write(path, statefile.Header{Self: other}, statefile.FromSlice([]crdt.Delta{
+		{Sender: other, Entries: []crdt.Entry{{Rule: "per-ip", Key: "mallory", Window: t0 / int64(time.Hour), Count: 10}}}})))
 	a := restarted(t, stateYAML(path))
 	assert.Equal(t, 30, a.spendAll(10))
 	v, _ := metricValue(a.scrape(), "geolimit_state_loads_total", "result", "foreign")

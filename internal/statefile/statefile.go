@@ -1,29 +1,39 @@
 // Package statefile reads and writes a node's state file: the counts of the
 // live windows that a restarted node loads so that it does not admit again
-// what its former incarnation admitted (pop.Node.Snapshot, Restore).
+// what its former incarnation admitted (pop.Node.SnapshotEach, RestoreDelta).
 //
-//	err := statefile.Write(path, self, now, node.Snapshot(now))
-//	st, err := statefile.Read(path) // errors.Is(err, fs.ErrNotExist): none yet
-//	node.Restore(now, st.Deltas)
+//	err := statefile.Write(path, statefile.Header{Self: self, SavedAt: now}, node.SnapshotEach(now))
+//	f, err := statefile.Open(path) // errors.Is(err, fs.ErrNotExist): none yet
+//	err = f.Deltas(func(d *crdt.Delta) error { node.RestoreDelta(now, d); return nil })
+//
+// Both stream: a node's state may be hundreds of megabytes, and neither
+// side holds more of it in memory than one delta (and the snapshot's
+// per-replica buffers, pop.Node.SnapshotEach). Open reads the file twice,
+// once to check it whole and once, in Deltas, to hand it out, so that a
+// damaged file changes nothing.
 //
 // Format, version 1: the magic "glstate\x00", a version byte, the writer's
 // clock (int64, big endian, Unix nanoseconds), the writer's replica
 // (uvarint length, string), then the deltas, each a uvarint length and a
-// delta in the replication wire format (crdt.Encode), and last a CRC-32C
-// of everything before it. A file that is truncated, corrupted, of another
-// version or too large is refused whole with an error; nothing in it is
-// trusted beyond what crdt.Decode and pop.Node.Restore check.
+// delta in the replication wire format (crdt.Encode, at most
+// crdt.MaxDeltaBytes), and last a CRC-32C of everything before it. A file
+// that is truncated, corrupted, of another version or too large is refused
+// whole with an error; nothing in it is trusted beyond what crdt.Decode and
+// pop.Node.RestoreDelta check.
 //
 // The functions are safe for concurrent use on different paths.
 package statefile
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
+	"iter"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,10 +42,10 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 )
 
-// Version is the format version Write writes and Read reads.
+// Version is the format version Write writes and Open reads.
 const Version = 1
 
-// MaxBytes is the largest state file Read accepts.
+// MaxBytes is the largest state file Open accepts and Write writes.
 const MaxBytes = 1 << 30
 
 const magic = "glstate\x00"
@@ -43,7 +53,7 @@ const magic = "glstate\x00"
 // headerLen is the fixed part of the header: magic, version, saved-at.
 const headerLen = len(magic) + 1 + 8
 
-// Errors of Read.
+// Errors of Open and Decode.
 var (
 	ErrCorrupt = errors.New("statefile: corrupt")
 	ErrVersion = errors.New("statefile: unsupported version")
@@ -51,11 +61,17 @@ var (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// State is what a state file holds.
-type State struct {
+// Header is what a state file says of itself.
+type Header struct {
 	// Self is the replica that wrote it.
 	Self crdt.Replica
 	// SavedAt is the writer's clock when it wrote it (Unix nanoseconds).
+	SavedAt int64
+}
+
+// State is a whole state file in memory (Encode, Decode).
+type State struct {
+	Self    crdt.Replica
 	SavedAt int64
 	// Deltas are the counts, one or more deltas per replica.
 	Deltas []crdt.Delta
@@ -63,100 +79,269 @@ type State struct {
 
 // Encode returns the file content for st.
 func Encode(st *State) ([]byte, error) {
-	if err := st.Self.Validate(); err != nil {
-		return nil, fmt.Errorf("statefile: self: %w", err)
-	}
 	var b bytes.Buffer
-	b.WriteString(magic)
-	b.WriteByte(Version)
-	b.Write(binary.BigEndian.AppendUint64(nil, uint64(st.SavedAt)))
-	self := st.Self.String()
-	b.Write(binary.AppendUvarint(nil, uint64(len(self))))
-	b.WriteString(self)
-	for i := range st.Deltas {
-		msgs, err := crdt.Encode(&st.Deltas[i], crdt.MaxDeltaBytes)
+	if err := encodeTo(&b, Header{Self: st.Self, SavedAt: st.SavedAt}, FromSlice(st.Deltas)); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// crcWriter writes to w, keeping the CRC and the count of what it wrote.
+type crcWriter struct {
+	w   io.Writer
+	crc hash.Hash32
+	n   int64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.crc.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+// encodeTo writes a state file of h and deltas to w.
+func encodeTo(w io.Writer, h Header, deltas iter.Seq[*crdt.Delta]) error {
+	if err := h.Self.Validate(); err != nil {
+		return fmt.Errorf("statefile: self: %w", err)
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	cw := &crcWriter{w: bw, crc: crc32.New(crcTable)}
+	var head []byte
+	head = append(head, magic...)
+	head = append(head, Version)
+	head = binary.BigEndian.AppendUint64(head, uint64(h.SavedAt))
+	self := h.Self.String()
+	head = binary.AppendUvarint(head, uint64(len(self)))
+	head = append(head, self...)
+	_, err := cw.Write(head)
+	if err != nil {
+		err = fmt.Errorf("statefile: write: %w", err)
+	}
+	var frame [binary.MaxVarintLen64]byte
+	for d := range deltas {
 		if err != nil {
-			return nil, fmt.Errorf("statefile: %w", err)
+			break
+		}
+		var msgs [][]byte
+		if msgs, err = crdt.Encode(d, crdt.MaxDeltaBytes); err != nil {
+			err = fmt.Errorf("statefile: %w", err)
+			break
 		}
 		for _, m := range msgs {
-			b.Write(binary.AppendUvarint(nil, uint64(len(m))))
-			b.Write(m)
+			if _, err = cw.Write(binary.AppendUvarint(frame[:0], uint64(len(m)))); err == nil {
+				_, err = cw.Write(m)
+			}
+			if err != nil {
+				err = fmt.Errorf("statefile: write: %w", err)
+				break
+			}
+		}
+		if err == nil && cw.n+4 > MaxBytes {
+			err = fmt.Errorf("statefile: more than %d bytes", MaxBytes)
 		}
 	}
-	if b.Len()+4 > MaxBytes {
-		return nil, fmt.Errorf("statefile: %d bytes, more than %d", b.Len()+4, MaxBytes)
+	if err != nil {
+		return err
 	}
-	b.Write(binary.BigEndian.AppendUint32(nil, crc32.Checksum(b.Bytes(), crcTable)))
-	return b.Bytes(), nil
+	if _, err := bw.Write(binary.BigEndian.AppendUint32(nil, cw.crc.Sum32())); err != nil {
+		return fmt.Errorf("statefile: write: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("statefile: write: %w", err)
+	}
+	return nil
+}
+
+// FromSlice returns the deltas of ds in order, for Write.
+func FromSlice(ds []crdt.Delta) iter.Seq[*crdt.Delta] {
+	return func(yield func(*crdt.Delta) bool) {
+		for i := range ds {
+			if !yield(&ds[i]) {
+				return
+			}
+		}
+	}
 }
 
 // Decode parses file content b. A file whose checksum, framing or deltas
 // are wrong is refused whole (ErrCorrupt); another version, ErrVersion.
 func Decode(b []byte) (*State, error) {
-	if len(b) > MaxBytes {
-		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrCorrupt, len(b), MaxBytes)
-	}
-	if len(b) < headerLen+1+4 || string(b[:len(magic)]) != magic {
-		return nil, fmt.Errorf("%w: not a state file", ErrCorrupt)
-	}
-	if v := b[len(magic)]; v != Version {
-		return nil, fmt.Errorf("%w: %d", ErrVersion, v)
-	}
-	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, crcTable) != sum {
-		return nil, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorrupt)
-	}
-	st := &State{SavedAt: int64(binary.BigEndian.Uint64(b[len(magic)+1 : headerLen]))}
-	rest := body[headerLen:]
-	n, k := binary.Uvarint(rest)
-	if k <= 0 || n > crdt.MaxNameLen*4 || n > uint64(len(rest)-k) {
-		return nil, fmt.Errorf("%w: writer's name", ErrCorrupt)
-	}
-	self, err := parseReplica(string(rest[k : k+int(n)]))
+	f, err := open(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: writer: %v", ErrCorrupt, err)
+		return nil, err
 	}
-	st.Self = self
-	rest = rest[k+int(n):]
-	dec := crdt.NewDecoder()
-	for len(rest) > 0 {
-		n, k := binary.Uvarint(rest)
-		if k <= 0 || n > uint64(len(rest)-k) {
-			return nil, fmt.Errorf("%w: delta framing", ErrCorrupt)
-		}
-		var d crdt.Delta
-		if err := dec.Decode(rest[k:k+int(n)], &d); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-		st.Deltas = append(st.Deltas, d)
-		rest = rest[k+int(n):]
-	}
-	return st, nil
+	return f.state()
 }
 
-// Read reads and decodes the state file at path. A missing file returns an
-// error wrapping fs.ErrNotExist.
+// Read reads the whole state file at path into memory (Open, then every
+// delta), for tools and tests; a node restores through Open and Deltas.
 func Read(path string) (*State, error) {
-	f, err := os.Open(path)
+	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("statefile: read %s: %w", path, err)
-	}
-	return Decode(b)
+	return f.state()
 }
 
-// Write writes st to path atomically: to a temporary file in the same
-// directory, synced, renamed over path, and the directory synced, so that a
-// crash at any point leaves either the former file or the new one whole.
-func Write(path string, st *State) error {
-	b, err := Encode(st)
+// state collects f into a State.
+func (f *File) state() (*State, error) {
+	st := &State{Self: f.Self, SavedAt: f.SavedAt}
+	err := f.walk(func(d *crdt.Delta) error {
+		st.Deltas = append(st.Deltas, *d)
+		return nil
+	}, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return st, nil
+}
+
+// File is a state file checked whole by Open, whose deltas Deltas hands
+// out.
+type File struct {
+	Header
+	r     io.ReaderAt
+	c     io.Closer // the file, nil for none
+	body  int64     // where the deltas start
+	end   int64     // where they end (the checksum)
+	frame []byte    // reused for a delta's bytes
+	dec   *crdt.Decoder
+	d     crdt.Delta // reused by Deltas
+}
+
+// Open opens the state file at path and checks it whole: its size,
+// version, checksum, framing and every delta. A missing file returns an
+// error wrapping fs.ErrNotExist; a damaged one, ErrCorrupt or ErrVersion.
+// Close the File when done.
+func Open(path string) (*File, error) {
+	osf, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := osf.Stat()
+	if err != nil {
+		_ = osf.Close()
+		return nil, fmt.Errorf("statefile: %w", err)
+	}
+	f, err := open(osf, fi.Size())
+	if err != nil {
+		_ = osf.Close()
+		return nil, err
+	}
+	f.c = osf
+	return f, nil
+}
+
+// Close closes the file.
+func (f *File) Close() error {
+	if f.c == nil {
+		return nil
+	}
+	return f.c.Close()
+}
+
+// Deltas calls fn with each delta of the file, in order, stopping at fn's
+// first error and returning it. d is reused for the next one: fn must not
+// keep it. Deltas reads the file again; an error reading it (the disk, not
+// the content: Open checked that) is returned too.
+func (f *File) Deltas(fn func(d *crdt.Delta) error) error {
+	return f.walk(fn, true)
+}
+
+// open checks the size bytes of r (see Open).
+func open(r io.ReaderAt, size int64) (*File, error) {
+	if size > MaxBytes {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrCorrupt, size, MaxBytes)
+	}
+	var head [headerLen + binary.MaxVarintLen64]byte
+	if size < int64(headerLen+1+4) {
+		return nil, fmt.Errorf("%w: not a state file", ErrCorrupt)
+	}
+	n, err := r.ReadAt(head[:min(int64(len(head)), size-4)], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("statefile: read: %w", err)
+	}
+	if string(head[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: not a state file", ErrCorrupt)
+	}
+	if v := head[len(magic)]; v != Version {
+		return nil, fmt.Errorf("%w: %d", ErrVersion, v)
+	}
+	end := size - 4
+	crc := crc32.New(crcTable)
+	if _, err := io.Copy(crc, io.NewSectionReader(r, 0, end)); err != nil {
+		return nil, fmt.Errorf("statefile: read: %w", err)
+	}
+	var sum [4]byte
+	if _, err := r.ReadAt(sum[:], end); err != nil {
+		return nil, fmt.Errorf("statefile: read: %w", err)
+	}
+	if crc.Sum32() != binary.BigEndian.Uint32(sum[:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorrupt)
+	}
+	f := &File{r: r, end: end, dec: crdt.NewDecoder()}
+	f.SavedAt = int64(binary.BigEndian.Uint64(head[len(magic)+1 : headerLen]))
+	rest := head[headerLen:n]
+	ln, k := binary.Uvarint(rest)
+	if k <= 0 || ln > crdt.MaxNameLen*4 || int64(headerLen+k)+int64(ln) > end {
+		return nil, fmt.Errorf("%w: writer's name", ErrCorrupt)
+	}
+	name := make([]byte, ln)
+	if _, err := r.ReadAt(name, int64(headerLen+k)); err != nil {
+		return nil, fmt.Errorf("statefile: read: %w", err)
+	}
+	if f.Self, err = parseReplica(string(name)); err != nil {
+		return nil, fmt.Errorf("%w: writer: %v", ErrCorrupt, err)
+	}
+	f.body = int64(headerLen+k) + int64(ln)
+	// Every delta must decode before any is handed out.
+	if err := f.walk(func(*crdt.Delta) error { return nil }, true); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// walk decodes the deltas in order and calls fn with each, into f.d when
+// reuse is set and into a fresh Delta otherwise.
+func (f *File) walk(fn func(*crdt.Delta) error, reuse bool) error {
+	br := bufio.NewReaderSize(io.NewSectionReader(f.r, f.body, f.end-f.body), 64<<10)
+	for {
+		if _, err := br.Peek(1); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("statefile: read: %w", err)
+		}
+		n, err := binary.ReadUvarint(br)
+		if err != nil || n > crdt.MaxDeltaBytes {
+			return fmt.Errorf("%w: delta framing", ErrCorrupt)
+		}
+		if cap(f.frame) < int(n) {
+			f.frame = make([]byte, n)
+		}
+		b := f.frame[:n]
+		if _, err := io.ReadFull(br, b); err != nil {
+			return fmt.Errorf("%w: delta framing", ErrCorrupt)
+		}
+		d := &f.d
+		if !reuse {
+			d = new(crdt.Delta)
+		}
+		if err := f.dec.Decode(b, d); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+}
+
+// Write writes a state file of h and deltas to path atomically: to a
+// temporary file in the same directory, synced, renamed over path, and the
+// directory synced, so that a crash at any point leaves either the former
+// file or the new one whole. It stops taking deltas at the first error.
+func Write(path string, h Header, deltas iter.Seq[*crdt.Delta]) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -169,8 +354,8 @@ func Write(path string, st *State) error {
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	if _, err := tmp.Write(b); err != nil {
-		return fmt.Errorf("statefile: write: %w", err)
+	if err := encodeTo(tmp, h, deltas); err != nil {
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("statefile: sync: %w", err)

@@ -1,7 +1,9 @@
 package statefile
 
 import (
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -22,14 +24,19 @@ func sample() *State {
 	}}
 }
 
+// write writes st to path.
+func write(path string, st *State) error {
+	return Write(path, Header{Self: st.Self, SavedAt: st.SavedAt}, FromSlice(st.Deltas))
+}
+
 func TestRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
-	require.NoError(t, Write(path, sample()))
+	require.NoError(t, write(path, sample()))
 	got, err := Read(path)
 	require.NoError(t, err)
 	assert.Equal(t, sample(), got)
 	// An empty state is a valid file too.
-	require.NoError(t, Write(path, &State{Self: self}))
+	require.NoError(t, write(path, &State{Self: self}))
 	got, err = Read(path)
 	require.NoError(t, err)
 	assert.Empty(t, got.Deltas)
@@ -74,12 +81,12 @@ func TestDecodeRefusesDamage(t *testing.T) {
 // former file.
 func TestWriteKeepsFormerFileOnError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
-	require.NoError(t, Write(path, sample()))
+	require.NoError(t, write(path, sample()))
 	bad := &State{Self: crdt.Replica{Region: "eu"}}
-	require.Error(t, Write(path, bad))
+	require.Error(t, write(path, bad))
 	_, err := Read(path)
 	require.NoError(t, err)
-	require.Error(t, Write(filepath.Join(t.TempDir(), "no", "such", "dir"), sample()))
+	require.Error(t, write(filepath.Join(t.TempDir(), "no", "such", "dir"), sample()))
 }
 
 func FuzzDecode(f *testing.F) {
@@ -107,4 +114,67 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-decode: %v", err)
 		}
 	})
+}
+
+// withCRC returns body followed by its checksum: a file whose damage the
+// checksum does not catch.
+func withCRC(body []byte) []byte {
+	return binary.BigEndian.AppendUint32(append([]byte(nil), body...), crc32.Checksum(body, crcTable))
+}
+
+// Open checks every delta before Deltas hands out any: a file whose
+// checksum holds but whose last delta is damaged, or whose framing names a
+// delta larger than any Write writes, is refused whole.
+func TestOpenChecksEveryDeltaFirst(t *testing.T) {
+	good, err := Encode(sample())
+	require.NoError(t, err)
+	body := good[:len(good)-4]
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{
+		"damaged last delta": withCRC(append(append([]byte(nil), body...), 3, 0x91, 0x05, 0xc1)),
+		"huge frame":         withCRC(binary.AppendUvarint(append([]byte(nil), body...), 1<<40)),
+		"short frame":        withCRC(binary.AppendUvarint(append([]byte(nil), body...), 100)),
+	} {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		f, err := Open(path)
+		assert.Nil(t, f, name)
+		assert.ErrorIs(t, err, ErrCorrupt, name)
+	}
+}
+
+// Deltas hands out the deltas in order, stops at fn's first error and
+// returns it; Write stops taking deltas at its first error.
+func TestStreaming(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	require.NoError(t, write(path, sample()))
+	f, err := Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Equal(t, Header{Self: self, SavedAt: 1234567890}, f.Header)
+	var senders []crdt.Replica
+	require.NoError(t, f.Deltas(func(d *crdt.Delta) error {
+		senders = append(senders, d.Sender)
+		return nil
+	}))
+	assert.Equal(t, []crdt.Replica{sample().Deltas[0].Sender, sample().Deltas[1].Sender}, senders)
+	stop := errors.New("stop")
+	calls := 0
+	assert.Equal(t, stop, f.Deltas(func(*crdt.Delta) error { calls++; return stop }))
+	assert.Equal(t, 1, calls)
+
+	taken := 0
+	bad := func(yield func(*crdt.Delta) bool) {
+		for _, d := range []crdt.Delta{{Sender: crdt.Replica{Region: "no"}}, sample().Deltas[0]} {
+			taken++
+			if !yield(&d) {
+				return
+			}
+		}
+	}
+	require.Error(t, Write(path, Header{Self: self}, bad))
+	assert.Equal(t, 1, taken, "nothing is taken after the error")
+	st, err := Read(path)
+	require.NoError(t, err, "the former file stays")
+	assert.Equal(t, sample(), st)
 }
