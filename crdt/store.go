@@ -428,7 +428,8 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 // InternCache remembers the ID a store gave one replica, for a caller that
 // hears from the same replica over and over (a remote PoP's aggregate): a
 // hit skips the store's table of replicas, a look-up that takes a few cache
-// misses when many replicas are known. The zero value is empty.
+// misses when many replicas are known. The zero value is empty. An
+// InternCache is not safe for concurrent use.
 type InternCache struct {
 	s   *Store
 	r   Replica

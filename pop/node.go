@@ -639,7 +639,7 @@ func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
 
 // ApplyFrom is Apply with from, when not nil, caching the store's ID of the
 // sender: a caller that keeps one per remote PoP saves a look-up per
-// message.
+// message. Calls that share a cache must not run concurrently.
 func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternCache) ApplyStats {
 	var st ApplyStats
 	defer func() {

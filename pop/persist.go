@@ -63,6 +63,7 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 		emit := func(p *pending) {
 			if !stopped && len(p.d.Entries) > 0 {
 				stopped = !yield(&p.d)
+				clear(p.d.Entries) // keep no keys alive
 				p.d.Entries = p.d.Entries[:0]
 			}
 		}
@@ -95,6 +96,9 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 		sort.Slice(rest, func(i, j int) bool { return rest[i].d.Sender.String() < rest[j].d.Sender.String() })
 		for _, p := range rest {
 			emit(p)
+		}
+		if stopped {
+			return
 		}
 		// A node with no epoch (no replication, or a member that has not
 		// learned its PoP's) keeps its PoP's totals as the aggregate of an
@@ -171,6 +175,11 @@ func (n *Node) restoreNode(now int64, d *crdt.Delta) ApplyStats {
 	for i := range d.Entries {
 		e := &d.Entries[i]
 		r, ok := rs.getWire(e.Rule)
+		if !ok {
+			// Files of earlier versions name a rule of several windows
+			// by its name; their entries are its first window's.
+			r, ok = rs.get(e.Rule)
+		}
 		switch {
 		case !ok:
 			st.UnknownRule++

@@ -147,6 +147,15 @@ func TestSnapshotRestoreMultiWindow(t *testing.T) {
 		require.Len(t, v.More, 1)
 		assert.InDelta(t, 7, v.More[0].Estimate, 0.01, "scope %v: the hour window", scope)
 	}
+
+	// Files of earlier versions named every window of a pop-scope rule by
+	// the rule's name: the first window's entries still come back.
+	rules := []Rule{{Name: "mw", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopePoP, More: []Limit{{Limit: 1000, Window: time.Hour}}}}
+	n, err := New(Config{Self: replica("a", 2), Rules: rules})
+	require.NoError(t, err)
+	old := crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "mw", Key: "k", Window: t0 / int64(10*time.Second), Count: 4}}}
+	assert.Equal(t, 1, n.RestoreDelta(t0, &old).Merged)
+	assert.InDelta(t, 4, estimate(t, n, t0, "mw", "k"), 0.01)
 }
 
 // TestSnapshotEachStreamsInChunks: a snapshot of more keys than a chunk

@@ -40,6 +40,7 @@ func (t *peerTable) add(id PoPID, p *peer) {
 	if len(t.m)*2 > len(t.cache) {
 		t.cache = make([]*peer, len(t.cache)*2) // refilled by get
 	}
+	t.cache[popHash(id)&uint64(len(t.cache)-1)] = p
 }
 
 // del forgets id.

@@ -15,7 +15,8 @@ import (
 )
 
 // stateKeeper writes the node's counts to state.file and loads them at
-// start, so that a node restarts where it stopped (see pop.Node.Snapshot).
+// start, so that a node restarts where it stopped (see
+// pop.Node.SnapshotEach and RestoreDelta).
 // Safe for concurrent use.
 type stateKeeper struct {
 	path   string
@@ -91,8 +92,9 @@ func (a *App) loadState() {
 		return nil
 	})
 	if err != nil {
-		// The disk failed between the check and the read: what was merged
-		// stays merged (counts merge by maximum), the rest is lost.
+		// The disk failed, or the file was changed in place, between the
+		// check and the read: what was merged stays merged (counts merge
+		// by maximum), the rest is lost.
 		s.loads.WithLabelValues("failed").Inc()
 		a.log.Error("state file unreadable part way; starting with what was read", "path", s.path, "err", err, "merged", res.Merged)
 		return

@@ -8,9 +8,9 @@
 //
 // Both stream: a node's state may be hundreds of megabytes, and neither
 // side holds more of it in memory than one delta (and the snapshot's
-// per-replica buffers, pop.Node.SnapshotEach). Open reads the file twice,
-// once to check it whole and once, in Deltas, to hand it out, so that a
-// damaged file changes nothing.
+// per-replica buffers, pop.Node.SnapshotEach). Open reads the file once to
+// check it whole (its checksum and every delta), and Deltas once more to
+// hand it out, so that a damaged file changes nothing.
 //
 // Format, version 1: the magic "glstate\x00", a version byte, the writer's
 // clock (int64, big endian, Unix nanoseconds), the writer's replica
@@ -114,15 +114,12 @@ func encodeTo(w io.Writer, h Header, deltas iter.Seq[*crdt.Delta]) error {
 	self := h.Self.String()
 	head = binary.AppendUvarint(head, uint64(len(self)))
 	head = append(head, self...)
-	_, err := cw.Write(head)
-	if err != nil {
-		err = fmt.Errorf("statefile: write: %w", err)
+	if _, err := cw.Write(head); err != nil {
+		return fmt.Errorf("statefile: write: %w", err)
 	}
+	var err error
 	var frame [binary.MaxVarintLen64]byte
 	for d := range deltas {
-		if err != nil {
-			break
-		}
 		var msgs [][]byte
 		if msgs, err = crdt.Encode(d, crdt.MaxDeltaBytes); err != nil {
 			err = fmt.Errorf("statefile: %w", err)
@@ -139,6 +136,9 @@ func encodeTo(w io.Writer, h Header, deltas iter.Seq[*crdt.Delta]) error {
 		}
 		if err == nil && cw.n+4 > MaxBytes {
 			err = fmt.Errorf("statefile: more than %d bytes", MaxBytes)
+		}
+		if err != nil {
+			break
 		}
 	}
 	if err != nil {
@@ -200,15 +200,19 @@ func (f *File) state() (*State, error) {
 
 // File is a state file checked whole by Open, whose deltas Deltas hands
 // out.
+//
+// A File is not safe for concurrent use.
 type File struct {
 	Header
-	r     io.ReaderAt
-	c     io.Closer // the file, nil for none
-	body  int64     // where the deltas start
-	end   int64     // where they end (the checksum)
-	frame []byte    // reused for a delta's bytes
-	dec   *crdt.Decoder
-	d     crdt.Delta // reused by Deltas
+	r       io.ReaderAt
+	c       io.Closer // the file, nil for none
+	body    int64     // where the deltas start
+	end     int64     // where they end (the checksum)
+	sum     uint32    // the checksum the file ends with
+	headCRC uint32    // the checksum of the header, before body
+	frame   []byte    // reused for a delta's bytes
+	dec     *crdt.Decoder
+	d       crdt.Delta // reused by Deltas
 }
 
 // Open opens the state file at path and checks it whole: its size,
@@ -218,7 +222,7 @@ type File struct {
 func Open(path string) (*File, error) {
 	osf, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("statefile: %w", err)
 	}
 	fi, err := osf.Stat()
 	if err != nil {
@@ -244,8 +248,9 @@ func (f *File) Close() error {
 
 // Deltas calls fn with each delta of the file, in order, stopping at fn's
 // first error and returning it. d is reused for the next one: fn must not
-// keep it. Deltas reads the file again; an error reading it (the disk, not
-// the content: Open checked that) is returned too.
+// keep it. Deltas reads the file again and checks its checksum again: an
+// error reading it, or a file changed since Open (by something other than
+// Write, which replaces it), is returned too, after the deltas read before.
 func (f *File) Deltas(fn func(d *crdt.Delta) error) error {
 	return f.walk(fn, true)
 }
@@ -255,86 +260,113 @@ func open(r io.ReaderAt, size int64) (*File, error) {
 	if size > MaxBytes {
 		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrCorrupt, size, MaxBytes)
 	}
-	var head [headerLen + binary.MaxVarintLen64]byte
 	if size < int64(headerLen+1+4) {
 		return nil, fmt.Errorf("%w: not a state file", ErrCorrupt)
 	}
+	var head [headerLen + binary.MaxVarintLen64 + 4*crdt.MaxNameLen]byte
 	n, err := r.ReadAt(head[:min(int64(len(head)), size-4)], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("statefile: read: %w", err)
 	}
-	if string(head[:len(magic)]) != magic {
+	if n < headerLen+1 || string(head[:len(magic)]) != magic {
 		return nil, fmt.Errorf("%w: not a state file", ErrCorrupt)
 	}
 	if v := head[len(magic)]; v != Version {
 		return nil, fmt.Errorf("%w: %d", ErrVersion, v)
 	}
-	end := size - 4
-	crc := crc32.New(crcTable)
-	if _, err := io.Copy(crc, io.NewSectionReader(r, 0, end)); err != nil {
-		return nil, fmt.Errorf("statefile: read: %w", err)
-	}
+	f := &File{r: r, end: size - 4, dec: crdt.NewDecoder()}
 	var sum [4]byte
-	if _, err := r.ReadAt(sum[:], end); err != nil {
+	if _, err := r.ReadAt(sum[:], f.end); err != nil {
 		return nil, fmt.Errorf("statefile: read: %w", err)
 	}
-	if crc.Sum32() != binary.BigEndian.Uint32(sum[:]) {
-		return nil, fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorrupt)
-	}
-	f := &File{r: r, end: end, dec: crdt.NewDecoder()}
+	f.sum = binary.BigEndian.Uint32(sum[:])
 	f.SavedAt = int64(binary.BigEndian.Uint64(head[len(magic)+1 : headerLen]))
-	rest := head[headerLen:n]
-	ln, k := binary.Uvarint(rest)
-	if k <= 0 || ln > crdt.MaxNameLen*4 || int64(headerLen+k)+int64(ln) > end {
-		return nil, fmt.Errorf("%w: writer's name", ErrCorrupt)
+	ln, k := binary.Uvarint(head[headerLen:n])
+	if k <= 0 || ln > crdt.MaxNameLen*4 || headerLen+k+int(ln) > n {
+		return nil, f.damaged(fmt.Errorf("%w: writer's name", ErrCorrupt))
 	}
-	name := make([]byte, ln)
-	if _, err := r.ReadAt(name, int64(headerLen+k)); err != nil {
-		return nil, fmt.Errorf("statefile: read: %w", err)
-	}
+	name := head[headerLen+k : headerLen+k+int(ln)]
+	f.body = int64(headerLen + k + int(ln))
+	f.headCRC = crc32.Checksum(head[:f.body], crcTable)
 	if f.Self, err = parseReplica(string(name)); err != nil {
-		return nil, fmt.Errorf("%w: writer: %v", ErrCorrupt, err)
+		return nil, f.damaged(fmt.Errorf("%w: writer: %v", ErrCorrupt, err))
 	}
-	f.body = int64(headerLen+k) + int64(ln)
-	// Every delta must decode before any is handed out.
+	// Every delta must decode, and the checksum match, before any delta is
+	// handed out.
 	if err := f.walk(func(*crdt.Delta) error { return nil }, true); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
+// damaged returns err, or, when the file's checksum does not match, a
+// checksum error: a file damaged on disk is told from one whose content
+// was wrong when written.
+func (f *File) damaged(err error) error {
+	cr := &crcReader{r: io.NewSectionReader(f.r, 0, f.end)}
+	if _, rerr := io.Copy(io.Discard, cr); rerr != nil {
+		return fmt.Errorf("statefile: read: %w", rerr)
+	}
+	if cr.crc != f.sum || cr.n != f.end {
+		return fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorrupt)
+	}
+	return err
+}
+
+// crcReader reads through r, adding what it reads to crc and n.
+type crcReader struct {
+	r   io.Reader
+	crc uint32
+	n   int64
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.crc = crc32.Update(c.crc, crcTable, p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
 // walk decodes the deltas in order and calls fn with each, into f.d when
-// reuse is set and into a fresh Delta otherwise.
+// reuse is set and into a fresh Delta otherwise, and checks the checksum
+// as it reads: a file that changed since open is caught too, though after
+// the deltas before the change were handed out. fn's error is returned as
+// it is.
 func (f *File) walk(fn func(*crdt.Delta) error, reuse bool) error {
-	br := bufio.NewReaderSize(io.NewSectionReader(f.r, f.body, f.end-f.body), 64<<10)
+	cr := &crcReader{r: io.NewSectionReader(f.r, f.body, f.end-f.body), crc: f.headCRC}
+	br := bufio.NewReaderSize(cr, 64<<10)
 	for {
 		if _, err := br.Peek(1); errors.Is(err, io.EOF) {
-			return nil
+			break
 		} else if err != nil {
 			return fmt.Errorf("statefile: read: %w", err)
 		}
 		n, err := binary.ReadUvarint(br)
 		if err != nil || n > crdt.MaxDeltaBytes {
-			return fmt.Errorf("%w: delta framing", ErrCorrupt)
+			return f.damaged(fmt.Errorf("%w: delta framing", ErrCorrupt))
 		}
 		if cap(f.frame) < int(n) {
 			f.frame = make([]byte, n)
 		}
 		b := f.frame[:n]
 		if _, err := io.ReadFull(br, b); err != nil {
-			return fmt.Errorf("%w: delta framing", ErrCorrupt)
+			return f.damaged(fmt.Errorf("%w: delta framing", ErrCorrupt))
 		}
 		d := &f.d
 		if !reuse {
 			d = new(crdt.Delta)
 		}
 		if err := f.dec.Decode(b, d); err != nil {
-			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+			return f.damaged(fmt.Errorf("%w: %v", ErrCorrupt, err))
 		}
 		if err := fn(d); err != nil {
 			return err
 		}
 	}
+	if cr.crc != f.sum || cr.n != f.end-f.body {
+		return fmt.Errorf("%w: checksum mismatch (truncated or altered)", ErrCorrupt)
+	}
+	return nil
 }
 
 // Write writes a state file of h and deltas to path atomically: to a

@@ -178,3 +178,30 @@ func TestStreaming(t *testing.T) {
 	require.NoError(t, err, "the former file stays")
 	assert.Equal(t, sample(), st)
 }
+
+// A file changed in place after Open (not replaced, as Write does) is
+// caught by Deltas: cut short, or altered, it returns a checksum error.
+func TestDeltasCatchesAFileChangedSinceOpen(t *testing.T) {
+	for _, change := range []string{"emptied", "cut at a delta", "altered"} {
+		path := filepath.Join(t.TempDir(), "state")
+		require.NoError(t, write(path, sample()))
+		f, err := Open(path)
+		require.NoError(t, err)
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		switch change {
+		case "emptied":
+			require.NoError(t, os.Truncate(path, 0))
+		case "cut at a delta":
+			one, err := Encode(&State{Self: self, SavedAt: 1234567890, Deltas: sample().Deltas[:1]})
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, withCRC(one[:len(one)-4]), 0o600))
+		case "altered":
+			b[len(b)-6] ^= 0x01 // a count of the last delta
+			require.NoError(t, os.WriteFile(path, b, 0o600))
+		}
+		err = f.Deltas(func(*crdt.Delta) error { return nil })
+		assert.ErrorIs(t, err, ErrCorrupt, change)
+		require.NoError(t, f.Close())
+	}
+}
