@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -128,4 +129,34 @@ func TestQueueOrder(t *testing.T) {
 	}
 	want := [][2]int64{{0, 8}, {1, 4}, {3, 1}, {3, 3}, {3, 7}, {5, 0}, {5, 5}, {7, 6}, {9, 2}, {9, 9}}
 	assert.Equal(t, want, got, "time order, then scheduling order")
+}
+
+// TestQueueOrderInterleaved pushes and pops thousands of events in a seeded
+// random mix, many at equal times, deep enough for several heap levels: each
+// pop returns the earliest event left, ties in scheduling order.
+func TestQueueOrderInterleaved(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var q queue
+	type key struct{ at, seq int64 }
+	var left []key // the model: events not popped yet
+	now := int64(0)
+	for step := range 20000 {
+		if rng.IntN(3) > 0 || len(left) == 0 {
+			at := now + rng.Int64N(50)
+			q.push(event{at: at, i: step})
+			left = append(left, key{at, int64(q.seq)})
+			continue
+		}
+		ev := q.pop()
+		best := 0
+		for k, e := range left {
+			if e.at < left[best].at || e.at == left[best].at && e.seq < left[best].seq {
+				best = k
+			}
+		}
+		require.Equal(t, left[best], key{ev.at, int64(ev.seq)}, "step %d", step)
+		left = append(left[:best], left[best+1:]...)
+		now = ev.at
+	}
+	require.Len(t, q.h, len(left))
 }
