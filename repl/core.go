@@ -1238,6 +1238,7 @@ func (c *Core) relay(now int64) {
 	targets := c.relayTo
 	c.relayTo = map[PoPID]bool{}
 	var state []crdt.Delta
+	var reps []crdt.Replica // the replicas held, read once
 	for id, asked := range targets {
 		p := c.peers.get(id)
 		if p == nil || !c.ownsTask("relay/"+id.String()) {
@@ -1252,7 +1253,10 @@ func (c *Core) relay(now int64) {
 			}
 		}
 		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
-		if !c.holdsFormer(id, asked) {
+		if reps == nil {
+			reps = c.node.Replicas()
+		}
+		if !c.holdsFormer(reps, id, asked) {
 			continue // the common case: nothing to relay, no scan of the store
 		}
 		if state == nil {
@@ -1274,10 +1278,10 @@ func (c *Core) relay(now int64) {
 	}
 }
 
-// holdsFormer reports whether this node holds counts of an aggregate it
-// would relay to PoP id (see former).
-func (c *Core) holdsFormer(id PoPID, asked bool) bool {
-	for _, r := range c.node.Replicas() {
+// holdsFormer reports whether reps, the replicas this node holds counts
+// of, hold an aggregate it would relay to PoP id (see former).
+func (c *Core) holdsFormer(reps []crdt.Replica, id PoPID, asked bool) bool {
+	for _, r := range reps {
 		if r.IsPoP() && c.former(r, id, asked) {
 			return true
 		}
@@ -1297,8 +1301,11 @@ func (c *Core) former(r crdt.Replica, id PoPID, asked bool) bool {
 		p := c.peers.get(id)
 		return p != nil && r.Incarnation != p.epoch
 	}
+	if !asked {
+		return false
+	}
 	cur := c.currentEpoch(of)
-	return asked && cur != 0 && r.Incarnation != cur
+	return cur != 0 && r.Incarnation != cur
 }
 
 // currentEpoch returns the epoch PoP id publishes under as this node knows
