@@ -1238,7 +1238,7 @@ func (c *Core) relay(now int64) {
 	targets := c.relayTo
 	c.relayTo = map[PoPID]bool{}
 	var state []crdt.Delta
-	var reps []crdt.Replica // the replicas held, read once
+	var held *heldAggregates
 	for id, asked := range targets {
 		p := c.peers.get(id)
 		if p == nil || !c.ownsTask("relay/"+id.String()) {
@@ -1253,10 +1253,11 @@ func (c *Core) relay(now int64) {
 			}
 		}
 		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
-		if reps == nil {
-			reps = c.node.Replicas()
+		if held == nil {
+			h := c.heldAggregates()
+			held = &h
 		}
-		if !c.holdsFormer(reps, id, asked) {
+		if !held.holdsFormer(c, id, asked) {
 			continue // the common case: nothing to relay, no scan of the store
 		}
 		if state == nil {
@@ -1278,11 +1279,46 @@ func (c *Core) relay(now int64) {
 	}
 }
 
-// holdsFormer reports whether reps, the replicas this node holds counts
-// of, hold an aggregate it would relay to PoP id (see former).
-func (c *Core) holdsFormer(reps []crdt.Replica, id PoPID, asked bool) bool {
-	for _, r := range reps {
-		if r.IsPoP() && c.former(r, id, asked) {
+// heldAggregates is what relay needs to know of the PoP aggregates this
+// node holds counts of, read once per relay rather than once per target:
+// with hundreds of PoPs, looking every PoP's epoch up for each target was
+// most of a relay's time.
+type heldAggregates struct {
+	byPoP map[PoPID][]uint64 // the epochs held of each PoP
+	// formerKnown: one of them is an epoch other than its PoP's current
+	// one, which is known; relayed to any PoP that asks (see former).
+	formerKnown bool
+}
+
+func (c *Core) heldAggregates() heldAggregates {
+	h := heldAggregates{byPoP: map[PoPID][]uint64{}}
+	for _, r := range c.node.Replicas() {
+		if !r.IsPoP() {
+			continue
+		}
+		of := PoPOf(r)
+		h.byPoP[of] = append(h.byPoP[of], r.Incarnation)
+		if cur := c.currentEpoch(of); cur != 0 && r.Incarnation != cur {
+			h.formerKnown = true
+		}
+	}
+	return h
+}
+
+// holdsFormer reports whether the node holds counts of an aggregate it
+// would relay to PoP id (see former): when id asked, an earlier epoch of a
+// PoP whose current epoch is known; always, an epoch of id other than the
+// one it publishes under.
+func (h *heldAggregates) holdsFormer(c *Core, id PoPID, asked bool) bool {
+	if asked && h.formerKnown {
+		return true
+	}
+	p := c.peers.get(id)
+	if p == nil {
+		return false
+	}
+	for _, inc := range h.byPoP[id] {
+		if inc != p.epoch {
 			return true
 		}
 	}

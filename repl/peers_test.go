@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
 )
 
 // TestPeerTableFollowsMap drives a peer table, with a cache much smaller
@@ -39,4 +42,48 @@ func TestPeerTableFollowsMap(t *testing.T) {
 		require.GreaterOrEqual(t, len(tab.cache), 2*len(tab.m))
 	}
 	require.Greater(t, len(tab.m), minCache, "IDs collide in the cache")
+}
+
+// TestHeldAggregatesMatchFormer: for nodes holding random PoPs' aggregates
+// of random epochs, with those PoPs' current epochs known or not, the
+// relay's once-per-relay index answers every target, asked or not, as a
+// walk over the held replicas with former does.
+func TestHeldAggregatesMatchFormer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	pops := []PoPID{{"eu", "ams"}, {"us", "iad"}, {"us", "sfo"}, {"ap", "sin"}, {"ap", "syd"}}
+	seen := map[[2]bool]int{} // (asked, answer)
+	for round := range 200 {
+		n := testNode(t, ams1)
+		c, _, now := speakingCore(t, n)
+		for _, id := range pops[1:] {
+			switch rng.IntN(3) {
+			case 0: // unknown PoP
+			case 1:
+				c.peers.add(id, &peer{}) // known, epoch not yet
+			default:
+				c.peers.add(id, &peer{epoch: uint64(1 + rng.IntN(3))})
+			}
+		}
+		for range rng.IntN(6) {
+			id := pops[rng.IntN(len(pops))]
+			d := crdt.Delta{Sender: crdt.PoPReplica(id.Region, id.PoP, uint64(1+rng.IntN(3))),
+				Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: now / int64(ruleWindow), Count: 1}}}
+			n.Apply(now, &d, pop.ScopeGlobal)
+		}
+		held := c.heldAggregates()
+		for _, id := range pops[1:] {
+			for _, asked := range []bool{false, true} {
+				want := false
+				for _, r := range n.Replicas() {
+					want = want || r.IsPoP() && c.former(r, id, asked)
+				}
+				if got := held.holdsFormer(c, id, asked); got != want {
+					t.Fatalf("round %d: %v asked %v: %v, want %v (held %v)", round, id, asked, got, want, held.byPoP)
+				}
+				seen[[2]bool{asked, want}]++
+			}
+		}
+	}
+	require.Len(t, seen, 4, "every answer, asked and not: %v", seen)
+	require.Greater(t, seen[[2]bool{true, true}], seen[[2]bool{false, true}], "an asking PoP is relayed other PoPs' former epochs too")
 }
