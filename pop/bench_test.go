@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -126,6 +127,41 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
+	for _, chained := range []bool{false, true} {
+		name := map[bool]string{false: "miss-overlapped", true: "miss-serialized"}[chained]
+		b.Run(name, func(b *testing.B) {
+			// Not a limiter: per call, the key's hash and one read of a
+			// random cache line of a table as large as the store's, in the
+			// same key order. Overlapped, the reads of successive calls
+			// run side by side, as nothing orders them; serialized, each
+			// read's address depends on the read before (its value, 0), as
+			// a decision's lock orders its read of the slot before the
+			// next decision's: the memory latency a locked decision on
+			// 100k keys pays.
+			n := benchNode(b, created, clk.Now())
+			lines := uint64(n.Stats().Store.TableBytes / 64)
+			table := make([]uint64, lines*8)
+			for j := range table {
+				table[j] = uint64(j) & 0 // written, so that every page is a page of its own
+			}
+			seed := maphash.MakeSeed()
+			var prev, sum uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				h := maphash.String(seed, keys[i%len(keys)])
+				if chained {
+					h += prev
+				}
+				prev = table[(h%lines)*8]
+				sum += prev
+			}
+			b.StopTimer()
+			if sum != 0 {
+				b.Fatalf("read %d", sum)
+			}
+		})
+	}
 	b.Run("xrate-map", func(b *testing.B) {
 		var mu sync.Mutex
 		m := make(map[string]*rate.Limiter, len(created))
