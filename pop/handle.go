@@ -1,5 +1,7 @@
 package pop
 
+import "github.com/geolimit/geolimit/crdt"
+
 // RuleHandle is one rule of one rule table snapshot, resolved once by name:
 // a caller that resolves a batch's rules up front decides every check of it
 // against that snapshot, even if SetRules swaps the table meanwhile (a
@@ -21,6 +23,21 @@ func (h RuleHandle) Rule() Rule {
 		return Rule{}
 	}
 	return h.r.Rule
+}
+
+// PrefetchHandle starts fetching the memory a decision of key under h
+// reads first (the key's shard and slot), without waiting for it. A caller
+// that decides a batch prefetches a few checks ahead, so that each decision
+// finds its slot in cache: a decision waits for its slot under the shard's
+// lock, whose atomic instructions keep one decision's miss from overlapping
+// the next one's.
+func (n *Node) PrefetchHandle(h RuleHandle, key string) {
+	if h.r == nil || len(key) == 0 || len(key) > crdt.MaxKeyLen {
+		return
+	}
+	k := n.store.KeyHash(h.r.id, key)
+	n.store.PrefetchShard(k)
+	n.store.PrefetchSlot(k)
 }
 
 // DecideHandle is Decide for a resolved rule.

@@ -388,11 +388,26 @@ func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 
 func checkMsg(i int, msg string) string { return "checks[" + strconv.Itoa(i) + "]: " + msg }
 
+// prefetchAhead is how many checks ahead a batch prefetches its keys
+// (pop.Node.PrefetchHandle).
+const prefetchAhead = 4
+
+// prefetch starts fetching check i's key, if there is one.
+func (a *App) prefetch(sc *batchScratch, i int) {
+	if i < len(sc.checks) {
+		a.node.PrefetchHandle(sc.rules[i].h, string(sc.checks[i].key))
+	}
+}
+
 // decideEach decides the batch's checks one by one, each counted when
 // allowed, and appends {"results":[...]} to b.
 func (a *App) decideEach(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	b = append(b, `{"results":[`...)
+	for i := range prefetchAhead {
+		a.prefetch(sc, i)
+	}
 	for i := range sc.checks {
+		a.prefetch(sc, i+prefetchAhead)
 		cr := sc.rules[i]
 		key := string(sc.checks[i].key)
 		d, err := a.decideTier(a.clk.Now(), cr, key, string(sc.checks[i].tier), sc.costs[i], true)
@@ -432,7 +447,11 @@ func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
 	now := a.clk.Now()
 	sc.decs = sc.decs[:0]
 	allowed := true
+	for i := range prefetchAhead {
+		a.prefetch(sc, i)
+	}
 	for i := 0; i < n; i++ {
+		a.prefetch(sc, i+prefetchAhead)
 		cr := sc.rules[i]
 		d, err := a.decideTier(now, cr, string(sc.checks[i].key), string(sc.checks[i].tier), sc.cum[i], false)
 		if err != nil {

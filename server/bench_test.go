@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -86,12 +87,29 @@ func BenchmarkChecksHandlerAtomic(b *testing.B) {
 	serveBodies(b, benchApp(b), "/v1/checks", checksBodies(`{"atomic":true,"checks":[`))
 }
 
+// BenchmarkChecksHandlerManyKeys is BenchmarkChecksHandler over 100k keys
+// in a shuffled order, which do not stay in the CPU's caches: what prefetching
+// a batch's keys ahead is for.
+func BenchmarkChecksHandlerManyKeys(b *testing.B) {
+	serveBodies(b, benchApp(b), "/v1/checks", keyBodies(`{"checks":[`, 100_000, 1000))
+}
+
 // checksBodies returns 10 bodies of 100 checks over 1000 keys, each
 // starting with head.
 func checksBodies(head string) [][]byte {
-	keys := benchKeys(1000)
+	return keyBodies(head, 1000, 10)
+}
+
+// keyBodies returns n bodies of 100 checks over the given number of keys,
+// taken in a seeded shuffled order, each starting with head.
+func keyBodies(head string, nkeys, n int) [][]byte {
+	keys := benchKeys(nkeys)
+	if nkeys > 1000 {
+		rng := rand.New(rand.NewPCG(1, 1))
+		rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	}
 	var bodies [][]byte
-	for j := 0; j < 10; j++ {
+	for j := 0; j < n; j++ {
 		var sb strings.Builder
 		sb.WriteString(head)
 		for i := 0; i < 100; i++ {
