@@ -149,7 +149,10 @@ func TestAttackSyncAmplification(t *testing.T) {
 		require.NoError(t, err)
 	}
 	waitFor(t, 10*time.Second, "flushed", func() bool { return victim.node.Pending() == 0 })
-	waitFor(t, 10*time.Second, "the victim subscribed", func() bool { return c.Servers[0].NumSubscriptions() >= 4 })
+	// The victim's subscriptions must be in place at its server (the
+	// gateway forwards the attacker's messages to it).
+	iad := PoPID{Region: "us", PoP: "iad"}
+	gossiptest.WaitInterest(t, c.Servers[0], DeltaSubject("", iad), SyncSubject("", iad))
 	nc := attacker(t, c.ClientURL(1))
 	for _, tc := range []struct {
 		name  string
@@ -215,7 +218,10 @@ func TestAttackBulkFlood(t *testing.T) {
 		return ms.HeapAlloc
 	}
 	base := heap()
-	waitFor(t, 10*time.Second, "the victim subscribed", func() bool { return c.Servers[0].NumSubscriptions() >= 4 })
+	// The victim's subscriptions must be in place at its server (the
+	// gateway forwards the attacker's messages to it).
+	iad := PoPID{Region: "us", PoP: "iad"}
+	gossiptest.WaitInterest(t, c.Servers[0], DeltaSubject("", iad), SyncSubject("", iad))
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
 	win := now / int64(time.Hour)

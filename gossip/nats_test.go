@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip/gossiptest"
 )
 
 func natsOpts(url string, id PoPID, name string) Options {
@@ -66,7 +67,7 @@ func TestNATSForgedDelta(t *testing.T) {
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
 	// The member's subscriptions must be in place at the server before the
 	// forged messages are published (core NATS keeps nothing for later).
-	waitFor(t, 10*time.Second, "the member subscribed", func() bool { return s.NumSubscriptions() >= 4 })
+	gossiptest.WaitInterest(t, s, DeltaSubject("", PoPID{Region: "us", PoP: "iad"}))
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
 	defer nc.Close()

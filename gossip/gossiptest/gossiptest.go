@@ -42,6 +42,24 @@ func WaitFor(tb testing.TB, timeout time.Duration, msg string, cond func() bool)
 	}
 }
 
+// WaitInterest waits until server s has a subscription for each of
+// subjects, local or routed from another server of its cluster: core NATS
+// drops a message that no subscription matches when it is published, so a
+// test publishes to a node only once the node's interest has reached the
+// server it publishes through. (Counting the server's subscriptions does not
+// tell: its system account holds dozens of its own.)
+func WaitInterest(tb testing.TB, s *server.Server, subjects ...string) {
+	tb.Helper()
+	WaitFor(tb, 10*time.Second, fmt.Sprintf("interest in %v", subjects), func() bool {
+		for _, subj := range subjects {
+			if !s.GlobalAccount().SubscriptionInterest(subj) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 var serial atomic.Uint64
 
 // StartNATS starts an embedded nats-server on a free loopback port, with a
