@@ -30,7 +30,7 @@ func (h RuleHandle) Rule() Rule {
 // that decides a batch prefetches a few checks ahead, so that each decision
 // finds its slot in cache: a decision waits for its slot under the shard's
 // lock, whose atomic instructions keep one decision's miss from overlapping
-// the next one's.
+// the next one's. It keeps nothing of key.
 func (n *Node) PrefetchHandle(h RuleHandle, key string) {
 	if h.r == nil || len(key) == 0 || len(key) > crdt.MaxKeyLen {
 		return

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -392,10 +393,12 @@ func checkMsg(i int, msg string) string { return "checks[" + strconv.Itoa(i) + "
 // (pop.Node.PrefetchHandle).
 const prefetchAhead = 4
 
-// prefetch starts fetching check i's key, if there is one.
+// prefetch starts fetching check i's key, if there is one. The key is
+// passed without a copy: PrefetchHandle keeps nothing of it.
 func (a *App) prefetch(sc *batchScratch, i int) {
-	if i < len(sc.checks) {
-		a.node.PrefetchHandle(sc.rules[i].h, string(sc.checks[i].key))
+	if i < len(sc.checks) && !a.noPrefetch {
+		k := sc.checks[i].key
+		a.node.PrefetchHandle(sc.rules[i].h, unsafe.String(unsafe.SliceData(k), len(k)))
 	}
 }
 

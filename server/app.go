@@ -213,6 +213,9 @@ type App struct {
 	// testHookAtomic, set by tests only, runs between the peek and the
 	// counts of an atomic batch.
 	testHookAtomic func()
+	// noPrefetch, set by benchmarks only, turns the batch's prefetch off,
+	// to measure what it gains.
+	noPrefetch bool
 
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup

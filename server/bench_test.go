@@ -88,10 +88,17 @@ func BenchmarkChecksHandlerAtomic(b *testing.B) {
 }
 
 // BenchmarkChecksHandlerManyKeys is BenchmarkChecksHandler over 100k keys
-// in a shuffled order, which do not stay in the CPU's caches: what prefetching
-// a batch's keys ahead is for.
+// in a shuffled order, which do not stay in the CPU's caches (what
+// prefetching a batch's keys ahead is for), without and with the prefetch.
 func BenchmarkChecksHandlerManyKeys(b *testing.B) {
-	serveBodies(b, benchApp(b), "/v1/checks", keyBodies(`{"checks":[`, 100_000, 1000))
+	bodies := keyBodies(`{"checks":[`, 100_000, 1000)
+	for _, off := range []bool{true, false} {
+		b.Run(map[bool]string{true: "no-prefetch", false: "prefetch"}[off], func(b *testing.B) {
+			a := benchApp(b)
+			a.noPrefetch = off
+			serveBodies(b, a, "/v1/checks", bodies)
+		})
+	}
 }
 
 // checksBodies returns 10 bodies of 100 checks over 1000 keys, each

@@ -42,7 +42,7 @@ type event struct {
 // typed (rather than container/heap over an interface) so that pushing an
 // event allocates nothing. A large run holds millions of deliveries in
 // flight; four children per node halve the levels a pop walks down, and
-// the four sit side by side, so each level costs about one cache miss.
+// the four sit side by side (four adjacent lines, whose loads overlap).
 type queue struct {
 	h   []event
 	seq uint64
