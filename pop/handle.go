@@ -35,9 +35,7 @@ func (n *Node) PrefetchHandle(h RuleHandle, key string) {
 	if h.r == nil || len(key) == 0 || len(key) > crdt.MaxKeyLen {
 		return
 	}
-	k := n.store.KeyHash(h.r.id, key)
-	n.store.PrefetchShard(k)
-	n.store.PrefetchSlot(k)
+	n.store.Hash(h.r.id, key) // hashes and prefetches; the hash is not kept
 }
 
 // DecideHandle is Decide for a resolved rule.
