@@ -282,9 +282,9 @@ type memberSet struct{ w []atomic.Uint64 }
 // listed again at its new position.
 type shard struct {
 	// The first two cache lines hold what a look-up and a merge read:
-	// Store.Hash loads base, n and sideBase (the line that holds the lock
-	// and the table too) and prefetches the second line, one entry ahead
-	// of the merge that uses them.
+	// PrefetchShard prefetches both, and PrefetchSlot loads base, n and
+	// sideBase from the first (the line that holds the lock and the table
+	// too), ahead of the merge that uses them.
 	mu sync.Mutex
 	// base and n are the table's address and length, written under mu
 	// with slots and read without it by Prefetch: a stale pair only
