@@ -593,7 +593,9 @@ func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, coun
 	} else {
 		h = s.hash(rule, key)
 	}
-	return s.admitHashed(h, rule, key, now, limit, cost, count, a)
+	var res AdmitResult
+	s.admitHashed(&res, h, rule, key, now, limit, cost, count, a)
+	return res
 }
 
 // Hash returns the hash of (rule, key) and prefetches the slot where a look-up
@@ -634,35 +636,40 @@ func (s *Store) PrefetchSlot(h uint64) {
 	}
 }
 
-// AdmitSplitHashed is AdmitSplit with h, the Hash of (rule, key).
-func (s *Store) AdmitSplitHashed(h uint64, rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) AdmitResult {
-	return s.admitHashed(h, rule, key, now, limit, cost, count, a)
+// AdmitSplitHashed is AdmitSplit with h, the Hash of (rule, key), writing
+// its result to *res: a decision's hot path does not copy it back.
+func (s *Store) AdmitSplitHashed(res *AdmitResult, h uint64, rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) {
+	s.admitHashed(res, h, rule, key, now, limit, cost, count, a)
 }
 
-func (s *Store) admitHashed(h uint64, rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) AdmitResult {
+func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) {
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	i, ok := sh.find(h, rule, key)
+	res.Untracked = false
+	r := &res.Result
 	if !ok {
 		if !count && sh.used >= sh.cap {
 			// A check of a new key in a full shard: counted, it may find
 			// no room (evictFor decides that, and only when counting), so
 			// it is checked as a key without room, against the rule's
 			// shared counter, which errs towards rejecting.
-			r := sh.admitUntracked(s, rule, now, limit, cost, false)
+			*r = sh.admitUntracked(s, rule, now, limit, cost, false)
+			res.Untracked = true
 			sh.mu.Unlock()
-			return AdmitResult{Result: r, Untracked: true}
+			return
 		}
 		// A key new here has no own admits unseen: the allowance lets it in.
-		r := window.Decide(limit, cost, 0, 0, now.Elapsed, now.Width)
+		window.DecideTo(r, limit, cost, 0, 0, now.Elapsed, now.Width)
 		if !r.Allowed || !count {
 			sh.mu.Unlock()
-			return AdmitResult{Result: r}
+			return
 		}
 		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
-			r = sh.admitUntracked(s, rule, now, limit, cost, true)
+			*r = sh.admitUntracked(s, rule, now, limit, cost, true)
+			res.Untracked = true
 			sh.mu.Unlock()
-			return AdmitResult{Result: r, Untracked: true}
+			return
 		}
 	}
 	sl := &sh.slots[i]
@@ -672,14 +679,14 @@ func (s *Store) admitHashed(h uint64, rule RuleID, key string, now Now, limit, c
 	} else if now.Index < sl.win {
 		elapsed = 0
 	}
-	r := window.Decide(limit, cost, satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]), elapsed, now.Width)
+	window.DecideTo(r, limit, cost, satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]), elapsed, now.Width)
 	if r.Allowed && a != nil {
 		// Far from the limit the slot alone clears the request: this
 		// replica's own counts, unseen or not, within 1/Replicas of the
 		// headroom. Otherwise its share decides (allowance.go).
 		if own := satAdd(sl.own[0], sl.own[1]); own != 0 && a.on() &&
 			float64(satAdd(own, cost))*float64(a.Replicas()) > float64(limit)-r.Estimate {
-			sh.decideSplit(s, a, i, sl, now, elapsed, limit, cost, &r)
+			sh.decideSplit(s, a, i, sl, now, elapsed, limit, cost, r)
 		}
 	}
 	if r.Allowed && count {
@@ -689,7 +696,6 @@ func (s *Store) admitHashed(h uint64, rule RuleID, key string, now Now, limit, c
 		sl.mark |= markDenied1
 	}
 	sh.mu.Unlock()
-	return AdmitResult{Result: r}
 }
 
 // MergeOutcome says what Merge did with an entry.

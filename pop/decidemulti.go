@@ -173,9 +173,10 @@ func (n *Node) decideWith(now int64, rule, key string, cost uint64, tier string,
 }
 
 // decideRuleWith is decideRule for a request that names a tier.
-func (n *Node) decideRuleWith(now int64, r *ruleState, key string, cost uint64, tier string, count bool) (Decision, error) {
+func (n *Node) decideRuleWith(now int64, r *ruleState, key string, cost uint64, tier string, count bool) (d Decision, err error) {
 	if r.lims == nil || tier == "" {
-		return n.decideRule(now, r, key, cost, count)
+		err = n.decideRule(&d, now, r, key, cost, count)
+		return
 	}
 	if err := checkRequest(key, cost); err != nil {
 		return Decision{}, err

@@ -39,19 +39,21 @@ func (n *Node) PrefetchHandle(h RuleHandle, key string) {
 }
 
 // DecideHandle is Decide for a resolved rule.
-func (n *Node) DecideHandle(now int64, h RuleHandle, key string, cost uint64) (Decision, error) {
+func (n *Node) DecideHandle(now int64, h RuleHandle, key string, cost uint64) (d Decision, err error) {
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
-	return n.decideRule(now, h.r, key, cost, true)
+	err = n.decideRule(&d, now, h.r, key, cost, true)
+	return
 }
 
 // PeekHandle is Peek for a resolved rule.
-func (n *Node) PeekHandle(now int64, h RuleHandle, key string, cost uint64) (Decision, error) {
+func (n *Node) PeekHandle(now int64, h RuleHandle, key string, cost uint64) (d Decision, err error) {
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
-	return n.decideRule(now, h.r, key, cost, false)
+	err = n.decideRule(&d, now, h.r, key, cost, false)
+	return
 }
 
 // DecideHandleWith is DecideWith for a resolved rule.

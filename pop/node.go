@@ -521,12 +521,13 @@ func (n *Node) Peek(now int64, rule, key string, cost uint64) (Decision, error) 
 	return n.decide(now, rule, key, cost, false)
 }
 
-func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (Decision, error) {
+func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (d Decision, err error) {
 	r, ok := n.rules.Load().get(rule)
 	if !ok {
 		return Decision{}, ErrUnknownRule
 	}
-	return n.decideRule(now, r, key, cost, count)
+	err = n.decideRule(&d, now, r, key, cost, count)
+	return
 }
 
 // checkRequest checks what every rule asks of a request: a key of 1 to
@@ -543,21 +544,29 @@ func checkRequest(key string, cost uint64) error {
 	return nil
 }
 
-// decideRule decides for rule r of some rule table snapshot.
-func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, count bool) (Decision, error) {
+// decideRule decides for rule r of some rule table snapshot, into *d (which
+// it overwrites whole). Results go through pointers on this path: a
+// returned struct is copied with wide loads of its narrow stores, which
+// stalls on store forwarding, and three such copies cost a decision more
+// than its look-up in cache.
+func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost uint64, count bool) (err error) {
 	var ok bool
-	if err := checkRequest(key, cost); err != nil {
-		return Decision{}, err
+	if err = checkRequest(key, cost); err != nil {
+		*d = Decision{}
+		return err
 	}
 	switch {
 	case r.multi:
-		return n.decideMulti(now, r, key, "", cost, count)
+		*d, err = n.decideMulti(now, r, key, "", cost, count)
+		return err
 	case cost > r.Limit:
-		return Decision{}, ErrCostOverLimit
+		*d = Decision{}
+		return ErrCostOverLimit
 	}
 	if r.guarded {
-		if d, done := n.guard(now, r, key); done {
-			return shadowed(r, d), nil
+		if g, done := n.guard(now, r, key); done {
+			*d = shadowed(r, g)
+			return nil
 		}
 	}
 	h := n.store.Hash(r.id, key) // the slot's line comes in meanwhile
@@ -569,7 +578,8 @@ func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, coun
 		if lim, sh, ok = n.shareLimit(r, key, now, idx, el); ok {
 			limit = uint64(min(lim, float64(r.Limit)))
 			if sh.fresh && r.OnUnsure == DenyUnsure {
-				return shadowed(r, unsureDecision(r, UnsureNoHistory)), nil
+				*d = shadowed(r, unsureDecision(r, UnsureNoHistory))
+				return nil
 			}
 		}
 	}
@@ -584,32 +594,31 @@ func (n *Node) decideRule(now int64, r *ruleState, key string, cost uint64, coun
 			// Fail closed before counting: a key the store may have no
 			// room for is denied, and nothing goes to the rule's counter
 			// of keys without room.
-			if p := n.store.AdmitSplitHashed(h, r.id, key, at, limit, cost, false, nil); p.Untracked {
-				d := unsureDecision(r, UnsureStoreFull)
+			if n.store.AdmitSplitHashed(&res, h, r.id, key, at, limit, cost, false, nil); res.Untracked {
+				*d = unsureDecision(r, UnsureStoreFull)
 				d.Untracked = true
-				return shadowed(r, d), nil
+				*d = shadowed(r, *d)
+				return nil
 			}
 		}
-		res = n.store.AdmitSplitHashed(h, r.id, key, at, limit, cost, count, n.allow[r.Scope&3].Load())
+		n.store.AdmitSplitHashed(&res, h, r.id, key, at, limit, cost, count, n.allow[r.Scope&3].Load())
 	}
 	if sh != nil && count {
 		sh.record(idx, cost)
 	}
-	d := Decision{
-		Allowed:    res.Allowed,
-		Untracked:  res.Untracked,
-		Limit:      r.Limit,
-		Remaining:  min(res.Remaining, limit),
-		Reset:      time.Duration(res.Reset),
-		RetryAfter: time.Duration(res.RetryAfter),
-	}
+	// Field by field: a composite literal is built on the stack and copied.
+	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
+	d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
+	d.Limit, d.Remaining = r.Limit, min(res.Remaining, limit)
+	d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(res.RetryAfter)
+	d.Binding, d.Limits = 0, nil
 	if r.guarded {
-		n.afterGuard(now, r, key, count, &d)
+		n.afterGuard(now, r, key, count, d)
 	}
 	if !d.Allowed && r.Mode == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
-	return d, nil
+	return nil
 }
 
 // shadowed turns a shadow rule's denial into an admission that says it

@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -675,6 +676,62 @@ func TestApplyFindsRulesByWireName(t *testing.T) {
 		assert.Equal(t, 1, st.UnknownRule, "%d rules", nrules)
 		for i := range nrules {
 			assert.InDelta(t, float64(i+1), estimate(t, n, t0, rules[i].Name, "k"), 1e-9, "%d rules: rule %d", nrules, i)
+		}
+	}
+}
+
+// dirtyDecision returns a Decision with every field set to something other
+// than its zero value, found by reflection so that a field added later is
+// covered too.
+func dirtyDecision(t *testing.T) Decision {
+	t.Helper()
+	var d Decision
+	v := reflect.ValueOf(&d).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Uint8, reflect.Uint64:
+			f.SetUint(7)
+		case reflect.Int64:
+			f.SetInt(7)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]uint64{7}))
+		default:
+			t.Fatalf("Decision.%s: kind %s not covered", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	return d
+}
+
+// decideRule writes its result through a pointer; it must overwrite every
+// field, so that what it answers does not depend on what *d held.
+func TestDecideRuleOverwritesEveryField(t *testing.T) {
+	rules := append(testRules(),
+		Rule{Name: "login", Limit: 2, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, BlockFor: time.Minute},
+		Rule{Name: "multi", Limit: 3, Window: time.Second, More: []Limit{{Limit: 4, Window: time.Minute}}, Cost: 1, Scope: ScopePoP},
+		Rule{Name: "closed", Limit: 2, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, OnUnsure: DenyUnsure},
+	)
+	a, err := New(Config{Self: replica("a", 1), Rules: rules})
+	require.NoError(t, err)
+	b, err := New(Config{Self: replica("a", 1), Rules: rules})
+	require.NoError(t, err)
+	for i := range 60 {
+		for _, r := range rules {
+			key := "k" + strconv.Itoa(i%3)
+			cost := uint64(1 + i%2)
+			if i%17 == 0 {
+				cost = 100 // over every limit: an error
+			}
+			now := t0 + int64(i)*int64(100*time.Millisecond)
+			want, wantErr := a.Decide(now, r.Name, key, cost)
+			rs, ok := b.rules.Load().get(r.Name)
+			require.True(t, ok)
+			got := dirtyDecision(t)
+			gotErr := b.decideRule(&got, now, rs, key, cost, true)
+			require.Equal(t, wantErr, gotErr, "%s %s at %d", r.Name, key, i)
+			require.Equal(t, want, got, "%s %s at %d", r.Name, key, i)
 		}
 	}
 }

@@ -83,25 +83,35 @@ type Result struct {
 // window of width nanoseconds. It does not count anything: the caller adds cost
 // to the current window when Allowed.
 func Decide(limit, cost, prev, curr uint64, elapsed, width int64) Result {
+	var r Result
+	DecideTo(&r, limit, cost, prev, curr, elapsed, width)
+	return r
+}
+
+// DecideTo is Decide writing its result to *r. On a hot path it saves the
+// copy of a returned Result, whose narrow stores a wide copy reads back
+// before they have left the store buffer.
+func DecideTo(r *Result, limit, cost, prev, curr uint64, elapsed, width int64) {
 	elapsed = min(max(elapsed, 0), width)
 	inv := 1 / float64(width)
 	p, c := float64(prev), float64(curr)
 	est := estimate(p, c, elapsed, inv)
 	lim, fc := float64(limit), float64(cost)
-	r := Result{Estimate: est}
+	r.Estimate = est
 	if est+fc <= lim {
 		r.Allowed = true
 		r.Remaining = floorNonNeg(lim - est - fc)
+		r.RetryAfter = 0
 		r.Reset = resetAfter(prev, satAdd(curr, cost), elapsed, width)
-		return r
+		return
 	}
+	r.Allowed = false
 	r.Remaining = floorNonNeg(lim - est)
 	r.RetryAfter = retryAfter(lim, fc, p, c, elapsed, width, inv)
 	if cost > limit {
 		r.RetryAfter = Never
 	}
 	r.Reset = resetAfter(prev, curr, elapsed, width)
-	return r
 }
 
 // RetryAfter returns the nanoseconds from elapsed until est + cost <= limit,
