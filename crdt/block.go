@@ -86,20 +86,21 @@ func (b *Blocks) Raise(rule RuleID, key string, until int64, mark bool) BlockOut
 	if until <= 0 {
 		return BlockUnchanged
 	}
-	k := blockKey{rule, key}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	v, ok := b.m[k]
+	v, ok := b.m[blockKey{rule, key}]
 	if ok && v.until >= until {
 		return BlockUnchanged
 	}
-	if !ok {
-		if len(b.m) >= b.max {
-			b.full++
-			return BlockFull
-		}
-		k.key = strings.Clone(key)
+	if !ok && len(b.m) >= b.max {
+		b.full++
+		return BlockFull
 	}
+	// A copy of key, also for a key already held: assigning to a map entry
+	// of a string key stores the key given, and the caller's may be a view
+	// of a buffer it reuses. Raise is rare (a counted denial); a key that
+	// does not escape saves every decision a copy.
+	k := blockKey{rule, strings.Clone(key)}
 	v.until = MergeBlock(v.until, until)
 	if mark && !v.dirty {
 		v.dirty = true

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -224,4 +225,19 @@ func TestBlocksUntilDoesNotAllocate(t *testing.T) {
 	key := "203.0.113.7"
 	allocs := testing.AllocsPerRun(100, func() { _ = b.Until(1, key) })
 	assert.Zero(t, allocs)
+}
+
+// Raise keeps a copy of the key, also when it raises a block it holds: the
+// caller's key may be a view of a buffer it reuses.
+func TestBlocksRaiseKeepsNoViewOfTheCallersKey(t *testing.T) {
+	b := NewBlocks(0)
+	buf := []byte("203.0.113.7")
+	key := unsafe.String(&buf[0], len(buf))
+	require.Equal(t, BlockRaised, b.Raise(1, key, 100, true))
+	require.Equal(t, BlockRaised, b.Raise(1, key, 200, true), "a later end raises the block held")
+	copy(buf, "XXXXXXXXXXX") // the caller reuses its buffer
+	assert.EqualValues(t, 200, b.Until(1, "203.0.113.7"))
+	var drained []string
+	b.Drain(func(_ RuleID, k string, _ int64) { drained = append(drained, k) })
+	assert.Equal(t, []string{"203.0.113.7"}, drained)
 }
