@@ -1061,12 +1061,19 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(R
 	if walk == walkTotals {
 		changed = PoPChanged
 	}
-	var recs []entryRec
-	var keys []walkKey // a slot's key, in kb
-	var kb []byte
-	if lo < hi {
-		// The first shard's copy is sized from its keys: a key gives up
-		// to three records (Entries: more), and most keys are short.
+	// The copies are scratch, kept between walks: a part of an
+	// anti-entropy round walks a few shards every few milliseconds, and
+	// buffers sized afresh for a shard's every key (most of which, on most
+	// nodes, are other replicas' and give no record) were most of the
+	// round's garbage.
+	ws := walkScratch.Get().(*walkBufs)
+	defer walkScratch.Put(ws)
+	recs, keys, kb := ws.recs[:0], ws.keys[:0], ws.kb[:0] // keys: a slot's key, in kb
+	defer func() { ws.recs, ws.keys, ws.kb = recs[:0], keys[:0], kb[:0] }()
+	if lo < hi && cap(recs) == 0 {
+		// A new scratch's first copy is sized from its first shard's keys:
+		// a key gives up to three records (Entries: more), and most keys
+		// are short.
 		sh := &s.shards[lo]
 		sh.mu.Lock()
 		n := sh.used
@@ -1159,6 +1166,16 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(R
 
 // walkKey is where entries copied a slot's key in its key buffer.
 type walkKey struct{ off, len uint32 }
+
+// walkBufs are the scratch buffers of a walk (entries); none holds a
+// pointer, so a pooled one keeps nothing alive.
+type walkBufs struct {
+	recs []entryRec
+	keys []walkKey
+	kb   []byte
+}
+
+var walkScratch = sync.Pool{New: func() any { return new(walkBufs) }}
 
 // Totals calls fn for every PoP total above 0 in a live window, with Count
 // the own count of that window: the anti-entropy set of a PoP's aggregate.

@@ -890,37 +890,48 @@ func (n *Node) AntiEntropyPart(now int64, owns func(key string) bool, part, part
 	rs := n.rules.Load()
 	b := n.batch(now)
 	idx := n.indexFunc(rs, now)
-	// A key holds at most two own windows: sized once, the batch of a large
-	// store is not copied over and over as it grows.
-	keys, global := 0, 0
-	for id, c := range n.store.KeysByRule() {
-		if r := rs.byID[id]; r != nil && r.Scope != ScopeNode {
-			keys += c
-			if r.Scope == ScopeGlobal {
-				global += c
-			}
-		}
-	}
 	parts = max(parts, 1)
-	b.Local.Entries = make([]crdt.Entry, 0, 2*keys/parts)
+	// The store's key count would bound a part's entries (two windows a
+	// key), but most of a large store's keys are other replicas' and send
+	// nothing here, and a batch grown by append copies itself several
+	// times over. The entries are gathered in a scratch buffer kept
+	// between rounds and the batch gets an exact copy.
+	sp := aeScratch.Get().(*[]crdt.Entry)
+	buf := (*sp)[:0]
 	n.store.OwnPart(idx, part, parts, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope != ScopeNode && e.Count > 0 {
-			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
+			buf = append(buf, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
 	})
+	b.Local.Entries, buf = exactCopy(buf), buf[:0]
 	if part == 0 {
 		n.antiEntropyBlocks(rs, now, &b, owns)
 	}
-	if b.PoP.Epoch == 0 {
-		return b
+	if b.PoP.Epoch != 0 {
+		n.store.TotalsPart(idx, part, parts, func(e crdt.FlushEntry) {
+			if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
+				buf = append(buf, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
+			}
+		})
+		b.PoP.Entries = exactCopy(buf)
 	}
-	b.PoP.Entries = make([]crdt.Entry, 0, 2*global/parts)
-	n.store.TotalsPart(idx, part, parts, func(e crdt.FlushEntry) {
-		if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
-			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
-		}
-	})
+	*sp = buf[:0]
+	aeScratch.Put(sp)
 	return b
+}
+
+// aeScratch holds the buffers an anti-entropy part gathers its entries in.
+var aeScratch = sync.Pool{New: func() any { return new([]crdt.Entry) }}
+
+// exactCopy returns a copy of es with no spare capacity (nil for none) and
+// clears es, so that a scratch buffer keeps no keys alive.
+func exactCopy(es []crdt.Entry) []crdt.Entry {
+	if len(es) == 0 {
+		return nil
+	}
+	out := append(make([]crdt.Entry, 0, len(es)), es...)
+	clear(es)
+	return out
 }
 
 // State returns every count this node holds in the live windows of pop and

@@ -119,24 +119,72 @@ func BenchmarkDecideTail(b *testing.B) {
 // BenchmarkAntiEntropy is one anti-entropy round of a node holding 100k
 // keys of a global rule, encoded as the replicator sends it: the work (and
 // the garbage) that competes with decisions every anti-entropy interval.
+// In all-own every key is the node's own; in mostly-remote the node served
+// 10k of them and learnt the rest from another PoP, as most of a fleet's
+// nodes do, and the round is paced in parts as the replicator paces it.
 //
 //	go test ./pop -run '^$' -bench AntiEntropy -benchmem
 func BenchmarkAntiEntropy(b *testing.B) {
 	created, _ := ipv4Keys(benchKeys)
 	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
-	n := benchNode(b, created, now)
-	n.SetEpoch(1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		bt := n.AntiEntropy(now, nil)
-		if len(bt.Local.Entries) != benchKeys || len(bt.PoP.Entries) != benchKeys {
-			b.Fatalf("%d own and %d PoP entries of %d keys", len(bt.Local.Entries), len(bt.PoP.Entries), benchKeys)
+	b.Run("all-own", func(b *testing.B) {
+		n := benchNode(b, created, now)
+		n.SetEpoch(1)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			bt := n.AntiEntropy(now, nil)
+			if len(bt.Local.Entries) != benchKeys || len(bt.PoP.Entries) != benchKeys {
+				b.Fatalf("%d own and %d PoP entries of %d keys", len(bt.Local.Entries), len(bt.PoP.Entries), benchKeys)
+			}
+			for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
+				if _, err := crdt.Encode(d, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
 		}
-		for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
-			if _, err := crdt.Encode(d, 0); err != nil {
+	})
+	b.Run("mostly-remote", func(b *testing.B) {
+		const own = benchKeys / 10
+		n, err := New(Config{
+			Self:    crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
+			Rules:   []Rule{{Name: "api", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}},
+			MaxKeys: 4 * benchKeys,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range created[:own] {
+			if _, err := n.Decide(now, "api", k, 1); err != nil {
 				b.Fatal(err)
 			}
 		}
-	}
+		n.SetEpoch(1)
+		w := now / int64(time.Minute)
+		d := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 7)}
+		for _, k := range created[own:] {
+			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: k, Window: w, Count: 3})
+		}
+		if st := n.Apply(now, &d, ScopeGlobal); st.Merged != len(d.Entries) {
+			b.Fatalf("merged %d of %d", st.Merged, len(d.Entries))
+		}
+		parts := n.AntiEntropyParts()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			local, pop := 0, 0
+			for p := range parts {
+				bt := n.AntiEntropyPart(now, nil, p, parts)
+				local, pop = local+len(bt.Local.Entries), pop+len(bt.PoP.Entries)
+				for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
+					if _, err := crdt.Encode(d, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if local != own || pop != own {
+				b.Fatalf("%d own and %d PoP entries of %d own keys", local, pop, own)
+			}
+		}
+	})
 }
