@@ -760,7 +760,13 @@ func (s *Store) MergeHashed(h uint64, rule RuleID, key string, nowIndex, win int
 	}
 	sh := s.shardOf(h)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	o := sh.merge(s, h, rule, key, nowIndex, win, rep, count)
+	sh.mu.Unlock() // not deferred: a deferred method value costs a merge a call through a wrapper
+	return o
+}
+
+// merge is MergeHashed's work under sh.mu.
+func (sh *shard) merge(s *Store, h uint64, rule RuleID, key string, nowIndex, win int64, rep ReplicaID, count uint64) MergeOutcome {
 	i, ok := sh.find(h, rule, key)
 	if !ok {
 		if i, ok = sh.insert(s, h, rule, key, nowIndex); !ok {
