@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,10 +160,22 @@ func TestSuperClusterPartition(t *testing.T) {
 	waitFor(t, 20*time.Second, "healthy convergence", converged)
 
 	c.Cut(2, true)
+	var logged time.Time
 	waitFor(t, 20*time.Second, "partition detected on both sides", func() bool {
 		ok := len(nodes[0].rep.Partitioned()) == 1 && len(nodes[1].rep.Partitioned()) == 1 && len(nodes[2].rep.Partitioned()) == 2
-		if !ok {
-			t.Logf("%s: %v %v %v", time.Now().Format("15:04:05.000"), nodes[0].rep.RemotePoPs(), nodes[1].rep.RemotePoPs(), nodes[2].rep.RemotePoPs())
+		if !ok && time.Since(logged) >= 500*time.Millisecond {
+			// What each node has heard of the others, twice a second: the
+			// age of each remote PoP's last message and whether it counts
+			// as partitioned.
+			logged = time.Now()
+			var sb strings.Builder
+			for _, n := range nodes {
+				sb.WriteString(" " + n.name + ":")
+				for _, p := range n.rep.RemotePoPs() {
+					fmt.Fprintf(&sb, " %s age %v partitioned %v;", p.PoPID, p.Age.Round(time.Millisecond), p.Partitioned)
+				}
+			}
+			t.Logf("%s:%s", logged.Format("15:04:05.000"), sb.String())
 		}
 		return ok
 	})

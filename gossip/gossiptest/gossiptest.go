@@ -17,10 +17,13 @@
 package gossiptest
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,6 +95,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	target string
+	source string // the gateway a connection must name; "" for any
 	cut    bool
 	conns  map[net.Conn]struct{}
 	closed bool
@@ -119,6 +123,16 @@ func (p *Proxy) Addr() string { return p.l.Addr().String() }
 func (p *Proxy) SetTarget(hostport string) {
 	p.mu.Lock()
 	p.target = hostport
+	p.mu.Unlock()
+}
+
+// SetSource makes the proxy carry only gateway connections whose CONNECT
+// names gateway: a nats-server learns the URLs other servers reach a
+// gateway by, and a region cut off would otherwise come back through
+// another region's link.
+func (p *Proxy) SetSource(gateway string) {
+	p.mu.Lock()
+	p.source = gateway
 	p.mu.Unlock()
 }
 
@@ -172,7 +186,7 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		target, refuse := p.target, p.cut || p.closed || p.target == ""
+		target, source, refuse := p.target, p.source, p.cut || p.closed || p.target == ""
 		p.mu.Unlock()
 		if refuse {
 			_ = in.Close()
@@ -189,15 +203,52 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.wg.Add(2)
-		pipe := func(dst, src net.Conn) {
+		pipe := func(dst, src net.Conn, from io.Reader) {
 			defer p.wg.Done()
-			_, _ = io.Copy(dst, src)
+			_, _ = io.Copy(dst, from)
 			p.untrack(dst)
 			p.untrack(src)
 		}
-		go pipe(in, out)
-		go pipe(out, in)
+		go pipe(in, out, out) // the server speaks first (INFO)
+		go func() {
+			if source == "" {
+				pipe(out, in, in)
+				return
+			}
+			br := bufio.NewReader(in)
+			_ = in.SetReadDeadline(time.Now().Add(10 * time.Second))
+			line, err := br.ReadString('\n')
+			_ = in.SetReadDeadline(time.Time{})
+			if err != nil || gatewayOf(line) != source {
+				p.untrack(in)
+				p.untrack(out)
+				p.wg.Done()
+				return
+			}
+			if _, err := io.WriteString(out, line); err != nil {
+				p.untrack(in)
+				p.untrack(out)
+				p.wg.Done()
+				return
+			}
+			pipe(out, in, br)
+		}()
 	}
+}
+
+// gatewayOf returns the gateway a CONNECT protocol line names, or "".
+func gatewayOf(line string) string {
+	arg, ok := strings.CutPrefix(line, "CONNECT ")
+	if !ok {
+		return ""
+	}
+	var ci struct {
+		Gateway string `json:"gateway"`
+	}
+	if json.Unmarshal([]byte(strings.TrimSpace(arg)), &ci) != nil {
+		return ""
+	}
+	return ci.Gateway
 }
 
 // SuperCluster is one embedded nats-server per region, linked by gateways.
@@ -223,6 +274,7 @@ func StartSuperCluster(tb testing.TB, names ...string) *SuperCluster {
 		for j := range n {
 			if i != j {
 				c.Links[i][j] = NewProxy(tb)
+				c.Links[i][j].SetSource(names[i])
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -80,4 +81,45 @@ func TestSuperClusterCut(t *testing.T) {
 	require.False(t, delivered())
 	sc.Cut(1, false)
 	WaitFor(t, 20*time.Second, "eu -> us again", delivered)
+}
+
+// numGateways returns how many gateway connections s holds, out and in.
+func numGateways(t *testing.T, s *server.Server) int {
+	t.Helper()
+	gz, err := s.Gatewayz(&server.GatewayzOptions{})
+	require.NoError(t, err)
+	n := 0
+	for _, o := range gz.OutboundGateways {
+		if o.Connection != nil {
+			n++
+		}
+	}
+	for _, in := range gz.InboundGateways {
+		n += len(in)
+	}
+	return n
+}
+
+// A cut region stays cut: its server learns the URLs the other regions
+// reach each other by and tries them, and every link refuses it.
+func TestSuperClusterCutIsolatesTheRegion(t *testing.T) {
+	c := StartSuperCluster(t, "eu", "us", "ap")
+	c.Cut(2, true)
+	WaitFor(t, 10*time.Second, "ap without gateways", func() bool { return numGateways(t, c.Servers[2]) == 0 })
+	// The servers retry a lost gateway after a second or so: watch longer.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		require.Zero(t, numGateways(t, c.Servers[2]), "ap reached a region through another region's link")
+		require.Equal(t, 1, c.Servers[0].NumOutboundGateways(), "eu -> us")
+		require.Equal(t, 1, c.Servers[1].NumOutboundGateways(), "us -> eu")
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.Cut(2, false)
+	WaitFor(t, 30*time.Second, "gateways back", func() bool {
+		for _, s := range c.Servers {
+			if s.NumOutboundGateways() != 2 {
+				return false
+			}
+		}
+		return true
+	})
 }
