@@ -205,8 +205,14 @@ func (n *Node) BlockedUntil(now int64, rule, key string) int64 {
 // a rule without BlockFor, an admission, a key already blocked or an unsure
 // denial.
 func (n *Node) Penalize(now int64, rule, key string, d *Decision) {
-	r, ok := n.rules.Load().get(rule)
-	if !ok || r.BlockFor == 0 || d.Blocked || d.Unsure != UnsureNone || (d.Allowed && !d.ShadowDenied) ||
+	if r, ok := n.rules.Load().get(rule); ok {
+		n.penalize(now, r, key, d)
+	}
+}
+
+// penalize is Penalize for rule r.
+func (n *Node) penalize(now int64, r *ruleState, key string, d *Decision) {
+	if r.BlockFor == 0 || d.Blocked || d.Unsure != UnsureNone || (d.Allowed && !d.ShadowDenied) ||
 		len(key) == 0 || len(key) > crdt.MaxKeyLen {
 		return
 	}
