@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
-	"github.com/geolimit/geolimit/window"
 )
 
 // Canonical header names (net/http canonical form) used on the hot path.
@@ -225,25 +222,13 @@ func resolve(rs *ruleSet, c *check) (*compiledRule, uint64, *apiError) {
 	return cr, cost, nil
 }
 
-// decideTier decides a request of cost for key under cr with the tier the
-// request names (none: empty), counting it when count is set.
-func (a *App) decideTier(now int64, cr *compiledRule, key, tier string, cost uint64, count bool) (pop.Decision, error) {
-	switch {
-	case tier != "":
-		o := pop.Options{Tier: tier}
-		if count {
-			return a.node.DecideHandleWith(now, cr.h, key, cost, o)
-		}
-		return a.node.PeekHandleWith(now, cr.h, key, cost, o)
-	case count:
-		return a.node.DecideHandle(now, cr.h, key, cost)
-	}
-	return a.node.PeekHandle(now, cr.h, key, cost)
-}
-
-// decideErr maps a Decide error (possible only when a reload races the
+// decideErr maps a pipeline error (possible only when a reload races the
 // request) to an API error.
 func decideErr(err error) *apiError {
+	var ce *pop.CheckError
+	if errors.As(err, &ce) {
+		err = ce.Err
+	}
 	switch {
 	case errors.Is(err, pop.ErrUnknownRule):
 		return errStatus(http.StatusNotFound, "unknown rule")
@@ -283,14 +268,18 @@ func (a *App) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	key := string(c.key)
 	now := a.clk.Now()
-	d, err := a.decideTier(now, cr, key, string(c.tier), cost, true)
-	if err != nil {
+	cs := checksPool.get()
+	defer checksPool.put(cs)
+	cs.reset(pop.Each, true)
+	cs.add(cr, key, string(c.tier), cost)
+	if err := cs.decide(a.node, now); err != nil {
 		e := decideErr(err)
 		writeError(w, e.status, e.msg)
 		return
 	}
-	cr.m.record(d)
-	setRateLimitHeaders(w.Header(), cr, d, a.node.MoreAfterHandle(now, cr.h, key, d, pop.Options{Tier: string(c.tier)}))
+	cs.tally()
+	d := cs.res[0].Decision
+	setRateLimitHeaders(w.Header(), cr, d, cs.moreAfterOf(a.node, now, 0))
 	out := appendResult((*bp)[:0], cr, key, d)
 	*bp = out
 	w.Header()[hContentType] = jsonCT
@@ -311,11 +300,6 @@ type batchScratch struct {
 	rules  []*compiledRule
 	costs  []uint64
 	counts []ruleCount
-	// For atomic batches: each check's cumulative cost (see cumulate), an
-	// index slice to sort, the decisions.
-	cum   []uint64
-	order []int32
-	decs  []pop.Decision
 }
 
 type ruleCount struct {
@@ -328,8 +312,8 @@ var batchPool = newPool(func() *batchScratch { return &batchScratch{} })
 // POST /v1/checks {"checks":[{"rule":..,"key":..,"cost":..},...],"atomic":false}
 // -> {"results":[...]} (200; each result says allowed or not). Every check
 // is validated before any is decided, so a bad check counts nothing. With
-// "atomic": true all checks pass or none is counted (see decideAtomic), and
-// the answer adds "allowed" and "counted".
+// "atomic": true all checks pass or none is counted (pop.Node.DecideChecks,
+// all or nothing), and the answer adds "allowed" and "counted".
 func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		methodNotAllowed(w, http.MethodPost)
@@ -356,31 +340,56 @@ func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rs := a.rules.Load()
-	sc.rules, sc.costs = sc.rules[:0], sc.costs[:0]
+	cs := checksPool.get()
+	defer checksPool.put(cs)
+	combine := pop.Each
+	if atomic {
+		combine = pop.All
+	}
+	cs.reset(combine, true)
+	cs.req.NoPrefetch, cs.req.BeforeCount = a.noPrefetch, a.testHookAtomic
 	for i := range sc.checks {
-		cr, cost, aerr := resolve(rs, &sc.checks[i])
+		c := &sc.checks[i]
+		cr, cost, aerr := resolve(rs, c)
 		if aerr != nil {
 			writeError(w, aerr.status, checkMsg(i, aerr.msg))
 			return
 		}
-		sc.rules = append(sc.rules, cr)
-		sc.costs = append(sc.costs, cost)
+		// The key is passed without a copy: the pipeline keeps nothing of
+		// it, and the answer is written before the body's buffer is reused.
+		cs.add(cr, unsafe.String(unsafe.SliceData(c.key), len(c.key)), string(c.tier), cost)
+	}
+	if err := cs.decide(a.node, a.clk.Now()); err != nil {
+		writeError(w, http.StatusBadRequest, batchErrMsg(cs, err))
+		return
 	}
 	out := getBuf()
 	defer putBuf(out)
-	sc.counts = sc.counts[:0]
-	var b []byte
+	b := (*out)[:0]
 	if atomic {
-		b, aerr = a.decideAtomic(sc, (*out)[:0])
+		b = append(b, `{"allowed":`...)
+		b = strconv.AppendBool(b, cs.out.Allowed)
+		b = append(b, `,"counted":`...)
+		b = strconv.AppendInt(b, int64(cs.out.Counted), 10)
+		b = append(b, ',')
 	} else {
-		b, aerr = a.decideEach(sc, (*out)[:0])
+		b = append(b, '{')
 	}
+	b = append(b, `"results":[`...)
+	sc.counts = sc.counts[:0]
+	for i := range cs.res {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		d := cs.res[i].Decision
+		if cs.out.Stands(cs.res, i, combine) {
+			sc.count(cs.rules[i].m, d)
+		}
+		b = appendResultObj(b, cs.rules[i], cs.req.Checks[i].Key, d)
+	}
+	b = append(b, "]}\n"...)
 	*out = b
 	a.flushCounts(sc)
-	if aerr != nil {
-		writeError(w, aerr.status, aerr.msg)
-		return
-	}
 	w.Header()[hContentType] = jsonCT
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
@@ -389,159 +398,21 @@ func (a *App) handleChecks(w http.ResponseWriter, r *http.Request) {
 
 func checkMsg(i int, msg string) string { return "checks[" + strconv.Itoa(i) + "]: " + msg }
 
-// prefetchAhead is how many checks ahead a batch prefetches its keys
-// (pop.Node.PrefetchHandle).
-const prefetchAhead = 4
-
-// prefetch starts fetching check i's key, if there is one. The key is
-// passed without a copy: PrefetchHandle keeps nothing of it.
-func (a *App) prefetch(sc *batchScratch, i int) {
-	if i < len(sc.checks) && !a.noPrefetch {
-		k := sc.checks[i].key
-		a.node.PrefetchHandle(sc.rules[i].h, unsafe.String(unsafe.SliceData(k), len(k)))
+// batchErrMsg is the 400 answer to a batch the pipeline refused: checks of
+// one rule and key of an atomic batch that cost together more than the
+// rule can ever admit, or a rule removed by a reload meanwhile.
+func batchErrMsg(cs *checks, err error) string {
+	var ce *pop.CheckError
+	if !errors.As(err, &ce) {
+		return err.Error()
 	}
-}
-
-// decideEach decides the batch's checks one by one, each counted when
-// allowed, and appends {"results":[...]} to b.
-func (a *App) decideEach(sc *batchScratch, b []byte) ([]byte, *apiError) {
-	b = append(b, `{"results":[`...)
-	for i := range prefetchAhead {
-		a.prefetch(sc, i)
+	if errors.Is(err, pop.ErrSumOverLimit) {
+		cr, key := cs.rules[ce.Index], cs.req.Checks[ce.Index].Key
+		return checkMsg(ce.Index, "cost: the batch's checks of rule "+strconv.Quote(cr.pop.Name)+
+			" and key "+strconv.Quote(key)+" cost "+strconv.FormatUint(ce.Sum, 10)+" together, over the rule's limit "+
+			cr.maxCostStr+": an atomic batch could never pass")
 	}
-	for i := range sc.checks {
-		a.prefetch(sc, i+prefetchAhead)
-		cr := sc.rules[i]
-		key := string(sc.checks[i].key)
-		d, err := a.decideTier(a.clk.Now(), cr, key, string(sc.checks[i].tier), sc.costs[i], true)
-		if err != nil {
-			e := decideErr(err)
-			return b, errStatus(e.status, checkMsg(i, e.msg))
-		}
-		sc.count(cr.m, d)
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendResultObj(b, cr, key, d)
-	}
-	return append(b, "]}\n"...), nil
-}
-
-// decideAtomic decides an atomic batch and appends
-// {"allowed":..,"counted":..,"results":[...]} to b.
-//
-// First every check is peeked (decided without counting) at one instant,
-// with the cost of the batch's checks of its rule and key up to and
-// including it (cumulate), so that two checks of one key are judged
-// together. If a check of an enforce rule would be denied, nothing is
-// counted: "allowed" is false, "counted" 0, and each result is its peeked
-// answer (a check that would fit says allowed although it was not counted).
-// Otherwise the checks are decided (counted) in batch order. Between the
-// peek and the counts another request (on this node, or counted elsewhere
-// and merged by replication) may take the last units of a key; then the
-// first check denied stops the batch: the checks before it stay counted,
-// it and those after it are not, "allowed" is false and "counted" says how
-// many were. Shadow rules never deny.
-func (a *App) decideAtomic(sc *batchScratch, b []byte) ([]byte, *apiError) {
-	n := len(sc.checks)
-	if aerr := sc.cumulate(); aerr != nil {
-		return b, aerr
-	}
-	now := a.clk.Now()
-	sc.decs = sc.decs[:0]
-	allowed := true
-	for i := range prefetchAhead {
-		a.prefetch(sc, i)
-	}
-	for i := 0; i < n; i++ {
-		a.prefetch(sc, i+prefetchAhead)
-		cr := sc.rules[i]
-		d, err := a.decideTier(now, cr, string(sc.checks[i].key), string(sc.checks[i].tier), sc.cum[i], false)
-		if err != nil {
-			e := decideErr(err)
-			return b, errStatus(e.status, checkMsg(i, e.msg))
-		}
-		if !d.Allowed {
-			allowed = false
-			if cr.pop.Mode == pop.Enforce {
-				a.node.Penalize(now, cr.pop.Name, string(sc.checks[i].key), &d)
-			}
-			sc.count(cr.m, d)
-		}
-		sc.decs = append(sc.decs, d)
-	}
-	counted := 0
-	if allowed {
-		if a.testHookAtomic != nil {
-			a.testHookAtomic()
-		}
-		for i := 0; i < n; i++ {
-			cr := sc.rules[i]
-			d, err := a.decideTier(now, cr, string(sc.checks[i].key), string(sc.checks[i].tier), sc.costs[i], true)
-			if err != nil {
-				e := decideErr(err)
-				return b, errStatus(e.status, checkMsg(i, e.msg))
-			}
-			sc.count(cr.m, d)
-			sc.decs[i] = d
-			if !d.Allowed {
-				allowed = false
-				break
-			}
-			counted++
-		}
-	}
-	b = append(b, `{"allowed":`...)
-	b = strconv.AppendBool(b, allowed)
-	b = append(b, `,"counted":`...)
-	b = strconv.AppendInt(b, int64(counted), 10)
-	b = append(b, `,"results":[`...)
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendResultObj(b, sc.rules[i], string(sc.checks[i].key), sc.decs[i])
-	}
-	return append(b, "]}\n"...), nil
-}
-
-// cumulate sets sc.cum[i] to the cost of check i plus that of the batch's
-// earlier checks of the same rule and key, and refuses (400) a batch in
-// which such a sum is over the rule's limit: it could never pass whole.
-func (sc *batchScratch) cumulate() *apiError {
-	n := len(sc.checks)
-	sc.cum = slices.Grow(sc.cum[:0], n)[:n]
-	copy(sc.cum, sc.costs)
-	if n < 2 {
-		return nil
-	}
-	sc.order = sc.order[:0]
-	for i := 0; i < n; i++ {
-		sc.order = append(sc.order, int32(i))
-	}
-	// Stable: checks of one rule and key stay in batch order.
-	slices.SortStableFunc(sc.order, sc.compare)
-	for k := 1; k < n; k++ {
-		prev, i := sc.order[k-1], sc.order[k]
-		if sc.rules[prev] != sc.rules[i] || !bytes.Equal(sc.checks[prev].key, sc.checks[i].key) {
-			continue
-		}
-		sc.cum[i] = window.SatAdd(sc.cum[i], sc.cum[prev])
-		if cr := sc.rules[i]; sc.cum[i] > cr.maxCost {
-			return errStatus(http.StatusBadRequest, checkMsg(int(i), "cost: the batch's checks of rule "+strconv.Quote(cr.pop.Name)+
-				" and key "+strconv.Quote(string(sc.checks[i].key))+" cost "+strconv.FormatUint(sc.cum[i], 10)+" together, over the rule's limit "+
-				cr.maxCostStr+": an atomic batch could never pass"))
-		}
-	}
-	return nil
-}
-
-// compare orders check indexes by rule name, then key.
-func (sc *batchScratch) compare(x, y int32) int {
-	if c := strings.Compare(sc.rules[x].pop.Name, sc.rules[y].pop.Name); c != 0 {
-		return c
-	}
-	return bytes.Compare(sc.checks[x].key, sc.checks[y].key)
+	return checkMsg(ce.Index, decideErr(err).msg)
 }
 
 // count adds a decision to the batch's per-rule tallies (a batch touches few

@@ -68,7 +68,7 @@ func TestChecksAtomic(t *testing.T) {
 	assert.False(t, out.Results[0].Allowed)
 	assert.Positive(t, out.Results[0].RetryAfterMS)
 	assert.True(t, out.Results[1].Allowed, "the check that would fit says so")
-	assert.EqualValues(t, 8, out.Results[1].Remaining, "what would remain after it")
+	assert.EqualValues(t, 9, out.Results[1].Remaining, "what is left as the key stands: nothing was spent")
 	assert.True(t, out.Results[2].Allowed)
 	assert.EqualValues(t, 2, ta.keyTotal("r", "a"))
 	assert.EqualValues(t, 1, ta.keyTotal("other", "x"), "nothing counted")

@@ -25,7 +25,7 @@ import (
 // from any other peer the question itself is the origin: its method,
 // path, Host and the peer's address, exactly as the proxy listener would
 // judge it. The origin is then decided by the proxy mode's rules and key
-// extraction (decideRules): match, key, AND, nothing spent on a denial,
+// extraction (classify.go): match, key, AND, nothing spent on a denial,
 // shadow rules.
 //
 // Both spellings of a property may be sent, but they must agree, and each
@@ -65,20 +65,9 @@ func (a *App) forwardAuthHandler() http.Handler {
 			writeError(w, http.StatusBadRequest, msg)
 			return
 		}
-		bind, d, denied := a.decideRules(rs, &o)
-		a.met.latencyForwardAuth.Observe(time.Since(start).Seconds())
-		if o.ambiguous != "" {
-			writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
-			return
+		if a.answerOrigin(w, rs, &o, status, start, a.met.latencyForwardAuth) {
+			w.WriteHeader(http.StatusOK)
 		}
-		if bind.cr != nil {
-			setRateLimitHeaders(w.Header(), bind.cr, d, a.moreAfter(bind, d))
-		}
-		if denied {
-			writeDenied(w, status, bind.cr, d)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
 	})
 }
 
@@ -93,7 +82,7 @@ func (a *App) forwardedOrigin(r *http.Request, rs *ruleSet) (o origin, status in
 		}
 	}
 	ip, trusted := clientIP(r, rs.trusted)
-	o = origin{method: r.Method, path: r.URL.Path, host: r.Host, header: r.Header, ip: ip}
+	o = origin{method: r.Method, path: r.URL.Path, host: r.Host, header: r.Header, ip: ip, trusted: trusted}
 	if !trusted {
 		if len(r.Header[hFwdURI]) > 0 || len(r.Header[hOrigURI]) > 0 {
 			a.warnUntrustedForwardAuth(r.RemoteAddr)

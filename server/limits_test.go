@@ -119,7 +119,8 @@ func TestAPITiersAndOverrides(t *testing.T) {
 
 func TestProxyTiersAndWindows(t *testing.T) {
 	up := newUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", limitsRules))
+	// The tests' client is the trusted proxy that sets X-Plan.
+	ta := startApp(t, proxyYAML(up.URL, "127.0.0.1/32", limitsRules))
 	ok := 0
 	for range 12 {
 		r := ta.proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro")
@@ -148,6 +149,30 @@ func TestProxyTiersAndWindows(t *testing.T) {
 	name, _ := parseItem(t, r.header.Get("RateLimit"))
 	assert.Equal(t, "burst/1s", name)
 	assert.Equal(t, 3, up.count()-10-2)
+}
+
+// TestTierOnlyThroughATrustedProxy: a client that reaches the proxy or
+// forward-auth listener itself cannot name its tier; the rule's default
+// applies.
+func TestTierOnlyThroughATrustedProxy(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", limitsRules))
+	ok := 0
+	for range 20 {
+		if ta.proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").status == http.StatusOK {
+			ok++
+		}
+	}
+	assert.Equal(t, 2, ok, "the default tier's limit, not pro's 10")
+
+	fa := startApp(t, forwardAuthYAML("192.0.2.1", limitsRules, ""))
+	ok = 0
+	for range 20 {
+		if fa.fa("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").status == http.StatusOK {
+			ok++
+		}
+	}
+	assert.Equal(t, 2, ok, "an untrusted forward-auth peer is judged as the origin: no tier")
 }
 
 func TestForwardAuthTier(t *testing.T) {

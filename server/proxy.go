@@ -15,16 +15,10 @@ import (
 )
 
 // proxyHandler is the reverse proxy: every applicable rule is checked (AND)
-// before the request goes upstream.
-//
-// Counting across several rules: a request denied by one enforce rule must
-// not spend the budget of the others. When two or more enforce rules apply,
-// each is first checked without counting (node.View and the window maths);
-// if any would deny, the request is denied and nothing is counted anywhere.
-// Otherwise the enforce rules are decided (counted) in config order, and then
-// the shadow rules. Only a race (another request taking the last unit between
-// the check and the decision) can make a later rule deny after earlier rules
-// counted; the request is still denied.
+// before the request goes upstream. The request is classified into one
+// check per applicable rule (classify.go) and decided all or nothing by the
+// node's pipeline: a request denied by one enforce rule spends nothing of
+// the others.
 func (a *App) proxyHandler() (http.Handler, error) {
 	up, err := url.Parse(a.cfg.Proxy.Upstream)
 	if err != nil {
@@ -103,20 +97,7 @@ func (a *App) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Obser
 	start := time.Now()
 	rs := a.rules.Load()
 	o := proxiedOrigin(r, rs.trusted)
-	bind, d, denied := a.decideRules(rs, &o)
-	lat.Observe(time.Since(start).Seconds())
-	if o.ambiguous != "" {
-		writeError(w, http.StatusBadRequest, ambiguousMsg(o.ambiguous))
-		return false
-	}
-	if bind.cr != nil {
-		setRateLimitHeaders(w.Header(), bind.cr, d, a.moreAfter(bind, d))
-	}
-	if denied {
-		writeDenied(w, http.StatusTooManyRequests, bind.cr, d)
-		return false
-	}
-	return true
+	return a.answerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat)
 }
 
 // writeDenied answers a denied request with status and the denial's JSON
@@ -128,114 +109,10 @@ func writeDenied(w http.ResponseWriter, status int, bind *compiledRule, d pop.De
 	_, _ = w.Write(b)
 }
 
-type applied struct {
-	cr   *compiledRule
-	key  string
-	tier string // the request's tier (rule field tier); empty for none
-}
-
 // ambiguousMsg is the 400 answer to a request that sends a header a rule
 // keys on more than once.
 func ambiguousMsg(header string) string {
 	return header + ": sent more than once; a rule keys on it, so one value is needed"
-}
-
-// decideRules decides the request o against every applicable rule of rs,
-// for proxy mode and forward auth alike. It returns the binding rule (with
-// the key and tier it was decided for) and its decision (the denying rule with the longest wait, or the enforce rule
-// with the least remaining; nil when no enforce rule applies), and whether
-// o is denied. A request that sends a header a rule keys on more than once
-// (o.ambiguous) counts nothing; the caller refuses it.
-func (a *App) decideRules(rs *ruleSet, o *origin) (applied, pop.Decision, bool) {
-	var buf [8]applied
-	app := buf[:0]
-	enforce := 0
-	for _, cr := range rs.rules {
-		if !cr.matches(o) {
-			continue
-		}
-		k, ok := cr.key(o)
-		if !ok {
-			continue
-		}
-		app = append(app, applied{cr, k, cr.tier(o)})
-		if cr.pop.Mode == pop.Enforce {
-			enforce++
-		}
-	}
-	if o.ambiguous != "" {
-		return applied{}, pop.Decision{}, true // refused by the caller; nothing counted
-	}
-	now := a.clk.Now()
-	var bind applied
-	var bd pop.Decision
-	if enforce >= 2 {
-		// Check every enforce rule without counting; deny on the first
-		// that would deny, so that no rule's budget is spent.
-		for _, ap := range app {
-			if ap.cr.pop.Mode != pop.Enforce {
-				continue
-			}
-			if d, ok := a.peek(now, ap); ok && !d.Allowed {
-				a.node.Penalize(now, ap.cr.pop.Name, ap.key, &d)
-				ap.cr.m.record(d)
-				if bind.cr == nil || d.RetryAfter > bd.RetryAfter {
-					bind, bd = ap, d
-				}
-			}
-		}
-		if bind.cr != nil {
-			return bind, bd, true
-		}
-	}
-	for pass := 0; pass < 2; pass++ { // enforce rules first, then shadow rules
-		for _, ap := range app {
-			if (ap.cr.pop.Mode == pop.Enforce) != (pass == 0) {
-				continue
-			}
-			d, err := a.decideTier(now, ap.cr, ap.key, ap.tier, ap.cr.pop.Cost, true)
-			if err != nil {
-				continue // the rule went away in a reload
-			}
-			ap.cr.m.record(d)
-			if ap.cr.pop.Mode != pop.Enforce {
-				continue
-			}
-			if !d.Allowed {
-				return ap, d, true
-			}
-			if bind.cr == nil || d.Remaining < bd.Remaining || (d.Remaining == bd.Remaining && d.Reset > bd.Reset) {
-				bind, bd = ap, d
-			}
-		}
-	}
-	return bind, bd, false
-}
-
-// peek decides a request of the rule's cost for the applied rule's key
-// and tier at now without counting it.
-func (a *App) peek(now int64, ap applied) (pop.Decision, bool) {
-	d, err := a.decideTier(now, ap.cr, ap.key, ap.tier, ap.cr.pop.Cost, false)
-	return d, err == nil
-}
-
-// moreAfter is the RateLimit field's t for the binding rule's decision d
-// (pop.Node.MoreAfter): an admitted request looks its key up once more.
-func (a *App) moreAfter(ap applied, d pop.Decision) time.Duration {
-	return a.node.MoreAfterHandle(a.clk.Now(), ap.cr.h, ap.key, d, pop.Options{Tier: ap.tier})
-}
-
-// tier returns the request's tier for the rule: the value of its tier
-// header, or empty (the default tier) when the rule reads none or the
-// request sends it not exactly once.
-func (cr *compiledRule) tier(o *origin) string {
-	if cr.tierHeader == "" {
-		return ""
-	}
-	if vs := o.header[cr.tierHeader]; len(vs) == 1 {
-		return vs[0]
-	}
-	return ""
 }
 
 // appendDenied appends the proxy's 429 body.

@@ -27,7 +27,6 @@ import (
 
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/pop"
-	"github.com/geolimit/geolimit/window"
 )
 
 // The Envoy rate limit service (envoy.service.ratelimit.v3.RateLimitService,
@@ -36,18 +35,16 @@ import (
 // A request names a domain and descriptors, each a list of (key, value)
 // entries. The rls section maps a domain's descriptor shapes (entry keys in
 // order, optionally a fixed value) to rules; the values of a matching
-// descriptor's entries, joined by '|', are the key counted. A descriptor
-// matching no shape, or an unknown domain, is not limited (OK without a
-// current limit), as with envoyproxy/ratelimit.
+// descriptor's entries, as a composite key (composeKey), are the key
+// counted. A descriptor matching no shape, or an unknown domain, is not
+// limited (OK without a current limit), as with envoyproxy/ratelimit.
 //
-// Several descriptors are ANDed as in proxy mode, and a denied request
-// spends nothing: when two or more enforce rules apply (or a descriptor only
-// checks), every enforce descriptor is first checked without counting, with
-// the summed cost of the descriptors sharing its rule and key; if one would
-// deny, the request is OVER_LIMIT and nothing is counted. Otherwise the
-// enforce descriptors are counted in order, then the shadow ones. (Only a
-// race for the last unit between the check and the count can make a later
-// descriptor deny after earlier ones counted; the request is then denied.)
+// Each matching descriptor becomes one check, and the checks are decided
+// all or nothing by the node's pipeline, as a proxied request's rules are:
+// a denied request spends nothing, descriptors of one rule and key are
+// judged with their summed cost, a hits_addend of 0 is a probe (judged,
+// never counted), and a cost over what the rule can ever admit is a
+// denial.
 
 // rlsTable is the compiled rls section, part of a ruleSet (so that it
 // reloads with the rules it names).
@@ -159,31 +156,27 @@ func (sh *rlsShape) matches(entries []*rlcommonv3.RateLimitDescriptor_Entry) boo
 	return true
 }
 
-// key is the key a matching descriptor counts: its values joined by '|'
-// (the composite-key format of proxy mode), the tier entry's (index tier,
-// -1 for none) left out, hashed when longer than the store accepts. buf is
-// scratch space.
-func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, tier int, buf *[]byte) string {
+// rlsKey is the key a matching descriptor counts: its values as a
+// composite key (composeKey, as in proxy mode), the tier entry's (index
+// tier, -1 for none) left out, hashed when longer than the store accepts.
+// vals is scratch space.
+func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, tier int, vals *[]string) string {
 	if len(entries) == 1 {
 		return boundKey(entries[0].GetValue())
 	}
 	if len(entries) == 2 && tier >= 0 {
 		return boundKey(entries[1-tier].GetValue())
 	}
-	b := (*buf)[:0]
-	first := true
+	v := (*vals)[:0]
 	for i, e := range entries {
-		if i == tier {
-			continue
+		if i != tier {
+			v = append(v, e.GetValue())
 		}
-		if !first {
-			b = append(b, '|')
-		}
-		first = false
-		b = append(b, e.GetValue()...)
 	}
-	*buf = b
-	return boundKey(string(b))
+	*vals = v
+	k := boundKey(composeKey(v))
+	clear(v)
+	return k
 }
 
 // rlsUnits are the units current_limit is reported in, shortest first.
@@ -299,45 +292,24 @@ func (a *App) grpcTap(ctx context.Context, info *tap.Info) (context.Context, err
 	}
 }
 
-// rlsItem is one descriptor of a request being decided.
-type rlsItem struct {
-	sh   *rlsShape // nil: not limited
-	key  string
-	tier string // the tier entry's value; empty for none
-	cost uint64
-	// check: the descriptor's hits_addend is 0, it is checked (with the
-	// rule's cost) and never counted.
-	check bool
-	// over: the cost exceeds the rule's limit and can never fit.
-	over bool
-	// decided: d holds a decision; spent: it was counted (when not, d's
-	// remaining is the key's as it stands).
-	decided, spent bool
-	d              pop.Decision
-}
-
-type rlsDupKey struct {
-	cr  *compiledRule
-	key string
-}
-
-// rlsScratch is the pooled state of one request.
+// rlsScratch is the pooled state of one request: the check index of each
+// descriptor (-1: not limited) and scratch space for matching and keys.
 type rlsScratch struct {
-	items []rlsItem
-	sig   []byte
-	kbuf  []byte
-	sums  map[rlsDupKey]uint64
-	tally batchScratch
+	idx    []int
+	shapes []*rlsShape
+	sig    []byte
+	kvals  []string
+	tally  batchScratch
 }
 
-var rlsPool = newPool(func() *rlsScratch { return &rlsScratch{sums: map[rlsDupKey]uint64{}} })
+var rlsPool = newPool(func() *rlsScratch { return &rlsScratch{} })
 
 // release returns sc to the pool, holding no request's strings and no
 // oversized buffer.
 func (sc *rlsScratch) release() {
-	clear(sc.items)
-	if cap(sc.sig) > 1<<16 || cap(sc.kbuf) > 1<<16 {
-		sc.sig, sc.kbuf = nil, nil
+	clear(sc.shapes)
+	if cap(sc.sig) > 1<<16 {
+		sc.sig = nil
 	}
 	rlsPool.put(sc)
 }
@@ -397,87 +369,58 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 
 	sc := rlsPool.get()
 	defer sc.release()
-	items := slices.Grow(sc.items[:0], len(descs))[:len(descs)]
-	sc.items = items
-	enforce, unmatched, needPeek := 0, 0, false
+	cs := checksPool.get()
+	defer checksPool.put(cs)
+	cs.reset(pop.All, false)
+	sc.idx = slices.Grow(sc.idx[:0], len(descs))[:len(descs)]
+	sc.shapes = slices.Grow(sc.shapes[:0], len(descs))[:len(descs)]
+	unmatched := 0
 	for i, d := range descs {
-		it := &items[i]
-		*it = rlsItem{}
 		sh := dom.match(d.GetEntries(), &sc.sig)
+		sc.shapes[i] = sh
 		if sh == nil {
+			sc.idx[i] = -1
 			unmatched++
 			continue
 		}
 		cr := sh.rule
-		it.sh, it.key = sh, rlsKey(d.GetEntries(), sh.tier, &sc.kbuf)
+		tier := ""
 		if sh.tier >= 0 {
-			it.tier = d.GetEntries()[sh.tier].GetValue()
+			tier = d.GetEntries()[sh.tier].GetValue()
 		}
+		probe := false
+		var cost uint64
 		switch ha := d.GetHitsAddend(); {
 		case ha != nil && ha.GetValue() == 0:
-			it.check, it.cost = true, cr.pop.Cost
+			probe, cost = true, cr.pop.Cost
 		case ha != nil:
-			it.cost = ha.GetValue()
+			cost = ha.GetValue()
 		case req.GetHitsAddend() > 0:
-			it.cost = uint64(req.GetHitsAddend())
+			cost = uint64(req.GetHitsAddend())
 		default:
-			it.cost = cr.pop.Cost
+			cost = cr.pop.Cost
 		}
-		it.over = it.cost > cr.maxCost
-		if cr.pop.Mode == pop.Enforce {
-			enforce++
-			needPeek = needPeek || it.check || it.over
-		}
+		sc.idx[i] = len(cs.req.Checks)
+		cs.add(cr, rlsKey(d.GetEntries(), sh.tier, &sc.kvals), tier, cost)
+		cs.req.Checks[sc.idx[i]].Probe = probe
 	}
 	if unmatched > 0 {
 		m.unmatched.Add(float64(unmatched))
 	}
-
-	now := a.clk.Now()
-	denied := false
-	if enforce >= 2 || needPeek {
-		denied = a.rlsPeek(now, items, sc.sums, true)
+	if len(cs.req.Checks) > 0 {
+		_ = cs.decide(a.node, a.clk.Now()) // not strict: no error
+	} else {
+		cs.out = pop.Outcome{Allowed: true, Binding: -1}
 	}
-	if !denied {
-	passes:
-		for pass := 0; pass < 2; pass++ { // enforce descriptors first, then shadow ones
-			for i := range items {
-				it := &items[i]
-				if it.sh == nil || (it.sh.rule.pop.Mode == pop.Enforce) != (pass == 0) || it.check || it.over {
-					continue
-				}
-				cr := it.sh.rule
-				d, err := a.decideTier(now, cr, it.key, it.tier, it.cost, true)
-				if err != nil {
-					it.sh = nil // the rule went away in a reload
-					continue
-				}
-				it.d, it.decided, it.spent = d, true, d.Allowed
-				if !d.Allowed && cr.pop.Mode == pop.Enforce {
-					// The only enforce descriptor denies, or one lost a race
-					// for the last unit after the check.
-					denied = true
-					break passes
-				}
-			}
-		}
-	}
-	// Descriptors still without a decision (shadow ones of a denied request,
-	// checks and over-limit costs of shadow rules, enforce ones after a
-	// lost race) are checked for their status, counting nothing.
-	a.rlsPeek(now, items, nil, false)
 
 	resp, slots := rlsResponse(len(descs))
-	var bind *rlsItem
-	for i := range items {
-		it := &items[i]
-		st := &slots[i].st
-		if it.sh == nil {
-			continue
+	for i, ci := range sc.idx {
+		if ci < 0 || cs.res[ci].Err != nil {
+			continue // not limited, or its rule went away in a reload
 		}
-		cr := it.sh.rule
-		d := it.d
-		st.CurrentLimit = it.sh.limit
+		st := &slots[i].st
+		d := cs.res[ci].Decision
+		st.CurrentLimit = sc.shapes[i].limit
 		st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
 		wait := d.Reset
 		if !d.Allowed {
@@ -487,96 +430,25 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		dur := &slots[i].dur
 		dur.Seconds, dur.Nanos = int64(wait/time.Second), int32(wait%time.Second)
 		st.DurationUntilReset = dur
-		// Counted in geolimit_decisions_total: what was counted, and the
-		// decisions that stand: all of an admitted request, the denying
-		// ones of a denied request.
-		enf := cr.pop.Mode == pop.Enforce
-		if it.spent || !denied || (enf && !d.Allowed) {
-			sc.tally.count(cr.m, d)
-		}
-		// The headers follow the binding descriptor, as in proxy mode: the
-		// denying one with the longest wait, else the enforce one with the
-		// least remaining.
-		switch {
-		case !enf:
-		case denied:
-			if !d.Allowed && (bind == nil || d.RetryAfter > bind.d.RetryAfter) {
-				bind = it
-			}
-		default:
-			if bind == nil || d.Remaining < bind.d.Remaining || (d.Remaining == bind.d.Remaining && d.Reset > bind.d.Reset) {
-				bind = it
-			}
+		// Counted in geolimit_decisions_total: the decisions that stand for
+		// the request (pop.Outcome.Stands).
+		if cs.out.Stands(cs.res, ci, pop.All) {
+			sc.tally.count(cs.rules[ci].m, d)
 		}
 	}
 	a.flushCounts(&sc.tally)
-	if denied {
+	if !cs.out.Allowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		m.overLimit.Inc()
 	} else {
 		m.ok.Inc()
 	}
-	if bind != nil {
-		more := a.node.MoreAfterHandle(a.clk.Now(), bind.sh.rule.h, bind.key, bind.d, pop.Options{Tier: bind.tier})
-		resp.ResponseHeadersToAdd = rlsHeaders(bind.sh.rule, bind.d, more)
+	// The headers follow the binding descriptor, as in proxy mode.
+	if cr, d := cs.binding(); cr != nil {
+		resp.ResponseHeadersToAdd = rlsHeaders(cr, d, cs.moreAfter(a.node, a.clk.Now()))
 	}
 	a.met.latencyRLS.Observe(time.Since(start).Seconds())
 	return resp, nil
-}
-
-// rlsPeek decides, without counting, every limited descriptor that has no
-// decision yet; the remaining it reports is the key's as it stands. With
-// all (the check before counting), only enforce descriptors are checked, a
-// counted one with the summed cost of the counted descriptors sharing its
-// rule and key (sums is scratch space), and it reports whether one would
-// deny. Otherwise every remaining descriptor is checked for its status. A
-// cost over the rule's limit is denied (for a shadow rule: shadow-denied),
-// with a retry-after of at least the window.
-func (a *App) rlsPeek(now int64, items []rlsItem, sums map[rlsDupKey]uint64, all bool) bool {
-	if all {
-		for i := range items {
-			if it := &items[i]; it.sh != nil && !it.check && !it.over && it.sh.rule.pop.Mode == pop.Enforce {
-				k := rlsDupKey{it.sh.rule, it.key}
-				sums[k] = window.SatAdd(sums[k], it.cost)
-			}
-		}
-		defer clear(sums)
-	}
-	denied := false
-	for i := range items {
-		it := &items[i]
-		if it.sh == nil || it.decided || (all && it.sh.rule.pop.Mode != pop.Enforce) {
-			continue
-		}
-		cr := it.sh.rule
-		cost := it.cost
-		if all && !it.check && !it.over {
-			cost = sums[rlsDupKey{cr, it.key}] // >= it.cost, may exceed the limit
-		}
-		pc := min(cost, cr.maxCost)
-		d, err := a.decideTier(now, cr, it.key, it.tier, pc, false)
-		if err != nil {
-			it.sh = nil // the rule went away in a reload
-			continue
-		}
-		if d.Allowed {
-			d.Remaining = min(d.Remaining+pc, d.Limit) // nothing was spent
-		} else if all && !it.check && !it.over {
-			a.node.Penalize(now, cr.pop.Name, it.key, &d)
-		}
-		if cost > cr.maxCost {
-			// It (or the descriptors sharing its rule and key) can never fit.
-			d.Allowed, d.RetryAfter = false, max(d.RetryAfter, cr.pop.Window)
-		}
-		if cr.pop.Mode == pop.Shadow && !d.Allowed {
-			d.Allowed, d.ShadowDenied = true, true
-		}
-		it.d, it.decided = d, true
-		if !d.Allowed {
-			denied = true
-		}
-	}
-	return denied
 }
 
 // rlsSlot is one descriptor status and its duration, allocated together.

@@ -205,6 +205,9 @@ type origin struct {
 	header http.Header
 	// ip is the client's address (see clientIP); invalid when unknown.
 	ip netip.Addr
+	// trusted: the request came through a trusted proxy
+	// (proxy.trusted_proxies), whose headers may name the tier.
+	trusted bool
 	// ambiguous names a header that a rule keys on and that the request
 	// sends more than once: which value the upstream uses is not known, so
 	// the request is refused rather than counted under one of them.
@@ -215,8 +218,8 @@ type origin struct {
 // its own method, path (see rulePath), host and headers, and the client
 // address clientIP finds.
 func proxiedOrigin(r *http.Request, trusted []netip.Prefix) origin {
-	ip, _ := clientIP(r, trusted)
-	return origin{method: r.Method, path: rulePath(r.URL.Path), host: r.Host, header: r.Header, ip: ip}
+	ip, tr := clientIP(r, trusted)
+	return origin{method: r.Method, path: rulePath(r.URL.Path), host: r.Host, header: r.Header, ip: ip, trusted: tr}
 }
 
 // rulePath is the path the rules see: p with "." and ".." segments resolved
@@ -296,30 +299,6 @@ func (cr *compiledRule) matches(o *origin) bool {
 		return false
 	}
 	return true
-}
-
-// key builds the rule's key for o; ok is false when a part is missing (a
-// header not sent), in which case the rule does not apply.
-func (cr *compiledRule) key(o *origin) (string, bool) {
-	if len(cr.parts) == 1 {
-		k := partValue(cr.parts[0], o)
-		if k == "" {
-			return "", false
-		}
-		return boundKey(k), true
-	}
-	var b strings.Builder
-	for i, p := range cr.parts {
-		v := partValue(p, o)
-		if v == "" {
-			return "", false
-		}
-		if i > 0 {
-			b.WriteByte('|')
-		}
-		b.WriteString(v)
-	}
-	return boundKey(b.String()), true
 }
 
 func partValue(p keyPart, o *origin) string {

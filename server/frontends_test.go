@@ -1,0 +1,155 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// frontendsYAML opens every front end on one node: the API, the proxy,
+// forward auth and the rate limit service (the middleware wraps a handler
+// of the test's). The tests' client is the trusted proxy that sets X-Plan.
+func frontendsYAML(upstream string) string {
+	return fmt.Sprintf(`
+listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0", forward_auth: "127.0.0.1:0", grpc: "127.0.0.1:0"}
+proxy: {upstream: %q, trusted_proxies: [127.0.0.1/32]}
+rules:
+  - name: user
+    key: header:X-User
+    tier: header:X-Plan
+    limit: 3
+    window: 1m
+    tiers: {pro: 5}
+rls:
+  domains:
+    - domain: edge
+      descriptors:
+        - {entries: [user, plan], tier: plan, rule: user}
+`, upstream)
+}
+
+// answer is what a front end says of one request: the decision and the
+// headers a client sees.
+type answer struct {
+	allowed                                  bool
+	policy, rateLimit, limit, remaining, ret string
+}
+
+func httpAnswer(r resp) answer {
+	return answer{
+		allowed: r.status == http.StatusOK, policy: r.header.Get("RateLimit-Policy"), rateLimit: r.header.Get("RateLimit"),
+		limit: r.header.Get("X-RateLimit-Limit"), remaining: r.header.Get("X-RateLimit-Remaining"), ret: r.header.Get("Retry-After"),
+	}
+}
+
+// TestFrontEndsDecideAlike: the same request through the API, the proxy,
+// forward auth, the rate limit service and the middleware gets the same
+// decision, the same headers and the same counts: every front end
+// classifies into the same checks and the node's one pipeline decides.
+func TestFrontEndsDecideAlike(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, frontendsYAML(up.URL))
+	mw := httptest.NewServer(ta.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	t.Cleanup(mw.Close)
+	c, _ := rlsClient(t, ta)
+
+	fronts := []struct {
+		name string
+		ask  func(user string) answer
+	}{
+		{"api", func(user string) answer {
+			return httpAnswer(ta.post("/v1/check", `{"rule":"user","key":"`+user+`","tier":"pro"}`))
+		}},
+		{"proxy", func(user string) answer {
+			return httpAnswer(ta.proxy("GET", "/x", "X-User", user, "X-Plan", "pro"))
+		}},
+		{"forward auth", func(user string) answer {
+			return httpAnswer(ta.fa("GET", "/", fwdHeaders("GET", "/x", "198.51.100.9", "X-User", user, "X-Plan", "pro")...))
+		}},
+		{"middleware", func(user string) answer {
+			return httpAnswer(ta.do("GET", mw.URL+"/x", "", "X-User", user, "X-Plan", "pro"))
+		}},
+		{"rls", func(user string) answer {
+			res, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", desc("user", user, "plan", "pro")))
+			require.NoError(t, err)
+			a := answer{allowed: res.GetOverallCode() == rlsv3.RateLimitResponse_OK}
+			for _, h := range res.GetResponseHeadersToAdd() {
+				switch http.CanonicalHeaderKey(h.GetKey()) {
+				case "Ratelimit-Policy":
+					a.policy = h.GetValue()
+				case "Ratelimit":
+					a.rateLimit = h.GetValue()
+				case "X-Ratelimit-Limit":
+					a.limit = h.GetValue()
+				case "X-Ratelimit-Remaining":
+					a.remaining = h.GetValue()
+				case "Retry-After":
+					a.ret = h.GetValue()
+				}
+			}
+			return a
+		}},
+	}
+	var want []answer
+	for _, f := range fronts {
+		user := "u-" + f.name
+		var got []answer
+		for range 7 {
+			got = append(got, f.ask(user))
+		}
+		if want == nil {
+			want = got
+			admitted := 0
+			for _, a := range got {
+				if a.allowed {
+					admitted++
+				}
+			}
+			require.Equal(t, 5, admitted, "the pro tier's limit")
+			require.Equal(t, "2", got[2].remaining)
+			require.NotEmpty(t, got[6].ret)
+		}
+		assert.Equal(t, want, got, "%s answers as the API does", f.name)
+		assert.EqualValues(t, 5, ta.keyTotal("user", user), "%s counts as the API does", f.name)
+	}
+	assert.EqualValues(t, 5*len(fronts), ta.decisions("user", "allowed"))
+	assert.EqualValues(t, 2*len(fronts), ta.decisions("user", "denied"))
+}
+
+// TestCompositeKeysNeverCollide: two different lists of key parts are two
+// keys, through the proxy and through Envoy descriptors.
+func TestCompositeKeysNeverCollide(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, fmt.Sprintf(`
+listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0", grpc: "127.0.0.1:0"}
+proxy: {upstream: %q}
+rules:
+  - {name: pair, key: [header:X-A, header:X-B], limit: 2, window: 1m}
+rls:
+  domains:
+    - domain: edge
+      descriptors:
+        - {entries: [a, b], rule: pair}
+`, up.URL))
+	c, _ := rlsClient(t, ta)
+	for _, parts := range [][2]string{{`acme|bob`, `x`}, {`acme`, `bob|x`}, {`acme\`, `|x`}, {`acme\|`, `x`}} {
+		for range 2 {
+			require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).status, "%q", parts)
+		}
+		assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).status, "%q", parts)
+	}
+	// The same parts through Envoy: the same keys, already spent.
+	res := shouldRL(t, c, rlsReq("edge", desc("a", "acme", "b", "bob|x")))
+	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode())
+	res = shouldRL(t, c, rlsReq("edge", desc("a", "acme", "b", "bob")))
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
+	assert.EqualValues(t, 2, ta.keyTotal("pair", `acme\|bob|x`))
+	assert.EqualValues(t, 2, ta.keyTotal("pair", `acme|bob\|x`))
+	assert.EqualValues(t, 1, ta.keyTotal("pair", `acme|bob`))
+}
