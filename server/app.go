@@ -18,6 +18,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/geolimit/geolimit/server/api"
+	"github.com/geolimit/geolimit/server/frontend"
+	"github.com/geolimit/geolimit/server/proxy"
+	"github.com/geolimit/geolimit/server/rls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,7 +34,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
 
 	"golang.org/x/net/netutil"
 
@@ -183,17 +186,16 @@ type App struct {
 	node     *pop.Node
 	reg      *prometheus.Registry
 	met      *metrics
-	rlsMet   *rlsMetrics
 	state    *stateKeeper
-	rules    atomic.Pointer[ruleSet]
-	auth     atomic.Pointer[apiAuth] // nil: the API takes no token
+	rules    atomic.Pointer[frontend.Rules]
+	auth     atomic.Pointer[frontend.Tokens] // nil: the API takes no token
 	started  time.Time
 
 	reloadMu   sync.Mutex
 	cfgNow     *config.Config // last applied config
 	lastHash   [32]byte       // fingerprint of the last content tried (config and secret files)
 	metricsMu  sync.Mutex
-	ruleMetric map[string]*ruleMetrics
+	ruleMetric map[string]*frontend.RuleMetrics
 
 	nats     *natsembed.Server
 	natsURL  string
@@ -206,16 +208,12 @@ type App struct {
 	fwdSrv   *http.Server
 	grpcLn   net.Listener
 	grpcSrv  *grpc.Server
-	health   *health.Server
 	ready    atomic.Bool
-	// fwdWarned is set once an untrusted forward-auth peer was logged.
-	fwdWarned atomic.Bool
-	// testHookAtomic, set by tests only, runs between the peek and the
-	// counts of an atomic batch.
-	testHookAtomic func()
-	// noPrefetch, set by benchmarks only, turns the batch's prefetch off,
-	// to measure what it gains.
-	noPrefetch bool
+	// The front ends: the HTTP decision API, proxy mode with forward auth
+	// and the middleware, the Envoy rate limit service.
+	api    *api.Handler
+	fronts *proxy.FrontEnds
+	rls    *rls.Service
 
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup
@@ -261,10 +259,10 @@ func New(o Options) (*App, error) {
 		log:        o.Logger,
 		clk:        o.Clock,
 		reg:        prometheus.NewRegistry(),
-		ruleMetric: map[string]*ruleMetrics{},
+		ruleMetric: map[string]*frontend.RuleMetrics{},
 		serveErr:   make(chan error, 4), // one per listener: api, proxy, forward auth, grpc
 	}
-	rs, prules, err := compileRules(o.Config, a.metricsFor)
+	rs, prules, err := frontend.Compile(o.Config, a.metricsFor)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -272,12 +270,12 @@ func New(o Options) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	au, err := newAPIAuth(o.Config)
+	au, err := frontend.TokensOf(o.Config)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	a.node = node
-	rs.bind(node)
+	rs.Bind(node)
 	a.rules.Store(rs)
 	a.auth.Store(au)
 	if o.ConfigPath != "" {
@@ -286,21 +284,29 @@ func New(o Options) (*App, error) {
 		}
 	}
 	a.met = newMetrics(a)
-	a.rlsMet = newRLSMetrics(a.reg)
 	a.state = newStateKeeper(a)
 	if a.clk == nil {
 		a.ownClock = clock.NewCoarse(time.Millisecond)
 		a.clk = a.ownClock
 	}
+	env := frontend.Env{Node: a.node, Clock: a.clk, Rules: &a.rules, Log: a.log}
+	lim := o.Config.Limits
+	a.api = api.New(env, api.Config{MaxBodyBytes: lim.MaxBodyBytes, MaxBatch: lim.MaxBatch,
+		LatencyCheck: a.met.latencyCheck, LatencyChecks: a.met.latencyChecks})
+	a.fronts = proxy.New(env, proxy.Metrics{LatencyProxy: a.met.latencyProxy, LatencyMiddleware: a.met.latencyMiddleware,
+		LatencyForwardAuth: a.met.latencyForwardAuth, UpstreamErrors: a.met.upstreamErrors})
+	a.rls = rls.New(env, rls.Config{Tokens: &a.auth, MaxBatch: lim.MaxBatch, MaxMsgBytes: lim.MaxBodyBytes,
+		ConnectionTimeout: o.Config.HTTP.ReadHeaderTimeout.D(), IdleTimeout: o.Config.HTTP.IdleTimeout.D(),
+		Registry: a.reg, Latency: a.met.latencyRLS})
 	return a, nil
 }
 
-func (a *App) metricsFor(name string) *ruleMetrics {
+func (a *App) metricsFor(name string) *frontend.RuleMetrics {
 	a.metricsMu.Lock()
 	defer a.metricsMu.Unlock()
 	m := a.ruleMetric[name]
 	if m == nil {
-		m = &ruleMetrics{}
+		m = &frontend.RuleMetrics{}
 		a.ruleMetric[name] = m
 	}
 	return m
@@ -470,7 +476,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	a.ready.Store(true)
 	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "embedded", a.opts.Embedded,
-		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().rules))
+		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().List))
 	a.warn(a.cfg)
 	return nil
 }
@@ -493,7 +499,7 @@ func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 		a.log.Warn("listen.api listens beyond loopback without a token (api.insecure): whoever reaches it can spend and read counts", "addr", a.cfg.Listen.API)
 	}
 	if a.cfg.Listen.Proxy != "" {
-		ph, err := a.proxyHandler()
+		ph, err := a.fronts.Proxy(a.cfg.Proxy)
 		if err != nil {
 			return err
 		}
@@ -506,13 +512,13 @@ func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 		if a.fwdLn, err = a.limitListen(a.cfg.Listen.ForwardAuth); err != nil {
 			return fmt.Errorf("server: listen.forward_auth: %w", err)
 		}
-		a.fwdSrv = newSrv(a.forwardAuthHandler())
+		a.fwdSrv = newSrv(a.fronts.ForwardAuth())
 	}
 	if a.cfg.Listen.GRPC != "" {
 		if a.grpcLn, err = a.limitListen(a.cfg.Listen.GRPC); err != nil {
 			return fmt.Errorf("server: listen.grpc: %w", err)
 		}
-		a.grpcSrv = a.newGRPCServer()
+		a.grpcSrv = a.rls.NewServer()
 		if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.GRPC) {
 			a.log.Warn("listen.grpc listens beyond loopback without a token (rls.insecure): whoever reaches it can spend counts", "addr", a.cfg.Listen.GRPC)
 		}
@@ -571,7 +577,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 			}
 		}
 		if a.grpcSrv != nil {
-			if err := a.drainGRPC(ctx); err != nil {
+			if err := a.rls.Drain(ctx, a.grpcSrv); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -743,7 +749,7 @@ func (a *App) reloadBytes(b []byte, why string) error {
 		return err
 	}
 	a.met.reloads.WithLabelValues("ok").Inc()
-	a.log.Info("config reloaded", "trigger", why, "path", a.opts.ConfigPath, "rules", len(a.rules.Load().rules))
+	a.log.Info("config reloaded", "trigger", why, "path", a.opts.ConfigPath, "rules", len(a.rules.Load().List))
 	a.warn(a.cfgNow)
 	return nil
 }
@@ -756,11 +762,11 @@ func (a *App) apply(b []byte) error {
 	if err := checkRuleRemoval(a.cfgNow, cfg); err != nil {
 		return err
 	}
-	rs, prules, err := compileRules(cfg, a.metricsFor)
+	rs, prules, err := frontend.Compile(cfg, a.metricsFor)
 	if err != nil {
 		return err
 	}
-	au, err := newAPIAuth(cfg)
+	au, err := frontend.TokensOf(cfg)
 	if err != nil {
 		return err
 	}
@@ -774,10 +780,10 @@ func (a *App) apply(b []byte) error {
 	if err := a.node.SetRules(prules); err != nil {
 		return err
 	}
-	rs.bind(a.node) // one table: the server's rules and the core's, from one snapshot
+	rs.Bind(a.node) // one table: the server's rules and the core's, from one snapshot
 	a.rules.Store(rs)
-	if old := a.auth.Swap(au); !old.same(au) {
-		a.log.Info("api tokens changed", "tokens", au.count())
+	if old := a.auth.Swap(au); !old.Same(au) {
+		a.log.Info("api tokens changed", "tokens", au.Count())
 	}
 	old := a.cfgNow
 	a.cfgNow = cfg
@@ -790,7 +796,7 @@ func (a *App) apply(b []byte) error {
 	// Forget the counters of removed rules.
 	a.metricsMu.Lock()
 	for name := range a.ruleMetric {
-		if _, ok := rs.byName[name]; !ok {
+		if _, ok := rs.ByName[name]; !ok {
 			delete(a.ruleMetric, name)
 		}
 	}
@@ -845,14 +851,19 @@ func (a *App) Err() <-chan error { return a.serveErr }
 // (replication.startup_sync, state.file), or stopped waiting for it.
 func (a *App) Ready() bool { return a.ready.Load() && a.node.Synced() }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
-
-func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
-
-func putBuf(b *[]byte) {
-	if cap(*b) > 1<<20 {
-		return
-	}
-	*b = (*b)[:0]
-	bufPool.Put(b)
-}
+// Middleware returns a handler that decides every request against the
+// rules exactly as the proxy listener does, and passes the allowed ones to
+// next instead of an upstream: the client address from the socket peer or,
+// behind proxy.trusted_proxies, from X-Forwarded-For; every applicable rule
+// checked (AND), nothing counted when one denies; shadow rules counted but
+// never denying. An allowed request reaches next with the RateLimit headers
+// of its binding rule already set on w; a denied one is answered 429 with
+// Retry-After and a JSON body, and one that sends a header a rule keys on
+// more than once is answered 400. Reloaded rules apply to the next request.
+//
+// Middleware may be called before Start; the counts then wait for Start to
+// be replicated (and, without Start, are never forgotten by the tick loop).
+//
+// Its decisions are timed under the "middleware" label of
+// geolimit_decision_seconds.
+func (a *App) Middleware(next http.Handler) http.Handler { return a.fronts.Middleware(next) }

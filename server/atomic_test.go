@@ -143,7 +143,7 @@ func TestChecksAtomicSameKey(t *testing.T) {
 // checks before it stay counted, the rest are not.
 func TestChecksAtomicRace(t *testing.T) {
 	ta := startApp(t, atomicYAML)
-	ta.testHookAtomic = func() {
+	ta.App.api.BeforeCount = func() {
 		for i := 0; i < 3; i++ {
 			d, err := ta.node.Decide(ta.clk.Now(), "r", "a", 1)
 			require.NoError(t, err)

@@ -95,7 +95,7 @@ func BenchmarkChecksHandlerManyKeys(b *testing.B) {
 	for _, off := range []bool{true, false} {
 		b.Run(map[bool]string{true: "no-prefetch", false: "prefetch"}[off], func(b *testing.B) {
 			a := benchApp(b)
-			a.noPrefetch = off
+			a.api.NoPrefetch = off
 			serveBodies(b, a, "/v1/checks", bodies)
 		})
 	}
@@ -206,19 +206,5 @@ func serveBodies(b *testing.B, a *App, path string, bodies [][]byte, hdr ...stri
 			b.Fatal(w.code)
 		}
 		i++
-	}
-}
-
-// BenchmarkAuthCheck is the bearer check alone: two tokens, the request
-// bearing the second.
-func BenchmarkAuthCheck(b *testing.B) {
-	au := authFromTokens([]string{benchToken1, benchToken2})
-	req, _ := http.NewRequestWithContext(context.Background(), "POST", "/v1/check", nil)
-	req.Header.Set("Authorization", "Bearer "+benchToken2)
-	b.ReportAllocs()
-	for b.Loop() {
-		if au.check(req) != authOK {
-			b.Fatal("refused")
-		}
 	}
 }

@@ -1,66 +1,13 @@
 package server
 
 import (
-	"sync/atomic"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/geolimit/geolimit/pop"
 )
 
 // The penalty box (block_for) and failing closed (on_unsure) as the daemon
-// reports them: answer fields and metrics.
-
-// guardMetrics are one rule's penalty-box and unsure counters.
-type guardMetrics struct {
-	blocks, blockedDenials atomic.Uint64
-	unsure                 [4]atomic.Uint64 // by pop.Unsure
-}
-
-func (g *guardMetrics) record(d pop.Decision) {
-	switch {
-	case d.BlockStarted:
-		g.blocks.Add(1)
-	case d.Blocked:
-		g.blockedDenials.Add(1)
-	case d.Unsure != pop.UnsureNone:
-		g.unsure[d.Unsure&3].Add(1)
-	}
-}
-
-// appendGuards appends the answer fields of a blocked or unsure decision:
-// "blocked":true, "blocked_until_ms" (Unix milliseconds) and
-// "unsure":"<reason>". Other decisions get none.
-func appendGuards(b []byte, d pop.Decision) []byte {
-	if d.Blocked {
-		b = append(b, `,"blocked":true`...)
-	}
-	if d.Unsure != pop.UnsureNone {
-		b = append(b, `,"unsure":"`...)
-		b = append(b, d.Unsure.String()...)
-		b = append(b, '"')
-	}
-	return b
-}
-
-// blockedUntilFields are the penalty-box fields of GET /v1/keys.
-type blockedUntilFields struct {
-	// BlockedUntil is RFC 3339 (UTC, nanoseconds); absent when not blocked.
-	BlockedUntil string `json:"blocked_until,omitempty"`
-	// BlockedUntilMS is Unix milliseconds; absent when not blocked.
-	BlockedUntilMS int64 `json:"blocked_until_ms,omitempty"`
-}
-
-func blockedUntil(until int64) blockedUntilFields {
-	if until == 0 {
-		return blockedUntilFields{}
-	}
-	return blockedUntilFields{
-		BlockedUntil:   time.Unix(0, until).UTC().Format(time.RFC3339Nano),
-		BlockedUntilMS: ceilDiv(until, int64(time.Millisecond)),
-	}
-}
+// reports them: metrics.
 
 var (
 	descBlocks = prometheus.NewDesc("geolimit_blocks_total",
@@ -89,12 +36,12 @@ func (c *guardCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *guardCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, cr := range c.a.rules.Load().rules {
-		n, g := cr.pop.Name, &cr.m.guards
-		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.CounterValue, float64(g.blocks.Load()), n)
-		ch <- prometheus.MustNewConstMetric(descBlockedDenials, prometheus.CounterValue, float64(g.blockedDenials.Load()), n)
+	for _, cr := range c.a.rules.Load().List {
+		n, g := cr.Pop.Name, &cr.Metrics.Guards
+		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.CounterValue, float64(g.Blocks.Load()), n)
+		ch <- prometheus.MustNewConstMetric(descBlockedDenials, prometheus.CounterValue, float64(g.BlockedDenials.Load()), n)
 		for _, u := range pop.UnsureReasons() {
-			ch <- prometheus.MustNewConstMetric(descUnsureDenials, prometheus.CounterValue, float64(g.unsure[u&3].Load()), n, u.String())
+			ch <- prometheus.MustNewConstMetric(descUnsureDenials, prometheus.CounterValue, float64(g.Unsure[u&3].Load()), n, u.String())
 		}
 	}
 	st := c.a.node.Stats()

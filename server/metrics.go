@@ -2,7 +2,6 @@ package server
 
 import (
 	"runtime"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -121,11 +120,11 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, cr := range c.a.rules.Load().rules {
-		n := cr.pop.Name
-		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(cr.m.allowed.Load()), n, "allowed")
-		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(cr.m.denied.Load()), n, "denied")
-		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(cr.m.shadowDenied.Load()), n, "shadow_denied")
+	for _, cr := range c.a.rules.Load().List {
+		n, m := cr.Pop.Name, cr.Metrics
+		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.Allowed.Load()), n, "allowed")
+		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.Denied.Load()), n, "denied")
+		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.ShadowDenied.Load()), n, "shadow_denied")
 	}
 	st := c.a.node.Stats()
 	for rule, k := range st.KeysByRule {
@@ -177,13 +176,3 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
-
-// pool is a typed sync.Pool.
-type pool[T any] struct{ p sync.Pool }
-
-func newPool[T any](fn func() *T) *pool[T] {
-	return &pool[T]{p: sync.Pool{New: func() any { return fn() }}}
-}
-
-func (p *pool[T]) get() *T  { return p.p.Get().(*T) }
-func (p *pool[T]) put(v *T) { p.p.Put(v) }

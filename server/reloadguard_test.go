@@ -60,7 +60,7 @@ func TestReloadRuleRemoval(t *testing.T) {
 // loses its counts.
 func TestBatchDecidedAgainstOneSnapshot(t *testing.T) {
 	ta := startApp(t, threeRules)
-	ta.testHookAtomic = func() {
+	ta.App.api.BeforeCount = func() {
 		ta.writeConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n  - {name: api, limit: 10, window: 1h}\n")
 		require.NoError(t, ta.Reload())
 	}
@@ -68,7 +68,7 @@ func TestBatchDecidedAgainstOneSnapshot(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	assert.Equal(t, true, r.json(t)["allowed"])
 	assert.Equal(t, 2.0, r.json(t)["counted"])
-	ta.testHookAtomic = nil
+	ta.App.api.BeforeCount = nil
 	assert.Equal(t, http.StatusNotFound, ta.post("/v1/check", `{"rule":"search","key":"k"}`).status, "removed for new requests")
 	ta.writeConfig(threeRules)
 	require.NoError(t, ta.Reload())

@@ -149,7 +149,7 @@ func BenchmarkRLSHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := &rlsService{a: a}
+	s := a.rls
 	reqs := rlsBenchRequests()
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -1,14 +1,22 @@
-package server
+// Package rls is the Envoy rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService, "RLS v3") of listen.grpc,
+// and the standard gRPC health service beside it. It maps a request's
+// descriptors to checks of the rules the rls section names and lets the
+// node's pipeline decide them all or nothing, as proxy mode decides a
+// request's rules.
+package rls
 
 import (
 	"context"
 	"fmt"
+	"github.com/geolimit/geolimit/server/frontend"
 	"math"
 	"math/bits"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -29,13 +37,10 @@ import (
 	"github.com/geolimit/geolimit/pop"
 )
 
-// The Envoy rate limit service (envoy.service.ratelimit.v3.RateLimitService,
-// "RLS v3") on listen.grpc.
-//
 // A request names a domain and descriptors, each a list of (key, value)
 // entries. The rls section maps a domain's descriptor shapes (entry keys in
 // order, optionally a fixed value) to rules; the values of a matching
-// descriptor's entries, as a composite key (composeKey), are the key
+// descriptor's entries, as a composite key (frontend.ComposeKey), are the key
 // counted. A descriptor matching no shape, or an unknown domain, is not
 // limited (OK without a current limit), as with envoyproxy/ratelimit.
 //
@@ -46,8 +51,9 @@ import (
 // never counted), and a cost over what the rule can ever admit is a
 // denial.
 
-// rlsTable is the compiled rls section, part of a ruleSet (so that it
-// reloads with the rules it names).
+// rlsTable is the compiled rls section of one rule snapshot (Service
+// compiles it once per snapshot, so that it reloads with the rules it
+// names).
 type rlsTable struct {
 	domains map[string]*rlsDomain
 }
@@ -63,7 +69,7 @@ type rlsDomain struct {
 // rlsShape is one descriptor shape of the rls section and its rule.
 type rlsShape struct {
 	entries []config.RLSEntry
-	rule    *compiledRule
+	rule    *frontend.Rule
 	// tier is the index of the entry that names the tier (rls descriptor
 	// field tier), left out of the key; -1 for none.
 	tier int
@@ -73,9 +79,9 @@ type rlsShape struct {
 }
 
 // compileRLS compiles a validated rls section against the rules of rs.
-func compileRLS(c config.RLS, byName map[string]*compiledRule) *rlsTable {
+func compileRLS(c config.RLS, byName map[string]*frontend.Rule) *rlsTable {
 	t := &rlsTable{domains: make(map[string]*rlsDomain, len(c.Domains))}
-	limits := map[*compiledRule]*rlsv3.RateLimitResponse_RateLimit{}
+	limits := map[*frontend.Rule]*rlsv3.RateLimitResponse_RateLimit{}
 	for _, d := range c.Domains {
 		dom := &rlsDomain{shapes: map[string][]*rlsShape{}}
 		for _, ds := range d.Descriptors {
@@ -100,7 +106,7 @@ func compileRLS(c config.RLS, byName map[string]*compiledRule) *rlsTable {
 				sig = append(sig, pe.Key...)
 			}
 			if limits[cr] == nil {
-				limits[cr] = rlsCurrentLimit(cr.pop)
+				limits[cr] = rlsCurrentLimit(cr.Pop)
 			}
 			sh.limit = limits[cr]
 			dom.shapes[string(sig)] = append(dom.shapes[string(sig)], sh)
@@ -157,15 +163,15 @@ func (sh *rlsShape) matches(entries []*rlcommonv3.RateLimitDescriptor_Entry) boo
 }
 
 // rlsKey is the key a matching descriptor counts: its values as a
-// composite key (composeKey, as in proxy mode), the tier entry's (index
+// composite key (frontend.ComposeKey, as in proxy mode), the tier entry's (index
 // tier, -1 for none) left out, hashed when longer than the store accepts.
 // vals is scratch space.
 func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, tier int, vals *[]string) string {
 	if len(entries) == 1 {
-		return boundKey(entries[0].GetValue())
+		return frontend.BoundKey(entries[0].GetValue())
 	}
 	if len(entries) == 2 && tier >= 0 {
-		return boundKey(entries[1-tier].GetValue())
+		return frontend.BoundKey(entries[1-tier].GetValue())
 	}
 	v := (*vals)[:0]
 	for i, e := range entries {
@@ -174,7 +180,7 @@ func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, tier int, vals *[]s
 		}
 	}
 	*vals = v
-	k := boundKey(composeKey(v))
+	k := frontend.BoundKey(frontend.ComposeKey(v))
 	clear(v)
 	return k
 }
@@ -238,33 +244,86 @@ func newRLSMetrics(reg *prometheus.Registry) *rlsMetrics {
 	}
 }
 
-// rlsService serves ShouldRateLimit for an App.
-type rlsService struct {
-	rlsv3.UnimplementedRateLimitServiceServer
-	a *App
+// Config configures a Service.
+type Config struct {
+	// Tokens holds the API's bearer tokens (nil inside: no token needed);
+	// a reload swaps them.
+	Tokens *atomic.Pointer[frontend.Tokens]
+	// MaxBatch caps the descriptors of one request (limits.max_batch).
+	MaxBatch int
+	// MaxMsgBytes caps a request message (limits.max_body_bytes).
+	MaxMsgBytes int64
+	// ConnectionTimeout bounds a new connection's handshake
+	// (http.read_header_timeout); IdleTimeout closes an idle connection
+	// (http.idle_timeout).
+	ConnectionTimeout, IdleTimeout time.Duration
+	// Registry takes the service's metrics.
+	Registry *prometheus.Registry
+	// Latency observes each decided request, in seconds; nil: none.
+	Latency prometheus.Observer
 }
 
-// newGRPCServer builds the gRPC server of listen.grpc: the rate limit
-// service and the standard health service (which needs no token, like
-// /healthz).
-func (a *App) newGRPCServer() *grpc.Server {
-	s := grpc.NewServer(
-		grpc.MaxRecvMsgSize(int(min(a.cfg.Limits.MaxBodyBytes, math.MaxInt32))),
-		grpc.ConnectionTimeout(a.cfg.HTTP.ReadHeaderTimeout.D()),
+// Service serves ShouldRateLimit. Safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	env frontend.Env
+	cfg Config
+	met *rlsMetrics
+	// table is the rls section compiled for one rule snapshot.
+	table  atomic.Pointer[compiled]
+	health *health.Server
+}
+
+// compiled is the rls table of one rule snapshot.
+type compiled struct {
+	rules *frontend.Rules
+	table *rlsTable
+}
+
+// New returns the rate limit service of env's node and rules, its metrics
+// registered in cfg.Registry.
+func New(env frontend.Env, cfg Config) *Service {
+	if cfg.Latency == nil {
+		cfg.Latency = nopObserver{}
+	}
+	return &Service{env: env, cfg: cfg, met: newRLSMetrics(cfg.Registry)}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(float64) {}
+
+// tableFor returns the rls table of the snapshot rs, compiling it at the
+// first request after a reload.
+func (s *Service) tableFor(rs *frontend.Rules) *rlsTable {
+	if c := s.table.Load(); c != nil && c.rules == rs {
+		return c.table
+	}
+	t := compileRLS(rs.RLS, rs.ByName)
+	s.table.Store(&compiled{rules: rs, table: t})
+	return t
+}
+
+// NewServer builds the gRPC server of listen.grpc: the rate limit service
+// and the standard health service (which needs no token, like /healthz).
+func (s *Service) NewServer() *grpc.Server {
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(int(min(s.cfg.MaxMsgBytes, math.MaxInt32))),
+		grpc.ConnectionTimeout(s.cfg.ConnectionTimeout),
 		// The token is checked on a stream's headers, before its message is
 		// read and decoded: a peer without one costs no decoding.
-		grpc.InTapHandle(a.grpcTap),
+		grpc.InTapHandle(s.tap),
 		// One connection cannot open streams without bound, nor ping
 		// without bound; idle connections are closed.
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: a.cfg.HTTP.IdleTimeout.D()}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.cfg.IdleTimeout}),
 	)
-	rlsv3.RegisterRateLimitServiceServer(s, &rlsService{a: a})
-	a.health = health.NewServer()
-	a.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(s, a.health)
-	return s
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	s.health = health.NewServer()
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, s.health)
+	return g
 }
 
 // grpcMaxStreams bounds the concurrent streams of one gRPC connection (Envoy
@@ -275,19 +334,19 @@ const grpcMaxStreams = 256
 // api.token_file is set, before its message is read; the health service
 // stays open. ShouldRateLimit checks the token again (a reload may have
 // changed the tokens in between).
-func (a *App) grpcTap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	au := a.auth.Load()
+func (s *Service) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	au := s.cfg.Tokens.Load()
 	if au == nil || strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
 		return ctx, nil
 	}
-	switch au.checkValues(info.Header.Get("authorization")) {
-	case authOK:
+	switch au.CheckValues(info.Header.Get("authorization")) {
+	case frontend.AuthOK:
 		return ctx, nil
-	case authMissing:
-		a.rlsMet.unauthenticated.Inc()
+	case frontend.AuthMissing:
+		s.met.unauthenticated.Inc()
 		return ctx, status.Error(codes.Unauthenticated, "authorization: Bearer <token> required in the gRPC metadata")
 	default:
-		a.rlsMet.unauthenticated.Inc()
+		s.met.unauthenticated.Inc()
 		return ctx, status.Error(codes.Unauthenticated, "authorization: invalid bearer token")
 	}
 }
@@ -299,10 +358,9 @@ type rlsScratch struct {
 	shapes []*rlsShape
 	sig    []byte
 	kvals  []string
-	tally  batchScratch
 }
 
-var rlsPool = newPool(func() *rlsScratch { return &rlsScratch{} })
+var rlsPool = frontend.NewPool(func() *rlsScratch { return &rlsScratch{} })
 
 // release returns sc to the pool, holding no request's strings and no
 // oversized buffer.
@@ -311,7 +369,7 @@ func (sc *rlsScratch) release() {
 	if cap(sc.sig) > 1<<16 {
 		sc.sig = nil
 	}
-	rlsPool.put(sc)
+	rlsPool.Put(sc)
 }
 
 func rlsInvalid(m *rlsMetrics, msg string) error {
@@ -321,14 +379,13 @@ func rlsInvalid(m *rlsMetrics, msg string) error {
 
 // ShouldRateLimit decides a request's descriptors (see the comment at the
 // top of this file). Bad input is InvalidArgument and spends nothing.
-func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	a := s.a
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
-	m := a.rlsMet
-	if au := a.auth.Load(); au != nil {
-		switch au.checkValues(metadata.ValueFromIncomingContext(ctx, "authorization")) {
-		case authOK:
-		case authMissing:
+	m := s.met
+	if au := s.cfg.Tokens.Load(); au != nil {
+		switch au.CheckValues(metadata.ValueFromIncomingContext(ctx, "authorization")) {
+		case frontend.AuthOK:
+		case frontend.AuthMissing:
 			m.unauthenticated.Inc()
 			return nil, status.Error(codes.Unauthenticated, "authorization: Bearer <token> required in the gRPC metadata")
 		default:
@@ -342,8 +399,8 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		return nil, rlsInvalid(m, "domain: must not be empty")
 	case len(descs) == 0:
 		return nil, rlsInvalid(m, "descriptors: at least one required")
-	case len(descs) > a.cfg.Limits.MaxBatch:
-		return nil, rlsInvalid(m, "descriptors: "+strconv.Itoa(len(descs))+" in one request, more than limits.max_batch "+strconv.Itoa(a.cfg.Limits.MaxBatch))
+	case len(descs) > s.cfg.MaxBatch:
+		return nil, rlsInvalid(m, "descriptors: "+strconv.Itoa(len(descs))+" in one request, more than limits.max_batch "+strconv.Itoa(s.cfg.MaxBatch))
 	}
 	for i, d := range descs {
 		if len(d.GetEntries()) == 0 {
@@ -358,20 +415,19 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 			}
 		}
 	}
-	rs := a.rules.Load()
-	dom := rs.rls.domains[req.GetDomain()]
+	rs := s.env.Rules.Load()
+	dom := s.tableFor(rs).domains[req.GetDomain()]
 	if dom == nil {
 		m.unknownDomain.Inc()
 		resp, _ := rlsResponse(len(descs))
-		a.met.latencyRLS.Observe(time.Since(start).Seconds())
+		s.cfg.Latency.Observe(time.Since(start).Seconds())
 		return resp, nil
 	}
 
-	sc := rlsPool.get()
+	sc := rlsPool.Get()
 	defer sc.release()
-	cs := checksPool.get()
-	defer checksPool.put(cs)
-	cs.reset(pop.All, false)
+	cs := frontend.GetChecks(pop.All, false)
+	defer cs.Put()
 	sc.idx = slices.Grow(sc.idx[:0], len(descs))[:len(descs)]
 	sc.shapes = slices.Grow(sc.shapes[:0], len(descs))[:len(descs)]
 	unmatched := 0
@@ -392,34 +448,30 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		var cost uint64
 		switch ha := d.GetHitsAddend(); {
 		case ha != nil && ha.GetValue() == 0:
-			probe, cost = true, cr.pop.Cost
+			probe, cost = true, cr.Pop.Cost
 		case ha != nil:
 			cost = ha.GetValue()
 		case req.GetHitsAddend() > 0:
 			cost = uint64(req.GetHitsAddend())
 		default:
-			cost = cr.pop.Cost
+			cost = cr.Pop.Cost
 		}
-		sc.idx[i] = len(cs.req.Checks)
-		cs.add(cr, rlsKey(d.GetEntries(), sh.tier, &sc.kvals), tier, cost)
-		cs.req.Checks[sc.idx[i]].Probe = probe
+		sc.idx[i] = len(cs.Req.Checks)
+		cs.Add(cr, rlsKey(d.GetEntries(), sh.tier, &sc.kvals), tier, cost)
+		cs.Req.Checks[sc.idx[i]].Probe = probe
 	}
 	if unmatched > 0 {
 		m.unmatched.Add(float64(unmatched))
 	}
-	if len(cs.req.Checks) > 0 {
-		_ = cs.decide(a.node, a.clk.Now()) // not strict: no error
-	} else {
-		cs.out = pop.Outcome{Allowed: true, Binding: -1}
-	}
+	_ = cs.Decide(s.env.Node, s.env.Clock.Now()) // not strict: no error
 
 	resp, slots := rlsResponse(len(descs))
 	for i, ci := range sc.idx {
-		if ci < 0 || cs.res[ci].Err != nil {
+		if ci < 0 || cs.Res[ci].Err != nil {
 			continue // not limited, or its rule went away in a reload
 		}
 		st := &slots[i].st
-		d := cs.res[ci].Decision
+		d := cs.Res[ci].Decision
 		st.CurrentLimit = sc.shapes[i].limit
 		st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
 		wait := d.Reset
@@ -430,24 +482,21 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		dur := &slots[i].dur
 		dur.Seconds, dur.Nanos = int64(wait/time.Second), int32(wait%time.Second)
 		st.DurationUntilReset = dur
-		// Counted in geolimit_decisions_total: the decisions that stand for
-		// the request (pop.Outcome.Stands).
-		if cs.out.Stands(cs.res, ci, pop.All) {
-			sc.tally.count(cs.rules[ci].m, d)
-		}
 	}
-	a.flushCounts(&sc.tally)
-	if !cs.out.Allowed {
+	// Counted in geolimit_decisions_total: the decisions that stand for the
+	// request (pop.Outcome.Stands).
+	cs.Tally()
+	if !cs.Out.Allowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		m.overLimit.Inc()
 	} else {
 		m.ok.Inc()
 	}
 	// The headers follow the binding descriptor, as in proxy mode.
-	if cr, d := cs.binding(); cr != nil {
-		resp.ResponseHeadersToAdd = rlsHeaders(cr, d, cs.moreAfter(a.node, a.clk.Now()))
+	if cr, d := cs.Binding(); cr != nil {
+		resp.ResponseHeadersToAdd = rlsHeaders(cr, d, cs.MoreAfter(s.env.Node, s.env.Clock.Now()))
 	}
-	a.met.latencyRLS.Observe(time.Since(start).Seconds())
+	s.cfg.Latency.Observe(time.Since(start).Seconds())
 	return resp, nil
 }
 
@@ -472,20 +521,20 @@ func rlsResponse(n int) (*rlsv3.RateLimitResponse, []rlsSlot) {
 // rlsHeaderOrder lists the RateLimit headers in the order they are added,
 // with their lower-case names.
 var rlsHeaderOrder = [...]struct{ canon, lower string }{
-	{hPolicy, "ratelimit-policy"},
-	{hRateLimit, "ratelimit"},
-	{hXLimit, "x-ratelimit-limit"},
-	{hXRemaining, "x-ratelimit-remaining"},
-	{hXReset, "x-ratelimit-reset"},
-	{hRetryAfter, "retry-after"},
+	{frontend.HPolicy, "ratelimit-policy"},
+	{frontend.HRateLimit, "ratelimit"},
+	{frontend.HXLimit, "x-ratelimit-limit"},
+	{frontend.HXRemaining, "x-ratelimit-remaining"},
+	{frontend.HXReset, "x-ratelimit-reset"},
+	{frontend.HRetryAfter, "retry-after"},
 }
 
 // rlsHeaders returns the RateLimit headers of the binding rule's decision,
-// exactly as the HTTP API writes them (setRateLimitHeaders), with
+// exactly as the HTTP API writes them (frontend.SetRateLimitHeaders), with
 // lower-case names.
-func rlsHeaders(cr *compiledRule, d pop.Decision, more time.Duration) []*corev3.HeaderValue {
+func rlsHeaders(cr *frontend.Rule, d pop.Decision, more time.Duration) []*corev3.HeaderValue {
 	h := make(http.Header, len(rlsHeaderOrder))
-	setRateLimitHeaders(h, cr, d, more)
+	frontend.SetRateLimitHeaders(h, cr, d, more)
 	vals := make([]corev3.HeaderValue, len(h))
 	out := make([]*corev3.HeaderValue, 0, len(h))
 	for _, n := range rlsHeaderOrder {
@@ -498,22 +547,22 @@ func rlsHeaders(cr *compiledRule, d pop.Decision, more time.Duration) []*corev3.
 	return out
 }
 
-// drainGRPC stops the gRPC server: the health service turns NOT_SERVING,
+// Drain stops the gRPC server g (built by NewServer): the health service turns NOT_SERVING,
 // running requests finish, then connections close; at once when ctx ends
 // first.
-func (a *App) drainGRPC(ctx context.Context) error {
-	a.health.Shutdown()
+func (s *Service) Drain(ctx context.Context, g *grpc.Server) error {
+	s.health.Shutdown()
 	done := make(chan struct{})
 	go func() {
-		a.grpcSrv.GracefulStop()
+		g.GracefulStop()
 		close(done)
 	}()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		a.grpcSrv.Stop()
+		g.Stop()
 		<-done
-		return fmt.Errorf("server: drain grpc: %w", ctx.Err())
+		return fmt.Errorf("rls: drain grpc: %w", ctx.Err())
 	}
 }

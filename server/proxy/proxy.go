@@ -1,4 +1,10 @@
-package server
+// Package proxy is the daemon's HTTP front ends that judge whole requests:
+// the reverse proxy (listen.proxy), forward auth for nginx, Traefik and
+// Caddy (listen.forward_auth) and the net/http middleware. Each turns the
+// request into an origin, classifies it into checks (one per applicable
+// rule) and lets the node's pipeline decide them all or nothing
+// (frontend.Env.AnswerOrigin).
+package proxy
 
 import (
 	"net"
@@ -6,25 +12,48 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
-	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/server/frontend"
 )
 
-// proxyHandler is the reverse proxy: every applicable rule is checked (AND)
+// Metrics are the front ends' own metrics; nil observers observe nothing.
+type Metrics struct {
+	// LatencyProxy, LatencyMiddleware and LatencyForwardAuth observe each
+	// decision of their front end, in seconds.
+	LatencyProxy, LatencyMiddleware, LatencyForwardAuth prometheus.Observer
+	// UpstreamErrors counts proxied requests the upstream failed.
+	UpstreamErrors prometheus.Counter
+}
+
+// FrontEnds serves proxy mode, forward auth and the middleware of one
+// node. Safe for concurrent use.
+type FrontEnds struct {
+	env frontend.Env
+	met Metrics
+	// fwdWarned is set once an untrusted forward-auth peer was logged.
+	fwdWarned atomic.Bool
+}
+
+// New returns the front ends of env's node and rules.
+func New(env frontend.Env, met Metrics) *FrontEnds {
+	return &FrontEnds{env: env, met: met}
+}
+
+// Proxy returns the reverse proxy to pc.Upstream: every applicable rule is checked (AND)
 // before the request goes upstream. The request is classified into one
 // check per applicable rule (classify.go) and decided all or nothing by the
 // node's pipeline: a request denied by one enforce rule spends nothing of
 // the others.
-func (a *App) proxyHandler() (http.Handler, error) {
-	up, err := url.Parse(a.cfg.Proxy.Upstream)
+func (f *FrontEnds) Proxy(pc config.Proxy) (http.Handler, error) {
+	up, err := url.Parse(pc.Upstream)
 	if err != nil {
 		return nil, err
 	}
-	pc := a.cfg.Proxy
 	tr := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: pc.DialTimeout.D(), KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
@@ -43,7 +72,7 @@ func (a *App) proxyHandler() (http.Handler, error) {
 			}
 			// Keep the forwarded chain only from a trusted proxy; from anyone
 			// else X-Forwarded-For starts afresh with the socket peer.
-			if _, trusted := clientIP(pr.In, a.rules.Load().trusted); trusted {
+			if _, trusted := frontend.ClientIP(pr.In, f.env.Rules.Load().Trusted); trusted {
 				if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
 					pr.Out.Header["X-Forwarded-For"] = slices.Clone(prior)
 				}
@@ -52,13 +81,13 @@ func (a *App) proxyHandler() (http.Handler, error) {
 		},
 		Transport: tr,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			a.met.upstreamErrors.Inc()
-			a.log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-			writeError(w, http.StatusBadGateway, "upstream unavailable")
+			f.met.UpstreamErrors.Inc()
+			f.env.Log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			frontend.WriteError(w, http.StatusBadGateway, "upstream unavailable")
 		},
 		ErrorLog: nil,
 	}
-	return a.middleware(rp, a.met.latencyProxy), nil
+	return f.middleware(rp, f.met.LatencyProxy), nil
 }
 
 // Middleware returns a handler that decides every request against the
@@ -76,14 +105,14 @@ func (a *App) proxyHandler() (http.Handler, error) {
 //
 // Its decisions are timed under the "middleware" label of
 // geolimit_decision_seconds.
-func (a *App) Middleware(next http.Handler) http.Handler {
-	return a.middleware(next, a.met.latencyMiddleware)
+func (f *FrontEnds) Middleware(next http.Handler) http.Handler {
+	return f.middleware(next, f.met.LatencyMiddleware)
 }
 
 // middleware is Middleware, timing decisions with lat.
-func (a *App) middleware(next http.Handler, lat prometheus.Observer) http.Handler {
+func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.limit(w, r, lat) {
+		if f.limit(w, r, lat) {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -93,44 +122,10 @@ func (a *App) middleware(next http.Handler, lat prometheus.Observer) http.Handle
 // it may not go on (400 for an ambiguous key header, 429 when denied). When
 // it may, limit sets the binding rule's RateLimit headers on w and returns
 // true.
-func (a *App) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Observer) bool {
+func (f *FrontEnds) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Observer) bool {
 	start := time.Now()
-	rs := a.rules.Load()
-	o := proxiedOrigin(r, rs.trusted)
-	return a.answerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat)
+	rs := f.env.Rules.Load()
+	o := frontend.ProxiedOrigin(r, rs.Trusted)
+	return f.env.AnswerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat)
 }
 
-// writeDenied answers a denied request with status and the denial's JSON
-// body; the RateLimit headers (Retry-After among them) are already set.
-func writeDenied(w http.ResponseWriter, status int, bind *compiledRule, d pop.Decision) {
-	b := appendDenied(make([]byte, 0, 192), bind, d)
-	w.Header()[hContentType] = jsonCT
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
-// ambiguousMsg is the 400 answer to a request that sends a header a rule
-// keys on more than once.
-func ambiguousMsg(header string) string {
-	return header + ": sent more than once; a rule keys on it, so one value is needed"
-}
-
-// appendDenied appends the proxy's 429 body.
-func appendDenied(b []byte, cr *compiledRule, d pop.Decision) []byte {
-	b = append(b, `{"error":"rate limited","rule":`...)
-	b = appendString(b, cr.pop.Name)
-	b = append(b, `,"limit":`...)
-	b = strconv.AppendUint(b, d.Limit, 10)
-	b = append(b, `,"remaining":`...)
-	b = strconv.AppendUint(b, d.Remaining, 10)
-	b = append(b, `,"reset_ms":`...)
-	b = strconv.AppendInt(b, ceilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, ceilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
-	b = appendGuards(b, d)
-	if cr.windowMS != nil && int(d.Binding) < len(cr.windowMS) {
-		b = append(b, `,"window_ms":`...)
-		b = append(b, cr.windowMS[d.Binding]...)
-	}
-	return append(b, "}\n"...)
-}

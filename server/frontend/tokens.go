@@ -1,9 +1,10 @@
-package server
+package frontend
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
 	"slices"
 	"unsafe"
@@ -11,9 +12,9 @@ import (
 	"github.com/geolimit/geolimit/config"
 )
 
-// apiAuth holds the API's bearer tokens (api.token_file). An App without
-// tokens has a nil *apiAuth, and its handler pays one nil check.
-type apiAuth struct {
+// Tokens holds the API's bearer tokens (api.token_file). An App without
+// tokens has a nil *Tokens, and its handler pays one nil check.
+type Tokens struct {
 	tokens [][]byte
 	// sums are the tokens' SHA-256 digests: a request's token is hashed
 	// and compared with them, so that neither the time taken nor an early
@@ -21,18 +22,18 @@ type apiAuth struct {
 	sums [][sha256.Size]byte
 }
 
-// newAPIAuth reads the tokens of cfg's api.token_file; nil without one.
-func newAPIAuth(cfg *config.Config) (*apiAuth, error) {
+// TokensOf reads the tokens of cfg's api.token_file; nil without one.
+func TokensOf(cfg *config.Config) (*Tokens, error) {
 	toks, err := cfg.API.Tokens()
 	if err != nil || toks == nil {
 		return nil, err
 	}
-	return authFromTokens(toks), nil
+	return NewTokens(toks), nil
 }
 
-// authFromTokens is the apiAuth of toks.
-func authFromTokens(toks []string) *apiAuth {
-	au := &apiAuth{tokens: make([][]byte, len(toks)), sums: make([][sha256.Size]byte, len(toks))}
+// NewTokens is the Tokens of toks.
+func NewTokens(toks []string) *Tokens {
+	au := &Tokens{tokens: make([][]byte, len(toks)), sums: make([][sha256.Size]byte, len(toks))}
 	for i, t := range toks {
 		au.tokens[i] = []byte(t)
 		au.sums[i] = sha256.Sum256(au.tokens[i])
@@ -40,16 +41,16 @@ func authFromTokens(toks []string) *apiAuth {
 	return au
 }
 
-// count is the number of tokens; 0 for a nil apiAuth.
-func (au *apiAuth) count() int {
+// Count is the number of tokens; 0 for a nil Tokens.
+func (au *Tokens) Count() int {
 	if au == nil {
 		return 0
 	}
 	return len(au.tokens)
 }
 
-// same reports whether au and o hold the same tokens in the same order.
-func (au *apiAuth) same(o *apiAuth) bool {
+// Same reports whether au and o hold the same tokens in the same order.
+func (au *Tokens) Same(o *Tokens) bool {
 	if au == nil || o == nil {
 		return au == o
 	}
@@ -58,27 +59,27 @@ func (au *apiAuth) same(o *apiAuth) bool {
 
 // Why a request was refused.
 const (
-	authOK = iota
-	authMissing
-	authInvalid
+	AuthOK = iota
+	AuthMissing
+	AuthInvalid
 )
 
-// check reports whether r carries "Authorization: Bearer <token>" with one
+// Check reports whether r carries "Authorization: Bearer <token>" with one
 // of the tokens. The token's digest is compared with every token's in
 // constant time, so the time taken does not tell how much of a token
 // matched, which one did, nor how long the tokens are.
-func (au *apiAuth) check(r *http.Request) int { return au.checkValues(r.Header["Authorization"]) }
+func (au *Tokens) Check(r *http.Request) int { return au.CheckValues(r.Header["Authorization"]) }
 
-// checkValues is check for the values of an Authorization header (or of
+// CheckValues is Check for the values of an Authorization header (or of
 // the gRPC metadata key "authorization").
-func (au *apiAuth) checkValues(v []string) int {
+func (au *Tokens) CheckValues(v []string) int {
 	if len(v) == 0 {
-		return authMissing
+		return AuthMissing
 	}
 	const scheme = "bearer "
 	h := v[0]
 	if len(v) != 1 || len(h) <= len(scheme) || !asciiEqualFold(h[:len(scheme)], scheme) {
-		return authInvalid
+		return AuthInvalid
 	}
 	tok := h[len(scheme):]
 	for len(tok) > 0 && tok[0] == ' ' {
@@ -91,9 +92,9 @@ func (au *apiAuth) checkValues(v []string) int {
 		ok |= subtle.ConstantTimeCompare(sum[:], au.sums[i][:])
 	}
 	if ok == 1 {
-		return authOK
+		return AuthOK
 	}
-	return authInvalid
+	return AuthInvalid
 }
 
 func asciiEqualFold(s, lower string) bool {
@@ -109,24 +110,26 @@ func asciiEqualFold(s, lower string) bool {
 	return true
 }
 
-// authOpen lists the API paths served without a token: the probes of load
+// AuthOpen lists the API paths served without a token: the probes of load
 // balancers and orchestrators, which say nothing about counts.
-func authOpen(path string) bool { return path == "/healthz" || path == "/readyz" }
+func AuthOpen(path string) bool { return path == "/healthz" || path == "/readyz" }
 
 var (
 	wwwAuthMissing = []string{`Bearer realm="geolimit"`}
 	wwwAuthInvalid = []string{`Bearer realm="geolimit", error="invalid_token"`}
 )
 
-// unauthorized answers 401 with WWW-Authenticate (RFC 6750) and counts it.
-func (a *App) unauthorized(w http.ResponseWriter, why int) {
-	if why == authMissing {
-		a.met.unauthMissing.Inc()
+// Unauthorized answers 401 with WWW-Authenticate (RFC 6750) for a request
+// refused for why (AuthMissing or AuthInvalid), and counts it in missing or
+// invalid.
+func Unauthorized(w http.ResponseWriter, why int, missing, invalid prometheus.Counter) {
+	if why == AuthMissing {
+		missing.Inc()
 		w.Header()["Www-Authenticate"] = wwwAuthMissing
-		writeError(w, http.StatusUnauthorized, "unauthorized: Authorization: Bearer <token> required")
+		WriteError(w, http.StatusUnauthorized, "unauthorized: Authorization: Bearer <token> required")
 		return
 	}
-	a.met.unauthInvalid.Inc()
+	invalid.Inc()
 	w.Header()["Www-Authenticate"] = wwwAuthInvalid
-	writeError(w, http.StatusUnauthorized, "unauthorized: invalid bearer token")
+	WriteError(w, http.StatusUnauthorized, "unauthorized: invalid bearer token")
 }

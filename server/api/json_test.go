@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"encoding/json"
@@ -227,15 +227,6 @@ func FuzzParseCheck(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestAppendString(t *testing.T) {
-	for _, s := range []string{"", "plain", "q\"b\\s", "<&>", "\x00\x1f\n\r\t", "é😀", "\xff\xfe", "\u2028\u2029"} {
-		got := appendString(nil, s)
-		want, err := json.Marshal(s)
-		require.NoError(t, err)
-		assert.Equal(t, string(want), string(got), "%q", s)
-	}
 }
 
 // BenchmarkParseChecks100 parses a /v1/checks body of 100 checks with the

@@ -1,4 +1,4 @@
-package server
+package proxy
 
 import (
 	"net/http"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/server/frontend"
 )
 
 // Forward auth: nginx auth_request, Traefik ForwardAuth and Caddy
@@ -56,16 +57,17 @@ var headerName = map[string]string{
 	hOrigMethod: "X-Original-Method", hOrigURI: "X-Original-URI", hDenyStatus: "X-Geolimit-Deny-Status",
 }
 
-func (a *App) forwardAuthHandler() http.Handler {
+// ForwardAuth returns the forward-auth handler (see the comment above).
+func (f *FrontEnds) ForwardAuth() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rs := a.rules.Load()
-		o, status, msg := a.forwardedOrigin(r, rs)
+		rs := f.env.Rules.Load()
+		o, status, msg := f.forwardedOrigin(r, rs)
 		if msg != "" {
-			writeError(w, http.StatusBadRequest, msg)
+			frontend.WriteError(w, http.StatusBadRequest, msg)
 			return
 		}
-		if a.answerOrigin(w, rs, &o, status, start, a.met.latencyForwardAuth) {
+		if f.env.AnswerOrigin(w, rs, &o, status, start, f.met.LatencyForwardAuth) {
 			w.WriteHeader(http.StatusOK)
 		}
 	})
@@ -74,20 +76,20 @@ func (a *App) forwardAuthHandler() http.Handler {
 // forwardedOrigin reads the origin a forward-auth request asks about and
 // the status a denial answers with. A non-empty msg says what is wrong
 // with the request (400); nothing has been counted then.
-func (a *App) forwardedOrigin(r *http.Request, rs *ruleSet) (o origin, status int, msg string) {
-	status = rs.denyStatus
+func (f *FrontEnds) forwardedOrigin(r *http.Request, rs *frontend.Rules) (o frontend.Origin, status int, msg string) {
+	status = rs.DenyStatus
 	if v, ok := r.Header[hDenyStatus]; ok {
 		if status, msg = parseDenyStatus(v); msg != "" {
 			return o, 0, msg
 		}
 	}
-	ip, trusted := clientIP(r, rs.trusted)
-	o = origin{method: r.Method, path: r.URL.Path, host: r.Host, header: r.Header, ip: ip, trusted: trusted}
+	ip, trusted := frontend.ClientIP(r, rs.Trusted)
+	o = frontend.Origin{Method: r.Method, Path: r.URL.Path, Host: r.Host, Header: r.Header, IP: ip, Trusted: trusted}
 	if !trusted {
 		if len(r.Header[hFwdURI]) > 0 || len(r.Header[hOrigURI]) > 0 {
-			a.warnUntrustedForwardAuth(r.RemoteAddr)
+			f.warnUntrustedForwardAuth(r.RemoteAddr)
 		}
-		o.path = rulePath(o.path)
+		o.Path = frontend.RulePath(o.Path)
 		return o, status, ""
 	}
 	method, msg := described(r.Header, hFwdMethod, hOrigMethod)
@@ -98,7 +100,7 @@ func (a *App) forwardedOrigin(r *http.Request, rs *ruleSet) (o origin, status in
 		if !isToken(method) {
 			return o, 0, "X-Forwarded-Method/X-Original-Method: " + strconv.Quote(method) + " is not an HTTP method"
 		}
-		o.method = method
+		o.Method = method
 	}
 	uri, msg := described(r.Header, hFwdURI, hOrigURI)
 	if msg != "" {
@@ -112,7 +114,7 @@ func (a *App) forwardedOrigin(r *http.Request, rs *ruleSet) (o origin, status in
 		if err != nil || !strings.HasPrefix(uri, "/") {
 			return o, 0, "X-Forwarded-Uri/X-Original-URI: " + strconv.Quote(uri) + " is not a request URI such as /api/v1?page=2"
 		}
-		o.path = u.Path
+		o.Path = u.Path
 	}
 	host, msg := described(r.Header, hFwdHost)
 	if msg != "" {
@@ -122,9 +124,9 @@ func (a *App) forwardedOrigin(r *http.Request, rs *ruleSet) (o origin, status in
 		if !isHost(host) {
 			return o, 0, "X-Forwarded-Host: " + strconv.Quote(host) + " is not a host[:port]"
 		}
-		o.host = host
+		o.Host = host
 	}
-	o.path = rulePath(o.path)
+	o.Path = frontend.RulePath(o.Path)
 	return o, status, ""
 }
 
@@ -165,9 +167,9 @@ func parseDenyStatus(v []string) (int, string) {
 // warnUntrustedForwardAuth logs, once per process, that a peer outside
 // proxy.trusted_proxies described a request: the usual sign of a proxy
 // missing from the list, whose requests then all count as its own.
-func (a *App) warnUntrustedForwardAuth(peer string) {
-	if a.fwdWarned.CompareAndSwap(false, true) {
-		a.log.Warn("forward auth: a peer outside proxy.trusted_proxies sent X-Forwarded-Uri or X-Original-URI; "+
+func (f *FrontEnds) warnUntrustedForwardAuth(peer string) {
+	if f.fwdWarned.CompareAndSwap(false, true) {
+		f.env.Log.Warn("forward auth: a peer outside proxy.trusted_proxies sent X-Forwarded-Uri or X-Original-URI; "+
 			"such headers are ignored and the request line and the peer's address are judged instead; "+
 			"add the proxy's address to proxy.trusted_proxies (logged once)", "peer", peer)
 	}

@@ -1,0 +1,269 @@
+package frontend
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Canonical header names (net/http canonical form) used on the hot path.
+const (
+	HContentType  = "Content-Type"
+	HPolicy       = "Ratelimit-Policy"
+	HRateLimit    = "Ratelimit"
+	HXLimit       = "X-Ratelimit-Limit"
+	HXRemaining   = "X-Ratelimit-Remaining"
+	HXReset       = "X-Ratelimit-Reset"
+	HRetryAfter   = "Retry-After"
+	jsonMediaType = "application/json"
+)
+
+// JSONType is the Content-Type value of every JSON answer, shared: never
+// modify it.
+var JSONType = []string{jsonMediaType}
+
+// WriteError answers status with {"error": msg}.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	b := make([]byte, 0, 32+len(msg))
+	b = append(b, `{"error":`...)
+	b = AppendString(b, msg)
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h[HContentType] = JSONType
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// WriteJSON answers status with v as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, "encode: "+err.Error())
+		return
+	}
+	w.Header()[HContentType] = JSONType
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// AppendResult appends one decision as the /v1/check response body.
+func AppendResult(b []byte, cr *Rule, key string, d pop.Decision) []byte {
+	return append(AppendResultObj(b, cr, key, d), '\n')
+}
+
+func AppendResultObj(b []byte, cr *Rule, key string, d pop.Decision) []byte {
+	if d.Allowed {
+		b = append(b, `{"allowed":true,"rule":`...)
+	} else {
+		b = append(b, `{"allowed":false,"rule":`...)
+	}
+	b = append(b, cr.ruleJSON...)
+	b = append(b, `,"key":`...)
+	b = AppendString(b, key)
+	b = append(b, `,"limit":`...)
+	b = appendLimit(b, cr, d)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendUint(b, d.Remaining, 10)
+	b = append(b, `,"reset_ms":`...)
+	b = strconv.AppendInt(b, CeilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
+	if d.RetryAfter <= 0 {
+		b = append(b, `,"retry_after_ms":0`...)
+	} else {
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, CeilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
+	}
+	if cr.windowMS != nil && int(d.Binding) < len(cr.windowMS) {
+		// A rule of several windows says which one the answer speaks of.
+		b = append(b, `,"window_ms":`...)
+		b = append(b, cr.windowMS[d.Binding]...)
+	}
+	return append(AppendGuards(b, d), '}')
+}
+
+// appendLimit appends the binding window's limit for the request.
+func appendLimit(b []byte, cr *Rule, d pop.Decision) []byte {
+	if d.Limit == cr.Pop.Limit || d.Limit == 0 {
+		return append(b, cr.limitStr...)
+	}
+	return strconv.AppendUint(b, d.Limit, 10)
+}
+
+// SetRateLimitHeaders sets RateLimit-Policy, RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-Limit/Remaining/Reset
+// and, when denied, Retry-After, from the binding rule's decision.
+//
+// t is in whole seconds, rounded up: more, the time until more quota is
+// available (pop.Node.MoreAfter): when allowed, until the remaining grows by at
+// least 1; when denied, until a request of the same cost fits (equal to
+// Retry-After). X-RateLimit-Reset, also whole seconds, is the time until
+// the whole limit is available again when allowed, and Retry-After when
+// denied.
+func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Duration) {
+	reset := CeilDiv(int64(d.Reset), int64(time.Second))
+	t := CeilDiv(int64(more), int64(time.Second))
+	if !d.Allowed {
+		t = max(1, CeilDiv(int64(d.RetryAfter), int64(time.Second)))
+		reset = t
+	}
+	// One allocation for all the values: build them in one buffer and slice.
+	var rem, tb [20]byte
+	r := strconv.AppendUint(rem[:0], d.Remaining, 10)
+	ts := strconv.AppendInt(tb[:0], t, 10)
+	var arr [160]byte
+	name := cr.names[0] // "name"
+	if int(d.Binding) < len(cr.names) {
+		name = cr.names[d.Binding]
+	}
+	b := append(arr[:0], name...)
+	b = append(b, ";r="...)
+	b = append(b, r...)
+	b = append(b, ";t="...)
+	b = append(b, ts...)
+	rlEnd := len(b)
+	b = append(b, r...)
+	remEnd := len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	limEnd := len(b)
+	if d.Limit != cr.Pop.Limit && d.Limit != 0 {
+		b = strconv.AppendUint(b, d.Limit, 10)
+	}
+	s := string(b)
+	vals := make([]string, 6)
+	vals[0], vals[1], vals[2] = cr.policy, s[:rlEnd], cr.limitStr
+	vals[3], vals[4] = s[rlEnd:remEnd], s[remEnd:limEnd]
+	if limEnd < len(s) {
+		vals[2] = s[limEnd:]
+	}
+	if d.Limits != nil {
+		// An override or tier: the key's own limits.
+		vals[0] = PolicyField(cr.Pop, d.Limits)
+	}
+	h[HPolicy] = vals[0:1:1]
+	h[HRateLimit] = vals[1:2:2]
+	h[HXLimit] = vals[2:3:3]
+	h[HXRemaining] = vals[3:4:4]
+	h[HXReset] = vals[4:5:5]
+	if !d.Allowed {
+		vals[5] = vals[4]
+		h[HRetryAfter] = vals[5:6:6]
+	}
+}
+
+// WriteDenied answers a denied request with status and the denial's JSON
+// body; the RateLimit headers (Retry-After among them) are already set.
+func WriteDenied(w http.ResponseWriter, status int, bind *Rule, d pop.Decision) {
+	b := AppendDenied(make([]byte, 0, 192), bind, d)
+	w.Header()[HContentType] = JSONType
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// AmbiguousMsg is the 400 answer to a request that sends a header a rule
+// keys on more than once.
+func AmbiguousMsg(header string) string {
+	return header + ": sent more than once; a rule keys on it, so one value is needed"
+}
+
+// AppendDenied appends the proxy's 429 body.
+func AppendDenied(b []byte, cr *Rule, d pop.Decision) []byte {
+	b = append(b, `{"error":"rate limited","rule":`...)
+	b = AppendString(b, cr.Pop.Name)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendUint(b, d.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendUint(b, d.Remaining, 10)
+	b = append(b, `,"reset_ms":`...)
+	b = strconv.AppendInt(b, CeilDiv(int64(d.Reset), int64(time.Millisecond)), 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, CeilDiv(int64(d.RetryAfter), int64(time.Millisecond)), 10)
+	b = AppendGuards(b, d)
+	if cr.windowMS != nil && int(d.Binding) < len(cr.windowMS) {
+		b = append(b, `,"window_ms":`...)
+		b = append(b, cr.windowMS[d.Binding]...)
+	}
+	return append(b, "}\n"...)
+}
+
+// AppendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
+// with encoding/json; <, > and & are escaped too.
+func AppendString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// GetBuf returns a pooled buffer, empty; PutBuf takes it back.
+func GetBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+// PutBuf returns b to the pool (unless it grew past 1 MiB).
+func PutBuf(b *[]byte) {
+	if cap(*b) > 1<<20 {
+		return
+	}
+	*b = (*b)[:0]
+	bufPool.Put(b)
+}
+
+// Pool is a typed sync.Pool.
+type Pool[T any] struct{ p sync.Pool }
+
+// NewPool returns a Pool whose Get makes a new value with fn when empty.
+func NewPool[T any](fn func() *T) *Pool[T] {
+	return &Pool[T]{p: sync.Pool{New: func() any { return fn() }}}
+}
+
+// Get takes a value from the pool.
+func (p *Pool[T]) Get() *T { return p.p.Get().(*T) }
+
+// Put returns v to the pool.
+func (p *Pool[T]) Put(v *T) { p.p.Put(v) }

@@ -1,0 +1,296 @@
+// Package frontend is what every front end of the daemon shares: the
+// compiled rule snapshot (Rules), the classifier that turns a request into
+// checks for the node's one decision pipeline (pop.Node.DecideChecks), and
+// the answer's headers and JSON. A front end (the HTTP API, proxy mode and
+// forward auth, the Envoy rate limit service, the middleware) parses its
+// protocol, classifies, decides through Checks and writes the answer; none
+// decides anything itself.
+//
+//	c := frontend.GetChecks(pop.All, false)
+//	defer c.Put()
+//	rules.Classify(&origin, c)
+//	c.Decide(node, clk.Now())
+//	c.Tally()
+//	if cr, d := c.Binding(); cr != nil {
+//		frontend.SetRateLimitHeaders(w.Header(), cr, d, c.MoreAfter(node, clk.Now()))
+//	}
+package frontend
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/geolimit/geolimit/clock"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Env is what a front end needs of the daemon: the node core, the clock,
+// the current rule snapshot and a logger. Its fields are set once, before
+// the front end serves.
+type Env struct {
+	Node  *pop.Node
+	Clock clock.Clock
+	// Rules holds the current snapshot; a reload swaps it.
+	Rules *atomic.Pointer[Rules]
+	Log   *slog.Logger
+}
+
+// Checks is a request's classified checks, the rule of each and their
+// results, pooled (GetChecks, Put). Not safe for concurrent use.
+type Checks struct {
+	Req   pop.Request
+	Rules []*Rule
+	Res   []pop.Result
+	Out   pop.Outcome
+}
+
+var checksPool = NewPool(func() *Checks { return &Checks{} })
+
+// GetChecks returns empty Checks for a request of the given combination
+// (strict: see pop.Request.Strict).
+func GetChecks(combine pop.Combine, strict bool) *Checks {
+	c := checksPool.Get()
+	clear(c.Req.Checks) // no former request's strings held
+	c.Req = pop.Request{Checks: c.Req.Checks[:0], Combine: combine, Strict: strict}
+	c.Rules = c.Rules[:0]
+	c.Out = pop.Outcome{Binding: -1}
+	return c
+}
+
+// Put returns c to the pool; c must not be used after.
+func (c *Checks) Put() { checksPool.Put(c) }
+
+// Add appends a check of rule cr.
+func (c *Checks) Add(cr *Rule, key, tier string, cost uint64) {
+	c.Req.Checks = append(c.Req.Checks, pop.Check{Rule: cr.Handle, Key: key, Tier: tier, Cost: cost})
+	c.Rules = append(c.Rules, cr)
+}
+
+// Decide runs the pipeline over the checks at now. A request without
+// checks is allowed, with no binding check.
+func (c *Checks) Decide(n *pop.Node, now int64) error {
+	if len(c.Req.Checks) == 0 {
+		c.Res, c.Out = c.Res[:0], pop.Outcome{Allowed: true, Binding: -1}
+		return nil
+	}
+	if cap(c.Res) < len(c.Req.Checks) {
+		c.Res = make([]pop.Result, len(c.Req.Checks))
+	}
+	c.Res = c.Res[:len(c.Req.Checks)]
+	var err error
+	c.Out, err = n.DecideChecks(now, &c.Req, c.Res)
+	return err
+}
+
+// Stands reports whether check i's decision stands for the request
+// (pop.Outcome.Stands): what the decision metrics count.
+func (c *Checks) Stands(i int) bool { return c.Out.Stands(c.Res, i, c.Req.Combine) }
+
+// Tally counts in the rules' decision metrics the decisions that stand:
+// summed per rule first, so that a batch of many checks adds to each
+// rule's counters once.
+func (c *Checks) Tally() {
+	if len(c.Res) == 1 {
+		if c.Stands(0) {
+			c.Rules[0].Metrics.Record(c.Res[0].Decision)
+		}
+		return
+	}
+	type sum struct {
+		m                             *RuleMetrics
+		allowed, denied, shadowDenied uint64
+	}
+	var buf [8]sum
+	sums := buf[:0]
+	for i := range c.Res {
+		if !c.Stands(i) {
+			continue
+		}
+		d := &c.Res[i].Decision
+		m := c.Rules[i].Metrics
+		var s *sum
+		for j := range sums { // a request touches few rules: a scan beats a map
+			if sums[j].m == m {
+				s = &sums[j]
+				break
+			}
+		}
+		if s == nil {
+			sums = append(sums, sum{m: m})
+			s = &sums[len(sums)-1]
+		}
+		switch {
+		case d.ShadowDenied:
+			s.shadowDenied++
+		case d.Allowed:
+			s.allowed++
+		default:
+			s.denied++
+		}
+		m.Guards.Record(*d)
+	}
+	for _, s := range sums {
+		if s.allowed > 0 {
+			s.m.Allowed.Add(s.allowed)
+		}
+		if s.denied > 0 {
+			s.m.Denied.Add(s.denied)
+		}
+		if s.shadowDenied > 0 {
+			s.m.ShadowDenied.Add(s.shadowDenied)
+		}
+	}
+}
+
+// Binding returns the binding check's rule and decision; nil when no
+// enforce rule applied.
+func (c *Checks) Binding() (*Rule, pop.Decision) {
+	if c.Out.Binding < 0 {
+		return nil, pop.Decision{}
+	}
+	return c.Rules[c.Out.Binding], c.Res[c.Out.Binding].Decision
+}
+
+// MoreAfter is the RateLimit field's t for the binding check
+// (pop.Node.MoreAfterHandle): an admitted request looks its key up once
+// more.
+func (c *Checks) MoreAfter(n *pop.Node, now int64) time.Duration {
+	return c.MoreAfterOf(n, now, c.Out.Binding)
+}
+
+// MoreAfterOf is MoreAfter for check b.
+func (c *Checks) MoreAfterOf(n *pop.Node, now int64, b int) time.Duration {
+	ck := &c.Req.Checks[b]
+	return n.MoreAfterHandle(now, ck.Rule, ck.Key, c.Res[b].Decision, pop.Options{Tier: ck.Tier})
+}
+
+// Classify adds a check for every rule of rs that applies to o: it
+// matches, and every part of its key is there. A request that sends a
+// header a rule keys on more than once sets o.Ambiguous; it must be
+// refused, and its checks not decided.
+func (rs *Rules) Classify(o *Origin, c *Checks) {
+	for _, cr := range rs.List {
+		if !cr.Matches(o) {
+			continue
+		}
+		k, ok := cr.key(o)
+		if !ok {
+			continue
+		}
+		c.Add(cr, k, cr.tier(o), cr.Pop.Cost)
+	}
+}
+
+// DecideOrigin classifies the request o against rs and decides it, all
+// or nothing, for proxy mode, forward auth and the middleware alike, and
+// counts its decisions in the rules' metrics. The caller puts the
+// returned checks back (Put). A request whose key headers are ambiguous
+// (o.Ambiguous) counts nothing.
+func (e *Env) DecideOrigin(rs *Rules, o *Origin) *Checks {
+	c := GetChecks(pop.All, false)
+	rs.Classify(o, c)
+	if o.Ambiguous != "" {
+		return c
+	}
+	_ = c.Decide(e.Node, e.Clock.Now()) // not strict: no error
+	c.Tally()
+	return c
+}
+
+// AnswerOrigin decides o (DecideOrigin) and writes what the front end
+// answers when the request may not go on: 400 for ambiguous key headers,
+// status when denied. It sets the binding rule's RateLimit headers on w
+// either way, observes the decision's latency since start with lat, and
+// reports whether the request may go on.
+func (e *Env) AnswerOrigin(w http.ResponseWriter, rs *Rules, o *Origin, status int, start time.Time, lat prometheus.Observer) bool {
+	c := e.DecideOrigin(rs, o)
+	defer c.Put()
+	lat.Observe(time.Since(start).Seconds())
+	if o.Ambiguous != "" {
+		WriteError(w, http.StatusBadRequest, AmbiguousMsg(o.Ambiguous))
+		return false
+	}
+	cr, d := c.Binding()
+	if cr != nil {
+		SetRateLimitHeaders(w.Header(), cr, d, c.MoreAfter(e.Node, e.Clock.Now()))
+	}
+	if !c.Out.Allowed {
+		WriteDenied(w, status, cr, d)
+		return false
+	}
+	return true
+}
+
+// tier returns the request's tier for the rule: the value of its tier
+// header, when the request came through a trusted proxy and sends it
+// exactly once; else empty, the rule's default tier. A client that reaches
+// the listener directly never names its own tier.
+func (cr *Rule) tier(o *Origin) string {
+	if cr.tierHeader == "" || !o.Trusted {
+		return ""
+	}
+	if vs := o.Header[cr.tierHeader]; len(vs) == 1 {
+		return vs[0]
+	}
+	return ""
+}
+
+// key builds the rule's key for o; ok is false when a part is missing (a
+// header not sent), in which case the rule does not apply. A composite key
+// is its parts joined by '|', each escaped (ComposeKey), so that two
+// different part lists never give one key.
+func (cr *Rule) key(o *Origin) (string, bool) {
+	if len(cr.parts) == 1 {
+		k := partValue(cr.parts[0], o)
+		if k == "" {
+			return "", false
+		}
+		return BoundKey(k), true
+	}
+	var buf [8]string
+	vals := buf[:0]
+	for _, p := range cr.parts {
+		v := partValue(p, o)
+		if v == "" {
+			return "", false
+		}
+		vals = append(vals, v)
+	}
+	return BoundKey(ComposeKey(vals)), true
+}
+
+// ComposeKey joins the parts of a composite key: each part's '\' and '|'
+// are escaped with a '\', and the parts are joined by '|'. Two different
+// lists of parts never give one key; a part without either byte is kept as
+// it is, so "acme|bob" is the key of ("acme", "bob") and
+// "acme\|bob|x" that of ("acme|bob", "x").
+func ComposeKey(parts []string) string {
+	n := len(parts)
+	for _, p := range parts {
+		n += len(p)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		for {
+			j := strings.IndexAny(p, `|\`)
+			if j < 0 {
+				b.WriteString(p)
+				break
+			}
+			b.WriteString(p[:j])
+			b.WriteByte('\\')
+			b.WriteByte(p[j])
+			p = p[j+1:]
+		}
+	}
+	return b.String()
+}
