@@ -51,8 +51,10 @@ type Config struct {
 	NATS NATS `yaml:"nats"`
 	// Gossip configures memberlist inside the PoP; nil for a one-node PoP.
 	Gossip *Gossip `yaml:"gossip"`
-	// Replication tunes delta flushing and partition detection.
-	Replication Replication `yaml:"replication"`
+	// Replication tunes delta flushing and partition detection: the
+	// replication protocol's settings type, under the same field names.
+	// flush_interval must be positive here: the daemon flushes on a timer.
+	Replication repl.Settings `yaml:"replication"`
 	// Limits caps memory and request sizes.
 	Limits Limits `yaml:"limits"`
 	// HTTP holds the HTTP server timeouts shared by the API and proxy listeners.
@@ -242,45 +244,6 @@ type Gossip struct {
 	Label string `yaml:"label"`
 }
 
-// Replication tunes replication.
-type Replication struct {
-	// FlushInterval is how often changed counts are sent. Default 50ms.
-	FlushInterval Duration `yaml:"flush_interval"`
-	// PeerTimeout is how long a PoP may stay silent before it counts as
-	// partitioned. Default 2s.
-	PeerTimeout Duration `yaml:"peer_timeout"`
-	// AntiEntropyInterval is how often all own live counts are re-sent.
-	// Default 5s.
-	AntiEntropyInterval Duration `yaml:"anti_entropy_interval"`
-	// ExpectedPoPs lists other PoPs ("region/pop") known in advance: each
-	// counts as partitioned until first heard, so a node that starts while
-	// cut off knows whom it misses. When the list is set, only these PoPs
-	// count as partitioned: others are replicated when heard, but their
-	// silence cuts no share. Empty: every PoP heard counts.
-	ExpectedPoPs []string `yaml:"expected_pops"`
-	// ForgetAfter is how long a PoP that is not expected may stay silent
-	// before it is forgotten (unheard set, status and metrics). Default 10m.
-	ForgetAfter Duration `yaml:"forget_after"`
-	// MaxPoPs caps the remote PoPs tracked; messages from PoPs beyond it are
-	// dropped and counted. Default 4096.
-	MaxPoPs int `yaml:"max_pops"`
-	// SyncInterval paces the sync requests of other PoPs: a node of another
-	// PoP is answered at most once per interval, and re-sends asked from
-	// outside the PoP go out at most 4 at once, then one per interval.
-	// Default 250ms.
-	SyncInterval Duration `yaml:"sync_interval"`
-	// NearLimitAllowance splits the headroom near a limit among the nodes
-	// while their admits are unseen by the others, so that replication lag
-	// does not let a hot key overshoot. Default true.
-	NearLimitAllowance *bool `yaml:"near_limit_allowance"`
-	// StartupSync bounds how long a node waits at start for its PoP's and
-	// the expected PoPs' view of what its former incarnations counted:
-	// meanwhile it decides on the view it has and /readyz answers 503.
-	// Without expected_pops it waits the whole span. 0 turns the wait off.
-	// Default 5s.
-	StartupSync Duration `yaml:"startup_sync"`
-}
-
 // Limits caps memory and request sizes.
 type Limits struct {
 	// MaxKeys caps live (rule, key) pairs. Default 1048576.
@@ -409,7 +372,8 @@ const (
 // DefaultConfig returns a fresh Config holding every default. It has no
 // rules; DemoRules has the rule set used when no config file is given.
 func DefaultConfig() *Config {
-	rd := repl.DefaultConfig()
+	replication := repl.DefaultSettings()
+	replication.StartupSync = repl.DefaultStartupSync
 	return &Config{
 		Node:   Node{ID: defaultNodeID(), Region: "local", PoP: "local"},
 		Listen: Listen{API: "127.0.0.1:8080"},
@@ -422,15 +386,7 @@ func DefaultConfig() *Config {
 			Embedded:      Embedded{Listen: DefaultEmbeddedListen},
 			SubjectPrefix: "geolimit",
 		},
-		Replication: Replication{
-			FlushInterval:       Duration(rd.FlushInterval),
-			PeerTimeout:         Duration(rd.PeerTimeout),
-			AntiEntropyInterval: Duration(rd.AntiEntropyInterval),
-			ForgetAfter:         Duration(rd.ForgetAfter),
-			MaxPoPs:             rd.MaxPoPs,
-			SyncInterval:        Duration(rd.SyncInterval),
-			StartupSync:         Duration(DefaultStartupSync),
-		},
+		Replication: replication,
 		Limits: Limits{
 			MaxKeys:      crdt.DefaultMaxKeys,
 			MaxBodyBytes: 1 << 20,
@@ -574,21 +530,16 @@ func (c *Config) Validate() error {
 	if err := c.validateAuth(); err != nil {
 		return err
 	}
-	for i, p := range c.Replication.ExpectedPoPs {
-		region, pop, ok := strings.Cut(p, "/")
-		if !ok || region == "" || pop == "" || strings.ContainsAny(region+pop, "/.*> \t\r\n#") {
-			return fmt.Errorf("replication.expected_pops[%d]: %q must be region/pop", i, p)
-		}
+	if err := c.Replication.Validate(); err != nil {
+		return fmt.Errorf("replication.%w", err)
+	}
+	if c.Replication.FlushInterval == 0 {
+		return errors.New("replication.flush_interval: must be positive, got 0s (the daemon flushes on a timer; 0, at once, is the simulator's reference)")
 	}
 	for _, d := range []struct {
 		name string
 		v    Duration
 	}{
-		{"replication.flush_interval", c.Replication.FlushInterval},
-		{"replication.peer_timeout", c.Replication.PeerTimeout},
-		{"replication.anti_entropy_interval", c.Replication.AntiEntropyInterval},
-		{"replication.forget_after", c.Replication.ForgetAfter},
-		{"replication.sync_interval", c.Replication.SyncInterval},
 		{"limits.max_skew", c.Limits.MaxSkew},
 		{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout},
 		{"http.read_timeout", c.HTTP.ReadTimeout},
@@ -601,10 +552,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	switch {
-	case c.Replication.ForgetAfter <= c.Replication.PeerTimeout:
-		return fmt.Errorf("replication.forget_after: %s must be above replication.peer_timeout %s", c.Replication.ForgetAfter, c.Replication.PeerTimeout)
-	case c.Replication.MaxPoPs < 1:
-		return fmt.Errorf("replication.max_pops: must be at least 1, got %d", c.Replication.MaxPoPs)
 	case c.Limits.MaxKeys < 1:
 		return fmt.Errorf("limits.max_keys: must be at least 1, got %d", c.Limits.MaxKeys)
 	case c.Limits.MaxBodyBytes < 64:
@@ -615,9 +562,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("http.max_connections: must be at least 1, got %d", c.HTTP.MaxConnections)
 	case c.HTTP.MaxHeaderBytes < 1024:
 		return fmt.Errorf("http.max_header_bytes: must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
-	}
-	if c.Replication.StartupSync < 0 {
-		return fmt.Errorf("replication.startup_sync: must not be negative, got %s", c.Replication.StartupSync)
 	}
 	if err := c.State.validate(); err != nil {
 		return err

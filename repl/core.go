@@ -12,31 +12,13 @@ import (
 	"github.com/geolimit/geolimit/window"
 )
 
-// Config configures a Core. Durations are wall-clock spans; the Core reads
-// them against the times its caller passes.
+// Config configures a Core: the settings an operator tunes and how the
+// caller wires the Core in.
 type Config struct {
+	// Settings are the replication settings (settings.go).
+	Settings
 	// Node is the node core whose counts are replicated. Required.
 	Node *pop.Node
-	// FlushInterval is how often changed counts are sent. 0 means "at once":
-	// the caller calls Flush after every counted decision, and a member's
-	// delta is passed on to other PoPs as soon as it arrives (the
-	// simulator's zero-latency reference).
-	FlushInterval time.Duration
-	// AntiEntropyInterval is how often every live count is re-sent (own
-	// counts to the PoP, owned totals to other PoPs). A large store's round
-	// is cut in parts of a few thousand keys, sent one after the other over
-	// the first half of the interval (pop.Node.AntiEntropyParts), so that it
-	// is not one burst of work every interval.
-	AntiEntropyInterval time.Duration
-	// PeerTimeout is how long a remote PoP may stay silent before it counts
-	// as partitioned.
-	PeerTimeout time.Duration
-	// HeartbeatInterval is how often the PoP heartbeats to other PoPs (its
-	// members take turns). It must be below PeerTimeout.
-	HeartbeatInterval time.Duration
-	// MaxBatchEntries: when this many keys changed since the last flush,
-	// Tick flushes without waiting for FlushInterval.
-	MaxBatchEntries int
 	// EpochWait is how long the first member by name of a PoP (or a node
 	// that knows no membership yet) waits to learn the PoP's epoch from the
 	// others before it starts one; the other members wait to learn it (see
@@ -46,24 +28,6 @@ type Config struct {
 	// (the simulator's start): the first member by name starts the PoP's at
 	// once, as soon as it knows the membership.
 	ColdStart bool
-	// ExpectedPoPs are remote PoPs known in advance: they count as
-	// partitioned until first heard. When set, only they count: other PoPs'
-	// counts are merged, but their silence partitions nothing (a message on
-	// an invented PoP's subject cannot cut the share policy's limits).
-	ExpectedPoPs []PoPID
-	// MaxPoPs bounds how many remote PoPs are tracked; messages from PoPs
-	// beyond it are dropped.
-	MaxPoPs int
-	// ForgetAfter is how long a remote PoP that is not expected may stay
-	// silent before it is forgotten (from the unheard set, status and
-	// metrics). It must be above PeerTimeout.
-	ForgetAfter time.Duration
-	// SyncInterval bounds the work other PoPs can ask for: a PoP's sync
-	// requests are answered at most once per SyncInterval, and re-sends of
-	// the owned totals asked for from outside the PoP (sync requests, PoPs
-	// heard first or again) go out at most syncBurst at once, then one per
-	// SyncInterval.
-	SyncInterval time.Duration
 	// PoPLink, GlobalLink say which links exist: a PoP of one node has no
 	// PoP link, a deployment of one PoP no global link.
 	PoPLink, GlobalLink bool
@@ -78,87 +42,32 @@ type Config struct {
 	// members' totals before it publishes the PoP's. 0 means a tenth of the
 	// flush interval.
 	SpeakDelay time.Duration
-	// NoAllowance turns the near-limit allowance off: the node decides on
-	// its estimate alone, near a limit too (see allowance.go).
-	NoAllowance bool
-	// StartupSync is how long the node waits at start for its PoP's and the
-	// other PoPs' view of its former incarnations' counts (startup.go): it
-	// is unsynced (pop.Node.SetSynced) until that view is in or this long
-	// has passed since the first Tick. 0 turns the wait off.
-	StartupSync time.Duration
-}
-
-// DefaultConfig returns the default intervals; set Node and the links.
-func DefaultConfig() Config {
-	return Config{
-		FlushInterval:       50 * time.Millisecond,
-		AntiEntropyInterval: 5 * time.Second,
-		PeerTimeout:         2 * time.Second,
-		MaxBatchEntries:     32768,
-		MaxPoPs:             4096,
-		ForgetAfter:         10 * time.Minute,
-		SyncInterval:        250 * time.Millisecond,
-	}
 }
 
 // syncBurst is how many re-sends asked for from outside the PoP go out at
-// once (see Config.SyncInterval): a heal makes several PoPs ask within one
+// once (see Settings.SyncInterval): a heal makes several PoPs ask within one
 // moment.
 const syncBurst = 4
 
-// normalise fills zero fields from DefaultConfig (HeartbeatInterval from
-// PeerTimeout, EpochWait and SpeakDelay from FlushInterval) and validates.
+// normalise validates c and fills its zero fields: the settings' defaults
+// (Settings.WithDefaults), EpochWait and SpeakDelay from FlushInterval.
 func (c *Config) normalise() error {
-	d := DefaultConfig()
 	if c.Node == nil {
 		return errors.New("repl: config: node is required")
 	}
-	if c.AntiEntropyInterval == 0 {
-		c.AntiEntropyInterval = d.AntiEntropyInterval
+	if err := c.Settings.Validate(); err != nil {
+		return fmt.Errorf("repl: config: %w", err)
 	}
-	if c.PeerTimeout == 0 {
-		c.PeerTimeout = d.PeerTimeout
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = c.PeerTimeout / 4
-	}
+	c.Settings = c.Settings.WithDefaults()
 	if c.EpochWait == 0 {
 		c.EpochWait = min(max(2*c.FlushInterval, 10*time.Millisecond), time.Second)
-	}
-	if c.MaxBatchEntries == 0 {
-		c.MaxBatchEntries = d.MaxBatchEntries
-	}
-	if c.MaxPoPs == 0 {
-		c.MaxPoPs = d.MaxPoPs
 	}
 	if c.SpeakDelay == 0 {
 		c.SpeakDelay = c.FlushInterval / 10
 	}
-	if c.ForgetAfter == 0 {
-		c.ForgetAfter = max(d.ForgetAfter, 2*c.PeerTimeout)
-	}
-	if c.SyncInterval == 0 {
-		c.SyncInterval = d.SyncInterval
-	}
 	switch {
-	case c.FlushInterval < 0 || (c.FlushInterval > 0 && c.FlushInterval < time.Millisecond):
-		return fmt.Errorf("repl: config: flush interval %s: want 0 (at once) or at least 1ms", c.FlushInterval)
-	case c.AntiEntropyInterval < c.FlushInterval || c.AntiEntropyInterval <= 0:
-		return fmt.Errorf("repl: config: anti-entropy interval %s below flush interval %s", c.AntiEntropyInterval, c.FlushInterval)
-	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.PeerTimeout:
-		return fmt.Errorf("repl: config: heartbeat interval %s must be positive and below peer timeout %s", c.HeartbeatInterval, c.PeerTimeout)
 	case c.EpochWait < 0:
 		return fmt.Errorf("repl: config: epoch wait %s is negative", c.EpochWait)
-	case c.MaxBatchEntries < 1:
-		return fmt.Errorf("repl: config: max batch entries %d below 1", c.MaxBatchEntries)
-	case c.ForgetAfter <= c.PeerTimeout:
-		return fmt.Errorf("repl: config: forget after %s must be above peer timeout %s", c.ForgetAfter, c.PeerTimeout)
-	case c.SyncInterval < 0:
-		return fmt.Errorf("repl: config: sync interval %s is negative", c.SyncInterval)
-	case c.StartupSync < 0:
-		return fmt.Errorf("repl: config: startup sync %s is negative", c.StartupSync)
-	case c.MaxPoPs < 1:
-		return fmt.Errorf("repl: config: max pops %d below 1", c.MaxPoPs)
 	case c.FlushInterval > 0 && (c.SpeakDelay < 0 || c.SpeakDelay >= c.FlushInterval):
 		return fmt.Errorf("repl: config: speak delay %s must be below flush interval %s", c.SpeakDelay, c.FlushInterval)
 	}
@@ -331,7 +240,7 @@ func New(cfg Config) (*Core, error) {
 		markTo:  map[PoPID]bool{},
 	}
 	c.startStartup()
-	for _, p := range cfg.ExpectedPoPs {
+	for _, p := range cfg.expectedPoPs() {
 		if p != c.selfPoP && len(c.peers.m) < cfg.MaxPoPs {
 			c.peers.add(p, &peer{expected: true})
 			c.hasExpected = true
