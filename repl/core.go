@@ -17,8 +17,9 @@ import (
 type Config struct {
 	// Settings are the replication settings (settings.go).
 	Settings
-	// Node is the node core whose counts are replicated. Required.
-	Node *pop.Node
+	// Node is the node core whose counts are replicated (a *pop.Node).
+	// Required.
+	Node Node
 	// EpochWait is how long the first member by name of a PoP (or a node
 	// that knows no membership yet) waits to learn the PoP's epoch from the
 	// others before it starts one; the other members wait to learn it (see
@@ -78,7 +79,7 @@ func (c *Config) normalise() error {
 // use: the runtime serialises every call (the gossip package holds a mutex).
 type Core struct {
 	cfg     Config
-	node    *pop.Node
+	node    Node
 	self    crdt.Replica
 	selfPoP PoPID
 	name    string // MemberName(self)
@@ -678,7 +679,7 @@ func (c *Core) SetMembers(now int64, others []string) {
 			kh := hashString(key)
 			return c.owner(c.memberH, kh) == c.rank && (len(oldH) == 0 || c.owner(oldH, kh) != oldRank)
 		}
-		b := c.node.AntiEntropy(now, movedIn)
+		b := c.node.AntiEntropyPart(now, movedIn, 0, 1)
 		b.Local.Entries, b.Local.Blocks = nil, nil
 		c.emitBatch(&b, true, true)
 		// And all owned totals soon: while views differ, a member may have
@@ -912,7 +913,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		}
 		c.learnEpoch(now, d.Epoch)
 		if hasContent(d) {
-			res.Applied = c.node.Apply(now, d, pop.ScopePoP)
+			res.Applied = c.node.ApplyFrom(now, d, pop.ScopePoP, nil)
 			if c.cfg.FlushInterval == 0 {
 				c.Flush(now)
 			}
@@ -940,7 +941,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 				res.Dropped = true
 				c.stats.StateDropped++
 			default:
-				res.Applied = c.node.Apply(now, d, pop.ScopeGlobal)
+				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
 			}
 			break
 		}
@@ -951,7 +952,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			c.stats.StateDropped++
 			break
 		}
-		res.Applied = c.node.Apply(now, d, pop.ScopeGlobal)
+		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
 	default:
 		if m.From == c.selfPoP || PoPOf(d.Sender) != m.From {
 			res.Forged = true
@@ -1111,7 +1112,7 @@ func (c *Core) doWork(now int64) {
 	}
 	if c.want&(wantLocalAE|wantGlobalAE) != 0 {
 		c.stats.AntiEntropies++
-		b := c.node.AntiEntropy(now, c.ownsKey)
+		b := c.node.AntiEntropyPart(now, c.ownsKey, 0, 1)
 		if c.want&wantLocalAE == 0 {
 			b.Local.Entries, b.Local.Blocks = nil, nil
 		}
@@ -1296,7 +1297,7 @@ func (c *Core) MergeState(now int64, d *crdt.Delta) pop.ApplyStats {
 		if via == pop.ScopeGlobal && d.Sender.SamePoP(c.self) && c.epoch == 0 {
 			c.stats.StateDropped++
 		} else {
-			st = c.node.Apply(now, d, via)
+			st = c.node.ApplyFrom(now, d, via, nil)
 		}
 	}
 	c.doWork(now)

@@ -365,7 +365,7 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 			t.Fatalf("%s: forged", p)
 		}
 	}
-	v, err := c.node.View(t0, "api", "k")
+	v, err := popNode(c).View(t0, "api", "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +557,7 @@ func TestSyncRequestsArePaced(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.node.Decide(t0, "api", "k", 1); err != nil {
+		if _, err := popNode(c).Decide(t0, "api", "k", 1); err != nil {
 			t.Fatal(err)
 		}
 		now := t0
@@ -634,3 +634,6 @@ func TestSyncRequestsArePaced(t *testing.T) {
 		}
 	})
 }
+
+// popNode returns the node core of c, which the tests build as a *pop.Node.
+func popNode(c *Core) *pop.Node { return c.node.(*pop.Node) }
