@@ -67,7 +67,7 @@ func TestParseContract(t *testing.T) {
 	assert.Equal(t, []RemoteGateway{{Name: "us", URLs: []string{"nats://127.0.0.1:7223"}}}, c.NATS.Embedded.Gateway.Gateways)
 	require.NotNil(t, c.Gossip)
 	assert.Equal(t, []string{"127.0.0.1:7947"}, c.Gossip.Join)
-	assert.Equal(t, 50*time.Millisecond, c.Replication.FlushInterval.D())
+	assert.Equal(t, 50*time.Millisecond, c.Replication.FlushInterval)
 	require.Len(t, c.Rules, 1)
 	assert.Equal(t, KeySpec{"ip"}, c.Rules[0].Key)
 	assert.Equal(t, []string{"GET", "POST"}, c.Rules[0].Match.Methods)
@@ -92,6 +92,7 @@ func TestDefaults(t *testing.T) {
 	assert.NotSame(t, DefaultConfig(), DefaultConfig())
 
 	assert.Nil(t, c.Replication.NearLimitAllowance, "unset: on")
+	assert.True(t, c.Replication.Allowance())
 	c, err = Parse([]byte("replication: {near_limit_allowance: false}"))
 	require.NoError(t, err)
 	require.NotNil(t, c.Replication.NearLimitAllowance)
@@ -132,8 +133,12 @@ func TestParseErrors(t *testing.T) {
 		{"bad rule window", "rules: [{name: r, limit: 1, window: soon}]", `rules[0].window: bad duration "soon"`},
 		{"zero window", "rules: [{name: r, limit: 1}]", "rules[0].window: must be a whole number of milliseconds"},
 		{"negative duration", "replication: {peer_timeout: -1s}", "replication.peer_timeout: must be positive"},
-		{"forget before timeout", "replication: {peer_timeout: 2s, forget_after: 1s}", "replication.forget_after: 1s must be above replication.peer_timeout 2s"},
-		{"zero max pops", "replication: {max_pops: 0}", "replication.max_pops: must be at least 1, got 0"},
+		{"forget before timeout", "replication: {peer_timeout: 2s, forget_after: 1s}", "replication.forget_after: 1s must be above peer_timeout 2s"},
+		{"negative max pops", "replication: {max_pops: -1}", "replication.max_pops: must be at least 1, got -1"},
+		{"zero flush interval", "replication: {flush_interval: 0s}", "replication.flush_interval: must be positive, got 0s"},
+		{"heartbeat at peer timeout", "replication: {peer_timeout: 1s, heartbeat_interval: 1s}", "replication.heartbeat_interval: 1s must be below peer_timeout 1s"},
+		{"int duration", "replication: {peer_timeout: 5}", `replication.peer_timeout: bad duration "5"`},
+		{"bad expected pop", "replication: {expected_pops: [eu]}", `replication.expected_pops[0]: "eu" must be region/pop`},
 		{"negative sync interval", "replication: {sync_interval: -1s}", "replication.sync_interval: must be positive"},
 		{"bad scope", rule("    scope: planet\n"), `rules[0].scope: unknown scope "planet"`},
 		{"bad mode", rule("    mode: loud\n"), `rules[0].mode: unknown mode "loud"`},

@@ -115,6 +115,8 @@ func indexPaths(n *yaml.Node, path string) []pathRec {
 var (
 	lineRe    = regexp.MustCompile(`^line (\d+): (.*)$`)
 	unknownRe = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+	// durationRe matches yaml's refusal of a value for a time.Duration.
+	durationRe = regexp.MustCompile("^cannot unmarshal (?:!!\\w+ )?`(.*)` into time.Duration$")
 )
 
 func rewrite(msg string, idx []pathRec) string {
@@ -139,6 +141,10 @@ func rewrite(msg string, idx []pathRec) string {
 		return fmt.Sprintf("unknown field %q (line %d)", um[1], line)
 	}
 	body = strings.Replace(body, "!!str ", "", 1)
+	if dm := durationRe.FindStringSubmatch(body); dm != nil {
+		// A time.Duration field (repl.Settings): word it as Duration does.
+		body = fmt.Sprintf("bad duration %q (want Go syntax such as 50ms, 2s, 1m)", dm[1])
+	}
 	var pick *pathRec
 	for i := range onLine {
 		r := &onLine[i]

@@ -6,9 +6,6 @@ import (
 	"time"
 )
 
-// DefaultStartupSync is the default replication.startup_sync.
-const DefaultStartupSync = 5 * time.Second
-
 // DefaultStateInterval is the default state.interval.
 const DefaultStateInterval = 5 * time.Second
 

@@ -16,7 +16,7 @@ func (c *Config) Warnings() []string {
 	if err != nil {
 		return nil // Validate reports it
 	}
-	skew, peer := c.Limits.MaxSkew.D(), c.Replication.PeerTimeout.D()
+	skew, peer := c.Limits.MaxSkew.D(), c.Replication.WithDefaults().PeerTimeout
 	var out []string
 	for i, r := range rules {
 		if r.Scope == pop.ScopeNode {

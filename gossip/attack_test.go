@@ -20,6 +20,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // attacker connects a plain NATS client to url.
@@ -64,8 +65,8 @@ func TestAttackForgedHugeCount(t *testing.T) {
 	defer cancel()
 	rules := []pop.Rule{{Name: "login", Limit: 10, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
 	victim := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", rules), Options{
-		FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour,
-		Global: NATSConnect(NATSConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
+		Global:   NATSConnect(NATSConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
 	})
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
@@ -96,8 +97,7 @@ func TestAttackInventedPoPs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ams, iad := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
-	opts := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 400 * time.Millisecond,
-		ForgetAfter: 2 * time.Second, MaxPoPs: 50, ExpectedPoPs: []PoPID{ams, iad}}
+	opts := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 400 * time.Millisecond, ForgetAfter: 2 * time.Second, MaxPoPs: 50, ExpectedPoPs: popNames(ams, iad)}}
 	start := func(id PoPID, url string) *member {
 		o := opts
 		o.Global = NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: url})
@@ -140,8 +140,8 @@ func TestAttackSyncAmplification(t *testing.T) {
 	ams := PoPID{Region: "eu", PoP: "ams"}
 	const syncInterval = time.Second
 	victim := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", testRules()), Options{
-		FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, SyncInterval: syncInterval,
-		Global: NATSConnect(NATSConfig{Self: ams, Name: "ams-1", URL: c.ClientURL(0)}),
+		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, SyncInterval: syncInterval},
+		Global:   NATSConnect(NATSConfig{Self: ams, Name: "ams-1", URL: c.ClientURL(0)}),
 	})
 	now := time.Now().UnixNano()
 	for i := range 2000 {
@@ -208,8 +208,9 @@ func TestAttackBulkFlood(t *testing.T) {
 		Rules: testRules(), MaxKeys: 20000})
 	require.NoError(t, err)
 	victim := startMember(t, ctx, n, Options{
-		FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, QueueBytes: queueBytes,
-		Global: NATSConnect(NATSConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+		Settings:   repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
+		QueueBytes: queueBytes,
+		Global:     NATSConnect(NATSConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
 	})
 	heap := func() uint64 {
 		runtime.GC()

@@ -21,6 +21,8 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/repl"
 )
 
 // startNATSWith starts an embedded nats-server with extra options.
@@ -46,7 +48,7 @@ func twoPoPs(t *testing.T, url string, set func(*NATSConfig)) {
 	for _, id := range []PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		cfg := NATSConfig{Self: id, Name: id.PoP, URL: url}
 		set(&cfg)
-		o := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, Global: NATSConnect(cfg)}
+		o := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour}, Global: NATSConnect(cfg)}
 		ms = append(ms, startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), o))
 	}
 	_, err := ms[0].node.Decide(time.Now().UnixNano(), "api", "k", 1)
@@ -64,8 +66,8 @@ func TestNATSUserPassword(t *testing.T) {
 	defer cancel()
 	start := func(id PoPID, password string) *member {
 		return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), Options{
-			FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour,
-			Global: NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: s.ClientURL(), User: "edge", Password: password}),
+			Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
+			Global:   NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: s.ClientURL(), User: "edge", Password: password}),
 		})
 	}
 	good, other, bad := start(PoPID{Region: "eu", PoP: "fra"}, "s3cret"), start(PoPID{Region: "us", PoP: "sjc"}, "s3cret"), start(PoPID{Region: "ap", PoP: "syd"}, "wrong")

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/repl"
 )
 
 // TestFlushWhenBatchFull: with a flush interval far longer than the test, a
@@ -17,7 +19,7 @@ func TestFlushWhenBatchFull(t *testing.T) {
 	defer hub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Hour, MaxBatchEntries: 100}
+	opts := Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Hour, MaxBatchEntries: 100}}
 	var ms []*member
 	for _, p := range []PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		o := opts

@@ -11,6 +11,7 @@ import (
 
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // TestPenaltyBoxAcrossRegions runs two regions linked by a gateway: PoP ams
@@ -29,9 +30,10 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 	const flush = 50 * time.Millisecond
 	opts := func(region, popName, name string, server int) Options {
 		id := PoPID{Region: region, PoP: popName}
-		return Options{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second,
-			ExpectedPoPs: []PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}},
-			Global:       NATSConnect(NATSConfig{Self: id, Name: name, URL: c.Servers[server].ClientURL(), ReconnectWait: 50 * time.Millisecond})}
+		return Options{
+			Settings: repl.Settings{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, ExpectedPoPs: []string{"eu/ams", "us/iad"}},
+			Global:   NATSConnect(NATSConfig{Self: id, Name: name, URL: c.Servers[server].ClientURL(), ReconnectWait: 50 * time.Millisecond}),
+		}
 	}
 	var ams []*member
 	var join []string

@@ -3,11 +3,11 @@
 // regions, an in-memory Hub for tests), and the Replicator, the runtime that
 // owns the goroutines around the synchronous core.
 //
-//	r, err := gossip.Start(ctx, gossip.Options{
-//		Node:   node,
-//		PoP:    gossip.MemberlistConnect(gossip.MemberlistConfig{Self: id, Name: "ams-1#7", Bind: "10.0.0.1:7946", Join: peers, SecretKeys: keys}),
-//		Global: gossip.NATSConnect(gossip.NATSConfig{Self: id, Name: "ams-1", URL: "nats://127.0.0.1:4222"}),
-//	})
+//	opts := gossip.DefaultOptions() // repl.DefaultSettings and queue bounds
+//	opts.Node = node
+//	opts.PoP = gossip.MemberlistConnect(gossip.MemberlistConfig{Self: id, Name: "ams-1#7", Bind: "10.0.0.1:7946", Join: peers, SecretKeys: keys})
+//	opts.Global = gossip.NATSConnect(gossip.NATSConfig{Self: id, Name: "ams-1", URL: "nats://127.0.0.1:4222"})
+//	r, err := gossip.Start(ctx, opts)
 //	defer r.Close()
 //	r.Partitioned() // remote PoPs silent for longer than PeerTimeout
 //

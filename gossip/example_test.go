@@ -22,11 +22,10 @@ func ExampleStart() {
 		if err != nil {
 			panic(err)
 		}
-		r, err := gossip.Start(context.Background(), gossip.Options{
-			Node:          n,
-			FlushInterval: 5 * time.Millisecond,
-			Global:        hub.Global(id, "n1"),
-		})
+		opts := gossip.DefaultOptions()
+		opts.FlushInterval = 5 * time.Millisecond
+		opts.Node, opts.Global = n, hub.Global(id, "n1")
+		r, err := gossip.Start(context.Background(), opts)
 		if err != nil {
 			panic(err)
 		}

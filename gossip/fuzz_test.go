@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // FuzzReceive feeds arbitrary bytes to the receive path (as a delta, a
@@ -37,7 +38,7 @@ func FuzzReceive(f *testing.F) {
 	f.Add([]byte{0x94, 0x01, 0x94})
 	f.Add(append([]byte{byte(len(msgs[0]))}, msgs[0]...))
 	n := newNode(f, "eu", "ams", "ams-1", testRules())
-	r, err := Start(context.Background(), Options{Node: n, FlushInterval: time.Hour, AntiEntropyInterval: time.Hour})
+	r, err := Start(context.Background(), Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour}, Node: n})
 	require.NoError(f, err)
 	f.Cleanup(func() { _ = r.Close() })
 	dec := crdt.NewDecoder()

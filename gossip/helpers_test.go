@@ -117,3 +117,12 @@ func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts Options) *
 }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+// popNames returns ids as repl.Settings.ExpectedPoPs lists them.
+func popNames(ids ...PoPID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}

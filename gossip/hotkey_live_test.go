@@ -12,6 +12,7 @@ import (
 
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // TestLiveHotKey spreads one hot key over two regions of a real NATS
@@ -40,7 +41,7 @@ func TestLiveHotKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rules := []pop.Rule{{Name: "api", Limit: limit, Window: width, Cost: 1, Scope: pop.ScopeGlobal}}
-	opts := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
+	opts := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}}
 	nodes := startSCNodes(t, ctx, c, rules, opts, [2]int{0, 1}, [2]int{1, 1})
 
 	var mu sync.Mutex

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/repl"
 )
 
 // TestHubConvergence runs three PoPs of two nodes each over a Hub that
@@ -24,7 +26,7 @@ func TestHubConvergence(t *testing.T) {
 	hub.SetFaults(Faults{Drop: 0.2, Duplicate: 0.2, MinDelay: 0, MaxDelay: 5 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}
+	opts := Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}}
 	var ms []*member
 	for _, p := range []PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}} {
 		for i := range 2 {
@@ -72,11 +74,11 @@ func TestHubPartition(t *testing.T) {
 	defer hub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 100 * time.Millisecond}
+	opts := Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 100 * time.Millisecond}}
 	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
 	o := opts
 	o.Global = hub.Global(a, "a")
-	o.ExpectedPoPs = []PoPID{b}
+	o.ExpectedPoPs = popNames(b)
 	var mu sync.Mutex
 	var reports [][]PoPID
 	o.OnPartitionChange = func(p []PoPID) {
@@ -143,7 +145,7 @@ func TestHubShortCut(t *testing.T) {
 	defer hub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Hour, HeartbeatInterval: 10 * time.Millisecond}
+	opts := Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Hour, HeartbeatInterval: 10 * time.Millisecond}}
 	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
 	o := opts
 	o.Global = hub.Global(a, "a")
@@ -178,7 +180,7 @@ func TestHubRestartLonePoP(t *testing.T) {
 	hub.SetFaults(Faults{Drop: 0.1, MaxDelay: 2 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}
+	opts := Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}}
 	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
 	start := func(id PoPID) *member {
 		o := opts

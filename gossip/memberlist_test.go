@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // popNode starts a node of PoP id with memberlist (joining join) and NATS.
@@ -28,7 +29,7 @@ func popNode(t testing.TB, ctx context.Context, id PoPID, name string, key []byt
 func popNodeWith(t testing.TB, ctx context.Context, id PoPID, name string, mc MemberlistConfig, natsURL string, join ...string) *member {
 	t.Helper()
 	n := newNode(t, id.Region, id.PoP, name, testRules())
-	o := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
+	o := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}}
 	mc.Self, mc.Name, mc.Bind, mc.Join = id, fmt.Sprintf("%s#%d", name, n.Self().Incarnation), "127.0.0.1:0", join
 	mc.ProbeInterval = 200 * time.Millisecond
 	o.PoP = MemberlistConnect(mc)
@@ -202,8 +203,8 @@ func TestMemberlistBigFlush(t *testing.T) {
 	start := func(name string, join ...string) *member {
 		n := newNode(t, ams.Region, ams.PoP, name, testRules())
 		return startMember(t, ctx, n, Options{
-			FlushInterval: time.Hour, AntiEntropyInterval: time.Hour,
-			PoP: MemberlistConnect(MemberlistConfig{Self: ams, Name: name, Bind: "127.0.0.1:0", Join: join}),
+			Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour},
+			PoP:      MemberlistConnect(MemberlistConfig{Self: ams, Name: name, Bind: "127.0.0.1:0", Join: join}),
 		})
 	}
 	a := start("ams-1")
@@ -236,8 +237,8 @@ func TestMemberlistRejoin(t *testing.T) {
 	start := func(name, bind string, join ...string) *member {
 		n := newNode(t, ams.Region, ams.PoP, name, testRules())
 		return startMember(t, ctx, n, Options{
-			FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour,
-			PoP: MemberlistConnect(MemberlistConfig{Self: ams, Name: name, Bind: bind, Join: join, RejoinInterval: 20 * time.Millisecond}),
+			Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
+			PoP:      MemberlistConnect(MemberlistConfig{Self: ams, Name: name, Bind: bind, Join: join, RejoinInterval: 20 * time.Millisecond}),
 		})
 	}
 	a := start("ams-1", "127.0.0.1:0", later)

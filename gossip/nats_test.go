@@ -12,13 +12,12 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/repl"
 )
 
 func natsOpts(url string, id PoPID, name string) Options {
 	return Options{
-		FlushInterval:       10 * time.Millisecond,
-		AntiEntropyInterval: time.Hour,
-		PeerTimeout:         500 * time.Millisecond,
+		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 500 * time.Millisecond},
 		Global: NATSConnect(NATSConfig{
 			Self: id, Name: name, URL: url,
 			ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second,

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // recorder wraps a transport and records what its node sends.
@@ -98,7 +99,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			name := fmt.Sprintf("%s-%d", id.PoP, i)
 			n := newNode(t, id.Region, id.PoP, name, testRules())
-			o := Options{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
+			o := Options{Settings: repl.Settings{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}}
 			innerPoP := MemberlistConnect(MemberlistConfig{
 				Self: id, Name: fmt.Sprintf("%s#%d", name, n.Self().Incarnation), Bind: "127.0.0.1:0",
 				Join: join, ProbeInterval: 200 * time.Millisecond,

@@ -16,6 +16,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 func ipKeys(n int) []string {
@@ -108,7 +109,7 @@ func TestConvergenceLatency(t *testing.T) {
 	c := gossiptest.StartSuperCluster(t, "eu", "us")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{FlushInterval: 50 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Second}
+	opts := Options{Settings: repl.Settings{FlushInterval: 50 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Second}}
 	nodes := startSCNodes(t, ctx, c, testRules(), opts, [2]int{0, 1}, [2]int{1, 1})
 	a, b := nodes[0], nodes[1]
 	rng := rand.New(rand.NewPCG(3, 3))
@@ -194,7 +195,7 @@ func BenchmarkDecideReplicating(b *testing.B) {
 // absorb from other PoPs.
 func BenchmarkReceive(b *testing.B) {
 	n := newNode(b, "eu", "ams", "ams-1", testRules())
-	r, err := Start(context.Background(), Options{Node: n, FlushInterval: time.Hour, AntiEntropyInterval: time.Hour})
+	r, err := Start(context.Background(), Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour}, Node: n})
 	require.NoError(b, err)
 	defer r.Close()
 	keys := ipKeys(1000)

@@ -23,17 +23,10 @@ type Options struct {
 	Node *pop.Node
 	// Clock reads the time; nil means clock.Real{}.
 	Clock clock.Clock
-	// FlushInterval is how often changed counts are sent; 0 means 50ms.
-	FlushInterval time.Duration
-	// AntiEntropyInterval is how often all own live counts are re-sent;
-	// 0 means 5s.
-	AntiEntropyInterval time.Duration
-	// PeerTimeout is how long a remote PoP may stay silent before it counts
-	// as partitioned; 0 means 2s.
-	PeerTimeout time.Duration
-	// HeartbeatInterval is how often the PoP heartbeats to other PoPs (its
-	// members take turns); 0 means PeerTimeout/4.
-	HeartbeatInterval time.Duration
+	// Settings are the replication settings (see repl.Settings; start from
+	// DefaultOptions). FlushInterval must be positive: the Replicator
+	// flushes on a timer.
+	repl.Settings
 	// EpochWait is how long the first member by name of a PoP waits to learn
 	// the PoP's epoch before it starts one; 0 means repl's default (two
 	// flush intervals, within 10ms..1s).
@@ -44,29 +37,6 @@ type Options struct {
 	// Global connects the transport to other PoPs (NATS); nil for a
 	// deployment of one PoP.
 	Global Connect
-	// ExpectedPoPs are remote PoPs known in advance: they count as
-	// partitioned until first heard. Others appear when first heard; when
-	// some PoPs are expected, only they count as partitioned.
-	ExpectedPoPs []PoPID
-	// MaxPoPs bounds the remote PoPs tracked (see repl.Config); 0 means
-	// repl's default.
-	MaxPoPs int
-	// ForgetAfter: a remote PoP that is not expected and silent this long is
-	// forgotten; 0 means repl's default (10m).
-	ForgetAfter time.Duration
-	// SyncInterval paces the sync requests of other PoPs (see repl.Config);
-	// 0 means repl's default (250ms).
-	SyncInterval time.Duration
-	// NoAllowance turns the near-limit allowance off (see repl.Config).
-	NoAllowance bool
-	// StartupSync is how long the node stays unsynced at start while it
-	// waits for its PoP's and the expected PoPs' view of its former
-	// incarnations' counts (see repl.Config); 0 turns the wait off.
-	StartupSync time.Duration
-	// MaxBatchEntries is the batch size cap: when this many keys changed
-	// since the last flush, the Replicator flushes without waiting for
-	// FlushInterval. 0 means 32768.
-	MaxBatchEntries int
 	// QueueSize bounds received messages waiting to be applied; when full,
 	// new ones are dropped and counted (anti-entropy repairs them). 0 means 4096.
 	QueueSize int
@@ -89,14 +59,10 @@ type Options struct {
 
 // DefaultOptions returns the default intervals; set Node and transports.
 func DefaultOptions() Options {
-	d := repl.DefaultConfig()
 	return Options{
-		FlushInterval:       d.FlushInterval,
-		AntiEntropyInterval: d.AntiEntropyInterval,
-		PeerTimeout:         d.PeerTimeout,
-		MaxBatchEntries:     d.MaxBatchEntries,
-		QueueSize:           4096,
-		QueueBytes:          32 << 20,
+		Settings:   repl.DefaultSettings(),
+		QueueSize:  4096,
+		QueueBytes: 32 << 20,
 	}
 }
 
@@ -109,8 +75,12 @@ func (o *Options) setDefaults() error {
 		o.Clock = clock.Real{}
 	}
 	if o.FlushInterval == 0 {
-		o.FlushInterval = d.FlushInterval
+		return errors.New("gossip: options: flush_interval 0 (at once) needs a caller that flushes after every decision; the Replicator flushes on a timer")
 	}
+	if err := o.Settings.Validate(); err != nil {
+		return fmt.Errorf("gossip: options: %w", err)
+	}
+	o.Settings = o.Settings.WithDefaults()
 	if o.QueueSize == 0 {
 		o.QueueSize = d.QueueSize
 	}
@@ -132,22 +102,12 @@ func (o *Options) setDefaults() error {
 // coreConfig is the protocol configuration the options describe.
 func (o *Options) coreConfig() repl.Config {
 	return repl.Config{
-		Node:                o.Node,
-		FlushInterval:       o.FlushInterval,
-		AntiEntropyInterval: o.AntiEntropyInterval,
-		PeerTimeout:         o.PeerTimeout,
-		HeartbeatInterval:   o.HeartbeatInterval,
-		MaxBatchEntries:     o.MaxBatchEntries,
-		EpochWait:           o.EpochWait,
-		ExpectedPoPs:        o.ExpectedPoPs,
-		MaxPoPs:             o.MaxPoPs,
-		ForgetAfter:         o.ForgetAfter,
-		SyncInterval:        o.SyncInterval,
-		NoAllowance:         o.NoAllowance,
-		StartupSync:         o.StartupSync,
-		PoPLink:             o.PoP != nil,
-		GlobalLink:          o.Global != nil,
-		Relay:               true,
+		Settings:   o.Settings,
+		Node:       o.Node,
+		EpochWait:  o.EpochWait,
+		PoPLink:    o.PoP != nil,
+		GlobalLink: o.Global != nil,
+		Relay:      true,
 	}
 }
 

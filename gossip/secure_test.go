@@ -15,6 +15,7 @@ import (
 
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/natsembed"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // syncLog is a text log safe for concurrent writers.
@@ -62,8 +63,10 @@ func TestSecureExampleReplication(t *testing.T) {
 	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
 	opts := func(cfg NATSConfig) Options {
 		cfg.ReconnectWait, cfg.PingInterval, cfg.Logger = 50*time.Millisecond, time.Second, log
-		return Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 500 * time.Millisecond,
-			Global: NATSConnect(cfg)}
+		return Options{
+			Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 500 * time.Millisecond},
+			Global:   NATSConnect(cfg),
+		}
 	}
 	amsCfg := NATSConfig{Self: a, Name: "ams-1", URL: "tls://" + e.Addr(t, "127.0.0.1:4222"), RootCAs: []string{ca},
 		User: "eu-ams", Password: "eu-ams-example-password"}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 // TestLivePartitionPolicies cuts the gateway links between two regions of a
@@ -49,7 +50,7 @@ func runLiveCut(t *testing.T, policy pop.Policy) float64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rules := []pop.Rule{{Name: "api", Limit: limit, Window: width, Cost: 1, Scope: pop.ScopeGlobal, OnPartition: policy}}
-	opts := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 40 * time.Millisecond}
+	opts := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 40 * time.Millisecond}}
 	nodes := startSCNodes(t, ctx, c, rules, opts, [2]int{0, 1}, [2]int{1, 1})
 
 	var mu sync.Mutex

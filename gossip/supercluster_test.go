@@ -15,6 +15,7 @@ import (
 
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/repl"
 )
 
 type scNode struct {
@@ -36,7 +37,7 @@ func startSCNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster,
 		name := id.PoP + "-1"
 		o := opts
 		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: c.Servers[rp[0]].ClientURL(), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second})
-		o.ExpectedPoPs = expected
+		o.ExpectedPoPs = popNames(expected...)
 		out = append(out, &scNode{member: startMember(t, ctx, newNode(t, id.Region, id.PoP, name, rules), o), region: rp[0]})
 	}
 	waitFor(t, 30*time.Second, "every PoP hears every other", func() bool {
@@ -58,7 +59,7 @@ func TestSuperClusterConvergence(t *testing.T) {
 	c := gossiptest.StartSuperCluster(t, "eu", "us", "ap")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{FlushInterval: 20 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
+	opts := Options{Settings: repl.Settings{FlushInterval: 20 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}}
 	nodes := startSCNodes(t, ctx, c, testRules(), opts, [2]int{0, 1}, [2]int{0, 2}, [2]int{1, 1}, [2]int{2, 1})
 	rtt := measureRTT(t, c)
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -128,7 +129,7 @@ func TestSuperClusterPartition(t *testing.T) {
 	rules := []pop.Rule{{Name: "api", Limit: limit, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal}}
 	// A peer timeout well above a loaded 2-core machine's scheduling stalls
 	// under -race, so that the connected side never looks cut itself.
-	opts := Options{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}
+	opts := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}}
 	nodes := startSCNodes(t, ctx, c, rules, opts, [2]int{0, 1}, [2]int{1, 1}, [2]int{2, 1})
 	admittedBy := make([]uint64, len(nodes))
 	decide := func(n int, times int) {

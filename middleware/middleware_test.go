@@ -217,7 +217,7 @@ func TestReplicationAcrossPoPs(t *testing.T) {
 		cfg := config.DefaultConfig()
 		cfg.Node = config.Node{ID: "n1", Region: "eu", PoP: pop}
 		cfg.NATS.URL = ns.ClientURL()
-		cfg.Replication.FlushInterval = config.Duration(10 * time.Millisecond)
+		cfg.Replication.FlushInterval = 10 * time.Millisecond
 		cfg.Replication.NearLimitAllowance = &no
 		cfg.Rules = []config.Rule{rule("global", "/", 4)}
 		return serve(t, cfg)

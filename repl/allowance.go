@@ -77,7 +77,7 @@ func (c *Core) observe(now, sentAt int64, p *peer) {
 // updateAllowance tells the node the allowance of each scope when it
 // changed, recomputing it when asked or when a sample raised a latency.
 func (c *Core) updateAllowance(now int64, force bool) {
-	if c.cfg.NoAllowance || (!force && !c.allowDirty) {
+	if !c.cfg.Allowance() || (!force && !c.allowDirty) {
 		return
 	}
 	c.allowDirty = false

@@ -14,10 +14,10 @@ import (
 // the age of what arrives.
 func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	n := testNode(t, ams1)
-	cfg := DefaultConfig()
+	cfg := Config{Settings: DefaultSettings()}
 	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n, true, true
 	cfg.PeerTimeout = time.Second
-	cfg.ExpectedPoPs = []PoPID{{Region: "us", PoP: "iad"}, {Region: "ap", PoP: "sin"}}
+	cfg.ExpectedPoPs = []string{"us/iad", "ap/sin"}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 // horizon is the lag alone, and no pop-scope split.
 func TestAllowanceAloneInPoP(t *testing.T) {
 	n := testNode(t, ams1)
-	cfg := DefaultConfig()
+	cfg := Config{Settings: DefaultSettings()}
 	cfg.Node, cfg.GlobalLink = n, true
 	c, err := New(cfg)
 	if err != nil {
@@ -113,12 +113,13 @@ func TestAllowanceAloneInPoP(t *testing.T) {
 	}
 }
 
-// NoAllowance leaves the node deciding on its estimate alone.
+// NearLimitAllowance false leaves the node deciding on its estimate alone.
 func TestNoAllowance(t *testing.T) {
 	n := testNode(t, ams1)
-	cfg := DefaultConfig()
-	cfg.Node, cfg.PoPLink, cfg.GlobalLink, cfg.NoAllowance = n, true, true, true
-	cfg.ExpectedPoPs = []PoPID{{Region: "us", PoP: "iad"}}
+	cfg := Config{Settings: DefaultSettings()}
+	off := false
+	cfg.Node, cfg.PoPLink, cfg.GlobalLink, cfg.NearLimitAllowance = n, true, true, &off
+	cfg.ExpectedPoPs = []string{"us/iad"}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +129,7 @@ func TestNoAllowance(t *testing.T) {
 	c.SetMembers(now, []string{"a2#1"})
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: PoPID{Region: "us", PoP: "iad"}, Delta: &crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
 	if g, p := n.AllowanceOf(pop.ScopeGlobal), n.AllowanceOf(pop.ScopePoP); g != (pop.Allowance{}) || p != (pop.Allowance{}) {
-		t.Fatalf("allowance %+v %+v with NoAllowance", g, p)
+		t.Fatalf("allowance %+v %+v with the allowance off", g, p)
 	}
 }
 
@@ -138,11 +139,11 @@ func TestNoAllowance(t *testing.T) {
 // must be the one a fresh walk finds.
 func TestRemoteViewMatchesAFullWalk(t *testing.T) {
 	n := testNode(t, ams1)
-	cfg := DefaultConfig()
+	cfg := Config{Settings: DefaultSettings()}
 	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n, true, true
 	cfg.PeerTimeout = time.Second
 	ids := []PoPID{{Region: "us", PoP: "iad"}, {Region: "ap", PoP: "sin"}, {Region: "us", PoP: "sjc"}, {Region: "eu", PoP: "fra"}, {Region: "sa", PoP: "gru"}}
-	cfg.ExpectedPoPs = ids[:3] // fra and gru are not expected
+	cfg.ExpectedPoPs = popNames(ids[:3]...) // fra and gru are not expected
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

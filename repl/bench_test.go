@@ -27,10 +27,10 @@ func BenchmarkStepHeartbeats(b *testing.B) {
 			for i := range ids {
 				ids[i] = PoPID{Region: fmt.Sprintf("r%d", i%6), PoP: fmt.Sprintf("p%03d", i)}
 			}
-			cfg := DefaultConfig()
+			cfg := Config{Settings: DefaultSettings()}
 			cfg.Node, cfg.PoPLink, cfg.GlobalLink = testNode(b, ams1), true, true
 			cfg.MaxPoPs = pops
-			cfg.ExpectedPoPs = ids
+			cfg.ExpectedPoPs = popNames(ids...)
 			c, err := New(cfg)
 			if err != nil {
 				b.Fatal(err)
@@ -77,7 +77,7 @@ func BenchmarkAntiEntropyStall(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := Config{Settings: DefaultSettings()}
 	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n, true, true
 	cfg.FlushInterval, cfg.AntiEntropyInterval, cfg.PeerTimeout = 50*time.Millisecond, 5*time.Second, 10*time.Second
 	c, err := New(cfg)

@@ -33,36 +33,36 @@ func TestConfigErrors(t *testing.T) {
 		{"defaults", func(*Config) {}, ""},
 		{"no node", func(c *Config) { c.Node = nil }, "repl: config: node is required"},
 		{"negative flush", func(c *Config) { c.FlushInterval = -time.Millisecond },
-			"repl: config: flush interval -1ms: want 0 (at once) or at least 1ms"},
+			"repl: config: flush_interval: must not be negative, got -1ms"},
 		{"flush below 1ms", func(c *Config) { c.FlushInterval = 500 * time.Microsecond },
-			"repl: config: flush interval 500µs: want 0 (at once) or at least 1ms"},
+			"repl: config: flush_interval: want 0 (at once) or at least 1ms, got 500µs"},
 		{"flush 1ms", func(c *Config) { c.FlushInterval = time.Millisecond }, ""},
 		{"flush at once", func(c *Config) { c.FlushInterval = 0 }, ""},
 		{"anti-entropy below flush", func(c *Config) { c.FlushInterval, c.AntiEntropyInterval = time.Second, 500*time.Millisecond },
-			"repl: config: anti-entropy interval 500ms below flush interval 1s"},
+			"repl: config: anti_entropy_interval: 500ms is below flush_interval 1s"},
 		{"negative anti-entropy", func(c *Config) { c.FlushInterval, c.AntiEntropyInterval = 0, -time.Second },
-			"repl: config: anti-entropy interval -1s below flush interval 0s"},
+			"repl: config: anti_entropy_interval: must be positive, got -1s"},
 		{"anti-entropy equal to flush", func(c *Config) { c.FlushInterval, c.AntiEntropyInterval = time.Second, time.Second }, ""},
 		{"heartbeat at peer timeout", func(c *Config) { c.HeartbeatInterval, c.PeerTimeout = 2*time.Second, 2*time.Second },
-			"repl: config: heartbeat interval 2s must be positive and below peer timeout 2s"},
+			"repl: config: heartbeat_interval: 2s must be below peer_timeout 2s"},
 		{"heartbeat above peer timeout", func(c *Config) { c.HeartbeatInterval, c.PeerTimeout = 3*time.Second, time.Second },
-			"repl: config: heartbeat interval 3s must be positive and below peer timeout 1s"},
+			"repl: config: heartbeat_interval: 3s must be below peer_timeout 1s"},
 		{"negative heartbeat", func(c *Config) { c.HeartbeatInterval = -time.Second },
-			"repl: config: heartbeat interval -1s must be positive and below peer timeout 2s"},
+			"repl: config: heartbeat_interval: must be positive, got -1s"},
 		{"peer timeout too small for a heartbeat", func(c *Config) { c.PeerTimeout = 3 },
-			"repl: config: heartbeat interval 0s must be positive and below peer timeout 3ns"},
+			"repl: config: heartbeat_interval: must be positive, got 0s"},
 		{"negative peer timeout", func(c *Config) { c.PeerTimeout = -time.Second },
-			"repl: config: heartbeat interval -250ms must be positive and below peer timeout -1s"},
+			"repl: config: peer_timeout: must be positive, got -1s"},
 		{"negative epoch wait", func(c *Config) { c.EpochWait = -time.Second },
 			"repl: config: epoch wait -1s is negative"},
 		{"negative max batch", func(c *Config) { c.MaxBatchEntries = -1 },
-			"repl: config: max batch entries -1 below 1"},
+			"repl: config: max_batch_entries: must be at least 1, got -1"},
 		{"negative max pops", func(c *Config) { c.MaxPoPs = -1 },
-			"repl: config: max pops -1 below 1"},
+			"repl: config: max_pops: must be at least 1, got -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := Config{Settings: DefaultSettings()}
 			cfg.Node = n
 			tt.mod(&cfg)
 			c, err := New(cfg)
@@ -86,20 +86,22 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestConfigDefaultsFilled(t *testing.T) {
-	cfg := Config{Node: testNode(t, ams1), PeerTimeout: 4 * time.Second}
+	cfg := Config{Node: testNode(t, ams1), Settings: Settings{PeerTimeout: 4 * time.Second}}
 	if err := cfg.normalise(); err != nil {
 		t.Fatal(err)
 	}
 	want := Config{
-		Node:                cfg.Node,
-		AntiEntropyInterval: 5 * time.Second,
-		PeerTimeout:         4 * time.Second,
-		HeartbeatInterval:   time.Second,           // PeerTimeout/4
-		EpochWait:           10 * time.Millisecond, // two flush intervals, at least 10ms
-		MaxBatchEntries:     32768,
-		MaxPoPs:             4096,
-		ForgetAfter:         10 * time.Minute,
-		SyncInterval:        250 * time.Millisecond,
+		Node: cfg.Node,
+		Settings: Settings{
+			AntiEntropyInterval: 5 * time.Second,
+			PeerTimeout:         4 * time.Second,
+			HeartbeatInterval:   time.Second, // PeerTimeout/4
+			MaxBatchEntries:     32768,
+			MaxPoPs:             4096,
+			ForgetAfter:         10 * time.Minute,
+			SyncInterval:        250 * time.Millisecond,
+		},
+		EpochWait: 10 * time.Millisecond, // two flush intervals, at least 10ms
 	}
 	if fmt.Sprint(cfg) != fmt.Sprint(want) {
 		t.Fatalf("normalised\n %+v\nwant\n %+v", cfg, want)
@@ -108,13 +110,22 @@ func TestConfigDefaultsFilled(t *testing.T) {
 	if cfg.FlushInterval != 0 {
 		t.Fatalf("flush interval %s, want 0", cfg.FlushInterval)
 	}
-	cfg = Config{Node: cfg.Node, FlushInterval: 50 * time.Millisecond}
+	cfg = Config{Node: cfg.Node, Settings: Settings{FlushInterval: 50 * time.Millisecond}}
 	if err := cfg.normalise(); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.EpochWait != 100*time.Millisecond || cfg.HeartbeatInterval != 500*time.Millisecond {
 		t.Fatalf("epoch wait %s, heartbeat %s: want 100ms, 500ms", cfg.EpochWait, cfg.HeartbeatInterval)
 	}
+}
+
+// popNames returns ids as Settings.ExpectedPoPs lists them.
+func popNames(ids ...PoPID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
 }
 
 func TestAdvance(t *testing.T) {
@@ -255,7 +266,7 @@ func TestSetMembersIgnoresSelfEmptyAndDuplicates(t *testing.T) {
 
 func TestMissedBeats(t *testing.T) {
 	const hb = int64(500 * time.Millisecond)
-	c := &Core{cfg: Config{HeartbeatInterval: time.Duration(hb)}}
+	c := &Core{cfg: Config{Settings: Settings{HeartbeatInterval: time.Duration(hb)}}}
 	p := &peer{}
 	steps := []struct {
 		sentAt int64
@@ -298,7 +309,7 @@ func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
 	ids := popIDs(5)
 	c, err := New(Config{
 		Node: testNode(t, ams1), GlobalLink: true,
-		MaxPoPs: 3, ExpectedPoPs: ids[:4], // one expected PoP is already beyond the bound
+		Settings: Settings{MaxPoPs: 3, ExpectedPoPs: popNames(ids[:4]...)}, // one expected PoP is already beyond the bound
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +336,7 @@ func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
 		t.Errorf("UnknownPoPs %d, want 2", got)
 	}
 	// The PoP itself never counts, even when listed.
-	c2, err := New(Config{Node: testNode(t, ams1), MaxPoPs: 1, ExpectedPoPs: []PoPID{PoPOf(ams1), ids[0]}})
+	c2, err := New(Config{Node: testNode(t, ams1), Settings: Settings{MaxPoPs: 1, ExpectedPoPs: popNames(PoPOf(ams1), ids[0])}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +350,7 @@ func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
 // test pins the behaviour.
 func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 	ids := popIDs(2)
-	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, MaxPoPs: 1})
+	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{MaxPoPs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +365,7 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 			t.Fatalf("%s: forged", p)
 		}
 	}
-	v, err := c.node.View(t0, "api", "k")
+	v, err := popNode(c).View(t0, "api", "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +387,7 @@ func TestNewRefusesIncarnationZero(t *testing.T) {
 // speaks for, and nothing left ready.
 func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 crdt.Replica, now int64) {
 	t.Helper()
-	c, err := New(Config{Node: n, FlushInterval: 50 * time.Millisecond, PoPLink: true, GlobalLink: true})
+	c, err := New(Config{Node: n, Settings: Settings{FlushInterval: 50 * time.Millisecond}, PoPLink: true, GlobalLink: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +459,7 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 		{"none expected", nil, ids},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, ExpectedPoPs: tc.expected})
+			c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{ExpectedPoPs: popNames(tc.expected...)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -478,7 +489,7 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 // gone from the unheard set and from RemotePoPs. An expected PoP never is.
 func TestSilentUnexpectedPoPsAreForgotten(t *testing.T) {
 	ids := popIDs(3)
-	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, ExpectedPoPs: ids[:1], ForgetAfter: 10 * time.Second})
+	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{ExpectedPoPs: popNames(ids[:1]...), ForgetAfter: 10 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,12 +552,12 @@ func syncFrom(p PoPID, node string, at int64) Message {
 func TestSyncRequestsArePaced(t *testing.T) {
 	const interval = time.Second
 	setup := func(t *testing.T) (*Core, int64) {
-		c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, FlushInterval: 50 * time.Millisecond,
-			AntiEntropyInterval: time.Hour, SyncInterval: interval})
+		c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{FlushInterval: 50 * time.Millisecond,
+			AntiEntropyInterval: time.Hour, SyncInterval: interval}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.node.Decide(t0, "api", "k", 1); err != nil {
+		if _, err := popNode(c).Decide(t0, "api", "k", 1); err != nil {
 			t.Fatal(err)
 		}
 		now := t0
@@ -623,3 +634,6 @@ func TestSyncRequestsArePaced(t *testing.T) {
 		}
 	})
 }
+
+// popNode returns the node core of c, which the tests build as a *pop.Node.
+func popNode(c *Core) *pop.Node { return c.node.(*pop.Node) }

@@ -5,7 +5,7 @@
 //
 // Like etcd raft's RawNode, a Core is driven from outside:
 //
-//	c, _ := repl.New(repl.Config{Node: node, PoPLink: true, GlobalLink: true, Relay: true})
+//	c, _ := repl.New(repl.Config{Settings: repl.DefaultSettings(), Node: node, PoPLink: true, GlobalLink: true, Relay: true})
 //	c.Tick(now)                  // timers: flush, anti-entropy, heartbeat turns, peer timeout
 //	c.Step(now, received)        // a message arrived
 //	c.SetMembers(now, others)    // the PoP's membership changed

@@ -15,8 +15,8 @@ func driftCore(t *testing.T, r crdt.Replica, rules []pop.Rule) *snode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Node: n, GlobalLink: true, Relay: true, FlushInterval: 10 * time.Millisecond,
-		AntiEntropyInterval: time.Hour, PeerTimeout: time.Second})
+	c, err := New(Config{Node: n, GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
+		AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

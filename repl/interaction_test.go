@@ -330,7 +330,7 @@ func (h *harness) start(n *hnode) {
 	}
 	if v, ok := h.opt(o, "expected"); ok {
 		for _, p := range strings.Split(v, ",") {
-			cfg.ExpectedPoPs = append(cfg.ExpectedPoPs, h.popID(p))
+			cfg.ExpectedPoPs = append(cfg.ExpectedPoPs, h.popID(p).String())
 		}
 	}
 	core, err := New(cfg)

@@ -22,7 +22,7 @@ func TestAntiEntropyIsPaced(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const ae = 2 * time.Second
 			n := testNode(t, ams1)
-			cfg := DefaultConfig()
+			cfg := Config{Settings: DefaultSettings()}
 			cfg.Node, cfg.GlobalLink = n, true
 			cfg.FlushInterval, cfg.AntiEntropyInterval, cfg.PeerTimeout = 50*time.Millisecond, ae, 10*time.Second
 			c, err := New(cfg)

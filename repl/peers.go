@@ -1,5 +1,35 @@
 package repl
 
+import "github.com/geolimit/geolimit/crdt"
+
+// peer is what a node knows of one remote PoP.
+type peer struct {
+	id        PoPID
+	expected  bool
+	lastHeard int64 // receiver's clock; 0 = never
+	heardOnce bool
+	lastBeat  int64 // the latest heartbeat's SentAt (the sender's clock)
+	epoch     uint64
+	down      bool
+	relayedAt int64
+	relayed   bool
+	// relayedTo is the epoch the PoP had at the last relay: a PoP that
+	// restarted since (a new epoch) gets its former totals at once.
+	relayedTo uint64
+	// answered holds, per node of the PoP that asked for a sync, when the
+	// re-send that answers it is due; at most maxRequesters entries.
+	answered map[crdt.Replica]int64
+	// lag is the age its messages arrive at (allowance.go).
+	lag lagTracker
+	// marked is the epoch of this node that the PoP's last marker answered
+	// (startup.go).
+	marked uint64
+	// drift is what its heartbeats say of its rules and clock (drift.go).
+	drift peerDrift
+	// sender is the node's ID of the replica its deltas came from last.
+	sender crdt.InternCache
+}
+
 // peerTable holds the states of the remote PoPs a core tracks. Every
 // message from another PoP looks its sender up, so get goes through a
 // direct-mapped cache of the states by a hash of the ID before the map:

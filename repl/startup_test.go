@@ -42,8 +42,8 @@ func startupNet(now int64, drop func(m Message) bool, nodes ...*snode) {
 
 func startupCore(t *testing.T, r crdt.Replica, wait time.Duration, expected ...PoPID) *snode {
 	t.Helper()
-	c, err := New(Config{Node: testNode(t, r), GlobalLink: true, Relay: true, FlushInterval: 10 * time.Millisecond,
-		AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, ExpectedPoPs: expected, StartupSync: wait})
+	c, err := New(Config{Node: testNode(t, r), GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
+		AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, ExpectedPoPs: popNames(expected...), StartupSync: wait}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func startupCore(t *testing.T, r crdt.Replica, wait time.Duration, expected ...P
 
 func globalTotal(t *testing.T, n *snode, now int64) uint64 {
 	t.Helper()
-	v, err := n.c.node.View(now, "api", "k")
+	v, err := popNode(n.c).View(now, "api", "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +103,11 @@ func TestStartupSync(t *testing.T) {
 			for range 600 { // a1's startup sync ends (timed out or answered)
 				step(a1, b)
 			}
-			if !a1.c.node.Synced() {
+			if !popNode(a1.c).Synced() {
 				t.Fatal("first incarnation still unsynced after 6s")
 			}
 			for range 30 {
-				if _, err := a1.c.node.Decide(now, "api", "k", 1); err != nil {
+				if _, err := popNode(a1.c).Decide(now, "api", "k", 1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -120,11 +120,11 @@ func TestStartupSync(t *testing.T) {
 
 			// a1 dies; a2 is its next incarnation.
 			a2 := startupCore(t, crdt.Replica{Region: "eu", PoP: "ams", Node: "a1", Incarnation: 2}, wait, exp...)
-			if a2.c.node.Synced() {
+			if popNode(a2.c).Synced() {
 				t.Fatal("a restarted node is synced before its first tick")
 			}
 			start := now
-			for a2.c.node.Synced() == false && now-start < int64(2*wait) {
+			for popNode(a2.c).Synced() == false && now-start < int64(2*wait) {
 				step(a2, b)
 			}
 			took := time.Duration(now - start)
@@ -155,7 +155,7 @@ func TestStartupSync(t *testing.T) {
 // its sync requests carry no control entry (the simulator's nodes).
 func TestStartupSyncOff(t *testing.T) {
 	n := startupCore(t, ams1, 0)
-	if !n.c.node.Synced() {
+	if !popNode(n.c).Synced() {
 		t.Fatal("unsynced with StartupSync 0")
 	}
 	n.c.Tick(t0)
@@ -175,7 +175,7 @@ func TestStartupMarkerOfOtherEpoch(t *testing.T) {
 	for _, inc := range []uint64{7, ams1.Incarnation} {
 		n.c.Step(t0, Message{Link: LinkGlobal, Kind: KindState, From: iad,
 			Delta: &crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", inc), SentAt: t0, Epoch: inc}})
-		if got, want := n.c.node.Synced(), inc == ams1.Incarnation; got != want {
+		if got, want := popNode(n.c).Synced(), inc == ams1.Incarnation; got != want {
 			t.Fatalf("marker of epoch %d: synced %v, want %v", inc, got, want)
 		}
 	}

@@ -222,7 +222,7 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 		intraMax:  sc.Replication.IntraPoPMaxBytes,
 		interMax:  sc.Replication.InterPoPMaxBytes,
 	}
-	e.flushNow = *sc.Replication.FlushInterval == 0
+	e.flushNow = sc.Replication.FlushInterval == 0
 	e.policy = opts.Policy
 	if e.policy == "" {
 		e.policy = rules[0].OnPartition.String()

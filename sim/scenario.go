@@ -101,30 +101,26 @@ type LinkOverride struct {
 	Link   `yaml:",inline"`
 }
 
-// ReplicationSpec holds the replication timings every node uses.
+// ReplicationSpec holds the replication settings every node uses: the
+// daemon's (repl.Settings, under the same field names, from
+// repl.DefaultSettings) and the simulated network's and store's caps.
+// ExpectedPoPs, when empty, is every other PoP of the topology.
 type ReplicationSpec struct {
-	// FlushInterval is how often a node flushes its changed counts; 0 flushes
-	// after every admitted request. Default 50ms.
-	FlushInterval *time.Duration `yaml:"flush_interval"`
-	// PeerTimeout is how long a remote PoP may stay silent before it counts
-	// as unheard (partitioned). Default 2s.
-	PeerTimeout time.Duration `yaml:"peer_timeout"`
-	// HeartbeatInterval is how often a node publishes a heartbeat to the
-	// other PoPs and checks whom it has heard. Default PeerTimeout/4.
-	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
-	// AntiEntropyInterval is how often a node re-sends its own live counts;
-	// it also does so when it hears a PoP again. Default 5s.
-	AntiEntropyInterval time.Duration `yaml:"anti_entropy_interval"`
+	repl.Settings `yaml:",inline"`
 	// IntraPoPMaxBytes caps one memberlist message. Default 1400.
 	IntraPoPMaxBytes int `yaml:"intra_pop_max_bytes"`
 	// InterPoPMaxBytes caps one NATS message. Default 1 MiB.
 	InterPoPMaxBytes int `yaml:"inter_pop_max_bytes"`
 	// MaxKeys caps every node's live keys; 0 is the pop default.
 	MaxKeys int `yaml:"max_keys"`
-	// NearLimitAllowance splits the headroom near a limit among the nodes
-	// while their admits are unseen (the daemon's
-	// replication.near_limit_allowance). Default true.
-	NearLimitAllowance *bool `yaml:"near_limit_allowance"`
+}
+
+// DefaultReplication returns the replication settings of a scenario that
+// sets none: repl.DefaultSettings (flush every 50ms, so a scenario that
+// wants a flush after every admitted request writes flush_interval: 0),
+// network caps unset (filled by Validate).
+func DefaultReplication() ReplicationSpec {
+	return ReplicationSpec{Settings: repl.DefaultSettings()}
 }
 
 // RuleSpec is one rule: the edge config's rule type, so scenario files and
@@ -289,7 +285,7 @@ func Load(path string) (*Scenario, error) {
 func Parse(b []byte) (*Scenario, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	var sc Scenario
+	sc := Scenario{Replication: DefaultReplication()}
 	if err := dec.Decode(&sc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("sim: %w", errors.New("empty scenario"))
@@ -314,15 +310,7 @@ func yamlError(err error) error {
 	return errors.New(msg)
 }
 
-// Default timings: the replication protocol's (repl.DefaultConfig), as the
-// daemon's.
-var (
-	DefaultFlushInterval       = repl.DefaultConfig().FlushInterval
-	DefaultPeerTimeout         = repl.DefaultConfig().PeerTimeout
-	DefaultAntiEntropyInterval = repl.DefaultConfig().AntiEntropyInterval
-)
-
-// Other defaults.
+// Defaults of the fields beyond repl.Settings (which has its own).
 const (
 	DefaultIntraPoPMaxBytes = 1400
 	DefaultInterPoPMaxBytes = 1 << 20
@@ -334,19 +322,6 @@ const (
 // withDefaults fills unset fields in place.
 func (sc *Scenario) withDefaults() {
 	r := &sc.Replication
-	if r.FlushInterval == nil {
-		d := DefaultFlushInterval
-		r.FlushInterval = &d
-	}
-	if r.PeerTimeout == 0 {
-		r.PeerTimeout = DefaultPeerTimeout
-	}
-	if r.HeartbeatInterval == 0 {
-		r.HeartbeatInterval = max(r.PeerTimeout/4, time.Millisecond)
-	}
-	if r.AntiEntropyInterval == 0 {
-		r.AntiEntropyInterval = DefaultAntiEntropyInterval
-	}
 	if r.IntraPoPMaxBytes == 0 {
 		r.IntraPoPMaxBytes = DefaultIntraPoPMaxBytes
 	}
@@ -458,15 +433,10 @@ func (sc *Scenario) Validate() error {
 		}
 	}
 	r := sc.Replication
+	if err := r.Settings.Validate(); err != nil {
+		return fmt.Errorf("replication.%w", err)
+	}
 	switch {
-	case *r.FlushInterval < 0:
-		return errors.New("replication.flush_interval: must not be negative")
-	case r.PeerTimeout < 0:
-		return errors.New("replication.peer_timeout: must not be negative")
-	case r.HeartbeatInterval < 0:
-		return errors.New("replication.heartbeat_interval: must not be negative")
-	case r.AntiEntropyInterval < 0:
-		return errors.New("replication.anti_entropy_interval: must not be negative")
 	case r.IntraPoPMaxBytes < 1024:
 		return fmt.Errorf("replication.intra_pop_max_bytes: must be at least 1024, got %d", r.IntraPoPMaxBytes)
 	case r.InterPoPMaxBytes < 1024:

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/repl"
 )
 
 const minimal = `
@@ -24,9 +26,7 @@ traffic:
 func TestParseMinimalDefaults(t *testing.T) {
 	sc, err := Parse([]byte(minimal))
 	require.NoError(t, err)
-	assert.Equal(t, DefaultFlushInterval, *sc.Replication.FlushInterval)
-	assert.Equal(t, DefaultPeerTimeout, sc.Replication.PeerTimeout)
-	assert.Equal(t, DefaultPeerTimeout/4, sc.Replication.HeartbeatInterval)
+	assert.Equal(t, repl.DefaultSettings(), sc.Replication.Settings)
 	assert.Equal(t, "global", sc.Rules[0].Scope)
 	assert.Equal(t, "keep", sc.Rules[0].OnPartition)
 	assert.Equal(t, uint64(1), sc.Rules[0].Cost)

@@ -21,25 +21,23 @@ const linkJoin = 2
 
 // newCore returns the replication core of node nd.
 func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
-	var expected []repl.PoPID
-	for i, p := range e.pops {
-		if int32(i) != nd.pop {
-			expected = append(expected, repl.PoPID{Region: p.region, PoP: p.name})
+	settings := e.sc.Replication.Settings
+	if len(settings.ExpectedPoPs) == 0 {
+		// Every other PoP of the topology is known in advance.
+		for i, p := range e.pops {
+			if int32(i) != nd.pop {
+				settings.ExpectedPoPs = append(settings.ExpectedPoPs, repl.PoPID{Region: p.region, PoP: p.name}.String())
+			}
 		}
 	}
 	c, err := repl.New(repl.Config{
-		Node:                nd.n,
-		FlushInterval:       *e.sc.Replication.FlushInterval,
-		AntiEntropyInterval: e.sc.Replication.AntiEntropyInterval,
-		PeerTimeout:         e.sc.Replication.PeerTimeout,
-		HeartbeatInterval:   e.sc.Replication.HeartbeatInterval,
-		ExpectedPoPs:        expected,
-		PoPLink:             len(e.pops[nd.pop].nodes) > 1,
-		GlobalLink:          len(e.pops) > 1,
-		Relay:               true,
-		PhaseSeed:           e.storeSeed ^ uint64(nd.pop+1)*0x9e3779b97f4a7c15, // one per PoP
-		ColdStart:           t == 0,
-		NoAllowance:         e.sc.Replication.NearLimitAllowance != nil && !*e.sc.Replication.NearLimitAllowance,
+		Settings:   settings,
+		Node:       nd.n,
+		PoPLink:    len(e.pops[nd.pop].nodes) > 1,
+		GlobalLink: len(e.pops) > 1,
+		Relay:      true,
+		PhaseSeed:  e.storeSeed ^ uint64(nd.pop+1)*0x9e3779b97f4a7c15, // one per PoP
+		ColdStart:  t == 0,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %s: %w", nd.name, err)

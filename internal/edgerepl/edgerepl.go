@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -46,22 +45,11 @@ func New(env server.ReplicationEnv) (server.Replicator, error) {
 		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
 	}, []string{"transport"})
 	g.opts = gossip.Options{
-		Node:                env.Node,
-		Clock:               env.Clock,
-		FlushInterval:       cfg.Replication.FlushInterval.D(),
-		AntiEntropyInterval: cfg.Replication.AntiEntropyInterval.D(),
-		PeerTimeout:         cfg.Replication.PeerTimeout.D(),
-		ForgetAfter:         cfg.Replication.ForgetAfter.D(),
-		MaxPoPs:             cfg.Replication.MaxPoPs,
-		SyncInterval:        cfg.Replication.SyncInterval.D(),
-		NoAllowance:         cfg.Replication.NearLimitAllowance != nil && !*cfg.Replication.NearLimitAllowance,
-		StartupSync:         cfg.Replication.StartupSync.D(),
-		Logger:              env.Logger,
-		ObserveLag:          func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
-	}
-	for _, p := range cfg.Replication.ExpectedPoPs {
-		region, pop, _ := strings.Cut(p, "/") // validated by config
-		g.opts.ExpectedPoPs = append(g.opts.ExpectedPoPs, gossip.PoPID{Region: region, PoP: pop})
+		Node:       env.Node,
+		Clock:      env.Clock,
+		Settings:   cfg.Replication,
+		Logger:     env.Logger,
+		ObserveLag: func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
 	}
 	if gc := cfg.Gossip; gc != nil {
 		mc := gossip.MemberlistConfig{

@@ -1,0 +1,199 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Rule is one rate-limit rule.
+type Rule struct {
+	// Name identifies the rule (1-64 bytes, no '/', quotes or white space).
+	Name string `yaml:"name"`
+	// Match selects the proxied requests the rule applies to; empty = all.
+	Match Match `yaml:"match"`
+	// Key says what forms the key in proxy mode: ip, header:<Name>, path or
+	// host, or a list of these for a composite key. Default ip.
+	Key KeySpec `yaml:"key"`
+	// Limit is the most cost admitted per sliding window (>= 1).
+	Limit uint64 `yaml:"limit"`
+	// Window is the sliding window's width (>= 1ms, whole milliseconds).
+	Window Duration `yaml:"window"`
+	// Limits are several windows instead of limit and window (rulelimits.go).
+	Limits []WindowLimit `yaml:"limits"`
+	// Overrides give keys limits of their own.
+	Overrides []Override `yaml:"overrides"`
+	// Tier is where proxy mode and forward auth read a request's tier:
+	// header:<Name>. Empty: no tier from requests.
+	Tier string `yaml:"tier"`
+	// Tiers map tier names to their limits.
+	Tiers map[string]TierLimit `yaml:"tiers"`
+	// DefaultTier names the tier of requests that name none or an unknown
+	// one; empty means the rule's own limit(s).
+	DefaultTier string `yaml:"default_tier"`
+	// Cost is the cost of a request that names none. Default 1.
+	Cost uint64 `yaml:"cost"`
+	// Scope is node, pop or global. Default global.
+	Scope string `yaml:"scope"`
+	// Mode is enforce or shadow. Default enforce.
+	Mode string `yaml:"mode"`
+	// OnPartition is keep or share. Default keep.
+	OnPartition string `yaml:"on_partition"`
+	// BlockFor, when set, keeps a key the rule denies denied for that long
+	// (the penalty box), on every node the rule's scope reaches (whole
+	// milliseconds, at most 720h). Default 0: no penalty box.
+	BlockFor Duration `yaml:"block_for"`
+	// OnUnsure is allow or deny: what the rule answers when the node cannot
+	// know a key's count (store full, counts not synced yet after a start,
+	// no history under on_partition: share). Default allow.
+	OnUnsure string `yaml:"on_unsure"`
+}
+
+// Match selects requests in proxy mode. Every non-empty field must match.
+type Match struct {
+	// PathPrefix matches paths that start with it.
+	PathPrefix string `yaml:"path_prefix"`
+	// Methods lists the HTTP methods matched (upper case).
+	Methods []string `yaml:"methods"`
+	// Host matches the request's host (case-insensitive, port ignored).
+	Host string `yaml:"host"`
+}
+
+// KeySpec is a rule's key: one part or a composite of several.
+type KeySpec []string
+
+// Key parts.
+const (
+	KeyIP   = "ip"
+	KeyPath = "path"
+	KeyHost = "host"
+	// KeyHeaderPrefix starts a header part: "header:X-Api-Key".
+	KeyHeaderPrefix = "header:"
+)
+
+// DemoRules is the rule set of a node started without a config file.
+func DemoRules() []Rule {
+	return []Rule{
+		{Name: "demo", Key: KeySpec{KeyIP}, Limit: 10, Window: Duration(10 * time.Second)},
+		{Name: "api", Match: Match{PathPrefix: "/api"}, Key: KeySpec{KeyIP}, Limit: 100, Window: Duration(time.Minute)},
+		{Name: "login", Match: Match{PathPrefix: "/login", Methods: []string{"POST"}}, Key: KeySpec{KeyIP}, Limit: 5, Window: Duration(time.Minute), Scope: "pop"},
+	}
+}
+
+// ApplyRuleDefaults fills each rule's omitted cost, key, scope, mode and
+// on_partition with their defaults.
+func (c *Config) ApplyRuleDefaults() { RuleDefaults(c.Rules) }
+
+// RuleDefaults fills the unset fields of rules with their defaults: cost 1,
+// key ip, scope global, mode enforce, on_partition keep. The simulator's
+// scenario files share this rule schema.
+func RuleDefaults(rules []Rule) {
+	for i := range rules {
+		r := &rules[i]
+		if r.Cost == 0 {
+			r.Cost = 1
+		}
+		if len(r.Key) == 0 {
+			r.Key = KeySpec{KeyIP}
+		}
+		if r.Scope == "" {
+			r.Scope = "global"
+		}
+		if r.Mode == "" {
+			r.Mode = "enforce"
+		}
+		if r.OnPartition == "" {
+			r.OnPartition = "keep"
+		}
+		if r.OnUnsure == "" {
+			r.OnUnsure = "allow"
+		}
+	}
+}
+
+// ValidateRules checks rules as pop does (limit, window, cost, scope, mode,
+// on_partition, unique names) plus the proxy fields (match, key). Omitted
+// fields must have been defaulted (ApplyRuleDefaults).
+func ValidateRules(rules []Rule) error {
+	if _, err := PopRules(rules); err != nil {
+		return err
+	}
+	for i, r := range rules {
+		for j, m := range r.Match.Methods {
+			if m == "" || m != strings.ToUpper(m) || strings.ContainsAny(m, " \t/:\"") {
+				return fmt.Errorf("rules[%d].match.methods[%d]: %q is not an upper-case HTTP method", i, j, m)
+			}
+		}
+		if p := r.Match.PathPrefix; p != "" && !strings.HasPrefix(p, "/") {
+			return fmt.Errorf("rules[%d].match.path_prefix: %q must start with '/'", i, p)
+		}
+		if len(r.Key) == 0 {
+			return fmt.Errorf("rules[%d].key: required", i)
+		}
+		if err := r.checkTier(); err != nil {
+			return fmt.Errorf("rules[%d].%w", i, err)
+		}
+		for j, k := range r.Key {
+			if err := checkKeyPart(k); err != nil {
+				if len(r.Key) == 1 {
+					return fmt.Errorf("rules[%d].key: %w", i, err)
+				}
+				return fmt.Errorf("rules[%d].key[%d]: %w", i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+func checkKeyPart(k string) error {
+	switch {
+	case k == KeyIP || k == KeyPath || k == KeyHost:
+		return nil
+	case strings.HasPrefix(k, KeyHeaderPrefix):
+		h := k[len(KeyHeaderPrefix):]
+		if h == "" || strings.ContainsAny(h, " \t\r\n:") {
+			return fmt.Errorf("%q: header name missing or invalid", k)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown key %q (want ip, header:<Name>, path, host or a list of these)", k)
+}
+
+// PopRules converts the rules to pop rules, with errors naming the rule's
+// index and field.
+func (c *Config) PopRules() ([]pop.Rule, error) { return PopRules(c.Rules) }
+
+// PopRules converts rules to pop rules, with errors naming the rule's index
+// and field.
+func PopRules(rules []Rule) ([]pop.Rule, error) {
+	out := make([]pop.Rule, len(rules))
+	for i, r := range rules {
+		scope, err := pop.ParseScope(r.Scope)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].scope: %w", i, err)
+		}
+		mode, err := pop.ParseMode(r.Mode)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].mode: %w", i, err)
+		}
+		pol, err := pop.ParsePolicy(r.OnPartition)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].on_partition: %w", i, err)
+		}
+		unsure, err := pop.ParseUnsurePolicy(r.OnUnsure)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].on_unsure: %w", i, err)
+		}
+		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol,
+			BlockFor: r.BlockFor.D(), OnUnsure: unsure}
+		if err := r.popLimits(&out[i]); err != nil {
+			return nil, fmt.Errorf("rules[%d].%w", i, err)
+		}
+	}
+	if err := pop.ValidateRules(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

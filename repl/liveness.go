@@ -1,0 +1,155 @@
+package repl
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// Liveness: heartbeats in turns, the peer timeout, the unheard set told to
+// the node, and what the node knows of the other PoPs.
+
+func (c *Core) heartbeat(now int64) {
+	c.stats.Heartbeats++
+	d := c.empty(now)
+	d.Entries = c.fingerprints() // drift.go
+	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: d})
+}
+
+func (c *Core) empty(now int64) *crdt.Delta {
+	return &crdt.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch}
+}
+
+// myTurn reports whether this member heartbeats in slot: members take turns
+// in name order, so a PoP sends one heartbeat per interval.
+func (c *Core) myTurn(slot int64) bool {
+	n := int64(len(c.members))
+	return n <= 1 || slot%n == int64(c.rank)
+}
+
+// checkPeers marks PoPs silent for longer than PeerTimeout as partitioned,
+// forgets PoPs that are not expected and have been silent for ForgetAfter,
+// and tells the node core when the unheard set changed.
+func (c *Core) checkPeers(now int64) {
+	var part []PoPID
+	for id, p := range c.peers.m {
+		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
+			c.peers.del(id)
+			delete(c.relayTo, id)
+			delete(c.markTo, id)
+			c.stats.ForgottenPoPs++
+			continue
+		}
+		p.down = c.silent(p, now)
+		if p.down && c.counts(p) {
+			part = append(part, id)
+		}
+	}
+	sort.Slice(part, func(i, j int) bool { return part[i].Less(part[j]) })
+	defer c.updateAllowance(now, true) // latencies decayed, PoPs came or went
+	if c.partVersion > 0 && slices.Equal(part, c.partitioned) {
+		return
+	}
+	c.partitioned = part
+	c.partVersion++
+	names := make([]string, len(part))
+	for i, p := range part {
+		names[i] = p.String()
+	}
+	// The share policy limits this side while PoPs are unheard. A PoP leaves
+	// the set once something from it has arrived; the node holds its shares
+	// a little longer while the rest of its counts come.
+	c.node.SetUnheard(now, names)
+}
+
+// silent reports whether remote PoP p has been silent for longer than
+// PeerTimeout, or never heard.
+func (c *Core) silent(p *peer, now int64) bool {
+	return !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
+}
+
+// counts reports whether p's silence partitions this PoP: every PoP's does,
+// unless ExpectedPoPs names the PoPs that do.
+func (c *Core) counts(p *peer) bool { return p.expected || !c.hasExpected }
+
+// Partitioned returns the remote PoPs counted as partitioned at the last
+// heartbeat tick (sorted), and a version that changes whenever the set does
+// (0 before the first check).
+func (c *Core) Partitioned() ([]PoPID, uint64) {
+	return slices.Clone(c.partitioned), c.partVersion
+}
+
+// heard records a message from remote PoP id at now and returns its state,
+// or nil when MaxPoPs PoPs are tracked already. A PoP heard for the first
+// time or again after a silence is asked for its totals and sent what this
+// PoP holds of its former epochs.
+func (c *Core) heard(id PoPID, now int64) *peer {
+	p := c.peers.get(id)
+	if p == nil {
+		if len(c.peers.m) >= c.cfg.MaxPoPs {
+			c.stats.UnknownPoPs++
+			return nil
+		}
+		p = &peer{}
+		c.peers.add(id, p)
+	}
+	if !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout) || p.down {
+		// Ask for theirs too: links come back one direction at a time, and
+		// what the other side sent when it heard us first may have been lost.
+		c.askSyncFor(now, true)
+		c.remote.ok = false // it may count from now on
+		if _, ok := c.relayTo[id]; !ok {
+			c.relayTo[id] = false // heard: relayed at most once per peer timeout
+		}
+	}
+	p.down = false
+	if !p.heardOnce || now > p.lastHeard {
+		p.lastHeard = now
+	}
+	p.heardOnce = true
+	return p
+}
+
+// missedBeats records a heartbeat sent at sentAt (the sender's clock) and
+// reports whether heartbeats in between went missing. Members of a PoP take
+// turns, and one may die before the others notice: a gap up to two intervals
+// and a half is normal.
+func (c *Core) missedBeats(p *peer, sentAt int64) bool {
+	prev := p.lastBeat
+	if prev != 0 && sentAt <= prev {
+		return false // duplicate or reordered
+	}
+	p.lastBeat = sentAt
+	return prev != 0 && sentAt-prev > 5*int64(c.cfg.HeartbeatInterval)/2
+}
+
+// RemotePoP is what a node knows of another PoP.
+type RemotePoP struct {
+	PoPID
+	// LastHeard is the receiver's clock at the last message from it (Unix
+	// nanoseconds); 0 if never heard.
+	LastHeard int64 `json:"last_heard"`
+	// Partitioned: silent for longer than PeerTimeout, or never heard.
+	Partitioned bool `json:"partitioned"`
+	// Epoch is its current epoch, as its latest message said.
+	Epoch uint64 `json:"epoch"`
+	// Expected: named in Config.ExpectedPoPs. When some PoPs are, only they
+	// count as partitioned.
+	Expected bool `json:"expected"`
+}
+
+// RemotePoPs returns the known remote PoPs, sorted.
+func (c *Core) RemotePoPs(now int64) []RemotePoP {
+	out := make([]RemotePoP, 0, len(c.peers.m))
+	for id, p := range c.peers.m {
+		rp := RemotePoP{PoPID: id, Epoch: p.epoch, Expected: p.expected}
+		if p.heardOnce {
+			rp.LastHeard = p.lastHeard
+		}
+		rp.Partitioned = c.silent(p, now) && c.counts(p)
+		out = append(out, rp)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j].PoPID) })
+	return out
+}

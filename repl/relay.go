@@ -1,0 +1,138 @@
+package repl
+
+import "github.com/geolimit/geolimit/crdt"
+
+// relay sends each PoP in relayTo what this node holds of that PoP's former
+// epochs, so that a PoP whose nodes all restarted counts what it admitted
+// before, and, to a PoP that asked for a sync, of every PoP's former epochs
+// (see former). One member per target PoP relays, at most once per
+// PeerTimeout and epoch of the target (each time it asks, at most once per
+// coalescing interval).
+func (c *Core) relay(now int64) {
+	if !c.cfg.Relay || !c.cfg.GlobalLink {
+		clear(c.relayTo)
+		return
+	}
+	if c.epoch == 0 {
+		return // later: which epoch is whose is not known yet
+	}
+	targets := c.relayTo
+	c.relayTo = map[PoPID]bool{}
+	var state []crdt.Delta
+	var held *heldAggregates
+	for id, asked := range targets {
+		p := c.peers.get(id)
+		if p == nil || !c.ownsTask("relay/"+id.String()) {
+			continue
+		}
+		if p.relayed && p.relayedTo == p.epoch && now >= p.relayedAt {
+			// A PoP heard again: once per peer timeout and epoch. A PoP
+			// that asks: each time it is answered (at most once per
+			// SyncInterval), but once per coalescing interval.
+			if wait := now - p.relayedAt; (!asked && wait < int64(c.cfg.PeerTimeout)) || wait < c.coalesce() {
+				continue
+			}
+		}
+		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
+		if held == nil {
+			h := c.heldAggregates()
+			held = &h
+		}
+		if !held.holdsFormer(c, id, asked) {
+			continue // the common case: nothing to relay, no scan of the store
+		}
+		if state == nil {
+			state = c.node.State(now)
+		}
+		sent := false
+		for i := range state {
+			d := &state[i]
+			if !d.Sender.IsPoP() || len(d.Entries) == 0 || !c.former(d.Sender, id, asked) {
+				continue
+			}
+			dd := *d
+			c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true, Delta: &dd})
+			sent = true
+		}
+		if sent {
+			c.stats.Relays++
+		}
+	}
+}
+
+// heldAggregates is what relay needs to know of the PoP aggregates this
+// node holds counts of, read once per relay rather than once per target:
+// with hundreds of PoPs, looking every PoP's epoch up for each target was
+// most of a relay's time.
+type heldAggregates struct {
+	byPoP map[PoPID][]uint64 // the epochs held of each PoP
+	// formerKnown: one of them is an epoch other than its PoP's current
+	// one, which is known; relayed to any PoP that asks (see former).
+	formerKnown bool
+}
+
+func (c *Core) heldAggregates() heldAggregates {
+	h := heldAggregates{byPoP: map[PoPID][]uint64{}}
+	for _, r := range c.node.Replicas() {
+		if !r.IsPoP() {
+			continue
+		}
+		of := PoPOf(r)
+		h.byPoP[of] = append(h.byPoP[of], r.Incarnation)
+		if cur := c.currentEpoch(of); cur != 0 && r.Incarnation != cur {
+			h.formerKnown = true
+		}
+	}
+	return h
+}
+
+// holdsFormer reports whether the node holds counts of an aggregate it
+// would relay to PoP id (see former): when id asked, an earlier epoch of a
+// PoP whose current epoch is known; always, an epoch of id other than the
+// one it publishes under.
+func (h *heldAggregates) holdsFormer(c *Core, id PoPID, asked bool) bool {
+	if asked && h.formerKnown {
+		return true
+	}
+	p := c.peers.get(id)
+	if p == nil {
+		return false
+	}
+	for _, inc := range h.byPoP[id] {
+		if inc != p.epoch {
+			return true
+		}
+	}
+	return false
+}
+
+// former reports whether aggregate r is relayed to PoP id: an earlier epoch
+// of id itself, and, when id asked for a sync, an earlier epoch of any PoP
+// (this one included) whose current epoch is known. Nobody else re-sends
+// those: live nodes re-send only their current epoch's totals, so a node
+// that restarts alone in its PoP would not count them until their windows
+// pass.
+func (c *Core) former(r crdt.Replica, id PoPID, asked bool) bool {
+	of := PoPOf(r)
+	if of == id {
+		p := c.peers.get(id)
+		return p != nil && r.Incarnation != p.epoch
+	}
+	if !asked {
+		return false
+	}
+	cur := c.currentEpoch(of)
+	return cur != 0 && r.Incarnation != cur
+}
+
+// currentEpoch returns the epoch PoP id publishes under as this node knows
+// it, or 0 when it does not know it (which no aggregate carries).
+func (c *Core) currentEpoch(id PoPID) uint64 {
+	if id == c.selfPoP {
+		return c.epoch
+	}
+	if p := c.peers.get(id); p != nil && p.epoch != 0 {
+		return p.epoch
+	}
+	return 0
+}

@@ -1,0 +1,151 @@
+package repl
+
+import "github.com/geolimit/geolimit/pop"
+
+// StepResult says what Step did with a message, for metrics.
+type StepResult struct {
+	// Forged: the sender does not belong to the PoP the message came from;
+	// nothing of it was used.
+	Forged bool
+	// Dropped: relayed state that arrived before the PoP epoch was known;
+	// it is asked for again once it is.
+	Dropped bool
+	// Applied is what the node core did with the entries.
+	Applied pop.ApplyStats
+}
+
+// Step handles one received message at now.
+func (c *Core) Step(now int64, m Message) StepResult {
+	var res StepResult
+	d := m.Delta
+	if d == nil {
+		return res
+	}
+	if m.Link == LinkPoP && d.Sender.SamePoP(c.self) {
+		c.observe(now, d.SentAt, nil)
+	}
+	switch {
+	case m.Link == LinkPoP && d.Sender.IsPoP() && d.Sender.SamePoP(c.self):
+		// A member's totals for the slot's speaker.
+		if c.epoch == 0 || d.Sender.Incarnation != c.epoch || !c.forwarded(now, d) {
+			res.Dropped = true
+			c.stats.ForwardsDropped++
+		}
+	case m.Link == LinkPoP:
+		if !d.Sender.SamePoP(c.self) || d.Sender.IsPoP() {
+			res.Forged = true
+			break
+		}
+		if d.Epoch == 0 && c.epoch != 0 {
+			c.want |= wantAnnounce // a member that does not know it yet
+		}
+		if !hasContent(d) && d.Epoch != 0 {
+			// An announcement: the sender's view of the PoP changed.
+			c.scheduleResend(now)
+		}
+		c.learnEpoch(now, d.Epoch)
+		if hasContent(d) {
+			res.Applied = c.node.ApplyFrom(now, d, pop.ScopePoP, nil)
+			if c.cfg.FlushInterval == 0 {
+				c.Flush(now)
+			}
+		}
+	case m.Kind == KindState:
+		// Another PoP (From) relays former totals: this PoP's, or, asked
+		// for a sync, any PoP's; the transport delivers only state meant
+		// for this PoP.
+		if m.From == c.selfPoP || !d.Sender.IsPoP() {
+			res.Forged = true
+			break
+		}
+		if !hasContent(d) {
+			c.marked(m.From, d) // a marker: m.From's answer is complete
+			break
+		}
+		if !d.Sender.SamePoP(c.self) {
+			// Another PoP's former epoch: never its current one (its own
+			// messages carry those), and only of PoPs this node knows.
+			p := c.peers.get(PoPOf(d.Sender))
+			switch {
+			case (p != nil && p.epoch == d.Sender.Incarnation) || (PoPOf(d.Sender) == m.From && d.Epoch == d.Sender.Incarnation):
+				res.Forged = true // no PoP relays a current epoch
+			case p == nil || p.epoch == 0:
+				res.Dropped = true
+				c.stats.StateDropped++
+			default:
+				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+			}
+			break
+		}
+		if c.epoch == 0 {
+			// Which epoch is the current one is not known yet: its totals
+			// must not be counted on top of the members' own counts.
+			res.Dropped = true
+			c.stats.StateDropped++
+			break
+		}
+		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+	default:
+		if m.From == c.selfPoP || PoPOf(d.Sender) != m.From {
+			res.Forged = true
+			break
+		}
+		if m.Kind == KindDelta {
+			c.node.PrefetchDelta(d) // comes in while the sender is looked up
+		}
+		p := c.heard(m.From, now)
+		if p == nil {
+			break
+		}
+		c.observe(now, d.SentAt, p)
+		if d.Epoch != 0 && m.Kind != KindDelta {
+			p.epoch = d.Epoch // the sender's current epoch
+		}
+		switch m.Kind {
+		case KindHeartbeat:
+			c.checkDrift(now, p, d)
+			if c.missedBeats(p, d.SentAt) {
+				// A short cut (under PeerTimeout) lost messages: repair now
+				// rather than at the next anti-entropy round.
+				c.askSync(now)
+			}
+		case KindSync:
+			if wantsMarker(d) {
+				c.markTo[m.From] = true
+			}
+			// Every member re-sends the totals it owns, so the PoP answers
+			// once. A re-send already due answers every request that came
+			// before it; otherwise one is scheduled, no sooner than
+			// SyncInterval after the one that answered the same PoP last.
+			last := p.lastAnswer(d.Sender, now, int64(c.cfg.SyncInterval))
+			if c.resendAt != 0 && c.resendAt >= last {
+				c.stats.SyncAnswers++
+				p.answered[d.Sender] = c.resendAt
+				c.relayTo[m.From] = true
+				break
+			}
+			at := now + c.coalesce()
+			if last != 0 && at < last+int64(c.cfg.SyncInterval) {
+				at = last + int64(c.cfg.SyncInterval)
+				c.stats.SyncThrottled++
+			} else {
+				c.stats.SyncAnswers++
+			}
+			p.answered[d.Sender] = c.remoteResendAt(at)
+			c.relayTo[m.From] = true // asked: relayed whatever the throttle
+		case KindDelta:
+			if d.Sender.IsPoP() {
+				p.epoch = d.Sender.Incarnation
+			}
+			if hasContent(d) {
+				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, &p.sender)
+			}
+		}
+	}
+	if res.Forged {
+		c.stats.Forged++
+	}
+	c.updateAllowance(now, false)
+	c.doWork(now)
+	return res
+}
