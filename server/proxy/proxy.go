@@ -128,4 +128,3 @@ func (f *FrontEnds) limit(w http.ResponseWriter, r *http.Request, lat prometheus
 	o := frontend.ProxiedOrigin(r, rs.Trusted)
 	return f.env.AnswerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat)
 }
-
