@@ -1,0 +1,232 @@
+// Merging what other replicas send: Apply.
+
+package pop
+
+import (
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/window"
+)
+
+// ApplyStats counts what Apply did with a delta's entries.
+type ApplyStats struct {
+	Merged, Unchanged, Stale, Ahead, Full int
+	// UnknownRule: the entry names a rule this node does not have.
+	UnknownRule int
+	// WrongScope: a node-scope rule, a pop-scope rule from outside the PoP, or
+	// a sender that may not use the transport: via ScopePoP only other nodes of
+	// the own PoP, via ScopeGlobal only PoP aggregates.
+	WrongScope int
+	// BadEntry: an empty or oversized key.
+	BadEntry int
+	// Echo: the delta came from this very replica, or is this PoP's own
+	// aggregate of the current epoch.
+	Echo int
+	// Clamped: entries whose count was above the rule's limit, more than
+	// one replica can admit in a window; they were merged as the limit.
+	// These entries are also counted by their merge outcome.
+	Clamped int
+	// Blocks counts what was done with penalty blocks (block.go).
+	Blocks BlockApplyStats
+}
+
+// Rejected is the number of entries Apply refused for a reason that points
+// at a misconfigured or hostile sender.
+func (a ApplyStats) Rejected() int { return a.UnknownRule + a.WrongScope + a.BadEntry }
+
+// Add adds b's counts to a's.
+func (a *ApplyStats) Add(b ApplyStats) {
+	a.Merged += b.Merged
+	a.Unchanged += b.Unchanged
+	a.Stale += b.Stale
+	a.Ahead += b.Ahead
+	a.Full += b.Full
+	a.UnknownRule += b.UnknownRule
+	a.WrongScope += b.WrongScope
+	a.BadEntry += b.BadEntry
+	a.Echo += b.Echo
+	a.Clamped += b.Clamped
+	a.Blocks.add(b.Blocks)
+}
+
+// Apply merges a delta received from another replica through a transport of
+// the given scope. Via ScopePoP come the own PoP's members (another node of
+// the own PoP, any incarnation, never an aggregate), with pop- and
+// global-scope rules. Via ScopeGlobal come the other PoPs' aggregates (a
+// sender whose Node is crdt.PoPNode), with global-scope rules only; a node
+// sender there is refused, for a PoP speaks to others only through its
+// aggregate. The own PoP's aggregate of the current epoch is an echo of what
+// the members already hold per node and is ignored; of another epoch (a
+// former one, relayed back after the whole PoP restarted) it merges like a
+// foreign PoP's count. Senders that may not use the transport are refused
+// whole (WrongScope); bad entries are skipped and counted, the rest still
+// merge.
+func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
+	return n.ApplyFrom(now, d, via, nil)
+}
+
+// ApplyFrom is Apply with from, when not nil, caching the store's ID of the
+// sender: a caller that keeps one per remote PoP saves a look-up per
+// message. Calls that share a cache must not run concurrently.
+func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternCache) ApplyStats {
+	var st ApplyStats
+	defer func() {
+		n.mu.Lock()
+		n.stats.Add(st)
+		n.mu.Unlock()
+	}()
+	if d.Sender == n.self {
+		st.Echo = len(d.Entries) + len(d.Blocks)
+		return st
+	}
+	if !senderFits(n.self, d.Sender, via) {
+		st.WrongScope = len(d.Entries) + len(d.Blocks)
+		return st
+	}
+	// The epoch is read under applyMu, so an entry of the aggregate SetEpoch
+	// drops is either refused here or merged before SetEpoch drops it.
+	n.applyMu.RLock()
+	defer n.applyMu.RUnlock()
+	if via == ScopeGlobal && d.Sender.SamePoP(n.self) && n.ownEpoch(d.Sender.Incarnation) {
+		st.Echo = len(d.Entries) + len(d.Blocks)
+		return st
+	}
+	n.applyBlocks(now, d, via, &st)
+	var rep crdt.ReplicaID
+	var ok bool
+	if from != nil {
+		rep, ok = n.store.InternCached(d.Sender, from)
+	} else {
+		rep, ok = n.store.Intern(d.Sender)
+	}
+	if !ok {
+		st.Full = len(d.Entries)
+		return st
+	}
+	rs := n.rules.Load()
+	// Entries come grouped by rule: a rule and its windows are looked up
+	// once per run of its entries. In a large store nearly every entry's
+	// shard, slot and list of remote counts are cache misses; they are
+	// taken together, a block of entries at a time: every key is hashed
+	// and its shard prefetched, then its slot, then the entries merge.
+	var hs [applyBlock]uint64
+	for i := 0; i < len(d.Entries); {
+		wire := d.Entries[i].Rule
+		j := i + 1
+		for j < len(d.Entries) && j-i < applyBlock && d.Entries[j].Rule == wire {
+			j++
+		}
+		run := d.Entries[i:j]
+		i = j
+		r, ok := rs.getWire(wire)
+		if !ok {
+			st.UnknownRule += len(run)
+			continue
+		}
+		if r.Scope == ScopeNode || (r.Scope == ScopePoP && via != ScopePoP) {
+			st.WrongScope += len(run)
+			continue
+		}
+		for k := range run {
+			if len(run[k].Key) <= crdt.MaxKeyLen { // longer ones are refused
+				hs[k] = n.store.KeyHash(r.id, run[k].Key)
+				n.store.PrefetchShard(hs[k])
+			}
+		}
+		for k := range run {
+			if len(run[k].Key) <= crdt.MaxKeyLen {
+				n.store.PrefetchSlot(hs[k])
+			}
+		}
+		idx, _ := window.Split(now, r.width)
+		limitIdx, _ := window.Split(now+n.maxSkew, r.width)
+		for k := range run {
+			n.mergeAt(idx, limitIdx, r, rep, &run[k], hs[k], &st)
+		}
+	}
+	return st
+}
+
+// applyBlock is how many entries Apply prefetches together.
+const applyBlock = 8
+
+// PrefetchDelta starts fetching the store's memory that applying d will
+// read first (the shards of its first entries), without waiting for it,
+// so that a caller with other work to do before ApplyFrom (its own state of
+// the sender) overlaps the two.
+func (n *Node) PrefetchDelta(d *crdt.Delta) {
+	if len(d.Entries) == 0 {
+		return
+	}
+	wire := d.Entries[0].Rule
+	r, ok := n.rules.Load().getWire(wire)
+	if !ok {
+		return
+	}
+	for i := range min(len(d.Entries), applyBlock) {
+		if e := &d.Entries[i]; e.Rule == wire && len(e.Key) <= crdt.MaxKeyLen {
+			n.store.PrefetchShard(n.store.KeyHash(r.id, e.Key))
+		}
+	}
+}
+
+// mergeEntry merges one entry of replica rep for rule r (whose scope the
+// caller checked), counting the outcome in st. Requires applyMu read-held.
+func (n *Node) mergeEntry(now int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, st *ApplyStats) {
+	idx, _ := window.Split(now, r.width)
+	limitIdx, _ := window.Split(now+n.maxSkew, r.width)
+	n.mergeAt(idx, limitIdx, r, rep, e, n.store.Hash(r.id, e.Key), st)
+}
+
+// mergeAt is mergeEntry with r's current window index and the last index a
+// peer may be ahead at (now + max skew) already computed, for a run of
+// entries of one rule, and h the store's Hash of the entry's key.
+func (n *Node) mergeAt(idx, limitIdx int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, h uint64, st *ApplyStats) {
+	if len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen {
+		st.BadEntry++
+		return
+	}
+	if e.Window > limitIdx {
+		st.Ahead++
+		return
+	}
+	count := e.Count
+	if count > r.clamp {
+		// No replica admits more than the limit in a window (a denied
+		// request spends nothing), so a larger count is a bug or an
+		// attack: it must not lock the key beyond what one replica
+		// could, two windows at most. With overrides or tiers, the
+		// largest limit the window gives any key.
+		count = r.clamp
+		st.Clamped++
+	}
+	switch n.store.MergeHashed(h, r.id, e.Key, idx, e.Window, rep, count) {
+	case crdt.Merged:
+		st.Merged++
+	case crdt.Unchanged:
+		st.Unchanged++
+	case crdt.Stale:
+		st.Stale++
+	case crdt.Ahead:
+		st.Ahead++
+	case crdt.Full:
+		st.Full++
+	case crdt.Self:
+		st.Echo++
+	}
+}
+
+// senderFits reports whether sender may send through a transport of scope
+// via to a node of self's PoP: members via ScopePoP, aggregates via
+// ScopeGlobal.
+func senderFits(self, sender crdt.Replica, via Scope) bool {
+	if sender.Validate() != nil {
+		return false
+	}
+	switch via {
+	case ScopePoP:
+		return sender.SamePoP(self) && !sender.IsPoP()
+	case ScopeGlobal:
+		return sender.IsPoP()
+	}
+	return false
+}

@@ -1,0 +1,172 @@
+// Deciding one request of one rule: Decide, Peek and the decision order.
+
+package pop
+
+import (
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/window"
+)
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	// Allowed reports whether the request may proceed. Shadow rules always allow.
+	Allowed bool
+	// ShadowDenied is set when a shadow rule would have denied the request.
+	ShadowDenied bool
+	// Untracked is set when the key is new and the store had no room for it:
+	// the request was decided, and counted when admitted, by the one counter
+	// the rule's keys without room share (see crdt.Store), not by a count of
+	// its own.
+	Untracked bool
+	// Blocked is set when the key is in the rule's penalty box (Rule.BlockFor,
+	// block.go): denied (in shadow mode: would be) until RetryAfter from now.
+	Blocked bool
+	// BlockStarted is set when this decision put the key in the penalty box.
+	BlockStarted bool
+	// Unsure says why a rule with DenyUnsure denied a request it could not
+	// judge (unsure.go); UnsureNone otherwise.
+	Unsure Unsure
+	// Limit is the binding window's limit for the request: the rule's, or
+	// the one an override or tier gave the key.
+	Limit uint64
+	// Remaining is what is left of the limit after this request (see window.Result).
+	Remaining uint64
+	// Reset is the time until the whole limit is available again if no other
+	// request arrives.
+	Reset time.Duration
+	// RetryAfter is 0 when allowed, else the time until a request of the same
+	// cost would fit if no other request arrives.
+	RetryAfter time.Duration
+	// Binding is the index, in Rule.Windows, of the window the other fields
+	// speak of: of a denied request, the denying window with the longest
+	// wait; of an admitted one, the window with the least remaining. 0 for
+	// a rule of one window.
+	Binding uint8
+	// Limits are the limits per window (in the order of Rule.Windows) that
+	// an override or tier gave the request, nil when the rule's own applied.
+	// Read only: shared with the rule table.
+	Limits []uint64
+}
+
+// Decide decides a request of cost for key under rule at now (Unix
+// nanoseconds) and counts it when admitted. It never blocks on replication
+// and does not allocate.
+func (n *Node) Decide(now int64, rule, key string, cost uint64) (Decision, error) {
+	return n.decide(now, rule, key, cost, true)
+}
+
+// Peek decides like Decide but counts nothing: what Decide would answer now.
+func (n *Node) Peek(now int64, rule, key string, cost uint64) (Decision, error) {
+	return n.decide(now, rule, key, cost, false)
+}
+
+func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (d Decision, err error) {
+	r, ok := n.rules.Load().get(rule)
+	if !ok {
+		return Decision{}, ErrUnknownRule
+	}
+	err = n.decideRule(&d, now, r, key, cost, count)
+	return
+}
+
+// checkRequest checks what every rule asks of a request: a key of 1 to
+// crdt.MaxKeyLen bytes and a cost of at least 1.
+func checkRequest(key string, cost uint64) error {
+	switch {
+	case len(key) == 0:
+		return ErrEmptyKey
+	case len(key) > crdt.MaxKeyLen:
+		return ErrKeyTooLong
+	case cost < 1:
+		return ErrBadCost
+	}
+	return nil
+}
+
+// decideRule decides for rule r of some rule table snapshot, into *d (which
+// it overwrites whole). Results go through pointers on this path: a
+// returned struct is copied with wide loads of its narrow stores, which
+// stalls on store forwarding, and three such copies cost a decision more
+// than its look-up in cache.
+func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost uint64, count bool) (err error) {
+	var ok bool
+	if err = checkRequest(key, cost); err != nil {
+		*d = Decision{}
+		return err
+	}
+	switch {
+	case r.multi:
+		*d, err = n.decideMulti(now, r, key, "", cost, count)
+		return err
+	case cost > r.Limit:
+		*d = Decision{}
+		return ErrCostOverLimit
+	}
+	if r.guarded {
+		if g, done := n.guard(now, r, key); done {
+			*d = shadowed(r, g)
+			return nil
+		}
+	}
+	h := n.store.Hash(r.id, key) // the slot's line comes in meanwhile
+	idx, el := r.split(now)
+	limit := r.Limit
+	var sh *share
+	if r.OnPartition == Share && r.Scope == ScopeGlobal && n.part.Load() != nil {
+		var lim float64
+		if lim, sh, ok = n.shareLimit(r, key, now, idx, el); ok {
+			limit = uint64(min(lim, float64(r.Limit)))
+			if sh.fresh && r.OnUnsure == DenyUnsure {
+				*d = shadowed(r, unsureDecision(r, UnsureNoHistory))
+				return nil
+			}
+		}
+	}
+	var res crdt.AdmitResult
+	if cost > limit {
+		// The share left to this side cannot hold the request; retry once the
+		// partition is over, or a window later at the earliest.
+		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: r.width, Reset: r.width}}
+	} else {
+		at := crdt.Now{Index: idx, Elapsed: el, Width: r.width}
+		if count && r.OnUnsure == DenyUnsure {
+			// Fail closed before counting: a key the store may have no
+			// room for is denied, and nothing goes to the rule's counter
+			// of keys without room.
+			if n.store.AdmitSplitHashed(&res, h, r.id, key, at, limit, cost, false, nil); res.Untracked {
+				*d = unsureDecision(r, UnsureStoreFull)
+				d.Untracked = true
+				*d = shadowed(r, *d)
+				return nil
+			}
+		}
+		n.store.AdmitSplitHashed(&res, h, r.id, key, at, limit, cost, count, n.allow[r.Scope&3].Load())
+	}
+	if sh != nil && count {
+		sh.record(idx, cost)
+	}
+	// Field by field: a composite literal is built on the stack and copied.
+	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
+	d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
+	d.Limit, d.Remaining = r.Limit, min(res.Remaining, limit)
+	d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(res.RetryAfter)
+	d.Binding, d.Limits = 0, nil
+	if r.guarded {
+		n.afterGuard(now, r, key, count, d)
+	}
+	if !d.Allowed && r.Mode == Shadow {
+		d.Allowed, d.ShadowDenied = true, true
+	}
+	return nil
+}
+
+// shadowed turns a shadow rule's denial into an admission that says it
+// would have denied.
+func shadowed(r *ruleState, d Decision) Decision {
+	if !d.Allowed && r.Mode == Shadow {
+		d.Allowed, d.ShadowDenied = true, true
+	}
+	return d
+}
