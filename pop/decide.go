@@ -67,7 +67,7 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (d D
 	if !ok {
 		return Decision{}, ErrUnknownRule
 	}
-	err = n.decideRule(&d, now, r, key, cost, count)
+	err = n.decideRule(&d, now, r, key, cost, "", count)
 	return
 }
 
@@ -85,22 +85,30 @@ func checkRequest(key string, cost uint64) error {
 	return nil
 }
 
-// decideRule decides for rule r of some rule table snapshot, into *d (which
-// it overwrites whole). Results go through pointers on this path: a
-// returned struct is copied with wide loads of its narrow stores, which
-// stalls on store forwarding, and three such copies cost a decision more
-// than its look-up in cache.
-func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost uint64, count bool) (err error) {
-	var ok bool
+// decideRule decides for rule r of some rule table snapshot, under tier
+// (empty: the rule's default), into *d (which it overwrites whole). It
+// holds the decision order, here and nowhere else:
+//
+//  1. the request: a key and a cost the rule can ever admit (an error
+//     counts nothing);
+//  2. the guard: a key in the penalty box, or a node not synced yet under
+//     on_unsure: deny, is denied before any count is read;
+//  3. each window (admitWindow): the partition share caps this side's
+//     limit, a key the node cannot judge fails closed (on_unsure: deny),
+//     then the counts admit (and count, when the request fits in every
+//     window);
+//  4. a counted denial starts the key's block (penalty box);
+//  5. a shadow rule's denial becomes an admission that says so.
+//
+// Results go through pointers on this path: a returned struct is copied
+// with wide loads of its narrow stores, which stalls on store forwarding,
+// and three such copies cost a decision more than its look-up in cache.
+func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost uint64, tier string, count bool) (err error) {
 	if err = checkRequest(key, cost); err != nil {
 		*d = Decision{}
 		return err
 	}
-	switch {
-	case r.multi:
-		*d, err = n.decideMulti(now, r, key, "", cost, count)
-		return err
-	case cost > r.Limit:
+	if cost > r.maxCostOf() {
 		*d = Decision{}
 		return ErrCostOverLimit
 	}
@@ -110,49 +118,28 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 			return nil
 		}
 	}
-	h := n.store.Hash(r.id, key) // the slot's line comes in meanwhile
-	idx, el := r.split(now)
-	limit := r.Limit
-	var sh *share
-	if r.OnPartition == Share && r.Scope == ScopeGlobal && n.part.Load() != nil {
-		var lim float64
-		if lim, sh, ok = n.shareLimit(r, key, now, idx, el); ok {
-			limit = uint64(min(lim, float64(r.Limit)))
-			if sh.fresh && r.OnUnsure == DenyUnsure {
-				*d = shadowed(r, unsureDecision(r, UnsureNoHistory))
-				return nil
-			}
-		}
-	}
-	var res crdt.AdmitResult
-	if cost > limit {
-		// The share left to this side cannot hold the request; retry once the
-		// partition is over, or a window later at the earliest.
-		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: r.width, Reset: r.width}}
+	var u Unsure
+	if r.multi {
+		u = n.admitWindows(d, now, r, key, tier, cost, count)
 	} else {
-		at := crdt.Now{Index: idx, Elapsed: el, Width: r.width}
-		if count && r.OnUnsure == DenyUnsure {
-			// Fail closed before counting: a key the store may have no
-			// room for is denied, and nothing goes to the rule's counter
-			// of keys without room.
-			if n.store.AdmitSplitHashed(&res, h, r.id, key, at, limit, cost, false, nil); res.Untracked {
-				*d = unsureDecision(r, UnsureStoreFull)
-				d.Untracked = true
-				*d = shadowed(r, *d)
-				return nil
-			}
+		// One window, the rule's own limit (the common case, written out
+		// here rather than in a function of its own: a call costs it 5 %).
+		var res crdt.AdmitResult
+		if u = n.admitWindow(&res, now, r, key, r.Limit, cost, modeOf(count, count)); u == UnsureNone {
+			// Field by field: a composite literal is built on the stack and copied.
+			d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
+			d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
+			d.Limit, d.Remaining = r.Limit, res.Remaining
+			d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(res.RetryAfter)
+			d.Binding, d.Limits = 0, nil
 		}
-		n.store.AdmitSplitHashed(&res, h, r.id, key, at, limit, cost, count, n.allow[r.Scope&3].Load())
 	}
-	if sh != nil && count {
-		sh.record(idx, cost)
+	if u != UnsureNone {
+		*d = unsureDecision(r, u)
+		d.Untracked = u == UnsureStoreFull
+		*d = shadowed(r, *d)
+		return nil
 	}
-	// Field by field: a composite literal is built on the stack and copied.
-	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
-	d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
-	d.Limit, d.Remaining = r.Limit, min(res.Remaining, limit)
-	d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(res.RetryAfter)
-	d.Binding, d.Limits = 0, nil
 	if r.guarded {
 		n.afterGuard(now, r, key, count, d)
 	}
@@ -160,6 +147,69 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		d.Allowed, d.ShadowDenied = true, true
 	}
 	return nil
+}
+
+// admitMode says what admitWindow does beside deciding: count the request
+// (admitCount), record its demand for the partition share (admitRecord).
+// One argument for both keeps admitWindow's arguments in registers.
+type admitMode uint8
+
+const (
+	admitCount admitMode = 1 << iota
+	admitRecord
+)
+
+func modeOf(count, record bool) admitMode {
+	var m admitMode
+	if count {
+		m |= admitCount
+	}
+	if record {
+		m |= admitRecord
+	}
+	return m
+}
+
+// admitWindow decides (and with admitCount, counts) a request of cost against
+// limit in one window w of a rule, into *res: the partition share caps the
+// limit (and records the side's demand, with record); a key the node
+// cannot judge under on_unsure: deny (no history during a partition, or no
+// room in the store for a key to be counted) is reported, with nothing
+// counted; otherwise the counts admit. Remaining is capped by the share.
+func (n *Node) admitWindow(res *crdt.AdmitResult, now int64, w *ruleState, key string, limit, cost uint64, m admitMode) Unsure {
+	count := m&admitCount != 0
+	h := n.store.Hash(w.id, key) // the slot's line comes in meanwhile
+	idx, el := w.split(now)
+	var sh *share
+	if w.OnPartition == Share && w.Scope == ScopeGlobal && n.part.Load() != nil {
+		if lim, s, ok := n.shareLimit(w, key, now, idx, el); ok {
+			if s.fresh && w.OnUnsure == DenyUnsure {
+				return UnsureNoHistory
+			}
+			limit, sh = uint64(min(lim, float64(limit))), s
+		}
+	}
+	if cost > limit {
+		// The share left to this side cannot hold the request; retry once the
+		// partition is over, or a window later at the earliest.
+		*res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: w.width, Reset: w.width}}
+	} else {
+		at := crdt.Now{Index: idx, Elapsed: el, Width: w.width}
+		if count && w.OnUnsure == DenyUnsure {
+			// Fail closed before counting: a key the store may have no
+			// room for is denied, and nothing goes to the rule's counter
+			// of keys without room.
+			if n.store.AdmitSplitHashed(res, h, w.id, key, at, limit, cost, false, nil); res.Untracked {
+				return UnsureStoreFull
+			}
+		}
+		n.store.AdmitSplitHashed(res, h, w.id, key, at, limit, cost, count, n.allow[w.Scope&3].Load())
+	}
+	if sh != nil && m&admitRecord != 0 {
+		sh.record(idx, cost)
+	}
+	res.Remaining = min(res.Remaining, limit)
+	return UnsureNone
 }
 
 // shadowed turns a shadow rule's denial into an admission that says it

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/window"
 )
 
 // limitTable holds a rule's overrides and tiers as limits per window, in
@@ -164,43 +163,24 @@ func (n *Node) PeekWith(now int64, rule, key string, cost uint64, o Options) (De
 	return n.decideWith(now, rule, key, cost, o.Tier, false)
 }
 
-func (n *Node) decideWith(now int64, rule, key string, cost uint64, tier string, count bool) (Decision, error) {
+func (n *Node) decideWith(now int64, rule, key string, cost uint64, tier string, count bool) (d Decision, err error) {
 	r, ok := n.rules.Load().get(rule)
 	if !ok {
 		return Decision{}, ErrUnknownRule
 	}
-	return n.decideRuleWith(now, r, key, cost, tier, count)
+	err = n.decideRule(&d, now, r, key, cost, tier, count)
+	return
 }
 
-// decideRuleWith is decideRule for a request that names a tier.
-func (n *Node) decideRuleWith(now int64, r *ruleState, key string, cost uint64, tier string, count bool) (d Decision, err error) {
-	if r.lims == nil || tier == "" {
-		err = n.decideRule(&d, now, r, key, cost, count)
-		return
-	}
-	if err := checkRequest(key, cost); err != nil {
-		return Decision{}, err
-	}
-	return n.decideMulti(now, r, key, tier, cost, count)
-}
-
-// decideMulti decides a rule of several windows, overrides or tiers. The
-// request must fit in every window under the limits of its key and tier.
-// First every window is checked without counting; if one denies, nothing is
-// counted anywhere. Otherwise the cost is added to every window. Between
-// the check and the counts a concurrent request of the same key may take
-// the last units of a window; both are then admitted, and that window may
-// end up over its limit by the cost of the requests that raced (never a
-// window counted for a denied request).
-func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint64, count bool) (Decision, error) {
-	if cost > r.maxCost {
-		return Decision{}, ErrCostOverLimit
-	}
-	if r.guarded {
-		if d, done := n.guard(now, r, key); done {
-			return shadowed(r, d), nil
-		}
-	}
+// admitWindows is step 3 of decideRule for a rule of several windows,
+// overrides or tiers. The request must fit in every window under the
+// limits of its key and tier. First every window is checked without
+// counting; if one denies, nothing is counted anywhere. Otherwise the cost
+// is added to every window. Between the check and the counts a concurrent
+// request of the same key may take the last units of a window; both are
+// then admitted, and that window may end up over its limit by the cost of
+// the requests that raced (never a window counted for a denied request).
+func (n *Node) admitWindows(d *Decision, now int64, r *ruleState, key, tier string, cost uint64, count bool) Unsure {
 	lims := r.limitsFor(key, tier)
 	one := len(r.wins) == 1
 	var res [MaxWindows]crdt.AdmitResult
@@ -210,22 +190,16 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 		if lims != nil {
 			lim = lims[i]
 		}
-		var fresh bool
-		res[i], fresh = n.admitWindow(now, w, key, lim, cost, count && one, count)
-		if fresh {
-			// A share rule that fails closed, and the key has no history:
-			// nothing was counted in this window (admitWindow stops first).
-			return shadowed(r, unsureDecision(r, UnsureNoHistory)), nil
+		if u := n.admitWindow(&res[i], now, w, key, lim, cost, modeOf(count && one, count)); u != UnsureNone {
+			return u // nothing was counted in this window, nor before it
 		}
 		allowed = allowed && res[i].Allowed
 		untracked = untracked || res[i].Untracked
 	}
-	if untracked && r.OnUnsure == DenyUnsure {
+	if untracked && r.OnUnsure == DenyUnsure && !one {
 		// A key the store may have no room for: fail closed before
 		// anything is counted.
-		d := unsureDecision(r, UnsureStoreFull)
-		d.Untracked = true
-		return shadowed(r, d), nil
+		return UnsureStoreFull
 	}
 	if allowed && count && !one {
 		for _, w := range r.wins {
@@ -246,7 +220,7 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 	if lims != nil {
 		lim = lims[b]
 	}
-	d := Decision{
+	*d = Decision{
 		Allowed:    allowed,
 		Untracked:  untracked,
 		Limit:      lim,
@@ -256,42 +230,7 @@ func (n *Node) decideMulti(now int64, r *ruleState, key, tier string, cost uint6
 		Binding:    uint8(b),
 		Limits:     lims,
 	}
-	if r.guarded {
-		n.afterGuard(now, r, key, count, &d)
-	}
-	if !d.Allowed && r.Mode == Shadow {
-		d.Allowed, d.ShadowDenied = true, true
-	}
-	return d, nil
-}
-
-// admitWindow decides (and with count, counts) a request of cost against
-// limit in one window w of a rule, under the share policy as decide does,
-// and records the demand with record. Remaining is capped by the share.
-// noHistory reports a share rule that fails closed (DenyUnsure) deciding,
-// during a partition, a key with no history: nothing was decided or
-// counted.
-func (n *Node) admitWindow(now int64, w *ruleState, key string, limit, cost uint64, count, record bool) (res crdt.AdmitResult, noHistory bool) {
-	idx, el := w.split(now)
-	var sh *share
-	if w.OnPartition == Share && w.Scope == ScopeGlobal && n.part.Load() != nil {
-		if lim, s, ok := n.shareLimit(w, key, now, idx, el); ok {
-			if s.fresh && w.OnUnsure == DenyUnsure {
-				return crdt.AdmitResult{}, true
-			}
-			limit, sh = uint64(min(lim, float64(limit))), s
-		}
-	}
-	if cost > limit {
-		res = crdt.AdmitResult{Result: window.Result{Remaining: limit, RetryAfter: w.width, Reset: w.width}}
-	} else {
-		res = n.store.AdmitSplit(w.id, key, crdt.Now{Index: idx, Elapsed: el, Width: w.width}, limit, cost, count, n.allow[w.Scope&3].Load())
-	}
-	if sh != nil && record {
-		sh.record(idx, cost)
-	}
-	res.Remaining = min(res.Remaining, limit)
-	return res, false
+	return UnsureNone
 }
 
 // WireRule returns the rule of the window whose counts travel under the

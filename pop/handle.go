@@ -43,7 +43,7 @@ func (n *Node) DecideHandle(now int64, h RuleHandle, key string, cost uint64) (d
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
-	err = n.decideRule(&d, now, h.r, key, cost, true)
+	err = n.decideRule(&d, now, h.r, key, cost, "", true)
 	return
 }
 
@@ -52,7 +52,7 @@ func (n *Node) PeekHandle(now int64, h RuleHandle, key string, cost uint64) (d D
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
-	err = n.decideRule(&d, now, h.r, key, cost, false)
+	err = n.decideRule(&d, now, h.r, key, cost, "", false)
 	return
 }
 
@@ -61,7 +61,9 @@ func (n *Node) DecideHandleWith(now int64, h RuleHandle, key string, cost uint64
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
-	return n.decideRuleWith(now, h.r, key, cost, o.Tier, true)
+	var d Decision
+	err := n.decideRule(&d, now, h.r, key, cost, o.Tier, true)
+	return d, err
 }
 
 // PeekHandleWith is PeekWith for a resolved rule.
@@ -69,5 +71,7 @@ func (n *Node) PeekHandleWith(now int64, h RuleHandle, key string, cost uint64, 
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
-	return n.decideRuleWith(now, h.r, key, cost, o.Tier, false)
+	var d Decision
+	err := n.decideRule(&d, now, h.r, key, cost, o.Tier, false)
+	return d, err
 }

@@ -384,7 +384,7 @@ func (n *Node) count(now int64, c *Check, res *Result) {
 		return
 	}
 	d := &res.Decision
-	if err := n.decideInto(d, now, c.Rule.r, c.Key, c.Cost, c.Tier, true); err != nil {
+	if err := n.decideRule(d, now, c.Rule.r, c.Key, c.Cost, c.Tier, true); err != nil {
 		res.Err = err
 		return
 	}
@@ -401,7 +401,7 @@ func (n *Node) peek(now int64, c *Check, cost uint64, penalize bool, res *Result
 	r := c.Rule.r
 	pc := min(cost, r.maxCostOf())
 	d := &res.Decision
-	if err := n.decideInto(d, now, r, c.Key, pc, c.Tier, false); err != nil {
+	if err := n.decideRule(d, now, r, c.Key, pc, c.Tier, false); err != nil {
 		res.Err = err
 		return
 	}
@@ -416,15 +416,6 @@ func (n *Node) peek(now int64, c *Check, cost uint64, penalize bool, res *Result
 		d.RetryAfter = max(d.RetryAfter, r.Window)
 		*d = shadowed(r, *d)
 	}
-}
-
-// decideInto is decideRuleWith into *d.
-func (n *Node) decideInto(d *Decision, now int64, r *ruleState, key string, cost uint64, tier string, count bool) (err error) {
-	if r.lims == nil || tier == "" {
-		return n.decideRule(d, now, r, key, cost, count)
-	}
-	*d, err = n.decideMulti(now, r, key, tier, cost, count)
-	return err
 }
 
 // outcome finds the binding check and whether the request is allowed.

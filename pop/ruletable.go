@@ -42,7 +42,7 @@ type ruleState struct {
 	wire string
 	// clamp is the largest limit the window gives any key (Apply's clamp).
 	clamp uint64
-	// multi: several windows, overrides or tiers; decided by decideMulti
+	// multi: several windows, overrides or tiers; decided by admitWindows
 	// (limits.go) with wins, lims and maxCost.
 	multi   bool
 	sub     bool // a further window, reached through its rule's wins only
