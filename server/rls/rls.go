@@ -308,6 +308,9 @@ func (s *Service) tableFor(rs *frontend.Rules) *rlsTable {
 // and the standard health service (which needs no token, like /healthz).
 func (s *Service) NewServer() *grpc.Server {
 	g := grpc.NewServer(
+		// Descriptor values that are not valid UTF-8 are decided, not
+		// refused (lenient.go).
+		grpc.ForceServerCodecV2(newLenientCodec()),
 		grpc.MaxRecvMsgSize(int(min(s.cfg.MaxMsgBytes, math.MaxInt32))),
 		grpc.ConnectionTimeout(s.cfg.ConnectionTimeout),
 		// The token is checked on a stream's headers, before its message is
