@@ -57,7 +57,7 @@ type Config struct {
 	HTTP HTTP `yaml:"http"`
 	// State keeps the node's counts in a file across restarts.
 	State State `yaml:"state"`
-	// AllowRuleRemoval lets a reload remove more than half of the running
+	// AllowRuleRemoval lets a reload remove half or more of the running
 	// rules (a truncated or wrongly generated file looks like that). Without
 	// it such a reload is refused and the old rules keep serving.
 	AllowRuleRemoval bool `yaml:"allow_rule_removal"`

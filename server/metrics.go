@@ -74,7 +74,7 @@ func newMetrics(a *App) *metrics {
 	m := &metrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geolimit_config_reloads_total",
-			Help: "Config reloads by result (ok, failed, refused: it would remove more than half of the rules without allow_rule_removal).",
+			Help: "Config reloads by result (ok, failed, refused: it would remove half or more of the rules without allow_rule_removal).",
 		}, []string{"result"}),
 		latencyCheck:       lat.WithLabelValues("check"),
 		latencyChecks:      lat.WithLabelValues("checks"),

@@ -8,10 +8,11 @@ import (
 	"github.com/geolimit/geolimit/config"
 )
 
-// checkRuleRemoval refuses a reload from old to next that removes more than
-// half of old's rules (every rule included) unless next says
+// checkRuleRemoval refuses a reload from old to next that removes half or
+// more of old's rules (every rule included) unless next says
 // allow_rule_removal: true. A truncated or wrongly generated file looks like
-// that, and dropping rules drops what they count.
+// that (a file cut in the middle keeps about half), and dropping rules drops
+// what they count.
 func checkRuleRemoval(old, next *config.Config) error {
 	if next.AllowRuleRemoval || len(old.Rules) == 0 {
 		return nil
@@ -26,7 +27,7 @@ func checkRuleRemoval(old, next *config.Config) error {
 			removed = append(removed, r.Name)
 		}
 	}
-	if 2*len(removed) <= len(old.Rules) {
+	if 2*len(removed) < len(old.Rules) {
 		return nil
 	}
 	shown := removed

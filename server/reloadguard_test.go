@@ -52,6 +52,12 @@ func TestReloadRuleRemoval(t *testing.T) {
 	// Removing one rule of three is a reload like any other.
 	ta.writeConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n  - {name: api, limit: 10, window: 1h}\n")
 	require.NoError(t, ta.Reload())
+	// Removing exactly half (one of two) is refused: a file cut in the
+	// middle keeps about half of its rules.
+	ta.writeConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n")
+	err = ta.Reload()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "removes 1 of the 2 running rules (api)")
 }
 
 // A batch is decided against the rule table it was resolved with: a reload
