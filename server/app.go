@@ -398,7 +398,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 			_ = a.Shutdown(context.Background())
 		}
 	}()
-	a.loadState() // before anything is decided
+	if err := a.loadState(); err != nil { // before anything is decided
+		return err
+	}
 	switch {
 	case a.cfg.NATS.Disabled:
 		a.log.Info("nats disabled: no counts cross to other PoPs")

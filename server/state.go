@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"sync"
@@ -53,18 +54,24 @@ func newStateKeeper(a *App) *stateKeeper {
 // missing file is a first start; a corrupt one is logged, counted, moved
 // aside (path.corrupt) and the node starts without it: a limiter that
 // refuses to start over its own cache would turn a disk fault into an
-// outage.
-func (a *App) loadState() {
+// outage. A path that is not a regular file (a directory, a named pipe) is
+// a configuration mistake, not a fault: it is an error, and the App does
+// not start.
+func (a *App) loadState() error {
 	s := a.state
 	if s == nil || s.path == "" {
-		return
+		return nil
 	}
 	f, err := statefile.Open(s.path)
 	switch {
+	case errors.Is(err, statefile.ErrNotRegular):
+		s.loads.WithLabelValues("failed").Inc()
+		s.path = "" // nothing is written over it at shutdown either
+		return fmt.Errorf("server: state.file: %w", err)
 	case errors.Is(err, fs.ErrNotExist):
 		s.loads.WithLabelValues("absent").Inc()
 		a.log.Info("no state file yet; starting without former counts", "path", s.path)
-		return
+		return nil
 	case errors.Is(err, statefile.ErrCorrupt), errors.Is(err, statefile.ErrVersion):
 		s.loads.WithLabelValues("corrupt").Inc()
 		aside := s.path + ".corrupt"
@@ -72,18 +79,18 @@ func (a *App) loadState() {
 			aside = ""
 		}
 		a.log.Error("state file unusable; starting without former counts", "path", s.path, "moved_to", aside, "err", err)
-		return
+		return nil
 	case err != nil:
 		s.loads.WithLabelValues("failed").Inc()
 		a.log.Error("state file unreadable; starting without former counts", "path", s.path, "err", err)
-		return
+		return nil
 	}
 	defer f.Close()
 	self := a.opts.Self
 	if f.Self.Region != self.Region || f.Self.PoP != self.PoP || f.Self.Node != self.Node {
 		s.loads.WithLabelValues("foreign").Inc()
 		a.log.Error("state file written by another node; ignored", "path", s.path, "writer", f.Self.String(), "self", self.String())
-		return
+		return nil
 	}
 	now := a.clk.Now()
 	var res pop.ApplyStats
@@ -97,11 +104,12 @@ func (a *App) loadState() {
 		// by maximum), the rest is lost.
 		s.loads.WithLabelValues("failed").Inc()
 		a.log.Error("state file unreadable part way; starting with what was read", "path", s.path, "err", err, "merged", res.Merged)
-		return
+		return nil
 	}
 	s.loads.WithLabelValues("ok").Inc()
 	a.log.Info("state restored", "path", s.path, "writer", f.Self.String(), "age", time.Duration(now-f.SavedAt).Round(time.Millisecond),
 		"merged", res.Merged, "expired", res.Stale, "refused", res.Rejected())
+	return nil
 }
 
 // saveState writes the node's counts to state.file.

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/clock"
+	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/internal/statefile"
 )
@@ -128,4 +131,32 @@ func TestStateFileOfAnotherNode(t *testing.T) {
 	assert.Equal(t, 30, a.spendAll(10))
 	v, _ := metricValue(a.scrape(), "geolimit_state_loads_total", "result", "foreign")
 	assert.Equal(t, 1.0, v)
+}
+
+// TestStateFileNotRegular: a state.file that names a named pipe (or a
+// directory) is refused at start with an error naming the field, at once:
+// opening a pipe would wait for a writer forever.
+func TestStateFileNotRegular(t *testing.T) {
+	for _, kind := range []string{"pipe", "dir"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "state")
+			if kind == "pipe" {
+				require.NoError(t, syscall.Mkfifo(path, 0o600))
+			} else {
+				require.NoError(t, os.Mkdir(path, 0o700))
+			}
+			cfg, err := config.Parse([]byte(withBase("state: {file: " + path + "}\n")))
+			require.NoError(t, err)
+			app, err := New(Options{Config: cfg, Self: testSelf, Clock: clock.NewManual(t0), WatchInterval: -1, Logger: testLogger(t)})
+			require.NoError(t, err)
+			err = app.Start(context.Background())
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "state.file")
+			assert.ErrorIs(t, err, statefile.ErrNotRegular)
+			fi, err := os.Lstat(path)
+			require.NoError(t, err)
+			assert.False(t, fi.Mode().IsRegular(), "nothing was written over it")
+		})
+	}
 }

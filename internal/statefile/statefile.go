@@ -33,11 +33,13 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"iter"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/geolimit/geolimit/crdt"
 )
@@ -57,6 +59,10 @@ const headerLen = len(magic) + 1 + 8
 var (
 	ErrCorrupt = errors.New("statefile: corrupt")
 	ErrVersion = errors.New("statefile: unsupported version")
+	// ErrNotRegular: the path names a directory, a named pipe, a device or
+	// a socket, which a state file cannot be (a pipe would block the
+	// reader until someone writes to it).
+	ErrNotRegular = errors.New("statefile: not a regular file")
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -217,10 +223,13 @@ type File struct {
 
 // Open opens the state file at path and checks it whole: its size,
 // version, checksum, framing and every delta. A missing file returns an
-// error wrapping fs.ErrNotExist; a damaged one, ErrCorrupt or ErrVersion.
-// Close the File when done.
+// error wrapping fs.ErrNotExist; a damaged one, ErrCorrupt or ErrVersion;
+// anything but a regular file, ErrNotRegular (without blocking on a
+// named pipe). Close the File when done.
 func Open(path string) (*File, error) {
-	osf, err := os.Open(path)
+	// Non-blocking, so that opening a named pipe returns at once and is
+	// refused below; a regular file reads as usual.
+	osf, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("statefile: %w", err)
 	}
@@ -229,6 +238,10 @@ func Open(path string) (*File, error) {
 		_ = osf.Close()
 		return nil, fmt.Errorf("statefile: %w", err)
 	}
+	if !fi.Mode().IsRegular() {
+		_ = osf.Close()
+		return nil, fmt.Errorf("%w: %s is a %s", ErrNotRegular, path, kind(fi.Mode()))
+	}
 	f, err := open(osf, fi.Size())
 	if err != nil {
 		_ = osf.Close()
@@ -236,6 +249,21 @@ func Open(path string) (*File, error) {
 	}
 	f.c = osf
 	return f, nil
+}
+
+// kind names a file mode's type for an error.
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
 }
 
 // Close closes the file.
