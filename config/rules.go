@@ -53,8 +53,13 @@ type Rule struct {
 
 // Match selects requests in proxy mode. Every non-empty field must match.
 type Match struct {
-	// PathPrefix matches paths that start with it.
+	// PathPrefix matches paths that start with it (after dot segments and
+	// repeated slashes are resolved, percent-escapes decoded).
 	PathPrefix string `yaml:"path_prefix"`
+	// IgnoreCase matches PathPrefix regardless of case, and makes a path
+	// key part lower case: for an upstream that routes /Login and /login
+	// to one handler.
+	IgnoreCase bool `yaml:"ignore_case"`
 	// Methods lists the HTTP methods matched (upper case).
 	Methods []string `yaml:"methods"`
 	// Host matches the request's host (case-insensitive, port ignored).

@@ -273,3 +273,21 @@ func TestProxyMethodCase(t *testing.T) {
 	require.Equal(t, http.StatusOK, ta.proxy("POST", "/login").status)
 	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("pOst", "/login").status)
 }
+
+// TestProxyIgnoreCase: with match.ignore_case, /Login, /LOGIN and /%4cogin
+// count against a /login rule (many upstreams route them to one handler);
+// without it they are other paths.
+func TestProxyIgnoreCase(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", `
+  - {name: login, limit: 3, window: 1m, match: {path_prefix: /login, ignore_case: true}}
+  - {name: exact, limit: 1, window: 1m, match: {path_prefix: /exact}}
+`))
+	for _, p := range []string{"/login", "/Login", "/%4cogin"} {
+		require.Equal(t, http.StatusOK, ta.proxy("POST", p).status, p)
+	}
+	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("POST", "/LOGIN").status)
+	require.Equal(t, http.StatusOK, ta.proxy("GET", "/exact").status)
+	assert.Equal(t, http.StatusOK, ta.proxy("GET", "/Exact").status, "case-sensitive by default")
+	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/exact").status)
+}

@@ -112,7 +112,8 @@ func (cr *Rule) Matches(o *Origin) bool {
 			return false
 		}
 	}
-	if cr.prefix != "" && !strings.HasPrefix(o.Path, cr.prefix) {
+	if cr.prefix != "" && !strings.HasPrefix(o.Path, cr.prefix) &&
+		!(cr.fold && len(o.Path) >= len(cr.prefix) && strings.EqualFold(o.Path[:len(cr.prefix)], cr.prefix)) {
 		return false
 	}
 	if cr.host != "" && !strings.EqualFold(HostOnly(o.Host), cr.host) {
@@ -139,6 +140,9 @@ func partValue(p keyPart, o *Origin) string {
 		}
 		return vs[0]
 	case partPath:
+		if p.fold {
+			return strings.ToLower(o.Path)
+		}
 		return o.Path
 	case partHost:
 		return strings.ToLower(HostOnly(o.Host))

@@ -39,7 +39,10 @@ type Rule struct {
 	methods []string
 	host    string // lower case, no port
 	prefix  string
-	parts   []keyPart
+	// fold: match prefix and build the path key part regardless of case
+	// (match.ignore_case); prefix is then lower case.
+	fold  bool
+	parts []keyPart
 	// policy is the RateLimit-Policy field: one item per window,
 	// "name";q=100;w=60 (rules of several windows: "name/1s";q=20;w=1, ...).
 	policy string
@@ -75,6 +78,7 @@ const (
 type keyPart struct {
 	kind   keyKind
 	header string // canonical header name for partHeader
+	fold   bool   // partPath: lower case (match.ignore_case)
 }
 
 // RuleMetrics are one rule's decision counters, kept across reloads for as
@@ -124,6 +128,7 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 			methods:  r.Match.Methods,
 			host:     strings.ToLower(r.Match.Host),
 			prefix:   r.Match.PathPrefix,
+			fold:     r.Match.IgnoreCase,
 			policy:   PolicyField(pr, nil),
 			limitStr: strconv.FormatUint(pr.Limit, 10),
 			MaxCost:  pr.MaxCost(),
@@ -145,7 +150,7 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 			case k == config.KeyIP:
 				cr.parts = append(cr.parts, keyPart{kind: partIP})
 			case k == config.KeyPath:
-				cr.parts = append(cr.parts, keyPart{kind: partPath})
+				cr.parts = append(cr.parts, keyPart{kind: partPath, fold: r.Match.IgnoreCase})
 			case k == config.KeyHost:
 				cr.parts = append(cr.parts, keyPart{kind: partHost})
 			default:
