@@ -194,6 +194,12 @@ type HTTP struct {
 	// proxy, forward auth, gRPC); further clients wait in the kernel's
 	// accept queue until one closes. Default 10000.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerClient caps the open connections of one client
+	// address on each listener: a connection beyond it is closed at once,
+	// so that one address holding connections with stalled requests cannot
+	// fill max_connections. A proxy in front counts as one client: raise
+	// it to the connections its pools hold. Default 1000.
+	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
 	// ShutdownTimeout bounds draining on SIGINT/SIGTERM. Default 10s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 }
@@ -223,13 +229,14 @@ func DefaultConfig() *Config {
 			MaxSkew:      Duration(pop.DefaultMaxSkew),
 		},
 		HTTP: HTTP{
-			ReadHeaderTimeout: Duration(5 * time.Second),
-			ReadTimeout:       Duration(30 * time.Second),
-			WriteTimeout:      Duration(60 * time.Second),
-			IdleTimeout:       Duration(120 * time.Second),
-			MaxHeaderBytes:    64 << 10,
-			MaxConnections:    10000,
-			ShutdownTimeout:   Duration(10 * time.Second),
+			ReadHeaderTimeout:       Duration(5 * time.Second),
+			ReadTimeout:             Duration(30 * time.Second),
+			WriteTimeout:            Duration(60 * time.Second),
+			IdleTimeout:             Duration(120 * time.Second),
+			MaxHeaderBytes:          64 << 10,
+			MaxConnections:          10000,
+			MaxConnectionsPerClient: 1000,
+			ShutdownTimeout:         Duration(10 * time.Second),
 		},
 		State: State{Interval: Duration(DefaultStateInterval)},
 	}
@@ -349,6 +356,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("limits.max_batch: must be at least 1, got %d", c.Limits.MaxBatch)
 	case c.HTTP.MaxConnections < 1:
 		return fmt.Errorf("http.max_connections: must be at least 1, got %d", c.HTTP.MaxConnections)
+	case c.HTTP.MaxConnectionsPerClient < 1:
+		return fmt.Errorf("http.max_connections_per_client: must be at least 1, got %d", c.HTTP.MaxConnectionsPerClient)
 	case c.HTTP.MaxHeaderBytes < 1024:
 		return fmt.Errorf("http.max_header_bytes: must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
 	}

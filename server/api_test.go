@@ -523,3 +523,39 @@ func TestMaxConnections(t *testing.T) {
 		t.Fatal("the third client was not served after a connection closed")
 	}
 }
+
+// http.max_connections_per_client caps one address's open connections:
+// with two stalled requests from 127.0.0.1 open, a third connection from
+// it is closed at once, while another address (127.0.0.2) is served.
+func TestMaxConnectionsPerClient(t *testing.T) {
+	ta := startApp(t, "http: {max_connections_per_client: 2}\n"+rulesYAML)
+	// The test's own requests come from another address.
+	ta.c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
+	addr := ta.APIAddr().String()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	for range 2 { // stalled: a body announced and never sent
+		c := dial()
+		_, err := fmt.Fprintf(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+		require.NoError(t, err)
+	}
+	refused := func() float64 {
+		v, _ := metricValue(ta.scrape(), "geolimit_connections_refused_total")
+		return v
+	}
+	require.Eventually(t, func() bool {
+		// The stalled two may not be accepted yet: then this one is, and
+		// is closed by the cleanup; poll until one is refused.
+		c := dial()
+		_, _ = fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := http.ReadResponse(bufio.NewReader(c), nil)
+		return err != nil && refused() >= 1
+	}, 10*time.Second, 10*time.Millisecond, "a third connection from the same address is closed")
+	assert.Equal(t, http.StatusOK, ta.get("/healthz").status, "another address is served")
+}

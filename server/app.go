@@ -18,10 +18,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/geolimit/geolimit/server/api"
-	"github.com/geolimit/geolimit/server/frontend"
-	"github.com/geolimit/geolimit/server/proxy"
-	"github.com/geolimit/geolimit/server/rls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -31,6 +27,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/geolimit/geolimit/internal/listen"
+	"github.com/geolimit/geolimit/server/api"
+	"github.com/geolimit/geolimit/server/frontend"
+	"github.com/geolimit/geolimit/server/proxy"
+	"github.com/geolimit/geolimit/server/rls"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -209,6 +211,8 @@ type App struct {
 	grpcLn   net.Listener
 	grpcSrv  *grpc.Server
 	ready    atomic.Bool
+	// connCaps are the open listeners' per-client caps (metrics).
+	connCaps atomic.Pointer[[]*listen.PerClientListener]
 	// The front ends: the HTTP decision API, proxy mode with forward auth
 	// and the middleware, the Envoy rate limit service.
 	api    *api.Handler
@@ -360,14 +364,27 @@ func (a *App) GRPCAddr() net.Addr {
 func (a *App) NATSURL() string { return a.natsURL }
 
 // limitListen opens a TCP listener that holds at most http.max_connections
-// connections open at once (golang.org/x/net/netutil): idle keep-alive
-// connections cannot exhaust the process's file descriptors.
+// connections open at once (golang.org/x/net/netutil), and at most
+// http.max_connections_per_client of one client address: idle keep-alive
+// connections cannot exhaust the process's file descriptors, and one
+// address's stalled connections cannot keep the others out.
 func (a *App) limitListen(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return netutil.LimitListener(l, a.cfg.HTTP.MaxConnections), nil
+	pl := listen.PerClient(netutil.LimitListener(l, a.cfg.HTTP.MaxConnections), a.cfg.HTTP.MaxConnectionsPerClient)
+	caps := append(slices.Clone(a.connCapsNow()), pl)
+	a.connCaps.Store(&caps)
+	return pl, nil
+}
+
+// connCapsNow returns the per-client caps of the open listeners.
+func (a *App) connCapsNow() []*listen.PerClientListener {
+	if p := a.connCaps.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // needTokens refuses to run without API tokens while a running listener

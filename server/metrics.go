@@ -30,6 +30,8 @@ type metrics struct {
 }
 
 var (
+	descConnRefused = prometheus.NewDesc("geolimit_connections_refused_total",
+		"Connections closed at once because their client address already held http.max_connections_per_client on that listener.", nil, nil)
 	descDecisions = prometheus.NewDesc("geolimit_decisions_total",
 		"Decisions by rule and result (allowed, denied, shadow_denied).", []string{"rule", "result"}, nil)
 	descActiveKeys = prometheus.NewDesc("geolimit_active_keys",
@@ -114,7 +116,7 @@ func newMetrics(a *App) *metrics {
 type nodeCollector struct{ a *App }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descMaxKeys, descEvicted, descUntracked, descExpired, descReplicas, descHotKeys, descAllowHorizon, descAllowReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare} {
+	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descMaxKeys, descEvicted, descUntracked, descExpired, descReplicas, descHotKeys, descAllowHorizon, descAllowReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare, descConnRefused} {
 		ch <- d
 	}
 }
@@ -131,6 +133,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descActiveKeys, prometheus.GaugeValue, float64(k), rule)
 	}
 	ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(st.Store.Keys))
+	var refused uint64
+	for _, l := range c.a.connCapsNow() {
+		refused += l.Refused()
+	}
+	ch <- prometheus.MustNewConstMetric(descConnRefused, prometheus.CounterValue, float64(refused))
 	ch <- prometheus.MustNewConstMetric(descMaxKeys, prometheus.GaugeValue, float64(c.a.cfg.Limits.MaxKeys))
 	ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(st.Store.Evicted))
 	ch <- prometheus.MustNewConstMetric(descUntracked, prometheus.CounterValue, float64(st.Store.Overflow))
