@@ -125,7 +125,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 		}
 	}
 	for _, ms := range byPoP {
-		waitFor(t, 10*time.Second, "members see each other and share an epoch", func() bool {
+		require.Eventually(t, func() bool {
 			for _, m := range ms {
 				st := m.rep.Status()
 				if len(m.rep.Members()) != 2 || st.Epoch == 0 || st.Epoch != ms[0].rep.Status().Epoch || len(m.rep.Heard()) != 1 {
@@ -133,7 +133,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 				}
 			}
 			return true
-		})
+		}, 10*time.Second, poll, "members see each other and share an epoch")
 	}
 
 	// Steady traffic: every ams node counts on many keys for a second.
@@ -153,7 +153,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond) // pacing the traffic, not waiting for a condition
 	}
-	waitFor(t, 15*time.Second, "iad sees ams's totals", func() bool {
+	require.Eventually(t, func() bool {
 		for _, m := range byPoP[PoPID{Region: "us", PoP: "iad"}] {
 			for key, w := range want {
 				if total(m.node, "api", key) != w {
@@ -162,7 +162,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, 15*time.Second, poll, "iad sees ams's totals")
 	elapsed := time.Since(start)
 	wireMu.Lock()
 	counting = false
