@@ -1,6 +1,8 @@
 package crdt
 
-import "unsafe"
+import (
+	"unsafe"
+)
 
 // sideTable holds a shard's remote entries (sideEntry), by slot position:
 // lists[i] is slot i's, nil for none. A merge finds a key's entries with one
@@ -125,3 +127,35 @@ func sideSearch(es []sideEntry, rep ReplicaID, win int64, nreps int) int {
 	}
 	return lo
 }
+
+// sideEntry is one remote replica's count of one window of a key: 16 bytes,
+// as a key of a fleet of hundreds of PoPs holds hundreds of them.
+type sideEntry struct {
+	count uint64
+	// w is the low 32 bits of the window index: a key's entries lie within
+	// one window of its slot's, so the slot's window gives back the rest
+	// (win).
+	w uint32
+	// rm is the ReplicaID, with sideMember set when the replica is a member
+	// (see Store.isMember; fixed while the replica is interned).
+	rm uint32
+}
+
+// sideMember marks a member's sideEntry; ReplicaIDs stay below it.
+const sideMember = 1 << 31
+
+func newSideEntry(win int64, rep ReplicaID, count uint64, member bool) sideEntry {
+	e := sideEntry{count: count, w: uint32(win), rm: uint32(rep)}
+	if member {
+		e.rm |= sideMember
+	}
+	return e
+}
+
+// win returns the entry's window index, given near, the window of its
+// slot (or any index within 2^31 of the entry's).
+func (e *sideEntry) win(near int64) int64 { return near + int64(int32(e.w-uint32(near))) }
+
+func (e *sideEntry) rep() ReplicaID { return ReplicaID(e.rm &^ sideMember) }
+
+func (e *sideEntry) member() bool { return e.rm&sideMember != 0 }

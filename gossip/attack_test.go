@@ -73,10 +73,10 @@ func TestAttackForgedHugeCount(t *testing.T) {
 	win := int64(time.Minute)
 	forged := &crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 99), SentAt: now, Epoch: 99,
 		Entries: []crdt.Entry{{Rule: "login", Key: "alice", Window: now / win, Count: 1 << 62}}}
-	waitFor(t, 10*time.Second, "the forged count arrives across the gateway", func() bool {
+	require.Eventually(t, func() bool {
 		publish(t, nc, DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), forged)
 		return victim.node.Stats().Applied.Clamped > 0
-	})
+	}, 10*time.Second, poll, "the forged count arrives across the gateway")
 	assert.EqualValues(t, 10, total(victim.node, "login", "alice"), "merged as the limit")
 	d, err := victim.node.Peek(now, "login", "alice", 1)
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func TestAttackInventedPoPs(t *testing.T) {
 	}
 	victim := start(ams, c.ClientURL(0))
 	start(iad, c.ClientURL(1))
-	waitFor(t, 10*time.Second, "the real PoPs hear each other", func() bool { return len(victim.rep.Partitioned()) == 0 })
+	require.Eventually(t, func() bool { return len(victim.rep.Partitioned()) == 0 }, 10*time.Second, poll, "the real PoPs hear each other")
 
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
@@ -114,17 +114,17 @@ func TestAttackInventedPoPs(t *testing.T) {
 		publish(t, nc, HeartbeatSubject("", p), &crdt.Delta{Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: "n", Incarnation: 1}, SentAt: now})
 	}
 	require.NoError(t, nc.Flush())
-	waitFor(t, 10*time.Second, "the invented PoPs are heard", func() bool { return victim.rep.Status().Protocol.UnknownPoPs > 0 })
+	require.Eventually(t, func() bool { return victim.rep.Status().Protocol.UnknownPoPs > 0 }, 10*time.Second, poll, "the invented PoPs are heard")
 	st := victim.rep.Status()
 	assert.LessOrEqual(t, len(st.RemotePoPs), 50, "at most MaxPoPs tracked")
 	// Silent for longer than the peer timeout, they still partition nothing.
 	time.Sleep(3 * opts.PeerTimeout / 2) // let them go silent: a duration of the protocol, not a poll
 	assert.Empty(t, victim.rep.Partitioned())
 	assert.False(t, victim.node.Partition(time.Now().UnixNano()).Partitioned, "no share limits")
-	waitFor(t, 10*time.Second, "the invented PoPs are forgotten", func() bool {
+	require.Eventually(t, func() bool {
 		rps := victim.rep.RemotePoPs()
 		return len(rps) == 1 && rps[0].PoPID == iad
-	})
+	}, 10*time.Second, poll, "the invented PoPs are forgotten")
 	assert.Positive(t, victim.rep.Status().Protocol.ForgottenPoPs)
 }
 
@@ -148,7 +148,7 @@ func TestAttackSyncAmplification(t *testing.T) {
 		_, err := victim.node.Decide(now, "api", fmt.Sprintf("k%d", i), 1)
 		require.NoError(t, err)
 	}
-	waitFor(t, 10*time.Second, "flushed", func() bool { return victim.node.Pending() == 0 })
+	require.Eventually(t, func() bool { return victim.node.Pending() == 0 }, 10*time.Second, poll, "flushed")
 	// The victim's subscriptions must be in place at its server (the
 	// gateway forwards the attacker's messages to it).
 	iad := PoPID{Region: "us", PoP: "iad"}
@@ -172,10 +172,10 @@ func TestAttackSyncAmplification(t *testing.T) {
 				}
 			}
 			require.NoError(t, nc.Flush())
-			waitFor(t, 10*time.Second, "the requests are seen", func() bool {
+			require.Eventually(t, func() bool {
 				p := victim.rep.Status().Protocol
 				return p.SyncAnswers+p.SyncThrottled-before.Protocol.SyncAnswers-before.Protocol.SyncThrottled >= 10
-			})
+			}, 10*time.Second, poll, "the requests are seen")
 			time.Sleep(syncInterval) // let the paced answers go out
 			after := victim.rep.Status()
 			elapsed := time.Since(begin)
@@ -236,19 +236,19 @@ func TestAttackBulkFlood(t *testing.T) {
 		sent += publish(t, nc, DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), d)
 	}
 	require.NoError(t, nc.Flush())
-	waitFor(t, 60*time.Second, "the flood is received and the queue drained", func() bool {
+	require.Eventually(t, func() bool {
 		st := victim.rep.Status()
 		return globalStats(st).BytesReceived >= uint64(sent)/2 && st.QueuedBytes == 0
-	})
+	}, 60*time.Second, poll, "the flood is received and the queue drained")
 	// Everything not yet delivered by the server drains too.
 	var last uint64
-	waitFor(t, 60*time.Second, "nothing more arrives", func() bool {
+	require.Eventually(t, func() bool {
 		st := victim.rep.Status()
 		r := globalStats(st).BytesReceived
 		done := r == last && st.QueuedBytes == 0
 		last = r
 		return done
-	})
+	}, 60*time.Second, poll, "nothing more arrives")
 	st := victim.rep.Status()
 	t.Logf("flood %d MB: received %d MB, dropped %d messages, queue peak %d B, keys %d",
 		sent>>20, globalStats(st).BytesReceived>>20, globalStats(st).Dropped, st.QueuedBytesPeak, victim.node.Stats().Store.Keys)

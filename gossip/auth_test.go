@@ -53,7 +53,7 @@ func twoPoPs(t *testing.T, url string, set func(*NATSConfig)) {
 	}
 	_, err := ms[0].node.Decide(time.Now().UnixNano(), "api", "k", 1)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "replicated", func() bool { return total(ms[1].node, "api", "k") == 1 })
+	require.Eventually(t, func() bool { return total(ms[1].node, "api", "k") == 1 }, 10*time.Second, poll, "replicated")
 }
 
 func TestNATSUserPassword(t *testing.T) {
@@ -73,7 +73,7 @@ func TestNATSUserPassword(t *testing.T) {
 	good, other, bad := start(PoPID{Region: "eu", PoP: "fra"}, "s3cret"), start(PoPID{Region: "us", PoP: "sjc"}, "s3cret"), start(PoPID{Region: "ap", PoP: "syd"}, "wrong")
 	_, err := good.node.Decide(time.Now().UnixNano(), "api", "k2", 1)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "the authenticated node receives it", func() bool { return total(other.node, "api", "k2") == 1 })
+	require.Eventually(t, func() bool { return total(other.node, "api", "k2") == 1 }, 10*time.Second, poll, "the authenticated node receives it")
 	assert.Zero(t, total(bad.node, "api", "k2"))
 	assert.Zero(t, bad.rep.Stats()[0].MessagesReceived)
 }

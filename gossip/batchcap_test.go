@@ -1,4 +1,4 @@
-package gossip
+package gossip_test
 
 import (
 	"context"
@@ -9,19 +9,21 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/gossip/memhub"
 	"github.com/geolimit/geolimit/repl"
 )
 
 // TestFlushWhenBatchFull: with a flush interval far longer than the test, a
 // batch that reaches MaxBatchEntries still goes out at once.
 func TestFlushWhenBatchFull(t *testing.T) {
-	hub := NewHub(1)
+	hub := memhub.New(1)
 	defer hub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Hour, MaxBatchEntries: 100}}
+	opts := gossip.Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Hour, MaxBatchEntries: 100}}
 	var ms []*member
-	for _, p := range []PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
+	for _, p := range []gossip.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		o := opts
 		o.PoP = hub.PoP(p, p.PoP+"-1")
 		o.Global = hub.Global(p, p.PoP+"-1")
@@ -29,9 +31,9 @@ func TestFlushWhenBatchFull(t *testing.T) {
 	}
 	// Let the start-up exchange (heartbeats, the re-send when a PoP is first
 	// heard) finish, so that only a flush can carry what follows.
-	waitFor(t, 10*time.Second, "both PoPs hear each other", func() bool {
+	require.Eventually(t, func() bool {
 		return len(ms[0].rep.Heard()) == 1 && len(ms[1].rep.Heard()) == 1
-	})
+	}, 10*time.Second, poll, "both PoPs hear each other")
 	now := time.Now().UnixNano()
 	for i := range 50 {
 		_, err := ms[0].node.Decide(now, "api", "k"+strconv.Itoa(i), 1)
@@ -42,8 +44,8 @@ func TestFlushWhenBatchFull(t *testing.T) {
 		_, err := ms[0].node.Decide(now, "api", "k"+strconv.Itoa(i), 1)
 		require.NoError(t, err)
 	}
-	waitFor(t, 10*time.Second, "the full batch flushed early", func() bool { return ms[0].node.Pending() == 0 })
-	waitFor(t, 10*time.Second, "and arrived", func() bool {
+	require.Eventually(t, func() bool { return ms[0].node.Pending() == 0 }, 10*time.Second, poll, "the full batch flushed early")
+	require.Eventually(t, func() bool {
 		return total(ms[1].node, "api", "k149") == 1 && total(ms[1].node, "api", "k0") == 1
-	})
+	}, 10*time.Second, poll, "and arrived")
 }

@@ -49,7 +49,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 	}
 	iadNode := newNode(t, "us", "iad", "iad-1", rules)
 	iad := startMember(t, ctx, iadNode, opts("us", "iad", "iad-1", 1))
-	waitFor(t, 20*time.Second, "ams shares an epoch and both PoPs hear each other", func() bool {
+	require.Eventually(t, func() bool {
 		for _, m := range ams {
 			st := m.rep.Status()
 			if len(m.rep.Members()) != 1 || st.Epoch == 0 || st.Epoch != ams[0].rep.Status().Epoch || len(m.rep.Partitioned()) != 0 {
@@ -57,7 +57,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 			}
 		}
 		return len(iad.rep.Partitioned()) == 0
-	})
+	}, 20*time.Second, poll, "ams shares an epoch and both PoPs hear each other")
 	rtt := measureRTT(t, c)
 
 	start := time.Now()
@@ -92,7 +92,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 10*time.Second, "blocks reach the other node and the other region", blockedEverywhere)
+	require.Eventually(t, blockedEverywhere, 10*time.Second, poll, "blocks reach the other node and the other region")
 	t.Logf("blocked everywhere %s after they were set (flush interval %s + gateway RTT %s)",
 		time.Since(start).Round(time.Millisecond), flush, rtt.Round(time.Microsecond))
 

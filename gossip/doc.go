@@ -1,7 +1,8 @@
 // Package gossip replicates a pop.Node's counts: transports that only move
 // bytes and report membership (memberlist inside a PoP, NATS between PoPs and
-// regions, an in-memory Hub for tests), and the Replicator, the runtime that
-// owns the goroutines around the synchronous core.
+// regions; package memhub holds an in-memory network for tests), and the
+// Replicator, the runtime that owns the goroutines around the synchronous
+// core.
 //
 //	opts := gossip.DefaultOptions() // repl.DefaultSettings and queue bounds
 //	opts.Node = node

@@ -7,13 +7,14 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/gossip/memhub"
 	"github.com/geolimit/geolimit/pop"
 )
 
-// Two PoPs replicate a global rule over an in-memory Hub (in production:
+// Two PoPs replicate a global rule over an in-memory memhub.Hub (in production:
 // gossip.NATSConnect between PoPs, gossip.MemberlistConnect inside one).
 func ExampleStart() {
-	hub := gossip.NewHub(1)
+	hub := memhub.New(1)
 	defer hub.Close()
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal}}
 	var nodes []*pop.Node

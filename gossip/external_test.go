@@ -30,13 +30,13 @@ func TestExternalNATSServer(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	waitFor(t, 10*time.Second, "nats-server listening", func() bool {
+	require.Eventually(t, func() bool {
 		c, err := net.Dial("tcp", hostPort(port))
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
-	})
+	}, 10*time.Second, poll, "nats-server listening")
 	url := "nats://" + hostPort(port)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -51,7 +51,7 @@ func TestExternalNATSServer(t *testing.T) {
 		_, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
 		require.NoError(t, err)
 	}
-	waitFor(t, 10*time.Second, "converged through the external server", func() bool {
+	require.Eventually(t, func() bool {
 		return total(ma.node, "api", "k") == 50 && total(mb.node, "api", "k") == 50
-	})
+	}, 10*time.Second, poll, "converged through the external server")
 }

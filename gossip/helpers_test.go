@@ -17,11 +17,8 @@ import (
 	"github.com/geolimit/geolimit/pop"
 )
 
-// waitFor polls cond until it holds or fails the test after timeout.
-func waitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
-	t.Helper()
-	gossiptest.WaitFor(t, timeout, msg, cond)
-}
+// poll is how often a test waiting for a condition checks it.
+const poll = 2 * time.Millisecond
 
 var incarnation atomic.Uint64
 
@@ -69,7 +66,7 @@ func restartNATS(t testing.TB, port int) *server.Server {
 	t.Helper()
 	opts := &server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true}
 	var s *server.Server
-	waitFor(t, 10*time.Second, "restarted nats-server", func() bool {
+	require.Eventually(t, func() bool {
 		var err error
 		if s, err = server.NewServer(opts); err != nil {
 			return false
@@ -80,7 +77,7 @@ func restartNATS(t testing.TB, port int) *server.Server {
 			return false
 		}
 		return true
-	})
+	}, 10*time.Second, poll, "restarted nats-server")
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s
 }

@@ -1,4 +1,4 @@
-package gossip
+package gossip_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/gossip/memhub"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -21,14 +23,14 @@ import (
 func TestHubConvergence(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	hub := NewHub(seed)
+	hub := memhub.New(seed)
 	defer hub.Close()
-	hub.SetFaults(Faults{Drop: 0.2, Duplicate: 0.2, MinDelay: 0, MaxDelay: 5 * time.Millisecond})
+	hub.SetFaults(memhub.Faults{Drop: 0.2, Duplicate: 0.2, MinDelay: 0, MaxDelay: 5 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}}
+	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}}
 	var ms []*member
-	for _, p := range []PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}} {
+	for _, p := range []gossip.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}} {
 		for i := range 2 {
 			name := fmt.Sprintf("%s-%d", p.PoP, i)
 			o := opts
@@ -39,7 +41,7 @@ func TestHubConvergence(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	admitted := map[string]uint64{}
-	perIP := map[PoPID]uint64{}
+	perIP := map[gossip.PoPID]uint64{}
 	for range 3000 {
 		m := ms[rng.IntN(len(ms))]
 		d, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
@@ -53,14 +55,14 @@ func TestHubConvergence(t *testing.T) {
 			perIP[m.id]++
 		}
 	}
-	waitFor(t, 10*time.Second, "hub convergence", func() bool {
+	require.Eventually(t, func() bool {
 		for _, m := range ms {
 			if total(m.node, "api", "k") != admitted["k"] || total(m.node, "per-ip", "ip") != perIP[m.id] {
 				return false
 			}
 		}
 		return true
-	})
+	}, 10*time.Second, poll, "hub convergence")
 	for _, m := range ms {
 		assert.Len(t, m.rep.Members(), 1, m.name)
 		assert.Empty(t, m.rep.Partitioned(), m.name)
@@ -70,23 +72,23 @@ func TestHubConvergence(t *testing.T) {
 // TestHubPartition cuts one PoP off: its peers count it as partitioned;
 // after heal, views converge to the exact totals.
 func TestHubPartition(t *testing.T) {
-	hub := NewHub(1)
+	hub := memhub.New(1)
 	defer hub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 100 * time.Millisecond}}
-	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
+	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 100 * time.Millisecond}}
+	a, b := gossip.PoPID{Region: "eu", PoP: "ams"}, gossip.PoPID{Region: "us", PoP: "iad"}
 	o := opts
 	o.Global = hub.Global(a, "a")
 	o.ExpectedPoPs = popNames(b)
 	var mu sync.Mutex
-	var reports [][]PoPID
-	o.OnPartitionChange = func(p []PoPID) {
+	var reports [][]gossip.PoPID
+	o.OnPartitionChange = func(p []gossip.PoPID) {
 		mu.Lock()
 		reports = append(reports, p)
 		mu.Unlock()
 	}
-	lastReport := func(want []PoPID) func() bool {
+	lastReport := func(want []gossip.PoPID) func() bool {
 		return func() bool {
 			mu.Lock()
 			defer mu.Unlock()
@@ -97,15 +99,15 @@ func TestHubPartition(t *testing.T) {
 	o = opts
 	o.Global = hub.Global(b, "b")
 	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "b", testRules()), o)
-	waitFor(t, 5*time.Second, "both heard", func() bool {
+	require.Eventually(t, func() bool {
 		return len(ma.rep.Heard()) == 1 && len(mb.rep.Heard()) == 1
-	})
+	}, 5*time.Second, poll, "both heard")
 	hub.Cut(a, b)
-	waitFor(t, 5*time.Second, "partition seen", func() bool {
+	require.Eventually(t, func() bool {
 		return len(ma.rep.Partitioned()) == 1 && len(mb.rep.Partitioned()) == 1
-	})
-	assert.Equal(t, []PoPID{b}, ma.rep.Partitioned())
-	waitFor(t, 5*time.Second, "the cut reported", lastReport([]PoPID{b}))
+	}, 5*time.Second, poll, "partition seen")
+	assert.Equal(t, []gossip.PoPID{b}, ma.rep.Partitioned())
+	require.Eventually(t, lastReport([]gossip.PoPID{b}), 5*time.Second, poll, "the cut reported")
 	for range 10 {
 		_, err := ma.node.Decide(time.Now().UnixNano(), "api", "k", 1)
 		require.NoError(t, err)
@@ -115,25 +117,25 @@ func TestHubPartition(t *testing.T) {
 	// Counts flushed during the cut are lost; nothing changes after heal, so
 	// only the resync on "heard again" can repair them.
 	fa, fb := ma.rep.Status().Protocol.Flushes, mb.rep.Status().Protocol.Flushes
-	waitFor(t, 5*time.Second, "flushed during the cut", func() bool {
+	require.Eventually(t, func() bool {
 		return ma.rep.Status().Protocol.Flushes > fa+1 && mb.rep.Status().Protocol.Flushes > fb+1
-	})
+	}, 5*time.Second, poll, "flushed during the cut")
 	assert.Equal(t, uint64(10), total(ma.node, "api", "k"))
 	hub.Heal()
-	waitFor(t, 5*time.Second, "healed views", func() bool {
+	require.Eventually(t, func() bool {
 		return total(ma.node, "api", "k") == 20 && total(mb.node, "api", "k") == 20
-	})
-	waitFor(t, 5*time.Second, "heard again", func() bool { return len(ma.rep.Partitioned()) == 0 })
-	waitFor(t, 5*time.Second, "the heal reported", lastReport(nil))
+	}, 5*time.Second, poll, "healed views")
+	require.Eventually(t, func() bool { return len(ma.rep.Partitioned()) == 0 }, 5*time.Second, poll, "heard again")
+	require.Eventually(t, lastReport(nil), 5*time.Second, poll, "the heal reported")
 	mu.Lock()
 	defer mu.Unlock()
 	// b heard (after being expected but unheard, if the first check came
 	// before b's first heartbeat), b cut, b back; each change once.
 	if len(reports) == 4 {
-		assert.Equal(t, []PoPID{b}, reports[0])
+		assert.Equal(t, []gossip.PoPID{b}, reports[0])
 		reports = reports[1:]
 	}
-	assert.Equal(t, [][]PoPID{nil, {b}, nil}, reports)
+	assert.Equal(t, [][]gossip.PoPID{nil, {b}, nil}, reports)
 }
 
 // TestHubShortCut cuts two PoPs apart for less than PeerTimeout: nobody
@@ -141,19 +143,19 @@ func TestHubPartition(t *testing.T) {
 // so the counts flushed during the cut arrive without waiting for the
 // periodic anti-entropy (an hour here).
 func TestHubShortCut(t *testing.T) {
-	hub := NewHub(2)
+	hub := memhub.New(2)
 	defer hub.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Hour, HeartbeatInterval: 10 * time.Millisecond}}
-	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
+	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Hour, HeartbeatInterval: 10 * time.Millisecond}}
+	a, b := gossip.PoPID{Region: "eu", PoP: "ams"}, gossip.PoPID{Region: "us", PoP: "iad"}
 	o := opts
 	o.Global = hub.Global(a, "a")
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "a", testRules()), o)
 	o = opts
 	o.Global = hub.Global(b, "b")
 	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "b", testRules()), o)
-	waitFor(t, 5*time.Second, "both heard", func() bool { return len(ma.rep.Heard()) == 1 && len(mb.rep.Heard()) == 1 })
+	require.Eventually(t, func() bool { return len(ma.rep.Heard()) == 1 && len(mb.rep.Heard()) == 1 }, 5*time.Second, poll, "both heard")
 	hub.Cut(a, b)
 	for _, m := range []*member{ma, mb} {
 		for range 5 {
@@ -163,26 +165,26 @@ func TestHubShortCut(t *testing.T) {
 	}
 	// Several heartbeats and the flush go into the cut.
 	sa, sb := ma.rep.Stats()[0].MessagesSent, mb.rep.Stats()[0].MessagesSent
-	waitFor(t, 5*time.Second, "heartbeats lost in the cut", func() bool {
+	require.Eventually(t, func() bool {
 		return ma.rep.Stats()[0].MessagesSent > sa+4 && mb.rep.Stats()[0].MessagesSent > sb+4
-	})
+	}, 5*time.Second, poll, "heartbeats lost in the cut")
 	hub.Heal()
-	waitFor(t, 5*time.Second, "repaired after a short cut", func() bool {
+	require.Eventually(t, func() bool {
 		return total(ma.node, "api", "k") == 10 && total(mb.node, "api", "k") == 10
-	})
+	}, 5*time.Second, poll, "repaired after a short cut")
 	assert.Empty(t, ma.rep.Partitioned())
 }
 
 // TestHubRestartLonePoP: the same over the Hub, with loss.
 func TestHubRestartLonePoP(t *testing.T) {
-	hub := NewHub(3)
+	hub := memhub.New(3)
 	defer hub.Close()
-	hub.SetFaults(Faults{Drop: 0.1, MaxDelay: 2 * time.Millisecond})
+	hub.SetFaults(memhub.Faults{Drop: 0.1, MaxDelay: 2 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}}
-	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
-	start := func(id PoPID) *member {
+	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}}
+	a, b := gossip.PoPID{Region: "eu", PoP: "ams"}, gossip.PoPID{Region: "us", PoP: "iad"}
+	start := func(id gossip.PoPID) *member {
 		o := opts
 		o.Global = hub.Global(id, id.PoP+"-1")
 		return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), o)
@@ -192,8 +194,8 @@ func TestHubRestartLonePoP(t *testing.T) {
 		_, err := mb.node.Decide(time.Now().UnixNano(), "api", "k", 1)
 		require.NoError(t, err)
 	}
-	waitFor(t, 5*time.Second, "a has b's counts", func() bool { return total(ma.node, "api", "k") == 10 })
+	require.Eventually(t, func() bool { return total(ma.node, "api", "k") == 10 }, 5*time.Second, poll, "a has b's counts")
 	require.NoError(t, mb.rep.Close())
 	mb2 := start(b)
-	waitFor(t, 5*time.Second, "relayed back to the new incarnation", func() bool { return total(mb2.node, "api", "k") == 10 })
+	require.Eventually(t, func() bool { return total(mb2.node, "api", "k") == 10 }, 5*time.Second, poll, "relayed back to the new incarnation")
 }

@@ -131,9 +131,9 @@ func TestMemberlistStrangerRefused(t *testing.T) {
 			udp, tcp := logs.count("Decrypt packet failed"), logs.count("failed to receive")
 			in.inject(mlAddr(a), "injected-udp", 1000, false)
 			in.inject(mlAddr(a), "injected-tcp", 1000, true)
-			waitFor(t, 10*time.Second, "the member to refuse both", func() bool {
+			require.Eventually(t, func() bool {
 				return logs.count("Decrypt packet failed") > udp && logs.count("failed to receive") > tcp
-			})
+			}, 10*time.Second, poll, "the member to refuse both")
 			assert.Empty(t, a.rep.Members())
 			for _, k := range []string{"stranger-decided", "injected-udp", "injected-tcp"} {
 				assert.Zero(t, total(a.node, "per-ip", k), "count applied: %s", k)
@@ -145,9 +145,9 @@ func TestMemberlistStrangerRefused(t *testing.T) {
 	in := newInjector(t, [][]byte{keyOld})
 	in.inject(mlAddr(a), "control-udp", 7, false)
 	in.inject(mlAddr(a), "control-tcp", 9, true)
-	waitFor(t, 10*time.Second, "the keyed injection applied", func() bool {
+	require.Eventually(t, func() bool {
 		return total(a.node, "per-ip", "control-udp") == 7 && total(a.node, "per-ip", "control-tcp") == 9
-	})
+	}, 10*time.Second, poll, "the keyed injection applied")
 	for _, k := range []string{"stranger-decided", "injected-udp", "injected-tcp"} {
 		assert.Zero(t, total(a.node, "per-ip", k), "count applied: %s", k)
 	}
@@ -178,7 +178,7 @@ func TestMemberlistKeyRotation(t *testing.T) {
 			return true
 		}
 	}
-	waitFor(t, 10*time.Second, "two members", joined(a, b))
+	require.Eventually(t, joined(a, b), 10*time.Second, poll, "two members")
 	n := 0
 	// shared decides once at each member and waits until every member
 	// holds every count.
@@ -190,14 +190,14 @@ func TestMemberlistKeyRotation(t *testing.T) {
 			_, err := m.node.Decide(time.Now().UnixNano(), "per-ip", key, 1)
 			require.NoError(t, err)
 		}
-		waitFor(t, 10*time.Second, step+": counts shared", func() bool {
+		require.Eventually(t, func() bool {
 			for _, m := range ms {
 				if total(m.node, "per-ip", key) != uint64(len(ms)) {
 					return false
 				}
 			}
 			return true
-		})
+		}, 10*time.Second, poll, step+": counts shared")
 		require.True(t, joined(ms...)(), "%s: a member was lost", step)
 	}
 	setKeys := func(m *member, keys ...[]byte) {
@@ -220,7 +220,7 @@ func TestMemberlistKeyRotation(t *testing.T) {
 
 	c := popNodeWith(t, ctx, ams, "ams-3", withKeys(keyNew), "", mlAddr(a))
 	ms = append(ms, c)
-	waitFor(t, 10*time.Second, "a node with only the new key joined", joined(ms...))
+	require.Eventually(t, joined(ms...), 10*time.Second, poll, "a node with only the new key joined")
 	shared("three members")
 
 	for _, m := range ms[:2] {

@@ -93,14 +93,14 @@ func TestMemberlistPoP(t *testing.T) {
 	c := popNode(t, ctx, ams, "ams-3", key, s.ClientURL(), mlAddr(a))
 	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{Region: "us", PoP: "iad"}, "iad-1"))
 	pop3 := []*member{a, b, c}
-	waitFor(t, 10*time.Second, "three members", func() bool {
+	require.Eventually(t, func() bool {
 		for _, m := range pop3 {
 			if len(m.rep.Members()) != 2 {
 				return false
 			}
 		}
 		return true
-	})
+	}, 10*time.Second, poll, "three members")
 	for i := range 90 {
 		m := pop3[i%3]
 		for _, rule := range []string{"per-ip", "api"} {
@@ -108,15 +108,15 @@ func TestMemberlistPoP(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	waitFor(t, 10*time.Second, "pop rule shared inside the PoP, global rule everywhere", func() bool {
+	require.Eventually(t, func() bool {
 		for _, m := range pop3 {
 			if total(m.node, "per-ip", "203.0.113.7") != 90 || total(m.node, "api", "203.0.113.7") != 90 {
 				return false
 			}
 		}
 		return total(iad.node, "api", "203.0.113.7") == 90
-	})
-	waitFor(t, 10*time.Second, "global entries seen on NATS", func() bool { return tap.count("api") > 0 })
+	}, 10*time.Second, poll, "pop rule shared inside the PoP, global rule everywhere")
+	require.Eventually(t, func() bool { return tap.count("api") > 0 }, 10*time.Second, poll, "global entries seen on NATS")
 	// The tap has seen the global rule's deltas, published after the pop
 	// rule's in the same flushes: had pop entries been published, they
 	// would have arrived by now.
@@ -153,7 +153,7 @@ func TestRestartMidWindow(t *testing.T) {
 	b := popNode(t, ctx, ams, "ams-2", nil, s.ClientURL(), mlAddr(a))
 	c := popNode(t, ctx, ams, "ams-3", nil, s.ClientURL(), mlAddr(a))
 	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{Region: "us", PoP: "iad"}, "iad-1"))
-	waitFor(t, 10*time.Second, "three members", func() bool { return len(c.rep.Members()) == 2 && len(a.rep.Members()) == 2 })
+	require.Eventually(t, func() bool { return len(c.rep.Members()) == 2 && len(a.rep.Members()) == 2 }, 10*time.Second, poll, "three members")
 	decide := func(m *member, rule string, n int) {
 		for range n {
 			_, err := m.node.Decide(time.Now().UnixNano(), rule, "k", 1)
@@ -175,8 +175,8 @@ func TestRestartMidWindow(t *testing.T) {
 			return true
 		}
 	}
-	waitFor(t, 10*time.Second, "before the kill", all([]*member{a, b, c}, "per-ip", 90))
-	waitFor(t, 10*time.Second, "before the kill (global)", all([]*member{a, b, c, iad}, "api", 100))
+	require.Eventually(t, all([]*member{a, b, c}, "per-ip", 90), 10*time.Second, poll, "before the kill")
+	require.Eventually(t, all([]*member{a, b, c, iad}, "api", 100), 10*time.Second, poll, "before the kill (global)")
 
 	require.NoError(t, c.rep.Close())
 	c2 := popNode(t, ctx, ams, "ams-3", nil, s.ClientURL(), mlAddr(a), mlAddr(b))
@@ -190,8 +190,8 @@ func TestRestartMidWindow(t *testing.T) {
 	}
 	decide(c2, "per-ip", 5)
 	decide(c2, "api", 5)
-	waitFor(t, 10*time.Second, "new incarnation's counts visible in the PoP", all([]*member{a, b, c2}, "per-ip", 95))
-	waitFor(t, 10*time.Second, "new incarnation's counts visible everywhere", all([]*member{a, b, c2, iad}, "api", 105))
+	require.Eventually(t, all([]*member{a, b, c2}, "per-ip", 95), 10*time.Second, poll, "new incarnation's counts visible in the PoP")
+	require.Eventually(t, all([]*member{a, b, c2, iad}, "api", 105), 10*time.Second, poll, "new incarnation's counts visible everywhere")
 }
 
 // TestMemberlistBigFlush: a flush too big for a few datagrams goes over TCP
@@ -209,7 +209,7 @@ func TestMemberlistBigFlush(t *testing.T) {
 	}
 	a := start("ams-1")
 	b := start("ams-2", mlAddr(a))
-	waitFor(t, 10*time.Second, "two members", func() bool { return len(a.rep.Members()) == 1 && len(b.rep.Members()) == 1 })
+	require.Eventually(t, func() bool { return len(a.rep.Members()) == 1 && len(b.rep.Members()) == 1 }, 10*time.Second, poll, "two members")
 	keys := ipKeys(20_000)
 	for _, k := range keys {
 		_, err := a.node.Decide(time.Now().UnixNano(), "per-ip", k, 1)
@@ -217,9 +217,9 @@ func TestMemberlistBigFlush(t *testing.T) {
 	}
 	before := a.rep.Stats()[0].MessagesSent // the epoch announced to the joiner
 	a.rep.Flush()
-	waitFor(t, 20*time.Second, "every key at the other node", func() bool {
+	require.Eventually(t, func() bool {
 		return b.node.Stats().KeysByRule["per-ip"] == len(keys)
-	})
+	}, 20*time.Second, poll, "every key at the other node")
 	for _, k := range keys[:100] {
 		assert.Equal(t, uint64(1), total(b.node, "per-ip", k))
 	}
@@ -244,8 +244,8 @@ func TestMemberlistRejoin(t *testing.T) {
 	a := start("ams-1", "127.0.0.1:0", later)
 	assert.Empty(t, a.rep.Members())
 	b := start("ams-2", later)
-	waitFor(t, 10*time.Second, "a rejoined b", func() bool { return len(a.rep.Members()) == 1 && len(b.rep.Members()) == 1 })
+	require.Eventually(t, func() bool { return len(a.rep.Members()) == 1 && len(b.rep.Members()) == 1 }, 10*time.Second, poll, "a rejoined b")
 	_, err := b.node.Decide(time.Now().UnixNano(), "per-ip", "k", 1)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "counts shared", func() bool { return total(a.node, "per-ip", "k") == 1 })
+	require.Eventually(t, func() bool { return total(a.node, "per-ip", "k") == 1 }, 10*time.Second, poll, "counts shared")
 }

@@ -39,12 +39,12 @@ func TestNATSTwoPoPs(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	waitFor(t, 10*time.Second, "global rule converged", func() bool {
+	require.Eventually(t, func() bool {
 		return total(ma.node, "api", "k") == 100 && total(mb.node, "api", "k") == 100
-	})
-	waitFor(t, 10*time.Second, "heard each other", func() bool {
+	}, 10*time.Second, poll, "global rule converged")
+	require.Eventually(t, func() bool {
 		return len(ma.rep.Heard()) == 1 && len(mb.rep.Heard()) == 1
-	})
+	}, 10*time.Second, poll, "heard each other")
 	assert.Equal(t, uint64(66), total(ma.node, "per-ip", "k"), "pop rule must not cross PoPs")
 	assert.Equal(t, uint64(34), total(mb.node, "per-ip", "k"))
 	assert.Equal(t, uint64(66), total(ma.node, "local", "k"))
@@ -82,10 +82,10 @@ func TestNATSForgedDelta(t *testing.T) {
 	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), []byte{0x94, 0xff, 0x00}))
 	require.NoError(t, nc.Publish("geolimit.delta.x", msgs[0]))
 	require.NoError(t, nc.Flush())
-	waitFor(t, 10*time.Second, "forged delta counted", func() bool {
+	require.Eventually(t, func() bool {
 		st := ma.rep.Stats()[0]
 		return st.Forged == 1 && st.Rejected == 1 && st.DecodeErrors == 1
-	})
+	}, 10*time.Second, poll, "forged delta counted")
 	assert.Zero(t, total(ma.node, "api", "k"))
 	// A pop-scope entry that does come from its own subject is refused too.
 	fra := PoPID{Region: "eu", PoP: "fra"}
@@ -94,7 +94,7 @@ func TestNATSForgedDelta(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, nc.Publish(DeltaSubject("", fra), msgs[0]))
 	require.NoError(t, nc.Flush())
-	waitFor(t, 10*time.Second, "pop entry via nats refused", func() bool { return ma.rep.Stats()[0].Rejected == 2 })
+	require.Eventually(t, func() bool { return ma.rep.Stats()[0].Rejected == 2 }, 10*time.Second, poll, "pop entry via nats refused")
 	assert.Zero(t, total(ma.node, "per-ip", "k"))
 }
 
@@ -124,9 +124,9 @@ func TestNATSServerRestart(t *testing.T) {
 	}
 	decide(ma, 10)
 	decide(mb, 10)
-	waitFor(t, 10*time.Second, "converged before the restart", func() bool {
+	require.Eventually(t, func() bool {
 		return total(ma.node, "api", "k") == 20 && total(mb.node, "api", "k") == 20
-	})
+	}, 10*time.Second, poll, "converged before the restart")
 	s.Shutdown()
 	s.WaitForShutdown()
 	resyncs := ma.rep.Status().Resyncs
@@ -135,12 +135,12 @@ func TestNATSServerRestart(t *testing.T) {
 	decide(mb, 5)
 	assert.Equal(t, uint64(27), total(ma.node, "api", "k"))
 	errs := ma.rep.Stats()[0].SendErrors
-	waitFor(t, 10*time.Second, "the flush of the outage's counts failed", func() bool { return ma.rep.Stats()[0].SendErrors > errs })
+	require.Eventually(t, func() bool { return ma.rep.Stats()[0].SendErrors > errs }, 10*time.Second, poll, "the flush of the outage's counts failed")
 
 	restartNATS(t, port)
-	waitFor(t, 20*time.Second, "resynced after reconnect", func() bool {
+	require.Eventually(t, func() bool {
 		return total(ma.node, "api", "k") == 32 && total(mb.node, "api", "k") == 32
-	})
+	}, 20*time.Second, poll, "resynced after reconnect")
 	assert.Greater(t, ma.rep.Status().Resyncs, resyncs)
 }
 
@@ -202,17 +202,17 @@ func restartLonePoP(t *testing.T, ma, mb *member, restart func() *member) *membe
 		_, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
 		require.NoError(t, err)
 	}
-	waitFor(t, 10*time.Second, "counts replicated both ways", func() bool {
+	require.Eventually(t, func() bool {
 		return total(ma.node, "api", "k") == 30 && total(mb.node, "api", "k") == 30
-	})
+	}, 10*time.Second, poll, "counts replicated both ways")
 	require.NoError(t, mb.rep.Close())
 	mb2 := restart()
-	waitFor(t, 10*time.Second, "the restarted node learns its former incarnation's counts", func() bool {
+	require.Eventually(t, func() bool {
 		return total(mb2.node, "api", "k") == 30
-	})
+	}, 10*time.Second, poll, "the restarted node learns its former incarnation's counts")
 	_, err := mb2.node.Decide(time.Now().UnixNano(), "api", "k", 1)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "its new counts visible", func() bool { return total(ma.node, "api", "k") == 31 })
+	require.Eventually(t, func() bool { return total(ma.node, "api", "k") == 31 }, 10*time.Second, poll, "its new counts visible")
 	return mb2
 }
 

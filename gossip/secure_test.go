@@ -55,9 +55,9 @@ func TestSecureExampleReplication(t *testing.T) {
 		t.Cleanup(s.Shutdown)
 		servers[region] = s
 	}
-	waitFor(t, 10*time.Second, "gateways eu <-> us", func() bool {
+	require.Eventually(t, func() bool {
 		return servers["eu"].NumOutboundGateways() >= 1 && servers["us"].NumOutboundGateways() >= 1
-	})
+	}, 10*time.Second, poll, "gateways eu <-> us")
 	logs := &syncLog{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
@@ -90,24 +91,24 @@ func runLiveCut(t *testing.T, policy pop.Policy) float64 {
 	idx := func() int64 { return time.Now().UnixNano() / int64(width) }
 	// Two healthy windows, so that both sides know the key's traffic.
 	start := idx()
-	waitFor(t, 10*time.Second, "two healthy windows", func() bool { return idx() >= start+2 })
+	require.Eventually(t, func() bool { return idx() >= start+2 }, 10*time.Second, poll, "two healthy windows")
 
 	c.Cut(1, true)
-	waitFor(t, 10*time.Second, "both sides notice the cut", func() bool {
+	require.Eventually(t, func() bool {
 		return len(nodes[0].rep.Partitioned()) == 1 && len(nodes[1].rep.Partitioned()) == 1
-	})
-	waitFor(t, 10*time.Second, "both node cores told", func() bool {
+	}, 10*time.Second, poll, "both sides notice the cut")
+	require.Eventually(t, func() bool {
 		now := time.Now().UnixNano()
 		return nodes[0].node.Partition(now).Partitioned && nodes[1].node.Partition(now).Partitioned
-	})
+	}, 10*time.Second, poll, "both node cores told")
 	// Judge the windows that begin after the cut was noticed.
 	first := idx() + 1
-	waitFor(t, 20*time.Second, "four windows of cut", func() bool { return idx() >= first+4 })
+	require.Eventually(t, func() bool { return idx() >= first+4 }, 20*time.Second, poll, "four windows of cut")
 	last := idx() - 1
 	c.Cut(1, false)
-	waitFor(t, 20*time.Second, "every PoP heard again", func() bool {
+	require.Eventually(t, func() bool {
 		return len(nodes[0].rep.Partitioned()) == 0 && len(nodes[1].rep.Partitioned()) == 0
-	})
+	}, 20*time.Second, poll, "every PoP heard again")
 
 	mu.Lock()
 	defer mu.Unlock()

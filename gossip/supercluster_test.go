@@ -40,14 +40,14 @@ func startSCNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster,
 		o.ExpectedPoPs = popNames(expected...)
 		out = append(out, &scNode{member: startMember(t, ctx, newNode(t, id.Region, id.PoP, name, rules), o), region: rp[0]})
 	}
-	waitFor(t, 30*time.Second, "every PoP hears every other", func() bool {
+	require.Eventually(t, func() bool {
 		for _, n := range out {
 			if len(n.rep.Partitioned()) != 0 {
 				return false
 			}
 		}
 		return true
-	})
+	}, 30*time.Second, poll, "every PoP hears every other")
 	return out
 }
 
@@ -74,14 +74,14 @@ func TestSuperClusterConvergence(t *testing.T) {
 			}
 		}
 		start := time.Now()
-		waitFor(t, 20*time.Second, "views converge", func() bool {
+		require.Eventually(t, func() bool {
 			for _, n := range nodes {
 				if total(n.node, "api", "one-key") != admitted {
 					return false
 				}
 			}
 			return true
-		})
+		}, 20*time.Second, poll, "views converge")
 		t.Logf("round %d: %d admitted; converged in %s (flush interval %s + gateway RTT %s)",
 			round, admitted, time.Since(start).Round(time.Millisecond), opts.FlushInterval, rtt.Round(time.Microsecond))
 	}
@@ -107,13 +107,13 @@ func measureRTT(t testing.TB, c *gossiptest.SuperCluster) time.Duration {
 	require.NoError(t, err)
 	defer near.Close()
 	var rtts []time.Duration
-	waitFor(t, 10*time.Second, "rtt probes", func() bool {
+	require.Eventually(t, func() bool {
 		start := time.Now()
 		if _, err := near.Request("rtt.probe", nil, time.Second); err == nil {
 			rtts = append(rtts, time.Since(start))
 		}
 		return len(rtts) >= 20
-	})
+	}, 10*time.Second, poll, "rtt probes")
 	sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
 	return rtts[len(rtts)/2]
 }
@@ -158,11 +158,11 @@ func TestSuperClusterPartition(t *testing.T) {
 	for i := range nodes {
 		decide(i, 50)
 	}
-	waitFor(t, 20*time.Second, "healthy convergence", converged)
+	require.Eventually(t, converged, 20*time.Second, poll, "healthy convergence")
 
 	c.Cut(2, true)
 	var logged time.Time
-	waitFor(t, 20*time.Second, "partition detected on both sides", func() bool {
+	require.Eventually(t, func() bool {
 		ok := len(nodes[0].rep.Partitioned()) == 1 && len(nodes[1].rep.Partitioned()) == 1 && len(nodes[2].rep.Partitioned()) == 2
 		if !ok && time.Since(logged) >= 500*time.Millisecond {
 			// What each node has heard of the others, twice a second: the
@@ -179,7 +179,7 @@ func TestSuperClusterPartition(t *testing.T) {
 			t.Logf("%s:%s", logged.Format("15:04:05.000"), sb.String())
 		}
 		return ok
-	})
+	}, 20*time.Second, poll, "partition detected on both sides")
 	assert.Equal(t, []PoPID{{Region: "ap", PoP: "ap1"}}, nodes[0].rep.Partitioned())
 	before := sum()
 	// Both sides keep deciding: the majority side fills the limit by its own
@@ -191,7 +191,7 @@ func TestSuperClusterPartition(t *testing.T) {
 		// Pace the traffic: let a flush go out before the next round, so the
 		// connected side sees part of its own spending as it goes.
 		f := nodes[0].rep.Status().Protocol.Flushes
-		waitFor(t, 5*time.Second, "a flush", func() bool { return nodes[0].rep.Status().Protocol.Flushes > f+1 })
+		require.Eventually(t, func() bool { return nodes[0].rep.Status().Protocol.Flushes > f+1 }, 5*time.Second, poll, "a flush")
 	}
 	during := sum() - before
 	t.Logf("partition: admitted %d before, %d during the cut, %d in all against limit %d: overshoot %d (%.2fx the limit)",
@@ -200,15 +200,15 @@ func TestSuperClusterPartition(t *testing.T) {
 	assert.Greater(t, admittedBy[0]+admittedBy[1], uint64(100), "the connected side keeps deciding")
 
 	c.Cut(2, false)
-	waitFor(t, 30*time.Second, "views converge to the exact totals after heal", converged)
-	waitFor(t, 20*time.Second, "every PoP heard again", func() bool {
+	require.Eventually(t, converged, 30*time.Second, poll, "views converge to the exact totals after heal")
+	require.Eventually(t, func() bool {
 		for _, n := range nodes {
 			if len(n.rep.Partitioned()) != 0 {
 				return false
 			}
 		}
 		return true
-	})
+	}, 20*time.Second, poll, "every PoP heard again")
 	for _, n := range nodes {
 		assert.Equal(t, sum(), total(n.node, "api", "k"), n.name)
 	}

@@ -229,10 +229,10 @@ func TestReplicationAcrossPoPs(t *testing.T) {
 	}
 	for _, s := range []*served{a, b} {
 		app := s.lim.App()
-		gossiptest.WaitFor(t, 10*time.Second, "both PoPs' counts", func() bool {
+		require.Eventually(t, func() bool {
 			v, err := app.Node().View(app.Clock().Now(), "global", "127.0.0.1")
 			return err == nil && v.Estimate >= 4-0.01
-		})
+		}, 10*time.Second, 2*time.Millisecond, "both PoPs' counts")
 	}
 	assert.Equal(t, http.StatusTooManyRequests, a.get(t, "/").status)
 	assert.Equal(t, http.StatusTooManyRequests, b.get(t, "/").status)

@@ -79,16 +79,8 @@ func startRegion(t *testing.T, e *gossiptest.Example, region string, log *slog.L
 	return s
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// poll is how often a test waiting for a condition checks it.
+const poll = 2 * time.Millisecond
 
 // Passwords of examples/secure-multi-region.
 const (
@@ -162,7 +154,7 @@ func TestSecureExampleAuth(t *testing.T) {
 	euLog := &logRecorder{}
 	eu := startRegion(t, e, "eu", slog.New(euLog))
 	us := startRegion(t, e, "us", nil)
-	waitFor(t, "gateways eu <-> us", func() bool { return eu.NumOutboundGateways() >= 1 && us.NumOutboundGateways() >= 1 })
+	require.Eventually(t, func() bool { return eu.NumOutboundGateways() >= 1 && us.NumOutboundGateways() >= 1 }, 15*time.Second, poll, "gateways eu <-> us")
 	euURL := "nats://" + e.Addr(t, "127.0.0.1:4222")
 	usURL := "nats://" + e.Addr(t, "127.0.0.1:4223")
 
@@ -222,7 +214,7 @@ func TestSecureExampleAuth(t *testing.T) {
 	// Its own subjects, after the forged ones on the same connection: once
 	// they arrive, the forged ones would have arrived before them.
 	own := []string{"geolimit.delta.eu.ams", "geolimit.state.eu.ams.us.iad"}
-	waitFor(t, "eu/ams's own messages reach us/iad", func() bool {
+	require.Eventually(t, func() bool {
 		for _, subj := range own {
 			if err := ams.Publish(subj, []byte("own")); err != nil {
 				return false
@@ -230,23 +222,23 @@ func TestSecureExampleAuth(t *testing.T) {
 		}
 		_ = ams.Flush()
 		return got.got(own[0]) && got.got(own[1])
-	})
+	}, 15*time.Second, poll, "eu/ams's own messages reach us/iad")
 	for _, subj := range got.all() {
 		assert.Contains(t, own, subj, "a message us/iad must not get")
 	}
 	for _, subj := range forged {
-		waitFor(t, "the violation on "+subj+" reported to the client", func() bool {
+		require.Eventually(t, func() bool {
 			return amsErrs.has(`permissions violation for publish to "` + subj + `"`)
-		})
+		}, 15*time.Second, poll, "the violation on "+subj+" reported to the client")
 	}
 	assert.NotZero(t, euLog.count("Publish Violation", "geolimit.delta.us.iad"), "the server logs the violation")
 
 	// Nor may eu/ams listen to what is relayed to another PoP.
 	_, err = ams.Subscribe("geolimit.state.*.*.us.iad", func(*nats.Msg) {})
 	require.NoError(t, err)
-	waitFor(t, "the subscription refused", func() bool {
+	require.Eventually(t, func() bool {
 		return amsErrs.has(`permissions violation for subscription to "geolimit.state.*.*.us.iad"`)
-	})
+	}, 15*time.Second, poll, "the subscription refused")
 	assert.False(t, iadErrs.has("violation"), "us/iad's permissions cover what it does")
 }
 
@@ -329,19 +321,19 @@ func TestRogueGateway(t *testing.T) {
 				require.NoError(t, pub.Flush())
 			}
 			if c.connects {
-				waitFor(t, "the rogue gateway connected", func() bool { return rogue.NumOutboundGateways() == 1 && inbound("rogue") })
-				waitFor(t, "its message reaches eu", func() bool { publish(); return got.got(injected) })
+				require.Eventually(t, func() bool { return rogue.NumOutboundGateways() == 1 && inbound("rogue") }, 15*time.Second, poll, "the rogue gateway connected")
+				require.Eventually(t, func() bool { publish(); return got.got(injected) }, 15*time.Second, poll, "its message reaches eu")
 				return
 			}
 			// The attempt is refused: the rogue's gateway connection is
 			// closed (by itself without TLS, by eu after the failed
 			// authentication otherwise), and eu never holds it.
 			linked := false
-			waitFor(t, "the attempt refused", func() bool {
+			require.Eventually(t, func() bool {
 				publish()
 				linked = linked || inbound("rogue") || eu.NumOutboundGateways() > 0
 				return rogueLog.count("Gateway connection closed") >= 1
-			})
+			}, 15*time.Second, poll, "the attempt refused")
 			assert.False(t, linked, "eu accepted the rogue's gateway")
 			if c.tls {
 				assert.NotZero(t, rogueLog.count("Authorization Violation"), "refused for its credentials")

@@ -16,6 +16,7 @@ import (
 func TestHotKeyAttackStaysAtLimit(t *testing.T) {
 	sc, err := Load("../scenarios/hot-key-attack.yaml")
 	require.NoError(t, err)
+	sc.Duration = 20 * time.Second // two windows: the cold start, then one of steady attack
 	res, err := Run(sc, Options{})
 	require.NoError(t, err)
 	r := res.Report
@@ -46,7 +47,7 @@ func TestHotKeyAttackStaysAtLimit(t *testing.T) {
 func TestManyKeysHealthyNearCentral(t *testing.T) {
 	sc, err := Load("../scenarios/many-keys.yaml")
 	require.NoError(t, err)
-	sc.Duration, sc.Events = 20*time.Second, nil // the healthy phase only
+	sc.Duration, sc.Events = 15*time.Second, nil // the cold start and half a window after it, healthy
 	res, err := Run(sc, Options{})
 	require.NoError(t, err)
 	r := res.Report
@@ -63,7 +64,7 @@ func TestManyKeysHealthyNearCentral(t *testing.T) {
 func TestPerIPFarFromLimitNotRestricted(t *testing.T) {
 	sc, err := Load("../scenarios/per-ip-far-from-limit.yaml")
 	require.NoError(t, err)
-	sc.Duration = 40 * time.Second
+	sc.Duration = 30 * time.Second // a window and a half: past the cold start
 	res, err := Run(sc, Options{})
 	require.NoError(t, err)
 	r := res.Report

@@ -230,3 +230,11 @@ func (o *oracle) trailing(k *keyInfo, t int64) uint64 {
 	ok.evict(t - k.width)
 	return ok.sum
 }
+
+func (o *oracle) requestsSoFar() uint64 {
+	var n uint64
+	for i := range o.phases {
+		n += o.phases[i].requests
+	}
+	return n
+}

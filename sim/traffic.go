@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"strconv"
+
+	"github.com/geolimit/geolimit/pop"
 )
 
 type pattern uint8
@@ -298,3 +300,87 @@ func (t *aliasTable) draw(g *rng) int {
 	}
 	return int(t.alias[i])
 }
+
+func (e *engine) buildTraffic() {
+	popIndex := map[string]int{}
+	for i, p := range e.pops {
+		popIndex[p.name] = i
+	}
+	ruleIdx := map[string]int{}
+	for i, r := range e.rules {
+		ruleIdx[r.Name] = i
+	}
+	e.ruleKeys = make([][]*keyInfo, len(e.rules))
+	byName := map[string]*keyInfo{}
+	conv := map[*keyInfo]bool{}
+	tracked := map[*keyInfo]bool{}
+	for i := range e.sc.Traffic {
+		t := &e.sc.Traffic[i]
+		ri := ruleIdx[t.Rule]
+		r := e.rules[ri]
+		s := &source{
+			idx: i, name: t.Name, cost: t.Cost,
+			start: int64(t.Start), end: int64(t.End),
+			rate:   float64(t.Rate) * e.opts.RateScale,
+			rampTo: float64(t.RampTo) * e.opts.RateScale,
+			on:     int64(t.On), off: int64(t.Off),
+			anycast: t.Anycast,
+			weights: normalise(t.Share, popIndex, len(e.pops)),
+			track:   t.Track,
+			changes: t.Changes,
+		}
+		if s.cost == 0 {
+			s.cost = r.Cost
+		}
+		switch t.Pattern {
+		case "constant":
+			s.pattern = patConstant
+		case "onoff":
+			s.pattern = patOnOff
+		case "ramp":
+			s.pattern = patRamp
+		default:
+			s.pattern = patPoisson
+		}
+		s.keys = make([]*keyInfo, t.Keys)
+		slab := make([]keyInfo, t.Keys) // the stream's new keys, side by side
+		for k := range s.keys {
+			name := keyName(t.KeyPrefix, t.Anycast, k)
+			id := r.Name + "\x00" + name
+			ki := byName[id]
+			if ki == nil {
+				ki = &slab[k]
+				*ki = keyInfo{
+					idx: len(e.keys), rule: ri, ruleName: r.Name, key: name,
+					limit: r.Limit, invLimit: 1 / float64(r.Limit), width: int64(r.Window), scope: uint8(r.Scope),
+				}
+				for _, l := range r.More {
+					ki.more = append(ki.more, winLimit{limit: l.Limit, width: int64(l.Window)})
+				}
+				byName[id] = ki
+				e.keys = append(e.keys, ki)
+				e.ruleKeys[ri] = append(e.ruleKeys[ri], ki)
+			}
+			s.keys[k] = ki
+			if k < s.track && !tracked[ki] {
+				tracked[ki] = true
+				e.tracked = append(e.tracked, ki)
+			}
+			if k < 16 && r.Scope != pop.ScopeNode && !conv[ki] {
+				conv[ki] = true
+				e.convKeys = append(e.convKeys, ki)
+			}
+		}
+		if t.Spread == "zipf" && t.Keys > 1 {
+			s.alias = newZipfTable(t.Keys, t.ZipfS)
+		}
+		if s.anycast {
+			s.drawHomes(e.trng)
+		}
+		s.route(e.popUp)
+		s.schedule(e.trng, s.start, true)
+		e.sources = append(e.sources, s)
+	}
+}
+
+func (e *engine) popUp(p int) bool { return len(e.pops[p].live) > 0 }

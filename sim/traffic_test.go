@@ -62,7 +62,7 @@ func TestAnycastPoPLossMovesKeys(t *testing.T) {
 	sc, err := Load("../scenarios/anycast-pop-loss.yaml")
 	require.NoError(t, err)
 	var log bytes.Buffer
-	res, err := Run(sc, Options{RateScale: 0.1, Log: &log})
+	res, err := Run(sc, Options{RateScale: testScale, Log: &log})
 	require.NoError(t, err)
 	home := map[string]string{}
 	moved := map[string]bool{}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -71,7 +72,7 @@ rules:
 	n1 := start(1)
 	n2 := start(2, 1)
 	ds := []*daemon{n1, n2}
-	waitFor(t, "two members", func() bool { return members(t, n1) == 1 && members(t, n2) == 1 })
+	require.Eventually(t, func() bool { return members(t, n1) == 1 && members(t, n2) == 1 }, 10*time.Second, poll, "two members")
 	step := 0
 	shared := func(what string) {
 		t.Helper()
@@ -81,14 +82,14 @@ rules:
 			code, body := post(t, d.api+"/v1/check", `{"rule":"p","key":"`+key+`"}`)
 			require.Equal(t, http.StatusOK, code, body)
 		}
-		waitFor(t, what+": counts shared", func() bool {
+		require.Eventually(t, func() bool {
 			for _, d := range ds {
 				if keyTotal(t, d.api, "p", key) != uint64(len(ds)) {
 					return false
 				}
 			}
 			return true
-		})
+		}, 10*time.Second, poll, what+": counts shared")
 		for _, d := range ds {
 			assert.Equal(t, len(ds)-1, members(t, d), "%s: members", what)
 		}
@@ -98,7 +99,7 @@ rules:
 		for i, d := range ds[:2] {
 			before := applied(d)
 			writeKeys(fmt.Sprintf("n%d", i+1), keys...)
-			waitFor(t, what+": keys applied", func() bool { return applied(d) > before })
+			require.Eventually(t, func() bool { return applied(d) > before }, 10*time.Second, poll, what+": keys applied")
 		}
 		shared(what)
 	}
@@ -109,7 +110,7 @@ rules:
 	writeKeys("n3", newKey)
 	n3 := start(3, 1)
 	ds = append(ds, n3)
-	waitFor(t, "a node with only the new key joined", func() bool { return members(t, n3) == 2 && members(t, n1) == 2 })
+	require.Eventually(t, func() bool { return members(t, n3) == 2 && members(t, n1) == 2 }, 10*time.Second, poll, "a node with only the new key joined")
 	shared("three members")
 
 	rotate("old key dropped", newKey)

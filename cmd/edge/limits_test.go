@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,14 +51,14 @@ replication: {flush_interval: 20ms, peer_timeout: 2s, near_limit_allowance: fals
 	defer b.stop(t)
 	c := startDaemon(t, writeFile(t, cfg3))
 	defer c.stop(t)
-	waitFor(t, "the two nodes are members of one PoP", func() bool {
+	require.Eventually(t, func() bool {
 		var st struct {
 			Members []struct{ Name string } `json:"members"`
 		}
 		getJSON(t, a.api+"/v1/status", &st)
 		return len(st.Members) == 1
-	})
-	waitFor(t, "the PoPs hear each other", func() bool {
+	}, 10*time.Second, poll, "the two nodes are members of one PoP")
+	require.Eventually(t, func() bool {
 		for _, d := range []*daemon{a, c} {
 			var st struct {
 				RemotePoPs []struct{ Partitioned bool } `json:"remote_pops"`
@@ -68,12 +69,12 @@ replication: {flush_interval: 20ms, peer_timeout: 2s, near_limit_allowance: fals
 			}
 		}
 		return true
-	})
+	}, 10*time.Second, poll, "the PoPs hear each other")
 	for range 4 {
 		code, body := post(t, a.api+"/v1/check", `{"rule":"gtwin","key":"k"}`)
 		require.Equal(t, http.StatusOK, code, body)
 	}
-	waitFor(t, "the first window's PoP total reaches the other PoP", func() bool { return keyTotal(t, c.api, "gtwin", "k") == 4 })
+	require.Eventually(t, func() bool { return keyTotal(t, c.api, "gtwin", "k") == 4 }, 10*time.Second, poll, "the first window's PoP total reaches the other PoP")
 	admitted := 0
 	for range 4 {
 		if code, _ := post(t, c.api+"/v1/check", `{"rule":"gtwin","key":"k"}`); code == http.StatusOK {
@@ -86,7 +87,7 @@ replication: {flush_interval: 20ms, peer_timeout: 2s, near_limit_allowance: fals
 		code, body := post(t, a.api+"/v1/check", `{"rule":"twin","key":"k"}`)
 		require.Equal(t, http.StatusOK, code, body)
 	}
-	waitFor(t, "the first window's counts reach the other node", func() bool { return keyTotal(t, b.api, "twin", "k") == 4 })
+	require.Eventually(t, func() bool { return keyTotal(t, b.api, "twin", "k") == 4 }, 10*time.Second, poll, "the first window's counts reach the other node")
 	// The second window (2h, limit 6) replicated too: b admits 2 more.
 	admitted = 0
 	for range 4 {
@@ -105,7 +106,7 @@ replication: {flush_interval: 20ms, peer_timeout: 2s, near_limit_allowance: fals
 	tmp := p2 + ".tmp"
 	require.NoError(t, os.WriteFile(tmp, []byte(cfg2+rules("\n    overrides: [{key: vip, limit: 5}]")), 0o600))
 	require.NoError(t, os.Rename(tmp, p2))
-	waitFor(t, "b reloads the override", func() bool {
+	require.Eventually(t, func() bool {
 		var st struct {
 			Rules []struct {
 				Name      string `json:"name"`
@@ -119,7 +120,7 @@ replication: {flush_interval: 20ms, peer_timeout: 2s, near_limit_allowance: fals
 			}
 		}
 		return false
-	})
+	}, 10*time.Second, poll, "b reloads the override")
 	admitted = 0
 	for range 4 {
 		if code, _ := post(t, b.api+"/v1/check", `{"rule":"plan","key":"vip"}`); code == http.StatusOK {
@@ -129,7 +130,7 @@ replication: {flush_interval: 20ms, peer_timeout: 2s, near_limit_allowance: fals
 	assert.Equal(t, 3, admitted, "the override applies at once, on top of the 2 counted")
 	// a has no override: b's count of 5 is more than a replica may admit
 	// under a's rule, and is clamped to a's limit.
-	waitFor(t, "b's count reaches a, clamped", func() bool { return keyTotal(t, a.api, "plan", "vip") == 2 })
+	require.Eventually(t, func() bool { return keyTotal(t, a.api, "plan", "vip") == 2 }, 10*time.Second, poll, "b's count reaches a, clamped")
 	code, _ = post(t, a.api+"/v1/check", `{"rule":"plan","key":"vip"}`)
 	assert.Equal(t, http.StatusTooManyRequests, code, "the node without the override keeps the rule's limit")
 }

@@ -39,16 +39,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// poll is how often a test waiting for a condition checks it.
+const poll = 5 * time.Millisecond
 
 const testConfig = `
 node: {id: n1, region: eu, pop: ams}
@@ -64,13 +56,13 @@ func waitOutput(t *testing.T, out *syncBuffer, pattern, what string) string {
 	t.Helper()
 	re := regexp.MustCompile(pattern)
 	var got string
-	waitFor(t, what, func() bool {
+	require.Eventually(t, func() bool {
 		m := re.FindStringSubmatch(out.String())
 		if m != nil {
 			got = m[1]
 		}
 		return m != nil
-	})
+	}, 10*time.Second, poll, what)
 	return got
 }
 
@@ -136,7 +128,7 @@ func TestRun(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(testConfig, "limit: 2", "limit: 5", 1)), 0o600))
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
-	waitFor(t, "the reload", func() bool { return strings.Contains(errb.String(), "config reloaded") })
+	require.Eventually(t, func() bool { return strings.Contains(errb.String(), "config reloaded") }, 10*time.Second, poll, "the reload")
 	code, body := post(t, api+"/v1/check", `{"rule":"demo","key":"k"}`)
 	assert.Equal(t, http.StatusOK, code, "limit raised, counts kept: %s", body)
 	assert.Contains(t, body, `"remaining":2`)

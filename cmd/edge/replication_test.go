@@ -159,7 +159,7 @@ func TestMultiRegionExamples(t *testing.T) {
 		}
 	}()
 	ams1, iad, sin, ams2 := ds[0], ds[1], ds[2], ds[3]
-	waitFor(t, "every region hears the others", func() bool {
+	require.Eventually(t, func() bool {
 		for _, d := range []*daemon{ams1, iad, sin} {
 			var st struct {
 				RemotePoPs []struct{ Partitioned bool } `json:"remote_pops"`
@@ -170,7 +170,7 @@ func TestMultiRegionExamples(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, 10*time.Second, poll, "every region hears the others")
 	sent := map[string]int{}
 	for i := range 20 {
 		d := ds[i%len(ds)]
@@ -181,18 +181,18 @@ func TestMultiRegionExamples(t *testing.T) {
 			sent["login"]++
 		}
 	}
-	waitFor(t, "global counts converge in every region", func() bool {
+	require.Eventually(t, func() bool {
 		for _, d := range ds {
 			if keyTotal(t, d.api, "api", "198.51.100.1") != 20 {
 				return false
 			}
 		}
 		return true
-	})
-	waitFor(t, "pop counts shared by the PoP's two nodes", func() bool {
+	}, 10*time.Second, poll, "global counts converge in every region")
+	require.Eventually(t, func() bool {
 		return keyTotal(t, ams1.api, "login", "198.51.100.1") == uint64(sent["login"]) &&
 			keyTotal(t, ams2.api, "login", "198.51.100.1") == uint64(sent["login"])
-	})
+	}, 10*time.Second, poll, "pop counts shared by the PoP's two nodes")
 	assert.Zero(t, keyTotal(t, iad.api, "login", "198.51.100.1"), "pop counts must not leave the PoP")
 	assert.Zero(t, keyTotal(t, sin.api, "login", "198.51.100.1"))
 
@@ -255,18 +255,18 @@ func TestMultiRegionExamples(t *testing.T) {
 		getJSON(t, d.api+"/v1/status", &st)
 		return st.Partitions
 	}
-	waitFor(t, "ap/sin partitioned", func() bool {
+	require.Eventually(t, func() bool {
 		p := partitions(ams1)
 		return len(p) == 1 && p[0] == "ap/sin"
-	})
+	}, 10*time.Second, poll, "ap/sin partitioned")
 	sin = startDaemon(t, paths["ap-sin-1.yaml"])
 	ds[2] = sin
-	waitFor(t, "ap/sin heard again", func() bool { return len(partitions(ams1)) == 0 && len(partitions(sin)) == 0 })
+	require.Eventually(t, func() bool { return len(partitions(ams1)) == 0 && len(partitions(sin)) == 0 }, 10*time.Second, poll, "ap/sin heard again")
 	// It learns the others' counts, and its former incarnation's too
 	// (relayed back by the others, as it has no PoP peer).
-	waitFor(t, "the restarted region learns every count", func() bool {
+	require.Eventually(t, func() bool {
 		return keyTotal(t, sin.api, "api", "198.51.100.1") == 20
-	})
+	}, 10*time.Second, poll, "the restarted region learns every count")
 	assert.Equal(t, uint64(20), keyTotal(t, ams1.api, "api", "198.51.100.1"))
 }
 

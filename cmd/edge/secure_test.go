@@ -49,14 +49,14 @@ func TestSecureMultiRegionExample(t *testing.T) {
 		}
 		return st.Partitions
 	}
-	waitFor(t, "every PoP hears the others", func() bool {
+	require.Eventually(t, func() bool {
 		for _, d := range ds {
 			if len(partitions(d)) != 0 {
 				return false
 			}
 		}
 		return true
-	})
+	}, 10*time.Second, poll, "every PoP hears the others")
 	const key = "198.51.100.7"
 	for i := range 20 {
 		code, body := post(t, ds[i%len(ds)].api+"/v1/check", `{"rule":"api","key":"`+key+`"}`)
@@ -70,7 +70,7 @@ func TestSecureMultiRegionExample(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, "global counts converge in every region", converged)
+	require.Eventually(t, converged, 10*time.Second, poll, "global counts converge in every region")
 
 	// eu's client port: TLS, and only the PoPs' users.
 	euURL := "tls://" + e.Addr(t, "127.0.0.1:4222")
@@ -86,8 +86,8 @@ func TestSecureMultiRegionExample(t *testing.T) {
 	// by the other PoPs on their state subjects.
 	ds[1].stop(t)
 	ds[1] = startDaemon(t, e.Path("us-iad-1.yaml"))
-	waitFor(t, "us/iad heard again", func() bool { return len(partitions(ds[0])) == 0 && len(partitions(ds[1])) == 0 })
-	waitFor(t, "the restarted region learns every count", converged)
+	require.Eventually(t, func() bool { return len(partitions(ds[0])) == 0 && len(partitions(ds[1])) == 0 }, 10*time.Second, poll, "us/iad heard again")
+	require.Eventually(t, converged, 10*time.Second, poll, "the restarted region learns every count")
 	for _, d := range ds {
 		assert.NotContains(t, strings.ToLower(d.errb.String()), "violation")
 	}

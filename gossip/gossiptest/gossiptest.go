@@ -30,20 +30,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
 )
 
-// WaitFor polls cond every 2ms until it holds, or fails the test with msg
-// after timeout.
-func WaitFor(tb testing.TB, timeout time.Duration, msg string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, msg)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// poll is how often a fixture waiting for a condition checks it.
+const poll = 2 * time.Millisecond
 
 // WaitInterest waits until server s has a subscription for each of
 // subjects, local or routed from another server of its cluster: core NATS
@@ -53,14 +44,14 @@ func WaitFor(tb testing.TB, timeout time.Duration, msg string, cond func() bool)
 // tell: its system account holds dozens of its own.)
 func WaitInterest(tb testing.TB, s *server.Server, subjects ...string) {
 	tb.Helper()
-	WaitFor(tb, 10*time.Second, fmt.Sprintf("interest in %v", subjects), func() bool {
+	require.Eventually(tb, func() bool {
 		for _, subj := range subjects {
 			if !s.GlobalAccount().SubscriptionInterest(subj) {
 				return false
 			}
 		}
 		return true
-	})
+	}, 10*time.Second, poll, fmt.Sprintf("interest in %v", subjects))
 }
 
 var serial atomic.Uint64
@@ -301,14 +292,14 @@ func StartSuperCluster(tb testing.TB, names ...string) *SuperCluster {
 			}
 		}
 	}
-	WaitFor(tb, 30*time.Second, "gateways connected", func() bool {
+	require.Eventually(tb, func() bool {
 		for _, s := range c.Servers {
 			if s.NumOutboundGateways() != n-1 {
 				return false
 			}
 		}
 		return true
-	})
+	}, 30*time.Second, poll, "gateways connected")
 	return c
 }
 

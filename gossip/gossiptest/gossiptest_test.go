@@ -75,12 +75,12 @@ func TestSuperClusterCut(t *testing.T) {
 			return false
 		}
 	}
-	WaitFor(t, 10*time.Second, "eu -> us", delivered)
+	require.Eventually(t, delivered, 10*time.Second, poll, "eu -> us")
 	sc.Cut(1, true)
-	WaitFor(t, 10*time.Second, "gateway cut", func() bool { return sc.Servers[0].NumOutboundGateways() == 0 })
+	require.Eventually(t, func() bool { return sc.Servers[0].NumOutboundGateways() == 0 }, 10*time.Second, poll, "gateway cut")
 	require.False(t, delivered())
 	sc.Cut(1, false)
-	WaitFor(t, 20*time.Second, "eu -> us again", delivered)
+	require.Eventually(t, delivered, 20*time.Second, poll, "eu -> us again")
 }
 
 // numGateways returns how many gateway connections s holds, out and in.
@@ -105,7 +105,7 @@ func numGateways(t *testing.T, s *server.Server) int {
 func TestSuperClusterCutIsolatesTheRegion(t *testing.T) {
 	c := StartSuperCluster(t, "eu", "us", "ap")
 	c.Cut(2, true)
-	WaitFor(t, 10*time.Second, "ap without gateways", func() bool { return numGateways(t, c.Servers[2]) == 0 })
+	require.Eventually(t, func() bool { return numGateways(t, c.Servers[2]) == 0 }, 10*time.Second, poll, "ap without gateways")
 	// The servers retry a lost gateway after a second or so: watch longer.
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
 		require.Zero(t, numGateways(t, c.Servers[2]), "ap reached a region through another region's link")
@@ -114,12 +114,12 @@ func TestSuperClusterCutIsolatesTheRegion(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.Cut(2, false)
-	WaitFor(t, 30*time.Second, "gateways back", func() bool {
+	require.Eventually(t, func() bool {
 		for _, s := range c.Servers {
 			if s.NumOutboundGateways() != 2 {
 				return false
 			}
 		}
 		return true
-	})
+	}, 30*time.Second, poll, "gateways back")
 }

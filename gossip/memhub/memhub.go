@@ -1,4 +1,14 @@
-package gossip
+// Package memhub is an in-memory network for tests of package gossip: a Hub
+// hands out transports that behave like memberlist inside a PoP and like NATS
+// between PoPs, and can drop, duplicate, delay, reorder and cut deliveries.
+//
+//	hub := memhub.New(seed)
+//	defer hub.Close()
+//	opts.PoP = hub.PoP(id, "ams-1")       // like gossip.MemberlistConnect
+//	opts.Global = hub.Global(id, "ams-1") // like gossip.NATSConnect
+//
+// Production code never imports it.
+package memhub
 
 import (
 	"container/heap"
@@ -7,6 +17,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/geolimit/geolimit/gossip"
 )
 
 // Faults are the network faults a Hub injects into every delivery.
@@ -30,8 +42,8 @@ type Hub struct {
 	mu      sync.Mutex
 	rng     *rand.Rand
 	faults  Faults
-	cut     map[[2]PoPID]bool // from, to
-	eps     map[*hubEndpoint]bool
+	cut     map[[2]gossip.PoPID]bool // from, to
+	eps     map[*endpoint]bool
 	q       deliveryHeap
 	seq     uint64
 	wake    chan struct{}
@@ -40,12 +52,12 @@ type Hub struct {
 	closed  bool
 }
 
-// NewHub returns a Hub whose random faults are drawn from seed.
-func NewHub(seed uint64) *Hub {
+// New returns a Hub whose random faults are drawn from seed.
+func New(seed uint64) *Hub {
 	h := &Hub{
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		cut:  map[[2]PoPID]bool{},
-		eps:  map[*hubEndpoint]bool{},
+		cut:  map[[2]gossip.PoPID]bool{},
+		eps:  map[*endpoint]bool{},
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 	}
@@ -62,15 +74,15 @@ func (h *Hub) SetFaults(f Faults) {
 }
 
 // Cut stops deliveries from PoP a to PoP b and from b to a.
-func (h *Hub) Cut(a, b PoPID) {
+func (h *Hub) Cut(a, b gossip.PoPID) {
 	h.CutOneWay(a, b)
 	h.CutOneWay(b, a)
 }
 
 // CutOneWay stops deliveries from PoP from to PoP to (an asymmetric partition).
-func (h *Hub) CutOneWay(from, to PoPID) {
+func (h *Hub) CutOneWay(from, to gossip.PoPID) {
 	h.mu.Lock()
-	h.cut[[2]PoPID{from, to}] = true
+	h.cut[[2]gossip.PoPID{from, to}] = true
 	h.mu.Unlock()
 }
 
@@ -92,27 +104,27 @@ func (h *Hub) Close() {
 	h.stopped.Wait()
 }
 
-// PoP returns a Connect for a node called name of PoP self that reaches the
-// other nodes of self, like memberlist.
-func (h *Hub) PoP(self PoPID, name string) Connect {
+// PoP returns a gossip.Connect for a node called name of PoP self that
+// reaches the other nodes of self, like memberlist.
+func (h *Hub) PoP(self gossip.PoPID, name string) gossip.Connect {
 	return h.connect(self, name, true)
 }
 
-// Global returns a Connect for a node called name of PoP self that reaches
-// the nodes of every other PoP, like NATS.
-func (h *Hub) Global(self PoPID, name string) Connect {
+// Global returns a gossip.Connect for a node called name of PoP self that
+// reaches the nodes of every other PoP, like NATS.
+func (h *Hub) Global(self gossip.PoPID, name string) gossip.Connect {
 	return h.connect(self, name, false)
 }
 
-func (h *Hub) connect(self PoPID, name string, local bool) Connect {
-	return func(hd Handler) (Transport, error) {
-		ep := &hubEndpoint{hub: h, self: self, name: name, local: local, h: hd}
+func (h *Hub) connect(self gossip.PoPID, name string, local bool) gossip.Connect {
+	return func(hd gossip.Handler) (gossip.Transport, error) {
+		ep := &endpoint{hub: h, self: self, name: name, local: local, h: hd}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
-			return nil, ErrClosed
+			return nil, gossip.ErrClosed
 		}
-		var peers []*hubEndpoint
+		var peers []*endpoint
 		for o := range h.eps {
 			if ep.reaches(o) {
 				peers = append(peers, o)
@@ -123,7 +135,7 @@ func (h *Hub) connect(self PoPID, name string, local bool) Connect {
 		if local && len(peers) > 0 {
 			// Push/pull with one member, as memberlist does on join; the
 			// others hear of the join.
-			slices.SortFunc(peers, func(a, b *hubEndpoint) int { return cmpString(a.name, b.name) })
+			slices.SortFunc(peers, func(a, b *endpoint) int { return cmpString(a.name, b.name) })
 			p := peers[0]
 			if s := p.h.LocalState(); s != nil {
 				hd.MergeState(s)
@@ -151,7 +163,7 @@ func cmpString(a, b string) int {
 
 // publish delivers msg from endpoint from to every endpoint it reaches, or
 // with a relay target only to that PoP's endpoints, as if from that PoP.
-func (h *Hub) publish(from *hubEndpoint, kind Kind, msg []byte, relayTo *PoPID) {
+func (h *Hub) publish(from *endpoint, kind gossip.Kind, msg []byte, relayTo *gossip.PoPID) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -159,7 +171,7 @@ func (h *Hub) publish(from *hubEndpoint, kind Kind, msg []byte, relayTo *PoPID) 
 	}
 	now := time.Now()
 	for to := range h.eps {
-		if to == from || !from.reaches(to) || h.cut[[2]PoPID{from.self, to.self}] {
+		if to == from || !from.reaches(to) || h.cut[[2]gossip.PoPID{from.self, to.self}] {
 			continue
 		}
 		origin := from.self
@@ -221,9 +233,9 @@ func (h *Hub) run() {
 type delivery struct {
 	at   time.Time
 	seq  uint64
-	from PoPID
-	to   *hubEndpoint
-	kind Kind
+	from gossip.PoPID
+	to   *endpoint
+	kind gossip.Kind
 	msg  []byte
 }
 
@@ -245,22 +257,22 @@ func (q *deliveryHeap) Pop() any {
 	return d
 }
 
-// hubEndpoint is one node's Transport on a Hub.
-type hubEndpoint struct {
+// endpoint is one node's gossip.Transport on a Hub.
+type endpoint struct {
 	hub   *Hub
-	self  PoPID
+	self  gossip.PoPID
 	name  string
 	local bool
-	h     Handler
+	h     gossip.Handler
 
 	mu     sync.Mutex
 	closed bool
 }
 
-// HubMaxPayload is the largest message a Hub endpoint accepts.
-const HubMaxPayload = 64 << 10
+// MaxPayload is the largest message a Hub endpoint accepts.
+const MaxPayload = 64 << 10
 
-func (e *hubEndpoint) reaches(o *hubEndpoint) bool {
+func (e *endpoint) reaches(o *endpoint) bool {
 	if e.local != o.local {
 		return false
 	}
@@ -270,44 +282,44 @@ func (e *hubEndpoint) reaches(o *hubEndpoint) bool {
 	return e.self != o.self
 }
 
-func (e *hubEndpoint) isClosed() bool {
+func (e *endpoint) isClosed() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.closed
 }
 
-func (e *hubEndpoint) Name() string { return "hub" }
+func (e *endpoint) Name() string { return "hub" }
 
-func (e *hubEndpoint) Publish(kind Kind, msg []byte, reliable bool) error {
+func (e *endpoint) Publish(kind gossip.Kind, msg []byte, reliable bool) error {
 	if e.isClosed() {
-		return ErrClosed
+		return gossip.ErrClosed
 	}
-	if len(msg) > HubMaxPayload {
-		return ErrTooLarge
+	if len(msg) > MaxPayload {
+		return gossip.ErrTooLarge
 	}
 	e.hub.publish(e, kind, msg, nil)
 	return nil
 }
 
-// Relay delivers msg as KindState to the endpoints of PoP to (Global
+// Relay delivers msg as gossip.KindState to the endpoints of PoP to (Global
 // endpoints only).
-func (e *hubEndpoint) Relay(to PoPID, msg []byte) error {
+func (e *endpoint) Relay(to gossip.PoPID, msg []byte) error {
 	if e.isClosed() {
-		return ErrClosed
+		return gossip.ErrClosed
 	}
 	if e.local || to == e.self {
-		return fmt.Errorf("gossip: hub: cannot relay to %s", to)
+		return fmt.Errorf("memhub: cannot relay to %s", to)
 	}
-	if len(msg) > HubMaxPayload {
-		return ErrTooLarge
+	if len(msg) > MaxPayload {
+		return gossip.ErrTooLarge
 	}
-	e.hub.publish(e, KindState, msg, &to)
+	e.hub.publish(e, gossip.KindState, msg, &to)
 	return nil
 }
 
-func (e *hubEndpoint) MaxPayload(bool) int { return HubMaxPayload }
+func (e *endpoint) MaxPayload(bool) int { return MaxPayload }
 
-func (e *hubEndpoint) Members() []string {
+func (e *endpoint) Members() []string {
 	if !e.local {
 		return nil
 	}
@@ -323,7 +335,7 @@ func (e *hubEndpoint) Members() []string {
 	return out
 }
 
-func (e *hubEndpoint) Close() error {
+func (e *endpoint) Close() error {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
@@ -334,9 +346,9 @@ func (e *hubEndpoint) Close() error {
 }
 
 var (
-	_ Transport = (*hubEndpoint)(nil)
-	_ Relayer   = (*hubEndpoint)(nil)
+	_ gossip.Transport = (*endpoint)(nil)
+	_ gossip.Relayer   = (*endpoint)(nil)
 )
 
 // LocalName returns the name the endpoint's node goes by in Members.
-func (e *hubEndpoint) LocalName() string { return e.name }
+func (e *endpoint) LocalName() string { return e.name }

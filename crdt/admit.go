@@ -1,0 +1,99 @@
+package crdt
+
+import (
+	"hash/maphash"
+
+	"github.com/geolimit/geolimit/window"
+)
+
+// AdmitResult is the outcome of Admit.
+type AdmitResult struct {
+	window.Result
+	// Untracked is set when the key is new and the store had no room for
+	// it: the request was decided, and counted when admitted, by the one
+	// counter the rule's keys without room share (see evict.go).
+	Untracked bool
+}
+
+// Admit decides a request of cost against limit for (rule, key) at now and,
+// when it fits and count is true, adds cost to this replica's own count of the
+// current window. If now lies before the key's current window (the clock went
+// backwards) the request is decided at the start of the key's current window
+// and counted there, so counts never move back in time.
+func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, count bool) AdmitResult {
+	return s.admit(rule, key, now, limit, cost, count, nil)
+}
+
+func (s *Store) admit(rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) AdmitResult {
+	var h uint64
+	if s.fixedSeed == 0 {
+		h = maphash.String(s.seed, key) ^ ruleMix(rule) // s.hash, inlined
+	} else {
+		h = s.hash(rule, key)
+	}
+	var res AdmitResult
+	s.admitHashed(&res, h, rule, key, now, limit, cost, count, a)
+	return res
+}
+
+// AdmitSplitHashed is AdmitSplit with h, the Hash of (rule, key), writing
+// its result to *res: a decision's hot path does not copy it back.
+func (s *Store) AdmitSplitHashed(res *AdmitResult, h uint64, rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) {
+	s.admitHashed(res, h, rule, key, now, limit, cost, count, a)
+}
+
+func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string, now Now, limit, cost uint64, count bool, a *Allowance) {
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	i, ok := sh.find(h, rule, key)
+	res.Untracked = false
+	r := &res.Result
+	if !ok {
+		if !count && sh.used >= sh.cap {
+			// A check of a new key in a full shard: counted, it may find
+			// no room (evictFor decides that, and only when counting), so
+			// it is checked as a key without room, against the rule's
+			// shared counter, which errs towards rejecting.
+			*r = sh.admitUntracked(s, rule, now, limit, cost, false)
+			res.Untracked = true
+			sh.mu.Unlock()
+			return
+		}
+		// A key new here has no own admits unseen: the allowance lets it in.
+		window.DecideTo(r, limit, cost, 0, 0, now.Elapsed, now.Width)
+		if !r.Allowed || !count {
+			sh.mu.Unlock()
+			return
+		}
+		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
+			*r = sh.admitUntracked(s, rule, now, limit, cost, true)
+			res.Untracked = true
+			sh.mu.Unlock()
+			return
+		}
+	}
+	sl := &sh.slots[i]
+	elapsed := now.Elapsed
+	if now.Index > sl.win {
+		sh.roll(i, sl, now.Index)
+	} else if now.Index < sl.win {
+		elapsed = 0
+	}
+	window.DecideTo(r, limit, cost, satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]), elapsed, now.Width)
+	if r.Allowed && a != nil {
+		// Far from the limit the slot alone clears the request: this
+		// replica's own counts, unseen or not, within 1/Replicas of the
+		// headroom. Otherwise its share decides (allowance.go).
+		if own := satAdd(sl.own[0], sl.own[1]); own != 0 && a.on() &&
+			float64(satAdd(own, cost))*float64(a.Replicas()) > float64(limit)-r.Estimate {
+			sh.decideSplit(s, a, i, sl, now, elapsed, limit, cost, r)
+		}
+	}
+	if r.Allowed && count {
+		sl.own[1] = satAdd(sl.own[1], cost)
+		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
+	} else if count {
+		sl.mark |= markDenied1
+	}
+	sh.mu.Unlock()
+}

@@ -1,0 +1,242 @@
+package sim
+
+import (
+	"sort"
+)
+
+type actKind uint8
+
+const (
+	actPartition actKind = iota
+	actCut
+	actHeal
+	actSkew
+	actCrash
+	actRestart
+)
+
+// action is a resolved scenario event.
+type action struct {
+	at     int64
+	kind   actKind
+	groups [][]int32 // partition groups of PoPs; cut: {from, to}
+	nodes  []int32
+	offset int64
+	hold   bool // a heal inside a flap: the partitioned phase goes on
+}
+
+type phaseSpan struct {
+	name     string
+	from, to int64
+}
+
+// buildActions resolves the scenario's events into actions sorted by time
+// (file order among equal times; a flap expands into partitions and heals)
+// and derives the phases from them.
+func (e *engine) buildActions() error {
+	for _, ev := range e.sc.Events {
+		at := int64(ev.At)
+		switch {
+		case ev.Partition != nil:
+			e.actions = append(e.actions, action{at: at, kind: actPartition, groups: e.groups(ev.Partition)})
+		case ev.Cut != nil:
+			e.actions = append(e.actions, action{at: at, kind: actCut, groups: [][]int32{e.popsOf(ev.Cut.From), e.popsOf(ev.Cut.To)}})
+		case ev.Heal:
+			e.actions = append(e.actions, action{at: at, kind: actHeal})
+		case ev.Flap != nil:
+			f := ev.Flap
+			g := e.groups(f.Partition)
+			for t := at; t < int64(f.Until); {
+				e.actions = append(e.actions, action{at: t, kind: actPartition, groups: g})
+				h := min(t+int64(f.CutFor), int64(f.Until))
+				t = h + int64(f.HealFor)
+				e.actions = append(e.actions, action{at: h, kind: actHeal, hold: t < int64(f.Until)})
+			}
+		case ev.ClockSkew != nil:
+			e.actions = append(e.actions, action{at: at, kind: actSkew, nodes: e.nodesOf([]string{ev.ClockSkew.Node}), offset: int64(ev.ClockSkew.Offset)})
+		case ev.Crash != nil:
+			e.actions = append(e.actions, action{at: at, kind: actCrash, nodes: e.nodesOf(ev.Crash)})
+		case ev.Restart != nil:
+			e.actions = append(e.actions, action{at: at, kind: actRestart, nodes: e.nodesOf(ev.Restart)})
+		}
+	}
+	sort.SliceStable(e.actions, func(i, j int) bool { return e.actions[i].at < e.actions[j].at })
+	// Clocks skewed from the start are skewed before anything happens.
+	for _, a := range e.actions {
+		if a.at == 0 && a.kind == actSkew {
+			for _, n := range a.nodes {
+				e.nodes[n].skew = a.offset
+			}
+		}
+	}
+
+	// Replay the actions on a shadow of the fault state to find the phases.
+	blocked := 0
+	down := make([]bool, len(e.nodes))
+	ndown := 0
+	faulty := false
+	cur := phaseSpan{name: "healthy"}
+	for i := 0; i < len(e.actions); {
+		at := e.actions[i].at
+		hold := false
+		for ; i < len(e.actions) && e.actions[i].at == at; i++ {
+			a := e.actions[i]
+			hold = a.hold
+			switch a.kind {
+			case actPartition, actCut:
+				blocked++
+			case actHeal:
+				blocked = 0
+			case actCrash:
+				for _, n := range a.nodes {
+					if !down[n] {
+						down[n] = true
+						ndown++
+					}
+				}
+			case actRestart:
+				for _, n := range a.nodes {
+					if down[n] {
+						down[n] = false
+						ndown--
+					}
+				}
+			}
+		}
+		f := blocked > 0 || ndown > 0 || hold
+		if f == faulty {
+			continue
+		}
+		faulty = f
+		if at > cur.from {
+			cur.to = at
+			e.phases = append(e.phases, cur)
+		}
+		cur = phaseSpan{name: "partitioned", from: at}
+		if !f {
+			cur.name = "healed"
+		}
+	}
+	cur.to = e.end
+	if cur.to > cur.from || len(e.phases) == 0 {
+		e.phases = append(e.phases, cur)
+	}
+	return nil
+}
+
+// groups resolves partition groups; the PoPs not named form one more group.
+func (e *engine) groups(gs [][]string) [][]int32 {
+	var out [][]int32
+	named := map[int32]bool{}
+	for _, g := range gs {
+		ps := e.popsOf(g)
+		for _, p := range ps {
+			named[p] = true
+		}
+		out = append(out, ps)
+	}
+	var rest []int32
+	for i := range e.pops {
+		if !named[int32(i)] {
+			rest = append(rest, int32(i))
+		}
+	}
+	if len(rest) > 0 {
+		out = append(out, rest)
+	}
+	return out
+}
+
+// act applies a scenario action at t.
+func (e *engine) act(a action, t int64) {
+	switch a.kind {
+	case actPartition:
+		for gi, g := range a.groups {
+			for gj, h := range a.groups {
+				if gi == gj {
+					continue
+				}
+				for _, x := range g {
+					for _, y := range h {
+						e.block(x, y)
+					}
+				}
+			}
+		}
+	case actCut:
+		for _, x := range a.groups[0] {
+			for _, y := range a.groups[1] {
+				if x != y {
+					e.block(x, y)
+				}
+			}
+		}
+	case actHeal:
+		for x := range e.blocked {
+			clear(e.blocked[x])
+		}
+		e.nBlock = 0
+	case actSkew:
+		for _, n := range a.nodes {
+			e.nodes[n].skew = a.offset
+		}
+	case actCrash:
+		for _, n := range a.nodes {
+			e.crash(e.nodes[n])
+		}
+		e.popsChanged(a.nodes, t)
+		e.reroute()
+	case actRestart:
+		for _, n := range a.nodes {
+			nd := e.nodes[n]
+			if nd.up {
+				e.crash(nd)
+			}
+			if err := e.start(nd, t); err != nil {
+				e.err = err
+				return
+			}
+			e.joinSync(nd, t)
+		}
+		e.popsChanged(a.nodes, t)
+		e.reroute()
+	}
+}
+
+func (e *engine) block(x, y int32) {
+	if !e.blocked[x][y] {
+		e.blocked[x][y] = true
+		e.nBlock++
+	}
+}
+
+// popsChanged tells the members of the PoPs of nodes that membership changed.
+func (e *engine) popsChanged(nodes []int32, t int64) {
+	done := map[int32]bool{}
+	for _, n := range nodes {
+		if p := e.nodes[n].pop; !done[p] {
+			done[p] = true
+			e.membersChanged(p, t)
+		}
+	}
+}
+
+func (e *engine) crash(nd *simNode) {
+	if !nd.up {
+		return
+	}
+	nd.up, nd.n, nd.core = false, nil, nil
+	p := &e.pops[nd.pop]
+	for i, x := range p.live {
+		if x == nd.idx {
+			p.live = append(p.live[:i], p.live[i+1:]...)
+			break
+		}
+	}
+}
+
+func (e *engine) reroute() {
+	for _, s := range e.sources {
+		s.route(e.popUp)
+	}
+}

@@ -1,0 +1,98 @@
+package sim
+
+func (e *engine) buildTopology() error {
+	popIndex := map[string]int{}
+	for ri, rg := range e.sc.Topology {
+		e.regions = append(e.regions, rg.Region)
+		for _, p := range rg.PoPs {
+			pi := len(e.pops)
+			popIndex[p.Name] = pi
+			info := popInfo{name: p.Name, region: rg.Region, id: rg.Region + "/" + p.Name, regionIdx: ri}
+			for k := 1; k <= p.Nodes; k++ {
+				nd := &simNode{idx: int32(len(e.nodes)), name: nodeName(p.Name, k), pop: int32(pi), region: ri}
+				info.nodes = append(info.nodes, nd.idx)
+				e.nodes = append(e.nodes, nd)
+			}
+			e.pops = append(e.pops, info)
+		}
+	}
+	e.popIndex = map[string]int32{}
+	for i, p := range e.pops {
+		e.popIndex[p.id] = int32(i)
+	}
+	np := len(e.pops)
+	e.links = make([][]linkModel, np)
+	e.blocked = make([][]bool, np)
+	for a := range e.pops {
+		e.links[a] = make([]linkModel, np)
+		e.blocked[a] = make([]bool, np)
+		for b := range e.pops {
+			l := e.sc.Network.InterRegion
+			switch {
+			case a == b:
+				l = e.sc.Network.IntraPoP
+			case e.pops[a].regionIdx == e.pops[b].regionIdx:
+				l = e.sc.Network.InterPoP
+			}
+			e.links[a][b] = resolveLink(l)
+		}
+	}
+	for _, o := range e.sc.Network.Links {
+		from, to := e.popsOf(o.From), e.popsOf(o.To)
+		for _, a := range from {
+			for _, b := range to {
+				e.links[a][b] = resolveLink(o.Link)
+				if !o.OneWay {
+					e.links[b][a] = resolveLink(o.Link)
+				}
+			}
+		}
+	}
+	for _, nd := range e.nodes {
+		if err := e.start(nd, 0); err != nil {
+			return err
+		}
+	}
+	for p := range e.pops {
+		e.membersChanged(int32(p), 0)
+	}
+	return nil
+}
+
+func resolveLink(l Link) linkModel {
+	return linkModel{
+		latency: int64(l.Latency), jitter: int64(l.Jitter), reorderDelay: int64(l.ReorderDelay),
+		loss: l.Loss, dup: l.Duplicate, reorder: l.Reorder,
+	}
+}
+
+// popsOf resolves region and PoP names to PoP indexes, in topology order.
+func (e *engine) popsOf(names []string) []int32 {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []int32
+	for i, p := range e.pops {
+		if want[p.name] || want[p.region] {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+// nodesOf resolves node, PoP and region names to node indexes.
+func (e *engine) nodesOf(names []string) []int32 {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []int32
+	for _, nd := range e.nodes {
+		p := &e.pops[nd.pop]
+		if want[nd.name] || want[p.name] || want[p.region] {
+			out = append(out, nd.idx)
+		}
+	}
+	return out
+}
