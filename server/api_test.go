@@ -437,7 +437,7 @@ func TestRunUntilCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx) }()
-	waitFor(t, "ready", app.Ready)
+	require.Eventually(t, app.Ready, wait, poll, "ready")
 	res, err := http.Get("http://" + app.APIAddr().String() + "/readyz")
 	require.NoError(t, err)
 	_ = res.Body.Close()

@@ -168,7 +168,7 @@ func TestAPITokenFileWatched(t *testing.T) {
 	require.True(t, ok(token1))
 	// Only the token file changes; the config file stays as it is.
 	writeTokens(t, dir, token3+"\n")
-	waitFor(t, "the new token", func() bool { return ok(token3) })
+	require.Eventually(t, func() bool { return ok(token3) }, wait, poll, "the new token")
 	assert.False(t, ok(token1))
 }
 
@@ -215,10 +215,10 @@ func TestReloadGossipKeys(t *testing.T) {
 		o.WatchInterval = 10 * time.Millisecond
 	})
 	keyFile("gossip.key", "ZmVkY2JhOTg3NjU0MzIxMA==\nMDEyMzQ1Njc4OWFiY2RlZg==\n")
-	waitFor(t, "the key file reloaded", func() bool { return len(kr.reloads()) == 1 })
+	require.Eventually(t, func() bool { return len(kr.reloads()) == 1 }, wait, poll, "the key file reloaded")
 	k2 := keyFile("other.key", "ZmVkY2JhOTg3NjU0MzIxMA==\n")
 	ta.writeConfig(rulesYAML + gossip(k2))
-	waitFor(t, "the config reloaded", func() bool { return len(kr.reloads()) == 2 })
+	require.Eventually(t, func() bool { return len(kr.reloads()) == 2 }, wait, poll, "the config reloaded")
 	assert.Equal(t, k2, kr.reloads()[1].Gossip.SecretKeyFile)
 	assert.NotContains(t, logs.String(), "take effect only at restart")
 

@@ -207,14 +207,8 @@ func (ta *testApp) writeConfig(yaml string) {
 	require.NoError(ta.t, os.Rename(tmp, ta.path))
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// wait and poll bound the tests' waits for a condition (require.Eventually).
+const (
+	wait = 10 * time.Second
+	poll = 5 * time.Millisecond
+)

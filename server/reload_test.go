@@ -89,14 +89,14 @@ func TestReloadOnFileChange(t *testing.T) {
 	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
 
 	ta.writeConfig("rules: [{name: r, limit: 3, window: 1m}, {name: added, limit: 1, window: 1m}]\n")
-	waitFor(t, "the new rule", func() bool {
+	require.Eventually(t, func() bool {
 		return ta.post("/v1/check", `{"rule":"added","key":"k"}`).status != http.StatusNotFound
-	})
+	}, wait, poll, "the new rule")
 	assert.EqualValues(t, 1, ta.reloads("ok"))
 	assert.EqualValues(t, 1, ta.keyTotal("r", "k"))
 
 	ta.writeConfig("rules: [{name: r, limit: 3, window: 1m}, {name: added, limit: 1, window: 1m, scope: planet}]\n")
-	waitFor(t, "the failed reload", func() bool { return ta.reloads("failed") == 1 })
+	require.Eventually(t, func() bool { return ta.reloads("failed") == 1 }, wait, poll, "the failed reload")
 	assert.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status, "the old config keeps serving")
 	assert.EqualValues(t, 1, ta.reloads("ok"))
 }

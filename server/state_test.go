@@ -69,10 +69,10 @@ func TestStateFileRestart(t *testing.T) {
 				// Wait for a periodic write holding every admit, and take
 				// the file as it is: the process dies here, no shutdown hook
 				// runs for it.
-				waitFor(t, "a periodic write with every admit", func() bool {
+				require.Eventually(t, func() bool {
 					st, err := statefile.Read(path)
 					return err == nil && stateTotal(st) == 30
-				})
+				}, wait, poll, "a periodic write with every admit")
 				next = filepath.Join(dir, "crashed")
 				b, err := os.ReadFile(path)
 				require.NoError(t, err)
