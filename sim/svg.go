@@ -66,9 +66,11 @@ func WriteSVG(w io.Writer, runs ...*Result) error {
 		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", width-right+42, ly+4, html.EscapeString(label))
 		ly += 18
 	}
-	// The limit, drawn over the shading and the grid, first in the legend.
-	fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="black" stroke-width="1.5"/>`+"\n", left, y(1), float64(left)+pw, y(1))
-	legend("black", "none", "limit")
+	// The limit: a wide grey band under the lines, so that a line that
+	// follows it (share, central) still shows on top of it; first in the
+	// legend.
+	fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#bbb" stroke-width="7"/>`+"\n", left, y(1), float64(left)+pw, y(1))
+	legend("#bbb", "none", "limit")
 	c := 0
 	line := func(res *Result, key string, val func(SeriesRow) float64, color, dash, label string, width float64) {
 		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-dasharray="%s" points="`, color, width, dash)
@@ -81,18 +83,23 @@ func WriteSVG(w io.Writer, runs ...*Result) error {
 		legend(color, dash, label)
 	}
 	keys := seriesKeys(runs[0])
-	for _, res := range runs {
+	// The central limiter under the policies, dotted in its own colour;
+	// each policy in its own colours and dash pattern on top.
+	for _, k := range keys {
+		line(runs[0], k, func(r SeriesRow) float64 { return float64(r.Central) / float64(r.Limit) }, "#1b7f3b", "2 3", "central "+k, 2.6)
+	}
+	for i, res := range runs {
 		for _, k := range keys {
-			line(res, k, func(r SeriesRow) float64 { return float64(r.True) / float64(r.Limit) }, palette[c%len(palette)], "none", res.Report.Policy+" "+k, 1.6)
+			line(res, k, func(r SeriesRow) float64 { return float64(r.True) / float64(r.Limit) }, palette[c%len(palette)], runDash[i%len(runDash)], res.Report.Policy+" "+k, 1.6)
 			c++
 		}
-	}
-	for _, k := range keys {
-		line(runs[0], k, func(r SeriesRow) float64 { return float64(r.Central) / float64(r.Limit) }, "#222", "5 3", "central "+k, 2.2)
 	}
 	b.WriteString("</svg>\n")
 	return b.Flush()
 }
+
+// runDash are the dash patterns of the compared runs, in order.
+var runDash = []string{"none", "7 3", "1 2"}
 
 // seriesKeys returns the tracked rule/key names in first-seen order.
 func seriesKeys(res *Result) []string {

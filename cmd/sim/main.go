@@ -1,9 +1,13 @@
 // Command sim runs a geolimit partition scenario on a simulated network with
 // the real node core, and reports how far over its limits the fleet drifts.
 //
-//	go run ./cmd/sim -scenario scenarios/two-regions-cut.yaml
+//	go run ./cmd/sim -list
+//	go run ./cmd/sim -scenario two-regions-cut
 //	go run ./cmd/sim -scenario scenarios/two-regions-cut.yaml -json out.json -csv out.csv -svg out.svg
-//	go run ./cmd/sim -scenario scenarios/two-regions-cut.yaml -compare keep,share
+//	go run ./cmd/sim -scenario my-scenario.yaml -compare keep,share
+//
+// -scenario takes a file, or the name of a built-in scenario (package
+// scenarios); -list lists those.
 package main
 
 import (
@@ -19,6 +23,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/scenarios"
 	"github.com/geolimit/geolimit/sim"
 )
 
@@ -41,7 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		scenario = fs.String("scenario", "", "scenario file (YAML; required)")
+		scenario = fs.String("scenario", "", "scenario file (YAML), or the name of a built-in scenario (see -list); required")
+		list     = fs.Bool("list", false, "list the built-in scenarios and exit")
 		jsonOut  = fs.String("json", "", "write the full report as JSON to this file")
 		csvOut   = fs.String("csv", "", "write the time series as CSV to this file")
 		svgOut   = fs.String("svg", "", "write a plot of true admitted vs limit as SVG to this file")
@@ -55,8 +61,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		memProf  = fs.String("memprofile", "", "write a heap profile at the end of the run to this file (go tool pprof)")
 	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: sim -scenario FILE|NAME [flags]\n\nbuilt-in scenarios: %s\n\nflags:\n", strings.Join(scenarios.Names(), ", "))
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *list {
+		return listScenarios(stdout)
 	}
 	if *scale <= 0 {
 		return fmt.Errorf("-rate-scale %g: must be positive", *scale)
@@ -65,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("-scenario FILE is required and no positional arguments are taken")
 	}
-	sc, err := sim.Load(*scenario)
+	sc, err := loadScenario(*scenario)
 	if err != nil {
 		return err
 	}
@@ -186,4 +199,34 @@ func label(p string) string {
 		return "as configured"
 	}
 	return p
+}
+
+// loadScenario reads the scenario file at name or, when there is none, the
+// built-in scenario of that name.
+func loadScenario(name string) (*sim.Scenario, error) {
+	if _, err := os.Stat(name); err == nil {
+		return sim.Load(name)
+	}
+	if b, ok := scenarios.Get(name); ok {
+		return sim.Parse(b)
+	}
+	return nil, fmt.Errorf("-scenario %q: no such file, nor a built-in scenario (sim -list lists them)", name)
+}
+
+// listScenarios writes each built-in scenario's name and the first line of
+// its description.
+func listScenarios(w io.Writer) error {
+	for _, n := range scenarios.Names() {
+		b, _ := scenarios.Get(n)
+		sc, err := sim.Parse(b)
+		if err != nil {
+			return fmt.Errorf("built-in scenario %s: %w", n, err)
+		}
+		desc, _, _ := strings.Cut(strings.Join(strings.Fields(sc.Description), " "), ". ")
+		if len(desc) > 100 {
+			desc = desc[:strings.LastIndexByte(desc[:100], ' ')] + " ..."
+		}
+		fmt.Fprintf(w, "%-28s %s\n", n, strings.TrimSuffix(desc, "."))
+	}
+	return nil
 }

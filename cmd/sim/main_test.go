@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,7 +125,7 @@ func TestRunErrors(t *testing.T) {
 		want string
 	}{
 		{"no scenario", nil, "-scenario FILE is required"},
-		{"missing file", []string{"-scenario", "/nonexistent.yaml"}, "no such file"},
+		{"missing file", []string{"-scenario", "/nonexistent.yaml"}, "no such file, nor a built-in scenario"},
 		{"bad compare", []string{"-scenario", path, "-compare", "keep,panic"}, `unknown partition policy "panic"`},
 		{"log with compare", []string{"-scenario", path, "-compare", "keep,keep", "-log", "x"}, "-log takes one run"},
 		{"unknown flag", []string{"-scenari", path}, "flag provided but not defined"},
@@ -169,4 +170,22 @@ func TestRunNearLimitAllowanceFlag(t *testing.T) {
 	on, off := maxRatio("on"), maxRatio("off")
 	assert.Less(t, on, 1.15)
 	assert.Greater(t, off, 1.3)
+}
+
+// -list lists the built-in scenarios; -scenario finds them by name; -help
+// names them.
+func TestBuiltInScenarios(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-list"}, &stdout, &stderr))
+	assert.Contains(t, stdout.String(), "two-regions-cut ")
+	assert.Contains(t, stdout.String(), "scale/edge-10pops ")
+
+	stdout.Reset()
+	err := run(context.Background(), []string{"-scenario", "healthy-two-regions", "-quiet", "-no-timing", "-rate-scale", "0.01"}, &stdout, &stderr)
+	require.NoError(t, err, stderr.String())
+	assert.Contains(t, stdout.String(), "healthy-two-regions")
+
+	stderr.Reset()
+	require.ErrorIs(t, run(context.Background(), []string{"-help"}, &stdout, &stderr), flag.ErrHelp)
+	assert.Contains(t, stderr.String(), "built-in scenarios: anycast-pop-loss,")
 }
