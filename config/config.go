@@ -13,6 +13,7 @@
 package config
 
 import (
+	_ "embed"
 	"errors"
 	"fmt"
 	"net/url"
@@ -242,10 +243,20 @@ func DefaultConfig() *Config {
 	}
 }
 
-// Demo returns DefaultConfig with DemoRules and rule defaults applied.
+// demoYAML is the demo config, shipped as config/demo.yaml.
+//
+//go:embed demo.yaml
+var demoYAML []byte
+
+// Demo returns the demo config (config/demo.yaml): DefaultConfig with the
+// demo rules.
+// It is not validated here: the node's name comes from the host name, and
+// the daemon validates the config it starts with.
 func Demo() *Config {
 	c := DefaultConfig()
-	c.Rules = DemoRules()
+	if err := decode(demoYAML, c); err != nil {
+		panic("config: the embedded demo.yaml does not decode: " + err.Error()) // TestDemo keeps it decoding
+	}
 	c.ApplyRuleDefaults()
 	return c
 }

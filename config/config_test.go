@@ -240,3 +240,14 @@ func TestParsePenaltyBoxAndOnUnsure(t *testing.T) {
 	assert.Equal(t, 10*time.Minute, rules[0].BlockFor)
 	assert.Equal(t, pop.DenyUnsure, rules[0].OnUnsure)
 }
+
+// TestDemo: the shipped config/demo.yaml is the demo config, and loading it
+// as a file gives what Demo gives.
+func TestDemo(t *testing.T) {
+	c, err := Load("demo.yaml")
+	require.NoError(t, err)
+	d := Demo()
+	assert.Equal(t, d.Rules, c.Rules)
+	assert.Equal(t, d.Listen, c.Listen)
+	assert.Len(t, d.Rules, 3)
+}

@@ -218,6 +218,7 @@ func EmbeddedError(err error) error {
 		ce *natsembed.ConflictError
 		me *natsembed.MissingError
 		xe *natsembed.ExposureError
+		pe *natsembed.PortError
 	)
 	switch {
 	case err == nil:
@@ -235,6 +236,11 @@ func EmbeddedError(err error) error {
 		return fmt.Errorf("%s: required, here or as %s in nats.embedded.config_file %s", f.field, me.FileKey, me.File)
 	case errors.As(err, &xe):
 		return exposureError(xe)
+	case errors.As(err, &pe) && pe.What == "client":
+		return fmt.Errorf("nats.embedded.listen %s: %v: another process (a nats-server, another edge) holds it; "+
+			"pick a free address (nats.embedded.listen, or edge -nats 127.0.0.1:4223), or set nats: {disabled: true} for a node that replicates nothing", pe.Addr, pe.Err)
+	case errors.As(err, &pe):
+		return fmt.Errorf("nats.embedded.gateway.listen %s: %v: another process holds it; pick a free address", pe.Addr, pe.Err)
 	}
 	return fmt.Errorf("nats.embedded: %s", strings.TrimPrefix(err.Error(), "natsembed: "))
 }

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/geolimit/geolimit/pop"
 )
@@ -78,14 +77,9 @@ const (
 	KeyHeaderPrefix = "header:"
 )
 
-// DemoRules is the rule set of a node started without a config file.
-func DemoRules() []Rule {
-	return []Rule{
-		{Name: "demo", Key: KeySpec{KeyIP}, Limit: 10, Window: Duration(10 * time.Second)},
-		{Name: "api", Match: Match{PathPrefix: "/api"}, Key: KeySpec{KeyIP}, Limit: 100, Window: Duration(time.Minute)},
-		{Name: "login", Match: Match{PathPrefix: "/login", Methods: []string{"POST"}}, Key: KeySpec{KeyIP}, Limit: 5, Window: Duration(time.Minute), Scope: "pop"},
-	}
-}
+// DemoRules is the rule set of a node started without a config file
+// (config/demo.yaml).
+func DemoRules() []Rule { return Demo().Rules }
 
 // ApplyRuleDefaults fills each rule's omitted cost, key, scope, mode and
 // on_partition with their defaults.

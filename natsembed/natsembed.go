@@ -124,6 +124,36 @@ type Server struct {
 // time.
 var ErrNotReady = errors.New("natsembed: server not ready for connections in time")
 
+// PortError is a listen address of the server that cannot be bound (most
+// often: another process, a nats-server or another geolimit, holds it).
+// Start returns it at once rather than waiting for a server that never
+// becomes ready.
+type PortError struct {
+	// What is "client" or "gateway"; Addr the host:port.
+	What, Addr string
+	Err        error
+}
+
+func (e *PortError) Error() string {
+	return "natsembed: " + e.What + " listen " + e.Addr + ": " + e.Err.Error()
+}
+
+func (e *PortError) Unwrap() error { return e.Err }
+
+// checkPort binds host:port and lets it go at once: whether the server
+// will be able to.
+func checkPort(what, host string, port int) error {
+	if port <= 0 {
+		return nil // a random port
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &PortError{What: what, Addr: addr, Err: err}
+	}
+	return l.Close()
+}
+
 // Names of the Options settings in errors.
 const (
 	OptListen          = "Listen"
@@ -470,6 +500,14 @@ func Start(o Options) (*Server, error) {
 	opts, warnings, err := Resolve(o)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkPort("client", opts.Host, opts.Port); err != nil {
+		return nil, err
+	}
+	if opts.Gateway.Name != "" {
+		if err := checkPort("gateway", opts.Gateway.Host, opts.Gateway.Port); err != nil {
+			return nil, err
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

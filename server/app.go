@@ -26,6 +26,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/geolimit/geolimit/internal/listen"
@@ -494,7 +495,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 		go a.watchLoop(ctx)
 	}
 	a.ready.Store(true)
-	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "embedded", a.opts.Embedded,
+	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "in_process", a.opts.Embedded, "nats", a.natsURL,
 		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().List))
 	a.warn(a.cfg)
 	return nil
@@ -511,7 +512,7 @@ func (a *App) warn(cfg *config.Config) {
 // listen opens the listeners of the listen section and builds their servers.
 func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 	if a.apiLn, err = a.limitListen(a.cfg.Listen.API); err != nil {
-		return fmt.Errorf("server: listen.api: %w", err)
+		return fmt.Errorf("server: listen.api: %w%s", err, inUseHint(err, "listen.api, or edge -api 127.0.0.1:8081"))
 	}
 	a.apiSrv = newSrv(a.apiHandler())
 	if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.API) {
@@ -523,19 +524,19 @@ func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 			return err
 		}
 		if a.proxyLn, err = a.limitListen(a.cfg.Listen.Proxy); err != nil {
-			return fmt.Errorf("server: listen.proxy: %w", err)
+			return fmt.Errorf("server: listen.proxy: %w%s", err, inUseHint(err, "listen.proxy"))
 		}
 		a.proxySrv = newSrv(ph)
 	}
 	if a.cfg.Listen.ForwardAuth != "" {
 		if a.fwdLn, err = a.limitListen(a.cfg.Listen.ForwardAuth); err != nil {
-			return fmt.Errorf("server: listen.forward_auth: %w", err)
+			return fmt.Errorf("server: listen.forward_auth: %w%s", err, inUseHint(err, "listen.forward_auth"))
 		}
 		a.fwdSrv = newSrv(a.fronts.ForwardAuth())
 	}
 	if a.cfg.Listen.GRPC != "" {
 		if a.grpcLn, err = a.limitListen(a.cfg.Listen.GRPC); err != nil {
-			return fmt.Errorf("server: listen.grpc: %w", err)
+			return fmt.Errorf("server: listen.grpc: %w%s", err, inUseHint(err, "listen.grpc"))
 		}
 		a.grpcSrv = a.rls.NewServer()
 		if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.GRPC) {
@@ -543,6 +544,14 @@ func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 		}
 	}
 	return nil
+}
+
+// inUseHint is what to do about a listen address another process holds.
+func inUseHint(err error, where string) string {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return " (another process holds it: pick a free address in " + where + ")"
+	}
+	return ""
 }
 
 func addrString(l net.Listener) string {

@@ -2,6 +2,7 @@
 // reverse proxy whose counts replicate across PoPs and regions.
 //
 //	edge                       # one node, embedded NATS, demo rules, API on 127.0.0.1:8080
+//	edge -api 127.0.0.1:8081 -nats 127.0.0.1:4223   # the same on other ports
 //	edge -config edge.yaml     # run with a config file (reloaded on SIGHUP and on change)
 //	edge -config edge.yaml -check-config
 package main
@@ -50,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "YAML config `file`; empty runs one node with the demo rules")
 	check := fs.Bool("check-config", false, "validate the config and exit")
+	apiAddr := fs.String("api", "", "listen `address` of the decision API, over listen.api")
+	natsAddr := fs.String("nats", "", "client listen `address` of the embedded NATS server, over nats.embedded.listen")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	format := fs.String("log-format", "text", "log `format`: text or json")
 	watch := fs.Duration("watch-interval", time.Second, "how often the config file is polled for changes (0 turns polling off)")
@@ -106,7 +109,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if *apiAddr != "" || *natsAddr != "" {
+		if *apiAddr != "" {
+			cfg.Listen.API = *apiAddr
+		}
+		if *natsAddr != "" {
+			if cfg.NATS.URL != "" || cfg.NATS.Disabled {
+				return errors.New("-nats: the config runs no embedded NATS server (nats.url or nats.disabled is set)")
+			}
+			cfg.NATS.Embedded.Listen = *natsAddr
+		}
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("-api/-nats: %w", err)
+		}
+	}
 	if *check {
+		if *cfgPath == "" {
+			// The demo config is checked here as the daemon will check it.
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintf(stdout, "config ok: %d rules\n", len(cfg.Rules))
 		for _, w := range cfg.Warnings() {
 			fmt.Fprintf(stdout, "warning: %s\n", w)
