@@ -263,7 +263,7 @@ func defaultNodeID() string {
 // and api.token_file, and refuses a gossip, API or gRPC listener beyond
 // loopback with neither its secret file nor its insecure flag.
 func (c *Config) Validate() error {
-	if err := (crdt.Replica{Region: c.Node.Region, PoP: c.Node.PoP, Node: c.Node.ID}).Validate(); err != nil {
+	if err := (crdt.Replica{PoPID: crdt.PoPID{Region: c.Node.Region, PoP: c.Node.PoP}, Node: c.Node.ID}).Validate(); err != nil {
 		for _, f := range []struct{ name, v string }{{"node.id", c.Node.ID}, {"node.region", c.Node.Region}, {"node.pop", c.Node.PoP}} {
 			if f.v == "" || len(f.v) > crdt.MaxNameLen || strings.ContainsAny(f.v, "/#") {
 				return fmt.Errorf("%s: %q must be 1-%d characters without '/' or '#'", f.name, f.v, crdt.MaxNameLen)

@@ -138,7 +138,7 @@ func TestParseErrors(t *testing.T) {
 		{"zero flush interval", "replication: {flush_interval: 0s}", "replication.flush_interval: must be positive, got 0s"},
 		{"heartbeat at peer timeout", "replication: {peer_timeout: 1s, heartbeat_interval: 1s}", "replication.heartbeat_interval: 1s must be below peer_timeout 1s"},
 		{"int duration", "replication: {peer_timeout: 5}", `replication.peer_timeout: bad duration "5"`},
-		{"bad expected pop", "replication: {expected_pops: [eu]}", `replication.expected_pops[0]: "eu" must be region/pop`},
+		{"bad expected pop", "replication: {expected_pops: [eu]}", `replication.expected_pops[0]: crdt: bad name: "eu" is not region/pop`},
 		{"negative sync interval", "replication: {sync_interval: -1s}", "replication.sync_interval: must be positive"},
 		{"bad scope", rule("    scope: planet\n"), `rules[0].scope: unknown scope "planet"`},
 		{"bad mode", rule("    mode: loud\n"), `rules[0].mode: unknown mode "loud"`},

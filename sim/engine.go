@@ -215,7 +215,7 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 	e.fleet = newOracle(len(e.keys), len(e.phases))
 	if !opts.NoCentral {
 		e.central, err = pop.New(pop.Config{
-			Self:    crdt.Replica{Region: "central", PoP: "central", Node: "central", Incarnation: 1},
+			Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "central", PoP: "central"}, Node: "central", Incarnation: 1},
 			Rules:   rules,
 			MaxKeys: sc.Replication.MaxKeys,
 			Seed:    e.storeSeed,
@@ -284,7 +284,7 @@ func (e *engine) start(nd *simNode, t int64) error {
 	e.incarnations++
 	nd.inc = e.incarnations
 	n, err := pop.New(pop.Config{
-		Self:    crdt.Replica{Region: e.pops[nd.pop].region, PoP: e.pops[nd.pop].name, Node: nd.name, Incarnation: nd.inc},
+		Self:    crdt.Replica{PoPID: crdt.PoPID{Region: e.pops[nd.pop].region, PoP: e.pops[nd.pop].name}, Node: nd.name, Incarnation: nd.inc},
 		Rules:   e.rules,
 		MaxKeys: e.sc.Replication.MaxKeys,
 		Seed:    (e.storeSeed ^ uint64(nd.idx)<<32 ^ nd.inc) | 1,

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -26,7 +27,7 @@ func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
 		// Every other PoP of the topology is known in advance.
 		for i, p := range e.pops {
 			if int32(i) != nd.pop {
-				settings.ExpectedPoPs = append(settings.ExpectedPoPs, repl.PoPID{Region: p.region, PoP: p.name}.String())
+				settings.ExpectedPoPs = append(settings.ExpectedPoPs, crdt.PoPID{Region: p.region, PoP: p.name}.String())
 			}
 		}
 	}
@@ -162,7 +163,7 @@ func (e *engine) deliver(nd *simNode, ev *event, t int64) {
 		p := &e.pops[ev.from]
 		nd.core.Step(now, repl.Message{
 			Link: repl.Link(ev.link), Kind: ev.msg,
-			From:  repl.PoPID{Region: p.region, PoP: p.name},
+			From:  crdt.PoPID{Region: p.region, PoP: p.name},
 			Delta: ev.d,
 		})
 	}

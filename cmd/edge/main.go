@@ -113,7 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	self := crdt.Replica{Region: cfg.Node.Region, PoP: cfg.Node.PoP, Node: cfg.Node.ID, Incarnation: uint64(time.Now().UnixNano())}
+	self := crdt.Replica{PoPID: crdt.PoPID{Region: cfg.Node.Region, PoP: cfg.Node.PoP}, Node: cfg.Node.ID, Incarnation: uint64(time.Now().UnixNano())}
 	wi := *watch
 	if wi <= 0 {
 		wi = -1

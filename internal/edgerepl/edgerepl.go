@@ -36,7 +36,7 @@ type gossipReplicator struct {
 func New(env server.ReplicationEnv) (server.Replicator, error) {
 	cfg := env.Config
 	self := env.Node.Self()
-	id := gossip.PoPID{Region: self.Region, PoP: self.PoP}
+	id := self.PoPID
 	g := &gossipReplicator{log: env.Logger}
 	lag := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "geolimit_replication_lag_seconds",
