@@ -169,6 +169,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad trusted proxy", "proxy: {trusted_proxies: [10.0.0.0/8, nope]}", "proxy.trusted_proxies[1]:"},
 		{"bad node id", "node: {id: 'a/b'}", "node.id:"},
 		{"empty region", "node: {region: ''}", "node.region:"},
+		{"dotted region", "node: {region: eu.west}", `node.region: crdt: bad name: "eu.west"`},
+		{"wildcard pop", "node: {pop: 'ams*'}", `node.pop: crdt: bad name: "ams*"`},
 		{"bad nats url", "nats: {url: 'nats://'}", "nats.url:"},
 		{"bad subject prefix", "nats: {subject_prefix: 'a.*'}", "nats.subject_prefix:"},
 		{"gateway without urls", "nats: {embedded: {gateway: {name: eu, listen: '127.0.0.1:1', gateways: [{name: us}]}}}", "nats.embedded.gateway.gateways[0].urls:"},
