@@ -186,7 +186,7 @@ func (g *gossipReplicator) Status() server.ReplicationStatus {
 		st.Members = append(st.Members, server.Member{Name: m, State: "alive"})
 	}
 	for _, p := range s.RemotePoPs {
-		rp := server.RemotePoP{Region: p.Region, PoP: p.PoP, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected}
+		rp := server.RemotePoP{PoPID: p.PoPID, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected}
 		if p.Age >= 0 {
 			rp.LastHeardMS = p.Age.Milliseconds()
 		}
