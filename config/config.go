@@ -66,9 +66,12 @@ type Config struct {
 	Rules []Rule `yaml:"rules"`
 }
 
-// Node is this node's identity: the replica name is region/pop/id.
+// Node is this node's identity: the replica name is region/pop/id. Each
+// name is 1-64 bytes without '.', '*', '>', '/', '#' or white space
+// (crdt.ValidName).
 type Node struct {
-	// ID names the node inside its PoP. Default: the host name.
+	// ID names the node inside its PoP. Default: the host name, with each
+	// character a name may not hold replaced by '-'.
 	ID string `yaml:"id"`
 	// Region is the node's region. Default "local".
 	Region string `yaml:"region"`
@@ -261,12 +264,42 @@ func Demo() *Config {
 	return c
 }
 
+// PoPID returns the node's PoP.
+func (n Node) PoPID() crdt.PoPID { return crdt.PoPID{Region: n.Region, PoP: n.PoP} }
+
+// Replica returns the node's replica identity in an incarnation (a number
+// new at every start).
+func (n Node) Replica(incarnation uint64) crdt.Replica {
+	return crdt.Replica{PoPID: n.PoPID(), Node: n.ID, Incarnation: incarnation}
+}
+
 func defaultNodeID() string {
 	h, err := os.Hostname()
-	if err != nil || h == "" {
+	if err != nil {
 		return "edge"
 	}
-	return strings.NewReplacer("/", "-", "#", "-").Replace(h)
+	return nameOf(h, "edge")
+}
+
+// nameOf returns s as a valid name (crdt.ValidName): each character a name
+// may not hold replaced by '-', cut to crdt.MaxNameLen bytes; or def if
+// nothing is left.
+func nameOf(s, def string) string {
+	var b strings.Builder
+	for _, r := range s {
+		c := string(r)
+		if crdt.ValidName(c) != nil {
+			c = "-"
+		}
+		if b.Len()+len(c) > crdt.MaxNameLen {
+			break
+		}
+		b.WriteString(c)
+	}
+	if crdt.ValidName(b.String()) != nil {
+		return def
+	}
+	return b.String()
 }
 
 // Validate reports the first thing wrong with c, naming the field, e.g.
@@ -274,13 +307,10 @@ func defaultNodeID() string {
 // and api.token_file, and refuses a gossip, API or gRPC listener beyond
 // loopback with neither its secret file nor its insecure flag.
 func (c *Config) Validate() error {
-	if err := (crdt.Replica{Region: c.Node.Region, PoP: c.Node.PoP, Node: c.Node.ID}).Validate(); err != nil {
-		for _, f := range []struct{ name, v string }{{"node.id", c.Node.ID}, {"node.region", c.Node.Region}, {"node.pop", c.Node.PoP}} {
-			if f.v == "" || len(f.v) > crdt.MaxNameLen || strings.ContainsAny(f.v, "/#") {
-				return fmt.Errorf("%s: %q must be 1-%d characters without '/' or '#'", f.name, f.v, crdt.MaxNameLen)
-			}
+	for _, f := range []struct{ name, v string }{{"node.id", c.Node.ID}, {"node.region", c.Node.Region}, {"node.pop", c.Node.PoP}} {
+		if err := crdt.ValidName(f.v); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
 		}
-		return fmt.Errorf("node: %w", err)
 	}
 	if err := checkAddr(c.Listen.API, false); err != nil {
 		return fmt.Errorf("listen.api: %w", err)

@@ -39,7 +39,7 @@ func withOthers(t *testing.T, key string, count uint64, pops ...string) *Store {
 	t.Helper()
 	st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})
 	for _, p := range pops {
-		id, ok := st.Intern(PoPReplica("far", p, 1))
+		id, ok := st.Intern(PoPReplica(PoPID{Region: "far", PoP: p}, 1))
 		require.True(t, ok)
 		require.Equal(t, Merged, st.Merge(0, key, 1, 1, id, count))
 	}
@@ -119,8 +119,8 @@ func TestSplitLeavesExcludedCountsOut(t *testing.T) {
 func TestExcludedFollowsInterning(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1)})
 	st.SetExcluded(func(r Replica) bool { return r.PoP == "iad" })
-	iad, _ := st.Intern(PoPReplica("us", "iad", 1))
-	sin, _ := st.Intern(PoPReplica("ap", "sin", 1))
+	iad, _ := st.Intern(PoPReplica(PoPID{Region: "us", PoP: "iad"}, 1))
+	sin, _ := st.Intern(PoPReplica(PoPID{Region: "ap", PoP: "sin"}, 1))
 	member, _ := st.Intern(rep("ams-2", 1))
 	ex := st.excluded.Load()
 	require.NotNil(t, ex)
@@ -162,7 +162,7 @@ func TestSplitFarFromLimitAndOneInFlight(t *testing.T) {
 func TestHotTableBounded(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxHotKeys: 2, Seed: 1})
 	t0 := time.Second.Nanoseconds()
-	id, _ := st.Intern(PoPReplica("far", "a", 1))
+	id, _ := st.Intern(PoPReplica(PoPID{Region: "far", PoP: "a"}, 1))
 	for i := range 5 {
 		key := "k" + strconv.Itoa(i)
 		st.Merge(0, key, 1, 1, id, 60)
@@ -180,7 +180,7 @@ func TestHotTableBounded(t *testing.T) {
 	assert.ElementsMatch(t, []string{"k3", "k4"}, keys, "the two most recently used")
 
 	none := NewStore(StoreConfig{Self: rep("self", 1), MaxHotKeys: -1})
-	id, _ = none.Intern(PoPReplica("far", "a", 1))
+	id, _ = none.Intern(PoPReplica(PoPID{Region: "far", PoP: "a"}, 1))
 	none.Merge(0, "k", 1, 1, id, 60)
 	n, _ := admitAll(t, none, "k", t0, split)
 	assert.Equal(t, 10, n)
@@ -228,7 +228,7 @@ func checkHot(t *testing.T, st *Store) {
 func TestHotEntriesSurviveChurn(t *testing.T) {
 	rng := seeded(t, 9)
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxKeys: 1 << 20, MaxHotKeys: 64, Seed: 2})
-	other, _ := st.Intern(PoPReplica("far", "a", 1))
+	other, _ := st.Intern(PoPReplica(PoPID{Region: "far", PoP: "a"}, 1))
 	a := &Allowance{Horizon: 20 * ms, PoPs: 4}
 	sh := &st.shards[0]
 	t0 := time.Second.Nanoseconds()
@@ -423,7 +423,7 @@ func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 		return n
 	}
 	members := []Replica{rep("ams-2", 1), rep("ams-3", 1)}
-	pops := []Replica{PoPReplica("far", "a", 1), PoPReplica("far", "b", 1)}
+	pops := []Replica{PoPReplica(PoPID{Region: "far", PoP: "a"}, 1), PoPReplica(PoPID{Region: "far", PoP: "b"}, 1)}
 	sec := time.Second.Nanoseconds()
 	// Members ams-2 and ams-3 held the previous window (18 of it left in
 	// the estimate at 1s): the PoP's part is all of it, this node a third

@@ -19,7 +19,7 @@ import (
 )
 
 func sampleDelta(rng *rand.Rand, n int) *Delta {
-	d := &Delta{Sender: Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: rng.Uint64()}, SentAt: rng.Int64(), Epoch: rng.Uint64()}
+	d := &Delta{Sender: Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: rng.Uint64()}, SentAt: rng.Int64(), Epoch: rng.Uint64()}
 	rules := []string{"per-ip", "api", "login"}
 	for i := 0; i < n; i++ {
 		d.Entries = append(d.Entries, Entry{
@@ -72,11 +72,11 @@ func TestDeltaEpochRoundTrip(t *testing.T) {
 		sender Replica
 		epoch  uint64
 	}{
-		{Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 9}, 0},
-		{Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 9}, 1},
-		{PoPReplica("eu", "ams", 42), 42},
-		{PoPReplica("us", "iad", math.MaxUint64), math.MaxUint64},
-		{Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 9}, 0},
+		{Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
+		{Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 1},
+		{PoPReplica(PoPID{Region: "eu", PoP: "ams"}, 42), 42},
+		{PoPReplica(PoPID{Region: "us", PoP: "iad"}, math.MaxUint64), math.MaxUint64},
+		{Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
 	} {
 		d := &Delta{Sender: tt.sender, SentAt: 5, Epoch: tt.epoch, Entries: []Entry{{Rule: "api", Key: "k", Window: 7, Count: 1}}}
 		msgs, err := Encode(d, 0)
@@ -126,14 +126,14 @@ func TestDecodeVersions(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.epoch, out.Epoch)
-			assert.Equal(t, Replica{Region: "eu", PoP: "ams", Node: "n1", Incarnation: 1}, out.Sender)
+			assert.Equal(t, Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}, out.Sender)
 			assert.Equal(t, []Entry{{Rule: "api", Key: "k", Window: 100, Count: 3}}, out.Entries)
 		})
 	}
 }
 
 func TestDeltaEdgeValues(t *testing.T) {
-	d := &Delta{Sender: Replica{Region: "r", PoP: "p", Node: "n", Incarnation: math.MaxUint64}, SentAt: math.MinInt64, Entries: []Entry{
+	d := &Delta{Sender: Replica{PoPID: PoPID{Region: "r", PoP: "p"}, Node: "n", Incarnation: math.MaxUint64}, SentAt: math.MinInt64, Entries: []Entry{
 		{Rule: strings.Repeat("r", MaxRuleNameLen), Key: strings.Repeat("k", MaxKeyLen), Window: math.MaxInt64, Count: math.MaxUint64},
 		{Rule: strings.Repeat("r", MaxRuleNameLen), Key: "x", Window: math.MinInt64 + 1, Count: 0},
 		{Rule: "neg", Key: "y", Window: -5, Count: 1},
@@ -168,12 +168,12 @@ func TestEncodeSplitsUnderMaxBytes(t *testing.T) {
 }
 
 func TestEncodeRejectsBadInput(t *testing.T) {
-	good := Replica{Region: "r", PoP: "p", Node: "n"}
+	good := Replica{PoPID: PoPID{Region: "r", PoP: "p"}, Node: "n"}
 	tests := []struct {
 		name string
 		d    Delta
 	}{
-		{"bad sender", Delta{Sender: Replica{Region: "r/x", PoP: "p", Node: "n"}}},
+		{"bad sender", Delta{Sender: Replica{PoPID: PoPID{Region: "r/x", PoP: "p"}, Node: "n"}}},
 		{"empty key", Delta{Sender: good, Entries: []Entry{{Rule: "a", Key: ""}}}},
 		{"long key", Delta{Sender: good, Entries: []Entry{{Rule: "a", Key: strings.Repeat("k", MaxKeyLen+1)}}}},
 		{"long rule", Delta{Sender: good, Entries: []Entry{{Rule: strings.Repeat("r", MaxRuleNameLen+1), Key: "k"}}}},

@@ -26,7 +26,7 @@
 // Store with StoreConfig.Seed set is deterministic: the same inputs in the
 // same order give the same state and the same outputs.
 //
-//	self := crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: inc}
+//	self := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: inc}
 //	st := crdt.NewStore(crdt.StoreConfig{Self: self, MaxKeys: 1 << 20})
 //	res := st.Admit(rule, "203.0.113.7", crdt.Now{Index: w, Elapsed: e, Width: W}, 100, 1, true)
 //	res = st.AdmitSplit(rule, key, now, 100, 1, true, &crdt.Allowance{Horizon: lag, Replicas: n})
@@ -42,51 +42,68 @@ import (
 	"strings"
 )
 
-// Replica identifies the owner of one G-counter entry: a node of a PoP of a
-// region, in one incarnation (a number that is new at every start, so a
-// restarted node's fresh counts are never hidden behind its old maximum). A
-// replica whose Node is PoPNode is a PoP's aggregate instead, and its
-// Incarnation is the PoP's epoch.
+// Replica identifies the owner of one G-counter entry: a node of a PoP, in
+// one incarnation (a number that is new at every start, so a restarted
+// node's fresh counts are never hidden behind its old maximum). A replica
+// whose Node is PoPNode is a PoP's aggregate instead, and its Incarnation is
+// the PoP's epoch. A Replica is a plain value, safe for concurrent use.
 type Replica struct {
-	Region      string
-	PoP         string
+	PoPID
 	Node        string
 	Incarnation uint64
 }
 
 // PoPNode is the Node name of a PoP's aggregate replica. Validate accepts it
-// (an aggregate is a valid sender), but no node may be called so: it would be
-// taken for its PoP's aggregate.
+// (an aggregate is a valid sender), but no node may be called so (ValidName
+// refuses it): it would be taken for its PoP's aggregate.
 const PoPNode = "*"
 
-// PoPReplica returns the aggregate replica of a PoP in one epoch.
-func PoPReplica(region, pop string, epoch uint64) Replica {
-	return Replica{Region: region, PoP: pop, Node: PoPNode, Incarnation: epoch}
+// PoPReplica returns the aggregate replica of PoP p in one epoch.
+func PoPReplica(p PoPID, epoch uint64) Replica {
+	return Replica{PoPID: p, Node: PoPNode, Incarnation: epoch}
 }
 
 // IsPoP reports whether r is a PoP's aggregate replica.
 func (r Replica) IsPoP() bool { return r.Node == PoPNode }
-
-// MaxNameLen caps the length of the region, PoP and node names of a replica.
-const MaxNameLen = 64
 
 // ErrBadReplica is returned for a replica identity that cannot be valid.
 var ErrBadReplica = errors.New("crdt: bad replica identity")
 
 // String formats r as region/pop/node#incarnation.
 func (r Replica) String() string {
-	return r.Region + "/" + r.PoP + "/" + r.Node + "#" + strconv.FormatUint(r.Incarnation, 10)
+	return r.PoPID.String() + "/" + r.Node + "#" + strconv.FormatUint(r.Incarnation, 10)
 }
 
-// Validate reports whether r's names are non-empty, short and free of '/'.
+// Validate reports whether r's names are valid (ValidName; the Node of an
+// aggregate is PoPNode).
 func (r Replica) Validate() error {
-	for _, f := range []struct{ name, v string }{{"region", r.Region}, {"pop", r.PoP}, {"node", r.Node}} {
-		if f.v == "" || len(f.v) > MaxNameLen || strings.ContainsAny(f.v, "/#") {
-			return fmt.Errorf("%w: %s %q must be 1-%d characters without '/' or '#'", ErrBadReplica, f.name, f.v, MaxNameLen)
-		}
+	if err := r.PoPID.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadReplica, err)
+	}
+	if r.IsPoP() {
+		return nil
+	}
+	if err := ValidName(r.Node); err != nil {
+		return fmt.Errorf("%w: node: %w", ErrBadReplica, err)
 	}
 	return nil
 }
 
 // SamePoP reports whether r and o belong to the same PoP (nodes or aggregate).
-func (r Replica) SamePoP(o Replica) bool { return r.Region == o.Region && r.PoP == o.PoP }
+func (r Replica) SamePoP(o Replica) bool { return r.PoPID == o.PoPID }
+
+// ParseReplica parses region/pop/node#incarnation (Replica.String) and
+// validates the result.
+func ParseReplica(s string) (Replica, error) {
+	name, inc, ok := strings.Cut(s, "#")
+	parts := strings.Split(name, "/")
+	if !ok || len(parts) != 3 {
+		return Replica{}, fmt.Errorf("%w: %q is not region/pop/node#incarnation", ErrBadReplica, s)
+	}
+	n, err := strconv.ParseUint(inc, 10, 64)
+	if err != nil {
+		return Replica{}, fmt.Errorf("%w: %q: incarnation: %w", ErrBadReplica, s, err)
+	}
+	r := Replica{PoPID: PoPID{Region: parts[0], PoP: parts[1]}, Node: parts[2], Incarnation: n}
+	return r, r.Validate()
+}

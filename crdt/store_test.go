@@ -16,7 +16,7 @@ import (
 const W = int64(10 * time.Second)
 
 func rep(node string, inc uint64) Replica {
-	return Replica{Region: "eu", PoP: "ams", Node: node, Incarnation: inc}
+	return Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: node, Incarnation: inc}
 }
 
 func at(index int64) Now { return Now{Index: index, Elapsed: W / 2, Width: W} }
@@ -350,7 +350,7 @@ func TestFullOfProtectedKeysFailsOpenUntracked(t *testing.T) {
 func TestFlushReportsChangedOwnCountsAndPoPTotals(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1)})
 	member, _ := st.Intern(rep("a", 1))
-	foreign, _ := st.Intern(Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1})
+	foreign, _ := st.Intern(Replica{PoPID: PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1})
 	st.Admit(0, "k1", at(1), 100, 2, true)
 	st.Admit(0, "k1", at(1), 100, 3, true)
 	st.Admit(1, "a-very-long-key-that-is-not-inline", at(1), 100, 1, true)
@@ -392,10 +392,10 @@ func TestPoPTotalsCountMembersOnly(t *testing.T) {
 		{"other node", rep("b", 1), true},
 		{"other node, other incarnation", rep("b", 2), true},
 		{"former incarnation of self", rep("self", 1), true},
-		{"own PoP aggregate", PoPReplica("eu", "ams", 1), false},
-		{"other PoP in the region", Replica{Region: "eu", PoP: "fra", Node: "b", Incarnation: 1}, false},
-		{"same PoP name, other region", Replica{Region: "us", PoP: "ams", Node: "b", Incarnation: 1}, false},
-		{"other PoP aggregate", PoPReplica("us", "iad", 1), false},
+		{"own PoP aggregate", PoPReplica(PoPID{Region: "eu", PoP: "ams"}, 1), false},
+		{"other PoP in the region", Replica{PoPID: PoPID{Region: "eu", PoP: "fra"}, Node: "b", Incarnation: 1}, false},
+		{"same PoP name, other region", Replica{PoPID: PoPID{Region: "us", PoP: "ams"}, Node: "b", Incarnation: 1}, false},
+		{"other PoP aggregate", PoPReplica(PoPID{Region: "us", PoP: "iad"}, 1), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -480,7 +480,7 @@ func TestShiftDirty(t *testing.T) {
 func TestTotalsLiveWindowsOnly(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 4})
 	member, _ := st.Intern(rep("b", 1))
-	foreign, _ := st.Intern(PoPReplica("us", "iad", 3))
+	foreign, _ := st.Intern(PoPReplica(PoPID{Region: "us", PoP: "iad"}, 3))
 	long := "a-key-longer-than-inline-storage"
 	st.Admit(0, "k", at(10), 100, 2, true)
 	st.Merge(0, "k", 10, 9, member, 4)
@@ -523,7 +523,7 @@ func TestMembershipFollowsReplicaIDs(t *testing.T) {
 	for _, id := range ids {
 		assert.False(t, st.isMember(id))
 	}
-	a, _ := st.Intern(PoPReplica("eu", "ams", 1))
+	a, _ := st.Intern(PoPReplica(PoPID{Region: "eu", PoP: "ams"}, 1))
 	b, _ := st.Intern(rep("b", 1))
 	assert.Contains(t, ids, a, "IDs are reused")
 	assert.False(t, st.isMember(a))

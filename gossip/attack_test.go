@@ -66,15 +66,15 @@ func TestAttackForgedHugeCount(t *testing.T) {
 	rules := []pop.Rule{{Name: "login", Limit: 10, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
 	victim := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", rules), Options{
 		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
-		Global:   NATSConnect(NATSConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+		Global:   NATSConnect(NATSConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
 	})
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
 	win := int64(time.Minute)
-	forged := &crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 99), SentAt: now, Epoch: 99,
+	forged := &crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 99), SentAt: now, Epoch: 99,
 		Entries: []crdt.Entry{{Rule: "login", Key: "alice", Window: now / win, Count: 1 << 62}}}
 	require.Eventually(t, func() bool {
-		publish(t, nc, DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), forged)
+		publish(t, nc, DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), forged)
 		return victim.node.Stats().Applied.Clamped > 0
 	}, 10*time.Second, poll, "the forged count arrives across the gateway")
 	assert.EqualValues(t, 10, total(victim.node, "login", "alice"), "merged as the limit")
@@ -96,9 +96,9 @@ func TestAttackInventedPoPs(t *testing.T) {
 	c := gossiptest.StartSuperCluster(t, "eu", "us")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams, iad := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
+	ams, iad := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
 	opts := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 400 * time.Millisecond, ForgetAfter: 2 * time.Second, MaxPoPs: 50, ExpectedPoPs: popNames(ams, iad)}}
-	start := func(id PoPID, url string) *member {
+	start := func(id crdt.PoPID, url string) *member {
 		o := opts
 		o.Global = NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: url})
 		return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), o)
@@ -110,8 +110,8 @@ func TestAttackInventedPoPs(t *testing.T) {
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
 	for i := range 500 {
-		p := PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
-		publish(t, nc, HeartbeatSubject("", p), &crdt.Delta{Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: "n", Incarnation: 1}, SentAt: now})
+		p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
+		publish(t, nc, HeartbeatSubject("", p), &crdt.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
 	}
 	require.NoError(t, nc.Flush())
 	require.Eventually(t, func() bool { return victim.rep.Status().Protocol.UnknownPoPs > 0 }, 10*time.Second, poll, "the invented PoPs are heard")
@@ -137,7 +137,7 @@ func TestAttackSyncAmplification(t *testing.T) {
 	c := gossiptest.StartSuperCluster(t, "eu", "us")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{Region: "eu", PoP: "ams"}
+	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
 	const syncInterval = time.Second
 	victim := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", testRules()), Options{
 		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, SyncInterval: syncInterval},
@@ -151,7 +151,7 @@ func TestAttackSyncAmplification(t *testing.T) {
 	require.Eventually(t, func() bool { return victim.node.Pending() == 0 }, 10*time.Second, poll, "flushed")
 	// The victim's subscriptions must be in place at its server (the
 	// gateway forwards the attacker's messages to it).
-	iad := PoPID{Region: "us", PoP: "iad"}
+	iad := crdt.PoPID{Region: "us", PoP: "iad"}
 	gossiptest.WaitInterest(t, c.Servers[0], DeltaSubject("", iad), SyncSubject("", iad))
 	nc := attacker(t, c.ClientURL(1))
 	for _, tc := range []struct {
@@ -164,9 +164,9 @@ func TestAttackSyncAmplification(t *testing.T) {
 			begin := time.Now()
 			var asked int
 			for i := range 1000 {
-				p := PoPID{Region: "x", PoP: fmt.Sprintf("evil%d", i%tc.nodes%10)}
+				p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("evil%d", i%tc.nodes%10)}
 				asked += publish(t, nc, SyncSubject("", p), &crdt.Delta{
-					Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: fmt.Sprintf("n%d", i%tc.nodes), Incarnation: 1}, SentAt: time.Now().UnixNano()})
+					Sender: crdt.Replica{PoPID: p, Node: fmt.Sprintf("n%d", i%tc.nodes), Incarnation: 1}, SentAt: time.Now().UnixNano()})
 				if i%100 == 99 {
 					time.Sleep(20 * time.Millisecond) // spread over ~200ms, each burst past the coalescing interval
 				}
@@ -204,13 +204,13 @@ func TestAttackBulkFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const queueBytes = 1 << 20
-	n, err := pop.New(pop.Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: incarnation.Add(1)},
+	n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: incarnation.Add(1)},
 		Rules: testRules(), MaxKeys: 20000})
 	require.NoError(t, err)
 	victim := startMember(t, ctx, n, Options{
 		Settings:   repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
 		QueueBytes: queueBytes,
-		Global:     NATSConnect(NATSConfig{Self: PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+		Global:     NATSConnect(NATSConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
 	})
 	heap := func() uint64 {
 		runtime.GC()
@@ -221,19 +221,19 @@ func TestAttackBulkFlood(t *testing.T) {
 	base := heap()
 	// The victim's subscriptions must be in place at its server (the
 	// gateway forwards the attacker's messages to it).
-	iad := PoPID{Region: "us", PoP: "iad"}
+	iad := crdt.PoPID{Region: "us", PoP: "iad"}
 	gossiptest.WaitInterest(t, c.Servers[0], DeltaSubject("", iad), SyncSubject("", iad))
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
 	win := now / int64(time.Hour)
 	sent, seq := 0, 0
 	for sent < 32<<20 {
-		d := &crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 7), SentAt: now, Epoch: 7}
+		d := &crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), SentAt: now, Epoch: 7}
 		for range 2000 {
 			seq++
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: fmt.Sprintf("flood-%d", seq), Window: win, Count: 1})
 		}
-		sent += publish(t, nc, DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), d)
+		sent += publish(t, nc, DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), d)
 	}
 	require.NoError(t, nc.Flush())
 	require.Eventually(t, func() bool {

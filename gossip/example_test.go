@@ -18,8 +18,8 @@ func ExampleStart() {
 	defer hub.Close()
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal}}
 	var nodes []*pop.Node
-	for i, id := range []gossip.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
-		n, err := pop.New(pop.Config{Self: crdt.Replica{Region: id.Region, PoP: id.PoP, Node: "n1", Incarnation: uint64(i + 1)}, Rules: rules})
+	for i, id := range []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
+		n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: id, Node: "n1", Incarnation: uint64(i + 1)}, Rules: rules})
 		if err != nil {
 			panic(err)
 		}

@@ -16,7 +16,7 @@ import (
 // as push/pull state): it must never panic, whatever arrives.
 func FuzzReceive(f *testing.F) {
 	d := crdt.Delta{
-		Sender:  crdt.PoPReplica("us", "iad", 3),
+		Sender:  crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3),
 		SentAt:  1,
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}, {Rule: "per-ip", Key: "x", Window: 5, Count: 1}},
 	}
@@ -26,9 +26,9 @@ func FuzzReceive(f *testing.F) {
 	// Control entries: a heartbeat's rule fingerprints, a sync request
 	// asking for a startup marker, and a marker (a state without entries).
 	for _, c := range []crdt.Delta{
-		{Sender: crdt.PoPReplica("us", "iad", 3), SentAt: 1, Entries: []crdt.Entry{{Rule: "api", Key: "fingerprint/1", Window: 60000, Count: 1 << 63}, {Rule: "nope", Key: "fingerprint/1", Window: -1, Count: 0}}},
-		{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "n", Incarnation: 3}, SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "geolimit/control", Key: "startup-sync/1", Count: 1}}},
-		{Sender: crdt.PoPReplica("eu", "ams", 1), SentAt: 1, Epoch: 1},
+		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), SentAt: 1, Entries: []crdt.Entry{{Rule: "api", Key: "fingerprint/1", Window: 60000, Count: 1 << 63}, {Rule: "nope", Key: "fingerprint/1", Window: -1, Count: 0}}},
+		{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "n", Incarnation: 3}, SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "geolimit/control", Key: "startup-sync/1", Count: 1}}},
+		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: 1, Epoch: 1},
 	} {
 		cm, err := crdt.Encode(&c, 0)
 		require.NoError(f, err)
@@ -45,11 +45,11 @@ func FuzzReceive(f *testing.F) {
 	var out crdt.Delta
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range []inbound{
-			{t: tGlobal, from: PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: b},
-			{t: tGlobal, from: PoPID{Region: "us", PoP: "iad"}, kind: KindHeartbeat, data: b},
-			{t: tGlobal, from: PoPID{Region: "us", PoP: "iad"}, kind: KindSync, data: b},
-			{t: tGlobal, from: PoPID{Region: "eu", PoP: "ams"}, kind: KindState, data: b},
-			{t: tPoP, from: PoPID{Region: "eu", PoP: "ams"}, kind: KindDelta, data: b},
+			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: b},
+			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindHeartbeat, data: b},
+			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindSync, data: b},
+			{t: tGlobal, from: crdt.PoPID{Region: "eu", PoP: "ams"}, kind: KindState, data: b},
+			{t: tPoP, from: crdt.PoPID{Region: "eu", PoP: "ams"}, kind: KindDelta, data: b},
 		} {
 			r.apply(dec, &out, in)
 		}

@@ -35,7 +35,7 @@ func testRules() []pop.Rule {
 func newNode(t testing.TB, region, popName, name string, rules []pop.Rule) *pop.Node {
 	t.Helper()
 	n, err := pop.New(pop.Config{
-		Self:  crdt.Replica{Region: region, PoP: popName, Node: name, Incarnation: incarnation.Add(1)},
+		Self:  crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: popName}, Node: name, Incarnation: incarnation.Add(1)},
 		Rules: rules,
 	})
 	require.NoError(t, err)
@@ -99,7 +99,7 @@ func hostPort(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(
 type member struct {
 	node *pop.Node
 	rep  *Replicator
-	id   PoPID
+	id   crdt.PoPID
 	name string
 }
 
@@ -110,13 +110,13 @@ func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts Options) *
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	s := n.Self()
-	return &member{node: n, rep: r, id: PoPID{Region: s.Region, PoP: s.PoP}, name: s.Node}
+	return &member{node: n, rep: r, id: s.PoPID, name: s.Node}
 }
 
 func getenv(k string) string { return os.Getenv(k) }
 
 // popNames returns ids as repl.Settings.ExpectedPoPs lists them.
-func popNames(ids ...PoPID) []string {
+func popNames(ids ...crdt.PoPID) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = id.String()

@@ -35,7 +35,7 @@ func testRules() []pop.Rule {
 func newNode(t testing.TB, region, popName, name string, rules []pop.Rule) *pop.Node {
 	t.Helper()
 	n, err := pop.New(pop.Config{
-		Self:  crdt.Replica{Region: region, PoP: popName, Node: name, Incarnation: incarnation.Add(1)},
+		Self:  crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: popName}, Node: name, Incarnation: incarnation.Add(1)},
 		Rules: rules,
 	})
 	require.NoError(t, err)
@@ -59,7 +59,7 @@ func total(n *pop.Node, rule, key string) uint64 {
 type member struct {
 	node *pop.Node
 	rep  *gossip.Replicator
-	id   gossip.PoPID
+	id   crdt.PoPID
 	name string
 }
 
@@ -70,11 +70,11 @@ func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts gossip.Opt
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	s := n.Self()
-	return &member{node: n, rep: r, id: gossip.PoPID{Region: s.Region, PoP: s.PoP}, name: s.Node}
+	return &member{node: n, rep: r, id: s.PoPID, name: s.Node}
 }
 
 // popNames returns the names (region/pop) of ids.
-func popNames(ids ...gossip.PoPID) []string {
+func popNames(ids ...crdt.PoPID) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = id.String()

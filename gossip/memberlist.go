@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -20,7 +21,7 @@ import (
 // of one PoP.
 type MemberlistConfig struct {
 	// Self is the own PoP; the default label is derived from it.
-	Self PoPID
+	Self crdt.PoPID
 	// Name is this node's unique member name within the PoP. Use a name that
 	// is new at every start (e.g. node#incarnation) so that a restarted node
 	// never conflicts with its former self.
@@ -212,8 +213,8 @@ const reliableQueue = 256
 
 // NewMemberlist starts a memberlist transport delivering to h and joins cfg.Join.
 func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
-	if !validName(cfg.Self.Region) || !validName(cfg.Self.PoP) {
-		return nil, ErrBadName
+	if err := cfg.Self.Validate(); err != nil {
+		return nil, fmt.Errorf("gossip: memberlist: self: %w", err)
 	}
 	if cfg.Name == "" {
 		return nil, errors.New("gossip: memberlist: name must not be empty")
@@ -240,7 +241,7 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 		cfg.RejoinInterval = 2 * time.Second
 	}
 	if cfg.Label == "" {
-		cfg.Label = "geolimit/" + cfg.Self.Region + "/" + cfg.Self.PoP
+		cfg.Label = "geolimit/" + cfg.Self.String()
 	}
 	host, port, err := splitHostPort(cfg.Bind, "bind")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 )
 
 // popNode starts a node of PoP id with memberlist (joining join) and NATS.
-func popNode(t testing.TB, ctx context.Context, id PoPID, name string, key []byte, natsURL string, join ...string) *member {
+func popNode(t testing.TB, ctx context.Context, id crdt.PoPID, name string, key []byte, natsURL string, join ...string) *member {
 	t.Helper()
 	var keys [][]byte
 	if key != nil {
@@ -26,7 +26,7 @@ func popNode(t testing.TB, ctx context.Context, id PoPID, name string, key []byt
 }
 
 // popNodeWith is popNode with the memberlist settings of mc (keys, logger).
-func popNodeWith(t testing.TB, ctx context.Context, id PoPID, name string, mc MemberlistConfig, natsURL string, join ...string) *member {
+func popNodeWith(t testing.TB, ctx context.Context, id crdt.PoPID, name string, mc MemberlistConfig, natsURL string, join ...string) *member {
 	t.Helper()
 	n := newNode(t, id.Region, id.PoP, name, testRules())
 	o := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}}
@@ -87,11 +87,11 @@ func TestMemberlistPoP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	key := testKey()
-	ams := PoPID{Region: "eu", PoP: "ams"}
+	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", key, s.ClientURL())
 	b := popNode(t, ctx, ams, "ams-2", key, s.ClientURL(), mlAddr(a))
 	c := popNode(t, ctx, ams, "ams-3", key, s.ClientURL(), mlAddr(a))
-	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{Region: "us", PoP: "iad"}, "iad-1"))
+	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), crdt.PoPID{Region: "us", PoP: "iad"}, "iad-1"))
 	pop3 := []*member{a, b, c}
 	require.Eventually(t, func() bool {
 		for _, m := range pop3 {
@@ -133,7 +133,7 @@ func TestMemberlistPoP(t *testing.T) {
 func TestMemberlistWrongKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{Region: "eu", PoP: "ams"}
+	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", testKey(), "")
 	b := popNode(t, ctx, ams, "ams-2", []byte("fedcba9876543210"), "", mlAddr(a))
 	assert.Empty(t, a.rep.Members())
@@ -148,11 +148,11 @@ func TestRestartMidWindow(t *testing.T) {
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{Region: "eu", PoP: "ams"}
+	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", nil, s.ClientURL())
 	b := popNode(t, ctx, ams, "ams-2", nil, s.ClientURL(), mlAddr(a))
 	c := popNode(t, ctx, ams, "ams-3", nil, s.ClientURL(), mlAddr(a))
-	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), PoPID{Region: "us", PoP: "iad"}, "iad-1"))
+	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), crdt.PoPID{Region: "us", PoP: "iad"}, "iad-1"))
 	require.Eventually(t, func() bool { return len(c.rep.Members()) == 2 && len(a.rep.Members()) == 2 }, 10*time.Second, poll, "three members")
 	decide := func(m *member, rule string, n int) {
 		for range n {
@@ -199,7 +199,7 @@ func TestRestartMidWindow(t *testing.T) {
 func TestMemberlistBigFlush(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{Region: "eu", PoP: "ams"}
+	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
 	start := func(name string, join ...string) *member {
 		n := newNode(t, ams.Region, ams.PoP, name, testRules())
 		return startMember(t, ctx, n, Options{
@@ -232,7 +232,7 @@ func TestMemberlistBigFlush(t *testing.T) {
 func TestMemberlistRejoin(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := PoPID{Region: "eu", PoP: "ams"}
+	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
 	later := hostPort(freePort(t))
 	start := func(name, bind string, join ...string) *member {
 		n := newNode(t, ams.Region, ams.PoP, name, testRules())

@@ -2,9 +2,10 @@ package gossip
 
 import (
 	"context"
-	"github.com/nats-io/nats-server/v2/server"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
@@ -15,7 +16,7 @@ import (
 	"github.com/geolimit/geolimit/repl"
 )
 
-func natsOpts(url string, id PoPID, name string) Options {
+func natsOpts(url string, id crdt.PoPID, name string) Options {
 	return Options{
 		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 500 * time.Millisecond},
 		Global: NATSConnect(NATSConfig{
@@ -62,24 +63,24 @@ func TestNATSForgedDelta(t *testing.T) {
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := PoPID{Region: "eu", PoP: "ams"}
+	a := crdt.PoPID{Region: "eu", PoP: "ams"}
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
 	// The member's subscriptions must be in place at the server before the
 	// forged messages are published (core NATS keeps nothing for later).
-	gossiptest.WaitInterest(t, s, DeltaSubject("", PoPID{Region: "us", PoP: "iad"}))
+	gossiptest.WaitInterest(t, s, DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}))
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
 	defer nc.Close()
 	forged := crdt.Delta{
-		Sender:  crdt.Replica{Region: "eu", PoP: "fra", Node: "fra-1", Incarnation: 1},
+		Sender:  crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "fra"}, Node: "fra-1", Incarnation: 1},
 		SentAt:  time.Now().UnixNano(),
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: time.Now().UnixNano() / int64(time.Hour), Count: 1000}},
 	}
 	msgs, err := crdt.Encode(&forged, 0)
 	require.NoError(t, err)
-	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), msgs[0]))
+	require.NoError(t, nc.Publish(DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), msgs[0]))
 	// Garbage on a delta subject and on a subject of no PoP.
-	require.NoError(t, nc.Publish(DeltaSubject("", PoPID{Region: "us", PoP: "iad"}), []byte{0x94, 0xff, 0x00}))
+	require.NoError(t, nc.Publish(DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), []byte{0x94, 0xff, 0x00}))
 	require.NoError(t, nc.Publish("geolimit.delta.x", msgs[0]))
 	require.NoError(t, nc.Flush())
 	require.Eventually(t, func() bool {
@@ -88,7 +89,7 @@ func TestNATSForgedDelta(t *testing.T) {
 	}, 10*time.Second, poll, "forged delta counted")
 	assert.Zero(t, total(ma.node, "api", "k"))
 	// A pop-scope entry that does come from its own subject is refused too.
-	fra := PoPID{Region: "eu", PoP: "fra"}
+	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
 	forged.Entries[0].Rule = "per-ip"
 	msgs, err = crdt.Encode(&forged, 0)
 	require.NoError(t, err)
@@ -107,8 +108,8 @@ func TestNATSServerRestart(t *testing.T) {
 	port := clientPort(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
-	opts := func(id PoPID, name string) Options {
+	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
+	opts := func(id crdt.PoPID, name string) Options {
 		o := natsOpts(s.ClientURL(), id, name)
 		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: s.ClientURL(), ReconnectBufSize: -1, ReconnectWait: 20 * time.Millisecond, PingInterval: time.Second})
 		return o
@@ -145,26 +146,26 @@ func TestNATSServerRestart(t *testing.T) {
 }
 
 func TestParseSubject(t *testing.T) {
-	iad, ams := PoPID{Region: "us", PoP: "iad"}, PoPID{Region: "eu", PoP: "ams"}
+	iad, ams := crdt.PoPID{Region: "us", PoP: "iad"}, crdt.PoPID{Region: "eu", PoP: "ams"}
 	for _, tc := range []struct {
 		name, prefix, subject string
 		kind                  Kind
-		from, to              PoPID
+		from, to              crdt.PoPID
 		ok                    bool
 	}{
-		{"delta", "", DeltaSubject("", iad), KindDelta, iad, PoPID{}, true},
-		{"heartbeat", "", HeartbeatSubject("", iad), KindHeartbeat, iad, PoPID{}, true},
-		{"sync", "", SyncSubject("", iad), KindSync, iad, PoPID{}, true},
+		{"delta", "", DeltaSubject("", iad), KindDelta, iad, crdt.PoPID{}, true},
+		{"heartbeat", "", HeartbeatSubject("", iad), KindHeartbeat, iad, crdt.PoPID{}, true},
+		{"sync", "", SyncSubject("", iad), KindSync, iad, crdt.PoPID{}, true},
 		{"state", "", StateSubject("", iad, ams), KindState, iad, ams, true},
-		{"dotted prefix", "acme.rl", DeltaSubject("acme.rl", iad), KindDelta, iad, PoPID{}, true},
-		{"other prefix", "", "other.delta.us.iad", 0, PoPID{}, PoPID{}, false},
-		{"prefix only as a substring", "geo", "geolimit.delta.us.iad", 0, PoPID{}, PoPID{}, false},
-		{"unknown kind", "", "geolimit.bogus.us.iad", 0, PoPID{}, PoPID{}, false},
-		{"too few tokens", "", "geolimit.delta.us", 0, PoPID{}, PoPID{}, false},
-		{"too many tokens", "", "geolimit.delta.us.iad.x", 0, PoPID{}, PoPID{}, false},
-		{"empty token", "", "geolimit.delta..iad", 0, PoPID{}, PoPID{}, false},
-		{"state without recipient", "", "geolimit.state.us.iad", 0, PoPID{}, PoPID{}, false},
-		{"state, empty recipient token", "", "geolimit.state.us.iad.eu.", 0, PoPID{}, PoPID{}, false},
+		{"dotted prefix", "acme.rl", DeltaSubject("acme.rl", iad), KindDelta, iad, crdt.PoPID{}, true},
+		{"other prefix", "", "other.delta.us.iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"prefix only as a substring", "geo", "geolimit.delta.us.iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"unknown kind", "", "geolimit.bogus.us.iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"too few tokens", "", "geolimit.delta.us", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"too many tokens", "", "geolimit.delta.us.iad.x", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"empty token", "", "geolimit.delta..iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"state without recipient", "", "geolimit.state.us.iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"state, empty recipient token", "", "geolimit.state.us.iad.eu.", 0, crdt.PoPID{}, crdt.PoPID{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kind, from, to, ok := ParseSubject(tc.prefix, tc.subject)
@@ -223,7 +224,7 @@ func natsPair(t *testing.T) (*server.Server, context.Context, *member, *member) 
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	a, b := PoPID{Region: "eu", PoP: "ams"}, PoPID{Region: "us", PoP: "iad"}
+	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
 	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
 	return s, ctx, ma, mb

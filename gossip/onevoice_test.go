@@ -54,7 +54,9 @@ func (r *recorder) Publish(kind Kind, msg []byte, reliable bool) error {
 	return r.Transport.Publish(kind, msg, reliable)
 }
 
-func (r *recorder) Relay(to PoPID, msg []byte) error { return r.Transport.(Relayer).Relay(to, msg) }
+func (r *recorder) Relay(to crdt.PoPID, msg []byte) error {
+	return r.Transport.(Relayer).Relay(to, msg)
+}
 
 func (r *recorder) LocalName() string {
 	return r.Transport.(interface{ LocalName() string }).LocalName()
@@ -122,9 +124,9 @@ func TestOneVoicePerPoP(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 
-	logs := map[PoPID]*publishLog{}
-	byPoP := map[PoPID][]*member{}
-	for _, id := range []PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
+	logs := map[crdt.PoPID]*publishLog{}
+	byPoP := map[crdt.PoPID][]*member{}
+	for _, id := range []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		log := &publishLog{forwarded: map[string]map[string]bool{}, spoke: map[string]int{}, popSent: map[string]uint64{}}
 		logs[id] = log
 		var join []string
@@ -171,8 +173,8 @@ func TestOneVoicePerPoP(t *testing.T) {
 		}, 10*time.Second, poll, "members see each other and share an epoch")
 	}
 
-	ams := byPoP[PoPID{Region: "eu", PoP: "ams"}]
-	log := logs[PoPID{Region: "eu", PoP: "ams"}]
+	ams := byPoP[crdt.PoPID{Region: "eu", PoP: "ams"}]
+	log := logs[crdt.PoPID{Region: "eu", PoP: "ams"}]
 	// settled: every ams member applied every entry the others sent it.
 	settled := func() bool {
 		log.mu.Lock()
@@ -253,7 +255,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 		step()
 	}
 	require.Eventually(t, func() bool {
-		for _, m := range byPoP[PoPID{Region: "us", PoP: "iad"}] {
+		for _, m := range byPoP[crdt.PoPID{Region: "us", PoP: "iad"}] {
 			for key, w := range want {
 				if totalAt(m.node, clk.Now(), "api", key) != w {
 					return false

@@ -48,7 +48,7 @@ type Options struct {
 	// with the remote PoPs counted as partitioned (sorted; nil for none)
 	// at the first check and whenever that set changes, checked every
 	// HeartbeatInterval. It must not block.
-	OnPartitionChange func(partitioned []PoPID)
+	OnPartitionChange func(partitioned []crdt.PoPID)
 	// ObserveLag, if set, is called for every received message with the
 	// transport's name and the receive time minus the sender's flush time.
 	// It must be cheap and safe for concurrent use (a Prometheus histogram).
@@ -151,7 +151,7 @@ type Replicator struct {
 
 type inbound struct {
 	t    int // 0 pop, 1 global
-	from PoPID
+	from crdt.PoPID
 	kind Kind
 	data []byte
 }
@@ -330,7 +330,7 @@ func (r *Replicator) loop(ctx context.Context) {
 // step ticks the core, reports a changed partition set and returns when
 // the core next has timed work.
 func (r *Replicator) step() int64 {
-	var part []PoPID
+	var part []crdt.PoPID
 	var ver uint64
 	var next int64
 	var startup repl.StartupState
@@ -477,7 +477,7 @@ type handler struct {
 // Receive copies b onto the receive queue, or drops it when the queue is
 // full (Options.QueueSize messages or Options.QueueBytes bytes): a flood
 // costs at most QueueBytes of memory, returned once it is applied.
-func (h *handler) Receive(from PoPID, kind Kind, b []byte) {
+func (h *handler) Receive(from crdt.PoPID, kind Kind, b []byte) {
 	r := h.r
 	c := &r.tstats[h.t]
 	c.msgsRecv.Add(1)

@@ -1,9 +1,11 @@
 package gossip
 
 import (
-	"github.com/geolimit/geolimit/repl"
 	"sync/atomic"
 	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/repl"
 )
 
 type transportCounters struct {
@@ -66,7 +68,7 @@ type TransportStats struct {
 
 // RemotePoP is what a node knows of another PoP's reachability.
 type RemotePoP struct {
-	PoPID
+	crdt.PoPID
 	// LastHeard is when the last message from it arrived; zero if never.
 	LastHeard time.Time `json:"last_heard"`
 	// Age is the time since LastHeard (-1 if never heard).
@@ -136,8 +138,8 @@ func (r *Replicator) RemotePoPs() []RemotePoP {
 // Partitioned returns the remote PoPs counted as partitioned now, sorted:
 // silent for longer than PeerTimeout, or expected and never heard. Nil when
 // every known PoP is heard.
-func (r *Replicator) Partitioned() []PoPID {
-	var out []PoPID
+func (r *Replicator) Partitioned() []crdt.PoPID {
+	var out []crdt.PoPID
 	for _, p := range r.RemotePoPs() {
 		if p.Partitioned {
 			out = append(out, p.PoPID)
@@ -147,8 +149,8 @@ func (r *Replicator) Partitioned() []PoPID {
 }
 
 // Heard returns the remote PoPs heard within PeerTimeout, sorted.
-func (r *Replicator) Heard() []PoPID {
-	var out []PoPID
+func (r *Replicator) Heard() []crdt.PoPID {
+	var out []crdt.PoPID
 	for _, p := range r.RemotePoPs() {
 		if !p.Partitioned {
 			out = append(out, p.PoPID)

@@ -2,8 +2,8 @@ package gossip
 
 import (
 	"errors"
-	"strings"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -18,21 +18,10 @@ const (
 	KindState     = repl.KindState
 )
 
-// PoPID names one PoP of one region.
-type PoPID = repl.PoPID
-
-// validName reports whether s can be one token of a NATS subject and a
-// replica name: non-empty, at most 64 bytes, no '.', '*', '>', '/', '#' or
-// white space.
-func validName(s string) bool {
-	return s != "" && len(s) <= 64 && !strings.ContainsAny(s, ".*>/# \t\r\n")
-}
-
 // Errors.
 var (
 	ErrClosed      = errors.New("gossip: transport closed")
 	ErrTooLarge    = errors.New("gossip: message larger than the transport's max payload")
-	ErrBadName     = errors.New("gossip: region and pop must be 1-64 characters without '.', '*', '>', '/', '#' or white space")
 	ErrNoTransport = errors.New("gossip: no transport")
 )
 
@@ -44,7 +33,7 @@ type Handler interface {
 	// vouches the message came from (the NATS subject's PoP; for memberlist,
 	// the own PoP, whose members share its label and key). It must not block
 	// and must not keep b after it returns.
-	Receive(from PoPID, kind Kind, b []byte)
+	Receive(from crdt.PoPID, kind Kind, b []byte)
 	// Resync is called when peers may have missed messages: a member joined,
 	// the connection came back. The handler should resend its own state soon.
 	// It must not block.
@@ -87,7 +76,7 @@ type Transport interface {
 type Relayer interface {
 	// Relay sends msg (KindState) to the nodes of PoP to. The same rules as
 	// for Publish apply.
-	Relay(to PoPID, msg []byte) error
+	Relay(to crdt.PoPID, msg []byte) error
 }
 
 // Connect creates a transport that delivers to h.

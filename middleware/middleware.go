@@ -48,7 +48,6 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/internal/edgerepl"
 	"github.com/geolimit/geolimit/server"
 )
@@ -88,7 +87,7 @@ func NewWithOptions(cfg *config.Config, o Options) (*Limiter, error) {
 		c.Rules[i].Key = slices.Clone(c.Rules[i].Key)
 	}
 	c.ApplyRuleDefaults()
-	self := crdt.Replica{Region: c.Node.Region, PoP: c.Node.PoP, Node: c.Node.ID, Incarnation: uint64(time.Now().UnixNano())}
+	self := c.Node.Replica(uint64(time.Now().UnixNano()))
 	app, err := server.New(server.Options{
 		Config:        &c,
 		ConfigPath:    o.ConfigPath,

@@ -30,7 +30,7 @@ func runFleet(t *testing.T, n, rate int, split bool) fleetResult {
 	rules := []Rule{{Name: "api", Limit: limit, Window: time.Second, Cost: 1, Scope: ScopeGlobal}}
 	nodes := make([]*Node, n)
 	for i := range nodes {
-		nd, err := New(Config{Self: crdt.Replica{Region: "r", PoP: "p" + string(rune('a'+i)), Node: "x", Incarnation: 1}, Rules: rules, Seed: uint64(i + 1)})
+		nd, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "r", PoP: "p" + string(rune('a'+i))}, Node: "x", Incarnation: 1}, Rules: rules, Seed: uint64(i + 1)})
 		require.NoError(t, err)
 		nd.SetEpoch(1)
 		if split {
@@ -166,7 +166,7 @@ func TestAllowanceLeavesUnheardPoPsOut(t *testing.T) {
 		n.SetEpoch(1)
 		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 50 * time.Millisecond, Members: 1, PoPs: 3})
 		win := t0 / int64(10*time.Second)
-		for _, p := range []crdt.Replica{crdt.PoPReplica("us", "iad", 1), crdt.PoPReplica("ap", "sin", 1)} {
+		for _, p := range []crdt.Replica{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), crdt.PoPReplica(crdt.PoPID{Region: "ap", PoP: "sin"}, 1)} {
 			d := crdt.Delta{Sender: p, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: win, Count: 25}}}
 			require.Equal(t, 1, n.Apply(t0, &d, ScopeGlobal).Merged)
 		}

@@ -54,7 +54,7 @@ func benchNode(b *testing.B, keys []string, now int64) *Node {
 func benchNodeSeeded(b *testing.B, keys []string, now int64, seed uint64) *Node {
 	b.Helper()
 	n, err := New(Config{
-		Self:    crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
+		Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 		Rules:   []Rule{{Name: "api", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}},
 		MaxKeys: 4 * len(keys),
 		Seed:    seed,
@@ -246,7 +246,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			n := benchNode(b, created, now)
-			d := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 7), Entries: make([]crdt.Entry, 100)}
+			d := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), Entries: make([]crdt.Entry, 100)}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

@@ -112,7 +112,7 @@ func TestPenaltyBoxShadowAndPeek(t *testing.T) {
 
 func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	a, b := boxNode(t, replica("a", 1)), boxNode(t, replica("b", 1))
-	iad := boxNode(t, crdt.Replica{Region: "us", PoP: "iad", Node: "i1", Incarnation: 1})
+	iad := boxNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1})
 	for _, rule := range []string{"login", "otp", "local"} {
 		require.True(t, exhaust(t, a, t0, rule, "k").Blocked, rule)
 	}
@@ -145,7 +145,7 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	}
 
 	// A pop-scope block may not come from another PoP.
-	forged := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 1), Blocks: []crdt.Block{{Rule: "otp", Key: "x", Until: now + 1}}}
+	forged := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Blocks: []crdt.Block{{Rule: "otp", Key: "x", Until: now + 1}}}
 	st = b.Apply(now, &forged, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope)
 	assert.Zero(t, b.BlockedUntil(now, "otp", "x"))

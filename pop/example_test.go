@@ -12,8 +12,8 @@ import (
 // on an epoch, teaches a node of another PoP.
 func ExampleNode() {
 	rules := []pop.Rule{{Name: "api", Limit: 5, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
-	ams, _ := pop.New(pop.Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1}, Rules: rules})
-	iad, _ := pop.New(pop.Config{Self: crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 1}, Rules: rules})
+	ams, _ := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: rules})
+	iad, _ := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}, Rules: rules})
 	ams.SetEpoch(1) // agreed by ams's members
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC).UnixNano()
 

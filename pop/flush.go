@@ -13,7 +13,7 @@ import (
 // Batch is what a node sends. Local goes to the own PoP's members: own counts
 // of pop- and global-scope rules, Sender = Self, Epoch = the node's epoch.
 // PoP goes to the other PoPs: PoP totals of global-scope rules for the keys
-// the node publishes (owns), Sender = crdt.PoPReplica(region, pop, epoch).
+// the node publishes (owns), Sender = crdt.PoPReplica(self.PoPID, epoch).
 // PoP is empty while the epoch is 0. Both carry SentAt and Epoch; either may
 // have no entries.
 type Batch struct {
@@ -60,7 +60,7 @@ func (n *Node) batch(now int64) Batch {
 	ep := n.Epoch()
 	return Batch{
 		Local: crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep},
-		PoP:   crdt.Delta{Sender: crdt.PoPReplica(n.self.Region, n.self.PoP, ep), SentAt: now, Epoch: ep},
+		PoP:   crdt.Delta{Sender: crdt.PoPReplica(n.self.PoPID, ep), SentAt: now, Epoch: ep},
 	}
 }
 

@@ -56,7 +56,7 @@ func measureMemory(b *testing.B, n int, key func(int) string) {
 	rss0, heap0 := settledMemory(b)
 	peakReset := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	nd, err := New(Config{
-		Self:    crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1},
+		Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 		Rules:   []Rule{{Name: "api", Limit: 100, Window: w, Cost: 1, Scope: ScopeGlobal}},
 		MaxKeys: 2 * n,
 	})

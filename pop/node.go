@@ -220,7 +220,7 @@ func (n *Node) SetEpoch(epoch uint64) {
 	n.epoch.Store(epoch)
 	if epoch != 0 {
 		n.applyMu.Lock()
-		n.store.DropReplica(crdt.PoPReplica(n.self.Region, n.self.PoP, epoch))
+		n.store.DropReplica(crdt.PoPReplica(n.self.PoPID, epoch))
 		n.applyMu.Unlock()
 	}
 }

@@ -17,7 +17,7 @@ import (
 var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).UnixNano()
 
 func replica(node string, inc uint64) crdt.Replica {
-	return crdt.Replica{Region: "eu", PoP: "ams", Node: node, Incarnation: inc}
+	return crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: node, Incarnation: inc}
 }
 
 func testRules() []Rule {
@@ -162,7 +162,7 @@ func TestReplicationByScope(t *testing.T) {
 	assert.Zero(t, estimate(t, b, t0, "local", "k"), "node scope never leaves the node")
 
 	// A pop-scope entry arriving from another PoP is refused and counted.
-	other := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 1), Entries: []crdt.Entry{
+	other := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Entries: []crdt.Entry{
 		{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 50},
 		{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 50},
 		{Rule: "ghost", Key: "k", Window: 1, Count: 50},
@@ -344,7 +344,7 @@ func TestTickForgetsOldIncarnations(t *testing.T) {
 }
 
 func TestNewRefusesAggregateName(t *testing.T) {
-	_, err := New(Config{Self: crdt.PoPReplica("eu", "ams", 1), Rules: testRules()})
+	_, err := New(Config{Self: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Rules: testRules()})
 	assert.ErrorContains(t, err, "reserved")
 }
 
@@ -387,7 +387,7 @@ func TestPoPTotalsOfThreeMembers(t *testing.T) {
 	w := strconv.FormatInt(t0/int64(time.Minute), 10)
 	out := a.Flush(t0, owns)
 	assert.Equal(t, replica("a", 1), out.Local.Sender)
-	assert.Equal(t, crdt.PoPReplica("eu", "ams", 5), out.PoP.Sender)
+	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 5), out.PoP.Sender)
 	for _, d := range []crdt.Delta{out.Local, out.PoP} {
 		assert.Equal(t, t0, d.SentAt)
 		assert.Equal(t, uint64(5), d.Epoch)
@@ -420,7 +420,7 @@ func TestPoPTotalsOfThreeMembers(t *testing.T) {
 // aggregate alone, and a PoP never republishes what it heard from others.
 func TestTwoPoPsSpeakThroughAggregates(t *testing.T) {
 	a1, a2 := newNode(t, replica("a1", 1)), newNode(t, replica("a2", 1))
-	iad := newNode(t, crdt.Replica{Region: "us", PoP: "iad", Node: "i1", Incarnation: 1})
+	iad := newNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1})
 	for _, n := range []*Node{a1, a2, iad} {
 		n.SetEpoch(3)
 	}
@@ -468,17 +468,17 @@ func TestApplySenderRules(t *testing.T) {
 		{"member via pop", replica("b", 1), ScopePoP, ApplyStats{Merged: 2}},
 		{"former self via pop", replica("a", 0), ScopePoP, ApplyStats{Merged: 2}},
 		{"member via global", replica("b", 1), ScopeGlobal, ApplyStats{WrongScope: 2}},
-		{"own aggregate of the epoch via global", crdt.PoPReplica("eu", "ams", 7), ScopeGlobal, ApplyStats{Echo: 2}},
-		{"own aggregate of a former epoch via global", crdt.PoPReplica("eu", "ams", 6), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
-		{"own aggregate via pop", crdt.PoPReplica("eu", "ams", 6), ScopePoP, ApplyStats{WrongScope: 2}},
-		{"other aggregate via global", crdt.PoPReplica("us", "iad", 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
-		{"other region's PoP of the same name via global", crdt.PoPReplica("us", "ams", 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
-		{"other aggregate via pop", crdt.PoPReplica("us", "iad", 7), ScopePoP, ApplyStats{WrongScope: 2}},
-		{"other PoP's node via global", crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
-		{"other PoP's node via pop", crdt.Replica{Region: "us", PoP: "iad", Node: "x", Incarnation: 1}, ScopePoP, ApplyStats{WrongScope: 2}},
+		{"own aggregate of the epoch via global", crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 7), ScopeGlobal, ApplyStats{Echo: 2}},
+		{"own aggregate of a former epoch via global", crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 6), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"own aggregate via pop", crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 6), ScopePoP, ApplyStats{WrongScope: 2}},
+		{"other aggregate via global", crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"other region's PoP of the same name via global", crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "ams"}, 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"other aggregate via pop", crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), ScopePoP, ApplyStats{WrongScope: 2}},
+		{"other PoP's node via global", crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
+		{"other PoP's node via pop", crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, ScopePoP, ApplyStats{WrongScope: 2}},
 		{"self via pop", replica("a", 1), ScopePoP, ApplyStats{Echo: 2}},
 		{"self via global", replica("a", 1), ScopeGlobal, ApplyStats{Echo: 2}},
-		{"invalid sender", crdt.Replica{Region: "e/u", PoP: "ams", Node: "*", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
+		{"invalid sender", crdt.Replica{PoPID: crdt.PoPID{Region: "e/u", PoP: "ams"}, Node: "*", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
 		{"via node scope", replica("b", 1), ScopeNode, ApplyStats{WrongScope: 2}},
 	}
 	for _, tt := range tests {
@@ -518,7 +518,7 @@ func TestEpochZeroPublishesNoAggregate(t *testing.T) {
 	assert.Equal(t, uint64(3), n.Epoch())
 	assert.Empty(t, n.Flush(t0, nil).PoP.Entries, "the change was flushed at epoch 0")
 	ae := n.AntiEntropy(t0, nil)
-	assert.Equal(t, crdt.PoPReplica("eu", "ams", 3), ae.PoP.Sender)
+	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 3), ae.PoP.Sender)
 	assert.Equal(t, uint64(3), ae.Local.Epoch)
 	assert.Len(t, ae.PoP.Entries, 1, "anti-entropy publishes it")
 	_, err = n.Decide(t0, "api", "k", 1)
@@ -560,7 +560,7 @@ func TestSetEpochEchoRule(t *testing.T) {
 	out := b.Flush(t0, nil)
 	require.Len(t, out.PoP.Entries, 1)
 	assert.Equal(t, uint64(1), out.PoP.Entries[0].Count)
-	assert.Equal(t, crdt.PoPReplica("eu", "ams", 2), out.PoP.Sender)
+	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 2), out.PoP.Sender)
 }
 
 // TestStateCarriesEpochAndAggregates: State returns one delta per replica with
@@ -573,12 +573,12 @@ func TestStateCarriesEpochAndAggregates(t *testing.T) {
 	_, _ = a.Decide(t0, "per-ip", "k", 1)
 	_, _ = a.Decide(t0, "local", "k", 1)
 	w := t0 / int64(time.Minute)
-	iad := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 7}}}
+	iad := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 7}}}
 	require.Equal(t, 1, a.Apply(t0, &iad, ScopeGlobal).Merged)
 	st := a.State(t0)
 	require.Len(t, st, 2)
 	assert.Equal(t, replica("a", 1), st[0].Sender)
-	assert.Equal(t, crdt.PoPReplica("us", "iad", 9), st[1].Sender)
+	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), st[1].Sender)
 	joiner := newNode(t, replica("b", 1))
 	joiner.SetEpoch(4)
 	for _, d := range st {
@@ -620,7 +620,7 @@ func TestApplyClampsCountsAboveLimit(t *testing.T) {
 	win := int64(time.Minute)
 	w := t0 / win
 	start := w * win
-	d := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 3), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 1 << 62}}}
+	d := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 1 << 62}}}
 	st := n.Apply(start, &d, ScopeGlobal)
 	assert.Equal(t, ApplyStats{Merged: 1, Clamped: 1}, st)
 	assert.Equal(t, 1, n.Stats().Applied.Clamped)
@@ -645,7 +645,7 @@ func TestApplyClampsCountsAboveLimit(t *testing.T) {
 }
 
 func TestSynced(t *testing.T) {
-	n, err := New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}})
+	n, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}})
 	require.NoError(t, err)
 	assert.True(t, n.Synced(), "a new node core has no past to wait for")
 	n.SetSynced(false)
@@ -666,7 +666,7 @@ func TestApplyFindsRulesByWireName(t *testing.T) {
 		n, err := New(Config{Self: replica("b", 1), Rules: rules})
 		require.NoError(t, err)
 		w := t0 / int64(10*time.Second)
-		d := crdt.Delta{Sender: crdt.PoPReplica("us", "nyc", 1)}
+		d := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "nyc"}, 1)}
 		for i := range nrules {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: rules[i].WireName(rules[i].Window), Key: "k", Window: w, Count: uint64(i + 1)})
 		}

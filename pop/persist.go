@@ -107,7 +107,7 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 		if aggEpoch == 0 {
 			aggEpoch = n.self.Incarnation
 		}
-		own := &pending{d: crdt.Delta{Sender: crdt.PoPReplica(n.self.Region, n.self.PoP, aggEpoch), SentAt: now, Epoch: ep}}
+		own := &pending{d: crdt.Delta{Sender: crdt.PoPReplica(n.self.PoPID, aggEpoch), SentAt: now, Epoch: ep}}
 		n.store.Totals(idx, func(e crdt.FlushEntry) {
 			if r := rs.byID[e.Rule]; !stopped && r != nil && r.Scope == ScopeGlobal && e.PoP > 0 {
 				own.d.Entries = append(own.d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})

@@ -29,7 +29,7 @@ func TestSnapshotRestoreLoneNode(t *testing.T) {
 	admitAll(t, old, t0, "per-ip", "k", 3)
 	admitAll(t, old, t0, "local", "k", 4)
 	// Another PoP's aggregate it held.
-	other := crdt.Delta{Sender: crdt.PoPReplica("us", "iad", 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 2}}}
+	other := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 2}}}
 	require.Equal(t, 1, old.Apply(t0, &other, ScopeGlobal).Merged)
 
 	snap := old.Snapshot(t0)
@@ -60,7 +60,7 @@ func TestSnapshotRestoreLoneNode(t *testing.T) {
 	assert.Empty(t, b.PoP.Entries)
 	// A fresher relay of the former epoch's totals (counts admitted after
 	// the snapshot) raises them: it is not taken for an echo.
-	relay := crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 8}}}
+	relay := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 8}}}
 	assert.Equal(t, 1, n.Apply(now, &relay, ScopeGlobal).Merged)
 	assert.InDelta(t, 10, estimate(t, n, now, "api", "k"), 0.01)
 	// Restoring again changes nothing.
@@ -78,13 +78,13 @@ func TestRestoreRefuses(t *testing.T) {
 		d     crdt.Delta
 		check func(t *testing.T, st ApplyStats)
 	}{
-		{"expired window", crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w - 5, Count: 3}}},
+		{"expired window", crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w - 5, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.Stale) }},
 		{"global per node", crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
 		{"another node's node scope", crdt.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
-		{"another pop's node", crdt.Delta{Sender: crdt.Replica{Region: "us", PoP: "iad", Node: "a", Incarnation: 1}, Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
+		{"another pop's node", crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "a", Incarnation: 1}, Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
 		{"this incarnation", crdt.Delta{Sender: replica("a", 2), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.Echo) }},

@@ -14,9 +14,9 @@ func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
 	t.Helper()
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: policy}}
 	var err error
-	eu, err = New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules})
+	eu, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
-	us, err = New(Config{Self: crdt.Replica{Region: "us", PoP: "iad", Node: "b", Incarnation: 1}, Rules: rules})
+	us, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	eu.SetEpoch(1)
 	us.SetEpoch(1)
@@ -186,7 +186,7 @@ func TestShareKeepsSharesOfASteadySide(t *testing.T) {
 func TestShareRollingCuts(t *testing.T) {
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
 	mk := func(region, p string) *Node {
-		n, err := New(Config{Self: crdt.Replica{Region: region, PoP: p, Node: "a", Incarnation: 1}, Rules: rules})
+		n, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: p}, Node: "a", Incarnation: 1}, Rules: rules})
 		require.NoError(t, err)
 		n.SetEpoch(1)
 		return n
@@ -255,7 +255,7 @@ func TestSharesSurviveARuleReload(t *testing.T) {
 // many replicas it has.
 func TestShareCountsMembersAndAggregates(t *testing.T) {
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
-	eu, err := New(Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}, Rules: rules})
+	eu, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
@@ -267,10 +267,10 @@ func TestShareCountsMembersAndAggregates(t *testing.T) {
 		via    Scope
 		count  uint64
 	}{
-		{crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 1}, ScopePoP, 20},
-		{crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 2}, ScopePoP, 10},
-		{crdt.PoPReplica("us", "iad", 1), ScopeGlobal, 30},
-		{crdt.PoPReplica("us", "iad", 2), ScopeGlobal, 10},
+		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 1}, ScopePoP, 20},
+		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 2}, ScopePoP, 10},
+		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), ScopeGlobal, 30},
+		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 2), ScopeGlobal, 10},
 	} {
 		st := eu.Apply(start, &crdt.Delta{Sender: d.sender, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: d.count}}}, d.via)
 		require.Equal(t, 1, st.Merged, d.sender)

@@ -23,9 +23,9 @@ func BenchmarkStepHeartbeats(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			const pops = 300
-			ids := make([]PoPID, pops)
+			ids := make([]crdt.PoPID, pops)
 			for i := range ids {
-				ids[i] = PoPID{Region: fmt.Sprintf("r%d", i%6), PoP: fmt.Sprintf("p%03d", i)}
+				ids[i] = crdt.PoPID{Region: fmt.Sprintf("r%d", i%6), PoP: fmt.Sprintf("p%03d", i)}
 			}
 			cfg := Config{Settings: DefaultSettings()}
 			cfg.Node, cfg.PoPLink, cfg.GlobalLink = testNode(b, ams1), true, true
@@ -42,7 +42,7 @@ func BenchmarkStepHeartbeats(b *testing.B) {
 			msgs := make([]Message, pops)
 			deltas := make([]crdt.Delta, pops)
 			for i, id := range ids {
-				deltas[i] = crdt.Delta{Sender: crdt.Replica{Region: id.Region, PoP: id.PoP, Node: "x", Incarnation: 1}, Epoch: 1}
+				deltas[i] = crdt.Delta{Sender: crdt.Replica{PoPID: id, Node: "x", Incarnation: 1}, Epoch: 1}
 				msgs[i] = Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &deltas[i]}
 			}
 			rng := rand.New(rand.NewPCG(1, 2))

@@ -24,7 +24,7 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 	until := now + int64(time.Minute)
 
 	own := crdt.Delta{Sender: a2, SentAt: now, Epoch: 1, Blocks: []crdt.Block{{Rule: "ip", Key: "member", Until: until}}}
-	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: PoPOf(ams1), Delta: &own}); res.Applied.Blocks.Merged != 1 {
+	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &own}); res.Applied.Blocks.Merged != 1 {
 		t.Fatalf("a member's block: %+v", res.Applied)
 	}
 	if n.BlockedUntil(now, "ip", "member") != until {
@@ -34,13 +34,13 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 		t.Errorf("a delta of blocks was taken for an announcement")
 	}
 
-	fwd := crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", 1), SentAt: now, Epoch: 1, Blocks: []crdt.Block{
+	fwd := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Blocks: []crdt.Block{
 		{Rule: "api", Key: "good", Until: until},
 		{Rule: "ip", Key: "k", Until: until},    // pop scope: never leaves the PoP
 		{Rule: "plain", Key: "k", Until: until}, // no block_for
 		{Rule: "nope", Key: "k", Until: until},  // unknown rule
 	}}
-	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: PoPOf(ams1), Delta: &fwd}); res.Dropped || res.Forged {
+	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &fwd}); res.Dropped || res.Forged {
 		t.Fatalf("step: %+v", res)
 	}
 	c.Tick(now + int64(c.cfg.SpeakDelay))

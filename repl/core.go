@@ -13,7 +13,7 @@ type Core struct {
 	cfg     Config
 	node    Node
 	self    crdt.Replica
-	selfPoP PoPID
+	selfPoP crdt.PoPID
 	name    string // MemberName(self)
 
 	started   bool
@@ -49,14 +49,14 @@ type Core struct {
 	// moment ask for is done once.
 	want             uint8
 	syncAt, resendAt int64
-	relayTo          map[PoPID]bool
+	relayTo          map[crdt.PoPID]bool
 	// resendTAT paces the re-sends other PoPs ask for (a GCRA's theoretical
 	// arrival time): one is allowed at t >= resendTAT - (syncBurst-1) x
 	// SyncInterval.
 	resendTAT   int64
 	hasExpected bool
 
-	partitioned []PoPID
+	partitioned []crdt.PoPID
 	partVersion uint64
 
 	// The near-limit allowance told to the node (allowance.go): the
@@ -72,11 +72,11 @@ type Core struct {
 	// markTo are the PoPs that asked for a marker.
 	syncing, syncTimedOut bool
 	syncTook              int64
-	syncMissing           []PoPID // the PoPs unanswered at a time-out
+	syncMissing           []crdt.PoPID // the PoPs unanswered at a time-out
 
 	driftVersion uint64 // see Drift
 	popMerged    bool
-	markTo       map[PoPID]bool
+	markTo       map[crdt.PoPID]bool
 
 	out   []Message
 	stats Stats
@@ -134,11 +134,11 @@ func New(cfg Config) (*Core, error) {
 		cfg:     cfg,
 		node:    cfg.Node,
 		self:    self,
-		selfPoP: PoPOf(self),
+		selfPoP: self.PoPID,
 		name:    MemberName(self),
 		peers:   newPeerTable(),
-		relayTo: map[PoPID]bool{},
-		markTo:  map[PoPID]bool{},
+		relayTo: map[crdt.PoPID]bool{},
+		markTo:  map[crdt.PoPID]bool{},
 	}
 	c.startStartup()
 	for _, p := range cfg.expectedPoPs() {

@@ -21,7 +21,7 @@ func testNode(t testing.TB, r crdt.Replica) *pop.Node {
 	return n
 }
 
-var ams1 = crdt.Replica{Region: "eu", PoP: "ams", Node: "a1", Incarnation: 1}
+var ams1 = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}
 
 func TestConfigErrors(t *testing.T) {
 	n := testNode(t, ams1)
@@ -120,7 +120,7 @@ func TestConfigDefaultsFilled(t *testing.T) {
 }
 
 // popNames returns ids as Settings.ExpectedPoPs lists them.
-func popNames(ids ...PoPID) []string {
+func popNames(ids ...crdt.PoPID) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = id.String()
@@ -292,17 +292,17 @@ func TestMissedBeats(t *testing.T) {
 	}
 }
 
-func popIDs(n int) []PoPID {
-	out := make([]PoPID, n)
+func popIDs(n int) []crdt.PoPID {
+	out := make([]crdt.PoPID, n)
 	for i := range out {
-		out[i] = PoPID{Region: "r", PoP: fmt.Sprintf("p%02d", i)}
+		out[i] = crdt.PoPID{Region: "r", PoP: fmt.Sprintf("p%02d", i)}
 	}
 	return out
 }
 
-func heartbeatFrom(p PoPID, at int64) Message {
+func heartbeatFrom(p crdt.PoPID, at int64) Message {
 	return Message{Link: LinkGlobal, Kind: KindHeartbeat, From: p,
-		Delta: &crdt.Delta{Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: "x", Incarnation: 1}, SentAt: at}}
+		Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: p, Node: "x", Incarnation: 1}, SentAt: at}}
 }
 
 func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
@@ -336,7 +336,7 @@ func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
 		t.Errorf("UnknownPoPs %d, want 2", got)
 	}
 	// The PoP itself never counts, even when listed.
-	c2, err := New(Config{Node: testNode(t, ams1), Settings: Settings{MaxPoPs: 1, ExpectedPoPs: popNames(PoPOf(ams1), ids[0])}})
+	c2, err := New(Config{Node: testNode(t, ams1), Settings: Settings{MaxPoPs: 1, ExpectedPoPs: popNames(ams1.PoPID, ids[0])}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +356,7 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 	}
 	c.Tick(t0)
 	for _, p := range ids {
-		agg := crdt.PoPReplica(p.Region, p.PoP, 7)
+		agg := crdt.PoPReplica(p, 7)
 		res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &crdt.Delta{
 			Sender: agg, SentAt: t0, Epoch: 7,
 			Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(ruleWindow), Count: 10}},
@@ -375,7 +375,7 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 }
 
 func TestNewRefusesIncarnationZero(t *testing.T) {
-	n := testNode(t, crdt.Replica{Region: "eu", PoP: "ams", Node: "a1"})
+	n := testNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1"})
 	_, err := New(Config{Node: n})
 	if err == nil || !strings.Contains(err.Error(), "incarnation must not be 0") {
 		t.Fatalf("New with incarnation 0: %v", err)
@@ -391,7 +391,7 @@ func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 crdt.Replica, now int6
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2 = crdt.Replica{Region: "eu", PoP: "ams", Node: "a2", Incarnation: 2}
+	a2 = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 2}
 	c.SetMembers(0, []string{MemberName(a2)})
 	now = int64(t0)
 	c.Tick(now)
@@ -414,20 +414,20 @@ func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 crdt.Replica, now int6
 func TestForwardedTotalsAreChecked(t *testing.T) {
 	c, _, now := speakingCore(t, testNode(t, ams1))
 	w := now / int64(ruleWindow)
-	fwd := crdt.Delta{Sender: crdt.PoPReplica("eu", "ams", 1), SentAt: now, Epoch: 1, Entries: []crdt.Entry{
+	fwd := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Entries: []crdt.Entry{
 		{Rule: "api", Key: "good", Window: w, Count: 7},
 		{Rule: "nope", Key: "k", Window: w, Count: 1},        // unknown rule
 		{Rule: "ip", Key: "k", Window: w, Count: 1},          // pop-scope: never leaves the PoP
 		{Rule: "api", Key: "old", Window: w - 5, Count: 1},   // dead window
 		{Rule: "api", Key: "ahead", Window: w + 9, Count: 1}, // far ahead
 	}}
-	res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: PoPOf(ams1), Delta: &fwd})
+	res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &fwd})
 	if res.Dropped || res.Forged {
 		t.Fatalf("step: %+v", res)
 	}
 	far := fwd
 	far.SentAt = now + int64(time.Hour)
-	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: PoPOf(ams1), Delta: &far}); !res.Dropped {
+	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &far}); !res.Dropped {
 		t.Errorf("a forward for a slot an hour away was taken")
 	}
 	c.Tick(now + int64(c.cfg.SpeakDelay))
@@ -452,8 +452,8 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 	ids := popIDs(2) // ids[0] expected, ids[1] invented
 	for _, tc := range []struct {
 		name     string
-		expected []PoPID
-		want     []PoPID
+		expected []crdt.PoPID
+		want     []crdt.PoPID
 	}{
 		{"expected set", ids[:1], ids[:1]},
 		{"none expected", nil, ids},
@@ -512,11 +512,11 @@ func TestSilentUnexpectedPoPsAreForgotten(t *testing.T) {
 		c.Tick(now)
 		c.Step(now, heartbeatFrom(ids[2], now))
 	}
-	var got []PoPID
+	var got []crdt.PoPID
 	for _, rp := range c.RemotePoPs(now) {
 		got = append(got, rp.PoPID)
 	}
-	if want := []PoPID{ids[0], ids[2]}; !slices.Equal(got, want) {
+	if want := []crdt.PoPID{ids[0], ids[2]}; !slices.Equal(got, want) {
 		t.Fatalf("remote PoPs %v, want %v (ids[1] forgotten, expected ids[0] kept)", got, want)
 	}
 	if c.Stats().ForgottenPoPs != 1 {
@@ -540,9 +540,9 @@ func resends(msgs []Message) int {
 	return n
 }
 
-func syncFrom(p PoPID, node string, at int64) Message {
+func syncFrom(p crdt.PoPID, node string, at int64) Message {
 	return Message{Link: LinkGlobal, Kind: KindSync, From: p,
-		Delta: &crdt.Delta{Sender: crdt.Replica{Region: p.Region, PoP: p.PoP, Node: node, Incarnation: 1}, SentAt: at}}
+		Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: p, Node: node, Incarnation: 1}, SentAt: at}}
 }
 
 // Sync requests cannot make a node re-send its totals without bound: one
@@ -598,7 +598,7 @@ func TestSyncRequestsArePaced(t *testing.T) {
 	t.Run("many requesters", func(t *testing.T) {
 		c, now := setup(t)
 		n := run(c, now, func(i int, now int64) Message {
-			return syncFrom(PoPID{Region: "r", PoP: fmt.Sprintf("q%d", i%100)}, fmt.Sprintf("n%d", i), now)
+			return syncFrom(crdt.PoPID{Region: "r", PoP: fmt.Sprintf("q%d", i%100)}, fmt.Sprintf("n%d", i), now)
 		})
 		// syncBurst at once, then one per second: about 14 over 10s, where
 		// unpaced answers would be one per 50ms coalescing interval (200).

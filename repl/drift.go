@@ -66,7 +66,7 @@ type RuleMismatch struct {
 
 // PeerDrift is what a node knows of a remote PoP's rules and clock.
 type PeerDrift struct {
-	PoPID
+	crdt.PoPID
 	// ClockOffset estimates the PoP's clock minus this node's (see above).
 	ClockOffset time.Duration `json:"clock_offset_ns"`
 	// Skewed: |ClockOffset| is above the node's max skew (limits.max_skew).

@@ -20,7 +20,7 @@ func driftCore(t *testing.T, r crdt.Replica, rules []pop.Rule) *snode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &snode{c: c, id: PoPOf(r)}
+	return &snode{c: c, id: r.PoPID}
 }
 
 // Two PoPs whose rule "api" has another window, and a rule only one has,
@@ -38,8 +38,8 @@ func TestDriftDetected(t *testing.T) {
 		}
 		return rs
 	}
-	a := driftCore(t, crdt.Replica{Region: "eu", PoP: "ams", Node: "a1", Incarnation: 1}, rules(10*time.Second, false))
-	b := driftCore(t, crdt.Replica{Region: "us", PoP: "iad", Node: "b1", Incarnation: 1}, rules(20*time.Second, true))
+	a := driftCore(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}, rules(10*time.Second, false))
+	b := driftCore(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b1", Incarnation: 1}, rules(20*time.Second, true))
 	const skew = int64(30 * time.Second)
 	now := t0
 	for range 200 { // 2s: several heartbeats each way; b's clock is 30s ahead
@@ -85,7 +85,7 @@ func TestDriftDetected(t *testing.T) {
 func TestDriftQuiet(t *testing.T) {
 	a := driftCore(t, ams1, testRules())
 	a.c.Tick(t0)
-	iad := PoPID{Region: "us", PoP: "iad"}
+	iad := crdt.PoPID{Region: "us", PoP: "iad"}
 	_, v0 := a.c.Drift()
 	for i := range 5 {
 		at := t0 + int64(i)*int64(250*time.Millisecond)
@@ -106,7 +106,7 @@ func TestDriftSplitHeartbeat(t *testing.T) {
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: pop.ScopeGlobal}}
 	a := driftCore(t, ams1, rules)
 	a.c.Tick(t0)
-	iad := PoPID{Region: "us", PoP: "iad"}
+	iad := crdt.PoPID{Region: "us", PoP: "iad"}
 	fp := func(rule string, w time.Duration) crdt.Entry {
 		r := pop.Rule{Name: rule, Limit: 100, Window: w, Cost: 1, Scope: pop.ScopeGlobal}
 		return crdt.Entry{Rule: rule, Key: fingerprintKey, Window: w.Milliseconds(), Count: r.Fingerprint()}

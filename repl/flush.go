@@ -93,7 +93,7 @@ func (c *Core) speak(now int64) {
 		c.spoken = max(c.spoken, c.speakSlot)
 	}
 	if (len(c.speech) > 0 || len(c.speechBlk) > 0) && c.epoch != 0 {
-		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.Region, c.self.PoP, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
+		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &d})
 	}
 	c.speech, c.speechBlk, c.speakAt = nil, nil, 0

@@ -75,7 +75,7 @@ func TestInteraction(t *testing.T) {
 type hnode struct {
 	name  string
 	rep   crdt.Replica
-	pop   PoPID
+	pop   crdt.PoPID
 	skew  int64
 	opts  *ddCmd // the node command, for restarts
 	n     *pop.Node
@@ -211,12 +211,12 @@ func (h *harness) uint(s string) uint64 {
 	return v
 }
 
-func (h *harness) popID(s string) PoPID {
+func (h *harness) popID(s string) crdt.PoPID {
 	r, p, ok := strings.Cut(s, "/")
 	if !ok || r == "" || p == "" {
 		h.fail("bad PoP %q (want region/pop)", s)
 	}
-	return PoPID{Region: r, PoP: p}
+	return crdt.PoPID{Region: r, PoP: p}
 }
 
 // replica parses region/pop/node#inc.
@@ -226,7 +226,7 @@ func (h *harness) replica(s string) crdt.Replica {
 	if !ok || len(parts) != 3 {
 		h.fail("bad replica %q (want region/pop/node#inc)", s)
 	}
-	return crdt.Replica{Region: parts[0], PoP: parts[1], Node: parts[2], Incarnation: h.uint(inc)}
+	return crdt.Replica{PoPID: crdt.PoPID{Region: parts[0], PoP: parts[1]}, Node: parts[2], Incarnation: h.uint(inc)}
 }
 
 func (h *harness) node(name string) *hnode {
@@ -284,7 +284,7 @@ func (h *harness) cmdNode(c *ddCmd) {
 	if h.nodes[rep.Node] != nil {
 		h.fail("node %s exists", rep.Node)
 	}
-	n := &hnode{name: rep.Node, rep: rep, pop: PoPOf(rep), opts: c}
+	n := &hnode{name: rep.Node, rep: rep, pop: rep.PoPID, opts: c}
 	h.start(n)
 	h.nodes[n.name] = n
 }
@@ -770,7 +770,7 @@ func fmtWindow(w int64) string {
 func (h *harness) fmtMsg(src *hnode, m *Message) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s", src.name, m.Link, m.Kind)
-	if m.Kind == KindState || m.To != (PoPID{}) {
+	if m.Kind == KindState || m.To != (crdt.PoPID{}) {
 		fmt.Fprintf(&b, " to=%s", m.To)
 	}
 	d := m.Delta

@@ -73,7 +73,7 @@ func TestScriptedNodeToldUnheardSetOnChange(t *testing.T) {
 	now := runUntil(c, t0, t0+int64(s.PeerTimeout)) // the first check is within 2 heartbeat intervals and a bit
 	require.Equal(t, [][]string{{"us/iad"}}, n.unheard, "never heard: unheard from the first check")
 
-	iad := PoPID{Region: "us", PoP: "iad"}
+	iad := crdt.PoPID{Region: "us", PoP: "iad"}
 	c.Step(now, heartbeatFrom(iad, now))
 	heard := now
 	now = runUntil(c, now, heard+int64(s.PeerTimeout/2))

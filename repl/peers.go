@@ -4,7 +4,7 @@ import "github.com/geolimit/geolimit/crdt"
 
 // peer is what a node knows of one remote PoP.
 type peer struct {
-	id        PoPID
+	id        crdt.PoPID
 	expected  bool
 	lastHeard int64 // receiver's clock; 0 = never
 	heardOnce bool
@@ -38,7 +38,7 @@ type peer struct {
 // hundreds of PoPs (and a simulator that runs hundreds of such nodes). A
 // colliding ID only falls back to the map.
 type peerTable struct {
-	m     map[PoPID]*peer
+	m     map[crdt.PoPID]*peer
 	cache []*peer // by popHash(id) & (len-1); nil, or a state in m
 }
 
@@ -47,11 +47,11 @@ type peerTable struct {
 const minCache = 64
 
 func newPeerTable() peerTable {
-	return peerTable{m: map[PoPID]*peer{}, cache: make([]*peer, minCache)}
+	return peerTable{m: map[crdt.PoPID]*peer{}, cache: make([]*peer, minCache)}
 }
 
 // get returns id's state, nil for none.
-func (t *peerTable) get(id PoPID) *peer {
+func (t *peerTable) get(id crdt.PoPID) *peer {
 	c := &t.cache[popHash(id)&uint64(len(t.cache)-1)]
 	if p := *c; p != nil && p.id == id {
 		return p
@@ -64,7 +64,7 @@ func (t *peerTable) get(id PoPID) *peer {
 }
 
 // add tracks p as id's state.
-func (t *peerTable) add(id PoPID, p *peer) {
+func (t *peerTable) add(id crdt.PoPID, p *peer) {
 	p.id = id
 	t.m[id] = p
 	if len(t.m)*2 > len(t.cache) {
@@ -74,7 +74,7 @@ func (t *peerTable) add(id PoPID, p *peer) {
 }
 
 // del forgets id.
-func (t *peerTable) del(id PoPID) {
+func (t *peerTable) del(id crdt.PoPID) {
 	if c := &t.cache[popHash(id)&uint64(len(t.cache)-1)]; *c != nil && (*c).id == id {
 		*c = nil
 	}
@@ -83,7 +83,7 @@ func (t *peerTable) del(id PoPID) {
 
 // popHash is FNV-1a over the region, a separator and the PoP name. It only
 // spreads IDs over the cache: crafted collisions cost look-ups in the map.
-func popHash(id PoPID) uint64 {
+func popHash(id crdt.PoPID) uint64 {
 	const prime = 1099511628211
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(id.Region); i++ {

@@ -17,7 +17,7 @@ func (c *Core) relay(now int64) {
 		return // later: which epoch is whose is not known yet
 	}
 	targets := c.relayTo
-	c.relayTo = map[PoPID]bool{}
+	c.relayTo = map[crdt.PoPID]bool{}
 	var state []crdt.Delta
 	var held *heldAggregates
 	for id, asked := range targets {
@@ -65,19 +65,19 @@ func (c *Core) relay(now int64) {
 // with hundreds of PoPs, looking every PoP's epoch up for each target was
 // most of a relay's time.
 type heldAggregates struct {
-	byPoP map[PoPID][]uint64 // the epochs held of each PoP
+	byPoP map[crdt.PoPID][]uint64 // the epochs held of each PoP
 	// formerKnown: one of them is an epoch other than its PoP's current
 	// one, which is known; relayed to any PoP that asks (see former).
 	formerKnown bool
 }
 
 func (c *Core) heldAggregates() heldAggregates {
-	h := heldAggregates{byPoP: map[PoPID][]uint64{}}
+	h := heldAggregates{byPoP: map[crdt.PoPID][]uint64{}}
 	for _, r := range c.node.Replicas() {
 		if !r.IsPoP() {
 			continue
 		}
-		of := PoPOf(r)
+		of := r.PoPID
 		h.byPoP[of] = append(h.byPoP[of], r.Incarnation)
 		if cur := c.currentEpoch(of); cur != 0 && r.Incarnation != cur {
 			h.formerKnown = true
@@ -90,7 +90,7 @@ func (c *Core) heldAggregates() heldAggregates {
 // would relay to PoP id (see former): when id asked, an earlier epoch of a
 // PoP whose current epoch is known; always, an epoch of id other than the
 // one it publishes under.
-func (h *heldAggregates) holdsFormer(c *Core, id PoPID, asked bool) bool {
+func (h *heldAggregates) holdsFormer(c *Core, id crdt.PoPID, asked bool) bool {
 	if asked && h.formerKnown {
 		return true
 	}
@@ -112,8 +112,8 @@ func (h *heldAggregates) holdsFormer(c *Core, id PoPID, asked bool) bool {
 // those: live nodes re-send only their current epoch's totals, so a node
 // that restarts alone in its PoP would not count them until their windows
 // pass.
-func (c *Core) former(r crdt.Replica, id PoPID, asked bool) bool {
-	of := PoPOf(r)
+func (c *Core) former(r crdt.Replica, id crdt.PoPID, asked bool) bool {
+	of := r.PoPID
 	if of == id {
 		p := c.peers.get(id)
 		return p != nil && r.Incarnation != p.epoch
@@ -127,7 +127,7 @@ func (c *Core) former(r crdt.Replica, id PoPID, asked bool) bool {
 
 // currentEpoch returns the epoch PoP id publishes under as this node knows
 // it, or 0 when it does not know it (which no aggregate carries).
-func (c *Core) currentEpoch(id PoPID) uint64 {
+func (c *Core) currentEpoch(id crdt.PoPID) uint64 {
 	if id == c.selfPoP {
 		return c.epoch
 	}

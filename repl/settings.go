@@ -2,8 +2,9 @@ package repl
 
 import (
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/geolimit/geolimit/crdt"
 )
 
 // Settings are the replication settings an operator tunes: the edge
@@ -188,7 +189,7 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("max_batch_entries: must be at least 1, got %d", r.MaxBatchEntries)
 	}
 	for i, p := range r.ExpectedPoPs {
-		if _, err := ParsePoPID(p); err != nil {
+		if _, err := crdt.ParsePoPID(p); err != nil {
 			return fmt.Errorf("expected_pops[%d]: %w", i, err)
 		}
 	}
@@ -196,22 +197,11 @@ func (s Settings) Validate() error {
 }
 
 // expectedPoPs returns ExpectedPoPs parsed; s must be valid.
-func (s *Settings) expectedPoPs() []PoPID {
-	out := make([]PoPID, 0, len(s.ExpectedPoPs))
+func (s *Settings) expectedPoPs() []crdt.PoPID {
+	out := make([]crdt.PoPID, 0, len(s.ExpectedPoPs))
 	for _, p := range s.ExpectedPoPs {
-		id, _ := ParsePoPID(p)
+		id, _ := crdt.ParsePoPID(p)
 		out = append(out, id)
 	}
 	return out
-}
-
-// ParsePoPID parses "region/pop" (PoPID.String). Neither part may be empty
-// or hold '/', '.', '*', '>', '#' or white space: both are NATS subject
-// tokens.
-func ParsePoPID(s string) (PoPID, error) {
-	region, pop, ok := strings.Cut(s, "/")
-	if !ok || region == "" || pop == "" || strings.ContainsAny(region+pop, "/.*> \t\r\n#") {
-		return PoPID{}, fmt.Errorf("%q must be region/pop", s)
-	}
-	return PoPID{Region: region, PoP: pop}, nil
 }

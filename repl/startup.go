@@ -58,7 +58,7 @@ type StartupState struct {
 	WaitingPoP bool `json:"waiting_pop,omitempty"`
 	// Waiting are the expected remote PoPs whose answer has not arrived
 	// (once TimedOut: had not arrived).
-	Waiting []PoPID `json:"waiting,omitempty"`
+	Waiting []crdt.PoPID `json:"waiting,omitempty"`
 	// Unknown: no remote PoPs are expected (Config.ExpectedPoPs), so which
 	// PoPs exist is not known and the node waits the whole StartupSync.
 	Unknown bool `json:"unknown_pops,omitempty"`
@@ -102,8 +102,8 @@ func (c *Core) popSynced() bool {
 
 // unanswered returns the expected remote PoPs that have not sent a marker
 // for the current epoch, sorted.
-func (c *Core) unanswered() []PoPID {
-	var out []PoPID
+func (c *Core) unanswered() []crdt.PoPID {
+	var out []crdt.PoPID
 	for id, p := range c.peers.m {
 		if p.expected && (c.epoch == 0 || p.marked != c.epoch) {
 			out = append(out, id)
@@ -144,7 +144,7 @@ func (c *Core) syncRequest(now int64) *crdt.Delta {
 
 // marked records a marker from the PoP from: it has relayed and re-sent
 // everything it holds for this node's epoch.
-func (c *Core) marked(from PoPID, d *crdt.Delta) {
+func (c *Core) marked(from crdt.PoPID, d *crdt.Delta) {
 	if p := c.peers.get(from); p != nil && c.epoch != 0 && d.Sender.SamePoP(c.self) && d.Sender.Incarnation == c.epoch {
 		p.marked = c.epoch
 	}
@@ -161,7 +161,7 @@ func (c *Core) sendMarkers(now int64) {
 	if c.epoch == 0 || c.resendAt != 0 || len(c.relayTo) > 0 {
 		return // later: after the relay and the re-send
 	}
-	ids := make([]PoPID, 0, len(c.markTo))
+	ids := make([]crdt.PoPID, 0, len(c.markTo))
 	for id := range c.markTo {
 		ids = append(ids, id)
 	}
@@ -174,7 +174,7 @@ func (c *Core) sendMarkers(now int64) {
 		}
 		c.stats.Markers++
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true,
-			Delta: &crdt.Delta{Sender: crdt.PoPReplica(id.Region, id.PoP, p.epoch), SentAt: now, Epoch: p.epoch}})
+			Delta: &crdt.Delta{Sender: crdt.PoPReplica(id, p.epoch), SentAt: now, Epoch: p.epoch}})
 	}
 }
 

@@ -65,9 +65,9 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		if !d.Sender.SamePoP(c.self) {
 			// Another PoP's former epoch: never its current one (its own
 			// messages carry those), and only of PoPs this node knows.
-			p := c.peers.get(PoPOf(d.Sender))
+			p := c.peers.get(d.Sender.PoPID)
 			switch {
-			case (p != nil && p.epoch == d.Sender.Incarnation) || (PoPOf(d.Sender) == m.From && d.Epoch == d.Sender.Incarnation):
+			case (p != nil && p.epoch == d.Sender.Incarnation) || (d.Sender.PoPID == m.From && d.Epoch == d.Sender.Incarnation):
 				res.Forged = true // no PoP relays a current epoch
 			case p == nil || p.epoch == 0:
 				res.Dropped = true
@@ -86,7 +86,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		}
 		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
 	default:
-		if m.From == c.selfPoP || PoPOf(d.Sender) != m.From {
+		if m.From == c.selfPoP || d.Sender.PoPID != m.From {
 			res.Forged = true
 			break
 		}

@@ -6,26 +6,6 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 )
 
-// PoPID names one PoP of one region.
-type PoPID struct {
-	Region string `json:"region"`
-	PoP    string `json:"pop"`
-}
-
-// String formats p as region/pop.
-func (p PoPID) String() string { return p.Region + "/" + p.PoP }
-
-// Less orders PoPIDs by region, then PoP.
-func (p PoPID) Less(o PoPID) bool {
-	if p.Region != o.Region {
-		return p.Region < o.Region
-	}
-	return p.PoP < o.PoP
-}
-
-// PoPOf returns the PoP of replica r.
-func PoPOf(r crdt.Replica) PoPID { return PoPID{Region: r.Region, PoP: r.PoP} }
-
 // MemberName is the name a node goes by in its PoP's membership
 // (memberlist): node#incarnation, so that a restarted node is a new member.
 // Every member computes key ownership over these names, so the transport and
@@ -90,12 +70,12 @@ type Message struct {
 	Link Link
 	Kind Kind
 	// To is, for an outbound KindState, the PoP to relay to.
-	To PoPID
+	To crdt.PoPID
 	// From is, for an inbound message, the PoP the transport vouches it came
 	// from: the NATS subject's PoP (for KindState the relaying PoP; the
 	// transport delivers only state meant for the own PoP), or the own PoP
 	// for LinkPoP.
-	From PoPID
+	From crdt.PoPID
 	// Reliable asks for a stream transport where there is a choice: large
 	// anti-entropy batches.
 	Reliable bool

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -372,7 +373,7 @@ func TestEvictionMetrics(t *testing.T) {
 func TestReplicatorHook(t *testing.T) {
 	fr := &fakeReplicator{status: ReplicationStatus{
 		Members:    []Member{{Name: "ams-1", State: "alive"}, {Name: "ams-2", Addr: "127.0.0.1:1", State: "suspect"}},
-		RemotePoPs: []RemotePoP{{Region: "us", PoP: "iad", LastHeardMS: 3000, Partitioned: true}},
+		RemotePoPs: []RemotePoP{{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, LastHeardMS: 3000, Partitioned: true}},
 		Partitions: []string{"us/iad"},
 	}}
 	var env ReplicationEnv
@@ -387,7 +388,11 @@ func TestReplicatorHook(t *testing.T) {
 	assert.Equal(t, ta.NATSURL(), env.NATSURL)
 	assert.NotNil(t, env.NATS)
 	assert.NotNil(t, env.Registry)
-	s := ta.get("/v1/status").json(t)
+	r := ta.get("/v1/status")
+	// The identity fields' names and order are a contract with users.
+	assert.Regexp(t, `^\{"replica":"[^"]+","node":"[^"]+","region":"[^"]+","pop":"[^"]+","incarnation":\d+,`, string(r.body))
+	assert.Contains(t, string(r.body), `"remote_pops":[{"region":"us","pop":"iad","last_heard_ms":3000,"partitioned":true,"expected":false}]`)
+	s := r.json(t)
 	assert.Equal(t, true, s["replication"])
 	assert.Equal(t, []any{"us/iad"}, s["partitions"])
 	assert.Len(t, s["members"], 2)

@@ -136,8 +136,7 @@ type Member struct {
 
 // RemotePoP is one remote PoP and when it was last heard.
 type RemotePoP struct {
-	Region string `json:"region"`
-	PoP    string `json:"pop"`
+	crdt.PoPID
 	// LastHeardMS is the time since its last message, in milliseconds.
 	LastHeardMS int64 `json:"last_heard_ms"`
 	Partitioned bool  `json:"partitioned"`

@@ -27,7 +27,7 @@ import (
 // that divides a minute).
 const t0 = int64(28_333_333) * int64(time.Minute)
 
-var testSelf = crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 7}
+var testSelf = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 7}
 
 // baseYAML makes every listener pick a free port on 127.0.0.1.
 // A test config without a listen section gets listen.api on a free port.

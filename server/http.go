@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/server/frontend"
 )
@@ -123,10 +124,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	frontend.WriteJSON(w, http.StatusOK, struct {
-		Replica     string              `json:"replica"`
-		Node        string              `json:"node"`
-		Region      string              `json:"region"`
-		PoP         string              `json:"pop"`
+		Replica string `json:"replica"`
+		Node    string `json:"node"`
+		crdt.PoPID
 		Incarnation uint64              `json:"incarnation"`
 		Version     string              `json:"version"`
 		GoVersion   string              `json:"go_version"`
@@ -140,7 +140,7 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Partition   pop.PartitionStatus `json:"partition"`
 		ReplicationStatus
 	}{
-		Replica: self.String(), Node: self.Node, Region: self.Region, PoP: self.PoP, Incarnation: self.Incarnation,
+		Replica: self.String(), Node: self.Node, PoPID: self.PoPID, Incarnation: self.Incarnation,
 		Version: a.opts.Version, GoVersion: runtime.Version(), UptimeS: int64(time.Since(a.started).Seconds()),
 		Ready: a.Ready(), Synced: a.node.Synced(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
 		Partition:         a.node.Partition(a.clk.Now()),

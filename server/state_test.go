@@ -124,7 +124,7 @@ func TestStateFileCorrupt(t *testing.T) {
 // Another node's state file is not loaded: its counts are not this node's.
 func TestStateFileOfAnotherNode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
-	other := crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-2", Incarnation: 3}
+	other := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-2", Incarnation: 3}
 	require.NoError(t, statefile.Write(path, statefile.Header{Self: other}, statefile.FromSlice([]crdt.Delta{
 		{Sender: other, Entries: []crdt.Entry{{Rule: "per-ip", Key: "mallory", Window: t0 / int64(time.Hour), Count: 10}}}})))
 	a := restarted(t, stateYAML(path))

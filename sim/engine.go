@@ -43,13 +43,12 @@ type Options struct {
 
 // popInfo is one PoP of the topology.
 type popInfo struct {
-	name, region string
-	id           string // region/pop, as pop and the status page name it
-	regionIdx    int
-	nodes        []int32
-	live         []int32 // nodes up, in index order
-	acct         sent    // replication sent by the PoP's nodes
-	global       sent    // of which to other PoPs
+	id        crdt.PoPID
+	regionIdx int
+	nodes     []int32
+	live      []int32 // nodes up, in index order
+	acct      sent    // replication sent by the PoP's nodes
+	global    sent    // of which to other PoPs
 }
 
 // sent counts replication messages and bytes.
@@ -92,7 +91,7 @@ type engine struct {
 
 	regions  []string
 	pops     []popInfo
-	popIndex map[string]int32 // "region/pop" -> PoP index
+	popIndex map[crdt.PoPID]int32 // PoP -> PoP index
 	nodes    []*simNode
 	links    [][]linkModel
 	blocked  [][]bool
@@ -215,7 +214,7 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 	e.fleet = newOracle(len(e.keys), len(e.phases))
 	if !opts.NoCentral {
 		e.central, err = pop.New(pop.Config{
-			Self:    crdt.Replica{Region: "central", PoP: "central", Node: "central", Incarnation: 1},
+			Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "central", PoP: "central"}, Node: "central", Incarnation: 1},
 			Rules:   rules,
 			MaxKeys: sc.Replication.MaxKeys,
 			Seed:    e.storeSeed,
@@ -284,7 +283,7 @@ func (e *engine) start(nd *simNode, t int64) error {
 	e.incarnations++
 	nd.inc = e.incarnations
 	n, err := pop.New(pop.Config{
-		Self:    crdt.Replica{Region: e.pops[nd.pop].region, PoP: e.pops[nd.pop].name, Node: nd.name, Incarnation: nd.inc},
+		Self:    crdt.Replica{PoPID: e.pops[nd.pop].id, Node: nd.name, Incarnation: nd.inc},
 		Rules:   e.rules,
 		MaxKeys: e.sc.Replication.MaxKeys,
 		Seed:    (e.storeSeed ^ uint64(nd.idx)<<32 ^ nd.inc) | 1,
@@ -387,7 +386,7 @@ func (e *engine) handle(ev event) {
 		if c.Share != nil {
 			popIndex := map[string]int{}
 			for i, p := range e.pops {
-				popIndex[p.name] = i
+				popIndex[p.id.PoP] = i
 			}
 			s.weights = normalise(c.Share, popIndex, len(e.pops))
 			s.route(e.popUp)

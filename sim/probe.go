@@ -2,8 +2,6 @@ package sim
 
 import (
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
@@ -74,25 +72,25 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 	for gi, byWin := range reps {
 		truth[gi] = map[int64]uint64{}
 		for w, m := range byWin {
-			members := map[string]uint64{} // PoP -> sum of its members' counts
-			started := map[string]bool{}   // "pop#inc" of the members' replicas
-			for r, c := range m {
-				if id, node, inc := splitReplica(r); node != crdt.PoPNode {
-					members[id] += c
-					started[id+"#"+strconv.FormatUint(inc, 10)] = true
+			members := map[crdt.PoPID]uint64{} // PoP -> sum of its members' counts
+			started := map[crdt.Replica]bool{} // aggregates of the epochs the members' replicas started
+			for s, c := range m {
+				if r, err := crdt.ParseReplica(s); err == nil && !r.IsPoP() {
+					members[r.PoPID] += c
+					started[crdt.PoPReplica(r.PoPID, r.Incarnation)] = true
 				}
 			}
 			// An aggregate of the current epoch, or of an epoch a member
 			// started, stands for members' counts (the larger of the two is
 			// the PoP's); one of an epoch whose members are gone adds.
-			aggCur := map[string]uint64{}
+			aggCur := map[crdt.PoPID]uint64{}
 			var sum uint64
-			for r, c := range m {
-				id, node, inc := splitReplica(r)
+			for s, c := range m {
+				r, err := crdt.ParseReplica(s)
 				switch {
-				case node != crdt.PoPNode:
-				case inc == current[id] || started[id+"#"+strconv.FormatUint(inc, 10)]:
-					aggCur[id] = max(aggCur[id], c)
+				case err != nil || !r.IsPoP():
+				case r.Incarnation == current[r.PoPID] || started[r]:
+					aggCur[r.PoPID] = max(aggCur[r.PoPID], c)
 				default:
 					sum += c
 				}
@@ -111,9 +109,9 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 	return truth
 }
 
-// currentEpochs returns the epoch of each PoP's live members ("region/pop").
-func (e *engine) currentEpochs() map[string]uint64 {
-	out := map[string]uint64{}
+// currentEpochs returns the epoch of each PoP's live members.
+func (e *engine) currentEpochs() map[crdt.PoPID]uint64 {
+	out := map[crdt.PoPID]uint64{}
 	for _, nd := range e.nodes {
 		if !nd.up {
 			continue
@@ -124,17 +122,6 @@ func (e *engine) currentEpochs() map[string]uint64 {
 		}
 	}
 	return out
-}
-
-// splitReplica splits "region/pop/node#incarnation".
-func splitReplica(r string) (pop, node string, inc uint64) {
-	head, incS, _ := strings.Cut(r, "#")
-	inc, _ = strconv.ParseUint(incS, 10, 64)
-	k := strings.LastIndexByte(head, '/')
-	if k < 0 {
-		return head, "", inc
-	}
-	return head[:k], head[k+1:], inc
 }
 
 func (e *engine) converged(p *probe, t int64) bool {

@@ -205,8 +205,8 @@ func (e *engine) result() *Result {
 	secs := float64(e.end) / 1e9
 	var out sent
 	for _, p := range e.pops {
-		r.Replication.MessagesPerSPerPoP[p.id] = round(float64(p.acct.messages) / secs)
-		r.Replication.BytesPerSPerPoP[p.id] = round(float64(p.acct.bytes) / secs)
+		r.Replication.MessagesPerSPerPoP[p.id.String()] = round(float64(p.acct.messages) / secs)
+		r.Replication.BytesPerSPerPoP[p.id.String()] = round(float64(p.acct.bytes) / secs)
 		out.messages += p.global.messages
 		out.bytes += p.global.bytes
 	}

@@ -59,9 +59,9 @@ func (e *engine) writeLog(nd *simNode, k *keyInfo, cost uint64, ok bool, t int64
 	}
 	p := &e.pops[nd.pop]
 	b = append(b, ',')
-	b = append(b, p.region...)
+	b = append(b, p.id.Region...)
 	b = append(b, ',')
-	b = append(b, p.name...)
+	b = append(b, p.id.PoP...)
 	b = append(b, ',')
 	b = append(b, nd.name...)
 	b = append(b, ',')

@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -384,7 +385,7 @@ func (sc *Scenario) Validate() error {
 	nodes := 0
 	for i, rg := range sc.Topology {
 		f := fmt.Sprintf("topology[%d]", i)
-		if err := checkName(rg.Region); err != nil {
+		if err := crdt.ValidName(rg.Region); err != nil {
 			return fmt.Errorf("%s.region: %w", f, err)
 		}
 		if names[rg.Region] != "" {
@@ -396,7 +397,7 @@ func (sc *Scenario) Validate() error {
 		}
 		for j, p := range rg.PoPs {
 			g := fmt.Sprintf("%s.pops[%d]", f, j)
-			if err := checkName(p.Name); err != nil {
+			if err := crdt.ValidName(p.Name); err != nil {
 				return fmt.Errorf("%s.name: %w", g, err)
 			}
 			if names[p.Name] != "" {
@@ -489,13 +490,6 @@ func (sc *Scenario) Validate() error {
 }
 
 func nodeName(popName string, k int) string { return popName + "-" + strconv.Itoa(k) }
-
-func checkName(s string) error {
-	if s == "" || len(s) > 64 || strings.ContainsAny(s, "/# \t") {
-		return fmt.Errorf("%q must be 1-64 characters without '/', '#' or spaces", s)
-	}
-	return nil
-}
 
 func checkGroup(names map[string]string, g []string, allowEmpty bool) error {
 	if len(g) == 0 && !allowEmpty {

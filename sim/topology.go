@@ -1,5 +1,7 @@
 package sim
 
+import "github.com/geolimit/geolimit/crdt"
+
 func (e *engine) buildTopology() error {
 	popIndex := map[string]int{}
 	for ri, rg := range e.sc.Topology {
@@ -7,7 +9,7 @@ func (e *engine) buildTopology() error {
 		for _, p := range rg.PoPs {
 			pi := len(e.pops)
 			popIndex[p.Name] = pi
-			info := popInfo{name: p.Name, region: rg.Region, id: rg.Region + "/" + p.Name, regionIdx: ri}
+			info := popInfo{id: crdt.PoPID{Region: rg.Region, PoP: p.Name}, regionIdx: ri}
 			for k := 1; k <= p.Nodes; k++ {
 				nd := &simNode{idx: int32(len(e.nodes)), name: nodeName(p.Name, k), pop: int32(pi), region: ri}
 				info.nodes = append(info.nodes, nd.idx)
@@ -16,7 +18,7 @@ func (e *engine) buildTopology() error {
 			e.pops = append(e.pops, info)
 		}
 	}
-	e.popIndex = map[string]int32{}
+	e.popIndex = map[crdt.PoPID]int32{}
 	for i, p := range e.pops {
 		e.popIndex[p.id] = int32(i)
 	}
@@ -74,7 +76,7 @@ func (e *engine) popsOf(names []string) []int32 {
 	}
 	var out []int32
 	for i, p := range e.pops {
-		if want[p.name] || want[p.region] {
+		if want[p.id.PoP] || want[p.id.Region] {
 			out = append(out, int32(i))
 		}
 	}
@@ -90,7 +92,7 @@ func (e *engine) nodesOf(names []string) []int32 {
 	var out []int32
 	for _, nd := range e.nodes {
 		p := &e.pops[nd.pop]
-		if want[nd.name] || want[p.name] || want[p.region] {
+		if want[nd.name] || want[p.id.PoP] || want[p.id.Region] {
 			out = append(out, nd.idx)
 		}
 	}

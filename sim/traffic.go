@@ -304,7 +304,7 @@ func (t *aliasTable) draw(g *rng) int {
 func (e *engine) buildTraffic() {
 	popIndex := map[string]int{}
 	for i, p := range e.pops {
-		popIndex[p.name] = i
+		popIndex[p.id.PoP] = i
 	}
 	ruleIdx := map[string]int{}
 	for i, r := range e.rules {

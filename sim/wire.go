@@ -26,7 +26,7 @@ func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
 		// Every other PoP of the topology is known in advance.
 		for i, p := range e.pops {
 			if int32(i) != nd.pop {
-				settings.ExpectedPoPs = append(settings.ExpectedPoPs, repl.PoPID{Region: p.region, PoP: p.name}.String())
+				settings.ExpectedPoPs = append(settings.ExpectedPoPs, p.id.String())
 			}
 		}
 	}
@@ -103,7 +103,7 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 		// state reaches only the PoP it is for.
 		targets, from := e.otherPoPs(nd.pop), nd.pop
 		if m.Kind == repl.KindState {
-			to, ok := e.popIndex[m.To.String()]
+			to, ok := e.popIndex[m.To]
 			if !ok {
 				return
 			}
@@ -162,7 +162,7 @@ func (e *engine) deliver(nd *simNode, ev *event, t int64) {
 		p := &e.pops[ev.from]
 		nd.core.Step(now, repl.Message{
 			Link: repl.Link(ev.link), Kind: ev.msg,
-			From:  repl.PoPID{Region: p.region, PoP: p.name},
+			From:  p.id,
 			Delta: ev.d,
 		})
 	}

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/internal/edgerepl"
 	"github.com/geolimit/geolimit/server"
 )
@@ -136,7 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	self := crdt.Replica{Region: cfg.Node.Region, PoP: cfg.Node.PoP, Node: cfg.Node.ID, Incarnation: uint64(time.Now().UnixNano())}
+	self := cfg.Node.Replica(uint64(time.Now().UnixNano()))
 	wi := *watch
 	if wi <= 0 {
 		wi = -1

@@ -60,12 +60,12 @@ replication: {flush_interval: 20ms, peer_timeout: 1s, startup_sync: 0s}
 node: {id: ams-1, region: eu, pop: ams}
 nats: {embedded: {listen: "127.0.0.1:-1"}}
 rules: [{name: api, limit: 100, window: 10s, scope: global}]
-`+common, crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1}, 0)
+`+common, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, 0)
 	startEdge(t, `
 node: {id: iad-1, region: us, pop: iad}
 nats: {url: "`+ams.NATSURL()+`"}
 rules: [{name: api, limit: 100, window: 20s, scope: global}]
-`+common, crdt.Replica{Region: "us", PoP: "iad", Node: "iad-1", Incarnation: 1}, aheadClock(30*time.Second))
+`+common, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}, aheadClock(30*time.Second))
 	api := "http://" + ams.APIAddr().String()
 	var st struct {
 		Drift []struct {

@@ -36,7 +36,7 @@ type gossipReplicator struct {
 func New(env server.ReplicationEnv) (server.Replicator, error) {
 	cfg := env.Config
 	self := env.Node.Self()
-	id := gossip.PoPID{Region: self.Region, PoP: self.PoP}
+	id := self.PoPID
 	g := &gossipReplicator{log: env.Logger}
 	lag := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "geolimit_replication_lag_seconds",
@@ -186,7 +186,7 @@ func (g *gossipReplicator) Status() server.ReplicationStatus {
 		st.Members = append(st.Members, server.Member{Name: m, State: "alive"})
 	}
 	for _, p := range s.RemotePoPs {
-		rp := server.RemotePoP{Region: p.Region, PoP: p.PoP, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected}
+		rp := server.RemotePoP{PoPID: p.PoPID, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected}
 		if p.Age >= 0 {
 			rp.LastHeardMS = p.Age.Milliseconds()
 		}

@@ -26,7 +26,7 @@ import (
 func BenchmarkStateFile(b *testing.B) {
 	const keys = 500_000
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).UnixNano()
-	self := crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 1}
+	self := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}
 	rules := []pop.Rule{
 		{Name: "api", Limit: 1000, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal},
 		{Name: "ip", Limit: 1000, Window: time.Minute, Cost: 1, Scope: pop.ScopePoP},

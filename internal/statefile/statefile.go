@@ -37,8 +37,6 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/geolimit/geolimit/crdt"
@@ -316,7 +314,7 @@ func open(r io.ReaderAt, size int64) (*File, error) {
 	name := head[headerLen+k : headerLen+k+int(ln)]
 	f.body = int64(headerLen + k + int(ln))
 	f.headCRC = crc32.Checksum(head[:f.body], crcTable)
-	if f.Self, err = parseReplica(string(name)); err != nil {
+	if f.Self, err = crdt.ParseReplica(string(name)); err != nil {
 		return nil, f.damaged(fmt.Errorf("%w: writer: %v", ErrCorrupt, err))
 	}
 	// Every delta must decode, and the checksum match, before any delta is
@@ -432,19 +430,4 @@ func Write(path string, h Header, deltas iter.Seq[*crdt.Delta]) error {
 		_ = d.Close()
 	}
 	return nil
-}
-
-// parseReplica parses region/pop/node#incarnation (Replica.String).
-func parseReplica(s string) (crdt.Replica, error) {
-	name, inc, ok := strings.Cut(s, "#")
-	parts := strings.Split(name, "/")
-	if !ok || len(parts) != 3 {
-		return crdt.Replica{}, fmt.Errorf("%q is not region/pop/node#incarnation", s)
-	}
-	n, err := strconv.ParseUint(inc, 10, 64)
-	if err != nil {
-		return crdt.Replica{}, fmt.Errorf("%q: incarnation: %w", s, err)
-	}
-	r := crdt.Replica{Region: parts[0], PoP: parts[1], Node: parts[2], Incarnation: n}
-	return r, r.Validate()
 }

@@ -15,11 +15,11 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 )
 
-var self = crdt.Replica{Region: "eu", PoP: "ams", Node: "a", Incarnation: 7}
+var self = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 7}
 
 func sample() *State {
 	return &State{Self: self, SavedAt: 1234567890, Deltas: []crdt.Delta{
-		{Sender: crdt.PoPReplica("eu", "ams", 7), SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 9}}},
+		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 7), SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 9}}},
 		{Sender: self, SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "local", Key: "203.0.113.7", Window: 5, Count: 3}, {Rule: "ip", Key: "x", Window: 6, Count: 1}}},
 	}}
 }
@@ -82,7 +82,7 @@ func TestDecodeRefusesDamage(t *testing.T) {
 func TestWriteKeepsFormerFileOnError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	require.NoError(t, write(path, sample()))
-	bad := &State{Self: crdt.Replica{Region: "eu"}}
+	bad := &State{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu"}}}
 	require.Error(t, write(path, bad))
 	_, err := Read(path)
 	require.NoError(t, err)
@@ -165,7 +165,7 @@ func TestStreaming(t *testing.T) {
 
 	taken := 0
 	bad := func(yield func(*crdt.Delta) bool) {
-		for _, d := range []crdt.Delta{{Sender: crdt.Replica{Region: "no"}}, sample().Deltas[0]} {
+		for _, d := range []crdt.Delta{{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "no"}}}, sample().Deltas[0]} {
 			taken++
 			if !yield(&d) {
 				return

@@ -31,7 +31,7 @@ func Env(t testing.TB, yaml string) (frontend.Env, *clock.Manual) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := pop.New(pop.Config{Self: crdt.Replica{Region: "eu", PoP: "ams", Node: "ams-1", Incarnation: 1}, Rules: prules, Seed: 1})
+	n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: prules, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
