@@ -156,6 +156,9 @@ type StoreStats struct {
 	// outside the Go heap (see offheap.go), ArenaBytes the size
 	// of the arenas of long keys.
 	TableBytes, OffHeapBytes, ArenaBytes int
+	// SketchBytes is the size of the sketches of evicted keys' counts
+	// (sketch.go).
+	SketchBytes int
 }
 
 // NewStore returns an empty store.
@@ -224,6 +227,7 @@ func (s *Store) Stats() StoreStats {
 		st.TableBytes += len(sh.slots)*int(unsafe.Sizeof(slot{})) + 24*len(sh.side.lists)
 		st.OffHeapBytes += sh.offHeapBytes()
 		st.ArenaBytes += cap(sh.arena)
+		st.SketchBytes += sh.sketchBytes
 		sh.mu.Unlock()
 	}
 	s.repMu.RLock()

@@ -319,7 +319,10 @@ func TestFloodDoesNotEvictHotKey(t *testing.T) {
 	}
 	stats := st.Stats()
 	assert.LessOrEqual(t, stats.Keys, 256)
-	assert.Greater(t, stats.Evicted, uint64(10000))
+	// The flood is 80 times the store in one window: keys evicted leave
+	// their counts in the sketch, which denies the flood's later keys
+	// before they take a place.
+	assert.Greater(t, stats.Evicted, uint64(2000))
 	_, c := totals(st, 0, "hot", 1)
 	assert.Equal(t, uint64(limit), c)
 }
