@@ -45,6 +45,15 @@ type StoreConfig struct {
 	// MaxReplicas caps how many distinct remote replica identities (including
 	// past incarnations) the store interns. Default 65536.
 	MaxReplicas int
+	// MaxIncarnations caps the incarnations of one node, or the epochs of
+	// one PoP's aggregate, interned at once; MaxReplicasPerPoP caps the
+	// replica identities of one PoP (its nodes' incarnations and its
+	// aggregate's epochs), so that one PoP's credentials, inventing
+	// incarnations or node names, fill no more of the MaxReplicas than
+	// that. A replica beyond either is refused (Intern reports the table
+	// full) until ForgetReplicas frees one. Defaults
+	// DefaultMaxIncarnations and DefaultMaxReplicasPerPoP.
+	MaxIncarnations, MaxReplicasPerPoP int
 	// MaxHotKeys caps the keys near their limit that keep the side state of
 	// the near-limit allowance (see AdmitSplit). Default DefaultMaxHotKeys;
 	// negative keeps none.
@@ -60,6 +69,12 @@ type StoreConfig struct {
 
 // DefaultMaxKeys is the default cap on live keys.
 const DefaultMaxKeys = 1 << 20
+
+// Defaults of StoreConfig.MaxIncarnations and MaxReplicasPerPoP.
+const (
+	DefaultMaxIncarnations   = 8
+	DefaultMaxReplicasPerPoP = 1024
+)
 
 // Store is a sharded set of windowed G-counters, keyed by (rule, key). For each
 // key it keeps two live windows (the current one and the one before it); a
@@ -104,6 +119,11 @@ type Store struct {
 
 	repMu   sync.RWMutex
 	repIDs  map[Replica]ReplicaID
+	// perNode and perPoP count the interned replicas of a node (or PoP
+	// aggregate), any incarnation, and of a PoP (see intern.go).
+	perNode, perPoP                   map[Replica]int
+	maxIncarnations, maxReplicasByPoP int
+	refused                           atomic.Uint64
 	repFree []ReplicaID // forgotten IDs, reused by Intern
 	reps    []Replica
 	// repGen changes whenever an ID is forgotten (and may then name
@@ -149,6 +169,10 @@ type StoreStats struct {
 	Expired uint64
 	// Replicas is the number of interned replica identities, self included.
 	Replicas int
+	// ReplicasRefused counts replica identities Intern refused: the table,
+	// or its sender's part of it (MaxIncarnations, MaxReplicasPerPoP), was
+	// full.
+	ReplicasRefused uint64
 	// HotKeys is the number of keys holding near-limit allowance state.
 	HotKeys int
 	// TableBytes is the size of the shards' slot tables (with the lists
@@ -181,6 +205,12 @@ func NewStore(cfg StoreConfig) *Store {
 	if int64(cfg.MaxReplicas) >= sideMember {
 		cfg.MaxReplicas = sideMember - 1
 	}
+	if cfg.MaxIncarnations <= 0 {
+		cfg.MaxIncarnations = DefaultMaxIncarnations
+	}
+	if cfg.MaxReplicasPerPoP <= 0 {
+		cfg.MaxReplicasPerPoP = DefaultMaxReplicasPerPoP
+	}
 	if cfg.MaxHotKeys == 0 {
 		cfg.MaxHotKeys = DefaultMaxHotKeys
 	}
@@ -193,6 +223,11 @@ func NewStore(cfg StoreConfig) *Store {
 		maxReplicas: cfg.MaxReplicas,
 		hotPerShard: max((cfg.MaxHotKeys+p-1)/p, 0),
 		repIDs:      map[Replica]ReplicaID{cfg.Self: SelfID},
+		perNode:     map[Replica]int{nodeOf(cfg.Self): 1},
+		perPoP:      map[Replica]int{popOf(cfg.Self): 1},
+
+		maxIncarnations:  cfg.MaxIncarnations,
+		maxReplicasByPoP: cfg.MaxReplicasPerPoP,
 		reps:        []Replica{cfg.Self},
 	}
 	s.members.Store(&memberSet{})
@@ -218,7 +253,7 @@ func (s *Store) Self() Replica { return s.self }
 // Stats returns the store's counters.
 func (s *Store) Stats() StoreStats {
 	st := StoreStats{Evicted: s.evicted.Load(), Overflow: s.overflow.Load(), Expired: s.expired.Load(),
-		UntrackedDenied: s.untrackedDenied.Load()}
+		UntrackedDenied: s.untrackedDenied.Load(), ReplicasRefused: s.refused.Load()}
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()

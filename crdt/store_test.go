@@ -675,7 +675,7 @@ func TestTableSurvivesChurn(t *testing.T) {
 // TestReplicasPerKeyCapped: a sender inventing incarnations cannot grow one
 // key's per-replica entries without bound.
 func TestReplicasPerKeyCapped(t *testing.T) {
-	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxIncarnations: 1 << 16, MaxReplicasPerPoP: 1 << 16})
 	full := 0
 	for inc := uint64(1); inc <= MaxReplicasPerKey+10; inc++ {
 		id, ok := st.Intern(rep("forger", inc))

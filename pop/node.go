@@ -98,6 +98,8 @@ type Node struct {
 	// (write side) apart, so an ID is never forgotten between Intern and Merge.
 	applyMu    sync.RWMutex
 	lastForget atomic.Int64 // when Tick last forgot unused replicas
+	// forgotRefused is the store's ReplicasRefused when Tick last forgot.
+	forgotRefused atomic.Uint64
 
 	mu      sync.Mutex // serialises SetRules and guards freeIDs, nextID, applied, retired
 	freeID  []crdt.RuleID
@@ -234,8 +236,11 @@ func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 func (n *Node) Tick(now int64) {
 	n.store.Sweep(n.sweepIndex(now))
 	n.blocks.Sweep(now)
-	if n.store.ReplicaCount() > forgetReplicasAt && now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
+	refused := n.store.ReplicasRefused()
+	if (n.store.ReplicaCount() > forgetReplicasAt || refused != n.forgotRefused.Load()) &&
+		now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
 		n.lastForget.Store(now)
+		n.forgotRefused.Store(refused)
 		n.applyMu.Lock()
 		n.store.ForgetReplicas()
 		n.applyMu.Unlock()
@@ -243,8 +248,9 @@ func (n *Node) Tick(now int64) {
 }
 
 // Above forgetReplicasAt interned replicas (every restart of every node adds
-// one), Tick drops those no live key references, at most once per
-// forgetReplicasEvery.
+// one), or when the store refused one (a sender past its part of the table,
+// see crdt.StoreConfig.MaxIncarnations), Tick drops those no live key
+// references, at most once per forgetReplicasEvery.
 const (
 	forgetReplicasAt    = 1024
 	forgetReplicasEvery = time.Minute
