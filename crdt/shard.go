@@ -34,8 +34,8 @@ type shard struct {
 	work atomic.Bool
 
 	side  sideTable
-	used  int
 	arena []byte // the long keys (table.go)
+	used  int
 
 	mapped *offHeap // slots' mapping outside the heap, or nil (offheap.go)
 	// arenaDead is how many bytes of arena removed keys left.
@@ -44,6 +44,7 @@ type shard struct {
 	now       []int64 // by RuleID: the latest window index seen
 	count     []int   // by RuleID: live keys
 	cap       int     // the most live keys: the shard's part of MaxKeys
+	maxBytes  int     // the shard's part of MaxBytes; 0 for none (budget.go)
 	cur       int     // eviction cursor
 	// agg is, by RuleID, the one counter of the rule's keys that found no
 	// room (see evict.go).
@@ -62,9 +63,9 @@ type shard struct {
 	// counts; once older than the horizon they clear flagRecent.
 	sent     []sentRec
 	sentHead int
-	// Pads the shard to whole cache lines on 64-bit machines (384 bytes
+	// Pads the shard to whole cache lines on 64-bit machines (400 bytes
 	// of fields), with a spare line between neighbours' hot lines.
-	_ [64]byte
+	_ [48 + 64]byte
 }
 
 // noteWork marks the shard as having work for Flush; the caller holds sh.mu

@@ -45,6 +45,10 @@ type StoreConfig struct {
 	// MaxReplicas caps how many distinct remote replica identities (including
 	// past incarnations) the store interns. Default 65536.
 	MaxReplicas int
+	// MaxBytes caps the bytes the store accounts for (StoreStats.Bytes):
+	// its tables, remote entries, long keys and sketches; see budget.go.
+	// Zero means no cap but MaxKeys.
+	MaxBytes int
 	// MaxIncarnations caps the incarnations of one node, or the epochs of
 	// one PoP's aggregate, interned at once; MaxReplicasPerPoP caps the
 	// replica identities of one PoP (its nodes' incarnations and its
@@ -119,13 +123,15 @@ type Store struct {
 
 	repMu   sync.RWMutex
 	repIDs  map[Replica]ReplicaID
+	repFree []ReplicaID // forgotten IDs, reused by Intern
+	reps    []Replica
+
 	// perNode and perPoP count the interned replicas of a node (or PoP
 	// aggregate), any incarnation, and of a PoP (see intern.go).
 	perNode, perPoP                   map[Replica]int
 	maxIncarnations, maxReplicasByPoP int
 	refused                           atomic.Uint64
-	repFree []ReplicaID // forgotten IDs, reused by Intern
-	reps    []Replica
+
 	// repGen changes whenever an ID is forgotten (and may then name
 	// another replica): an InternCache of another generation is stale.
 	repGen  atomic.Uint64
@@ -180,9 +186,17 @@ type StoreStats struct {
 	// outside the Go heap (see offheap.go), ArenaBytes the size
 	// of the arenas of long keys.
 	TableBytes, OffHeapBytes, ArenaBytes int
+	// SideBytes is the size of the remote entries (by capacity).
+	SideBytes int
 	// SketchBytes is the size of the sketches of evicted keys' counts
 	// (sketch.go).
 	SketchBytes int
+}
+
+// Bytes is what the store accounts for against StoreConfig.MaxBytes: the
+// tables, remote entries, long keys and sketches.
+func (st StoreStats) Bytes() int {
+	return st.TableBytes + st.SideBytes + st.ArenaBytes + st.SketchBytes
 }
 
 // NewStore returns an empty store.
@@ -228,7 +242,7 @@ func NewStore(cfg StoreConfig) *Store {
 
 		maxIncarnations:  cfg.MaxIncarnations,
 		maxReplicasByPoP: cfg.MaxReplicasPerPoP,
-		reps:        []Replica{cfg.Self},
+		reps:             []Replica{cfg.Self},
 	}
 	s.members.Store(&memberSet{})
 	s.rules.Store(&ruleTable{})
@@ -241,6 +255,7 @@ func NewStore(cfg StoreConfig) *Store {
 		if i < cfg.MaxKeys%p {
 			sh.cap++
 		}
+		sh.maxBytes = cfg.MaxBytes / p
 		sh.setSlots(initialSlots)
 		sh.hot = map[int32]int32{}
 	}
@@ -263,6 +278,7 @@ func (s *Store) Stats() StoreStats {
 		st.OffHeapBytes += sh.offHeapBytes()
 		st.ArenaBytes += cap(sh.arena)
 		st.SketchBytes += sh.sketchBytes
+		st.SideBytes += sh.side.bytes
 		sh.mu.Unlock()
 	}
 	s.repMu.RLock()

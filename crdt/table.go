@@ -104,7 +104,7 @@ func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex in
 	if nowIndex > sh.now[rule] {
 		sh.now[rule] = nowIndex
 	}
-	if sh.used >= sh.cap && !sh.evictFor(s, rule) {
+	if (sh.used >= sh.cap || !sh.roomFor(sh.keyGrowth(len(key)))) && !sh.evictFor(s, rule) {
 		s.overflow.Add(1)
 		return 0, false
 	}

@@ -35,6 +35,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,11 @@ type Config struct {
 	Rules []Rule
 	// MaxKeys caps live (rule, key) pairs; 0 means crdt.DefaultMaxKeys.
 	MaxKeys int
+	// MaxMemory is the memory budget of the node, in bytes: the store
+	// accounts for at most half of it (crdt.StoreConfig.MaxBytes), the
+	// other half left for the Go heap's garbage and the rest of the
+	// process. 0 means no budget but MaxKeys.
+	MaxMemory int64
 	// MaxSkew is how far ahead of this node's clock a peer's clock may run:
 	// entries for windows that start later than now+MaxSkew are ignored.
 	// Default 2s.
@@ -134,6 +140,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxKeys < 0 {
 		return nil, errors.New("pop: max keys: must not be negative")
 	}
+	if cfg.MaxMemory < 0 {
+		return nil, errors.New("pop: max memory: must not be negative")
+	}
 	if cfg.MaxSkew == 0 {
 		cfg.MaxSkew = DefaultMaxSkew
 	}
@@ -155,9 +164,10 @@ func New(cfg Config) (*Node, error) {
 		shareStep:  cfg.ShareStep,
 		healHold:   int64(cfg.HealHold),
 		self:       cfg.Self,
-		store:      crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed}),
-		maxSkew:    int64(cfg.MaxSkew),
-		blocks:     crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
+		store: crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed,
+			MaxBytes: int(min(cfg.MaxMemory/2, math.MaxInt))}),
+		maxSkew: int64(cfg.MaxSkew),
+		blocks:  crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
 	}
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
