@@ -169,6 +169,11 @@ type Gossip struct {
 type Limits struct {
 	// MaxKeys caps live (rule, key) pairs. Default 1048576.
 	MaxKeys int `yaml:"max_keys"`
+	// MaxMemory is the node's memory budget in bytes: the store of counts
+	// accounts for at most half of it, the rest is left for the Go heap's
+	// garbage and the rest of the process. 0, the default, derives it
+	// from the machine at start (MemoryBudget).
+	MaxMemory int64 `yaml:"max_memory"`
 	// MaxBodyBytes caps a decision API request body (larger bodies get
 	// 413) and a rate limit service request message.
 	// Default 1048576.
@@ -391,6 +396,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Limits.MaxKeys < 1:
 		return fmt.Errorf("limits.max_keys: must be at least 1, got %d", c.Limits.MaxKeys)
+	case c.Limits.MaxMemory != 0 && c.Limits.MaxMemory < MinMaxMemory:
+		return fmt.Errorf("limits.max_memory: must be 0 (derived from the machine) or at least %d bytes (64 MiB), got %d", MinMaxMemory, c.Limits.MaxMemory)
 	case c.Limits.MaxBodyBytes < 64:
 		return fmt.Errorf("limits.max_body_bytes: must be at least 64, got %d", c.Limits.MaxBodyBytes)
 	case c.Limits.MaxBatch < 1:

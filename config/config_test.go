@@ -176,6 +176,8 @@ func TestParseErrors(t *testing.T) {
 		{"gateway without urls", "nats: {embedded: {gateway: {name: eu, listen: '127.0.0.1:1', gateways: [{name: us}]}}}", "nats.embedded.gateway.gateways[0].urls:"},
 		{"bad gossip bind", "gossip: {bind: nowhere}", "gossip.bind:"},
 		{"bad max keys", "limits: {max_keys: 0}", "limits.max_keys: must be at least 1"},
+		{"negative max memory", "limits: {max_memory: -1}", "limits.max_memory: must be 0 (derived from the machine) or at least 67108864 bytes (64 MiB), got -1"},
+		{"tiny max memory", "limits: {max_memory: 1000}", "limits.max_memory: must be 0"},
 		{"negative startup sync", "replication: {startup_sync: -1s}", "replication.startup_sync: must not be negative, got -1s"},
 		{"zero state interval", "state: {file: /tmp/x, interval: 0s}", "state.interval: must be positive, got 0s"},
 		{"state file of no name", "state: {file: /}", `state.file: "/" names no file`},
@@ -252,4 +254,9 @@ func TestDemo(t *testing.T) {
 	assert.Equal(t, d.Rules, c.Rules)
 	assert.Equal(t, d.Listen, c.Listen)
 	assert.Len(t, d.Rules, 3)
+}
+
+func TestMemoryBudget(t *testing.T) {
+	assert.Equal(t, int64(256<<20), Limits{MaxMemory: 256 << 20}.MemoryBudget(), "as set")
+	assert.GreaterOrEqual(t, Limits{}.MemoryBudget(), int64(MinMaxMemory), "derived from the machine")
 }

@@ -54,19 +54,25 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 			// no room (evictFor decides that, and only when counting), so
 			// it is checked as a key without room, against the rule's
 			// shared counter, which errs towards rejecting.
-			*r = sh.admitUntracked(s, rule, now, limit, cost, false)
+			*r = sh.admitUntracked(s, h, rule, now, limit, cost, false)
 			res.Untracked = true
 			sh.mu.Unlock()
 			return
 		}
 		// A key new here has no own admits unseen: the allowance lets it in.
-		window.DecideTo(r, limit, cost, 0, 0, now.Elapsed, now.Width)
+		// It starts from what its rule's sketch holds of it, if anything
+		// (sketch.go).
+		var est [2]uint64
+		if k := sh.sketchOf(rule); k != nil {
+			est = k.estimate(h, now.Index)
+		}
+		window.DecideTo(r, limit, cost, est[0], est[1], now.Elapsed, now.Width)
 		if !r.Allowed || !count {
 			sh.mu.Unlock()
 			return
 		}
 		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
-			*r = sh.admitUntracked(s, rule, now, limit, cost, true)
+			*r = sh.admitUntracked(s, h, rule, now, limit, cost, true)
 			res.Untracked = true
 			sh.mu.Unlock()
 			return

@@ -171,6 +171,7 @@ func (sh *shard) evictFor(s *Store, rule RuleID) bool {
 	if bestRank>>62 == 2 {
 		sh.aggregateOf(sl.rule).fold(sl)
 	}
+	sh.forget(s, best, sl)
 	sh.remove(s, best)
 	s.evicted.Add(1)
 	return true
@@ -198,12 +199,7 @@ func (a *aggregate) roll(w int64) {
 
 // fold adds the counts of slot sl, an evicted key, to a.
 func (a *aggregate) fold(sl *slot) {
-	a.roll(sl.win)
-	for k := range 2 {
-		if j := sl.win - 1 + int64(k) - (a.win - 1); j >= 0 && j < 2 {
-			a.c[j] = satAdd(a.c[j], satAdd(sl.own[k], sl.other[k]))
-		}
-	}
+	a.add(sl.win, [2]uint64{satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1])})
 }
 
 // aggregateOf returns rule's aggregate; the caller holds sh.mu.
@@ -214,10 +210,11 @@ func (sh *shard) aggregateOf(rule RuleID) *aggregate {
 	return &sh.agg[rule]
 }
 
-// admitUntracked decides a request of cost of a key of rule that found no
-// room, with the rule's aggregate, and with count counts it there when
-// admitted. The caller holds sh.mu.
-func (sh *shard) admitUntracked(s *Store, rule RuleID, now Now, limit, cost uint64, count bool) window.Result {
+// admitUntracked decides a request of cost of key h of rule that found no
+// room, with the rule's aggregate and with the key's estimate in the rule's
+// sketch, and with count counts it in both when admitted. The caller holds
+// sh.mu.
+func (sh *shard) admitUntracked(s *Store, h uint64, rule RuleID, now Now, limit, cost uint64, count bool) window.Result {
 	a := sh.aggregateOf(rule)
 	a.roll(now.Index)
 	elapsed := now.Elapsed
@@ -225,10 +222,17 @@ func (sh *shard) admitUntracked(s *Store, rule RuleID, now Now, limit, cost uint
 		elapsed = 0
 	}
 	r := window.Decide(limit, cost, a.c[0], a.c[1], elapsed, now.Width)
+	if k := sh.sketchOf(rule); k != nil && r.Allowed {
+		est := k.estimate(h, now.Index)
+		if kr := window.Decide(limit, cost, est[0], est[1], elapsed, now.Width); !kr.Allowed {
+			r = kr
+		}
+	}
 	switch {
 	case !count:
 	case r.Allowed:
 		a.c[1] = satAdd(a.c[1], cost)
+		sh.sketchFor(s, rule).add(h, now.Index, [2]uint64{0, cost})
 	default:
 		s.untrackedDenied.Add(1)
 	}

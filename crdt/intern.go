@@ -22,6 +22,14 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 	if id, ok = s.repIDs[r]; ok {
 		return id, true
 	}
+	node, pop := nodeOf(r), popOf(r)
+	if s.perNode[node] >= s.maxIncarnations || s.perPoP[pop] >= s.maxReplicasByPoP ||
+		len(s.repFree) == 0 && len(s.reps) >= s.maxReplicas {
+		s.refused.Add(1)
+		return 0, false
+	}
+	s.perNode[node]++
+	s.perPoP[pop]++
 	if n := len(s.repFree); n > 0 {
 		id = s.repFree[n-1]
 		s.repFree = s.repFree[:n-1]
@@ -30,15 +38,43 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 		s.setMember(id, s.memberOf(r))
 		return id, true
 	}
-	if len(s.reps) >= s.maxReplicas {
-		return 0, false
-	}
 	id = ReplicaID(len(s.reps))
 	s.repIDs[r] = id
 	s.reps = append(s.reps, r)
 	s.nreps.Store(int32(len(s.reps)))
 	s.setMember(id, s.memberOf(r))
 	return id, true
+}
+
+// A sender's part of the table of replicas.
+//
+// A PoP's credentials let it claim any incarnation of any of its nodes and
+// any epoch of its aggregate. Intern holds at most MaxIncarnations of one
+// node (or aggregate) and MaxReplicasPerPoP of one PoP, and refuses the
+// newest beyond them: forgetting the oldest instead would either drop live
+// counts (a G-counter never loses any) or cost a walk of the store for
+// every invented incarnation. ForgetReplicas frees the ones no live key
+// holds a count of, so a real restart refused during a flood of invented
+// incarnations gets its place back once the flood's counts have passed,
+// and a flood refused here never takes a place from another PoP.
+
+// nodeOf returns r without its incarnation: the node (or aggregate) whose
+// incarnations Intern counts together.
+func nodeOf(r Replica) Replica { r.Incarnation = 0; return r }
+
+// popOf returns the PoP of r, whose replicas Intern counts together.
+func popOf(r Replica) Replica { return Replica{PoPID: r.PoPID} }
+
+// unintern undoes the counts of Intern for r; the caller holds repMu.
+func (s *Store) unintern(r Replica) {
+	for _, c := range []struct {
+		m map[Replica]int
+		k Replica
+	}{{s.perNode, nodeOf(r)}, {s.perPoP, popOf(r)}} {
+		if c.m[c.k]--; c.m[c.k] <= 0 {
+			delete(c.m, c.k)
+		}
+	}
 }
 
 // InternCache remembers the ID a store gave one replica, for a caller that
@@ -163,6 +199,7 @@ func (s *Store) ForgetReplicas() int {
 			continue
 		}
 		delete(s.repIDs, r)
+		s.unintern(r)
 		s.reps[id] = Replica{}
 		s.setMember(ReplicaID(id), false)
 		s.repFree = append(s.repFree, ReplicaID(id))
@@ -223,3 +260,7 @@ func (s *Store) DropReplica(r Replica) int {
 	}
 	return n
 }
+
+// ReplicasRefused returns how many replica identities Intern has refused
+// (StoreStats.ReplicasRefused), without locking the shards.
+func (s *Store) ReplicasRefused() uint64 { return s.refused.Load() }

@@ -91,7 +91,7 @@ func (sh *shard) merge(s *Store, h uint64, rule RuleID, key string, nowIndex, wi
 		es[j].count = count
 		member = es[j].member()
 	} else {
-		if len(es) >= MaxReplicasPerKey {
+		if len(es) >= MaxReplicasPerKey || !sh.roomFor(sh.entryGrowth(es)) {
 			return Full
 		}
 		member = s.isMember(rep)

@@ -34,8 +34,8 @@ type shard struct {
 	work atomic.Bool
 
 	side  sideTable
-	used  int
 	arena []byte // the long keys (table.go)
+	used  int
 
 	mapped *offHeap // slots' mapping outside the heap, or nil (offheap.go)
 	// arenaDead is how many bytes of arena removed keys left.
@@ -44,10 +44,15 @@ type shard struct {
 	now       []int64 // by RuleID: the latest window index seen
 	count     []int   // by RuleID: live keys
 	cap       int     // the most live keys: the shard's part of MaxKeys
+	maxBytes  int     // the shard's part of MaxBytes; 0 for none (budget.go)
 	cur       int     // eviction cursor
 	// agg is, by RuleID, the one counter of the rule's keys that found no
 	// room (see evict.go).
 	agg []aggregate
+	// sketches is, by RuleID, the counts of the rule's evicted keys (see
+	// sketch.go), nil until the rule's first eviction; sketchBytes their size.
+	sketches    []*sketch
+	sketchBytes int
 	// hot maps the position of a slot with flagHot to its entry in
 	// hotSlab; hotFree lists free entries, hotCur is hot eviction's cursor.
 	hot     map[int32]int32
@@ -58,9 +63,9 @@ type shard struct {
 	// counts; once older than the horizon they clear flagRecent.
 	sent     []sentRec
 	sentHead int
-	// Pads the shard to whole cache lines on 64-bit machines (352 bytes
+	// Pads the shard to whole cache lines on 64-bit machines (400 bytes
 	// of fields), with a spare line between neighbours' hot lines.
-	_ [32 + 64]byte
+	_ [48 + 64]byte
 }
 
 // noteWork marks the shard as having work for Flush; the caller holds sh.mu
@@ -93,8 +98,17 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 		return
 	}
 	old := sh.side.get(i)
+	// other[0] now holds what other[1] held: the remote entries of window
+	// prev and a floor no entry accounts for (a returning key's estimate,
+	// sketch.go), which is kept.
+	floor := sl.other[0]
+	for _, e := range old {
+		if e.win(prev) == prev && target == prev+1 {
+			floor -= min(floor, e.count)
+		}
+	}
 	es := old[:0]
-	sl.other = [2]uint64{}
+	sl.other = [2]uint64{floor, 0}
 	for _, e := range old {
 		w := e.win(prev)
 		if w < target-1 || w > target+1 {

@@ -14,7 +14,11 @@ import (
 type sideTable struct {
 	lists [][]sideEntry
 	live  int // lists that are not nil
+	bytes int // the lists' capacity in bytes
 }
+
+// sideEntrySize is the size of a sideEntry in bytes.
+const sideEntrySize = int(unsafe.Sizeof(sideEntry{}))
 
 // get returns slot i's entries (nil for none).
 func (t *sideTable) get(i int32) []sideEntry {
@@ -34,6 +38,7 @@ func (t *sideTable) set(i int32, es []sideEntry, n int) bool {
 	if t.lists[i] == nil {
 		t.live++
 	}
+	t.bytes += (cap(es) - cap(t.lists[i])) * sideEntrySize
 	t.lists[i] = es
 	return grown
 }
@@ -41,6 +46,7 @@ func (t *sideTable) set(i int32, es []sideEntry, n int) bool {
 // del drops slot i's entries.
 func (t *sideTable) del(i int32) {
 	if t.lists != nil && t.lists[i] != nil {
+		t.bytes -= cap(t.lists[i]) * sideEntrySize
 		t.lists[i] = nil
 		t.live--
 	}

@@ -45,6 +45,19 @@ type StoreConfig struct {
 	// MaxReplicas caps how many distinct remote replica identities (including
 	// past incarnations) the store interns. Default 65536.
 	MaxReplicas int
+	// MaxBytes caps the bytes the store accounts for (StoreStats.Bytes):
+	// its tables, remote entries, long keys and sketches; see budget.go.
+	// Zero means no cap but MaxKeys.
+	MaxBytes int
+	// MaxIncarnations caps the incarnations of one node, or the epochs of
+	// one PoP's aggregate, interned at once; MaxReplicasPerPoP caps the
+	// replica identities of one PoP (its nodes' incarnations and its
+	// aggregate's epochs), so that one PoP's credentials, inventing
+	// incarnations or node names, fill no more of the MaxReplicas than
+	// that. A replica beyond either is refused (Intern reports the table
+	// full) until ForgetReplicas frees one. Defaults
+	// DefaultMaxIncarnations and DefaultMaxReplicasPerPoP.
+	MaxIncarnations, MaxReplicasPerPoP int
 	// MaxHotKeys caps the keys near their limit that keep the side state of
 	// the near-limit allowance (see AdmitSplit). Default DefaultMaxHotKeys;
 	// negative keeps none.
@@ -60,6 +73,12 @@ type StoreConfig struct {
 
 // DefaultMaxKeys is the default cap on live keys.
 const DefaultMaxKeys = 1 << 20
+
+// Defaults of StoreConfig.MaxIncarnations and MaxReplicasPerPoP.
+const (
+	DefaultMaxIncarnations   = 8
+	DefaultMaxReplicasPerPoP = 1024
+)
 
 // Store is a sharded set of windowed G-counters, keyed by (rule, key). For each
 // key it keeps two live windows (the current one and the one before it); a
@@ -106,6 +125,13 @@ type Store struct {
 	repIDs  map[Replica]ReplicaID
 	repFree []ReplicaID // forgotten IDs, reused by Intern
 	reps    []Replica
+
+	// perNode and perPoP count the interned replicas of a node (or PoP
+	// aggregate), any incarnation, and of a PoP (see intern.go).
+	perNode, perPoP                   map[Replica]int
+	maxIncarnations, maxReplicasByPoP int
+	refused                           atomic.Uint64
+
 	// repGen changes whenever an ID is forgotten (and may then name
 	// another replica): an InternCache of another generation is stale.
 	repGen  atomic.Uint64
@@ -149,6 +175,10 @@ type StoreStats struct {
 	Expired uint64
 	// Replicas is the number of interned replica identities, self included.
 	Replicas int
+	// ReplicasRefused counts replica identities Intern refused: the table,
+	// or its sender's part of it (MaxIncarnations, MaxReplicasPerPoP), was
+	// full.
+	ReplicasRefused uint64
 	// HotKeys is the number of keys holding near-limit allowance state.
 	HotKeys int
 	// TableBytes is the size of the shards' slot tables (with the lists
@@ -156,6 +186,17 @@ type StoreStats struct {
 	// outside the Go heap (see offheap.go), ArenaBytes the size
 	// of the arenas of long keys.
 	TableBytes, OffHeapBytes, ArenaBytes int
+	// SideBytes is the size of the remote entries (by capacity).
+	SideBytes int
+	// SketchBytes is the size of the sketches of evicted keys' counts
+	// (sketch.go).
+	SketchBytes int
+}
+
+// Bytes is what the store accounts for against StoreConfig.MaxBytes: the
+// tables, remote entries, long keys and sketches.
+func (st StoreStats) Bytes() int {
+	return st.TableBytes + st.SideBytes + st.ArenaBytes + st.SketchBytes
 }
 
 // NewStore returns an empty store.
@@ -178,6 +219,12 @@ func NewStore(cfg StoreConfig) *Store {
 	if int64(cfg.MaxReplicas) >= sideMember {
 		cfg.MaxReplicas = sideMember - 1
 	}
+	if cfg.MaxIncarnations <= 0 {
+		cfg.MaxIncarnations = DefaultMaxIncarnations
+	}
+	if cfg.MaxReplicasPerPoP <= 0 {
+		cfg.MaxReplicasPerPoP = DefaultMaxReplicasPerPoP
+	}
 	if cfg.MaxHotKeys == 0 {
 		cfg.MaxHotKeys = DefaultMaxHotKeys
 	}
@@ -190,7 +237,12 @@ func NewStore(cfg StoreConfig) *Store {
 		maxReplicas: cfg.MaxReplicas,
 		hotPerShard: max((cfg.MaxHotKeys+p-1)/p, 0),
 		repIDs:      map[Replica]ReplicaID{cfg.Self: SelfID},
-		reps:        []Replica{cfg.Self},
+		perNode:     map[Replica]int{nodeOf(cfg.Self): 1},
+		perPoP:      map[Replica]int{popOf(cfg.Self): 1},
+
+		maxIncarnations:  cfg.MaxIncarnations,
+		maxReplicasByPoP: cfg.MaxReplicasPerPoP,
+		reps:             []Replica{cfg.Self},
 	}
 	s.members.Store(&memberSet{})
 	s.rules.Store(&ruleTable{})
@@ -203,6 +255,7 @@ func NewStore(cfg StoreConfig) *Store {
 		if i < cfg.MaxKeys%p {
 			sh.cap++
 		}
+		sh.maxBytes = cfg.MaxBytes / p
 		sh.setSlots(initialSlots)
 		sh.hot = map[int32]int32{}
 	}
@@ -215,7 +268,7 @@ func (s *Store) Self() Replica { return s.self }
 // Stats returns the store's counters.
 func (s *Store) Stats() StoreStats {
 	st := StoreStats{Evicted: s.evicted.Load(), Overflow: s.overflow.Load(), Expired: s.expired.Load(),
-		UntrackedDenied: s.untrackedDenied.Load()}
+		UntrackedDenied: s.untrackedDenied.Load(), ReplicasRefused: s.refused.Load()}
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
@@ -224,6 +277,8 @@ func (s *Store) Stats() StoreStats {
 		st.TableBytes += len(sh.slots)*int(unsafe.Sizeof(slot{})) + 24*len(sh.side.lists)
 		st.OffHeapBytes += sh.offHeapBytes()
 		st.ArenaBytes += cap(sh.arena)
+		st.SketchBytes += sh.sketchBytes
+		st.SideBytes += sh.side.bytes
 		sh.mu.Unlock()
 	}
 	s.repMu.RLock()

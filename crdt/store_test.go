@@ -319,7 +319,10 @@ func TestFloodDoesNotEvictHotKey(t *testing.T) {
 	}
 	stats := st.Stats()
 	assert.LessOrEqual(t, stats.Keys, 256)
-	assert.Greater(t, stats.Evicted, uint64(10000))
+	// The flood is 80 times the store in one window: keys evicted leave
+	// their counts in the sketch, which denies the flood's later keys
+	// before they take a place.
+	assert.Greater(t, stats.Evicted, uint64(2000))
 	_, c := totals(st, 0, "hot", 1)
 	assert.Equal(t, uint64(limit), c)
 }
@@ -672,7 +675,7 @@ func TestTableSurvivesChurn(t *testing.T) {
 // TestReplicasPerKeyCapped: a sender inventing incarnations cannot grow one
 // key's per-replica entries without bound.
 func TestReplicasPerKeyCapped(t *testing.T) {
-	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxIncarnations: 1 << 16, MaxReplicasPerPoP: 1 << 16})
 	full := 0
 	for inc := uint64(1); inc <= MaxReplicasPerKey+10; inc++ {
 		id, ok := st.Intern(rep("forger", inc))

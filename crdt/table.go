@@ -104,7 +104,7 @@ func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex in
 	if nowIndex > sh.now[rule] {
 		sh.now[rule] = nowIndex
 	}
-	if sh.used >= sh.cap && !sh.evictFor(s, rule) {
+	if (sh.used >= sh.cap || !sh.roomFor(sh.keyGrowth(len(key)))) && !sh.evictFor(s, rule) {
 		s.overflow.Add(1)
 		return 0, false
 	}
@@ -114,6 +114,9 @@ func (sh *shard) insert(s *Store, h uint64, rule RuleID, key string, nowIndex in
 	p := sh.free(h)
 	sl := &sh.slots[p]
 	*sl = slot{win: nowIndex, rule: rule, flags: flagLive}
+	if k := sh.sketchOf(rule); k != nil {
+		sl.other = k.estimate(h, nowIndex)
+	}
 	if len(key) <= inlineKeyLen {
 		sl.klen = uint8(len(key))
 		copy(sl.kb[:], key)

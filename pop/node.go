@@ -35,6 +35,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,11 @@ type Config struct {
 	Rules []Rule
 	// MaxKeys caps live (rule, key) pairs; 0 means crdt.DefaultMaxKeys.
 	MaxKeys int
+	// MaxMemory is the memory budget of the node, in bytes: the store
+	// accounts for at most half of it (crdt.StoreConfig.MaxBytes), the
+	// other half left for the Go heap's garbage and the rest of the
+	// process. 0 means no budget but MaxKeys.
+	MaxMemory int64
 	// MaxSkew is how far ahead of this node's clock a peer's clock may run:
 	// entries for windows that start later than now+MaxSkew are ignored.
 	// Default 2s.
@@ -98,6 +104,8 @@ type Node struct {
 	// (write side) apart, so an ID is never forgotten between Intern and Merge.
 	applyMu    sync.RWMutex
 	lastForget atomic.Int64 // when Tick last forgot unused replicas
+	// forgotRefused is the store's ReplicasRefused when Tick last forgot.
+	forgotRefused atomic.Uint64
 
 	mu      sync.Mutex // serialises SetRules and guards freeIDs, nextID, applied, retired
 	freeID  []crdt.RuleID
@@ -132,6 +140,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxKeys < 0 {
 		return nil, errors.New("pop: max keys: must not be negative")
 	}
+	if cfg.MaxMemory < 0 {
+		return nil, errors.New("pop: max memory: must not be negative")
+	}
 	if cfg.MaxSkew == 0 {
 		cfg.MaxSkew = DefaultMaxSkew
 	}
@@ -153,9 +164,10 @@ func New(cfg Config) (*Node, error) {
 		shareStep:  cfg.ShareStep,
 		healHold:   int64(cfg.HealHold),
 		self:       cfg.Self,
-		store:      crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed}),
-		maxSkew:    int64(cfg.MaxSkew),
-		blocks:     crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
+		store: crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed,
+			MaxBytes: int(min(cfg.MaxMemory/2, math.MaxInt))}),
+		maxSkew: int64(cfg.MaxSkew),
+		blocks:  crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
 	}
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
@@ -234,8 +246,11 @@ func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 func (n *Node) Tick(now int64) {
 	n.store.Sweep(n.sweepIndex(now))
 	n.blocks.Sweep(now)
-	if n.store.ReplicaCount() > forgetReplicasAt && now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
+	refused := n.store.ReplicasRefused()
+	if (n.store.ReplicaCount() > forgetReplicasAt || refused != n.forgotRefused.Load()) &&
+		now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
 		n.lastForget.Store(now)
+		n.forgotRefused.Store(refused)
 		n.applyMu.Lock()
 		n.store.ForgetReplicas()
 		n.applyMu.Unlock()
@@ -243,8 +258,9 @@ func (n *Node) Tick(now int64) {
 }
 
 // Above forgetReplicasAt interned replicas (every restart of every node adds
-// one), Tick drops those no live key references, at most once per
-// forgetReplicasEvery.
+// one), or when the store refused one (a sender past its part of the table,
+// see crdt.StoreConfig.MaxIncarnations), Tick drops those no live key
+// references, at most once per forgetReplicasEvery.
 const (
 	forgetReplicasAt    = 1024
 	forgetReplicasEvery = time.Minute

@@ -322,20 +322,22 @@ func TestPeekCountsNothing(t *testing.T) {
 	assert.Empty(t, v.Windows, "a peek creates no key")
 }
 
-// TestTickForgetsOldIncarnations: restarts pile up replica identities; once
-// their counts have expired, Tick forgets them.
+// TestTickForgetsOldIncarnations: restarts pile up replica identities
+// (here 250 PoPs restarted 8 times each); once their counts have expired,
+// Tick forgets them.
 func TestTickForgetsOldIncarnations(t *testing.T) {
 	n := newNode(t, replica("b", 1))
 	w := int64(10 * time.Second)
 	for inc := uint64(1); inc <= 2000; inc++ {
 		key := "k" + strconv.FormatUint(inc%100, 10) // at most 20 replicas per key
-		d := crdt.Delta{Sender: replica("a", inc), Entries: []crdt.Entry{{Rule: "per-ip", Key: key, Window: t0 / w, Count: 1}}}
-		require.Equal(t, 1, n.Apply(t0, &d, ScopePoP).Merged)
+		sender := crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "p" + strconv.FormatUint(inc%250, 10)}, inc)
+		d := crdt.Delta{Sender: sender, Entries: []crdt.Entry{{Rule: "api", Key: key, Window: t0 / int64(time.Minute), Count: 1}}}
+		require.Equal(t, 1, n.Apply(t0, &d, ScopeGlobal).Merged)
 	}
 	assert.Equal(t, 2001, n.Stats().Store.Replicas)
 	n.Tick(t0)
 	assert.Equal(t, 2001, n.Stats().Store.Replicas, "all still hold live counts")
-	later := t0 + int64(forgetReplicasEvery)
+	later := t0 + 3*int64(time.Minute)
 	n.Tick(later)
 	assert.Equal(t, 1, n.Stats().Store.Replicas, "expired incarnations are forgotten")
 	d := crdt.Delta{Sender: replica("a", 9999), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: later / w, Count: 4}}}

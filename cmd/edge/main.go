@@ -135,6 +135,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The garbage collector works harder near the budget, not past it.
+		debug.SetMemoryLimit(cfg.Limits.MemoryBudget())
+	}
 	self := cfg.Node.Replica(uint64(time.Now().UnixNano()))
 	wi := *watch
 	if wi <= 0 {

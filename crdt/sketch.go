@@ -1,0 +1,191 @@
+package crdt
+
+import (
+	"unsafe"
+)
+
+// What eviction remembers.
+//
+// A key evicted to make room (evict.go) leaves its counts behind in its
+// rule's sketch in the shard: a count-min sketch of windowed counters,
+// sketchRows rows of a power-of-two width, each cell an aggregate. A key
+// new to the shard starts from the sketch's estimate of it, the smallest of
+// its cells, as counts of other replicas (slot.other): never below what the
+// key held when it was evicted, so coming back never hands a key a fresh
+// count. A key that finds no room is decided by its estimate too, besides
+// its rule's aggregate, and its admits are added to its cells, so that it
+// cannot spend without room and then come back with room and a clean count.
+//
+// The estimate errs only upwards: a cell holds the most that any key sharing
+// it was evicted with, and a key starts from its cells' estimate, so a cell
+// grows by what the keys sharing it spend while held. A key's estimate is
+// then at most what the evicted keys sharing each of its cells spent in the
+// live windows (usually far less): a flood of new keys spends more than the
+// width x the limit in the live windows of a shard before the keys new to it
+// start out denied. A sketch is allocated with its rule's first eviction in
+// the shard, sized to the rule's part of the room (ruleTable.share): its
+// rows are at most that part wide (and at least minSketchWidth), each cell
+// 24 bytes (48 bytes per key of the part), and it narrows (by folding, which
+// keeps every estimate at or above its truth) when more rules come to share
+// the shard. Its memory is part of the store's accounted bytes
+// (StoreStats.SketchBytes).
+//
+// The estimate is a floor held in slot.other, which roll keeps apart from
+// the sums of the remote replicas' entries. It is the node's own: Flush
+// sends own counts only. A returning key's remote counts merged again are
+// counted twice until their windows pass: the error is towards denying.
+
+// sketchRows is the number of rows of a sketch; minSketchWidth and
+// maxSketchWidth bound the width of a row.
+const (
+	sketchRows     = 2
+	minSketchWidth = 8
+	maxSketchWidth = 1 << 16
+)
+
+// sketch is a count-min sketch of the windowed counts of a rule's keys in
+// one shard: row r of width w is cells[r*w : (r+1)*w].
+type sketch struct {
+	mask  uint64 // width - 1
+	cells []aggregate
+}
+
+// sketchWidth is the width of a sketch for a rule's part of a shard, share
+// keys: the largest power of two not above share, within the bounds.
+func sketchWidth(share int) int {
+	w := minSketchWidth
+	for 2*w <= share && w < maxSketchWidth {
+		w <<= 1
+	}
+	return w
+}
+
+// cellsOf returns the positions of h's cells, one per row.
+func (k *sketch) cellsOf(h uint64) [sketchRows]int {
+	w := int(k.mask + 1)
+	x := mix64(h)
+	return [sketchRows]int{int(x & k.mask), w + int(x>>32&k.mask)}
+}
+
+// raise raises h's cells to counts c (c[0] of window win-1, c[1] of window
+// win) where they are below: c is all that is known of h's counts (a slot's
+// counts include the estimate it started from). This is the sketch's
+// conservative update: each of h's cells stays at or above h's counts, and
+// every other key's cells too.
+func (k *sketch) raise(h uint64, win int64, c [2]uint64) {
+	for _, i := range k.cellsOf(h) {
+		a := &k.cells[i]
+		if a.win > win {
+			a.add(win, c) // a clock gone back: plain addition
+			continue
+		}
+		a.roll(win)
+		a.c[0], a.c[1] = max(a.c[0], c[0]), max(a.c[1], c[1])
+	}
+}
+
+// add adds counts c to h's estimate at window win: a request of a key the
+// shard does not hold.
+func (k *sketch) add(h uint64, win int64, c [2]uint64) {
+	est := k.estimate(h, win)
+	k.raise(h, win, [2]uint64{satAdd(est[0], c[0]), satAdd(est[1], c[1])})
+}
+
+// estimate returns h's counts of windows now-1 and now: at or above the
+// counts added for h, rolled on to now. Counts of windows after now (a clock
+// gone back) are taken as now's.
+func (k *sketch) estimate(h uint64, now int64) [2]uint64 {
+	est := [2]uint64{^uint64(0), ^uint64(0)}
+	for _, i := range k.cellsOf(h) {
+		a := &k.cells[i]
+		var c [2]uint64
+		switch d := now - a.win; {
+		case d < 0:
+			c = [2]uint64{0, satAdd(a.c[0], a.c[1])}
+		case d == 0:
+			c = a.c
+		case d == 1:
+			c = [2]uint64{a.c[1], 0}
+		}
+		est[0], est[1] = min(est[0], c[0]), min(est[1], c[1])
+	}
+	return est
+}
+
+// narrow folds k to width w (a power of two below its own): cell i of a
+// row takes the sum of the cells i, i+w, ... of the wider row, so every
+// estimate stays at or above its truth.
+func (k *sketch) narrow(w int) {
+	old := int(k.mask + 1)
+	cells := make([]aggregate, sketchRows*w)
+	for r := range sketchRows {
+		for i := range old {
+			a := &k.cells[r*old+i]
+			cells[r*w+i&(w-1)].merge(a)
+		}
+	}
+	k.cells, k.mask = cells, uint64(w-1)
+}
+
+// add adds counts c (c[0] of window win-1, c[1] of window win) to a.
+func (a *aggregate) add(win int64, c [2]uint64) {
+	a.roll(win)
+	for j := range 2 {
+		if k := win - 1 + int64(j) - (a.win - 1); k >= 0 && k < 2 {
+			a.c[k] = satAdd(a.c[k], c[j])
+		}
+	}
+}
+
+// merge adds b's counts to a.
+func (a *aggregate) merge(b *aggregate) { a.add(b.win, b.c) }
+
+// sketchOf returns rule's sketch in the shard, nil if it has none; the
+// caller holds sh.mu.
+func (sh *shard) sketchOf(rule RuleID) *sketch {
+	if int(rule) < len(sh.sketches) {
+		return sh.sketches[rule]
+	}
+	return nil
+}
+
+// sketchFor returns rule's sketch in the shard, allocating it, or narrowing
+// it to the rule's part of the room; the caller holds sh.mu.
+func (sh *shard) sketchFor(s *Store, rule RuleID) *sketch {
+	if int(rule) >= len(sh.sketches) {
+		sh.sketches = append(sh.sketches, make([]*sketch, int(rule)+1-len(sh.sketches))...)
+	}
+	w := sketchWidth(s.rules.Load().share(sh.cap))
+	k := sh.sketches[rule]
+	switch {
+	case k == nil:
+		k = &sketch{mask: uint64(w - 1), cells: make([]aggregate, sketchRows*w)}
+		sh.sketches[rule] = k
+		sh.sketchBytes += k.bytes()
+	case int(k.mask+1) > w:
+		sh.sketchBytes -= k.bytes()
+		k.narrow(w)
+		sh.sketchBytes += k.bytes()
+	}
+	return k
+}
+
+// dropSketch forgets rule's sketch; the caller holds sh.mu.
+func (sh *shard) dropSketch(rule RuleID) {
+	if k := sh.sketchOf(rule); k != nil {
+		sh.sketchBytes -= k.bytes()
+		sh.sketches[rule] = nil
+	}
+}
+
+func (k *sketch) bytes() int { return len(k.cells) * int(unsafe.Sizeof(aggregate{})) }
+
+// forget adds the counts of slot i, about to be evicted, to its rule's
+// sketch; the caller holds sh.mu.
+func (sh *shard) forget(s *Store, i int32, sl *slot) {
+	c := [2]uint64{satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1])}
+	if c == ([2]uint64{}) {
+		return
+	}
+	sh.sketchFor(s, sl.rule).raise(s.hashBytes(sl.rule, sh.keyBytes(i)), sl.win, c)
+}
