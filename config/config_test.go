@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -259,4 +260,25 @@ func TestDemo(t *testing.T) {
 func TestMemoryBudget(t *testing.T) {
 	assert.Equal(t, int64(256<<20), Limits{MaxMemory: 256 << 20}.MemoryBudget(), "as set")
 	assert.GreaterOrEqual(t, Limits{}.MemoryBudget(), int64(MinMaxMemory), "derived from the machine")
+}
+
+// TestContainerConfigs: the image's configs load, listen where `docker run
+// -p` reaches (beyond the container's loopback), and take a token or say
+// insecure.
+func TestContainerConfigs(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("k7H2p9Qw3Zx8Lm4Rt6Yv1Bn5Cd0Fg2Hjk7H2p9Qw3Zx8\n"), 0o600))
+	b, err := os.ReadFile("../deploy/container/edge.yaml")
+	require.NoError(t, err)
+	c, err := Parse([]byte(strings.ReplaceAll(string(b), "/run/secrets/geolimit-api-tokens", tokens)))
+	require.NoError(t, err)
+	assert.Equal(t, "0.0.0.0:8080", c.Listen.API)
+	assert.Equal(t, tokens, c.API.TokenFile)
+	assert.Equal(t, Demo().Rules, c.Rules, "the demo rules")
+
+	c, err = Load("../deploy/container/demo-insecure.yaml")
+	require.NoError(t, err)
+	assert.True(t, c.API.Insecure)
+	assert.Equal(t, Demo().Rules, c.Rules)
 }
