@@ -174,6 +174,19 @@ func (n *Node) DecideChecks(now int64, req *Request, res []Result) (Outcome, err
 	return n.decideEach(now, req, res), nil
 }
 
+// DecideCheck decides one check on its own and counts it when it fits: a
+// request of one check (Each, Strict), without a slice. A bad check is an
+// error (ErrUnknownRule, a bad key or cost, ErrCostOverLimit) and counts
+// nothing.
+func (n *Node) DecideCheck(now int64, c Check, res *Result) error {
+	*res = Result{}
+	if err := n.validate(&c, true); err != nil {
+		return err
+	}
+	n.count(now, &c, res)
+	return res.Err
+}
+
 // validate checks c against its rule: a live handle, a good key and a
 // cost, 0 resolved to the rule's. Strict, a cost above the rule's largest
 // is an error; otherwise it is left to be denied.

@@ -279,3 +279,21 @@ func TestDecideChecksRemovedRule(t *testing.T) {
 	_, err := n.DecideChecks(t0, &Request{Combine: Each, Strict: true, Checks: []Check{c}}, make([]Result, 1))
 	assert.True(t, errors.Is(err, ErrUnknownRule))
 }
+
+// DecideCheck is DecideChecks of one strict check, Each.
+func TestDecideCheckIsOneCheckOfThePipeline(t *testing.T) {
+	a, b := pipelineNode(t), pipelineNode(t)
+	for i := range 6 {
+		var got Result
+		errA := a.DecideCheck(t0, chk(t, a, "a", "k", 0), &got)
+		want := make([]Result, 1)
+		_, errB := b.DecideChecks(t0, &Request{Combine: Each, Strict: true, Checks: []Check{chk(t, b, "a", "k", 0)}}, want)
+		require.NoError(t, errA)
+		require.NoError(t, errB)
+		assert.Equal(t, want[0].Decision, got.Decision, "request %d", i)
+		assert.Equal(t, want[0].Counted, got.Counted)
+	}
+	var res Result
+	assert.ErrorIs(t, a.DecideCheck(t0, chk(t, a, "a", "k", 9), &res), ErrCostOverLimit)
+	assert.ErrorIs(t, a.DecideCheck(t0, Check{Key: "k"}, &res), ErrUnknownRule)
+}

@@ -236,22 +236,23 @@ func (h *Handler) ServeCheck(w http.ResponseWriter, r *http.Request) {
 	// nothing of it, and the body's buffer outlives the answer.
 	key := unsafe.String(unsafe.SliceData(c.key), len(c.key))
 	now := h.env.Clock.Now()
-	cs := frontend.GetChecks(pop.Each, true)
-	defer cs.Put()
-	cs.Add(cr, key, string(c.tier), cost)
-	if err := cs.Decide(h.env.Node, now); err != nil {
+	ck := pop.Check{Rule: cr.Handle, Key: key, Tier: string(c.tier), Cost: cost}
+	var res pop.Result
+	if err := h.env.Node.DecideCheck(now, ck, &res); err != nil {
 		e := decideErr(err)
 		frontend.WriteError(w, e.status, e.msg)
 		return
 	}
-	cs.Tally()
-	d := cs.Res[0].Decision
-	frontend.SetRateLimitHeaders(w.Header(), cr, d, cs.MoreAfterOf(h.env.Node, now, 0))
-	// The answer goes to a buffer of its own: key is the body's bytes.
-	ob := frontend.GetBuf()
-	defer frontend.PutBuf(ob)
-	out := frontend.AppendResult((*ob)[:0], cr, key, d)
-	*ob = out
+	d := &res.Decision
+	cr.Metrics.Record(*d)
+	frontend.SetRateLimitHeaders(w.Header(), cr, *d, h.env.Node.MoreAfterHandle(now, ck.Rule, key, *d, pop.Options{Tier: ck.Tier}))
+	// The answer goes after the body in its buffer: key is the body's
+	// bytes, and must not be written over before it is copied.
+	b := *bp
+	out := frontend.AppendResult(b[len(b):], cr, key, *d)
+	if cap(out) > cap(b) {
+		*bp = out // grown: keep the larger buffer in the pool
+	}
 	w.Header()[frontend.HContentType] = frontend.JSONType
 	if d.Allowed {
 		w.WriteHeader(http.StatusOK)
