@@ -2,7 +2,7 @@
 # Writes the edge-scale scenarios scenarios/scale/edge-<N>pops.yaml: N PoPs of 3
 # nodes in several regions, 1 000 Zipf keys on one global rule, 20 requests/s
 # per PoP (so the fleet's traffic grows with it), 20 simulated seconds, no
-# fault. They feed the capacity table of the README:
+# fault. They feed the capacity table of docs/performance.md:
 #   for n in 10 30 100 300; do go run ./cmd/sim -scenario scenarios/scale/edge-${n}pops.yaml; done
 set -euo pipefail
 cd "$(dirname "$0")/.."

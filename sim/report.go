@@ -86,7 +86,7 @@ type Central struct {
 }
 
 // Report is the JSON report of one run. Field names are a contract (the
-// README's "Running simulations" lists them): fields may be added, never
+// docs/simulator.md lists them): fields may be added, never
 // renamed.
 type Report struct {
 	Scenario string `json:"scenario"`

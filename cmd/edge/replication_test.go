@@ -271,11 +271,12 @@ func TestMultiRegionExamples(t *testing.T) {
 }
 
 // assertMetricsDocumented checks that every geolimit_ metric family in the
-// exposition text is named in README.md, literally or in a brace group such
-// as geolimit_replication_{messages_sent,sent_bytes}_total.
+// exposition text is named in docs/operations.md (the metrics table),
+// literally or in a brace group such as
+// geolimit_replication_{messages_sent,sent_bytes}_total.
 func assertMetricsDocumented(t *testing.T, exposition string) {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
 	documented := map[string]bool{}
 	for _, m := range regexp.MustCompile("`(geolimit_[a-z_{},]+)").FindAllStringSubmatch(string(readme), -1) {
@@ -284,7 +285,7 @@ func assertMetricsDocumented(t *testing.T, exposition string) {
 		}
 	}
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (geolimit_\S+) `).FindAllStringSubmatch(exposition, -1) {
-		assert.True(t, documented[m[1]], "metric %s is not in README.md", m[1])
+		assert.True(t, documented[m[1]], "metric %s is not in docs/operations.md", m[1])
 	}
 }
 
