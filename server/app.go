@@ -568,7 +568,7 @@ func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 	}
 	if a.cfg.Listen.SPOA != "" {
 		if a.spoaLn, err = a.limitListen(a.cfg.Listen.SPOA); err != nil {
-			return fmt.Errorf("server: listen.spoa: %w", err)
+			return fmt.Errorf("server: listen.spoa: %w%s", err, inUseHint(err, "listen.spoa"))
 		}
 		if !config.IsLoopback(a.cfg.Listen.SPOA) {
 			a.log.Warn("listen.spoa listens beyond loopback (spoa.insecure): SPOP has no authentication, whoever reaches it can spend counts", "addr", a.cfg.Listen.SPOA)
