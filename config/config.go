@@ -44,6 +44,8 @@ type Config struct {
 	// RLS configures the Envoy rate limit service (used when Listen.GRPC
 	// is set).
 	RLS RLS `yaml:"rls"`
+	// SPOA configures the HAProxy agent (used when Listen.SPOA is set).
+	SPOA SPOA `yaml:"spoa"`
 	// NATS configures the NATS connection between PoPs and regions.
 	NATS NATS `yaml:"nats"`
 	// Gossip configures memberlist inside the PoP; nil for a one-node PoP.
@@ -93,6 +95,9 @@ type Listen struct {
 	// GRPC serves the Envoy rate limit service (RLS v3) over gRPC; empty
 	// (the default) turns it off.
 	GRPC string `yaml:"grpc"`
+	// SPOA is the HAProxy agent (SPOE); empty (the default) turns it off.
+	// Loopback only, unless spoa.insecure.
+	SPOA string `yaml:"spoa"`
 }
 
 // API configures the decision API listener's authentication.
@@ -413,6 +418,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := ValidateRules(c.Rules); err != nil {
+		return err
+	}
+	if err := c.validateSPOA(); err != nil {
 		return err
 	}
 	return c.validateRLS()

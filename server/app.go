@@ -34,6 +34,7 @@ import (
 	"github.com/geolimit/geolimit/server/frontend"
 	"github.com/geolimit/geolimit/server/proxy"
 	"github.com/geolimit/geolimit/server/rls"
+	"github.com/geolimit/geolimit/server/spoa"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -210,6 +211,7 @@ type App struct {
 	fwdSrv   *http.Server
 	grpcLn   net.Listener
 	grpcSrv  *grpc.Server
+	spoaLn   net.Listener
 	ready    atomic.Bool
 	// connCaps are the open listeners' per-client caps (metrics).
 	connCaps atomic.Pointer[[]*listen.PerClientListener]
@@ -218,6 +220,7 @@ type App struct {
 	api    *api.Handler
 	fronts *proxy.FrontEnds
 	rls    *rls.Service
+	spoa   *spoa.Agent
 
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup
@@ -264,7 +267,7 @@ func New(o Options) (*App, error) {
 		clk:        o.Clock,
 		reg:        prometheus.NewRegistry(),
 		ruleMetric: map[string]*frontend.RuleMetrics{},
-		serveErr:   make(chan error, 4), // one per listener: api, proxy, forward auth, grpc
+		serveErr:   make(chan error, 5), // one per listener: api, proxy, forward auth, grpc, spoa
 	}
 	rs, prules, err := frontend.Compile(o.Config, a.metricsFor)
 	if err != nil {
@@ -302,6 +305,8 @@ func New(o Options) (*App, error) {
 	a.rls = rls.New(env, rls.Config{Tokens: &a.auth, MaxBatch: lim.MaxBatch, MaxMsgBytes: lim.MaxBodyBytes,
 		ConnectionTimeout: o.Config.HTTP.ReadHeaderTimeout.D(), IdleTimeout: o.Config.HTTP.IdleTimeout.D(),
 		Registry: a.reg, Latency: a.met.latencyRLS})
+	a.spoa = spoa.New(env, spoa.Config{IdleTimeout: o.Config.HTTP.IdleTimeout.D(),
+		FrameTimeout: o.Config.HTTP.ReadHeaderTimeout.D(), Latency: a.met.latencySPOA})
 	return a, nil
 }
 
@@ -358,6 +363,15 @@ func (a *App) GRPCAddr() net.Addr {
 		return nil
 	}
 	return a.grpcLn.Addr()
+}
+
+// SPOAAddr returns the HAProxy agent's listener address, or nil when
+// listen.spoa is empty or the App has not started.
+func (a *App) SPOAAddr() net.Addr {
+	if a.spoaLn == nil {
+		return nil
+	}
+	return a.spoaLn.Addr()
 }
 
 // NATSURL returns the NATS client URL in use, once started.
@@ -485,6 +499,16 @@ func (a *App) Start(ctx context.Context) (err error) {
 			}
 		}()
 	}
+	if a.spoaLn != nil {
+		a.loops.Add(1)
+		go func() {
+			defer a.loops.Done()
+			if err := a.spoa.Serve(a.spoaLn); err != nil && !errors.Is(err, spoa.ErrClosed) {
+				a.log.Error("spoa agent failed", "listener", "spoa", "err", err)
+				a.serveErr <- fmt.Errorf("server: spoa: %w", err)
+			}
+		}()
+	}
 	a.every(ctx, a.opts.TickInterval, func() { a.node.Tick(a.clk.Now()) })
 	if a.state.path != "" {
 		a.every(ctx, a.state.every, func() { _ = a.saveState() }) // failures are logged and counted
@@ -495,7 +519,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	a.ready.Store(true)
 	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "in_process", a.opts.Embedded, "nats", a.natsURL,
-		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "rules", len(a.rules.Load().List))
+		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "spoa", addrString(a.spoaLn), "rules", len(a.rules.Load().List))
 	a.warn(a.cfg)
 	return nil
 }
@@ -540,6 +564,14 @@ func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 		a.grpcSrv = a.rls.NewServer()
 		if a.auth.Load() == nil && !config.IsLoopback(a.cfg.Listen.GRPC) {
 			a.log.Warn("listen.grpc listens beyond loopback without a token (rls.insecure): whoever reaches it can spend counts", "addr", a.cfg.Listen.GRPC)
+		}
+	}
+	if a.cfg.Listen.SPOA != "" {
+		if a.spoaLn, err = a.limitListen(a.cfg.Listen.SPOA); err != nil {
+			return fmt.Errorf("server: listen.spoa: %w%s", err, inUseHint(err, "listen.spoa"))
+		}
+		if !config.IsLoopback(a.cfg.Listen.SPOA) {
+			a.log.Warn("listen.spoa listens beyond loopback (spoa.insecure): SPOP has no authentication, whoever reaches it can spend counts", "addr", a.cfg.Listen.SPOA)
 		}
 	}
 	return nil
@@ -608,7 +640,12 @@ func (a *App) Shutdown(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
-		for _, l := range []net.Listener{a.apiLn, a.proxyLn, a.fwdLn, a.grpcLn} {
+		if a.spoaLn != nil {
+			if err := a.spoa.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("server: %w", err))
+			}
+		}
+		for _, l := range []net.Listener{a.apiLn, a.proxyLn, a.fwdLn, a.grpcLn, a.spoaLn} {
 			if l != nil {
 				_ = l.Close() // a listener that never served
 			}

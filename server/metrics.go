@@ -24,9 +24,11 @@ type metrics struct {
 	// latencyForwardAuth is observed per decided forward-auth request.
 	latencyForwardAuth prometheus.Observer
 	latencyRLS         prometheus.Observer
-	upstreamErrors     prometheus.Counter
-	unauthMissing      prometheus.Counter
-	unauthInvalid      prometheus.Counter
+	// latencySPOA is observed per geolimit-check message of HAProxy's.
+	latencySPOA    prometheus.Observer
+	upstreamErrors prometheus.Counter
+	unauthMissing  prometheus.Counter
+	unauthInvalid  prometheus.Counter
 }
 
 var (
@@ -69,7 +71,7 @@ var (
 func newMetrics(a *App) *metrics {
 	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "geolimit_decision_duration_seconds",
-		Help: "Time to decide one request: for the API from reading the body to the response written; for the proxy (and the Go middleware, endpoint=\"middleware\") until the decision is made (upstream excluded); for forward auth until the answer is written; for the rate limit service (rls) from the decoded request to the response built. A /v1/checks batch and a ShouldRateLimit request are one observation each; /v1/check is sampled 1 in 8.",
+		Help: "Time to decide one request: for the API from reading the body to the response written; for the proxy (and the Go middleware, endpoint=\"middleware\") until the decision is made (upstream excluded); for forward auth until the answer is written; for the rate limit service (rls) from the decoded request to the response built; for the HAProxy agent (spoa) from the decoded message to the answer built. A /v1/checks batch and a ShouldRateLimit request are one observation each; /v1/check is sampled 1 in 8.",
 		// 2us .. ~16ms
 		Buckets: prometheus.ExponentialBuckets(2e-6, 2, 14),
 	}, []string{"endpoint"})
@@ -84,6 +86,7 @@ func newMetrics(a *App) *metrics {
 		latencyMiddleware:  lat.WithLabelValues("middleware"),
 		latencyForwardAuth: lat.WithLabelValues("forward_auth"),
 		latencyRLS:         lat.WithLabelValues("rls"),
+		latencySPOA:        lat.WithLabelValues("spoa"),
 		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "geolimit_proxy_upstream_errors_total",
 			Help: "Proxied requests answered 502 because the upstream failed.",

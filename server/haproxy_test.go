@@ -1,0 +1,136 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHAProxySPOA puts a real HAProxy, configured with the shipped
+// examples/haproxy files, in front of a real upstream, and geolimit's SPOE
+// agent (listen.spoa) behind its spoe filter. The client connects from
+// 127.0.0.2, HAProxy reaches geolimit from 127.0.0.1 (the trusted proxy).
+//
+// It needs haproxy: on PATH, in /usr/sbin, or named by GEOLIMIT_HAPROXY.
+// Without one it skips, unless GEOLIMIT_REQUIRE_HAPROXY=1 (as in CI), when
+// it fails.
+func TestHAProxySPOA(t *testing.T) {
+	bin := proxyBinary(t, "haproxy", "GEOLIMIT_HAPROXY", "GEOLIMIT_REQUIRE_HAPROXY", "/usr/sbin/haproxy", func(bin string) string {
+		if out, err := exec.Command(bin, "-v").CombinedOutput(); err != nil {
+			return "haproxy -v failed: " + err.Error() + ": " + string(out)
+		}
+		return ""
+	})
+	up := newUpstream(t)
+	ex := filepath.Join("..", "examples", "haproxy")
+	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
+	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
+	yaml = replaceOnce(t, yaml, "127.0.0.1:12345", "127.0.0.1:0")
+	ta := startApp(t, yaml)
+	require.NotNil(t, ta.SPOAAddr())
+
+	dir := t.TempDir()
+	copyFile(t, filepath.Join(ex, "geolimit-spoe.conf"), filepath.Join(dir, "geolimit-spoe.conf"))
+	cfg := readFile(t, filepath.Join(ex, "haproxy.cfg"))
+	cfg = replaceOnce(t, cfg, "server geolimit 127.0.0.1:12345", "server geolimit "+ta.SPOAAddr().String())
+	cfg = replaceOnce(t, cfg, "server app 127.0.0.1:9000", "server app "+strings.TrimPrefix(up.URL, "http://"))
+	addr := startHAProxy(t, bin, dir, func(listen string) string {
+		return replaceOnce(t, cfg, "bind 127.0.0.1:8000", "bind "+listen)
+	})
+	send := clientFrom2(t, addr)
+
+	// login: 5 per minute per client address; what a client adds does not
+	// move the key.
+	for i := 0; i < 5; i++ {
+		r := send("POST", "/login", "X-Forwarded-For", "6.6.6.6")
+		require.Equal(t, http.StatusOK, r.status, "request %d: %s", i, r.body)
+		assert.Equal(t, "hello from upstream POST /login", string(r.body))
+		assert.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"), "geolimit's headers reach the client")
+		name, p := parseItem(t, r.header.Get("RateLimit"))
+		assert.Equal(t, "login", name)
+		assert.EqualValues(t, 4-i, p["r"])
+		assert.Equal(t, "5", r.header.Get("X-RateLimit-Limit"))
+		assert.Equal(t, []string{strconv.Itoa(4 - i)}, r.header.Values("X-RateLimit-Remaining"))
+		assert.Empty(t, r.header.Get("Retry-After"))
+	}
+	require.Equal(t, 5, up.count())
+	for range 2 {
+		r := send("POST", "/login")
+		assertLoginDenied(t, r, nil)
+		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+		assert.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"))
+		assert.Equal(t, "0", r.header.Get("X-RateLimit-Remaining"))
+		assert.Equal(t, r.header.Get("Retry-After"), r.header.Get("X-RateLimit-Reset"))
+	}
+	assert.Equal(t, 5, up.count(), "the upstream never saw the denied requests")
+	assert.EqualValues(t, 5, ta.keyTotal("login", "127.0.0.2"))
+	assert.EqualValues(t, 5, ta.keyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
+	for _, k := range []string{"6.6.6.6", "127.0.0.1"} {
+		assert.EqualValues(t, 0, ta.keyTotal("login", k))
+	}
+	assert.EqualValues(t, 2, ta.decisions("login", "denied"))
+
+	// Header keys: counted per key; a key header sent twice is refused
+	// and counts nothing.
+	r := send("GET", "/api/items", "X-Api-Key", "k1")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.Equal(t, `"per-ip";q=100;w=60`, r.header.Get("RateLimit-Policy"))
+	assert.EqualValues(t, 1, ta.keyTotal("per-api-key", "k1"))
+	r = send("GET", "/api/items", "X-Api-Key", "k1", "X-Api-Key", "k2")
+	assert.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	assert.EqualValues(t, 1, ta.keyTotal("per-api-key", "k1"))
+	assert.EqualValues(t, 6, ta.keyTotal("per-ip", "127.0.0.2"))
+	assert.Equal(t, 6, up.count())
+
+	// The agent's decisions are timed.
+	m := ta.get("/metrics")
+	assert.Contains(t, string(m.body), `geolimit_decision_duration_seconds_count{endpoint="spoa"} 9`)
+}
+
+// startHAProxy writes haproxy.cfg (cfg(listen)) into dir, runs haproxy in
+// the foreground there and returns its address once it accepts
+// connections. It is stopped when the test ends.
+func startHAProxy(t *testing.T, bin, dir string, cfg func(listen string) string) string {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		addr := freeAddr(t)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "haproxy.cfg"), []byte(cfg(addr)), 0o644))
+		var out syncBuffer
+		cmd := exec.Command(bin, "-db", "-f", "haproxy.cfg")
+		cmd.Dir = dir // the spoe filter's config path is relative
+		cmd.Stdout, cmd.Stderr = &out, &out
+		p := startProc(t, cmd)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if p.exited() {
+				if strings.Contains(out.String(), "ddress already in use") && attempt < 3 {
+					break // the free port was taken meanwhile: another one
+				}
+				t.Fatalf("haproxy exited: %v\n%s", p.err, out.String())
+			}
+			if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				conn.Close()
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("haproxy output:\n%s", out.String())
+					}
+				})
+				return addr
+			}
+			if time.Now().After(deadline) {
+				p.stop()
+				t.Fatalf("haproxy did not accept connections on %s\n%s", addr, out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package spoa
+
+import (
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/geolimit/geolimit/server/frontend"
+)
+
+// Variable names, under the SPOE configuration's var-prefix.
+const (
+	varAllowed    = "allowed"
+	varStatus     = "status"
+	varRetryAfter = "retry_after"
+	varBody       = "body"
+	varPolicy     = "ratelimit_policy"
+	varRateLimit  = "ratelimit"
+	varXLimit     = "x_ratelimit_limit"
+	varXRemaining = "x_ratelimit_remaining"
+	varXReset     = "x_ratelimit_reset"
+	varError      = "error"
+)
+
+// headerVars pairs the RateLimit headers with their variables.
+var headerVars = [...]struct{ header, name string }{
+	{frontend.HPolicy, varPolicy},
+	{frontend.HRateLimit, varRateLimit},
+	{frontend.HXLimit, varXLimit},
+	{frontend.HXRemaining, varXRemaining},
+	{frontend.HXReset, varXReset},
+	{frontend.HRetryAfter, varRetryAfter},
+}
+
+var headerPool = frontend.NewPool(func() *http.Header { h := make(http.Header, len(headerVars)); return &h })
+
+// answer decides the message m, from a connection of HAProxy's at peer,
+// and appends its set-var actions to e. A message of another name, or
+// whose arguments are wrong, is refused (status 400 and error) and counts
+// nothing.
+func (a *Agent) answer(e *encoder, m message, peer netip.Addr) {
+	if string(m.name) != MessageName {
+		a.refuse(e, "message "+strconv.Quote(string(m.name))+" unknown; this agent answers "+MessageName)
+		return
+	}
+	start := time.Now()
+	rs := a.env.Rules.Load()
+	o, msg := originOf(m.args, peer.IsValid() && trusted(peer, rs.Trusted))
+	if msg != "" {
+		a.refuse(e, MessageName+": "+msg)
+		return
+	}
+	c := a.env.DecideOrigin(rs, &o)
+	defer c.Put()
+	if o.Ambiguous != "" {
+		a.cfg.Latency.Observe(time.Since(start).Seconds())
+		e.setVarInt(varStatus, http.StatusBadRequest)
+		e.setVarString(varError, frontend.AmbiguousMsg(o.Ambiguous))
+		return
+	}
+	allowed := int64(0)
+	if c.Out.Allowed {
+		allowed = 1
+	}
+	e.setVarInt(varAllowed, allowed)
+	cr, d := c.Binding()
+	if cr != nil {
+		hp := headerPool.Get()
+		h := *hp
+		frontend.SetRateLimitHeaders(h, cr, d, c.MoreAfter(a.env.Node, a.env.Clock.Now()))
+		for _, hv := range headerVars {
+			if v := h[hv.header]; len(v) == 1 {
+				e.setVarString(hv.name, v[0])
+			}
+		}
+		clear(h)
+		headerPool.Put(hp)
+	}
+	if !c.Out.Allowed {
+		e.setVarInt(varStatus, int64(rs.DenyStatus))
+		if cr != nil {
+			b := frontend.GetBuf()
+			*b = frontend.AppendDenied(*b, cr, d)
+			e.setVarBytes(varBody, (*b)[:len(*b)-1]) // without the newline
+			frontend.PutBuf(b)
+		}
+	}
+	a.cfg.Latency.Observe(time.Since(start).Seconds())
+}
+
+// refuse answers a message that cannot be decided: status 400 and the
+// reason. The first is logged: such a message is a mistake in HAProxy's
+// configuration more often than a client's doing.
+func (a *Agent) refuse(e *encoder, msg string) {
+	e.setVarInt(varStatus, http.StatusBadRequest)
+	e.setVarString(varError, msg)
+	if a.warned.CompareAndSwap(false, true) {
+		a.env.Log.Warn("spoa: a message was refused (status 400); check the SPOE configuration against the README (logged once)", "reason", msg)
+	}
+}
+
+func trusted(a netip.Addr, ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
