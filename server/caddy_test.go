@@ -35,7 +35,8 @@ func TestCaddyForwardAuth(t *testing.T) {
 	addr := startCaddy(t, bin, func(listen string) string {
 		// Plain HTTP on the test's port, bound to loopback; the site
 		// block is otherwise the shipped one.
-		return replaceOnce(t, site, "app.example.com {", "http://app.example.com:"+listen+" {\n\tbind 127.0.0.1")
+		s := replaceOnce(t, site, "{\n\tadmin off\n}\n", "") // the test writes its own global options
+		return replaceOnce(t, s, "http://:8000 {", "http://:"+listen+" {")
 	})
 
 	send := clientFrom2(t, addr)

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The HAProxy example in one command, on free loopback ports: an upstream,
+# geolimit (geolimit.yaml, listen.spoa) and HAProxy in front (haproxy.cfg
+# and geolimit-spoe.conf, with the ports changed), stopped together on
+# Ctrl-C.
+#
+#   examples/haproxy/run.sh
+#   examples/haproxy/run.sh --check   # a smoke test, then stop (CI runs it)
+#
+# Needs Go, python3, curl and haproxy (2.6 or later).
+. "$(dirname "$0")/../lib/common.sh"
+EX="$ROOT/examples/haproxy"
+[ "${1:-}" = --check ] && CHECK=1
+
+UP=$(freeport) API=$(freeport) SPOA=$(freeport) FRONT=$(freeport) NATS=$(freeport)
+upstream "$UP"
+sed -e "s/127.0.0.1:8080/127.0.0.1:$API/" -e "s/127.0.0.1:12345/127.0.0.1:$SPOA/" "$EX/geolimit.yaml" >"$TMP/geolimit.yaml"
+bg edge "$(edge)" -config "$TMP/geolimit.yaml" -nats "127.0.0.1:$NATS"
+waitport "$SPOA"
+sed -e "s/bind 127.0.0.1:8000/bind 127.0.0.1:$FRONT/" -e "s/server app 127.0.0.1:9000/server app 127.0.0.1:$UP/" \
+    -e "s/server geolimit 127.0.0.1:12345/server geolimit 127.0.0.1:$SPOA/" \
+    -e "s#config geolimit-spoe.conf#config $TMP/geolimit-spoe.conf#" "$EX/haproxy.cfg" >"$TMP/haproxy.cfg"
+cp "$EX/geolimit-spoe.conf" "$TMP/"
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+bg haproxy "$HAPROXY" -db -f "$TMP/haproxy.cfg"
+waitport "$FRONT"
+
+echo "haproxy on http://127.0.0.1:$FRONT in front of http://127.0.0.1:$UP; geolimit's API on http://127.0.0.1:$API"
+echo "try: for i in \$(seq 7); do curl -s -o /dev/null -w '%{http_code} ' -XPOST http://127.0.0.1:$FRONT/login; done"
+
+if [ -n "${CHECK:-}" ]; then
+  codes=""
+  for _ in $(seq 7); do codes="$codes $(status POST "http://127.0.0.1:$FRONT/login")"; done
+  echo "POST /login x7:$codes"
+  [ "$(echo "$codes" | tr ' ' '\n' | grep -c 429)" = 2 ] || { echo "want the 6th and 7th denied" >&2; exit 1; }
+  [ "$(status GET "http://127.0.0.1:$FRONT/")" = 200 ] || { echo "GET / did not reach the upstream" >&2; exit 1; }
+  curl -s -D - -o /dev/null -XPOST "http://127.0.0.1:$FRONT/login" | grep -qi '^retry-after:' || { echo "no Retry-After on a denial" >&2; exit 1; }
+  echo "haproxy: ok"
+fi
+hold
