@@ -49,11 +49,13 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 	res.Untracked = false
 	r := &res.Result
 	if !ok {
-		if !count && sh.used >= sh.cap {
-			// A check of a new key in a full shard: counted, it may find
+		if !count && (sh.used >= sh.cap || !sh.roomFor(sh.keyGrowth(len(key)))) {
+			// A check of a new key in a full shard (by keys or by the
+			// memory budget, as insert judges it): counted, it may find
 			// no room (evictFor decides that, and only when counting), so
 			// it is checked as a key without room, against the rule's
-			// shared counter, which errs towards rejecting.
+			// shared counter, which errs towards rejecting. A check and
+			// the count after it then agree.
 			*r = sh.admitUntracked(s, h, rule, now, limit, cost, false)
 			res.Untracked = true
 			sh.mu.Unlock()

@@ -223,7 +223,9 @@ func sumCosts(cs []Check, res []Result, strict bool) error {
 		res[i].cum = cs[i].Cost
 	}
 	counted := func(i int) bool { return res[i].Err == nil && !cs[i].Probe }
-	same := func(i, j int) bool { return cs[i].Rule.r == cs[j].Rule.r && cs[i].Key == cs[j].Key }
+	// One counter is one rule id and key: handles of one rule taken from
+	// two snapshots (a reload keeps an unchanged window's id) share it.
+	same := func(i, j int) bool { return cs[i].Rule.r.id == cs[j].Rule.r.id && cs[i].Key == cs[j].Key }
 	over := func(i int) error {
 		if strict && res[i].cum > cs[i].Rule.r.maxCostOf() {
 			return &CheckError{Index: i, Err: ErrSumOverLimit, Sum: res[i].cum}
@@ -259,7 +261,7 @@ func sumCosts(cs []Check, res []Result, strict bool) error {
 	// Stable: checks of one rule and key stay in request order.
 	slices.SortStableFunc(order, func(x, y int32) int {
 		a, b := &cs[x], &cs[y]
-		if a.Rule.r != b.Rule.r {
+		if a.Rule.r.id != b.Rule.r.id {
 			if a.Rule.r.id < b.Rule.r.id {
 				return -1
 			}

@@ -58,6 +58,7 @@ func GetChecks(combine pop.Combine, strict bool) *Checks {
 	clear(c.Req.Checks) // no former request's strings held
 	c.Req = pop.Request{Checks: c.Req.Checks[:0], Combine: combine, Strict: strict}
 	c.Rules = c.Rules[:0]
+	c.Res = c.Res[:0]
 	c.Out = pop.Outcome{Binding: -1}
 	return c
 }

@@ -152,14 +152,19 @@ func partValue(p keyPart, o *Origin) string {
 
 // BoundKey replaces a key longer than the store accepts by "sha256:" and
 // its hex digest, so that long paths or header values still get a key of
-// their own.
+// their own. A key that itself starts with "sha256:" is hashed too, so that
+// no value sent as it is can name a long value's digest and share its
+// count.
 func BoundKey(k string) string {
-	if len(k) <= crdt.MaxKeyLen {
+	if len(k) <= crdt.MaxKeyLen && !strings.HasPrefix(k, hashedPrefix) {
 		return k
 	}
 	sum := sha256.Sum256([]byte(k))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return hashedPrefix + hex.EncodeToString(sum[:])
 }
+
+// hashedPrefix starts the keys BoundKey hashes.
+const hashedPrefix = "sha256:"
 
 func HostOnly(hostport string) string {
 	if h, _, err := net.SplitHostPort(hostport); err == nil {

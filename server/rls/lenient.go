@@ -92,7 +92,12 @@ func parseDescriptor(b []byte, d *rlcommonv3.RateLimitDescriptor) error {
 			}
 			d.Entries = append(d.Entries, e)
 		case num == 3 && typ == protowire.BytesType:
-			h := &wrapperspb.UInt64Value{}
+			// A message field sent twice merges, as the standard codec
+			// merges it: a later empty one keeps the value.
+			h := d.HitsAddend
+			if h == nil {
+				h = &wrapperspb.UInt64Value{}
+			}
 			err := fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
 				switch {
 				case num == 1 && typ == protowire.VarintType:

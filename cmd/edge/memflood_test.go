@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip"
+)
+
+// TestDeltaFloodRSS is a load test, run on request:
+//
+//	GEOLIMIT_FLOOD_BYTES=1100000000 go test ./cmd/edge -run TestDeltaFloodRSS -v -timeout 20m
+//
+// It builds the daemon, runs it with limits.max_memory 256 MiB and an open
+// embedded NATS server, and publishes that many bytes of well-formed
+// replication deltas at it: the totals of 1 000 invented PoPs for random
+// keys of a global rule, as any publisher on an unauthenticated NATS can.
+// It reports the daemon's peak resident memory, read from /proc, and fails
+// when it passes the budget plus 100 MB.
+func TestDeltaFloodRSS(t *testing.T) {
+	total, _ := strconv.ParseInt(os.Getenv("GEOLIMIT_FLOOD_BYTES"), 10, 64)
+	if total <= 0 {
+		t.Skip("a load test: set GEOLIMIT_FLOOD_BYTES=1100000000 to run it")
+	}
+	const budget = 256 << 20
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "edge")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+	natsAddr, apiAddr := freeAddr(t), freeAddr(t)
+	cfg := filepath.Join(dir, "edge.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+node: {id: victim-1, region: eu, pop: ams}
+listen: {api: %q}
+nats: {embedded: {listen: %q}}
+limits: {max_memory: %d}
+rules:
+  - {name: api, limit: 1000, window: 1m, scope: global}
+`, apiAddr, natsAddr, budget)), 0o600))
+	cmd := exec.Command(bin, "-config", cfg, "-watch-interval", "0")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && !strings.Contains(sc.Text(), "nats on") {
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+
+	nc, err := nats.Connect("nats://" + natsAddr)
+	require.NoError(t, err)
+	defer nc.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Now().UnixNano()
+	win := now / int64(time.Minute)
+	var sent, peak int64
+	for i := 0; sent < total; i++ {
+		pop := crdt.PoPID{Region: "x" + strconv.Itoa(i%10), PoP: "p" + strconv.Itoa(i%1000)}
+		d := crdt.Delta{Sender: crdt.PoPReplica(pop, 1), SentAt: now, Epoch: 1}
+		for range 2000 {
+			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: "k" + strconv.Itoa(rng.IntN(1_000_000)), Window: win, Count: uint64(1 + rng.IntN(900))})
+		}
+		msgs, err := crdt.Encode(&d, 1<<20)
+		require.NoError(t, err)
+		for _, m := range msgs {
+			require.NoError(t, nc.Publish(gossip.DeltaSubject("geolimit", pop), m))
+			sent += int64(len(m))
+		}
+		if i%50 == 0 {
+			require.NoError(t, nc.Flush())
+			peak = max(peak, rss(t, cmd.Process.Pid))
+		}
+	}
+	require.NoError(t, nc.Flush())
+	for range 20 { // the last messages are merged
+		time.Sleep(250 * time.Millisecond)
+		peak = max(peak, rss(t, cmd.Process.Pid))
+	}
+	t.Logf("%d MB of deltas published: the daemon's peak RSS %d MB against a budget of %d MB", sent>>20, peak>>20, budget>>20)
+	require.Less(t, peak, int64(budget+100<<20))
+}
+
+// freeAddr returns a 127.0.0.1 address with a port that is free now.
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// rss reads a process's resident set size from /proc.
+func rss(t *testing.T, pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(b)
+	require.NotNil(t, m)
+	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return kb << 10
+}
