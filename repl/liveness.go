@@ -37,6 +37,7 @@ func (c *Core) checkPeers(now int64) {
 		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
 			c.peers.del(id)
 			delete(c.relayTo, id)
+			delete(c.relayLater, id)
 			delete(c.markTo, id)
 			c.stats.ForgottenPoPs++
 			continue
