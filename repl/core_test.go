@@ -447,16 +447,17 @@ func TestForwardedTotalsAreChecked(t *testing.T) {
 
 // With ExpectedPoPs set, a PoP heard once on an invented subject and then
 // silent partitions nothing (the share policy keeps the whole limit), while
-// an expected PoP's silence does. Without ExpectedPoPs it would count.
+// an expected PoP's silence does. Without ExpectedPoPs, a silent PoP whose
+// counts were merged does, one heard only through heartbeats does not.
 func TestOnlyExpectedPoPsPartition(t *testing.T) {
-	ids := popIDs(2) // ids[0] expected, ids[1] invented
+	ids := popIDs(2) // ids[0] expected, or sends counts; ids[1] invented
 	for _, tc := range []struct {
 		name     string
 		expected []crdt.PoPID
 		want     []crdt.PoPID
 	}{
 		{"expected set", ids[:1], ids[:1]},
-		{"none expected", nil, ids},
+		{"none expected", nil, ids[:1]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{ExpectedPoPs: popNames(tc.expected...)}})
@@ -468,6 +469,7 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 			for _, p := range ids {
 				c.Step(now, heartbeatFrom(p, now))
 			}
+			c.Step(now, countsFrom(ids[0], now, "k", 3))
 			for range 20 { // 5s: both silent for longer than the 2s peer timeout
 				now += int64(250 * time.Millisecond)
 				c.Tick(now)
@@ -483,6 +485,13 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countsFrom returns a delta of PoP p's totals (epoch 1): key's count n.
+func countsFrom(p crdt.PoPID, at int64, key string, n uint64) Message {
+	return Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &crdt.Delta{
+		Sender: crdt.PoPReplica(p, 1), SentAt: at, Epoch: 1,
+		Entries: []crdt.Entry{{Rule: "api", Key: key, Window: at / int64(ruleWindow), Count: n}}}}
 }
 
 // A PoP that is not expected and stays silent for ForgetAfter is forgotten:
