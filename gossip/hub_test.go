@@ -70,8 +70,9 @@ func TestHubConvergence(t *testing.T) {
 	}
 }
 
-// TestHubPartition cuts one PoP off: its peers count it as partitioned;
-// after heal, views converge to the exact totals.
+// TestHubPartition cuts one PoP off: its peers count it as partitioned
+// (b expects none: a counts because its counts were merged); after heal,
+// views converge to the exact totals.
 func TestHubPartition(t *testing.T) {
 	hub := memhub.New(1)
 	defer hub.Close()
@@ -103,6 +104,15 @@ func TestHubPartition(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(ma.rep.Heard()) == 1 && len(mb.rep.Heard()) == 1
 	}, 5*time.Second, poll, "both heard")
+	// Traffic on both sides before the cut: a PoP without expected PoPs
+	// counts another as partitioned only once it has merged its counts.
+	for _, m := range []*member{ma, mb} {
+		_, err := m.node.Decide(time.Now().UnixNano(), "api", "before", 1)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		return total(ma.node, "api", "before") == 2 && total(mb.node, "api", "before") == 2
+	}, 5*time.Second, poll, "counts merged")
 	hub.Cut(a, b)
 	require.Eventually(t, func() bool {
 		return len(ma.rep.Partitioned()) == 1 && len(mb.rep.Partitioned()) == 1

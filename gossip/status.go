@@ -79,6 +79,8 @@ type RemotePoP struct {
 	Epoch uint64 `json:"epoch"`
 	// Expected: named in Options.ExpectedPoPs.
 	Expected bool `json:"expected"`
+	// Counted: counts from it were merged (it has a traffic share).
+	Counted bool `json:"counted"`
 }
 
 // Status is a Replicator's state for the status page.
@@ -125,7 +127,7 @@ func (r *Replicator) RemotePoPs() []RemotePoP {
 	r.mu.Unlock()
 	out := make([]RemotePoP, 0, len(ps))
 	for _, p := range ps {
-		rp := RemotePoP{PoPID: p.PoPID, Age: -1, Partitioned: p.Partitioned, Epoch: p.Epoch, Expected: p.Expected}
+		rp := RemotePoP{PoPID: p.PoPID, Age: -1, Partitioned: p.Partitioned, Epoch: p.Epoch, Expected: p.Expected, Counted: p.Counted}
 		if p.LastHeard != 0 {
 			rp.LastHeard = time.Unix(0, p.LastHeard)
 			rp.Age = time.Duration(now - p.LastHeard)

@@ -50,10 +50,14 @@ type Core struct {
 	want             uint8
 	syncAt, resendAt int64
 	relayTo          map[crdt.PoPID]bool
-	// resendTAT paces the re-sends other PoPs ask for (a GCRA's theoretical
-	// arrival time): one is allowed at t >= resendTAT - (syncBurst-1) x
-	// SyncInterval.
-	resendTAT   int64
+	// resendTAT paces the re-sends other PoPs ask for: one is allowed at
+	// t >= resendTAT, which is then SyncInterval later.
+	resendTAT int64
+	// relayLater are the PoPs that asked for a sync whose relay of the
+	// former epochs held waits for relayTAT: one such relay per
+	// SyncInterval, whoever asks (relay.go).
+	relayLater  map[crdt.PoPID]bool
+	relayTAT    int64
 	hasExpected bool
 
 	partitioned []crdt.PoPID
@@ -105,6 +109,9 @@ type Stats struct {
 	// SyncThrottled: sync requests not answered because the same PoP's
 	// last one was answered less than SyncInterval before.
 	SyncThrottled uint64 `json:"sync_requests_throttled"`
+	// RelaysDeferred: relays of former epochs to a PoP that asked for a
+	// sync that waited for the SyncInterval pace.
+	RelaysDeferred uint64 `json:"relays_deferred"`
 	// ResendsDeferred: re-sends asked for from outside the PoP that had to
 	// wait for the SyncInterval pace.
 	ResendsDeferred uint64 `json:"resends_deferred"`
@@ -131,14 +138,15 @@ func New(cfg Config) (*Core, error) {
 		return nil, errors.New("repl: config: node incarnation must not be 0")
 	}
 	c := &Core{
-		cfg:     cfg,
-		node:    cfg.Node,
-		self:    self,
-		selfPoP: self.PoPID,
-		name:    MemberName(self),
-		peers:   newPeerTable(),
-		relayTo: map[crdt.PoPID]bool{},
-		markTo:  map[crdt.PoPID]bool{},
+		cfg:        cfg,
+		node:       cfg.Node,
+		self:       self,
+		selfPoP:    self.PoPID,
+		name:       MemberName(self),
+		peers:      newPeerTable(),
+		relayTo:    map[crdt.PoPID]bool{},
+		relayLater: map[crdt.PoPID]bool{},
+		markTo:     map[crdt.PoPID]bool{},
 	}
 	c.startStartup()
 	for _, p := range cfg.expectedPoPs() {
@@ -191,6 +199,9 @@ func (c *Core) Next() int64 {
 		if at != 0 {
 			next = min(next, at)
 		}
+	}
+	if len(c.relayLater) > 0 {
+		next = min(next, max(c.relayTAT, 1))
 	}
 	if c.syncing {
 		next = min(next, c.startedAt+int64(c.cfg.StartupSync))
@@ -280,6 +291,12 @@ func (c *Core) doWork(now int64) {
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: c.empty(now)})
 	}
 	c.want = 0
+	if len(c.relayLater) > 0 && now >= c.relayTAT {
+		for id := range c.relayLater {
+			c.relayTo[id] = true
+		}
+		clear(c.relayLater)
+	}
 	if len(c.relayTo) > 0 {
 		c.relay(now)
 	}

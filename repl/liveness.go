@@ -37,6 +37,7 @@ func (c *Core) checkPeers(now int64) {
 		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
 			c.peers.del(id)
 			delete(c.relayTo, id)
+			delete(c.relayLater, id)
 			delete(c.markTo, id)
 			c.stats.ForgottenPoPs++
 			continue
@@ -69,9 +70,12 @@ func (c *Core) silent(p *peer, now int64) bool {
 	return !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
 }
 
-// counts reports whether p's silence partitions this PoP: every PoP's does,
-// unless ExpectedPoPs names the PoPs that do.
-func (c *Core) counts(p *peer) bool { return p.expected || !c.hasExpected }
+// counts reports whether p's silence partitions this PoP: an expected PoP's
+// does; without ExpectedPoPs, the silence of a PoP whose counts were merged.
+// A PoP heard only through heartbeats or sync requests has no traffic share
+// to take into account, so however many such PoPs go silent (invented ones
+// on an open link among them), no share is cut.
+func (c *Core) counts(p *peer) bool { return p.expected || (!c.hasExpected && p.counted) }
 
 // Partitioned returns the remote PoPs counted as partitioned at the last
 // heartbeat tick (sorted), and a version that changes whenever the set does
@@ -130,20 +134,24 @@ type RemotePoP struct {
 	// LastHeard is the receiver's clock at the last message from it (Unix
 	// nanoseconds); 0 if never heard.
 	LastHeard int64 `json:"last_heard"`
-	// Partitioned: silent for longer than PeerTimeout, or never heard.
+	// Partitioned: silent for longer than PeerTimeout, or never heard, and
+	// its silence counts (expected, or without ExpectedPoPs counted).
 	Partitioned bool `json:"partitioned"`
 	// Epoch is its current epoch, as its latest message said.
 	Epoch uint64 `json:"epoch"`
 	// Expected: named in Config.ExpectedPoPs. When some PoPs are, only they
 	// count as partitioned.
 	Expected bool `json:"expected"`
+	// Counted: counts from it were merged, so it has a traffic share.
+	// Without ExpectedPoPs, only such PoPs count as partitioned.
+	Counted bool `json:"counted"`
 }
 
 // RemotePoPs returns the known remote PoPs, sorted.
 func (c *Core) RemotePoPs(now int64) []RemotePoP {
 	out := make([]RemotePoP, 0, len(c.peers.m))
 	for id, p := range c.peers.m {
-		rp := RemotePoP{PoPID: id, Epoch: p.epoch, Expected: p.expected}
+		rp := RemotePoP{PoPID: id, Epoch: p.epoch, Expected: p.expected, Counted: p.counted}
 		if p.heardOnce {
 			rp.LastHeard = p.lastHeard
 		}

@@ -11,6 +11,11 @@ type peer struct {
 	lastBeat  int64 // the latest heartbeat's SentAt (the sender's clock)
 	epoch     uint64
 	down      bool
+	// counted: counts from it were merged (a live window of a rule this
+	// node has). A PoP heard only through heartbeats and sync requests has
+	// no traffic share: its silence cuts no share (see Core.counts) and it
+	// is not served before those that have one.
+	counted   bool
 	relayedAt int64
 	relayed   bool
 	// relayedTo is the epoch the PoP had at the last relay: a PoP that

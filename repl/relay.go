@@ -1,16 +1,24 @@
 package repl
 
-import "github.com/geolimit/geolimit/crdt"
+import (
+	"sort"
+
+	"github.com/geolimit/geolimit/crdt"
+)
 
 // relay sends each PoP in relayTo what this node holds of that PoP's former
 // epochs, so that a PoP whose nodes all restarted counts what it admitted
 // before, and, to a PoP that asked for a sync, of every PoP's former epochs
 // (see former). One member per target PoP relays, at most once per
 // PeerTimeout and epoch of the target (each time it asks, at most once per
-// coalescing interval).
+// coalescing interval). A relay of other PoPs' former epochs to a PoP that
+// asked is paced like the re-send of the owned totals: one per
+// SyncInterval, whoever asks, PoPs with a traffic share first; the others
+// wait in relayLater.
 func (c *Core) relay(now int64) {
 	if !c.cfg.Relay || !c.cfg.GlobalLink {
 		clear(c.relayTo)
+		clear(c.relayLater)
 		return
 	}
 	if c.epoch == 0 {
@@ -18,9 +26,21 @@ func (c *Core) relay(now int64) {
 	}
 	targets := c.relayTo
 	c.relayTo = map[crdt.PoPID]bool{}
+	ids := make([]crdt.PoPID, 0, len(targets))
+	for id := range targets {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		si, sj := c.standing(ids[i]), c.standing(ids[j])
+		if si != sj {
+			return si
+		}
+		return ids[i].Less(ids[j])
+	})
 	var state []crdt.Delta
 	var held *heldAggregates
-	for id, asked := range targets {
+	for _, id := range ids {
+		asked := targets[id]
 		p := c.peers.get(id)
 		if p == nil || !c.ownsTask("relay/"+id.String()) {
 			continue
@@ -33,11 +53,17 @@ func (c *Core) relay(now int64) {
 				continue
 			}
 		}
-		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
 		if held == nil {
 			h := c.heldAggregates()
 			held = &h
 		}
+		paced := asked && held.formerKnown // other PoPs' former epochs go
+		if paced && now < c.relayTAT {
+			c.relayLater[id] = true
+			c.stats.RelaysDeferred++
+			continue
+		}
+		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
 		if !held.holdsFormer(c, id, asked) {
 			continue // the common case: nothing to relay, no scan of the store
 		}
@@ -57,7 +83,17 @@ func (c *Core) relay(now int64) {
 		if sent {
 			c.stats.Relays++
 		}
+		if paced {
+			c.relayTAT = now + int64(c.cfg.SyncInterval)
+		}
 	}
+}
+
+// standing reports whether remote PoP id has a traffic share (its counts
+// were merged) or is expected.
+func (c *Core) standing(id crdt.PoPID) bool {
+	p := c.peers.get(id)
+	return p != nil && (p.counted || p.expected)
 }
 
 // heldAggregates is what relay needs to know of the PoP aggregates this

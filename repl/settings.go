@@ -55,11 +55,12 @@ type Settings struct {
 	// MaxPoPs caps the remote PoPs tracked; messages from PoPs beyond it
 	// are dropped and counted. 0 means the default, 4096.
 	MaxPoPs int `yaml:"max_pops"`
-	// SyncInterval paces the work other PoPs can ask for: a node of another
-	// PoP has its sync requests answered at most once per interval, and
-	// re-sends of the owned totals asked for from outside the PoP (sync
-	// requests, PoPs heard first or again) go out at most 4 at once, then
-	// one per interval. 0 means the default, 250ms.
+	// SyncInterval paces the work other PoPs can ask for: re-sends of the
+	// owned totals asked for from outside the PoP (sync requests, PoPs
+	// heard first or again) go out at most once per interval, and relays of
+	// the former epochs held to a PoP that asked at most once per interval
+	// too, however many nodes or PoPs ask: requests within one interval
+	// share its answer. 0 means the default, 250ms.
 	SyncInterval time.Duration `yaml:"sync_interval"`
 	// NearLimitAllowance splits the headroom near a limit among the nodes
 	// while their admits are unseen by the others, so that replication lag

@@ -163,9 +163,11 @@ func (c *Core) sendMarkers(now int64) {
 	}
 	ids := make([]crdt.PoPID, 0, len(c.markTo))
 	for id := range c.markTo {
-		ids = append(ids, id)
+		if !c.relayLater[id] { // its relay waits: so does the marker that ends it
+			ids = append(ids, id)
+			delete(c.markTo, id)
+		}
 	}
-	clear(c.markTo)
 	sort.Slice(ids, func(i, j int) bool { return ids[i].Less(ids[j]) })
 	for _, id := range ids {
 		p := c.peers.get(id)

@@ -139,6 +139,9 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			}
 			if hasContent(d) {
 				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, &p.sender)
+				if res.Applied.Merged+res.Applied.Unchanged > 0 {
+					p.counted = true
+				}
 			}
 		}
 	}

@@ -9,11 +9,6 @@ import (
 // Sync: asking the other PoPs for their totals, and pacing the re-sends
 // they ask for.
 
-// syncBurst is how many re-sends asked for from outside the PoP go out at
-// once (see Settings.SyncInterval): a heal makes several PoPs ask within one
-// moment.
-const syncBurst = 4
-
 // maxRequesters bounds the nodes of one remote PoP whose sync requests are
 // paced one by one; beyond it, a request is paced after the latest answer.
 const maxRequesters = 64
@@ -56,13 +51,13 @@ func (c *Core) remoteResend(now int64) {
 
 // remoteResendAt schedules a re-send of the owned totals at at or later,
 // paced so that messages from outside the PoP cannot make it re-send its
-// totals more than syncBurst times at once and once per SyncInterval
-// after that, however many PoPs ask or appear. It
-// returns when the re-send is due.
+// totals more than once per SyncInterval, however many PoPs or nodes ask or
+// appear: the requests of one interval share its re-send (a heal, where
+// several PoPs ask within one moment, costs one). It returns when the
+// re-send is due.
 func (c *Core) remoteResendAt(at int64) int64 {
-	step := int64(c.cfg.SyncInterval)
-	if earliest := c.resendTAT - (syncBurst-1)*step; earliest > at {
-		at = earliest
+	if c.resendTAT > at {
+		at = c.resendTAT
 		c.stats.ResendsDeferred++
 	}
 	at = max(at, 1)

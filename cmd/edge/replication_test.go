@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 )
 
@@ -140,17 +143,25 @@ func keyTotal(t *testing.T, api, rule, key string) uint64 {
 }
 
 // TestMultiRegionExamples runs the shipped examples/multi-region configs
-// (ports rewritten to free ones): three regions, each with an embedded
-// nats-server linked by gateways, and a PoP of two nodes on memberlist.
-// Global counts converge everywhere, pop counts stay in the PoP, and status
-// and metrics show the replication.
+// and their open form, examples/multi-region-open (ports rewritten to free
+// ones): three regions, each with an embedded nats-server linked by
+// gateways, and a PoP of two nodes on memberlist. Global counts converge
+// everywhere, pop counts stay in the PoP, and status and metrics show the
+// replication. On the authenticated links, another PoP's heartbeats cannot
+// be spoofed.
 func TestMultiRegionExamples(t *testing.T) {
-	ports := examplePorts{}
+	for _, dir := range []string{"multi-region", "multi-region-open"} {
+		t.Run(dir, func(t *testing.T) { testMultiRegionExample(t, "examples/"+dir) })
+	}
+}
+
+func testMultiRegionExample(t *testing.T, rel string) {
+	e := gossiptest.CopyExample(t, filepath.Join("..", "..", rel), rel)
 	var ds []*daemon
 	paths := map[string]string{}
 	// ams-1 and iad-1, sin-1 first: they run the embedded servers ams-2 uses.
 	for _, f := range []string{"eu-ams-1.yaml", "us-iad-1.yaml", "ap-sin-1.yaml", "eu-ams-2.yaml"} {
-		paths[f] = ports.rewrite(t, filepath.Join("..", "..", "examples", "multi-region", f))
+		paths[f] = e.Path(f)
 		ds = append(ds, startDaemon(t, paths[f]))
 	}
 	defer func() {
@@ -248,6 +259,15 @@ func TestMultiRegionExamples(t *testing.T) {
 	// Stop region ap: after peer_timeout the others list it as partitioned;
 	// started again, it is heard again and learns the others' counts.
 	sin.stop(t)
+	if rel == "examples/multi-region" {
+		// Meanwhile a client of region eu's server sends ap/sin's
+		// heartbeats: without credentials it is refused, and with PoP
+		// eu/ams's it may not publish on ap/sin's subjects, so ap/sin
+		// still goes partitioned. (On the open example's links these
+		// heartbeats keep it looking healthy.)
+		stop := spoofHeartbeats(t, "nats://"+e.Addr(t, "127.0.0.1:4222"), crdt.PoPID{Region: "ap", PoP: "sin"})
+		defer stop()
+	}
 	partitions := func(d *daemon) []string {
 		var st struct {
 			Partitions []string `json:"partitions"`
@@ -302,4 +322,53 @@ func expandBraces(s string) []string {
 		out = append(out, expandBraces(s[:i]+alt+s[j+1:])...)
 	}
 	return out
+}
+
+// spoofHeartbeats connects to url as PoP eu/ams's user of the example
+// (after checking that a client without credentials is refused) and
+// publishes heartbeats of PoP id every 100ms until the returned function is
+// called; the server must refuse them as a permissions violation.
+func spoofHeartbeats(t *testing.T, url string, id crdt.PoPID) func() {
+	t.Helper()
+	_, err := nats.Connect(url, nats.Timeout(5*time.Second))
+	require.Error(t, err, "a client without credentials")
+	assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
+	violations := make(chan error, 1)
+	nc, err := nats.Connect(url, nats.UserInfo("eu-ams", "eu-ams-example-password"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case violations <- err:
+			default:
+			}
+		}))
+	require.NoError(t, err)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			parts, err := crdt.Encode(&crdt.Delta{Sender: crdt.Replica{PoPID: id, Node: "sin-1", Incarnation: 1}, SentAt: time.Now().UnixNano()}, 1<<20)
+			if err == nil {
+				_ = nc.Publish(gossip.HeartbeatSubject("", id), parts[0])
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		nc.Close()
+		select {
+		case err := <-violations:
+			assert.Contains(t, strings.ToLower(err.Error()), "permissions violation")
+		default:
+			t.Error("the spoofed heartbeats were not refused")
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/server"
@@ -218,10 +219,10 @@ var (
 	descMembers      = prometheus.NewDesc("geolimit_replication_members", "Other live members of this PoP.", nil, nil)
 	descRemotePoPs   = prometheus.NewDesc("geolimit_replication_remote_pops", "Remote PoPs known (heard or expected).", nil, nil)
 	descPartitioned  = prometheus.NewDesc("geolimit_replication_partitioned_pops", "Remote PoPs silent for longer than replication.peer_timeout.", nil, nil)
-	descLastHeard    = prometheus.NewDesc("geolimit_replication_last_heard_seconds", "Time since the last message from a remote PoP.", []string{"region", "pop"}, nil)
+	descLastHeard    = prometheus.NewDesc("geolimit_replication_last_heard_seconds", "Time since the last message from a remote PoP: the expected PoPs and those whose counts were merged first, then the others, 128 at most (geolimit_replication_remote_pops counts them all).", []string{"region", "pop"}, nil)
 	descResyncs      = prometheus.NewDesc("geolimit_replication_resyncs_total", "Anti-entropy rounds triggered by a join, a reconnect or a PoP heard again.", nil, nil)
 	descMismatch     = prometheus.NewDesc("geolimit_rule_mismatch", "1 for a global rule that a remote PoP (peer, region/pop) has otherwise (window, limit, scope, on_partition) or this node lacks.", []string{"rule", "peer"}, nil)
-	descClockOffset  = prometheus.NewDesc("geolimit_peer_clock_offset_seconds", "A remote PoP's clock minus this node's, estimated from its heartbeats (low by up to one one-way latency).", []string{"peer"}, nil)
+	descClockOffset  = prometheus.NewDesc("geolimit_peer_clock_offset_seconds", "A remote PoP's clock minus this node's, estimated from its heartbeats (low by up to one one-way latency); for the PoPs of geolimit_replication_last_heard_seconds.", []string{"peer"}, nil)
 	descSynced       = prometheus.NewDesc("geolimit_startup_synced", "1 once the node holds its former incarnations' counts or stopped waiting for them (replication.startup_sync), else 0.", nil, nil)
 )
 
@@ -260,16 +261,23 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(len(s.Members)))
 	ch <- prometheus.MustNewConstMetric(descRemotePoPs, prometheus.GaugeValue, float64(len(s.RemotePoPs)))
 	ch <- prometheus.MustNewConstMetric(descPartitioned, prometheus.GaugeValue, float64(len(s.Partitioned)))
+	listed := listedPoPs(s.RemotePoPs)
 	for _, p := range s.RemotePoPs {
-		if p.Age >= 0 {
+		if p.Age >= 0 && listed[p.PoPID] {
 			ch <- prometheus.MustNewConstMetric(descLastHeard, prometheus.GaugeValue, p.Age.Seconds(), p.Region, p.PoP)
 		}
 	}
+	mismatches := 0
 	for _, d := range s.Drift {
+		if !listed[d.PoPID] {
+			continue
+		}
 		peer := d.String()
 		ch <- prometheus.MustNewConstMetric(descClockOffset, prometheus.GaugeValue, d.ClockOffset.Seconds(), peer)
 		for _, m := range d.Mismatches {
-			ch <- prometheus.MustNewConstMetric(descMismatch, prometheus.GaugeValue, 1, m.Rule, peer)
+			if mismatches++; mismatches <= maxMismatchSeries {
+				ch <- prometheus.MustNewConstMetric(descMismatch, prometheus.GaugeValue, 1, m.Rule, peer)
+			}
 		}
 	}
 	synced := 0.0
@@ -277,6 +285,34 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 		synced = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descSynced, prometheus.GaugeValue, synced)
+}
+
+// Bounds on the series labelled by remote PoP, whatever the PoPs heard:
+// a PoP's messages on an open link can name any PoP.
+const (
+	// maxPoPSeries bounds the remote PoPs with their own last-heard and
+	// clock offset series (status lists every one).
+	maxPoPSeries = 128
+	// maxMismatchSeries bounds the geolimit_rule_mismatch series.
+	maxMismatchSeries = 256
+)
+
+// listedPoPs returns the remote PoPs that get their own series: the
+// expected ones and those whose counts were merged first, then the others,
+// each by name, maxPoPSeries at most.
+func listedPoPs(ps []gossip.RemotePoP) map[crdt.PoPID]bool {
+	out := make(map[crdt.PoPID]bool, min(len(ps), maxPoPSeries))
+	for _, standing := range [2]bool{true, false} {
+		for _, p := range ps {
+			if len(out) == maxPoPSeries {
+				return out
+			}
+			if (p.Expected || p.Counted) == standing {
+				out[p.PoPID] = true
+			}
+		}
+	}
+	return out
 }
 
 var (
