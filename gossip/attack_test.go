@@ -218,7 +218,7 @@ func TestAttackBulkFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const queueBytes = 1 << 20
-	n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: incarnation.Add(1)},
+	n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: uint64(time.Now().UnixNano())},
 		Rules: testRules(), MaxKeys: 20000})
 	require.NoError(t, err)
 	victim := startMember(t, ctx, n, Options{

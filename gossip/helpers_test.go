@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,40 +19,15 @@ import (
 // poll is how often a test waiting for a condition checks it.
 const poll = 2 * time.Millisecond
 
-var incarnation atomic.Uint64
-
-// testRules: a global rule and a pop rule, long windows so that a test never
-// crosses a window boundary that matters.
-func testRules() []pop.Rule {
-	return []pop.Rule{
-		{Name: "api", Limit: 1 << 30, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal},
-		{Name: "per-ip", Limit: 1 << 30, Window: time.Hour, Cost: 1, Scope: pop.ScopePoP},
-		{Name: "local", Limit: 1 << 30, Window: time.Hour, Cost: 1, Scope: pop.ScopeNode},
-	}
-}
+// testRules, newNode and total are gossiptest's.
+func testRules() []pop.Rule { return gossiptest.Rules() }
 
 func newNode(t testing.TB, region, popName, name string, rules []pop.Rule) *pop.Node {
 	t.Helper()
-	n, err := pop.New(pop.Config{
-		Self:  crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: popName}, Node: name, Incarnation: incarnation.Add(1)},
-		Rules: rules,
-	})
-	require.NoError(t, err)
-	return n
+	return gossiptest.NewNode(t, region, popName, name, rules)
 }
 
-// total returns the node's view of key's current-window total under rule.
-func total(n *pop.Node, rule, key string) uint64 {
-	v, err := n.View(time.Now().UnixNano(), rule, key)
-	if err != nil {
-		return 0
-	}
-	var sum uint64
-	for _, w := range v.Windows {
-		sum = max(sum, w.Total)
-	}
-	return sum
-}
+func total(n *pop.Node, rule, key string) uint64 { return gossiptest.Total(n, rule, key) }
 
 // startNATS starts an embedded nats-server on a free loopback port.
 func startNATS(t testing.TB, gw *server.GatewayOpts) *server.Server {

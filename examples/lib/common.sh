@@ -53,6 +53,21 @@ status() {
   curl -s -o /dev/null -w '%{http_code}' -X "$m" "$@" "$u"
 }
 
+# smoke_login checks a proxy on 127.0.0.1:$1 in front of the upstream with
+# the examples' login rule (5 POSTs a minute per client): seven POSTs to
+# /login give five passed on (the upstream answers them 501: it serves GET
+# only) and two 429, a denial carries Retry-After, and a GET reaches the
+# upstream. $2 names the proxy in the messages.
+smoke_login() {
+  local codes=""
+  for _ in $(seq 7); do codes="$codes $(status POST "http://127.0.0.1:$1/login")"; done
+  echo "POST /login x7:$codes"
+  [ "$(echo "$codes" | tr ' ' '\n' | grep -c 429)" = 2 ] || { echo "want the 6th and 7th denied" >&2; exit 1; }
+  [ "$(status GET "http://127.0.0.1:$1/")" = 200 ] || { echo "GET / did not reach the upstream" >&2; exit 1; }
+  curl -s -D - -o /dev/null -XPOST "http://127.0.0.1:$1/login" | grep -qi '^retry-after:' || { echo "no Retry-After on a denial" >&2; exit 1; }
+  echo "$2: ok"
+}
+
 # hold waits for Ctrl-C unless CHECK is set.
 hold() {
   if [ -z "${CHECK:-}" ]; then
