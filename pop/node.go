@@ -25,6 +25,20 @@
 //	n.Apply(clk.Now(), fromOtherPoP, pop.ScopeGlobal)
 //	n.Tick(clk.Now()) // every second or so: drops expired keys
 //
+// A request of several checks (one per applicable rule, a batch, an Envoy
+// request's descriptors) is decided by one call, each check on its own or
+// all or nothing, and the call names the check that binds (pipeline.go):
+//
+//	api, _ := n.Handle("api")
+//	perIP, _ := n.Handle("per-ip")
+//	res := make([]pop.Result, 2)
+//	out, err := n.DecideChecks(now, &pop.Request{Combine: pop.All, Checks: []pop.Check{
+//		{Rule: api, Key: "k-123"}, {Rule: perIP, Key: "203.0.113.7"}}}, res)
+//	// out.Allowed; res[out.Binding] speaks for the request
+//
+// Within one check the decision order (penalty box, partition share, fail
+// closed, admit, shadow) is written once, in decideRule (decide.go).
+//
 // Near a limit a node spends only its share of the headroom while its own
 // admits are unseen by the others (the near-limit allowance, allowance.go):
 // the replication layer tells it the lag and the number of replicas
