@@ -32,3 +32,26 @@ func ExampleNode() {
 	// true 0
 	// false 1m12s
 }
+
+// A request checked against two rules, all or nothing: when one denies,
+// nothing is counted under the other, and the denying check binds.
+func ExampleNode_DecideChecks() {
+	n, _ := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+		Rules: []pop.Rule{
+			{Name: "per-user", Limit: 100, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal},
+			{Name: "login", Limit: 2, Window: time.Minute, Cost: 1, Scope: pop.ScopePoP},
+		}})
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	user, _ := n.Handle("per-user")
+	login, _ := n.Handle("login")
+	res := make([]pop.Result, 2)
+	for i := 0; i < 3; i++ {
+		req := pop.Request{Combine: pop.All, Checks: []pop.Check{{Rule: user, Key: "bob"}, {Rule: login, Key: "203.0.113.7"}}}
+		out, _ := n.DecideChecks(now, &req, res)
+		fmt.Println(out.Allowed, out.Counted, req.Checks[out.Binding].Rule.Rule().Name, res[0].Remaining)
+	}
+	// Output:
+	// true 2 login 99
+	// true 2 login 98
+	// false 0 login 98
+}
