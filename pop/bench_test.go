@@ -88,6 +88,20 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
+	b.Run("geolimit-check", func(b *testing.B) {
+		// The same through the pipeline's one-check call, as /v1/check
+		// makes it.
+		n := benchNode(b, created, clk.Now())
+		h, _ := n.Handle("api")
+		var res Result
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := n.DecideCheck(clk.Now(), Check{Rule: h, Key: keys[i%len(keys)], Cost: 1}, &res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("geolimit-seeded", func(b *testing.B) {
 		// The same with a seeded store (the simulator's): another key hash.
 		n := benchNodeSeeded(b, created, clk.Now(), 1)
