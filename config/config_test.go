@@ -191,7 +191,6 @@ func TestParseErrors(t *testing.T) {
 		{"zero state interval", "state: {file: /tmp/x, interval: 0s}", "state.interval: must be positive, got 0s"},
 		{"state file of no name", "state: {file: /}", `state.file: "/" names no file`},
 		{"unknown state field", "state: {path: /tmp/x}", "state.path: unknown field"},
-		{"empty idempotency header", "idempotency: {header: ''}", `idempotency.header: "" is not a header name`},
 		{"bad idempotency header", "idempotency: {header: 'Idem Key'}", `idempotency.header: "Idem Key" is not a header name`},
 		{"zero idempotency ttl", "idempotency: {ttl: 0s}", "idempotency.ttl: must be positive, got 0s"},
 		{"idempotency ttl too long", "idempotency: {ttl: 800h}", "idempotency.ttl: at most 720h0m0s, got 800h0m0s"},

@@ -21,7 +21,7 @@ type Idempotency struct {
 	// more than once is refused). The decision API reads the field
 	// idempotency_key instead, and the rate limit service the descriptor
 	// entry named by rls descriptors' idempotency_key. Default
-	// "Idempotency-Key".
+	// "Idempotency-Key"; empty: those front ends read none.
 	Header string `yaml:"header"`
 	// TTL is how long a decision is remembered for its idempotency key. At
 	// most 720h. Default 24h.
@@ -43,7 +43,7 @@ func (i Idempotency) MaxKeysOr(l Limits) int {
 
 func (i *Idempotency) validate() error {
 	switch {
-	case i.Header == "" || strings.ContainsAny(i.Header, " \t\r\n:"):
+	case strings.ContainsAny(i.Header, " \t\r\n:"):
 		return fmt.Errorf("idempotency.header: %q is not a header name", i.Header)
 	case i.TTL <= 0:
 		return fmt.Errorf("idempotency.ttl: must be positive, got %s", i.TTL)
