@@ -60,6 +60,9 @@ type Config struct {
 	HTTP HTTP `yaml:"http"`
 	// State keeps the node's counts in a file across restarts.
 	State State `yaml:"state"`
+	// Idempotency configures idempotency keys: the header that carries
+	// one, how long and how many decisions are remembered.
+	Idempotency Idempotency `yaml:"idempotency"`
 	// AllowRuleRemoval lets a reload remove half or more of the running
 	// rules (a truncated or wrongly generated file looks like that). Without
 	// it such a reload is refused and the old rules keep serving.
@@ -252,7 +255,8 @@ func DefaultConfig() *Config {
 			MaxConnectionsPerClient: 1000,
 			ShutdownTimeout:         Duration(10 * time.Second),
 		},
-		State: State{Interval: Duration(DefaultStateInterval)},
+		State:       State{Interval: Duration(DefaultStateInterval)},
+		Idempotency: Idempotency{Header: DefaultIdempotencyHeader, TTL: Duration(pop.DefaultIdempotencyTTL)},
 	}
 }
 
@@ -415,6 +419,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("http.max_header_bytes: must be at least 1024, got %d", c.HTTP.MaxHeaderBytes)
 	}
 	if err := c.State.validate(); err != nil {
+		return err
+	}
+	if err := c.Idempotency.validate(); err != nil {
 		return err
 	}
 	if err := ValidateRules(c.Rules); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -91,6 +92,13 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, Rule{Name: "r", Key: KeySpec{"ip", "header:X-Key"}, Limit: 5, Window: Duration(time.Second),
 		Cost: 1, Scope: "global", Mode: "enforce", OnPartition: "keep", OnUnsure: "allow"}, r)
 	assert.NotSame(t, DefaultConfig(), DefaultConfig())
+
+	assert.Equal(t, Idempotency{Header: "Idempotency-Key", TTL: Duration(24 * time.Hour)}, c.Idempotency)
+	assert.Equal(t, crdt.DefaultMaxKeys/4, c.Idempotency.MaxKeysOr(c.Limits), "max_keys 0: a quarter of limits.max_keys")
+	ic, err := Parse([]byte("idempotency: {header: X-Request-Id, ttl: 1h, max_keys: 5000}\nlimits: {max_keys: 100}"))
+	require.NoError(t, err)
+	assert.Equal(t, Idempotency{Header: "X-Request-Id", TTL: Duration(time.Hour), MaxKeys: 5000}, ic.Idempotency)
+	assert.Equal(t, 5000, ic.Idempotency.MaxKeysOr(ic.Limits))
 
 	assert.Nil(t, c.Replication.NearLimitAllowance, "unset: on")
 	assert.True(t, c.Replication.Allowance())
@@ -183,6 +191,11 @@ func TestParseErrors(t *testing.T) {
 		{"zero state interval", "state: {file: /tmp/x, interval: 0s}", "state.interval: must be positive, got 0s"},
 		{"state file of no name", "state: {file: /}", `state.file: "/" names no file`},
 		{"unknown state field", "state: {path: /tmp/x}", "state.path: unknown field"},
+		{"bad idempotency header", "idempotency: {header: 'Idem Key'}", `idempotency.header: "Idem Key" is not a header name`},
+		{"zero idempotency ttl", "idempotency: {ttl: 0s}", "idempotency.ttl: must be positive, got 0s"},
+		{"idempotency ttl too long", "idempotency: {ttl: 800h}", "idempotency.ttl: at most 720h0m0s, got 800h0m0s"},
+		{"negative idempotency max keys", "idempotency: {max_keys: -1}", "idempotency.max_keys: must be 0 (limits.max_keys / 4) or more, got -1"},
+		{"unknown idempotency field", "idempotency: {size: 1}", "idempotency.size: unknown field"},
 		{"yaml syntax", "node: [", "yaml:"},
 	}
 	for _, tt := range tests {

@@ -41,6 +41,11 @@ type RLSDescriptor struct {
 	// names the request's tier of the rule's tiers; that entry is left out
 	// of the key counted. Empty: the descriptor names no tier.
 	Tier string `yaml:"tier"`
+	// IdempotencyKey is the key of one of Entries (without a fixed value)
+	// whose value is the request's idempotency key (see Idempotency); that
+	// entry is left out of the key counted. Empty: the descriptor carries
+	// none.
+	IdempotencyKey string `yaml:"idempotency_key"`
 }
 
 // RLSEntry is one parsed entry of RLSDescriptor.Entries.
@@ -123,6 +128,9 @@ func (c *Config) validateRLS() error {
 			if err := c.checkRLSTier(ds); err != nil {
 				return fmt.Errorf("%s.tier: %w", at, err)
 			}
+			if err := checkRLSIdempotencyKey(ds); err != nil {
+				return fmt.Errorf("%s.idempotency_key: %w", at, err)
+			}
 		}
 	}
 	return nil
@@ -153,6 +161,42 @@ func (c *Config) checkRLSTier(ds RLSDescriptor) error {
 	}
 	if n != 1 {
 		return fmt.Errorf("%q is not the key of exactly one of entries", ds.Tier)
+	}
+	return nil
+}
+
+// checkRLSIdempotencyKey checks a descriptor's idempotency_key: the key of
+// exactly one of its entries, without a fixed value, not the tier's, and
+// leaving another entry to form the key.
+func checkRLSIdempotencyKey(ds RLSDescriptor) error {
+	k := ds.IdempotencyKey
+	if k == "" {
+		return nil
+	}
+	if k == ds.Tier {
+		return fmt.Errorf("%q: also the tier's entry", k)
+	}
+	others := 0
+	n := 0
+	for _, e := range ds.Entries {
+		pe, err := ParseRLSEntry(e)
+		switch {
+		case err != nil:
+			continue
+		case pe.Key == k:
+			if pe.Value != "" {
+				return fmt.Errorf("%q: the idempotency key's entry must not have a fixed value", k)
+			}
+			n++
+		case pe.Key != ds.Tier:
+			others++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%q is not the key of exactly one of entries", k)
+	}
+	if others == 0 {
+		return fmt.Errorf("%q: the descriptor needs another entry to form the key", k)
 	}
 	return nil
 }

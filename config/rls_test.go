@@ -64,6 +64,12 @@ func TestRLSErrors(t *testing.T) {
 		{"same entries twice", dom("        - {entries: [a, b=1], rule: per-ip}\n        - {entries: [a, b=1], rule: per-user}\n"),
 			"rls.domains[0].descriptors[1].entries: same entries as rls.domains[0].descriptors[0]"},
 		{"unknown field", dom("        - {entries: [a], rule: per-ip, limit: 5}\n"), "rls.domains[0].descriptors[0].limit: unknown field"},
+		{"idempotency key not an entry", dom("        - {entries: [a, b], rule: per-ip, idempotency_key: c}\n"),
+			`rls.domains[0].descriptors[0].idempotency_key: "c" is not the key of exactly one of entries`},
+		{"idempotency key with a fixed value", dom("        - {entries: [a, 'c=1'], rule: per-ip, idempotency_key: c}\n"),
+			`rls.domains[0].descriptors[0].idempotency_key: "c": the idempotency key's entry must not have a fixed value`},
+		{"idempotency key the only entry", dom("        - {entries: [c], rule: per-ip, idempotency_key: c}\n"),
+			`rls.domains[0].descriptors[0].idempotency_key: "c": the descriptor needs another entry to form the key`},
 		{"beyond loopback without token", rlsRules + "listen: {grpc: '0.0.0.0:8081'}\nrls: {domains: [{domain: d, descriptors: [{entries: [a], rule: per-ip}]}]}",
 			"api.token_file: required when listen.grpc 0.0.0.0:8081 listens beyond loopback"},
 	}
@@ -74,6 +80,18 @@ func TestRLSErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+func TestRLSIdempotencyKey(t *testing.T) {
+	c, err := Parse([]byte(rlsRules + `
+rls:
+  domains:
+    - domain: edge
+      descriptors:
+        - {entries: [remote_address, idempotency_key], rule: per-ip, idempotency_key: idempotency_key}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, "idempotency_key", c.RLS.Domains[0].Descriptors[0].IdempotencyKey)
 }
 
 func TestRLSListenerProtection(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 )
 
 // DeltaVersion is the wire version Encode writes for counts. Decode also
-// reads version 1, which has no epoch (Delta.Epoch 0), and version 3
-// (BlockVersion).
+// reads version 1, which has no epoch (Delta.Epoch 0), version 3
+// (BlockVersion) and version 4 (MemoVersion).
 const DeltaVersion = 2
 
 // BlockVersion is the wire version of a message carrying penalty blocks
@@ -20,6 +20,12 @@ const DeltaVersion = 2
 // reads only versions 1 and 2 refuses those (ErrDeltaVersion) and still
 // merges every count.
 const BlockVersion = 3
+
+// MemoVersion is the wire version of a message carrying remembered
+// decisions (Delta.Memos), in messages of their own like blocks: a peer that
+// reads up to version 3 refuses them (ErrDeltaVersion) and still merges
+// every count and block.
+const MemoVersion = 4
 
 // Hard caps checked while decoding, before anything is allocated.
 const (
@@ -67,6 +73,9 @@ type Delta struct {
 	// Blocks are penalty blocks (rule, key, until), merged by max; any
 	// replica may send any block it holds.
 	Blocks []Block
+	// Memos are remembered decisions (rule, ID, until, verdict), merged by
+	// MergeMemo; any replica may send any memo it holds.
+	Memos []Memo
 }
 
 // Wire format (msgpack), entries grouped by rule with window offsets so an IPv4
@@ -81,7 +90,13 @@ type Delta struct {
 //	[3, sender, sentAt, epoch, groups,
 //	  [[rule, [key, until, key, until, ...]], ...]]
 //
-// Encode writes version 3 only for blocks, with no count groups.
+// Encode writes version 3 only for blocks, with no count groups. Version 4
+// adds remembered decisions, grouped by rule, each ID a 16-byte binary:
+//
+//	[4, sender, sentAt, epoch, groups, blockGroups,
+//	  [[rule, [id, until, verdict, id, until, verdict, ...]], ...]]
+//
+// Encode writes version 4 only for memos, with no count or block groups.
 
 // entryBound is an upper bound of one encoded entry's size beyond its key.
 const entryBound = 3 + 9 + 9
@@ -96,8 +111,9 @@ const groupBound = 1 + MaxRuleNameLen + 3 + 9 + 5
 // Encode encodes d into one or more messages of at most maxBytes each
 // (MaxDeltaBytes if maxBytes <= 0 or larger), splitting its entries as needed.
 // Every message carries d's sender, SentAt and Epoch. Entries go in version 2
-// messages, blocks in version 3 messages after them (see BlockVersion); a
-// delta with neither is one empty version 2 message.
+// messages, blocks in version 3 messages after them (see BlockVersion), memos
+// in version 4 messages last (see MemoVersion); a delta with none of them is
+// one empty version 2 message.
 func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	if maxBytes <= 0 || maxBytes > MaxDeltaBytes {
 		maxBytes = MaxDeltaBytes
@@ -126,12 +142,17 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 			return nil, fmt.Errorf("crdt: encode: block rule name of %d bytes (want 1-%d)", len(e.Rule), MaxRuleNameLen)
 		}
 	}
+	for i := range d.Memos {
+		if e := &d.Memos[i]; len(e.Rule) == 0 || len(e.Rule) > MaxRuleNameLen {
+			return nil, fmt.Errorf("crdt: encode: memo rule name of %d bytes (want 1-%d)", len(e.Rule), MaxRuleNameLen)
+		}
+	}
 	st := encoders.Get().(*encoder)
 	defer st.put()
 	var out [][]byte
 	buf, enc := &st.buf, st.enc
 	entries := d.Entries
-	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0) {
+	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0) {
 		n, rules := fit(len(entries), func(i int) (string, int) { return entries[i].Rule, len(entries[i].Key) },
 			headerBound, entryBound, groupBound, maxBytes)
 		buf.Reset()
@@ -141,7 +162,11 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 		out = append(out, bytes.Clone(buf.Bytes()))
 		entries = entries[n:]
 	}
-	return encodeBlocks(out, enc, buf, d, maxBytes)
+	out, err := encodeBlocks(out, enc, buf, d, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return encodeMemos(out, enc, buf, d, maxBytes)
 }
 
 // encoder is a buffer and a msgpack encoder writing to it, reused across
@@ -292,8 +317,8 @@ func NewDecoder() *Decoder {
 	return d
 }
 
-// Decode decodes one delta of version 1, 2 or 3 into out (reusing
-// out.Entries' and out.Blocks' storage; a version 1 delta has Epoch 0). Hostile
+// Decode decodes one delta of version 1 to 4 into out (reusing
+// out.Entries', out.Blocks' and out.Memos' storage; a version 1 delta has Epoch 0). Hostile
 // input (truncated, wrong types, huge length prefixes, a wrong version,
 // trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
 // or ErrDeltaVersion; nothing is allocated by a length the input chooses
@@ -310,9 +335,11 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	d.bspans = d.bspans[:0]
 	out.Entries = out.Entries[:0]
 	out.Blocks = out.Blocks[:0]
+	out.Memos = out.Memos[:0]
 	if err := d.decode(out); err != nil {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
+		out.Memos = out.Memos[:0]
 		if errors.Is(err, ErrDeltaVersion) || errors.Is(err, ErrDeltaMalformed) {
 			return err
 		}
@@ -321,6 +348,7 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	if d.rd.Len() != 0 {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
+		out.Memos = out.Memos[:0]
 		return fmt.Errorf("%w: %d trailing bytes", ErrDeltaMalformed, d.rd.Len())
 	}
 	keys := string(d.arena)
@@ -443,7 +471,7 @@ func (d *Decoder) decode(out *Delta) error {
 		return err
 	}
 	switch {
-	case v < 1 || v > BlockVersion:
+	case v < 1 || v > MemoVersion:
 		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
 	case fields != int(v)+3:
 		return malformed("version %d delta: array of %d elements", v, fields)
@@ -518,8 +546,13 @@ func (d *Decoder) decode(out *Delta) error {
 			out.Entries = append(out.Entries, Entry{Rule: rule, Window: base + int64(off), Count: cnt})
 		}
 	}
-	if v == BlockVersion {
-		return d.decodeBlocks(out)
+	if v >= BlockVersion {
+		if err := d.decodeBlocks(out); err != nil {
+			return err
+		}
+	}
+	if v >= MemoVersion {
+		return d.decodeMemos(out)
 	}
 	return nil
 }

@@ -457,9 +457,13 @@ func (r *Replicator) send(m *repl.Message) {
 const bulkyPackets = 8
 
 // bulky reports whether d's entries take more than bulkyPackets messages of
-// maxPayload bytes (an estimate: key plus at most 8 bytes per entry).
+// maxPayload bytes (an estimate: key plus at most 8 bytes per entry, 28
+// bytes per remembered decision).
 func bulky(d *crdt.Delta, maxPayload int) bool {
-	size, limit := 0, bulkyPackets*maxPayload
+	size, limit := 28*len(d.Memos), bulkyPackets*maxPayload
+	if size > limit {
+		return true
+	}
 	for i := range d.Entries {
 		if size += len(d.Entries[i].Key) + 8; size > limit {
 			return true

@@ -27,6 +27,8 @@ type ApplyStats struct {
 	Clamped int
 	// Blocks counts what was done with penalty blocks (block.go).
 	Blocks BlockApplyStats
+	// Memos counts what was done with remembered decisions (idempotency.go).
+	Memos MemoApplyStats
 }
 
 // Rejected is the number of entries Apply refused for a reason that points
@@ -46,6 +48,7 @@ func (a *ApplyStats) Add(b ApplyStats) {
 	a.Echo += b.Echo
 	a.Clamped += b.Clamped
 	a.Blocks.add(b.Blocks)
+	a.Memos.add(b.Memos)
 }
 
 // Apply merges a delta received from another replica through a transport of
@@ -75,11 +78,11 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 		n.mu.Unlock()
 	}()
 	if d.Sender == n.self {
-		st.Echo = len(d.Entries) + len(d.Blocks)
+		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos)
 		return st
 	}
 	if !senderFits(n.self, d.Sender, via) {
-		st.WrongScope = len(d.Entries) + len(d.Blocks)
+		st.WrongScope = len(d.Entries) + len(d.Blocks) + len(d.Memos)
 		return st
 	}
 	// The epoch is read under applyMu, so an entry of the aggregate SetEpoch
@@ -87,10 +90,11 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 	n.applyMu.RLock()
 	defer n.applyMu.RUnlock()
 	if via == ScopeGlobal && d.Sender.SamePoP(n.self) && n.ownEpoch(d.Sender.Incarnation) {
-		st.Echo = len(d.Entries) + len(d.Blocks)
+		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos)
 		return st
 	}
 	n.applyBlocks(now, d, via, &st)
+	n.applyMemos(now, d, via, &st)
 	var rep crdt.ReplicaID
 	var ok bool
 	if from != nil {

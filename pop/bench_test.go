@@ -88,6 +88,39 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
+	b.Run("geolimit-check", func(b *testing.B) {
+		// The same through the pipeline's one-check call, as /v1/check
+		// makes it.
+		n := benchNode(b, created, clk.Now())
+		h, _ := n.Handle("api")
+		var res Result
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := n.DecideCheck(clk.Now(), Check{Rule: h, Key: keys[i%len(keys)], Cost: 1}, &res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("geolimit-check-idempotent", func(b *testing.B) {
+		// The same with an idempotency key per request: half are retries
+		// of the request before, which count nothing.
+		n := benchNode(b, created, clk.Now())
+		h, _ := n.Handle("api")
+		idems := make([]string, 1024)
+		for j := range idems {
+			idems[j] = "7c1f4a2e-5d7b-4f0e-9b1a-" + strconv.Itoa(100000000000+j)
+		}
+		var res Result
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			c := Check{Rule: h, Key: keys[(i/2)%len(keys)], Cost: 1, IdempotencyKey: idems[(i/2)%len(idems)]}
+			if err := n.DecideCheck(clk.Now(), c, &res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("geolimit-seeded", func(b *testing.B) {
 		// The same with a seeded store (the simulator's): another key hash.
 		n := benchNodeSeeded(b, created, clk.Now(), 1)

@@ -52,6 +52,7 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 		}
 	})
 	n.flushBlocks(rs, &b, local, pub)
+	n.flushMemos(rs, &b, local)
 	return b
 }
 
@@ -90,7 +91,8 @@ func (n *Node) AntiEntropyParts() int { return n.store.Parts(antiEntropyPartKeys
 
 // AntiEntropyPart is AntiEntropy over part of parts (0 <= part < parts):
 // the parts 0 to parts-1 of one parts send every count AntiEntropy sends,
-// each key's in exactly one part, and the penalty blocks with part 0. A
+// each key's in exactly one part, and the penalty blocks and remembered
+// decisions with part 0. A
 // caller spreads the parts over its interval so that a large store's round
 // is not one burst of work that stalls the decisions sharing its cores.
 func (n *Node) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) Batch {
@@ -113,6 +115,7 @@ func (n *Node) AntiEntropyPart(now int64, owns func(key string) bool, part, part
 	b.Local.Entries, buf = exactCopy(buf), buf[:0]
 	if part == 0 {
 		n.antiEntropyBlocks(rs, now, &b, owns)
+		b.Local.Memos = n.liveMemos(rs, now)
 	}
 	if b.PoP.Epoch != 0 {
 		n.store.TotalsPart(idx, part, parts, func(e crdt.FlushEntry) {
@@ -164,8 +167,10 @@ func (n *Node) State(now int64) []crdt.Delta {
 		d.Entries = append(d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 	})
 	out := make([]crdt.Delta, 0, len(byRep)+1)
-	if blocks := n.liveBlocks(rs, now); len(blocks) > 0 {
-		// Blocks have no owner: they travel with this node's own counts.
+	blocks, memos := n.liveBlocks(rs, now), n.liveMemos(rs, now)
+	if len(blocks) > 0 || len(memos) > 0 {
+		// Blocks and remembered decisions have no owner: they travel with
+		// this node's own counts.
 		self := crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep}
 		for rep, d := range byRep {
 			if n.store.Replica(rep) == n.self {
@@ -173,7 +178,7 @@ func (n *Node) State(now int64) []crdt.Delta {
 				delete(byRep, rep)
 			}
 		}
-		self.Sender, self.Blocks = n.self, blocks
+		self.Sender, self.Blocks, self.Memos = n.self, blocks, memos
 		out = append(out, self)
 	}
 	for rep, d := range byRep {

@@ -96,6 +96,14 @@ type Config struct {
 	// HealHold is how long shares stay enforced after every PoP is heard
 	// again, while the other side's counts arrive; 0 means DefaultHealHold.
 	HealHold time.Duration
+	// IdempotencyTTL is how long a check's decision is remembered for its
+	// idempotency key (idempotency.go): 0 means DefaultIdempotencyTTL; at
+	// most MaxIdempotencyTTL.
+	IdempotencyTTL time.Duration
+	// MaxIdempotencyKeys caps the decisions remembered for idempotency
+	// keys, about crdt.MemoBytesPerEntry bytes each; 0 means a quarter of
+	// MaxKeys (of crdt.DefaultMaxKeys when MaxKeys is 0).
+	MaxIdempotencyKeys int
 	// Seed, when non-zero, makes the node's store deterministic (see
 	// crdt.StoreConfig.Seed): the simulator sets it. Zero, for a node holding
 	// keys from the network, draws a random one.
@@ -141,6 +149,9 @@ type Node struct {
 	unsynced atomic.Bool // see SetSynced
 
 	blocks *crdt.Blocks // penalty blocks (block.go)
+
+	memos   *crdt.Memos // decisions remembered for idempotency keys (idempotency.go)
+	memoTTL int64
 }
 
 // New returns a Node with cfg's rules.
@@ -170,6 +181,18 @@ func New(cfg Config) (*Node, error) {
 	if cfg.ShareStep, err = fractionOption("share step", cfg.ShareStep, DefaultShareStep); err != nil {
 		return nil, err
 	}
+	if cfg.IdempotencyTTL == 0 {
+		cfg.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if cfg.IdempotencyTTL < 0 || cfg.IdempotencyTTL > MaxIdempotencyTTL {
+		return nil, errMemoTTL
+	}
+	if cfg.MaxIdempotencyKeys < 0 {
+		return nil, errors.New("pop: max idempotency keys: must not be negative")
+	}
+	if cfg.MaxIdempotencyKeys == 0 {
+		cfg.MaxIdempotencyKeys = max(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)/4, 1)
+	}
 	if cfg.HealHold == 0 {
 		cfg.HealHold = DefaultHealHold
 	}
@@ -182,6 +205,8 @@ func New(cfg Config) (*Node, error) {
 			MaxBytes: int(min(cfg.MaxMemory/2, math.MaxInt))}),
 		maxSkew: int64(cfg.MaxSkew),
 		blocks:  crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
+		memos:   crdt.NewMemos(cfg.MaxIdempotencyKeys),
+		memoTTL: int64(cfg.IdempotencyTTL),
 	}
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
@@ -260,6 +285,7 @@ func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 func (n *Node) Tick(now int64) {
 	n.store.Sweep(n.sweepIndex(now))
 	n.blocks.Sweep(now)
+	n.memos.Sweep(now)
 	refused := n.store.ReplicasRefused()
 	if (n.store.ReplicaCount() > forgetReplicasAt || refused != n.forgotRefused.Load()) &&
 		now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
@@ -292,12 +318,16 @@ type Stats struct {
 	// BlocksFull counts new penalty blocks dropped because the block table
 	// was full (its cap is MaxKeys).
 	BlocksFull uint64
+	// Memos are the table of decisions remembered for idempotency keys:
+	// its size, cap and evictions.
+	Memos crdt.MemoStats
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	rs := n.rules.Load()
-	st := Stats{Store: n.store.Stats(), KeysByRule: map[string]int{}, Blocks: n.blocks.Len(), BlocksFull: n.blocks.Full()}
+	st := Stats{Store: n.store.Stats(), KeysByRule: map[string]int{}, Blocks: n.blocks.Len(), BlocksFull: n.blocks.Full(),
+		Memos: n.memos.Stats()}
 	for _, r := range rs.sorted {
 		st.KeysByRule[r.Name] = 0
 	}

@@ -28,6 +28,12 @@ type Check struct {
 	// 0): of an all-or-nothing request, a probe that would be denied denies
 	// the request.
 	Probe bool
+	// IdempotencyKey, when not empty, makes the check decided once per
+	// (rule, key, idempotency key) within the node's idempotency TTL: a
+	// check that names them again gets the same decision, counts nothing
+	// and says so (Result.Repeat); see idempotency.go. At most
+	// MaxIdempotencyKeyLen bytes. A probe ignores it.
+	IdempotencyKey string
 }
 
 // Combine says how DecideChecks joins a request's checks.
@@ -72,6 +78,10 @@ type Result struct {
 	// (ErrUnknownRule: its rule was removed by a reload; a bad key): it
 	// was neither decided nor counted and says nothing of the request.
 	Err error
+	// Repeat: the check named an idempotency key already decided; Allowed
+	// (and ShadowDenied) are that decision, nothing was counted, and the
+	// rest of the Decision is the key's as it stands.
+	Repeat bool
 	// peeked: Decision is an answer without counting; cum: the cost the
 	// check is judged with in the check phase of an all-or-nothing request.
 	peeked bool
@@ -150,12 +160,17 @@ const prefetchAhead = 4
 // stands: what is left without them.
 //
 // The order within one check (penalty block, partition share, fail closed
-// on unsure, admit, shadow) is Decide's. DecideChecks never blocks on
-// replication; it allocates only for an all-or-nothing request of more
-// than a few checks.
+// on unsure, admit, shadow) is Decide's. A check that names an idempotency
+// key already decided is a repeat (idempotency.go): its remembered decision
+// stands and it spends nothing; of an all-or-nothing request, a remembered
+// denial of an enforce rule denies the request, and the other checks are
+// judged and counted as above. DecideChecks never blocks on replication; it
+// allocates only for an all-or-nothing request of more than a few checks
+// or with idempotency keys.
 func (n *Node) DecideChecks(now int64, req *Request, res []Result) (Outcome, error) {
 	cs := req.Checks
 	res = res[:len(cs)]
+	idem := false
 	for i := range cs {
 		res[i] = Result{}
 		if err := n.validate(&cs[i], req.Strict); err != nil {
@@ -164,12 +179,17 @@ func (n *Node) DecideChecks(now int64, req *Request, res []Result) (Outcome, err
 			}
 			res[i].Err = err
 		}
+		idem = idem || cs[i].IdempotencyKey != ""
 	}
 	if req.Combine == All {
+		var m *allMemos
+		if idem {
+			m = n.recallAll(now, cs, res)
+		}
 		if err := sumCosts(cs, res, req.Strict); err != nil {
 			return Outcome{Binding: -1}, err
 		}
-		return n.decideAll(now, req, res), nil
+		return n.decideAll(now, req, res, m), nil
 	}
 	return n.decideEach(now, req, res), nil
 }
@@ -182,6 +202,10 @@ func (n *Node) DecideCheck(now int64, c Check, res *Result) error {
 	*res = Result{}
 	if err := n.validate(&c, true); err != nil {
 		return err
+	}
+	if c.IdempotencyKey != "" && !c.Probe {
+		n.countOnce(now, &c, res)
+		return res.Err
 	}
 	n.count(now, &c, res)
 	return res.Err
@@ -200,6 +224,9 @@ func (n *Node) validate(c *Check, strict bool) error {
 	}
 	if err := checkRequest(c.Key, c.Cost); err != nil {
 		return err
+	}
+	if len(c.IdempotencyKey) > MaxIdempotencyKeyLen {
+		return ErrIdempotencyKeyTooLong
 	}
 	if strict && c.Cost > r.maxCostOf() {
 		return ErrCostOverLimit
@@ -222,7 +249,7 @@ func sumCosts(cs []Check, res []Result, strict bool) error {
 	for i := range cs {
 		res[i].cum = cs[i].Cost
 	}
-	counted := func(i int) bool { return res[i].Err == nil && !cs[i].Probe }
+	counted := func(i int) bool { return res[i].Err == nil && !cs[i].Probe && !res[i].Repeat }
 	// One counter is one rule id and key: handles of one rule taken from
 	// two snapshots (a reload keeps an unchanged window's id) share it.
 	same := func(i, j int) bool { return cs[i].Rule.r.id == cs[j].Rule.r.id && cs[i].Key == cs[j].Key }
@@ -310,31 +337,36 @@ func (n *Node) decideEach(now int64, req *Request, res []Result) Outcome {
 		if res[i].Err != nil {
 			continue
 		}
+		if cs[i].IdempotencyKey != "" && !cs[i].Probe {
+			n.countOnce(now, &cs[i], &res[i])
+			continue
+		}
 		n.count(now, &cs[i], &res[i])
 	}
 	return outcome(cs, res)
 }
 
-// decideAll decides the checks as one request (see DecideChecks).
-func (n *Node) decideAll(now int64, req *Request, res []Result) Outcome {
+// decideAll decides the checks as one request (see DecideChecks); m, when
+// not nil, holds what recallAll found of its idempotency keys.
+func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Outcome {
 	cs := req.Checks
 	enforce, judge := 0, false
+	denied := m != nil && m.denied
 	for i := range cs {
 		c := &cs[i]
-		if res[i].Err != nil || c.Rule.r.Mode != Enforce {
+		if res[i].Err != nil || res[i].Repeat || c.Rule.r.Mode != Enforce {
 			continue
 		}
 		enforce++
 		judge = judge || c.Probe || c.Cost > c.Rule.r.maxCostOf()
 	}
-	denied := false
-	if enforce >= 2 || judge {
+	if !denied && (enforce >= 2 || judge) {
 		// Judge every enforce check without counting: one denial and
 		// nothing is counted anywhere.
 		n.prefetchAll(req)
 		for i := range cs {
 			c := &cs[i]
-			if res[i].Err != nil || c.Rule.r.Mode != Enforce {
+			if res[i].Err != nil || res[i].Repeat || c.Rule.r.Mode != Enforce {
 				continue
 			}
 			cost := res[i].cum
@@ -353,7 +385,7 @@ func (n *Node) decideAll(now int64, req *Request, res []Result) Outcome {
 		for pass := 0; pass < 2; pass++ { // enforce checks first, then shadow ones
 			for i := range cs {
 				c := &cs[i]
-				if res[i].Err != nil || (c.Rule.r.Mode == Enforce) != (pass == 0) || c.Probe || c.Cost > c.Rule.r.maxCostOf() {
+				if res[i].Err != nil || res[i].Repeat || (c.Rule.r.Mode == Enforce) != (pass == 0) || c.Probe || c.Cost > c.Rule.r.maxCostOf() {
 					continue
 				}
 				n.count(now, c, &res[i])
@@ -373,7 +405,11 @@ func (n *Node) decideAll(now int64, req *Request, res []Result) Outcome {
 			n.peek(now, &cs[i], cs[i].Cost, false, r)
 		}
 	}
-	return outcome(cs, res)
+	o := outcome(cs, res)
+	if m != nil {
+		n.rememberAll(now, cs, res, m, o.Allowed)
+	}
+	return o
 }
 
 // prefetchAll prefetches the keys of a request's first few checks.

@@ -60,6 +60,7 @@ func (n *Node) dropRetired(name retiredKey, o retiredRule) {
 	o.rs.dropped.Store(true) // before the ID can serve another rule
 	n.store.DropRule(o.rs.id)
 	n.blocks.DropRule(o.rs.id)
+	n.memos.DropRule(o.rs.id)
 	n.freeID = append(n.freeID, o.rs.id)
 	delete(n.retired, name)
 }

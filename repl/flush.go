@@ -179,8 +179,11 @@ func (c *Core) validBlocks(bs []crdt.Block) []crdt.Block {
 	return out
 }
 
-// hasContent reports whether d carries counts or penalty blocks.
-func hasContent(d *crdt.Delta) bool { return len(d.Entries) > 0 || len(d.Blocks) > 0 }
+// hasContent reports whether d carries counts, penalty blocks or
+// remembered decisions.
+func hasContent(d *crdt.Delta) bool {
+	return len(d.Entries) > 0 || len(d.Blocks) > 0 || len(d.Memos) > 0
+}
 
 // hasMembers reports whether the PoP has other members to tell.
 func (c *Core) hasMembers() bool { return c.cfg.PoPLink && len(c.members) > 1 }

@@ -47,7 +47,7 @@ func (c *Core) SetMembers(now int64, others []string) {
 			return c.owner(c.memberH, kh) == c.rank && (len(oldH) == 0 || c.owner(oldH, kh) != oldRank)
 		}
 		b := c.node.AntiEntropyPart(now, movedIn, 0, 1)
-		b.Local.Entries, b.Local.Blocks = nil, nil
+		b.Local.Entries, b.Local.Blocks, b.Local.Memos = nil, nil, nil
 		c.emitBatch(&b, true, true)
 		// And all owned totals soon: while views differ, a member may have
 		// forwarded totals to a speaker that did not take them, or that died

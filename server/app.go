@@ -271,7 +271,8 @@ func New(o Options) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	node, err := pop.New(pop.Config{Self: o.Self, Rules: prules, MaxKeys: o.Config.Limits.MaxKeys, MaxMemory: o.Config.Limits.MemoryBudget(), MaxSkew: o.Config.Limits.MaxSkew.D()})
+	node, err := pop.New(pop.Config{Self: o.Self, Rules: prules, MaxKeys: o.Config.Limits.MaxKeys, MaxMemory: o.Config.Limits.MemoryBudget(), MaxSkew: o.Config.Limits.MaxSkew.D(),
+		IdempotencyTTL: o.Config.Idempotency.TTL.D(), MaxIdempotencyKeys: o.Config.Idempotency.MaxKeysOr(o.Config.Limits)})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

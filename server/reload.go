@@ -199,6 +199,8 @@ func restartOnly(a, b *config.Config, keysLive bool) []string {
 	pa, pb := a.Proxy, b.Proxy
 	pa.TrustedProxies, pb.TrustedProxies = nil, nil
 	ga, gb := gossipRestart(a.Gossip, keysLive), gossipRestart(b.Gossip, keysLive)
+	ia, ib := a.Idempotency, b.Idempotency
+	ia.Header, ib.Header = "", "" // applied with the rules
 	for _, s := range []struct {
 		name string
 		x, y any
@@ -206,6 +208,7 @@ func restartOnly(a, b *config.Config, keysLive bool) []string {
 		{"node", a.Node, b.Node}, {"listen", a.Listen, b.Listen}, {"proxy", pa, pb},
 		{"nats", a.NATS, b.NATS}, {"gossip", ga, gb}, {"replication", a.Replication, b.Replication},
 		{"limits", a.Limits, b.Limits}, {"http", a.HTTP, b.HTTP}, {"state", a.State, b.State},
+		{"idempotency", ia, ib},
 	} {
 		if !reflect.DeepEqual(s.x, s.y) {
 			out = append(out, s.name)

@@ -177,6 +177,8 @@ func resolve(rs *frontend.Rules, c *check) (*frontend.Rule, uint64, *apiError) {
 		return nil, 0, errStatus(http.StatusBadRequest, "key: not valid UTF-8")
 	case c.costErr:
 		return nil, 0, errStatus(http.StatusBadRequest, "cost: must be a positive integer")
+	case len(c.idem) > pop.MaxIdempotencyKeyLen:
+		return nil, 0, errStatus(http.StatusBadRequest, "idempotency_key: longer than "+strconv.Itoa(pop.MaxIdempotencyKeyLen)+" bytes")
 	}
 	cost := cr.Pop.Cost
 	if c.hasCost {
@@ -204,6 +206,8 @@ func decideErr(err error) *apiError {
 }
 
 // ServeCheck serves POST /v1/check {"rule":"api","key":"203.0.113.7","cost":1}.
+// With "idempotency_key", a check already decided for that key is answered
+// with the same decision, counts nothing, and says "repeat":true.
 func (h *Handler) ServeCheck(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		methodNotAllowed(w, http.MethodPost)
@@ -236,7 +240,7 @@ func (h *Handler) ServeCheck(w http.ResponseWriter, r *http.Request) {
 	// nothing of it, and the body's buffer outlives the answer.
 	key := unsafe.String(unsafe.SliceData(c.key), len(c.key))
 	now := h.env.Clock.Now()
-	ck := pop.Check{Rule: cr.Handle, Key: key, Tier: string(c.tier), Cost: cost}
+	ck := pop.Check{Rule: cr.Handle, Key: key, Tier: string(c.tier), Cost: cost, IdempotencyKey: bytesString(c.idem)}
 	var res pop.Result
 	if err := h.env.Node.DecideCheck(now, ck, &res); err != nil {
 		e := decideErr(err)
@@ -244,12 +248,12 @@ func (h *Handler) ServeCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := &res.Decision
-	cr.Metrics.Record(*d)
+	cr.Metrics.RecordResult(&res)
 	frontend.SetRateLimitHeaders(w.Header(), cr, *d, h.env.Node.MoreAfterHandle(now, ck.Rule, key, *d, pop.Options{Tier: ck.Tier}))
 	// The answer goes after the body in its buffer: key is the body's
 	// bytes, and must not be written over before it is copied.
 	b := *bp
-	out := frontend.AppendResult(b[len(b):], cr, key, *d)
+	out := frontend.AppendResult(b[len(b):], cr, key, *d, res.Repeat)
 	if cap(out) > cap(b) {
 		*bp = out // grown: keep the larger buffer in the pool
 	}
@@ -276,7 +280,9 @@ var batchPool = frontend.NewPool(func() *batchScratch { return &batchScratch{} }
 // -> {"results":[...]} (200; each result says allowed or not). Every check
 // is validated before any is decided, so a bad check counts nothing. With
 // "atomic": true all checks pass or none is counted (pop.Node.DecideChecks,
-// all or nothing), and the answer adds "allowed" and "counted".
+// all or nothing), and the answer adds "allowed" and "counted". A check
+// may name an "idempotency_key" (see ServeCheck and pop.Node.DecideChecks
+// for what a repeat means in an atomic batch).
 func (h *Handler) ServeChecks(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		methodNotAllowed(w, http.MethodPost)
@@ -320,6 +326,7 @@ func (h *Handler) ServeChecks(w http.ResponseWriter, r *http.Request) {
 		// The key is passed without a copy: the pipeline keeps nothing of
 		// it, and the answer is written before the body's buffer is reused.
 		cs.Add(cr, unsafe.String(unsafe.SliceData(c.key), len(c.key)), string(c.tier), cost)
+		cs.Req.Checks[i].IdempotencyKey = bytesString(c.idem)
 	}
 	if err := cs.Decide(h.env.Node, h.env.Clock.Now()); err != nil {
 		frontend.WriteError(w, http.StatusBadRequest, batchErrMsg(cs, err))
@@ -342,7 +349,7 @@ func (h *Handler) ServeChecks(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = frontend.AppendResultObj(b, cs.Rules[i], cs.Req.Checks[i].Key, cs.Res[i].Decision)
+		b = frontend.AppendResultObj(b, cs.Rules[i], cs.Req.Checks[i].Key, cs.Res[i].Decision, cs.Res[i].Repeat)
 	}
 	b = append(b, "]}\n"...)
 	*out = b
@@ -352,6 +359,11 @@ func (h *Handler) ServeChecks(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 	h.LatencyChecks.Observe(time.Since(start).Seconds())
 }
+
+// bytesString is b as a string without a copy: the pipeline keeps nothing
+// of an idempotency key (it hashes it), and the body's buffer outlives the
+// decision.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func checkMsg(i int, msg string) string { return "checks[" + strconv.Itoa(i) + "]: " + msg }
 

@@ -8,7 +8,8 @@ import (
 )
 
 // A small, allocation-lean JSON reader for the decision API's two request
-// shapes, {"rule","key","cost"} and {"checks":[...],"atomic":bool}. It accepts exactly what
+// shapes, {"rule","key","cost","tier","idempotency_key"} and
+// {"checks":[...],"atomic":bool}. It accepts exactly what
 // encoding/json accepts for these shapes (unknown fields are skipped, null
 // means omitted, the last duplicate field wins) and rejects what it rejects.
 // Strings without escapes are returned as slices of the input.
@@ -18,15 +19,16 @@ import (
 // parse on a 100-check body (BenchmarkParseChecks100: about 81 us and 207
 // allocations against 10 us and none here). FuzzParseCheck and
 // TestParseDifferential hold it to encoding/json: it rejects what that
-// rejects, and the rule, key and atomic flag it reads are the ones
-// encoding/json reads.
+// rejects, and the rule, key, tier, idempotency key and atomic flag it
+// reads are the ones encoding/json reads.
 
-// check is one decoded check request. rule and key may alias the request
-// body and are valid only while it is.
+// check is one decoded check request. rule, key, tier and idem (the
+// idempotency key) may alias the request body and are valid only while it
+// is.
 type check struct {
-	rule, key, tier []byte
-	cost            uint64
-	hasCost         bool
+	rule, key, tier, idem []byte
+	cost                  uint64
+	hasCost               bool
 	// costErr is set for a cost that is present but not a positive integer.
 	costErr bool
 }
@@ -232,7 +234,7 @@ func parseCheck(b []byte, i int, c *check) (int, error) {
 		}
 		i = ws(b, i+1)
 		switch string(name) {
-		case "rule", "key", "tier":
+		case "rule", "key", "tier", "idempotency_key":
 			var s []byte
 			if isNull(b, i) {
 				i += 4
@@ -248,8 +250,10 @@ func parseCheck(b []byte, i int, c *check) (int, error) {
 				c.rule = s
 			case "key":
 				c.key = s
-			default:
+			case "tier":
 				c.tier = s
+			default:
+				c.idem = s
 			}
 		case "cost":
 			if isNull(b, i) {

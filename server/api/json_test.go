@@ -16,6 +16,7 @@ func TestParseCheck(t *testing.T) {
 		name      string
 		in        string
 		rule, key string
+		idem      string
 		cost      uint64
 		hasCost   bool
 		costErr   bool
@@ -35,6 +36,12 @@ func TestParseCheck(t *testing.T) {
 		{name: "unknown fields skipped", in: `{"x":[1,{"y":null},true,false,"s",-0.5e+2],"rule":"a","z":{},"key":"k"}`, rule: "a", key: "k"},
 		{name: "last duplicate wins", in: `{"rule":"a","rule":"b","key":"k"}`, rule: "b", key: "k"},
 		{name: "empty object", in: `{}`},
+		{name: "idempotency key", in: `{"rule":"a","key":"k","idempotency_key":"req-1"}`, rule: "a", key: "k", idem: "req-1"},
+		{name: "idempotency key escaped", in: `{"idempotency_key":"r\u00e9q","rule":"a","key":"k"}`, rule: "a", key: "k", idem: "réq"},
+		{name: "idempotency key null", in: `{"rule":"a","key":"k","idempotency_key":"x","idempotency_key":null}`, rule: "a", key: "k"},
+		{name: "idempotency key case matters", in: `{"rule":"a","key":"k","Idempotency_Key":"x"}`, rule: "a", key: "k"},
+		{name: "idempotency key number", in: `{"rule":"a","key":"k","idempotency_key":7}`, err: true},
+		{name: "idempotency key object", in: `{"rule":"a","key":"k","idempotency_key":{}}`, err: true},
 		{name: "null key", in: `{"rule":"a","key":null}`, rule: "a"},
 		{name: "empty", in: ``, err: true},
 		{name: "array", in: `[]`, err: true},
@@ -65,6 +72,7 @@ func TestParseCheck(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.rule, string(c.rule))
 			assert.Equal(t, tt.key, string(c.key))
+			assert.Equal(t, tt.idem, string(c.idem))
 			assert.Equal(t, tt.hasCost, c.hasCost)
 			assert.Equal(t, tt.costErr, c.costErr)
 			if !tt.costErr {
@@ -152,6 +160,7 @@ func TestParseDifferential(t *testing.T) {
 		`{"checks":[{"rule":"a","key":"x\u00e9"},{"rule":"b","key":"y","cost":2,"z":[true,null,{"q":-1.5e3}]}]}`,
 		`{"atomic":true,"checks":[{"rule":"a","key":"k"}],"atomic":false}`,
 		`{"rule":"api","key":"k","tier":"pro","cost":2}`,
+		`{"rule":"api","key":"k","idempotency_key":"req-1","cost":2}`,
 	}
 	const alphabet = "{}[]\",:\\ 0123456789-.eEtrufalsn"
 	for i := 0; i < 20000; i++ {
@@ -182,6 +191,8 @@ func FuzzParseCheck(f *testing.F) {
 	f.Add([]byte(`{"checks":[{"rule":"a","key":"\u00e9"}]}`))
 	f.Add([]byte(`{"checks":[{"rule":"a","key":"k"}],"atomic":true}`))
 	f.Add([]byte(`{"atomic":null,"atomic":false,"checks":null}`))
+	f.Add([]byte(`{"rule":"api","key":"k","idempotency_key":"7c1f\u00e9","idempotency_key":null}`))
+	f.Add([]byte(`{"checks":[{"rule":"a","key":"k","idempotency_key":"i-1"}],"atomic":true}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var c check
 		err := parseCheckBody(b, &c)
@@ -203,7 +214,7 @@ func FuzzParseCheck(f *testing.F) {
 			for _, f := range []struct {
 				name string
 				got  []byte
-			}{{"rule", c.rule}, {"key", c.key}} {
+			}{{"rule", c.rule}, {"key", c.key}, {"tier", c.tier}, {"idempotency_key", c.idem}} {
 				if v, ok := m[f.name].(string); ok && v != string(f.got) {
 					t.Fatalf("%q: %s = %q, encoding/json reads %q", b, f.name, f.got, v)
 				}

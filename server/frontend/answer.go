@@ -51,12 +51,14 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// AppendResult appends one decision as the /v1/check response body.
-func AppendResult(b []byte, cr *Rule, key string, d pop.Decision) []byte {
-	return append(AppendResultObj(b, cr, key, d), '\n')
+// AppendResult appends one decision as the /v1/check response body;
+// repeat adds "repeat":true (pop.Result.Repeat).
+func AppendResult(b []byte, cr *Rule, key string, d pop.Decision, repeat bool) []byte {
+	return append(AppendResultObj(b, cr, key, d, repeat), '\n')
 }
 
-func AppendResultObj(b []byte, cr *Rule, key string, d pop.Decision) []byte {
+// AppendResultObj appends one decision as a JSON object.
+func AppendResultObj(b []byte, cr *Rule, key string, d pop.Decision, repeat bool) []byte {
 	if d.Allowed {
 		b = append(b, `{"allowed":true,"rule":`...)
 	} else {
@@ -81,6 +83,9 @@ func AppendResultObj(b []byte, cr *Rule, key string, d pop.Decision) []byte {
 		// A rule of several windows says which one the answer speaks of.
 		b = append(b, `,"window_ms":`...)
 		b = append(b, cr.windowMS[d.Binding]...)
+	}
+	if repeat {
+		b = append(b, `,"repeat":true`...)
 	}
 	return append(AppendGuards(b, d), '}')
 }

@@ -98,13 +98,13 @@ func (c *Checks) Stands(i int) bool { return c.Out.Stands(c.Res, i, c.Req.Combin
 func (c *Checks) Tally() {
 	if len(c.Res) == 1 {
 		if c.Stands(0) {
-			c.Rules[0].Metrics.Record(c.Res[0].Decision)
+			c.Rules[0].Metrics.RecordResult(&c.Res[0])
 		}
 		return
 	}
 	type sum struct {
-		m                             *RuleMetrics
-		allowed, denied, shadowDenied uint64
+		m                                      *RuleMetrics
+		allowed, denied, shadowDenied, repeats uint64
 	}
 	var buf [8]sum
 	sums := buf[:0]
@@ -125,6 +125,9 @@ func (c *Checks) Tally() {
 			sums = append(sums, sum{m: m})
 			s = &sums[len(sums)-1]
 		}
+		if c.Res[i].Repeat {
+			s.repeats++
+		}
 		switch {
 		case d.ShadowDenied:
 			s.shadowDenied++
@@ -144,6 +147,9 @@ func (c *Checks) Tally() {
 		}
 		if s.shadowDenied > 0 {
 			s.m.ShadowDenied.Add(s.shadowDenied)
+		}
+		if s.repeats > 0 {
+			s.m.Repeats.Add(s.repeats)
 		}
 	}
 }
@@ -171,10 +177,12 @@ func (c *Checks) MoreAfterOf(n *pop.Node, now int64, b int) time.Duration {
 }
 
 // Classify adds a check for every rule of rs that applies to o: it
-// matches, and every part of its key is there. A request that sends a
-// header a rule keys on more than once sets o.Ambiguous; it must be
-// refused, and its checks not decided.
+// matches, and every part of its key is there. Every check carries the
+// request's idempotency key (IdempotencyKey), if it names one. A request
+// that sends a header a rule keys on, or the idempotency header, more than
+// once sets o.Ambiguous; it must be refused, and its checks not decided.
 func (rs *Rules) Classify(o *Origin, c *Checks) {
+	idem := rs.IdempotencyKey(o)
 	for _, cr := range rs.List {
 		if !cr.Matches(o) {
 			continue
@@ -184,8 +192,50 @@ func (rs *Rules) Classify(o *Origin, c *Checks) {
 			continue
 		}
 		c.Add(cr, k, cr.tier(o), cr.Pop.Cost)
+		c.Req.Checks[len(c.Req.Checks)-1].IdempotencyKey = idem
 	}
 }
+
+// IdempotencyKey returns o's idempotency key: the value of the
+// idempotency header (bounded as keys are, BoundKey), empty when it is not
+// sent or none is configured. Sent more than once, it sets o.Ambiguous.
+func (rs *Rules) IdempotencyKey(o *Origin) string {
+	if rs.IdemHeader == "" {
+		return ""
+	}
+	vs := o.Header[rs.IdemHeader]
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return BoundKey(vs[0])
+	}
+	o.Ambiguous = rs.IdemHeader
+	return ""
+}
+
+// HRepeat is the header proxy mode and forward auth add to the answer of a
+// request that repeats one decided for its idempotency key.
+const HRepeat = "Geolimit-Idempotent-Repeat"
+
+// Repeat reports whether the request is a repeat: it has checks that
+// name an idempotency key, and every one decided is a repeat.
+func (c *Checks) Repeat() bool {
+	some := false
+	for i := range c.Res {
+		if c.Res[i].Err != nil || c.Req.Checks[i].IdempotencyKey == "" || c.Req.Checks[i].Probe {
+			continue
+		}
+		if !c.Res[i].Repeat {
+			return false
+		}
+		some = true
+	}
+	return some
+}
+
+// trueValue is the value of HRepeat, shared: never modified.
+var trueValue = []string{"true"}
 
 // DecideOrigin classifies the request o against rs and decides it, all
 // or nothing, for proxy mode, forward auth and the middleware alike, and
@@ -219,6 +269,9 @@ func (e *Env) AnswerOrigin(w http.ResponseWriter, rs *Rules, o *Origin, status i
 	cr, d := c.Binding()
 	if cr != nil {
 		SetRateLimitHeaders(w.Header(), cr, d, c.MoreAfter(e.Node, e.Clock.Now()))
+	}
+	if c.Repeat() {
+		w.Header()[HRepeat] = trueValue
 	}
 	if !c.Out.Allowed {
 		WriteDenied(w, status, cr, d)

@@ -25,6 +25,10 @@ type Rules struct {
 	// RLS is the rls section, which the rate limit service compiles
 	// against these rules.
 	RLS config.RLS
+	// IdemHeader is the canonical idempotency.header: where proxy mode,
+	// forward auth and the middleware read a request's idempotency key;
+	// empty for none.
+	IdemHeader string
 }
 
 // Rule is a rule ready for the hot path: matchers parsed, header
@@ -85,7 +89,11 @@ type keyPart struct {
 // long as a rule of that name exists.
 type RuleMetrics struct {
 	Allowed, Denied, ShadowDenied atomic.Uint64
-	Guards                        GuardMetrics
+	// Repeats counts the decisions that repeated one remembered for an
+	// idempotency key (pop.Result.Repeat), also counted as allowed or
+	// denied.
+	Repeats atomic.Uint64
+	Guards  GuardMetrics
 }
 
 // Record counts one decision.
@@ -99,6 +107,15 @@ func (m *RuleMetrics) Record(d pop.Decision) {
 		m.Denied.Add(1)
 	}
 	m.Guards.Record(d)
+}
+
+// RecordResult counts one check's result: its decision, and whether it
+// was a repeat.
+func (m *RuleMetrics) RecordResult(r *pop.Result) {
+	m.Record(r.Decision)
+	if r.Repeat {
+		m.Repeats.Add(1)
+	}
 }
 
 // Bind resolves each rule's handle in n's current table; call it after
@@ -120,7 +137,8 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 	if err != nil {
 		return nil, nil, err
 	}
-	rs := &Rules{ByName: make(map[string]*Rule, len(prules)), Trusted: trusted, DenyStatus: cfg.ForwardAuth.DenyStatus, RLS: cfg.RLS}
+	rs := &Rules{ByName: make(map[string]*Rule, len(prules)), Trusted: trusted, DenyStatus: cfg.ForwardAuth.DenyStatus, RLS: cfg.RLS,
+		IdemHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header)}
 	for i, r := range cfg.Rules {
 		pr := prules[i]
 		cr := &Rule{

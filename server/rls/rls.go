@@ -73,6 +73,9 @@ type rlsShape struct {
 	// tier is the index of the entry that names the tier (rls descriptor
 	// field tier), left out of the key; -1 for none.
 	tier int
+	// idem is the index of the entry that carries the idempotency key (rls
+	// descriptor field idempotency_key), left out of the key; -1 for none.
+	idem int
 	// limit is the descriptor status's current_limit: shared by every
 	// response, never modified.
 	limit *rlsv3.RateLimitResponse_RateLimit
@@ -89,7 +92,7 @@ func compileRLS(c config.RLS, byName map[string]*frontend.Rule) *rlsTable {
 			if cr == nil {
 				continue // refused by config validation
 			}
-			sh := &rlsShape{rule: cr, tier: -1}
+			sh := &rlsShape{rule: cr, tier: -1, idem: -1}
 			var sig []byte
 			for i, e := range ds.Entries {
 				pe, err := config.ParseRLSEntry(e)
@@ -98,6 +101,9 @@ func compileRLS(c config.RLS, byName map[string]*frontend.Rule) *rlsTable {
 				}
 				if ds.Tier != "" && pe.Key == ds.Tier {
 					sh.tier = i
+				}
+				if ds.IdempotencyKey != "" && pe.Key == ds.IdempotencyKey {
+					sh.idem = i
 				}
 				sh.entries = append(sh.entries, pe)
 				if i > 0 {
@@ -163,19 +169,23 @@ func (sh *rlsShape) matches(entries []*rlcommonv3.RateLimitDescriptor_Entry) boo
 }
 
 // rlsKey is the key a matching descriptor counts: its values as a
-// composite key (frontend.ComposeKey, as in proxy mode), the tier entry's (index
-// tier, -1 for none) left out, hashed when longer than the store accepts.
-// vals is scratch space.
-func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, tier int, vals *[]string) string {
+// composite key (frontend.ComposeKey, as in proxy mode), the tier entry's
+// and the idempotency key entry's (indexes tier and idem, -1 for none)
+// left out, hashed when longer than the store accepts. vals is scratch
+// space.
+func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, tier, idem int, vals *[]string) string {
 	if len(entries) == 1 {
 		return frontend.BoundKey(entries[0].GetValue())
 	}
-	if len(entries) == 2 && tier >= 0 {
-		return frontend.BoundKey(entries[1-tier].GetValue())
+	if len(entries) == 2 && (tier >= 0) != (idem >= 0) {
+		return frontend.BoundKey(entries[1-max(tier, idem)].GetValue())
+	}
+	if len(entries) == 3 && tier >= 0 && idem >= 0 {
+		return frontend.BoundKey(entries[3-tier-idem].GetValue())
 	}
 	v := (*vals)[:0]
 	for i, e := range entries {
-		if i != tier {
+		if i != tier && i != idem {
 			v = append(v, e.GetValue())
 		}
 	}
@@ -460,8 +470,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			cost = cr.Pop.Cost
 		}
 		sc.idx[i] = len(cs.Req.Checks)
-		cs.Add(cr, rlsKey(d.GetEntries(), sh.tier, &sc.kvals), tier, cost)
+		cs.Add(cr, rlsKey(d.GetEntries(), sh.tier, sh.idem, &sc.kvals), tier, cost)
 		cs.Req.Checks[sc.idx[i]].Probe = probe
+		if sh.idem >= 0 {
+			cs.Req.Checks[sc.idx[i]].IdempotencyKey = frontend.BoundKey(d.GetEntries()[sh.idem].GetValue())
+		}
 	}
 	if unmatched > 0 {
 		m.unmatched.Add(float64(unmatched))
@@ -499,9 +512,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if cr, d := cs.Binding(); cr != nil {
 		resp.ResponseHeadersToAdd = rlsHeaders(cr, d, cs.MoreAfter(s.env.Node, s.env.Clock.Now()))
 	}
+	if cs.Repeat() {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: rlsRepeatHeader, Value: "true"})
+	}
 	s.cfg.Latency.Observe(time.Since(start).Seconds())
 	return resp, nil
 }
+
+// rlsRepeatHeader is frontend.HRepeat in lower case, as Envoy wants it.
+var rlsRepeatHeader = strings.ToLower(frontend.HRepeat)
 
 // rlsSlot is one descriptor status and its duration, allocated together.
 type rlsSlot struct {

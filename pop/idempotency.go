@@ -1,0 +1,299 @@
+package pop
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// Idempotency keys.
+//
+// A check that names an idempotency key (Check.IdempotencyKey) is decided
+// once: the decision (allowed or denied, and a shadow rule's would-be
+// denial) is remembered per (rule, key, idempotency key) for the TTL
+// (Config.IdempotencyTTL), and a check that names the same three again
+// within it is a repeat: it gets the same decision (Result.Repeat) and
+// spends nothing. A repeat's other fields (limit, remaining, reset, retry
+// after) are the key's as it stands: what a check of its cost that counts
+// nothing would be answered now. A repeat starts no penalty block.
+//
+// Decisions are remembered for rules of every scope, and replicated with
+// the counts as far as the PoP: pop- and global-scope rules' to the own
+// PoP's members (Batch.Local), never to other PoPs. Inside a PoP a retry
+// that reaches another node is therefore a repeat once the first node's
+// next Flush arrived; two requests with one idempotency key decided at
+// the same moment (on two nodes, or on one) may both count, and the
+// decision decided first is the one remembered everywhere (crdt.MergeMemo).
+//
+// Not remembered: a probe (it counts nothing anyway and ignores its
+// idempotency key), a check of a request that is not strict that was
+// skipped (Result.Err), and a denial because the node could not judge the
+// key (Decision.Unsure): a retry is decided again.
+//
+// An all-or-nothing request (All) remembers per check the request's
+// outcome: allowed for the checks counted (and the shadow checks) of an
+// allowed request, denied for every check of a denied one. Its repeats
+// stand as their remembered decisions, spend nothing and are not judged
+// again; the request's other checks are decided together with them, all
+// or nothing: a remembered denial of an enforce rule denies the request,
+// and nothing else is counted. A request all of whose checks are repeats
+// therefore gets its remembered outcome.
+//
+// Memory: at most Config.MaxIdempotencyKeys decisions are remembered, about
+// crdt.MemoBytesPerEntry bytes each; when full, the decision remembered
+// until the earliest time is forgotten first. A decision from a member is
+// remembered until at most now + TTL + MaxSkew.
+
+// DefaultIdempotencyTTL is the default Config.IdempotencyTTL.
+const DefaultIdempotencyTTL = 24 * time.Hour
+
+// MaxIdempotencyTTL is the longest Config.IdempotencyTTL.
+const MaxIdempotencyTTL = 30 * 24 * time.Hour
+
+// MaxIdempotencyKeyLen is the longest Check.IdempotencyKey, in bytes.
+const MaxIdempotencyKeyLen = crdt.MaxKeyLen
+
+// ErrIdempotencyKeyTooLong is a check whose idempotency key is longer than
+// MaxIdempotencyKeyLen.
+var ErrIdempotencyKeyTooLong = fmt.Errorf("pop: idempotency key longer than %d bytes", MaxIdempotencyKeyLen)
+
+// errMemoTTL is Config.IdempotencyTTL out of range.
+var errMemoTTL = errors.New("pop: idempotency ttl: must be between 0 and 30 days")
+
+// MemoApplyStats counts what Apply did with a delta's remembered decisions.
+// Memos of an unknown rule or a wrong scope are counted in ApplyStats'
+// UnknownRule and WrongScope.
+type MemoApplyStats struct {
+	// Merged memos were new or replaced one decided later.
+	Merged int
+	// Unchanged: the node remembered the same decision or one decided first.
+	Unchanged int
+	// Expired memos were over already.
+	Expired int
+	// Refused: new memos dropped because the table was full and they would
+	// have been forgotten first.
+	Refused int
+	// Clamped memos were remembered until later than now + TTL + MaxSkew;
+	// they were merged as ending then. Also counted by their merge outcome.
+	Clamped int
+}
+
+func (a *MemoApplyStats) add(b MemoApplyStats) {
+	a.Merged += b.Merged
+	a.Unchanged += b.Unchanged
+	a.Expired += b.Expired
+	a.Refused += b.Refused
+	a.Clamped += b.Clamped
+}
+
+// verdictOf is what a decision remembers.
+func verdictOf(d *Decision) crdt.Verdict {
+	var v crdt.Verdict
+	if d.Allowed {
+		v |= crdt.VerdictAllowed
+	}
+	if d.ShadowDenied {
+		v |= crdt.VerdictShadowDenied
+	}
+	return v
+}
+
+// recall returns the decision remembered for check c (which names an
+// idempotency key) at now, its memo's ID, and whether there is one.
+func (n *Node) recall(now int64, c *Check) (crdt.MemoID, crdt.Verdict, bool) {
+	id := crdt.MemoIDOf(c.Key, c.IdempotencyKey)
+	v, ok := n.memos.Get(c.Rule.r.id, id, now)
+	return id, v, ok
+}
+
+// countOnce is count for a check that names an idempotency key: a repeat
+// is answered with its remembered decision; otherwise the check is
+// decided, counted and its decision remembered.
+func (n *Node) countOnce(now int64, c *Check, res *Result) {
+	id, v, ok := n.recall(now, c)
+	if ok {
+		n.repeat(now, c, v, res)
+		return
+	}
+	n.count(now, c, res)
+	n.remember(now, c, id, res, verdictOf(&res.Decision))
+}
+
+// repeat answers check c with its remembered verdict v, counting nothing:
+// the rest of the answer is the key's as it stands.
+func (n *Node) repeat(now int64, c *Check, v crdt.Verdict, res *Result) {
+	n.peek(now, c, c.Cost, false, res)
+	if res.Err != nil {
+		return
+	}
+	d := &res.Decision
+	d.Allowed, d.ShadowDenied = v&crdt.VerdictAllowed != 0, v&crdt.VerdictShadowDenied != 0
+	d.BlockStarted = false
+	if d.Allowed {
+		d.RetryAfter, d.Blocked, d.Unsure = 0, false, UnsureNone
+	}
+	res.Repeat = true
+}
+
+// remember records verdict v as check c's decision (of ID id), unless the
+// check was skipped or the node could not judge it.
+func (n *Node) remember(now int64, c *Check, id crdt.MemoID, res *Result, v crdt.Verdict) {
+	if res.Err != nil || !res.done || res.Unsure != UnsureNone {
+		return
+	}
+	r := c.Rule.r
+	n.memos.Put(now, r.id, id, now+n.memoTTL, v, r.Scope != ScopeNode)
+}
+
+// applyMemos merges d's remembered decisions (received via scope via from
+// an accepted member) into the table. Only the own PoP's members send
+// them: via ScopeGlobal they are refused.
+func (n *Node) applyMemos(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
+	if len(d.Memos) == 0 {
+		return
+	}
+	if via != ScopePoP {
+		st.WrongScope += len(d.Memos)
+		return
+	}
+	rs := n.rules.Load()
+	bound := now + n.memoTTL + n.maxSkew
+	for i := range d.Memos {
+		m := &d.Memos[i]
+		r, ok := rs.byName[m.Rule]
+		switch {
+		case !ok:
+			st.UnknownRule++
+			continue
+		case r.Scope == ScopeNode:
+			st.WrongScope++
+			continue
+		case m.Until <= now:
+			st.Memos.Expired++
+			continue
+		}
+		until := m.Until
+		if until > bound {
+			until = bound
+			st.Memos.Clamped++
+		}
+		switch n.memos.Put(now, r.id, m.ID, until, m.Verdict, false) {
+		case crdt.MemoMerged:
+			st.Memos.Merged++
+		case crdt.MemoUnchanged:
+			st.Memos.Unchanged++
+		case crdt.MemoRefused:
+			st.Memos.Refused++
+		}
+	}
+}
+
+// flushMemos adds the decisions this node remembered since the last flush
+// to b.Local (when local): pop- and global-scope rules' ones.
+func (n *Node) flushMemos(rs *ruleSet, b *Batch, local bool) {
+	n.memos.Drain(func(id crdt.RuleID, mid crdt.MemoID, until int64, v crdt.Verdict) {
+		if r := rs.byID[id]; local && r != nil && r.Scope != ScopeNode {
+			b.Local.Memos = append(b.Local.Memos, crdt.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
+		}
+	})
+}
+
+// liveMemos returns every remembered decision that lasts beyond now of a
+// pop- or global-scope rule, sorted by rule and ID (the simulator's output
+// must not depend on map order).
+func (n *Node) liveMemos(rs *ruleSet, now int64) []crdt.Memo {
+	var out []crdt.Memo
+	n.memos.Each(now, func(id crdt.RuleID, mid crdt.MemoID, until int64, v crdt.Verdict) {
+		if r := rs.byID[id]; r != nil && r.Scope != ScopeNode {
+			out = append(out, crdt.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
+		}
+	})
+	slices.SortFunc(out, func(a, b crdt.Memo) int {
+		if a.Rule != b.Rule {
+			if a.Rule < b.Rule {
+				return -1
+			}
+			return 1
+		}
+		return bytes.Compare(a.ID[:], b.ID[:])
+	})
+	return out
+}
+
+// Remembered returns whether a decision is remembered at now for key's
+// idempotency key idem under rule, and whether it allowed the request.
+func (n *Node) Remembered(now int64, rule, key, idem string) (allowed, ok bool) {
+	r, found := n.rules.Load().get(rule)
+	if !found {
+		return false, false
+	}
+	v, ok := n.memos.Get(r.id, crdt.MemoIDOf(key, idem), now)
+	return v&crdt.VerdictAllowed != 0, ok
+}
+
+// allMemos is what recallAll found of an all-or-nothing request's
+// idempotency keys: each idempotent check's memo ID, and whether a
+// remembered denial of an enforce rule denies the request.
+type allMemos struct {
+	ids    []crdt.MemoID // by check; zero for a check without an idempotency key
+	idem   []bool
+	denied bool
+}
+
+// idempotent reports whether check i of a request names an idempotency key
+// that counts: a check that was not skipped and is not a probe.
+func idempotent(cs []Check, res []Result, i int) bool {
+	return res[i].Err == nil && cs[i].IdempotencyKey != "" && !cs[i].Probe
+}
+
+// recallAll answers the repeats of an all-or-nothing request with their
+// remembered decisions (Result.Repeat) before anything is judged.
+func (n *Node) recallAll(now int64, cs []Check, res []Result) *allMemos {
+	m := &allMemos{ids: make([]crdt.MemoID, len(cs)), idem: make([]bool, len(cs))}
+	for i := range cs {
+		if !idempotent(cs, res, i) {
+			continue
+		}
+		m.idem[i] = true
+		id, v, ok := n.recall(now, &cs[i])
+		m.ids[i] = id
+		if !ok {
+			continue
+		}
+		n.repeat(now, &cs[i], v, &res[i])
+		if res[i].Err == nil && !res[i].Allowed && cs[i].Rule.r.Mode == Enforce {
+			m.denied = true
+		}
+	}
+	return m
+}
+
+// rememberAll remembers, for each idempotent check of an all-or-nothing
+// request that is not a repeat, the request's outcome: a check's own
+// decision when the request is allowed (counted, or a shadow rule's), a
+// denial when it is denied (a shadow rule's check keeps its own). A request
+// denied because a check could not be judged (Decision.Unsure) remembers
+// nothing: a retry is decided again.
+func (n *Node) rememberAll(now int64, cs []Check, res []Result, m *allMemos, allowed bool) {
+	if !allowed {
+		for i := range res {
+			if res[i].Err == nil && res[i].done && res[i].Unsure != UnsureNone {
+				return
+			}
+		}
+	}
+	for i := range cs {
+		if !m.idem[i] || res[i].Repeat {
+			continue
+		}
+		v := verdictOf(&res[i].Decision)
+		if !allowed && cs[i].Rule.r.Mode == Enforce {
+			v = 0
+		}
+		n.remember(now, &cs[i], m.ids[i], &res[i], v)
+	}
+}

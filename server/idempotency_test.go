@@ -1,0 +1,154 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// TestIdempotencyAPI: a retried /v1/check or /v1/checks item with the same
+// idempotency key counts once and says "repeat":true.
+func TestIdempotencyAPI(t *testing.T) {
+	ta := startApp(t, "rules:\n  - {name: pay, limit: 2, window: 1m}\n")
+	for i := range 3 {
+		r := ta.post("/v1/check", `{"rule":"pay","key":"acct-1","idempotency_key":"charge-42"}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		m := r.json(t)
+		assert.Equal(t, true, m["allowed"])
+		assert.EqualValues(t, 1, m["remaining"])
+		if i == 0 {
+			assert.NotContains(t, m, "repeat")
+		} else {
+			assert.Equal(t, true, m["repeat"], "retry %d", i)
+		}
+	}
+	assert.Equal(t, uint64(1), ta.keyTotal("pay", "acct-1"), "counted once")
+
+	r := ta.post("/v1/checks", `{"checks":[{"rule":"pay","key":"acct-1","idempotency_key":"charge-42"},{"rule":"pay","key":"acct-1","idempotency_key":"charge-43"}]}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	res := r.json(t)["results"].([]any)
+	assert.Equal(t, true, res[0].(map[string]any)["repeat"])
+	assert.NotContains(t, res[1].(map[string]any), "repeat")
+	assert.Equal(t, uint64(2), ta.keyTotal("pay", "acct-1"))
+
+	// Spent: a new request is denied, and so is its retry; a repeat of the
+	// first request is still allowed.
+	r = ta.post("/v1/check", `{"rule":"pay","key":"acct-1","idempotency_key":"charge-44"}`)
+	assert.Equal(t, http.StatusTooManyRequests, r.status)
+	r = ta.post("/v1/check", `{"rule":"pay","key":"acct-1","idempotency_key":"charge-44"}`)
+	assert.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, true, r.json(t)["repeat"])
+	r = ta.post("/v1/check", `{"rule":"pay","key":"acct-1","idempotency_key":"charge-42"}`)
+	assert.Equal(t, http.StatusOK, r.status)
+
+	r = ta.post("/v1/check", `{"rule":"pay","key":"acct-2","idempotency_key":"`+strings.Repeat("i", 257)+`"}`)
+	assert.Equal(t, http.StatusBadRequest, r.status)
+	assert.Contains(t, string(r.body), "idempotency_key: longer than 256 bytes")
+
+	v, ok := metricValue(ta.scrape(), "geolimit_idempotent_repeats_total", "rule", "pay")
+	require.True(t, ok)
+	assert.Equal(t, 5.0, v)
+}
+
+// TestIdempotencyProxy: through proxy mode, a retried request with the same
+// Idempotency-Key reaches the upstream again but counts once, and its
+// answer says it is a repeat.
+func TestIdempotencyProxy(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", `
+  - {name: per-ip, limit: 2, window: 1m, match: {path_prefix: /api}}
+`))
+	for i := range 4 {
+		r := ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-7")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		assert.Equal(t, "1", r.header.Get("X-RateLimit-Remaining"))
+		if i == 0 {
+			assert.Empty(t, r.header.Get("Geolimit-Idempotent-Repeat"))
+		} else {
+			assert.Equal(t, "true", r.header.Get("Geolimit-Idempotent-Repeat"))
+		}
+	}
+	assert.Equal(t, 4, up.count())
+	assert.Equal(t, uint64(1), ta.keyTotal("per-ip", "127.0.0.1"), "four tries, one count")
+
+	r := ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-8")
+	require.Equal(t, http.StatusOK, r.status)
+	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-9")
+	assert.Equal(t, http.StatusTooManyRequests, r.status)
+	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-9")
+	assert.Equal(t, http.StatusTooManyRequests, r.status, "a denied request's retry is denied")
+	assert.Equal(t, "true", r.header.Get("Geolimit-Idempotent-Repeat"))
+	assert.Equal(t, 5, up.count())
+
+	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "a", "Idempotency-Key", "b")
+	assert.Equal(t, http.StatusBadRequest, r.status, "sent twice: ambiguous")
+	assert.Equal(t, 5, up.count())
+}
+
+// TestIdempotencyHeaderConfigured: idempotency.header names another header;
+// empty, proxy mode reads none.
+func TestIdempotencyHeaderConfigured(t *testing.T) {
+	up := newUpstream(t)
+	rules := "  - {name: per-ip, limit: 5, window: 1m}\n"
+	ta := startApp(t, proxyYAML(up.URL, "", rules)+"idempotency: {header: X-Request-Id}\n")
+	for range 3 {
+		require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "X-Request-Id", "r1", "Idempotency-Key", "x").status)
+	}
+	assert.Equal(t, uint64(1), ta.keyTotal("per-ip", "127.0.0.1"))
+	for range 2 {
+		require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "Idempotency-Key", "r2").status)
+	}
+	assert.Equal(t, uint64(3), ta.keyTotal("per-ip", "127.0.0.1"), "the default header means nothing now")
+
+	off := startApp(t, proxyYAML(up.URL, "", rules)+"idempotency: {header: ''}\n")
+	for range 2 {
+		require.Equal(t, http.StatusOK, off.proxy("GET", "/", "Idempotency-Key", "r1").status)
+	}
+	assert.Equal(t, uint64(2), off.keyTotal("per-ip", "127.0.0.1"), "no header: no idempotency keys")
+}
+
+func TestIdempotencyForwardAuth(t *testing.T) {
+	ta := startApp(t, forwardAuthYAML("127.0.0.1", "  - {name: per-client, limit: 1, window: 1m}\n", ""))
+	hdr := fwdHeaders("POST", "/pay", "203.0.113.9", "Idempotency-Key", "k1")
+	for i := range 3 {
+		r := ta.fa("GET", "/", hdr...)
+		require.Equal(t, http.StatusOK, r.status, "try %d: %s", i, r.body)
+		if i > 0 {
+			assert.Equal(t, "true", r.header.Get("Geolimit-Idempotent-Repeat"))
+		}
+	}
+	assert.Equal(t, uint64(1), ta.keyTotal("per-client", "203.0.113.9"))
+}
+
+func TestIdempotencyRLS(t *testing.T) {
+	ta := startApp(t, `
+listen: {api: "127.0.0.1:0", grpc: "127.0.0.1:0"}
+rules:
+  - {name: per-user, limit: 1, window: 1m}
+rls:
+  domains:
+    - domain: edge
+      descriptors:
+        - {entries: [user_id, idempotency_key], rule: per-user, idempotency_key: idempotency_key}
+`)
+	c, _ := rlsClient(t, ta)
+	for i := range 3 {
+		res := shouldRL(t, c, rlsReq("edge", desc("user_id", "u1", "idempotency_key", "op-1")))
+		assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode(), "try %d", i)
+		if i > 0 {
+			found := false
+			for _, h := range res.GetResponseHeadersToAdd() {
+				found = found || (h.GetKey() == "geolimit-idempotent-repeat" && h.GetValue() == "true")
+			}
+			assert.True(t, found, "try %d says it is a repeat", i)
+		}
+	}
+	assert.Equal(t, uint64(1), ta.keyTotal("per-user", "u1"), "the idempotency key's entry is not part of the key")
+	res := shouldRL(t, c, rlsReq("edge", desc("user_id", "u1", "idempotency_key", "op-2")))
+	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode())
+}
