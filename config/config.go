@@ -256,7 +256,7 @@ func DefaultConfig() *Config {
 			ShutdownTimeout:         Duration(10 * time.Second),
 		},
 		State:       State{Interval: Duration(DefaultStateInterval)},
-		Idempotency: Idempotency{Header: DefaultIdempotencyHeader, TTL: Duration(pop.DefaultIdempotencyTTL)},
+		Idempotency: Idempotency{TTL: Duration(pop.DefaultIdempotencyTTL)},
 	}
 }
 

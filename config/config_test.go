@@ -93,7 +93,7 @@ func TestDefaults(t *testing.T) {
 		Cost: 1, Scope: "global", Mode: "enforce", OnPartition: "keep", OnUnsure: "allow"}, r)
 	assert.NotSame(t, DefaultConfig(), DefaultConfig())
 
-	assert.Equal(t, Idempotency{Header: "Idempotency-Key", TTL: Duration(24 * time.Hour)}, c.Idempotency)
+	assert.Equal(t, Idempotency{TTL: Duration(24 * time.Hour)}, c.Idempotency)
 	assert.Equal(t, crdt.DefaultMaxKeys/4, c.Idempotency.MaxKeysOr(c.Limits), "max_keys 0: a quarter of limits.max_keys")
 	ic, err := Parse([]byte("idempotency: {header: X-Request-Id, ttl: 1h, max_keys: 5000}\nlimits: {max_keys: 100}"))
 	require.NoError(t, err)

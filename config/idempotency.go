@@ -8,8 +8,9 @@ import (
 	"github.com/geolimit/geolimit/pop"
 )
 
-// DefaultIdempotencyHeader is the default idempotency.header.
-const DefaultIdempotencyHeader = "Idempotency-Key"
+// IdempotencyHeader is the conventional header of idempotency keys, the
+// one to name in idempotency.header.
+const IdempotencyHeader = "Idempotency-Key"
 
 // Idempotency configures idempotency keys: a request that names one is
 // decided once per (rule, key, idempotency key) within TTL, and a retry
@@ -20,8 +21,12 @@ type Idempotency struct {
 	// proxy mode, forward auth and the middleware (a request that sends it
 	// more than once is refused). The decision API reads the field
 	// idempotency_key instead, and the rate limit service the descriptor
-	// entry named by rls descriptors' idempotency_key. Default
-	// "Idempotency-Key"; empty: those front ends read none.
+	// entry named by rls descriptors' idempotency_key. Empty, the default:
+	// those front ends read none. Name one (IdempotencyHeader,
+	// "Idempotency-Key", is the convention) only in front of an upstream
+	// that honours the key itself: a client that replays one key gets its
+	// remembered admission again without spending anything, and the
+	// request reaches the upstream.
 	Header string `yaml:"header"`
 	// TTL is how long a decision is remembered for its idempotency key. At
 	// most 720h. Default 24h.

@@ -140,9 +140,12 @@ func (n *Node) repeat(now int64, c *Check, v crdt.Verdict, res *Result) {
 }
 
 // remember records verdict v as check c's decision (of ID id), unless the
-// check was skipped or the node could not judge it.
+// check was skipped, the node could not judge it, or it was denied: a
+// denial spends nothing, so a retry with the same key after Retry-After is
+// decided afresh (a remembered denial would hold the key's retries off for
+// the whole TTL).
 func (n *Node) remember(now int64, c *Check, id crdt.MemoID, res *Result, v crdt.Verdict) {
-	if res.Err != nil || !res.done || res.Unsure != UnsureNone {
+	if res.Err != nil || !res.done || res.Unsure != UnsureNone || v&crdt.VerdictAllowed == 0 {
 		return
 	}
 	r := c.Rule.r
@@ -272,19 +275,13 @@ func (n *Node) recallAll(now int64, cs []Check, res []Result) *allMemos {
 	return m
 }
 
-// rememberAll remembers, for each idempotent check of an all-or-nothing
-// request that is not a repeat, the request's outcome: a check's own
-// decision when the request is allowed (counted, or a shadow rule's), a
-// denial when it is denied (a shadow rule's check keeps its own). A request
-// denied because a check could not be judged (Decision.Unsure) remembers
-// nothing: a retry is decided again.
+// rememberAll remembers, for each idempotent check of an allowed
+// all-or-nothing request that is not a repeat, its decision (counted, or a
+// shadow rule's). A denied request remembers nothing: it spent nothing, and
+// a retry with the same keys is decided afresh.
 func (n *Node) rememberAll(now int64, cs []Check, res []Result, m *allMemos, allowed bool) {
 	if !allowed {
-		for i := range res {
-			if res[i].Err == nil && res[i].done && res[i].Unsure != UnsureNone {
-				return
-			}
-		}
+		return
 	}
 	for i := range cs {
 		if !m.idem[i] || res[i].Repeat {

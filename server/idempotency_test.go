@@ -36,13 +36,14 @@ func TestIdempotencyAPI(t *testing.T) {
 	assert.NotContains(t, res[1].(map[string]any), "repeat")
 	assert.Equal(t, uint64(2), ta.keyTotal("pay", "acct-1"))
 
-	// Spent: a new request is denied, and so is its retry; a repeat of the
-	// first request is still allowed.
+	// Spent: a new request is denied, and so is its retry, decided again (a
+	// denial is not remembered); a repeat of the first request is still
+	// allowed.
 	r = ta.post("/v1/check", `{"rule":"pay","key":"acct-1","idempotency_key":"charge-44"}`)
 	assert.Equal(t, http.StatusTooManyRequests, r.status)
 	r = ta.post("/v1/check", `{"rule":"pay","key":"acct-1","idempotency_key":"charge-44"}`)
 	assert.Equal(t, http.StatusTooManyRequests, r.status)
-	assert.Equal(t, true, r.json(t)["repeat"])
+	assert.NotContains(t, r.json(t), "repeat")
 	r = ta.post("/v1/check", `{"rule":"pay","key":"acct-1","idempotency_key":"charge-42"}`)
 	assert.Equal(t, http.StatusOK, r.status)
 
@@ -52,7 +53,7 @@ func TestIdempotencyAPI(t *testing.T) {
 
 	v, ok := metricValue(ta.scrape(), "geolimit_idempotent_repeats_total", "rule", "pay")
 	require.True(t, ok)
-	assert.Equal(t, 5.0, v)
+	assert.Equal(t, 4.0, v)
 }
 
 // TestIdempotencyProxy: through proxy mode, a retried request with the same
@@ -62,7 +63,7 @@ func TestIdempotencyProxy(t *testing.T) {
 	up := newUpstream(t)
 	ta := startApp(t, proxyYAML(up.URL, "", `
   - {name: per-ip, limit: 2, window: 1m, match: {path_prefix: /api}}
-`))
+`)+"idempotency: {header: Idempotency-Key}\n")
 	for i := range 4 {
 		r := ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-7")
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
@@ -81,8 +82,8 @@ func TestIdempotencyProxy(t *testing.T) {
 	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-9")
 	assert.Equal(t, http.StatusTooManyRequests, r.status)
 	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-9")
-	assert.Equal(t, http.StatusTooManyRequests, r.status, "a denied request's retry is denied")
-	assert.Equal(t, "true", r.header.Get("Geolimit-Idempotent-Repeat"))
+	assert.Equal(t, http.StatusTooManyRequests, r.status, "a denied request's retry is decided again: still spent")
+	assert.Empty(t, r.header.Get("Geolimit-Idempotent-Repeat"))
 	assert.Equal(t, 5, up.count())
 
 	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "a", "Idempotency-Key", "b")
@@ -103,17 +104,19 @@ func TestIdempotencyHeaderConfigured(t *testing.T) {
 	for range 2 {
 		require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "Idempotency-Key", "r2").status)
 	}
-	assert.Equal(t, uint64(3), ta.keyTotal("per-ip", "127.0.0.1"), "the default header means nothing now")
+	assert.Equal(t, uint64(3), ta.keyTotal("per-ip", "127.0.0.1"), "Idempotency-Key means nothing here")
 
-	off := startApp(t, proxyYAML(up.URL, "", rules)+"idempotency: {header: ''}\n")
+	// By default proxy mode reads no header: a client cannot pass free by
+	// replaying a key the upstream does not honour.
+	off := startApp(t, proxyYAML(up.URL, "", rules))
 	for range 2 {
 		require.Equal(t, http.StatusOK, off.proxy("GET", "/", "Idempotency-Key", "r1").status)
 	}
-	assert.Equal(t, uint64(2), off.keyTotal("per-ip", "127.0.0.1"), "no header: no idempotency keys")
+	assert.Equal(t, uint64(2), off.keyTotal("per-ip", "127.0.0.1"), "no header by default: no idempotency keys")
 }
 
 func TestIdempotencyForwardAuth(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", "  - {name: per-client, limit: 1, window: 1m}\n", ""))
+	ta := startApp(t, forwardAuthYAML("127.0.0.1", "  - {name: per-client, limit: 1, window: 1m}\n", "idempotency: {header: Idempotency-Key}"))
 	hdr := fwdHeaders("POST", "/pay", "203.0.113.9", "Idempotency-Key", "k1")
 	for i := range 3 {
 		r := ta.fa("GET", "/", hdr...)
