@@ -56,9 +56,13 @@ type Core struct {
 	// relayLater are the PoPs that asked for a sync whose relay of the
 	// former epochs held waits for relayTAT: one such relay per
 	// SyncInterval, whoever asks (relay.go).
-	relayLater  map[crdt.PoPID]bool
-	relayTAT    int64
-	hasExpected bool
+	relayLater map[crdt.PoPID]bool
+	// waitingSince is when each PoP in relayLater first waited: the paced
+	// relay serves the longest waiting first, so that one that keeps
+	// asking never starves the others.
+	waitingSince map[crdt.PoPID]int64
+	relayTAT     int64
+	hasExpected  bool
 
 	partitioned []crdt.PoPID
 	partVersion uint64
@@ -138,15 +142,16 @@ func New(cfg Config) (*Core, error) {
 		return nil, errors.New("repl: config: node incarnation must not be 0")
 	}
 	c := &Core{
-		cfg:        cfg,
-		node:       cfg.Node,
-		self:       self,
-		selfPoP:    self.PoPID,
-		name:       MemberName(self),
-		peers:      newPeerTable(),
-		relayTo:    map[crdt.PoPID]bool{},
-		relayLater: map[crdt.PoPID]bool{},
-		markTo:     map[crdt.PoPID]bool{},
+		cfg:          cfg,
+		node:         cfg.Node,
+		self:         self,
+		selfPoP:      self.PoPID,
+		name:         MemberName(self),
+		peers:        newPeerTable(),
+		relayTo:      map[crdt.PoPID]bool{},
+		relayLater:   map[crdt.PoPID]bool{},
+		waitingSince: map[crdt.PoPID]int64{},
+		markTo:       map[crdt.PoPID]bool{},
 	}
 	c.startStartup()
 	for _, p := range cfg.expectedPoPs() {

@@ -38,6 +38,7 @@ func (c *Core) checkPeers(now int64) {
 			c.peers.del(id)
 			delete(c.relayTo, id)
 			delete(c.relayLater, id)
+			delete(c.waitingSince, id)
 			delete(c.markTo, id)
 			c.stats.ForgottenPoPs++
 			continue

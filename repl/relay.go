@@ -13,8 +13,12 @@ import (
 // PeerTimeout and epoch of the target (each time it asks, at most once per
 // coalescing interval). A relay of other PoPs' former epochs to a PoP that
 // asked is paced like the re-send of the owned totals: one per
-// SyncInterval, whoever asks, PoPs with a traffic share first; the others
-// wait in relayLater.
+// SyncInterval, whoever asks: PoPs with a traffic share first, and among
+// them the one that has waited longest (so that one that keeps asking
+// never starves the others); the others wait in relayLater. What this node
+// holds of the asking PoP's own former epochs (a restarted PoP's counts) is
+// not paced: it goes at once, once per epoch of that PoP, bounded by what
+// that PoP sent.
 func (c *Core) relay(now int64) {
 	if !c.cfg.Relay || !c.cfg.GlobalLink {
 		clear(c.relayTo)
@@ -30,10 +34,19 @@ func (c *Core) relay(now int64) {
 	for id := range targets {
 		ids = append(ids, id)
 	}
+	since := func(id crdt.PoPID) int64 {
+		if at, ok := c.waitingSince[id]; ok {
+			return at
+		}
+		return now
+	}
 	sort.Slice(ids, func(i, j int) bool {
 		si, sj := c.standing(ids[i]), c.standing(ids[j])
 		if si != sj {
 			return si
+		}
+		if wi, wj := since(ids[i]), since(ids[j]); wi != wj {
+			return wi < wj
 		}
 		return ids[i].Less(ids[j])
 	})
@@ -60,8 +73,19 @@ func (c *Core) relay(now int64) {
 		paced := asked && held.formerKnown // other PoPs' former epochs go
 		if paced && now < c.relayTAT {
 			c.relayLater[id] = true
+			if _, ok := c.waitingSince[id]; !ok {
+				c.waitingSince[id] = now
+			}
 			c.stats.RelaysDeferred++
-			continue
+			// Its own former epochs go now, once per epoch of it (a
+			// restarted PoP is never queued for its own counts); the rest
+			// waits its turn.
+			paced, asked = false, false
+			if !held.holdsFormer(c, id, false) || (p.relayed && p.relayedTo == p.epoch) {
+				continue
+			}
+		} else {
+			delete(c.waitingSince, id)
 		}
 		p.relayed, p.relayedAt, p.relayedTo = true, now, p.epoch
 		if !held.holdsFormer(c, id, asked) {
