@@ -29,24 +29,30 @@ import (
 // MemoID identifies a remembered decision within its rule (MemoIDOf).
 type MemoID [16]byte
 
-// maxMemoInput is the most bytes of key and idempotency key MemoIDOf hashes
-// without allocating: MaxKeyLen each.
-const maxMemoInput = 2 + MaxKeyLen + 2 + MaxKeyLen
+// maxMemoInput is the most bytes MemoIDOf hashes without allocating: a
+// key and an idempotency key of MaxKeyLen each, a cost and a tier of
+// MaxKeyLen.
+const maxMemoInput = 2 + MaxKeyLen + 2 + MaxKeyLen + 8 + 2 + MaxKeyLen
 
-// MemoIDOf returns the ID of key's decision under idempotency key idem.
-// Both are length-prefixed, so that no two pairs hash the same input. A key
-// or idempotency key longer than MaxKeyLen is hashed whole (with an
+// MemoIDOf returns the ID of key's decision under idempotency key idem for
+// a request of cost under tier: a retry that asks for more (a larger
+// cost, another tier) is another request, not a repeat. Every part is
+// length-prefixed or of fixed size, so that no two lists hash the same
+// input. Parts longer than MaxKeyLen are hashed whole (with an
 // allocation); callers keep them within it.
-func MemoIDOf(key, idem string) MemoID {
+func MemoIDOf(key, idem string, cost uint64, tier string) MemoID {
 	var buf [maxMemoInput]byte
 	b := buf[:0]
-	if len(key)+len(idem) > MaxKeyLen*2 {
-		b = make([]byte, 0, 4+len(key)+len(idem))
+	if n := 14 + len(key) + len(idem) + len(tier); n > maxMemoInput {
+		b = make([]byte, 0, n)
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(min(len(key), 0xffff)))
 	b = append(b, key...)
 	b = binary.BigEndian.AppendUint16(b, uint16(min(len(idem), 0xffff)))
 	b = append(b, idem...)
+	b = binary.BigEndian.AppendUint64(b, cost)
+	b = binary.BigEndian.AppendUint16(b, uint16(min(len(tier), 0xffff)))
+	b = append(b, tier...)
 	sum := sha256.Sum256(b)
 	return MemoID(sum[:16])
 }

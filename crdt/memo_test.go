@@ -17,7 +17,7 @@ func sampleMemos(rng *rand.Rand, n int) []Memo {
 	for i := 0; i < n; i++ {
 		out = append(out, Memo{
 			Rule:    rules[rng.IntN(len(rules))],
-			ID:      MemoIDOf("k"+strconv.Itoa(rng.IntN(100)), "idem-"+strconv.Itoa(rng.IntN(1000))),
+			ID:      MemoIDOf("k"+strconv.Itoa(rng.IntN(100)), "idem-"+strconv.Itoa(rng.IntN(1000)), 1, ""),
 			Until:   1_700_000_000_000_000_000 + rng.Int64N(1e12),
 			Verdict: Verdict(rng.IntN(4)),
 		})
@@ -41,13 +41,15 @@ func sameMemos(t *testing.T, want, got []Memo) {
 }
 
 func TestMemoIDOf(t *testing.T) {
-	assert.Equal(t, MemoIDOf("k", "i"), MemoIDOf("k", "i"), "deterministic: every node derives the same ID")
-	assert.NotEqual(t, MemoIDOf("ab", "c"), MemoIDOf("a", "bc"), "length-prefixed: the split between key and idempotency key counts")
-	assert.NotEqual(t, MemoIDOf("k", "i"), MemoIDOf("i", "k"))
+	assert.Equal(t, MemoIDOf("k", "i", 1, ""), MemoIDOf("k", "i", 1, ""), "deterministic: every node derives the same ID")
+	assert.NotEqual(t, MemoIDOf("ab", "c", 1, ""), MemoIDOf("a", "bc", 1, ""), "length-prefixed: the split between key and idempotency key counts")
+	assert.NotEqual(t, MemoIDOf("k", "i", 1, ""), MemoIDOf("i", "k", 1, ""))
+	assert.NotEqual(t, MemoIDOf("k", "i", 1, ""), MemoIDOf("k", "i", 3, ""), "a larger cost is another request")
+	assert.NotEqual(t, MemoIDOf("k", "i", 1, ""), MemoIDOf("k", "i", 1, "pro"), "so is another tier")
 	long := string(make([]byte, 3*MaxKeyLen))
-	assert.NotEqual(t, MemoIDOf(long, "a"), MemoIDOf(long, "b"), "oversized input is hashed whole")
+	assert.NotEqual(t, MemoIDOf(long, "a", 1, ""), MemoIDOf(long, "b", 1, ""), "oversized input is hashed whole")
 	key, idem := "203.0.113.7", "7c1f4a2e-5d7b-4f0e-9b1a-2f8e6c3d9a10"
-	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = MemoIDOf(key, idem) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = MemoIDOf(key, idem, 1, "") }))
 }
 
 func TestDeltaMemosRoundTrip(t *testing.T) {
@@ -180,7 +182,7 @@ func TestMemosMergeLaws(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 77))
 		var ops []Memo
 		for i := 0; i < 40; i++ {
-			ops = append(ops, Memo{Rule: strconv.Itoa(rng.IntN(3)), ID: MemoIDOf("k", strconv.Itoa(rng.IntN(6))),
+			ops = append(ops, Memo{Rule: strconv.Itoa(rng.IntN(3)), ID: MemoIDOf("k", strconv.Itoa(rng.IntN(6)), 1, ""),
 				Until: 1 + rng.Int64N(10), Verdict: Verdict(rng.IntN(4))})
 		}
 		key := func(o Memo) memoKey { return memoKey{RuleID(o.Rule[0] - '0'), o.ID} }
@@ -219,7 +221,7 @@ func TestMemosMergeLaws(t *testing.T) {
 
 func TestMemosExpiryDrainDrop(t *testing.T) {
 	m := NewMemos(100)
-	a, b := MemoIDOf("k", "a"), MemoIDOf("k", "b")
+	a, b := MemoIDOf("k", "a", 1, ""), MemoIDOf("k", "b", 1, "")
 	assert.Equal(t, MemoMerged, m.Put(0, 1, a, 100, VerdictAllowed, true))
 	assert.Equal(t, MemoMerged, m.Put(0, 1, b, 200, 0, false))
 	v, ok := m.Get(1, a, 99)
@@ -261,7 +263,7 @@ func TestMemosBoundEvictsOldestExpiring(t *testing.T) {
 			assert.Equal(t, max, m.Stats().Max)
 			rng := rand.New(rand.NewPCG(uint64(max), 1))
 			for i := 0; i < 5*max+50; i++ {
-				m.Put(0, 1, MemoIDOf("k", strconv.Itoa(i)), 1+rng.Int64N(1e6), VerdictAllowed, true)
+				m.Put(0, 1, MemoIDOf("k", strconv.Itoa(i), 1, ""), 1+rng.Int64N(1e6), VerdictAllowed, true)
 				require.LessOrEqual(t, m.Stats().Len, max)
 			}
 			st := m.Stats()
@@ -281,10 +283,10 @@ func TestMemosBoundEvictsOldestExpiring(t *testing.T) {
 		})
 	}
 	m := NewMemos(1)
-	m.Put(0, 1, MemoIDOf("k", "late"), 100, 0, false)
-	assert.Equal(t, MemoRefused, m.Put(0, 1, MemoIDOf("k", "early"), 50, 0, false), "would expire first")
-	assert.Equal(t, MemoMerged, m.Put(0, 1, MemoIDOf("k", "later"), 150, 0, false))
-	_, ok := m.Get(1, MemoIDOf("k", "late"), 0)
+	m.Put(0, 1, MemoIDOf("k", "late", 1, ""), 100, 0, false)
+	assert.Equal(t, MemoRefused, m.Put(0, 1, MemoIDOf("k", "early", 1, ""), 50, 0, false), "would expire first")
+	assert.Equal(t, MemoMerged, m.Put(0, 1, MemoIDOf("k", "later", 1, ""), 150, 0, false))
+	_, ok := m.Get(1, MemoIDOf("k", "late", 1, ""), 0)
 	assert.False(t, ok, "the memo expiring first was forgotten")
 	assert.Equal(t, MemoStats{Len: 1, Max: 1, Evicted: 1, Refused: 1}, m.Stats())
 }
@@ -301,7 +303,7 @@ func TestMemosMemoryBound(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	m := NewMemos(n)
 	for i := 0; i < 3*n; i++ {
-		m.Put(0, 1, MemoIDOf("k", strconv.Itoa(i)), int64(1+i), VerdictAllowed, true)
+		m.Put(0, 1, MemoIDOf("k", strconv.Itoa(i), 1, ""), int64(1+i), VerdictAllowed, true)
 	}
 	m.Drain(func(RuleID, MemoID, int64, Verdict) {})
 	runtime.GC()
@@ -314,7 +316,7 @@ func TestMemosMemoryBound(t *testing.T) {
 
 func TestMemosGetDoesNotAllocate(t *testing.T) {
 	m := NewMemos(0)
-	id := MemoIDOf("k", "i")
+	id := MemoIDOf("k", "i", 1, "")
 	m.Put(0, 1, id, 100, VerdictAllowed, false)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = m.Get(1, id, 0) }))
 }

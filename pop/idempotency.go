@@ -105,7 +105,7 @@ func verdictOf(d *Decision) crdt.Verdict {
 // recall returns the decision remembered for check c (which names an
 // idempotency key) at now, its memo's ID, and whether there is one.
 func (n *Node) recall(now int64, c *Check) (crdt.MemoID, crdt.Verdict, bool) {
-	id := crdt.MemoIDOf(c.Key, c.IdempotencyKey)
+	id := crdt.MemoIDOf(c.Key, c.IdempotencyKey, c.Cost, c.Tier)
 	v, ok := n.memos.Get(c.Rule.r.id, id, now)
 	return id, v, ok
 }
@@ -164,7 +164,10 @@ func (n *Node) applyMemos(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
 		return
 	}
 	rs := n.rules.Load()
-	bound := now + n.memoTTL + n.maxSkew
+	// A member's decision lasts no longer than one this node would take
+	// now: a later one would be evicted after this node's own when the
+	// table is full, and so could push them out.
+	bound := now + n.memoTTL
 	for i := range d.Memos {
 		m := &d.Memos[i]
 		r, ok := rs.byName[m.Rule]
@@ -174,6 +177,11 @@ func (n *Node) applyMemos(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
 			continue
 		case r.Scope == ScopeNode:
 			st.WrongScope++
+			continue
+		case m.Verdict&crdt.VerdictAllowed == 0:
+			// Only admissions are remembered: a member's denial would hold
+			// the key's retries off for the whole TTL.
+			st.BadEntry++
 			continue
 		case m.Until <= now:
 			st.Memos.Expired++
@@ -228,13 +236,17 @@ func (n *Node) liveMemos(rs *ruleSet, now int64) []crdt.Memo {
 }
 
 // Remembered returns whether a decision is remembered at now for key's
-// idempotency key idem under rule, and whether it allowed the request.
-func (n *Node) Remembered(now int64, rule, key, idem string) (allowed, ok bool) {
+// idempotency key idem under rule, for a request of cost (0: the rule's)
+// and tier, and whether it allowed the request.
+func (n *Node) Remembered(now int64, rule, key, idem string, cost uint64, tier string) (allowed, ok bool) {
 	r, found := n.rules.Load().get(rule)
 	if !found {
 		return false, false
 	}
-	v, ok := n.memos.Get(r.id, crdt.MemoIDOf(key, idem), now)
+	if cost == 0 {
+		cost = r.Cost
+	}
+	v, ok := n.memos.Get(r.id, crdt.MemoIDOf(key, idem, cost, tier), now)
 	return v&crdt.VerdictAllowed != 0, ok
 }
 

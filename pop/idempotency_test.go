@@ -295,29 +295,32 @@ func TestIdempotencyFlushSendsOnlyNewDecisions(t *testing.T) {
 
 // TestIdempotencyHostileMemos: what a member sends is bounded: an
 // unknown rule, a node-scope rule or a sender outside the PoP are refused,
-// a decision remembered too long is clamped to now + TTL + max skew, and
-// a flood of new decisions never holds more than the table's cap.
+// a denial is refused (only admissions are remembered), a decision
+// remembered too long is clamped to now + TTL, and a flood of new decisions
+// never holds more than the table's cap.
 func TestIdempotencyHostileMemos(t *testing.T) {
 	n := idemNode(t, "a", Config{MaxIdempotencyKeys: 100, IdempotencyTTL: time.Hour})
-	id := crdt.MemoIDOf("k", "i")
+	id := crdt.MemoIDOf("k", "i", 1, "")
 	member := crdt.Delta{Sender: replica("b", 1), SentAt: t0, Memos: []crdt.Memo{
 		{Rule: "nope", ID: id, Until: t0 + 1},
 		{Rule: "local", ID: id, Until: t0 + 1},
-		{Rule: "pay", ID: id, Until: t0 - 1},
+		{Rule: "pay", ID: id, Until: t0 - 1, Verdict: crdt.VerdictAllowed},
+		{Rule: "pay", ID: id, Until: t0 + int64(time.Minute)}, // a denial
 		{Rule: "pay", ID: id, Until: t0 + int64(1000*time.Hour), Verdict: crdt.VerdictAllowed},
 	}}
 	st := n.Apply(t0, &member, ScopePoP)
 	assert.Equal(t, 1, st.UnknownRule)
 	assert.Equal(t, 1, st.WrongScope)
+	assert.Equal(t, 1, st.BadEntry, "a denial")
 	assert.Equal(t, 1, st.Memos.Expired)
 	assert.Equal(t, 1, st.Memos.Merged)
 	assert.Equal(t, 1, st.Memos.Clamped)
-	bound := t0 + int64(time.Hour) + int64(n.MaxSkew())
-	allowed, ok := n.Remembered(bound-1, "pay", "k", "i")
+	bound := t0 + int64(time.Hour)
+	allowed, ok := n.Remembered(bound-1, "pay", "k", "i", 0, "")
 	assert.True(t, ok)
 	assert.True(t, allowed)
-	_, ok = n.Remembered(bound, "pay", "k", "i")
-	assert.False(t, ok, "clamped to now + ttl + max skew")
+	_, ok = n.Remembered(bound, "pay", "k", "i", 0, "")
+	assert.False(t, ok, "clamped to now + ttl")
 
 	foreign := crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, Memos: member.Memos}
 	assert.Equal(t, len(member.Memos), n.Apply(t0, &foreign, ScopePoP).WrongScope)
@@ -326,7 +329,7 @@ func TestIdempotencyHostileMemos(t *testing.T) {
 
 	flood := crdt.Delta{Sender: replica("b", 1)}
 	for i := range 5000 {
-		flood.Memos = append(flood.Memos, crdt.Memo{Rule: "pay", ID: crdt.MemoIDOf("k", strconv.Itoa(i)), Until: t0 + int64(time.Minute) + int64(i)})
+		flood.Memos = append(flood.Memos, crdt.Memo{Rule: "pay", ID: crdt.MemoIDOf("k", strconv.Itoa(i), 1, ""), Until: t0 + int64(time.Minute) + int64(i), Verdict: crdt.VerdictAllowed})
 	}
 	n.Apply(t0, &flood, ScopePoP)
 	assert.LessOrEqual(t, n.Stats().Memos.Len, 100)

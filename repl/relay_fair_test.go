@@ -7,11 +7,10 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 )
 
-// a restarted real PoP (eu/fra, counted) asks once for a sync; one
+// A restarted real PoP (eu/fra, counted) asks once for a sync; one
 // invented PoP whose ID sorts first (a/a), made "counted" by one count
-// entry, asks for a sync every SyncInterval. The paced relay always serves
-// a/a first (standing, then by ID), so fra never gets its own former epoch
-// back: it is starved for as long as the attacker keeps asking.
+// entry, asks every 50 ms. Served by ID it would starve fra for as long as
+// it kept asking; fra gets its own former epoch at once.
 func TestRelayNotStarvedByAPoPThatKeepsAsking(t *testing.T) {
 	const interval = 250 * time.Millisecond
 	c, now := syncVictim(t, 100, 100, interval)
@@ -64,10 +63,11 @@ func TestRelayNotStarvedByAPoPThatKeepsAsking(t *testing.T) {
 		time.Duration(now-asked), 20, c.Stats().RelaysDeferred, c.Stats().Relays)
 }
 
-// no attacker. A heal: 30 real PoPs with traffic (IDs sorting
-// before eu/fra) ask for a sync at once, and restarted eu/fra asks too. The
-// paced relay serves one PoP per SyncInterval in ID order, so fra waits 30
-// intervals (7.5s at the default 250ms), past the default startup_sync (5s).
+// No attacker. A heal: 30 real PoPs with traffic (IDs sorting before
+// eu/fra) ask for a sync at once, and restarted eu/fra asks too. Queued for
+// one paced relay per SyncInterval, fra would wait 30 intervals (7.5 s at
+// the default 250 ms), past the default startup_sync (5 s); its own former
+// epoch goes at once.
 func TestRelayOfARestartedPoPNotQueuedBehindAHeal(t *testing.T) {
 	const interval = 250 * time.Millisecond
 	c, now := syncVictim(t, 100, 100, interval)

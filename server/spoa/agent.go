@@ -202,6 +202,9 @@ type conn struct {
 	enc  encoder
 	msgs []message
 	args []arg
+	// briefs are the NOTIFY's answers in brief, for a full one that does
+	// not fit the frame.
+	briefs []brief
 	// idle: waiting for a frame to start; wake may then interrupt the
 	// read. Guarded by mu, so that no wake lands once a frame has started.
 	mu   sync.Mutex
@@ -459,8 +462,9 @@ func (c *conn) notify(f frame) error {
 		return protoErr(statusInvalid, "NOTIFY: %v", err)
 	}
 	c.enc.startFrame(typeAck, f.streamID, f.frameID)
+	c.briefs = c.briefs[:0]
 	for _, m := range c.msgs {
-		c.a.answer(&c.enc, m, c.peer)
+		c.briefs = append(c.briefs, c.a.answer(&c.enc, m, c.peer))
 	}
 	clear(c.msgs) // hold no frame bytes
 	clear(c.args)
@@ -468,7 +472,16 @@ func (c *conn) notify(f frame) error {
 	if err != nil || ok {
 		return err
 	}
-	// The answer does not fit the frame size HAProxy offered.
+	// The answer does not fit the frame size HAProxy offered. The messages
+	// were decided (and counted): say so briefly, without the RateLimit
+	// headers and the body.
+	c.enc.startFrame(typeAck, f.streamID, f.frameID)
+	for _, b := range c.briefs {
+		b.encode(&c.enc)
+	}
+	if ok, err = c.write(); err != nil || ok {
+		return err
+	}
 	c.enc.startFrame(typeAck, f.streamID, f.frameID)
 	c.enc.setVarInt(varStatus, 400)
 	c.enc.setVarString(varError, fmt.Sprintf("the answer does not fit in max-frame-size %d; raise HAProxy's tune.bufsize", c.max))
