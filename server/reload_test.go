@@ -92,7 +92,8 @@ func TestReloadOnFileChange(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return ta.post("/v1/check", `{"rule":"added","key":"k"}`).status != http.StatusNotFound
 	}, wait, poll, "the new rule")
-	assert.EqualValues(t, 1, ta.reloads("ok"))
+	// The rules are swapped before the reload is counted: wait for both.
+	require.Eventually(t, func() bool { return ta.reloads("ok") == 1 }, wait, poll, "the reload counted")
 	assert.EqualValues(t, 1, ta.keyTotal("r", "k"))
 
 	ta.writeConfig("rules: [{name: r, limit: 3, window: 1m}, {name: added, limit: 1, window: 1m, scope: planet}]\n")
