@@ -25,17 +25,21 @@ func sampleBlocks(rng *rand.Rand, n int) []Block {
 }
 
 // sameBlocks compares blocks ignoring order (Encode groups by rule).
-func sameBlocks(t *testing.T, want, got []Block) {
+func sameBlocks(t *testing.T, want, got []Block) { t.Helper(); sameMultiset(t, want, got) }
+
+// sameMultiset checks that got holds the items of want, as many times
+// each, in any order.
+func sameMultiset[T comparable](t *testing.T, want, got []T) {
 	t.Helper()
-	count := map[Block]int{}
-	for _, b := range want {
-		count[b]++
+	count := map[T]int{}
+	for _, x := range want {
+		count[x]++
 	}
-	for _, b := range got {
-		count[b]--
+	for _, x := range got {
+		count[x]--
 	}
-	for b, c := range count {
-		assert.Zero(t, c, "block %+v", b)
+	for x, c := range count {
+		assert.Zero(t, c, "%+v", x)
 	}
 }
 

@@ -26,19 +26,7 @@ func sampleMemos(rng *rand.Rand, n int) []Memo {
 }
 
 // sameMemos compares memos ignoring order (Encode groups by rule).
-func sameMemos(t *testing.T, want, got []Memo) {
-	t.Helper()
-	count := map[Memo]int{}
-	for _, m := range want {
-		count[m]++
-	}
-	for _, m := range got {
-		count[m]--
-	}
-	for m, c := range count {
-		assert.Zero(t, c, "memo %+v", m)
-	}
-}
+func sameMemos(t *testing.T, want, got []Memo) { t.Helper(); sameMultiset(t, want, got) }
 
 func TestMemoIDOf(t *testing.T) {
 	assert.Equal(t, MemoIDOf("k", "i", 1, ""), MemoIDOf("k", "i", 1, ""), "deterministic: every node derives the same ID")
