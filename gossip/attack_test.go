@@ -135,7 +135,16 @@ func TestAttackInventedPoPs(t *testing.T) {
 			st := victim.rep.Status()
 			assert.LessOrEqual(t, len(st.RemotePoPs), tc.maxPoPs, "at most MaxPoPs tracked")
 			// Silent for longer than the peer timeout, they still partition nothing.
-			time.Sleep(3 * opts.PeerTimeout / 2) // let them go silent: a duration of the protocol, not a poll
+			// Wait until every invented PoP still known has been silent for
+			// longer than the peer timeout, as the victim itself sees it.
+			require.Eventually(t, func() bool {
+				for _, rp := range victim.rep.RemotePoPs() {
+					if rp.PoPID != iad && rp.Age <= 3*opts.PeerTimeout/2 {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, poll, "the invented PoPs silent past the peer timeout")
 			assert.Empty(t, victim.rep.Partitioned())
 			assert.False(t, victim.node.Partition(time.Now().UnixNano()).Partitioned, "no share limits")
 			require.Eventually(t, func() bool {
