@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/config"
 )
 
 var (
@@ -76,4 +78,17 @@ func TestLinks(t *testing.T) {
 		}
 	}
 	assert.Greater(t, checked, 50, "links found")
+}
+
+// TestREADMEConfigs: every YAML block of the README is a config the daemon
+// accepts.
+func TestREADMEConfigs(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(b), -1)
+	require.NotEmpty(t, blocks)
+	for _, m := range blocks {
+		_, err := config.Parse([]byte(m[1]))
+		assert.NoError(t, err, "%s", m[1])
+	}
 }
