@@ -12,7 +12,7 @@ import (
 
 // DeltaVersion is the wire version Encode writes for counts. Decode also
 // reads version 1, which has no epoch (Delta.Epoch 0), version 3
-// (BlockVersion) and version 4 (MemoVersion).
+// (BlockVersion), version 4 (MemoVersion) and version 5 (InflightVersion).
 const DeltaVersion = 2
 
 // BlockVersion is the wire version of a message carrying penalty blocks
@@ -76,6 +76,9 @@ type Delta struct {
 	// Memos are remembered decisions (rule, ID, until, verdict), merged by
 	// MergeMemo; any replica may send any memo it holds.
 	Memos []Memo
+	// Inflight are the sender's own in-flight counts of concurrency rules
+	// (inflight.go), each with its version.
+	Inflight []Inflight
 }
 
 // Wire format (msgpack), entries grouped by rule with window offsets so an IPv4
@@ -147,12 +150,15 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 			return nil, fmt.Errorf("crdt: encode: memo rule name of %d bytes (want 1-%d)", len(e.Rule), MaxRuleNameLen)
 		}
 	}
+	if err := checkInflight(d); err != nil {
+		return nil, err
+	}
 	st := encoders.Get().(*encoder)
 	defer st.put()
 	var out [][]byte
 	buf, enc := &st.buf, st.enc
 	entries := d.Entries
-	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0) {
+	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0 && len(d.Inflight) == 0) {
 		n, rules := fit(len(entries), func(i int) (string, int) { return entries[i].Rule, len(entries[i].Key) },
 			headerBound, entryBound, groupBound, maxBytes)
 		buf.Reset()
@@ -166,7 +172,10 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encodeMemos(out, enc, buf, d, maxBytes)
+	if out, err = encodeMemos(out, enc, buf, d, maxBytes); err != nil {
+		return nil, err
+	}
+	return encodeInflight(out, enc, buf, d, maxBytes)
 }
 
 // encoder is a buffer and a msgpack encoder writing to it, reused across
@@ -305,6 +314,8 @@ type Decoder struct {
 	spans []span
 	// bspans are the blocks' keys in arena.
 	bspans []span
+	// ispans are the in-flight counts' keys in arena.
+	ispans []span
 	tmp    [MaxKeyLen]byte
 }
 
@@ -317,7 +328,7 @@ func NewDecoder() *Decoder {
 	return d
 }
 
-// Decode decodes one delta of version 1 to 4 into out (reusing
+// Decode decodes one delta of version 1 to 5 into out (reusing
 // out.Entries', out.Blocks' and out.Memos' storage; a version 1 delta has Epoch 0). Hostile
 // input (truncated, wrong types, huge length prefixes, a wrong version,
 // trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
@@ -333,13 +344,16 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	d.arena = d.arena[:0]
 	d.spans = d.spans[:0]
 	d.bspans = d.bspans[:0]
+	d.ispans = d.ispans[:0]
 	out.Entries = out.Entries[:0]
 	out.Blocks = out.Blocks[:0]
 	out.Memos = out.Memos[:0]
+	out.Inflight = out.Inflight[:0]
 	if err := d.decode(out); err != nil {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
 		out.Memos = out.Memos[:0]
+		out.Inflight = out.Inflight[:0]
 		if errors.Is(err, ErrDeltaVersion) || errors.Is(err, ErrDeltaMalformed) {
 			return err
 		}
@@ -349,6 +363,7 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
 		out.Memos = out.Memos[:0]
+		out.Inflight = out.Inflight[:0]
 		return fmt.Errorf("%w: %d trailing bytes", ErrDeltaMalformed, d.rd.Len())
 	}
 	keys := string(d.arena)
@@ -357,6 +372,9 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	}
 	for i, s := range d.bspans {
 		out.Blocks[i].Key = keys[s.off : s.off+s.n]
+	}
+	for i, s := range d.ispans {
+		out.Inflight[i].Key = keys[s.off : s.off+s.n]
 	}
 	return nil
 }
@@ -471,7 +489,7 @@ func (d *Decoder) decode(out *Delta) error {
 		return err
 	}
 	switch {
-	case v < 1 || v > MemoVersion:
+	case v < 1 || v > InflightVersion:
 		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
 	case fields != int(v)+3:
 		return malformed("version %d delta: array of %d elements", v, fields)
@@ -552,7 +570,12 @@ func (d *Decoder) decode(out *Delta) error {
 		}
 	}
 	if v >= MemoVersion {
-		return d.decodeMemos(out)
+		if err := d.decodeMemos(out); err != nil {
+			return err
+		}
+	}
+	if v >= InflightVersion {
+		return d.decodeInflight(out)
 	}
 	return nil
 }
