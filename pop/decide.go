@@ -113,6 +113,10 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		return ErrCostOverLimit
 	}
 	if r.guarded {
+		if r.Kind == Concurrency {
+			*d = Decision{}
+			return ErrConcurrencyRule
+		}
 		if g, done := n.guard(now, r, key); done {
 			*d = shadowed(r, g)
 			return nil

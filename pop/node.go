@@ -104,6 +104,10 @@ type Config struct {
 	// keys, about crdt.MemoBytesPerEntry bytes each; 0 means a quarter of
 	// MaxKeys (of crdt.DefaultMaxKeys when MaxKeys is 0).
 	MaxIdempotencyKeys int
+	// MaxLeases caps the leases of concurrency rules held (concurrency.go),
+	// about LeaseBytes each, and as many members' in-flight counts; 0
+	// means a quarter of MaxKeys (of crdt.DefaultMaxKeys when MaxKeys is 0).
+	MaxLeases int
 	// Seed, when non-zero, makes the node's store deterministic (see
 	// crdt.StoreConfig.Seed): the simulator sets it. Zero, for a node holding
 	// keys from the network, draws a random one.
@@ -152,6 +156,8 @@ type Node struct {
 
 	memos   *crdt.Memos // decisions remembered for idempotency keys (idempotency.go)
 	memoTTL int64
+
+	slots *slotTable // concurrency rules' leases and members' counts (concurrency.go)
 }
 
 // New returns a Node with cfg's rules.
@@ -193,6 +199,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxIdempotencyKeys == 0 {
 		cfg.MaxIdempotencyKeys = max(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)/4, 1)
 	}
+	if cfg.MaxLeases < 0 {
+		return nil, errors.New("pop: max leases: must not be negative")
+	}
+	if cfg.MaxLeases == 0 {
+		cfg.MaxLeases = max(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)/4, 1)
+	}
 	if cfg.HealHold == 0 {
 		cfg.HealHold = DefaultHealHold
 	}
@@ -207,6 +219,7 @@ func New(cfg Config) (*Node, error) {
 		blocks:  crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
 		memos:   crdt.NewMemos(cfg.MaxIdempotencyKeys),
 		memoTTL: int64(cfg.IdempotencyTTL),
+		slots:   newSlotTable(cfg.MaxLeases, cfg.Seed),
 	}
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
@@ -286,6 +299,7 @@ func (n *Node) Tick(now int64) {
 	n.store.Sweep(n.sweepIndex(now))
 	n.blocks.Sweep(now)
 	n.memos.Sweep(now)
+	n.slots.sweep(now)
 	refused := n.store.ReplicasRefused()
 	if (n.store.ReplicaCount() > forgetReplicasAt || refused != n.forgotRefused.Load()) &&
 		now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
@@ -321,13 +335,15 @@ type Stats struct {
 	// Memos are the table of decisions remembered for idempotency keys:
 	// its size, cap and evictions.
 	Memos crdt.MemoStats
+	// Slots are the concurrency rules' leases and counters.
+	Slots SlotStats
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	rs := n.rules.Load()
 	st := Stats{Store: n.store.Stats(), KeysByRule: map[string]int{}, Blocks: n.blocks.Len(), BlocksFull: n.blocks.Full(),
-		Memos: n.memos.Stats()}
+		Memos: n.memos.Stats(), Slots: n.slots.stats()}
 	for _, r := range rs.sorted {
 		st.KeysByRule[r.Name] = 0
 	}
