@@ -177,17 +177,11 @@ func (n *Node) applyInflight(now int64, d *crdt.Delta, via Scope, st *ApplyStats
 		switch {
 		case at >= 0 && e.peers[at].ver >= f.Version:
 			st.Inflight.Unchanged++
-		case at >= 0 && c == 0:
-			e.peers[at] = e.peers[len(e.peers)-1]
-			e.peers = e.peers[:len(e.peers)-1]
-			s.peers--
-			s.tidy(e)
-			st.Inflight.Merged++
 		case at >= 0:
+			// A zero stays as the sender's newest version until it lapses,
+			// so that an older count arriving late changes nothing.
 			e.peers[at] = peerCount{from: d.Sender, count: c, ver: f.Version, until: now + r.leaseTTL()}
 			st.Inflight.Merged++
-		case c == 0:
-			st.Inflight.Unchanged++ // nothing held of the sender: nothing to lower
 		case s.peers >= s.maxLeases:
 			st.Inflight.Refused++
 		default:
