@@ -104,6 +104,7 @@ func (n *Node) acquire(now int64, c *Check, cost uint64, take bool, res *Result)
 			s.leases[l.id] = l
 			e.leases = append(e.leases, l)
 			e.own += cost
+			s.byRule[r.id] += cost
 			s.changed(e)
 			s.st.Acquired++
 			res.Lease, res.Counted = Lease{l}, true
@@ -188,6 +189,22 @@ func (h RuleHandle) LeaseTTL() time.Duration {
 		return 0
 	}
 	return time.Duration(h.r.leaseTTL())
+}
+
+// InFlightByRule returns the slots this node's leases hold per
+// concurrency rule of the current table (0 for one holding none).
+func (n *Node) InFlightByRule() map[string]uint64 {
+	rs := n.rules.Load()
+	out := map[string]uint64{}
+	s := n.slots
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rs.sorted {
+		if r.Kind == Concurrency {
+			out[r.Name] = s.byRule[r.id]
+		}
+	}
+	return out
 }
 
 // SlotStats returns the slot table's size and counters.

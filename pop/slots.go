@@ -74,6 +74,8 @@ type slotTable struct {
 	refreshed int64
 	rng       *rand.ChaCha8
 	st        SlotStats
+	// byRule is the slots this node's leases hold, per rule.
+	byRule map[crdt.RuleID]uint64
 }
 
 // SlotStats are the slot table's size and counters.
@@ -96,7 +98,7 @@ func newSlotTable(maxLeases int, seed uint64) *slotTable {
 	} else if _, err := crand.Read(s[:]); err != nil {
 		panic("pop: no randomness for lease ids: " + err.Error()) // crypto/rand never fails on supported systems
 	}
-	return &slotTable{keys: map[slotKey]*slotEntry{}, leases: map[LeaseID]*lease{}, dirty: map[slotKey]struct{}{},
+	return &slotTable{keys: map[slotKey]*slotEntry{}, leases: map[LeaseID]*lease{}, dirty: map[slotKey]struct{}{}, byRule: map[crdt.RuleID]uint64{},
 		maxLeases: maxLeases, rng: rand.NewChaCha8(s)}
 }
 
@@ -148,6 +150,7 @@ func (s *slotTable) drop(l *lease) {
 	e.leases[last] = nil
 	e.leases = e.leases[:last]
 	e.own -= l.slots
+	s.byRule[e.k.rule] -= l.slots
 	l.idx = -1
 	delete(s.leases, l.id)
 	s.changed(e)
@@ -210,6 +213,7 @@ func (s *slotTable) dropRule(id crdt.RuleID) {
 		delete(s.keys, k)
 		delete(s.dirty, k)
 	}
+	delete(s.byRule, id)
 }
 
 func (s *slotTable) stats() SlotStats {

@@ -17,6 +17,8 @@ func (a *App) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", a.api.ServeCheck)
 	mux.HandleFunc("/v1/checks", a.api.ServeChecks)
+	mux.HandleFunc("/v1/acquire", a.api.ServeAcquire)
+	mux.HandleFunc("/v1/release", a.api.ServeRelease)
 	mux.HandleFunc("/v1/keys/{rule}/{key...}", a.api.ServeKey)
 	mux.HandleFunc("/v1/status", a.handleStatus)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {

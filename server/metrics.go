@@ -110,7 +110,7 @@ func newMetrics(a *App) *metrics {
 		},
 	})
 	build.Set(1)
-	a.reg.MustRegister(m.reloads, lat, m.upstreamErrors, unauth, build, &nodeCollector{a: a}, &guardCollector{a: a}, &idemCollector{a: a},
+	a.reg.MustRegister(m.reloads, lat, m.upstreamErrors, unauth, build, &nodeCollector{a: a}, &guardCollector{a: a}, &idemCollector{a: a}, &concCollector{a: a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -109,22 +109,29 @@ func (f *FrontEnds) Middleware(next http.Handler) http.Handler {
 	return f.middleware(next, f.met.LatencyMiddleware)
 }
 
-// middleware is Middleware, timing decisions with lat.
+// middleware is Middleware, timing decisions with lat. An allowed
+// request holds the slots of the concurrency rules that apply while next
+// serves it: they are given back when next returns, however the request
+// ends (the response written, the client gone, the upstream failed, a
+// panic).
 func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if f.limit(w, r, lat) {
-			next.ServeHTTP(w, r)
+		var held frontend.Held
+		if !f.limit(w, r, lat, &held) {
+			return
 		}
+		defer func() { held.Release(f.env.Node, f.env.Clock.Now()) }()
+		next.ServeHTTP(w, r)
 	})
 }
 
 // limit decides r as a request to the proxy listener and answers it when
 // it may not go on (400 for an ambiguous key header, 429 when denied). When
-// it may, limit sets the binding rule's RateLimit headers on w and returns
-// true.
-func (f *FrontEnds) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Observer) bool {
+// it may, limit sets the binding rule's RateLimit headers on w, puts the
+// concurrency slots taken in held and returns true.
+func (f *FrontEnds) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Observer, held *frontend.Held) bool {
 	start := time.Now()
 	rs := f.env.Rules.Load()
 	o := frontend.ProxiedOrigin(r, rs.Trusted)
-	return f.env.AnswerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat)
+	return f.env.HoldOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat, held)
 }
