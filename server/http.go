@@ -90,6 +90,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Overrides   int        `json:"overrides,omitempty"`
 		Tiers       []string   `json:"tiers,omitempty"`
 		DefaultTier string     `json:"default_tier,omitempty"`
+		// Kind and LeaseTTL of a concurrency rule (whose window is 0s).
+		Kind     string `json:"kind,omitempty"`
+		LeaseTTL string `json:"lease_ttl,omitempty"`
 	}
 	rules := []ruleOut{}
 	for _, cr := range a.rules.Load().List {
@@ -106,6 +109,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 			ro.Tiers = append(ro.Tiers, name)
 		}
 		slices.Sort(ro.Tiers)
+		if p.Kind == pop.Concurrency {
+			ro.Kind, ro.LeaseTTL = p.Kind.String(), p.LeaseTTL.String()
+		}
 		rules = append(rules, ro)
 	}
 	repl := ReplicationStatus{
