@@ -452,6 +452,13 @@ func (sc *Scenario) Validate() error {
 	if err != nil {
 		return err
 	}
+	for i, r := range rules {
+		if r.Kind == pop.Concurrency {
+			// The oracle judges admissions per window; requests in flight
+			// would need a hold time per request and an oracle of their own.
+			return fmt.Errorf("rules[%d].kind: concurrency is not simulated (the simulator replays request rates)", i)
+		}
+	}
 	byName := map[string]pop.Rule{}
 	for _, r := range rules {
 		byName[r.Name] = r
