@@ -351,3 +351,33 @@ func TestConcurrencyApplyDistrusts(t *testing.T) {
 	_, members, _ = b.InFlight(t0, "uploads", "z")
 	assert.Zero(t, members)
 }
+
+func TestConcurrencyRefreshAndAntiEntropy(t *testing.T) {
+	n := concNode(t, "a", Config{})
+	for _, k := range []string{"b", "a"} {
+		pin := chk(t, n, "uploads", k, 0)
+		pin.Pin = true
+		require.True(t, decideOne(t, n, t0, pin).Allowed)
+	}
+	first := n.Flush(t0, nil)
+	require.Len(t, first.Local.Inflight, 2)
+	assert.Empty(t, n.Flush(t0+1, nil).Local.Inflight, "nothing changed, no refresh due")
+	quarter := int64(30*time.Second) / 4
+	again := n.Flush(t0+quarter, nil)
+	require.Len(t, again.Local.Inflight, 2, "every own count again each quarter of the lease TTL")
+	assert.Equal(t, "a", again.Local.Inflight[0].Key, "sorted")
+	assert.Greater(t, again.Local.Inflight[0].Version, first.Local.Inflight[1].Version, "newer versions")
+	assert.Greater(t, again.Local.Inflight[1].Version, again.Local.Inflight[0].Version)
+
+	ae := n.AntiEntropy(t0+quarter+1, nil)
+	require.Len(t, ae.Local.Inflight, 2, "anti-entropy sends every own count that is not zero")
+	assert.Greater(t, ae.Local.Inflight[0].Version, again.Local.Inflight[1].Version)
+
+	// Alone in its PoP (local false): the change marks are cleared all the
+	// same, and nothing is built.
+	res := decideOne(t, n, t0, chk(t, n, "uploads", "c", 0))
+	require.True(t, res.Allowed)
+	b := n.FlushTo(t0+quarter+2, nil, false)
+	assert.Empty(t, b.Local.Inflight)
+	assert.Empty(t, n.Flush(t0+quarter+3, nil).Local.Inflight)
+}

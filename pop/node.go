@@ -39,6 +39,16 @@
 // Within one check the decision order (penalty box, partition share, fail
 // closed, admit, shadow) is written once, in decideRule (decide.go).
 //
+// A rule of Kind Concurrency limits requests in flight instead of a rate
+// (concurrency.go): its check, in the same DecideChecks call, acquires
+// slots and its Result carries a Lease, given back with Release or at the
+// rule's LeaseTTL; its pop-scope in-flight counts travel in Batch.Local
+// (inflight.go):
+//
+//	res := make([]pop.Result, 1)
+//	out, _ := n.DecideChecks(now, &pop.Request{Checks: []pop.Check{{Rule: uploads, Key: "k-123"}}}, res)
+//	if out.Allowed { defer n.Release(clk.Now(), res[0].Lease) }
+//
 // Near a limit a node spends only its share of the headroom while its own
 // admits are unseen by the others (the near-limit allowance, allowance.go):
 // the replication layer tells it the lag and the number of replicas
