@@ -37,6 +37,9 @@ type slotEntry struct {
 	peers []peerCount
 	// share: the rule is of pop scope, its own count goes to the members.
 	share bool
+	// one backs leases while the key holds one lease (most keys): no
+	// allocation of its own.
+	one [1]*lease
 }
 
 // peerCount is a member's in-flight count of a key.
@@ -180,6 +183,7 @@ func (s *slotTable) entry(k slotKey, create bool) *slotEntry {
 	e := s.keys[k]
 	if e == nil && create {
 		e = &slotEntry{k: k}
+		e.leases = e.one[:0]
 		s.keys[k] = e
 	}
 	return e

@@ -32,6 +32,9 @@ func (h *Held) take(c *Checks) {
 	}
 }
 
+// Empty reports whether no lease is held.
+func (h *Held) Empty() bool { return h.n == 0 }
+
 // Release gives back every lease held.
 func (h *Held) Release(n *pop.Node, now int64) {
 	for i := range h.n {

@@ -120,6 +120,10 @@ func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.
 		if !f.limit(w, r, lat, &held) {
 			return
 		}
+		if held.Empty() {
+			next.ServeHTTP(w, r)
+			return
+		}
 		defer func() { held.Release(f.env.Node, f.env.Clock.Now()) }()
 		next.ServeHTTP(w, r)
 	})
