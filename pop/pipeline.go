@@ -28,6 +28,11 @@ type Check struct {
 	// 0): of an all-or-nothing request, a probe that would be denied denies
 	// the request.
 	Probe bool
+	// Pin, for a concurrency rule, makes the lease acquired never expire:
+	// the caller holds it while the request is in flight and must release
+	// it (Node.Release) when it ends. Without Pin a lease ends at the
+	// rule's LeaseTTL unless released first.
+	Pin bool
 	// IdempotencyKey, when not empty, makes the check decided once per
 	// (rule, key, idempotency key) within the node's idempotency TTL: a
 	// check that names them again gets the same decision, counts nothing
@@ -35,11 +40,6 @@ type Check struct {
 	// MaxIdempotencyKeyLen bytes. A probe ignores it, and so does a check
 	// of a concurrency rule.
 	IdempotencyKey string
-	// Pin, for a concurrency rule, makes the lease acquired never expire:
-	// the caller holds it while the request is in flight and must release
-	// it (Node.Release) when it ends. Without Pin a lease ends at the
-	// rule's LeaseTTL unless released first.
-	Pin bool
 }
 
 // Combine says how DecideChecks joins a request's checks.
@@ -88,15 +88,15 @@ type Result struct {
 	// (and ShadowDenied) are that decision, nothing was counted, and the
 	// rest of the Decision is the key's as it stands.
 	Repeat bool
-	// Lease holds the slots a check of a concurrency rule acquired
-	// (concurrency.go): the caller gives them back with Node.Release.
-	// Zero for other checks, denied ones and probes.
-	Lease Lease
 	// peeked: Decision is an answer without counting; cum: the cost the
 	// check is judged with in the check phase of an all-or-nothing request.
 	peeked bool
 	done   bool
 	cum    uint64
+	// Lease holds the slots a check of a concurrency rule acquired
+	// (concurrency.go): the caller gives them back with Node.Release.
+	// Zero for other checks, denied ones and probes.
+	Lease Lease
 }
 
 // Outcome is what DecideChecks says of a request as a whole.
