@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -104,6 +105,29 @@ func TestConcurrencyAPI(t *testing.T) {
 	}
 	assert.EqualValues(t, 4, ta.decisions("uploads", "allowed"))
 	assert.EqualValues(t, 2, ta.decisions("uploads", "denied"))
+}
+
+// TestConcurrencyAPIShadow: a shadow rule with no slot free admits,
+// says so, and hands out no lease; /v1/status shows the rule's kind.
+func TestConcurrencyAPIShadow(t *testing.T) {
+	ta := startApp(t, "rules:\n  - {name: watch, kind: concurrency, limit: 1, mode: shadow, scope: node}\n")
+	first := ta.post("/v1/acquire", `{"rule":"watch","key":"k"}`).json(t)
+	assert.NotEmpty(t, first["lease"])
+	assert.Nil(t, first["shadow_denied"])
+	r := ta.post("/v1/acquire", `{"rule":"watch","key":"k"}`)
+	require.Equal(t, http.StatusOK, r.status, "a shadow rule never denies")
+	m := r.json(t)
+	assert.Equal(t, true, m["shadow_denied"])
+	assert.Nil(t, m["lease"], "no slot was free: none is held")
+	assert.EqualValues(t, 1, ta.inFlight("watch", "k"))
+
+	var st struct {
+		Rules []map[string]any `json:"rules"`
+	}
+	require.NoError(t, json.Unmarshal(ta.get("/v1/status").body, &st))
+	require.Len(t, st.Rules, 1)
+	assert.Equal(t, "concurrency", st.Rules[0]["kind"])
+	assert.Equal(t, "1m0s", st.Rules[0]["lease_ttl"])
 }
 
 // TestConcurrencyAPIToken: the lease endpoints are behind the API token.

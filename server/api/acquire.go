@@ -74,14 +74,17 @@ func (h *Handler) ServeAcquire(w http.ResponseWriter, r *http.Request) {
 	cr.Metrics.RecordResult(&res)
 	frontend.SetRateLimitHeaders(w.Header(), cr, *d, 0)
 	b := frontend.AppendResultObj((*bp)[:0], cr, key, *d, false)
+	b = b[:len(b)-1] // reopen the object
 	if res.Lease.Held() {
-		b = b[:len(b)-1]
 		b = append(b, `,"lease":"`...)
 		b = append(b, res.Lease.ID().String()...)
 		b = append(b, `","expires_ms":`...)
 		b = strconv.AppendInt(b, frontend.CeilDiv(res.Lease.Until()-now, int64(time.Millisecond)), 10)
-		b = append(b, '}')
 	}
+	if d.ShadowDenied {
+		b = append(b, `,"shadow_denied":true`...)
+	}
+	b = append(b, '}')
 	b = append(b, '\n')
 	*bp = b
 	w.Header()[frontend.HContentType] = frontend.JSONType
