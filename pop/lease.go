@@ -3,7 +3,6 @@ package pop
 import (
 	"encoding/hex"
 	"errors"
-	"time"
 )
 
 // LeaseID identifies a lease: 128 bits from a cryptographically secure
@@ -180,15 +179,6 @@ func (n *Node) ReleaseResults(now int64, res []Result) {
 			n.Release(now, res[i].Lease)
 		}
 	}
-}
-
-// LeaseTTL returns the rule's lease TTL (DefaultLeaseTTL when it names
-// none); 0 for a rate rule.
-func (h RuleHandle) LeaseTTL() time.Duration {
-	if h.r == nil || h.r.Kind != Concurrency {
-		return 0
-	}
-	return time.Duration(h.r.leaseTTL())
 }
 
 // InFlightByRule returns the slots this node's leases hold per
