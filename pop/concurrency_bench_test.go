@@ -2,6 +2,7 @@ package pop
 
 import (
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -45,6 +46,34 @@ func BenchmarkConcurrency(b *testing.B) {
 				b.Fatal(err, out.Allowed)
 			}
 			n.ReleaseResults(now, res)
+		}
+	})
+}
+
+// BenchmarkConcurrencyParallel is acquire-release from every core at
+// once, on distinct keys: the slot table's one lock is shared.
+func BenchmarkConcurrencyParallel(b *testing.B) {
+	rules := []Rule{{Name: "conc", Kind: Concurrency, Limit: 100, Cost: 1, Scope: ScopePoP}}
+	n, err := New(Config{Self: replica("a", 1), Rules: rules})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, 4096)
+	for i := range keys {
+		keys[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+	}
+	conc, _ := n.Handle("conc")
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1)) * 997
+		var res Result
+		for pb.Next() {
+			i++
+			if err := n.DecideCheck(t0, Check{Rule: conc, Key: keys[i%len(keys)], Pin: true}, &res); err != nil || !res.Allowed {
+				b.Fatal(err, res.Allowed)
+			}
+			n.Release(t0, res.Lease)
 		}
 	})
 }

@@ -381,3 +381,36 @@ func TestConcurrencyRefreshAndAntiEntropy(t *testing.T) {
 	assert.Empty(t, b.Local.Inflight)
 	assert.Empty(t, n.Flush(t0+quarter+3, nil).Local.Inflight)
 }
+
+func TestConcurrencyReload(t *testing.T) {
+	n := concNode(t, "a", Config{})
+	res := decideOne(t, n, t0, chk(t, n, "uploads", "k", 0))
+	require.True(t, res.Allowed)
+
+	// A new limit keeps the leases held.
+	rules := concRules()
+	rules[0].Limit = 1
+	require.NoError(t, n.SetRules(rules))
+	assert.False(t, decideOne(t, n, t0, chk(t, n, "uploads", "k", 0)).Allowed, "the lease still holds the one slot")
+	require.True(t, n.Release(t0, res.Lease))
+	res = decideOne(t, n, t0, chk(t, n, "uploads", "k", 0))
+	require.True(t, res.Allowed)
+
+	// A removed rule's leases go once its retired state is dropped; a
+	// release of one then gives back nothing.
+	require.NoError(t, n.SetRules(rules[1:]))
+	n.Tick(t0 + 1)
+	n.Tick(t0 + 2)
+	assert.Zero(t, n.SlotStats().Leases)
+	assert.False(t, n.Release(t0+2, res.Lease))
+	_, _, ok := n.InFlight(t0+2, "uploads", "k")
+	assert.False(t, ok)
+
+	// A rate rule cannot become a concurrency rule's counts or leases: a
+	// changed kind is another rule.
+	rules[0].Kind, rules[0].Window, rules[0].LeaseTTL = Rate, time.Minute, 0
+	require.NoError(t, n.SetRules(rules))
+	d, err := n.Decide(t0+3, "uploads", "k", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+}
