@@ -169,6 +169,10 @@ type Traffic struct {
 	// Track is how many of the hottest keys the time series and the plot
 	// follow (default 1).
 	Track int `yaml:"track"`
+	// Hold is how long each admitted request of a concurrency rule's
+	// stream stays in flight, holding its slot (required for those
+	// streams, and the same for every stream of one rule; concurrency.go).
+	Hold time.Duration `yaml:"hold"`
 }
 
 // Change changes a stream's rate and/or shares from At on.
@@ -452,13 +456,6 @@ func (sc *Scenario) Validate() error {
 	if err != nil {
 		return err
 	}
-	for i, r := range rules {
-		if r.Kind == pop.Concurrency {
-			// The oracle judges admissions per window; requests in flight
-			// would need a hold time per request and an oracle of their own.
-			return fmt.Errorf("rules[%d].kind: concurrency is not simulated (the simulator replays request rates)", i)
-		}
-	}
 	byName := map[string]pop.Rule{}
 	for _, r := range rules {
 		byName[r.Name] = r
@@ -470,6 +467,9 @@ func (sc *Scenario) Validate() error {
 		if err := sc.Traffic[i].validate(names, byName, sc.Duration); err != nil {
 			return fmt.Errorf("traffic[%d].%w", i, err)
 		}
+	}
+	if err := sc.checkHolds(byName); err != nil {
+		return err
 	}
 	nodeNames := map[string]bool{}
 	for _, rg := range sc.Topology {
@@ -713,7 +713,9 @@ func (sc *Scenario) popRules(policy string) ([]pop.Rule, error) {
 	rules := append([]config.Rule(nil), sc.Rules...)
 	if policy != "" {
 		for i := range rules {
-			rules[i].OnPartition = policy
+			if rules[i].Kind != pop.Concurrency.String() { // which keeps its PoP's counts
+				rules[i].OnPartition = policy
+			}
 		}
 	}
 	return config.PopRules(rules)

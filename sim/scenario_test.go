@@ -88,7 +88,6 @@ func TestValidationErrors(t *testing.T) {
 		{"zero limit", "limit: 10,", "limit: 0,", "rules[0].limit: must be at least 1"},
 		{"bad scope", "window: 1s}", "window: 1s, scope: planet}", "rules[0].scope: unknown scope \"planet\""},
 		{"bad policy", "window: 1s}", "window: 1s, on_partition: panic}", "rules[0].on_partition: unknown partition policy \"panic\""},
-		{"concurrency rule", "limit: 10, window: 1s}", "limit: 10, kind: concurrency}", "rules[0].kind: concurrency is not simulated"},
 		{"duplicate PoP", "{region: us, pops: [{name: iad, nodes: 1}]}", "{region: us, pops: [{name: ams, nodes: 1}]}", "topology[1].pops[0].name: \"ams\" already names a PoP"},
 		{"no nodes", "{name: iad, nodes: 1}", "{name: iad, nodes: 0}", "topology[1].pops[0].nodes: must be 1-1000"},
 		{"negative duration", "duration: 10s", "duration: -10s", "duration: must be positive"},
