@@ -439,11 +439,11 @@ func (a *App) Start(ctx context.Context) (err error) {
 	default:
 		// nats.embedded.config_file is read again here: it may have changed
 		// since the config was validated, and it is checked again.
-		opts := a.cfg.EmbeddedOptions()
+		opts := natsembed.FromConfig(a.cfg)
 		opts.ServerName = a.opts.Self.Region + "-" + a.opts.Self.PoP + "-" + a.opts.Self.Node
 		opts.Logger = a.log.With("component", "nats")
 		if a.nats, err = natsembed.Start(opts); err != nil {
-			return fmt.Errorf("server: embedded nats: %w", config.EmbeddedError(err))
+			return fmt.Errorf("server: embedded nats: %w", natsembed.ConfigError(err))
 		}
 		a.natsURL = a.nats.ClientURL()
 		a.log.Info("embedded nats-server started", "url", a.natsURL, "gateway", a.nats.GatewayURL())
