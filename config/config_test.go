@@ -295,3 +295,15 @@ func TestContainerConfigs(t *testing.T) {
 	assert.True(t, c.API.Insecure)
 	assert.Equal(t, Demo().Rules, c.Rules)
 }
+
+// Without package natsembed linked (as in this test binary), nats.embedded
+// is checked only for its form: the checks against nats-server come with
+// the server that would run it (RegisterEmbeddedCheck).
+func TestEmbeddedCheckComesWithTheServer(t *testing.T) {
+	require.Nil(t, embeddedCheck, "config's tests do not link natsembed")
+	_, err := Parse([]byte("nats: {embedded: {listen: '0.0.0.0:4222'}}"))
+	require.NoError(t, err)
+	_, err = Parse([]byte("nats: {embedded: {listen: 'nowhere'}}"))
+	require.Error(t, err, "the form is checked")
+	assert.Contains(t, err.Error(), "nats.embedded.listen: ")
+}

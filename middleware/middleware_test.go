@@ -103,9 +103,6 @@ func TestHeadersAndDenial(t *testing.T) {
 	o := s.get(t, "/other")
 	assert.Equal(t, http.StatusOK, o.status)
 	assert.Empty(t, o.header.Get("RateLimit-Policy"))
-	// The embedded App opens no listener of its own.
-	assert.Nil(t, s.lim.App().APIAddr())
-	assert.Nil(t, s.lim.App().ProxyAddr())
 }
 
 func TestANDSpendsNothingOnDeny(t *testing.T) {
@@ -207,6 +204,17 @@ func TestNewAppliesDefaultsAndValidates(t *testing.T) {
 	assert.True(t, strings.Contains(err.Error(), "rules[0]"), err.Error())
 	_, err = middleware.New(nil)
 	require.Error(t, err)
+}
+
+// A Limiter starts no NATS server: NATS enabled needs nats.url, and the
+// error says so.
+func TestNATSNeedsURL(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Rules = []config.Rule{rule("r", "/", 1)}
+	_, err := middleware.New(cfg)
+	require.ErrorIs(t, err, middleware.ErrNoNATSURL)
+	assert.Contains(t, err.Error(), "nats.url")
+	assert.Contains(t, err.Error(), "nats.disabled")
 }
 
 // Two Limiters in two PoPs linked by a NATS server share a global count.

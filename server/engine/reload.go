@@ -1,7 +1,7 @@
 // Reloading the config: the file watcher, SIGHUP (Reload) and what a
 // reload applies without a restart.
 
-package server
+package engine
 
 import (
 	"context"
@@ -108,13 +108,13 @@ func (a *App) watchLoop(ctx context.Context) {
 // change to them is logged.
 func (a *App) Reload() error {
 	if a.opts.ConfigPath == "" {
-		return errors.New("server: reload: no config file")
+		return errors.New("engine: reload: no config file")
 	}
 	b, err := os.ReadFile(a.opts.ConfigPath)
 	if err != nil {
 		a.met.reloads.WithLabelValues("failed").Inc()
 		a.log.Error("config reload failed; keeping the old config", "err", err)
-		return fmt.Errorf("server: reload: %w", err)
+		return fmt.Errorf("engine: reload: %w", err)
 	}
 	return a.reloadBytes(b, "reload")
 }
@@ -155,10 +155,8 @@ func (a *App) apply(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if au == nil {
-		// Listeners move only at restart: the running ones decide whether
-		// the tokens may go, whatever the new file says of listen.*.
-		if err := a.needTokens(); err != nil {
+	if check := a.opts.CheckReload; check != nil {
+		if err := check(cfg, au); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"errors"
@@ -67,7 +67,7 @@ func (a *App) loadState() error {
 	case errors.Is(err, statefile.ErrNotRegular):
 		s.loads.WithLabelValues("failed").Inc()
 		s.path = "" // nothing is written over it at shutdown either
-		return fmt.Errorf("server: state.file: %w", err)
+		return fmt.Errorf("engine: state.file: %w", err)
 	case errors.Is(err, fs.ErrNotExist):
 		s.loads.WithLabelValues("absent").Inc()
 		a.log.Info("no state file yet; starting without former counts", "path", s.path)
