@@ -105,7 +105,7 @@ func checkRequest(key string, cost uint64) error {
 //  5. a shadow rule's denial becomes an admission that says so.
 //
 // A rule switched off at run time (modes.go) stops after 1: allowed,
-// nothing counted (Decision.Off); the mode set at run time is read once.
+// nothing counted (Decision.Off).
 //
 // Results go through pointers on this path: a returned struct is copied
 // with wide loads of its narrow stores, which stalls on store forwarding,
@@ -119,8 +119,7 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		*d = Decision{}
 		return ErrCostOverLimit
 	}
-	m := r.mode()
-	if m == Off {
+	if r.off() {
 		*d = Decision{Allowed: true, Off: true, Limit: r.Limit, Remaining: r.Limit}
 		return nil
 	}
@@ -155,7 +154,7 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 	if r.guarded {
 		n.afterGuard(now, r, key, count, d)
 	}
-	if !d.Allowed && m == Shadow {
+	if !d.Allowed && r.mode() == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
 	return nil

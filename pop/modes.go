@@ -80,6 +80,10 @@ func (r *ruleState) mode() Mode {
 	return r.Mode
 }
 
+// off reports whether the rule is switched off: one atomic load and a
+// compare, on every decision.
+func (r *ruleState) off() bool { return r.override.Load() == uint32(crdt.RuleModeOff) }
+
 // setOverride applies write m (of the rule's name) to the rule.
 func (r *ruleState) setOverride(m crdt.RuleMode) { r.override.Store(uint32(m.Mode)) }
 
