@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 )
 
@@ -57,8 +60,9 @@ func ruleMode(t *testing.T, api, rule string) (mode, setBy string) {
 // links, and a PoP of two nodes on memberlist) behind an API token, sets a
 // rule's mode on one node and measures how long every other node takes to
 // decide in it (polling GET /v1/rules/api/mode every millisecond). Each
-// round must reach every node within a second. A region restarted without a
-// state file learns the mode in force from the others.
+// round must reach every node within a second. A PoP's NATS user cannot set
+// a mode in another PoP's name, and a region restarted without a state file
+// learns the mode in force from the others.
 func TestKillSwitchReachesThreeRegions(t *testing.T) {
 	rel := "examples/multi-region"
 	e := gossiptest.CopyExample(t, filepath.Join("..", "..", rel), rel)
@@ -158,6 +162,33 @@ func TestKillSwitchReachesThreeRegions(t *testing.T) {
 		code, body := authDo(t, http.MethodPost, ds["us-iad-1"].api+"/v1/check", `{"rule":"api","key":"198.51.100.9"}`)
 		require.Equal(t, http.StatusOK, code, body)
 		assert.Contains(t, body, `"off":true`)
+	}
+
+	// PoP eu/ams's NATS user may publish on its own subjects only; a mode
+	// message there that claims to come from ap/sin is dropped by every
+	// receiver. A message of its own sent after it (older, so that it would
+	// lose to the forged one) shows that the forged one was handled.
+	nc, err := nats.Connect("nats://"+e.Addr(t, "127.0.0.1:4222"), nats.UserInfo("eu-ams", "eu-ams-example-password"))
+	require.NoError(t, err)
+	defer nc.Close()
+	now := time.Now().UnixNano()
+	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	for _, d := range []crdt.Delta{
+		{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1},
+			Modes: []crdt.RuleMode{{Rule: "login", Mode: crdt.RuleModeOff, At: now, By: crdt.Replica{PoPID: crdt.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1}}}},
+		{Sender: crdt.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1},
+			Modes: []crdt.RuleMode{{Rule: "login", Mode: crdt.RuleModeShadow, At: now - int64(time.Second), By: crdt.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1}}}},
+	} {
+		msgs, err := crdt.Encode(&d, 0)
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish(gossip.DeltaSubject("", ams), msgs[0]))
+	}
+	require.NoError(t, nc.Flush())
+	for _, n := range []string{"us-iad-1", "ap-sin-1"} {
+		require.Eventually(t, func() bool {
+			m, by := ruleMode(t, ds[n].api, "login")
+			return m == "shadow" && by == "eu/ams/ams-9#1"
+		}, 10*time.Second, poll, "%s takes eu/ams's own message, not the forged one", n)
 	}
 
 	// ap/sin restarts without a state file: it learns the mode from the
