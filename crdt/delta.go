@@ -12,7 +12,7 @@ import (
 
 // DeltaVersion is the wire version Encode writes for counts. Decode also
 // reads version 1, which has no epoch (Delta.Epoch 0), version 3
-// (BlockVersion) and version 4 (MemoVersion).
+// (BlockVersion), version 4 (MemoVersion) and version 5 (ModeVersion).
 const DeltaVersion = 2
 
 // BlockVersion is the wire version of a message carrying penalty blocks
@@ -76,6 +76,9 @@ type Delta struct {
 	// Memos are remembered decisions (rule, ID, until, verdict), merged by
 	// MergeMemo; any replica may send any memo it holds.
 	Memos []Memo
+	// Modes are rules' modes set at run time (RuleMode), merged by
+	// MergeRuleMode; any replica may send any it holds.
+	Modes []RuleMode
 }
 
 // Wire format (msgpack), entries grouped by rule with window offsets so an IPv4
@@ -97,6 +100,7 @@ type Delta struct {
 //	  [[rule, [id, until, verdict, id, until, verdict, ...]], ...]]
 //
 // Encode writes version 4 only for memos, with no count or block groups.
+// Version 5 carries rule modes only (see ModeVersion).
 
 // entryBound is an upper bound of one encoded entry's size beyond its key.
 const entryBound = 3 + 9 + 9
@@ -152,7 +156,7 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	var out [][]byte
 	buf, enc := &st.buf, st.enc
 	entries := d.Entries
-	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0) {
+	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0 && len(d.Modes) == 0) {
 		n, rules := fit(len(entries), func(i int) (string, int) { return entries[i].Rule, len(entries[i].Key) },
 			headerBound, entryBound, groupBound, maxBytes)
 		buf.Reset()
@@ -166,7 +170,10 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encodeMemos(out, enc, buf, d, maxBytes)
+	if out, err = encodeMemos(out, enc, buf, d, maxBytes); err != nil {
+		return nil, err
+	}
+	return encodeModes(out, enc, buf, d, maxBytes)
 }
 
 // encoder is a buffer and a msgpack encoder writing to it, reused across
@@ -317,8 +324,8 @@ func NewDecoder() *Decoder {
 	return d
 }
 
-// Decode decodes one delta of version 1 to 4 into out (reusing
-// out.Entries', out.Blocks' and out.Memos' storage; a version 1 delta has Epoch 0). Hostile
+// Decode decodes one delta of version 1 to 5 into out (reusing
+// out.Entries', out.Blocks', out.Memos' and out.Modes' storage; a version 1 delta has Epoch 0). Hostile
 // input (truncated, wrong types, huge length prefixes, a wrong version,
 // trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
 // or ErrDeltaVersion; nothing is allocated by a length the input chooses
@@ -336,10 +343,12 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	out.Entries = out.Entries[:0]
 	out.Blocks = out.Blocks[:0]
 	out.Memos = out.Memos[:0]
+	out.Modes = out.Modes[:0]
 	if err := d.decode(out); err != nil {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
 		out.Memos = out.Memos[:0]
+		out.Modes = out.Modes[:0]
 		if errors.Is(err, ErrDeltaVersion) || errors.Is(err, ErrDeltaMalformed) {
 			return err
 		}
@@ -349,6 +358,7 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
 		out.Memos = out.Memos[:0]
+		out.Modes = out.Modes[:0]
 		return fmt.Errorf("%w: %d trailing bytes", ErrDeltaMalformed, d.rd.Len())
 	}
 	keys := string(d.arena)
@@ -471,9 +481,10 @@ func (d *Decoder) decode(out *Delta) error {
 		return err
 	}
 	switch {
-	case v < 1 || v > MemoVersion:
+	case v == ModeVersion && fields == 5:
+	case v < 1 || v > ModeVersion:
 		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
-	case fields != int(v)+3:
+	case v == ModeVersion || fields != int(v)+3:
 		return malformed("version %d delta: array of %d elements", v, fields)
 	}
 	if _, err := d.arrayLen(4, "sender"); err != nil {
@@ -501,6 +512,9 @@ func (d *Decoder) decode(out *Delta) error {
 		if out.Epoch, err = d.uint(); err != nil {
 			return err
 		}
+	}
+	if v == ModeVersion {
+		return d.decodeModes(out)
 	}
 	groups, err := d.arrayLen(-1, "groups")
 	if err != nil {

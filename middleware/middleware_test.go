@@ -246,6 +246,34 @@ func TestReplicationAcrossPoPs(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, b.get(t, "/").status)
 }
 
+// TestKillSwitchAcrossPoPs: a rule switched off through one Limiter's
+// engine lets every request through on the other PoP's Limiter too.
+func TestKillSwitchAcrossPoPs(t *testing.T) {
+	ns := gossiptest.StartNATS(t, nil)
+	mk := func(pop string) *served {
+		cfg := config.DefaultConfig()
+		cfg.Node = config.Node{ID: "n1", Region: "eu", PoP: pop}
+		cfg.NATS.URL = ns.ClientURL()
+		cfg.Rules = []config.Rule{rule("global", "/", 1)}
+		return serve(t, cfg)
+	}
+	a, b := mk("par"), mk("fra")
+	require.Equal(t, http.StatusOK, b.get(t, "/").status)
+	require.Equal(t, http.StatusTooManyRequests, b.get(t, "/").status)
+	_, err := a.lim.App().SetRuleMode("global", "bogus")
+	require.Error(t, err)
+	st, err := a.lim.App().SetRuleMode("global", "off")
+	require.NoError(t, err)
+	assert.Equal(t, "off", st.Mode)
+	require.Eventually(t, func() bool {
+		m, ok := b.lim.App().RuleMode("global")
+		return ok && m.Mode == "off"
+	}, 10*time.Second, 2*time.Millisecond, "the other PoP takes the mode")
+	for i := 0; i < 3; i++ {
+		assert.Equal(t, http.StatusOK, b.get(t, "/").status)
+	}
+}
+
 func TestReloadFromFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "edge.yaml")
 	write := func(limit int) {

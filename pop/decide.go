@@ -25,6 +25,10 @@ type Decision struct {
 	Blocked bool
 	// BlockStarted is set when this decision put the key in the penalty box.
 	BlockStarted bool
+	// Off is set when the rule was switched off at run time (modes.go):
+	// the request is allowed, nothing was read or counted, and the other
+	// fields but Limit and Remaining (the rule's limit) are zero.
+	Off bool
 	// Unsure says why a rule with DenyUnsure denied a request it could not
 	// judge (unsure.go); UnsureNone otherwise.
 	Unsure Unsure
@@ -100,6 +104,9 @@ func checkRequest(key string, cost uint64) error {
 //  4. a counted denial starts the key's block (penalty box);
 //  5. a shadow rule's denial becomes an admission that says so.
 //
+// A rule switched off at run time (modes.go) stops after 1: allowed,
+// nothing counted (Decision.Off).
+//
 // Results go through pointers on this path: a returned struct is copied
 // with wide loads of its narrow stores, which stalls on store forwarding,
 // and three such copies cost a decision more than its look-up in cache.
@@ -111,6 +118,10 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 	if cost > r.maxCostOf() {
 		*d = Decision{}
 		return ErrCostOverLimit
+	}
+	if r.off() {
+		*d = Decision{Allowed: true, Off: true, Limit: r.Limit, Remaining: r.Limit}
+		return nil
 	}
 	if r.guarded {
 		if g, done := n.guard(now, r, key); done {
@@ -128,7 +139,7 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		if u = n.admitWindow(&res, now, r, key, r.Limit, cost, modeOf(count, count)); u == UnsureNone {
 			// Field by field: a composite literal is built on the stack and copied.
 			d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
-			d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
+			d.Blocked, d.BlockStarted, d.Off, d.Unsure = false, false, false, UnsureNone
 			d.Limit, d.Remaining = r.Limit, res.Remaining
 			d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(res.RetryAfter)
 			d.Binding, d.Limits = 0, nil
@@ -143,7 +154,7 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 	if r.guarded {
 		n.afterGuard(now, r, key, count, d)
 	}
-	if !d.Allowed && r.Mode == Shadow {
+	if !d.Allowed && r.mode() == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
 	return nil
@@ -215,7 +226,7 @@ func (n *Node) admitWindow(res *crdt.AdmitResult, now int64, w *ruleState, key s
 // shadowed turns a shadow rule's denial into an admission that says it
 // would have denied.
 func shadowed(r *ruleState, d Decision) Decision {
-	if !d.Allowed && r.Mode == Shadow {
+	if !d.Allowed && r.mode() == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
 	return d

@@ -152,6 +152,8 @@ type Node struct {
 
 	memos   *crdt.Memos // decisions remembered for idempotency keys (idempotency.go)
 	memoTTL int64
+
+	modes modeTable // rules' modes set at run time (modes.go)
 }
 
 // New returns a Node with cfg's rules.

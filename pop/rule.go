@@ -51,11 +51,18 @@ const (
 	Enforce Mode = iota
 	// Shadow counts and reports what it would deny but always admits.
 	Shadow
+	// Off checks nothing: the rule admits every request, counts nothing
+	// and never binds. Only a mode set at run time (modes.go) is Off; a
+	// rule's own Mode is Enforce or Shadow.
+	Off
 )
 
 func (m Mode) String() string {
-	if m == Shadow {
+	switch m {
+	case Shadow:
 		return "shadow"
+	case Off:
+		return "off"
 	}
 	return "enforce"
 }

@@ -40,6 +40,9 @@ type ruleState struct {
 	dropped atomic.Bool
 	// wire is the window's name on the wire (Rule.WireName).
 	wire string
+	// override is the mode set at run time (modes.go), as a
+	// crdt.RuleMode's Mode: 0 for none, else the Mode plus one.
+	override atomic.Uint32
 	// clamp is the largest limit the window gives any key (Apply's clamp).
 	clamp uint64
 	// multi: several windows, overrides or tiers; decided by admitWindows
@@ -117,7 +120,7 @@ func (n *Node) SetRules(rules []Rule) error {
 			}
 		}
 	}
-	n.rules.Store(next)
+	n.storeRules(next) // with the modes set at run time
 	for id, o := range old.byID {
 		if !kept[id] {
 			n.retire(o)

@@ -349,6 +349,8 @@ func (a *App) Start(ctx context.Context, n NATS) (err error) {
 	a.every(ctx, a.opts.TickInterval, func() { a.node.Tick(a.clk.Now()) })
 	if a.state.path != "" {
 		a.every(ctx, a.state.every, func() { _ = a.saveState() }) // failures are logged and counted
+		a.loops.Add(1)
+		go a.saveOnModeChange(ctx) // modes.go
 	}
 	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
 		a.loops.Add(1)

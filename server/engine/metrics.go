@@ -22,7 +22,7 @@ type metrics struct {
 
 var (
 	descDecisions = prometheus.NewDesc("geolimit_decisions_total",
-		"Decisions by rule and result (allowed, denied, shadow_denied).", []string{"rule", "result"}, nil)
+		"Decisions by rule and result (allowed, denied, shadow_denied, off: admitted unchecked while the rule is switched off).", []string{"rule", "result"}, nil)
 	descActiveKeys = prometheus.NewDesc("geolimit_active_keys",
 		"Live keys per rule.", []string{"rule"}, nil)
 	descMaxKeys = prometheus.NewDesc("geolimit_store_max_keys",
@@ -81,7 +81,7 @@ func newMetrics(a *App) *metrics {
 		},
 	})
 	build.Set(1)
-	a.reg.MustRegister(m.reloads, lat, build, &nodeCollector{a: a}, &guardCollector{a: a}, &idemCollector{a: a},
+	a.reg.MustRegister(m.reloads, lat, build, &nodeCollector{a: a}, &guardCollector{a: a}, &idemCollector{a: a}, &modeCollector{a: a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -108,6 +108,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.Allowed.Load()), n, "allowed")
 		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.Denied.Load()), n, "denied")
 		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.ShadowDenied.Load()), n, "shadow_denied")
+		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.Off.Load()), n, "off")
 	}
 	st := c.a.node.Stats()
 	for rule, k := range st.KeysByRule {

@@ -25,12 +25,15 @@ type stateKeeper struct {
 	writes *prometheus.CounterVec // by result: ok, failed
 	loads  *prometheus.CounterVec // by result: ok, absent, corrupt, foreign, failed
 	mu     sync.Mutex             // one write at a time
+	// soon asks for a write now: a rule's mode was set here (modes.go).
+	soon chan struct{}
 }
 
 func newStateKeeper(a *App) *stateKeeper {
 	s := &stateKeeper{
 		path:  a.cfg.State.File,
 		every: a.cfg.State.Interval.D(),
+		soon:  make(chan struct{}, 1),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geolimit_state_writes_total",
 			Help: "Writes of state.file by result (ok, failed).",

@@ -105,6 +105,7 @@ func (c *Checks) Tally() {
 	type sum struct {
 		m                                      *RuleMetrics
 		allowed, denied, shadowDenied, repeats uint64
+		off                                    uint64 // admitted unchecked: the rule is off
 	}
 	var buf [8]sum
 	sums := buf[:0]
@@ -129,6 +130,8 @@ func (c *Checks) Tally() {
 			s.repeats++
 		}
 		switch {
+		case d.Off:
+			s.off++
 		case d.ShadowDenied:
 			s.shadowDenied++
 		case d.Allowed:
@@ -147,6 +150,9 @@ func (c *Checks) Tally() {
 		}
 		if s.shadowDenied > 0 {
 			s.m.ShadowDenied.Add(s.shadowDenied)
+		}
+		if s.off > 0 {
+			s.m.Off.Add(s.off)
 		}
 		if s.repeats > 0 {
 			s.m.Repeats.Add(s.repeats)

@@ -89,6 +89,9 @@ type keyPart struct {
 // long as a rule of that name exists.
 type RuleMetrics struct {
 	Allowed, Denied, ShadowDenied atomic.Uint64
+	// Off counts the requests admitted unchecked while the rule was
+	// switched off at run time (pop.Decision.Off).
+	Off atomic.Uint64
 	// Repeats counts the decisions that repeated one remembered for an
 	// idempotency key (pop.Result.Repeat), also counted as allowed or
 	// denied.
@@ -99,6 +102,8 @@ type RuleMetrics struct {
 // Record counts one decision.
 func (m *RuleMetrics) Record(d pop.Decision) {
 	switch {
+	case d.Off:
+		m.Off.Add(1)
 	case d.ShadowDenied:
 		m.ShadowDenied.Add(1)
 	case d.Allowed:
