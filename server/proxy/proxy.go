@@ -109,22 +109,27 @@ func (f *FrontEnds) Middleware(next http.Handler) http.Handler {
 	return f.middleware(next, f.met.LatencyMiddleware)
 }
 
-// middleware is Middleware, timing decisions with lat.
+// middleware is Middleware, timing decisions with lat. The node's load
+// shedder (frontend.Shedder) goes first: a shed request is answered 503
+// before any rule counts it; one that goes on stays counted in flight until
+// next returns (its response written, the client gone or the upstream
+// failed).
 func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if f.limit(w, r, lat) {
+		start := time.Now()
+		rs := f.env.Rules.Load()
+		o := frontend.ProxiedOrigin(r, rs.Trusted)
+		if sh := f.env.Shed; sh != nil {
+			if c := sh.Enter(&o); c != nil {
+				frontend.WriteShed(w, c)
+				return
+			}
+			defer sh.Exit()
+		}
+		// 400 for an ambiguous key header, 429 when denied; when it may go
+		// on, the binding rule's RateLimit headers are set on w.
+		if f.env.AnswerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat) {
 			next.ServeHTTP(w, r)
 		}
 	})
-}
-
-// limit decides r as a request to the proxy listener and answers it when
-// it may not go on (400 for an ambiguous key header, 429 when denied). When
-// it may, limit sets the binding rule's RateLimit headers on w and returns
-// true.
-func (f *FrontEnds) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Observer) bool {
-	start := time.Now()
-	rs := f.env.Rules.Load()
-	o := frontend.ProxiedOrigin(r, rs.Trusted)
-	return f.env.AnswerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat)
 }
