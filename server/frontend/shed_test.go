@@ -256,3 +256,19 @@ func BenchmarkShedGate(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkShedGateParallel is the gate from every core at once: the
+// requests in flight are one atomic counter shared by all.
+func BenchmarkShedGateParallel(b *testing.B) {
+	var s Shedder
+	s.Apply(fourClasses(1 << 20))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		o := origin("GET", "/cart", "shop")
+		for pb.Next() {
+			if s.Enter(o) == nil {
+				s.Exit()
+			}
+		}
+	})
+}
