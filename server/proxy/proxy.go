@@ -3,7 +3,10 @@
 // Caddy (listen.forward_auth) and the net/http middleware. Each turns the
 // request into an origin, classifies it into checks (one per applicable
 // rule) and lets the node's pipeline decide them all or nothing
-// (frontend.Env.AnswerOrigin).
+// (frontend.Env.AnswerOrigin). Proxy mode and the middleware first pass the
+// node's load shedder (frontend.Shedder): past its thresholds a request of a
+// low priority class is answered 503 before any rule sees it. Forward auth
+// sheds nothing: it holds no request in flight.
 package proxy
 
 import (
@@ -99,6 +102,7 @@ func (f *FrontEnds) Proxy(pc config.Proxy) (http.Handler, error) {
 // of its binding rule already set on w; a denied one is answered 429 with
 // Retry-After and a JSON body, and one that sends a header a rule keys on
 // more than once is answered 400. Reloaded rules apply to the next request.
+// The node's load shedder goes first (see middleware below).
 //
 // Middleware may be called before Start; the counts then wait for Start to
 // be replicated (and, without Start, are never forgotten by the tick loop).
