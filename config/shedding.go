@@ -27,6 +27,13 @@ type Shedding struct {
 	// RetryAfter is the Retry-After of a shed request's 503, in whole
 	// seconds rounded up (1s to 1h). Default 1s.
 	RetryAfter Duration `yaml:"retry_after"`
+	// TargetLatency, when set, sheds on slowness too: the shedder keeps a
+	// moving average of how long the requests that pass the rules take
+	// (arrival to the end of the response, the upstream's time included)
+	// and, while it is above TargetLatency, weighs the requests in flight by
+	// average / target against the thresholds. 0, the default: requests in
+	// flight alone. At most 1h.
+	TargetLatency Duration `yaml:"target_latency"`
 	// Classes are the priority classes, highest first (at most
 	// MaxShedClasses). A class with an empty match takes every request and
 	// must therefore be the last.
@@ -50,7 +57,7 @@ const (
 	MaxShedInFlight = 1 << 30
 	// DefaultShedRetryAfter is shedding.retry_after's default.
 	DefaultShedRetryAfter = time.Second
-	// maxShedRetryAfter caps shedding.retry_after.
+	// maxShedRetryAfter caps shedding.retry_after and target_latency.
 	maxShedRetryAfter = time.Hour
 )
 
@@ -63,6 +70,10 @@ func (s *Shedding) validate() error {
 		return fmt.Errorf("shedding.max_in_flight: must be 0 (off) or 2 to %d, got %d", MaxShedInFlight, s.MaxInFlight)
 	case s.RetryAfter <= 0 || time.Duration(s.RetryAfter) > maxShedRetryAfter:
 		return fmt.Errorf("shedding.retry_after: must be positive and at most %s, got %s", maxShedRetryAfter, s.RetryAfter)
+	case s.TargetLatency < 0 || time.Duration(s.TargetLatency) > maxShedRetryAfter:
+		return fmt.Errorf("shedding.target_latency: must be 0 (off) or positive and at most %s, got %s", maxShedRetryAfter, s.TargetLatency)
+	case s.TargetLatency > 0 && s.MaxInFlight == 0:
+		return fmt.Errorf("shedding.max_in_flight: required (2 to %d) when target_latency is set", MaxShedInFlight)
 	case len(s.Classes) > MaxShedClasses:
 		return fmt.Errorf("shedding.classes: at most %d classes, got %d", MaxShedClasses, len(s.Classes))
 	case s.MaxInFlight > 0 && len(s.Classes) < 2:

@@ -13,6 +13,7 @@ func TestParseShedding(t *testing.T) {
 shedding:
   max_in_flight: 512
   retry_after: 2s
+  target_latency: 250ms
   classes:
     - {name: critical, match: {path_prefix: /checkout}}
     - {name: writes, match: {methods: [POST, PUT, DELETE]}}
@@ -24,6 +25,7 @@ shedding:
 	assert.True(t, s.Enabled())
 	assert.Equal(t, 512, s.MaxInFlight)
 	assert.Equal(t, 2*time.Second, s.RetryAfter.D())
+	assert.Equal(t, 250*time.Millisecond, s.TargetLatency.D())
 	require.Len(t, s.Classes, 4)
 	assert.Equal(t, "writes", s.Classes[1].Name)
 	assert.Equal(t, []string{"POST", "PUT", "DELETE"}, s.Classes[1].Match.Methods)
@@ -52,6 +54,9 @@ func TestSheddingErrors(t *testing.T) {
 		{"bad method", "shedding: {max_in_flight: 10, classes: [{name: a, match: {methods: [get]}}, {name: b}]}", `shedding.classes[0].match.methods[0]: "get" is not an upper-case HTTP method`},
 		{"bad path prefix", "shedding: {max_in_flight: 10, classes: [{name: a, match: {path_prefix: api}}, {name: b}]}", `shedding.classes[0].match.path_prefix: "api" must start with '/'`},
 		{"catch-all not last", "shedding: {max_in_flight: 10, classes: [{name: a}, {name: b, match: {host: x}}]}", "shedding.classes[0].match: empty, it takes every request and shedding.classes[1] would never be reached; put it last"},
+		{"negative target latency", "shedding:\n  max_in_flight: 10\n  target_latency: -1s\n" + two, "shedding.target_latency: must be 0 (off) or positive and at most 1h0m0s, got -1s"},
+		{"target latency too long", "shedding:\n  max_in_flight: 10\n  target_latency: 2h\n" + two, "shedding.target_latency: must be 0 (off) or positive and at most 1h0m0s, got 2h0m0s"},
+		{"target latency without max", "shedding: {target_latency: 100ms}", "shedding.max_in_flight: required (2 to 1073741824) when target_latency is set"},
 		{"unknown field", "shedding: {max_in_flight: 10, level: 3}", "shedding.level: unknown field"},
 		{"unknown class field", "shedding: {max_in_flight: 10, classes: [{name: a, priority: 1}]}", "shedding.classes[0].priority: unknown field"},
 	}

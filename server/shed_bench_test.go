@@ -14,7 +14,8 @@ import (
 // without the shedder (the baseline), off without a shedding section (the
 // requests in flight still counted), idle
 // with shedding below its lowest threshold, loaded past it, where each
-// request is classified (and goes on: a GET among four classes). Run with
+// request is classified (and goes on: a GET among four classes), latency
+// the same with a target latency (each request's duration averaged). Run with
 // -count to alternate them.
 func BenchmarkMiddlewareShed(b *testing.B) {
 	const shedding = `
@@ -34,6 +35,7 @@ shedding:
 		{"off", "", 0},
 		{"idle", shedding, 0},
 		{"loaded", shedding, 300},
+		{"latency", shedding + "  target_latency: 100ms\n", 300}, // loaded, and each request averaged
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			a := benchApp(b, bc.yaml)

@@ -32,56 +32,69 @@ shedding:
 `
 
 // slowUpstream is a real upstream whose /checkout/hold requests wait
-// until release is closed (or their request is cancelled), raising the
-// requests in flight; any other request is answered at once.
+// until release is closed (and /checkout/hold2 ones until release2 is), or
+// their request is cancelled, raising the requests in flight; any other
+// request is answered at once.
 type slowUpstream struct {
 	*httptest.Server
-	held    atomic.Int64 // hold requests being served
-	release chan struct{}
-	once    sync.Once
+	held              atomic.Int64 // hold requests being served
+	release, release2 chan struct{}
+	once, once2       sync.Once
 }
 
 func newSlowUpstream(t *testing.T) *slowUpstream {
-	u := &slowUpstream{release: make(chan struct{})}
+	u := &slowUpstream{release: make(chan struct{}), release2: make(chan struct{})}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/hold") {
+		release := u.release
+		if strings.HasSuffix(r.URL.Path, "/hold2") {
+			release = u.release2
+		}
+		if strings.HasSuffix(r.URL.Path, "/hold") || strings.HasSuffix(r.URL.Path, "/hold2") {
 			u.held.Add(1)
 			defer u.held.Add(-1)
 			select {
-			case <-u.release:
+			case <-release:
 			case <-r.Context().Done():
 				return
 			}
 		}
 		fmt.Fprintf(w, "upstream %s %s", r.Method, r.URL.Path)
 	}))
-	t.Cleanup(func() { u.Release(); u.Close() })
+	t.Cleanup(func() { u.Release(); u.Release2(); u.Close() })
 	return u
 }
 
-// Release lets every held request (and every later one) finish.
+// Release lets every /checkout/hold request (and every later one) finish.
 func (u *slowUpstream) Release() { u.once.Do(func() { close(u.release) }) }
+
+// Release2 lets every /checkout/hold2 request (and every later one) finish.
+func (u *slowUpstream) Release2() { u.once2.Do(func() { close(u.release2) }) }
 
 // holder sends requests that the slow upstream holds, and collects their
 // statuses.
 type holder struct {
 	t      *testing.T
 	url    string // the proxy's or the middleware's base URL
+	path   string // default /checkout/hold
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	status []int
 }
 
-// hold sends n POST /checkout/hold (class critical) and waits until the
-// upstream holds them all: n more requests are in flight.
+// hold sends n POST /checkout/hold (class critical; or h.path) and waits
+// until the upstream holds them all: n more requests are in flight.
 func (h *holder) hold(u *slowUpstream, n int) {
 	h.t.Helper()
+	path := h.path
+	if path == "" {
+		path = "/checkout/hold"
+	}
 	want := u.held.Load() + int64(n)
 	for range n {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			res, err := http.Post(h.url+"/checkout/hold", "text/plain", nil)
+			res, err := http.Post(h.url+path, "text/plain", nil)
 			st := -1
 			if err == nil {
 				_, _ = io.Copy(io.Discard, res.Body)
@@ -383,4 +396,41 @@ shedding:
 	up.Release()
 	h.done()
 	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
+}
+
+// With a target latency, requests in flight weigh more while the requests
+// take longer than the target: one slow request in flight sheds what
+// eight would. The durations come from the App's manual clock.
+func TestShedLatencyProxy(t *testing.T) {
+	up := newSlowUpstream(t)
+	yaml := strings.Replace(fmt.Sprintf(shedYAML, 8), "retry_after: 3s", "retry_after: 3s\n  target_latency: 100ms", 1)
+	ta := startApp(t, yaml+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	base := "http://" + ta.ProxyAddr().String()
+	latency := func() float64 { return ta.gauge("geolimit_shed_latency_seconds") }
+
+	slow := &holder{t: t, url: base}
+	slow.hold(up, 1)
+	expectShed(ta, base) // one in flight, no slow request seen yet
+	ta.clk.Advance(10 * time.Second)
+	up.Release()
+	slow.done()
+	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
+	assert.InDelta(t, 10, latency(), 1e-9, "the first slow request is the average")
+
+	again := &holder{t: t, url: base, path: "/checkout/hold2"}
+	again.hold(up, 1)
+	// One in flight weighs 1 x 10s / 100ms = 100: every class but the
+	// first is shed (each critical probe that passes takes 0s on the
+	// manual clock and lowers the average by 1/8).
+	expectShed(ta, base, "test", "reads", "writes")
+	assert.EqualValues(t, 3, ta.gauge("geolimit_shed_level"))
+
+	for range 40 {
+		require.Equal(t, http.StatusOK, ta.proxy("GET", "/checkout/fast").status)
+	}
+	assert.Less(t, latency(), 0.1, "fast requests bring the average under the target")
+	expectShed(ta, base) // the same one in flight weighs 1 again
+	assert.EqualValues(t, 0, ta.gauge("geolimit_shed_level"))
+	up.Release2()
+	again.done()
 }

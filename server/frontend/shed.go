@@ -15,7 +15,9 @@ import (
 // ends that see a request until its response ends (proxy mode and the
 // middleware). It counts the requests in flight on the node; past a class's
 // threshold a request of that class is answered 503 at once, before it is
-// classified into checks, so that no rule counts it. Forward auth, the
+// classified into checks, so that no rule counts it. With a target latency
+// the requests in flight weigh more while the requests that pass the rules
+// take longer than the target on average. Forward auth, the
 // decision API, the rate limit service and the HAProxy agent answer a
 // question about a request that goes on elsewhere: they see no in-flight
 // upstream work, and shed nothing.
@@ -24,7 +26,8 @@ import (
 //		WriteShed(w, c) // 503, Retry-After
 //		return
 //	}
-//	defer shed.Exit()
+//	start, passed := clk.Now(), false
+//	defer func() { shed.Exit(clk.Now()-start, passed) }()
 
 // Shedder is the node's load shedder: the count of requests in flight and
 // the current classes (shedding.classes, swapped by Apply on reload without
@@ -32,7 +35,11 @@ import (
 // Safe for concurrent use.
 type Shedder struct {
 	inFlight atomic.Int64
-	pol      atomic.Pointer[ShedPolicy]
+	// latency is the moving average of the durations of the requests that
+	// passed the rules, in nanoseconds (0: none yet); kept only while a
+	// target latency is set.
+	latency atomic.Int64
+	pol     atomic.Pointer[ShedPolicy]
 
 	mu sync.Mutex
 	// shed are the classes' shed counters by name, kept across reloads
@@ -47,6 +54,8 @@ type ShedPolicy struct {
 	Classes []ShedClass
 	// Max is shedding.max_in_flight; 0 when off.
 	Max int64
+	// Target is shedding.target_latency in nanoseconds; 0 when off.
+	Target int64
 	// min is the least threshold: below it no class is shed, and a request
 	// is not even classified.
 	min int64
@@ -91,6 +100,9 @@ func ShedThreshold(i, n int, max int64) int64 {
 // named are forgotten.
 func (s *Shedder) Apply(cfg config.Shedding) {
 	p := &ShedPolicy{Max: int64(cfg.MaxInFlight), min: math.MaxInt64}
+	if cfg.Enabled() {
+		p.Target = int64(cfg.TargetLatency)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := make(map[string]*atomic.Uint64, len(cfg.Classes))
@@ -131,11 +143,15 @@ func (s *Shedder) InFlight() int64 { return s.inFlight.Load() }
 func (s *Shedder) Enter(o *Origin) *ShedClass {
 	ahead := s.inFlight.Add(1) - 1
 	p := s.pol.Load()
-	if p == nil || ahead < p.min {
+	if p == nil {
+		return nil
+	}
+	load := p.Weigh(ahead, s.latency.Load())
+	if load < p.min {
 		return nil
 	}
 	c := p.ClassOf(o)
-	if ahead < c.Threshold {
+	if load < c.Threshold {
 		return nil
 	}
 	s.inFlight.Add(-1)
@@ -143,8 +159,56 @@ func (s *Shedder) Enter(o *Origin) *ShedClass {
 	return c
 }
 
-// Exit ends a request that Enter let go on.
-func (s *Shedder) Exit() { s.inFlight.Add(-1) }
+// latencyWeight is the moving average's weight of the past: each request
+// moves it by 1/latencyWeight of its distance to the request's duration.
+const latencyWeight = 8
+
+// Exit ends a request that Enter let go on, after d nanoseconds; passed
+// says whether it passed the rules. Only those are averaged: a denial's
+// microseconds say nothing of the upstream.
+func (s *Shedder) Exit(d int64, passed bool) {
+	s.inFlight.Add(-1)
+	if !passed {
+		return
+	}
+	if p := s.pol.Load(); p == nil || p.Target == 0 {
+		return
+	}
+	d = max(d, 0)
+	// Load and store, not a compare-and-swap loop: two requests that end
+	// together may lose one's sample, which an average can afford.
+	e := s.latency.Load()
+	if e == 0 {
+		s.latency.Store(d)
+		return
+	}
+	s.latency.Store(e + (d-e)/latencyWeight)
+}
+
+// Latency returns the moving average of the durations of the requests
+// that passed the rules (0 without a target latency or before the first).
+func (s *Shedder) Latency() time.Duration { return time.Duration(s.latency.Load()) }
+
+// Level returns how many classes are shed now (ShedPolicy.Level of the
+// requests in flight, weighed by the latency).
+func (s *Shedder) Level() int {
+	p := s.pol.Load()
+	if p == nil {
+		return 0
+	}
+	return p.Level(p.Weigh(s.inFlight.Load(), s.latency.Load()))
+}
+
+// Weigh returns the load that inFlight requests make against the
+// thresholds while the requests take latency nanoseconds on average:
+// inFlight, or, while latency is above the target, inFlight x latency /
+// target (rounded down).
+func (p *ShedPolicy) Weigh(inFlight, latency int64) int64 {
+	if p.Target == 0 || latency <= p.Target || inFlight <= 0 {
+		return inFlight
+	}
+	return int64(min(float64(inFlight)*float64(latency)/float64(p.Target), 1<<62)) // far above any threshold, far from overflow
+}
 
 // ClassOf returns the class of o: the first whose match o meets, else the
 // last. p must have classes.

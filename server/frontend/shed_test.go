@@ -122,7 +122,7 @@ func TestShedOrder(t *testing.T) {
 			}
 			require.Nil(t, c, "%s with %d in flight: goes on", name, n)
 			assert.Equal(t, n+1, s.InFlight())
-			s.Exit()
+			s.Exit(0, true)
 		}
 		require.Nil(t, s.Enter(reqs["critical"]))
 	}
@@ -181,7 +181,7 @@ func TestShedReload(t *testing.T) {
 	s.Apply(config.Shedding{})
 	assert.EqualValues(t, 7, s.InFlight())
 	for range 7 {
-		s.Exit()
+		s.Exit(0, true)
 	}
 	assert.Zero(t, s.InFlight())
 }
@@ -220,7 +220,7 @@ func TestShedConcurrent(t *testing.T) {
 					s.Apply(fourClasses(16 + i%7))
 				}
 				if s.Enter(o) == nil {
-					s.Exit()
+					s.Exit(0, true)
 				}
 			}
 		}()
@@ -238,6 +238,7 @@ func BenchmarkShedGate(b *testing.B) {
 		{"off", config.Shedding{}, 0},
 		{"idle", fourClasses(512), 0},
 		{"loaded", fourClasses(512), 300}, // past the lowest threshold: the request is classified
+		{"latency", withTarget(fourClasses(512)), 300},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var s Shedder
@@ -248,9 +249,9 @@ func BenchmarkShedGate(b *testing.B) {
 			o := origin("GET", "/cart", "shop")
 			b.ReportAllocs()
 			b.ResetTimer()
-			for range b.N {
+			for i := range b.N {
 				if s.Enter(o) == nil {
-					s.Exit()
+					s.Exit(int64(i&0xff)*int64(time.Millisecond), true)
 				}
 			}
 		})
@@ -267,8 +268,86 @@ func BenchmarkShedGateParallel(b *testing.B) {
 		o := origin("GET", "/cart", "shop")
 		for pb.Next() {
 			if s.Enter(o) == nil {
-				s.Exit()
+				s.Exit(0, true)
 			}
 		}
 	})
+}
+
+func TestShedWeigh(t *testing.T) {
+	ms := int64(time.Millisecond)
+	p := &ShedPolicy{Target: 100 * ms}
+	tests := []struct {
+		name              string
+		inFlight, latency int64
+		want              int64
+	}{
+		{"no latency yet", 10, 0, 10},
+		{"below target", 10, 50 * ms, 10},
+		{"at target", 10, 100 * ms, 10},
+		{"twice the target", 10, 200 * ms, 20},
+		{"rounded down", 3, 150 * ms, 4},
+		{"nothing in flight", 0, 10_000 * ms, 0},
+		{"huge latency", 1 << 30, math.MaxInt64, 1 << 62},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, p.Weigh(tt.inFlight, tt.latency), tt.name)
+	}
+	off := &ShedPolicy{}
+	assert.EqualValues(t, 10, off.Weigh(10, 10_000*ms), "no target: in flight alone")
+}
+
+// TestShedLatency: requests that take four times the target make each
+// request in flight weigh four; the average follows the durations of the
+// requests that pass the rules only, and falls back as they speed up.
+func TestShedLatency(t *testing.T) {
+	ms := int64(time.Millisecond)
+	cfg := fourClasses(16) // test from 8, reads from 12, writes from 16
+	cfg.TargetLatency = config.Duration(100 * time.Millisecond)
+	var s Shedder
+	s.Apply(cfg)
+	get := origin("GET", "/cart", "")
+	head := origin("HEAD", "/", "")
+
+	require.Nil(t, s.Enter(get))
+	s.Exit(400*ms, true) // the first sample is the average
+	assert.Equal(t, 400*time.Millisecond, s.Latency())
+	require.Nil(t, s.Enter(get))
+	s.Exit(time.Microsecond.Nanoseconds(), false) // a denial: not averaged
+	assert.Equal(t, 400*time.Millisecond, s.Latency())
+
+	for range 2 {
+		require.Nil(t, s.Enter(origin("POST", "/checkout", "")))
+	}
+	// 2 in flight weigh 2 x 4 = 8: test is shed, reads are not.
+	assert.Equal(t, 1, s.Level())
+	assert.NotNil(t, s.Enter(head))
+	require.Nil(t, s.Enter(get))
+	// 3 weigh 12: reads are shed too.
+	assert.Equal(t, 2, s.Level())
+	assert.NotNil(t, s.Enter(get))
+	s.Exit(400*ms, true)
+
+	// Fast requests bring the average down by 1/8 of the distance each.
+	for range 30 {
+		require.Nil(t, s.Enter(origin("POST", "/checkout", "")))
+		s.Exit(10*ms, true)
+	}
+	assert.Less(t, s.Latency(), 100*time.Millisecond)
+	assert.Equal(t, 0, s.Level(), "2 in flight weigh 2 again")
+	assert.Nil(t, s.Enter(head))
+	s.Exit(10*ms, true)
+
+	// Without a target nothing is averaged.
+	s.Apply(fourClasses(16))
+	before := s.Latency()
+	require.Nil(t, s.Enter(get))
+	s.Exit(10_000*ms, true)
+	assert.Equal(t, before, s.Latency())
+}
+
+// withTarget is cfg with a target latency of 100ms.
+func withTarget(cfg config.Shedding) config.Shedding {
+	cfg.TargetLatency = config.Duration(100 * time.Millisecond)
+	return cfg
 }

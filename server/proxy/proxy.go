@@ -123,16 +123,18 @@ func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.
 		start := time.Now()
 		rs := f.env.Rules.Load()
 		o := frontend.ProxiedOrigin(r, rs.Trusted)
+		passed := false
 		if sh := f.env.Shed; sh != nil {
 			if c := sh.Enter(&o); c != nil {
 				frontend.WriteShed(w, c)
 				return
 			}
-			defer sh.Exit()
+			t0 := f.env.Clock.Now()
+			defer func() { sh.Exit(f.env.Clock.Now()-t0, passed) }()
 		}
 		// 400 for an ambiguous key header, 429 when denied; when it may go
 		// on, the binding rule's RateLimit headers are set on w.
-		if f.env.AnswerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat) {
+		if passed = f.env.AnswerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat); passed {
 			next.ServeHTTP(w, r)
 		}
 	})
