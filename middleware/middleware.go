@@ -149,8 +149,9 @@ func (l *Limiter) Start(ctx context.Context) error {
 // only the allowed ones reach next (see the package documentation).
 func (l *Limiter) Handler(next http.Handler) http.Handler { return l.fronts.Middleware(next) }
 
-// Reload re-reads Options.ConfigPath and applies its rules and trusted
-// proxies; an invalid file changes nothing and is returned as an error.
+// Reload re-reads Options.ConfigPath and applies its rules, trusted
+// proxies and shedding section; an invalid file changes nothing and is
+// returned as an error.
 func (l *Limiter) Reload() error { return l.app.Reload() }
 
 // App is the engine behind the Limiter (the edge daemon runs the same),
