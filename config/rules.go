@@ -120,13 +120,8 @@ func ValidateRules(rules []Rule) error {
 		return err
 	}
 	for i, r := range rules {
-		for j, m := range r.Match.Methods {
-			if m == "" || m != strings.ToUpper(m) || strings.ContainsAny(m, " \t/:\"") {
-				return fmt.Errorf("rules[%d].match.methods[%d]: %q is not an upper-case HTTP method", i, j, m)
-			}
-		}
-		if p := r.Match.PathPrefix; p != "" && !strings.HasPrefix(p, "/") {
-			return fmt.Errorf("rules[%d].match.path_prefix: %q must start with '/'", i, p)
+		if err := r.Match.validate(); err != nil {
+			return fmt.Errorf("rules[%d].%w", i, err)
 		}
 		if len(r.Key) == 0 {
 			return fmt.Errorf("rules[%d].key: required", i)

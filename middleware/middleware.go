@@ -22,7 +22,9 @@
 // Retry-After, the RateLimit headers and a JSON body; shadow rules count
 // but never deny. An allowed request reaches the wrapped handler with the
 // RateLimit headers of its binding rule set. A request that sends a header
-// a rule keys on more than once is answered 400.
+// a rule keys on more than once is answered 400. With a shedding section,
+// a request of a low priority class that arrives while too many are in
+// flight is answered 503 with Retry-After before any rule counts it.
 //
 // The client address is the socket peer (http.Request.RemoteAddr) or,
 // when the peer is in proxy.trusted_proxies, the rightmost address of
@@ -147,8 +149,9 @@ func (l *Limiter) Start(ctx context.Context) error {
 // only the allowed ones reach next (see the package documentation).
 func (l *Limiter) Handler(next http.Handler) http.Handler { return l.fronts.Middleware(next) }
 
-// Reload re-reads Options.ConfigPath and applies its rules and trusted
-// proxies; an invalid file changes nothing and is returned as an error.
+// Reload re-reads Options.ConfigPath and applies its rules, trusted
+// proxies and shedding section; an invalid file changes nothing and is
+// returned as an error.
 func (l *Limiter) Reload() error { return l.app.Reload() }
 
 // App is the engine behind the Limiter (the edge daemon runs the same),

@@ -538,6 +538,9 @@ func (a *App) Engine() *engine.App { return a.eng }
 // of its binding rule already set on w; a denied one is answered 429 with
 // Retry-After and a JSON body, and one that sends a header a rule keys on
 // more than once is answered 400. Reloaded rules apply to the next request.
+// The node's load shedder (shedding) goes first, with one count of requests
+// in flight for the middleware and the proxy listener: a shed request is
+// answered 503 with Retry-After.
 //
 // Middleware may be called before Start; the counts then wait for Start to
 // be replicated (and, without Start, are never forgotten by the tick loop).

@@ -198,6 +198,9 @@ type App struct {
 	state    *stateKeeper
 	rules    atomic.Pointer[frontend.Rules]
 	auth     atomic.Pointer[frontend.Tokens] // nil: the API takes no token
+	// shed is the node's load shedder (shedding), its classes applied on
+	// reload.
+	shed frontend.Shedder
 
 	reloadMu   sync.Mutex
 	cfgNow     *config.Config // last applied config
@@ -267,6 +270,7 @@ func New(o Options) (*App, error) {
 	rs.Bind(node)
 	a.rules.Store(rs)
 	a.auth.Store(au)
+	a.shed.Apply(o.Config.Shedding)
 	if o.ConfigPath != "" {
 		if b, err := os.ReadFile(o.ConfigPath); err == nil {
 			a.lastHash = fingerprint(b, o.Config)
@@ -302,10 +306,14 @@ func (a *App) Registry() *prometheus.Registry { return a.reg }
 func (a *App) Clock() clock.Clock { return a.clk }
 
 // Env is what the front ends decide with: the node, the clock, the rule
-// snapshot (swapped by reloads) and the logger.
+// snapshot (swapped by reloads), the logger and the node's load shedder.
 func (a *App) Env() frontend.Env {
-	return frontend.Env{Node: a.node, Clock: a.clk, Rules: &a.rules, Log: a.log}
+	return frontend.Env{Node: a.node, Clock: a.clk, Rules: &a.rules, Log: a.log, Shed: &a.shed}
 }
+
+// Shedder returns the node's load shedder (shedding): one count of the
+// requests in flight for every front end built on Env.
+func (a *App) Shedder() *frontend.Shedder { return &a.shed }
 
 // Tokens are the API's bearer tokens of the config applied last (nil
 // inside: the API takes no token), swapped by reloads.

@@ -98,7 +98,7 @@ func (a *App) watchLoop(ctx context.Context) {
 }
 
 // Reload re-reads the config file and applies its rules, trusted proxies,
-// forward_auth.deny_status, API tokens (api.token_file, read again) and,
+// forward_auth.deny_status, the shedding section, API tokens (api.token_file, read again) and,
 // when the Replicator is a ConfigReloader, gossip keys
 // (gossip.secret_key_file, read again). An
 // invalid file, key file or token file changes nothing: the old config keeps
@@ -165,6 +165,7 @@ func (a *App) apply(b []byte) error {
 	}
 	rs.Bind(a.node) // one table: the server's rules and the core's, from one snapshot
 	a.rules.Store(rs)
+	a.shed.Apply(cfg.Shedding)
 	if old := a.auth.Swap(au); !old.Same(au) {
 		a.log.Info("api tokens changed", "tokens", au.Count())
 	}

@@ -38,6 +38,9 @@ type Env struct {
 	// Rules holds the current snapshot; a reload swaps it.
 	Rules *atomic.Pointer[Rules]
 	Log   *slog.Logger
+	// Shed is the node's load shedder (shed.go), for proxy mode and the
+	// middleware; nil sheds and counts nothing.
+	Shed *Shedder
 }
 
 // Checks is a request's classified checks, the rule of each and their

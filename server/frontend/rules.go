@@ -39,13 +39,9 @@ type Rule struct {
 	// decision goes through it, so a request or batch resolved against
 	// this snapshot is decided against it whatever a reload swaps
 	// meanwhile.
-	Handle  pop.RuleHandle
-	methods []string
-	host    string // lower case, no port
-	prefix  string
-	// fold: match prefix and build the path key part regardless of case
-	// (match.ignore_case); prefix is then lower case.
-	fold  bool
+	Handle pop.RuleHandle
+	// Matcher is the rule's match.
+	Matcher
 	parts []keyPart
 	// policy is the RateLimit-Policy field: one item per window,
 	// "name";q=100;w=60 (rules of several windows: "name/1s";q=20;w=1, ...).
@@ -148,10 +144,7 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 		pr := prules[i]
 		cr := &Rule{
 			Pop:      pr,
-			methods:  r.Match.Methods,
-			host:     strings.ToLower(r.Match.Host),
-			prefix:   r.Match.PathPrefix,
-			fold:     r.Match.IgnoreCase,
+			Matcher:  NewMatcher(r.Match),
 			policy:   PolicyField(pr, nil),
 			limitStr: strconv.FormatUint(pr.Limit, 10),
 			MaxCost:  pr.MaxCost(),
