@@ -120,7 +120,11 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 	}
 	var u Unsure
 	if r.multi {
-		u = n.admitWindows(d, now, r, key, tier, cost, count)
+		if r.gcra {
+			u = n.admitGCRA(d, now, r, key, cost, count)
+		} else {
+			u = n.admitWindows(d, now, r, key, tier, cost, count)
+		}
 	} else {
 		// One window, the rule's own limit (the common case, written out
 		// here rather than in a function of its own: a call costs it 5 %).

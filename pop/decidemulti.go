@@ -20,6 +20,9 @@ type limitTable struct {
 // newRuleState compiles a valid rule: its windows (further ones as sub
 // states), limit table, clamps and largest cost. Ids are left to SetRules.
 func newRuleState(r Rule) *ruleState {
+	if r.Algorithm == GCRA {
+		return newGCRAState(r)
+	}
 	rs := &ruleState{Rule: r, width: int64(r.Window), wire: r.WireName(r.Window)}
 	ws := r.Windows()
 	rs.multi = len(ws) > 1 || len(r.Overrides) > 0 || len(r.Tiers) > 0
@@ -95,6 +98,9 @@ func (r Rule) largest() []Limit {
 // larger cost is an error (ErrCostOverLimit); one within it but above the
 // request's own limits is a denial.
 func (r Rule) MaxCost() uint64 {
+	if r.Algorithm == GCRA {
+		return r.BurstOf()
+	}
 	c := uint64(MaxLimit)
 	for _, l := range r.largest() {
 		c = min(c, l.Limit)
