@@ -62,6 +62,13 @@ func TestGCRAAPI(t *testing.T) {
 	r = ta.get("/v1/keys/pace/other")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	assert.InDelta(t, 2.0, r.json(t)["estimate"], 1e-9)
+
+	r = ta.get("/v1/status")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	rules := r.json(t)["rules"].([]any)
+	require.Len(t, rules, 1)
+	assert.Equal(t, "gcra", rules[0].(map[string]any)["algorithm"])
+	assert.EqualValues(t, 3, rules[0].(map[string]any)["burst"])
 }
 
 // TestGCRAProxy: proxy mode in front of a real upstream with a gcra rule:

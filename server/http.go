@@ -88,6 +88,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Overrides   int        `json:"overrides,omitempty"`
 		Tiers       []string   `json:"tiers,omitempty"`
 		DefaultTier string     `json:"default_tier,omitempty"`
+		// Of a gcra rule, the algorithm and the burst (the default's too).
+		Algorithm string `json:"algorithm,omitempty"`
+		Burst     uint64 `json:"burst,omitempty"`
 	}
 	rules := []ruleOut{}
 	for _, cr := range a.rules.Load().List {
@@ -99,6 +102,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 			for _, l := range p.Windows() {
 				ro.Limits = append(ro.Limits, limitOut{Limit: l.Limit, Window: l.Window.String()})
 			}
+		}
+		if p.Algorithm == pop.GCRA {
+			ro.Algorithm, ro.Burst = p.Algorithm.String(), p.BurstOf()
 		}
 		for name := range p.Tiers {
 			ro.Tiers = append(ro.Tiers, name)
