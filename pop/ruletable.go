@@ -51,7 +51,8 @@ type ruleState struct {
 	lims    *limitTable
 	maxCost uint64
 	// gcra: a GCRA rule (gcra.go), decided by admitGCRA with rate; multi
-	// is set too, so that the one-window path tests one flag.
+	// is set too, so that the one-window path tests one flag (admitWindows
+	// hands it to admitGCRA).
 	gcra bool
 	rate gcra.Rate
 }
