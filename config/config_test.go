@@ -136,7 +136,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level field", "nodes: {id: x}\n", "nodes: unknown field (line 1)"},
 		{"unknown nested field", "node:\n  id: a\n  zone: x\n", "node.zone: unknown field (line 3)"},
-		{"unknown rule field", rule("    burst: 5\n"), "rules[0].burst: unknown field (line 5)"},
+		{"unknown rule field", rule("    refill: 5\n"), "rules[0].refill: unknown field (line 5)"},
 		{"unknown field in flow map", rule("    match: {path_prefix: /a, verb: GET}\n"), "rules[0].match.verb: unknown field"},
 		{"bad duration", "replication:\n  flush_interval: 5xs\n", `replication.flush_interval: bad duration "5xs"`},
 		{"bad rule window", "rules: [{name: r, limit: 1, window: soon}]", `rules[0].window: bad duration "soon"`},

@@ -48,6 +48,12 @@ type Rule struct {
 	// know a key's count (store full, counts not synced yet after a start,
 	// no history under on_partition: share). Default allow.
 	OnUnsure string `yaml:"on_unsure"`
+	// Algorithm is sliding_window (the default) or gcra: a pace of one
+	// request every window/limit, burst at once (node scope only).
+	Algorithm string `yaml:"algorithm"`
+	// Burst is, for algorithm: gcra, the most cost admitted at once by a
+	// key idle long enough (1 to limit). Default limit.
+	Burst uint64 `yaml:"burst"`
 }
 
 // Match selects requests in proxy mode. Every non-empty field must match.
@@ -180,8 +186,12 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d].on_unsure: %w", i, err)
 		}
+		alg, err := pop.ParseAlgorithm(r.Algorithm)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].algorithm: %w", i, err)
+		}
 		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol,
-			BlockFor: r.BlockFor.D(), OnUnsure: unsure}
+			BlockFor: r.BlockFor.D(), OnUnsure: unsure, Algorithm: alg, Burst: r.Burst}
 		if err := r.popLimits(&out[i]); err != nil {
 			return nil, fmt.Errorf("rules[%d].%w", i, err)
 		}

@@ -100,7 +100,7 @@ func checkRequest(key string, cost uint64) error {
 //  3. each window (admitWindow): the partition share caps this side's
 //     limit, a key the node cannot judge fails closed (on_unsure: deny),
 //     then the counts admit (and count, when the request fits in every
-//     window);
+//     window); a GCRA rule's TAT admits instead (admitGCRA, gcra.go);
 //  4. a counted denial starts the key's block (penalty box);
 //  5. a shadow rule's denial becomes an admission that says so.
 //
@@ -131,7 +131,7 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 	}
 	var u Unsure
 	if r.multi {
-		u = n.admitWindows(d, now, r, key, tier, cost, count)
+		u = n.admitWindows(d, now, r, key, tier, cost, count) // or admitGCRA
 	} else {
 		// One window, the rule's own limit (the common case, written out
 		// here rather than in a function of its own: a call costs it 5 %).

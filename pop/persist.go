@@ -72,8 +72,8 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 		}
 		n.store.Entries(idx, func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 			r := rs.byID[e.Rule]
-			if stopped || r == nil || e.Count == 0 {
-				return
+			if stopped || r == nil || e.Count == 0 || r.gcra {
+				return // a GCRA rule's TATs are no counts: not kept (gcra.go)
 			}
 			p := byRep[rep]
 			if p == nil {
@@ -191,7 +191,7 @@ func (n *Node) restoreNode(now int64, d *crdt.Delta) ApplyStats {
 		switch {
 		case !ok:
 			st.UnknownRule++
-		case r.Scope == ScopeGlobal, r.Scope == ScopeNode && !former:
+		case r.Scope == ScopeGlobal, r.Scope == ScopeNode && !former, r.gcra:
 			st.WrongScope++
 		default:
 			n.mergeEntry(now, r, rep, e, &st)

@@ -149,6 +149,11 @@ type Rule struct {
 	// DefaultTier names the tier of requests that name none or an unknown
 	// one; empty means the rule's own limits.
 	DefaultTier string
+	// Algorithm is SlidingWindow (the default) or GCRA (gcra.go).
+	Algorithm Algorithm
+	// Burst is, for a GCRA rule, the most cost admitted at once (1 to
+	// Limit); 0 means Limit. Must be 0 for other rules.
+	Burst uint64
 }
 
 // Validate reports the first thing wrong with r, naming the field.
@@ -182,6 +187,9 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("block_for: must be at most %s, got %s", MaxBlockFor, r.BlockFor)
 	case r.OnUnsure > DenyUnsure:
 		return fmt.Errorf("on_unsure: unknown policy %d", r.OnUnsure)
+	}
+	if err := r.validateGCRA(); err != nil {
+		return err
 	}
 	return r.validateMore()
 }

@@ -93,6 +93,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Overrides   int        `json:"overrides,omitempty"`
 		Tiers       []string   `json:"tiers,omitempty"`
 		DefaultTier string     `json:"default_tier,omitempty"`
+		// Of a gcra rule, the algorithm and the burst (the default's too).
+		Algorithm string `json:"algorithm,omitempty"`
+		Burst     uint64 `json:"burst,omitempty"`
 	}
 	rules := []ruleOut{}
 	modes := a.eng.RuleModes()
@@ -109,6 +112,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		ro.ConfigMode = ro.Mode
 		if m, ok := modes[p.Name]; ok {
 			ro.Mode, ro.ModeOverride = m.Mode, m.Override
+		}
+		if p.Algorithm == pop.GCRA {
+			ro.Algorithm, ro.Burst = p.Algorithm.String(), p.BurstOf()
 		}
 		for name := range p.Tiers {
 			ro.Tiers = append(ro.Tiers, name)

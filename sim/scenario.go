@@ -701,12 +701,14 @@ func checkPartition(names map[string]string, groups [][]string) error {
 }
 
 // popRules converts the rules, overriding every rule's partition policy with
-// policy unless it is empty.
+// policy unless it is empty (but a gcra rule's: node-scoped, it has none).
 func (sc *Scenario) popRules(policy string) ([]pop.Rule, error) {
 	rules := append([]config.Rule(nil), sc.Rules...)
 	if policy != "" {
 		for i := range rules {
-			rules[i].OnPartition = policy
+			if rules[i].Algorithm != "gcra" {
+				rules[i].OnPartition = policy
+			}
 		}
 	}
 	return config.PopRules(rules)
