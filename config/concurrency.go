@@ -45,6 +45,8 @@ func (r *Rule) popKind() (pop.Kind, error) {
 		return 0, errors.New("window: kind: concurrency has no window: limit is the requests in flight per key")
 	case len(r.Limits) > 0:
 		return 0, errors.New("limits: kind: concurrency has one limit, of requests in flight per key")
+	case r.Algorithm != "" || r.Burst != 0:
+		return 0, errors.New("algorithm: kind: concurrency counts requests in flight, with no algorithm or burst of its own")
 	case len(r.Overrides) > 0:
 		return 0, errors.New("overrides: not supported for kind: concurrency")
 	case r.Tier != "" || len(r.Tiers) > 0 || r.DefaultTier != "":

@@ -46,6 +46,8 @@ func TestConcurrencyRuleConfigErrors(t *testing.T) {
 		{"lease_ttl on a rate rule", "rules: [{name: r, limit: 1, window: 1s, lease_ttl: 1m}]", "rules[0].lease_ttl: only for kind: concurrency"},
 		{"window", conc("    window: 1m\n"), "rules[0].window: kind: concurrency has no window"},
 		{"limits", conc("    limits: [{limit: 1, window: 1s}]\n"), "rules[0].limits: kind: concurrency has one limit"},
+		{"gcra", conc("    algorithm: gcra\n"), "rules[0].algorithm: kind: concurrency counts requests in flight"},
+		{"burst", conc("    burst: 3\n"), "rules[0].algorithm: kind: concurrency counts requests in flight"},
 		{"overrides", conc("    overrides: [{key: k, limit: 1}]\n"), "rules[0].overrides: not supported for kind: concurrency"},
 		{"tiers", conc("    tiers: {pro: 5}\n"), "rules[0].tiers: not supported for kind: concurrency"},
 		{"block_for", conc("    block_for: 1m\n"), "rules[0].block_for: not supported for kind: concurrency"},

@@ -63,6 +63,9 @@ type Config struct {
 	// Idempotency configures idempotency keys: the header that carries
 	// one, how long and how many decisions are remembered.
 	Idempotency Idempotency `yaml:"idempotency"`
+	// Shedding configures the node's load shedder (proxy mode and the
+	// middleware); off unless max_in_flight is set.
+	Shedding Shedding `yaml:"shedding"`
 	// AllowRuleRemoval lets a reload remove half or more of the running
 	// rules (a truncated or wrongly generated file looks like that). Without
 	// it such a reload is refused and the old rules keep serving.
@@ -257,6 +260,7 @@ func DefaultConfig() *Config {
 		},
 		State:       State{Interval: Duration(DefaultStateInterval)},
 		Idempotency: Idempotency{TTL: Duration(pop.DefaultIdempotencyTTL)},
+		Shedding:    Shedding{RetryAfter: Duration(DefaultShedRetryAfter)},
 	}
 }
 
@@ -425,6 +429,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := ValidateRules(c.Rules); err != nil {
+		return err
+	}
+	if err := c.Shedding.validate(); err != nil {
 		return err
 	}
 	if err := c.validateSPOA(); err != nil {

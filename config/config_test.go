@@ -136,7 +136,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level field", "nodes: {id: x}\n", "nodes: unknown field (line 1)"},
 		{"unknown nested field", "node:\n  id: a\n  zone: x\n", "node.zone: unknown field (line 3)"},
-		{"unknown rule field", rule("    burst: 5\n"), "rules[0].burst: unknown field (line 5)"},
+		{"unknown rule field", rule("    refill: 5\n"), "rules[0].refill: unknown field (line 5)"},
 		{"unknown field in flow map", rule("    match: {path_prefix: /a, verb: GET}\n"), "rules[0].match.verb: unknown field"},
 		{"bad duration", "replication:\n  flush_interval: 5xs\n", `replication.flush_interval: bad duration "5xs"`},
 		{"bad rule window", "rules: [{name: r, limit: 1, window: soon}]", `rules[0].window: bad duration "soon"`},
@@ -294,4 +294,16 @@ func TestContainerConfigs(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, c.API.Insecure)
 	assert.Equal(t, Demo().Rules, c.Rules)
+}
+
+// Without package natsembed linked (as in this test binary), nats.embedded
+// is checked only for its form: the checks against nats-server come with
+// the server that would run it (RegisterEmbeddedCheck).
+func TestEmbeddedCheckComesWithTheServer(t *testing.T) {
+	require.Nil(t, embeddedCheck, "config's tests do not link natsembed")
+	_, err := Parse([]byte("nats: {embedded: {listen: '0.0.0.0:4222'}}"))
+	require.NoError(t, err)
+	_, err = Parse([]byte("nats: {embedded: {listen: 'nowhere'}}"))
+	require.Error(t, err, "the form is checked")
+	assert.Contains(t, err.Error(), "nats.embedded.listen: ")
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-
-	"github.com/geolimit/geolimit/natsembed"
 )
 
 // NATS configures NATS.
@@ -146,128 +144,29 @@ func (n *NATS) validate(region string) error {
 			}
 		}
 	}
-	// The file (if any) and the exposure of every listener: the same
-	// checks natsembed.Start makes.
-	opts, _, err := natsembed.Resolve(n.EmbeddedOptions(region))
-	if err != nil {
-		return EmbeddedError(err)
-	}
-	if e.ConfigFile != "" && natsembed.AuthRequired(opts) {
-		if n.Credentials == "" && n.User == "" {
-			return errors.New("nats.user: the embedded server's nats.embedded.config_file makes clients authenticate, this node too: set nats.user and nats.password (or nats.credentials) to one of its users")
-		}
-		if n.User != "" && len(opts.Users) > 0 && len(opts.Nkeys) == 0 && len(opts.TrustedOperators) == 0 && len(opts.TrustedKeys) == 0 && opts.AuthCallout == nil {
-			found := false
-			for _, u := range opts.Users {
-				found = found || u.Username == n.User
-			}
-			if !found {
-				return fmt.Errorf("nats.user: %q is not a user of nats.embedded.config_file %s", n.User, e.ConfigFile)
-			}
-		}
+	// The file (if any), the exposure of every listener and the node's
+	// credentials, when the program links the embedded server.
+	if embeddedCheck != nil {
+		return embeddedCheck(n, region)
 	}
 	return nil
-}
-
-// EmbeddedOptions returns the natsembed options of nats.embedded: the
-// config file, the client address (with its default when no file is set),
-// the gateway and the insecure switches. The caller adds ServerName and
-// Logger.
-func (c *Config) EmbeddedOptions() natsembed.Options { return c.NATS.EmbeddedOptions(c.Node.Region) }
-
-// EmbeddedOptions returns the natsembed options of nats.embedded; region
-// is the default gateway name.
-func (n *NATS) EmbeddedOptions(region string) natsembed.Options {
-	e := n.Embedded
-	o := natsembed.Options{
-		ConfigFile:         e.ConfigFile,
-		Listen:             e.Listen,
-		DefaultListen:      DefaultEmbeddedListen,
-		Insecure:           e.Insecure,
-		DefaultGatewayName: region,
-	}
-	if g := e.Gateway; g != nil {
-		ng := &natsembed.Gateway{Name: g.Name, Listen: g.Listen, Insecure: g.Insecure}
-		for _, r := range g.Gateways {
-			ng.Gateways = append(ng.Gateways, natsembed.RemoteGateway{Name: r.Name, URLs: r.URLs})
-		}
-		o.Gateway = ng
-	}
-	return o
 }
 
 // DefaultEmbeddedListen is the embedded server's client address when
 // neither nats.embedded.listen nor nats.embedded.config_file set one.
 const DefaultEmbeddedListen = "127.0.0.1:4222"
 
-// yamlField names the nats.embedded field of a natsembed option.
-var yamlField = map[string]struct{ field, what string }{
-	natsembed.OptListen:          {"nats.embedded.listen", "the client listen address"},
-	natsembed.OptGatewayName:     {"nats.embedded.gateway.name", "the gateway name"},
-	natsembed.OptGatewayListen:   {"nats.embedded.gateway.listen", "the gateway listen address"},
-	natsembed.OptGatewayGateways: {"nats.embedded.gateway.gateways", "the remote gateways"},
-}
+// embeddedCheck checks nats.embedded against the nats-server that would
+// run it; nil until RegisterEmbeddedCheck.
+var embeddedCheck func(n *NATS, region string) error
 
-// EmbeddedError restates an error of natsembed.Resolve or natsembed.Start,
-// about options from EmbeddedOptions, in terms of the config's fields, e.g.
-// "nats.embedded.gateway.listen: 0.0.0.0:7222 is beyond loopback without
-// gateway authorization and TLS; ...". Other errors are returned as they are.
-func EmbeddedError(err error) error {
-	var (
-		fe *natsembed.ConfigFileError
-		ce *natsembed.ConflictError
-		me *natsembed.MissingError
-		xe *natsembed.ExposureError
-		pe *natsembed.PortError
-	)
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &fe):
-		return fmt.Errorf("nats.embedded.config_file: %w", fe)
-	case errors.As(err, &ce):
-		f := yamlField[ce.Option]
-		return fmt.Errorf("%s and nats.embedded.config_file (%s in %s) both set %s; keep one of them", f.field, ce.FileKey, ce.File, f.what)
-	case errors.As(err, &me):
-		f := yamlField[me.Option]
-		if me.File == "" {
-			return fmt.Errorf("%s: required", f.field)
-		}
-		return fmt.Errorf("%s: required, here or as %s in nats.embedded.config_file %s", f.field, me.FileKey, me.File)
-	case errors.As(err, &xe):
-		return exposureError(xe)
-	case errors.As(err, &pe) && pe.What == "client":
-		return fmt.Errorf("nats.embedded.listen %s: %v: another process (a nats-server, another edge) holds it; "+
-			"pick a free address (nats.embedded.listen, or edge -nats 127.0.0.1:4223), or set nats: {disabled: true} for a node that replicates nothing", pe.Addr, pe.Err)
-	case errors.As(err, &pe):
-		return fmt.Errorf("nats.embedded.gateway.listen %s: %v: another process holds it; pick a free address", pe.Addr, pe.Err)
-	}
-	return fmt.Errorf("nats.embedded: %s", strings.TrimPrefix(err.Error(), "natsembed: "))
-}
-
-func exposureError(e *natsembed.ExposureError) error {
-	switch e.Listener {
-	case natsembed.ListenerClient:
-		where := "nats.embedded.listen: " + e.Addr
-		if e.FromFile {
-			where = "nats.embedded.config_file: listen " + e.Addr
-		}
-		return fmt.Errorf("%s is beyond loopback without client authentication; configure users, nkeys or accounts (authorization) in nats.embedded.config_file or write nats.embedded.insecure: true", where)
-	case natsembed.ListenerWebsocket, natsembed.ListenerMQTT:
-		return fmt.Errorf("nats.embedded.config_file: %s.listen %s is beyond loopback without client authentication; configure users, nkeys or accounts (authorization) in the file or write nats.embedded.insecure: true", e.Listener, e.Addr)
-	case natsembed.ListenerGateway:
-		missing := e.Missing()
-		if e.NoAuth {
-			missing = "gateway " + missing
-		}
-		if e.FromFile {
-			return fmt.Errorf("nats.embedded.config_file: gateway.listen %s is beyond loopback without %s; set them (authorization, tls) in the file's gateway block or write nats.embedded.gateway.insecure: true", e.Addr, missing)
-		}
-		return fmt.Errorf("nats.embedded.gateway.listen: %s is beyond loopback without %s; set them in nats.embedded.config_file or write nats.embedded.gateway.insecure: true", e.Addr, missing)
-	}
-	missing := e.Missing()
-	if e.NoAuth {
-		missing = e.Listener + " " + missing
-	}
-	return fmt.Errorf("nats.embedded.config_file: %s.listen %s is beyond loopback without %s; set authorization and tls in the file's %s block", e.Listener, e.Addr, missing, e.Listener)
-}
+// RegisterEmbeddedCheck makes Validate check nats.embedded against the
+// nats-server that would run it: its config file read by nats-server's own
+// parser, the exposure of every listener, the node's credentials against
+// the file's users. Package natsembed registers it when it is linked, as a
+// hash package registers itself with crypto.RegisterHash: a program that
+// cannot start an embedded server (one that uses only the middleware
+// package) does not link nats-server to check a section it never uses, and
+// Validate checks only the form of that section there. Call it from an init
+// function; region is node.region (the default gateway name).
+func RegisterEmbeddedCheck(check func(n *NATS, region string) error) { embeddedCheck = check }

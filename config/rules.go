@@ -56,6 +56,12 @@ type Rule struct {
 	// stands unless it is heard again (whole milliseconds, 1s to 24h).
 	// Default 1m.
 	LeaseTTL Duration `yaml:"lease_ttl"`
+	// Algorithm is sliding_window (the default) or gcra: a pace of one
+	// request every window/limit, burst at once (node scope only).
+	Algorithm string `yaml:"algorithm"`
+	// Burst is, for algorithm: gcra, the most cost admitted at once by a
+	// key idle long enough (1 to limit). Default limit.
+	Burst uint64 `yaml:"burst"`
 }
 
 // Match selects requests in proxy mode. Every non-empty field must match.
@@ -129,13 +135,8 @@ func ValidateRules(rules []Rule) error {
 		return err
 	}
 	for i, r := range rules {
-		for j, m := range r.Match.Methods {
-			if m == "" || m != strings.ToUpper(m) || strings.ContainsAny(m, " \t/:\"") {
-				return fmt.Errorf("rules[%d].match.methods[%d]: %q is not an upper-case HTTP method", i, j, m)
-			}
-		}
-		if p := r.Match.PathPrefix; p != "" && !strings.HasPrefix(p, "/") {
-			return fmt.Errorf("rules[%d].match.path_prefix: %q must start with '/'", i, p)
+		if err := r.Match.validate(); err != nil {
+			return fmt.Errorf("rules[%d].%w", i, err)
 		}
 		if len(r.Key) == 0 {
 			return fmt.Errorf("rules[%d].key: required", i)
@@ -198,8 +199,12 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d].on_unsure: %w", i, err)
 		}
+		alg, err := pop.ParseAlgorithm(r.Algorithm)
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].algorithm: %w", i, err)
+		}
 		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol,
-			BlockFor: r.BlockFor.D(), OnUnsure: unsure, Kind: kind, LeaseTTL: r.LeaseTTL.D()}
+			BlockFor: r.BlockFor.D(), OnUnsure: unsure, Algorithm: alg, Burst: r.Burst, Kind: kind, LeaseTTL: r.LeaseTTL.D()}
 		if err := r.popLimits(&out[i]); err != nil {
 			return nil, fmt.Errorf("rules[%d].%w", i, err)
 		}

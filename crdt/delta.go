@@ -12,7 +12,8 @@ import (
 
 // DeltaVersion is the wire version Encode writes for counts. Decode also
 // reads version 1, which has no epoch (Delta.Epoch 0), version 3
-// (BlockVersion), version 4 (MemoVersion) and version 5 (InflightVersion).
+// (BlockVersion), version 4 (MemoVersion), version 5 (ModeVersion) and
+// version 6 (InflightVersion).
 const DeltaVersion = 2
 
 // BlockVersion is the wire version of a message carrying penalty blocks
@@ -76,6 +77,9 @@ type Delta struct {
 	// Memos are remembered decisions (rule, ID, until, verdict), merged by
 	// MergeMemo; any replica may send any memo it holds.
 	Memos []Memo
+	// Modes are rules' modes set at run time (RuleMode), merged by
+	// MergeRuleMode; any replica may send any it holds.
+	Modes []RuleMode
 	// Inflight are the sender's own in-flight counts of concurrency rules
 	// (inflight.go), each with its version.
 	Inflight []Inflight
@@ -100,6 +104,7 @@ type Delta struct {
 //	  [[rule, [id, until, verdict, id, until, verdict, ...]], ...]]
 //
 // Encode writes version 4 only for memos, with no count or block groups.
+// Version 5 carries rule modes only (see ModeVersion).
 
 // entryBound is an upper bound of one encoded entry's size beyond its key.
 const entryBound = 3 + 9 + 9
@@ -158,7 +163,7 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	var out [][]byte
 	buf, enc := &st.buf, st.enc
 	entries := d.Entries
-	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0 && len(d.Inflight) == 0) {
+	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0 && len(d.Modes) == 0 && len(d.Inflight) == 0) {
 		n, rules := fit(len(entries), func(i int) (string, int) { return entries[i].Rule, len(entries[i].Key) },
 			headerBound, entryBound, groupBound, maxBytes)
 		buf.Reset()
@@ -173,6 +178,9 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 		return nil, err
 	}
 	if out, err = encodeMemos(out, enc, buf, d, maxBytes); err != nil {
+		return nil, err
+	}
+	if out, err = encodeModes(out, enc, buf, d, maxBytes); err != nil {
 		return nil, err
 	}
 	return encodeInflight(out, enc, buf, d, maxBytes)
@@ -328,8 +336,8 @@ func NewDecoder() *Decoder {
 	return d
 }
 
-// Decode decodes one delta of version 1 to 5 into out (reusing
-// out.Entries', out.Blocks' and out.Memos' storage; a version 1 delta has Epoch 0). Hostile
+// Decode decodes one delta of version 1 to 6 into out (reusing
+// out.Entries', out.Blocks', out.Memos' and out.Modes' storage; a version 1 delta has Epoch 0). Hostile
 // input (truncated, wrong types, huge length prefixes, a wrong version,
 // trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
 // or ErrDeltaVersion; nothing is allocated by a length the input chooses
@@ -348,11 +356,13 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	out.Entries = out.Entries[:0]
 	out.Blocks = out.Blocks[:0]
 	out.Memos = out.Memos[:0]
+	out.Modes = out.Modes[:0]
 	out.Inflight = out.Inflight[:0]
 	if err := d.decode(out); err != nil {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
 		out.Memos = out.Memos[:0]
+		out.Modes = out.Modes[:0]
 		out.Inflight = out.Inflight[:0]
 		if errors.Is(err, ErrDeltaVersion) || errors.Is(err, ErrDeltaMalformed) {
 			return err
@@ -363,6 +373,7 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
 		out.Memos = out.Memos[:0]
+		out.Modes = out.Modes[:0]
 		out.Inflight = out.Inflight[:0]
 		return fmt.Errorf("%w: %d trailing bytes", ErrDeltaMalformed, d.rd.Len())
 	}
@@ -489,9 +500,10 @@ func (d *Decoder) decode(out *Delta) error {
 		return err
 	}
 	switch {
+	case (v == ModeVersion || v == InflightVersion) && fields == 5:
 	case v < 1 || v > InflightVersion:
 		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
-	case fields != int(v)+3:
+	case v >= ModeVersion || fields != int(v)+3:
 		return malformed("version %d delta: array of %d elements", v, fields)
 	}
 	if _, err := d.arrayLen(4, "sender"); err != nil {
@@ -519,6 +531,12 @@ func (d *Decoder) decode(out *Delta) error {
 		if out.Epoch, err = d.uint(); err != nil {
 			return err
 		}
+	}
+	switch v {
+	case ModeVersion:
+		return d.decodeModes(out)
+	case InflightVersion:
+		return d.decodeInflight(out)
 	}
 	groups, err := d.arrayLen(-1, "groups")
 	if err != nil {
@@ -570,12 +588,7 @@ func (d *Decoder) decode(out *Delta) error {
 		}
 	}
 	if v >= MemoVersion {
-		if err := d.decodeMemos(out); err != nil {
-			return err
-		}
-	}
-	if v >= InflightVersion {
-		return d.decodeInflight(out)
+		return d.decodeMemos(out)
 	}
 	return nil
 }

@@ -8,17 +8,14 @@ import (
 )
 
 // InflightVersion is the wire version of a message carrying in-flight
-// counts (Delta.Inflight), in messages of their own like blocks and memos:
-// a peer that reads up to version 4 refuses them (ErrDeltaVersion) and
-// still merges the rest of the delta. Version 5 adds, after the memo
-// groups, in-flight groups by rule:
+// counts (Delta.Inflight), in messages of their own like rule modes: a peer
+// that reads up to version 5 refuses them (ErrDeltaVersion) and still
+// merges the rest of the delta. A version 6 message holds the header and
+// in-flight groups by rule, nothing else:
 //
-//	[5, sender, sentAt, epoch, groups, blockGroups, memoGroups,
+//	[6, sender, sentAt, epoch,
 //	  [[rule, [key, count, version, key, count, version, ...]], ...]]
-//
-// Encode writes version 5 only for in-flight counts, with no count, block
-// or memo groups.
-const InflightVersion = 5
+const InflightVersion = 6
 
 // inflightBound is an upper bound of one encoded in-flight count's size
 // beyond its key: the key's string header, the count and the version.
@@ -42,13 +39,13 @@ func checkInflight(d *Delta) error {
 	return nil
 }
 
-// encodeInflight appends d's in-flight counts to out as version 5 messages
-// of at most maxBytes each, with no count, block or memo groups.
+// encodeInflight appends d's in-flight counts to out as version 6 messages
+// of at most maxBytes each.
 func encodeInflight(out [][]byte, enc *msgpack.Encoder, buf *bytes.Buffer, d *Delta, maxBytes int) ([][]byte, error) {
 	fl := d.Inflight
 	for len(fl) > 0 {
 		n, rules := fit(len(fl), func(i int) (string, int) { return fl[i].Rule, len(fl[i].Key) },
-			headerBound+3, inflightBound, inflightGroupBound, maxBytes)
+			headerBound, inflightBound, inflightGroupBound, maxBytes)
 		buf.Reset()
 		if err := encodeInflightChunk(enc, d, fl[:n], rules); err != nil {
 			return nil, err
@@ -66,10 +63,7 @@ func encodeInflightChunk(enc *msgpack.Encoder, d *Delta, fl []Inflight, rules []
 			err = e
 		}
 	}
-	put(encodeHeader(enc, d, InflightVersion, 8))
-	put(enc.EncodeArrayLen(0)) // no count groups
-	put(enc.EncodeArrayLen(0)) // no block groups
-	put(enc.EncodeArrayLen(0)) // no memo groups
+	put(encodeHeader(enc, d, InflightVersion, 5))
 	put(enc.EncodeArrayLen(len(rules)))
 	for _, r := range rules {
 		n := 0
@@ -95,7 +89,7 @@ func encodeInflightChunk(enc *msgpack.Encoder, d *Delta, fl []Inflight, rules []
 	return nil
 }
 
-// decodeInflight reads a version 5 delta's in-flight groups into
+// decodeInflight reads a version 6 delta's in-flight groups into
 // out.Inflight, keys into d.arena (d.ispans).
 func (d *Decoder) decodeInflight(out *Delta) error {
 	groups, err := d.arrayLen(-1, "in-flight groups")

@@ -182,6 +182,8 @@ func (sh *shard) evictFor(s *Store, rule RuleID) bool {
 type aggregate struct {
 	win int64
 	c   [2]uint64
+	// tat is the one TAT of a paced rule's keys without room (pace.go).
+	tat int64
 }
 
 // roll moves a on to window w, if later.

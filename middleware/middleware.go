@@ -25,6 +25,9 @@
 // a rule keys on more than once is answered 400. A concurrency rule
 // (Kind "concurrency") holds a slot while the wrapped handler serves the
 // request and gives it back when the handler returns, however it returns.
+// With a shedding section, a request of a low priority class that arrives
+// while too many are in flight is answered 503 with Retry-After before any
+// rule counts it.
 //
 // The client address is the socket peer (http.Request.RemoteAddr) or,
 // when the peer is in proxy.trusted_proxies, the rightmost address of
@@ -36,9 +39,12 @@
 // by config.Load is checked as the daemon would check it). Decisions are
 // timed as geolimit_decision_duration_seconds{endpoint="middleware"}.
 // Standalone builds a config for a single process (nats.disabled).
-// With NATS enabled, Start connects to nats.url (or starts the embedded
-// nats-server) and replicates counts between the PoPs like the daemon, so
-// that Limiters in several PoPs, and edge daemons, share global rules.
+// With NATS enabled, Start connects to nats.url and replicates counts
+// between the PoPs like the daemon, so that Limiters in several PoPs, and
+// edge daemons, share global rules. A Limiter starts no NATS server of its
+// own: New refuses NATS enabled without nats.url, and a program that uses
+// this package links neither nats-server nor gRPC (it runs the daemon's
+// engine, package server/engine, without the daemon's listeners).
 package middleware
 
 import (
@@ -51,7 +57,8 @@ import (
 
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/internal/edgerepl"
-	"github.com/geolimit/geolimit/server"
+	"github.com/geolimit/geolimit/server/engine"
+	"github.com/geolimit/geolimit/server/proxy"
 )
 
 // Options are the optional settings of NewWithOptions.
@@ -68,8 +75,16 @@ type Options struct {
 // Limiter is a rate limiter embedded in a Go program. Its methods are safe
 // for concurrent use; Start and Close are called once each.
 type Limiter struct {
-	app *server.App
+	app     *engine.App
+	fronts  *proxy.FrontEnds
+	natsURL string
 }
+
+// ErrNoNATSURL is New's error for a config with NATS enabled and no
+// nats.url: a Limiter replicates through a NATS server it connects to and
+// starts none of its own.
+var ErrNoNATSURL = errors.New("middleware: nats.url: required unless nats.disabled: a Limiter starts no NATS server of its own; " +
+	"set nats.url to a NATS server (an edge daemon's embedded one, or a nats-server), or nats.disabled: true (Standalone)")
 
 // New builds a Limiter from cfg: omitted rule fields take the defaults
 // config.Load gives them (cost 1, key ip, scope global, mode enforce,
@@ -83,6 +98,9 @@ func NewWithOptions(cfg *config.Config, o Options) (*Limiter, error) {
 	if cfg == nil {
 		return nil, errors.New("middleware: config required")
 	}
+	if !cfg.NATS.Disabled && cfg.NATS.URL == "" {
+		return nil, ErrNoNATSURL
+	}
 	c := *cfg
 	c.Rules = slices.Clone(cfg.Rules)
 	for i := range c.Rules {
@@ -90,19 +108,20 @@ func NewWithOptions(cfg *config.Config, o Options) (*Limiter, error) {
 	}
 	c.ApplyRuleDefaults()
 	self := c.Node.Replica(uint64(time.Now().UnixNano()))
-	app, err := server.New(server.Options{
+	app, err := engine.New(engine.Options{
 		Config:        &c,
 		ConfigPath:    o.ConfigPath,
 		Self:          self,
 		Logger:        o.Logger,
 		WatchInterval: watchInterval(o.ConfigPath),
 		NewReplicator: edgerepl.New,
-		Embedded:      true,
+		IgnoreListen:  true,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{app: app}, nil
+	fronts := proxy.New(app.Env(), proxy.Metrics{LatencyMiddleware: app.Latency("middleware")})
+	return &Limiter{app: app, fronts: fronts, natsURL: c.NATS.URL}, nil
 }
 
 func watchInterval(path string) time.Duration {
@@ -121,24 +140,27 @@ func Standalone(rules ...config.Rule) *config.Config {
 	return c
 }
 
-// Start starts what the Limiter runs besides the handler: NATS and
-// replication (unless nats.disabled), the tick loop that forgets expired
+// Start starts what the Limiter runs besides the handler: replication
+// over nats.url (unless nats.disabled), the tick loop that forgets expired
 // counts, and the config watcher. Handler works before Start, but counts
 // are replicated only once it has run.
-func (l *Limiter) Start(ctx context.Context) error { return l.app.Start(ctx) }
+func (l *Limiter) Start(ctx context.Context) error {
+	return l.app.Start(ctx, engine.NATS{URL: l.natsURL})
+}
 
 // Handler wraps next: each request is decided against the rules first, and
 // only the allowed ones reach next (see the package documentation).
-func (l *Limiter) Handler(next http.Handler) http.Handler { return l.app.Middleware(next) }
+func (l *Limiter) Handler(next http.Handler) http.Handler { return l.fronts.Middleware(next) }
 
-// Reload re-reads Options.ConfigPath and applies its rules and trusted
-// proxies; an invalid file changes nothing and is returned as an error.
+// Reload re-reads Options.ConfigPath and applies its rules, trusted
+// proxies and shedding section; an invalid file changes nothing and is
+// returned as an error.
 func (l *Limiter) Reload() error { return l.app.Reload() }
 
-// App is the server.App behind the Limiter, for its node, clock and
-// Prometheus registry.
-func (l *Limiter) App() *server.App { return l.app }
+// App is the engine behind the Limiter (the edge daemon runs the same),
+// for its node, clock and Prometheus registry.
+func (l *Limiter) App() *engine.App { return l.app }
 
-// Close stops replication after a final flush, the embedded NATS server
-// and the loops. It is idempotent.
-func (l *Limiter) Close(ctx context.Context) error { return l.app.Shutdown(ctx) }
+// Close stops replication after a final flush, and the loops. It is
+// idempotent.
+func (l *Limiter) Close(ctx context.Context) error { return l.app.Close() }

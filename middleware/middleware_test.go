@@ -103,9 +103,6 @@ func TestHeadersAndDenial(t *testing.T) {
 	o := s.get(t, "/other")
 	assert.Equal(t, http.StatusOK, o.status)
 	assert.Empty(t, o.header.Get("RateLimit-Policy"))
-	// The embedded App opens no listener of its own.
-	assert.Nil(t, s.lim.App().APIAddr())
-	assert.Nil(t, s.lim.App().ProxyAddr())
 }
 
 func TestANDSpendsNothingOnDeny(t *testing.T) {
@@ -209,6 +206,17 @@ func TestNewAppliesDefaultsAndValidates(t *testing.T) {
 	require.Error(t, err)
 }
 
+// A Limiter starts no NATS server: NATS enabled needs nats.url, and the
+// error says so.
+func TestNATSNeedsURL(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Rules = []config.Rule{rule("r", "/", 1)}
+	_, err := middleware.New(cfg)
+	require.ErrorIs(t, err, middleware.ErrNoNATSURL)
+	assert.Contains(t, err.Error(), "nats.url")
+	assert.Contains(t, err.Error(), "nats.disabled")
+}
+
 // Two Limiters in two PoPs linked by a NATS server share a global count.
 func TestReplicationAcrossPoPs(t *testing.T) {
 	ns := gossiptest.StartNATS(t, nil)
@@ -236,6 +244,34 @@ func TestReplicationAcrossPoPs(t *testing.T) {
 	}
 	assert.Equal(t, http.StatusTooManyRequests, a.get(t, "/").status)
 	assert.Equal(t, http.StatusTooManyRequests, b.get(t, "/").status)
+}
+
+// TestKillSwitchAcrossPoPs: a rule switched off through one Limiter's
+// engine lets every request through on the other PoP's Limiter too.
+func TestKillSwitchAcrossPoPs(t *testing.T) {
+	ns := gossiptest.StartNATS(t, nil)
+	mk := func(pop string) *served {
+		cfg := config.DefaultConfig()
+		cfg.Node = config.Node{ID: "n1", Region: "eu", PoP: pop}
+		cfg.NATS.URL = ns.ClientURL()
+		cfg.Rules = []config.Rule{rule("global", "/", 1)}
+		return serve(t, cfg)
+	}
+	a, b := mk("par"), mk("fra")
+	require.Equal(t, http.StatusOK, b.get(t, "/").status)
+	require.Equal(t, http.StatusTooManyRequests, b.get(t, "/").status)
+	_, err := a.lim.App().SetRuleMode("global", "bogus")
+	require.Error(t, err)
+	st, err := a.lim.App().SetRuleMode("global", "off")
+	require.NoError(t, err)
+	assert.Equal(t, "off", st.Mode)
+	require.Eventually(t, func() bool {
+		m, ok := b.lim.App().RuleMode("global")
+		return ok && m.Mode == "off"
+	}, 10*time.Second, 2*time.Millisecond, "the other PoP takes the mode")
+	for i := 0; i < 3; i++ {
+		assert.Equal(t, http.StatusOK, b.get(t, "/").status)
+	}
 }
 
 func TestReloadFromFile(t *testing.T) {

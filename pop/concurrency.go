@@ -111,6 +111,8 @@ func (r Rule) validateKind() error {
 		return errors.New("lease_ttl: only a concurrency rule has leases")
 	case r.Window != 0:
 		return errors.New("window: a concurrency rule has no window: its limit is requests in flight")
+	case r.Algorithm != SlidingWindow || r.Burst != 0:
+		return errors.New("algorithm: a concurrency rule counts requests in flight, with no algorithm or burst of its own")
 	case len(r.More) > 0:
 		return errors.New("limits: a concurrency rule has one limit, of requests in flight")
 	case len(r.Overrides) > 0:

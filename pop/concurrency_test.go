@@ -50,6 +50,8 @@ func TestConcurrencyRuleValidate(t *testing.T) {
 		{"long ttl", func(r *Rule) { r.LeaseTTL = 48 * time.Hour }, "lease_ttl:"},
 		{"cost", func(r *Rule) { r.Cost = 11 }, "cost:"},
 		{"kind", func(r *Rule) { r.Kind = 7 }, "kind:"},
+		{"gcra", func(r *Rule) { r.Algorithm = GCRA }, "algorithm:"},
+		{"burst", func(r *Rule) { r.Burst = 2 }, "algorithm:"},
 		{"name", func(r *Rule) { r.Name = "a b" }, "name:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -413,4 +415,34 @@ func TestConcurrencyReload(t *testing.T) {
 	d, err := n.Decide(t0+3, "uploads", "k", 1)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
+}
+
+// The kill switch: a concurrency rule switched off admits holding nothing,
+// in shadow it admits beyond the limit holding nothing, and back to its
+// own mode it limits again.
+func TestConcurrencyRuleModes(t *testing.T) {
+	n := concNode(t, "a", Config{})
+	for range 2 {
+		require.True(t, decideOne(t, n, t0, chk(t, n, "local", "k", 0)).Allowed)
+	}
+	_, err := n.SetRuleMode(t0, "local", crdt.RuleModeOff)
+	require.NoError(t, err)
+	off := decideOne(t, n, t0, chk(t, n, "local", "k", 0))
+	assert.True(t, off.Allowed)
+	assert.True(t, off.Off)
+	assert.False(t, off.Lease.Held())
+	assert.False(t, off.Counted)
+
+	_, err = n.SetRuleMode(t0+1, "local", crdt.RuleModeShadow)
+	require.NoError(t, err)
+	sh := decideOne(t, n, t0+1, chk(t, n, "local", "k", 0))
+	assert.True(t, sh.Allowed)
+	assert.True(t, sh.ShadowDenied)
+	assert.False(t, sh.Lease.Held())
+
+	_, err = n.SetRuleMode(t0+2, "local", crdt.RuleModeConfig)
+	require.NoError(t, err)
+	assert.False(t, decideOne(t, n, t0+2, chk(t, n, "local", "k", 0)).Allowed, "enforced again: the two slots are held")
+	own, _, _ := n.InFlight(t0+2, "local", "k")
+	assert.EqualValues(t, 2, own)
 }

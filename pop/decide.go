@@ -25,6 +25,10 @@ type Decision struct {
 	Blocked bool
 	// BlockStarted is set when this decision put the key in the penalty box.
 	BlockStarted bool
+	// Off is set when the rule was switched off at run time (modes.go):
+	// the request is allowed, nothing was read or counted, and the other
+	// fields but Limit and Remaining (the rule's limit) are zero.
+	Off bool
 	// Unsure says why a rule with DenyUnsure denied a request it could not
 	// judge (unsure.go); UnsureNone otherwise.
 	Unsure Unsure
@@ -96,9 +100,12 @@ func checkRequest(key string, cost uint64) error {
 //  3. each window (admitWindow): the partition share caps this side's
 //     limit, a key the node cannot judge fails closed (on_unsure: deny),
 //     then the counts admit (and count, when the request fits in every
-//     window);
+//     window); a GCRA rule's TAT admits instead (admitGCRA, gcra.go);
 //  4. a counted denial starts the key's block (penalty box);
 //  5. a shadow rule's denial becomes an admission that says so.
+//
+// A rule switched off at run time (modes.go) stops after 1: allowed,
+// nothing counted (Decision.Off).
 //
 // Results go through pointers on this path: a returned struct is copied
 // with wide loads of its narrow stores, which stalls on store forwarding,
@@ -112,6 +119,10 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		*d = Decision{}
 		return ErrCostOverLimit
 	}
+	if r.off() {
+		*d = Decision{Allowed: true, Off: true, Limit: r.Limit, Remaining: r.Limit}
+		return nil
+	}
 	if r.guarded {
 		if r.Kind == Concurrency {
 			*d = Decision{}
@@ -124,7 +135,7 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 	}
 	var u Unsure
 	if r.multi {
-		u = n.admitWindows(d, now, r, key, tier, cost, count)
+		u = n.admitWindows(d, now, r, key, tier, cost, count) // or admitGCRA
 	} else {
 		// One window, the rule's own limit (the common case, written out
 		// here rather than in a function of its own: a call costs it 5 %).
@@ -132,7 +143,7 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		if u = n.admitWindow(&res, now, r, key, r.Limit, cost, modeOf(count, count)); u == UnsureNone {
 			// Field by field: a composite literal is built on the stack and copied.
 			d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
-			d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
+			d.Blocked, d.BlockStarted, d.Off, d.Unsure = false, false, false, UnsureNone
 			d.Limit, d.Remaining = r.Limit, res.Remaining
 			d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(res.RetryAfter)
 			d.Binding, d.Limits = 0, nil
@@ -147,7 +158,7 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 	if r.guarded {
 		n.afterGuard(now, r, key, count, d)
 	}
-	if !d.Allowed && r.Mode == Shadow {
+	if !d.Allowed && r.mode() == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
 	return nil
@@ -219,7 +230,7 @@ func (n *Node) admitWindow(res *crdt.AdmitResult, now int64, w *ruleState, key s
 // shadowed turns a shadow rule's denial into an admission that says it
 // would have denied.
 func shadowed(r *ruleState, d Decision) Decision {
-	if !d.Allowed && r.Mode == Shadow {
+	if !d.Allowed && r.mode() == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
 	return d

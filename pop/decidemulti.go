@@ -20,6 +20,9 @@ type limitTable struct {
 // newRuleState compiles a valid rule: its windows (further ones as sub
 // states), limit table, clamps and largest cost. Ids are left to SetRules.
 func newRuleState(r Rule) *ruleState {
+	if r.Algorithm == GCRA {
+		return newGCRAState(r)
+	}
 	rs := &ruleState{Rule: r, width: int64(r.Window), wire: r.WireName(r.Window)}
 	if r.Kind == Concurrency {
 		rs.width = int64(time.Second) // counts nothing in windows; never 0
@@ -98,6 +101,9 @@ func (r Rule) largest() []Limit {
 // larger cost is an error (ErrCostOverLimit); one within it but above the
 // request's own limits is a denial.
 func (r Rule) MaxCost() uint64 {
+	if r.Algorithm == GCRA {
+		return r.BurstOf()
+	}
 	c := uint64(MaxLimit)
 	for _, l := range r.largest() {
 		c = min(c, l.Limit)
@@ -184,6 +190,11 @@ func (n *Node) decideWith(now int64, rule, key string, cost uint64, tier string,
 // then admitted, and that window may end up over its limit by the cost of
 // the requests that raced (never a window counted for a denied request).
 func (n *Node) admitWindows(d *Decision, now int64, r *ruleState, key, tier string, cost uint64, count bool) Unsure {
+	if r.gcra {
+		// A GCRA rule is decided here, off decideRule's one-window path,
+		// so that path's code stays as it is.
+		return n.admitGCRA(d, now, r, key, cost, count)
+	}
 	lims := r.limitsFor(key, tier)
 	one := len(r.wins) == 1
 	var res [MaxWindows]crdt.AdmitResult

@@ -280,7 +280,7 @@ func (n *Node) recallAll(now int64, cs []Check, res []Result) *allMemos {
 			continue
 		}
 		n.repeat(now, &cs[i], v, &res[i])
-		if res[i].Err == nil && !res[i].Allowed && cs[i].Rule.r.Mode == Enforce {
+		if res[i].Err == nil && !res[i].Allowed && cs[i].Rule.r.mode() == Enforce {
 			m.denied = true
 		}
 	}
@@ -300,7 +300,7 @@ func (n *Node) rememberAll(now int64, cs []Check, res []Result, m *allMemos, all
 			continue
 		}
 		v := verdictOf(&res[i].Decision)
-		if !allowed && cs[i].Rule.r.Mode == Enforce {
+		if !allowed && cs[i].Rule.r.mode() == Enforce {
 			v = 0
 		}
 		n.remember(now, &cs[i], m.ids[i], &res[i], v)

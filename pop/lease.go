@@ -66,8 +66,13 @@ func (l Lease) Until() int64 {
 func (n *Node) acquire(now int64, c *Check, cost uint64, take bool, res *Result) {
 	r := c.Rule.r
 	d := &res.Decision
-	*d = Decision{Limit: r.Limit}
 	res.done, res.peeked, res.Counted = true, !take, false
+	if r.off() {
+		// Switched off at run time (modes.go): allowed, nothing held.
+		*d = Decision{Allowed: true, Off: true, Limit: r.Limit, Remaining: r.Limit}
+		return
+	}
+	*d = Decision{Limit: r.Limit}
 	s := n.slots
 	s.mu.Lock()
 	e := s.entry(slotKey{r.id, c.Key}, false)
@@ -123,7 +128,7 @@ func (n *Node) acquire(now int64, c *Check, cost uint64, take bool, res *Result)
 		s.tidy(e)
 	}
 	s.mu.Unlock()
-	if !d.Allowed && r.Mode == Shadow {
+	if !d.Allowed && r.mode() == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
 }

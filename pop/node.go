@@ -168,6 +168,7 @@ type Node struct {
 	memoTTL int64
 
 	slots *slotTable // concurrency rules' leases and members' counts (concurrency.go)
+	modes modeTable  // rules' modes set at run time (modes.go)
 }
 
 // New returns a Node with cfg's rules.

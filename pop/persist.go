@@ -21,6 +21,7 @@ func (n *Node) Snapshot(now int64) []crdt.Delta {
 			out = append(out, crdt.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
 		}
 		out[i].Entries = append(out[i].Entries, d.Entries...)
+		out[i].Modes = append(out[i].Modes, d.Modes...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Sender.String() < out[j].Sender.String() })
 	return out
@@ -36,6 +37,8 @@ const snapshotChunk = 1024
 //
 //   - node- and pop-scope rules: the per-node counts of the live windows,
 //     own (node scope: only own) and the PoP's members' (pop scope);
+//   - the rules' modes set at run time (modes.go), in a delta of their
+//     own, last;
 //   - global rules: PoP aggregates only: the own PoP's totals under the
 //     current epoch (while it is 0, under the node's incarnation), and every
 //     aggregate held (other PoPs', the own PoP's former epochs).
@@ -69,8 +72,8 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 		}
 		n.store.Entries(idx, func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 			r := rs.byID[e.Rule]
-			if stopped || r == nil || e.Count == 0 {
-				return
+			if stopped || r == nil || e.Count == 0 || r.gcra {
+				return // a GCRA rule's TATs are no counts: not kept (gcra.go)
 			}
 			p := byRep[rep]
 			if p == nil {
@@ -117,6 +120,9 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 			}
 		})
 		emit(own)
+		if ms := n.Modes(); !stopped && len(ms) > 0 {
+			yield(&crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep, Modes: ms})
+		}
 	}
 }
 
@@ -137,10 +143,12 @@ func (n *Node) Restore(now int64, ds []crdt.Delta) ApplyStats {
 // through ScopeGlobal (the own PoP's former epochs like another PoP's);
 // per-node counts of the own PoP merge as through ScopePoP, and node-scope
 // counts only when they are a former incarnation's of this very node.
+// Rules' modes set at run time merge as MergeModes merges them.
 // Windows that passed are dropped (Stale); entries the snapshot could not
 // hold (global per-node counts, another PoP's nodes, this incarnation) are
 // refused (WrongScope, Echo), counted like Apply's.
 func (n *Node) RestoreDelta(now int64, d *crdt.Delta) ApplyStats {
+	n.MergeModes(now, d.Modes)
 	if d.Sender.IsPoP() {
 		return n.Apply(now, d, ScopeGlobal)
 	}
@@ -183,7 +191,7 @@ func (n *Node) restoreNode(now int64, d *crdt.Delta) ApplyStats {
 		switch {
 		case !ok:
 			st.UnknownRule++
-		case r.Scope == ScopeGlobal, r.Scope == ScopeNode && !former:
+		case r.Scope == ScopeGlobal, r.Scope == ScopeNode && !former, r.gcra:
 			st.WrongScope++
 		default:
 			n.mergeEntry(now, r, rep, e, &st)

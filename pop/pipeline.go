@@ -367,7 +367,7 @@ func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Out
 	denied := m != nil && m.denied
 	for i := range cs {
 		c := &cs[i]
-		if res[i].Err != nil || res[i].Repeat || c.Rule.r.Mode != Enforce {
+		if res[i].Err != nil || res[i].Repeat || c.Rule.r.mode() != Enforce {
 			continue
 		}
 		enforce++
@@ -379,7 +379,7 @@ func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Out
 		n.prefetchAll(req)
 		for i := range cs {
 			c := &cs[i]
-			if res[i].Err != nil || res[i].Repeat || c.Rule.r.Mode != Enforce {
+			if res[i].Err != nil || res[i].Repeat || c.Rule.r.mode() != Enforce {
 				continue
 			}
 			cost := res[i].cum
@@ -398,7 +398,7 @@ func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Out
 		for pass := 0; pass < 2; pass++ { // enforce checks first, then shadow ones
 			for i := range cs {
 				c := &cs[i]
-				if res[i].Err != nil || res[i].Repeat || (c.Rule.r.Mode == Enforce) != (pass == 0) || c.Probe || c.Cost > c.Rule.r.maxCostOf() {
+				if res[i].Err != nil || res[i].Repeat || (c.Rule.r.mode() == Enforce) != (pass == 0) || c.Probe || c.Cost > c.Rule.r.maxCostOf() {
 					continue
 				}
 				n.count(now, c, &res[i])
@@ -461,7 +461,7 @@ func (n *Node) count(now int64, c *Check, res *Result) {
 		return
 	}
 	res.done, res.peeked = true, false
-	res.Counted = d.Allowed
+	res.Counted = d.Allowed && !d.Off
 }
 
 // peek answers check c for cost without counting it. A cost the rule can
@@ -487,7 +487,7 @@ func (n *Node) peek(now int64, c *Check, cost uint64, penalize bool, res *Result
 	} else if penalize && cost <= pc {
 		n.penalize(now, r, c.Key, d)
 	}
-	if cost > pc {
+	if cost > pc && !d.Off {
 		d.Allowed, d.ShadowDenied = false, false
 		d.RetryAfter = max(d.RetryAfter, r.Window)
 		*d = shadowed(r, *d)
@@ -505,7 +505,7 @@ func outcome(cs []Check, res []Result) Outcome {
 		if r.Counted {
 			o.Counted++
 		}
-		if cs[i].Rule.r.Mode != Enforce {
+		if r.Off || cs[i].Rule.r.mode() != Enforce {
 			continue
 		}
 		if !r.Allowed {

@@ -42,12 +42,13 @@ type retiredKey struct {
 	window time.Duration
 }
 
-// unretire returns the ID of the window of width w retired from the rule
-// called name, and takes it out of retirement. Requires n.mu held.
-func (n *Node) unretire(name string, w time.Duration) (crdt.RuleID, bool) {
-	k := retiredKey{name, w}
+// unretire returns the ID of the window retired from w's rule with w's
+// width, and takes it out of retirement, when its counts may serve w
+// (sameState). Requires n.mu held.
+func (n *Node) unretire(w *ruleState) (crdt.RuleID, bool) {
+	k := retiredKey{w.Name, w.Window}
 	o, ok := n.retired[k]
-	if !ok {
+	if !ok || !sameState(o.rs, w) {
 		return 0, false
 	}
 	delete(n.retired, k)

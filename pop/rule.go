@@ -51,11 +51,18 @@ const (
 	Enforce Mode = iota
 	// Shadow counts and reports what it would deny but always admits.
 	Shadow
+	// Off checks nothing: the rule admits every request, counts nothing
+	// and never binds. Only a mode set at run time (modes.go) is Off; a
+	// rule's own Mode is Enforce or Shadow.
+	Off
 )
 
 func (m Mode) String() string {
-	if m == Shadow {
+	switch m {
+	case Shadow:
 		return "shadow"
+	case Off:
+		return "off"
 	}
 	return "enforce"
 }
@@ -150,6 +157,11 @@ type Rule struct {
 	// stands unless it is heard again; 0 means DefaultLeaseTTL. Only for
 	// Kind Concurrency.
 	LeaseTTL time.Duration
+	// Algorithm is SlidingWindow (the default) or GCRA (gcra.go).
+	Algorithm Algorithm
+	// Burst is, for a GCRA rule, the most cost admitted at once (1 to
+	// Limit); 0 means Limit. Must be 0 for other rules.
+	Burst uint64
 }
 
 // Validate reports the first thing wrong with r, naming the field.
@@ -186,6 +198,9 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("block_for: must be at most %s, got %s", MaxBlockFor, r.BlockFor)
 	case r.OnUnsure > DenyUnsure:
 		return fmt.Errorf("on_unsure: unknown policy %d", r.OnUnsure)
+	}
+	if err := r.validateGCRA(); err != nil {
+		return err
 	}
 	return r.validateMore()
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gcra"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -40,6 +41,9 @@ type ruleState struct {
 	dropped atomic.Bool
 	// wire is the window's name on the wire (Rule.WireName).
 	wire string
+	// override is the mode set at run time (modes.go), as a
+	// crdt.RuleMode's Mode: 0 for none, else the Mode plus one.
+	override atomic.Uint32
 	// clamp is the largest limit the window gives any key (Apply's clamp).
 	clamp uint64
 	// multi: several windows, overrides or tiers; decided by admitWindows
@@ -49,6 +53,11 @@ type ruleState struct {
 	wins    []*ruleState
 	lims    *limitTable
 	maxCost uint64
+	// gcra: a GCRA rule (gcra.go), decided by admitGCRA with rate; multi
+	// is set too, so that the one-window path tests one flag (admitWindows
+	// hands it to admitGCRA).
+	gcra bool
+	rate gcra.Rate
 }
 
 // winCache remembers the rule's current window so that the hot path does not
@@ -84,10 +93,10 @@ func (n *Node) SetRules(rules []Rule) error {
 		rs := newRuleState(r)
 		rs.guarded = r.BlockFor != 0 || r.OnUnsure != AllowUnsure || r.Kind == Concurrency
 		for _, w := range rs.windows() {
-			if o := old.window(r.Name, w.Window); o != nil && !kept[o.id] {
+			if o := old.window(r.Name, w.Window); o != nil && !kept[o.id] && sameState(o, w) {
 				w.id = o.id
 				kept[o.id] = true
-			} else if id, ok := n.unretire(r.Name, w.Window); ok {
+			} else if id, ok := n.unretire(w); ok {
 				w.id = id
 			} else {
 				id, err := n.allocID()
@@ -100,7 +109,11 @@ func (n *Node) SetRules(rules []Rule) error {
 		for _, w := range rs.windows() {
 			next.byID[w.id] = w
 			next.byWire[w.wire] = w
-			n.store.SetProtect(w.id, protectThreshold(w.Limit))
+			if w.gcra {
+				n.store.SetProtect(w.id, protectGCRA(w))
+			} else {
+				n.store.SetProtect(w.id, protectThreshold(w.Limit))
+			}
 		}
 		next.byName[r.Name] = rs
 		next.sorted = append(next.sorted, rs)
@@ -117,7 +130,7 @@ func (n *Node) SetRules(rules []Rule) error {
 			}
 		}
 	}
-	n.rules.Store(next)
+	n.storeRules(next) // with the modes set at run time
 	for id, o := range old.byID {
 		if !kept[id] {
 			n.retire(o)

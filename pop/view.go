@@ -22,6 +22,10 @@ type KeyView struct {
 	// More are the further windows of a rule of several, in the order of
 	// Rule.More; Limit, Estimate and Windows above are the first window's.
 	More []WindowKeyView
+	// TAT is, for a GCRA rule, the key's theoretical arrival time (Unix
+	// nanoseconds; 0 for a key not held), and Estimate the cost it has
+	// spent and not yet earned back; Windows is empty.
+	TAT int64
 }
 
 // WindowKeyView is one further window of a KeyView.
@@ -43,6 +47,14 @@ func (n *Node) View(now int64, rule, key string) (KeyView, error) {
 		return KeyView{}, ErrEmptyKey
 	case len(key) > crdt.MaxKeyLen:
 		return KeyView{}, ErrKeyTooLong
+	}
+	if r.gcra {
+		v := KeyView{Rule: rule, Key: key, Limit: r.Limit}
+		n.viewGCRA(now, r, &v, key)
+		if until := n.blocks.Until(r.id, key); until > now {
+			v.BlockedUntil = until
+		}
+		return v, nil
 	}
 	first := n.viewWindow(now, r, key)
 	v := KeyView{Rule: rule, Key: key, Limit: r.Limit, Estimate: first.Estimate, Windows: first.Windows}

@@ -18,6 +18,7 @@ func (c *Core) startAE(now int64) {
 	}
 	c.stats.AntiEntropies++
 	c.aeParts, c.aePart, c.aeStart = parts, 0, now
+	c.sendModes(now, c.node.Modes(), true, true, true)
 }
 
 // aePartAt is when part k of the round under way is due.

@@ -129,6 +129,9 @@ type Stats struct {
 	// Markers: markers sent after answering a sync request of a node
 	// waiting for its startup sync.
 	Markers uint64 `json:"startup_markers_sent"`
+	// ModesSent and ModesReceived count rule modes (modes.go) per link.
+	ModesSent     uint64 `json:"modes_sent"`
+	ModesReceived uint64 `json:"modes_received"`
 }
 
 // New returns a Core for cfg.Node. The first Tick starts it.
@@ -234,6 +237,7 @@ func (c *Core) Tick(now int64) {
 		c.updateAllowance(now, true)
 	}
 	c.maybeStartEpoch(now)
+	c.sendTakenModes(now) // modes.go: at once, not with the next flush
 	if fl := int64(c.cfg.FlushInterval); fl > 0 && now >= c.nextFlush {
 		c.flushSlot(now)
 		c.nextFlush = advance(c.nextFlush, now, fl)
@@ -291,6 +295,7 @@ func (c *Core) doWork(now int64) {
 			b.Local.Entries, b.Local.Blocks, b.Local.Memos, b.Local.Inflight = nil, nil, nil, nil
 		}
 		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
+		c.sendModes(now, c.node.Modes(), c.want&wantLocalAE != 0, c.want&wantGlobalAE != 0, true)
 	}
 	if c.want&wantAnnounce != 0 && c.epoch != 0 && c.cfg.PoPLink && len(c.members) > 1 {
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: c.empty(now)})

@@ -90,6 +90,14 @@
 // Every delta carries absolute counts, so loss, duplication and reordering
 // are harmless; a later message repairs an earlier loss.
 //
+// # Rules' modes
+//
+// A rule's mode set at run time (the kill switch, pop.Node.SetRuleMode)
+// goes out at the node's next Tick, to the PoP's members and to every other
+// PoP, in a message of its own; anti-entropy rounds, re-sends and the state
+// a joining member merges carry every mode held (modes.go). Modes are a
+// last-writer-wins register per rule name, so any node may pass on any.
+//
 // # The near-limit allowance
 //
 // Near a limit a node spends only its share of the headroom while its own

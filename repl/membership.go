@@ -136,15 +136,19 @@ func (c *Core) owner(hs []uint64, kh uint64) int {
 
 // LocalState is the state a joining member learns at once (memberlist
 // push/pull): every count this node holds of the live windows, one delta per
-// replica, all carrying the PoP epoch; a node holding no count yet still
-// sends one empty delta so the joiner learns the epoch.
+// replica, all carrying the PoP epoch, and the rules' modes set at run time
+// (modes.go); a node holding nothing yet still sends one empty delta so the
+// joiner learns the epoch.
 func (c *Core) LocalState(now int64) []crdt.Delta {
 	st := c.node.State(now)
-	if len(st) == 0 {
-		return []crdt.Delta{*c.empty(now)}
-	}
 	for i := range st {
 		st[i].Epoch = c.epoch
+	}
+	if ms := c.node.Modes(); len(ms) > 0 {
+		st = append(st, crdt.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms})
+	}
+	if len(st) == 0 {
+		return []crdt.Delta{*c.empty(now)}
 	}
 	return st
 }
@@ -156,6 +160,9 @@ func (c *Core) MergeState(now int64, d *crdt.Delta) pop.ApplyStats {
 		c.popMerged = true // a member's view of the PoP (startup.go)
 	}
 	c.learnEpoch(now, d.Epoch)
+	if len(d.Modes) > 0 && d.Sender.SamePoP(c.self) && !d.Sender.IsPoP() {
+		c.node.MergeModes(now, d.Modes)
+	}
 	var st pop.ApplyStats
 	if hasContent(d) {
 		via := pop.ScopeGlobal

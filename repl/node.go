@@ -76,6 +76,15 @@ type Node interface {
 	// SetSynced tells the node whether it holds the view of its former
 	// incarnations' counts (the startup sync).
 	SetSynced(ok bool)
+
+	// TakeModes returns the rules' modes set on this node since the last
+	// call (nil when none, cheaply: it is called at every Tick); modes.go.
+	TakeModes() []crdt.RuleMode
+	// Modes returns every rule mode the node holds.
+	Modes() []crdt.RuleMode
+	// MergeModes merges rule modes received from another node, refusing
+	// what it may not take.
+	MergeModes(now int64, ms []crdt.RuleMode)
 }
 
 var _ Node = (*pop.Node)(nil)

@@ -19,6 +19,9 @@ type scriptNode struct {
 	unheard [][]string
 	synced  []bool
 	applied []pop.Scope
+	taken   []crdt.RuleMode // what TakeModes returns next
+	held    []crdt.RuleMode
+	merged  []crdt.RuleMode
 }
 
 var _ Node = (*scriptNode)(nil)
@@ -47,6 +50,15 @@ func (n *scriptNode) SetEpoch(e uint64)                     { n.epochs = append(
 func (n *scriptNode) SetUnheard(_ int64, pops []string)     { n.unheard = append(n.unheard, pops) }
 func (n *scriptNode) SetAllowance(pop.Scope, pop.Allowance) {}
 func (n *scriptNode) SetSynced(ok bool)                     { n.synced = append(n.synced, ok) }
+func (n *scriptNode) TakeModes() []crdt.RuleMode {
+	t := n.taken
+	n.taken = nil
+	return t
+}
+func (n *scriptNode) Modes() []crdt.RuleMode { return n.held }
+func (n *scriptNode) MergeModes(_ int64, ms []crdt.RuleMode) {
+	n.merged = append(n.merged, ms...)
+}
 
 // runUntil ticks c at every time it asks for, from now until end, and
 // returns the time it stopped at.

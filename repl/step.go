@@ -21,6 +21,17 @@ func (c *Core) Step(now int64, m Message) StepResult {
 	if d == nil {
 		return res
 	}
+	if len(d.Modes) > 0 {
+		// Rules' modes travel in messages of their own (modes.go).
+		if !c.stepModes(now, m) {
+			res.Forged = true
+			c.stats.Forged++
+			return res
+		}
+		if !hasContent(d) {
+			return res
+		}
+	}
 	if m.Link == LinkPoP && d.Sender.SamePoP(c.self) {
 		c.observe(now, d.SentAt, nil)
 	}

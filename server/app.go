@@ -1,7 +1,9 @@
-// Package server is the geolimit edge daemon: it wires a clock, the pop node
-// core, the HTTP decision API, the reverse proxy, Prometheus metrics, the
-// embedded NATS server and (through the Replicator hook) replication into
-// one App with a start and a graceful shutdown.
+// Package server is the geolimit edge daemon: around the engine (package
+// server/engine: the pop node core, rules, reload, state file, metrics and,
+// through the Replicator hook, replication) it wires the HTTP decision API,
+// the reverse proxy and forward auth, the Envoy rate limit service (gRPC),
+// the HAProxy agent and the embedded NATS server into one App with a start
+// and a graceful shutdown.
 //
 //	app, err := server.New(server.Options{Config: cfg, ConfigPath: path, Self: self, Logger: log})
 //	if err != nil {
@@ -20,7 +22,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/geolimit/geolimit/internal/listen"
 	"github.com/geolimit/geolimit/server/api"
+	"github.com/geolimit/geolimit/server/engine"
 	"github.com/geolimit/geolimit/server/frontend"
 	"github.com/geolimit/geolimit/server/proxy"
 	"github.com/geolimit/geolimit/server/rls"
@@ -46,102 +48,24 @@ import (
 	"github.com/geolimit/geolimit/pop"
 )
 
-// Replicator moves the node's deltas to and from its peers (memberlist in the
-// PoP, NATS between PoPs). The App starts it after the node, the embedded NATS
-// server and the listeners are up, and closes it after the HTTP servers have
-// drained, so that Close can send a final flush.
-type Replicator interface {
-	// Start starts replication and returns once it runs; it must not block
-	// for the App's lifetime. ctx is cancelled at shutdown.
-	Start(ctx context.Context) error
-	// Status reports membership and partitions for GET /v1/status. It must
-	// not block and is called concurrently with everything else.
-	Status() ReplicationStatus
-	// Close stops replication after a final flush. It is called once.
-	Close() error
-}
-
-// ConfigReloader is implemented by a Replicator that applies part of a
-// reloaded config while it runs: the gossip keys of gossip.secret_key_file.
-type ConfigReloader interface {
-	// ReloadConfig applies cfg's gossip keys (cfg is valid). An error means
-	// they were not applied and take effect at restart; the rest of the
-	// reload stands.
-	ReloadConfig(cfg *config.Config) error
-}
-
-// ReplicationEnv is what a Replicator is built from. It is a plain value;
-// Node, Clock, NATS and Registry are safe for concurrent use.
-type ReplicationEnv struct {
-	// Node is the node core whose deltas are replicated.
-	Node *pop.Node
-	// Clock is the App's clock (Unix nanoseconds).
-	Clock clock.Clock
-	// Config is the configuration the App started with (gossip, nats,
-	// replication sections). Replication settings change only at restart.
-	Config *config.Config
-	// NATSURL is the NATS client URL: nats.url, or the embedded server's.
-	NATSURL string
-	// NATS is the embedded server, nil when nats.url is set. The node's own
-	// client reaches it in process (NATS.InProcessConn), with the
-	// credentials of the nats section.
-	NATS *natsembed.Server
-	// Logger is the App's logger.
-	Logger *slog.Logger
-	// Registry is the App's Prometheus registry, for replication metrics.
-	Registry *prometheus.Registry
-}
-
-// NewReplicatorFunc builds a Replicator; see Options.NewReplicator.
-type NewReplicatorFunc func(ReplicationEnv) (Replicator, error)
-
-// ReplicationStatus is the replication part of GET /v1/status: a plain
-// value, not to be mutated once returned from Status.
-type ReplicationStatus struct {
-	// Members are the PoP's members as memberlist sees them.
-	Members []Member `json:"members"`
-	// RemotePoPs are the other PoPs heard on NATS.
-	RemotePoPs []RemotePoP `json:"remote_pops"`
-	// Partitions lists the PoPs ("region/pop") silent for longer than
-	// replication.peer_timeout.
-	Partitions []string `json:"partitions"`
-	// Transports are per-transport replication counters (messages, bytes
-	// and entries sent and received, rejected entries, lag); the
-	// Replicator chooses their shape.
-	Transports any `json:"transports,omitempty"`
-	// Epoch is the PoP epoch this node publishes its PoP's totals under
-	// (0 while it is not known yet).
-	Epoch uint64 `json:"epoch"`
-	// Startup is where the startup sync stands (replication.startup_sync);
-	// the Replicator chooses its shape.
-	Startup any `json:"startup_sync,omitempty"`
-	// Drift lists, per remote PoP, its estimated clock offset and the
-	// global rules it has otherwise (a different window, limit, scope or
-	// partition policy) or this node lacks; the Replicator chooses its
-	// shape.
-	Drift any `json:"drift,omitempty"`
-	// Protocol are the replication protocol's counters (flushes, forwards,
-	// heartbeats, sync requests and answers, relays); the Replicator
-	// chooses their shape.
-	Protocol any `json:"protocol,omitempty"`
-}
-
-// Member is one member of the PoP.
-type Member struct {
-	Name  string `json:"name"`
-	Addr  string `json:"addr,omitempty"`
-	State string `json:"state"`
-}
-
-// RemotePoP is one remote PoP and when it was last heard.
-type RemotePoP struct {
-	crdt.PoPID
-	// LastHeardMS is the time since its last message, in milliseconds.
-	LastHeardMS int64 `json:"last_heard_ms"`
-	Partitioned bool  `json:"partitioned"`
-	// Expected: named in replication.expected_pops.
-	Expected bool `json:"expected"`
-}
+// The replication hook is the engine's (see package engine).
+type (
+	// Replicator moves the node's deltas to and from its peers; see
+	// engine.Replicator.
+	Replicator = engine.Replicator
+	// ConfigReloader is a Replicator that applies gossip keys on reload.
+	ConfigReloader = engine.ConfigReloader
+	// ReplicationEnv is what a Replicator is built from.
+	ReplicationEnv = engine.ReplicationEnv
+	// NewReplicatorFunc builds a Replicator; see Options.NewReplicator.
+	NewReplicatorFunc = engine.NewReplicatorFunc
+	// ReplicationStatus is the replication part of GET /v1/status.
+	ReplicationStatus = engine.ReplicationStatus
+	// Member is one member of the PoP.
+	Member = engine.Member
+	// RemotePoP is one remote PoP and when it was last heard.
+	RemotePoP = engine.RemotePoP
+)
 
 // Options configures an App. It is a plain value, read once by New.
 type Options struct {
@@ -176,31 +100,28 @@ type Options struct {
 	Embedded bool
 }
 
-// App is a running (or ready to run) edge daemon. Its methods are safe for
-// concurrent use; Start and Shutdown are called once each.
+// App is a running (or ready to run) edge daemon: an engine.App with the
+// listeners of the listen section, the front ends and the embedded NATS
+// server. Its methods are safe for concurrent use; Start and Shutdown are
+// called once each.
 type App struct {
-	opts     Options
-	cfg      *config.Config // startup config
-	log      *slog.Logger
-	clk      clock.Clock
-	ownClock *clock.Coarse
-	node     *pop.Node
-	reg      *prometheus.Registry
-	met      *metrics
-	state    *stateKeeper
-	rules    atomic.Pointer[frontend.Rules]
-	auth     atomic.Pointer[frontend.Tokens] // nil: the API takes no token
-	started  time.Time
-
-	reloadMu   sync.Mutex
-	cfgNow     *config.Config // last applied config
-	lastHash   [32]byte       // fingerprint of the last content tried (config and secret files)
-	metricsMu  sync.Mutex
-	ruleMetric map[string]*frontend.RuleMetrics
+	opts    Options
+	cfg     *config.Config // startup config
+	log     *slog.Logger
+	eng     *engine.App
+	started time.Time
+	// Of the engine: its clock, node, registry, rule snapshot and API
+	// tokens (both swapped by reloads), and its replicator once started.
+	clk   clock.Clock
+	node  *pop.Node
+	reg   *prometheus.Registry
+	rules *atomic.Pointer[frontend.Rules]
+	auth  *atomic.Pointer[frontend.Tokens] // nil inside: the API takes no token
+	repl  Replicator
+	met   *metrics
 
 	nats     *natsembed.Server
 	natsURL  string
-	repl     Replicator
 	apiLn    net.Listener
 	proxyLn  net.Listener
 	fwdLn    net.Listener
@@ -220,104 +141,48 @@ type App struct {
 	rls    *rls.Service
 	spoa   *spoa.Agent
 
-	cancel   context.CancelFunc
-	loops    sync.WaitGroup
+	loops    sync.WaitGroup // the listeners' serve loops
 	shutOnce sync.Once
 	shutErr  error
 	serveErr chan error
 }
 
-// validate validates cfg. Embedded, the App opens none of the listen
-// section's listeners, so that section is validated as its defaults: a
-// config built in Go may leave it empty.
-func validate(cfg *config.Config, embedded bool) error {
-	if !embedded {
-		return cfg.Validate()
-	}
-	c := *cfg
-	c.Listen = config.DefaultConfig().Listen
-	return c.Validate()
-}
-
-// New builds an App: the node core, rules and metrics. It opens no socket
-// and starts no goroutine except the coarse clock when Options.Clock is nil.
+// New builds an App: the engine (node core, rules, metrics) and the front
+// ends. It opens no socket and starts no goroutine except the coarse clock
+// when Options.Clock is nil.
 func New(o Options) (*App, error) {
 	if o.Config == nil {
 		return nil, errors.New("server: options: config required")
 	}
-	if err := validate(o.Config, o.Embedded); err != nil {
-		return nil, fmt.Errorf("server: config: %w", err)
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.WatchInterval == 0 {
-		o.WatchInterval = time.Second
-	}
-	if o.TickInterval <= 0 {
-		o.TickInterval = time.Second
-	}
 	a := &App{
-		opts:       o,
-		cfg:        o.Config,
-		cfgNow:     o.Config,
-		log:        o.Logger,
-		clk:        o.Clock,
-		reg:        prometheus.NewRegistry(),
-		ruleMetric: map[string]*frontend.RuleMetrics{},
-		serveErr:   make(chan error, 5), // one per listener: api, proxy, forward auth, grpc, spoa
+		opts:     o,
+		cfg:      o.Config,
+		log:      o.Logger,
+		serveErr: make(chan error, 5), // one per listener: api, proxy, forward auth, grpc, spoa
 	}
-	rs, prules, err := frontend.Compile(o.Config, a.metricsFor)
+	eng, err := engine.New(engine.Options{Config: o.Config, ConfigPath: o.ConfigPath, Self: o.Self, Clock: o.Clock,
+		Logger: o.Logger, Version: o.Version, WatchInterval: o.WatchInterval, TickInterval: o.TickInterval,
+		NewReplicator: o.NewReplicator, IgnoreListen: o.Embedded, CheckReload: a.checkReload})
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		return nil, err
 	}
-	node, err := pop.New(pop.Config{Self: o.Self, Rules: prules, MaxKeys: o.Config.Limits.MaxKeys, MaxMemory: o.Config.Limits.MemoryBudget(), MaxSkew: o.Config.Limits.MaxSkew.D(),
-		IdempotencyTTL: o.Config.Idempotency.TTL.D(), MaxIdempotencyKeys: o.Config.Idempotency.MaxKeysOr(o.Config.Limits)})
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	au, err := frontend.TokensOf(o.Config)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	a.node = node
-	rs.Bind(node)
-	a.rules.Store(rs)
-	a.auth.Store(au)
-	if o.ConfigPath != "" {
-		if b, err := os.ReadFile(o.ConfigPath); err == nil {
-			a.lastHash = fingerprint(b, o.Config)
-		}
-	}
+	env := eng.Env()
+	a.eng, a.clk, a.node, a.reg, a.rules, a.auth = eng, eng.Clock(), eng.Node(), eng.Registry(), env.Rules, eng.Tokens()
 	a.met = newMetrics(a)
-	a.state = newStateKeeper(a)
-	if a.clk == nil {
-		a.ownClock = clock.NewCoarse(time.Millisecond)
-		a.clk = a.ownClock
-	}
-	env := frontend.Env{Node: a.node, Clock: a.clk, Rules: &a.rules, Log: a.log}
 	lim := o.Config.Limits
 	a.api = api.New(env, api.Config{MaxBodyBytes: lim.MaxBodyBytes, MaxBatch: lim.MaxBatch,
 		LatencyCheck: a.met.latencyCheck, LatencyChecks: a.met.latencyChecks})
 	a.fronts = proxy.New(env, proxy.Metrics{LatencyProxy: a.met.latencyProxy, LatencyMiddleware: a.met.latencyMiddleware,
 		LatencyForwardAuth: a.met.latencyForwardAuth, UpstreamErrors: a.met.upstreamErrors})
-	a.rls = rls.New(env, rls.Config{Tokens: &a.auth, MaxBatch: lim.MaxBatch, MaxMsgBytes: lim.MaxBodyBytes,
+	a.rls = rls.New(env, rls.Config{Tokens: a.auth, MaxBatch: lim.MaxBatch, MaxMsgBytes: lim.MaxBodyBytes,
 		ConnectionTimeout: o.Config.HTTP.ReadHeaderTimeout.D(), IdleTimeout: o.Config.HTTP.IdleTimeout.D(),
 		Registry: a.reg, Latency: a.met.latencyRLS})
 	a.spoa = spoa.New(env, spoa.Config{IdleTimeout: o.Config.HTTP.IdleTimeout.D(),
 		FrameTimeout: o.Config.HTTP.ReadHeaderTimeout.D(), Latency: a.met.latencySPOA})
 	return a, nil
-}
-
-func (a *App) metricsFor(name string) *frontend.RuleMetrics {
-	a.metricsMu.Lock()
-	defer a.metricsMu.Unlock()
-	m := a.ruleMetric[name]
-	if m == nil {
-		m = &frontend.RuleMetrics{}
-		a.ruleMetric[name] = m
-	}
-	return m
 }
 
 // Node returns the node core.
@@ -416,34 +281,41 @@ func (a *App) needTokens() error {
 	return nil
 }
 
+// checkReload refuses a reload that drops the API tokens while a running
+// listener needs them (needTokens); it is the engine's Options.CheckReload.
+func (a *App) checkReload(_ *config.Config, tokens *frontend.Tokens) error {
+	if tokens != nil {
+		return nil
+	}
+	// Listeners move only at restart: the running ones decide whether the
+	// tokens may go, whatever the new file says of listen.*.
+	return a.needTokens()
+}
+
 // Start starts the embedded NATS server (unless nats.url is set or
 // nats.disabled), the listeners of the listen section (none with
-// Options.Embedded), the replicator, the tick loop and the config watcher,
-// and returns once all are up. On error everything started is stopped.
+// Options.Embedded), the engine (state file, replicator, tick loop, config
+// watcher) and the listeners' servers, and returns once all are up. On
+// error everything started is stopped.
 func (a *App) Start(ctx context.Context) (err error) {
 	a.started = time.Now()
-	ctx, a.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
 			_ = a.Shutdown(context.Background())
 		}
 	}()
-	if err := a.loadState(); err != nil { // before anything is decided
-		return err
-	}
 	switch {
 	case a.cfg.NATS.Disabled:
-		a.log.Info("nats disabled: no counts cross to other PoPs")
 	case a.cfg.NATS.URL != "":
 		a.natsURL = a.cfg.NATS.URL
 	default:
 		// nats.embedded.config_file is read again here: it may have changed
 		// since the config was validated, and it is checked again.
-		opts := a.cfg.EmbeddedOptions()
+		opts := natsembed.FromConfig(a.cfg)
 		opts.ServerName = a.opts.Self.Region + "-" + a.opts.Self.PoP + "-" + a.opts.Self.Node
 		opts.Logger = a.log.With("component", "nats")
 		if a.nats, err = natsembed.Start(opts); err != nil {
-			return fmt.Errorf("server: embedded nats: %w", config.EmbeddedError(err))
+			return fmt.Errorf("server: embedded nats: %w", natsembed.ConfigError(err))
 		}
 		a.natsURL = a.nats.ClientURL()
 		a.log.Info("embedded nats-server started", "url", a.natsURL, "gateway", a.nats.GatewayURL())
@@ -465,20 +337,16 @@ func (a *App) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if a.opts.NewReplicator != nil {
-		r, err := a.opts.NewReplicator(ReplicationEnv{
-			Node: a.node, Clock: a.clk, Config: a.cfg, NATSURL: a.natsURL, NATS: a.nats,
-			Logger: a.log.With("component", "replication"), Registry: a.reg,
-		})
-		if err != nil {
-			return fmt.Errorf("server: replication: %w", err)
-		}
-		if err := r.Start(ctx); err != nil {
-			_ = r.Close()
-			return fmt.Errorf("server: replication: %w", err)
-		}
-		a.repl = r
+	n := engine.NATS{URL: a.natsURL}
+	if a.nats != nil {
+		n.InProcess = a.nats
 	}
+	// The listeners are open but serve nothing yet: the engine merges the
+	// state file before anything is decided.
+	if err := a.eng.Start(ctx, n); err != nil {
+		return err
+	}
+	a.repl = a.eng.Replicator()
 	if a.apiSrv != nil {
 		a.serve(a.apiSrv, a.apiLn, "api")
 	}
@@ -508,27 +376,10 @@ func (a *App) Start(ctx context.Context) (err error) {
 			}
 		}()
 	}
-	a.every(ctx, a.opts.TickInterval, func() { a.node.Tick(a.clk.Now()) })
-	if a.state.path != "" {
-		a.every(ctx, a.state.every, func() { _ = a.saveState() }) // failures are logged and counted
-	}
-	if a.opts.ConfigPath != "" && a.opts.WatchInterval > 0 {
-		a.loops.Add(1)
-		go a.watchLoop(ctx)
-	}
 	a.ready.Store(true)
 	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "in_process", a.opts.Embedded, "nats", a.natsURL,
 		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "spoa", addrString(a.spoaLn), "rules", len(a.rules.Load().List))
-	a.warn(a.cfg)
 	return nil
-}
-
-// warn logs what in cfg works, but not as its author may expect
-// (config.Config.Warnings).
-func (a *App) warn(cfg *config.Config) {
-	for _, w := range cfg.Warnings() {
-		a.log.Warn("config: " + w)
-	}
 }
 
 // listen opens the listeners of the listen section and builds their servers.
@@ -619,8 +470,8 @@ func (a *App) Run(ctx context.Context) error {
 }
 
 // Shutdown stops accepting requests, drains the HTTP servers, closes the
-// replicator (final flush), stops the embedded NATS server and the loops. It
-// is idempotent.
+// engine (final flush of the replicator, state file), stops the embedded
+// NATS server and the loops. It is idempotent.
 func (a *App) Shutdown(ctx context.Context) error {
 	a.shutOnce.Do(func() {
 		a.ready.Store(false)
@@ -649,50 +500,17 @@ func (a *App) Shutdown(ctx context.Context) error {
 				_ = l.Close() // a listener that never served
 			}
 		}
-		if a.repl != nil {
-			if err := a.repl.Close(); err != nil {
-				errs = append(errs, fmt.Errorf("server: replication close: %w", err))
-			}
-		}
-		if a.cancel != nil {
-			a.cancel()
+		if err := a.eng.Close(); err != nil {
+			errs = append(errs, err)
 		}
 		a.loops.Wait()
-		if a.cancel != nil {
-			// The last counts, after the final flush: the next start goes
-			// on from here.
-			if err := a.saveState(); err != nil {
-				errs = append(errs, fmt.Errorf("server: %w", err))
-			}
-		}
 		if a.nats != nil {
 			a.nats.Shutdown()
-		}
-		if a.ownClock != nil {
-			a.ownClock.Stop()
 		}
 		a.shutErr = errors.Join(errs...)
 		a.log.Info("edge stopped")
 	})
 	return a.shutErr
-}
-
-// every runs fn every d until ctx is done, in a goroutine of a.loops.
-func (a *App) every(ctx context.Context, d time.Duration, fn func()) {
-	a.loops.Add(1)
-	go func() {
-		defer a.loops.Done()
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				fn()
-			}
-		}
-	}()
 }
 
 // Err delivers the error of a listener that stopped serving on its own.
@@ -703,6 +521,14 @@ func (a *App) Err() <-chan error { return a.serveErr }
 // (replication.startup_sync, state.file), or stopped waiting for it.
 func (a *App) Ready() bool { return a.ready.Load() && a.node.Synced() }
 
+// Reload re-reads the config file and applies what a reload applies
+// (engine.App.Reload); an invalid file changes nothing and is returned as
+// an error.
+func (a *App) Reload() error { return a.eng.Reload() }
+
+// Engine returns the engine the App runs.
+func (a *App) Engine() *engine.App { return a.eng }
+
 // Middleware returns a handler that decides every request against the
 // rules exactly as the proxy listener does, and passes the allowed ones to
 // next instead of an upstream: the client address from the socket peer or,
@@ -712,6 +538,9 @@ func (a *App) Ready() bool { return a.ready.Load() && a.node.Synced() }
 // of its binding rule already set on w; a denied one is answered 429 with
 // Retry-After and a JSON body, and one that sends a header a rule keys on
 // more than once is answered 400. Reloaded rules apply to the next request.
+// The node's load shedder (shedding) goes first, with one count of requests
+// in flight for the middleware and the proxy listener: a shed request is
+// answered 503 with Retry-After.
 //
 // Middleware may be called before Start; the counts then wait for Start to
 // be replicated (and, without Start, are never forgotten by the tick loop).

@@ -141,9 +141,9 @@ func TestConcurrencyAPIToken(t *testing.T) {
 	assert.EqualValues(t, 1, ta.inFlight("uploads", "k"), "the refused acquire held nothing")
 }
 
-// slowUpstream is a real upstream whose handler holds every request until
+// holdingUpstream is a real upstream whose handler holds every request until
 // told to let one go.
-type slowUpstream struct {
+type holdingUpstream struct {
 	*httptest.Server
 	inFlight atomic.Int64
 	// peak is the most requests ever in flight at once.
@@ -151,8 +151,8 @@ type slowUpstream struct {
 	release chan struct{}
 }
 
-func newSlowUpstream(t *testing.T) *slowUpstream {
-	u := &slowUpstream{release: make(chan struct{})}
+func newHoldingUpstream(t *testing.T) *holdingUpstream {
+	u := &holdingUpstream{release: make(chan struct{})}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/up/") {
 			return // answered at once
@@ -180,7 +180,7 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 // gives it back when the response ends, also when the client goes away or
 // the upstream fails; a request in flight holds its slot past lease_ttl.
 func TestConcurrencyProxy(t *testing.T) {
-	up := newSlowUpstream(t)
+	up := newHoldingUpstream(t)
 	ta := startApp(t, proxyYAML(up.URL, "", `
   - {name: uploads, kind: concurrency, limit: 2, lease_ttl: 5s, match: {path_prefix: /up}, key: ip}
   - {name: per-ip, limit: 1000, window: 1m}

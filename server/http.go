@@ -21,6 +21,7 @@ func (a *App) apiHandler() http.Handler {
 	mux.HandleFunc("/v1/release", a.api.ServeRelease)
 	mux.HandleFunc("/v1/keys/{rule}/{key...}", a.api.ServeKey)
 	mux.HandleFunc("/v1/status", a.handleStatus)
+	mux.HandleFunc("/v1/rules/{name}/mode", a.handleRuleMode) // modes.go
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		frontend.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -76,14 +77,18 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Window string `json:"window"`
 	}
 	type ruleOut struct {
-		Name        string `json:"name"`
-		Limit       uint64 `json:"limit"`
-		Window      string `json:"window"`
-		Cost        uint64 `json:"cost"`
-		Scope       string `json:"scope"`
-		Mode        string `json:"mode"`
-		OnPartition string `json:"on_partition"`
-		Keys        int    `json:"keys"`
+		Name   string `json:"name"`
+		Limit  uint64 `json:"limit"`
+		Window string `json:"window"`
+		Cost   uint64 `json:"cost"`
+		Scope  string `json:"scope"`
+		Mode   string `json:"mode"`
+		// ConfigMode is the rule file's mode; Mode differs from it while
+		// ModeOverride is in force (modes.go).
+		ConfigMode   string        `json:"config_mode"`
+		ModeOverride *ModeOverride `json:"mode_override,omitempty"`
+		OnPartition  string        `json:"on_partition"`
+		Keys         int           `json:"keys"`
 		// Of a rule of several windows, every window (the first is
 		// limit and window); overrides and tiers when set.
 		Limits      []limitOut `json:"limits,omitempty"`
@@ -93,8 +98,12 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		// Kind and LeaseTTL of a concurrency rule (whose window is 0s).
 		Kind     string `json:"kind,omitempty"`
 		LeaseTTL string `json:"lease_ttl,omitempty"`
+		// Of a gcra rule, the algorithm and the burst (the default's too).
+		Algorithm string `json:"algorithm,omitempty"`
+		Burst     uint64 `json:"burst,omitempty"`
 	}
 	rules := []ruleOut{}
+	modes := a.eng.RuleModes()
 	for _, cr := range a.rules.Load().List {
 		p := cr.Pop
 		ro := ruleOut{Name: p.Name, Limit: p.Limit, Window: p.Window.String(), Cost: p.Cost,
@@ -104,6 +113,13 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 			for _, l := range p.Windows() {
 				ro.Limits = append(ro.Limits, limitOut{Limit: l.Limit, Window: l.Window.String()})
 			}
+		}
+		ro.ConfigMode = ro.Mode
+		if m, ok := modes[p.Name]; ok {
+			ro.Mode, ro.ModeOverride = m.Mode, m.Override
+		}
+		if p.Algorithm == pop.GCRA {
+			ro.Algorithm, ro.Burst = p.Algorithm.String(), p.BurstOf()
 		}
 		for name := range p.Tiers {
 			ro.Tiers = append(ro.Tiers, name)
@@ -146,12 +162,16 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Keys        int                 `json:"keys"`
 		Rules       []ruleOut           `json:"rules"`
 		Partition   pop.PartitionStatus `json:"partition"`
+		// ModeOverrides are the rules' modes set at run time in force,
+		// orphaned ones included (modes.go).
+		ModeOverrides []RuleModeStatus `json:"mode_overrides"`
 		ReplicationStatus
 	}{
 		Replica: self.String(), Node: self.Node, PoPID: self.PoPID, Incarnation: self.Incarnation,
 		Version: a.opts.Version, GoVersion: runtime.Version(), UptimeS: int64(time.Since(a.started).Seconds()),
 		Ready: a.Ready(), Synced: a.node.Synced(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
 		Partition:         a.node.Partition(a.clk.Now()),
+		ModeOverrides:     a.eng.ModeOverrides(),
 		ReplicationStatus: repl,
 	})
 }

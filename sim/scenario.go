@@ -708,12 +708,15 @@ func checkPartition(names map[string]string, groups [][]string) error {
 }
 
 // popRules converts the rules, overriding every rule's partition policy with
-// policy unless it is empty.
+// policy unless it is empty (but a gcra rule's, node-scoped, and a
+// concurrency rule's: they have none).
 func (sc *Scenario) popRules(policy string) ([]pop.Rule, error) {
 	rules := append([]config.Rule(nil), sc.Rules...)
 	if policy != "" {
 		for i := range rules {
-			if rules[i].Kind != pop.Concurrency.String() { // which keeps its PoP's counts
+			// gcra (node-scoped) and concurrency (which keeps its PoP's
+			// counts) rules have no partition policy.
+			if rules[i].Algorithm != "gcra" && rules[i].Kind != pop.Concurrency.String() {
 				rules[i].OnPartition = policy
 			}
 		}

@@ -67,7 +67,7 @@ func TestValidationErrors(t *testing.T) {
 		name, from, to, want string
 	}{
 		{"unknown top-level field", "duration: 10s", "duration: 10s\nspeed: 3", `line 4: unknown field "speed" in Scenario`},
-		{"unknown rule field", "{name: api, limit: 10, window: 1s}", "{name: api, limit: 10, window: 1s, burst: 3}", `unknown field "burst" in Rule`},
+		{"unknown rule field", "{name: api, limit: 10, window: 1s}", "{name: api, limit: 10, window: 1s, refill: 3}", `unknown field "refill" in Rule`},
 		{"negative rate", "rate: 5/s", "rate: -5/s", "traffic[0].rate: must not be negative"},
 		{"bad rate unit", "rate: 5/s", "rate: 5/d", "bad rate \"5/d\""},
 		{"partition unknown region", "rate: 5/s}", "rate: 5/s}\nevents:\n  - {at: 1s, partition: [[eu], [asia]]}", "events[0].partition: [1]: unknown region or PoP \"asia\""},

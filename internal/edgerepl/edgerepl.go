@@ -1,6 +1,7 @@
-// Package edgerepl is the replication runtime of an App: memberlist inside
-// the PoP when the config has a gossip section, NATS to the other PoPs. The
-// edge daemon and the middleware package build their Apps with New.
+// Package edgerepl is the replication runtime of an engine.App: memberlist
+// inside the PoP when the config has a gossip section, NATS to the other
+// PoPs. The edge daemon and the middleware package build their replicators
+// with New.
 package edgerepl
 
 import (
@@ -19,7 +20,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/repl"
-	"github.com/geolimit/geolimit/server"
+	"github.com/geolimit/geolimit/server/engine"
 )
 
 // gossipReplicator runs gossip.Replicator for the daemon: memberlist inside
@@ -32,9 +33,9 @@ type gossipReplicator struct {
 	ml atomic.Pointer[gossip.Memberlist]
 }
 
-// New builds the replicator of the App env describes; it is a
-// server.NewReplicatorFunc.
-func New(env server.ReplicationEnv) (server.Replicator, error) {
+// New builds the replicator of the App env describes; it is an
+// engine.NewReplicatorFunc.
+func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 	cfg := env.Config
 	self := env.Node.Self()
 	id := self.PoPID
@@ -110,7 +111,7 @@ func New(env server.ReplicationEnv) (server.Replicator, error) {
 }
 
 // finish registers the replication metrics.
-func (g *gossipReplicator) finish(env server.ReplicationEnv, lag *prometheus.HistogramVec) (server.Replicator, error) {
+func (g *gossipReplicator) finish(env engine.ReplicationEnv, lag *prometheus.HistogramVec) (engine.Replicator, error) {
 	if env.Registry != nil {
 		if err := env.Registry.Register(lag); err != nil {
 			return nil, fmt.Errorf("replication metrics: %w", err)
@@ -176,18 +177,18 @@ func keyID(k []byte) string {
 	return hex.EncodeToString(h[:4])
 }
 
-func (g *gossipReplicator) Status() server.ReplicationStatus {
-	st := server.ReplicationStatus{Members: []server.Member{}, RemotePoPs: []server.RemotePoP{}, Partitions: []string{}}
+func (g *gossipReplicator) Status() engine.ReplicationStatus {
+	st := engine.ReplicationStatus{Members: []engine.Member{}, RemotePoPs: []engine.RemotePoP{}, Partitions: []string{}}
 	r := g.r.Load()
 	if r == nil {
 		return st
 	}
 	s := r.Status()
 	for _, m := range s.Members {
-		st.Members = append(st.Members, server.Member{Name: m, State: "alive"})
+		st.Members = append(st.Members, engine.Member{Name: m, State: "alive"})
 	}
 	for _, p := range s.RemotePoPs {
-		rp := server.RemotePoP{PoPID: p.PoPID, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected}
+		rp := engine.RemotePoP{PoPID: p.PoPID, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected}
 		if p.Age >= 0 {
 			rp.LastHeardMS = p.Age.Milliseconds()
 		}
@@ -316,6 +317,6 @@ func listedPoPs(ps []gossip.RemotePoP) map[crdt.PoPID]bool {
 }
 
 var (
-	_ server.Replicator     = (*gossipReplicator)(nil)
-	_ server.ConfigReloader = (*gossipReplicator)(nil)
+	_ engine.Replicator     = (*gossipReplicator)(nil)
+	_ engine.ConfigReloader = (*gossipReplicator)(nil)
 )

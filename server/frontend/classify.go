@@ -38,6 +38,9 @@ type Env struct {
 	// Rules holds the current snapshot; a reload swaps it.
 	Rules *atomic.Pointer[Rules]
 	Log   *slog.Logger
+	// Shed is the node's load shedder (shed.go), for proxy mode and the
+	// middleware; nil sheds and counts nothing.
+	Shed *Shedder
 }
 
 // Checks is a request's classified checks, the rule of each and their
@@ -112,6 +115,7 @@ func (c *Checks) Tally() {
 	type sum struct {
 		m                                      *RuleMetrics
 		allowed, denied, shadowDenied, repeats uint64
+		off                                    uint64 // admitted unchecked: the rule is off
 	}
 	var buf [8]sum
 	sums := buf[:0]
@@ -136,6 +140,8 @@ func (c *Checks) Tally() {
 			s.repeats++
 		}
 		switch {
+		case d.Off:
+			s.off++
 		case d.ShadowDenied:
 			s.shadowDenied++
 		case d.Allowed:
@@ -154,6 +160,9 @@ func (c *Checks) Tally() {
 		}
 		if s.shadowDenied > 0 {
 			s.m.ShadowDenied.Add(s.shadowDenied)
+		}
+		if s.off > 0 {
+			s.m.Off.Add(s.off)
 		}
 		if s.repeats > 0 {
 			s.m.Repeats.Add(s.repeats)

@@ -33,8 +33,12 @@ func (g *GuardMetrics) Record(d pop.Decision) {
 
 // AppendGuards appends the answer fields of a blocked or unsure decision:
 // "blocked":true, "blocked_until_ms" (Unix milliseconds) and
-// "unsure":"<reason>". Other decisions get none.
+// "unsure":"<reason>", and "off":true for a rule switched off at run time.
+// Other decisions get none.
 func AppendGuards(b []byte, d pop.Decision) []byte {
+	if d.Off {
+		b = append(b, `,"off":true`...)
+	}
 	if d.Blocked {
 		b = append(b, `,"blocked":true`...)
 	}

@@ -96,32 +96,6 @@ func dirtyPath(p string) bool {
 	return false
 }
 
-// matches reports whether the request o falls under the rule.
-func (cr *Rule) Matches(o *Origin) bool {
-	if len(cr.methods) > 0 {
-		ok := false
-		for _, m := range cr.methods {
-			// Methods are case-sensitive in HTTP, but an upstream that
-			// takes "post" for POST must not let "post" escape a POST rule.
-			if o.Method == m || strings.EqualFold(o.Method, m) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	if cr.prefix != "" && !strings.HasPrefix(o.Path, cr.prefix) &&
-		!(cr.fold && len(o.Path) >= len(cr.prefix) && strings.EqualFold(o.Path[:len(cr.prefix)], cr.prefix)) {
-		return false
-	}
-	if cr.host != "" && !strings.EqualFold(HostOnly(o.Host), cr.host) {
-		return false
-	}
-	return true
-}
-
 func partValue(p keyPart, o *Origin) string {
 	switch p.kind {
 	case partIP:

@@ -39,13 +39,9 @@ type Rule struct {
 	// decision goes through it, so a request or batch resolved against
 	// this snapshot is decided against it whatever a reload swaps
 	// meanwhile.
-	Handle  pop.RuleHandle
-	methods []string
-	host    string // lower case, no port
-	prefix  string
-	// fold: match prefix and build the path key part regardless of case
-	// (match.ignore_case); prefix is then lower case.
-	fold  bool
+	Handle pop.RuleHandle
+	// Matcher is the rule's match.
+	Matcher
 	parts []keyPart
 	// policy is the RateLimit-Policy field: one item per window,
 	// "name";q=100;w=60 (rules of several windows: "name/1s";q=20;w=1, ...).
@@ -89,6 +85,9 @@ type keyPart struct {
 // long as a rule of that name exists.
 type RuleMetrics struct {
 	Allowed, Denied, ShadowDenied atomic.Uint64
+	// Off counts the requests admitted unchecked while the rule was
+	// switched off at run time (pop.Decision.Off).
+	Off atomic.Uint64
 	// Repeats counts the decisions that repeated one remembered for an
 	// idempotency key (pop.Result.Repeat), also counted as allowed or
 	// denied.
@@ -99,6 +98,8 @@ type RuleMetrics struct {
 // Record counts one decision.
 func (m *RuleMetrics) Record(d pop.Decision) {
 	switch {
+	case d.Off:
+		m.Off.Add(1)
 	case d.ShadowDenied:
 		m.ShadowDenied.Add(1)
 	case d.Allowed:
@@ -143,10 +144,7 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 		pr := prules[i]
 		cr := &Rule{
 			Pop:      pr,
-			methods:  r.Match.Methods,
-			host:     strings.ToLower(r.Match.Host),
-			prefix:   r.Match.PathPrefix,
-			fold:     r.Match.IgnoreCase,
+			Matcher:  NewMatcher(r.Match),
 			policy:   PolicyField(pr, nil),
 			limitStr: strconv.FormatUint(pr.Limit, 10),
 			MaxCost:  pr.MaxCost(),

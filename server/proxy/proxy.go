@@ -3,7 +3,10 @@
 // Caddy (listen.forward_auth) and the net/http middleware. Each turns the
 // request into an origin, classifies it into checks (one per applicable
 // rule) and lets the node's pipeline decide them all or nothing
-// (frontend.Env.AnswerOrigin).
+// (frontend.Env.AnswerOrigin). Proxy mode and the middleware first pass the
+// node's load shedder (frontend.Shedder): past its thresholds a request of a
+// low priority class is answered 503 before any rule sees it. Forward auth
+// sheds nothing: it holds no request in flight.
 package proxy
 
 import (
@@ -99,6 +102,7 @@ func (f *FrontEnds) Proxy(pc config.Proxy) (http.Handler, error) {
 // of its binding rule already set on w; a denied one is answered 429 with
 // Retry-After and a JSON body, and one that sends a header a rule keys on
 // more than once is answered 400. Reloaded rules apply to the next request.
+// The node's load shedder goes first (see middleware below).
 //
 // Middleware may be called before Start; the counts then wait for Start to
 // be replicated (and, without Start, are never forgotten by the tick loop).
@@ -109,33 +113,37 @@ func (f *FrontEnds) Middleware(next http.Handler) http.Handler {
 	return f.middleware(next, f.met.LatencyMiddleware)
 }
 
-// middleware is Middleware, timing decisions with lat. An allowed
-// request holds the slots of the concurrency rules that apply while next
-// serves it: they are given back when next returns, however the request
-// ends (the response written, the client gone, the upstream failed, a
-// panic).
+// middleware is Middleware, timing decisions with lat. The node's load
+// shedder (frontend.Shedder) goes first: a shed request is answered 503
+// before any rule counts it; one that goes on stays counted in flight until
+// next returns (its response written, the client gone or the upstream
+// failed). An allowed request holds the slots of the concurrency rules
+// that apply while next serves it: they are given back when next returns,
+// however the request ends (a panic too).
 func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rs := f.env.Rules.Load()
+		o := frontend.ProxiedOrigin(r, rs.Trusted)
+		passed := false
+		if sh := f.env.Shed; sh != nil {
+			if c := sh.Enter(&o); c != nil {
+				frontend.WriteShed(w, c)
+				return
+			}
+			t0 := f.env.Clock.Now()
+			defer func() { sh.Exit(f.env.Clock.Now()-t0, passed) }()
+		}
+		// 400 for an ambiguous key header, 429 when denied; when it may go
+		// on, the binding rule's RateLimit headers are set on w and the
+		// concurrency slots taken are in held.
 		var held frontend.Held
-		if !f.limit(w, r, lat, &held) {
+		if passed = f.env.HoldOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat, &held); !passed {
 			return
 		}
-		if held.Empty() {
-			next.ServeHTTP(w, r)
-			return
+		if !held.Empty() {
+			defer func() { held.Release(f.env.Node, f.env.Clock.Now()) }()
 		}
-		defer func() { held.Release(f.env.Node, f.env.Clock.Now()) }()
 		next.ServeHTTP(w, r)
 	})
-}
-
-// limit decides r as a request to the proxy listener and answers it when
-// it may not go on (400 for an ambiguous key header, 429 when denied). When
-// it may, limit sets the binding rule's RateLimit headers on w, puts the
-// concurrency slots taken in held and returns true.
-func (f *FrontEnds) limit(w http.ResponseWriter, r *http.Request, lat prometheus.Observer, held *frontend.Held) bool {
-	start := time.Now()
-	rs := f.env.Rules.Load()
-	o := frontend.ProxiedOrigin(r, rs.Trusted)
-	return f.env.HoldOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat, held)
 }

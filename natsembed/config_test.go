@@ -1,4 +1,4 @@
-package config
+package natsembed
 
 import (
 	"os"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 )
 
@@ -35,7 +36,7 @@ func TestEmbeddedExposure(t *testing.T) {
 		{"nats.url needs none", "nats: {url: 'nats://nats.example.net:4222', embedded: {listen: '0.0.0.0:4222'}}", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := Parse([]byte(c.in))
+			_, err := config.Parse([]byte(c.in))
 			if c.want == "" {
 				require.NoError(t, err)
 				return
@@ -80,17 +81,17 @@ func TestEmbeddedConfigFile(t *testing.T) {
 
 	t.Run("the file's listeners, protected", func(t *testing.T) {
 		f := natsConf(t, "listen: 0.0.0.0:4222\ntls { cert_file: \"%CERT%\", key_file: \"%KEY%\" }\n"+users+gateway)
-		c, err := Parse([]byte(yaml(f, "", node)))
+		c, err := config.Parse([]byte(yaml(f, "", node)))
 		require.NoError(t, err)
 		assert.Empty(t, c.NATS.Embedded.Listen, "the file's client address, not the default")
 		assert.Nil(t, c.NATS.Embedded.Gateway)
-		o := c.EmbeddedOptions()
+		o := FromConfig(c)
 		assert.Equal(t, f, o.ConfigFile)
 		assert.Equal(t, "eu", o.DefaultGatewayName)
 	})
 	t.Run("geolimit fills what the file leaves out", func(t *testing.T) {
 		f := natsConf(t, users+"gateway { authorization { user: gw, password: gwpass } }\n")
-		c, err := Parse([]byte(yaml(f, "    listen: 127.0.0.1:4333\n    gateway: {listen: '127.0.0.1:7222', gateways: [{name: us, urls: ['nats://127.0.0.1:7223']}]}\n", node)))
+		c, err := config.Parse([]byte(yaml(f, "    listen: 127.0.0.1:4333\n    gateway: {listen: '127.0.0.1:7222', gateways: [{name: us, urls: ['nats://127.0.0.1:7223']}]}\n", node)))
 		require.NoError(t, err)
 		assert.Equal(t, "127.0.0.1:4333", c.NATS.Embedded.Listen)
 		assert.Empty(t, c.NATS.Embedded.Gateway.Name, "left to the file, else node.region")
@@ -138,7 +139,7 @@ func TestEmbeddedConfigFile(t *testing.T) {
 			if !ok {
 				n = node
 			}
-			_, err := Parse([]byte(yaml(f, c.extra, n)))
+			_, err := config.Parse([]byte(yaml(f, c.extra, n)))
 			if c.want == "" {
 				require.NoError(t, err)
 				return
@@ -149,7 +150,7 @@ func TestEmbeddedConfigFile(t *testing.T) {
 	}
 	t.Run("no such file", func(t *testing.T) {
 		f := filepath.Join(t.TempDir(), "missing.conf")
-		_, err := Parse([]byte(yaml(f, "", node)))
+		_, err := config.Parse([]byte(yaml(f, "", node)))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "nats.embedded.config_file: ")
 		assert.Contains(t, err.Error(), f)
@@ -157,7 +158,7 @@ func TestEmbeddedConfigFile(t *testing.T) {
 	})
 	t.Run("with nats.url", func(t *testing.T) {
 		f := natsConf(t, users)
-		_, err := Parse([]byte("nats: {url: 'nats://127.0.0.1:4222', embedded: {config_file: " + f + "}}"))
+		_, err := config.Parse([]byte("nats: {url: 'nats://127.0.0.1:4222', embedded: {config_file: " + f + "}}"))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "nats.embedded.config_file: no embedded server runs when nats.url is set")
 	})
@@ -166,7 +167,7 @@ func TestEmbeddedConfigFile(t *testing.T) {
 		y := filepath.Join(dir, "edge.yaml")
 		f := filepath.Join(dir, "missing.conf")
 		require.NoError(t, os.WriteFile(y, []byte(yaml(f, "", node)), 0o600))
-		_, err := Load(y)
+		_, err := config.Load(y)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "config: "+y+": nats.embedded.config_file: ")
 	})

@@ -1,7 +1,7 @@
 // Reloading the config: the file watcher, SIGHUP (Reload) and what a
 // reload applies without a restart.
 
-package server
+package engine
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func (a *App) watchLoop(ctx context.Context) {
 }
 
 // Reload re-reads the config file and applies its rules, trusted proxies,
-// forward_auth.deny_status, API tokens (api.token_file, read again) and,
+// forward_auth.deny_status, the shedding section, API tokens (api.token_file, read again) and,
 // when the Replicator is a ConfigReloader, gossip keys
 // (gossip.secret_key_file, read again). An
 // invalid file, key file or token file changes nothing: the old config keeps
@@ -108,13 +108,13 @@ func (a *App) watchLoop(ctx context.Context) {
 // change to them is logged.
 func (a *App) Reload() error {
 	if a.opts.ConfigPath == "" {
-		return errors.New("server: reload: no config file")
+		return errors.New("engine: reload: no config file")
 	}
 	b, err := os.ReadFile(a.opts.ConfigPath)
 	if err != nil {
 		a.met.reloads.WithLabelValues("failed").Inc()
 		a.log.Error("config reload failed; keeping the old config", "err", err)
-		return fmt.Errorf("server: reload: %w", err)
+		return fmt.Errorf("engine: reload: %w", err)
 	}
 	return a.reloadBytes(b, "reload")
 }
@@ -155,10 +155,8 @@ func (a *App) apply(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if au == nil {
-		// Listeners move only at restart: the running ones decide whether
-		// the tokens may go, whatever the new file says of listen.*.
-		if err := a.needTokens(); err != nil {
+	if check := a.opts.CheckReload; check != nil {
+		if err := check(cfg, au); err != nil {
 			return err
 		}
 	}
@@ -167,6 +165,7 @@ func (a *App) apply(b []byte) error {
 	}
 	rs.Bind(a.node) // one table: the server's rules and the core's, from one snapshot
 	a.rules.Store(rs)
+	a.shed.Apply(cfg.Shedding)
 	if old := a.auth.Swap(au); !old.Same(au) {
 		a.log.Info("api tokens changed", "tokens", au.Count())
 	}

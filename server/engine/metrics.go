@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"runtime"
@@ -15,27 +15,14 @@ import (
 // a collector at scrape time, so the hot path does no label lookup; key
 // counts come from node.Stats at scrape time.
 type metrics struct {
-	reloads       *prometheus.CounterVec
-	latencyCheck  prometheus.Observer
-	latencyChecks prometheus.Observer
-	latencyProxy  prometheus.Observer
-	// latencyMiddleware is observed per request decided by App.Middleware.
-	latencyMiddleware prometheus.Observer
-	// latencyForwardAuth is observed per decided forward-auth request.
-	latencyForwardAuth prometheus.Observer
-	latencyRLS         prometheus.Observer
-	// latencySPOA is observed per geolimit-check message of HAProxy's.
-	latencySPOA    prometheus.Observer
-	upstreamErrors prometheus.Counter
-	unauthMissing  prometheus.Counter
-	unauthInvalid  prometheus.Counter
+	reloads *prometheus.CounterVec
+	// latency is geolimit_decision_duration_seconds by endpoint (Latency).
+	latency *prometheus.HistogramVec
 }
 
 var (
-	descConnRefused = prometheus.NewDesc("geolimit_connections_refused_total",
-		"Connections closed at once because their client address already held http.max_connections_per_client on that listener.", nil, nil)
 	descDecisions = prometheus.NewDesc("geolimit_decisions_total",
-		"Decisions by rule and result (allowed, denied, shadow_denied).", []string{"rule", "result"}, nil)
+		"Decisions by rule and result (allowed, denied, shadow_denied, off: admitted unchecked while the rule is switched off).", []string{"rule", "result"}, nil)
 	descActiveKeys = prometheus.NewDesc("geolimit_active_keys",
 		"Live keys per rule.", []string{"rule"}, nil)
 	descMaxKeys = prometheus.NewDesc("geolimit_store_max_keys",
@@ -80,27 +67,11 @@ func newMetrics(a *App) *metrics {
 			Name: "geolimit_config_reloads_total",
 			Help: "Config reloads by result (ok, failed, refused: it would remove half or more of the rules without allow_rule_removal).",
 		}, []string{"result"}),
-		latencyCheck:       lat.WithLabelValues("check"),
-		latencyChecks:      lat.WithLabelValues("checks"),
-		latencyProxy:       lat.WithLabelValues("proxy"),
-		latencyMiddleware:  lat.WithLabelValues("middleware"),
-		latencyForwardAuth: lat.WithLabelValues("forward_auth"),
-		latencyRLS:         lat.WithLabelValues("rls"),
-		latencySPOA:        lat.WithLabelValues("spoa"),
-		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "geolimit_proxy_upstream_errors_total",
-			Help: "Proxied requests answered 502 because the upstream failed.",
-		}),
+		latency: lat,
 	}
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
 	m.reloads.WithLabelValues("refused")
-	unauth := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "geolimit_api_unauthorized_total",
-		Help: "API requests answered 401 because api.token_file is set and they carried no bearer token (missing) or none of the tokens (invalid).",
-	}, []string{"reason"})
-	m.unauthMissing = unauth.WithLabelValues("missing")
-	m.unauthInvalid = unauth.WithLabelValues("invalid")
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "geolimit_build_info",
 		Help: "Build and identity of this node; always 1.",
@@ -110,16 +81,23 @@ func newMetrics(a *App) *metrics {
 		},
 	})
 	build.Set(1)
-	a.reg.MustRegister(m.reloads, lat, m.upstreamErrors, unauth, build, &nodeCollector{a: a}, &guardCollector{a: a}, &idemCollector{a: a}, &concCollector{a: a},
+	a.reg.MustRegister(m.reloads, lat, build, &nodeCollector{a: a}, &guardCollector{a: a}, &idemCollector{a: a}, &modeCollector{a: a}, &shedCollector{a: a}, &concCollector{a: a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// Latency returns the observer of geolimit_decision_duration_seconds for
+// one endpoint (a front end: "check", "proxy", "middleware", ...), creating
+// its series.
+func (a *App) Latency(endpoint string) prometheus.Observer {
+	return a.met.latency.WithLabelValues(endpoint)
 }
 
 // nodeCollector exports the decision counters and the node's Stats.
 type nodeCollector struct{ a *App }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descMaxKeys, descEvicted, descUntracked, descExpired, descReplicas, descHotKeys, descAllowHorizon, descAllowReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare, descConnRefused} {
+	for _, d := range []*prometheus.Desc{descDecisions, descActiveKeys, descKeys, descMaxKeys, descEvicted, descUntracked, descExpired, descReplicas, descHotKeys, descAllowHorizon, descAllowReplicas, descApplied, descClamped, descPartition, descEnforcingShare, descMeanShare} {
 		ch <- d
 	}
 }
@@ -130,17 +108,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.Allowed.Load()), n, "allowed")
 		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.Denied.Load()), n, "denied")
 		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.ShadowDenied.Load()), n, "shadow_denied")
+		ch <- prometheus.MustNewConstMetric(descDecisions, prometheus.CounterValue, float64(m.Off.Load()), n, "off")
 	}
 	st := c.a.node.Stats()
 	for rule, k := range st.KeysByRule {
 		ch <- prometheus.MustNewConstMetric(descActiveKeys, prometheus.GaugeValue, float64(k), rule)
 	}
 	ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(st.Store.Keys))
-	var refused uint64
-	for _, l := range c.a.connCapsNow() {
-		refused += l.Refused()
-	}
-	ch <- prometheus.MustNewConstMetric(descConnRefused, prometheus.CounterValue, float64(refused))
 	ch <- prometheus.MustNewConstMetric(descMaxKeys, prometheus.GaugeValue, float64(c.a.cfg.Limits.MaxKeys))
 	ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(st.Store.Evicted))
 	ch <- prometheus.MustNewConstMetric(descUntracked, prometheus.CounterValue, float64(st.Store.Overflow))

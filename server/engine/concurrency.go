@@ -1,9 +1,9 @@
-package server
+package engine
 
 import "github.com/prometheus/client_golang/prometheus"
 
 var (
-	descInFlight = prometheus.NewDesc("geolimit_concurrency_in_flight",
+	descConcInFlight = prometheus.NewDesc("geolimit_concurrency_in_flight",
 		"Slots of a concurrency rule held by this node's leases (proxied requests in flight and API leases), summed over keys.", []string{"rule"}, nil)
 	descLeases = prometheus.NewDesc("geolimit_concurrency_leases_total",
 		"Concurrency leases by outcome: acquired, denied (no slot free, or no room for a lease: full too), released, expired (given back at lease_ttl).", []string{"outcome"}, nil)
@@ -22,14 +22,14 @@ var (
 type concCollector struct{ a *App }
 
 func (c *concCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descLeases, descLeasesHeld, descLeasesMax, descMemberCounts, descReplInflight} {
+	for _, d := range []*prometheus.Desc{descConcInFlight, descLeases, descLeasesHeld, descLeasesMax, descMemberCounts, descReplInflight} {
 		ch <- d
 	}
 }
 
 func (c *concCollector) Collect(ch chan<- prometheus.Metric) {
 	for rule, n := range c.a.node.InFlightByRule() {
-		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n), rule)
+		ch <- prometheus.MustNewConstMetric(descConcInFlight, prometheus.GaugeValue, float64(n), rule)
 	}
 	st := c.a.node.Stats()
 	s := st.Slots

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

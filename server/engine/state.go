@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"errors"
@@ -25,12 +25,15 @@ type stateKeeper struct {
 	writes *prometheus.CounterVec // by result: ok, failed
 	loads  *prometheus.CounterVec // by result: ok, absent, corrupt, foreign, failed
 	mu     sync.Mutex             // one write at a time
+	// soon asks for a write now: a rule's mode was set here (modes.go).
+	soon chan struct{}
 }
 
 func newStateKeeper(a *App) *stateKeeper {
 	s := &stateKeeper{
 		path:  a.cfg.State.File,
 		every: a.cfg.State.Interval.D(),
+		soon:  make(chan struct{}, 1),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geolimit_state_writes_total",
 			Help: "Writes of state.file by result (ok, failed).",
@@ -67,7 +70,7 @@ func (a *App) loadState() error {
 	case errors.Is(err, statefile.ErrNotRegular):
 		s.loads.WithLabelValues("failed").Inc()
 		s.path = "" // nothing is written over it at shutdown either
-		return fmt.Errorf("server: state.file: %w", err)
+		return fmt.Errorf("engine: state.file: %w", err)
 	case errors.Is(err, fs.ErrNotExist):
 		s.loads.WithLabelValues("absent").Inc()
 		a.log.Info("no state file yet; starting without former counts", "path", s.path)

@@ -1,0 +1,167 @@
+// Rules paced by the generic cell rate algorithm (Rule.Algorithm GCRA):
+// their validation, compiled state and decision.
+
+package pop
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gcra"
+)
+
+// Algorithm says how a rule decides.
+type Algorithm uint8
+
+// Algorithms.
+const (
+	// SlidingWindow admits up to Limit per sliding Window, estimated from
+	// the counts of two fixed windows (package window). The default.
+	SlidingWindow Algorithm = iota
+	// GCRA paces a key to one unit of cost every Window/Limit, of which up
+	// to Burst may arrive at once (package gcra): one theoretical arrival
+	// time per key, no counts. Node scope only: see validateGCRA.
+	GCRA
+)
+
+var algorithmNames = [...]string{"sliding_window", "gcra"}
+
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", a)
+}
+
+// ParseAlgorithm parses "sliding_window" or "gcra"; empty is SlidingWindow.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	if s == "" {
+		return SlidingWindow, nil
+	}
+	for i, n := range algorithmNames {
+		if s == n {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want sliding_window or gcra)", s)
+}
+
+// MinGCRAInterval is the shortest emission interval (Window/Limit) of a
+// GCRA rule. The interval is rounded up to a whole nanosecond, so a rule's
+// pace is slower than Limit per Window by less than one part in a thousand.
+const MinGCRAInterval = time.Microsecond
+
+// ErrGCRAScope explains why a GCRA rule is node-scoped: one TAT per key
+// cannot be shared by replicas. Merging two replicas' TATs by their maximum
+// loses the admissions each made concurrently (the two sides each spend
+// the burst, and the merge keeps one side's spending); a sound replicated
+// pace needs per-replica counts of admitted cost over the key's whole busy
+// period, which the store's two windows per key do not keep. A limit shared
+// by the nodes of a PoP or by every PoP is a sliding window rule.
+var ErrGCRAScope = errors.New("an algorithm: gcra rule must have scope node: one TAT per key cannot be merged between replicas without losing the admissions each made concurrently; use algorithm: sliding_window for a pop or global limit")
+
+// GCRARate returns the pace of a GCRA rule: one unit every Window/Limit
+// (rounded up to a whole nanosecond), BurstOf at once.
+func (r Rule) GCRARate() gcra.Rate {
+	return gcra.Of(r.Limit, int64(r.Window), r.BurstOf())
+}
+
+// BurstOf is the rule's burst: Burst, or Limit when Burst is 0.
+func (r Rule) BurstOf() uint64 {
+	if r.Burst == 0 {
+		return r.Limit
+	}
+	return r.Burst
+}
+
+// validateGCRA checks the fields of a rule's algorithm, naming the field.
+// Limit, Window and Cost are checked already.
+func (r Rule) validateGCRA() error {
+	switch {
+	case r.Algorithm > GCRA:
+		return fmt.Errorf("algorithm: unknown algorithm %d", r.Algorithm)
+	case r.Algorithm != GCRA && r.Burst != 0:
+		return errors.New("burst: only an algorithm: gcra rule has a burst")
+	case r.Algorithm != GCRA:
+		return nil
+	case r.Burst > r.Limit:
+		return fmt.Errorf("burst: %d exceeds limit %d: a gcra rule admits at most its limit at once", r.Burst, r.Limit)
+	case r.Cost > r.BurstOf():
+		return fmt.Errorf("cost: %d exceeds burst %d: such a request could never be admitted", r.Cost, r.BurstOf())
+	case r.Window/time.Duration(r.Limit) < MinGCRAInterval:
+		return fmt.Errorf("limit: a gcra rule paces one unit every window/limit, which must be at least %s: limit at most %d for window %s",
+			MinGCRAInterval, uint64(r.Window/MinGCRAInterval), r.Window)
+	case r.Scope != ScopeNode:
+		return fmt.Errorf("scope: %w", ErrGCRAScope)
+	case len(r.More) > 0:
+		return errors.New("limits: an algorithm: gcra rule has one rate, limit per window, not several windows")
+	case len(r.Overrides) > 0:
+		return errors.New("overrides: not supported by an algorithm: gcra rule (one rate for every key)")
+	case len(r.Tiers) > 0 || r.DefaultTier != "":
+		return errors.New("tiers: not supported by an algorithm: gcra rule (one rate for every key)")
+	case r.OnPartition != Keep:
+		return errors.New("on_partition: share applies to global rules; an algorithm: gcra rule is node-scoped and never partitioned")
+	}
+	return nil
+}
+
+// newGCRAState compiles a valid GCRA rule. It is decided apart from the
+// windows' path (multi, with gcra set): its store window is the rate's
+// tolerance, the time a key takes to earn its burst back, so that a key
+// whose windows have all passed is back to a full burst and may be swept
+// (crdt.Store.PaceHashed).
+func newGCRAState(r Rule) *ruleState {
+	rs := &ruleState{Rule: r, wire: r.WireName(r.Window), multi: true, gcra: true, rate: r.GCRARate()}
+	rs.width = max(rs.rate.Tolerance(), 1)
+	rs.wins = []*ruleState{rs}
+	rs.clamp = r.Limit
+	rs.maxCost = r.BurstOf()
+	return rs
+}
+
+// protectGCRA is the store's protection threshold of a GCRA rule (see
+// protectThreshold): a key whose TAT lies more than half its tolerance past
+// its store window's start, about half its burst spent, keeps its place.
+func protectGCRA(r *ruleState) uint64 { return uint64(r.width/2) + 1 }
+
+// sameState reports whether the counts of window state o may serve the
+// window state w of a rule set again: both count, or both pace with one
+// store window. A rule whose algorithm or burst changed starts afresh.
+func sameState(o, w *ruleState) bool { return o.gcra == w.gcra && o.width == w.width }
+
+// admitGCRA is step 3 of decideRule for a GCRA rule: the key's TAT admits
+// (and with count, moves). Under on_unsure: deny a new key the store has no
+// room for is denied before anything is counted.
+func (n *Node) admitGCRA(d *Decision, now int64, r *ruleState, key string, cost uint64, count bool) Unsure {
+	h := n.store.Hash(r.id, key)
+	var res crdt.PaceResult
+	if count && r.OnUnsure == DenyUnsure {
+		if n.store.PaceHashed(&res, h, r.id, key, now, r.width, r.rate, cost, false); res.Untracked {
+			return UnsureStoreFull
+		}
+	}
+	n.store.PaceHashed(&res, h, r.id, key, now, r.width, r.rate, cost, count)
+	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
+	d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
+	d.Limit, d.Remaining = r.Limit, res.Remaining
+	d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(max(res.RetryAfter, 0))
+	d.Binding, d.Limits = 0, nil
+	return UnsureNone
+}
+
+// viewGCRA is View of a GCRA rule: Estimate is the cost the key has spent
+// and not yet earned back, (TAT - now) / interval; TAT is its theoretical
+// arrival time (0 for a key not held).
+func (n *Node) viewGCRA(now int64, r *ruleState, v *KeyView, key string) {
+	v.Windows = []crdt.WindowView{}
+	tat, ok := n.store.PaceTAT(r.id, key, r.width)
+	if !ok {
+		return
+	}
+	v.TAT = tat
+	if tat > now {
+		v.Estimate = float64(tat-now) / float64(r.rate.Interval)
+	}
+}

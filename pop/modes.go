@@ -1,0 +1,326 @@
+package pop
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// Rules' modes set at run time: the kill switch.
+//
+// A rule's mode may be set while the node runs (SetRuleMode: enforce,
+// shadow or off), and cleared again so that the rule's own Mode applies.
+// Each rule name holds one crdt.RuleMode, a last-writer-wins register:
+// the write with the later time wins (then the writer, then the mode), so
+// nodes that hold the same writes agree whatever order they came in. The
+// replication layer sends a node's own writes to every other node at once
+// (TakeModes) and every write held with each anti-entropy round (Modes);
+// what arrives merges with MergeModes, and a state file keeps them
+// (SnapshotEach, RestoreDelta).
+//
+// The mode is read on the decision path with one atomic load of the
+// rule's state (ruleState.mode); nothing is looked up by name there. A
+// reload (SetRules) applies the held modes to the new rules before they
+// are used. A write for a rule the node does not have (removed by a
+// reload, or not loaded here yet) is kept, orphaned, and applies when a
+// rule of that name is loaded; at most MaxOrphanModes are kept, and when
+// a reload leaves more, the oldest are dropped. The table therefore holds
+// at most one write per rule plus MaxOrphanModes.
+//
+// Trust: a write from the network whose time is later than now plus the
+// node's MaxSkew is refused, not clamped (clamping would give two nodes
+// two different times for one write, and last writer wins would no
+// longer converge); the anti-entropy round brings it again, and it is
+// taken once it is no longer in the future. So a peer cannot pin a mode
+// with a time far ahead: a write made after its time wins.
+
+// MaxOrphanModes is the most modes kept for rule names the node does not
+// have.
+const MaxOrphanModes = 64
+
+// ErrBadMode is a mode that is not enforce, shadow, off or config.
+var ErrBadMode = errors.New("pop: unknown mode (want enforce, shadow, off or config)")
+
+// ParseRuleMode parses a mode to set at run time: "enforce", "shadow",
+// "off", or "config" (clear: the rule's own mode applies), into a
+// crdt.RuleMode's Mode.
+func ParseRuleMode(s string) (uint8, error) {
+	switch s {
+	case "config":
+		return crdt.RuleModeConfig, nil
+	case "enforce":
+		return crdt.RuleModeEnforce, nil
+	case "shadow":
+		return crdt.RuleModeShadow, nil
+	case "off":
+		return crdt.RuleModeOff, nil
+	}
+	return 0, fmt.Errorf("%w: %q", ErrBadMode, s)
+}
+
+// RuleModeName is ParseRuleMode's inverse.
+func RuleModeName(m uint8) string {
+	if m == crdt.RuleModeConfig {
+		return "config"
+	}
+	return Mode(m - 1).String()
+}
+
+// mode returns the rule's mode: set at run time, or its own. One atomic
+// load: it is read on every decision.
+func (r *ruleState) mode() Mode {
+	if v := r.override.Load(); v != 0 {
+		return Mode(v - 1)
+	}
+	return r.Mode
+}
+
+// off reports whether the rule is switched off: one atomic load and a
+// compare, on every decision.
+func (r *ruleState) off() bool { return r.override.Load() == uint32(crdt.RuleModeOff) }
+
+// setOverride applies write m (of the rule's name) to the rule.
+func (r *ruleState) setOverride(m crdt.RuleMode) { r.override.Store(uint32(m.Mode)) }
+
+// modeTable holds the rules' modes set at run time. It is safe for
+// concurrent use; its zero value is empty.
+type modeTable struct {
+	mu      sync.Mutex
+	m       map[string]crdt.RuleMode
+	pending []string    // names written here since the last TakeModes
+	dirty   atomic.Bool // pending is not empty
+	stats   ModeStats
+}
+
+// ModeStats are a node's cumulative counters of modes set at run time.
+type ModeStats struct {
+	// Set are writes made on this node (SetRuleMode).
+	Set uint64
+	// Merged are writes from other nodes that won over what the node held.
+	Merged uint64
+	// Unchanged are writes from other nodes that the node held, or older.
+	Unchanged uint64
+	// Future are writes refused for a time later than now plus MaxSkew.
+	Future uint64
+	// Refused are writes for unknown rule names refused because
+	// MaxOrphanModes were held, and malformed ones.
+	Refused uint64
+	// Dropped are orphaned writes dropped by a reload that left more than
+	// MaxOrphanModes.
+	Dropped uint64
+}
+
+// ModeState is one rule's mode as GET /v1/status shows it.
+type ModeState struct {
+	// Rule is the rule's name.
+	Rule string
+	// Own is the rule's own mode (Rule.Mode); meaningless when Orphaned.
+	Own Mode
+	// Effective is the mode decisions use.
+	Effective Mode
+	// Set is the write in force, nil when none is (never set, or cleared).
+	Set *crdt.RuleMode
+	// Orphaned: the node has no rule of that name; the write applies when
+	// one is loaded.
+	Orphaned bool
+}
+
+// SetRuleMode sets rule's mode at now on this node (m as ParseRuleMode
+// returns it; crdt.RuleModeConfig clears it) and returns the write, which
+// the replication layer sends to every other node (TakeModes). Its time is
+// now, or just after the write it replaces if that one is later, so that it
+// always wins here. An unknown rule is ErrUnknownRule, except that an
+// orphaned write may be cleared.
+func (n *Node) SetRuleMode(now int64, rule string, m uint8) (crdt.RuleMode, error) {
+	if m > crdt.RuleModeOff {
+		return crdt.RuleMode{}, fmt.Errorf("%w: %d", ErrBadMode, m)
+	}
+	t := &n.modes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := n.rules.Load().byName[rule]
+	cur, had := t.m[rule]
+	if r == nil && !(had && m == crdt.RuleModeConfig) {
+		return crdt.RuleMode{}, ErrUnknownRule
+	}
+	w := crdt.RuleMode{Rule: rule, Mode: m, At: now, By: n.self}
+	if had && cur.At >= now {
+		w.At = cur.At + 1
+	}
+	t.put(w, r)
+	if !slices.Contains(t.pending, rule) {
+		t.pending = append(t.pending, rule)
+	}
+	t.dirty.Store(true)
+	t.stats.Set++
+	return w, nil
+}
+
+// put stores write w and applies it to r (nil for an orphan). The caller
+// holds t.mu.
+func (t *modeTable) put(w crdt.RuleMode, r *ruleState) {
+	if t.m == nil {
+		t.m = map[string]crdt.RuleMode{}
+	}
+	t.m[w.Rule] = w
+	if r != nil {
+		r.setOverride(w)
+	}
+}
+
+// MergeModes merges writes from another node (or a state file) at now:
+// each wins over the write held for its rule if it is newer; writes dated
+// after now plus MaxSkew, malformed ones, and new ones for unknown rule
+// names beyond MaxOrphanModes are refused. It keeps nothing of ms.
+func (n *Node) MergeModes(now int64, ms []crdt.RuleMode) {
+	if len(ms) == 0 {
+		return
+	}
+	t := &n.modes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rs := n.rules.Load()
+	for _, m := range ms {
+		if m.Mode > crdt.RuleModeOff || m.Rule == "" || len(m.Rule) > crdt.MaxRuleNameLen || m.By.Validate() != nil {
+			t.stats.Refused++
+			continue
+		}
+		if m.At > now+n.maxSkew {
+			t.stats.Future++
+			continue
+		}
+		cur, had := t.m[m.Rule]
+		if had && crdt.CompareRuleModes(m, cur) <= 0 {
+			t.stats.Unchanged++
+			continue
+		}
+		r := rs.byName[m.Rule]
+		if !had && r == nil && t.orphans(rs) >= MaxOrphanModes {
+			t.stats.Refused++
+			continue
+		}
+		t.put(m, r)
+		t.stats.Merged++
+	}
+}
+
+// orphans counts the writes for names rs has no rule of. The caller holds
+// t.mu.
+func (t *modeTable) orphans(rs *ruleSet) int {
+	k := 0
+	for name := range t.m {
+		if rs.byName[name] == nil {
+			k++
+		}
+	}
+	return k
+}
+
+// storeRules publishes next as the rule table, with the modes set at run
+// time applied to its rules first, and drops the oldest orphaned writes
+// beyond MaxOrphanModes.
+func (n *Node) storeRules(next *ruleSet) {
+	t := &n.modes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var orphans []crdt.RuleMode
+	for name, m := range t.m {
+		if r := next.byName[name]; r != nil {
+			r.setOverride(m)
+		} else {
+			orphans = append(orphans, m)
+		}
+	}
+	n.rules.Store(next)
+	if len(orphans) <= MaxOrphanModes {
+		return
+	}
+	slices.SortFunc(orphans, func(a, b crdt.RuleMode) int { return crdt.CompareRuleModes(a, b) })
+	for _, m := range orphans[:len(orphans)-MaxOrphanModes] {
+		delete(t.m, m.Rule)
+		t.stats.Dropped++
+	}
+}
+
+// Modes returns every write held, sorted by rule name: what an
+// anti-entropy round and a state file carry.
+func (n *Node) Modes() []crdt.RuleMode {
+	t := &n.modes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]crdt.RuleMode, 0, len(t.m))
+	for _, m := range t.m {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b crdt.RuleMode) int { return cmp.Compare(a.Rule, b.Rule) })
+	return out
+}
+
+// TakeModes returns the writes made on this node since the last call (nil
+// when none: one atomic load), as they stand now.
+func (n *Node) TakeModes() []crdt.RuleMode {
+	t := &n.modes
+	if !t.dirty.Load() {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []crdt.RuleMode
+	for _, name := range t.pending {
+		if m, ok := t.m[name]; ok {
+			out = append(out, m)
+		}
+	}
+	t.pending = t.pending[:0]
+	t.dirty.Store(false)
+	return out
+}
+
+// ModeStats returns the node's counters of modes set at run time.
+func (n *Node) ModeStats() ModeStats {
+	n.modes.mu.Lock()
+	defer n.modes.mu.Unlock()
+	return n.modes.stats
+}
+
+// RuleModes returns every rule's mode, sorted by name, then the orphaned
+// writes in force (not cleared), sorted by name.
+func (n *Node) RuleModes() []ModeState {
+	t := &n.modes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rs := n.rules.Load()
+	out := make([]ModeState, 0, len(rs.sorted))
+	for _, r := range rs.sorted {
+		st := ModeState{Rule: r.Name, Own: r.Mode, Effective: r.mode()}
+		if m, ok := t.m[r.Name]; ok && m.Mode != crdt.RuleModeConfig {
+			st.Set = &m
+		}
+		out = append(out, st)
+	}
+	var orphans []ModeState
+	for name, m := range t.m {
+		if rs.byName[name] == nil && m.Mode != crdt.RuleModeConfig {
+			m := m
+			orphans = append(orphans, ModeState{Rule: name, Effective: Mode(m.Mode - 1), Set: &m, Orphaned: true})
+		}
+	}
+	slices.SortFunc(orphans, func(a, b ModeState) int { return cmp.Compare(a.Rule, b.Rule) })
+	return append(out, orphans...)
+}
+
+// RuleMode returns rule's mode (as RuleModes), and false when the node
+// has neither the rule nor a write in force for it.
+func (n *Node) RuleMode(rule string) (ModeState, bool) {
+	for _, st := range n.RuleModes() {
+		if st.Rule == rule {
+			return st, true
+		}
+	}
+	return ModeState{}, false
+}

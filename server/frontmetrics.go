@@ -1,0 +1,65 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the daemon's own metrics, beside the engine's on its
+// registry: the decision latency of each front end, the proxy's upstream
+// errors, the API's refusals and the listeners' refused connections.
+type metrics struct {
+	latencyCheck  prometheus.Observer
+	latencyChecks prometheus.Observer
+	latencyProxy  prometheus.Observer
+	// latencyMiddleware is observed per request decided by App.Middleware.
+	latencyMiddleware prometheus.Observer
+	// latencyForwardAuth is observed per decided forward-auth request.
+	latencyForwardAuth prometheus.Observer
+	latencyRLS         prometheus.Observer
+	// latencySPOA is observed per geolimit-check message of HAProxy's.
+	latencySPOA    prometheus.Observer
+	upstreamErrors prometheus.Counter
+	unauthMissing  prometheus.Counter
+	unauthInvalid  prometheus.Counter
+}
+
+var descConnRefused = prometheus.NewDesc("geolimit_connections_refused_total",
+	"Connections closed at once because their client address already held http.max_connections_per_client on that listener.", nil, nil)
+
+func newMetrics(a *App) *metrics {
+	e := a.eng
+	m := &metrics{
+		latencyCheck:       e.Latency("check"),
+		latencyChecks:      e.Latency("checks"),
+		latencyProxy:       e.Latency("proxy"),
+		latencyMiddleware:  e.Latency("middleware"),
+		latencyForwardAuth: e.Latency("forward_auth"),
+		latencyRLS:         e.Latency("rls"),
+		latencySPOA:        e.Latency("spoa"),
+		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "geolimit_proxy_upstream_errors_total",
+			Help: "Proxied requests answered 502 because the upstream failed.",
+		}),
+	}
+	unauth := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "geolimit_api_unauthorized_total",
+		Help: "API requests answered 401 because api.token_file is set and they carried no bearer token (missing) or none of the tokens (invalid).",
+	}, []string{"reason"})
+	m.unauthMissing = unauth.WithLabelValues("missing")
+	m.unauthInvalid = unauth.WithLabelValues("invalid")
+	a.reg.MustRegister(m.upstreamErrors, unauth, &listenCollector{a: a})
+	return m
+}
+
+// listenCollector exports the listeners' refused connections.
+type listenCollector struct{ a *App }
+
+func (c *listenCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descConnRefused }
+
+func (c *listenCollector) Collect(ch chan<- prometheus.Metric) {
+	var refused uint64
+	for _, l := range c.a.connCapsNow() {
+		refused += l.Refused()
+	}
+	ch <- prometheus.MustNewConstMetric(descConnRefused, prometheus.CounterValue, float64(refused))
+}

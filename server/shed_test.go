@@ -1,0 +1,436 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// shedYAML is the docs' four classes with max_in_flight 8: writes are shed
+// from 8 requests in flight, reads from 6, test (and anything unmatched)
+// from 4, critical never; a rule counts every request per client address.
+const shedYAML = `
+shedding:
+  max_in_flight: %d
+  retry_after: 3s
+  classes:
+    - {name: critical, match: {path_prefix: /checkout}}
+    - {name: writes, match: {methods: [POST, PUT, DELETE]}}
+    - {name: reads, match: {methods: [GET]}}
+    - {name: test, match: {host: canary.example.com}}
+`
+
+// slowUpstream is a real upstream whose /checkout/hold requests wait
+// until release is closed (and /checkout/hold2 ones until release2 is), or
+// their request is cancelled, raising the requests in flight; any other
+// request is answered at once.
+type slowUpstream struct {
+	*httptest.Server
+	held              atomic.Int64 // hold requests being served
+	release, release2 chan struct{}
+	once, once2       sync.Once
+}
+
+func newSlowUpstream(t *testing.T) *slowUpstream {
+	u := &slowUpstream{release: make(chan struct{}), release2: make(chan struct{})}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		release := u.release
+		if strings.HasSuffix(r.URL.Path, "/hold2") {
+			release = u.release2
+		}
+		if strings.HasSuffix(r.URL.Path, "/hold") || strings.HasSuffix(r.URL.Path, "/hold2") {
+			u.held.Add(1)
+			defer u.held.Add(-1)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, "upstream %s %s", r.Method, r.URL.Path)
+	}))
+	t.Cleanup(func() { u.Release(); u.Release2(); u.Close() })
+	return u
+}
+
+// Release lets every /checkout/hold request (and every later one) finish.
+func (u *slowUpstream) Release() { u.once.Do(func() { close(u.release) }) }
+
+// Release2 lets every /checkout/hold2 request (and every later one) finish.
+func (u *slowUpstream) Release2() { u.once2.Do(func() { close(u.release2) }) }
+
+// holder sends requests that the slow upstream holds, and collects their
+// statuses.
+type holder struct {
+	t      *testing.T
+	url    string // the proxy's or the middleware's base URL
+	path   string // default /checkout/hold
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	status []int
+}
+
+// hold sends n POST /checkout/hold (class critical; or h.path) and waits
+// until the upstream holds them all: n more requests are in flight.
+func (h *holder) hold(u *slowUpstream, n int) {
+	h.t.Helper()
+	path := h.path
+	if path == "" {
+		path = "/checkout/hold"
+	}
+	want := u.held.Load() + int64(n)
+	for range n {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			res, err := http.Post(h.url+path, "text/plain", nil)
+			st := -1
+			if err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				st = res.StatusCode
+			}
+			h.mu.Lock()
+			h.status = append(h.status, st)
+			h.mu.Unlock()
+		}()
+	}
+	require.Eventually(h.t, func() bool { return u.held.Load() == want }, wait, poll)
+}
+
+// done waits for every held request and returns their statuses.
+func (h *holder) done() []int {
+	h.wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.status
+}
+
+// probes are one request of each class (and an unmatched one), answered
+// at once by the upstream.
+var probes = []struct {
+	class, method, path, host string
+}{
+	{"critical", "GET", "/checkout/cart", ""},
+	{"writes", "POST", "/cart", ""},
+	{"reads", "GET", "/cart", ""},
+	{"test", "HEAD", "/", "canary.example.com"},
+	{"test", "OPTIONS", "/", ""}, // unmatched: the lowest class
+}
+
+// expectShed sends every probe to base and checks that exactly the
+// classes in shed are shed. It returns how many probes went on.
+func expectShed(ta *testApp, base string, shed ...string) (passed int) {
+	ta.t.Helper()
+	for _, p := range probes {
+		var hdr []string
+		if p.host != "" {
+			hdr = []string{"Host", p.host}
+		}
+		r := ta.do(p.method, base+p.path, "", hdr...)
+		if !containsStr(shed, p.class) {
+			require.Equal(ta.t, http.StatusOK, r.status, "%s %s (%s) goes on: %s", p.method, p.path, p.class, r.body)
+			passed++
+			continue
+		}
+		require.Equal(ta.t, http.StatusServiceUnavailable, r.status, "%s %s (%s) is shed", p.method, p.path, p.class)
+		assert.Equal(ta.t, "3", r.header.Get("Retry-After"))
+		assert.Empty(ta.t, r.header.Get("RateLimit"), "no RateLimit fields: no rule denied it")
+		assert.Empty(ta.t, r.header.Get("X-RateLimit-Limit"))
+		if p.method != "HEAD" {
+			assert.Equal(ta.t, map[string]any{"error": "overloaded", "shed": true, "class": p.class, "retry_after_ms": 3000.0}, r.json(ta.t))
+		}
+	}
+	return passed
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (ta *testApp) gauge(name string, labels ...string) float64 {
+	ta.t.Helper()
+	v, ok := metricValue(ta.scrape(), name, labels...)
+	require.True(ta.t, ok, "no %s%v", name, labels)
+	return v
+}
+
+// Proxy mode with a real upstream: slow requests raise the requests in
+// flight; the lowest class is shed first, then the next, and the highest
+// never; a shed request reaches no rule and no upstream.
+func TestShedProxy(t *testing.T) {
+	up := newSlowUpstream(t)
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", `
+  - {name: all, limit: 1000, window: 1m}
+`))
+	base := "http://" + ta.ProxyAddr().String()
+	h := &holder{t: t, url: base}
+	counted := 0
+
+	counted += expectShed(ta, base)
+	h.hold(up, 4)
+	counted += 4
+	assert.EqualValues(t, 4, ta.gauge("geolimit_in_flight"))
+	assert.EqualValues(t, 1, ta.gauge("geolimit_shed_level"))
+	counted += expectShed(ta, base, "test")
+	h.hold(up, 2)
+	counted += 2
+	counted += expectShed(ta, base, "test", "reads")
+	h.hold(up, 2)
+	counted += 2
+	counted += expectShed(ta, base, "test", "reads", "writes")
+	h.hold(up, 8) // the highest class is never shed, however many are in flight
+	counted += 8
+	counted += expectShed(ta, base, "test", "reads", "writes")
+	assert.EqualValues(t, 16, ta.gauge("geolimit_in_flight"))
+	assert.EqualValues(t, 3, ta.gauge("geolimit_shed_level"))
+	assert.EqualValues(t, 8, ta.gauge("geolimit_shed_max_in_flight"))
+
+	mfs := ta.scrape()
+	for class, want := range map[string]float64{"critical": 0, "writes": 2, "reads": 3, "test": 2 * 4} {
+		v, ok := metricValue(mfs, "geolimit_shed_total", "class", class)
+		require.True(t, ok, class)
+		assert.Equal(t, want, v, "geolimit_shed_total{class=%q}", class)
+	}
+	assert.EqualValues(t, counted, ta.keyTotal("all", "127.0.0.1"), "no rule counted a shed request")
+	assert.EqualValues(t, counted, ta.decisions("all", "allowed"))
+
+	up.Release()
+	for _, st := range h.done() {
+		assert.Equal(t, http.StatusOK, st, "held requests")
+	}
+	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
+	expectShed(ta, base)
+}
+
+// A request ends, and leaves the count, however its response ends: an
+// upstream that fails, a client that goes away before the response or in
+// the middle of its body.
+func TestShedInFlightEnds(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var started atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		switch r.URL.Path {
+		case "/fail": // the connection closes without an answer: 502
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				c.Close()
+			}
+		case "/wait": // no answer until the client goes away
+			<-r.Context().Done()
+		case "/body": // part of a streamed body, then nothing until the client goes away
+			_, _ = w.Write([]byte("part"))
+			_ = http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	base := "http://" + ta.ProxyAddr().String()
+	inFlight := func() float64 { return ta.gauge("geolimit_in_flight") }
+
+	r := ta.proxy("GET", "/fail")
+	assert.Equal(t, http.StatusBadGateway, r.status)
+	assert.Zero(t, inFlight(), "upstream failure")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/wait", nil)
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return started.Load() == 2 }, wait, poll)
+	assert.EqualValues(t, 1, inFlight())
+	cancel()
+	require.Error(t, <-errc)
+	require.Eventually(t, func() bool { return inFlight() == 0 }, wait, poll, "client gone before the response")
+
+	conn, err := net.Dial("tcp", ta.ProxyAddr().String())
+	require.NoError(t, err)
+	_, err = conn.Write([]byte("GET /body HTTP/1.1\r\nHost: x\r\n\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(wait)))
+	buf := make([]byte, 512)
+	n, err := conn.Read(buf) // the headers: the proxy streams the body as it comes
+	require.NoError(t, err)
+	require.Contains(t, string(buf[:n]), "200 OK")
+	assert.EqualValues(t, 1, inFlight())
+	conn.Close()
+	require.Eventually(t, func() bool { return inFlight() == 0 }, wait, poll, "client gone in the middle of the body")
+}
+
+// The middleware sheds as proxy mode does, with the same count of the
+// node's requests in flight.
+func TestShedMiddleware(t *testing.T) {
+	up := newSlowUpstream(t)
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	var calls atomic.Int64
+	mw := httptest.NewServer(ta.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Path == "/checkout/hold" {
+			<-up.release
+		}
+	})))
+	t.Cleanup(mw.Close)
+	t.Cleanup(up.Release)
+	proxyBase := "http://" + ta.ProxyAddr().String()
+	h := &holder{t: t, url: proxyBase}
+	h.hold(up, 4) // through the proxy
+	n := expectShed(ta, mw.URL, "test")
+	assert.EqualValues(t, n, calls.Load(), "shed requests never reach the handler")
+	mh := &holder{t: t, url: mw.URL}
+	mh.wg.Add(2)
+	for range 2 {
+		go func() {
+			defer mh.wg.Done()
+			res, err := http.Post(mw.URL+"/checkout/hold", "text/plain", nil)
+			if err == nil {
+				res.Body.Close()
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 6 }, wait, poll)
+	expectShed(ta, proxyBase, "test", "reads")
+	expectShed(ta, mw.URL, "test", "reads")
+	up.Release()
+	h.done()
+	mh.done()
+	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
+}
+
+// Forward auth and the decision API answer questions about requests that
+// run elsewhere: they are neither shed nor counted in flight.
+func TestShedNotForwardAuthOrAPI(t *testing.T) {
+	up := newSlowUpstream(t)
+	ta := startApp(t, fmt.Sprintf(shedYAML, 2)+`
+listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0", forward_auth: "127.0.0.1:0"}
+proxy: {upstream: "`+up.URL+`"}
+rules:
+  - {name: all, limit: 1000, window: 1m}
+`)
+	base := "http://" + ta.ProxyAddr().String()
+	h := &holder{t: t, url: base}
+	h.hold(up, 2)
+	expectShed(ta, base, "test", "reads", "writes")
+	r := ta.do("GET", "http://"+ta.ForwardAuthAddr().String()+"/", "", "Host", "canary.example.com")
+	assert.Equal(t, http.StatusOK, r.status, "forward auth sheds nothing")
+	r = ta.post("/v1/check", `{"rule":"all","key":"k"}`)
+	assert.Equal(t, http.StatusOK, r.status, "the API sheds nothing")
+	assert.EqualValues(t, 2, ta.gauge("geolimit_in_flight"))
+	up.Release()
+	h.done()
+}
+
+// A reload applies new classes and thresholds to the next request and
+// keeps the requests in flight counted.
+func TestShedReload(t *testing.T) {
+	up := newSlowUpstream(t)
+	rules := proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n")
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+rules)
+	base := "http://" + ta.ProxyAddr().String()
+	h := &holder{t: t, url: base}
+	h.hold(up, 6)
+	expectShed(ta, base, "test", "reads")
+
+	ta.writeConfig(fmt.Sprintf(shedYAML, 100) + rules)
+	require.NoError(t, ta.Reload())
+	assert.EqualValues(t, 6, ta.gauge("geolimit_in_flight"), "a reload keeps the count")
+	assert.EqualValues(t, 100, ta.gauge("geolimit_shed_max_in_flight"))
+	expectShed(ta, base)
+	shedTest, _ := metricValue(ta.scrape(), "geolimit_shed_total", "class", "test")
+	assert.EqualValues(t, 2, shedTest, "the counter of a class kept by name goes on")
+
+	// Fewer classes: reads are now the lowest and shed from 4.
+	ta.writeConfig(`
+shedding:
+  max_in_flight: 8
+  classes:
+    - {name: critical, match: {path_prefix: /checkout}}
+    - {name: reads, match: {methods: [GET]}}
+` + rules)
+	require.NoError(t, ta.Reload())
+	r := ta.proxy("GET", "/cart")
+	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	assert.Equal(t, "1", r.header.Get("Retry-After"), "retry_after's default")
+	assert.Equal(t, "reads", r.json(t)["class"])
+	_, ok := metricValue(ta.scrape(), "geolimit_shed_total", "class", "test")
+	assert.False(t, ok, "a removed class is no longer exported")
+
+	// An invalid section changes nothing.
+	ta.writeConfig("shedding: {max_in_flight: 8, classes: [{name: only}]}\n" + rules)
+	require.ErrorContains(t, ta.Reload(), "shedding.classes: at least two classes")
+	assert.Equal(t, http.StatusServiceUnavailable, ta.proxy("GET", "/cart").status)
+
+	// Off: nothing is shed, the count goes on.
+	ta.writeConfig(rules)
+	require.NoError(t, ta.Reload())
+	assert.Equal(t, http.StatusOK, ta.proxy("HEAD", "/").status)
+	assert.EqualValues(t, 6, ta.gauge("geolimit_in_flight"))
+	assert.EqualValues(t, 0, ta.gauge("geolimit_shed_max_in_flight"))
+	up.Release()
+	h.done()
+	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
+}
+
+// With a target latency, requests in flight weigh more while the requests
+// take longer than the target: one slow request in flight sheds what
+// eight would. The durations come from the App's manual clock.
+func TestShedLatencyProxy(t *testing.T) {
+	up := newSlowUpstream(t)
+	yaml := strings.Replace(fmt.Sprintf(shedYAML, 8), "retry_after: 3s", "retry_after: 3s\n  target_latency: 100ms", 1)
+	ta := startApp(t, yaml+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	base := "http://" + ta.ProxyAddr().String()
+	latency := func() float64 { return ta.gauge("geolimit_shed_latency_seconds") }
+
+	slow := &holder{t: t, url: base}
+	slow.hold(up, 1)
+	expectShed(ta, base) // one in flight, no slow request seen yet
+	ta.clk.Advance(10 * time.Second)
+	up.Release()
+	slow.done()
+	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
+	assert.InDelta(t, 10, latency(), 1e-9, "the first slow request is the average")
+
+	again := &holder{t: t, url: base, path: "/checkout/hold2"}
+	again.hold(up, 1)
+	// One in flight weighs 1 x 10s / 100ms = 100: every class but the
+	// first is shed (each critical probe that passes takes 0s on the
+	// manual clock and lowers the average by 1/8).
+	expectShed(ta, base, "test", "reads", "writes")
+	assert.EqualValues(t, 3, ta.gauge("geolimit_shed_level"))
+
+	for range 40 {
+		require.Equal(t, http.StatusOK, ta.proxy("GET", "/checkout/fast").status)
+	}
+	assert.Less(t, latency(), 0.1, "fast requests bring the average under the target")
+	expectShed(ta, base) // the same one in flight weighs 1 again
+	assert.EqualValues(t, 0, ta.gauge("geolimit_shed_level"))
+	up.Release2()
+	again.done()
+}
