@@ -98,6 +98,9 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 		}
 	}
 	if r.Allowed && count {
+		if a != nil && sl.flags&(flagHot|flagRecent) == 0 && sl.dirty&dirtyOwn == 0 {
+			sh.armHot(s, a, i, sl, now, limit, cost, r.Estimate)
+		}
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
 	} else if count {

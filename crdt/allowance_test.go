@@ -290,7 +290,7 @@ func TestHotRing(t *testing.T) {
 // first is admitted even when the split's share is below one request, with
 // no record of the key's flushes. Within the horizon it is not.
 func TestSentLongAgoCountsAsSeen(t *testing.T) {
-	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of 100: below one request
+	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of 2: below one request
 	for _, tc := range []struct {
 		name  string
 		after int64 // the second request, after the flush that sent the first
@@ -302,12 +302,14 @@ func TestSentLongAgoCountsAsSeen(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 4})
 			t0 := time.Second.Nanoseconds()
-			require.True(t, st.AdmitSplit(0, "ip", nowAt(t0), 100, 1, true, many).Allowed)
+			// A limit of 2: with a second request the key is past three
+			// quarters of it, so no spare room lets it in.
+			require.True(t, st.AdmitSplit(0, "ip", nowAt(t0), 2, 1, true, many).Allowed)
 			st.FlushAt(abs(t0+ms), many.Horizon, func(FlushEntry) {})
 			for at := t0 + 51*ms; at <= t0+tc.after; at += 50 * ms {
 				st.FlushAt(abs(at), many.Horizon, func(FlushEntry) {}) // later flushes: nothing to send
 			}
-			got := st.AdmitSplit(0, "ip", nowAt(t0+ms+tc.after), 100, 1, true, many).Allowed
+			got := st.AdmitSplit(0, "ip", nowAt(t0+ms+tc.after), 2, 1, true, many).Allowed
 			assert.Equal(t, tc.want, got)
 		})
 	}
@@ -417,7 +419,7 @@ func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 		st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 8})
 		for _, r := range others {
 			id, _ := st.Intern(r)
-			require.Equal(t, Merged, st.Merge(0, "k", 1, win, id, 10))
+			require.Equal(t, Merged, st.Merge(0, "k", 1, win, id, 45))
 		}
 		n, _ := admitAll(t, st, "k", at, a)
 		return n
@@ -425,16 +427,17 @@ func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 	members := []Replica{rep("ams-2", 1), rep("ams-3", 1)}
 	pops := []Replica{PoPReplica(PoPID{Region: "far", PoP: "a"}, 1), PoPReplica(PoPID{Region: "far", PoP: "b"}, 1)}
 	sec := time.Second.Nanoseconds()
-	// Members ams-2 and ams-3 held the previous window (18 of it left in
-	// the estimate at 1s): the PoP's part is all of it, this node a third
-	// of the PoP's: a third of H = 82, 27 unseen.
-	assert.Equal(t, 27, run(sec, 0, members...))
+	// Members ams-2 and ams-3 held the previous window (81 of it left in
+	// the estimate at 1s, past three quarters of the limit: no spare
+	// room): the PoP's part is all of it, this node a third of the PoP's:
+	// a third of H = 19, 6 unseen.
+	assert.Equal(t, 6, run(sec, 0, members...))
 	// The same counts held by two other PoPs: this PoP's part is nothing,
-	// so an equal split among PoPs and members, 1/30 of H = 82: two.
-	assert.Equal(t, 2, run(sec, 0, pops...))
+	// so an equal split among PoPs and members, 1/30 of H = 19: one.
+	assert.Equal(t, 1, run(sec, 0, pops...))
 	// Too early in the window for every replica to hold the previous one.
-	assert.Equal(t, 2, run(150*ms, 0, members...))
+	assert.Equal(t, 1, run(150*ms, 0, members...))
 	// The members' counts of the current window (a cold start) do not
-	// count.
-	assert.Equal(t, 2, run(sec, 1, members...))
+	// count: 1/30 of H = 10.
+	assert.Equal(t, 1, run(sec, 1, members...))
 }
