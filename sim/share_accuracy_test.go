@@ -44,3 +44,40 @@ func TestBelowHalfNeverRejected(t *testing.T) {
 		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.0, name)
 	}
 }
+
+// inPhases sums the admits of the phases called name, for the fleet and
+// for the central node, and returns their highest max a/l.
+func inPhases(r Report, name string) (fleet, central uint64, maxRatio float64) {
+	for i, p := range r.Phases {
+		if p.Name == name {
+			fleet += p.Admitted
+			central += r.Central.Phases[i].Admitted
+			maxRatio = max(maxRatio, p.MaxAdmittedRatio)
+		}
+	}
+	return fleet, central, maxRatio
+}
+
+// A whole-site failover during a cut: 300 keys at twice their limit, all
+// of eu's clients move to us twenty seconds into the cut. us's total over
+// all keys jumps more than threefold, so each key's share grows with it,
+// although no key alone has requests enough to measure its growth. Before,
+// us kept each key's 30 %: 0.55 of central in the cut.
+func TestSiteFailoverGrowsShares(t *testing.T) {
+	r := runScenario(t, "site-failover-cut", 80*time.Second)
+	fleet, central, peak := inPhases(r, "partitioned")
+	t.Logf("in the cut: %d of central's %d (%.3f), max a/l %.3f", fleet, central, float64(fleet)/float64(central), peak)
+	assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central))
+	assert.LessOrEqual(t, peak, 1.10)
+}
+
+// One key surging on both sides of a cut (20x, then 60x its limit) while
+// 300 others stay put: each side's total barely moves, so neither grows
+// its share of that key. Before, both took the whole limit: 2.01.
+func TestTwoSidedSurgeKeepsShares(t *testing.T) {
+	r := runScenario(t, "two-sided-surge", 80*time.Second)
+	fleet, central, peak := inPhases(r, "partitioned")
+	t.Logf("in the cut: %d of central's %d, max a/l %.3f", fleet, central, peak)
+	assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.10)
+	assert.GreaterOrEqual(t, float64(fleet), 0.95*float64(central))
+}
