@@ -33,12 +33,13 @@ func runScenario(t *testing.T, name string, dur time.Duration) Report {
 }
 
 // Keys below half their limit fleet-wide are never refused, however many
-// nodes share them: 2 000 keys at 0.3 of their limit over 4 and 32 PoPs.
-// Before the spare room and the armed hot entries, 112 and 49 requests of
-// such keys were refused in the run (0.3 % and 0.15 %).
+// nodes share them: 2 000 keys at 0.3 of their limit over 4 and 16 PoPs
+// (8 and 32 nodes; scripts/share-table.sh runs 64 too). Before the spare
+// room and the armed hot entries, 112 and 78 requests of such keys were
+// refused in the 30 s runs (0.3 % and 0.2 %).
 func TestBelowHalfNeverRejected(t *testing.T) {
-	for _, name := range []string{"below-half-4pops", "below-half-32pops"} {
-		r := runScenario(t, name, 15*time.Second)
+	for _, name := range []string{"below-half-4pops", "below-half-16pops"} {
+		r := runScenario(t, name, 12*time.Second)
 		assert.Zero(t, r.Central.RejectedBelowHalf, name)
 		assert.Zero(t, r.RejectedBelowHalf, name)
 		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.0, name)
