@@ -105,6 +105,9 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
 	} else if count {
 		sl.mark |= markDenied1
+		if sl.flags&flagHot != 0 {
+			sh.hotSlab[sh.hot[i]].denied = now.Index*now.Width + now.Elapsed
+		}
 	}
 	sh.mu.Unlock()
 }

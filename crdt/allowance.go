@@ -32,7 +32,10 @@ import (
 // A replica with nothing unseen may always admit one request (the weights
 // are fractions of units): near the limit a fleet of n replicas exceeds it
 // by at most n-1 requests, whatever the rate, where without the split each
-// replica spends everything it sees during the lag. Far from the limit a
+// replica spends everything it sees during the lag. A replica that has not
+// refused the key lately may hold a second one (secondInFlight): a mild
+// overload then loses fewer requests to the split, and a surge on a key
+// nobody was refusing goes over by at most 2n-1 in its first lag. Far from the limit a
 // replica may hold a few requests unseen beyond its share (spare), so that
 // a key below three quarters of its limit spread thinly over many replicas
 // is not refused when requests bunch up at one of them.
@@ -91,8 +94,11 @@ type hotSnap struct {
 type hotEntry struct {
 	snaps [hotSnaps]hotSnap
 	used  int64 // the last decision that read it
-	pos   int32 // the slot's position
-	n     uint8
+	// denied is when this replica last denied the key (0: not since the
+	// entry was made).
+	denied int64
+	pos    int32 // the slot's position
+	n      uint8
 }
 
 // hotSample is how many hot entries a full hot table looks at to evict one.
@@ -351,6 +357,9 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 	if spare(k, float64(satAdd(unseen, cost)), float64(limit), float64(a.Horizon)/float64(width)) {
 		return true, 0
 	}
+	if e != nil && secondInFlight(k, float64(satAdd(unseen, cost)), float64(limit), float64(a.Horizon)/float64(width), now-e.denied > 2*a.Horizon) {
+		return true, 0
+	}
 	// The members' counts, and those of excluded replicas, by window.
 	var m, x [2]uint64
 	if sl.flags&flagSide != 0 {
@@ -402,6 +411,22 @@ const spareUnseen = 3
 // arrive; past that, the trailing rate and the count close the spare room.
 func spare(k, u, limit, hw float64) bool {
 	return u <= spareUnseen && 4*(k+u+3*k*2*hw) <= 3*limit
+}
+
+// secondInFlight reports whether a replica near the limit may hold u
+// unseen although its share of the headroom does not hold u: u is at most
+// two (one more than the request always allowed), the replica refused the
+// key not within two horizons (calm), and the headroom covers u plus one
+// and a half times what the fleet admits in a lag at the key's trailing
+// rate (k per window; hw a horizon over the window). At a mild overload a
+// replica whose share of the headroom is a request or two often sees a
+// second request within a lag while the others hold about what the rate
+// says; a replica under attack refuses the key all the time and is held to
+// its share. A key that surges at once everywhere while no replica was
+// refusing it may go over by up to two requests per replica in the first
+// lag, not one; once they refuse, by one.
+func secondInFlight(k, u, limit, hw float64, calm bool) bool {
+	return calm && u <= 2 && u+1.5*k*2*hw <= limit-k
 }
 
 // decideSplit turns r, a request the estimate lets in, into a denial when

@@ -12,8 +12,8 @@ import (
 // A key below three quarters of its limit, spread over many replicas: a replica's
 // share of the headroom is a fraction of a request, yet a second and a
 // third request within one lag are admitted (random arrivals bunch up),
-// while a fourth, or a key past three quarters of its limit, is split as
-// before.
+// while a fourth is not, and a key past three quarters of its limit is
+// split as before (with a second in flight: secondInFlight).
 func TestSpareFarFromLimit(t *testing.T) {
 	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of the headroom: below a request
 	t0 := time.Second.Nanoseconds()
@@ -24,7 +24,7 @@ func TestSpareFarFromLimit(t *testing.T) {
 	}{
 		{"far from the limit", 1, spareUnseen}, // k = 3 of 20
 		{"near three quarters", 4, 2},          // k = 12: 4 x (12 + 2 + lag) <= 3 x 20 < 4 x (12 + 3 + lag)
-		{"past three quarters", 5, 1},          // k = 15: 4 x (15 + 2 + lag) > 3 x 20
+		{"past three quarters", 5, 2},          // k = 15: 4 x (15 + 2 + lag) > 3 x 20; a second in flight
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := withOthers(t, "k", tc.others, "a", "b", "c")
@@ -84,5 +84,25 @@ func TestArmedKeyKnowsHeldCounts(t *testing.T) {
 			got := st.AdmitSplit(0, "k", nowAt(t1+ms), 15, 1, true, two).Allowed
 			assert.Equal(t, armed, got)
 		})
+	}
+}
+
+// Near the limit a replica that refused nothing lately may hold a second
+// request in flight when the headroom covers it and the fleet's admits in
+// a lag; one that refused within two horizons holds one.
+func TestSecondInFlight(t *testing.T) {
+	hw := 0.01
+	for _, tc := range []struct {
+		k, u  float64
+		calm  bool
+		want  bool
+		about string
+	}{
+		{900, 2, true, true, "H = 100 covers 2 + 1.5 x 18"},
+		{900, 3, true, false, "three in flight"},
+		{900, 2, false, false, "refused lately"},
+		{980, 2, true, false, "H = 20 < 2 + 1.5 x 19.6"},
+	} {
+		assert.Equal(t, tc.want, secondInFlight(tc.k, tc.u, 1000, hw, tc.calm), tc.about)
 	}
 }
