@@ -98,10 +98,16 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 		}
 	}
 	if r.Allowed && count {
+		if a != nil && sl.flags&(flagHot|flagRecent) == 0 && sl.dirty&dirtyOwn == 0 {
+			sh.armHot(s, a, i, sl, now, limit, cost, r.Estimate)
+		}
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
 	} else if count {
 		sl.mark |= markDenied1
+		if sl.flags&flagHot != 0 {
+			sh.hotSlab[sh.hot[i]].denied = now.Index*now.Width + now.Elapsed
+		}
 	}
 	sh.mu.Unlock()
 }

@@ -32,7 +32,13 @@ import (
 // A replica with nothing unseen may always admit one request (the weights
 // are fractions of units): near the limit a fleet of n replicas exceeds it
 // by at most n-1 requests, whatever the rate, where without the split each
-// replica spends everything it sees during the lag.
+// replica spends everything it sees during the lag. A replica that has not
+// refused the key lately may hold a second one (secondInFlight): a mild
+// overload then loses fewer requests to the split, and a surge on a key
+// nobody was refusing goes over by at most 2n-1 in its first lag. Far from the limit a
+// replica may hold a few requests unseen beyond its share (spare), so that
+// a key below three quarters of its limit spread thinly over many replicas
+// is not refused when requests bunch up at one of them.
 //
 // Far from the limit nothing is read beyond the slot: a replica whose own
 // count of both live windows, plus the request, is within 1/Replicas of the
@@ -88,8 +94,11 @@ type hotSnap struct {
 type hotEntry struct {
 	snaps [hotSnaps]hotSnap
 	used  int64 // the last decision that read it
-	pos   int32 // the slot's position
-	n     uint8
+	// denied is when this replica last denied the key (0: not since the
+	// entry was made).
+	denied int64
+	pos    int32 // the slot's position
+	n      uint8
 }
 
 // hotSample is how many hot entries a full hot table looks at to evict one.
@@ -260,6 +269,22 @@ func (sh *shard) hotOf(s *Store, i int32, sl *slot, now int64) *hotEntry {
 	return &sh.hotSlab[k]
 }
 
+// armHot gives slot i, whose own counts every replica holds, a hot entry
+// that says so before it counts an admit, when the next admit will be
+// split (see admitHashed): an entry made later would not know which of
+// the own counts were held before it, and would take them all for unseen.
+// The caller holds sh.mu.
+func (sh *shard) armHot(s *Store, a *Allowance, i int32, sl *slot, now Now, limit, cost uint64, est float64) {
+	own := satAdd(sl.own[0], sl.own[1])
+	if own == 0 || !a.on() || float64(satAdd(own, 2*cost))*float64(a.Replicas()) <= float64(limit)-est {
+		return
+	}
+	t := now.Index*now.Width + now.Elapsed
+	if e := sh.hotOf(s, i, sl, t); e != nil {
+		e.heldBy(t-a.Horizon, sl.win, sl.own)
+	}
+}
+
 // dropHot frees slot i's hot entry; the caller holds sh.mu.
 func (sh *shard) dropHot(i int32, sl *slot) {
 	k := sh.hot[i]
@@ -307,7 +332,7 @@ func (sh *shard) evictHot() bool {
 // this file). now is the decision's time, f the elapsed fraction of the
 // window. It returns the time until a denied request may fit. The caller
 // holds sh.mu.
-func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed int64, f, est float64, limit, cost uint64) (bool, int64) {
+func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, width int64, f, est float64, limit, cost uint64) (bool, int64) {
 	e := sh.hotOf(s, i, sl, now)
 	var s0, s1 uint64
 	switch {
@@ -329,6 +354,12 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed i
 		return true, 0 // one request in flight is always allowed
 	}
 	k := est - (float64(u0)*(1-f) + float64(u1))
+	if spare(k, float64(satAdd(unseen, cost)), float64(limit), float64(a.Horizon)/float64(width)) {
+		return true, 0
+	}
+	if e != nil && secondInFlight(k, float64(satAdd(unseen, cost)), float64(limit), float64(a.Horizon)/float64(width), now-e.denied > 2*a.Horizon) {
+		return true, 0
+	}
 	// The members' counts, and those of excluded replicas, by window.
 	var m, x [2]uint64
 	if sl.flags&flagSide != 0 {
@@ -359,12 +390,51 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed i
 	return false, max(e.matures(now, a.Horizon), 1)
 }
 
+// spareUnseen is how many requests a replica may hold unseen, beyond its
+// share of the headroom, while the headroom is well above what the fleet
+// admits in a replication lag (spare).
+const spareUnseen = 3
+
+// spare reports whether a replica whose unseen admits with the request add
+// up to u may admit it although its share of the headroom does not hold u:
+// u is at most spareUnseen, and the key stays within three quarters of its
+// limit with u and three times what the whole fleet admits in a lag at the
+// key's trailing rate (k per window; a lag is about two horizons, hw being
+// a horizon over the window). Arrivals are random: a replica whose share
+// of a key's traffic is a request per lag or less now and then sees a
+// second or third one within a lag, while the others, at the same rate,
+// hold next to nothing unseen; with its share of the headroom below one
+// request it would refuse a key far from its limit. Nearer the limit the
+// split decides alone. A key that surges everywhere at once from below
+// three quarters of its limit may take the fleet to 3/4 x limit +
+// spareUnseen x replicas in the first lag, before the others' counts
+// arrive; past that, the trailing rate and the count close the spare room.
+func spare(k, u, limit, hw float64) bool {
+	return u <= spareUnseen && 4*(k+u+3*k*2*hw) <= 3*limit
+}
+
+// secondInFlight reports whether a replica near the limit may hold u
+// unseen although its share of the headroom does not hold u: u is at most
+// two (one more than the request always allowed), the replica refused the
+// key not within two horizons (calm), and the headroom covers u plus one
+// and a half times what the fleet admits in a lag at the key's trailing
+// rate (k per window; hw a horizon over the window). At a mild overload a
+// replica whose share of the headroom is a request or two often sees a
+// second request within a lag while the others hold about what the rate
+// says; a replica under attack refuses the key all the time and is held to
+// its share. A key that surges at once everywhere while no replica was
+// refusing it may go over by up to two requests per replica in the first
+// lag, not one; once they refuse, by one.
+func secondInFlight(k, u, limit, hw float64, calm bool) bool {
+	return calm && u <= 2 && u+1.5*k*2*hw <= limit-k
+}
+
 // decideSplit turns r, a request the estimate lets in, into a denial when
 // this replica's share of the headroom does not (split). It is kept out of
 // Admit's body, which keys far from their limit run. The caller holds sh.mu.
 func (sh *shard) decideSplit(s *Store, a *Allowance, i int32, sl *slot, now Now, elapsed int64, limit, cost uint64, r *window.Result) {
 	t := now.Index*now.Width + now.Elapsed
-	ok, retry := sh.split(s, a, i, sl, t, elapsed, fraction(elapsed, now.Width), r.Estimate, limit, cost)
+	ok, retry := sh.split(s, a, i, sl, t, elapsed, now.Width, fraction(elapsed, now.Width), r.Estimate, limit, cost)
 	if ok {
 		return
 	}

@@ -144,13 +144,16 @@ func TestSplitFarFromLimitAndOneInFlight(t *testing.T) {
 		}
 	}
 	assert.Zero(t, st.Stats().HotKeys, "keys far from the limit hold no allowance state")
-	// 1/40 of H = 10 is a quarter of a request: one, not two.
+	// 1/40 of H = 10 is a quarter of a request: one, and a second while
+	// this replica refused nothing (secondInFlight); once it refused, one.
 	n, _ := admitAll(t, st, "k", t0, many)
-	assert.Equal(t, 1, n)
+	assert.Equal(t, 2, n)
 	assert.Equal(t, 1, st.Stats().HotKeys)
-	// Without an allowance the estimate alone decides: 9 more.
+	n, _ = admitAll(t, st, "k", t0+ms, many)
+	assert.Zero(t, n, "refused a millisecond ago: no second in flight")
+	// Without an allowance the estimate alone decides: 8 more.
 	n, _ = admitAll(t, st, "k", t0, nil)
-	assert.Equal(t, 9, n)
+	assert.Equal(t, 8, n)
 	for _, a := range []*Allowance{{Horizon: 0, PoPs: 4}, {Horizon: ms, PoPs: 1}} {
 		assert.False(t, a.on())
 	}
@@ -290,7 +293,7 @@ func TestHotRing(t *testing.T) {
 // first is admitted even when the split's share is below one request, with
 // no record of the key's flushes. Within the horizon it is not.
 func TestSentLongAgoCountsAsSeen(t *testing.T) {
-	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of 100: below one request
+	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of 2: below one request
 	for _, tc := range []struct {
 		name  string
 		after int64 // the second request, after the flush that sent the first
@@ -300,14 +303,18 @@ func TestSentLongAgoCountsAsSeen(t *testing.T) {
 		{"after the horizon", 2 * time.Second.Nanoseconds(), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 4})
+			// A limit of 3 and one request of another PoP: with a second
+			// request the key is past three quarters of it, and the
+			// headroom of 2 does not cover a second in flight, so no spare
+			// room lets it in.
+			st := withOthers(t, "ip", 1, "a")
 			t0 := time.Second.Nanoseconds()
-			require.True(t, st.AdmitSplit(0, "ip", nowAt(t0), 100, 1, true, many).Allowed)
+			require.True(t, st.AdmitSplit(0, "ip", nowAt(t0), 3, 1, true, many).Allowed)
 			st.FlushAt(abs(t0+ms), many.Horizon, func(FlushEntry) {})
 			for at := t0 + 51*ms; at <= t0+tc.after; at += 50 * ms {
 				st.FlushAt(abs(at), many.Horizon, func(FlushEntry) {}) // later flushes: nothing to send
 			}
-			got := st.AdmitSplit(0, "ip", nowAt(t0+ms+tc.after), 100, 1, true, many).Allowed
+			got := st.AdmitSplit(0, "ip", nowAt(t0+ms+tc.after), 3, 1, true, many).Allowed
 			assert.Equal(t, tc.want, got)
 		})
 	}
@@ -417,7 +424,7 @@ func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 		st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 8})
 		for _, r := range others {
 			id, _ := st.Intern(r)
-			require.Equal(t, Merged, st.Merge(0, "k", 1, win, id, 10))
+			require.Equal(t, Merged, st.Merge(0, "k", 1, win, id, 45))
 		}
 		n, _ := admitAll(t, st, "k", at, a)
 		return n
@@ -425,16 +432,18 @@ func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 	members := []Replica{rep("ams-2", 1), rep("ams-3", 1)}
 	pops := []Replica{PoPReplica(PoPID{Region: "far", PoP: "a"}, 1), PoPReplica(PoPID{Region: "far", PoP: "b"}, 1)}
 	sec := time.Second.Nanoseconds()
-	// Members ams-2 and ams-3 held the previous window (18 of it left in
-	// the estimate at 1s): the PoP's part is all of it, this node a third
-	// of the PoP's: a third of H = 82, 27 unseen.
-	assert.Equal(t, 27, run(sec, 0, members...))
+	// Members ams-2 and ams-3 held the previous window (81 of it left in
+	// the estimate at 1s, past three quarters of the limit: no spare
+	// room): the PoP's part is all of it, this node a third of the PoP's:
+	// a third of H = 19, 6 unseen.
+	assert.Equal(t, 6, run(sec, 0, members...))
 	// The same counts held by two other PoPs: this PoP's part is nothing,
-	// so an equal split among PoPs and members, 1/30 of H = 82: two.
+	// so an equal split among PoPs and members, 1/30 of H = 19: one (two
+	// in flight, as the node refused nothing yet: secondInFlight).
 	assert.Equal(t, 2, run(sec, 0, pops...))
 	// Too early in the window for every replica to hold the previous one.
 	assert.Equal(t, 2, run(150*ms, 0, members...))
 	// The members' counts of the current window (a cold start) do not
-	// count.
+	// count: 1/30 of H = 10.
 	assert.Equal(t, 2, run(sec, 1, members...))
 }

@@ -27,9 +27,10 @@ import (
 // side spends exactly its share of the trailing window's limit on its own
 // traffic and the sides together admit at most the limit.
 //
-// A side follows its demand (share_demand.go): when its demand grows well
-// past what it was at the cut while its share binds, it takes the demand for
-// traffic that moved to it from the other side (a failover: a dead PoP looks
+// A side follows its demand (share_demand.go, share_side.go): when its
+// demand grows well past what it was at the cut while its share binds, and
+// its total over all keys grew with it, it takes the demand for traffic
+// that moved to it from the other side (a failover: a dead PoP looks
 // exactly like a partitioned one) and grows its share to its part of the
 // fleet's demand; a side whose demand fell shrinks its share the same way, so
 // the sides still add up to the limit when traffic moves between them. A
@@ -67,6 +68,9 @@ type partition struct {
 	sideFrac float64             // PoP-count split: this side's PoPs / all PoPs
 	keys     map[shareKey]*share // per-key shares snapshotted at the cut
 	newKeys  *keyMap             // keys first seen during the cut
+	// sides holds, per share rule, this node's demand over all its keys
+	// (share_side.go).
+	sides map[crdt.RuleID]*sideDemand
 }
 
 type keyMap struct {
@@ -112,6 +116,12 @@ type share struct {
 	baseDemand float64
 
 	fresh bool // first seen during the cut: no history (see unsure.go)
+
+	// side is the rule's total over all keys (nil: none); capped says
+	// whether cap, the most the key adds to a window of it, is known.
+	side   *sideDemand
+	cap    uint64
+	capped bool
 }
 
 // PartitionStatus is what a node knows about the current partition.
@@ -207,7 +217,8 @@ func popOf(r crdt.Replica) string { return r.Region + "/" + r.PoP }
 // window whole since it healed: the shares of the new shape are derived from
 // counts every side holds alike.
 func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *partition {
-	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}}}
+	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
+		sides: map[crdt.RuleID]*sideDemand{}}
 	all := map[string]bool{popOf(n.self): true}
 	for _, r := range n.store.Replicas() {
 		all[popOf(r)] = true
@@ -217,6 +228,11 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 	}
 	p.sideFrac = float64(len(all)-len(unheard)) / float64(len(all))
 	rs := n.rules.Load()
+	for _, r := range rs.sorted {
+		if r.OnPartition == Share && r.Scope == ScopeGlobal {
+			p.sides[r.id] = &sideDemand{}
+		}
+	}
 	type acc struct {
 		other [2]uint64
 		pops  []popCount
@@ -251,10 +267,11 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 			a.pops = addPoPCount(a.pops, pop, e.Count)
 		}
 	})
+	sideTot := map[crdt.RuleID][2]uint64{} // per rule: this side's base counts, all
 	for k, a := range sums {
 		r := rs.byID[k.rule]
 		c, _ := window.Split(now, r.width)
-		sh := &share{win: c, frozen: a.other, base: a.pops}
+		sh := &share{win: c, frozen: a.other, base: a.pops, side: p.sides[k.rule]}
 		if old := prev.retained(k, r, c, n.healHold); old != nil {
 			old.mu.Lock()
 			sh.base, sh.baseDemand = old.base, old.baseDemand
@@ -264,6 +281,19 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 		sh.frac = max(sideOf(sh.base, unheard, p.sideFrac), n.shareFloor)
 		sh.snap, sh.prev = sh.frac, sh.frac
 		p.keys[k] = sh
+		t := sideTot[k.rule]
+		for _, pc := range sh.base {
+			if !unheard[pc.pop] {
+				t[0] += pc.count
+			}
+			t[1] += pc.count
+		}
+		sideTot[k.rule] = t
+	}
+	for id, t := range sideTot {
+		if d := p.sides[id]; d != nil && t[1] > 0 {
+			d.part = float64(t[0]) / float64(t[1])
+		}
 	}
 	return p
 }
@@ -348,7 +378,7 @@ func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *s
 	sh := p.newKeys.m[k]
 	if sh == nil {
 		c, _ := window.Split(now, r.width)
-		sh = &share{win: c, frac: frac, snap: frac, prev: frac, scale: 1, fresh: true}
+		sh = &share{win: c, frac: frac, snap: frac, prev: frac, scale: 1, fresh: true, side: p.sides[r.id]}
 		if len(p.newKeys.m) < maxNewShareKeys {
 			p.newKeys.m[shareKey{r.id, strings.Clone(key)}] = sh
 		} // else: decided with a transient share that does not adapt

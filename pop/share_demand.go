@@ -9,10 +9,15 @@ package pop
 // carried its share of the fleet's demand (the share is its part of the base
 // window's counts), so it now carries about g x share of it.
 //
-// A side cannot tell whether the other side's demand fell when its own grew:
-// a failover (a dead PoP looks exactly like a partitioned one) or traffic
-// that grew on both sides. So a share grows past its snapshot only when its
-// side's demand grew well past its baseline (by 2 x ShareStep at least) and
+// One key's demand cannot tell whether the other side's demand fell when
+// its own grew: a failover (a dead PoP looks exactly like a partitioned
+// one) or traffic that grew on both sides. The node's total over all the
+// rule's keys can (share_side.go): a key's growth counts only as far as the
+// side's total grew with it (the rest is that key's own surge), and a key
+// with too few requests to measure takes the side's growth. So a share
+// grows past its snapshot only when its side's demand grew well past its
+// baseline (by 2 x ShareStep at least; ShareStep when the side's total
+// confirms it) and
 // it carries nearly all of the fleet's demand (takeoverAt of it, and no more
 // than the whole fleet asked before the cut plus ShareStep): then the other
 // side has nearly nothing left to spend, and the share becomes this side's
@@ -52,13 +57,28 @@ func demandScale(base []popCount, limit uint64) float64 {
 	return float64(tot) / float64(limit)
 }
 
-// record notes a decision's cost in window idx.
+// record notes a decision's cost in window idx, and adds it to the side's
+// total up to the key's cap.
 func (sh *share) record(idx int64, cost uint64) {
 	sh.mu.Lock()
-	if idx == sh.demandWin {
-		sh.demand += cost
+	if idx != sh.demandWin {
+		sh.mu.Unlock()
+		return
 	}
+	before := sh.demand
+	sh.demand += cost
+	add := cost
+	if sh.capped {
+		add = 0
+		if before < sh.cap {
+			add = min(cost, sh.cap-before)
+		}
+	}
+	side := sh.side
 	sh.mu.Unlock()
+	if side != nil {
+		side.add(idx, add, before == 0)
+	}
 }
 
 // adapt closes the previous window's demand when a new window starts and
@@ -70,6 +90,14 @@ func (sh *share) adapt(idx int64, floor, step float64) (frac, prev float64) {
 	if idx <= sh.demandWin {
 		return sh.frac, sh.prev
 	}
+	var f float64
+	var sure bool // f, the side's growth, speaks (share_side.go)
+	if sh.side != nil {
+		f, sure = sh.side.growth(idx)
+		if bw := sh.side.baseline(); !sh.capped && bw != 0 {
+			sh.cap, sh.capped = sh.side.capFor(sh.demand, sh.demandWin == bw)
+		}
+	}
 	sh.prev = sh.frac
 	next := sh.demandWin != 0 && idx == sh.demandWin+1
 	switch {
@@ -80,21 +108,33 @@ func (sh *share) adapt(idx int64, floor, step float64) (frac, prev float64) {
 	case next && sh.whole && step >= 0 && sh.demand >= minShareDemand:
 		if sh.baseDemand == 0 {
 			sh.baseDemand = float64(sh.demand)
-		} else {
-			sh.follow(float64(sh.demand)/sh.baseDemand, floor, step)
+			break
 		}
+		g := float64(sh.demand) / sh.baseDemand
+		if sure && g > 1 {
+			g = min(g, max(f, 1)) // past the side's growth: this key's surge
+		}
+		sh.follow(g, floor, step, sure)
+	case next && sh.whole && step >= 0 && sure && sh.demand > 0:
+		sh.follow(f, floor, step, true) // too few requests: the side's growth
 	}
 	sh.demandWin, sh.demand, sh.whole = idx, 0, next
 	return sh.frac, sh.prev
 }
 
 // follow moves the share as the side's demand moved by g since the
-// baseline. The caller holds sh.mu.
-func (sh *share) follow(g, floor, step float64) {
+// baseline; sure says the side's total confirms g, which then needs to pass
+// ShareStep only once to move a share (twice otherwise: one key's demand
+// is noisier). The caller holds sh.mu.
+func (sh *share) follow(g, floor, step float64, sure bool) {
 	part := g * sh.snap  // the side's part of the fleet's demand before the cut
 	t := part * sh.scale // the same, as a fraction of the limit
+	gate := 1 + 2*step
+	if sure {
+		gate = 1 + step
+	}
 	switch {
-	case g >= 1+2*step && part >= takeoverAt && part <= 1+step && t > sh.frac:
+	case g >= gate && part >= takeoverAt && part <= 1+step && t > sh.frac:
 		sh.frac = min(t, 1) // the other side's demand moved here
 	case g > 1+step && sh.frac < sh.snap:
 		sh.frac = min(t, sh.snap) // back towards the snapshot

@@ -65,6 +65,7 @@ func (k *okey) grow() {
 type tally struct {
 	requests, admitted, rejected uint64
 	overLimit, wronglyRejected   uint64
+	rejectedBelowHalf            uint64
 	maxRatio                     float64
 	samples                      sampleLog // admitted/limit per key per window
 	// byRegion counts requests and admits by the region that served them.
@@ -162,6 +163,9 @@ func (o *oracle) judge(k *keyInfo, t int64, cost uint64, admitted bool) {
 	if ok.sum+cost <= k.limit {
 		tl.wronglyRejected++
 	}
+	if 2*(ok.sum+cost) <= k.limit {
+		tl.rejectedBelowHalf++
+	}
 }
 
 // judgeMore is judge for a key of a rule of several windows: an admit is
@@ -189,6 +193,9 @@ func (o *oracle) judgeMore(k *keyInfo, t int64, cost uint64, admitted bool) {
 		tl.rejected++
 		if fits {
 			tl.wronglyRejected++
+		}
+		if 2*(ok.sum+cost) <= k.limit {
+			tl.rejectedBelowHalf++
 		}
 		return
 	}

@@ -25,6 +25,10 @@ type Figures struct {
 	WronglyRejected uint64 `json:"wrongly_rejected"`
 	// OverLimitFraction is OverLimitAdmits / Admitted.
 	OverLimitFraction float64 `json:"over_limit_fraction"`
+	// RejectedBelowHalf: rejects whose cost, added to the exact
+	// trailing-window admitted cost, stayed within half the limit (of the
+	// rule's first window): a key far from its limit refused all the same.
+	RejectedBelowHalf uint64 `json:"rejected_below_half"`
 	// WronglyRejectedFraction is WronglyRejected / Requests.
 	WronglyRejectedFraction float64 `json:"wrongly_rejected_fraction"`
 	// MaxAdmittedRatio is the highest exact trailing-window admitted cost of
@@ -139,6 +143,7 @@ func figures(ts []tally, samples []float64) Figures {
 		f.Rejected += t.rejected
 		f.OverLimitAdmits += t.overLimit
 		f.WronglyRejected += t.wronglyRejected
+		f.RejectedBelowHalf += t.rejectedBelowHalf
 		f.MaxAdmittedRatio = max(f.MaxAdmittedRatio, t.maxRatio)
 	}
 	if f.Admitted > 0 {

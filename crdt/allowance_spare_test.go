@@ -1,0 +1,108 @@
+package crdt
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A key below three quarters of its limit, spread over many replicas: a replica's
+// share of the headroom is a fraction of a request, yet a second and a
+// third request within one lag are admitted (random arrivals bunch up),
+// while a fourth is not, and a key past three quarters of its limit is
+// split as before (with a second in flight: secondInFlight).
+func TestSpareFarFromLimit(t *testing.T) {
+	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of the headroom: below a request
+	t0 := time.Second.Nanoseconds()
+	for _, tc := range []struct {
+		name   string
+		others uint64 // counts of three other PoPs in the current window
+		want   int
+	}{
+		{"far from the limit", 1, spareUnseen}, // k = 3 of 20
+		{"near three quarters", 4, 2},          // k = 12: 4 x (12 + 2 + lag) <= 3 x 20 < 4 x (12 + 3 + lag)
+		{"past three quarters", 5, 2},          // k = 15: 4 x (15 + 2 + lag) > 3 x 20; a second in flight
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := withOthers(t, "k", tc.others, "a", "b", "c")
+			n := 0
+			for i := range 6 {
+				if st.AdmitSplit(0, "k", nowAt(t0+int64(i)*ms), 20, 1, true, many).Allowed {
+					n++
+				}
+			}
+			assert.Equal(t, tc.want, n)
+		})
+	}
+}
+
+// spare is pure: the spare room closes as the trailing rate fills the
+// headroom, and never holds more than spareUnseen.
+func TestSpareBounds(t *testing.T) {
+	hw := 0.01 // a horizon of a hundredth of the window
+	for _, tc := range []struct {
+		k, u, limit float64
+		want        bool
+	}{
+		{0, 1, 20, true},
+		{0, spareUnseen, 20, true},
+		{0, spareUnseen + 1, 1000, false},
+		{11, 3, 20, true},  // 4 x (11 + 3 + 0.66) = 58.6
+		{12, 3, 20, false}, // 4 x (12 + 3 + 0.72) = 62.9
+		{600, 2, 1000, true},
+		{720, 2, 1000, false}, // 4 x (720 + 2 + 43.2)
+	} {
+		assert.Equal(t, tc.want, spare(tc.k, tc.u, tc.limit, hw), "k=%v u=%v limit=%v", tc.k, tc.u, tc.limit)
+	}
+}
+
+// A key whose own counts every replica holds is armed before its next
+// admit: a request right after it finds only that admit unseen, not the
+// held ones too (an entry made then would take them all for unseen).
+func TestArmedKeyKnowsHeldCounts(t *testing.T) {
+	two := &Allowance{Horizon: 100 * ms, PoPs: 2}
+	for _, armed := range []bool{true, false} {
+		t.Run("armed="+strconv.FormatBool(armed), func(t *testing.T) {
+			st := withOthers(t, "k", 10, "a") // 10 of 15: no spare room
+			t0 := time.Second.Nanoseconds()
+			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 15, 1, true, two).Allowed)
+			for at := t0 + ms; at <= t0+2*time.Second.Nanoseconds(); at += 50 * ms {
+				st.FlushAt(abs(at), two.Horizon, func(FlushEntry) {})
+			}
+			t1 := t0 + 3*time.Second.Nanoseconds()
+			a := two
+			if !armed {
+				a = nil // counted without the allowance: no entry armed
+			}
+			require.True(t, st.AdmitSplit(0, "k", nowAt(t1), 15, 1, true, a).Allowed)
+			// H = 15 - 11, half of it 2: room for a second unseen admit
+			// when the held one is known held; none when it counts as
+			// unseen too (H = 15 - 10, half of it 2.5 < 3).
+			got := st.AdmitSplit(0, "k", nowAt(t1+ms), 15, 1, true, two).Allowed
+			assert.Equal(t, armed, got)
+		})
+	}
+}
+
+// Near the limit a replica that refused nothing lately may hold a second
+// request in flight when the headroom covers it and the fleet's admits in
+// a lag; one that refused within two horizons holds one.
+func TestSecondInFlight(t *testing.T) {
+	hw := 0.01
+	for _, tc := range []struct {
+		k, u  float64
+		calm  bool
+		want  bool
+		about string
+	}{
+		{900, 2, true, true, "H = 100 covers 2 + 1.5 x 18"},
+		{900, 3, true, false, "three in flight"},
+		{900, 2, false, false, "refused lately"},
+		{980, 2, true, false, "H = 20 < 2 + 1.5 x 19.6"},
+	} {
+		assert.Equal(t, tc.want, secondInFlight(tc.k, tc.u, 1000, hw, tc.calm), tc.about)
+	}
+}

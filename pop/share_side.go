@@ -1,0 +1,133 @@
+package pop
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// What a side's total says of its demand during a partition.
+//
+// One key's demand cannot tell a failover from a surge: when a key's
+// demand grows on this side, its traffic may have moved here from the
+// other side (a failover: a dead site looks exactly like a partitioned
+// one), or grown on both sides at once (a key under attack everywhere). A
+// whole-site failover moves every key's traffic, so this node's total over
+// all the rule's keys grows with it; a surge of one key leaves the total
+// where it was. So every node also counts, per share rule, its demand over
+// all keys in each window of the cut; its first whole window is the
+// baseline, and each later whole window's total over it is the side's
+// growth F (this node's traffic taken for its side's, as for one key).
+//
+// Each key's contribution to the total is capped at what a full failover
+// could bring it: its demand in the baseline window over this side's part
+// of the fleet's counts before the cut (its traffic if every PoP's moved
+// here); a key this node did not serve in the baseline (a client that moved
+// here) at that of an average key. A key surging far past that adds no more
+// than a key that failed over, so one key's surge barely moves F however
+// hard it surges, and F stays the growth of the side's traffic at large.
+//
+// A key then grows its share only as far as the side grew: its own growth
+// is capped at F (the rest is its surge, which the other side sees too), and
+// a key with too few requests to measure its own growth (minShareDemand)
+// takes F. With a single key F is that key's growth again, and a surge and
+// a failover look alike, as before.
+
+// minSideDemand is the least demand (in cost units, all keys together) a
+// node must see in the baseline window before F speaks.
+const minSideDemand = 100
+
+// sideDemand is one node's demand for one share rule over all keys, by
+// window of a partition. Safe for concurrent use.
+type sideDemand struct {
+	// part is this side's part of the rule's counts in the window seen
+	// whole before the cut (0: no count).
+	part float64
+
+	win atomic.Int64  // the window counted in cur
+	cur atomic.Uint64 // its demand so far
+
+	mu    sync.Mutex // window changes, and what they close
+	whole bool       // win was counted from its start
+	// base is the demand of the first whole window (baseWin), baseKeys
+	// how many keys it counted; last that of the last whole window
+	// (lastWin).
+	base, last       uint64
+	baseWin, lastWin int64
+	baseKeys         int
+	keys             int // keys counted in win so far
+}
+
+// add counts cost (already capped) of a decision in window idx; first says
+// it is the key's first in that window.
+func (d *sideDemand) add(idx int64, cost uint64, first bool) {
+	if d.win.Load() != idx {
+		d.roll(idx)
+	}
+	d.cur.Add(cost)
+	if first {
+		d.mu.Lock()
+		d.keys++
+		d.mu.Unlock()
+	}
+}
+
+// roll closes the windows before idx. A decision racing with it may count
+// in the next window: a few requests, at its edge.
+func (d *sideDemand) roll(idx int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := d.win.Load()
+	if idx <= w {
+		return
+	}
+	if w != 0 && idx == w+1 && d.whole {
+		c := d.cur.Load()
+		if d.base == 0 {
+			d.base, d.baseWin, d.baseKeys = c, w, d.keys
+		}
+		d.last, d.lastWin = c, w
+	}
+	d.whole = w != 0 && idx == w+1
+	d.cur.Store(0)
+	d.keys = 0
+	d.win.Store(idx)
+}
+
+// growth returns F for the window closed just before idx: the last whole
+// window's demand over the baseline's, once the baseline is big enough to
+// speak and the window before idx was whole.
+func (d *sideDemand) growth(idx int64) (float64, bool) {
+	d.roll(idx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.base < minSideDemand || d.lastWin != idx-1 || d.lastWin == d.baseWin {
+		return 0, false
+	}
+	return float64(d.last) / float64(d.base), true
+}
+
+// capFor returns the most a key whose demand in the baseline window was
+// kb (inBase: it had a decision there) may add to a window's total, once
+// the baseline is known (ok).
+func (d *sideDemand) capFor(kb uint64, inBase bool) (uint64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.base == 0 || d.part <= 0 {
+		return 0, false
+	}
+	b := float64(kb)
+	if !inBase {
+		b = float64(d.base) / float64(max(d.baseKeys, 1))
+	}
+	return uint64(b/d.part + 0.5), true
+}
+
+// baseline returns the baseline window (0 while unknown).
+func (d *sideDemand) baseline() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.base == 0 {
+		return 0
+	}
+	return d.baseWin
+}

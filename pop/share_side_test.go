@@ -1,0 +1,147 @@
+package pop
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// sideNodes returns eu and us nodes of a share rule with limit 20 per 10s.
+func sideNodes(t *testing.T) (eu, us *Node) {
+	t.Helper()
+	rules := []Rule{{Name: "api", Limit: 20, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
+	var err error
+	eu, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
+	require.NoError(t, err)
+	us, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
+	require.NoError(t, err)
+	eu.SetEpoch(1)
+	us.SetEpoch(1)
+	return eu, us
+}
+
+// sideRun drives 40 steps per window: demand(w, key, step) says how many
+// requests eu and us each get for a key at a step of window w (w < 0 before
+// the cut, synced at every step). It returns, per window of the cut and
+// key, what the sides admitted together, and what us admitted.
+func sideRun(t *testing.T, keys []string, demand func(w int64, key string, step int) (euN, usN int)) (both, usAdm [][]int) {
+	t.Helper()
+	eu, us := sideNodes(t)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	const pre, cut = 2, 6 // windows before the cut, windows of the cut
+	for w := int64(-pre); w < cut; w++ {
+		if w == 0 {
+			eu.SetUnheard(start+pre*W, []string{"us/iad"})
+			us.SetUnheard(start+pre*W, []string{"eu/ams"})
+		}
+		var bw, uw []int
+		for _, k := range keys {
+			b, u := 0, 0
+			for i := 0; i < 40; i++ {
+				now := start + (w+pre)*W + int64(i)*W/40 + int64(len(k))
+				e, s := demand(w, k, i)
+				for j := 0; j < e; j++ {
+					if d, _ := eu.Decide(now, "api", k, 1); d.Allowed {
+						b++
+					}
+				}
+				for j := 0; j < s; j++ {
+					if d, _ := us.Decide(now, "api", k, 1); d.Allowed {
+						b++
+						u++
+					}
+				}
+				if w < 0 {
+					sync2(t, now, eu, us)
+				}
+			}
+			bw, uw = append(bw, b), append(uw, u)
+		}
+		if w >= 0 {
+			both, usAdm = append(both, bw), append(usAdm, uw)
+		}
+	}
+	return both, usAdm
+}
+
+func manyKeys(n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = "k" + strconv.Itoa(i)
+	}
+	return ks
+}
+
+// A whole-site failover in the cut: 20 keys at twice their limit, 70 % on
+// eu and 30 % on us, all move to us two windows into the cut. Each us key
+// sees fewer requests than minShareDemand (too few to measure), but the
+// node's total across keys grows more than threefold: us takes each key's
+// whole limit, and the sides never spend more than it.
+func TestShareSiteFailoverGrowsEveryKey(t *testing.T) {
+	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, i int) (int, int) {
+		if w >= 2 {
+			return 0, 1 // 40 per window on us: the failover
+		}
+		if i < 28 {
+			return 1, 0
+		}
+		return 0, 1
+	})
+	for w := range both {
+		for k := range both[w] {
+			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
+		}
+	}
+	sum := func(xs []int) (s int) {
+		for _, x := range xs {
+			s += x
+		}
+		return s
+	}
+	t.Logf("us admitted per window (20 keys, limit 20 each): %v %v %v %v %v %v", sum(us[0]), sum(us[1]), sum(us[2]), sum(us[3]), sum(us[4]), sum(us[5]))
+	assert.LessOrEqual(t, sum(us[1]), 20*7, "before the failover us spends its 30 %")
+	assert.GreaterOrEqual(t, sum(us[5]), 20*18, "after it us takes (nearly) every key's whole limit")
+}
+
+// One key surges on both sides while 20 others stay put: the node's total
+// barely moves, so the surging key keeps its share on each side and the
+// sides together stay at its limit. (With that key alone its surge would
+// look like a failover to each side; scenarios/two-sided-surge.yaml
+// measures the fleet.)
+func TestShareTwoSidedSurgeKeepsShares(t *testing.T) {
+	keys := append(manyKeys(20), "hot")
+	both, _ := sideRun(t, keys, func(w int64, k string, i int) (int, int) {
+		e, u := 0, 0
+		if i%4 < 3 { // 70 % on eu ...
+			e = 1
+		} else {
+			u = 1
+		}
+		if k != "hot" {
+			if i%2 == 0 { // ... half the limit for the steady keys
+				return e, u
+			}
+			return 0, 0
+		}
+		switch {
+		case w >= 3: // the surge: 40 times the hot key's former demand,
+			return 40 * e, 40 * u
+		case w >= 1: // after 10 times (the hot key's first measured window)
+			return 10 * e, 10 * u
+		}
+		return e, u
+	})
+	hot := len(keys) - 1
+	for w := range both {
+		t.Logf("window %d: hot key admitted %d", w, both[w][hot])
+	}
+	for w := range both {
+		assert.LessOrEqual(t, both[w][hot], 21, "window %d: the hot key stays at its limit", w)
+	}
+}
