@@ -58,6 +58,9 @@ type ruleState struct {
 	// hands it to admitGCRA).
 	gcra bool
 	rate gcra.Rate
+	// pacer: of a pop- or global-scope GCRA rule, the node-scope state
+	// that keeps this node's TATs of its keys (gcra_shared.go).
+	pacer *ruleState
 }
 
 // winCache remembers the rule's current window so that the hot path does not

@@ -31,7 +31,7 @@ func TestGCRARuleUnderAPartition(t *testing.T) {
 func TestGCRAScenarioErrors(t *testing.T) {
 	base := "name: x\nduration: 10s\ntopology: [{region: eu, pops: [{name: ams, nodes: 1}]}]\ntraffic: [{rule: p, rate: 10/s}]\nrules: [%s]\n"
 	for _, tc := range []struct{ rule, want string }{
-		{"{name: p, limit: 10, window: 1s, algorithm: gcra}", "rules[0].scope: an algorithm: gcra rule must have scope node"},
+		{"{name: p, limit: 10, window: 1s, algorithm: gcra, on_partition: share}", "rules[0].on_partition: an algorithm: gcra rule keeps pacing"},
 		{"{name: p, limit: 10, window: 1s, algorithm: gcra, scope: node, burst: 11}", "rules[0].burst: 11 exceeds limit 10"},
 		{"{name: p, limit: 10, window: 1s, algorithm: pace, scope: node}", `rules[0].algorithm: unknown algorithm "pace"`},
 	} {
