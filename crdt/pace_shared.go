@@ -33,7 +33,6 @@ import (
 func (s *Store) CountHashed(h uint64, rule RuleID, key string, now Now, cost uint64) bool {
 	sh := s.shardOf(h)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	i, ok := sh.find(h, rule, key)
 	if !ok {
 		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
@@ -41,6 +40,7 @@ func (s *Store) CountHashed(h uint64, rule RuleID, key string, now Now, cost uin
 			a.roll(now.Index)
 			a.c[1] = satAdd(a.c[1], cost)
 			sh.sketchFor(s, rule).add(h, now.Index, [2]uint64{0, cost})
+			sh.mu.Unlock()
 			return false
 		}
 	}
@@ -50,6 +50,7 @@ func (s *Store) CountHashed(h uint64, rule RuleID, key string, now Now, cost uin
 	}
 	sl.own[1] = satAdd(sl.own[1], cost)
 	sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
+	sh.mu.Unlock() // not deferred: a deferred unlock costs a decision a call
 	return true
 }
 

@@ -131,8 +131,10 @@ func sameState(o, w *ruleState) bool { return o.gcra == w.gcra && o.width == w.w
 // room for is denied before anything is counted.
 func (n *Node) admitGCRA(d *Decision, now int64, r *ruleState, key string, cost uint64, count bool) Unsure {
 	p := r // the state that keeps the TATs: the rule's own, or its pacer
+	var hc uint64
 	if r.pacer != nil {
-		p = r.pacer
+		// The counted slot's line comes in with the TAT's.
+		p, hc = r.pacer, n.store.Hash(r.id, key)
 	}
 	h := n.store.Hash(p.id, key)
 	var res crdt.PaceResult
@@ -143,7 +145,7 @@ func (n *Node) admitGCRA(d *Decision, now int64, r *ruleState, key string, cost 
 	}
 	n.store.PaceHashed(&res, h, p.id, key, now, p.width, p.rate, cost, count)
 	if r.pacer != nil && count && res.Allowed {
-		n.countShared(now, r, key, cost)
+		n.countShared(now, r, hc, key, cost)
 	}
 	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
 	d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone

@@ -76,10 +76,11 @@ func newSharedGCRAState(r Rule) *ruleState {
 }
 
 // countShared counts an admission of cost for key in the windows of r, a
-// pop- or global-scope GCRA rule, for Flush to replicate.
-func (n *Node) countShared(now int64, r *ruleState, key string, cost uint64) {
+// pop- or global-scope GCRA rule, for Flush to replicate; h is the store's
+// Hash of (r.id, key).
+func (n *Node) countShared(now int64, r *ruleState, h uint64, key string, cost uint64) {
 	idx, el := r.split(now)
-	n.store.CountHashed(n.store.Hash(r.id, key), r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, cost)
+	n.store.CountHashed(h, r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, cost)
 }
 
 // mergePaced merges entry e of replica rep for r, a pop- or global-scope
