@@ -75,6 +75,22 @@ func newSharedGCRAState(r Rule) *ruleState {
 	return rs
 }
 
+// former returns the window state of the rule called name in rs whose
+// counts or TATs the window state w of a new rule set goes on with: of the
+// same Window and kind (sameState), or nil. A pop or global gcra rule's
+// counts and its pacer may have one Window (burst = limit), and a pacer
+// goes on with the TATs of its rule's pacer, or of the rule when it was
+// node-scoped.
+func (rs *ruleSet) former(name string, w *ruleState) *ruleState {
+	if o := rs.window(name, w.Window); o != nil && sameState(o, w) {
+		return o
+	}
+	if r := rs.byName[name]; r != nil && r.pacer != nil && r.pacer.Window == w.Window && sameState(r.pacer, w) {
+		return r.pacer
+	}
+	return nil
+}
+
 // countShared counts an admission of cost for key in the windows of r, a
 // pop- or global-scope GCRA rule, for Flush to replicate; h is the store's
 // Hash of (r.id, key).

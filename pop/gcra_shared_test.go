@@ -220,3 +220,29 @@ func TestSharedGCRAAgainstOneExactPace(t *testing.T) {
 		require.NotZero(t, denied)
 	}
 }
+
+// TestSharedGCRAKeepsItsTATsAcrossAReload: a rule set again unchanged goes
+// on with its counts and its TATs, also with the default burst (the
+// pacer's store window is then the rule's window); a node-scope rule made
+// pop-scoped goes on with its TATs.
+func TestSharedGCRAKeepsItsTATsAcrossAReload(t *testing.T) {
+	r := sharedGCRARule(ScopePoP)
+	r.Burst = 0 // the limit, 10
+	n, err := New(Config{Self: replica("a", 1), Rules: []Rule{r}})
+	require.NoError(t, err)
+	require.Equal(t, 10, paceN(t, n, t0, "k", 11))
+	require.NoError(t, n.SetRules([]Rule{r}))
+	assert.Zero(t, paceN(t, n, t0, "k", 1), "the TAT is kept")
+	v, err := n.View(t0, "pace", "k")
+	require.NoError(t, err)
+	require.Len(t, v.Windows, 1)
+	assert.Equal(t, uint64(10), v.Windows[0].Total, "the counts are kept")
+
+	node := r
+	node.Scope = ScopeNode
+	m, err := New(Config{Self: replica("a", 1), Rules: []Rule{node}})
+	require.NoError(t, err)
+	require.Equal(t, 10, paceN(t, m, t0, "k", 10))
+	require.NoError(t, m.SetRules([]Rule{r}))
+	assert.Zero(t, paceN(t, m, t0, "k", 1), "the node-scope TAT paces on")
+}
