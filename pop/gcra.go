@@ -127,8 +127,8 @@ func sameState(o, w *ruleState) bool { return o.gcra == w.gcra && o.width == w.w
 
 // admitGCRA is step 3 of decideRule for a GCRA rule: the key's TAT admits
 // (and with count, moves; a pop or global rule's admission is counted in
-// its window too, gcra_shared.go). Under on_unsure: deny a new key the store has no
-// room for is denied before anything is counted.
+// its window too, gcra_shared.go). Under on_unsure: deny a new key the
+// store has no room for is denied before anything is counted.
 func (n *Node) admitGCRA(d *Decision, now int64, r *ruleState, key string, cost uint64, count bool) Unsure {
 	p := r // the state that keeps the TATs: the rule's own, or its pacer
 	var hc uint64
