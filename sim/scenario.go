@@ -701,7 +701,7 @@ func checkPartition(names map[string]string, groups [][]string) error {
 }
 
 // popRules converts the rules, overriding every rule's partition policy with
-// policy unless it is empty (but a gcra rule's: node-scoped, it has none).
+// policy unless it is empty (but a gcra rule's, which is always keep).
 func (sc *Scenario) popRules(policy string) ([]pop.Rule, error) {
 	rules := append([]config.Rule(nil), sc.Rules...)
 	if policy != "" {
