@@ -57,7 +57,8 @@ type Rule struct {
 	// Default 1m.
 	LeaseTTL Duration `yaml:"lease_ttl"`
 	// Algorithm is sliding_window (the default) or gcra: a pace of one
-	// request every window/limit, burst at once (node scope only).
+	// request every window/limit, burst at once (any scope; on_partition
+	// keep).
 	Algorithm string `yaml:"algorithm"`
 	// Burst is, for algorithm: gcra, the most cost admitted at once by a
 	// key idle long enough (1 to limit). Default limit.

@@ -149,7 +149,7 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 		idx, _ := window.Split(now, r.width)
 		limitIdx, _ := window.Split(now+n.maxSkew, r.width)
 		for k := range run {
-			n.mergeAt(idx, limitIdx, r, rep, &run[k], hs[k], &st)
+			n.mergeAt(now, idx, limitIdx, r, rep, &run[k], hs[k], &st)
 		}
 	}
 	return st
@@ -183,13 +183,13 @@ func (n *Node) PrefetchDelta(d *crdt.Delta) {
 func (n *Node) mergeEntry(now int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, st *ApplyStats) {
 	idx, _ := window.Split(now, r.width)
 	limitIdx, _ := window.Split(now+n.maxSkew, r.width)
-	n.mergeAt(idx, limitIdx, r, rep, e, n.store.Hash(r.id, e.Key), st)
+	n.mergeAt(now, idx, limitIdx, r, rep, e, n.store.Hash(r.id, e.Key), st)
 }
 
 // mergeAt is mergeEntry with r's current window index and the last index a
 // peer may be ahead at (now + max skew) already computed, for a run of
 // entries of one rule, and h the store's Hash of the entry's key.
-func (n *Node) mergeAt(idx, limitIdx int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, h uint64, st *ApplyStats) {
+func (n *Node) mergeAt(now, idx, limitIdx int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, h uint64, st *ApplyStats) {
 	if len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen {
 		st.BadEntry++
 		return
@@ -208,7 +208,13 @@ func (n *Node) mergeAt(idx, limitIdx int64, r *ruleState, rep crdt.ReplicaID, e 
 		count = r.clamp
 		st.Clamped++
 	}
-	switch n.store.MergeHashed(h, r.id, e.Key, idx, e.Window, rep, count) {
+	var o crdt.MergeOutcome
+	if r.pacer != nil {
+		o = n.mergePaced(now, idx, r, rep, e, h, count) // gcra_shared.go
+	} else {
+		o = n.store.MergeHashed(h, r.id, e.Key, idx, e.Window, rep, count)
+	}
+	switch o {
 	case crdt.Merged:
 		st.Merged++
 	case crdt.Unchanged:

@@ -190,7 +190,7 @@ func (n *Node) decideWith(now int64, rule, key string, cost uint64, tier string,
 // then admitted, and that window may end up over its limit by the cost of
 // the requests that raced (never a window counted for a denied request).
 func (n *Node) admitWindows(d *Decision, now int64, r *ruleState, key, tier string, cost uint64, count bool) Unsure {
-	if r.gcra {
+	if r.gcra || r.pacer != nil {
 		// A GCRA rule is decided here, off decideRule's one-window path,
 		// so that path's code stays as it is.
 		return n.admitGCRA(d, now, r, key, cost, count)

@@ -22,7 +22,9 @@ const (
 	SlidingWindow Algorithm = iota
 	// GCRA paces a key to one unit of cost every Window/Limit, of which up
 	// to Burst may arrive at once (package gcra): one theoretical arrival
-	// time per key, no counts. Node scope only: see validateGCRA.
+	// time per key. At node scope that is all it keeps; at pop and global
+	// scope it counts its admissions as a sliding window rule does, and
+	// paces on every increase of those counts it sees (gcra_shared.go).
 	GCRA
 )
 
@@ -52,15 +54,6 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // GCRA rule. The interval is rounded up to a whole nanosecond, so a rule's
 // pace is slower than Limit per Window by less than one part in a thousand.
 const MinGCRAInterval = time.Microsecond
-
-// ErrGCRAScope explains why a GCRA rule is node-scoped: one TAT per key
-// cannot be shared by replicas. Merging two replicas' TATs by their maximum
-// loses the admissions each made concurrently (the two sides each spend
-// the burst, and the merge keeps one side's spending); a sound replicated
-// pace needs per-replica counts of admitted cost over the key's whole busy
-// period, which the store's two windows per key do not keep. A limit shared
-// by the nodes of a PoP or by every PoP is a sliding window rule.
-var ErrGCRAScope = errors.New("an algorithm: gcra rule must have scope node: one TAT per key cannot be merged between replicas without losing the admissions each made concurrently; use algorithm: sliding_window for a pop or global limit")
 
 // GCRARate returns the pace of a GCRA rule: one unit every Window/Limit
 // (rounded up to a whole nanosecond), BurstOf at once.
@@ -93,8 +86,6 @@ func (r Rule) validateGCRA() error {
 	case r.Window/time.Duration(r.Limit) < MinGCRAInterval:
 		return fmt.Errorf("limit: a gcra rule paces one unit every window/limit, which must be at least %s: limit at most %d for window %s",
 			MinGCRAInterval, uint64(r.Window/MinGCRAInterval), r.Window)
-	case r.Scope != ScopeNode:
-		return fmt.Errorf("scope: %w", ErrGCRAScope)
 	case len(r.More) > 0:
 		return errors.New("limits: an algorithm: gcra rule has one rate, limit per window, not several windows")
 	case len(r.Overrides) > 0:
@@ -102,7 +93,7 @@ func (r Rule) validateGCRA() error {
 	case len(r.Tiers) > 0 || r.DefaultTier != "":
 		return errors.New("tiers: not supported by an algorithm: gcra rule (one rate for every key)")
 	case r.OnPartition != Keep:
-		return errors.New("on_partition: share applies to global rules; an algorithm: gcra rule is node-scoped and never partitioned")
+		return errors.New("on_partition: an algorithm: gcra rule keeps pacing on what each side sees during a partition (keep); share is not supported")
 	}
 	return nil
 }
@@ -113,6 +104,9 @@ func (r Rule) validateGCRA() error {
 // whose windows have all passed is back to a full burst and may be swept
 // (crdt.Store.PaceHashed).
 func newGCRAState(r Rule) *ruleState {
+	if r.Scope != ScopeNode {
+		return newSharedGCRAState(r)
+	}
 	rs := &ruleState{Rule: r, wire: r.WireName(r.Window), multi: true, gcra: true, rate: r.GCRARate()}
 	rs.width = max(rs.rate.Tolerance(), 1)
 	rs.wins = []*ruleState{rs}
@@ -132,17 +126,27 @@ func protectGCRA(r *ruleState) uint64 { return uint64(r.width/2) + 1 }
 func sameState(o, w *ruleState) bool { return o.gcra == w.gcra && o.width == w.width }
 
 // admitGCRA is step 3 of decideRule for a GCRA rule: the key's TAT admits
-// (and with count, moves). Under on_unsure: deny a new key the store has no
-// room for is denied before anything is counted.
+// (and with count, moves; a pop or global rule's admission is counted in
+// its window too, gcra_shared.go). Under on_unsure: deny a new key the
+// store has no room for is denied before anything is counted.
 func (n *Node) admitGCRA(d *Decision, now int64, r *ruleState, key string, cost uint64, count bool) Unsure {
-	h := n.store.Hash(r.id, key)
+	p := r // the state that keeps the TATs: the rule's own, or its pacer
+	var hc uint64
+	if r.pacer != nil {
+		// The counted slot's line comes in with the TAT's.
+		p, hc = r.pacer, n.store.Hash(r.id, key)
+	}
+	h := n.store.Hash(p.id, key)
 	var res crdt.PaceResult
 	if count && r.OnUnsure == DenyUnsure {
-		if n.store.PaceHashed(&res, h, r.id, key, now, r.width, r.rate, cost, false); res.Untracked {
+		if n.store.PaceHashed(&res, h, p.id, key, now, p.width, p.rate, cost, false); res.Untracked {
 			return UnsureStoreFull
 		}
 	}
-	n.store.PaceHashed(&res, h, r.id, key, now, r.width, r.rate, cost, count)
+	n.store.PaceHashed(&res, h, p.id, key, now, p.width, p.rate, cost, count)
+	if r.pacer != nil && count && res.Allowed {
+		n.countShared(now, r, hc, key, cost)
+	}
 	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
 	d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
 	d.Limit, d.Remaining = r.Limit, res.Remaining
@@ -153,9 +157,14 @@ func (n *Node) admitGCRA(d *Decision, now int64, r *ruleState, key string, cost 
 
 // viewGCRA is View of a GCRA rule: Estimate is the cost the key has spent
 // and not yet earned back, (TAT - now) / interval; TAT is its theoretical
-// arrival time (0 for a key not held).
+// arrival time (0 for a key not held). Of a pop or global rule, Windows
+// are the counts replicated and the TAT is this node's.
 func (n *Node) viewGCRA(now int64, r *ruleState, v *KeyView, key string) {
 	v.Windows = []crdt.WindowView{}
+	if r.pacer != nil {
+		v.Windows = n.viewWindow(now, r, key).Windows // the counts replicated
+		r = r.pacer
+	}
 	tat, ok := n.store.PaceTAT(r.id, key, r.width)
 	if !ok {
 		return

@@ -26,12 +26,10 @@ func TestGCRAValidation(t *testing.T) {
 		{"burst over limit", func(r *Rule) { r.Burst = 11 }, "rules[0].burst: 11 exceeds limit 10"},
 		{"cost over burst", func(r *Rule) { r.Cost = 4 }, "rules[0].cost: 4 exceeds burst 3"},
 		{"interval under 1µs", func(r *Rule) { r.Limit, r.Burst, r.Window = 2000, 0, time.Millisecond }, "rules[0].limit: a gcra rule paces one unit every window/limit, which must be at least 1µs: limit at most 1000 for window 1ms"},
-		{"pop scope", func(r *Rule) { r.Scope = ScopePoP }, "rules[0].scope: an algorithm: gcra rule must have scope node"},
-		{"global scope", func(r *Rule) { r.Scope = ScopeGlobal }, "rules[0].scope: an algorithm: gcra rule must have scope node"},
 		{"several windows", func(r *Rule) { r.More = []Limit{{Limit: 100, Window: time.Minute}} }, "rules[0].limits: an algorithm: gcra rule has one rate"},
 		{"overrides", func(r *Rule) { r.Overrides = []Override{{Key: "k", Limits: []Limit{{Limit: 5, Window: time.Second}}}} }, "rules[0].overrides: not supported"},
 		{"tiers", func(r *Rule) { r.Tiers = map[string][]Limit{"gold": {{Limit: 5, Window: time.Second}}} }, "rules[0].tiers: not supported"},
-		{"share", func(r *Rule) { r.OnPartition = Share }, "rules[0].on_partition: share applies to global rules"},
+		{"share", func(r *Rule) { r.Scope, r.OnPartition = ScopeGlobal, Share }, "rules[0].on_partition: an algorithm: gcra rule keeps pacing on what each side sees"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := ok
@@ -42,6 +40,11 @@ func TestGCRAValidation(t *testing.T) {
 		})
 	}
 	require.NoError(t, ValidateRules([]Rule{ok}))
+	for _, s := range []Scope{ScopePoP, ScopeGlobal} {
+		r := ok
+		r.Scope = s
+		require.NoError(t, ValidateRules([]Rule{r}), "scope %s", s)
+	}
 	def := ok
 	def.Burst = 0
 	require.NoError(t, ValidateRules([]Rule{def}))

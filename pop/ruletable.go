@@ -58,6 +58,9 @@ type ruleState struct {
 	// hands it to admitGCRA).
 	gcra bool
 	rate gcra.Rate
+	// pacer: of a pop- or global-scope GCRA rule, the node-scope state
+	// that keeps this node's TATs of its keys (gcra_shared.go).
+	pacer *ruleState
 }
 
 // winCache remembers the rule's current window so that the hot path does not
@@ -93,7 +96,7 @@ func (n *Node) SetRules(rules []Rule) error {
 		rs := newRuleState(r)
 		rs.guarded = r.BlockFor != 0 || r.OnUnsure != AllowUnsure || r.Kind == Concurrency
 		for _, w := range rs.windows() {
-			if o := old.window(r.Name, w.Window); o != nil && !kept[o.id] && sameState(o, w) {
+			if o := old.former(r.Name, w); o != nil && !kept[o.id] {
 				w.id = o.id
 				kept[o.id] = true
 			} else if id, ok := n.unretire(w); ok {

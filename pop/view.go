@@ -48,7 +48,7 @@ func (n *Node) View(now int64, rule, key string) (KeyView, error) {
 	case len(key) > crdt.MaxKeyLen:
 		return KeyView{}, ErrKeyTooLong
 	}
-	if r.gcra {
+	if r.gcra || r.pacer != nil {
 		v := KeyView{Rule: rule, Key: key, Limit: r.Limit}
 		n.viewGCRA(now, r, &v, key)
 		if until := n.blocks.Until(r.id, key); until > now {

@@ -708,14 +708,13 @@ func checkPartition(names map[string]string, groups [][]string) error {
 }
 
 // popRules converts the rules, overriding every rule's partition policy with
-// policy unless it is empty (but a gcra rule's, node-scoped, and a
-// concurrency rule's: they have none).
+// policy unless it is empty (but a gcra rule's, which is always keep, and
+// a concurrency rule's, which has none).
 func (sc *Scenario) popRules(policy string) ([]pop.Rule, error) {
 	rules := append([]config.Rule(nil), sc.Rules...)
 	if policy != "" {
 		for i := range rules {
-			// gcra (node-scoped) and concurrency (which keeps its PoP's
-			// counts) rules have no partition policy.
+			// A gcra rule keeps; a concurrency rule keeps its PoP's counts.
 			if rules[i].Algorithm != "gcra" && rules[i].Kind != pop.Concurrency.String() {
 				rules[i].OnPartition = policy
 			}
