@@ -125,6 +125,9 @@ func (c *Config) validateRLS() error {
 			case !slices.Contains(rules, ds.Rule):
 				return fmt.Errorf("%s.rule: unknown rule %q (rules: %s)", at, ds.Rule, strings.Join(rules, ", "))
 			}
+			if c.isConcurrency(ds.Rule) {
+				return fmt.Errorf("%s.rule: %q is kind: concurrency; the rate limit service cannot hold a slot while Envoy's request is in flight", at, ds.Rule)
+			}
 			if err := c.checkRLSTier(ds); err != nil {
 				return fmt.Errorf("%s.tier: %w", at, err)
 			}

@@ -48,6 +48,14 @@ type Rule struct {
 	// know a key's count (store full, counts not synced yet after a start,
 	// no history under on_partition: share). Default allow.
 	OnUnsure string `yaml:"on_unsure"`
+	// Kind is rate (the default: limit is cost per window) or concurrency
+	// (limit is requests in flight per key; concurrency.go).
+	Kind string `yaml:"kind"`
+	// LeaseTTL, for kind: concurrency, is how long a lease holds its slot
+	// unless released first, and how long a PoP member's in-flight count
+	// stands unless it is heard again (whole milliseconds, 1s to 24h).
+	// Default 1m.
+	LeaseTTL Duration `yaml:"lease_ttl"`
 	// Algorithm is sliding_window (the default) or gcra: a pace of one
 	// request every window/limit, burst at once (any scope; on_partition
 	// keep).
@@ -101,6 +109,7 @@ func RuleDefaults(rules []Rule) {
 		if r.Cost == 0 {
 			r.Cost = 1
 		}
+		concurrencyDefaults(r)
 		if len(r.Key) == 0 {
 			r.Key = KeySpec{KeyIP}
 		}
@@ -171,6 +180,10 @@ func (c *Config) PopRules() ([]pop.Rule, error) { return PopRules(c.Rules) }
 func PopRules(rules []Rule) ([]pop.Rule, error) {
 	out := make([]pop.Rule, len(rules))
 	for i, r := range rules {
+		kind, err := r.popKind()
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].%w", i, err)
+		}
 		scope, err := pop.ParseScope(r.Scope)
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d].scope: %w", i, err)
@@ -192,7 +205,7 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 			return nil, fmt.Errorf("rules[%d].algorithm: %w", i, err)
 		}
 		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol,
-			BlockFor: r.BlockFor.D(), OnUnsure: unsure, Algorithm: alg, Burst: r.Burst}
+			BlockFor: r.BlockFor.D(), OnUnsure: unsure, Algorithm: alg, Burst: r.Burst, Kind: kind, LeaseTTL: r.LeaseTTL.D()}
 		if err := r.popLimits(&out[i]); err != nil {
 			return nil, fmt.Errorf("rules[%d].%w", i, err)
 		}

@@ -22,6 +22,12 @@ func (c *Config) Warnings() []string {
 		if r.Scope == pop.ScopeNode {
 			continue // nothing replicated: neither clocks nor cuts matter
 		}
+		if r.Kind == pop.Concurrency {
+			if fl := c.Replication.WithDefaults().FlushInterval; 2*fl > r.LeaseTTL {
+				out = append(out, fmt.Sprintf("rules[%d] (%s): lease_ttl %s is less than twice replication.flush_interval (%s): the PoP's members may let a live holder's in-flight count lapse between two flushes; raise lease_ttl", i, r.Name, r.LeaseTTL, fl))
+			}
+			continue // no window
+		}
 		w := r.Window
 		for _, l := range r.More {
 			w = min(w, l.Window)

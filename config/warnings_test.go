@@ -27,6 +27,12 @@ rules: [{name: api, limit: 10, window: 1s, on_partition: share}]`, nil},
 		{"the shortest of several windows", `
 rules: [{name: api, limits: [{limit: 100, window: 1m}, {limit: 5, window: 3s}], scope: pop}]`,
 			[]string{"rules[0] (api): window 3s is less than twice limits.max_skew"}},
+		{"a concurrency rule has no window", `
+rules: [{name: up, kind: concurrency, limit: 5}]`, nil},
+		{"a lease shorter than two flushes", `
+replication: {flush_interval: 1s}
+rules: [{name: up, kind: concurrency, limit: 5, lease_ttl: 1500ms}]`,
+			[]string{"rules[0] (up): lease_ttl 1.5s is less than twice replication.flush_interval (1s)"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Parse([]byte(tt.yaml))

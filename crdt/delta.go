@@ -12,7 +12,8 @@ import (
 
 // DeltaVersion is the wire version Encode writes for counts. Decode also
 // reads version 1, which has no epoch (Delta.Epoch 0), version 3
-// (BlockVersion), version 4 (MemoVersion) and version 5 (ModeVersion).
+// (BlockVersion), version 4 (MemoVersion), version 5 (ModeVersion) and
+// version 6 (InflightVersion).
 const DeltaVersion = 2
 
 // BlockVersion is the wire version of a message carrying penalty blocks
@@ -79,6 +80,9 @@ type Delta struct {
 	// Modes are rules' modes set at run time (RuleMode), merged by
 	// MergeRuleMode; any replica may send any it holds.
 	Modes []RuleMode
+	// Inflight are the sender's own in-flight counts of concurrency rules
+	// (inflight.go), each with its version.
+	Inflight []Inflight
 }
 
 // Wire format (msgpack), entries grouped by rule with window offsets so an IPv4
@@ -151,12 +155,15 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 			return nil, fmt.Errorf("crdt: encode: memo rule name of %d bytes (want 1-%d)", len(e.Rule), MaxRuleNameLen)
 		}
 	}
+	if err := checkInflight(d); err != nil {
+		return nil, err
+	}
 	st := encoders.Get().(*encoder)
 	defer st.put()
 	var out [][]byte
 	buf, enc := &st.buf, st.enc
 	entries := d.Entries
-	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0 && len(d.Modes) == 0) {
+	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0 && len(d.Modes) == 0 && len(d.Inflight) == 0) {
 		n, rules := fit(len(entries), func(i int) (string, int) { return entries[i].Rule, len(entries[i].Key) },
 			headerBound, entryBound, groupBound, maxBytes)
 		buf.Reset()
@@ -173,7 +180,10 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	if out, err = encodeMemos(out, enc, buf, d, maxBytes); err != nil {
 		return nil, err
 	}
-	return encodeModes(out, enc, buf, d, maxBytes)
+	if out, err = encodeModes(out, enc, buf, d, maxBytes); err != nil {
+		return nil, err
+	}
+	return encodeInflight(out, enc, buf, d, maxBytes)
 }
 
 // encoder is a buffer and a msgpack encoder writing to it, reused across
@@ -312,6 +322,8 @@ type Decoder struct {
 	spans []span
 	// bspans are the blocks' keys in arena.
 	bspans []span
+	// ispans are the in-flight counts' keys in arena.
+	ispans []span
 	tmp    [MaxKeyLen]byte
 }
 
@@ -324,7 +336,7 @@ func NewDecoder() *Decoder {
 	return d
 }
 
-// Decode decodes one delta of version 1 to 5 into out (reusing
+// Decode decodes one delta of version 1 to 6 into out (reusing
 // out.Entries', out.Blocks', out.Memos' and out.Modes' storage; a version 1 delta has Epoch 0). Hostile
 // input (truncated, wrong types, huge length prefixes, a wrong version,
 // trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
@@ -340,15 +352,18 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	d.arena = d.arena[:0]
 	d.spans = d.spans[:0]
 	d.bspans = d.bspans[:0]
+	d.ispans = d.ispans[:0]
 	out.Entries = out.Entries[:0]
 	out.Blocks = out.Blocks[:0]
 	out.Memos = out.Memos[:0]
 	out.Modes = out.Modes[:0]
+	out.Inflight = out.Inflight[:0]
 	if err := d.decode(out); err != nil {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
 		out.Memos = out.Memos[:0]
 		out.Modes = out.Modes[:0]
+		out.Inflight = out.Inflight[:0]
 		if errors.Is(err, ErrDeltaVersion) || errors.Is(err, ErrDeltaMalformed) {
 			return err
 		}
@@ -359,6 +374,7 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 		out.Blocks = out.Blocks[:0]
 		out.Memos = out.Memos[:0]
 		out.Modes = out.Modes[:0]
+		out.Inflight = out.Inflight[:0]
 		return fmt.Errorf("%w: %d trailing bytes", ErrDeltaMalformed, d.rd.Len())
 	}
 	keys := string(d.arena)
@@ -367,6 +383,9 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	}
 	for i, s := range d.bspans {
 		out.Blocks[i].Key = keys[s.off : s.off+s.n]
+	}
+	for i, s := range d.ispans {
+		out.Inflight[i].Key = keys[s.off : s.off+s.n]
 	}
 	return nil
 }
@@ -481,10 +500,10 @@ func (d *Decoder) decode(out *Delta) error {
 		return err
 	}
 	switch {
-	case v == ModeVersion && fields == 5:
-	case v < 1 || v > ModeVersion:
+	case (v == ModeVersion || v == InflightVersion) && fields == 5:
+	case v < 1 || v > InflightVersion:
 		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
-	case v == ModeVersion || fields != int(v)+3:
+	case v >= ModeVersion || fields != int(v)+3:
 		return malformed("version %d delta: array of %d elements", v, fields)
 	}
 	if _, err := d.arrayLen(4, "sender"); err != nil {
@@ -513,8 +532,11 @@ func (d *Decoder) decode(out *Delta) error {
 			return err
 		}
 	}
-	if v == ModeVersion {
+	switch v {
+	case ModeVersion:
 		return d.decodeModes(out)
+	case InflightVersion:
+		return d.decodeInflight(out)
 	}
 	groups, err := d.arrayLen(-1, "groups")
 	if err != nil {

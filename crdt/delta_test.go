@@ -111,7 +111,9 @@ func TestDecodeVersions(t *testing.T) {
 		{"v4", mp(t, []any{4, sender, 5, 77, groups, []any{}, []any{}}), 77, nil},
 		{"v5 without modes", mp(t, []any{5, sender, 5, 77}), 0, ErrDeltaMalformed},
 		{"v5 extending v4", mp(t, []any{5, sender, 5, 77, groups, []any{}, []any{}, []any{}}), 0, ErrDeltaMalformed},
-		{"v6", mp(t, []any{6, sender, 5, 77, groups, []any{}, []any{}, []any{}, 1}), 0, ErrDeltaVersion},
+		{"v6 without in-flight counts", mp(t, []any{6, sender, 5, 77}), 0, ErrDeltaMalformed},
+		{"v6 extending v5", mp(t, []any{6, sender, 5, 77, groups, []any{}, []any{}, []any{}, []any{}}), 0, ErrDeltaMalformed},
+		{"v7", mp(t, []any{7, sender, 5, 77, []any{}}), 0, ErrDeltaVersion},
 		{"v0", mp(t, []any{0, sender, 5, groups}), 0, ErrDeltaVersion},
 		{"six elements", mp(t, []any{2, sender, 5, 77, groups, 1}), 0, ErrDeltaMalformed},
 		{"three elements", mp(t, []any{2, sender, 5}), 0, ErrDeltaMalformed},
@@ -227,7 +229,7 @@ func TestDecodeHostile(t *testing.T) {
 		{"trailing bytes", append(append([]byte(nil), valid...), 0xc0), ErrDeltaMalformed},
 		{"trailing bytes v1", append(append([]byte(nil), validV1...), 0xc0), ErrDeltaMalformed},
 		{"not an array", mp(t, "hello"), ErrDeltaMalformed},
-		{"wrong version", mp(t, []any{6, sender, 5, 9, []any{}, []any{}, []any{}, []any{}, 1}), ErrDeltaVersion},
+		{"wrong version", mp(t, []any{7, sender, 5, 9, []any{}}), ErrDeltaVersion},
 		{"version 2 in a version 1 array", mp(t, []any{2, sender, 5, []any{}}), ErrDeltaMalformed},
 		{"version as string", mp(t, []any{"2", sender, 5, 9, []any{}}), ErrDeltaMalformed},
 		{"huge array32 prefix", unhex("dd ffffffff"), ErrDeltaMalformed},
@@ -299,6 +301,15 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(msgs[len(msgs)-1])
 	}
+	for _, n := range []int{1, 3} {
+		d := sampleDelta(rng, 0)
+		d.Inflight = sampleInflight(rng, n)
+		msgs, err := Encode(d, 0)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(msgs[len(msgs)-1])
+	}
 	// Version 1, without an epoch, still decodes.
 	f.Add(unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 93 a16b 00 03"))
 	f.Add(unhex("dd ffffffff"))
@@ -329,7 +340,12 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("decoded a mode outside the caps: %+v", m)
 			}
 		}
-		if n := len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Modes); n > 3*MaxDeltaEntries+MaxModes || n > len(b) {
+		for _, e := range d.Inflight {
+			if len(e.Key) == 0 || len(e.Key) > MaxKeyLen || len(e.Rule) == 0 || len(e.Rule) > MaxRuleNameLen {
+				t.Fatalf("decoded an in-flight count outside the caps: %+v", e)
+			}
+		}
+		if n := len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Modes) + len(d.Inflight); n > 4*MaxDeltaEntries+MaxModes || n > len(b) {
 			t.Fatalf("decoded %d items from %d bytes", n, len(b))
 		}
 		msgs, err := Encode(&d, 0)
@@ -349,11 +365,13 @@ func FuzzDecode(f *testing.F) {
 			back.Blocks = append(back.Blocks, part.Blocks...)
 			back.Memos = append(back.Memos, part.Memos...)
 			back.Modes = append(back.Modes, part.Modes...)
+			back.Inflight = append(back.Inflight, part.Inflight...)
 		}
 		sameEntries(t, d.Entries, back.Entries)
 		sameBlocks(t, d.Blocks, back.Blocks)
 		sameMemos(t, d.Memos, back.Memos)
 		sameMultiset(t, d.Modes, back.Modes)
+		sameMultiset(t, d.Inflight, back.Inflight)
 	})
 }
 
@@ -383,6 +401,9 @@ func TestFuzzCorpusCommitted(t *testing.T) {
 			}
 			require.NoError(t, err)
 			switch {
+			case strings.HasPrefix(name, "v6-"):
+				versions["v6"]++
+				assert.NotEmpty(t, d.Inflight)
 			case strings.HasPrefix(name, "v5-"):
 				versions["v5"]++
 				assert.NotEmpty(t, d.Modes)
@@ -405,6 +426,7 @@ func TestFuzzCorpusCommitted(t *testing.T) {
 	assert.NotZero(t, versions["v3"], "version 3 seeds")
 	assert.NotZero(t, versions["v4"], "version 4 seeds")
 	assert.NotZero(t, versions["v5"], "version 5 seeds")
+	assert.NotZero(t, versions["v6"], "version 6 seeds")
 }
 
 // BenchmarkEncodeDelta encodes a batch of 100 IPv4 entries.

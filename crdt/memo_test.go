@@ -136,8 +136,8 @@ func TestDecodeHostileMemos(t *testing.T) {
 		_, err := Decode(mp(t, []any{4, sender, 5, 1, []any{}, []any{}}))
 		assert.ErrorIs(t, err, ErrDeltaMalformed)
 	})
-	t.Run("version 6", func(t *testing.T) {
-		_, err := Decode(mp(t, []any{6, sender, 5, 1, []any{}, []any{}, []any{}, []any{}, []any{}}))
+	t.Run("version 7", func(t *testing.T) {
+		_, err := Decode(mp(t, []any{7, sender, 5, 1, []any{}, []any{}, []any{}, []any{}, []any{}}))
 		assert.ErrorIs(t, err, ErrDeltaVersion)
 	})
 	// A huge length prefix is refused before anything is allocated.

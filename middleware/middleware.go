@@ -22,9 +22,12 @@
 // Retry-After, the RateLimit headers and a JSON body; shadow rules count
 // but never deny. An allowed request reaches the wrapped handler with the
 // RateLimit headers of its binding rule set. A request that sends a header
-// a rule keys on more than once is answered 400. With a shedding section,
-// a request of a low priority class that arrives while too many are in
-// flight is answered 503 with Retry-After before any rule counts it.
+// a rule keys on more than once is answered 400. A concurrency rule
+// (Kind "concurrency") holds a slot while the wrapped handler serves the
+// request and gives it back when the handler returns, however it returns.
+// With a shedding section, a request of a low priority class that arrives
+// while too many are in flight is answered 503 with Retry-After before any
+// rule counts it.
 //
 // The client address is the socket peer (http.Request.RemoteAddr) or,
 // when the peer is in proxy.trusted_proxies, the rightmost address of

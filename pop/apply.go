@@ -29,6 +29,9 @@ type ApplyStats struct {
 	Blocks BlockApplyStats
 	// Memos counts what was done with remembered decisions (idempotency.go).
 	Memos MemoApplyStats
+	// Inflight counts what was done with members' in-flight counts
+	// (inflight.go).
+	Inflight InflightApplyStats
 }
 
 // Rejected is the number of entries Apply refused for a reason that points
@@ -49,6 +52,7 @@ func (a *ApplyStats) Add(b ApplyStats) {
 	a.Clamped += b.Clamped
 	a.Blocks.add(b.Blocks)
 	a.Memos.add(b.Memos)
+	a.Inflight.add(b.Inflight)
 }
 
 // Apply merges a delta received from another replica through a transport of
@@ -78,11 +82,11 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 		n.mu.Unlock()
 	}()
 	if d.Sender == n.self {
-		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos)
+		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Inflight)
 		return st
 	}
 	if !senderFits(n.self, d.Sender, via) {
-		st.WrongScope = len(d.Entries) + len(d.Blocks) + len(d.Memos)
+		st.WrongScope = len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Inflight)
 		return st
 	}
 	// The epoch is read under applyMu, so an entry of the aggregate SetEpoch
@@ -90,11 +94,12 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 	n.applyMu.RLock()
 	defer n.applyMu.RUnlock()
 	if via == ScopeGlobal && d.Sender.SamePoP(n.self) && n.ownEpoch(d.Sender.Incarnation) {
-		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos)
+		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Inflight)
 		return st
 	}
 	n.applyBlocks(now, d, via, &st)
 	n.applyMemos(now, d, via, &st)
+	n.applyInflight(now, d, via, &st)
 	var rep crdt.ReplicaID
 	var ok bool
 	if from != nil {
@@ -126,7 +131,7 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 			st.UnknownRule += len(run)
 			continue
 		}
-		if r.Scope == ScopeNode || (r.Scope == ScopePoP && via != ScopePoP) {
+		if r.Scope == ScopeNode || (r.Scope == ScopePoP && via != ScopePoP) || r.Kind == Concurrency {
 			st.WrongScope += len(run)
 			continue
 		}

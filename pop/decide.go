@@ -124,6 +124,10 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		return nil
 	}
 	if r.guarded {
+		if r.Kind == Concurrency {
+			*d = Decision{}
+			return ErrConcurrencyRule
+		}
 		if g, done := n.guard(now, r, key); done {
 			*d = shadowed(r, g)
 			return nil

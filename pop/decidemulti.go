@@ -24,6 +24,9 @@ func newRuleState(r Rule) *ruleState {
 		return newGCRAState(r)
 	}
 	rs := &ruleState{Rule: r, width: int64(r.Window), wire: r.WireName(r.Window)}
+	if r.Kind == Concurrency {
+		rs.width = int64(time.Second) // counts nothing in windows; never 0
+	}
 	ws := r.Windows()
 	rs.multi = len(ws) > 1 || len(r.Overrides) > 0 || len(r.Tiers) > 0
 	if !rs.multi {

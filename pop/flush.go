@@ -53,6 +53,7 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 	})
 	n.flushBlocks(rs, &b, local, pub)
 	n.flushMemos(rs, &b, local)
+	n.flushInflight(rs, now, &b, local)
 	return b
 }
 
@@ -116,6 +117,7 @@ func (n *Node) AntiEntropyPart(now int64, owns func(key string) bool, part, part
 	if part == 0 {
 		n.antiEntropyBlocks(rs, now, &b, owns)
 		b.Local.Memos = n.liveMemos(rs, now)
+		b.Local.Inflight = n.antiEntropyInflight(rs, now)
 	}
 	if b.PoP.Epoch != 0 {
 		n.store.TotalsPart(idx, part, parts, func(e crdt.FlushEntry) {

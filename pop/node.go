@@ -39,6 +39,16 @@
 // Within one check the decision order (penalty box, partition share, fail
 // closed, admit, shadow) is written once, in decideRule (decide.go).
 //
+// A rule of Kind Concurrency limits requests in flight instead of a rate
+// (concurrency.go): its check, in the same DecideChecks call, acquires
+// slots and its Result carries a Lease, given back with Release or at the
+// rule's LeaseTTL; its pop-scope in-flight counts travel in Batch.Local
+// (inflight.go):
+//
+//	res := make([]pop.Result, 1)
+//	out, _ := n.DecideChecks(now, &pop.Request{Checks: []pop.Check{{Rule: uploads, Key: "k-123"}}}, res)
+//	if out.Allowed { defer n.Release(clk.Now(), res[0].Lease) }
+//
 // Near a limit a node spends only its share of the headroom while its own
 // admits are unseen by the others (the near-limit allowance, allowance.go):
 // the replication layer tells it the lag and the number of replicas
@@ -104,6 +114,10 @@ type Config struct {
 	// keys, about crdt.MemoBytesPerEntry bytes each; 0 means a quarter of
 	// MaxKeys (of crdt.DefaultMaxKeys when MaxKeys is 0).
 	MaxIdempotencyKeys int
+	// MaxLeases caps the leases of concurrency rules held (concurrency.go),
+	// about LeaseBytes each, and as many members' in-flight counts; 0
+	// means a quarter of MaxKeys (of crdt.DefaultMaxKeys when MaxKeys is 0).
+	MaxLeases int
 	// Seed, when non-zero, makes the node's store deterministic (see
 	// crdt.StoreConfig.Seed): the simulator sets it. Zero, for a node holding
 	// keys from the network, draws a random one.
@@ -153,7 +167,8 @@ type Node struct {
 	memos   *crdt.Memos // decisions remembered for idempotency keys (idempotency.go)
 	memoTTL int64
 
-	modes modeTable // rules' modes set at run time (modes.go)
+	slots *slotTable // concurrency rules' leases and members' counts (concurrency.go)
+	modes modeTable  // rules' modes set at run time (modes.go)
 }
 
 // New returns a Node with cfg's rules.
@@ -195,6 +210,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxIdempotencyKeys == 0 {
 		cfg.MaxIdempotencyKeys = max(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)/4, 1)
 	}
+	if cfg.MaxLeases < 0 {
+		return nil, errors.New("pop: max leases: must not be negative")
+	}
+	if cfg.MaxLeases == 0 {
+		cfg.MaxLeases = max(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)/4, 1)
+	}
 	if cfg.HealHold == 0 {
 		cfg.HealHold = DefaultHealHold
 	}
@@ -209,6 +230,7 @@ func New(cfg Config) (*Node, error) {
 		blocks:  crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
 		memos:   crdt.NewMemos(cfg.MaxIdempotencyKeys),
 		memoTTL: int64(cfg.IdempotencyTTL),
+		slots:   newSlotTable(cfg.MaxLeases, cfg.Seed),
 	}
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
@@ -288,6 +310,7 @@ func (n *Node) Tick(now int64) {
 	n.store.Sweep(n.sweepIndex(now))
 	n.blocks.Sweep(now)
 	n.memos.Sweep(now)
+	n.slots.sweep(now)
 	refused := n.store.ReplicasRefused()
 	if (n.store.ReplicaCount() > forgetReplicasAt || refused != n.forgotRefused.Load()) &&
 		now-n.lastForget.Load() >= int64(forgetReplicasEvery) {
@@ -323,13 +346,15 @@ type Stats struct {
 	// Memos are the table of decisions remembered for idempotency keys:
 	// its size, cap and evictions.
 	Memos crdt.MemoStats
+	// Slots are the concurrency rules' leases and counters.
+	Slots SlotStats
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	rs := n.rules.Load()
 	st := Stats{Store: n.store.Stats(), KeysByRule: map[string]int{}, Blocks: n.blocks.Len(), BlocksFull: n.blocks.Full(),
-		Memos: n.memos.Stats()}
+		Memos: n.memos.Stats(), Slots: n.slots.stats()}
 	for _, r := range rs.sorted {
 		st.KeysByRule[r.Name] = 0
 	}

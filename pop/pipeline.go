@@ -28,11 +28,17 @@ type Check struct {
 	// 0): of an all-or-nothing request, a probe that would be denied denies
 	// the request.
 	Probe bool
+	// Pin, for a concurrency rule, makes the lease acquired never expire:
+	// the caller holds it while the request is in flight and must release
+	// it (Node.Release) when it ends. Without Pin a lease ends at the
+	// rule's LeaseTTL unless released first.
+	Pin bool
 	// IdempotencyKey, when not empty, makes the check decided once per
 	// (rule, key, idempotency key) within the node's idempotency TTL: a
 	// check that names them again gets the same decision, counts nothing
 	// and says so (Result.Repeat); see idempotency.go. At most
-	// MaxIdempotencyKeyLen bytes. A probe ignores it.
+	// MaxIdempotencyKeyLen bytes. A probe ignores it, and so does a check
+	// of a concurrency rule.
 	IdempotencyKey string
 }
 
@@ -87,6 +93,10 @@ type Result struct {
 	peeked bool
 	done   bool
 	cum    uint64
+	// Lease holds the slots a check of a concurrency rule acquired
+	// (concurrency.go): the caller gives them back with Node.Release.
+	// Zero for other checks, denied ones and probes.
+	Lease Lease
 }
 
 // Outcome is what DecideChecks says of a request as a whole.
@@ -227,6 +237,9 @@ func (n *Node) validate(c *Check, strict bool) error {
 	}
 	if len(c.IdempotencyKey) > MaxIdempotencyKeyLen {
 		return ErrIdempotencyKeyTooLong
+	}
+	if c.IdempotencyKey != "" && r.Kind == Concurrency {
+		c.IdempotencyKey = "" // a retry is another request in flight
 	}
 	if strict && c.Cost > r.maxCostOf() {
 		return ErrCostOverLimit
@@ -406,6 +419,10 @@ func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Out
 		}
 	}
 	o := outcome(cs, res)
+	if !o.Allowed {
+		// Slots acquired before a later check lost a race are given back.
+		o.Counted -= n.releaseDenied(now, res)
+	}
 	if m != nil {
 		n.rememberAll(now, cs, res, m, o.Allowed)
 	}
@@ -434,6 +451,10 @@ func (n *Node) count(now int64, c *Check, res *Result) {
 		n.peek(now, c, c.Cost, false, res)
 		return
 	}
+	if c.Rule.r.Kind == Concurrency {
+		n.acquire(now, c, c.Cost, true, res)
+		return
+	}
 	d := &res.Decision
 	if err := n.decideRule(d, now, c.Rule.r, c.Key, c.Cost, c.Tier, true); err != nil {
 		res.Err = err
@@ -450,6 +471,10 @@ func (n *Node) count(now int64, c *Check, res *Result) {
 // spent).
 func (n *Node) peek(now int64, c *Check, cost uint64, penalize bool, res *Result) {
 	r := c.Rule.r
+	if r.Kind == Concurrency {
+		n.acquire(now, c, cost, false, res)
+		return
+	}
 	pc := min(cost, r.maxCostOf())
 	d := &res.Decision
 	if err := n.decideRule(d, now, r, c.Key, pc, c.Tier, false); err != nil {

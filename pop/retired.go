@@ -62,6 +62,7 @@ func (n *Node) dropRetired(name retiredKey, o retiredRule) {
 	n.store.DropRule(o.rs.id)
 	n.blocks.DropRule(o.rs.id)
 	n.memos.DropRule(o.rs.id)
+	n.slots.dropRule(o.rs.id)
 	n.freeID = append(n.freeID, o.rs.id)
 	delete(n.retired, name)
 }

@@ -130,6 +130,9 @@ type Rule struct {
 	Mode Mode
 	// OnPartition is the partition policy.
 	OnPartition Policy
+	// Kind is what the rule limits: Rate (the zero value: cost per sliding
+	// window) or Concurrency (requests in flight per key, concurrency.go).
+	Kind Kind
 	// BlockFor, when non-zero, puts a key denied by the rule in the penalty
 	// box for that long: every request for it is denied until then, on every
 	// node the rule's scope reaches (see block.go). 0 means no penalty box.
@@ -149,6 +152,11 @@ type Rule struct {
 	// DefaultTier names the tier of requests that name none or an unknown
 	// one; empty means the rule's own limits.
 	DefaultTier string
+	// LeaseTTL is how long a concurrency rule's lease holds its slots
+	// unless released first, and how long a member's in-flight count
+	// stands unless it is heard again; 0 means DefaultLeaseTTL. Only for
+	// Kind Concurrency.
+	LeaseTTL time.Duration
 	// Algorithm is SlidingWindow (the default) or GCRA (gcra.go).
 	Algorithm Algorithm
 	// Burst is, for a GCRA rule, the most cost admitted at once (1 to
@@ -158,6 +166,9 @@ type Rule struct {
 
 // Validate reports the first thing wrong with r, naming the field.
 func (r Rule) Validate() error {
+	if r.Kind != Rate || r.LeaseTTL != 0 {
+		return r.validateKind()
+	}
 	switch {
 	case r.Name == "" || len(r.Name) > crdt.MaxRuleNameLen:
 		return fmt.Errorf("name: must be 1-%d bytes, got %d", crdt.MaxRuleNameLen, len(r.Name))

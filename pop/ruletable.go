@@ -94,7 +94,7 @@ func (n *Node) SetRules(rules []Rule) error {
 	kept := map[crdt.RuleID]bool{}
 	for _, r := range rules {
 		rs := newRuleState(r)
-		rs.guarded = r.BlockFor != 0 || r.OnUnsure != AllowUnsure
+		rs.guarded = r.BlockFor != 0 || r.OnUnsure != AllowUnsure || r.Kind == Concurrency
 		for _, w := range rs.windows() {
 			if o := old.former(r.Name, w); o != nil && !kept[o.id] {
 				w.id = o.id

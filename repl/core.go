@@ -292,7 +292,7 @@ func (c *Core) doWork(now int64) {
 		c.stats.AntiEntropies++
 		b := c.node.AntiEntropyPart(now, c.ownsKey, 0, 1)
 		if c.want&wantLocalAE == 0 {
-			b.Local.Entries, b.Local.Blocks, b.Local.Memos = nil, nil, nil
+			b.Local.Entries, b.Local.Blocks, b.Local.Memos, b.Local.Inflight = nil, nil, nil, nil
 		}
 		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
 		c.sendModes(now, c.node.Modes(), c.want&wantLocalAE != 0, c.want&wantGlobalAE != 0, true)

@@ -179,10 +179,10 @@ func (c *Core) validBlocks(bs []crdt.Block) []crdt.Block {
 	return out
 }
 
-// hasContent reports whether d carries counts, penalty blocks or
-// remembered decisions.
+// hasContent reports whether d carries counts, penalty blocks,
+// remembered decisions or in-flight counts.
 func hasContent(d *crdt.Delta) bool {
-	return len(d.Entries) > 0 || len(d.Blocks) > 0 || len(d.Memos) > 0
+	return len(d.Entries) > 0 || len(d.Blocks) > 0 || len(d.Memos) > 0 || len(d.Inflight) > 0
 }
 
 // hasMembers reports whether the PoP has other members to tell.

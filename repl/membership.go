@@ -29,6 +29,15 @@ func (c *Core) SetMembers(now int64, others []string) {
 	c.updateAllowance(now, true)
 	c.maybeStartEpoch(now)
 	c.stats.MembersChanges++
+	if mk, ok := c.node.(MemberKeeper); ok && c.name == MemberName(c.node.Self()) {
+		// In-flight counts of members gone no longer count (members are
+		// named by MemberName, unless the membership layer names them
+		// otherwise: then their counts lapse at their TTL).
+		mk.KeepMembers(func(r crdt.Replica) bool {
+			_, ok := slices.BinarySearch(c.members, MemberName(r))
+			return !r.SamePoP(c.node.Self()) || ok
+		})
+	}
 	// Tell the members, who then re-send their owned totals too: while views
 	// differ a member's forward can reach no speaker (a member that lost
 	// another for a moment and got it back), and the members whose own view
@@ -47,7 +56,7 @@ func (c *Core) SetMembers(now int64, others []string) {
 			return c.owner(c.memberH, kh) == c.rank && (len(oldH) == 0 || c.owner(oldH, kh) != oldRank)
 		}
 		b := c.node.AntiEntropyPart(now, movedIn, 0, 1)
-		b.Local.Entries, b.Local.Blocks, b.Local.Memos = nil, nil, nil
+		b.Local.Entries, b.Local.Blocks, b.Local.Memos, b.Local.Inflight = nil, nil, nil, nil
 		c.emitBatch(&b, true, true)
 		// And all owned totals soon: while views differ, a member may have
 		// forwarded totals to a speaker that did not take them, or that died

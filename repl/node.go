@@ -88,3 +88,14 @@ type Node interface {
 }
 
 var _ Node = (*pop.Node)(nil)
+
+// MemberKeeper is a Node that holds state of the PoP's members which must
+// go when they leave (pop.Node: their in-flight counts). The Core calls
+// KeepMembers when the membership view changes; member reports whether a
+// replica is still a live member (or of another PoP). It must not call
+// back into the Core.
+type MemberKeeper interface {
+	KeepMembers(member func(crdt.Replica) bool)
+}
+
+var _ MemberKeeper = (*pop.Node)(nil)

@@ -17,6 +17,8 @@ func (a *App) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", a.api.ServeCheck)
 	mux.HandleFunc("/v1/checks", a.api.ServeChecks)
+	mux.HandleFunc("/v1/acquire", a.api.ServeAcquire)
+	mux.HandleFunc("/v1/release", a.api.ServeRelease)
 	mux.HandleFunc("/v1/keys/{rule}/{key...}", a.api.ServeKey)
 	mux.HandleFunc("/v1/status", a.handleStatus)
 	mux.HandleFunc("/v1/rules/{name}/mode", a.handleRuleMode) // modes.go
@@ -93,6 +95,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Overrides   int        `json:"overrides,omitempty"`
 		Tiers       []string   `json:"tiers,omitempty"`
 		DefaultTier string     `json:"default_tier,omitempty"`
+		// Kind and LeaseTTL of a concurrency rule (whose window is 0s).
+		Kind     string `json:"kind,omitempty"`
+		LeaseTTL string `json:"lease_ttl,omitempty"`
 		// Of a gcra rule, the algorithm and the burst (the default's too).
 		Algorithm string `json:"algorithm,omitempty"`
 		Burst     uint64 `json:"burst,omitempty"`
@@ -120,6 +125,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 			ro.Tiers = append(ro.Tiers, name)
 		}
 		slices.Sort(ro.Tiers)
+		if p.Kind == pop.Concurrency {
+			ro.Kind, ro.LeaseTTL = p.Kind.String(), p.LeaseTTL.String()
+		}
 		rules = append(rules, ro)
 	}
 	repl := ReplicationStatus{

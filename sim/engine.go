@@ -124,6 +124,13 @@ type engine struct {
 	log      *bufio.Writer
 	logBuf   []byte
 	err      error
+
+	// holds are the concurrency rules' holds, by rule index; held the
+	// leases of requests in flight (concurrency.go), freeHeld its free
+	// slots.
+	holds    []time.Duration
+	held     []held
+	freeHeld []int
 }
 
 // Run simulates sc and returns its report, time series and plot data.
@@ -186,13 +193,21 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 		interMax:  sc.Replication.InterPoPMaxBytes,
 	}
 	e.flushNow = sc.Replication.FlushInterval == 0
+	e.holds = ruleHolds(sc, rules)
 	e.policy = opts.Policy
 	if e.policy == "" {
-		e.policy = rules[0].OnPartition.String()
+		e.policy = ""
 		for _, r := range rules {
-			if r.OnPartition != rules[0].OnPartition {
+			switch {
+			case r.Kind == pop.Concurrency: // no partition policy
+			case e.policy == "":
+				e.policy = r.OnPartition.String()
+			case e.policy != r.OnPartition.String():
 				e.policy = "mixed"
 			}
+		}
+		if e.policy == "" {
+			e.policy = pop.Keep.String()
 		}
 	}
 	for _, r := range rules {
@@ -251,8 +266,8 @@ func (e *engine) schedule() {
 	// Admitted/limit samples, samplesPerWindow per window: for the run on
 	// the grid k x step from 0, for each phase on the grid phase start +
 	// k x step within the phase.
-	for ri, r := range e.rules {
-		step := sampleStep(r.Window)
+	for ri := range e.rules {
+		step := sampleStep(e.width(ri))
 		if step <= e.end {
 			e.q.push(event{at: step, kind: evRuleSample, i: ri, node: -1})
 		}
@@ -400,7 +415,7 @@ func (e *engine) handle(ev event) {
 			e.cOracle.cur = &e.cOracle.phases[ev.i]
 		}
 	case evRuleSample:
-		w := sampleStep(e.rules[ev.i].Window)
+		w := sampleStep(e.width(ev.i))
 		e.fleet.sample(e.ruleKeys[ev.i], t, int(ev.node))
 		if e.cOracle != nil {
 			e.cOracle.sample(e.ruleKeys[ev.i], t, int(ev.node))
@@ -424,6 +439,8 @@ func (e *engine) handle(ev event) {
 			ev.at = next
 			e.q.push(ev)
 		}
+	case evRelease:
+		e.release(ev)
 	case evProgress:
 		if e.ctx != nil && e.ctx.Err() != nil {
 			e.err = fmt.Errorf("sim: stopped at %s: %w", time.Duration(t), e.ctx.Err())

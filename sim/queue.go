@@ -19,6 +19,7 @@ const (
 	evSeries                   // a time-series row
 	evConverge                 // a convergence probe after a heal
 	evProgress                 // progress report
+	evRelease                  // a request of a concurrency rule ends (concurrency.go)
 )
 
 // event is one entry of the queue. Node events carry the incarnation they

@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/geolimit/geolimit/pop"
 )
 
 // request decides one arrival of s at t at a node of the PoP it reaches,
@@ -21,7 +23,13 @@ func (e *engine) request(s *source, t int64) {
 		ni = live[e.trng.IntN(len(live))]
 	}
 	nd := e.nodes[ni]
-	d, err := nd.n.Decide(Epoch+t+nd.skew, k.ruleName, k.key, s.cost)
+	var d pop.Decision
+	var err error
+	if e.rules[k.rule].Kind == pop.Concurrency {
+		d, err = e.acquire(nd.n, nd.idx, nd.inc, Epoch+t+nd.skew, k, s.cost, t)
+	} else {
+		d, err = nd.n.Decide(Epoch+t+nd.skew, k.ruleName, k.key, s.cost)
+	}
 	if err != nil {
 		e.err = fmt.Errorf("sim: decide %s/%s at %s: %w", k.ruleName, k.key, nd.name, err)
 		return
@@ -29,7 +37,12 @@ func (e *engine) request(s *source, t int64) {
 	e.fleet.judge(k, t, s.cost, d.Allowed)
 	e.fleet.served(nd.region, d.Allowed)
 	if e.central != nil {
-		cd, err := e.central.Decide(Epoch+t, k.ruleName, k.key, s.cost)
+		var cd pop.Decision
+		if e.rules[k.rule].Kind == pop.Concurrency {
+			cd, err = e.acquire(e.central, -1, 0, Epoch+t, k, s.cost, t)
+		} else {
+			cd, err = e.central.Decide(Epoch+t, k.ruleName, k.key, s.cost)
+		}
 		if err != nil {
 			e.err = fmt.Errorf("sim: central decide: %w", err)
 			return

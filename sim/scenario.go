@@ -169,6 +169,10 @@ type Traffic struct {
 	// Track is how many of the hottest keys the time series and the plot
 	// follow (default 1).
 	Track int `yaml:"track"`
+	// Hold is how long each admitted request of a concurrency rule's
+	// stream stays in flight, holding its slot (required for those
+	// streams, and the same for every stream of one rule; concurrency.go).
+	Hold time.Duration `yaml:"hold"`
 }
 
 // Change changes a stream's rate and/or shares from At on.
@@ -464,6 +468,9 @@ func (sc *Scenario) Validate() error {
 			return fmt.Errorf("traffic[%d].%w", i, err)
 		}
 	}
+	if err := sc.checkHolds(byName); err != nil {
+		return err
+	}
 	nodeNames := map[string]bool{}
 	for _, rg := range sc.Topology {
 		for _, p := range rg.PoPs {
@@ -701,12 +708,14 @@ func checkPartition(names map[string]string, groups [][]string) error {
 }
 
 // popRules converts the rules, overriding every rule's partition policy with
-// policy unless it is empty (but a gcra rule's, which is always keep).
+// policy unless it is empty (but a gcra rule's, which is always keep, and
+// a concurrency rule's, which has none).
 func (sc *Scenario) popRules(policy string) ([]pop.Rule, error) {
 	rules := append([]config.Rule(nil), sc.Rules...)
 	if policy != "" {
 		for i := range rules {
-			if rules[i].Algorithm != "gcra" {
+			// A gcra rule keeps; a concurrency rule keeps its PoP's counts.
+			if rules[i].Algorithm != "gcra" && rules[i].Kind != pop.Concurrency.String() {
 				rules[i].OnPartition = policy
 			}
 		}

@@ -352,7 +352,7 @@ func (e *engine) buildTraffic() {
 				ki = &slab[k]
 				*ki = keyInfo{
 					idx: len(e.keys), rule: ri, ruleName: r.Name, key: name,
-					limit: r.Limit, invLimit: 1 / float64(r.Limit), width: int64(r.Window), scope: uint8(r.Scope),
+					limit: r.Limit, invLimit: 1 / float64(r.Limit), width: int64(e.width(ri)), scope: uint8(r.Scope),
 				}
 				for _, l := range r.More {
 					ki.more = append(ki.more, winLimit{limit: l.Limit, width: int64(l.Window)})

@@ -1,5 +1,6 @@
-// Package api is the HTTP decision API: POST /v1/check, POST /v1/checks
-// and GET /v1/keys/{rule}/{key}. It parses JSON, turns each check into a
+// Package api is the HTTP decision API: POST /v1/check, POST /v1/checks,
+// POST /v1/acquire and /v1/release (concurrency leases, acquire.go) and
+// GET /v1/keys/{rule}/{key}. It parses JSON, turns each check into a
 // check of the node's pipeline (one rule snapshot per request), and writes
 // the answer; the daemon (package server) mounts it behind its bearer
 // tokens, beside status, health and metrics.
@@ -232,6 +233,9 @@ func (h *Handler) ServeCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cr, cost, aerr := resolve(h.env.Rules.Load(), &c)
+	if aerr == nil && cr.Pop.Kind == pop.Concurrency {
+		aerr = errStatus(http.StatusBadRequest, kindMsg(cr))
+	}
 	if aerr != nil {
 		frontend.WriteError(w, aerr.status, aerr.msg)
 		return
@@ -319,6 +323,9 @@ func (h *Handler) ServeChecks(w http.ResponseWriter, r *http.Request) {
 	for i := range sc.checks {
 		c := &sc.checks[i]
 		cr, cost, aerr := resolve(rs, c)
+		if aerr == nil && cr.Pop.Kind == pop.Concurrency {
+			aerr = errStatus(http.StatusBadRequest, kindMsg(cr))
+		}
 		if aerr != nil {
 			frontend.WriteError(w, aerr.status, checkMsg(i, aerr.msg))
 			return
@@ -389,6 +396,9 @@ func batchErrMsg(cs *frontend.Checks, err error) string {
 func (h *Handler) ServeKey(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		methodNotAllowed(w, "GET, HEAD")
+		return
+	}
+	if h.serveInflightKey(w, r.PathValue("rule"), r.PathValue("key")) {
 		return
 	}
 	v, err := h.env.Node.View(h.env.Clock.Now(), r.PathValue("rule"), r.PathValue("key"))

@@ -81,7 +81,7 @@ func newMetrics(a *App) *metrics {
 		},
 	})
 	build.Set(1)
-	a.reg.MustRegister(m.reloads, lat, build, &nodeCollector{a: a}, &guardCollector{a: a}, &idemCollector{a: a}, &modeCollector{a: a}, &shedCollector{a: a},
+	a.reg.MustRegister(m.reloads, lat, build, &nodeCollector{a: a}, &guardCollector{a: a}, &idemCollector{a: a}, &modeCollector{a: a}, &shedCollector{a: a}, &concCollector{a: a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

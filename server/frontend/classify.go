@@ -50,6 +50,12 @@ type Checks struct {
 	Rules []*Rule
 	Res   []pop.Result
 	Out   pop.Outcome
+	// Hold: the front end holds the request while it is in flight (proxy
+	// mode, the middleware), so Classify adds the concurrency rules'
+	// checks too, pinned: their leases are given back when the request
+	// ends (hold.go). Other front ends answer before the request is done
+	// and skip concurrency rules.
+	Hold bool
 }
 
 var checksPool = NewPool(func() *Checks { return &Checks{} })
@@ -63,6 +69,7 @@ func GetChecks(combine pop.Combine, strict bool) *Checks {
 	c.Rules = c.Rules[:0]
 	c.Res = c.Res[:0]
 	c.Out = pop.Outcome{Binding: -1}
+	c.Hold = false
 	return c
 }
 
@@ -196,12 +203,17 @@ func (rs *Rules) Classify(o *Origin, c *Checks) {
 		if !cr.Matches(o) {
 			continue
 		}
+		conc := cr.Pop.Kind == pop.Concurrency
+		if conc && !c.Hold {
+			continue
+		}
 		k, ok := cr.key(o)
 		if !ok {
 			continue
 		}
 		c.Add(cr, k, cr.tier(o), cr.Pop.Cost)
 		c.Req.Checks[len(c.Req.Checks)-1].IdempotencyKey = idem
+		c.Req.Checks[len(c.Req.Checks)-1].Pin = conc
 	}
 }
 
@@ -252,7 +264,14 @@ var trueValue = []string{"true"}
 // returned checks back (Put). A request whose key headers are ambiguous
 // (o.Ambiguous) counts nothing.
 func (e *Env) DecideOrigin(rs *Rules, o *Origin) *Checks {
+	return e.decideOrigin(rs, o, false)
+}
+
+// decideOrigin is DecideOrigin; with hold, concurrency rules are checked
+// too (Checks.Hold).
+func (e *Env) decideOrigin(rs *Rules, o *Origin, hold bool) *Checks {
 	c := GetChecks(pop.All, false)
+	c.Hold = hold
 	rs.Classify(o, c)
 	if o.Ambiguous != "" {
 		return c
@@ -268,8 +287,17 @@ func (e *Env) DecideOrigin(rs *Rules, o *Origin) *Checks {
 // either way, observes the decision's latency since start with lat, and
 // reports whether the request may go on.
 func (e *Env) AnswerOrigin(w http.ResponseWriter, rs *Rules, o *Origin, status int, start time.Time, lat prometheus.Observer) bool {
-	c := e.DecideOrigin(rs, o)
+	return e.answerOrigin(w, rs, o, status, start, lat, nil)
+}
+
+// answerOrigin is AnswerOrigin; with held not nil, the concurrency rules
+// are checked too and the leases of an allowed request go to held.
+func (e *Env) answerOrigin(w http.ResponseWriter, rs *Rules, o *Origin, status int, start time.Time, lat prometheus.Observer, held *Held) bool {
+	c := e.decideOrigin(rs, o, held != nil)
 	defer c.Put()
+	if held != nil {
+		held.take(c)
+	}
 	lat.Observe(time.Since(start).Seconds())
 	if o.Ambiguous != "" {
 		WriteError(w, http.StatusBadRequest, AmbiguousMsg(o.Ambiguous))

@@ -195,8 +195,10 @@ func PolicyField(r pop.Rule, limits []uint64) string {
 		if limits != nil {
 			q = limits[i]
 		}
-		w := CeilDiv(int64(l.Window), 1e9)
-		b.WriteString(`"` + policyName(r, l.Window) + `";q=` + strconv.FormatUint(q, 10) + ";w=" + strconv.FormatInt(max(w, 1), 10))
+		b.WriteString(`"` + policyName(r, l.Window) + `";q=` + strconv.FormatUint(q, 10))
+		if r.Kind != pop.Concurrency { // requests in flight have no window
+			b.WriteString(";w=" + strconv.FormatInt(max(CeilDiv(int64(l.Window), 1e9), 1), 10))
+		}
 	}
 	return b.String()
 }

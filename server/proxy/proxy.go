@@ -117,7 +117,9 @@ func (f *FrontEnds) Middleware(next http.Handler) http.Handler {
 // shedder (frontend.Shedder) goes first: a shed request is answered 503
 // before any rule counts it; one that goes on stays counted in flight until
 // next returns (its response written, the client gone or the upstream
-// failed).
+// failed). An allowed request holds the slots of the concurrency rules
+// that apply while next serves it: they are given back when next returns,
+// however the request ends (a panic too).
 func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -133,9 +135,15 @@ func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.
 			defer func() { sh.Exit(f.env.Clock.Now()-t0, passed) }()
 		}
 		// 400 for an ambiguous key header, 429 when denied; when it may go
-		// on, the binding rule's RateLimit headers are set on w.
-		if passed = f.env.AnswerOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat); passed {
-			next.ServeHTTP(w, r)
+		// on, the binding rule's RateLimit headers are set on w and the
+		// concurrency slots taken are in held.
+		var held frontend.Held
+		if passed = f.env.HoldOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat, &held); !passed {
+			return
 		}
+		if !held.Empty() {
+			defer func() { held.Release(f.env.Node, f.env.Clock.Now()) }()
+		}
+		next.ServeHTTP(w, r)
 	})
 }
