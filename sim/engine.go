@@ -226,7 +226,7 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 	if err := e.buildActions(); err != nil {
 		return nil, err
 	}
-	e.fleet = newOracle(len(e.keys), len(e.phases))
+	e.fleet = newOracle(len(e.keys), len(e.phases), len(rules))
 	if !opts.NoCentral {
 		e.central, err = pop.New(pop.Config{
 			Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "central", PoP: "central"}, Node: "central", Incarnation: 1},
@@ -237,7 +237,7 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sim: central node: %w", err)
 		}
-		e.cOracle = newOracle(len(e.keys), len(e.phases))
+		e.cOracle = newOracle(len(e.keys), len(e.phases), len(rules))
 	}
 	e.schedule()
 	return e, nil

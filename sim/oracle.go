@@ -70,6 +70,14 @@ type tally struct {
 	samples                      sampleLog // admitted/limit per key per window
 	// byRegion counts requests and admits by the region that served them.
 	byRegion []regionTally
+	// byRule holds the figures of each rule (by rule index) when the run
+	// has more than one rule.
+	byRule []ruleTally
+}
+
+type ruleTally struct {
+	requests, admitted, overLimit, wronglyRejected uint64
+	maxRatio                                       float64
 }
 
 type regionTally struct{ requests, admitted uint64 }
@@ -125,12 +133,21 @@ type oracle struct {
 	phases []tally
 	cur    *tally
 	run    sampleLog // admitted/limit samples of the whole run
+	// nrules is the number of rules when there are several (the figures
+	// are then also kept by rule), else 0.
+	nrules int
 }
 
-func newOracle(nkeys, nphases int) *oracle {
+func newOracle(nkeys, nphases, nrules int) *oracle {
 	o := &oracle{keys: make([]okey, nkeys), phases: make([]tally, nphases)}
 	for i := range o.keys {
 		o.keys[i].lastReq = -1
+	}
+	if nrules > 1 {
+		o.nrules = nrules
+		for i := range o.phases {
+			o.phases[i].byRule = make([]ruleTally, nrules)
+		}
 	}
 	o.cur = &o.phases[0]
 	return o
@@ -139,6 +156,27 @@ func newOracle(nkeys, nphases int) *oracle {
 // judge records a decision at t for key k of a rule of limit (inverse
 // invLimit) and width.
 func (o *oracle) judge(k *keyInfo, t int64, cost uint64, admitted bool) {
+	if o.nrules == 0 {
+		o.judgeKey(k, t, cost, admitted)
+		return
+	}
+	tl := o.cur
+	over, wrong := tl.overLimit, tl.wronglyRejected
+	o.judgeKey(k, t, cost, admitted)
+	rt := &tl.byRule[k.rule]
+	rt.requests++
+	rt.overLimit += tl.overLimit - over
+	rt.wronglyRejected += tl.wronglyRejected - wrong
+	if admitted {
+		rt.admitted++
+		if r := float64(o.keys[k.idx].sum) * k.invLimit; r > rt.maxRatio {
+			rt.maxRatio = r
+		}
+	}
+}
+
+// judgeKey is judge without the figures by rule.
+func (o *oracle) judgeKey(k *keyInfo, t int64, cost uint64, admitted bool) {
 	ok := &o.keys[k.idx]
 	ok.lastReq = t
 	ok.evict(t - k.width)

@@ -55,6 +55,19 @@ type Phase struct {
 	// Regions are the requests and admits of the phase by the region that
 	// served them, in topology order.
 	Regions []RegionFigures `json:"regions"`
+	// Rules are the figures of the phase by rule, in the scenario's order,
+	// when it has more than one rule.
+	Rules []RuleFigures `json:"rules,omitempty"`
+}
+
+// RuleFigures are the decisions on one rule's requests in a phase.
+type RuleFigures struct {
+	Rule             string  `json:"rule"`
+	Requests         uint64  `json:"requests"`
+	Admitted         uint64  `json:"admitted"`
+	OverLimitAdmits  uint64  `json:"over_limit_admits"`
+	WronglyRejected  uint64  `json:"wrongly_rejected"`
+	MaxAdmittedRatio float64 `json:"max_admitted_ratio"`
 }
 
 // RegionFigures are the decisions one region's nodes took (for the central
@@ -178,6 +191,10 @@ func (e *engine) phaseFigures(o *oracle) (Figures, []Phase) {
 			if bt := o.phases[i].byRegion; ri < len(bt) {
 				ph[i].Regions[ri].Requests, ph[i].Regions[ri].Admitted = bt[ri].requests, bt[ri].admitted
 			}
+		}
+		for ri, rt := range o.phases[i].byRule {
+			ph[i].Rules = append(ph[i].Rules, RuleFigures{Rule: e.rules[ri].Name, Requests: rt.requests, Admitted: rt.admitted,
+				OverLimitAdmits: rt.overLimit, WronglyRejected: rt.wronglyRejected, MaxAdmittedRatio: round(rt.maxRatio)})
 		}
 	}
 	return figures(o.phases, o.run.flat()), ph
@@ -317,6 +334,20 @@ func WriteTable(w io.Writer, reports []Report) error {
 			for ri, rf := range p.Regions {
 				c := r0.Central.Phases[i].Regions[ri].Admitted
 				fmt.Fprintf(w, " %s %d / %d (%s);", rf.Region, rf.Admitted, c, fmtRatio(rf.Admitted, c))
+			}
+			fmt.Fprintln(w)
+		}
+		for i, p := range r.Phases {
+			if len(p.Rules) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "[%s] %s by rule, admitted (central) and max a/l (central):", r.Policy, p.Name)
+			for ri, rf := range p.Rules {
+				var c RuleFigures
+				if len(r0.Central.Phases) > i && ri < len(r0.Central.Phases[i].Rules) {
+					c = r0.Central.Phases[i].Rules[ri]
+				}
+				fmt.Fprintf(w, " %s %d (%d) %.3f (%.3f);", rf.Rule, rf.Admitted, c.Admitted, rf.MaxAdmittedRatio, c.MaxAdmittedRatio)
 			}
 			fmt.Fprintln(w)
 		}
