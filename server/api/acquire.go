@@ -42,24 +42,10 @@ func (h *Handler) ServeAcquire(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, http.MethodPost)
 		return
 	}
-	bp, aerr := h.readRequest(w, r)
-	defer frontend.PutBuf(bp)
-	if aerr != nil {
-		frontend.WriteError(w, aerr.status, aerr.msg)
-		return
-	}
 	var c check
-	if err := parseCheckBody(*bp, &c); err != nil {
-		frontend.WriteError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
-		return
-	}
-	cr, cost, aerr := resolve(h.env.Rules.Load(), &c)
-	if aerr != nil {
-		frontend.WriteError(w, aerr.status, aerr.msg)
-		return
-	}
-	if cr.Pop.Kind != pop.Concurrency {
-		frontend.WriteError(w, http.StatusBadRequest, kindMsg(cr))
+	bp, cr, cost, ok := h.readCheck(w, r, &c, pop.Concurrency)
+	defer frontend.PutBuf(bp)
+	if !ok {
 		return
 	}
 	key := string(c.key) // the answer is written into the body's buffer

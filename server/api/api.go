@@ -206,6 +206,25 @@ func decideErr(err error) *apiError {
 	}
 }
 
+// readCheck reads one check's body into c and resolves its rule, which
+// must be of kind: on an error it writes the answer and returns ok false.
+// The caller puts back bp (never nil) once the answer is written.
+func (h *Handler) readCheck(w http.ResponseWriter, r *http.Request, c *check, kind pop.Kind) (bp *[]byte, cr *frontend.Rule, cost uint64, ok bool) {
+	bp, aerr := h.readRequest(w, r)
+	if aerr == nil {
+		if err := parseCheckBody(*bp, c); err != nil {
+			aerr = errStatus(http.StatusBadRequest, "bad JSON: "+err.Error())
+		} else if cr, cost, aerr = resolve(h.env.Rules.Load(), c); aerr == nil && cr.Pop.Kind != kind {
+			aerr = errStatus(http.StatusBadRequest, kindMsg(cr))
+		}
+	}
+	if aerr != nil {
+		frontend.WriteError(w, aerr.status, aerr.msg)
+		return bp, nil, 0, false
+	}
+	return bp, cr, cost, true
+}
+
 // ServeCheck serves POST /v1/check {"rule":"api","key":"203.0.113.7","cost":1}.
 // With "idempotency_key", a check already decided for that key is answered
 // with the same decision, counts nothing, and says "repeat":true.
@@ -221,23 +240,10 @@ func (h *Handler) ServeCheck(w http.ResponseWriter, r *http.Request) {
 	if sampled {
 		start = time.Now()
 	}
-	bp, aerr := h.readRequest(w, r)
-	defer frontend.PutBuf(bp)
-	if aerr != nil {
-		frontend.WriteError(w, aerr.status, aerr.msg)
-		return
-	}
 	var c check
-	if err := parseCheckBody(*bp, &c); err != nil {
-		frontend.WriteError(w, http.StatusBadRequest, "bad JSON: "+err.Error())
-		return
-	}
-	cr, cost, aerr := resolve(h.env.Rules.Load(), &c)
-	if aerr == nil && cr.Pop.Kind == pop.Concurrency {
-		aerr = errStatus(http.StatusBadRequest, kindMsg(cr))
-	}
-	if aerr != nil {
-		frontend.WriteError(w, aerr.status, aerr.msg)
+	bp, cr, cost, ok := h.readCheck(w, r, &c, pop.Rate)
+	defer frontend.PutBuf(bp)
+	if !ok {
 		return
 	}
 	// The key is the body's bytes, without a copy: the pipeline keeps
