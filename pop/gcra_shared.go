@@ -110,7 +110,7 @@ func (n *Node) mergePaced(now, idx int64, r *ruleState, rep crdt.ReplicaID, e *c
 	o, d := n.store.MergeHashedDiff(h, r.id, e.Key, idx, e.Window, rep, count)
 	if d > 0 {
 		p := r.pacer
-		n.store.PaceAddHashed(n.store.KeyHash(p.id, e.Key), p.id, e.Key, now, p.width, p.rate, d)
+		n.store.PaceAddHashed(crdt.RuleHash(h, r.id, p.id), p.id, e.Key, now, p.width, p.rate, d)
 	}
 	return o
 }
