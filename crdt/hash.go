@@ -18,8 +18,22 @@ func (s *Store) hash(rule RuleID, key string) uint64 {
 	return mix64(xxhash.Sum64String(key)^s.fixedSeed) ^ ruleMix(rule)
 }
 
-// ruleMix is what a key's hash is xored with for rule.
-func ruleMix(rule RuleID) uint64 { return (uint64(rule) + 1) * 0x9e3779b97f4a7c15 }
+// ruleMix is what a key's hash is xored with for rule: the rule times a
+// 32-bit odd constant (2^32 over the golden ratio). Below MaxRules it has no
+// bit above bit 44, so the top bits of a hash, which pick its shard
+// (shardOf), are the key's whatever the rule: every rule's slot of one key
+// lies in one shard, and a caller that reads two of them (a shared paced
+// key's TAT and counts, PaceCountHashed) takes one lock. The low 32 bits,
+// which pick the slot (home), still differ from rule to rule.
+func ruleMix(rule RuleID) uint64 { return (uint64(rule) + 1) * 0x9e3779b9 }
+
+// maxShardBits is the most bits of a hash shardOf reads: they lie above
+// every ruleMix's.
+const maxShardBits = 19
+
+// RuleHash returns the hash of (to, key) given h, the hash of (from, key),
+// without hashing the key again. Both lie in one shard.
+func RuleHash(h uint64, from, to RuleID) uint64 { return h ^ ruleMix(from) ^ ruleMix(to) }
 
 // mix64 is splitmix64's finalizer: a bijection that spreads every input bit
 // over the output.

@@ -42,9 +42,16 @@ type PaceResult struct {
 // store has no room for is decided (and with count, counted) by its rule's
 // shared TAT in the shard, which errs towards denying.
 func (s *Store) PaceHashed(res *PaceResult, h uint64, rule RuleID, key string, now, width int64, rate gcra.Rate, cost uint64, count bool) {
-	idx, _ := window.Split(now, width)
 	sh := s.shardOf(h)
+	idx, _ := window.Split(now, width)
 	sh.mu.Lock()
+	sh.pace(s, res, h, rule, key, now, idx, width, rate, cost, count)
+	sh.mu.Unlock() // not deferred: a deferred unlock costs a decision a call
+}
+
+// pace is PaceHashed in h's shard sh, with idx the index of now's window
+// of width; the caller holds sh.mu.
+func (sh *shard) pace(s *Store, res *PaceResult, h uint64, rule RuleID, key string, now, idx, width int64, rate gcra.Rate, cost uint64, count bool) {
 	i, ok := sh.find(h, rule, key)
 	res.Untracked = false
 	if !ok {
@@ -52,23 +59,19 @@ func (s *Store) PaceHashed(res *PaceResult, h uint64, rule RuleID, key string, n
 			// As Admit does: a check of a new key in a full shard is
 			// judged as a key without room, so that the count agrees.
 			sh.paceUntracked(s, res, rule, now, rate, cost, false)
-			sh.mu.Unlock()
 			return
 		}
 		rate.Decide(&res.Result, now, now, cost) // a key never seen
 		if !res.Allowed || !count {
-			sh.mu.Unlock()
 			return
 		}
 		if i, ok = sh.insert(s, h, rule, key, idx); !ok {
 			sh.paceUntracked(s, res, rule, now, rate, cost, true)
-			sh.mu.Unlock()
 			return
 		}
 		sl := &sh.slots[i]
 		sl.other = [2]uint64{} // no sketch's estimate: a TAT is no count
 		sl.own[1] = tatOffset(res.TAT, sl.win, width)
-		sh.mu.Unlock()
 		return
 	}
 	sl := &sh.slots[i]
@@ -89,7 +92,6 @@ func (s *Store) PaceHashed(res *PaceResult, h uint64, rule RuleID, key string, n
 	default:
 		sl.mark |= markDenied1
 	}
-	sh.mu.Unlock()
 }
 
 // PaceTAT returns the TAT of (rule, key) kept by PaceHashed with width, and

@@ -33,6 +33,13 @@ import (
 func (s *Store) CountHashed(h uint64, rule RuleID, key string, now Now, cost uint64) bool {
 	sh := s.shardOf(h)
 	sh.mu.Lock()
+	ok := sh.countOwn(s, h, rule, key, now, cost)
+	sh.mu.Unlock() // not deferred: a deferred unlock costs a decision a call
+	return ok
+}
+
+// countOwn is CountHashed in h's shard sh; the caller holds sh.mu.
+func (sh *shard) countOwn(s *Store, h uint64, rule RuleID, key string, now Now, cost uint64) bool {
 	i, ok := sh.find(h, rule, key)
 	if !ok {
 		if i, ok = sh.insert(s, h, rule, key, now.Index); !ok {
@@ -40,7 +47,6 @@ func (s *Store) CountHashed(h uint64, rule RuleID, key string, now Now, cost uin
 			a.roll(now.Index)
 			a.c[1] = satAdd(a.c[1], cost)
 			sh.sketchFor(s, rule).add(h, now.Index, [2]uint64{0, cost})
-			sh.mu.Unlock()
 			return false
 		}
 	}
@@ -50,7 +56,6 @@ func (s *Store) CountHashed(h uint64, rule RuleID, key string, now Now, cost uin
 	}
 	sl.own[1] = satAdd(sl.own[1], cost)
 	sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
-	sh.mu.Unlock() // not deferred: a deferred unlock costs a decision a call
 	return true
 }
 

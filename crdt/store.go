@@ -40,7 +40,7 @@ type StoreConfig struct {
 	// Default DefaultMaxKeys.
 	MaxKeys int
 	// Shards is the number of independently locked shards, rounded up to a
-	// power of two. Default 64.
+	// power of two, at most 2^19. Default 64.
 	Shards int
 	// MaxReplicas caps how many distinct remote replica identities (including
 	// past incarnations) the store interns. Default 65536.
@@ -208,6 +208,7 @@ func NewStore(cfg StoreConfig) *Store {
 	if n <= 0 {
 		n = 64
 	}
+	n = min(n, 1<<maxShardBits)
 	p, bits := 1, 0
 	for p < n {
 		p <<= 1

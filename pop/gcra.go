@@ -132,20 +132,23 @@ func sameState(o, w *ruleState) bool { return o.gcra == w.gcra && o.width == w.w
 func (n *Node) admitGCRA(d *Decision, now int64, r *ruleState, key string, cost uint64, count bool) Unsure {
 	p := r // the state that keeps the TATs: the rule's own, or its pacer
 	var hc uint64
-	if r.pacer != nil {
-		// The counted slot's line comes in with the TAT's.
-		p, hc = r.pacer, n.store.Hash(r.id, key)
-	}
 	h := n.store.Hash(p.id, key)
+	if r.pacer != nil {
+		// The TAT's slot lies in the counted slot's shard.
+		p, hc = r.pacer, h
+		h = crdt.RuleHash(hc, r.id, p.id)
+		n.store.PrefetchSlot(h)
+	}
 	var res crdt.PaceResult
 	if count && r.OnUnsure == DenyUnsure {
 		if n.store.PaceHashed(&res, h, p.id, key, now, p.width, p.rate, cost, false); res.Untracked {
 			return UnsureStoreFull
 		}
 	}
-	n.store.PaceHashed(&res, h, p.id, key, now, p.width, p.rate, cost, count)
-	if r.pacer != nil && count && res.Allowed {
-		n.countShared(now, r, hc, key, cost)
+	if r.pacer != nil && count {
+		n.paceShared(&res, now, r, h, hc, key, cost)
+	} else {
+		n.store.PaceHashed(&res, h, p.id, key, now, p.width, p.rate, cost, count)
 	}
 	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
 	d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone

@@ -91,12 +91,15 @@ func (rs *ruleSet) former(name string, w *ruleState) *ruleState {
 	return nil
 }
 
-// countShared counts an admission of cost for key in the windows of r, a
-// pop- or global-scope GCRA rule, for Flush to replicate; h is the store's
-// Hash of (r.id, key).
-func (n *Node) countShared(now int64, r *ruleState, h uint64, key string, cost uint64) {
+// paceShared decides a request of cost for key under r, a pop- or
+// global-scope GCRA rule, by this node's TAT and counts an admission in
+// r's windows for Flush to replicate, under one lock; hp and hc are the
+// store's Hashes of (r.pacer.id, key) and (r.id, key).
+func (n *Node) paceShared(res *crdt.PaceResult, now int64, r *ruleState, hp, hc uint64, key string, cost uint64) {
+	p := r.pacer
+	pidx, _ := p.split(now)
 	idx, el := r.split(now)
-	n.store.CountHashed(h, r.id, key, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, cost)
+	n.store.PaceCountHashed(res, hp, p.id, hc, r.id, key, now, pidx, p.width, p.rate, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, cost)
 }
 
 // mergePaced merges entry e of replica rep for r, a pop- or global-scope
@@ -107,7 +110,7 @@ func (n *Node) mergePaced(now, idx int64, r *ruleState, rep crdt.ReplicaID, e *c
 	o, d := n.store.MergeHashedDiff(h, r.id, e.Key, idx, e.Window, rep, count)
 	if d > 0 {
 		p := r.pacer
-		n.store.PaceAddHashed(n.store.KeyHash(p.id, e.Key), p.id, e.Key, now, p.width, p.rate, d)
+		n.store.PaceAddHashed(crdt.RuleHash(h, r.id, p.id), p.id, e.Key, now, p.width, p.rate, d)
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,9 +14,17 @@ import (
 // counted for replication) beside a pop-scope rule of one window, in turns
 // of 4096 decisions with the same keys and clock; every request is
 // admitted, so every GCRA decision takes both of its slots. The ratio
-// (gcra/window) is the figure to read.
+// (gcra/window) is the figure to read. With 100k keys the slots are
+// mostly out of cache (a GCRA key takes two, its TAT and its counts, both
+// read by a decision); with 1k keys they are in cache (the compute cost).
 func BenchmarkDecideSharedGCRAInterleaved(b *testing.B) {
-	created, keys := ipv4Keys(benchKeys)
+	for _, keys := range []int{benchKeys, 1000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) { benchSharedGCRAInterleaved(b, keys) })
+	}
+}
+
+func benchSharedGCRAInterleaved(b *testing.B, nkeys int) {
+	created, keys := ipv4Keys(nkeys)
 	clk := clock.NewCoarse(time.Millisecond)
 	defer clk.Stop()
 	mk := func(r Rule) *Node {
