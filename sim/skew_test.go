@@ -1,0 +1,28 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// us's clocks run 4s ahead of eu's (twice max_skew) with 10s windows: the
+// nodes decide on the fleet clock agreed from the measured offsets
+// (repl.Core.ClockCorrection), so both regions count in the same windows.
+// Without it the fleet reached 1.34 of the limit before any cut, and eu got
+// 0.04 of the central node's admits during the cut.
+func TestSkewedRegionsFleetClock(t *testing.T) {
+	r := runScenario(t, "skewed-regions-10s", 45*time.Second)
+	assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.05)
+	fleet, central, maxCut := inPhases(r, "partitioned")
+	assert.LessOrEqual(t, maxCut, 1.05)
+	assert.GreaterOrEqual(t, float64(fleet), 0.95*float64(central))
+	for i, p := range r.Phases {
+		for j, reg := range p.Regions {
+			c := r.Central.Phases[i].Regions[j]
+			t.Logf("%s %s: %d admitted (central %d)", p.Name, reg.Region, reg.Admitted, c.Admitted)
+			assert.GreaterOrEqual(t, float64(reg.Admitted), 0.25*float64(c.Admitted), "%s %s", p.Name, reg.Region)
+		}
+	}
+}
