@@ -34,6 +34,19 @@ import (
 // A PoP whose offset is estimated keeps counting after it falls silent (a
 // cut does not change the clocks), until the Core forgets it.
 
+// The offsets each side estimates err low by the one-way latency, both
+// ways: a node behind the median clock would decide that latency behind the
+// others (at 80 ms between regions, enough to lose most near-limit requests
+// to them). Heartbeats therefore carry, as control entries, the sender's
+// estimate of each PoP's offset it has (Key offsetKey, Rule the PoP's
+// "region/pop", Window the offset in nanoseconds); a receiver takes the one
+// of its own PoP, and the PoP's offset is then (its estimate minus the
+// PoP's estimate of it) / 2, exact when the latency is the same both ways.
+// A PoP of an older version sends none: its estimate alone is used.
+
+// offsetKey marks a heartbeat's offset entries.
+const offsetKey = "clockoffset/1"
+
 // minCorrection: a median offset smaller than this is not corrected. The
 // estimates err by up to a one-way latency (tens of milliseconds between
 // regions), so a fleet of agreeing clocks would otherwise shift every
@@ -61,7 +74,7 @@ func (c *Core) updateCorrection() {
 	offs := append(c.corrScratch[:0], 0) // the own PoP
 	for _, p := range c.peers.m {
 		if p.drift.n > 0 {
-			offs = append(offs, p.drift.offset())
+			offs = append(offs, p.drift.fleetOffset())
 		}
 	}
 	c.corrScratch = offs
@@ -86,7 +99,7 @@ func (c *Core) updateCorrection() {
 func (c *Core) messageAge(now, sentAt int64, p *peer) int64 {
 	age := now - sentAt
 	if p != nil && p.drift.clockOff {
-		age += p.drift.offset()
+		age += p.drift.fleetOffset()
 	}
 	return age
 }
@@ -95,7 +108,7 @@ func (c *Core) messageAge(now, sentAt int64, p *peer) int64 {
 // more. When it becomes known, the latencies measured before (the offset
 // taken as a latency) are forgotten.
 func (c *Core) markClockOff(p *peer) {
-	off := abs(p.drift.offset()) >= minCorrection
+	off := abs(p.drift.fleetOffset()) >= minCorrection
 	if off == p.drift.clockOff {
 		return
 	}
@@ -103,6 +116,45 @@ func (c *Core) markClockOff(p *peer) {
 	p.lag = lagTracker{}
 	c.remote.ok = false
 	c.allowDirty = true
+}
+
+// fleetOffset is the PoP's offset: the estimate corrected by the PoP's
+// own estimate of this node's offset when it sent one.
+func (dr *peerDrift) fleetOffset() int64 {
+	o := dr.offset()
+	if dr.hasBack {
+		o = o/2 - dr.back/2
+	}
+	return o
+}
+
+// appendOffsets appends the heartbeat's offset entries: this node's
+// estimate of every PoP's offset it has.
+func (c *Core) appendOffsets(es []crdt.Entry) []crdt.Entry {
+	for id, p := range c.peers.m {
+		if p.drift.n > 0 {
+			es = append(es, crdt.Entry{Rule: id.String(), Key: offsetKey, Window: p.drift.offset()})
+		}
+	}
+	return es
+}
+
+// takeOffsets takes p's estimate of this node's offset from its heartbeat
+// d, clamped like a SentAt.
+func (c *Core) takeOffsets(p *peer, d *crdt.Delta) {
+	self := ""
+	for _, e := range d.Entries {
+		if e.Key != offsetKey {
+			continue
+		}
+		if self == "" {
+			self = c.selfPoP.String()
+		}
+		if e.Rule == self {
+			p.drift.back, p.drift.hasBack = min(max(e.Window, -maxClockOffset), maxClockOffset), true
+			return
+		}
+	}
 }
 
 // fleetNode is the Core's Node: it hands the node core every time on the

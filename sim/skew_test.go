@@ -11,7 +11,8 @@ import (
 // nodes decide on the fleet clock agreed from the measured offsets
 // (repl.Core.ClockCorrection), so both regions count in the same windows.
 // Without it the fleet reached 1.34 of the limit before any cut, and eu got
-// 0.04 of the central node's admits during the cut.
+// 0.04 of the central node's admits during the cut; no region gets less
+// than half of the central node's admits now.
 func TestSkewedRegionsFleetClock(t *testing.T) {
 	r := runScenario(t, "skewed-regions-10s", 45*time.Second)
 	assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.05)
@@ -22,7 +23,7 @@ func TestSkewedRegionsFleetClock(t *testing.T) {
 		for j, reg := range p.Regions {
 			c := r.Central.Phases[i].Regions[j]
 			t.Logf("%s %s: %d admitted (central %d)", p.Name, reg.Region, reg.Admitted, c.Admitted)
-			assert.GreaterOrEqual(t, float64(reg.Admitted), 0.25*float64(c.Admitted), "%s %s", p.Name, reg.Region)
+			assert.GreaterOrEqual(t, float64(reg.Admitted), 0.5*float64(c.Admitted), "%s %s", p.Name, reg.Region)
 		}
 	}
 }
