@@ -129,10 +129,11 @@ func (dr *peerDrift) fleetOffset() int64 {
 }
 
 // appendOffsets appends the heartbeat's offset entries: this node's
-// estimate of every PoP's offset it has.
+// estimate of the offset of every PoP whose clock is known off (only those
+// correct anything: a fleet whose clocks agree sends none).
 func (c *Core) appendOffsets(es []crdt.Entry) []crdt.Entry {
 	for id, p := range c.peers.m {
-		if p.drift.n > 0 {
+		if p.drift.n > 0 && p.drift.clockOff {
 			es = append(es, crdt.Entry{Rule: id.String(), Key: offsetKey, Window: p.drift.offset()})
 		}
 	}
