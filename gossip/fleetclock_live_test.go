@@ -31,6 +31,7 @@ func TestLiveFleetClock(t *testing.T) {
 	ids := []crdt.PoPID{{Region: "eu", PoP: "eu1"}, {Region: "us", PoP: "us1"}}
 	skews := []skewedClock{0, skewedClock(4 * time.Second)}
 	var fleets []*clock.Offset
+	var reps []*Replicator
 	for i, id := range ids {
 		fleet := clock.NewOffset(skews[i])
 		fleets = append(fleets, fleet)
@@ -38,11 +39,12 @@ func TestLiveFleetClock(t *testing.T) {
 			Clock: skews[i], FleetClock: fleet}
 		o.Global = NATSConnect(NATSConfig{Self: id, Name: id.PoP + "-1", URL: c.Servers[i].ClientURL(), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second})
 		o.ExpectedPoPs = popNames(ids...)
-		startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", rules), o)
+		reps = append(reps, startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", rules), o).rep)
 	}
 	require.Eventually(t, func() bool {
 		d := fleets[1].Now() - fleets[0].Now()
 		return fleets[1].Get() != 0 && d > -int64(50*time.Millisecond) && d < int64(50*time.Millisecond)
 	}, 20*time.Second, poll, "the fleet clocks meet")
 	t.Logf("corrections: eu %s, us %s", fleets[0].Get(), fleets[1].Get())
+	require.Equal(t, fleets[1].Get(), reps[1].Status().ClockCorrection, "the status page shows it")
 }
