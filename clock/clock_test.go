@@ -53,3 +53,15 @@ func BenchmarkRealNow(b *testing.B) {
 	}
 	_ = s
 }
+
+// An Offset clock reads its base plus the offset, changed at any time.
+func TestOffset(t *testing.T) {
+	m := NewManual(1000)
+	o := NewOffset(m)
+	assert.Equal(t, int64(1000), o.Now())
+	o.Set(-300)
+	m.Advance(50)
+	assert.Equal(t, int64(750), o.Now())
+	assert.Equal(t, time.Duration(-300), o.Get())
+	assert.Same(t, Clock(m), o.Base())
+}

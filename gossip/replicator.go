@@ -23,6 +23,12 @@ type Options struct {
 	Node *pop.Node
 	// Clock reads the time; nil means clock.Real{}.
 	Clock clock.Clock
+	// FleetClock, when set, is kept at Clock plus the Core's clock
+	// correction (repl.Core.ClockCorrection: the fleet clock the PoPs agree
+	// on from their measured offsets) after every call into the Core. Hand
+	// it to whatever gives the node core time (decisions, its Tick); the
+	// Core itself reads Clock.
+	FleetClock *clock.Offset
 	// Settings are the replication settings (see repl.Settings; start from
 	// DefaultOptions). FlushInterval must be positive: the Replicator
 	// flushes on a timer.
@@ -272,6 +278,9 @@ func (r *Replicator) with(fn func(c *repl.Core, now int64)) {
 	defer r.sendMu.Unlock()
 	r.mu.Lock()
 	fn(r.core, r.clk.Now())
+	if f := r.opts.FleetClock; f != nil {
+		f.Set(r.core.ClockCorrection())
+	}
 	out := r.core.Ready()
 	r.mu.Unlock()
 	for i := range out {

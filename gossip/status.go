@@ -106,6 +106,10 @@ type Status struct {
 	// Drift is, per remote PoP heard, its estimated clock offset and its
 	// global rules that differ from this node's.
 	Drift []repl.PeerDrift `json:"drift"`
+	// ClockCorrection is what this node adds to its clock to decide on the
+	// fleet clock agreed from the drift offsets (repl.Core.ClockCorrection;
+	// 0 while the clocks agree within 250ms).
+	ClockCorrection time.Duration `json:"clock_correction_ns"`
 	// Protocol are the replication protocol's counters.
 	Protocol repl.Stats `json:"protocol"`
 	// QueuedBytes is what waits in the receive queue now; QueuedBytesPeak the
@@ -207,6 +211,7 @@ func (r *Replicator) Status() Status {
 	r.mu.Lock()
 	epoch, pstats, startup := r.core.Epoch(), r.core.Stats(), r.core.Startup()
 	drift, _ := r.core.Drift()
+	corr := r.core.ClockCorrection()
 	r.mu.Unlock()
 	if drift == nil {
 		drift = []repl.PeerDrift{}
@@ -221,6 +226,7 @@ func (r *Replicator) Status() Status {
 		Epoch:           epoch,
 		Startup:         startup,
 		Drift:           drift,
+		ClockCorrection: corr,
 		Protocol:        pstats,
 		QueuedBytes:     r.queuedBytes.Load(),
 		QueuedBytesPeak: r.queuedPeak.Load(),

@@ -107,7 +107,15 @@ func (sh *share) adapt(idx int64, floor, step float64) (frac, prev float64) {
 		sh.prev = min(floor, sh.frac)
 	case next && sh.whole && step >= 0 && sh.demand >= minShareDemand:
 		if sh.baseDemand == 0 {
+			// The key's first window with demand enough to measure. When
+			// the side's total grew since its baseline, so did the key
+			// (a key too thin to measure before a failover is measured
+			// after it): its baseline is its demand before that growth.
 			sh.baseDemand = float64(sh.demand)
+			if sure && f > 1 {
+				sh.baseDemand /= f
+				sh.follow(f, floor, step, true)
+			}
 			break
 		}
 		g := float64(sh.demand) / sh.baseDemand

@@ -145,3 +145,31 @@ func TestShareTwoSidedSurgeKeepsShares(t *testing.T) {
 		assert.LessOrEqual(t, both[w][hot], 21, "window %d: the hot key stays at its limit", w)
 	}
 }
+
+// The same failover where each key's demand on us is too thin to measure
+// before it (40 per window) and thick enough after (120): the key's first
+// measured window is already past the failover, so its baseline is that
+// demand over the side's growth, and us takes every key's whole limit. (It
+// took the failover window as the key's baseline and kept its share.)
+func TestShareSiteFailoverThinKeysMeasuredAfter(t *testing.T) {
+	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, i int) (int, int) {
+		if w >= 2 {
+			return 0, 3
+		}
+		return 2, 1
+	})
+	for w := range both {
+		for k := range both[w] {
+			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
+		}
+	}
+	sum := func(xs []int) (s int) {
+		for _, x := range xs {
+			s += x
+		}
+		return s
+	}
+	t.Logf("us admitted per window (20 keys, limit 20 each): %v %v %v %v %v %v", sum(us[0]), sum(us[1]), sum(us[2]), sum(us[3]), sum(us[4]), sum(us[5]))
+	assert.LessOrEqual(t, sum(us[1]), 20*10, "before the failover us spends its share")
+	assert.GreaterOrEqual(t, sum(us[5]), 20*18, "after it us takes (nearly) every key's whole limit")
+}

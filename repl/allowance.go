@@ -60,7 +60,7 @@ func (c *Core) observe(now, sentAt int64, p *peer) {
 	if sentAt == 0 {
 		return
 	}
-	age := min(max(now-sentAt, 0), int64(c.cfg.PeerTimeout))
+	age := min(max(c.messageAge(now, sentAt, p), 0), int64(c.cfg.PeerTimeout))
 	var raised bool
 	if p == nil {
 		raised = c.popLag.sample(age)

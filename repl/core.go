@@ -27,6 +27,11 @@ type Core struct {
 
 	nextFlush, nextAE, nextHB int64
 
+	// corr is the fleet clock correction (fleetclock.go); corrScratch is
+	// its computation's buffer.
+	corr        int64
+	corrScratch []int64
+
 	// The periodic anti-entropy round under way: part aePart of aeParts is
 	// due at aePartAt(aePart); aePart == aeParts when none is.
 	aeParts, aePart int
@@ -146,7 +151,6 @@ func New(cfg Config) (*Core, error) {
 	}
 	c := &Core{
 		cfg:          cfg,
-		node:         cfg.Node,
 		self:         self,
 		selfPoP:      self.PoPID,
 		name:         MemberName(self),
@@ -156,6 +160,7 @@ func New(cfg Config) (*Core, error) {
 		waitingSince: map[crdt.PoPID]int64{},
 		markTo:       map[crdt.PoPID]bool{},
 	}
+	c.node = fleetNode{Node: cfg.Node, corr: &c.corr}
 	c.startStartup()
 	for _, p := range cfg.expectedPoPs() {
 		if p != c.selfPoP && len(c.peers.m) < cfg.MaxPoPs {

@@ -644,4 +644,4 @@ func TestSyncRequestsArePaced(t *testing.T) {
 }
 
 // popNode returns the node core of c, which the tests build as a *pop.Node.
-func popNode(c *Core) *pop.Node { return c.node.(*pop.Node) }
+func popNode(c *Core) *pop.Node { return c.cfg.Node.(*pop.Node) }

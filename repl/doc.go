@@ -77,6 +77,9 @@
 //   - Drift (drift.go): heartbeats carry a fingerprint of each global rule;
 //     a receiver reports the rules of a remote PoP it lacks or has
 //     otherwise, and the PoP's estimated clock offset.
+//   - Fleet clock (fleetclock.go): the node core decides windows on the
+//     node's clock plus a correction agreed from those offsets
+//     (ClockCorrection); the Core's own timers keep the runtime's clock.
 //   - Anti-entropy: every AntiEntropyInterval each node re-sends its own
 //     counts to its PoP and its owned totals to the other PoPs; a large
 //     store's round goes in parts of about 4096 keys spread over the first

@@ -80,8 +80,13 @@ type peerDrift struct {
 	offsets [driftSamples]int64
 	n, next int
 	skewed  bool
-	mism    []RuleMismatch // sorted by rule
-	shown   []int64        // when a heartbeat last showed mism[i]
+	// clockOff: the offset is beyond minCorrection; back, when hasBack,
+	// the PoP's own estimate of this node's offset (fleetclock.go).
+	clockOff bool
+	hasBack  bool
+	back     int64
+	mism     []RuleMismatch // sorted by rule
+	shown    []int64        // when a heartbeat last showed mism[i]
 }
 
 // fingerprints returns the control entries of this node's global rules.
@@ -102,6 +107,11 @@ func (c *Core) checkDrift(now int64, p *peer, d *crdt.Delta) {
 		dr.offsets[dr.next] = min(max(d.SentAt, now-maxClockOffset), now+maxClockOffset) - now
 		dr.next = (dr.next + 1) % driftSamples
 		dr.n = min(dr.n+1, driftSamples)
+	}
+	c.takeOffsets(p, d)
+	if dr.n > 0 {
+		c.markClockOff(p)
+		c.updateCorrection()
 	}
 	skewed := dr.n > 0 && abs(dr.offset()) > int64(c.node.MaxSkew())
 	changed := skewed != dr.skewed

@@ -144,6 +144,7 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 // node's max skew of now (a member's clock may be off by that much), keys of
 // legal length.
 func (c *Core) validTotals(now int64, es []crdt.Entry) []crdt.Entry {
+	now += c.corr // windows are on the fleet clock (fleetclock.go)
 	out := make([]crdt.Entry, 0, len(es))
 	for _, e := range es {
 		r, ok := c.node.WireRule(e.Rule)

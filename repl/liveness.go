@@ -13,7 +13,8 @@ import (
 func (c *Core) heartbeat(now int64) {
 	c.stats.Heartbeats++
 	d := c.empty(now)
-	d.Entries = c.fingerprints() // drift.go
+	d.Entries = c.fingerprints()           // drift.go
+	d.Entries = c.appendOffsets(d.Entries) // fleetclock.go
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: d})
 }
 

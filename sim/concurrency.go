@@ -114,7 +114,7 @@ func (e *engine) release(ev event) {
 	if !nd.up || nd.inc != h.inc {
 		return
 	}
-	nd.n.Release(e.nodeNow(nd, ev.at), h.lease)
+	nd.n.Release(e.fleetNow(nd, ev.at), h.lease)
 	if e.flushNow {
 		nd.core.Flush(e.nodeNow(nd, ev.at))
 		e.drain(nd, ev.at)

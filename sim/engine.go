@@ -322,6 +322,13 @@ func (e *engine) start(nd *simNode, t int64) error {
 
 func (e *engine) nodeNow(nd *simNode, t int64) int64 { return Epoch + t + nd.skew }
 
+// fleetNow is the time the node hands its node core directly: its clock on
+// the fleet clock its replication agreed (repl.Core.ClockCorrection), as the
+// daemon's runtime does.
+func (e *engine) fleetNow(nd *simNode, t int64) int64 {
+	return e.nodeNow(nd, t) + int64(nd.core.ClockCorrection())
+}
+
 // run is the main loop: the next event or the next arrival, whichever is
 // earlier (events first on a tie, so that zero-latency deliveries land
 // before the next request).
@@ -387,7 +394,7 @@ func (e *engine) handle(ev event) {
 		if !nd.up || nd.inc != ev.inc {
 			return
 		}
-		nd.n.Tick(e.nodeNow(nd, t))
+		nd.n.Tick(e.fleetNow(nd, t))
 		ev.at += int64(time.Second)
 		e.q.push(ev)
 	case evAction:

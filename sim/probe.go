@@ -48,7 +48,7 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 			continue
 		}
 		for ki, k := range e.convKeys {
-			v, err := nd.n.View(e.nodeNow(nd, t), k.ruleName, k.key)
+			v, err := nd.n.View(e.fleetNow(nd, t), k.ruleName, k.key)
 			if err != nil {
 				continue
 			}
@@ -135,7 +135,7 @@ func (e *engine) converged(p *probe, t int64) bool {
 			if len(tr) == 0 {
 				continue
 			}
-			v, err := nd.n.View(e.nodeNow(nd, t), k.ruleName, k.key)
+			v, err := nd.n.View(e.fleetNow(nd, t), k.ruleName, k.key)
 			if err != nil {
 				return false
 			}

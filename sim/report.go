@@ -263,7 +263,7 @@ func (e *engine) sampleSeries(t int64) {
 			if !nd.up {
 				continue
 			}
-			v, err := nd.n.View(e.nodeNow(nd, t), k.ruleName, k.key)
+			v, err := nd.n.View(e.fleetNow(nd, t), k.ruleName, k.key)
 			if err != nil {
 				continue
 			}

@@ -26,9 +26,9 @@ func (e *engine) request(s *source, t int64) {
 	var d pop.Decision
 	var err error
 	if e.rules[k.rule].Kind == pop.Concurrency {
-		d, err = e.acquire(nd.n, nd.idx, nd.inc, Epoch+t+nd.skew, k, s.cost, t)
+		d, err = e.acquire(nd.n, nd.idx, nd.inc, e.fleetNow(nd, t), k, s.cost, t)
 	} else {
-		d, err = nd.n.Decide(Epoch+t+nd.skew, k.ruleName, k.key, s.cost)
+		d, err = nd.n.Decide(e.fleetNow(nd, t), k.ruleName, k.key, s.cost)
 	}
 	if err != nil {
 		e.err = fmt.Errorf("sim: decide %s/%s at %s: %w", k.ruleName, k.key, nd.name, err)

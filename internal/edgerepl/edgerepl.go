@@ -49,6 +49,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 	g.opts = gossip.Options{
 		Node:       env.Node,
 		Clock:      env.Clock,
+		FleetClock: env.FleetClock,
 		Settings:   cfg.Replication,
 		Logger:     env.Logger,
 		ObserveLag: func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },

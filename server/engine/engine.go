@@ -70,8 +70,11 @@ type ConfigReloader interface {
 type ReplicationEnv struct {
 	// Node is the node core whose deltas are replicated.
 	Node *pop.Node
-	// Clock is the App's clock (Unix nanoseconds).
+	// Clock is the App's own clock (Unix nanoseconds), uncorrected.
 	Clock clock.Clock
+	// FleetClock is the clock the App's node core decides on: Clock plus
+	// the correction the replicator keeps (gossip.Options.FleetClock).
+	FleetClock *clock.Offset
 	// Config is the configuration the App started with (gossip, nats,
 	// replication sections). Replication settings change only at restart.
 	Config *config.Config
@@ -192,6 +195,7 @@ type App struct {
 	log      *slog.Logger
 	clk      clock.Clock
 	ownClock *clock.Coarse
+	fleet    *clock.Offset // a.clk: the fleet clock over the App's own
 	node     *pop.Node
 	reg      *prometheus.Registry
 	met      *metrics
@@ -282,6 +286,10 @@ func New(o Options) (*App, error) {
 		a.ownClock = clock.NewCoarse(time.Millisecond)
 		a.clk = a.ownClock
 	}
+	// The node core decides on the fleet clock: the App's clock plus the
+	// correction its replicator agrees with the other PoPs.
+	a.fleet = clock.NewOffset(a.clk)
+	a.clk = a.fleet
 	return a, nil
 }
 
@@ -342,7 +350,7 @@ func (a *App) Start(ctx context.Context, n NATS) (err error) {
 	}
 	if a.opts.NewReplicator != nil {
 		r, err := a.opts.NewReplicator(ReplicationEnv{
-			Node: a.node, Clock: a.clk, Config: a.cfg, NATSURL: n.URL, NATS: n.InProcess,
+			Node: a.node, Clock: a.fleet.Base(), FleetClock: a.fleet, Config: a.cfg, NATSURL: n.URL, NATS: n.InProcess,
 			Logger: a.log.With("component", "replication"), Registry: a.reg,
 		})
 		if err != nil {
