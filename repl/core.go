@@ -2,6 +2,7 @@ package repl
 
 import (
 	"errors"
+	"time"
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
@@ -85,6 +86,9 @@ type Core struct {
 	driftVersion uint64 // see Drift
 	popMerged    bool
 	markTo       map[crdt.PoPID]bool
+
+	sparseVoices int           // the voices of sparse updates told to the node (sparse.go)
+	sparseLag    time.Duration // and the lag
 
 	out   []Message
 	stats Stats
