@@ -61,8 +61,9 @@ func SparseMinWindow(lag time.Duration) time.Duration { return 8 * lag }
 // SparseMinWindow(lag) (not GCRA, not several windows, overrides or tiers);
 // Flush and FlushTo then leave out a PoP total that moved by less than
 // SparseStep since this node last published it, while the key's estimate is
-// below SparseNear. AntiEntropy sends every total, so what was left out
-// waits at most one anti-entropy interval. Safe for concurrent use.
+// below SparseNear, and while no PoP is unheard (SetUnheard) nor was for
+// the heal hold. AntiEntropy sends every total, so what was left out waits
+// at most one anti-entropy interval. Safe for concurrent use.
 func (n *Node) SetSparse(voices int, lag time.Duration) {
 	n.sparse.minWidth.Store(int64(SparseMinWindow(max(lag, 0))))
 	n.sparse.voices.Store(int64(max(voices, 0)))
@@ -130,11 +131,20 @@ func (n *Node) beginSparse(rs *ruleSet, now int64, epoch uint64) *sparseFlush {
 			delete(t.wins, w)
 		}
 	}
-	if v == 0 || epoch == 0 {
+	if v == 0 || epoch == 0 || n.cutAt(now) {
 		t.mu.Unlock()
 		return nil
 	}
 	return &sparseFlush{t: t, voices: v, minWidth: t.minWidth.Load(), now: now}
+}
+
+// cutAt reports whether some PoPs are unheard at now, or were until less
+// than the heal hold before: the share policy may then hold a side to a
+// share of its limits, near which a key's estimate tells nothing of the
+// whole limit, so every change is published.
+func (n *Node) cutAt(now int64) bool {
+	p := n.part.Load()
+	return p != nil && (p.healed == 0 || now-p.healed < n.healHold)
 }
 
 // end finishes the flush.

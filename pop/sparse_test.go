@@ -113,23 +113,28 @@ func TestSparseFlush(t *testing.T) {
 }
 
 // TestSparseOff: every change is published when sparse updates are off,
-// among so many PoPs that the step is 1, or for a window shorter than 8 x
-// the lag.
+// among so many PoPs that the step is 1, for a window shorter than 8 x the
+// lag, or while a PoP is unheard.
 func TestSparseOff(t *testing.T) {
 	tests := []struct {
 		name   string
 		window time.Duration
 		voices int
 		lag    time.Duration
+		cut    bool
 	}{
-		{"off", time.Minute, 0, 50 * time.Millisecond},
-		{"step of 1", time.Minute, 250, 50 * time.Millisecond},
-		{"short window", time.Second, 2, 200 * time.Millisecond},
+		{"off", time.Minute, 0, 50 * time.Millisecond, false},
+		{"step of 1", time.Minute, 250, 50 * time.Millisecond, false},
+		{"short window", time.Second, 2, 200 * time.Millisecond, false},
+		{"a PoP unheard", time.Minute, 2, 50 * time.Millisecond, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := sparseNode(t, tt.window)
 			n.SetSparse(tt.voices, tt.lag)
+			if tt.cut {
+				n.SetUnheard(t0, []string{"us/iad"})
+			}
 			for i := 1; i <= 3; i++ {
 				admitN(t, n, t0, "api", "k", 1)
 				assert.Equal(t, map[string]uint64{"api/k": uint64(i)}, published(n, t0))
