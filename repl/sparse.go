@@ -50,3 +50,13 @@ func (c *Core) updateSparse(now int64) {
 		sk.SetSparse(v, lag)
 	}
 }
+
+// sparseStats fills the sparse updates' figures of st.
+func (c *Core) sparseStats(st *Stats) {
+	st.SparseVoices = uint64(c.sparseVoices)
+	if n, ok := c.node.(interface{ SparseStats() (uint64, int) }); ok {
+		var held int
+		st.SparseSkipped, held = n.SparseStats()
+		st.SparseHeld = uint64(held)
+	}
+}

@@ -130,6 +130,13 @@ func TestSparseUpdates(t *testing.T) {
 			if p.published["far"] != wantPub {
 				t.Errorf("far published %d times, want %d", p.published["far"], wantPub)
 			}
+			st := p.ams.Stats()
+			if tc.sparse == nil && (st.SparseVoices != 2 || st.SparseSkipped != 19 || st.SparseHeld != 1) {
+				t.Errorf("stats: %d voices, %d left out, %d held; want 2, 19, 1", st.SparseVoices, st.SparseSkipped, st.SparseHeld)
+			}
+			if tc.sparse != nil && (st.SparseVoices != 0 || st.SparseSkipped != 0) {
+				t.Errorf("off: stats %d voices, %d left out", st.SparseVoices, st.SparseSkipped)
+			}
 			// Near the limit: every change is seen after a flush.
 			p.admit("far", 100)
 			for range 5 {
