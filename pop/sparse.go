@@ -4,7 +4,6 @@
 package pop
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,14 +81,19 @@ func (n *Node) SparseStats() (skipped uint64, held int) {
 // A key not remembered counts as published at 0, which is never more than
 // what the other PoPs hold of it (under the current epoch; a new epoch
 // starts afresh). At most max totals are remembered: past it, keys not
-// remembered are published at every change.
+// remembered are published at every change. Keys are held by the store's
+// 64-bit hash of (rule, key), 16 bytes an entry: two keys of one hash
+// (about one pair among 10^7 for a million keys, and not one a client can
+// aim at: the daemon's store draws its hash seed at random) would share
+// what was last published, so one of them could go unpublished until the
+// next anti-entropy round.
 type sparseTable struct {
 	voices   atomic.Int64
 	minWidth atomic.Int64 // nanoseconds
 
 	mu      sync.Mutex // FlushTo's calls are serialised; SparseStats reads
 	epoch   uint64
-	wins    map[sparseWin]map[string]uint64
+	wins    map[sparseWin]map[uint64]uint64
 	held    int
 	max     int
 	skipped uint64
@@ -167,20 +171,21 @@ func (f *sparseFlush) publish(n *Node, r *ruleState, e *crdt.FlushEntry) bool {
 	t := f.t
 	w := sparseWin{r.id, e.Window}
 	m := t.wins[w]
-	last, known := m[e.Key]
+	h := n.store.KeyHash(r.id, e.Key)
+	last, known := m[h]
 	if e.PoP >= last+step || f.near(n, r, e.Key) {
 		switch {
 		case known:
-			m[e.Key] = e.PoP
+			m[h] = e.PoP
 		case t.held < t.max:
 			if m == nil {
 				if t.wins == nil {
-					t.wins = map[sparseWin]map[string]uint64{}
+					t.wins = map[sparseWin]map[uint64]uint64{}
 				}
-				m = map[string]uint64{}
+				m = map[uint64]uint64{}
 				t.wins[w] = m
 			}
-			m[strings.Clone(e.Key)] = e.PoP // e.Key shares a flush buffer
+			m[h] = e.PoP
 			t.held++
 		}
 		return true
