@@ -99,9 +99,12 @@ type sparseTable struct {
 	skipped uint64
 }
 
+// sparseWin is one window of one rule: a rule's ID may serve another
+// rule later (handle.go), whose windows another width numbers.
 type sparseWin struct {
-	rule crdt.RuleID
-	win  int64
+	rule  crdt.RuleID
+	width int64
+	win   int64
 }
 
 // sparseFlush is one flush's use of the table: begin returns nil when
@@ -114,7 +117,8 @@ type sparseFlush struct {
 }
 
 // beginSparse starts a flush at now under epoch: it forgets the totals of
-// another epoch and of windows no longer live. It returns nil when sparse
+// another epoch, of rules gone or of another width, and of windows no
+// longer live (or further ahead than a flush holds: the clock went back). It returns nil when sparse
 // updates are off.
 func (n *Node) beginSparse(rs *ruleSet, now int64, epoch uint64) *sparseFlush {
 	v := int(n.sparse.voices.Load())
@@ -125,12 +129,12 @@ func (n *Node) beginSparse(rs *ruleSet, now int64, epoch uint64) *sparseFlush {
 	}
 	for w, m := range t.wins {
 		r := rs.byID[w.rule]
-		if r == nil {
+		if r == nil || r.width != w.width {
 			t.held -= len(m)
 			delete(t.wins, w)
 			continue
 		}
-		if idx, _ := r.split(now); w.win < idx-1 {
+		if idx, _ := r.split(now); w.win < idx-1 || w.win > idx+2 {
 			t.held -= len(m)
 			delete(t.wins, w)
 		}
@@ -169,7 +173,7 @@ func (f *sparseFlush) publish(n *Node, r *ruleState, e *crdt.FlushEntry) bool {
 		return true
 	}
 	t := f.t
-	w := sparseWin{r.id, e.Window}
+	w := sparseWin{r.id, r.width, e.Window}
 	m := t.wins[w]
 	h := n.store.KeyHash(r.id, e.Key)
 	last, known := m[h]

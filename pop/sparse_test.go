@@ -144,7 +144,7 @@ func TestSparseOff(t *testing.T) {
 }
 
 // TestSparseForgetsDeadWindows: the totals remembered of a window go once
-// it is no longer live.
+// it is no longer live, or its rule has another window.
 func TestSparseForgetsDeadWindows(t *testing.T) {
 	n := sparseNode(t, time.Minute)
 	n.SetSparse(2, 50*time.Millisecond)
@@ -156,6 +156,16 @@ func TestSparseForgetsDeadWindows(t *testing.T) {
 	published(n, later)
 	_, held = n.SparseStats()
 	assert.Zero(t, held)
+
+	// A rule set anew with another window starts afresh.
+	admitN(t, n, later, "api", "k", 130)
+	require.NotEmpty(t, published(n, later))
+	_, held = n.SparseStats()
+	require.Equal(t, 1, held)
+	require.NoError(t, n.SetRules([]Rule{{Name: "api", Limit: 1000, Window: 2 * time.Minute, Cost: 1, Scope: ScopeGlobal}}))
+	published(n, later)
+	_, held = n.SparseStats()
+	assert.Zero(t, held, "the former window's totals are forgotten")
 }
 
 func winOf(now int64, w time.Duration) string { return fmt.Sprint(now / int64(w)) }
