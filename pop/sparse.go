@@ -118,8 +118,8 @@ type sparseFlush struct {
 
 // beginSparse starts a flush at now under epoch: it forgets the totals of
 // another epoch, of rules gone or of another width, and of windows no
-// longer live (or further ahead than a flush holds: the clock went back). It returns nil when sparse
-// updates are off.
+// longer live (or further ahead than a flush holds: the clock went back).
+// It returns nil when sparse updates are off.
 func (n *Node) beginSparse(rs *ruleSet, now int64, epoch uint64) *sparseFlush {
 	v := int(n.sparse.voices.Load())
 	t := &n.sparse
