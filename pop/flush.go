@@ -28,6 +28,9 @@ type Batch struct {
 // published (epoch 0, a key owned by another member): the member that owns a
 // key publishes it, and AntiEntropy repairs a change of ownership. owns is
 // called without any lock of the node held. Node-scope rules produce nothing.
+// With sparse updates on (SetSparse), PoP leaves out the totals of keys far
+// below their limits that moved by less than a step since they were last
+// published (sparse.go).
 func (n *Node) Flush(now int64, owns func(key string) bool) Batch {
 	return n.FlushTo(now, owns, true)
 }
@@ -39,6 +42,8 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 	rs := n.rules.Load()
 	b := n.batch(now)
 	pub := b.PoP.Epoch != 0
+	sp := n.beginSparse(rs, now, b.PoP.Epoch) // sparse.go
+	defer sp.end()
 	n.store.FlushAt(now, n.flushHorizon(), func(e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
 		if r == nil || r.Scope == ScopeNode {
@@ -47,7 +52,7 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 		if local && e.Changed&crdt.OwnChanged != 0 && e.Count > 0 {
 			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
-		if pub && r.Scope == ScopeGlobal && e.Changed&crdt.PoPChanged != 0 && e.PoP > 0 && (owns == nil || owns(e.Key)) {
+		if pub && r.Scope == ScopeGlobal && e.Changed&crdt.PoPChanged != 0 && e.PoP > 0 && (owns == nil || owns(e.Key)) && sp.publish(n, r, &e) {
 			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}
 	})

@@ -169,6 +169,8 @@ type Node struct {
 
 	slots *slotTable // concurrency rules' leases and members' counts (concurrency.go)
 	modes modeTable  // rules' modes set at run time (modes.go)
+
+	sparse sparseTable // sparse updates of PoP totals (sparse.go)
 }
 
 // New returns a Node with cfg's rules.
@@ -232,6 +234,7 @@ func New(cfg Config) (*Node, error) {
 		memoTTL: int64(cfg.IdempotencyTTL),
 		slots:   newSlotTable(cfg.MaxLeases, cfg.Seed),
 	}
+	n.sparse.max = cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package repl
 
 import (
 	"errors"
+	"time"
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
@@ -91,6 +92,9 @@ type Core struct {
 	popMerged    bool
 	markTo       map[crdt.PoPID]bool
 
+	sparseVoices int           // the voices of sparse updates told to the node (sparse.go)
+	sparseLag    time.Duration // and the lag
+
 	out   []Message
 	stats Stats
 }
@@ -137,6 +141,12 @@ type Stats struct {
 	// ModesSent and ModesReceived count rule modes (modes.go) per link.
 	ModesSent     uint64 `json:"modes_sent"`
 	ModesReceived uint64 `json:"modes_received"`
+	// Sparse updates (sparse.go): the PoPs the step is computed for (0:
+	// every change is published), the totals left out of flushes, and
+	// the totals last published that the node remembers.
+	SparseVoices  uint64 `json:"sparse_voices"`
+	SparseSkipped uint64 `json:"sparse_totals_left_out"`
+	SparseHeld    uint64 `json:"sparse_totals_held"`
 }
 
 // New returns a Core for cfg.Node. The first Tick starts it.
@@ -183,7 +193,11 @@ func (c *Core) Self() crdt.Replica { return c.self }
 func (c *Core) Epoch() uint64 { return c.epoch }
 
 // Stats returns the Core's counters.
-func (c *Core) Stats() Stats { return c.stats }
+func (c *Core) Stats() Stats {
+	st := c.stats
+	c.sparseStats(&st)
+	return st
+}
 
 // Ready returns the messages to send and forgets them.
 func (c *Core) Ready() []Message {

@@ -93,6 +93,19 @@
 // Every delta carries absolute counts, so loss, duplication and reordering
 // are harmless; a later message repairs an earlier loss.
 //
+// # Sparse updates
+//
+// With Settings.SparseUpdates (the default) a PoP publishes the total of a
+// key far below its limit only once it has moved by pop.SparseStep
+// (limit / (4 x PoPs)) since it last published it, and every change of a
+// key whose estimate is at a quarter of its limit or above (sparse.go,
+// pop/sparse.go). The Core tells its node the PoPs it knows and the lag of
+// a change at each check of the peers, from one AntiEntropyInterval after
+// start; anti-entropy sends every total. What the PoPs leave out of a key's
+// estimate stays below half its limit, and a key at its limit is seen by
+// every node above a quarter of it, so near a limit every change travels
+// as without sparse updates.
+//
 // # Rules' modes
 //
 // A rule's mode set at run time (the kill switch, pop.Node.SetRuleMode)

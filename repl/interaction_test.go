@@ -313,6 +313,12 @@ func (h *harness) start(n *hnode) {
 		GlobalLink: o.has("global"),
 		Relay:      o.has("global") && !o.has("norelay"),
 	}
+	if !o.has("sparse") {
+		// Scripts show every change published unless they ask for sparse
+		// updates (sparse_test.go tests them).
+		off := false
+		cfg.SparseUpdates = &off
+	}
 	durs := map[string]*time.Duration{
 		"flush": &cfg.FlushInterval, "ae": &cfg.AntiEntropyInterval, "timeout": &cfg.PeerTimeout,
 		"hb": &cfg.HeartbeatInterval, "epochwait": &cfg.EpochWait,

@@ -50,6 +50,7 @@ func (c *Core) checkPeers(now int64) {
 		}
 	}
 	sort.Slice(part, func(i, j int) bool { return part[i].Less(part[j]) })
+	defer c.updateSparse(now)          // sparse.go, after the allowance
 	defer c.updateAllowance(now, true) // latencies decayed, PoPs came or went
 	if c.partVersion > 0 && slices.Equal(part, c.partitioned) {
 		return

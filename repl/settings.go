@@ -78,6 +78,14 @@ type Settings struct {
 	// changed since the last flush, the changes are sent without waiting
 	// for FlushInterval. 0 means the default, 32768.
 	MaxBatchEntries int `yaml:"max_batch_entries"`
+	// SparseUpdates publishes a PoP total of a key far below its limit only
+	// when it has moved by a step of limit / (4 x PoPs) since it was last
+	// published, and every change of a key at a quarter of its limit or
+	// above, for global rules of one window at least 8 times the lag of a
+	// change (pop.SparseStep; docs/replication.md states the bound). What
+	// is left out goes with the next anti-entropy round. nil (the default)
+	// means true; false publishes every change.
+	SparseUpdates *bool `yaml:"sparse_updates"`
 }
 
 // Defaults that zero fields stand for (see Settings).
@@ -111,7 +119,7 @@ func DefaultSettings() Settings {
 
 // WithDefaults returns s with every zero field that stands for a default
 // (see Settings) set to it; FlushInterval, ExpectedPoPs,
-// NearLimitAllowance and StartupSync are kept as they are. s is not
+// NearLimitAllowance, StartupSync and SparseUpdates are kept as they are. s is not
 // changed. Negative values are kept for Validate to report.
 func (s Settings) WithDefaults() Settings {
 	if s.PeerTimeout == 0 {
@@ -142,6 +150,12 @@ func (s Settings) WithDefaults() Settings {
 // (NearLimitAllowance unset or true).
 func (s Settings) Allowance() bool {
 	return s.NearLimitAllowance == nil || *s.NearLimitAllowance
+}
+
+// Sparse reports whether sparse updates are on (SparseUpdates unset or
+// true).
+func (s Settings) Sparse() bool {
+	return s.SparseUpdates == nil || *s.SparseUpdates
 }
 
 // Validate reports the first thing wrong with s once its defaults are

@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		scale    = fs.Float64("rate-scale", 1, "multiply every traffic rate by this factor")
 		noTiming = fs.Bool("no-timing", false, "leave sim_requests_per_s at 0 so that reports are byte-identical")
 		allow    = fs.String("near-limit-allowance", "", "override the scenario's replication.near_limit_allowance: on or off")
+		sparse   = fs.String("sparse-updates", "", "override the scenario's replication.sparse_updates: on or off")
 		quiet    = fs.Bool("quiet", false, "no progress line on stderr")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		memProf  = fs.String("memprofile", "", "write a heap profile at the end of the run to this file (go tool pprof)")
@@ -89,6 +90,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		sc.Replication.NearLimitAllowance = &on
 	default:
 		return fmt.Errorf("-near-limit-allowance %q: want on or off", *allow)
+	}
+	switch *sparse {
+	case "":
+	case "on", "off":
+		on := *sparse == "on"
+		sc.Replication.SparseUpdates = &on
+	default:
+		return fmt.Errorf("-sparse-updates %q: want on or off", *sparse)
 	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)

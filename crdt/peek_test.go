@@ -1,0 +1,36 @@
+package crdt
+
+import "testing"
+
+// Peek reports a key's totals of the previous and current windows, own and
+// remote, relative to the index asked, and changes nothing.
+func TestPeek(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2})
+	if _, _, ok := st.Peek(1, "k", 10); ok {
+		t.Fatal("a key not held is reported")
+	}
+	st.Admit(1, "k", at(9), 1<<40, 2, true)
+	st.Admit(1, "k", at(10), 1<<40, 3, true)
+	other, _ := st.Intern(rep("other", 1))
+	st.Merge(1, "k", 10, 10, other, 4)
+	tests := []struct {
+		name      string
+		index     int64
+		prev, cur uint64
+	}{
+		{"current", 10, 2, 7},
+		{"a window later", 11, 7, 0},
+		{"two windows later", 12, 0, 0},
+		{"behind the key", 9, 2, 7},
+	}
+	for _, tt := range tests {
+		prev, cur, ok := st.Peek(1, "k", tt.index)
+		if !ok || prev != tt.prev || cur != tt.cur {
+			t.Errorf("%s: Peek = %d, %d, %v; want %d, %d, true", tt.name, prev, cur, ok, tt.prev, tt.cur)
+		}
+	}
+	// Nothing rolled: the key's current window is still 10.
+	if prev, cur, _ := st.Peek(1, "k", 10); prev != 2 || cur != 7 {
+		t.Errorf("after peeks: %d, %d; want 2, 7", prev, cur)
+	}
+}

@@ -1,0 +1,62 @@
+package repl
+
+import (
+	"time"
+
+	"github.com/geolimit/geolimit/pop"
+)
+
+// Sparse updates (Settings.SparseUpdates): the Core tells its node how many
+// PoPs publish totals of a key, so that a total far below its limit is
+// published only when it has moved by pop.SparseStep.
+
+// SparseKeeper is a Node that can leave out of its flushes the PoP totals
+// that moved by less than a step derived from the number of PoPs (pop.Node:
+// SetSparse). voices <= 0 turns it off; lag is the time a change takes to
+// reach every node. It must not call back into the Core.
+type SparseKeeper interface {
+	SetSparse(voices int, lag time.Duration)
+}
+
+var _ SparseKeeper = (*pop.Node)(nil)
+
+// updateSparse tells the node the voices of sparse updates: this PoP and
+// every remote PoP tracked, heard or not (a PoP cut off now holds its
+// totals' remainder when it is heard again), and the lag of a change: a
+// flush interval and the speaker's delay, plus the global allowance's
+// horizon or a heartbeat interval (the latency the allowance assumes of a
+// PoP not measured yet), whichever is longer: a horizon measured on skewed
+// clocks may be far too short. It is first told
+// at the first check of the peers one anti-entropy interval after start:
+// meanwhile every change is published, while few PoPs are known and while
+// the node's view of the keys may lack what the fleet counted before it
+// started (its estimate then cannot tell a key near its limit; by then
+// every other PoP has re-sent its totals).
+func (c *Core) updateSparse(now int64) {
+	sk, ok := c.node.(SparseKeeper)
+	if !ok {
+		return
+	}
+	v, lag := 0, time.Duration(0)
+	if c.cfg.Sparse() && c.cfg.GlobalLink && c.cfg.FlushInterval > 0 && now-c.startedAt >= int64(c.cfg.AntiEntropyInterval) {
+		v = 1 + len(c.peers.m)
+		if c.hasExpected {
+			v = max(v, 1+len(c.cfg.ExpectedPoPs))
+		}
+		lag = c.cfg.FlushInterval + c.cfg.SpeakDelay + max(c.allow[1].Horizon, c.cfg.HeartbeatInterval)
+	}
+	if v != c.sparseVoices || lag != c.sparseLag {
+		c.sparseVoices, c.sparseLag = v, lag
+		sk.SetSparse(v, lag)
+	}
+}
+
+// sparseStats fills the sparse updates' figures of st.
+func (c *Core) sparseStats(st *Stats) {
+	st.SparseVoices = uint64(c.sparseVoices)
+	if n, ok := c.node.(interface{ SparseStats() (uint64, int) }); ok {
+		var held int
+		st.SparseSkipped, held = n.SparseStats()
+		st.SparseHeld = uint64(held)
+	}
+}

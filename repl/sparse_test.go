@@ -1,0 +1,157 @@
+package repl
+
+import (
+	"testing"
+	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
+
+// sparsePair is two single-node PoPs, ams and iad, whose global messages
+// reach each other at once.
+type sparsePair struct {
+	t        *testing.T
+	ams, iad *Core
+	an, in   *pop.Node
+	now      int64
+	// published counts the entries of api/key ams published in deltas.
+	published map[string]int
+}
+
+func newSparsePair(t *testing.T, sparse *bool) *sparsePair {
+	t.Helper()
+	iad1 := crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1}
+	w := int64(ruleWindow)
+	p := &sparsePair{t: t, an: testNode(t, ams1), in: testNode(t, iad1), now: (t0/w + 1) * w, published: map[string]int{}}
+	s := DefaultSettings()
+	s.SparseUpdates = sparse
+	var err error
+	if p.ams, err = New(Config{Settings: s, Node: p.an, GlobalLink: true}); err != nil {
+		t.Fatal(err)
+	}
+	if p.iad, err = New(Config{Settings: s, Node: p.in, GlobalLink: true}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// run ticks both cores every millisecond for d, delivering their global
+// messages to each other.
+func (p *sparsePair) run(d time.Duration) {
+	end := p.now + int64(d)
+	for ; p.now < end; p.now += int64(time.Millisecond) {
+		p.ams.Tick(p.now)
+		p.iad.Tick(p.now)
+		for _, m := range p.ams.Ready() {
+			if m.Link != LinkGlobal {
+				continue
+			}
+			if m.Kind == KindDelta && m.Delta != nil {
+				for _, e := range m.Delta.Entries {
+					p.published[e.Key]++
+				}
+			}
+			m.From = ams1.PoPID
+			p.iad.Step(p.now, m)
+		}
+		for _, m := range p.iad.Ready() {
+			if m.Link == LinkGlobal {
+				m.From = p.in.Self().PoPID
+				p.ams.Step(p.now, m)
+			}
+		}
+	}
+}
+
+// admit counts n requests of key at ams.
+func (p *sparsePair) admit(key string, n int) {
+	p.t.Helper()
+	for range n {
+		d, err := p.an.Decide(p.now, "api", key, 1)
+		if err != nil || !d.Allowed {
+			p.t.Fatalf("decide %s: %+v %v", key, d, err)
+		}
+	}
+}
+
+// total returns n's total of key over its live windows.
+func (p *sparsePair) total(n *pop.Node, key string) uint64 {
+	p.t.Helper()
+	v, err := n.View(p.now, "api", key)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var sum uint64
+	for _, w := range v.Windows {
+		sum += w.Total
+	}
+	return sum
+}
+
+// With sparse updates (the default), once the peers are known a key far
+// below its limit (1000 among 2 PoPs: step 125, every change from 250) is
+// published only when it has moved by the step, so the other PoP's view lags
+// by less than the step; a key near its limit is published at every flush;
+// anti-entropy sends the rest. Off, every change is published.
+func TestSparseUpdates(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		sparse *bool
+	}{{"default", nil}, {"off", new(bool)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newSparsePair(t, tc.sparse)
+			// Every change is published for an anti-entropy interval
+			// after start.
+			p.run(DefaultAntiEntropyInterval / 2)
+			p.admit("early", 1)
+			p.run(100 * time.Millisecond)
+			if got := p.total(p.in, "early"); got != 1 {
+				t.Fatalf("a change before the first anti-entropy interval: iad holds %d, want 1", got)
+			}
+			p.run(DefaultAntiEntropyInterval/2 + time.Second)
+
+			// 10 a flush interval, 20 flushes: 200 in all.
+			for range 20 {
+				p.admit("far", 10)
+				p.run(50 * time.Millisecond)
+				lag := p.total(p.an, "far") - p.total(p.in, "far")
+				if tc.sparse == nil && lag >= pop.SparseStep(1000, 2) {
+					t.Fatalf("iad lags ams by %d, want below the step %d", lag, pop.SparseStep(1000, 2))
+				}
+				if tc.sparse != nil && lag != 0 {
+					t.Fatalf("off: iad lags ams by %d", lag)
+				}
+			}
+			wantPub := 20
+			if tc.sparse == nil {
+				wantPub = 1 // 130 is published, 200 is not
+			}
+			if p.published["far"] != wantPub {
+				t.Errorf("far published %d times, want %d", p.published["far"], wantPub)
+			}
+			st := p.ams.Stats()
+			if tc.sparse == nil && (st.SparseVoices != 2 || st.SparseSkipped != 19 || st.SparseHeld != 1) {
+				t.Errorf("stats: %d voices, %d left out, %d held; want 2, 19, 1", st.SparseVoices, st.SparseSkipped, st.SparseHeld)
+			}
+			if tc.sparse != nil && (st.SparseVoices != 0 || st.SparseSkipped != 0) {
+				t.Errorf("off: stats %d voices, %d left out", st.SparseVoices, st.SparseSkipped)
+			}
+			// Near the limit: every change is seen after a flush.
+			p.admit("far", 100)
+			for range 5 {
+				p.admit("far", 3)
+				p.run(60 * time.Millisecond)
+				if a, i := p.total(p.an, "far"), p.total(p.in, "far"); a != i {
+					t.Fatalf("at %d of 1000, iad holds %d", a, i)
+				}
+			}
+			// Anti-entropy repairs what was left out.
+			p.admit("tail", 5)
+			p.run(DefaultAntiEntropyInterval + time.Second)
+			if got := p.total(p.in, "tail"); got != 5 {
+				t.Errorf("after anti-entropy iad holds %d of tail, want 5", got)
+			}
+		})
+	}
+}
