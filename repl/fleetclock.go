@@ -165,6 +165,12 @@ type fleetNode struct {
 	corr *int64
 }
 
+// The node core's optional interfaces reach it through the wrapper.
+var (
+	_ MemberKeeper = fleetNode{}
+	_ SparseKeeper = fleetNode{}
+)
+
 func (f fleetNode) FlushTo(now int64, owns func(key string) bool, local bool) pop.Batch {
 	return f.Node.FlushTo(now+*f.corr, owns, local)
 }
@@ -188,4 +194,19 @@ func (f fleetNode) KeepMembers(member func(crdt.Replica) bool) {
 	if mk, ok := f.Node.(MemberKeeper); ok {
 		mk.KeepMembers(member)
 	}
+}
+
+// SetSparse forwards to the node core when it keeps sparse updates.
+func (f fleetNode) SetSparse(voices int, lag time.Duration) {
+	if sk, ok := f.Node.(SparseKeeper); ok {
+		sk.SetSparse(voices, lag)
+	}
+}
+
+// SparseStats forwards to the node core when it keeps sparse updates.
+func (f fleetNode) SparseStats() (skipped uint64, held int) {
+	if n, ok := f.Node.(interface{ SparseStats() (uint64, int) }); ok {
+		return n.SparseStats()
+	}
+	return 0, 0
 }
