@@ -141,6 +141,11 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 				n.store.PrefetchSlot(hs[k])
 			}
 		}
+		for k := range run {
+			if len(run[k].Key) <= crdt.MaxKeyLen {
+				n.store.PrefetchSide(hs[k], r.id, run[k].Key, rep)
+			}
+		}
 		idx, _ := window.Split(now, r.width)
 		limitIdx, _ := window.Split(now+n.maxSkew, r.width)
 		for k := range run {
