@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,18 +49,8 @@ func BenchmarkApplyFleet(b *testing.B) {
 		for k := range d.Entries {
 			d.Entries[k] = crdt.Entry{Rule: "api", Key: created[rng.IntN(keys)], Window: w, Count: count}
 		}
-		slices.SortFunc(d.Entries, func(a, b crdt.Entry) int { return compareStrings(a.Key, b.Key) })
+		slices.SortFunc(d.Entries, func(a, b crdt.Entry) int { return strings.Compare(a.Key, b.Key) })
 		ns[rng.IntN(nodes)].Apply(now, &d, ScopeGlobal)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/batch, "ns/entry")
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
