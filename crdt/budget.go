@@ -28,7 +28,7 @@ func (sh *shard) bytes() int {
 
 // roomFor reports whether the shard may grow by n more bytes; the caller
 // holds sh.mu.
-func (sh *shard) roomFor(n int) bool { return sh.maxBytes <= 0 || sh.bytes()+n <= sh.maxBytes }
+func (sh *shard) roomFor(n int) bool { return !sh.budgeted || sh.bytes()+n <= sh.maxBytes }
 
 // keyGrowth is how many bytes the shard grows by when it takes a new key
 // of klen bytes: a table that must grow (by half), a long key.

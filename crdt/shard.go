@@ -32,6 +32,10 @@ type shard struct {
 	// locking it: a node of many shards and few changing keys flushes in
 	// time of the keys, not of the shards.
 	work atomic.Bool
+	// budgeted is maxBytes > 0, kept here (in what work leaves of the
+	// first line) so that a merge that adds a remote count to a store
+	// without a byte budget reads no line of the shard beyond the first two.
+	budgeted bool
 
 	side  sideTable
 	arena []byte // the long keys (table.go)

@@ -97,8 +97,8 @@ func sideSearch(es []sideEntry, rep ReplicaID, win int64, nreps int) int {
 		return e.rep() < rep || e.rep() == rep && e.win(win) < win
 	}
 	lo, hi := 0, n
-	if n >= 16 && nreps > 0 {
-		g := min(int(uint64(n)*uint64(rep)/uint64(nreps)), n-1)
+	if n >= sideGuessMin && nreps > 0 {
+		g := sideGuess(n, rep, nreps)
 		if before(&es[g]) {
 			// The position is after g: gallop right from g+1.
 			lo = g + 1

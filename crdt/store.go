@@ -257,6 +257,7 @@ func NewStore(cfg StoreConfig) *Store {
 			sh.cap++
 		}
 		sh.maxBytes = cfg.MaxBytes / p
+		sh.budgeted = sh.maxBytes > 0
 		sh.setSlots(initialSlots)
 		sh.hot = map[int32]int32{}
 	}

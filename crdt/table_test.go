@@ -127,6 +127,7 @@ func TestShardLayout(t *testing.T) {
 	assert.Zero(t, unsafe.Sizeof(sh)%64, "shard size %d", unsafe.Sizeof(sh))
 	assert.Less(t, unsafe.Offsetof(sh.slots)+unsafe.Sizeof(sh.slots), uintptr(64))
 	assert.Less(t, unsafe.Offsetof(sh.work), uintptr(64))
+	assert.Less(t, unsafe.Offsetof(sh.budgeted), uintptr(64))
 	assert.Equal(t, uintptr(64), unsafe.Offsetof(sh.side))
 	assert.LessOrEqual(t, unsafe.Offsetof(sh.arena)+unsafe.Sizeof(sh.arena), uintptr(128))
 }

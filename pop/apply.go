@@ -116,7 +116,9 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 	// once per run of its entries. In a large store nearly every entry's
 	// shard, slot and list of remote counts are cache misses; they are
 	// taken together, a block of entries at a time: every key is hashed
-	// and its shard prefetched, then its slot, then the entries merge.
+	// and its shard prefetched, then its slot, then the line of its list
+	// a merge reads first (in a store that knows many replicas), then the
+	// entries merge.
 	var hs [applyBlock]uint64
 	for i := 0; i < len(d.Entries); {
 		wire := d.Entries[i].Rule
@@ -144,6 +146,11 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 		for k := range run {
 			if len(run[k].Key) <= crdt.MaxKeyLen {
 				n.store.PrefetchSlot(hs[k])
+			}
+		}
+		for k := range run {
+			if len(run[k].Key) <= crdt.MaxKeyLen {
+				n.store.PrefetchSide(hs[k], r.id, run[k].Key, rep)
 			}
 		}
 		idx, _ := window.Split(now, r.width)
