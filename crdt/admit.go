@@ -89,18 +89,11 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 	}
 	window.DecideTo(r, limit, cost, satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1]), elapsed, now.Width)
 	if r.Allowed && a != nil {
-		// Far from the limit the slot alone clears the request: this
-		// replica's own counts, unseen or not, within 1/Replicas of the
-		// headroom. Otherwise its share decides (allowance.go).
-		if own := satAdd(sl.own[0], sl.own[1]); own != 0 && a.on() &&
-			float64(satAdd(own, cost))*float64(a.Replicas()) > float64(limit)-r.Estimate {
-			sh.decideSplit(s, a, i, sl, now, elapsed, limit, cost, r)
-		}
+		// One call for all the allowance does here: a second call site
+		// would keep registers of the common path on the stack.
+		sh.admitAllowance(s, a, i, sl, now, elapsed, limit, cost, count, r)
 	}
 	if r.Allowed && count {
-		if a != nil && sl.flags&(flagHot|flagRecent) == 0 && sl.dirty&dirtyOwn == 0 {
-			sh.armHot(s, a, i, sl, now, limit, cost, r.Estimate)
-		}
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
 	} else if count {

@@ -269,6 +269,22 @@ func (sh *shard) hotOf(s *Store, i int32, sl *slot, now int64) *hotEntry {
 	return &sh.hotSlab[k]
 }
 
+// admitAllowance is what the near-limit allowance a does to an admitted
+// request of slot i before it is counted (count) or not. Far from the
+// limit the slot alone clears the request: this replica's own counts,
+// unseen or not, within 1/Replicas of the headroom. Otherwise its share
+// decides (decideSplit), which may deny it. A request still admitted and
+// counted arms the slot's hot entry first (armHot). The caller holds sh.mu.
+func (sh *shard) admitAllowance(s *Store, a *Allowance, i int32, sl *slot, now Now, elapsed int64, limit, cost uint64, count bool, r *window.Result) {
+	if own := satAdd(sl.own[0], sl.own[1]); own != 0 && a.on() &&
+		float64(satAdd(own, cost))*float64(a.Replicas()) > float64(limit)-r.Estimate {
+		sh.decideSplit(s, a, i, sl, now, elapsed, limit, cost, r)
+	}
+	if r.Allowed && count && sl.flags&(flagHot|flagRecent) == 0 && sl.dirty&dirtyOwn == 0 {
+		sh.armHot(s, a, i, sl, now, limit, cost, r.Estimate)
+	}
+}
+
 // armHot gives slot i, whose own counts every replica holds, a hot entry
 // that says so before it counts an admit, when the next admit will be
 // split (see admitHashed): an entry made later would not know which of

@@ -119,18 +119,20 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		*d = Decision{}
 		return ErrCostOverLimit
 	}
-	if r.off() {
-		*d = Decision{Allowed: true, Off: true, Limit: r.Limit, Remaining: r.Limit}
-		return nil
-	}
-	if r.guarded {
-		if r.Kind == Concurrency {
-			*d = Decision{}
-			return ErrConcurrencyRule
-		}
-		if g, done := n.guard(now, r, key); done {
-			*d = shadowed(r, g)
+	if r.gated.Load() { // guarded or off: one flag for both
+		if r.off() {
+			*d = Decision{Allowed: true, Off: true, Limit: r.Limit, Remaining: r.Limit}
 			return nil
+		}
+		if r.guarded {
+			if r.Kind == Concurrency {
+				*d = Decision{}
+				return ErrConcurrencyRule
+			}
+			if g, done := n.guard(now, r, key); done {
+				*d = shadowed(r, g)
+				return nil
+			}
 		}
 	}
 	var u Unsure

@@ -23,8 +23,10 @@ import (
 // what arrives merges with MergeModes, and a state file keeps them
 // (SnapshotEach, RestoreDelta).
 //
-// The mode is read on the decision path with one atomic load of the
-// rule's state (ruleState.mode); nothing is looked up by name there. A
+// The decision path looks nothing up by name and reads no more than it
+// did before the switch existed: the flag it tests before reading a count
+// (ruleState.gated) is also set while the rule is off, and the effective
+// mode (ruleState.mode) is one word read where the rule's own was. A
 // reload (SetRules) applies the held modes to the new rules before they
 // are used. A write for a rule the node does not have (removed by a
 // reload, or not loaded here yet) is kept, orphaned, and applies when a
@@ -71,21 +73,26 @@ func RuleModeName(m uint8) string {
 	return Mode(m - 1).String()
 }
 
-// mode returns the rule's mode: set at run time, or its own. One atomic
-// load: it is read on every decision.
-func (r *ruleState) mode() Mode {
-	if v := r.override.Load(); v != 0 {
-		return Mode(v - 1)
+// mode returns the mode decisions use: set at run time, or the rule's
+// own. One atomic load, as a plain read of Rule.Mode would be.
+func (r *ruleState) mode() Mode { return Mode(r.effMode.Load()) }
+
+// off reports whether the rule is switched off. A decision reads it only
+// once r.gated says the rule is guarded or off, so a rule never switched
+// off pays nothing for the switch.
+func (r *ruleState) off() bool { return r.mode() == Off }
+
+// setOverride applies write m (of the rule's name) to the rule: m's mode,
+// or the rule's own for crdt.RuleModeConfig. The mode is stored before the
+// gate, so a decision that sees the gate open sees the mode that opened it.
+func (r *ruleState) setOverride(m crdt.RuleMode) {
+	mode := r.Mode
+	if m.Mode != crdt.RuleModeConfig {
+		mode = Mode(m.Mode - 1)
 	}
-	return r.Mode
+	r.effMode.Store(uint32(mode))
+	r.gated.Store(r.guarded || mode == Off)
 }
-
-// off reports whether the rule is switched off: one atomic load and a
-// compare, on every decision.
-func (r *ruleState) off() bool { return r.override.Load() == uint32(crdt.RuleModeOff) }
-
-// setOverride applies write m (of the rule's name) to the rule.
-func (r *ruleState) setOverride(m crdt.RuleMode) { r.override.Store(uint32(m.Mode)) }
 
 // modeTable holds the rules' modes set at run time. It is safe for
 // concurrent use; its zero value is empty.

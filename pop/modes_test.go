@@ -70,6 +70,12 @@ func TestModeOffDecidesNothing(t *testing.T) {
 	d, _ = n.Decide(t0, "a", "k", 1)
 	assert.False(t, d.Allowed, "cleared: the rule's own mode again")
 	assert.False(t, d.Off)
+
+	// Two windows on, the counts would admit; the block (an hour) does not.
+	setMode(t, n, t0+1, "box", "enforce")
+	d, _ = n.Decide(t0+int64(2*time.Minute), "box", "k", 1)
+	assert.False(t, d.Allowed || d.Off, "on again: the penalty box is consulted again")
+	assert.True(t, d.Blocked)
 }
 
 func TestModeShadowAndEnforce(t *testing.T) {

@@ -36,14 +36,17 @@ type ruleState struct {
 	// guarded: the rule has a penalty box or fails closed (block.go,
 	// unsure.go); other rules' decisions look nothing more up.
 	guarded bool
+	// gated is guarded, or the rule is switched off at run time: the one
+	// flag a decision tests before it reads a count (modes.go).
+	gated atomic.Bool
 	// dropped: the rule was removed and its retired counts dropped; its ID
 	// may serve another rule (handle.go).
 	dropped atomic.Bool
 	// wire is the window's name on the wire (Rule.WireName).
 	wire string
-	// override is the mode set at run time (modes.go), as a
-	// crdt.RuleMode's Mode: 0 for none, else the Mode plus one.
-	override atomic.Uint32
+	// effMode is the Mode decisions use: the rule's own, or the one set
+	// at run time (modes.go).
+	effMode atomic.Uint32
 	// clamp is the largest limit the window gives any key (Apply's clamp).
 	clamp uint64
 	// multi: several windows, overrides or tiers; decided by admitWindows
@@ -95,6 +98,7 @@ func (n *Node) SetRules(rules []Rule) error {
 	for _, r := range rules {
 		rs := newRuleState(r)
 		rs.guarded = r.BlockFor != 0 || r.OnUnsure != AllowUnsure || r.Kind == Concurrency
+		rs.setOverride(crdt.RuleMode{Mode: crdt.RuleModeConfig}) // until storeRules applies a mode set at run time
 		for _, w := range rs.windows() {
 			if o := old.former(r.Name, w); o != nil && !kept[o.id] {
 				w.id = o.id
