@@ -105,11 +105,18 @@ type Example struct {
 // Linux's default range of ephemeral ports (32768-60999), which the
 // kernel hands out to the outgoing connections and port-0 listeners of
 // tests running meanwhile: a port from that range, free when drawn, is
-// soon some connection's source port.
+// soon some connection's source port. The port stays reserved for the test
+// (reservePort) until it ends, so that another test process drawing
+// meanwhile, as go test runs packages side by side, cannot draw it too
+// before the server binds it.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
 	for range 1000 {
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(20000+mrand.IntN(12000)))
+		port := 20000 + mrand.IntN(12000)
+		if !reservePort(tb, port) {
+			continue // another test holds it: draw again
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
 			continue // taken: draw again
 		}
