@@ -13,7 +13,7 @@ import (
 // another (here a second lock in the same process, as another process
 // would take it) until the first test ends.
 func TestReservePort(t *testing.T) {
-	const port = 31999
+	const port = 19999 // outside the range FreeAddr draws from, which other tests may hold
 	t.Run("holder", func(t *testing.T) {
 		require.True(t, reservePort(t, port))
 		assert.False(t, reservePort(t, port), "a held port is skipped")
