@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/gossip/gossiptest"
 )
 
 // TestDeltaFloodRSS is a load test, run on request:
@@ -42,7 +42,7 @@ func TestDeltaFloodRSS(t *testing.T) {
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Stderr = os.Stderr
 	require.NoError(t, build.Run())
-	natsAddr, apiAddr := freeAddr(t), freeAddr(t)
+	natsAddr, apiAddr := gossiptest.FreeAddr(t), gossiptest.FreeAddr(t)
 	cfg := filepath.Join(dir, "edge.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
 node: {id: victim-1, region: eu, pop: ams}
@@ -96,14 +96,6 @@ rules:
 	}
 	t.Logf("%d MB of deltas published: the daemon's peak RSS %d MB against a budget of %d MB", sent>>20, peak>>20, budget>>20)
 	require.Less(t, peak, int64(budget+100<<20))
-}
-
-// freeAddr returns a 127.0.0.1 address with a port that is free now.
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // rss reads a process's resident set size from /proc.
