@@ -99,8 +99,13 @@ func TestLiveSiteFailover(t *testing.T) {
 		defer close(done)
 		// Both sides notice the cut; the first window wholly inside it is
 		// each side's baseline, and every client moves at the next.
+		deadline := time.Now().Add(10 * time.Second)
 		for len(eu.rep.Partitioned()) == 0 || len(us.rep.Partitioned()) == 0 ||
 			!eu.node.Partition(time.Now().UnixNano()).Partitioned || !us.node.Partition(time.Now().UnixNano()).Partitioned {
+			if time.Now().After(deadline) {
+				t.Error("the sides did not see the cut within 10 s")
+				return
+			}
 			time.Sleep(poll)
 		}
 		cutSeen = idx(time.Now())
