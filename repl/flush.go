@@ -53,6 +53,7 @@ func (c *Core) Flush(now int64) {
 	c.stats.Flushes++
 	b := c.node.FlushTo(now, c.ownsKey, c.hasMembers())
 	c.emitBatch(&b, false, true)
+	c.flushRegion(now, false) // region.go
 }
 
 // flushSlot is the flush of a slot: own counts go to the PoP's members; the
@@ -69,6 +70,7 @@ func (c *Core) flushSlot(now int64) {
 	slot := c.slotOf(now)
 	if !c.cfg.PoPLink || len(c.members) <= 1 {
 		c.emitBatch(&pop.Batch{PoP: b.PoP}, false, true)
+		c.flushRegion(now, false) // region.go
 		return
 	}
 	if c.speaker(slot) {
@@ -78,6 +80,7 @@ func (c *Core) flushSlot(now int64) {
 		}
 		c.speech = append(c.speech, b.PoP.Entries...)
 		c.speechBlk = append(c.speechBlk, b.PoP.Blocks...)
+		c.flushRegion(now, true)
 		return
 	}
 	if hasContent(&b.PoP) {
@@ -85,6 +88,7 @@ func (c *Core) flushSlot(now int64) {
 		c.stats.Forwards++
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: &d})
 	}
+	c.flushRegion(now, false)
 }
 
 // speak publishes the totals gathered for the current slot.
@@ -96,6 +100,7 @@ func (c *Core) speak(now int64) {
 		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &d})
 	}
+	c.speakRegion(now) // region.go
 	c.speech, c.speechBlk, c.speakAt = nil, nil, 0
 }
 

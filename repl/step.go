@@ -36,6 +36,14 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		c.observe(now, d.SentAt, nil)
 	}
 	switch {
+	case m.Link == LinkRegion:
+		c.stepRegion(now, m, &res) // region.go
+	case m.Link == LinkPoP && d.Sender.IsRegion() && d.Sender.Region == c.selfPoP.Region:
+		// A member's region totals for the slot's speaker.
+		if !c.forwardedRegion(now, d) {
+			res.Dropped = true
+			c.stats.ForwardsDropped++
+		}
 	case m.Link == LinkPoP && d.Sender.IsPoP() && d.Sender.SamePoP(c.self):
 		// A member's totals for the slot's speaker.
 		if c.epoch == 0 || d.Sender.Incarnation != c.epoch || !c.forwarded(now, d) {
@@ -115,6 +123,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		switch m.Kind {
 		case KindHeartbeat:
 			c.checkDrift(now, p, d)
+			c.takeRegionEpoch(now, m.From, d) // region.go
 			if c.missedBeats(p, d.SentAt) {
 				// A short cut (under PeerTimeout) lost messages: repair now
 				// rather than at the next anti-entropy round.
