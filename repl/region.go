@@ -26,8 +26,9 @@ import (
 // The region epoch keeps restarts from undercounting, one level above the
 // PoP epoch. The region's PoPs agree on it (the lowest one heard wins) and
 // keep it while any of them lives; it travels in their heartbeats and the
-// voice's messages. A voice that has heard none for PeerTimeout (at once on
-// a cold start) starts one, its PoP epoch: the region's history is then
+// voice's messages. A voice that has heard none for two heartbeat
+// intervals since it started (at once on a cold start) starts one, its PoP
+// epoch: the region's history is then
 // gone with its nodes, and the other regions keep the former epoch's totals
 // beside the new ones until their windows pass. Under one epoch, a region
 // total only grows: every PoP of the region holds every PoP total of the
@@ -67,8 +68,13 @@ type regionState struct {
 	sparseVoices int
 	// speech is what the speaker of the slot gathers of the region totals.
 	speech []crdt.Entry
-	// caches hold the intern IDs of other regions' aggregates.
+	// caches hold the intern IDs of other regions' aggregates, epochs
+	// their current region epochs (noteRegionEpoch).
 	caches map[string]*crdt.InternCache
+	epochs map[string]uint64
+	// dropped: relayed state of a region was dropped while the epoch was
+	// not known; it is asked for again once it is.
+	dropped bool
 }
 
 // regionEpochKey marks a heartbeat entry that carries the sender's region
@@ -100,13 +106,20 @@ func (c *Core) updateRegion(now int64) {
 			break
 		}
 	}
-	wait := int64(c.cfg.PeerTimeout)
+	// The PoPs of the region heartbeat every HeartbeatInterval, with the
+	// region epoch: one that lives is heard within two (one lost).
+	wait := 2 * int64(c.cfg.HeartbeatInterval)
 	if c.cfg.ColdStart {
 		wait = 0
 	}
 	if voice && c.region.epoch == 0 && c.epoch != 0 && now-c.startedAt >= wait {
 		c.region.epoch = c.epoch // the region's history is gone: a new epoch
 		c.stats.RegionEpochChanges++
+		if !c.cfg.ColdStart || c.partVersion > 0 {
+			// The other regions hold the former epoch's totals: they
+			// relay them once they know this one (the request says it).
+			c.askSync(now)
+		}
 	}
 	if voice && !c.region.voice && c.region.epoch != 0 {
 		c.want |= wantRegionAE // taking over: every region total once
@@ -121,8 +134,12 @@ func (c *Core) learnRegionEpoch(now int64, e uint64) {
 	if e == 0 || e == c.region.epoch || (c.region.epoch != 0 && e > c.region.epoch) {
 		return
 	}
+	known := c.region.epoch != 0
 	c.region.epoch = e
 	c.stats.RegionEpochChanges++
+	if !known {
+		c.askDropped(now)
+	}
 	if c.region.voice {
 		c.want |= wantRegionAE
 	}
@@ -156,14 +173,19 @@ func (c *Core) appendRegionEpoch(es []crdt.Entry) []crdt.Entry {
 // takeRegionEpoch learns the region epoch from a heartbeat of another PoP
 // of the region.
 func (c *Core) takeRegionEpoch(now int64, from crdt.PoPID, d *crdt.Delta) {
-	if !c.regionVoices() || from.Region != c.selfPoP.Region {
+	if !c.regionVoices() {
 		return
 	}
 	for _, e := range d.Entries {
-		if e.Key == regionEpochKey && e.Rule == from.Region {
-			c.learnRegionEpoch(now, e.Count)
-			return
+		if e.Key != regionEpochKey || e.Rule != from.Region {
+			continue
 		}
+		if from.Region == c.selfPoP.Region {
+			c.learnRegionEpoch(now, e.Count)
+		} else {
+			c.noteRegionEpoch(from.Region, e.Count)
+		}
+		return
 	}
 }
 
@@ -259,6 +281,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 		c.learnRegionEpoch(now, d.Sender.Incarnation)
 		return
 	}
+	c.noteRegionEpoch(d.Sender.Region, d.Sender.Incarnation)
 	if !hasContent(d) {
 		return
 	}
@@ -346,4 +369,57 @@ func (c *Core) regionCount() int {
 		seen[id.Region] = true
 	}
 	return len(seen)
+}
+
+// regionEpochOf returns the current region epoch of region as this node
+// knows it (0: not known).
+func (c *Core) regionEpochOf(region string) uint64 {
+	if region == c.selfPoP.Region {
+		return c.region.epoch
+	}
+	return c.region.epochs[region]
+}
+
+// noteRegionEpoch records the current region epoch of another region, as
+// its voice's totals or its PoPs' heartbeats say; at most MaxPoPs regions.
+func (c *Core) noteRegionEpoch(region string, e uint64) {
+	if e == 0 || region == c.selfPoP.Region {
+		return
+	}
+	if c.region.epochs == nil {
+		c.region.epochs = map[string]uint64{}
+	}
+	if _, ok := c.region.epochs[region]; ok || len(c.region.epochs) < c.cfg.MaxPoPs {
+		c.region.epochs[region] = e
+	}
+}
+
+// stateRegion takes a region's former totals relayed by PoP m.From: of
+// the own region (its nodes all restarted: what they admitted before) or,
+// after a sync request, of another. A region's current epoch is never
+// relayed (its voice sends it); while the epoch is not known, the state is
+// dropped and asked for again once it is.
+func (c *Core) stateRegion(now int64, m Message, res *StepResult) {
+	d := m.Delta
+	cur := c.regionEpochOf(d.Sender.Region)
+	switch {
+	case !c.regionVoices():
+	case d.Sender.Incarnation == 0 || d.Sender.Incarnation == cur:
+		res.Forged = true
+	case cur == 0:
+		res.Dropped = true
+		c.stats.StateDropped++
+		c.region.dropped = true
+	default:
+		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+	}
+}
+
+// askDropped asks the other PoPs again for the region state dropped while
+// the region epoch was not known.
+func (c *Core) askDropped(now int64) {
+	if c.region.dropped {
+		c.region.dropped = false
+		c.askSync(now)
+	}
 }

@@ -139,6 +139,7 @@ func (c *Core) syncRequest(now int64) *crdt.Delta {
 	if c.syncing {
 		d.Entries = []crdt.Entry{startupEntry}
 	}
+	d.Entries = c.appendRegionEpoch(d.Entries) // region.go: what is former
 	return d
 }
 

@@ -81,6 +81,10 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			c.marked(m.From, d) // a marker: m.From's answer is complete
 			break
 		}
+		if d.Sender.IsRegion() {
+			c.stateRegion(now, m, &res) // region.go
+			break
+		}
 		if !d.Sender.SamePoP(c.self) {
 			// Another PoP's former epoch: never its current one (its own
 			// messages carry those), and only of PoPs this node knows.
@@ -130,6 +134,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 				c.askSync(now)
 			}
 		case KindSync:
+			c.takeRegionEpoch(now, m.From, d) // region.go: before relaying
 			if wantsMarker(d) {
 				c.markTo[m.From] = true
 			}
