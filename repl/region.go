@@ -72,9 +72,6 @@ type regionState struct {
 	// their current region epochs (noteRegionEpoch).
 	caches map[string]*crdt.InternCache
 	epochs map[string]uint64
-	// dropped: relayed state of a region was dropped while the epoch was
-	// not known; it is asked for again once it is.
-	dropped bool
 }
 
 // regionEpochKey marks a heartbeat entry that carries the sender's region
@@ -115,11 +112,7 @@ func (c *Core) updateRegion(now int64) {
 	if voice && c.region.epoch == 0 && c.epoch != 0 && now-c.startedAt >= wait {
 		c.region.epoch = c.epoch // the region's history is gone: a new epoch
 		c.stats.RegionEpochChanges++
-		if !c.cfg.ColdStart || c.partVersion > 0 {
-			// The other regions hold the former epoch's totals: they
-			// relay them once they know this one (the request says it).
-			c.askSync(now)
-		}
+		c.askFormerRegion(now)
 	}
 	if voice && !c.region.voice && c.region.epoch != 0 {
 		c.want |= wantRegionAE // taking over: every region total once
@@ -138,7 +131,7 @@ func (c *Core) learnRegionEpoch(now int64, e uint64) {
 	c.region.epoch = e
 	c.stats.RegionEpochChanges++
 	if !known {
-		c.askDropped(now)
+		c.askFormerRegion(now)
 	}
 	if c.region.voice {
 		c.want |= wantRegionAE
@@ -409,17 +402,25 @@ func (c *Core) stateRegion(now int64, m Message, res *StepResult) {
 	case cur == 0:
 		res.Dropped = true
 		c.stats.StateDropped++
-		c.region.dropped = true
 	default:
 		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
 	}
 }
 
-// askDropped asks the other PoPs again for the region state dropped while
-// the region epoch was not known.
-func (c *Core) askDropped(now int64) {
-	if c.region.dropped {
-		c.region.dropped = false
+// askFormerRegion asks the other PoPs for their totals once this node
+// knows its region epoch: the other regions relay a former one's totals
+// only to a PoP whose request names the current one (dropped meanwhile).
+// Not on a cold start, which has no history.
+func (c *Core) askFormerRegion(now int64) {
+	if !c.cfg.ColdStart || c.partVersion > 0 {
 		c.askSync(now)
 	}
+}
+
+// otherRegion reports whether r is a PoP's replica of another region while
+// region voices are on: its counts reach this node in its region's total,
+// so a PoP total of it (a relay, a publish on a subject this node should
+// not hear) would count them twice.
+func (c *Core) otherRegion(r crdt.Replica) bool {
+	return c.regionVoices() && r.Region != c.selfPoP.Region && !r.IsRegion()
 }

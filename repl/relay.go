@@ -191,6 +191,9 @@ func (c *Core) former(r crdt.Replica, id crdt.PoPID, asked bool) bool {
 		return cur != 0 && r.Incarnation != cur && (asked || r.Region == id.Region)
 	}
 	of := r.PoPID
+	if c.regionVoices() && of.Region != id.Region {
+		return false // counted there in of's region total (region.go)
+	}
 	if of == id {
 		p := c.peers.get(id)
 		return p != nil && r.Incarnation != p.epoch

@@ -85,6 +85,11 @@ func (c *Core) Step(now int64, m Message) StepResult {
 			c.stateRegion(now, m, &res) // region.go
 			break
 		}
+		if c.otherRegion(d.Sender) {
+			res.Dropped = true // counted in its region's total (region.go)
+			c.stats.StateDropped++
+			break
+		}
 		if !d.Sender.SamePoP(c.self) {
 			// Another PoP's former epoch: never its current one (its own
 			// messages carry those), and only of PoPs this node knows.
@@ -161,6 +166,10 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		case KindDelta:
 			if d.Sender.IsPoP() {
 				p.epoch = d.Sender.Incarnation
+			}
+			if hasContent(d) && c.otherRegion(d.Sender) {
+				res.Dropped = true // counted in its region's total (region.go)
+				break
 			}
 			if hasContent(d) {
 				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, &p.sender)
