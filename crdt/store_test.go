@@ -299,6 +299,31 @@ func TestClockBackwardsCountsForward(t *testing.T) {
 	assert.Equal(t, uint64(6), c, "counted in the key's current window, never moved back")
 }
 
+// A clock that goes back more than a window (a node stepping back to the
+// clock its fleet agreed) moves the key back with it: the own counts made
+// ahead count in the current window, the other replicas' counts of it are
+// merged instead of refused as stale, and the next flush sends the own
+// count of the current window.
+func TestClockBackMoreThanAWindowRebases(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	st.Admit(0, "k", at(14), 100, 5, true) // 4 windows ahead of the fleet
+	st.Flush(func(FlushEntry) {})
+	other, ok := st.Intern(rep("other", 1))
+	require.True(t, ok)
+	assert.Equal(t, Merged, st.Merge(0, "k", 10, 10, other, 7), "the fleet's window is live again")
+	r := st.Admit(0, "k", at(10), 100, 1, true)
+	assert.True(t, r.Allowed)
+	assert.InDelta(t, 5+7, r.Estimate, 1e-9, "the counts made ahead and the other replica's")
+	_, c := totals(st, 0, "k", 10)
+	assert.Equal(t, uint64(5+1+7), c)
+	var sent []FlushEntry
+	st.Flush(func(e FlushEntry) { sent = append(sent, e) })
+	require.Len(t, sent, 1)
+	assert.Equal(t, int64(10), sent[0].Window)
+	assert.Equal(t, uint64(6), sent[0].Count)
+	assert.NotZero(t, sent[0].Changed&OwnChanged)
+}
+
 // TestFloodDoesNotEvictHotKey fills a small store with random keys while a
 // hot key is being limited: memory stays capped, the hot key keeps its count
 // and the churn is visible in the stats.
