@@ -69,17 +69,39 @@ const maxCorrection = int64(10 * time.Minute)
 // the time it hands its Node.
 func (c *Core) ClockCorrection() time.Duration { return time.Duration(c.corr) }
 
-// updateCorrection recomputes the correction from the PoPs' offsets.
-func (c *Core) updateCorrection() {
+// updateCorrection recomputes the correction from the PoPs' offsets at now.
+//
+// At a start the PoPs are heard one by one, and the median of the first
+// few heard can be any of them (a node of fra that has heard the two us
+// PoPs 4s ahead but not ams yet would step 4s ahead). A node counts in the
+// windows of the clock it decides on, and a key counted ahead stays there
+// until that clock catches up (crdt's shard.rebase moves it back when the
+// clock goes back more than a window, with what it counted): so while
+// expected PoPs (Settings.ExpectedPoPs) are unheard, for at most a peer
+// timeout after the start, the correction changes only when the median is
+// the same, within correctionStep, wherever their clocks are.
+func (c *Core) updateCorrection(now int64) {
 	offs := append(c.corrScratch[:0], 0) // the own PoP
+	unheard := 0
 	for _, p := range c.peers.m {
 		if p.drift.n > 0 {
 			offs = append(offs, p.drift.fleetOffset())
+		} else if p.expected {
+			unheard++
 		}
 	}
 	c.corrScratch = offs
 	slices.Sort(offs)
-	corr := offs[(len(offs)-1)/2] // the lower median
+	if now-c.startedAt > int64(c.cfg.PeerTimeout) {
+		unheard = 0 // silent: left out, as a PoP that fell silent is not
+	}
+	// The lower median of the offsets and the unheard ones: offs[m-unheard]
+	// with them all behind, offs[m] with them all ahead.
+	m := (len(offs) + unheard - 1) / 2
+	if m-unheard < 0 || m >= len(offs) || offs[m]-offs[m-unheard] > correctionStep {
+		return
+	}
+	corr := offs[m]
 	if abs(corr) < minCorrection {
 		corr = 0
 	}
