@@ -194,14 +194,32 @@ var (
 )
 
 func (f fleetNode) FlushTo(now int64, owns func(key string) bool, local bool) pop.Batch {
-	return f.Node.FlushTo(now+*f.corr, owns, local)
+	return sentAt(f.Node.FlushTo(now+*f.corr, owns, local), now)
 }
 
 func (f fleetNode) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) pop.Batch {
-	return f.Node.AntiEntropyPart(now+*f.corr, owns, part, parts)
+	return sentAt(f.Node.AntiEntropyPart(now+*f.corr, owns, part, parts), now)
 }
 
-func (f fleetNode) State(now int64) []crdt.Delta { return f.Node.State(now + *f.corr) }
+// sentAt dates the batch's deltas at now, the Core's clock, as the Core
+// dates its own messages: receivers take a message's age (net of the
+// sender's offset), and a speaker the slot of a member's totals, from
+// SentAt on that clock. Dated on the fleet clock, a corrected node's
+// messages looked its correction old to the others (clamped to
+// PeerTimeout: their near-limit split then counted it as slow), and its
+// members' totals missed its speeches.
+func sentAt(b pop.Batch, now int64) pop.Batch {
+	b.Local.SentAt, b.PoP.SentAt = now, now
+	return b
+}
+
+func (f fleetNode) State(now int64) []crdt.Delta {
+	st := f.Node.State(now + *f.corr)
+	for i := range st {
+		st[i].SentAt = now
+	}
+	return st
+}
 
 func (f fleetNode) ApplyFrom(now int64, d *crdt.Delta, via pop.Scope, from *crdt.InternCache) pop.ApplyStats {
 	return f.Node.ApplyFrom(now+*f.corr, d, via, from)

@@ -214,3 +214,35 @@ func TestFleetClockSingleOutlier(t *testing.T) {
 		assert.Zero(t, a.ClockCorrection(), "after fra's heartbeat %d", i)
 	}
 }
+
+// A corrected node dates every message it sends on its own clock, as its
+// heartbeats are: counts it decided on the fleet clock too. Receivers take
+// a message's age net of the sender's offset, so a delta dated on the fleet
+// clock looked as old as the correction (4s, clamped to the peer timeout).
+func TestFleetClockMessagesOnOwnClock(t *testing.T) {
+	ids := []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
+	skew := int64(4 * time.Second)
+	skews := []int64{0, 0, skew, skew}
+	ns, hellos := fleetCores(t, ids, skews)
+	iad := ns[2].c
+	now := t0 + skew + int64(time.Millisecond)
+	for _, from := range []int{0, 1, 3} {
+		iad.Step(now, hellos[from])
+	}
+	require.NotZero(t, iad.ClockCorrection())
+	iad.Ready()
+	var sent int
+	for range 10 {
+		now += int64(10 * time.Millisecond)
+		_, err := popNode(iad).Decide(now+int64(iad.ClockCorrection()), "api", "k", 1)
+		require.NoError(t, err)
+		iad.Tick(now)
+		for _, m := range iad.Ready() {
+			if m.Kind == KindDelta && m.Delta != nil && len(m.Delta.Entries) > 0 {
+				sent++
+				assert.Equal(t, now, m.Delta.SentAt, "a %s delta's SentAt is %s off the node's clock", m.Link, time.Duration(m.Delta.SentAt-now))
+			}
+		}
+	}
+	assert.NotZero(t, sent, "the counts went out")
+}
