@@ -165,7 +165,8 @@ func totals(st *Store, rule RuleID, key string, now int64) (prev, curr uint64) {
 }
 
 // TestHotPathSumsMatchReplicas checks that the hot-path sums a decision uses
-// (own + others) equal the per-replica view after random merges and rolls.
+// (own + others) equal the per-replica view after random merges, rolls and
+// clock steps back of several windows.
 func TestHotPathSumsMatchReplicas(t *testing.T) {
 	rng := seeded(t, 7)
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2})
@@ -173,6 +174,9 @@ func TestHotPathSumsMatchReplicas(t *testing.T) {
 	now := int64(50)
 	for step := 0; step < 2000; step++ {
 		switch r := rng.IntN(10); {
+		case r == 0 && rng.IntN(8) == 0:
+			now -= 2 + int64(rng.IntN(4)) // the clock steps back; the key follows at its next use
+			st.Admit(3, "k", at(now), 1<<40, 1, true)
 		case r == 0:
 			now += int64(rng.IntN(2))
 		case r < 4:
