@@ -326,6 +326,13 @@ func TestClockBackMoreThanAWindowRebases(t *testing.T) {
 	assert.Equal(t, int64(10), sent[0].Window)
 	assert.Equal(t, uint64(6), sent[0].Count)
 	assert.NotZero(t, sent[0].Changed&OwnChanged)
+
+	// A count decided elsewhere (a shared paced key) moves back the same way.
+	h := st.Hash(0, "c")
+	require.True(t, st.CountHashed(h, 0, "c", at(14), 2))
+	require.True(t, st.CountHashed(h, 0, "c", at(10), 1))
+	_, c = totals(st, 0, "c", 10)
+	assert.Equal(t, uint64(3), c)
 }
 
 // TestFloodDoesNotEvictHotKey fills a small store with random keys while a
