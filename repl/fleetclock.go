@@ -23,9 +23,10 @@ import (
 // the estimates (each errs low by about a one-way latency).
 //
 // Only the node core's time is corrected: the Core keeps the runtime's clock
-// for its own timers, its liveness and the offsets it measures (heartbeats
-// carry that clock in SentAt), so a change of the correction moves no timer
-// and feeds nothing back into the measurement. The Core applies the
+// for its own timers, its liveness and the offsets it measures (every
+// message it sends carries that clock in SentAt, the node core's batches
+// too), so a change of the correction moves no timer and feeds nothing back
+// into the measurement. The Core applies the
 // correction to every time it hands its Node (fleetNode, below); the
 // runtime applies ClockCorrection where it hands the node core time itself
 // (decisions, the node's Tick): gossip.Options.FleetClock in the daemon,
