@@ -71,6 +71,8 @@ func (sh *shard) merge(s *Store, h uint64, rule RuleID, key string, nowIndex, wi
 	sl := &sh.slots[i]
 	if nowIndex > sl.win {
 		sh.roll(i, sl, nowIndex)
+	} else if nowIndex < sl.win-1 {
+		sh.rebase(i, sl, nowIndex) // the clock went back more than a window
 	}
 	if win < sl.win-1 {
 		return Stale

@@ -28,8 +28,9 @@ import (
 // deciding nothing: the count of an admission decided elsewhere (a shared
 // paced key's TAT). A key the store has no room for is counted in its
 // rule's counter of keys without room; CountHashed reports whether the key
-// had room. If now lies before the key's current window (the clock went
-// backwards) the cost is counted in the key's current window.
+// had room. If now lies a window before the key's current window (the
+// clock went backwards) the cost is counted in the key's current window;
+// further back, the key moves back to now's window first, as in Admit.
 func (s *Store) CountHashed(h uint64, rule RuleID, key string, now Now, cost uint64) bool {
 	sh := s.shardOf(h)
 	sh.mu.Lock()
@@ -53,6 +54,8 @@ func (sh *shard) countOwn(s *Store, h uint64, rule RuleID, key string, now Now, 
 	sl := &sh.slots[i]
 	if now.Index > sl.win {
 		sh.roll(i, sl, now.Index)
+	} else if now.Index < sl.win-1 {
+		sh.rebase(i, sl, now.Index) // the clock went back more than a window
 	}
 	sl.own[1] = satAdd(sl.own[1], cost)
 	sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)

@@ -131,6 +131,54 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 	sh.setSide(i, es)
 }
 
+// rebase moves slot i back to window target < sl.win-1: the clock went back
+// by more than a window (a node's time stepped back, to the clock its fleet
+// agreed or by a clock step). Both of the slot's windows then lie wholly
+// ahead of now, where the other replicas refuse this replica's counts as
+// ahead and this one refuses theirs as stale until its clock catches up:
+// each would count alone. The own counts of those windows were admitted at
+// most the step ago, so they are counted again in the target window (the
+// entries already sent stay where they were: a G-counter is only ever
+// raised, and counting them twice errs towards refusing); the remote
+// entries outside the target's live windows are dropped as a roll drops
+// them, and so is the key's hot entry. The caller holds sh.mu.
+func (sh *shard) rebase(i int32, sl *slot, target int64) {
+	own := satAdd(sl.own[0], sl.own[1])
+	if sl.flags&flagHot != 0 {
+		sh.dropHot(i, sl)
+	}
+	prev := sl.win
+	sl.win = target
+	sh.now[sl.rule] = min(sh.now[sl.rule], target) // eviction: the slot is live
+	sl.own = [2]uint64{0, own}
+	sl.other = [2]uint64{}
+	sl.mark = 0
+	if sl.flags&flagSide != 0 {
+		old := sh.side.get(i)
+		es := old[:0]
+		for _, e := range old {
+			w := e.win(prev)
+			if w < target-1 || w > target+1 {
+				continue
+			}
+			es = append(es, e)
+			if k := w - (target - 1); k == 0 || k == 1 {
+				sl.other[k] = satAdd(sl.other[k], e.count)
+			}
+		}
+		if len(es) == 0 {
+			sh.side.del(i)
+			sl.flags &^= flagSide
+		} else {
+			sh.setSide(i, es)
+		}
+	}
+	sl.dirty &^= dirtyAll
+	if own > 0 {
+		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
+	}
+}
+
 // markDirty sets bits of slot i's dirty marks and lists the slot for Flush;
 // the caller holds sh.mu.
 func (sh *shard) markDirty(i int32, sl *slot, bits uint8) {

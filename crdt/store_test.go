@@ -165,7 +165,8 @@ func totals(st *Store, rule RuleID, key string, now int64) (prev, curr uint64) {
 }
 
 // TestHotPathSumsMatchReplicas checks that the hot-path sums a decision uses
-// (own + others) equal the per-replica view after random merges and rolls.
+// (own + others) equal the per-replica view after random merges, rolls and
+// clock steps back of several windows.
 func TestHotPathSumsMatchReplicas(t *testing.T) {
 	rng := seeded(t, 7)
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2})
@@ -173,6 +174,9 @@ func TestHotPathSumsMatchReplicas(t *testing.T) {
 	now := int64(50)
 	for step := 0; step < 2000; step++ {
 		switch r := rng.IntN(10); {
+		case r == 0 && rng.IntN(8) == 0:
+			now -= 2 + int64(rng.IntN(4)) // the clock steps back; the key follows at its next use
+			st.Admit(3, "k", at(now), 1<<40, 1, true)
 		case r == 0:
 			now += int64(rng.IntN(2))
 		case r < 4:
@@ -297,6 +301,38 @@ func TestClockBackwardsCountsForward(t *testing.T) {
 	assert.True(t, r.Allowed)
 	_, c := totals(st, 0, "k", 10)
 	assert.Equal(t, uint64(6), c, "counted in the key's current window, never moved back")
+}
+
+// A clock that goes back more than a window (a node stepping back to the
+// clock its fleet agreed) moves the key back with it: the own counts made
+// ahead count in the current window, the other replicas' counts of it are
+// merged instead of refused as stale, and the next flush sends the own
+// count of the current window.
+func TestClockBackMoreThanAWindowRebases(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1)})
+	st.Admit(0, "k", at(14), 100, 5, true) // 4 windows ahead of the fleet
+	st.Flush(func(FlushEntry) {})
+	other, ok := st.Intern(rep("other", 1))
+	require.True(t, ok)
+	assert.Equal(t, Merged, st.Merge(0, "k", 10, 10, other, 7), "the fleet's window is live again")
+	r := st.Admit(0, "k", at(10), 100, 1, true)
+	assert.True(t, r.Allowed)
+	assert.InDelta(t, 5+7, r.Estimate, 1e-9, "the counts made ahead and the other replica's")
+	_, c := totals(st, 0, "k", 10)
+	assert.Equal(t, uint64(5+1+7), c)
+	var sent []FlushEntry
+	st.Flush(func(e FlushEntry) { sent = append(sent, e) })
+	require.Len(t, sent, 1)
+	assert.Equal(t, int64(10), sent[0].Window)
+	assert.Equal(t, uint64(6), sent[0].Count)
+	assert.NotZero(t, sent[0].Changed&OwnChanged)
+
+	// A count decided elsewhere (a shared paced key) moves back the same way.
+	h := st.Hash(0, "c")
+	require.True(t, st.CountHashed(h, 0, "c", at(14), 2))
+	require.True(t, st.CountHashed(h, 0, "c", at(10), 1))
+	_, c = totals(st, 0, "c", 10)
+	assert.Equal(t, uint64(3), c)
 }
 
 // TestFloodDoesNotEvictHotKey fills a small store with random keys while a

@@ -111,7 +111,7 @@ func (c *Core) checkDrift(now int64, p *peer, d *crdt.Delta) {
 	c.takeOffsets(p, d)
 	if dr.n > 0 {
 		c.markClockOff(p)
-		c.updateCorrection()
+		c.updateCorrection(now)
 	}
 	skewed := dr.n > 0 && abs(dr.offset()) > int64(c.node.MaxSkew())
 	changed := skewed != dr.skewed

@@ -23,9 +23,10 @@ import (
 // the estimates (each errs low by about a one-way latency).
 //
 // Only the node core's time is corrected: the Core keeps the runtime's clock
-// for its own timers, its liveness and the offsets it measures (heartbeats
-// carry that clock in SentAt), so a change of the correction moves no timer
-// and feeds nothing back into the measurement. The Core applies the
+// for its own timers, its liveness and the offsets it measures (every
+// message it sends carries that clock in SentAt, the node core's batches
+// too), so a change of the correction moves no timer and feeds nothing back
+// into the measurement. The Core applies the
 // correction to every time it hands its Node (fleetNode, below); the
 // runtime applies ClockCorrection where it hands the node core time itself
 // (decisions, the node's Tick): gossip.Options.FleetClock in the daemon,
@@ -69,17 +70,39 @@ const maxCorrection = int64(10 * time.Minute)
 // the time it hands its Node.
 func (c *Core) ClockCorrection() time.Duration { return time.Duration(c.corr) }
 
-// updateCorrection recomputes the correction from the PoPs' offsets.
-func (c *Core) updateCorrection() {
+// updateCorrection recomputes the correction from the PoPs' offsets at now.
+//
+// At a start the PoPs are heard one by one, and the median of the first
+// few heard can be any of them (a node of fra that has heard the two us
+// PoPs 4s ahead but not ams yet would step 4s ahead). A node counts in the
+// windows of the clock it decides on, and a key counted ahead stays there
+// until that clock catches up (crdt's shard.rebase moves it back when the
+// clock goes back more than a window, with what it counted): so while
+// expected PoPs (Settings.ExpectedPoPs) are unheard, for at most a peer
+// timeout after the start, the correction changes only when the median is
+// the same, within correctionStep, wherever their clocks are.
+func (c *Core) updateCorrection(now int64) {
 	offs := append(c.corrScratch[:0], 0) // the own PoP
+	unheard := 0
 	for _, p := range c.peers.m {
 		if p.drift.n > 0 {
 			offs = append(offs, p.drift.fleetOffset())
+		} else if p.expected {
+			unheard++
 		}
 	}
 	c.corrScratch = offs
 	slices.Sort(offs)
-	corr := offs[(len(offs)-1)/2] // the lower median
+	if now-c.startedAt > int64(c.cfg.PeerTimeout) {
+		unheard = 0 // silent: left out, as a PoP that fell silent is not
+	}
+	// The lower median of the offsets and the unheard ones: offs[m-unheard]
+	// with them all behind, offs[m] with them all ahead.
+	m := (len(offs) + unheard - 1) / 2
+	if m-unheard < 0 || m >= len(offs) || offs[m]-offs[m-unheard] > correctionStep {
+		return
+	}
+	corr := offs[m]
 	if abs(corr) < minCorrection {
 		corr = 0
 	}
@@ -172,14 +195,32 @@ var (
 )
 
 func (f fleetNode) FlushTo(now int64, owns func(key string) bool, local bool) pop.Batch {
-	return f.Node.FlushTo(now+*f.corr, owns, local)
+	return sentAt(f.Node.FlushTo(now+*f.corr, owns, local), now)
 }
 
 func (f fleetNode) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) pop.Batch {
-	return f.Node.AntiEntropyPart(now+*f.corr, owns, part, parts)
+	return sentAt(f.Node.AntiEntropyPart(now+*f.corr, owns, part, parts), now)
 }
 
-func (f fleetNode) State(now int64) []crdt.Delta { return f.Node.State(now + *f.corr) }
+// sentAt dates the batch's deltas at now, the Core's clock, as the Core
+// dates its own messages: receivers take a message's age (net of the
+// sender's offset), and a speaker the slot of a member's totals, from
+// SentAt on that clock. Dated on the fleet clock, a corrected node's
+// messages looked its correction old to the others (clamped to
+// PeerTimeout: their near-limit split then counted it as slow), and its
+// members' totals missed its speeches.
+func sentAt(b pop.Batch, now int64) pop.Batch {
+	b.Local.SentAt, b.PoP.SentAt = now, now
+	return b
+}
+
+func (f fleetNode) State(now int64) []crdt.Delta {
+	st := f.Node.State(now + *f.corr)
+	for i := range st {
+		st[i].SentAt = now
+	}
+	return st
+}
 
 func (f fleetNode) ApplyFrom(now int64, d *crdt.Delta, via pop.Scope, from *crdt.InternCache) pop.ApplyStats {
 	return f.Node.ApplyFrom(now+*f.corr, d, via, from)

@@ -44,8 +44,9 @@ type Settings struct {
 	// cut off knows whom it misses. When the list is set, only these PoPs
 	// count as partitioned: others are replicated when heard, but their
 	// silence cuts no share (a message on an invented PoP's subject cannot
-	// cut the share policy's limits). The node's own PoP is ignored. Empty
-	// (the default): every PoP heard counts.
+	// cut the share policy's limits). At a start the fleet clock waits for
+	// them too, for at most PeerTimeout (fleetclock.go). The node's own PoP
+	// is ignored. Empty (the default): every PoP heard counts.
 	ExpectedPoPs []string `yaml:"expected_pops"`
 	// ForgetAfter is how long a remote PoP that is not expected may stay
 	// silent before it is forgotten (from the unheard set, status and

@@ -61,15 +61,6 @@ func (e *engine) buildActions() error {
 		}
 	}
 	sort.SliceStable(e.actions, func(i, j int) bool { return e.actions[i].at < e.actions[j].at })
-	// Clocks skewed from the start are skewed before anything happens.
-	for _, a := range e.actions {
-		if a.at == 0 && a.kind == actSkew {
-			for _, n := range a.nodes {
-				e.nodes[n].skew = a.offset
-			}
-		}
-	}
-
 	// Replay the actions on a shadow of the fault state to find the phases.
 	blocked := 0
 	down := make([]bool, len(e.nodes))

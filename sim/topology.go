@@ -50,6 +50,15 @@ func (e *engine) buildTopology() error {
 			}
 		}
 	}
+	// Clocks skewed from the start are skewed before the nodes start, so
+	// that nothing, a node's first heartbeat included, is on true time.
+	for _, ev := range e.sc.Events {
+		if ev.At == 0 && ev.ClockSkew != nil {
+			for _, n := range e.nodesOf([]string{ev.ClockSkew.Node}) {
+				e.nodes[n].skew = int64(ev.ClockSkew.Offset)
+			}
+		}
+	}
 	for _, nd := range e.nodes {
 		if err := e.start(nd, 0); err != nil {
 			return err
