@@ -102,10 +102,6 @@ func (c *Core) updateAllowance(now int64, force bool) {
 					h += popH
 				}
 			}
-			if c.regionVoices() {
-				// Through the region's voice: its flush slot and speaker.
-				h += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
-			}
 			ga.Horizon = time.Duration(max(h, popH))
 		}
 	}

@@ -332,7 +332,9 @@ func (f fleetNode) SetRegionVoice(on bool, epoch uint64) {
 // FlushRegion forwards to the node core when it can speak for its region.
 func (f fleetNode) FlushRegion(now int64, owns func(key string) bool) crdt.Delta {
 	if rv, ok := f.Node.(RegionVoicer); ok {
-		return rv.FlushRegion(now+*f.corr, owns)
+		d := rv.FlushRegion(now+*f.corr, owns)
+		d.SentAt = now // the Core's clock, as sentAt dates the batches
+		return d
 	}
 	return crdt.Delta{}
 }
@@ -341,7 +343,9 @@ func (f fleetNode) FlushRegion(now int64, owns func(key string) bool) crdt.Delta
 // its region.
 func (f fleetNode) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) crdt.Delta {
 	if rv, ok := f.Node.(RegionVoicer); ok {
-		return rv.RegionAntiEntropyPart(now+*f.corr, owns, part, parts)
+		d := rv.RegionAntiEntropyPart(now+*f.corr, owns, part, parts)
+		d.SentAt = now
+		return d
 	}
 	return crdt.Delta{}
 }
