@@ -175,6 +175,10 @@ func (e *engine) deliver(nd *simNode, ev *event, t int64) {
 				// Counts only: heartbeats' rule fingerprints and sync
 				// requests' control entries are bytes, not entries.
 				e.inbound.entries += uint64(len(ev.d.Entries))
+				if e.pops[ev.from].regionIdx != e.pops[nd.pop].regionIdx {
+					e.inboundFar.messages++
+					e.inboundFar.entries += uint64(len(ev.d.Entries))
+				}
 			}
 			e.inbound.bytes += uint64(ev.size)
 		}
