@@ -32,6 +32,7 @@ type Core struct {
 	// its computation's buffer.
 	corr        int64
 	corrScratch []int64
+	corrHeld    bool // unheard expected PoPs held its last computation
 
 	// The periodic anti-entropy round under way: part aePart of aeParts is
 	// due at aePartAt(aePart); aePart == aeParts when none is.
