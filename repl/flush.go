@@ -98,7 +98,7 @@ func (c *Core) speak(now int64) {
 	}
 	if (len(c.speech) > 0 || len(c.speechBlk) > 0) && c.epoch != 0 {
 		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
-		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &d})
+		c.publish(&d, false)
 	}
 	c.speakRegion(now) // region.go
 	c.speech, c.speechBlk, c.speakAt = nil, nil, 0
@@ -140,7 +140,7 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 	}
 	// Late, or from a member whose clock is off: on its own.
 	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries, Blocks: blocks}
-	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &late})
+	c.publish(&late, false)
 	return true
 }
 
@@ -203,6 +203,17 @@ func (c *Core) emitBatch(b *pop.Batch, reliable, global bool) {
 	}
 	if global && c.cfg.GlobalLink && hasContent(&b.PoP) {
 		d := b.PoP
-		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: &d})
+		c.publish(&d, reliable)
+	}
+}
+
+// publish queues the PoP's totals d to the other PoPs. With region voices
+// they reach only the PoPs of the region, and the penalty blocks among
+// them go on the region link too, to every PoP (region.go).
+func (c *Core) publish(d *crdt.Delta, reliable bool) {
+	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: d})
+	if c.regionVoices() && len(d.Blocks) > 0 {
+		bd := crdt.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch, Blocks: d.Blocks}
+		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Reliable: reliable, Delta: &bd})
 	}
 }

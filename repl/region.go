@@ -253,9 +253,17 @@ func (c *Core) regionAE(now int64, part, parts int) {
 	}
 }
 
-// stepRegion takes region totals published by PoP m.From's region.
+// stepRegion takes region totals published by PoP m.From's region, or the
+// penalty blocks of PoP m.From of another region.
 func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 	d := m.Delta
+	if d.Sender.IsPoP() && !d.Sender.IsRegion() && d.Sender.PoPID == m.From && len(d.Entries) == 0 && len(d.Blocks) > 0 {
+		// A PoP's penalty blocks, sent to every PoP (Core.publish).
+		if m.From != c.selfPoP && c.regionVoices() && m.From.Region != c.selfPoP.Region {
+			res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+		}
+		return
+	}
 	if !d.Sender.IsRegion() || d.Sender.Region != m.From.Region || m.From == c.selfPoP || d.Sender.Incarnation == 0 {
 		res.Forged = true
 		return

@@ -4,7 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
 )
 
 // regionCore returns a started Core of node r (alone in its PoP) with
@@ -219,4 +223,51 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// With region voices a PoP's penalty blocks go to every PoP on the region
+// link (its totals reach only its region), and a node takes another
+// region's PoP's blocks from there; counts on that link from a PoP's
+// replica are refused.
+func TestRegionVoicesCarryBlocks(t *testing.T) {
+	n, err := pop.New(pop.Config{Self: ams1, Rules: []pop.Rule{
+		{Name: "api", Limit: 10, Window: ruleWindow, Cost: 1, Scope: pop.ScopeGlobal, BlockFor: time.Minute},
+	}})
+	require.NoError(t, err)
+	s := DefaultSettings()
+	s.RegionVoices = true
+	c, err := New(Config{Node: n, GlobalLink: true, Settings: s})
+	require.NoError(t, err)
+	now := t0
+	c.Tick(now)
+	c.Ready()
+	until := now + int64(time.Minute)
+
+	blocks := crdt.Delta{Sender: crdt.PoPReplica(usIad, 3), SentAt: now, Epoch: 3, Blocks: []crdt.Block{{Rule: "api", Key: "bad", Until: until}}}
+	if r := c.Step(now, Message{Link: LinkRegion, Kind: KindDelta, From: usIad, Delta: &blocks}); r.Forged || r.Applied.Blocks.Merged != 1 {
+		t.Fatalf("us/iad's blocks: %+v", r)
+	}
+	require.Equal(t, until, n.BlockedUntil(now, "api", "bad"))
+
+	// This node's own block goes out on both links.
+	for range 12 { // the 11th is refused and blocks the key
+		_, err = n.Decide(now, "api", "me", 1)
+		require.NoError(t, err)
+	}
+	require.NotZero(t, n.BlockedUntil(now, "api", "me"))
+	now += int64(100 * time.Millisecond)
+	c.Tick(now)
+	links := map[Link]bool{}
+	for _, m := range c.Ready() {
+		if len(m.Delta.Blocks) > 0 {
+			links[m.Link] = true
+		}
+	}
+	assert.Equal(t, map[Link]bool{LinkGlobal: true, LinkRegion: true}, links)
+
+	counts := countsFrom(usIad, now, "k", 5)
+	counts.Link = LinkRegion
+	if r := c.Step(now, counts); !r.Forged {
+		t.Fatalf("a PoP's counts on the region link: %+v, want forged", r)
+	}
 }
