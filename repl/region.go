@@ -425,6 +425,13 @@ func (c *Core) stateRegion(now int64, m Message, res *StepResult) {
 // Not on a cold start, which has no history.
 func (c *Core) askFormerRegion(now int64) {
 	if !c.cfg.ColdStart || c.partVersion > 0 {
+		if c.syncing {
+			// The startup sync waits for the answers to this request:
+			// the markers of the requests before it came without them.
+			for _, p := range c.peers.m {
+				p.marked = 0
+			}
+		}
 		c.askSync(now)
 	}
 }
