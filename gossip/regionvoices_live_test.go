@@ -1,0 +1,215 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/repl"
+)
+
+// rvPoP is one PoP of a region-voices topology: its region's index in the
+// super-cluster, its name and its number of nodes (memberlist inside).
+type rvPoP struct {
+	region int
+	name   string
+	nodes  int
+}
+
+// rvNode is one node of it, with a tap on what NATS hands it.
+type rvNode struct {
+	*member
+	region int
+	tap    *recvTap
+}
+
+// recvTap counts what the global transport hands a node, by the sending
+// PoP's region (own or other) and transport kind. It wraps the
+// Replicator's Handler: it sees exactly what the node receives.
+type recvTap struct {
+	Handler
+	own string // the node's region
+
+	mu     sync.Mutex
+	counts map[tapKey]int
+	froms  map[crdt.PoPID]bool // PoPs of other regions whose deltas arrived
+}
+
+type tapKey struct {
+	other bool // from another region
+	kind  Kind
+}
+
+func (tp *recvTap) Receive(from crdt.PoPID, kind Kind, b []byte) {
+	tp.mu.Lock()
+	k := tapKey{other: from.Region != tp.own, kind: kind}
+	tp.counts[k]++
+	if k.other && kind == KindDelta {
+		tp.froms[from] = true
+	}
+	tp.mu.Unlock()
+	tp.Handler.Receive(from, kind, b)
+}
+
+// snapshot returns a copy of the counts.
+func (tp *recvTap) snapshot() map[tapKey]int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	out := make(map[tapKey]int, len(tp.counts))
+	for k, v := range tp.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// startRVNodes starts the PoPs of topo on super-cluster c with region
+// voices set to voices: a PoP's first node joins nobody, its others join
+// the first over memberlist; every node reaches NATS through its region's
+// server. It waits until every node hears every other PoP.
+func startRVNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster, voices bool, flush time.Duration, topo ...rvPoP) []*rvNode {
+	t.Helper()
+	var expected []crdt.PoPID
+	for _, p := range topo {
+		expected = append(expected, crdt.PoPID{Region: c.Names[p.region], PoP: p.name})
+	}
+	var out []*rvNode
+	for k, p := range topo {
+		id := expected[k]
+		var first *rvNode
+		for i := range p.nodes {
+			name := fmt.Sprintf("%s-%d", p.name, i+1)
+			n := newNode(t, id.Region, id.PoP, name, testRules())
+			o := Options{Settings: repl.Settings{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, RegionVoices: voices}}
+			o.ExpectedPoPs = popNames(expected...)
+			if p.nodes > 1 {
+				var join []string
+				if first != nil {
+					join = []string{mlAddr(first.member)}
+				}
+				o.PoP = MemberlistConnect(MemberlistConfig{Self: id, Name: repl.MemberName(n.Self()), Bind: "127.0.0.1:0", Join: join, ProbeInterval: 200 * time.Millisecond})
+			}
+			tap := &recvTap{own: id.Region, counts: map[tapKey]int{}, froms: map[crdt.PoPID]bool{}}
+			connect := NATSConnect(NATSConfig{Self: id, Name: name, URL: c.ClientURL(p.region), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second, RegionVoices: voices})
+			o.Global = func(h Handler) (Transport, error) {
+				tap.Handler = h
+				return connect(tap)
+			}
+			rn := &rvNode{member: startMember(t, ctx, n, o), region: p.region, tap: tap}
+			if first == nil {
+				first = rn
+			}
+			out = append(out, rn)
+		}
+	}
+	require.Eventually(t, func() bool {
+		for _, n := range out {
+			if len(n.rep.Partitioned()) != 0 || len(n.rep.Members()) != popSize(topo, n.id)-1 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, poll, "every PoP hears every other, every member its PoP")
+	return out
+}
+
+func popSize(topo []rvPoP, id crdt.PoPID) int {
+	for _, p := range topo {
+		if p.name == id.PoP {
+			return p.nodes
+		}
+	}
+	return 0
+}
+
+// waitVoices waits until each region has one voice PoP, the first of the
+// region by name, which every node of the region agrees on, under one
+// region epoch per region.
+func waitVoices(t testing.TB, nodes []*rvNode) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		first := map[string]string{}
+		for _, n := range nodes {
+			if f, ok := first[n.id.Region]; !ok || n.id.PoP < f {
+				first[n.id.Region] = n.id.PoP
+			}
+		}
+		epochs := map[string]uint64{}
+		for _, n := range nodes {
+			st := n.rep.Status()
+			if st.RegionEpoch == 0 || st.RegionVoice != (n.id.PoP == first[n.id.Region]) {
+				return false
+			}
+			if e, ok := epochs[n.id.Region]; ok && e != st.RegionEpoch {
+				return false
+			}
+			epochs[n.id.Region] = st.RegionEpoch
+		}
+		return true
+	}, 20*time.Second, poll, "one voice per region, one region epoch")
+}
+
+// rvTopology is three regions with two PoPs in eu (one of two nodes, the
+// region's voice) and us, one in ap.
+var rvTopology = []rvPoP{{0, "eu1", 2}, {0, "eu2", 1}, {1, "us1", 1}, {1, "us2", 1}, {2, "ap1", 1}}
+
+// TestRegionVoicesConverge counts one global key in every PoP of three
+// regions with region voices on: every node of every region converges to
+// the exact total, other regions' counts reaching it only as region
+// totals, and no node hears a PoP total of another region.
+func TestRegionVoicesConverge(t *testing.T) {
+	c := gossiptest.StartSuperCluster(t, "eu", "us", "ap")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nodes := startRVNodes(t, ctx, c, true, 20*time.Millisecond, rvTopology...)
+	waitVoices(t, nodes)
+	var admitted uint64
+	for round := range 3 {
+		for i, n := range nodes {
+			for range i + 1 + round {
+				d, err := n.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				admitted++
+			}
+		}
+		require.Eventually(t, func() bool {
+			for _, n := range nodes {
+				if total(n.node, "api", "k") != admitted {
+					return false
+				}
+			}
+			return true
+		}, 20*time.Second, poll, "round %d: every node holds the exact total %d", round, admitted)
+	}
+	for _, n := range nodes {
+		v, err := n.node.View(time.Now().UnixNano(), "api", "k")
+		require.NoError(t, err)
+		for _, w := range v.Windows {
+			for r := range w.Replicas {
+				rep, err := crdt.ParseReplica(r)
+				require.NoError(t, err, r)
+				if rep.Region != n.id.Region {
+					assert.True(t, rep.IsRegion(), "%s holds %s: another region's counts only as its region's", n.name, r)
+				}
+			}
+		}
+		assert.Empty(t, n.tap.froms, "%s: PoP totals of another region arrived", n.name)
+		for _, st := range n.rep.Stats() {
+			assert.Zero(t, st.Forged, "%s %s", n.name, st.Scope)
+			assert.Zero(t, st.DecodeErrors, "%s %s", n.name, st.Scope)
+		}
+		// Region totals are counted on a scope of their own, with their lag.
+		st := n.rep.Stats()
+		rs := st[len(st)-1]
+		require.Equal(t, "region", rs.Scope, n.name)
+		assert.NotZero(t, rs.MessagesReceived, n.name)
+		assert.NotZero(t, rs.LagCount, n.name)
+	}
+}
