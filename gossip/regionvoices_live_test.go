@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -212,4 +213,121 @@ func TestRegionVoicesConverge(t *testing.T) {
 		assert.NotZero(t, rs.MessagesReceived, n.name)
 		assert.NotZero(t, rs.LagCount, n.name)
 	}
+}
+
+// TestRegionVoicesInterRegionMessages counts, over a span of flush
+// intervals with every PoP counting one global key at every flush, the
+// messages one node receives from other regions. With region voices on,
+// the deltas among them are region totals, one per other region and flush
+// interval at most (inter-region delta messages per flush interval =
+// regions - 1 per receiving node), and no PoP total of another region
+// arrives; heartbeats stay one stream per PoP and are counted apart. The
+// same run with region voices off shows the deltas growing with the other
+// regions' PoPs instead.
+func TestRegionVoicesInterRegionMessages(t *testing.T) {
+	const flush = 50 * time.Millisecond
+	const rounds = 40
+	// Three regions of seven PoPs; the node counted is us/us2, a PoP that is
+	// not its region's voice, and us/us1, the voice.
+	topo := []rvPoP{{0, "eu1", 1}, {0, "eu2", 1}, {0, "eu3", 1}, {1, "us1", 1}, {1, "us2", 1}, {2, "ap1", 1}, {2, "ap2", 1}}
+	const regions = 3
+	perInterval, gwPerInterval := map[bool]float64{}, map[bool]float64{}
+	for _, voices := range []bool{true, false} {
+		t.Run(fmt.Sprintf("region_voices=%v", voices), func(t *testing.T) {
+			c := gossiptest.StartSuperCluster(t, "eu", "us", "ap")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			nodes := startRVNodes(t, ctx, c, voices, flush, topo...)
+			if voices {
+				waitVoices(t, nodes)
+			}
+			var counted []*rvNode
+			for _, n := range nodes {
+				if n.id.Region == "us" {
+					counted = append(counted, n)
+				}
+			}
+			var admitted uint64
+			round := func() {
+				for _, n := range nodes {
+					d, err := n.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+					require.NoError(t, err)
+					require.True(t, d.Allowed)
+					admitted++
+				}
+				// One flush interval per round: the counted node flushed.
+				f := flushes(counted[1].member)
+				require.Eventually(t, func() bool { return flushes(counted[1].member) > f }, 5*time.Second, poll, "a flush")
+			}
+			converged := func() bool {
+				for _, n := range nodes {
+					if total(n.node, "api", "k") != admitted {
+						return false
+					}
+				}
+				return true
+			}
+			round()
+			require.Eventually(t, converged, 20*time.Second, poll, "warm-up converged")
+			gwBefore := gatewayOutMsgs(t, c, 0, "us")
+			before := make([]map[tapKey]int, len(counted))
+			for i, n := range counted {
+				before[i] = n.tap.snapshot()
+			}
+			start := time.Now()
+			for range rounds {
+				round()
+			}
+			span := time.Since(start)
+			intervals := float64(span) / float64(flush)
+			gw := gatewayOutMsgs(t, c, 0, "us") - gwBefore
+			t.Logf("gateway eu -> us carried %d messages (%.2f per flush interval; region eu has 3 PoPs)", gw, float64(gw)/intervals)
+			gwPerInterval[voices] = float64(gw) / intervals
+			require.Eventually(t, converged, 20*time.Second, poll, "converged")
+			for i, n := range counted {
+				after := n.tap.snapshot()
+				diff := func(k tapKey) int { return after[k] - before[i][k] }
+				deltas := diff(tapKey{true, KindDelta})
+				region := diff(tapKey{true, KindRegion})
+				hbs := diff(tapKey{true, KindHeartbeat})
+				other := diff(tapKey{true, KindSync}) + diff(tapKey{true, KindState})
+				t.Logf("%s (%s): over %s = %.1f flush intervals of %s, from other regions: %d region totals (%.2f per interval), %d PoP deltas (%.2f per interval), %d heartbeats (%.2f per interval, one stream per PoP), %d sync/state; %d regions, %d PoPs in other regions",
+					n.name, map[bool]string{true: "region voices on", false: "region voices off"}[voices], span.Round(time.Millisecond), intervals, flush,
+					region, float64(region)/intervals, deltas, float64(deltas)/intervals, hbs, float64(hbs)/intervals, other, regions, 5)
+				if voices {
+					assert.Zero(t, deltas, "%s: no PoP delta of another region", n.name)
+					assert.Empty(t, n.tap.froms, "%s: no PoP delta of another region", n.name)
+					assert.NotZero(t, region, "%s: region totals arrive", n.name)
+					// One per other region and flush interval at most (the span
+					// may take in a slot more at either end).
+					assert.LessOrEqual(t, float64(region), (regions-1)*(intervals+2), "%s: region totals per flush interval", n.name)
+				} else {
+					assert.Zero(t, region, "%s: no region totals with region voices off", n.name)
+					assert.NotZero(t, deltas, "%s: PoP deltas from other regions", n.name)
+				}
+				if i == 1 {
+					perInterval[voices] = float64(region+deltas) / intervals
+				}
+			}
+		})
+	}
+	if len(perInterval) == 2 {
+		t.Logf("inter-region delta messages per flush interval at us/us2: %.2f with region voices (regions - 1 = %d), %.2f without (PoPs of other regions = 5)",
+			perInterval[true], regions-1, perInterval[false])
+		assert.Less(t, perInterval[true], perInterval[false], "region voices send fewer inter-region deltas")
+		t.Logf("gateway eu -> us: %.2f messages per flush interval with region voices, %.2f without", gwPerInterval[true], gwPerInterval[false])
+		assert.Less(t, gwPerInterval[true], gwPerInterval[false], "the gateways carry fewer messages")
+	}
+}
+
+// gatewayOutMsgs returns the messages region from's server has sent on its
+// outbound gateway connection to region to.
+func gatewayOutMsgs(t testing.TB, c *gossiptest.SuperCluster, from int, to string) int64 {
+	t.Helper()
+	gz, err := c.Servers[from].Gatewayz(&server.GatewayzOptions{Name: to})
+	require.NoError(t, err)
+	g := gz.OutboundGateways[to]
+	require.NotNil(t, g, "outbound gateway to %s", to)
+	require.NotNil(t, g.Connection, "outbound gateway to %s", to)
+	return g.Connection.OutMsgs
 }
