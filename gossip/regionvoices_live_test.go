@@ -331,3 +331,53 @@ func gatewayOutMsgs(t testing.TB, c *gossiptest.SuperCluster, from int, to strin
 	require.NotNil(t, g.Connection, "outbound gateway to %s", to)
 	return g.Connection.OutMsgs
 }
+
+// TestRegionVoicesForgedRegionTotals publishes by hand, on the region
+// subject of us/iad, totals that claim to be another region's (and a PoP's,
+// and a region's of no epoch): a PoP can speak only for its own region, so
+// each is refused and counted as forged on the region scope, and none of
+// their counts is taken. The real region totals still are.
+func TestRegionVoicesForgedRegionTotals(t *testing.T) {
+	c := gossiptest.StartSuperCluster(t, "eu", "us")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nodes := startRVNodes(t, ctx, c, true, 20*time.Millisecond, rvPoP{0, "ams", 1}, rvPoP{1, "iad", 1})
+	waitVoices(t, nodes)
+	ams, iad := nodes[0], nodes[1]
+	_, err := iad.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return total(ams.node, "api", "k") == 1 }, 10*time.Second, poll, "us's totals reach eu")
+
+	nc := attacker(t, c.ClientURL(0))
+	subj := RegionSubject("", iad.id)
+	gossiptest.WaitInterest(t, c.Servers[0], subj)
+	now := time.Now().UnixNano()
+	entries := []crdt.Entry{{Rule: "api", Key: "forged", Window: now / int64(time.Hour), Count: 1000}}
+	forged := []crdt.Replica{
+		crdt.RegionReplica("eu", 7),                    // the receiver's own region
+		crdt.RegionReplica("ap", 7),                    // a third region
+		crdt.PoPReplica(iad.id, 7),                     // a PoP total on the region subject
+		crdt.RegionReplica("us", 0),                    // its own region, without an epoch
+		{PoPID: iad.id, Node: "iad-1", Incarnation: 7}, // a node's own count
+	}
+	regionStats := func() TransportStats {
+		st := ams.rep.Stats()
+		return st[len(st)-1]
+	}
+	base, protocol := regionStats(), ams.rep.Status().Protocol.Forged
+	for _, s := range forged {
+		publish(t, nc, subj, &crdt.Delta{Sender: s, SentAt: now, Epoch: s.Incarnation, Entries: entries})
+	}
+	require.Eventually(t, func() bool { return regionStats().Forged-base.Forged == uint64(len(forged)) }, 10*time.Second, poll, "every forged message counted")
+	rs := regionStats()
+	assert.Equal(t, "region", rs.Scope)
+	assert.EqualValues(t, len(forged), rs.Rejected-base.Rejected, "their entries refused")
+	assert.EqualValues(t, len(forged), ams.rep.Status().Protocol.Forged-protocol)
+	assert.Zero(t, total(ams.node, "api", "forged"), "no forged count taken")
+
+	// The real voice of us still counts.
+	_, err = iad.node.Decide(time.Now().UnixNano(), "api", "k", 1)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return total(ams.node, "api", "k") == 2 }, 10*time.Second, poll, "us's totals still reach eu")
+	assert.EqualValues(t, len(forged), regionStats().Forged-base.Forged)
+}
