@@ -41,6 +41,7 @@ type recvTap struct {
 	mu     sync.Mutex
 	counts map[tapKey]int
 	froms  map[crdt.PoPID]bool // PoPs of other regions whose deltas arrived
+	hbs    map[crdt.PoPID]int  // heartbeats by PoP
 }
 
 type tapKey struct {
@@ -55,8 +56,21 @@ func (tp *recvTap) Receive(from crdt.PoPID, kind Kind, b []byte) {
 	if k.other && kind == KindDelta {
 		tp.froms[from] = true
 	}
+	if kind == KindHeartbeat {
+		if tp.hbs == nil {
+			tp.hbs = map[crdt.PoPID]int{}
+		}
+		tp.hbs[from]++
+	}
 	tp.mu.Unlock()
 	tp.Handler.Receive(from, kind, b)
+}
+
+// heartbeats returns how many heartbeats of PoP from arrived.
+func (tp *recvTap) heartbeats(from crdt.PoPID) int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return tp.hbs[from]
 }
 
 // snapshot returns a copy of the counts.
