@@ -90,6 +90,13 @@ func (tp *recvTap) snapshot() map[tapKey]int {
 // server. It waits until every node hears every other PoP.
 func startRVNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster, voices bool, flush time.Duration, topo ...rvPoP) []*rvNode {
 	t.Helper()
+	return startRVNodesWith(t, ctx, c, voices, flush, nil, topo...)
+}
+
+// startRVNodesWith is startRVNodes with tweak applied to every node's NATS
+// settings (nil: none).
+func startRVNodesWith(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster, voices bool, flush time.Duration, tweak func(*NATSConfig), topo ...rvPoP) []*rvNode {
+	t.Helper()
 	var expected []crdt.PoPID
 	for _, p := range topo {
 		expected = append(expected, crdt.PoPID{Region: c.Names[p.region], PoP: p.name})
@@ -111,7 +118,11 @@ func startRVNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster,
 				o.PoP = MemberlistConnect(MemberlistConfig{Self: id, Name: repl.MemberName(n.Self()), Bind: "127.0.0.1:0", Join: join, ProbeInterval: 200 * time.Millisecond})
 			}
 			tap := &recvTap{own: id.Region, counts: map[tapKey]int{}, froms: map[crdt.PoPID]bool{}}
-			connect := NATSConnect(NATSConfig{Self: id, Name: name, URL: c.ClientURL(p.region), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second, RegionVoices: voices})
+			nc := NATSConfig{Self: id, Name: name, URL: c.ClientURL(p.region), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second, RegionVoices: voices}
+			if tweak != nil {
+				tweak(&nc)
+			}
+			connect := NATSConnect(nc)
 			o.Global = func(h Handler) (Transport, error) {
 				tap.Handler = h
 				return connect(tap)
@@ -394,4 +405,49 @@ func TestRegionVoicesForgedRegionTotals(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return total(ams.node, "api", "k") == 2 }, 10*time.Second, poll, "us's totals still reach eu")
 	assert.EqualValues(t, len(forged), regionStats().Forged-base.Forged)
+}
+
+// TestRegionVoicesLargeFlush: a voice whose region totals of one flush
+// exceed the NATS payload cap splits them into several messages, each
+// under the region's aggregate, and the other region takes every one. The
+// flush timer is off (an hour): the test flushes once by hand.
+func TestRegionVoicesLargeFlush(t *testing.T) {
+	const keys, maxPayload = 3000, 2048
+	c := gossiptest.StartSuperCluster(t, "eu", "us")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nodes := startRVNodesWith(t, ctx, c, true, time.Hour, func(nc *NATSConfig) { nc.MaxPayload = maxPayload },
+		rvPoP{0, "eu1", 1}, rvPoP{1, "us1", 1})
+	waitVoices(t, nodes)
+	eu, us := nodes[0], nodes[1]
+	regionStats := func(n *rvNode) TransportStats {
+		st := n.rep.Stats()
+		return st[len(st)-1]
+	}
+	before := regionStats(eu)
+	now := time.Now().UnixNano()
+	for i := range keys {
+		d, err := eu.node.Decide(now, "api", fmt.Sprintf("key-%05d", i), 1)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	eu.rep.Flush()
+	rs := regionStats(eu)
+	parts, bytes := rs.MessagesSent-before.MessagesSent, rs.BytesSent-before.BytesSent
+	t.Logf("one flush of %d keys' region totals went out in %d messages of at most %d bytes (%d bytes in all)", keys, parts, maxPayload, bytes)
+	assert.Greater(t, parts, uint64(1), "split")
+	assert.GreaterOrEqual(t, parts, bytes/maxPayload, "under the payload cap")
+	assert.Zero(t, rs.SendErrors)
+	require.Eventually(t, func() bool {
+		for i := range keys {
+			if total(us.node, "api", fmt.Sprintf("key-%05d", i)) != 1 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "every key's region total reaches us")
+	ur := regionStats(us)
+	assert.Zero(t, ur.Forged)
+	assert.Zero(t, ur.DecodeErrors)
+	assert.GreaterOrEqual(t, ur.EntriesReceived, uint64(keys))
 }
