@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func TestHubRegionVoices(t *testing.T) {
 	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 100 * time.Millisecond,
 		PeerTimeout: 400 * time.Millisecond, RegionVoices: true}}
 	var ms []*member
+	var foreign atomic.Int64 // PoP totals of another region handed to a node
 	for _, p := range []struct {
 		id    crdt.PoPID
 		nodes int
@@ -44,7 +46,10 @@ func TestHubRegionVoices(t *testing.T) {
 			if p.nodes > 1 {
 				o.PoP = hub.PoP(p.id, name)
 			}
-			o.Global = hub.Global(p.id, name)
+			connect, self := hub.Global(p.id, name), p.id
+			o.Global = func(h gossip.Handler) (gossip.Transport, error) {
+				return connect(&regionTap{Handler: h, self: self, foreign: &foreign})
+			}
 			ms = append(ms, startMember(t, ctx, newNode(t, p.id.Region, p.id.PoP, name, testRules()), o))
 		}
 	}
@@ -73,6 +78,7 @@ func TestHubRegionVoices(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, poll, "every view reaches the exact total %d", admitted)
+	assert.Zero(t, foreign.Load(), "PoP totals of another region delivered")
 	for _, m := range ms {
 		v, err := m.node.View(time.Now().UnixNano(), "api", "k")
 		require.NoError(t, err)
@@ -84,4 +90,18 @@ func TestHubRegionVoices(t *testing.T) {
 			}
 		}
 	}
+}
+
+// regionTap counts the PoP totals of another region a hub hands a node.
+type regionTap struct {
+	gossip.Handler
+	self    crdt.PoPID
+	foreign *atomic.Int64
+}
+
+func (r *regionTap) Receive(from crdt.PoPID, kind gossip.Kind, b []byte) {
+	if kind == gossip.KindDelta && from.Region != r.self.Region {
+		r.foreign.Add(1)
+	}
+	r.Handler.Receive(from, kind, b)
 }

@@ -6,7 +6,7 @@
 //	defer hub.Close()
 //	opts.PoP = hub.PoP(id, "ams-1")       // like gossip.MemberlistConnect
 //	opts.Global = hub.Global(id, "ams-1") // like gossip.NATSConnect
-//	hub.SetRegionVoices(true)             // routes like NATSConfig.RegionVoices
+//	hub.SetRegionVoices(true)             // route as NATSConfig.RegionVoices
 //
 // Production code never imports it.
 package memhub
@@ -45,9 +45,6 @@ type Hub struct {
 	rng     *rand.Rand
 	faults  Faults
 	cut     map[[2]crdt.PoPID]bool // from, to
-	// regionVoices routes PoP totals (KindDelta between PoPs) to the
-	// sender's region only, as gossip.NATS does with region voices on.
-	regionVoices bool
 	eps     map[*endpoint]bool
 	q       deliveryHeap
 	seq     uint64
@@ -55,6 +52,10 @@ type Hub struct {
 	done    chan struct{}
 	stopped sync.WaitGroup
 	closed  bool
+
+	// regionVoices routes PoP totals (KindDelta between PoPs) to the
+	// sender's region only, as gossip.NATS does with region voices on.
+	regionVoices bool
 }
 
 // New returns a Hub whose random faults are drawn from seed.
