@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -120,4 +121,60 @@ func TestMultiRegionExampleRegionVoices(t *testing.T) {
 		assert.Contains(t, string(b), m)
 	}
 	assertMetricsDocumented(t, string(b))
+}
+
+// TestKillSwitchReachesThreeRegionsRegionVoices is the kill switch of
+// TestKillSwitchReachesThreeRegions with region voices on: a rule's mode
+// set at one node of eu reaches every node of every region (modes travel
+// on the region subjects, which the PoP users may publish and subscribe
+// to), and so does the return to the file's mode.
+func TestKillSwitchReachesThreeRegionsRegionVoices(t *testing.T) {
+	const rel = "examples/multi-region"
+	e := gossiptest.CopyExample(t, filepath.Join("..", "..", rel), rel)
+	tok := filepath.Join(t.TempDir(), "api-token")
+	require.NoError(t, os.WriteFile(tok, []byte(killToken+"\n"), 0o600))
+	names := []string{"eu-ams-1", "us-iad-1", "ap-sin-1", "eu-ams-2"} // the NATS hosts first
+	ds := map[string]*daemon{}
+	for _, n := range names {
+		p := e.Path(n + ".yaml")
+		withRegionVoices(t, p)
+		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+		require.NoError(t, err)
+		_, err = f.WriteString("api: {token_file: " + tok + "}\n")
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		ds[n] = startDaemon(t, p)
+	}
+	defer func() {
+		for _, d := range ds {
+			d.stop(t)
+		}
+	}()
+	require.Eventually(t, func() bool {
+		for _, d := range ds {
+			code, body := authDo(t, http.MethodGet, d.api+"/v1/status", "")
+			require.Equal(t, http.StatusOK, code, body)
+			var st struct {
+				RemotePoPs  []struct{ Partitioned bool } `json:"remote_pops"`
+				RegionEpoch uint64                       `json:"region_epoch"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(body), &st))
+			if len(st.RemotePoPs) != 2 || st.RemotePoPs[0].Partitioned || st.RemotePoPs[1].Partitioned || st.RegionEpoch == 0 {
+				return false
+			}
+		}
+		return true
+	}, 15*time.Second, poll, "every region hears the others")
+	for _, rd := range []struct{ from, mode, want string }{{"eu-ams-1", "off", "off"}, {"ap-sin-1", "config", "enforce"}} {
+		code, body := authDo(t, http.MethodPut, ds[rd.from].api+"/v1/rules/api/mode", `{"mode":"`+rd.mode+`"}`)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Eventually(t, func() bool {
+			for _, d := range ds {
+				if m, _ := ruleMode(t, d.api, "api"); m != rd.want {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, poll, "mode %s set at %s reaches every region", rd.mode, rd.from)
+	}
 }
