@@ -4,9 +4,10 @@ import "github.com/geolimit/geolimit/crdt"
 
 // Region voices (repl.Settings.RegionVoices) on the transports between
 // PoPs. One PoP of each region, its voice, publishes the region's totals
-// (repl.LinkRegion) on its own subject <prefix>.region.<region>.<pop>;
-// every node hears them on <prefix>.region.*.*, the subject's PoP vouching
-// for the sender's region as the delta subject's does for its PoP. A PoP's
+// (repl.LinkRegion) on its own subject <prefix>.region.<region>.<pop>, as
+// any PoP does with what must reach every PoP (rules' modes, penalty
+// blocks); every node hears them on <prefix>.region.*.*, the subject's PoP
+// vouching for the sender's region as the delta subject's does for its PoP. A PoP's
 // own totals then need reach only its region: a node subscribes to
 // <prefix>.delta.<own region>.* instead of every region's, so the gateways
 // between regions carry region totals, heartbeats, sync requests and
