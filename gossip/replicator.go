@@ -59,9 +59,11 @@ type Options struct {
 	// transport's name and the receive time minus the sender's flush time.
 	// It must be cheap and safe for concurrent use (a Prometheus histogram).
 	ObserveLag func(transport string, lag time.Duration)
-	// ObserveRegionLag, if set, is called instead of ObserveLag for the
-	// region totals of another region's voice (Settings.RegionVoices), the
-	// same way: their lag includes the hop to the voice inside its region.
+	// ObserveRegionLag, if set, is called instead of ObserveLag for what
+	// arrives on the region link (Settings.RegionVoices: regions' totals
+	// from their voices, and the modes and penalty blocks every PoP sends
+	// to every PoP), the same way. A region total's lag does not include
+	// the hop to its voice inside its region.
 	ObserveRegionLag func(transport string, lag time.Duration)
 	// Logger receives replication events; nil discards them.
 	Logger *slog.Logger

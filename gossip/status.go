@@ -36,8 +36,9 @@ type TransportStats struct {
 	// Transport is "memberlist", "nats" or "hub".
 	Transport string `json:"transport"`
 	// Scope is "pop" (the own PoP's members), "global" (other PoPs) or
-	// "region" (region totals between regions, with region voices on: they
-	// travel on the global transport).
+	// "region" (the region link, with region voices on: regions' totals,
+	// and modes and penalty blocks for every PoP; it shares the global
+	// transport).
 	Scope string `json:"scope"`
 	// MessagesSent, BytesSent: delta and heartbeat messages published.
 	MessagesSent uint64 `json:"messages_sent"`

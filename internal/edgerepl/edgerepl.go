@@ -50,7 +50,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 	if cfg.Replication.RegionVoices {
 		regionLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "geolimit_replication_region_lag_seconds",
-			Help:    "Receive time minus the voice's flush time of other regions' totals (replication.region_voices), by transport.",
+			Help:    "Receive time minus the sender's flush time of messages on the region link (replication.region_voices: regions' totals, modes, penalty blocks), by transport.",
 			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
 		}, []string{"transport"})
 	}
