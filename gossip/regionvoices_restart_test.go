@@ -31,15 +31,6 @@ func startRVNode(t *testing.T, ctx context.Context, c *gossiptest.SuperCluster, 
 	return &rvNode{member: startMember(t, ctx, node, o), region: region, tap: tap}
 }
 
-// skipBug skips a test of a known bug of the protocol, unless
-// GEOLIMIT_RUN_KNOWN_BUGS is set (to see it fail).
-func skipBug(t *testing.T, bug string) {
-	t.Helper()
-	if getenv("GEOLIMIT_RUN_KNOWN_BUGS") == "" {
-		t.Skip(bug)
-	}
-}
-
 func decideN(t *testing.T, n *rvNode, key string, times int) {
 	t.Helper()
 	for range times {
@@ -88,10 +79,6 @@ func TestRegionVoicesRestartLoneRegion(t *testing.T) {
 // region voices off (its PoP's former total, relayed back before the
 // others' markers).
 func TestRegionVoicesRestartLoneRegionSynced(t *testing.T) {
-	skipBug(t, "repl (region voices): the startup sync of a restarted lone PoP of a lone region reports synced before its "+
-		"region's former totals (relayed back under the former region epoch) are in: right after synced it holds none of "+
-		"the 10 its former incarnation admitted (with region voices off it holds them), so /readyz lets traffic in while "+
-		"the node undercounts its own former admits")
 	_, us2 := restartLoneRegion(t)
 	v, err := us2.node.View(time.Now().UnixNano(), "api", "k")
 	require.NoError(t, err)
