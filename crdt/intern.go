@@ -36,6 +36,7 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 		s.repIDs[r] = id
 		s.reps[id] = r
 		s.setMember(id, s.memberOf(r))
+		setBit(&s.regional, id, s.regionalOf(r))
 		return id, true
 	}
 	id = ReplicaID(len(s.reps))
@@ -43,6 +44,7 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 	s.reps = append(s.reps, r)
 	s.nreps.Store(int32(len(s.reps)))
 	s.setMember(id, s.memberOf(r))
+	setBit(&s.regional, id, s.regionalOf(r))
 	return id, true
 }
 

@@ -63,8 +63,25 @@ func PoPReplica(p PoPID, epoch uint64) Replica {
 	return Replica{PoPID: p, Node: PoPNode, Incarnation: epoch}
 }
 
-// IsPoP reports whether r is a PoP's aggregate replica.
+// IsPoP reports whether r is an aggregate replica: a PoP's, or a region's
+// (IsRegion).
 func (r Replica) IsPoP() bool { return r.Node == PoPNode }
+
+// RegionPoP is the PoP name of a region's aggregate replica
+// (region/*/*#epoch, RegionReplica): like PoPNode, ValidName refuses it for
+// any real PoP.
+const RegionPoP = "*"
+
+// RegionReplica returns the aggregate replica of region under region epoch
+// epoch: for each (rule, key, window) the region total, the sum of its PoPs'
+// totals, which one PoP of the region at a time publishes to the other
+// regions.
+func RegionReplica(region string, epoch uint64) Replica {
+	return Replica{PoPID: PoPID{Region: region, PoP: RegionPoP}, Node: PoPNode, Incarnation: epoch}
+}
+
+// IsRegion reports whether r is a region's aggregate replica.
+func (r Replica) IsRegion() bool { return r.Node == PoPNode && r.PoP == RegionPoP }
 
 // ErrBadReplica is returned for a replica identity that cannot be valid.
 var ErrBadReplica = errors.New("crdt: bad replica identity")
@@ -75,8 +92,14 @@ func (r Replica) String() string {
 }
 
 // Validate reports whether r's names are valid (ValidName; the Node of an
-// aggregate is PoPNode).
+// aggregate is PoPNode, and the PoP of a region's aggregate RegionPoP).
 func (r Replica) Validate() error {
+	if r.IsRegion() {
+		if err := ValidName(r.Region); err != nil {
+			return fmt.Errorf("%w: region: %w", ErrBadReplica, err)
+		}
+		return nil
+	}
 	if err := r.PoPID.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadReplica, err)
 	}

@@ -136,6 +136,9 @@ type Store struct {
 	// another replica): an InternCache of another generation is stale.
 	repGen  atomic.Uint64
 	members atomic.Pointer[memberSet] // written under repMu, read anywhere
+	// regional is the replicas whose counts make up the own region's total
+	// (regionalOf), written under repMu, read anywhere.
+	regional atomic.Pointer[memberSet]
 	// excluded is the replicas the allowance leaves out (SetExcluded): nil
 	// for none. exclude decides for replicas interned later.
 	excluded atomic.Pointer[memberSet]
@@ -246,6 +249,7 @@ func NewStore(cfg StoreConfig) *Store {
 		reps:             []Replica{cfg.Self},
 	}
 	s.members.Store(&memberSet{})
+	s.regional.Store(&memberSet{})
 	s.rules.Store(&ruleTable{})
 	s.repGen.Store(1) // a zero InternCache is empty
 	s.nreps.Store(1)

@@ -71,6 +71,7 @@ const (
 	walkOwn    = iota // the own counts (Own)
 	walkAll           // the own and the other replicas' counts (Entries)
 	walkTotals        // the PoP totals (Totals)
+	walkRegion        // the region totals (RegionPart)
 )
 
 // entries is Own, Entries and Totals over the shards [lo, hi). Under each
@@ -80,7 +81,7 @@ const (
 // callback; a lock is held for one shard's copy at a time.
 func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(ReplicaID, FlushEntry)) {
 	changed := OwnChanged
-	if walk == walkTotals {
+	if walk == walkTotals || walk == walkRegion {
 		changed = PoPChanged
 	}
 	// The copies are scratch, kept between walks: a part of an
@@ -127,8 +128,13 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(R
 				continue // nothing live
 			}
 			at := len(recs)
-			pop := sh.popTotals(int32(i), sl)
-			if walk == walkTotals {
+			var pop [3]uint64
+			if walk == walkRegion {
+				pop = sh.regionTotals(s, int32(i), sl)
+			} else {
+				pop = sh.popTotals(int32(i), sl)
+			}
+			if walk == walkTotals || walk == walkRegion {
 				for k, p := range pop {
 					if w := sl.win - 1 + int64(k); p > 0 && w >= cur-1 {
 						var c uint64

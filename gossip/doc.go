@@ -24,5 +24,8 @@
 // is not of the PoP it came from is dropped and counted. A PoP that asks for a
 // resync, or is heard again, also gets back what others hold of its own
 // replicas (on <prefix>.state.<region>.<pop>), so a restarted node of a PoP
-// without other members learns its former incarnation's counts.
+// without other members learns its former incarnation's counts. With region
+// voices (Settings.RegionVoices and NATSConfig.RegionVoices) a node hears
+// the PoP totals of its own region only, and one PoP per region publishes
+// the region's totals on <prefix>.region.<region>.<pop> (region.go).
 package gossip

@@ -12,8 +12,8 @@ import (
 )
 
 // FuzzReceive feeds arbitrary bytes to the receive path (as a delta, a
-// heartbeat and a sync request from another PoP and from the own PoP, and
-// as push/pull state): it must never panic, whatever arrives.
+// heartbeat and a sync request from another PoP and from the own PoP, as a
+// region's totals, and as push/pull state): it must never panic, whatever arrives.
 func FuzzReceive(f *testing.F) {
 	d := crdt.Delta{
 		Sender:  crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3),
@@ -29,6 +29,8 @@ func FuzzReceive(f *testing.F) {
 		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), SentAt: 1, Entries: []crdt.Entry{{Rule: "api", Key: "fingerprint/1", Window: 60000, Count: 1 << 63}, {Rule: "nope", Key: "fingerprint/1", Window: -1, Count: 0}}},
 		{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "n", Incarnation: 3}, SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "geolimit/control", Key: "startup-sync/1", Count: 1}}},
 		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: 1, Epoch: 1},
+		// A region's totals (region voices).
+		{Sender: crdt.RegionReplica("us", 3), SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}}},
 	} {
 		cm, err := crdt.Encode(&c, 0)
 		require.NoError(f, err)
@@ -49,6 +51,7 @@ func FuzzReceive(f *testing.F) {
 			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindHeartbeat, data: b},
 			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindSync, data: b},
 			{t: tGlobal, from: crdt.PoPID{Region: "eu", PoP: "ams"}, kind: KindState, data: b},
+			{t: tRegion, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindRegion, data: b},
 			{t: tPoP, from: crdt.PoPID{Region: "eu", PoP: "ams"}, kind: KindDelta, data: b},
 		} {
 			r.apply(dec, &out, in)

@@ -53,6 +53,11 @@ type NATSConfig struct {
 	// RootCAs and ClientCert/ClientKey are PEM files, an alternative to TLS.
 	RootCAs               []string
 	ClientCert, ClientKey string
+	// RegionVoices matches repl.Settings.RegionVoices: region totals are
+	// published on <SubjectPrefix>.region.<region>.<pop> (KindRegion) and
+	// heard from every region, and PoP totals (KindDelta) are heard only
+	// from the own region's PoPs. Every node of the fleet must agree.
+	RegionVoices bool
 	// PendingLimit bounds the messages waiting to be handed to the Handler
 	// per subscription; 0 means 65536.
 	PendingLimit int
@@ -95,8 +100,9 @@ func subject(prefix, kind string, p crdt.PoPID) string {
 }
 
 // ParseSubject returns the kind and sending PoP of a subject made under
-// prefix by DeltaSubject, HeartbeatSubject, SyncSubject or StateSubject, and
-// for StateSubject the PoP it is for (zero otherwise).
+// prefix by DeltaSubject, HeartbeatSubject, SyncSubject, RegionSubject
+// (KindRegion) or StateSubject, and for StateSubject the PoP it is for (zero
+// otherwise).
 func ParseSubject(prefix, subject string) (kind Kind, from, to crdt.PoPID, ok bool) {
 	if prefix == "" {
 		prefix = DefaultSubjectPrefix
@@ -124,6 +130,8 @@ func ParseSubject(prefix, subject string) (kind Kind, from, to crdt.PoPID, ok bo
 		return KindHeartbeat, from, crdt.PoPID{}, true
 	case "sync":
 		return KindSync, from, crdt.PoPID{}, true
+	case "region":
+		return KindRegion, from, crdt.PoPID{}, true
 	case "state":
 		to = crdt.PoPID{Region: parts[3], PoP: parts[4]}
 		if to.Validate() != nil {
@@ -136,7 +144,8 @@ func ParseSubject(prefix, subject string) (kind Kind, from, to crdt.PoPID, ok bo
 
 // NATS is a Transport over core NATS pub/sub between PoPs. Each PoP
 // publishes on its own subjects; every node subscribes to all PoPs' subjects
-// and skips its own PoP. The connection reconnects forever with a bounded
+// (with NATSConfig.RegionVoices, to the PoP totals of its own region's PoPs
+// only) and skips its own PoP. The connection reconnects forever with a bounded
 // buffer; every (re)connect asks the Handler to resync, which then also asks
 // the other PoPs to resync (a KindSync message), since they may have
 // reconnected earlier and sent their counts while this node was away.
@@ -147,6 +156,7 @@ type NATS struct {
 	nc     *nats.Conn
 	subs   []*nats.Subscription
 	subj   [3]string // by Kind, except KindState
+	region string    // KindRegion's subject
 	mu     sync.Mutex
 	closed bool
 }
@@ -201,7 +211,7 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 		KindDelta:     DeltaSubject(cfg.SubjectPrefix, cfg.Self),
 		KindHeartbeat: HeartbeatSubject(cfg.SubjectPrefix, cfg.Self),
 		KindSync:      SyncSubject(cfg.SubjectPrefix, cfg.Self),
-	}}
+	}, region: RegionSubject(cfg.SubjectPrefix, cfg.Self)}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -260,8 +270,7 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 		return nil, fmt.Errorf("gossip: nats: connect %s: %w", cfg.URL, err)
 	}
 	t.nc = nc
-	for _, subj := range []string{cfg.SubjectPrefix + ".delta.>", cfg.SubjectPrefix + ".hb.>", cfg.SubjectPrefix + ".sync.>",
-		cfg.SubjectPrefix + ".state.*.*." + cfg.Self.Region + "." + cfg.Self.PoP} {
+	for _, subj := range t.subscriptions() {
 		sub, err := nc.Subscribe(subj, t.receive)
 		if err != nil {
 			nc.Close()
@@ -274,6 +283,19 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 		t.subs = append(t.subs, sub)
 	}
 	return t, nil
+}
+
+// subscriptions returns the subjects a node listens on.
+func (t *NATS) subscriptions() []string {
+	p := t.cfg.SubjectPrefix
+	subs := []string{p + ".delta.>", p + ".hb.>", p + ".sync.>", p + ".state.*.*." + t.cfg.Self.Region + "." + t.cfg.Self.PoP}
+	if t.cfg.RegionVoices {
+		// Other regions' PoP totals reach this node summed, as their
+		// region's: the gateways then carry none of them.
+		subs[0] = p + ".delta." + t.cfg.Self.Region + ".*"
+		subs = append(subs, p+".region.*.*")
+	}
+	return subs
 }
 
 func (t *NATS) receive(m *nats.Msg) {
@@ -299,15 +321,22 @@ func (t *NATS) MaxPayload(bool) int {
 	return n
 }
 
-// Publish publishes msg on the own PoP's delta, heartbeat or sync subject.
+// Publish publishes msg on the own PoP's delta, heartbeat, sync or (for
+// KindRegion) region subject.
 func (t *NATS) Publish(kind Kind, msg []byte, _ bool) error {
 	if len(msg) > t.MaxPayload(false) {
 		return ErrTooLarge
 	}
-	if int(kind) >= len(t.subj) {
-		return fmt.Errorf("gossip: nats: cannot publish kind %s", kind)
+	var subj string
+	switch {
+	case kind == KindRegion:
+		subj = t.region
+	case int(kind) < len(t.subj):
+		subj = t.subj[kind]
+	default:
+		return fmt.Errorf("gossip: nats: cannot publish kind %s", kindName(kind))
 	}
-	if err := t.nc.Publish(t.subj[kind], msg); err != nil {
+	if err := t.nc.Publish(subj, msg); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return ErrClosed
 		}

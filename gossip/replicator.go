@@ -59,6 +59,12 @@ type Options struct {
 	// transport's name and the receive time minus the sender's flush time.
 	// It must be cheap and safe for concurrent use (a Prometheus histogram).
 	ObserveLag func(transport string, lag time.Duration)
+	// ObserveRegionLag, if set, is called instead of ObserveLag for what
+	// arrives on the region link (Settings.RegionVoices: regions' totals
+	// from their voices, and the modes and penalty blocks every PoP sends
+	// to every PoP), the same way. A region total's lag does not include
+	// the hop to its voice inside its region.
+	ObserveRegionLag func(transport string, lag time.Duration)
 	// Logger receives replication events; nil discards them.
 	Logger *slog.Logger
 }
@@ -134,7 +140,7 @@ type Replicator struct {
 	sendMu sync.Mutex
 
 	popT, globT Transport
-	tstats      [2]transportCounters // 0: pop, 1: global
+	tstats      [3]transportCounters // tPoP, tGlobal, tRegion
 
 	queue       chan inbound
 	queuedBytes atomic.Int64  // bytes of the messages in queue
@@ -156,7 +162,7 @@ type Replicator struct {
 }
 
 type inbound struct {
-	t    int // 0 pop, 1 global
+	t    int // tPoP, tGlobal or tRegion
 	from crdt.PoPID
 	kind Kind
 	data []byte
@@ -165,6 +171,9 @@ type inbound struct {
 const (
 	tPoP    = 0
 	tGlobal = 1
+	// tRegion counts the region totals (repl.LinkRegion) that travel on the
+	// global transport (KindRegion).
+	tRegion = 2
 )
 
 // Bits of Replicator.events.
@@ -229,6 +238,7 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 		r.sendMu.Lock()
 		r.globT = t
 		r.tstats[tGlobal].name = t.Name()
+		r.tstats[tRegion].name = t.Name()
 		r.sendMu.Unlock()
 	}
 	// Messages that arrived meanwhile wait in the queue.
@@ -417,9 +427,12 @@ func (r *Replicator) Resync() {
 
 // send encodes one message of the core and hands it to its transport.
 func (r *Replicator) send(m *repl.Message) {
-	ti, t := tGlobal, r.globT
-	if m.Link == repl.LinkPoP {
+	ti, t, kind := tGlobal, r.globT, m.Kind
+	switch m.Link {
+	case repl.LinkPoP:
 		ti, t = tPoP, r.popT
+	case repl.LinkRegion:
+		ti, kind = tRegion, KindRegion // region.go
 	}
 	if t == nil {
 		return
@@ -448,11 +461,11 @@ func (r *Replicator) send(m *repl.Message) {
 		if rl != nil {
 			err = rl.Relay(m.To, b)
 		} else {
-			err = t.Publish(m.Kind, b, reliable)
+			err = t.Publish(kind, b, reliable)
 		}
 		if err != nil {
 			c.sendErrors.Add(1)
-			r.log.Debug("gossip: publish", "transport", t.Name(), "kind", m.Kind.String(), "err", err)
+			r.log.Debug("gossip: publish", "transport", t.Name(), "kind", kindName(kind), "err", err)
 			continue
 		}
 		c.msgsSent.Add(1)
@@ -497,7 +510,14 @@ type handler struct {
 // costs at most QueueBytes of memory, returned once it is applied.
 func (h *handler) Receive(from crdt.PoPID, kind Kind, b []byte) {
 	r := h.r
-	c := &r.tstats[h.t]
+	ti := h.t
+	if kind == KindRegion {
+		if ti != tGlobal {
+			return // region totals travel between PoPs only
+		}
+		ti = tRegion
+	}
+	c := &r.tstats[ti]
 	c.msgsRecv.Add(1)
 	c.bytesRecv.Add(uint64(len(b)))
 	n := int64(len(b))
@@ -510,7 +530,7 @@ func (h *handler) Receive(from crdt.PoPID, kind Kind, b []byte) {
 	for p := r.queuedPeak.Load(); q > p && !r.queuedPeak.CompareAndSwap(p, q); p = r.queuedPeak.Load() {
 	}
 	select {
-	case r.queue <- inbound{t: h.t, from: from, kind: kind, data: slices.Clone(b)}:
+	case r.queue <- inbound{t: ti, from: from, kind: kind, data: slices.Clone(b)}:
 	default:
 		r.queuedBytes.Add(-n)
 		c.dropped.Add(1)
@@ -556,20 +576,23 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 		r.log.Debug("gossip: decode", "transport", c.name, "from", in.from.String(), "err", err)
 		return
 	}
-	link := repl.LinkGlobal
-	if in.t == tPoP {
+	link, kind, observe := repl.LinkGlobal, in.kind, r.opts.ObserveLag
+	switch in.t {
+	case tPoP:
 		link = repl.LinkPoP
+	case tRegion:
+		link, kind, observe = repl.LinkRegion, KindDelta, r.opts.ObserveRegionLag
 	}
 	var res repl.StepResult
 	r.with(func(core *repl.Core, now int64) {
 		if d.SentAt > 0 {
 			lag := time.Duration(now - d.SentAt)
 			c.observeLag(lag)
-			if r.opts.ObserveLag != nil {
-				r.opts.ObserveLag(c.name, lag)
+			if observe != nil {
+				observe(c.name, lag)
 			}
 		}
-		res = core.Step(now, repl.Message{Link: link, Kind: in.kind, From: in.from, Delta: d})
+		res = core.Step(now, repl.Message{Link: link, Kind: kind, From: in.from, Delta: d})
 	})
 	if res.Forged {
 		// Not of the PoP whose subject (or gossip pool) it came through:

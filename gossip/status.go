@@ -35,7 +35,10 @@ func (c *transportCounters) observeLag(lag time.Duration) {
 type TransportStats struct {
 	// Transport is "memberlist", "nats" or "hub".
 	Transport string `json:"transport"`
-	// Scope is "pop" (the own PoP's members) or "global" (other PoPs).
+	// Scope is "pop" (the own PoP's members), "global" (other PoPs) or
+	// "region" (the region link, with region voices on: regions' totals,
+	// and modes and penalty blocks for every PoP; it shares the global
+	// transport).
 	Scope string `json:"scope"`
 	// MessagesSent, BytesSent: delta and heartbeat messages published.
 	MessagesSent uint64 `json:"messages_sent"`
@@ -93,7 +96,8 @@ type Status struct {
 	RemotePoPs []RemotePoP `json:"remote_pops"`
 	// Partitioned lists the remote PoPs counted as partitioned (region/pop).
 	Partitioned []string `json:"partitioned"`
-	// Transports are per-transport counters, pop first.
+	// Transports are per-transport counters, pop first, then global, then
+	// (with region voices on) region.
 	Transports []TransportStats `json:"transports"`
 	// Resyncs counts anti-entropy rounds triggered by a join, a reconnect or
 	// a PoP heard again (periodic ones excluded).
@@ -101,6 +105,11 @@ type Status struct {
 	// Epoch is the PoP epoch this node publishes its PoP's totals under
 	// (0: not known yet).
 	Epoch uint64 `json:"epoch"`
+	// RegionVoice: this node's PoP speaks for its region (region voices on,
+	// repl.Core.RegionVoice); RegionEpoch is the region epoch its region's
+	// totals go under (0: not known yet, or region voices off).
+	RegionVoice bool   `json:"region_voice"`
+	RegionEpoch uint64 `json:"region_epoch"`
 	// Startup is where the startup sync stands.
 	Startup repl.StartupState `json:"startup_sync"`
 	// Drift is, per remote PoP heard, its estimated clock offset and its
@@ -174,18 +183,18 @@ func (r *Replicator) Members() []string {
 	return r.popT.Members()
 }
 
-// Stats returns per-transport counters, pop first; absent transports are
-// left out.
+// Stats returns per-transport counters, pop first, then global, then (with
+// region voices on) region; absent transports are left out.
 func (r *Replicator) Stats() []TransportStats {
 	var out []TransportStats
-	for i, t := range []Transport{r.popT, r.globT} {
-		if t == nil {
+	for i, t := range []Transport{r.popT, r.globT, r.globT} {
+		if t == nil || (i == tRegion && !r.opts.RegionVoices) {
 			continue
 		}
 		c := &r.tstats[i]
 		out = append(out, TransportStats{
 			Transport:        c.name,
-			Scope:            [...]string{"pop", "global"}[i],
+			Scope:            [...]string{"pop", "global", "region"}[i],
 			MessagesSent:     c.msgsSent.Load(),
 			BytesSent:        c.bytesSent.Load(),
 			EntriesSent:      c.entriesSent.Load(),
@@ -212,6 +221,7 @@ func (r *Replicator) Status() Status {
 	epoch, pstats, startup := r.core.Epoch(), r.core.Stats(), r.core.Startup()
 	drift, _ := r.core.Drift()
 	corr := r.core.ClockCorrection()
+	voice, repoch := r.core.RegionVoice()
 	r.mu.Unlock()
 	if drift == nil {
 		drift = []repl.PeerDrift{}
@@ -224,6 +234,8 @@ func (r *Replicator) Status() Status {
 		Transports:      r.Stats(),
 		Resyncs:         r.resyncs.Load(),
 		Epoch:           epoch,
+		RegionVoice:     voice,
+		RegionEpoch:     repoch,
 		Startup:         startup,
 		Drift:           drift,
 		ClockCorrection: corr,

@@ -188,7 +188,7 @@ func TestSecureExampleAuth(t *testing.T) {
 	require.NoError(t, err)
 	defer iad.Close()
 	got := &received{}
-	for _, subj := range []string{"geolimit.delta.>", "geolimit.hb.>", "geolimit.sync.>", "geolimit.state.*.*.us.iad"} {
+	for _, subj := range []string{"geolimit.delta.>", "geolimit.hb.>", "geolimit.sync.>", "geolimit.region.*.*", "geolimit.state.*.*.us.iad"} {
 		_, err := iad.Subscribe(subj, got.add)
 		require.NoError(t, err)
 	}
@@ -204,6 +204,8 @@ func TestSecureExampleAuth(t *testing.T) {
 		"geolimit.hb.us.iad",           // its heartbeats
 		"geolimit.sync.us.iad",         // its sync requests
 		"geolimit.delta.eu.fra",        // another PoP of the same region
+		"geolimit.region.us.iad",       // region us's totals (region voices)
+		"geolimit.region.eu.fra",       // its own region's, as another PoP
 		"geolimit.state.ap.sin.us.iad", // state relayed to iad as if by ap/sin
 		"geolimit.state.us.iad.us.iad", // as if by iad itself
 		"geolimit.anything.else",       // outside the PoP's subjects
@@ -213,7 +215,7 @@ func TestSecureExampleAuth(t *testing.T) {
 	}
 	// Its own subjects, after the forged ones on the same connection: once
 	// they arrive, the forged ones would have arrived before them.
-	own := []string{"geolimit.delta.eu.ams", "geolimit.state.eu.ams.us.iad"}
+	own := []string{"geolimit.delta.eu.ams", "geolimit.state.eu.ams.us.iad", "geolimit.region.eu.ams"}
 	require.Eventually(t, func() bool {
 		for _, subj := range own {
 			if err := ams.Publish(subj, []byte("own")); err != nil {
@@ -221,7 +223,7 @@ func TestSecureExampleAuth(t *testing.T) {
 			}
 		}
 		_ = ams.Flush()
-		return got.got(own[0]) && got.got(own[1])
+		return got.got(own[0]) && got.got(own[1]) && got.got(own[2])
 	}, 15*time.Second, poll, "eu/ams's own messages reach us/iad")
 	for _, subj := range got.all() {
 		assert.Contains(t, own, subj, "a message us/iad must not get")

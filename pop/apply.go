@@ -5,6 +5,7 @@ package pop
 import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/window"
+	"strings"
 )
 
 // ApplyStats counts what Apply did with a delta's entries.
@@ -112,6 +113,7 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 		return st
 	}
 	rs := n.rules.Load()
+	mark := n.regionMarks(d.Sender, via) // region.go
 	// Entries come grouped by rule: a rule and its windows are looked up
 	// once per run of its entries. In a large store nearly every entry's
 	// shard, slot and list of remote counts are cache misses; they are
@@ -156,7 +158,11 @@ func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternC
 		idx, _ := window.Split(now, r.width)
 		limitIdx, _ := window.Split(now+n.maxSkew, r.width)
 		for k := range run {
+			merged := st.Merged
 			n.mergeAt(now, idx, limitIdx, r, rep, &run[k], hs[k], &st)
+			if mark && st.Merged > merged && r.Scope == ScopeGlobal {
+				n.markRegion(r.id, strings.Clone(run[k].Key), run[k].Window)
+			}
 		}
 	}
 	return st

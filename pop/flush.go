@@ -44,10 +44,14 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 	pub := b.PoP.Epoch != 0
 	sp := n.beginSparse(rs, now, b.PoP.Epoch) // sparse.go
 	defer sp.end()
+	voice := n.region.on.Load() // region.go
 	n.store.FlushAt(now, n.flushHorizon(), func(e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
 		if r == nil || r.Scope == ScopeNode {
 			return
+		}
+		if voice && r.Scope == ScopeGlobal && e.Changed&crdt.PoPChanged != 0 && e.PoP > 0 {
+			n.markRegion(r.id, e.Key, e.Window)
 		}
 		if local && e.Changed&crdt.OwnChanged != 0 && e.Count > 0 {
 			b.Local.Entries = append(b.Local.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})

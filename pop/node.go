@@ -171,6 +171,7 @@ type Node struct {
 	modes modeTable  // rules' modes set at run time (modes.go)
 
 	sparse sparseTable // sparse updates of PoP totals (sparse.go)
+	region regionVoice // the region's totals, on its voice PoP (region.go)
 }
 
 // New returns a Node with cfg's rules.
@@ -235,6 +236,7 @@ func New(cfg Config) (*Node, error) {
 		slots:   newSlotTable(cfg.MaxLeases, cfg.Seed),
 	}
 	n.sparse.max = cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)
+	n.region.sparse.max = n.sparse.max
 	n.rules.Store(&ruleSet{byName: map[string]*ruleState{}, byID: map[crdt.RuleID]*ruleState{}, byWire: map[string]*ruleState{}})
 	if err := n.SetRules(cfg.Rules); err != nil {
 		return nil, err

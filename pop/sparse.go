@@ -121,8 +121,13 @@ type sparseFlush struct {
 // longer live (or further ahead than a flush holds: the clock went back).
 // It returns nil when sparse updates are off.
 func (n *Node) beginSparse(rs *ruleSet, now int64, epoch uint64) *sparseFlush {
-	v := int(n.sparse.voices.Load())
-	t := &n.sparse
+	return n.beginSparseOf(&n.sparse, rs, now, epoch)
+}
+
+// beginSparseOf is beginSparse on table t: the PoP totals' (n.sparse) or
+// the region totals' (n.region.sparse).
+func (n *Node) beginSparseOf(t *sparseTable, rs *ruleSet, now int64, epoch uint64) *sparseFlush {
+	v := int(t.voices.Load())
 	t.mu.Lock()
 	if t.epoch != epoch || v == 0 {
 		t.wins, t.held, t.epoch = nil, 0, epoch

@@ -102,6 +102,11 @@ func (c *Core) updateAllowance(now int64, force bool) {
 					h += popH
 				}
 			}
+			if c.regionVoices() && !c.region.voice {
+				// To the other regions through the region's voice: its
+				// flush slot and speaker (region.go).
+				h += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
+			}
 			ga.Horizon = time.Duration(max(h, popH))
 		}
 	}

@@ -36,6 +36,7 @@ func (c *Core) paceAE(now int64) {
 // sendAEPart sends the next part of the round under way.
 func (c *Core) sendAEPart(now int64) {
 	b := c.node.AntiEntropyPart(now, c.ownsKey, c.aePart, c.aeParts)
+	c.regionAE(now, c.aePart, c.aeParts) // region.go
 	c.aePart++
 	c.emitBatch(&b, true, true)
 }

@@ -32,6 +32,7 @@ type Core struct {
 	// its computation's buffer.
 	corr        int64
 	corrScratch []int64
+	corrHeld    bool // unheard expected PoPs held its last computation
 
 	// The periodic anti-entropy round under way: part aePart of aeParts is
 	// due at aePartAt(aePart); aePart == aeParts when none is.
@@ -92,6 +93,8 @@ type Core struct {
 	popMerged    bool
 	markTo       map[crdt.PoPID]bool
 
+	region regionState // region voices (region.go)
+
 	sparseVoices int           // the voices of sparse updates told to the node (sparse.go)
 	sparseLag    time.Duration // and the lag
 
@@ -104,6 +107,7 @@ const (
 	wantLocalAE  = 1 << iota // re-send own counts to the PoP
 	wantGlobalAE             // re-send owned totals to the other PoPs
 	wantAnnounce             // tell the PoP's members the epoch
+	wantRegionAE             // re-send the owned region totals (region.go)
 )
 
 // Stats are a Core's cumulative counters.
@@ -147,6 +151,8 @@ type Stats struct {
 	SparseVoices  uint64 `json:"sparse_voices"`
 	SparseSkipped uint64 `json:"sparse_totals_left_out"`
 	SparseHeld    uint64 `json:"sparse_totals_held"`
+	// RegionEpochChanges: region epochs started or learned (region.go).
+	RegionEpochChanges uint64 `json:"region_epoch_changes"`
 }
 
 // New returns a Core for cfg.Node. The first Tick starts it.
@@ -250,12 +256,16 @@ func (c *Core) Tick(now int64) {
 		// the first check of the peers waits a whole interval so that the
 		// others' first heartbeats have had that long to arrive.
 		c.nextHB = (now/hb+2)*hb + c.phase(hb/8)
+		c.updateRegion(now) // region.go
 		if c.cfg.GlobalLink {
 			c.heartbeat(now) // hello: let the others hear this PoP at once
 		}
 		c.updateAllowance(now, true)
 	}
 	c.maybeStartEpoch(now)
+	if c.region.epoch == 0 && c.regionVoices() {
+		c.updateRegion(now) // region.go: until the region epoch is known
+	}
 	c.sendTakenModes(now) // modes.go: at once, not with the next flush
 	if fl := int64(c.cfg.FlushInterval); fl > 0 && now >= c.nextFlush {
 		c.flushSlot(now)
@@ -314,7 +324,14 @@ func (c *Core) doWork(now int64) {
 			b.Local.Entries, b.Local.Blocks, b.Local.Memos, b.Local.Inflight = nil, nil, nil, nil
 		}
 		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
+		if c.want&wantGlobalAE != 0 {
+			c.regionAE(now, 0, 1)
+			c.want &^= wantRegionAE
+		}
 		c.sendModes(now, c.node.Modes(), c.want&wantLocalAE != 0, c.want&wantGlobalAE != 0, true)
+	}
+	if c.want&wantRegionAE != 0 {
+		c.regionAE(now, 0, 1)
 	}
 	if c.want&wantAnnounce != 0 && c.epoch != 0 && c.cfg.PoPLink && len(c.members) > 1 {
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: c.empty(now)})

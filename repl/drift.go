@@ -85,8 +85,13 @@ type peerDrift struct {
 	clockOff bool
 	hasBack  bool
 	back     int64
-	mism     []RuleMismatch // sorted by rule
-	shown    []int64        // when a heartbeat last showed mism[i]
+	// used is the fleetOffset the correction was last computed with
+	// (usedSet): a heartbeat that moves it by less than a quarter of
+	// correctionStep does not recompute it (fleetclock.go).
+	used    int64
+	usedSet bool
+	mism    []RuleMismatch // sorted by rule
+	shown   []int64        // when a heartbeat last showed mism[i]
 }
 
 // fingerprints returns the control entries of this node's global rules.
@@ -111,7 +116,9 @@ func (c *Core) checkDrift(now int64, p *peer, d *crdt.Delta) {
 	c.takeOffsets(p, d)
 	if dr.n > 0 {
 		c.markClockOff(p)
-		c.updateCorrection(now)
+		if c.correctionMoved(now, p) {
+			c.updateCorrection(now)
+		}
 	}
 	skewed := dr.n > 0 && abs(dr.offset()) > int64(c.node.MaxSkew())
 	changed := skewed != dr.skewed

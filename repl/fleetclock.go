@@ -70,6 +70,20 @@ const maxCorrection = int64(10 * time.Minute)
 // the time it hands its Node.
 func (c *Core) ClockCorrection() time.Duration { return time.Duration(c.corr) }
 
+// correctionMoved reports whether a heartbeat of p may move the correction:
+// p's offset moved by a quarter of correctionStep or more since the
+// correction was last computed, p is new to it, or the start is under way
+// (expected PoPs unheard). Recomputing it sorts every PoP's offset: at each
+// of P PoPs' heartbeats, that was a node's largest cost in a fleet of
+// hundreds of PoPs.
+func (c *Core) correctionMoved(now int64, p *peer) bool {
+	o := p.drift.fleetOffset()
+	if p.drift.usedSet && abs(o-p.drift.used) < correctionStep/4 && !c.corrHeld {
+		return false
+	}
+	return true
+}
+
 // updateCorrection recomputes the correction from the PoPs' offsets at now.
 //
 // At a start the PoPs are heard one by one, and the median of the first
@@ -86,7 +100,8 @@ func (c *Core) updateCorrection(now int64) {
 	unheard := 0
 	for _, p := range c.peers.m {
 		if p.drift.n > 0 {
-			offs = append(offs, p.drift.fleetOffset())
+			p.drift.used, p.drift.usedSet = p.drift.fleetOffset(), true
+			offs = append(offs, p.drift.used)
 		} else if p.expected {
 			unheard++
 		}
@@ -96,6 +111,7 @@ func (c *Core) updateCorrection(now int64) {
 	if now-c.startedAt > int64(c.cfg.PeerTimeout) {
 		unheard = 0 // silent: left out, as a PoP that fell silent is not
 	}
+	c.corrHeld = unheard > 0
 	// The lower median of the offsets and the unheard ones: offs[m-unheard]
 	// with them all behind, offs[m] with them all ahead.
 	m := (len(offs) + unheard - 1) / 2

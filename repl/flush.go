@@ -53,6 +53,7 @@ func (c *Core) Flush(now int64) {
 	c.stats.Flushes++
 	b := c.node.FlushTo(now, c.ownsKey, c.hasMembers())
 	c.emitBatch(&b, false, true)
+	c.flushRegion(now, false) // region.go
 }
 
 // flushSlot is the flush of a slot: own counts go to the PoP's members; the
@@ -69,6 +70,7 @@ func (c *Core) flushSlot(now int64) {
 	slot := c.slotOf(now)
 	if !c.cfg.PoPLink || len(c.members) <= 1 {
 		c.emitBatch(&pop.Batch{PoP: b.PoP}, false, true)
+		c.flushRegion(now, false) // region.go
 		return
 	}
 	if c.speaker(slot) {
@@ -78,6 +80,7 @@ func (c *Core) flushSlot(now int64) {
 		}
 		c.speech = append(c.speech, b.PoP.Entries...)
 		c.speechBlk = append(c.speechBlk, b.PoP.Blocks...)
+		c.flushRegion(now, true)
 		return
 	}
 	if hasContent(&b.PoP) {
@@ -85,6 +88,7 @@ func (c *Core) flushSlot(now int64) {
 		c.stats.Forwards++
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: &d})
 	}
+	c.flushRegion(now, false)
 }
 
 // speak publishes the totals gathered for the current slot.
@@ -94,8 +98,9 @@ func (c *Core) speak(now int64) {
 	}
 	if (len(c.speech) > 0 || len(c.speechBlk) > 0) && c.epoch != 0 {
 		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
-		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &d})
+		c.publish(&d, false)
 	}
+	c.speakRegion(now) // region.go
 	c.speech, c.speechBlk, c.speakAt = nil, nil, 0
 }
 
@@ -135,7 +140,7 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 	}
 	// Late, or from a member whose clock is off: on its own.
 	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries, Blocks: blocks}
-	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Delta: &late})
+	c.publish(&late, false)
 	return true
 }
 
@@ -198,6 +203,17 @@ func (c *Core) emitBatch(b *pop.Batch, reliable, global bool) {
 	}
 	if global && c.cfg.GlobalLink && hasContent(&b.PoP) {
 		d := b.PoP
-		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: &d})
+		c.publish(&d, reliable)
+	}
+}
+
+// publish queues the PoP's totals d to the other PoPs. With region voices
+// they reach only the PoPs of the region, and the penalty blocks among
+// them go on the region link too, to every PoP (region.go).
+func (c *Core) publish(d *crdt.Delta, reliable bool) {
+	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: d})
+	if c.regionVoices() && len(d.Blocks) > 0 {
+		bd := crdt.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch, Blocks: d.Blocks}
+		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Reliable: reliable, Delta: &bd})
 	}
 }

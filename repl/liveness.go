@@ -13,8 +13,9 @@ import (
 func (c *Core) heartbeat(now int64) {
 	c.stats.Heartbeats++
 	d := c.empty(now)
-	d.Entries = c.fingerprints()           // drift.go
-	d.Entries = c.appendOffsets(d.Entries) // fleetclock.go
+	d.Entries = c.fingerprints()               // drift.go
+	d.Entries = c.appendOffsets(d.Entries)     // fleetclock.go
+	d.Entries = c.appendRegionEpoch(d.Entries) // region.go
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: d})
 }
 
@@ -50,6 +51,7 @@ func (c *Core) checkPeers(now int64) {
 		}
 	}
 	sort.Slice(part, func(i, j int) bool { return part[i].Less(part[j]) })
+	c.updateRegion(now)                // region.go
 	defer c.updateSparse(now)          // sparse.go, after the allowance
 	defer c.updateAllowance(now, true) // latencies decayed, PoPs came or went
 	if c.partVersion > 0 && slices.Equal(part, c.partitioned) {
@@ -61,6 +63,7 @@ func (c *Core) checkPeers(now int64) {
 	for i, p := range part {
 		names[i] = p.String()
 	}
+	names = c.unheardRegions(part, names) // region.go
 	// The share policy limits this side while PoPs are unheard. A PoP leaves
 	// the set once something from it has arrived; the node holds its shares
 	// a little longer while the rest of its counts come.

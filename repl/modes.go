@@ -25,7 +25,11 @@ func (c *Core) sendModes(now int64, ms []crdt.RuleMode, toPoP, global, reliable 
 	}
 	if global && c.cfg.GlobalLink {
 		d := crdt.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms}
-		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: &d})
+		link := LinkGlobal
+		if c.regionVoices() {
+			link = LinkRegion // every PoP hears it; a PoP total only its region (region.go)
+		}
+		c.out = append(c.out, Message{Link: link, Kind: KindDelta, Reliable: reliable, Delta: &d})
 		c.stats.ModesSent += uint64(len(ms))
 	}
 }

@@ -19,7 +19,9 @@ type modeFleet struct {
 	nodes map[string]*pop.Node
 }
 
-func newModeFleet(t *testing.T) *modeFleet {
+func newModeFleet(t *testing.T) *modeFleet { return newModeFleetWith(t, DefaultSettings()) }
+
+func newModeFleetWith(t *testing.T, s Settings) *modeFleet {
 	f := &modeFleet{t: t, cores: map[string]*Core{}, nodes: map[string]*pop.Node{}}
 	reps := map[string]crdt.Replica{
 		"a1": ams1,
@@ -28,7 +30,7 @@ func newModeFleet(t *testing.T) *modeFleet {
 	}
 	for name, r := range reps {
 		n := testNode(t, r)
-		c, err := New(Config{Settings: DefaultSettings(), Node: n, PoPLink: r.PoP == "ams", GlobalLink: true})
+		c, err := New(Config{Settings: s, Node: n, PoPLink: r.PoP == "ams", GlobalLink: true})
 		require.NoError(t, err)
 		f.cores[name], f.nodes[name] = c, n
 	}
@@ -107,6 +109,27 @@ func TestModeSentAtOnce(t *testing.T) {
 	assert.Equal(t, uint64(1), f.cores["b1"].Stats().ModesReceived)
 	f.cores["a1"].Tick(now + 1)
 	assert.Empty(t, modeMessages(f.cores["a1"].Ready()), "sent once")
+}
+
+// With region voices a PoP's totals reach only its region, but a rule's
+// mode still reaches every PoP: it goes on the region link.
+func TestModeCrossesRegionsWithRegionVoices(t *testing.T) {
+	s := DefaultSettings()
+	s.RegionVoices = true
+	f := newModeFleetWith(t, s)
+	for _, c := range f.cores {
+		c.Tick(t0)
+		c.Ready()
+	}
+	now := t0 + int64(time.Millisecond)
+	_, err := f.nodes["a1"].SetRuleMode(now, "api", crdt.RuleModeOff)
+	require.NoError(t, err)
+	f.cores["a1"].Tick(now)
+	msgs := modeMessages(f.cores["a1"].Ready())
+	require.Len(t, msgs, 2)
+	assert.Equal(t, LinkRegion, msgs[1].Link)
+	f.deliver(now, "a1", msgs)
+	assert.Equal(t, pop.Off, effective(t, f.nodes["b1"], "api"))
 }
 
 // TestModeAntiEntropyRepairs: a node that missed a mode learns it with the

@@ -139,7 +139,11 @@ func (c *Core) heldAggregates() heldAggregates {
 		}
 		of := r.PoPID
 		h.byPoP[of] = append(h.byPoP[of], r.Incarnation)
-		if cur := c.currentEpoch(of); cur != 0 && r.Incarnation != cur {
+		cur := c.currentEpoch(of)
+		if r.IsRegion() {
+			cur = c.regionEpochOf(r.Region)
+		}
+		if cur != 0 && r.Incarnation != cur {
 			h.formerKnown = true
 		}
 	}
@@ -163,6 +167,12 @@ func (h *heldAggregates) holdsFormer(c *Core, id crdt.PoPID, asked bool) bool {
 			return true
 		}
 	}
+	cur := c.regionEpochOf(id.Region)
+	for _, inc := range h.byPoP[crdt.PoPID{Region: id.Region, PoP: crdt.RegionPoP}] {
+		if cur != 0 && inc != cur {
+			return true // a former epoch of id's region
+		}
+	}
 	return false
 }
 
@@ -173,7 +183,17 @@ func (h *heldAggregates) holdsFormer(c *Core, id crdt.PoPID, asked bool) bool {
 // that restarts alone in its PoP would not count them until their windows
 // pass.
 func (c *Core) former(r crdt.Replica, id crdt.PoPID, asked bool) bool {
+	if r.IsRegion() {
+		// A region's aggregate: an earlier region epoch goes to the PoPs
+		// of its region (a region whose nodes all restarted), and to any
+		// PoP that asked (region.go).
+		cur := c.regionEpochOf(r.Region)
+		return cur != 0 && r.Incarnation != cur && (asked || r.Region == id.Region)
+	}
 	of := r.PoPID
+	if c.regionVoices() && of.Region != id.Region {
+		return false // counted there in of's region total (region.go)
+	}
 	if of == id {
 		p := c.peers.get(id)
 		return p != nil && r.Incarnation != p.epoch

@@ -87,6 +87,14 @@ type Settings struct {
 	// is left out goes with the next anti-entropy round. nil (the default)
 	// means true; false publishes every change.
 	SparseUpdates *bool `yaml:"sparse_updates"`
+	// RegionVoices sends a region's totals to the other regions through
+	// one PoP of the region, its voice, as one aggregate per key (the sum
+	// of the region's PoP totals) instead of every PoP's total: a node's
+	// inbound then grows with the PoPs of its region plus the number of
+	// regions. A PoP's own totals still reach the PoPs of its region, and
+	// heartbeats every PoP. Every node of the fleet must agree on it.
+	// Default false.
+	RegionVoices bool `yaml:"region_voices"`
 }
 
 // Defaults that zero fields stand for (see Settings).

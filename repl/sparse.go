@@ -45,9 +45,19 @@ func (c *Core) updateSparse(now int64) {
 		}
 		lag = c.cfg.FlushInterval + c.cfg.SpeakDelay + max(c.allow[1].Horizon, c.cfg.HeartbeatInterval)
 	}
-	if v != c.sparseVoices || lag != c.sparseLag {
-		c.sparseVoices, c.sparseLag = v, lag
+	rv := 0
+	if v > 0 && c.regionVoices() {
+		// What a node misses of a key is what every PoP left out of its
+		// total plus what every region left out of its own: each half of
+		// the bound (region.go).
+		v, rv = 2*v, 2*c.regionCount()
+	}
+	if v != c.sparseVoices || lag != c.sparseLag || rv != c.region.sparseVoices {
+		c.sparseVoices, c.sparseLag, c.region.sparseVoices = v, lag, rv
 		sk.SetSparse(v, lag)
+		if r, ok := c.node.(RegionVoicer); ok {
+			r.SetRegionSparse(rv, lag)
+		}
 	}
 }
 

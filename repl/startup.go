@@ -92,10 +92,11 @@ func (c *Core) startStartup() {
 }
 
 // popSynced reports whether the own PoP's part of the view is in: alone in
-// the PoP, or a member's state merged, and the PoP epoch known.
+// the PoP, or a member's state merged, and the PoP epoch known (and with
+// region voices the region epoch).
 func (c *Core) popSynced() bool {
-	if c.epoch == 0 {
-		return false
+	if c.epoch == 0 || (c.regionVoices() && c.region.epoch == 0) {
+		return false // region voices: the region's former totals wait for it
 	}
 	return !c.cfg.PoPLink || c.popMerged || (c.membersKnown && len(c.members) == 1)
 }
@@ -139,6 +140,7 @@ func (c *Core) syncRequest(now int64) *crdt.Delta {
 	if c.syncing {
 		d.Entries = []crdt.Entry{startupEntry}
 	}
+	d.Entries = c.appendRegionEpoch(d.Entries) // region.go: what is former
 	return d
 }
 

@@ -36,6 +36,14 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		c.observe(now, d.SentAt, nil)
 	}
 	switch {
+	case m.Link == LinkRegion:
+		c.stepRegion(now, m, &res) // region.go
+	case m.Link == LinkPoP && d.Sender.IsRegion() && d.Sender.Region == c.selfPoP.Region:
+		// A member's region totals for the slot's speaker.
+		if !c.forwardedRegion(now, d) {
+			res.Dropped = true
+			c.stats.ForwardsDropped++
+		}
 	case m.Link == LinkPoP && d.Sender.IsPoP() && d.Sender.SamePoP(c.self):
 		// A member's totals for the slot's speaker.
 		if c.epoch == 0 || d.Sender.Incarnation != c.epoch || !c.forwarded(now, d) {
@@ -71,6 +79,15 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		}
 		if !hasContent(d) {
 			c.marked(m.From, d) // a marker: m.From's answer is complete
+			break
+		}
+		if d.Sender.IsRegion() {
+			c.stateRegion(now, m, &res) // region.go
+			break
+		}
+		if c.otherRegion(d.Sender) {
+			res.Dropped = true // counted in its region's total (region.go)
+			c.stats.StateDropped++
 			break
 		}
 		if !d.Sender.SamePoP(c.self) {
@@ -115,12 +132,14 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		switch m.Kind {
 		case KindHeartbeat:
 			c.checkDrift(now, p, d)
+			c.takeRegionEpoch(now, m.From, d) // region.go
 			if c.missedBeats(p, d.SentAt) {
 				// A short cut (under PeerTimeout) lost messages: repair now
 				// rather than at the next anti-entropy round.
 				c.askSync(now)
 			}
 		case KindSync:
+			c.takeRegionEpoch(now, m.From, d) // region.go: before relaying
 			if wantsMarker(d) {
 				c.markTo[m.From] = true
 			}
@@ -147,6 +166,10 @@ func (c *Core) Step(now int64, m Message) StepResult {
 		case KindDelta:
 			if d.Sender.IsPoP() {
 				p.epoch = d.Sender.Incarnation
+			}
+			if hasContent(d) && c.otherRegion(d.Sender) {
+				res.Dropped = true // counted in its region's total (region.go)
+				break
 			}
 			if hasContent(d) {
 				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, &p.sender)

@@ -55,12 +55,21 @@ const (
 	// LinkPoP reaches the other members of the own PoP (memberlist).
 	LinkPoP Link = iota
 	// LinkGlobal reaches every other PoP (NATS), or one PoP for KindState.
+	// With Settings.RegionVoices, a PoP's totals (KindDelta) need reach
+	// only the PoPs of its own region.
 	LinkGlobal
+	// LinkRegion reaches every other PoP of every region (NATS): a region's
+	// totals, published by its voice (region.go). Inbound, From is the PoP
+	// that published them.
+	LinkRegion
 )
 
 func (l Link) String() string {
-	if l == LinkPoP {
+	switch l {
+	case LinkPoP:
 		return "pop"
+	case LinkRegion:
+		return "region"
 	}
 	return "global"
 }

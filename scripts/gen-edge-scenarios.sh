@@ -44,7 +44,7 @@ gen() {
 # in 10 regions, 50 000 requests/s in all over 1 000 Zipf keys, one global
 # rule, 20 simulated seconds, no fault.
 fleet() {
-  local pops=$1 regions=10 out="scenarios/scale/fleet-$1pops.yaml"
+  local pops=$1 regions=${2:-10} out=${3:-"scenarios/scale/fleet-$1pops.yaml"}
   local per=$((pops / regions))
   {
     echo "name: fleet-${pops}pops"
@@ -76,9 +76,10 @@ fleet() {
   echo "wrote $out"
 }
 if [ "${1:-}" = "-fleet" ]; then
-  # scripts/gen-edge-scenarios.sh -fleet N: a fleet of N PoPs only
-  # (N a multiple of 10), for profiling smaller versions.
-  fleet "$2"
+  # scripts/gen-edge-scenarios.sh -fleet N [REGIONS [FILE]]: a fleet of N
+  # PoPs only (N a multiple of REGIONS, default 10), for profiling smaller
+  # versions and for scripts/capacity.sh.
+  fleet "$2" "${3:-10}" "${4:-}"
   exit 0
 fi
 gen 10 2

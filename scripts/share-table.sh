@@ -6,17 +6,21 @@
 #
 #   scripts/share-table.sh [scenario ...]     (default: the scenarios below)
 #
-# Needs jq. Runs `go run ./cmd/sim -compare share -no-timing`.
+# Needs jq. Runs `go run ./cmd/sim -compare share -no-timing`, with the
+# flags in SIM_FLAGS too (e.g. SIM_FLAGS='-region-voices on').
 set -eu
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- site-failover-cut two-sided-surge failover-during-cut crash-loops-overload \
 	skewed-regions-10s skewed-regions-1s hot-key-20pops below-half-4pops below-half-16pops \
 	below-half-32pops two-regions-cut rolling-cuts three-regions-one-isolated hot-key-attack
-go build -o /tmp/geolimit-sim ./cmd/sim
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go build -o "$tmp/sim" ./cmd/sim
 echo "| scenario | admitted, share / central | max a/l share | max a/l central | lowest region, share / central | rejected below half, share / central |"
 echo "|---|---:|---:|---:|---:|---:|"
 for s in "$@"; do
-	/tmp/geolimit-sim -scenario "$s" -compare share -no-timing -quiet -json /tmp/geolimit-sim.json >/dev/null
+	# shellcheck disable=SC2086 # SIM_FLAGS holds several flags
+	"$tmp/sim" ${SIM_FLAGS:-} -scenario "$s" -compare share -no-timing -quiet -json "$tmp/report.json" >/dev/null
 	jq -r --arg s "$s" '(if has("runs") then .runs[0] else . end) as $r
 	| ([$r.phases[] | select(.name == "partitioned")] | if length == 0 then [$r.phases[] | select(.name == "healthy")] else . end) as $f
 	| ([$r.central.phases[] | select(.name == "partitioned")] | if length == 0 then [$r.central.phases[] | select(.name == "healthy")] else . end) as $c
@@ -24,5 +28,5 @@ for s in "$@"; do
 	| ([$f[].regions[]] | group_by(.region) | map({key: .[0].region, value: (map(.admitted) | add)}) | from_entries) as $fr
 	| ([$c[].regions[]] | group_by(.region) | map({key: .[0].region, value: (map(.admitted) | add)}) | from_entries) as $cr
 	| ([$cr | keys[] | select($cr[.] > 0) | $fr[.] / $cr[.]] | min) as $low
-	| "| \($s) | \($fa / $ca * 1000 | round / 1000) | \($r.max_admitted_ratio * 1000 | round / 1000) | \($r.central.max_admitted_ratio * 1000 | round / 1000) | \($low * 100 | round / 100) | \($r.rejected_below_half) / \($r.central.rejected_below_half) |"' /tmp/geolimit-sim.json
+	| "| \($s) | \($fa / $ca * 1000 | round / 1000) | \($r.max_admitted_ratio * 1000 | round / 1000) | \($r.central.max_admitted_ratio * 1000 | round / 1000) | \($low * 100 | round / 100) | \($r.rejected_below_half) / \($r.central.rejected_below_half) |"' "$tmp/report.json"
 done

@@ -100,8 +100,10 @@ type engine struct {
 	flushNow           bool
 	intraMax, interMax int
 	inbound            received  // delivered from other PoPs, all nodes
+	inboundFar         received  // of which from other regions, counts only (KindDelta, KindState)
 	storeSeed          uint64    // seeds every store's hash (see start)
 	others             [][]int32 // per PoP, every other PoP (otherPoPs)
+	mates              [][]int32 // per PoP, the other PoPs of its region (regionMates)
 	incarnations       uint64    // the last incarnation given to a node
 	share              bool      // some rule uses the share policy
 

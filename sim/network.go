@@ -77,8 +77,8 @@ func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, size uint32, link ui
 // what a NATS publish does between PoPs. The PoP's nodes sit together, so
 // the link's loss, delay and duplication apply to the PoP as a whole, and
 // one event delivers to every node live at its arrival.
-func (e *engine) sendPoP(nd *simNode, to int32, d *crdt.Delta, size uint32, msg repl.Kind, from int32, t int64) {
-	e.transmit(nd.pop, to, event{kind: evDeliverPoP, node: to, from: from, link: uint8(repl.LinkGlobal), msg: msg, size: size, d: d}, t)
+func (e *engine) sendPoP(nd *simNode, to int32, d *crdt.Delta, size uint32, link repl.Link, msg repl.Kind, from int32, t int64) {
+	e.transmit(nd.pop, to, event{kind: evDeliverPoP, node: to, from: from, link: uint8(link), msg: msg, size: size, d: d}, t)
 }
 
 // transmit queues ev over the link from PoP fp to PoP tp at t: dropped if

@@ -68,7 +68,7 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 			}
 		}
 	}
-	current := e.currentEpochs()
+	current, regions := e.currentEpochs(), e.regionEpochs()
 	for gi, byWin := range reps {
 		truth[gi] = map[int64]uint64{}
 		for w, m := range byWin {
@@ -82,24 +82,40 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 			}
 			// An aggregate of the current epoch, or of an epoch a member
 			// started, stands for members' counts (the larger of the two is
-			// the PoP's); one of an epoch whose members are gone adds.
+			// the PoP's); one of an epoch whose members are gone adds. A
+			// region's aggregate of its current region epoch stands for the
+			// region's PoPs in the same way; one of a former epoch adds.
 			aggCur := map[crdt.PoPID]uint64{}
+			regCur := map[string]uint64{}
+			byRegion := map[string]uint64{}
 			var sum uint64
 			for s, c := range m {
 				r, err := crdt.ParseReplica(s)
 				switch {
 				case err != nil || !r.IsPoP():
+				case r.IsRegion() && r.Incarnation == regions[r.Region]:
+					regCur[r.Region] = max(regCur[r.Region], c)
+				case r.IsRegion():
+					sum += c
 				case r.Incarnation == current[r.PoPID] || started[r]:
 					aggCur[r.PoPID] = max(aggCur[r.PoPID], c)
 				default:
-					sum += c
+					byRegion[r.Region] += c
 				}
 			}
 			for id, c := range members {
-				sum += max(c, aggCur[id])
+				byRegion[id.Region] += max(c, aggCur[id])
 			}
 			for id, c := range aggCur {
 				if _, ok := members[id]; !ok {
+					byRegion[id.Region] += c
+				}
+			}
+			for rg, c := range byRegion {
+				sum += max(c, regCur[rg])
+			}
+			for rg, c := range regCur {
+				if _, ok := byRegion[rg]; !ok {
 					sum += c
 				}
 			}
@@ -119,6 +135,22 @@ func (e *engine) currentEpochs() map[crdt.PoPID]uint64 {
 		id := e.pops[nd.pop].id
 		if ep := nd.core.Epoch(); ep != 0 && (out[id] == 0 || ep < out[id]) {
 			out[id] = ep
+		}
+	}
+	return out
+}
+
+// regionEpochs returns the region epoch of each region's live nodes (the
+// lowest one known).
+func (e *engine) regionEpochs() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, nd := range e.nodes {
+		if !nd.up {
+			continue
+		}
+		id := e.pops[nd.pop].id
+		if _, ep := nd.core.RegionVoice(); ep != 0 && (out[id.Region] == 0 || ep < out[id.Region]) {
+			out[id.Region] = ep
 		}
 	}
 	return out

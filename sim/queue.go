@@ -28,7 +28,7 @@ type event struct {
 	at   int64
 	seq  uint64
 	kind evKind
-	link uint8 // link of a delivery: repl.LinkPoP, repl.LinkGlobal or linkJoin
+	link uint8 // link of a delivery: a repl.Link or linkJoin
 	msg  repl.Kind
 	node int32 // the node of a node event; the phase of a rule sample (-1: run)
 	from int32 // sending PoP of a delivery; change index of a traffic change

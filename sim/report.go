@@ -91,8 +91,14 @@ type Replication struct {
 	NodeInboundMessagesPerS float64 `json:"node_inbound_messages_per_s"`
 	NodeInboundEntriesPerS  float64 `json:"node_inbound_entries_per_s"`
 	NodeInboundBytesPerS    float64 `json:"node_inbound_bytes_per_s"`
-	PoPOutboundMessagesPerS float64 `json:"pop_outbound_messages_per_s"`
-	PoPOutboundBytesPerS    float64 `json:"pop_outbound_bytes_per_s"`
+	// Of those, the messages of counts (deltas and relayed state: not
+	// heartbeats or sync requests) and their entries from other regions:
+	// with region voices one message per other region per flush interval,
+	// plus anti-entropy.
+	NodeInterRegionCountMessagesPerS float64 `json:"node_inter_region_count_messages_per_s"`
+	NodeInterRegionEntriesPerS       float64 `json:"node_inter_region_entries_per_s"`
+	PoPOutboundMessagesPerS          float64 `json:"pop_outbound_messages_per_s"`
+	PoPOutboundBytesPerS             float64 `json:"pop_outbound_bytes_per_s"`
 }
 
 // Central are the figures of the same arrival stream decided by one node
@@ -236,6 +242,8 @@ func (e *engine) result() *Result {
 	r.Replication.NodeInboundMessagesPerS = round(float64(e.inbound.messages) / nodeSecs)
 	r.Replication.NodeInboundEntriesPerS = round(float64(e.inbound.entries) / nodeSecs)
 	r.Replication.NodeInboundBytesPerS = round(float64(e.inbound.bytes) / nodeSecs)
+	r.Replication.NodeInterRegionCountMessagesPerS = round(float64(e.inboundFar.messages) / nodeSecs)
+	r.Replication.NodeInterRegionEntriesPerS = round(float64(e.inboundFar.entries) / nodeSecs)
 	popSecs := secs * float64(len(e.pops))
 	r.Replication.PoPOutboundMessagesPerS = round(float64(out.messages) / popSecs)
 	r.Replication.PoPOutboundBytesPerS = round(float64(out.bytes) / popSecs)
@@ -319,6 +327,8 @@ func WriteTable(w io.Writer, reports []Report) error {
 		rp := &r.Replication
 		fmt.Fprintf(w, "[%s] per node from other PoPs: %.0f msg/s, %.0f entries/s, %.0f bytes/s; per PoP to other PoPs: %.0f msg/s, %.0f bytes/s\n",
 			r.Policy, rp.NodeInboundMessagesPerS, rp.NodeInboundEntriesPerS, rp.NodeInboundBytesPerS, rp.PoPOutboundMessagesPerS, rp.PoPOutboundBytesPerS)
+		fmt.Fprintf(w, "[%s] per node from other regions: %.0f messages of counts/s, %.0f entries/s\n",
+			r.Policy, rp.NodeInterRegionCountMessagesPerS, rp.NodeInterRegionEntriesPerS)
 		if len(rp.MessagesPerSPerPoP) <= 12 {
 			fmt.Fprintf(w, "[%s] replication per PoP (msg/s, bytes/s):", r.Policy)
 			for _, id := range sortedKeys(rp.MessagesPerSPerPoP) {

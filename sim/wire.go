@@ -17,7 +17,7 @@ import (
 // is relayed to.
 
 // linkJoin marks a delivery of a member's push/pull state on join.
-const linkJoin = 2
+const linkJoin = 0xff
 
 // newCore returns the replication core of node nd.
 func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
@@ -102,6 +102,10 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 		// Between PoPs: one publish, delivered to each PoP reached; relayed
 		// state reaches only the PoP it is for.
 		targets, from := e.otherPoPs(nd.pop), nd.pop
+		if m.Link == repl.LinkGlobal && m.Kind == repl.KindDelta && e.sc.Replication.RegionVoices {
+			// A PoP's totals: the PoPs of its region only subscribe.
+			targets = e.regionMates(nd.pop)
+		}
 		if m.Kind == repl.KindState {
 			to, ok := e.popIndex[m.To]
 			if !ok {
@@ -122,7 +126,7 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 				continue
 			}
 			for i, part := range parts {
-				e.sendPoP(nd, to, part, sizes[i], m.Kind, from, t)
+				e.sendPoP(nd, to, part, sizes[i], m.Link, m.Kind, from, t)
 			}
 		}
 	}
@@ -143,6 +147,21 @@ func (e *engine) otherPoPs(p int32) []int32 {
 	return e.others[p]
 }
 
+// regionMates returns the indexes of the other PoPs of p's region, memoised.
+func (e *engine) regionMates(p int32) []int32 {
+	if e.mates == nil {
+		e.mates = make([][]int32, len(e.pops))
+		for a := range e.pops {
+			for b := range e.pops {
+				if a != b && e.pops[a].regionIdx == e.pops[b].regionIdx {
+					e.mates[a] = append(e.mates[a], int32(b))
+				}
+			}
+		}
+	}
+	return e.mates[p]
+}
+
 // deliver hands a message that reached nd to its core.
 func (e *engine) deliver(nd *simNode, ev *event, t int64) {
 	now := e.nodeNow(nd, t)
@@ -150,12 +169,16 @@ func (e *engine) deliver(nd *simNode, ev *event, t int64) {
 	case linkJoin:
 		nd.core.MergeState(now, ev.d)
 	default:
-		if ev.link == uint8(repl.LinkGlobal) {
+		if ev.link == uint8(repl.LinkGlobal) || ev.link == uint8(repl.LinkRegion) {
 			e.inbound.messages++
 			if ev.msg == repl.KindDelta || ev.msg == repl.KindState {
 				// Counts only: heartbeats' rule fingerprints and sync
 				// requests' control entries are bytes, not entries.
 				e.inbound.entries += uint64(len(ev.d.Entries))
+				if e.pops[ev.from].regionIdx != e.pops[nd.pop].regionIdx {
+					e.inboundFar.messages++
+					e.inboundFar.entries += uint64(len(ev.d.Entries))
+				}
 			}
 			e.inbound.bytes += uint64(ev.size)
 		}

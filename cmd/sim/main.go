@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		noTiming = fs.Bool("no-timing", false, "leave sim_requests_per_s at 0 so that reports are byte-identical")
 		allow    = fs.String("near-limit-allowance", "", "override the scenario's replication.near_limit_allowance: on or off")
 		sparse   = fs.String("sparse-updates", "", "override the scenario's replication.sparse_updates: on or off")
+		voices   = fs.String("region-voices", "", "override the scenario's replication.region_voices: on or off")
 		quiet    = fs.Bool("quiet", false, "no progress line on stderr")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		memProf  = fs.String("memprofile", "", "write a heap profile at the end of the run to this file (go tool pprof)")
@@ -83,21 +84,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	switch *allow {
-	case "":
-	case "on", "off":
-		on := *allow == "on"
-		sc.Replication.NearLimitAllowance = &on
-	default:
-		return fmt.Errorf("-near-limit-allowance %q: want on or off", *allow)
-	}
-	switch *sparse {
-	case "":
-	case "on", "off":
-		on := *sparse == "on"
-		sc.Replication.SparseUpdates = &on
-	default:
-		return fmt.Errorf("-sparse-updates %q: want on or off", *sparse)
+	for _, o := range []struct {
+		flag, v string
+		set     func(bool)
+	}{
+		{"near-limit-allowance", *allow, func(on bool) { sc.Replication.NearLimitAllowance = &on }},
+		{"sparse-updates", *sparse, func(on bool) { sc.Replication.SparseUpdates = &on }},
+		{"region-voices", *voices, func(on bool) { sc.Replication.RegionVoices = on }},
+	} {
+		switch o.v {
+		case "":
+		case "on", "off":
+			o.set(o.v == "on")
+		default:
+			return fmt.Errorf("-%s %q: want on or off", o.flag, o.v)
+		}
 	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)

@@ -6,6 +6,7 @@
 //	defer hub.Close()
 //	opts.PoP = hub.PoP(id, "ams-1")       // like gossip.MemberlistConnect
 //	opts.Global = hub.Global(id, "ams-1") // like gossip.NATSConnect
+//	hub.SetRegionVoices(true)             // route as NATSConfig.RegionVoices
 //
 // Production code never imports it.
 package memhub
@@ -51,6 +52,10 @@ type Hub struct {
 	done    chan struct{}
 	stopped sync.WaitGroup
 	closed  bool
+
+	// regionVoices routes PoP totals (KindDelta between PoPs) to the
+	// sender's region only, as gossip.NATS does with region voices on.
+	regionVoices bool
 }
 
 // New returns a Hub whose random faults are drawn from seed.
@@ -71,6 +76,17 @@ func New(seed uint64) *Hub {
 func (h *Hub) SetFaults(f Faults) {
 	h.mu.Lock()
 	h.faults = f
+	h.mu.Unlock()
+}
+
+// SetRegionVoices routes as gossip.NATS does with
+// NATSConfig.RegionVoices: from now on a PoP's totals (gossip.KindDelta
+// between PoPs) reach only the PoPs of its region; region totals
+// (gossip.KindRegion), heartbeats, sync requests and relayed state reach
+// every PoP as before.
+func (h *Hub) SetRegionVoices(on bool) {
+	h.mu.Lock()
+	h.regionVoices = on
 	h.mu.Unlock()
 }
 
@@ -173,6 +189,9 @@ func (h *Hub) publish(from *endpoint, kind gossip.Kind, msg []byte, relayTo *crd
 	now := time.Now()
 	for to := range h.eps {
 		if to == from || !from.reaches(to) || h.cut[[2]crdt.PoPID{from.self, to.self}] {
+			continue
+		}
+		if h.regionVoices && !from.local && kind == gossip.KindDelta && to.self.Region != from.self.Region {
 			continue
 		}
 		origin := from.self

@@ -46,6 +46,14 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		// 100us .. ~3.3s
 		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
 	}, []string{"transport"})
+	var regionLag *prometheus.HistogramVec
+	if cfg.Replication.RegionVoices {
+		regionLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "geolimit_replication_region_lag_seconds",
+			Help:    "Receive time minus the sender's flush time of messages on the region link (replication.region_voices: regions' totals, modes, penalty blocks), by transport.",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
+		}, []string{"transport"})
+	}
 	g.opts = gossip.Options{
 		Node:       env.Node,
 		Clock:      env.Clock,
@@ -53,6 +61,9 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		Settings:   cfg.Replication,
 		Logger:     env.Logger,
 		ObserveLag: func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
+	}
+	if regionLag != nil {
+		g.opts.ObserveRegionLag = func(t string, d time.Duration) { regionLag.WithLabelValues(t).Observe(d.Seconds()) }
 	}
 	if gc := cfg.Gossip; gc != nil {
 		mc := gossip.MemberlistConfig{
@@ -85,7 +96,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		}
 	}
 	if cfg.NATS.Disabled {
-		return g.finish(env, lag)
+		return g.finish(env, lag, regionLag)
 	}
 	nc := gossip.NATSConfig{
 		Self:            id,
@@ -95,6 +106,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		CredentialsFile: cfg.NATS.Credentials,
 		User:            cfg.NATS.User,
 		Password:        cfg.NATS.Password,
+		RegionVoices:    cfg.Replication.RegionVoices,
 		Logger:          env.Logger.With("transport", "nats"),
 	}
 	if env.NATS != nil {
@@ -108,14 +120,20 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		nc.ClientCert, nc.ClientKey = t.CertFile, t.KeyFile
 	}
 	g.opts.Global = gossip.NATSConnect(nc)
-	return g.finish(env, lag)
+	return g.finish(env, lag, regionLag)
 }
 
-// finish registers the replication metrics.
-func (g *gossipReplicator) finish(env engine.ReplicationEnv, lag *prometheus.HistogramVec) (engine.Replicator, error) {
+// finish registers the replication metrics (regionLag only with region
+// voices on).
+func (g *gossipReplicator) finish(env engine.ReplicationEnv, lag, regionLag *prometheus.HistogramVec) (engine.Replicator, error) {
 	if env.Registry != nil {
 		if err := env.Registry.Register(lag); err != nil {
 			return nil, fmt.Errorf("replication metrics: %w", err)
+		}
+		if regionLag != nil {
+			if err := env.Registry.Register(regionLag); err != nil {
+				return nil, fmt.Errorf("replication metrics: %w", err)
+			}
 		}
 		if err := env.Registry.Register(&replCollector{g: g}); err != nil {
 			return nil, fmt.Errorf("replication metrics: %w", err)
@@ -198,6 +216,7 @@ func (g *gossipReplicator) Status() engine.ReplicationStatus {
 	st.Partitions = append(st.Partitions, s.Partitioned...)
 	st.Transports = s.Transports
 	st.Epoch, st.Protocol, st.Startup, st.Drift = s.Epoch, s.Protocol, s.Startup, s.Drift
+	st.RegionVoice, st.RegionEpoch = s.RegionVoice, s.RegionEpoch
 	return st
 }
 

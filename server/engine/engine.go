@@ -110,6 +110,12 @@ type ReplicationStatus struct {
 	// Epoch is the PoP epoch this node publishes its PoP's totals under
 	// (0 while it is not known yet).
 	Epoch uint64 `json:"epoch"`
+	// RegionVoice: this node's PoP speaks for its region
+	// (replication.region_voices); RegionEpoch is the region epoch its
+	// region's totals go under (0 while it is not known yet, or with region
+	// voices off).
+	RegionVoice bool   `json:"region_voice"`
+	RegionEpoch uint64 `json:"region_epoch"`
 	// Startup is where the startup sync stands (replication.startup_sync);
 	// the Replicator chooses its shape.
 	Startup any `json:"startup_sync,omitempty"`

@@ -1,0 +1,61 @@
+// Region totals: what a region's voice publishes to the other regions.
+
+package crdt
+
+// regionalOf reports whether r's counts belong to the own region's total: a
+// replica of the own region (a member, or a PoP's aggregate of any epoch)
+// that is not itself a region's aggregate. The store's own counts belong to
+// it too.
+func (s *Store) regionalOf(r Replica) bool {
+	return r.Region == s.self.Region && !r.IsRegion() && r != s.self
+}
+
+// regionTotals returns the region total of windows sl.win-1, sl.win and
+// sl.win+1: the own counts plus the counts of the replicas regionalOf
+// accepts. The caller holds sh.mu.
+func (sh *shard) regionTotals(s *Store, i int32, sl *slot) [3]uint64 {
+	t := [3]uint64{sl.own[0], sl.own[1], 0}
+	if sl.flags&flagSide == 0 {
+		return t
+	}
+	reg := s.regional.Load()
+	for _, e := range sh.side.get(i) {
+		if !reg.has(e.rep()) {
+			continue
+		}
+		if k := e.win(sl.win) - (sl.win - 1); k >= 0 && k < 3 {
+			t[k] = satAdd(t[k], e.count)
+		}
+	}
+	return t
+}
+
+// RegionTotal returns the region total of (rule, key) in window win: the
+// store's own count plus every count of the own region's replicas (members
+// and the region's PoP aggregates of every epoch), without the region
+// aggregates of any region. ok is false when the key is not held or win is
+// not one of its three windows. Nothing changes.
+func (s *Store) RegionTotal(rule RuleID, key string, win int64) (total uint64, ok bool) {
+	h := s.hash(rule, key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, found := sh.find(h, rule, key)
+	if !found {
+		return 0, false
+	}
+	sl := &sh.slots[i]
+	k := win - (sl.win - 1)
+	if k < 0 || k > 2 {
+		return 0, false
+	}
+	return sh.regionTotals(s, i, sl)[k], true
+}
+
+// RegionPart is TotalsPart with region totals (RegionTotal) in
+// FlushEntry.PoP: every live window's region total above 0 of the keys of
+// part of parts.
+func (s *Store) RegionPart(nowIndex func(RuleID) int64, part, parts int, fn func(FlushEntry)) {
+	lo, hi := s.partShards(part, parts)
+	s.entries(nowIndex, walkRegion, lo, hi, func(_ ReplicaID, e FlushEntry) { fn(e) })
+}
