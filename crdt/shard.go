@@ -111,8 +111,16 @@ func (sh *shard) roll(i int32, sl *slot, target int64) {
 			floor -= min(floor, e.count)
 		}
 	}
-	es := old[:0]
 	sl.other = [2]uint64{floor, 0}
+	sh.keepLive(i, sl, old, prev, target)
+}
+
+// keepLive keeps of slot i's remote entries old (their windows numbered
+// from prev) those of windows target-1 to target+1, adds those of target-1
+// and target to sl.other, and drops the others (and the list, when none is
+// left). The caller holds sh.mu.
+func (sh *shard) keepLive(i int32, sl *slot, old []sideEntry, prev, target int64) {
+	es := old[:0]
 	for _, e := range old {
 		w := e.win(prev)
 		if w < target-1 || w > target+1 {
@@ -154,24 +162,7 @@ func (sh *shard) rebase(i int32, sl *slot, target int64) {
 	sl.other = [2]uint64{}
 	sl.mark = 0
 	if sl.flags&flagSide != 0 {
-		old := sh.side.get(i)
-		es := old[:0]
-		for _, e := range old {
-			w := e.win(prev)
-			if w < target-1 || w > target+1 {
-				continue
-			}
-			es = append(es, e)
-			if k := w - (target - 1); k == 0 || k == 1 {
-				sl.other[k] = satAdd(sl.other[k], e.count)
-			}
-		}
-		if len(es) == 0 {
-			sh.side.del(i)
-			sl.flags &^= flagSide
-		} else {
-			sh.setSide(i, es)
-		}
+		sh.keepLive(i, sl, sh.side.get(i), prev, target)
 	}
 	sl.dirty &^= dirtyAll
 	if own > 0 {

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,4 +23,34 @@ func mustParse(t testing.TB, src string) *Scenario {
 	sc, err := Parse([]byte(src))
 	require.NoError(t, err)
 	return sc
+}
+
+// gridScenario returns a scenario of regions regions of pops PoPs of nodes
+// nodes each (PoP "r<i>p<j>" of region "r<i>"), on the network the
+// cost tests use, with the given seed and duration and the YAML lines of
+// the replication section, one rule and one stream.
+func gridScenario(name string, seed int, duration string, regions, pops, nodes int, replication, rule, traffic string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\nseed: %d\nduration: %s\ntopology:\n", name, seed, duration)
+	for r := range regions {
+		fmt.Fprintf(&b, "  - {region: r%d, pops: [", r)
+		for p := range pops {
+			if p > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "{name: r%dp%d, nodes: %d}", r, p, nodes)
+		}
+		b.WriteString("]}\n")
+	}
+	fmt.Fprintf(&b, `network:
+  intra_pop: {latency: 1ms}
+  inter_pop: {latency: 10ms, jitter: 2ms}
+  inter_region: {latency: 80ms, jitter: 10ms}
+replication: %s
+rules:
+  - %s
+traffic:
+  - %s
+`, replication, rule, traffic)
+	return b.String()
 }

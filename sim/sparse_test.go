@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,29 +12,8 @@ import (
 // global rule of 400 per 10s: a few keys far over their limit, most far
 // below it. sparse sets replication.sparse_updates.
 func sparseScenario(sparse bool) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "name: sparse\nseed: 11\nduration: 30s\ntopology:\n")
-	for r := range 2 {
-		fmt.Fprintf(&b, "  - {region: r%d, pops: [", r)
-		for p := range 4 {
-			if p > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "{name: r%dp%d, nodes: 2}", r, p)
-		}
-		b.WriteString("]}\n")
-	}
-	fmt.Fprintf(&b, `network:
-  intra_pop: {latency: 1ms}
-  inter_pop: {latency: 10ms, jitter: 2ms}
-  inter_region: {latency: 80ms, jitter: 10ms}
-replication: {flush_interval: 50ms, sparse_updates: %t}
-rules:
-  - {name: api, limit: 400, window: 10s}
-traffic:
-  - {rule: api, keys: 2000, spread: zipf, zipf_s: 1.05, rate: 4000/s}
-`, sparse)
-	return b.String()
+	return gridScenario("sparse", 11, "30s", 2, 4, 2, fmt.Sprintf("{flush_interval: 50ms, sparse_updates: %t}", sparse),
+		"{name: api, limit: 400, window: 10s}", "{rule: api, keys: 2000, spread: zipf, zipf_s: 1.05, rate: 4000/s}")
 }
 
 // Sparse updates cut what a node receives from other PoPs, and keep the
