@@ -38,6 +38,8 @@ func ExampleStart() {
 			panic(err)
 		}
 	}
+	// Poll until iad has merged the counts (an example has no testing.T
+	// for require.Eventually).
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if v, _ := nodes[1].View(time.Now().UnixNano(), "api", "203.0.113.7"); v.Estimate >= 3 {
 			break

@@ -19,8 +19,9 @@ import (
 // TestLiveSiteFailover is the whole-site failover of
 // scenarios/site-failover-cut.yaml on a real NATS super-cluster: two
 // regions of one PoP each, a share rule, many keys at twice their limit
-// (two thirds of each key's clients in eu), the gateway links cut, and one
-// window into the cut every client moves to us. us's total over all keys
+// (two thirds of each key's clients in eu), the gateway links cut after a
+// window both sides saw whole (partitionLog), and one window into the cut
+// every client moves to us. us's total over all keys
 // jumps, so it takes the keys' whole limit rather than its third of it:
 // over the windows after the failover was measured, us admits at least 80 %
 // of what one central node admits on the same arrivals, and from the first
@@ -46,7 +47,8 @@ func TestLiveSiteFailover(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rules := []pop.Rule{{Name: "api", Limit: limit, Window: width, Cost: 1, Scope: pop.ScopeGlobal, OnPartition: pop.Share}}
-	opts := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 40 * time.Millisecond}}
+	var parts partitionLog
+	opts := parts.hook(Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 40 * time.Millisecond}})
 	nodes := startSCNodes(t, ctx, c, rules, opts, [2]int{0, 1}, [2]int{1, 1})
 	eu, us := nodes[0], nodes[1]
 
@@ -64,7 +66,7 @@ func TestLiveSiteFailover(t *testing.T) {
 	moved := false
 	sent := 0
 	start := time.Unix(0, (time.Now().UnixNano()/int64(width)+1)*int64(width))
-	time.Sleep(time.Until(start))
+	time.Sleep(time.Until(start)) // deliberate: the load starts at a window boundary
 	generate := func(until time.Time) {
 		for time.Now().Before(until) {
 			select {
@@ -84,14 +86,22 @@ func TestLiveSiteFailover(t *testing.T) {
 				require.NoError(t, err)
 				log = append(log, arrival{at, k, side, d.Allowed})
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // deliberate: the generator's tick; it catches up with the rate
 		}
 	}
 	idx := func(t time.Time) int64 { return t.UnixNano() / int64(width) }
 	at := func(w int64) time.Time { return time.Unix(0, w*int64(width)) }
 	w0 := idx(start)
 
-	generate(at(w0 + 2)) // two healthy windows
+	// Two healthy windows, the last of them seen whole by both sides: the
+	// shares are taken from it.
+	cutAt := w0 + 2
+	generate(at(cutAt))
+	for !parts.sawWhole(at(cutAt - 1)) {
+		require.Less(t, cutAt, w0+30, "no window seen whole by both sides in 30")
+		cutAt++
+		generate(at(cutAt))
+	}
 	c.Cut(1, true)
 	done := make(chan struct{})
 	var cutSeen, failedAt int64
@@ -99,21 +109,20 @@ func TestLiveSiteFailover(t *testing.T) {
 		defer close(done)
 		// Both sides notice the cut; the first window wholly inside it is
 		// each side's baseline, and every client moves at the next.
-		deadline := time.Now().Add(10 * time.Second)
-		for len(eu.rep.Partitioned()) == 0 || len(us.rep.Partitioned()) == 0 ||
-			!eu.node.Partition(time.Now().UnixNano()).Partitioned || !us.node.Partition(time.Now().UnixNano()).Partitioned {
-			if time.Now().After(deadline) {
-				t.Error("the sides did not see the cut within 10 s")
-				return
-			}
-			time.Sleep(poll)
+		if !assert.Eventually(t, func() bool {
+			return len(eu.rep.Partitioned()) != 0 && len(us.rep.Partitioned()) != 0 &&
+				eu.node.Partition(time.Now().UnixNano()).Partitioned && us.node.Partition(time.Now().UnixNano()).Partitioned
+		}, 10*time.Second, poll, "the sides see the cut") {
+			return
 		}
 		cutSeen = idx(time.Now())
+		// Deliberate: the failover is scheduled at a window boundary of
+		// the wall clock the nodes decide on.
 		time.Sleep(time.Until(at(cutSeen + 2)))
 		failedAt = cutSeen + 2
 		close(failover)
 	}()
-	generate(at(w0 + 2 + 3))
+	generate(at(cutAt + 3))
 	<-done
 	require.NotZero(t, failedAt)
 	judgeFrom := failedAt + 1 // the failover window's growth speaks from here
@@ -169,8 +178,8 @@ func TestLiveSiteFailover(t *testing.T) {
 		cw, _, _ := worstTrailing(centralAdm[k], from, width)
 		worst, centralWorst = max(worst, fw), max(centralWorst, cw)
 	}
-	t.Logf("cut seen in window %d, failover at %d, judged %d..%d: us admitted %d, central %d (%.3f); worst key %d (%.3f x the limit), central %d",
-		cutSeen-w0, failedAt-w0, judgeFrom-w0, end-1-w0, usJudged, centralJudged, float64(usJudged)/float64(centralJudged),
+	t.Logf("cut at window %d, seen in %d, failover at %d, judged %d..%d: us admitted %d, central %d (%.3f); worst key %d (%.3f x the limit), central %d",
+		cutAt-w0, cutSeen-w0, failedAt-w0, judgeFrom-w0, end-1-w0, usJudged, centralJudged, float64(usJudged)/float64(centralJudged),
 		worst, float64(worst)/limit, centralWorst)
 	assert.GreaterOrEqual(t, float64(usJudged), 0.80*float64(centralJudged), "us after the failover, against the central node")
 	assert.LessOrEqual(t, worst, max(limit*115/100, centralWorst), "worst trailing count of a key")

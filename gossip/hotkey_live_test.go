@@ -59,7 +59,7 @@ func TestLiveHotKey(t *testing.T) {
 	// central limiter does the same): that is the estimator's error, not
 	// what this test measures.
 	start := time.Unix(0, (time.Now().UnixNano()/int64(width)+1)*int64(width))
-	time.Sleep(time.Until(start))
+	time.Sleep(time.Until(start)) // deliberate: the load starts at a window boundary
 	end := start.Add((windows + 1) * width)
 	var wg sync.WaitGroup
 	for _, n := range nodes {

@@ -51,7 +51,8 @@ func runLiveCut(t *testing.T, policy pop.Policy) float64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rules := []pop.Rule{{Name: "api", Limit: limit, Window: width, Cost: 1, Scope: pop.ScopeGlobal, OnPartition: policy}}
-	opts := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 40 * time.Millisecond}}
+	var parts partitionLog
+	opts := parts.hook(Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 40 * time.Millisecond}})
 	nodes := startSCNodes(t, ctx, c, rules, opts, [2]int{0, 1}, [2]int{1, 1})
 
 	var mu sync.Mutex
@@ -89,9 +90,13 @@ func runLiveCut(t *testing.T, policy pop.Policy) float64 {
 		wg.Wait()
 	}()
 	idx := func() int64 { return time.Now().UnixNano() / int64(width) }
-	// Two healthy windows, so that both sides know the key's traffic.
+	// Two healthy windows, so that both sides know the key's traffic, the
+	// last of them seen whole by both sides: the shares are taken from it.
 	start := idx()
-	require.Eventually(t, func() bool { return idx() >= start+2 }, 10*time.Second, poll, "two healthy windows")
+	require.Eventually(t, func() bool {
+		w := idx()
+		return w >= start+2 && parts.sawWhole(time.Unix(0, (w-1)*int64(width)))
+	}, 30*time.Second, poll, "a window seen whole by both sides")
 
 	c.Cut(1, true)
 	require.Eventually(t, func() bool {

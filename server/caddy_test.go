@@ -142,7 +142,7 @@ func tryCaddy(t *testing.T, bin string, site func(port string) string) (addr str
 			p.stop()
 			t.Fatalf("caddy did not accept connections on %s\n%s", addr, out.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // a poll (by hand: it stops early when the process exits)
 	}
 }
 

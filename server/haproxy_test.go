@@ -130,7 +130,7 @@ func startHAProxy(t *testing.T, bin, dir string, cfg func(listen string) string)
 				p.stop()
 				t.Fatalf("haproxy did not accept connections on %s\n%s", addr, out.String())
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // a poll (by hand: it stops early when the process exits)
 		}
 	}
 }

@@ -275,7 +275,7 @@ http {
 			p.stop()
 			t.Fatalf("nginx did not accept connections on %s\n%s", addr, logs())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // a poll (by hand: it stops early when the process exits)
 	}
 }
 

@@ -126,14 +126,14 @@ func TestKillSwitchReachesThreeRegions(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for time.Since(start) < 10*time.Second {
-					if m, _ := ruleMode(t, d.api, "api"); m == want {
-						mu.Lock()
-						took[name] = time.Since(start)
-						mu.Unlock()
-						return
-					}
-					time.Sleep(time.Millisecond)
+				// A fine tick: it bounds the resolution of the measured time.
+				if assert.Eventually(t, func() bool {
+					m, _ := ruleMode(t, d.api, "api")
+					return m == want
+				}, 10*time.Second, time.Millisecond, "%s sees mode %s", name, rd.mode) {
+					mu.Lock()
+					took[name] = time.Since(start)
+					mu.Unlock()
 				}
 			}()
 		}

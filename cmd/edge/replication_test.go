@@ -90,7 +90,7 @@ func startDaemon(t *testing.T, path string, args ...string) *daemon {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: no api listener\n%s", path, d.errb.String())
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // a poll (by hand: it also stops when run returns)
 	}
 }
 

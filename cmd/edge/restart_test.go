@@ -116,11 +116,7 @@ func TestKilledNATSHostReadmitsNothing(t *testing.T) {
 	sin := startChild(t, sinPath)
 	slow := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			require.False(t, time.Now().After(deadline), "timed out waiting for %s", what)
-			time.Sleep(10 * time.Millisecond)
-		}
+		require.Eventually(t, cond, 30*time.Second, 10*time.Millisecond, "waiting for %s", what)
 	}
 	slow("sin ready", func() bool { return status(sinAPI+"/readyz") == http.StatusOK })
 	slow("ams ready", func() bool { return status(ams.api+"/readyz") == http.StatusOK })

@@ -90,6 +90,8 @@ type Proxy struct {
 	cut    bool
 	conns  map[net.Conn]struct{}
 	closed bool
+
+	refused atomic.Uint64
 }
 
 // NewProxy listens on a free loopback port; it refuses connections until
@@ -140,6 +142,11 @@ func (p *Proxy) SetCut(cut bool) {
 	p.mu.Unlock()
 }
 
+// Refused returns how many connections the proxy has refused so far: while
+// cut, closed or without a target, or naming another gateway than its
+// source. A test watching a cut link sees the servers' retries here.
+func (p *Proxy) Refused() uint64 { return p.refused.Load() }
+
 // Close stops the proxy and waits for its goroutines. It is idempotent.
 func (p *Proxy) Close() {
 	p.mu.Lock()
@@ -180,6 +187,7 @@ func (p *Proxy) accept() {
 		target, source, refuse := p.target, p.source, p.cut || p.closed || p.target == ""
 		p.mu.Unlock()
 		if refuse {
+			p.refused.Add(1)
 			_ = in.Close()
 			continue
 		}
@@ -211,6 +219,7 @@ func (p *Proxy) accept() {
 			line, err := br.ReadString('\n')
 			_ = in.SetReadDeadline(time.Time{})
 			if err != nil || gatewayOf(line) != source {
+				p.refused.Add(1)
 				p.untrack(in)
 				p.untrack(out)
 				p.wg.Done()

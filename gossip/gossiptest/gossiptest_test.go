@@ -3,6 +3,7 @@ package gossiptest
 import (
 	"bufio"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -59,20 +60,31 @@ func TestSuperClusterCut(t *testing.T) {
 	sub, err := nats.Connect(sc.ClientURL(1))
 	require.NoError(t, err)
 	defer sub.Close()
-	got := make(chan struct{}, 100)
-	_, err = sub.Subscribe("x", func(*nats.Msg) { got <- struct{}{} })
+	got := make(chan string, 100)
+	_, err = sub.Subscribe("x", func(m *nats.Msg) { got <- string(m.Data) })
 	require.NoError(t, err)
 	require.NoError(t, sub.Flush())
 	pub, err := nats.Connect(sc.ClientURL(0))
 	require.NoError(t, err)
 	defer pub.Close()
+	// Each probe waits for its own message: one that arrives after its
+	// probe gave up (a busy machine) must not pass for a later probe's,
+	// least of all for one published into the cut.
+	probe := 0
 	delivered := func() bool {
-		_ = pub.Publish("x", nil)
-		select {
-		case <-got:
-			return true
-		case <-time.After(20 * time.Millisecond):
-			return false
+		probe++
+		want := strconv.Itoa(probe)
+		_ = pub.Publish("x", []byte(want))
+		timeout := time.After(20 * time.Millisecond)
+		for {
+			select {
+			case m := <-got:
+				if m == want {
+					return true
+				}
+			case <-timeout:
+				return false
+			}
 		}
 	}
 	require.Eventually(t, delivered, 10*time.Second, poll, "eu -> us")
@@ -91,6 +103,15 @@ func linked(t *testing.T, s *server.Server, name string) bool {
 	require.NoError(t, err)
 	o := gz.OutboundGateways[name]
 	return o != nil && o.Connection != nil
+}
+
+// inbound returns how many gateway connections from the region name s has
+// accepted (a connection counts once its CONNECT has reached s).
+func inbound(t *testing.T, s *server.Server, name string) int {
+	t.Helper()
+	gz, err := s.Gatewayz(&server.GatewayzOptions{})
+	require.NoError(t, err)
+	return len(gz.InboundGateways[name])
 }
 
 // numGateways returns how many gateway connections s holds, out and in.
@@ -122,15 +143,41 @@ func TestSuperClusterCutIsolatesTheRegion(t *testing.T) {
 		return numGateways(t, c.Servers[2]) == 0 && !linked(t, c.Servers[0], "ap") && !linked(t, c.Servers[1], "ap")
 	}
 	require.Eventually(t, cutOff, 10*time.Second, poll, "ap without gateways")
-	// The servers retry a lost gateway after a second or so: watch longer.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
-		require.Zero(t, numGateways(t, c.Servers[2]), "ap reached a region through another region's link")
-		require.False(t, linked(t, c.Servers[0], "ap"), "eu -> ap")
-		require.False(t, linked(t, c.Servers[1], "ap"), "us -> ap")
-		require.True(t, linked(t, c.Servers[0], "us"), "eu -> us")
-		require.True(t, linked(t, c.Servers[1], "eu"), "us -> eu")
-		time.Sleep(20 * time.Millisecond)
+	// The servers retry a lost gateway after a second or so, each time
+	// through the URLs they know for it: watch until every cut link has
+	// refused two more of their attempts, and fail at the first link seen.
+	// A link is judged where it would end, at eu and us: ap itself holds
+	// an outbound connection for the moment of each refused handshake.
+	cut := []*Proxy{c.Links[2][0], c.Links[2][1], c.Links[0][2], c.Links[1][2]}
+	base := make([]uint64, len(cut))
+	for i, p := range cut {
+		base[i] = p.Refused()
 	}
+	var broken string
+	require.Eventually(t, func() bool {
+		switch {
+		case inbound(t, c.Servers[0], "ap") != 0 || inbound(t, c.Servers[1], "ap") != 0:
+			broken = "ap reached a region through another region's link"
+		case linked(t, c.Servers[0], "ap"):
+			broken = "eu -> ap"
+		case linked(t, c.Servers[1], "ap"):
+			broken = "us -> ap"
+		case !linked(t, c.Servers[0], "us"):
+			broken = "eu -> us lost"
+		case !linked(t, c.Servers[1], "eu"):
+			broken = "us -> eu lost"
+		}
+		if broken != "" {
+			return true
+		}
+		for i, p := range cut {
+			if p.Refused() < base[i]+2 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, poll, "every cut link refused two retries")
+	require.Empty(t, broken)
 	c.Cut(2, false)
 	require.Eventually(t, func() bool {
 		for _, s := range c.Servers {

@@ -80,15 +80,18 @@ rules: [{name: api, limit: 100, window: 20s, scope: global}]
 			} `json:"rule_mismatches"`
 		} `json:"drift"`
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		require.NoError(t, json.Unmarshal([]byte(get(t, api+"/v1/status")), &st))
-		if len(st.Drift) == 1 && st.Drift[0].Skewed && len(st.Drift[0].Mismatches) == 1 {
-			break
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res, err := http.Get(api + "/v1/status")
+		if !assert.NoError(c, err) {
+			return
 		}
-		require.False(t, time.Now().After(deadline), "no drift reported: %+v", st)
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer res.Body.Close()
+		if !assert.NoError(c, json.NewDecoder(res.Body).Decode(&st)) || !assert.Len(c, st.Drift, 1, "drift reported") {
+			return
+		}
+		assert.True(c, st.Drift[0].Skewed, "skew reported: %+v", st.Drift[0])
+		assert.Len(c, st.Drift[0].Mismatches, 1, "rule mismatch reported: %+v", st.Drift[0])
+	}, 10*time.Second, 20*time.Millisecond)
 	d := st.Drift[0]
 	assert.Equal(t, "us", d.Region)
 	assert.Equal(t, "iad", d.PoP)
