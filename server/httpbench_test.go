@@ -10,14 +10,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/geolimit/geolimit/internal/bare"
 )
 
 // BenchmarkCheckServer is POST /v1/check through net/http's server, in
 // process: a keep-alive connection whose reads hand over one request after
 // another and whose writes are discarded, so that everything but the
 // sockets is measured (request parsing, the handler, the response's
-// headers and body). "bare" is the baseline of scripts/bench-http.sh (edge
-// -bare-baseline: a handler that reads the body and answers a fixed
+// headers and body). "bare" is the baseline of scripts/bench-http.sh
+// (package bare: a handler that reads the body and answers a fixed
 // /v1/check body); "check" is the API handler. Their difference is what
 // the decision API adds to a request, in time and allocations.
 func BenchmarkCheckServer(b *testing.B) {
@@ -28,20 +30,11 @@ func BenchmarkCheckServer(b *testing.B) {
 			strconv.Itoa(len(body))+"\r\n\r\n"+body))
 	}
 	b.Run("bare", func(b *testing.B) {
-		serveConn(b, http.HandlerFunc(bareHandler), reqs)
+		serveConn(b, http.HandlerFunc(bare.Handler), reqs)
 	})
 	b.Run("check", func(b *testing.B) {
 		serveConn(b, benchApp(b).apiHandler(), reqs)
 	})
-}
-
-// bareBody and bareHandler are cmd/edge's -bare-baseline.
-var bareBody = []byte(`{"allowed":true,"rule":"demo","key":"203.0.113.7","limit":10,"remaining":9,"reset_ms":1000,"retry_after_ms":0}` + "\n")
-
-func bareHandler(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	w.Header()["Content-Type"] = []string{"application/json"}
-	_, _ = w.Write(bareBody)
 }
 
 // serveConn serves b.N requests, cycling over reqs, on one connection of
