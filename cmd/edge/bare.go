@@ -9,25 +9,24 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/geolimit/geolimit/internal/bare"
 )
 
 // bareBody is what the baseline answers: a /v1/check response.
-var bareBody = []byte(`{"allowed":true,"rule":"demo","key":"203.0.113.7","limit":10,"remaining":9,"reset_ms":1000,"retry_after_ms":0}` + "\n")
+var bareBody = bare.Body
 
-// runBare serves the benchmark baseline: a bare net/http handler that reads
-// the request body and returns a fixed /v1/check answer, with no decision,
-// so that scripts/bench-http.sh can compare the real API against it.
+// runBare serves the benchmark baseline (package bare): a bare net/http
+// handler that reads the request body and returns a fixed /v1/check
+// answer, with no decision, so that scripts/bench-http.sh can compare the
+// real API against it.
 func runBare(ctx context.Context, addr string, stdout io.Writer, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("-bare-listen: %w", err)
 	}
 	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header()["Content-Type"] = []string{"application/json"}
-			_, _ = w.Write(bareBody)
-		}),
+		Handler:           http.HandlerFunc(bare.Handler),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

@@ -233,8 +233,26 @@ func parseCheck(b []byte, i int, c *check) (int, error) {
 			return i, synErr(i, "want ':'")
 		}
 		i = ws(b, i+1)
+		var dst *[]byte
 		switch string(name) {
-		case "rule", "key", "tier", "idempotency_key":
+		case "rule":
+			dst = &c.rule
+		case "key":
+			dst = &c.key
+		case "tier":
+			dst = &c.tier
+		case "idempotency_key":
+			dst = &c.idem
+		case "cost":
+			if i, err = parseCost(b, i, c); err != nil {
+				return i, err
+			}
+		default:
+			if i, err = skipValue(b, i, 0); err != nil {
+				return i, err
+			}
+		}
+		if dst != nil {
 			var s []byte
 			if isNull(b, i) {
 				i += 4
@@ -245,44 +263,7 @@ func parseCheck(b []byte, i int, c *check) (int, error) {
 				}
 				return i, err
 			}
-			switch string(name) {
-			case "rule":
-				c.rule = s
-			case "key":
-				c.key = s
-			case "tier":
-				c.tier = s
-			default:
-				c.idem = s
-			}
-		case "cost":
-			if isNull(b, i) {
-				i += 4
-				c.hasCost, c.costErr, c.cost = false, false, 0
-				break
-			}
-			if i >= len(b) || (b[i] != '-' && (b[i] < '0' || b[i] > '9')) {
-				if i >= len(b) {
-					return i, &jsonErr{err: errJSONEOF, off: i}
-				}
-				if j, err := skipValue(b, i, 0); err != nil {
-					return j, err
-				}
-				return i, &jsonErr{err: errJSONType, off: i, msg: "cost: want a number"}
-			}
-			start := i
-			j, err := skipNumber(b, i)
-			if err != nil {
-				return j, err
-			}
-			i = j
-			c.hasCost = true
-			v, perr := strconv.ParseUint(string(b[start:i]), 10, 64)
-			c.cost, c.costErr = v, perr != nil || v == 0
-		default:
-			if i, err = skipValue(b, i, 0); err != nil {
-				return i, err
-			}
+			*dst = s
 		}
 		if i = ws(b, i); i >= len(b) {
 			return i, &jsonErr{err: errJSONEOF, off: i}
@@ -297,6 +278,69 @@ func parseCheck(b []byte, i int, c *check) (int, error) {
 	}
 }
 
+// parseCost parses a check's "cost" value at b[i] into c: null (omitted),
+// or a number; a number that is not a positive integer of at most 64 bits
+// sets c.costErr.
+func parseCost(b []byte, i int, c *check) (int, error) {
+	if isNull(b, i) {
+		c.hasCost, c.costErr, c.cost = false, false, 0
+		return i + 4, nil
+	}
+	if i >= len(b) || (b[i] != '-' && (b[i] < '0' || b[i] > '9')) {
+		if i >= len(b) {
+			return i, &jsonErr{err: errJSONEOF, off: i}
+		}
+		if j, err := skipValue(b, i, 0); err != nil {
+			return j, err
+		}
+		return i, &jsonErr{err: errJSONType, off: i, msg: "cost: want a number"}
+	}
+	// The usual cost, a plain integer of up to 19 digits (below 2^64) not
+	// followed by a fraction or an exponent, is read in place.
+	if v, j := plainUint(b, i); j > i {
+		c.hasCost, c.cost, c.costErr = true, v, v == 0
+		return j, nil
+	}
+	start := i
+	j, err := skipNumber(b, i)
+	if err != nil {
+		return j, err
+	}
+	c.hasCost = true
+	v, perr := strconv.ParseUint(string(b[start:j]), 10, 64)
+	c.cost, c.costErr = v, perr != nil || v == 0
+	return j, nil
+}
+
+// plainUint reads a JSON integer at b[i] of up to 19 digits, without sign,
+// fraction or exponent, and returns it and its end; j == i when b[i:] is
+// not one (a number skipNumber and strconv.ParseUint must judge).
+func plainUint(b []byte, i int) (v uint64, j int) {
+	j = i
+	for j < len(b) && j-i < 19 && b[j] >= '0' && b[j] <= '9' {
+		v = v*10 + uint64(b[j]-'0')
+		j++
+	}
+	switch {
+	case j == i:
+		return 0, i
+	case b[i] == '0' && j-i > 1: // a leading zero: not JSON
+		return 0, i
+	case j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E' || (b[j] >= '0' && b[j] <= '9')):
+		return 0, i
+	}
+	return v, j
+}
+
+// strPlain marks the bytes that stand for themselves in a JSON string:
+// not a quote, a backslash or a control character.
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // parseString parses a JSON string at b[i]. Without escapes the result
 // aliases b; with escapes it is a new slice.
 func parseString(b []byte, i int) ([]byte, int, error) {
@@ -310,17 +354,19 @@ func parseString(b []byte, i int) ([]byte, int, error) {
 		return nil, i, &jsonErr{err: errJSONType, off: i, msg: "want a string"}
 	}
 	start := i + 1
-	for j := start; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return b[start:j], j + 1, nil
-		case c == '\\':
-			return unescape(b, start, j)
-		case c < 0x20:
-			return nil, j, synErr(j, "control character in string")
-		}
+	j := start
+	for j < len(b) && strPlain[b[j]] {
+		j++
 	}
-	return nil, len(b), &jsonErr{err: errJSONEOF, off: len(b)}
+	switch {
+	case j == len(b):
+		return nil, len(b), &jsonErr{err: errJSONEOF, off: len(b)}
+	case b[j] == '"':
+		return b[start:j], j + 1, nil
+	case b[j] == '\\':
+		return unescape(b, start, j)
+	}
+	return nil, j, synErr(j, "control character in string")
 }
 
 // unescape decodes a string that has an escape at b[j], starting at b[start].

@@ -82,6 +82,80 @@ func TestParseCheck(t *testing.T) {
 	}
 }
 
+// TestParseCost holds a check's cost and the errors around it to exact
+// values and messages: plain integers of up to 19 digits are read in place,
+// every other number as strconv.ParseUint reads it.
+func TestParseCost(t *testing.T) {
+	const head = `{"rule":"a","key":"k","cost":`
+	tests := []struct {
+		in            string
+		cost          uint64
+		hasCost, cerr bool
+		err           string
+	}{
+		{in: `1}`, cost: 1, hasCost: true},
+		{in: `7 }`, cost: 7, hasCost: true},
+		{in: `9999999999999999999}`, cost: 9999999999999999999, hasCost: true},
+		{in: `18446744073709551615}`, cost: 18446744073709551615, hasCost: true},
+		{in: `18446744073709551616}`, hasCost: true, cerr: true},
+		{in: `12345678901234567890123}`, hasCost: true, cerr: true},
+		{in: `0}`, hasCost: true, cerr: true},
+		{in: `-0}`, hasCost: true, cerr: true},
+		{in: `-5}`, hasCost: true, cerr: true},
+		{in: `1.0}`, hasCost: true, cerr: true},
+		{in: `1e0}`, hasCost: true, cerr: true},
+		{in: `1E2}`, hasCost: true, cerr: true},
+		{in: `null}`},
+		{in: `01}`, err: "invalid JSON: want ',' or '}' at offset 30"},
+		{in: `00}`, err: "invalid JSON: want ',' or '}' at offset 30"},
+		{in: `7x}`, err: "invalid JSON: want ',' or '}' at offset 30"},
+		{in: `1.}`, err: "invalid JSON: bad number at offset 29"},
+		{in: `1e}`, err: "invalid JSON: bad number at offset 29"},
+		{in: `10`, err: "unexpected end of JSON input at offset 31"},
+		{in: ``, err: "unexpected end of JSON input at offset 29"},
+		{in: `"7"}`, err: "wrong JSON type: cost: want a number at offset 29"},
+		{in: `[1]}`, err: "wrong JSON type: cost: want a number at offset 29"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var c check
+			err := parseCheckBody([]byte(head+tt.in), &c)
+			if tt.err != "" {
+				require.Error(t, err)
+				assert.Equal(t, tt.err, err.Error())
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.hasCost, c.hasCost)
+			assert.Equal(t, tt.cerr, c.costErr)
+			if !tt.cerr {
+				assert.Equal(t, tt.cost, c.cost)
+			}
+		})
+	}
+}
+
+// A string's bytes stand for themselves up to a quote, a backslash or a
+// control character, whatever their value above 0x1f.
+func TestParseStringBytes(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		in := []byte(`{"rule":"a","key":"x` + string([]byte{byte(c)}) + `y"}`)
+		var ck check
+		err := parseCheckBody(in, &ck)
+		switch {
+		case c == '"':
+			assert.EqualError(t, err, "invalid JSON: want ',' or '}' at offset 21", "byte %#x", c)
+		case c == '\\':
+			assert.EqualError(t, err, "invalid JSON: bad escape at offset 20", "byte %#x", c)
+		case c < 0x20:
+			assert.EqualError(t, err, "invalid JSON: control character in string at offset 20", "byte %#x", c)
+		default:
+			require.NoError(t, err, "byte %#x", c)
+			assert.Equal(t, "x"+string([]byte{byte(c)})+"y", string(ck.key), "byte %#x", c)
+		}
+	}
+}
+
 func TestParseChecks(t *testing.T) {
 	cs, atomic, err := parseChecksBody([]byte(`{"other":1,"checks":[{"rule":"a","key":"1"},{"rule":"b","key":"2","cost":2}]}`), nil, 10)
 	require.NoError(t, err)
@@ -291,4 +365,18 @@ func BenchmarkParseChecks100(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkParseCheck parses a /v1/check body, as scripts/bench-http.sh
+// sends it.
+func BenchmarkParseCheck(b *testing.B) {
+	body := []byte(`{"rule":"bench","key":"10.0.3.232","cost":1}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	var c check
+	for b.Loop() {
+		if err := parseCheckBody(body, &c); err != nil || c.cost != 1 {
+			b.Fatal(err)
+		}
+	}
 }

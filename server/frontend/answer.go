@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/geolimit/geolimit/pop"
 )
@@ -115,34 +116,33 @@ func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Dura
 		t = max(1, CeilDiv(int64(d.RetryAfter), int64(time.Second)))
 		reset = t
 	}
-	// One allocation for all the values: build them in one buffer and slice.
-	var rem, tb [20]byte
-	r := strconv.AppendUint(rem[:0], d.Remaining, 10)
-	ts := strconv.AppendInt(tb[:0], t, 10)
-	var arr [160]byte
+	// One allocation for all the values: they are cut from one buffer
+	// beside them, X-RateLimit-Remaining from RateLimit's r. A value too
+	// long for the buffer moves it to the heap: a second allocation.
 	name := cr.names[0] // "name"
 	if int(d.Binding) < len(cr.names) {
 		name = cr.names[d.Binding]
 	}
-	b := append(arr[:0], name...)
+	hv := new(rlValues)
+	vals := hv.vals[:]
+	b := append(hv.buf[:0], name...)
 	b = append(b, ";r="...)
-	b = append(b, r...)
-	b = append(b, ";t="...)
-	b = append(b, ts...)
-	rlEnd := len(b)
-	b = append(b, r...)
+	remStart := len(b)
+	b = strconv.AppendUint(b, d.Remaining, 10)
 	remEnd := len(b)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, t, 10)
+	rlEnd := len(b)
 	b = strconv.AppendInt(b, reset, 10)
-	limEnd := len(b)
+	resetEnd := len(b)
 	if d.Limit != cr.Pop.Limit && d.Limit != 0 {
 		b = strconv.AppendUint(b, d.Limit, 10)
 	}
-	s := string(b)
-	vals := make([]string, 6)
+	s := unsafe.String(unsafe.SliceData(b), len(b))
 	vals[0], vals[1], vals[2] = cr.policy, s[:rlEnd], cr.limitStr
-	vals[3], vals[4] = s[rlEnd:remEnd], s[remEnd:limEnd]
-	if limEnd < len(s) {
-		vals[2] = s[limEnd:]
+	vals[3], vals[4] = s[remStart:remEnd], s[rlEnd:resetEnd]
+	if resetEnd < len(s) {
+		vals[2] = s[resetEnd:]
 	}
 	if d.Limits != nil {
 		// An override or tier: the key's own limits.
@@ -157,6 +157,18 @@ func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Dura
 		vals[5] = vals[4]
 		h[HRetryAfter] = vals[5:6:6]
 	}
+}
+
+// rlValues holds one answer's RateLimit header values and the bytes they
+// are cut from, so that both cost one allocation: net/http reads the
+// values after the handler returns, so they cannot come from a pool. The
+// bytes are never written once the values point into them.
+type rlValues struct {
+	vals [6]string
+	// buf holds the RateLimit field and the reset (and a limit of its
+	// own): 64 bytes (160 in all, what two allocations took before) fit a
+	// 40-byte policy name beside limits of up to 6 digits.
+	buf [64]byte
 }
 
 // WriteDenied answers a denied request with status and the denial's JSON
