@@ -1,0 +1,46 @@
+package repl
+
+import (
+	"testing"
+
+	"github.com/geolimit/geolimit/crdt"
+)
+
+// regionEpochBeat returns a heartbeat of PoP p announcing region epoch e.
+func regionEpochBeat(p crdt.PoPID, at int64, e uint64) Message {
+	hb := heartbeatFrom(p, at)
+	hb.Delta.Entries = []crdt.Entry{{Rule: p.Region, Key: regionEpochKey, Count: e}}
+	return hb
+}
+
+// A region aggregate of the own region relayed while it was a former
+// epoch to this node stops counting once that epoch becomes the current
+// one: the node holds the PoP totals it sums (as a PoP's aggregate of the
+// epoch a node learns, pop.Node.SetEpoch).
+func TestOwnRegionAggregateOfTheLearnedEpochDoesNotCount(t *testing.T) {
+	c, now := regionCore(t, ams1, euFra, usIad)
+	c.Step(now, regionEpochBeat(euFra, now, 9))
+	if _, e := c.RegionVoice(); e != 9 {
+		t.Fatalf("region epoch %d, want 9", e)
+	}
+	// us/iad relays eu's totals under epoch 7, which it takes for a former
+	// one: they sum eu/fra's 10.
+	st := regionTotals(usIad, "eu", 7, now, "k", 10)
+	st.Kind, st.Link, st.To = KindState, LinkGlobal, ams1.PoPID
+	if r := c.Step(now, st); r.Forged || r.Applied.Merged != 1 {
+		t.Fatalf("relayed eu#7: %+v, want merged (a former epoch)", r)
+	}
+	c.Step(now, countsFrom(euFra, now, "k", 10)) // eu/fra's PoP total
+	if got := estimate(t, c, now, "k"); got != 20 {
+		t.Fatalf("estimate %v, want 20 (eu#7 a former epoch beside fra's total)", got)
+	}
+	// eu's PoPs agree on the lower epoch 7: eu#7 is the own region's
+	// current total, made of fra's 10 this node holds.
+	c.Step(now, regionEpochBeat(euFra, now, 7))
+	if _, e := c.RegionVoice(); e != 7 {
+		t.Fatalf("region epoch %d, want 7", e)
+	}
+	if got := estimate(t, c, now, "k"); got != 10 {
+		t.Fatalf("estimate %v, want 10: the own region's current aggregate counted on top of the PoP totals it sums", got)
+	}
+}
