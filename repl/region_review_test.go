@@ -44,3 +44,26 @@ func TestOwnRegionAggregateOfTheLearnedEpochDoesNotCount(t *testing.T) {
 		t.Fatalf("estimate %v, want 10: the own region's current aggregate counted on top of the PoP totals it sums", got)
 	}
 }
+
+// When two region epochs meet (a voice that heard no other PoP of its
+// region for two heartbeat intervals started one), the region's PoPs take
+// the lower and its voice re-sends every region total under it. The other
+// regions keep the higher epoch's totals beside the lower's until their
+// windows pass: the same admits count twice there.
+func TestRegionEpochsMeetingCountOnceElsewhere(t *testing.T) {
+	t.Skip("defect: another region's totals count twice while two of its region epochs meet (the superseded higher epoch is kept beside the lower one until its windows pass)")
+	euAms := crdt.PoPID{Region: "eu", PoP: "ams"}
+	iad1 := crdt.Replica{PoPID: usIad, Node: "i1", Incarnation: 1}
+	c, now := regionCore(t, iad1, euAms, euFra)
+	// eu/fra, not hearing eu/ams, spoke for eu under epoch 9.
+	c.Step(now, regionEpochBeat(euFra, now, 9))
+	c.Step(now, regionTotals(euFra, "eu", 9, now, "k", 10))
+	// eu agrees on eu/ams's epoch 7; eu/ams, the voice, re-sends eu's
+	// totals under it: the same 10 admits.
+	c.Step(now, regionEpochBeat(euAms, now, 7))
+	c.Step(now, regionEpochBeat(euFra, now, 7))
+	c.Step(now, regionTotals(euAms, "eu", 7, now, "k", 10))
+	if got := estimate(t, c, now, "k"); got != 10 {
+		t.Fatalf("estimate %v, want 10: eu's superseded epoch 9 counted beside epoch 7", got)
+	}
+}
