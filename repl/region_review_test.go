@@ -1,6 +1,10 @@
 package repl
 
 import (
+	"time"
+
+	"github.com/stretchr/testify/require"
+
 	"testing"
 
 	"github.com/geolimit/geolimit/crdt"
@@ -66,4 +70,67 @@ func TestRegionEpochsMeetingCountOnceElsewhere(t *testing.T) {
 	if got := estimate(t, c, now, "k"); got != 10 {
 		t.Fatalf("estimate %v, want 10: eu's superseded epoch 9 counted beside epoch 7", got)
 	}
+}
+
+// The members of a PoP speak for their region under one region epoch. A
+// node that restarts in a region whose other PoPs are gone (down, or
+// removed) hears no other PoP of it: it starts a region epoch of its own
+// (its PoP's epoch) while its members keep the region's. Members never
+// tell each other their region epoch (only other PoPs' heartbeats carry
+// it), so the PoP then speaks for its region under two epochs for good:
+// the other regions count both aggregates, and a speaker drops the
+// members' forwarded totals of the other epoch.
+func TestMembersOfAVoiceAgreeOnTheRegionEpoch(t *testing.T) {
+	t.Skip("defect: the members of a voice PoP never reconcile their region epochs; one that restarts when no other PoP of its region is heard speaks under an epoch of its own")
+	s := DefaultSettings()
+	s.RegionVoices = true
+	core := func(r crdt.Replica) *Core {
+		c, err := New(Config{Node: testNode(t, r), GlobalLink: true, PoPLink: true, Settings: s})
+		require.NoError(t, err)
+		return c
+	}
+	// Incarnations grow: the PoP's epoch (a1's) is above the region's.
+	ams2 := crdt.Replica{PoPID: ams1.PoPID, Node: "a2", Incarnation: 200}
+	a1 := core(crdt.Replica{PoPID: ams1.PoPID, Node: "a1", Incarnation: 100})
+	now := t0
+	a1.Tick(now)
+	a1.Step(now, regionEpochBeat(euFra, now, 7)) // eu/fra, since gone
+	a1.SetMembers(now, nil)
+	a1.Ready()
+	step := func(now int64, cs ...*Core) {
+		var out [][]Message
+		for _, c := range cs {
+			c.Tick(now)
+			out = append(out, c.Ready())
+		}
+		for i, ms := range out {
+			for _, m := range ms {
+				if m.Link != LinkPoP {
+					continue
+				}
+				for j, d := range cs {
+					if j != i {
+						d.Step(now, m)
+					}
+				}
+			}
+		}
+	}
+	for range 60 { // fra falls silent; ams speaks for eu under epoch 7
+		now += int64(100 * time.Millisecond)
+		step(now, a1)
+	}
+	a2 := core(ams2)
+	a2.Tick(now)
+	a1.SetMembers(now, []string{MemberName(ams2)})
+	a2.SetMembers(now, []string{MemberName(a1.node.Self())})
+	for range 60 {
+		now += int64(100 * time.Millisecond)
+		step(now, a1, a2)
+	}
+	v1, e1 := a1.RegionVoice()
+	v2, e2 := a2.RegionVoice()
+	require.True(t, v1 && v2, "both members speak for eu")
+	require.Equal(t, uint64(7), e1)
+	require.Equal(t, e1, e2, "a restarted member's region epoch")
 }
