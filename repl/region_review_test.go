@@ -134,3 +134,39 @@ func TestMembersOfAVoiceAgreeOnTheRegionEpoch(t *testing.T) {
 	require.Equal(t, uint64(7), e1)
 	require.Equal(t, e1, e2, "a restarted member's region epoch")
 }
+
+// Another region's former totals relayed before this node knows that
+// region's epoch are dropped (which epoch is current is not known), and
+// asked for again once it is: otherwise a node that restarts never counts
+// what a region that restarted admitted before, until its windows pass.
+func TestFormerRegionTotalsDroppedAreAskedAgain(t *testing.T) {
+	iad1 := crdt.Replica{PoPID: usIad, Node: "i1", Incarnation: 1}
+	c, now := regionCore(t, iad1, euFra)
+	for range 100 { // started and synced; eu/fra heard, eu's epoch not
+		now += int64(100 * time.Millisecond)
+		c.Step(now, heartbeatFrom(euFra, now))
+		c.Tick(now)
+		c.Ready()
+	}
+	require.NotZero(t, c.epoch)
+	require.False(t, c.syncing)
+	st := regionTotals(euFra, "eu", 3, now, "k", 10)
+	st.Kind, st.Link, st.To = KindState, LinkGlobal, usIad
+	if r := c.Step(now, st); !r.Dropped {
+		t.Fatalf("eu#3 before eu's epoch is known: %+v, want dropped", r)
+	}
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindState, From: euFra, To: usIad, Delta: &crdt.Delta{
+		Sender: crdt.PoPReplica(usIad, c.epoch), SentAt: now, Epoch: c.epoch}}) // eu/fra's marker
+	c.Ready()
+	c.Step(now, regionEpochBeat(euFra, now, 5))
+	asked := false
+	for range 4 {
+		now += int64(100 * time.Millisecond)
+		c.Step(now, heartbeatFrom(euFra, now))
+		c.Tick(now)
+		for _, m := range c.Ready() {
+			asked = asked || m.Kind == KindSync
+		}
+	}
+	require.True(t, asked, "no sync request once eu's region epoch is known")
+}
