@@ -72,6 +72,10 @@ type regionState struct {
 	// their current region epochs (noteRegionEpoch).
 	caches map[string]*crdt.InternCache
 	epochs map[string]uint64
+	// formerDropped: another region's former totals were dropped while
+	// its epoch was not known (stateRegion); asked for again once a
+	// region's epoch is learned (noteRegionEpoch).
+	formerDropped bool
 }
 
 // regionEpochKey marks a heartbeat entry that carries the sender's region
@@ -176,7 +180,7 @@ func (c *Core) takeRegionEpoch(now int64, from crdt.PoPID, d *crdt.Delta) {
 		if from.Region == c.selfPoP.Region {
 			c.learnRegionEpoch(now, e.Count)
 		} else {
-			c.noteRegionEpoch(from.Region, e.Count)
+			c.noteRegionEpoch(now, from.Region, e.Count)
 		}
 		return
 	}
@@ -282,7 +286,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 		c.learnRegionEpoch(now, d.Sender.Incarnation)
 		return
 	}
-	c.noteRegionEpoch(d.Sender.Region, d.Sender.Incarnation)
+	c.noteRegionEpoch(now, d.Sender.Region, d.Sender.Incarnation)
 	if !hasContent(d) {
 		return
 	}
@@ -387,15 +391,22 @@ func (c *Core) regionEpochOf(region string) uint64 {
 
 // noteRegionEpoch records the current region epoch of another region, as
 // its voice's totals or its PoPs' heartbeats say; at most MaxPoPs regions.
-func (c *Core) noteRegionEpoch(region string, e uint64) {
+// The first epoch learned of a region asks again for the former totals
+// dropped meanwhile.
+func (c *Core) noteRegionEpoch(now int64, region string, e uint64) {
 	if e == 0 || region == c.selfPoP.Region {
 		return
 	}
 	if c.region.epochs == nil {
 		c.region.epochs = map[string]uint64{}
 	}
-	if _, ok := c.region.epochs[region]; ok || len(c.region.epochs) < c.cfg.MaxPoPs {
+	_, ok := c.region.epochs[region]
+	if ok || len(c.region.epochs) < c.cfg.MaxPoPs {
 		c.region.epochs[region] = e
+	}
+	if !ok && c.region.formerDropped {
+		c.region.formerDropped = false
+		c.askSyncFor(now, true)
 	}
 }
 
@@ -414,6 +425,9 @@ func (c *Core) stateRegion(now int64, m Message, res *StepResult) {
 	case cur == 0:
 		res.Dropped = true
 		c.stats.StateDropped++
+		if d.Sender.Region != c.selfPoP.Region {
+			c.region.formerDropped = true // asked again (noteRegionEpoch)
+		}
 	default:
 		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
 	}
