@@ -26,7 +26,9 @@ import (
 // The region epoch keeps restarts from undercounting, one level above the
 // PoP epoch. The region's PoPs agree on it (the lowest one heard wins) and
 // keep it while any of them lives; it travels in their heartbeats and the
-// voice's messages. A voice that has heard none for two heartbeat
+// voice's messages, and inside a PoP in the members' announcements and the
+// region totals they forward to the slot's speaker (a node that restarts
+// where no other PoP of its region is left learns it from its members). A voice that has heard none for two heartbeat
 // intervals since it started (at once on a cold start) starts one, its PoP
 // epoch: the region's history is then
 // gone with its nodes, and the other regions keep the former epoch's totals
@@ -117,6 +119,7 @@ func (c *Core) updateRegion(now int64) {
 		c.region.epoch = c.epoch // the region's history is gone: a new epoch
 		c.stats.RegionEpochChanges++
 		c.askFormerRegion(now)
+		c.announceRegion(now)
 	}
 	if voice && !c.region.voice && c.region.epoch != 0 {
 		c.want |= wantRegionAE // taking over: every region total once
@@ -140,7 +143,21 @@ func (c *Core) learnRegionEpoch(now int64, e uint64) {
 	if c.region.voice {
 		c.want |= wantRegionAE
 	}
+	c.announceRegion(now)
 	c.tellRegion()
+}
+
+// announceRegion tells the PoP's members the region epoch, as an empty
+// delta of the region's aggregate (forwardedRegion): when the membership
+// or the PoP epoch changes (with the PoP epoch's announcement) and when
+// the region epoch does. A member that restarts where no other PoP of the
+// region is heard learns it so, instead of starting one of its own.
+func (c *Core) announceRegion(now int64) {
+	if !c.regionVoices() || c.region.epoch == 0 || !c.hasMembers() {
+		return
+	}
+	d := crdt.Delta{Sender: crdt.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch}
+	c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: &d})
 }
 
 // tellRegion tells the node its region voice and epoch when they changed.
@@ -220,8 +237,17 @@ func (c *Core) speakRegion(now int64) {
 
 // forwardedRegion takes a member's region totals: the speaker of the slot
 // gathers them, or publishes them at once when it gathers none; the other
-// members ignore them. Totals of another region epoch are dropped.
+// members ignore them. They teach the member's region epoch (the lowest
+// wins; an empty one only announces it, announceRegion), as no other PoP
+// of the region may be left to: totals of another region epoch are
+// dropped.
 func (c *Core) forwardedRegion(now int64, d *crdt.Delta) bool {
+	if c.regionVoices() {
+		c.learnRegionEpoch(now, d.Sender.Incarnation)
+		if !hasContent(d) {
+			return true
+		}
+	}
 	if !c.region.voice || c.region.epoch == 0 || d.Sender.Incarnation != c.region.epoch {
 		return false
 	}

@@ -76,7 +76,7 @@ func TestRegionEpochsMeetingCountOnceElsewhere(t *testing.T) {
 // The members of a PoP speak for their region under one region epoch. A
 // node that restarts in a region whose other PoPs are gone (down, or
 // removed) hears no other PoP of it: it must learn the region's epoch from
-// its members (their forwarded region totals carry it) rather than speak
+// its members (they announce it) rather than speak
 // under one of its own, which the other regions would count beside the
 // region's, and under which the speakers drop each other's forwards.
 func TestMembersOfAVoiceAgreeOnTheRegionEpoch(t *testing.T) {
