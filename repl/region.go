@@ -28,11 +28,11 @@ import (
 // keep it while any of them lives; it travels in their heartbeats and the
 // voice's messages, and inside a PoP in the members' announcements and the
 // region totals they forward to the slot's speaker (a node that restarts
-// where no other PoP of its region is left learns it from its members). A voice that has heard none for two heartbeat
-// intervals since it started (at once on a cold start) starts one, its PoP
-// epoch: the region's history is then
-// gone with its nodes, and the other regions keep the former epoch's totals
-// beside the new ones until their windows pass. Under one epoch, a region
+// where no other PoP of its region is left learns it from its members). A
+// voice that has heard none for two heartbeat intervals since it started
+// (at once on a cold start) starts one, its PoP epoch: the region's
+// history is then gone with its nodes, and the other regions keep the
+// former epoch's totals beside the new ones until their windows pass. Under one epoch, a region
 // total only grows: every PoP of the region holds every PoP total of the
 // region, of every PoP epoch, and a voice that takes over publishes the
 // same sums another published, a little later or earlier.
