@@ -39,8 +39,16 @@ type regionKey struct {
 // notes every global rule's (key, window) whose region total moves: by a
 // change of its PoP's total (FlushTo) or a merge of another PoP's total of
 // the region (ApplyFrom); FlushRegion hands them out. Off, it notes nothing
-// and forgets what it noted. Safe for concurrent use.
+// and forgets what it noted. What the node merged of its own region's
+// aggregate under epoch (relayed while epoch was a former one) is dropped:
+// the node holds the PoP totals it sums, as SetEpoch drops the own PoP's.
+// Safe for concurrent use.
 func (n *Node) SetRegionVoice(on bool, epoch uint64) {
+	if epoch != 0 && n.region.epoch.Swap(epoch) != epoch {
+		n.applyMu.Lock()
+		n.store.DropReplica(crdt.RegionReplica(n.self.Region, epoch))
+		n.applyMu.Unlock()
+	}
 	n.region.epoch.Store(epoch)
 	if n.region.on.Swap(on) == on || on {
 		return

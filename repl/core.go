@@ -335,6 +335,7 @@ func (c *Core) doWork(now int64) {
 	}
 	if c.want&wantAnnounce != 0 && c.epoch != 0 && c.cfg.PoPLink && len(c.members) > 1 {
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: c.empty(now)})
+		c.announceRegion(now) // region.go
 	}
 	c.want = 0
 	if len(c.relayLater) > 0 && now >= c.relayTAT {

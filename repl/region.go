@@ -26,11 +26,13 @@ import (
 // The region epoch keeps restarts from undercounting, one level above the
 // PoP epoch. The region's PoPs agree on it (the lowest one heard wins) and
 // keep it while any of them lives; it travels in their heartbeats and the
-// voice's messages. A voice that has heard none for two heartbeat
-// intervals since it started (at once on a cold start) starts one, its PoP
-// epoch: the region's history is then
-// gone with its nodes, and the other regions keep the former epoch's totals
-// beside the new ones until their windows pass. Under one epoch, a region
+// voice's messages, and inside a PoP in the members' announcements and the
+// region totals they forward to the slot's speaker (a node that restarts
+// where no other PoP of its region is left learns it from its members). A
+// voice that has heard none for two heartbeat intervals since it started
+// (at once on a cold start) starts one, its PoP epoch: the region's
+// history is then gone with its nodes, and the other regions keep the
+// former epoch's totals beside the new ones until their windows pass. Under one epoch, a region
 // total only grows: every PoP of the region holds every PoP total of the
 // region, of every PoP epoch, and a voice that takes over publishes the
 // same sums another published, a little later or earlier.
@@ -72,6 +74,10 @@ type regionState struct {
 	// their current region epochs (noteRegionEpoch).
 	caches map[string]*crdt.InternCache
 	epochs map[string]uint64
+	// formerDropped: another region's former totals were dropped while
+	// its epoch was not known (stateRegion); asked for again once a
+	// region's epoch is learned (noteRegionEpoch).
+	formerDropped bool
 }
 
 // regionEpochKey marks a heartbeat entry that carries the sender's region
@@ -113,6 +119,7 @@ func (c *Core) updateRegion(now int64) {
 		c.region.epoch = c.epoch // the region's history is gone: a new epoch
 		c.stats.RegionEpochChanges++
 		c.askFormerRegion(now)
+		c.announceRegion(now)
 	}
 	if voice && !c.region.voice && c.region.epoch != 0 {
 		c.want |= wantRegionAE // taking over: every region total once
@@ -136,7 +143,21 @@ func (c *Core) learnRegionEpoch(now int64, e uint64) {
 	if c.region.voice {
 		c.want |= wantRegionAE
 	}
+	c.announceRegion(now)
 	c.tellRegion()
+}
+
+// announceRegion tells the PoP's members the region epoch, as an empty
+// delta of the region's aggregate (forwardedRegion): when the membership
+// or the PoP epoch changes (with the PoP epoch's announcement) and when
+// the region epoch does. A member that restarts where no other PoP of the
+// region is heard learns it so, instead of starting one of its own.
+func (c *Core) announceRegion(now int64) {
+	if !c.regionVoices() || c.region.epoch == 0 || !c.hasMembers() {
+		return
+	}
+	d := crdt.Delta{Sender: crdt.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch}
+	c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: &d})
 }
 
 // tellRegion tells the node its region voice and epoch when they changed.
@@ -176,7 +197,7 @@ func (c *Core) takeRegionEpoch(now int64, from crdt.PoPID, d *crdt.Delta) {
 		if from.Region == c.selfPoP.Region {
 			c.learnRegionEpoch(now, e.Count)
 		} else {
-			c.noteRegionEpoch(from.Region, e.Count)
+			c.noteRegionEpoch(now, from.Region, e.Count)
 		}
 		return
 	}
@@ -216,8 +237,17 @@ func (c *Core) speakRegion(now int64) {
 
 // forwardedRegion takes a member's region totals: the speaker of the slot
 // gathers them, or publishes them at once when it gathers none; the other
-// members ignore them. Totals of another region epoch are dropped.
+// members ignore them. They teach the member's region epoch (the lowest
+// wins; an empty one only announces it, announceRegion), as no other PoP
+// of the region may be left to: totals of another region epoch are
+// dropped.
 func (c *Core) forwardedRegion(now int64, d *crdt.Delta) bool {
+	if c.regionVoices() {
+		c.learnRegionEpoch(now, d.Sender.Incarnation)
+		if !hasContent(d) {
+			return true
+		}
+	}
 	if !c.region.voice || c.region.epoch == 0 || d.Sender.Incarnation != c.region.epoch {
 		return false
 	}
@@ -282,7 +312,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 		c.learnRegionEpoch(now, d.Sender.Incarnation)
 		return
 	}
-	c.noteRegionEpoch(d.Sender.Region, d.Sender.Incarnation)
+	c.noteRegionEpoch(now, d.Sender.Region, d.Sender.Incarnation)
 	if !hasContent(d) {
 		return
 	}
@@ -387,15 +417,22 @@ func (c *Core) regionEpochOf(region string) uint64 {
 
 // noteRegionEpoch records the current region epoch of another region, as
 // its voice's totals or its PoPs' heartbeats say; at most MaxPoPs regions.
-func (c *Core) noteRegionEpoch(region string, e uint64) {
+// The first epoch learned of a region asks again for the former totals
+// dropped meanwhile.
+func (c *Core) noteRegionEpoch(now int64, region string, e uint64) {
 	if e == 0 || region == c.selfPoP.Region {
 		return
 	}
 	if c.region.epochs == nil {
 		c.region.epochs = map[string]uint64{}
 	}
-	if _, ok := c.region.epochs[region]; ok || len(c.region.epochs) < c.cfg.MaxPoPs {
+	_, ok := c.region.epochs[region]
+	if ok || len(c.region.epochs) < c.cfg.MaxPoPs {
 		c.region.epochs[region] = e
+	}
+	if !ok && c.region.formerDropped {
+		c.region.formerDropped = false
+		c.askSyncFor(now, true)
 	}
 }
 
@@ -414,6 +451,9 @@ func (c *Core) stateRegion(now int64, m Message, res *StepResult) {
 	case cur == 0:
 		res.Dropped = true
 		c.stats.StateDropped++
+		if d.Sender.Region != c.selfPoP.Region {
+			c.region.formerDropped = true // asked again (noteRegionEpoch)
+		}
 	default:
 		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
 	}
