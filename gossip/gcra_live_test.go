@@ -104,37 +104,14 @@ func TestLiveGCRAFleetPace(t *testing.T) {
 	var admits, arrivals []int64 // decision times, both sides
 	start := time.Now()
 	end := start.Add(windows * width)
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(time.Millisecond)
-			defer tick.Stop()
-			done := 0
-			for now := range tick.C {
-				if now.After(end) {
-					return
-				}
-				due := int(float64(perSide) * float64(now.Sub(start)) / float64(width))
-				for ; done < due; done++ {
-					at := time.Now().UnixNano()
-					d, err := n.node.Decide(at, "api", "hot", 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					arrivals = append(arrivals, at)
-					if d.Allowed {
-						admits = append(admits, at)
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	driveHot(t, nodes, start, end, perSide, width, func(n *scNode, at int64, allowed bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		arrivals = append(arrivals, at)
+		if allowed {
+			admits = append(admits, at)
+		}
+	})
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -61,40 +61,16 @@ func TestLiveHotKey(t *testing.T) {
 	start := time.Unix(0, (time.Now().UnixNano()/int64(width)+1)*int64(width))
 	time.Sleep(time.Until(start)) // deliberate: the load starts at a window boundary
 	end := start.Add((windows + 1) * width)
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(time.Millisecond)
-			defer tick.Stop()
-			done := 0
-			for now := range tick.C {
-				if now.After(end) {
-					return
-				}
-				// Catch up with the target rate, however coarse the ticks.
-				due := int(float64(perSide) * float64(now.Sub(start)) / float64(width))
-				for ; done < due; done++ {
-					at := time.Now().UnixNano()
-					d, err := n.node.Decide(at, "api", "hot", 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					sent++
-					arrivals = append(arrivals, at)
-					if d.Allowed {
-						admits = append(admits, at)
-						who = append(who, n.region)
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	driveHot(t, nodes, start, end, perSide, width, func(n *scNode, at int64, allowed bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		sent++
+		arrivals = append(arrivals, at)
+		if allowed {
+			admits = append(admits, at)
+			who = append(who, n.region)
+		}
+	})
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,4 +214,39 @@ func TestSuperClusterPartition(t *testing.T) {
 	for _, n := range nodes {
 		assert.Equal(t, sum(), total(n.node, "api", "k"), n.name)
 	}
+}
+
+// driveHot decides key "hot" of rule "api" on each node, perSide times per
+// width, evenly from start to end (catching up with the target rate
+// however coarse the ticks), and hands every decision to record, which
+// runs on the nodes' goroutines and must lock what it writes. It returns
+// when every node is done.
+func driveHot(t *testing.T, nodes []*scNode, start, end time.Time, perSide int, width time.Duration, record func(n *scNode, at int64, allowed bool)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			done := 0
+			for now := range tick.C {
+				if now.After(end) {
+					return
+				}
+				due := int(float64(perSide) * float64(now.Sub(start)) / float64(width))
+				for ; done < due; done++ {
+					at := time.Now().UnixNano()
+					d, err := n.node.Decide(at, "api", "hot", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					record(n, at, d.Allowed)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
