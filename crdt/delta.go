@@ -10,23 +10,17 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// DeltaVersion is the wire version Encode writes for counts. Decode also
-// reads version 1, which has no epoch (Delta.Epoch 0), version 3
-// (BlockVersion), version 4 (MemoVersion), version 5 (ModeVersion) and
-// version 6 (InflightVersion).
-const DeltaVersion = 2
-
-// BlockVersion is the wire version of a message carrying penalty blocks
-// (Delta.Blocks). Encode puts blocks in messages of their own, so a peer that
-// reads only versions 1 and 2 refuses those (ErrDeltaVersion) and still
-// merges every count.
-const BlockVersion = 3
-
-// MemoVersion is the wire version of a message carrying remembered
-// decisions (Delta.Memos), in messages of their own like blocks: a peer that
-// reads up to version 3 refuses them (ErrDeltaVersion) and still merges
-// every count and block.
-const MemoVersion = 4
+// The earlier wire versions, which Decode still reads and Encode no longer
+// writes (see EnvelopeVersion): in them the version number told what a
+// message carried. Version 1 is version 2 without an epoch.
+const (
+	// DeltaVersion: counts.
+	DeltaVersion = 2
+	// BlockVersion: penalty blocks, after an empty counts array.
+	BlockVersion = 3
+	// MemoVersion: remembered decisions, after empty counts and blocks.
+	MemoVersion = 4
+)
 
 // Hard caps checked while decoding, before anything is allocated.
 const (
@@ -83,28 +77,24 @@ type Delta struct {
 	// Inflight are the sender's own in-flight counts of concurrency rules
 	// (inflight.go), each with its version.
 	Inflight []Inflight
+	// Skipped is, for a decoded delta, the number of sections of kinds this
+	// version does not know, skipped whole (a newer peer's feature). Encode
+	// ignores it.
+	Skipped int
 }
 
-// Wire format (msgpack), entries grouped by rule with window offsets so an IPv4
-// key costs about 16 bytes. Version 2:
+// Wire format: see EnvelopeVersion. Counts are grouped by rule with window
+// offsets, so an IPv4 key costs about 16 bytes. The earlier versions:
 //
-//	[2, [region, pop, node, incarnation], sentAt, epoch,
-//	  [[rule, baseWindow, [key, windowOffset, count, key, windowOffset, count, ...]], ...]]
+//	v2: [2, [region, pop, node, incarnation], sentAt, epoch, counts]
+//	v1: [1, [region, pop, node, incarnation], sentAt, counts]
+//	v3: [3, sender, sentAt, epoch, counts, blocks]
+//	v4: [4, sender, sentAt, epoch, counts, blocks, memos]
+//	v5: [5, sender, sentAt, epoch, modes]
+//	v6: [6, sender, sentAt, epoch, inflight]
 //
-// Version 1 is the same without epoch (a 4-element array). Version 3 adds
-// penalty blocks, grouped by rule:
-//
-//	[3, sender, sentAt, epoch, groups,
-//	  [[rule, [key, until, key, until, ...]], ...]]
-//
-// Encode writes version 3 only for blocks, with no count groups. Version 4
-// adds remembered decisions, grouped by rule, each ID a 16-byte binary:
-//
-//	[4, sender, sentAt, epoch, groups, blockGroups,
-//	  [[rule, [id, until, verdict, id, until, verdict, ...]], ...]]
-//
-// Encode writes version 4 only for memos, with no count or block groups.
-// Version 5 carries rule modes only (see ModeVersion).
+// where counts, blocks, memos, modes and inflight are the bodies of the
+// sections of those kinds.
 
 // entryBound is an upper bound of one encoded entry's size beyond its key.
 const entryBound = 3 + 9 + 9
@@ -116,12 +106,12 @@ const headerBound = 1 + 1 + 1 + 3*(MaxNameLen+3) + 9 + 9 + 9 + 5
 // groupBound is an upper bound of a rule group's size beyond its entries.
 const groupBound = 1 + MaxRuleNameLen + 3 + 9 + 5
 
-// Encode encodes d into one or more messages of at most maxBytes each
-// (MaxDeltaBytes if maxBytes <= 0 or larger), splitting its entries as needed.
-// Every message carries d's sender, SentAt and Epoch. Entries go in version 2
-// messages, blocks in version 3 messages after them (see BlockVersion), memos
-// in version 4 messages last (see MemoVersion); a delta with none of them is
-// one empty version 2 message.
+// Encode encodes d into one or more envelopes (EnvelopeVersion) of at most
+// maxBytes each (MaxDeltaBytes if maxBytes <= 0 or larger), splitting its
+// items as needed. Every message carries d's sender, SentAt and Epoch, and
+// sections in this order: counts, blocks, memos, modes, in-flight counts,
+// as many in one message as fit; a delta with none of them is one envelope
+// with no sections.
 func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	if maxBytes <= 0 || maxBytes > MaxDeltaBytes {
 		maxBytes = MaxDeltaBytes
@@ -160,30 +150,42 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	}
 	st := encoders.Get().(*encoder)
 	defer st.put()
-	var out [][]byte
-	buf, enc := &st.buf, st.enc
-	entries := d.Entries
-	for len(entries) > 0 || (out == nil && len(d.Blocks) == 0 && len(d.Memos) == 0 && len(d.Modes) == 0 && len(d.Inflight) == 0) {
-		n, rules := fit(len(entries), func(i int) (string, int) { return entries[i].Rule, len(entries[i].Key) },
-			headerBound, entryBound, groupBound, maxBytes)
-		buf.Reset()
-		if err := encodeChunk(enc, d, entries[:n], rules); err != nil {
-			return nil, err
-		}
-		out = append(out, bytes.Clone(buf.Bytes()))
-		entries = entries[n:]
-	}
-	out, err := encodeBlocks(out, enc, buf, d, maxBytes)
+	w := msgWriter{buf: &st.buf, enc: st.enc, d: d, max: maxBytes}
+	err := errors.Join(
+		w.items(SectionCounts, len(d.Entries), MaxDeltaEntries, func(i int) (string, int) { return d.Entries[i].Rule, len(d.Entries[i].Key) },
+			entryBound, groupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
+				return encodeCounts(enc, d.Entries[lo:hi], rules)
+			}),
+		w.items(SectionBlocks, len(d.Blocks), MaxDeltaEntries, func(i int) (string, int) { return d.Blocks[i].Rule, len(d.Blocks[i].Key) },
+			blockBound, blockGroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
+				return encodeBlocks(enc, d.Blocks[lo:hi], rules)
+			}),
+		w.items(SectionMemos, len(d.Memos), MaxDeltaEntries, func(i int) (string, int) { return d.Memos[i].Rule, 0 },
+			memoBound, memoGroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
+				return encodeMemos(enc, d.Memos[lo:hi], rules)
+			}),
+		w.items(SectionModes, len(d.Modes), MaxModes, func(int) (string, int) { return "", 0 },
+			modeBound, 0, func(enc *msgpack.Encoder, lo, hi int, _ []string) error {
+				return encodeModes(enc, d.Modes[lo:hi])
+			}),
+		w.items(SectionInflight, len(d.Inflight), MaxDeltaEntries, func(i int) (string, int) { return d.Inflight[i].Rule, len(d.Inflight[i].Key) },
+			inflightBound, inflightGroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
+				return encodeInflight(enc, d.Inflight[lo:hi], rules)
+			}),
+	)
 	if err != nil {
 		return nil, err
 	}
-	if out, err = encodeMemos(out, enc, buf, d, maxBytes); err != nil {
-		return nil, err
+	if !w.open && len(w.out) == 0 {
+		// Nothing to carry: one envelope with no sections (a heartbeat).
+		if err := w.begin(); err != nil {
+			return nil, fmt.Errorf("crdt: encode: %w", err)
+		}
 	}
-	if out, err = encodeModes(out, enc, buf, d, maxBytes); err != nil {
-		return nil, err
+	if w.open {
+		w.end()
 	}
-	return encodeInflight(out, enc, buf, d, maxBytes)
+	return w.out, nil
 }
 
 // encoder is a buffer and a msgpack encoder writing to it, reused across
@@ -272,14 +274,15 @@ func encodeHeader(enc *msgpack.Encoder, d *Delta, version uint64, fields int) er
 	)
 }
 
-func encodeChunk(enc *msgpack.Encoder, d *Delta, entries []Entry, rules []string) error {
+// encodeCounts writes a counts section's body: entries grouped by rule
+// (rules, in order), each group's windows as offsets from its lowest.
+func encodeCounts(enc *msgpack.Encoder, entries []Entry, rules []string) error {
 	var err error
 	put := func(e error) {
 		if err == nil {
 			err = e
 		}
 	}
-	put(encodeHeader(enc, d, DeltaVersion, 5))
 	put(enc.EncodeArrayLen(len(rules)))
 	for _, r := range rules {
 		base, n := int64(math.MaxInt64), 0
@@ -298,19 +301,15 @@ func encodeChunk(enc *msgpack.Encoder, d *Delta, entries []Entry, rules []string
 			if e.Rule != r {
 				continue
 			}
-			off := uint64(e.Window - base) // >= 0; wraps only for absurd spreads, caught below
 			if e.Window-base < 0 {
-				return fmt.Errorf("crdt: encode: window spread overflows")
+				return fmt.Errorf("window spread overflows")
 			}
 			put(enc.EncodeString(e.Key))
-			put(enc.EncodeUint(off))
+			put(enc.EncodeUint(uint64(e.Window - base)))
 			put(enc.EncodeUint(e.Count))
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("crdt: encode: %w", err)
-	}
-	return nil
+	return err
 }
 
 // Decoder decodes deltas, reusing its buffers between calls. The zero value is
@@ -336,7 +335,7 @@ func NewDecoder() *Decoder {
 	return d
 }
 
-// Decode decodes one delta of version 1 to 6 into out (reusing
+// Decode decodes one delta of version 1 to 7 into out (reusing
 // out.Entries', out.Blocks', out.Memos' and out.Modes' storage; a version 1 delta has Epoch 0). Hostile
 // input (truncated, wrong types, huge length prefixes, a wrong version,
 // trailing bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge
@@ -358,6 +357,7 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 	out.Memos = out.Memos[:0]
 	out.Modes = out.Modes[:0]
 	out.Inflight = out.Inflight[:0]
+	out.Skipped = 0
 	if err := d.decode(out); err != nil {
 		out.Entries = out.Entries[:0]
 		out.Blocks = out.Blocks[:0]
@@ -500,10 +500,13 @@ func (d *Decoder) decode(out *Delta) error {
 		return err
 	}
 	switch {
-	case (v == ModeVersion || v == InflightVersion) && fields == 5:
-	case v < 1 || v > InflightVersion:
+	case v == EnvelopeVersion || v == ModeVersion || v == InflightVersion:
+		if fields != 5 {
+			return malformed("version %d delta: array of %d elements", v, fields)
+		}
+	case v < 1 || v > EnvelopeVersion:
 		return fmt.Errorf("%w: %d", ErrDeltaVersion, v)
-	case v >= ModeVersion || fields != int(v)+3:
+	case fields != int(v)+3:
 		return malformed("version %d delta: array of %d elements", v, fields)
 	}
 	if _, err := d.arrayLen(4, "sender"); err != nil {
@@ -533,11 +536,31 @@ func (d *Decoder) decode(out *Delta) error {
 		}
 	}
 	switch v {
+	case EnvelopeVersion:
+		return d.decodeSections(out)
 	case ModeVersion:
 		return d.decodeModes(out)
 	case InflightVersion:
 		return d.decodeInflight(out)
 	}
+	// Versions 1 to 4: counts, then blocks (3 and 4), then memos (4).
+	if err := d.decodeCounts(out); err != nil {
+		return err
+	}
+	if v >= BlockVersion {
+		if err := d.decodeBlocks(out); err != nil {
+			return err
+		}
+	}
+	if v >= MemoVersion {
+		return d.decodeMemos(out)
+	}
+	return nil
+}
+
+// decodeCounts reads a counts body (rule groups) into out.Entries, keys
+// into d.arena (d.spans).
+func (d *Decoder) decodeCounts(out *Delta) error {
 	groups, err := d.arrayLen(-1, "groups")
 	if err != nil {
 		return err
@@ -581,14 +604,6 @@ func (d *Decoder) decode(out *Delta) error {
 			d.arena = append(d.arena, kb...)
 			out.Entries = append(out.Entries, Entry{Rule: rule, Window: base + int64(off), Count: cnt})
 		}
-	}
-	if v >= BlockVersion {
-		if err := d.decodeBlocks(out); err != nil {
-			return err
-		}
-	}
-	if v >= MemoVersion {
-		return d.decodeMemos(out)
 	}
 	return nil
 }

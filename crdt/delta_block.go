@@ -1,9 +1,6 @@
 package crdt
 
 import (
-	"bytes"
-	"fmt"
-
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -14,32 +11,14 @@ const blockBound = 3 + 9
 // blockGroupBound is an upper bound of a block group's size beyond its blocks.
 const blockGroupBound = 1 + MaxRuleNameLen + 3 + 5
 
-// encodeBlocks appends d's blocks to out as version 3 messages of at most
-// maxBytes each, with no count groups.
-func encodeBlocks(out [][]byte, enc *msgpack.Encoder, buf *bytes.Buffer, d *Delta, maxBytes int) ([][]byte, error) {
-	blocks := d.Blocks
-	for len(blocks) > 0 {
-		n, rules := fit(len(blocks), func(i int) (string, int) { return blocks[i].Rule, len(blocks[i].Key) },
-			headerBound+1, blockBound, blockGroupBound, maxBytes)
-		buf.Reset()
-		if err := encodeBlockChunk(enc, d, blocks[:n], rules); err != nil {
-			return nil, err
-		}
-		out = append(out, bytes.Clone(buf.Bytes()))
-		blocks = blocks[n:]
-	}
-	return out, nil
-}
-
-func encodeBlockChunk(enc *msgpack.Encoder, d *Delta, blocks []Block, rules []string) error {
+// encodeBlocks writes a blocks section's body: blocks grouped by rule.
+func encodeBlocks(enc *msgpack.Encoder, blocks []Block, rules []string) error {
 	var err error
 	put := func(e error) {
 		if err == nil {
 			err = e
 		}
 	}
-	put(encodeHeader(enc, d, BlockVersion, 6))
-	put(enc.EncodeArrayLen(0)) // no count groups
 	put(enc.EncodeArrayLen(len(rules)))
 	for _, r := range rules {
 		n := 0
@@ -58,13 +37,10 @@ func encodeBlockChunk(enc *msgpack.Encoder, d *Delta, blocks []Block, rules []st
 			}
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("crdt: encode blocks: %w", err)
-	}
-	return nil
+	return err
 }
 
-// decodeBlocks reads a version 3 delta's block groups into out.Blocks, keys
+// decodeBlocks reads a blocks body (block groups) into out.Blocks, keys
 // into d.arena (d.bspans).
 func (d *Decoder) decodeBlocks(out *Delta) error {
 	groups, err := d.arrayLen(-1, "block groups")

@@ -1,20 +1,15 @@
 package crdt
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// InflightVersion is the wire version of a message carrying in-flight
-// counts (Delta.Inflight), in messages of their own like rule modes: a peer
-// that reads up to version 5 refuses them (ErrDeltaVersion) and still
-// merges the rest of the delta. A version 6 message holds the header and
-// in-flight groups by rule, nothing else:
+// InflightVersion is the earlier wire version of a message of in-flight
+// counts only, which Decode still reads:
 //
-//	[6, sender, sentAt, epoch,
-//	  [[rule, [key, count, version, key, count, version, ...]], ...]]
+//	[6, sender, sentAt, epoch, inflight body]
 const InflightVersion = 6
 
 // inflightBound is an upper bound of one encoded in-flight count's size
@@ -39,31 +34,15 @@ func checkInflight(d *Delta) error {
 	return nil
 }
 
-// encodeInflight appends d's in-flight counts to out as version 6 messages
-// of at most maxBytes each.
-func encodeInflight(out [][]byte, enc *msgpack.Encoder, buf *bytes.Buffer, d *Delta, maxBytes int) ([][]byte, error) {
-	fl := d.Inflight
-	for len(fl) > 0 {
-		n, rules := fit(len(fl), func(i int) (string, int) { return fl[i].Rule, len(fl[i].Key) },
-			headerBound, inflightBound, inflightGroupBound, maxBytes)
-		buf.Reset()
-		if err := encodeInflightChunk(enc, d, fl[:n], rules); err != nil {
-			return nil, err
-		}
-		out = append(out, bytes.Clone(buf.Bytes()))
-		fl = fl[n:]
-	}
-	return out, nil
-}
-
-func encodeInflightChunk(enc *msgpack.Encoder, d *Delta, fl []Inflight, rules []string) error {
+// encodeInflight writes an in-flight section's body: counts grouped by
+// rule.
+func encodeInflight(enc *msgpack.Encoder, fl []Inflight, rules []string) error {
 	var err error
 	put := func(e error) {
 		if err == nil {
 			err = e
 		}
 	}
-	put(encodeHeader(enc, d, InflightVersion, 5))
 	put(enc.EncodeArrayLen(len(rules)))
 	for _, r := range rules {
 		n := 0
@@ -83,13 +62,10 @@ func encodeInflightChunk(enc *msgpack.Encoder, d *Delta, fl []Inflight, rules []
 			}
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("crdt: encode in-flight counts: %w", err)
-	}
-	return nil
+	return err
 }
 
-// decodeInflight reads a version 6 delta's in-flight groups into
+// decodeInflight reads an in-flight body (groups) into
 // out.Inflight, keys into d.arena (d.ispans).
 func (d *Decoder) decodeInflight(out *Delta) error {
 	groups, err := d.arrayLen(-1, "in-flight groups")

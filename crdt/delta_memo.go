@@ -1,9 +1,6 @@
 package crdt
 
 import (
-	"bytes"
-	"fmt"
-
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -14,33 +11,14 @@ const memoBound = 2 + 16 + 9 + 1
 // memoGroupBound is an upper bound of a memo group's size beyond its memos.
 const memoGroupBound = 1 + MaxRuleNameLen + 3 + 5
 
-// encodeMemos appends d's memos to out as version 4 messages of at most
-// maxBytes each, with no count groups and no block groups.
-func encodeMemos(out [][]byte, enc *msgpack.Encoder, buf *bytes.Buffer, d *Delta, maxBytes int) ([][]byte, error) {
-	memos := d.Memos
-	for len(memos) > 0 {
-		n, rules := fit(len(memos), func(i int) (string, int) { return memos[i].Rule, 0 },
-			headerBound+2, memoBound, memoGroupBound, maxBytes)
-		buf.Reset()
-		if err := encodeMemoChunk(enc, d, memos[:n], rules); err != nil {
-			return nil, err
-		}
-		out = append(out, bytes.Clone(buf.Bytes()))
-		memos = memos[n:]
-	}
-	return out, nil
-}
-
-func encodeMemoChunk(enc *msgpack.Encoder, d *Delta, memos []Memo, rules []string) error {
+// encodeMemos writes a memos section's body: memos grouped by rule.
+func encodeMemos(enc *msgpack.Encoder, memos []Memo, rules []string) error {
 	var err error
 	put := func(e error) {
 		if err == nil {
 			err = e
 		}
 	}
-	put(encodeHeader(enc, d, MemoVersion, 7))
-	put(enc.EncodeArrayLen(0)) // no count groups
-	put(enc.EncodeArrayLen(0)) // no block groups
 	put(enc.EncodeArrayLen(len(rules)))
 	for _, r := range rules {
 		n := 0
@@ -60,13 +38,10 @@ func encodeMemoChunk(enc *msgpack.Encoder, d *Delta, memos []Memo, rules []strin
 			}
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("crdt: encode memos: %w", err)
-	}
-	return nil
+	return err
 }
 
-// decodeMemos reads a version 4 delta's memo groups into out.Memos.
+// decodeMemos reads a memos body (memo groups) into out.Memos.
 func (d *Decoder) decodeMemos(out *Delta) error {
 	groups, err := d.arrayLen(-1, "memo groups")
 	if err != nil {

@@ -43,14 +43,14 @@ func TestMemoIDOf(t *testing.T) {
 func TestDeltaMemosRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	tests := []struct {
-		name                    string
-		entries, blocks, memos  int
-		maxBytes                int
-		wantV2, wantV3, wantV4m int
+		name                   string
+		entries, blocks, memos int
+		maxBytes               int
+		wantMsgs               int // 0: more than one
 	}{
-		{"memos only", 0, 0, 3, 0, 0, 0, 1},
-		{"entries, blocks and memos", 5, 2, 3, 0, 1, 1, 1},
-		{"split under max bytes", 20, 0, 400, 2048, 1, 0, 2},
+		{"memos only", 0, 0, 3, 0, 1},
+		{"entries, blocks and memos in one message", 5, 2, 3, 0, 1},
+		{"split under max bytes", 20, 0, 400, 2048, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +60,11 @@ func TestDeltaMemosRoundTrip(t *testing.T) {
 			msgs, err := Encode(d, tt.maxBytes)
 			require.NoError(t, err)
 			var back Delta
-			v2, v3, v4 := 0, 0, 0
+			if tt.wantMsgs > 0 {
+				assert.Len(t, msgs, tt.wantMsgs)
+			} else {
+				assert.Greater(t, len(msgs), 1)
+			}
 			for _, m := range msgs {
 				if tt.maxBytes > 0 {
 					assert.LessOrEqual(t, len(m), tt.maxBytes)
@@ -68,23 +72,10 @@ func TestDeltaMemosRoundTrip(t *testing.T) {
 				part, err := Decode(m)
 				require.NoError(t, err)
 				assert.Equal(t, d.Sender, part.Sender)
-				switch {
-				case len(part.Memos) > 0:
-					v4++
-					assert.Empty(t, part.Entries, "memos travel in messages of their own")
-					assert.Empty(t, part.Blocks)
-				case len(part.Blocks) > 0:
-					v3++
-				default:
-					v2++
-				}
 				back.Entries = append(back.Entries, part.Entries...)
 				back.Blocks = append(back.Blocks, part.Blocks...)
 				back.Memos = append(back.Memos, part.Memos...)
 			}
-			assert.Equal(t, tt.wantV2, v2)
-			assert.Equal(t, tt.wantV3, v3)
-			assert.GreaterOrEqual(t, v4, tt.wantV4m)
 			sameEntries(t, d.Entries, back.Entries)
 			sameBlocks(t, d.Blocks, back.Blocks)
 			sameMemos(t, d.Memos, back.Memos)
@@ -92,18 +83,16 @@ func TestDeltaMemosRoundTrip(t *testing.T) {
 	}
 }
 
-// TestDeltaMemosOldPeer: memos go in a version 4 message of their own,
-// which a peer that reads up to version 3 refuses by its version alone.
-func TestDeltaMemosOldPeer(t *testing.T) {
+// TestDeltaMemosOneEnvelope: counts and memos travel as two sections of
+// one envelope.
+func TestDeltaMemosOneEnvelope(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
 	d := sampleDelta(rng, 2)
 	d.Memos = sampleMemos(rng, 2)
 	msgs, err := Encode(d, 0)
 	require.NoError(t, err)
-	require.Len(t, msgs, 2)
-	assert.Equal(t, byte(0x95), msgs[0][0], "counts: a 5-element version 2 array")
-	assert.Equal(t, byte(0x97), msgs[1][0], "memos: a 7-element version 4 array")
-	assert.Equal(t, byte(MemoVersion), msgs[1][1])
+	require.Len(t, msgs, 1)
+	assert.Equal(t, []SectionKind{SectionCounts, SectionMemos}, sectionKinds(t, msgs[0]))
 }
 
 func TestDecodeHostileMemos(t *testing.T) {
@@ -136,8 +125,8 @@ func TestDecodeHostileMemos(t *testing.T) {
 		_, err := Decode(mp(t, []any{4, sender, 5, 1, []any{}, []any{}}))
 		assert.ErrorIs(t, err, ErrDeltaMalformed)
 	})
-	t.Run("version 7", func(t *testing.T) {
-		_, err := Decode(mp(t, []any{7, sender, 5, 1, []any{}, []any{}, []any{}, []any{}, []any{}}))
+	t.Run("version 8", func(t *testing.T) {
+		_, err := Decode(mp(t, []any{8, sender, 5, 1, []any{}, []any{}, []any{}, []any{}, []any{}}))
 		assert.ErrorIs(t, err, ErrDeltaVersion)
 	})
 	// A huge length prefix is refused before anything is allocated.

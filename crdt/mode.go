@@ -1,7 +1,6 @@
 package crdt
 
 import (
-	"bytes"
 	"cmp"
 	"fmt"
 
@@ -70,13 +69,10 @@ func CompareReplicas(a, b Replica) int {
 	return cmp.Compare(a.Incarnation, b.Incarnation)
 }
 
-// ModeVersion is the wire version of a message carrying rule modes
-// (Delta.Modes), in messages of their own: a peer that reads up to version
-// 4 refuses them (ErrDeltaVersion) and still merges everything else.
-// Unlike versions 2 to 4 it does not extend the version before it: a
-// version 5 message holds the header and the modes only,
+// ModeVersion is the earlier wire version of a message of rule modes only,
+// which Decode still reads:
 //
-//	[5, sender, sentAt, epoch, [rule, mode, at, region, pop, node, incarnation, ...]]
+//	[5, sender, sentAt, epoch, modes body]
 const ModeVersion = 5
 
 // modeFields is the number of elements of one encoded RuleMode.
@@ -89,52 +85,40 @@ const modeBound = 2 + MaxRuleNameLen + 1 + 9 + 3*(MaxNameLen+3) + 9
 // MaxModes is the most rule modes one message may carry.
 const MaxModes = MaxRules
 
-// encodeModes appends d's rule modes to out as version 5 messages of at
-// most maxBytes each.
-func encodeModes(out [][]byte, enc *msgpack.Encoder, buf *bytes.Buffer, d *Delta, maxBytes int) ([][]byte, error) {
-	modes := d.Modes
+// encodeModes writes a modes section's body: every mode's fields, flat.
+func encodeModes(enc *msgpack.Encoder, modes []RuleMode) error {
 	for i := range modes {
 		m := &modes[i]
 		if len(m.Rule) == 0 || len(m.Rule) > MaxRuleNameLen {
-			return nil, fmt.Errorf("crdt: encode: mode rule name of %d bytes (want 1-%d)", len(m.Rule), MaxRuleNameLen)
+			return fmt.Errorf("mode rule name of %d bytes (want 1-%d)", len(m.Rule), MaxRuleNameLen)
 		}
 		if m.Mode > maxRuleMode {
-			return nil, fmt.Errorf("crdt: encode: rule %q: mode %d", m.Rule, m.Mode)
+			return fmt.Errorf("rule %q: mode %d", m.Rule, m.Mode)
 		}
 		if err := m.By.Validate(); err != nil {
-			return nil, fmt.Errorf("crdt: encode: rule %q: set by: %w", m.Rule, err)
+			return fmt.Errorf("rule %q: set by: %w", m.Rule, err)
 		}
 	}
-	for len(modes) > 0 {
-		n := min(len(modes), MaxModes, max(1, (maxBytes-headerBound)/modeBound))
-		buf.Reset()
-		var err error
-		put := func(e error) {
-			if err == nil {
-				err = e
-			}
+	var err error
+	put := func(e error) {
+		if err == nil {
+			err = e
 		}
-		put(encodeHeader(enc, d, ModeVersion, 5))
-		put(enc.EncodeArrayLen(modeFields * n))
-		for _, m := range modes[:n] {
-			put(enc.EncodeString(m.Rule))
-			put(enc.EncodeUint(uint64(m.Mode)))
-			put(enc.EncodeInt(m.At))
-			put(enc.EncodeString(m.By.Region))
-			put(enc.EncodeString(m.By.PoP))
-			put(enc.EncodeString(m.By.Node))
-			put(enc.EncodeUint(m.By.Incarnation))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("crdt: encode modes: %w", err)
-		}
-		out = append(out, bytes.Clone(buf.Bytes()))
-		modes = modes[n:]
 	}
-	return out, nil
+	put(enc.EncodeArrayLen(modeFields * len(modes)))
+	for _, m := range modes {
+		put(enc.EncodeString(m.Rule))
+		put(enc.EncodeUint(uint64(m.Mode)))
+		put(enc.EncodeInt(m.At))
+		put(enc.EncodeString(m.By.Region))
+		put(enc.EncodeString(m.By.PoP))
+		put(enc.EncodeString(m.By.Node))
+		put(enc.EncodeUint(m.By.Incarnation))
+	}
+	return err
 }
 
-// decodeModes reads a version 5 delta's modes into out.Modes.
+// decodeModes reads a modes body into out.Modes.
 func (d *Decoder) decodeModes(out *Delta) error {
 	n, err := d.items("modes", modeFields, 0)
 	if err != nil {

@@ -576,6 +576,9 @@ func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
 		r.log.Debug("gossip: decode", "transport", c.name, "from", in.from.String(), "err", err)
 		return
 	}
+	if d.Skipped > 0 {
+		c.unknownSections.Add(uint64(d.Skipped))
+	}
 	link, kind, observe := repl.LinkGlobal, in.kind, r.opts.ObserveLag
 	switch in.t {
 	case tPoP:
@@ -653,6 +656,9 @@ func (r *Replicator) mergeState(b []byte) {
 		if err := dec.Decode(m, &d); err != nil {
 			c.decodeErrors.Add(1)
 			continue
+		}
+		if d.Skipped > 0 {
+			c.unknownSections.Add(uint64(d.Skipped))
 		}
 		// Memberlist may hold its own locks here: merge only; what the core
 		// makes ready goes out with the loop's next tick.

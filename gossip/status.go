@@ -13,6 +13,7 @@ type transportCounters struct {
 	msgsSent, bytesSent, entriesSent   atomic.Uint64
 	msgsRecv, bytesRecv, entriesRecv   atomic.Uint64
 	sendErrors, decodeErrors, dropped  atomic.Uint64
+	unknownSections                    atomic.Uint64
 	rejected, forged, stateEntries     atomic.Uint64
 	lagCount, lagSumNanos, lagMaxNanos atomic.Uint64
 }
@@ -54,6 +55,9 @@ type TransportStats struct {
 	SendErrors uint64 `json:"send_errors"`
 	// DecodeErrors: received messages that were not a valid delta.
 	DecodeErrors uint64 `json:"decode_errors"`
+	// UnknownSections: sections of kinds this version does not know (a
+	// newer peer's feature), skipped whole in well-formed messages.
+	UnknownSections uint64 `json:"unknown_sections"`
 	// Dropped: received messages dropped because the queue was full.
 	Dropped uint64 `json:"dropped"`
 	// Rejected: entries refused: sender not of the message's PoP, unknown
@@ -203,6 +207,7 @@ func (r *Replicator) Stats() []TransportStats {
 			EntriesReceived:  c.entriesRecv.Load(),
 			SendErrors:       c.sendErrors.Load(),
 			DecodeErrors:     c.decodeErrors.Load(),
+			UnknownSections:  c.unknownSections.Load(),
 			Dropped:          c.dropped.Load(),
 			Rejected:         c.rejected.Load(),
 			Forged:           c.forged.Load(),

@@ -4,7 +4,7 @@ import "github.com/geolimit/geolimit/crdt"
 
 // Rules' modes set at run time (the kill switch, pop/modes.go): a mode set
 // on a node goes at its next Tick to every member of its PoP and to every
-// other PoP, in a message of its own (crdt.ModeVersion), not with the next
+// other PoP, in a message of its own (a modes section), not with the next
 // flush; every anti-entropy round, re-send and memberlist state exchange
 // carries every mode the node holds, so a node that missed one, restarted
 // without a state file or joined later learns it. Modes are a

@@ -235,6 +235,7 @@ var (
 	descRejected     = prometheus.NewDesc("geolimit_replication_rejected_entries_total", "Received entries refused: sender not of the message's PoP, unknown rule, wrong scope, bad key.", labelsTS, nil)
 	descForged       = prometheus.NewDesc("geolimit_replication_forged_messages_total", "Received messages whose sender is not of the PoP they came from.", labelsTS, nil)
 	descDecodeErrors = prometheus.NewDesc("geolimit_replication_decode_errors_total", "Received messages that were not a valid delta.", labelsTS, nil)
+	descUnknown      = prometheus.NewDesc("geolimit_replication_unknown_sections_total", "Sections of kinds this version does not know (a newer peer's feature), skipped whole.", labelsTS, nil)
 	descDropped      = prometheus.NewDesc("geolimit_replication_dropped_messages_total", "Received messages dropped because the apply queue was full.", labelsTS, nil)
 	descSendErrors   = prometheus.NewDesc("geolimit_replication_send_errors_total", "Messages that could not be published.", labelsTS, nil)
 	descMembers      = prometheus.NewDesc("geolimit_replication_members", "Other live members of this PoP.", nil, nil)
@@ -249,7 +250,7 @@ var (
 
 func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMsgsSent, descBytesSent, descEntriesSent, descMsgsRecv, descBytesRecv, descEntriesRecv,
-		descRejected, descForged, descDecodeErrors, descDropped, descSendErrors, descMembers, descRemotePoPs, descPartitioned, descLastHeard, descResyncs,
+		descRejected, descForged, descDecodeErrors, descUnknown, descDropped, descSendErrors, descMembers, descRemotePoPs, descPartitioned, descLastHeard, descResyncs,
 		descMismatch, descClockOffset, descSynced} {
 		ch <- d
 	}
@@ -275,6 +276,7 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRejected, t.Rejected, l...)
 		counter(descForged, t.Forged, l...)
 		counter(descDecodeErrors, t.DecodeErrors, l...)
+		counter(descUnknown, t.UnknownSections, l...)
 		counter(descDropped, t.Dropped, l...)
 		counter(descSendErrors, t.SendErrors, l...)
 	}
