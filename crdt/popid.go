@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/geolimit/geolimit/wire/codec"
 )
 
 // PoPID names one PoP of one region. It is geolimit's one PoP identity: the
@@ -22,7 +24,7 @@ type PoPID struct {
 }
 
 // MaxNameLen caps the length in bytes of a region, PoP or node name.
-const MaxNameLen = 64
+const MaxNameLen = codec.MaxNameLen
 
 // ErrBadName is returned (wrapped, with the name) for a region, PoP or node
 // name that ValidName refuses.

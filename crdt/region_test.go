@@ -20,14 +20,6 @@ func TestRegionReplica(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, r, got)
 
-	d := &Delta{Sender: r, SentAt: 5, Epoch: 9, Entries: []Entry{{Rule: "api", Key: "k", Window: 3, Count: 40}}}
-	msgs, err := Encode(d, 1<<16)
-	require.NoError(t, err)
-	require.Len(t, msgs, 1)
-	back, err := Decode(msgs[0])
-	require.NoError(t, err)
-	assert.Equal(t, r, back.Sender)
-
 	for _, bad := range []Replica{
 		RegionReplica("eu.west", 1),
 		{PoPID: PoPID{Region: "eu", PoP: RegionPoP}, Node: "n1", Incarnation: 1}, // a node of PoP "*"

@@ -1,5 +1,6 @@
-// Package crdt holds geolimit's replicated state: a store of windowed G-counters
-// keyed by (rule, key, window), and the delta batches nodes exchange.
+// Package crdt is geolimit's store of windowed G-counters keyed by (rule,
+// key, window), the replica identities that own their entries, and the
+// counts section of the wire format (package wire puts it in envelopes).
 //
 // Each (rule, key, window) is a G-counter: replica -> count. Its value is the
 // sum over replicas and two counters merge by taking the per-replica maximum.
@@ -36,6 +37,7 @@
 package crdt
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -129,4 +131,18 @@ func ParseReplica(s string) (Replica, error) {
 	}
 	r := Replica{PoPID: PoPID{Region: parts[0], PoP: parts[1]}, Node: parts[2], Incarnation: n}
 	return r, r.Validate()
+}
+
+// CompareReplicas orders replicas by region, PoP, node and incarnation.
+func CompareReplicas(a, b Replica) int {
+	if c := cmp.Compare(a.Region, b.Region); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.PoP, b.PoP); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Node, b.Node); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Incarnation, b.Incarnation)
 }

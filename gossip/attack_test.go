@@ -21,6 +21,7 @@ import (
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // attacker connects a plain NATS client to url.
@@ -33,9 +34,9 @@ func attacker(t *testing.T, url string) *nats.Conn {
 }
 
 // publish encodes d and publishes it on subj.
-func publish(t *testing.T, nc *nats.Conn, subj string, d *crdt.Delta) int {
+func publish(t *testing.T, nc *nats.Conn, subj string, d *wire.Delta) int {
 	t.Helper()
-	parts, err := crdt.Encode(d, 1<<20)
+	parts, err := wire.Encode(d, 1<<20)
 	require.NoError(t, err)
 	n := 0
 	for _, p := range parts {
@@ -71,7 +72,7 @@ func TestAttackForgedHugeCount(t *testing.T) {
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
 	win := int64(time.Minute)
-	forged := &crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 99), SentAt: now, Epoch: 99,
+	forged := &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 99), SentAt: now, Epoch: 99,
 		Entries: []crdt.Entry{{Rule: "login", Key: "alice", Window: now / win, Count: 1 << 62}}}
 	require.Eventually(t, func() bool {
 		publish(t, nc, DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), forged)
@@ -126,7 +127,7 @@ func TestAttackInventedPoPs(t *testing.T) {
 			now := time.Now().UnixNano()
 			for i := range 500 {
 				p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
-				publish(t, nc, HeartbeatSubject("", p), &crdt.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
+				publish(t, nc, HeartbeatSubject("", p), &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
 			}
 			require.NoError(t, nc.Flush())
 			require.Eventually(t, func() bool {
@@ -191,7 +192,7 @@ func TestAttackSyncAmplification(t *testing.T) {
 			var asked int
 			for i := range 1000 {
 				p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("evil%d", i%tc.nodes%10)}
-				asked += publish(t, nc, SyncSubject("", p), &crdt.Delta{
+				asked += publish(t, nc, SyncSubject("", p), &wire.Delta{
 					Sender: crdt.Replica{PoPID: p, Node: fmt.Sprintf("n%d", i%tc.nodes), Incarnation: 1}, SentAt: time.Now().UnixNano()})
 				if i%100 == 99 {
 					time.Sleep(20 * time.Millisecond) // spread over ~200ms, each burst past the coalescing interval
@@ -255,7 +256,7 @@ func TestAttackBulkFlood(t *testing.T) {
 	win := now / int64(time.Hour)
 	sent, seq := 0, 0
 	for sent < 32<<20 {
-		d := &crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), SentAt: now, Epoch: 7}
+		d := &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), SentAt: now, Epoch: 7}
 		for range 2000 {
 			seq++
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: fmt.Sprintf("flood-%d", seq), Window: win, Count: 1})

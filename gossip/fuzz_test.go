@@ -9,30 +9,31 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // FuzzReceive feeds arbitrary bytes to the receive path (as a delta, a
 // heartbeat and a sync request from another PoP and from the own PoP, as a
 // region's totals, and as push/pull state): it must never panic, whatever arrives.
 func FuzzReceive(f *testing.F) {
-	d := crdt.Delta{
+	d := wire.Delta{
 		Sender:  crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3),
 		SentAt:  1,
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}, {Rule: "per-ip", Key: "x", Window: 5, Count: 1}},
 	}
-	msgs, err := crdt.Encode(&d, 0)
+	msgs, err := wire.Encode(&d, 0)
 	require.NoError(f, err)
 	f.Add(msgs[0])
 	// Control entries: a heartbeat's rule fingerprints, a sync request
 	// asking for a startup marker, and a marker (a state without entries).
-	for _, c := range []crdt.Delta{
+	for _, c := range []wire.Delta{
 		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), SentAt: 1, Entries: []crdt.Entry{{Rule: "api", Key: "fingerprint/1", Window: 60000, Count: 1 << 63}, {Rule: "nope", Key: "fingerprint/1", Window: -1, Count: 0}}},
 		{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "n", Incarnation: 3}, SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "geolimit/control", Key: "startup-sync/1", Count: 1}}},
 		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: 1, Epoch: 1},
 		// A region's totals (region voices).
 		{Sender: crdt.RegionReplica("us", 3), SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}}},
 	} {
-		cm, err := crdt.Encode(&c, 0)
+		cm, err := wire.Encode(&c, 0)
 		require.NoError(f, err)
 		f.Add(cm[0])
 	}
@@ -43,8 +44,8 @@ func FuzzReceive(f *testing.F) {
 	r, err := Start(context.Background(), Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour}, Node: n})
 	require.NoError(f, err)
 	f.Cleanup(func() { _ = r.Close() })
-	dec := crdt.NewDecoder()
-	var out crdt.Delta
+	dec := wire.NewDecoder()
+	var out wire.Delta
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range []inbound{
 			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: b},

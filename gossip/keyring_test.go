@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 var (
@@ -74,12 +75,12 @@ func newInjector(t *testing.T, keys [][]byte) *injector {
 // replica of eu/ams to the member at addr.
 func (in *injector) inject(addr, key string, count uint64, reliable bool) {
 	in.t.Helper()
-	d := crdt.Delta{
+	d := wire.Delta{
 		Sender:  crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "evil", Incarnation: 1},
 		SentAt:  time.Now().UnixNano(),
 		Entries: []crdt.Entry{{Rule: "per-ip", Key: key, Window: time.Now().UnixNano() / int64(time.Hour), Count: count}},
 	}
-	msgs, err := crdt.Encode(&d, 1000)
+	msgs, err := wire.Encode(&d, 1000)
 	require.NoError(in.t, err)
 	require.Len(in.t, msgs, 1)
 	host, ps, err := net.SplitHostPort(addr)

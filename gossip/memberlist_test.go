@@ -13,6 +13,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // popNode starts a node of PoP id with memberlist (joining join) and NATS.
@@ -53,9 +54,9 @@ func tapDeltas(t testing.TB, url string) *natsTap {
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	tap := &natsTap{byRule: map[string]int{}}
-	dec := crdt.NewDecoder()
+	dec := wire.NewDecoder()
 	_, err = nc.Subscribe("geolimit.>", func(m *nats.Msg) {
-		var d crdt.Delta
+		var d wire.Delta
 		tap.mu.Lock()
 		defer tap.mu.Unlock()
 		if dec.Decode(m.Data, &d) == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // A peer of a newer version, which knows one more section kind, publishes
@@ -36,8 +37,8 @@ func TestMixedVersionPeer(t *testing.T) {
 		enc := msgpack.NewEncoder(&body)
 		require.NoError(t, enc.Encode([]any{[]any{"api", now / int64(time.Minute), []any{"alice", 0, 7}}}))
 		enc = msgpack.NewEncoder(&msg)
-		require.NoError(t, enc.Encode([]any{crdt.EnvelopeVersion, []any{iad.Region, iad.PoP, crdt.PoPNode, 5}, now, 5,
-			[]any{uint64(crdt.SectionCounts), body.Bytes(), 250, []byte("a feature from a later version")}}))
+		require.NoError(t, enc.Encode([]any{wire.EnvelopeVersion, []any{iad.Region, iad.PoP, crdt.PoPNode, 5}, now, 5,
+			[]any{uint64(wire.SectionCounts), body.Bytes(), 250, []byte("a feature from a later version")}}))
 		return msg.Bytes()
 	}
 	require.Eventually(t, func() bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func natsOpts(url string, id crdt.PoPID, name string) Options {
@@ -71,12 +72,12 @@ func TestNATSForgedDelta(t *testing.T) {
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
 	defer nc.Close()
-	forged := crdt.Delta{
+	forged := wire.Delta{
 		Sender:  crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "fra"}, Node: "fra-1", Incarnation: 1},
 		SentAt:  time.Now().UnixNano(),
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: time.Now().UnixNano() / int64(time.Hour), Count: 1000}},
 	}
-	msgs, err := crdt.Encode(&forged, 0)
+	msgs, err := wire.Encode(&forged, 0)
 	require.NoError(t, err)
 	require.NoError(t, nc.Publish(DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), msgs[0]))
 	// Garbage on a delta subject and on a subject of no PoP.
@@ -91,7 +92,7 @@ func TestNATSForgedDelta(t *testing.T) {
 	// A pop-scope entry that does come from its own subject is refused too.
 	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
 	forged.Entries[0].Rule = "per-ip"
-	msgs, err = crdt.Encode(&forged, 0)
+	msgs, err = wire.Encode(&forged, 0)
 	require.NoError(t, err)
 	require.NoError(t, nc.Publish(DeltaSubject("", fra), msgs[0]))
 	require.NoError(t, nc.Flush())

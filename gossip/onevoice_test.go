@@ -15,6 +15,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // recorder wraps a transport and records what its node sends.
@@ -33,7 +34,7 @@ type publishLog struct {
 
 func (r *recorder) Publish(kind Kind, msg []byte, reliable bool) error {
 	if kind == KindDelta {
-		if d, err := crdt.Decode(msg); err == nil {
+		if d, err := wire.Decode(msg); err == nil {
 			r.log.mu.Lock()
 			if r.Name() == "nats" {
 				r.log.spoke[r.node]++
@@ -114,7 +115,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 	var wireMu sync.Mutex
 	var perNodeSenders []string
 	_, err = nc.Subscribe("geolimit.delta.>", func(m *nats.Msg) {
-		d, err := crdt.Decode(m.Data)
+		d, err := wire.Decode(m.Data)
 		wireMu.Lock()
 		defer wireMu.Unlock()
 		if err == nil && !d.Sender.IsPoP() {

@@ -17,6 +17,7 @@ import (
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func ipKeys(n int) []string {
@@ -55,8 +56,8 @@ func wireBytesPerUpdate(t testing.TB, keys []string, flushes int) (perUpdate flo
 		}
 		updates += len(keys)
 		b := n.Flush(now, nil)
-		for _, d := range []*crdt.Delta{&b.PoP} {
-			out, err := crdt.Encode(d, 64<<10)
+		for _, d := range []*wire.Delta{&b.PoP} {
+			out, err := wire.Encode(d, 64<<10)
 			require.NoError(t, err)
 			for _, m := range out {
 				bytes += len(m) + natsFraming(subject, len(m))
@@ -197,19 +198,19 @@ func BenchmarkReceive(b *testing.B) {
 	defer r.Close()
 	keys := ipKeys(1000)
 	win := time.Now().UnixNano() / int64(time.Hour)
-	d := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), SentAt: time.Now().UnixNano()}
+	d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), SentAt: time.Now().UnixNano()}
 	var msgs [][]byte
 	for c := uint64(1); c <= 16; c++ {
 		d.Entries = d.Entries[:0]
 		for _, k := range keys {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: k, Window: win, Count: c})
 		}
-		m, err := crdt.Encode(&d, crdt.MaxDeltaBytes)
+		m, err := wire.Encode(&d, wire.MaxDeltaBytes)
 		require.NoError(b, err)
 		msgs = append(msgs, m...)
 	}
-	dec := crdt.NewDecoder()
-	var out crdt.Delta
+	dec := wire.NewDecoder()
+	var out wire.Delta
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {

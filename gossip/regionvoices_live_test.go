@@ -14,6 +14,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // rvPoP is one PoP of a region-voices topology: its region's index in the
@@ -397,9 +398,9 @@ func TestRegionVoicesForgedRegionTotals(t *testing.T) {
 	// 7 a former one.
 	gossiptest.WaitInterest(t, c.Servers[0], RegionSubject("", ams.id))
 	echo := []crdt.Entry{{Rule: "api", Key: "echo", Window: entries[0].Window, Count: 1000}}
-	publish(t, nc, RegionSubject("", ams.id), &crdt.Delta{Sender: crdt.RegionReplica("eu", 7), SentAt: now, Epoch: 7, Entries: echo})
+	publish(t, nc, RegionSubject("", ams.id), &wire.Delta{Sender: crdt.RegionReplica("eu", 7), SentAt: now, Epoch: 7, Entries: echo})
 	for _, s := range forged {
-		publish(t, nc, subj, &crdt.Delta{Sender: s, SentAt: now, Epoch: s.Incarnation, Entries: entries})
+		publish(t, nc, subj, &wire.Delta{Sender: s, SentAt: now, Epoch: s.Incarnation, Entries: entries})
 	}
 	require.Eventually(t, func() bool { return regionStats().Forged-base.Forged == uint64(len(forged)) }, 10*time.Second, poll, "every forged message counted")
 	rs := regionStats()

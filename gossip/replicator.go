@@ -15,6 +15,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Options configure a Replicator.
@@ -444,7 +445,7 @@ func (r *Replicator) send(m *repl.Message) {
 		// batch over the stream transport, where there is one.
 		reliable = true
 	}
-	msgs, err := crdt.Encode(m.Delta, t.MaxPayload(reliable))
+	msgs, err := wire.Encode(m.Delta, t.MaxPayload(reliable))
 	if err != nil {
 		c.sendErrors.Add(1)
 		r.log.Error("gossip: encode delta", "transport", t.Name(), "err", err)
@@ -481,7 +482,7 @@ const bulkyPackets = 8
 // bulky reports whether d's entries take more than bulkyPackets messages of
 // maxPayload bytes (an estimate: key plus at most 8 bytes per entry, 28
 // bytes per remembered decision, key plus 20 bytes per in-flight count).
-func bulky(d *crdt.Delta, maxPayload int) bool {
+func bulky(d *wire.Delta, maxPayload int) bool {
 	size, limit := 28*len(d.Memos), bulkyPackets*maxPayload
 	if size > limit {
 		return true
@@ -554,8 +555,8 @@ func (h *handler) MergeState(b []byte) { h.r.mergeState(b) }
 
 func (r *Replicator) work() {
 	defer r.wg.Done()
-	dec := crdt.NewDecoder()
-	var d crdt.Delta
+	dec := wire.NewDecoder()
+	var d wire.Delta
 	for {
 		select {
 		case <-r.stop:
@@ -569,7 +570,7 @@ func (r *Replicator) work() {
 
 // apply decodes one received message and steps the core with it. Garbage is
 // counted, never fatal.
-func (r *Replicator) apply(dec *crdt.Decoder, d *crdt.Delta, in inbound) {
+func (r *Replicator) apply(dec *wire.Decoder, d *wire.Delta, in inbound) {
 	c := &r.tstats[in.t]
 	if err := dec.Decode(in.data, d); err != nil {
 		c.decodeErrors.Add(1)
@@ -618,13 +619,13 @@ const maxStateBytes = 16 << 20
 // localState frames every live count this node holds as length-prefixed
 // encoded deltas.
 func (r *Replicator) localState() []byte {
-	var st []crdt.Delta
+	var st []wire.Delta
 	r.mu.Lock()
 	st = r.core.LocalState(r.clk.Now())
 	r.mu.Unlock()
 	var out []byte
 	for i := range st {
-		msgs, err := crdt.Encode(&st[i], crdt.MaxDeltaBytes)
+		msgs, err := wire.Encode(&st[i], wire.MaxDeltaBytes)
 		if err != nil {
 			r.log.Error("gossip: encode state", "err", err)
 			continue
@@ -642,8 +643,8 @@ func (r *Replicator) localState() []byte {
 
 // mergeState applies a member's localState.
 func (r *Replicator) mergeState(b []byte) {
-	dec := crdt.NewDecoder()
-	var d crdt.Delta
+	dec := wire.NewDecoder()
+	var d wire.Delta
 	c := &r.tstats[tPoP]
 	for len(b) > 0 {
 		n, k := binary.Uvarint(b)

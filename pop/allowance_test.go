@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 const ms = int64(time.Millisecond)
@@ -43,7 +44,7 @@ func runFleet(t *testing.T, n, rate int, split bool) fleetResult {
 	type msg struct {
 		at int64
 		to int
-		d  crdt.Delta
+		d  wire.Delta
 	}
 	var queue []msg // FIFO: every message takes lat
 	var admits []int64
@@ -136,7 +137,7 @@ func TestAllowanceSplitsPoPScope(t *testing.T) {
 	n, err := New(Config{Self: replica("a", 1), Rules: rules})
 	require.NoError(t, err)
 	n.SetAllowance(ScopePoP, Allowance{Horizon: time.Millisecond, Members: 4, PoPs: 1})
-	member := crdt.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 60}}}
+	member := wire.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 60}}}
 	require.Equal(t, 1, n.Apply(t0, &member, ScopePoP).Merged)
 	admitted := 0
 	for range 100 {
@@ -167,7 +168,7 @@ func TestAllowanceLeavesUnheardPoPsOut(t *testing.T) {
 		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 50 * time.Millisecond, Members: 1, PoPs: 3})
 		win := t0 / int64(10*time.Second)
 		for _, p := range []crdt.Replica{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), crdt.PoPReplica(crdt.PoPID{Region: "ap", PoP: "sin"}, 1)} {
-			d := crdt.Delta{Sender: p, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: win, Count: 25}}}
+			d := wire.Delta{Sender: p, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: win, Count: 25}}}
 			require.Equal(t, 1, n.Apply(t0, &d, ScopeGlobal).Merged)
 		}
 		n.SetUnheard(t0, unheard)

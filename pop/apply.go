@@ -3,9 +3,11 @@
 package pop
 
 import (
+	"strings"
+
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/window"
-	"strings"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // ApplyStats counts what Apply did with a delta's entries.
@@ -68,14 +70,14 @@ func (a *ApplyStats) Add(b ApplyStats) {
 // foreign PoP's count. Senders that may not use the transport are refused
 // whole (WrongScope); bad entries are skipped and counted, the rest still
 // merge.
-func (n *Node) Apply(now int64, d *crdt.Delta, via Scope) ApplyStats {
+func (n *Node) Apply(now int64, d *wire.Delta, via Scope) ApplyStats {
 	return n.ApplyFrom(now, d, via, nil)
 }
 
 // ApplyFrom is Apply with from, when not nil, caching the store's ID of the
 // sender: a caller that keeps one per remote PoP saves a look-up per
 // message. Calls that share a cache must not run concurrently.
-func (n *Node) ApplyFrom(now int64, d *crdt.Delta, via Scope, from *crdt.InternCache) ApplyStats {
+func (n *Node) ApplyFrom(now int64, d *wire.Delta, via Scope, from *crdt.InternCache) ApplyStats {
 	var st ApplyStats
 	defer func() {
 		n.mu.Lock()
@@ -175,7 +177,7 @@ const applyBlock = 8
 // read first (the shards of its first entries), without waiting for it,
 // so that a caller with other work to do before ApplyFrom (its own state of
 // the sender) overlaps the two.
-func (n *Node) PrefetchDelta(d *crdt.Delta) {
+func (n *Node) PrefetchDelta(d *wire.Delta) {
 	if len(d.Entries) == 0 {
 		return
 	}

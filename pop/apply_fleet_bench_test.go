@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // BenchmarkApplyFleet merges deltas as the nodes of a large fleet receive
@@ -27,7 +28,7 @@ func BenchmarkApplyFleet(b *testing.B) {
 		senders[p] = crdt.PoPReplica(crdt.PoPID{Region: "r" + strconv.Itoa(p%10), PoP: "p" + strconv.Itoa(p)}, 1)
 	}
 	ns := make([]*Node, nodes)
-	d := crdt.Delta{Entries: make([]crdt.Entry, keys)}
+	d := wire.Delta{Entries: make([]crdt.Entry, keys)}
 	for i := range ns {
 		ns[i] = benchNodeSeeded(b, created, now, uint64(i)+1)
 		for _, s := range senders {

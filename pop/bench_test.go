@@ -15,6 +15,7 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 const benchKeys = 100_000
@@ -279,7 +280,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			n := benchNode(b, created, now)
-			d := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), Entries: make([]crdt.Entry, 100)}
+			d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), Entries: make([]crdt.Entry, 100)}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/blocks"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // The penalty box.
@@ -18,7 +20,7 @@ import (
 // and Blocked: it would block) but nothing is denied. Unsure denials
 // (unsure.go) never start a block.
 //
-// The block is a max register per (rule, key) (crdt.Blocks), replicated
+// The block is a max register per (rule, key) (blocks.Table), replicated
 // with the counts and as far as the rule's scope: not at all for node
 // scope, to the PoP's members for pop scope (Batch.Local), and to the other
 // PoPs too for global scope (Batch.PoP). The node that sets a block sends it
@@ -89,7 +91,7 @@ func (n *Node) afterGuard(now int64, r *ruleState, key string, count bool, d *De
 	if d.Allowed || !count || r.BlockFor == 0 {
 		return
 	}
-	if n.blocks.Raise(r.id, key, now+int64(r.BlockFor), r.Scope != ScopeNode) == crdt.BlockFull {
+	if n.blocks.Raise(r.id, key, now+int64(r.BlockFor), r.Scope != ScopeNode) == blocks.Full {
 		return // no room: the counts alone limit the key
 	}
 	d.Blocked, d.BlockStarted = true, true
@@ -99,7 +101,7 @@ func (n *Node) afterGuard(now int64, r *ruleState, key string, count bool, d *De
 
 // applyBlocks merges d's blocks (received via scope via from an accepted
 // sender) into the block table.
-func (n *Node) applyBlocks(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
+func (n *Node) applyBlocks(now int64, d *wire.Delta, via Scope, st *ApplyStats) {
 	if len(d.Blocks) == 0 {
 		return
 	}
@@ -130,11 +132,11 @@ func (n *Node) applyBlocks(now int64, d *crdt.Delta, via Scope, st *ApplyStats) 
 			st.Blocks.Clamped++
 		}
 		switch n.blocks.Raise(r.id, b.Key, until, false) {
-		case crdt.BlockRaised:
+		case blocks.Raised:
 			st.Blocks.Merged++
-		case crdt.BlockUnchanged:
+		case blocks.Unchanged:
 			st.Blocks.Unchanged++
-		case crdt.BlockFull:
+		case blocks.Full:
 			st.Blocks.Full++
 		}
 	}
@@ -149,7 +151,7 @@ func (n *Node) flushBlocks(rs *ruleSet, b *Batch, local, pub bool) {
 		if r == nil || r.Scope == ScopeNode {
 			return
 		}
-		blk := crdt.Block{Rule: r.Name, Key: key, Until: until}
+		blk := blocks.Block{Rule: r.Name, Key: key, Until: until}
 		if local {
 			b.Local.Blocks = append(b.Local.Blocks, blk)
 		}
@@ -162,15 +164,15 @@ func (n *Node) flushBlocks(rs *ruleSet, b *Batch, local, pub bool) {
 // liveBlocks returns every block held that ends after now, sorted by rule
 // and key (the simulator's output must not depend on map order);
 // node-scope ones and blocks of removed rules are left out.
-func (n *Node) liveBlocks(rs *ruleSet, now int64) []crdt.Block {
-	var blocks []crdt.Block
+func (n *Node) liveBlocks(rs *ruleSet, now int64) []blocks.Block {
+	var out []blocks.Block
 	n.blocks.Each(now, func(id crdt.RuleID, key string, until int64) {
 		if r := rs.byID[id]; r != nil && r.Scope != ScopeNode {
-			blocks = append(blocks, crdt.Block{Rule: r.Name, Key: key, Until: until})
+			out = append(out, blocks.Block{Rule: r.Name, Key: key, Until: until})
 		}
 	})
-	slices.SortFunc(blocks, func(a, b crdt.Block) int { return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key)) })
-	return blocks
+	slices.SortFunc(out, func(a, b blocks.Block) int { return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key)) })
+	return out
 }
 
 // antiEntropyBlocks adds every live block to b: pop and global ones to

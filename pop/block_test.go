@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/blocks"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func boxRules() []Rule {
@@ -117,11 +119,11 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 		require.True(t, exhaust(t, a, t0, rule, "k").Blocked, rule)
 	}
 	out := a.Flush(t0, nil)
-	assert.ElementsMatch(t, []crdt.Block{
+	assert.ElementsMatch(t, []blocks.Block{
 		{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)},
 		{Rule: "otp", Key: "k", Until: t0 + int64(10*time.Minute)},
 	}, out.Local.Blocks, "pop and global blocks go to the members; node scope stays here")
-	assert.Equal(t, []crdt.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, out.PoP.Blocks,
+	assert.Equal(t, []blocks.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, out.PoP.Blocks,
 		"only global blocks go to other PoPs")
 	assert.Empty(t, a.Flush(t0, nil).Local.Blocks, "a block is flushed once")
 
@@ -145,7 +147,7 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	}
 
 	// A pop-scope block may not come from another PoP.
-	forged := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Blocks: []crdt.Block{{Rule: "otp", Key: "x", Until: now + 1}}}
+	forged := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Blocks: []blocks.Block{{Rule: "otp", Key: "x", Until: now + 1}}}
 	st = b.Apply(now, &forged, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope)
 	assert.Zero(t, b.BlockedUntil(now, "otp", "x"))
@@ -159,7 +161,7 @@ func TestApplyBoundsRemoteBlocks(t *testing.T) {
 	n := boxNode(t, replica("a", 1))
 	from := replica("b", 1)
 	far := t0 + int64(time.Hour)
-	d := crdt.Delta{Sender: from, Blocks: []crdt.Block{
+	d := wire.Delta{Sender: from, Blocks: []blocks.Block{
 		{Rule: "login", Key: "far", Until: far},
 		{Rule: "login", Key: "past", Until: t0},
 		{Rule: "plain", Key: "k", Until: t0 + 1},
@@ -178,9 +180,9 @@ func TestApplyBoundsRemoteBlocks(t *testing.T) {
 func TestBlocksAreBoundedByMaxKeys(t *testing.T) {
 	n, err := New(Config{Self: replica("a", 1), Rules: boxRules(), MaxKeys: 16, Shards: 1})
 	require.NoError(t, err)
-	d := crdt.Delta{Sender: replica("b", 1)}
+	d := wire.Delta{Sender: replica("b", 1)}
 	for i := 0; i < 100; i++ {
-		d.Blocks = append(d.Blocks, crdt.Block{Rule: "login", Key: strconv.Itoa(i), Until: t0 + int64(time.Minute)})
+		d.Blocks = append(d.Blocks, blocks.Block{Rule: "login", Key: strconv.Itoa(i), Until: t0 + int64(time.Minute)})
 	}
 	st := n.Apply(t0, &d, ScopePoP)
 	assert.Equal(t, 16, st.Blocks.Merged)
@@ -198,7 +200,7 @@ func TestAntiEntropyAndStateCarryBlocks(t *testing.T) {
 	a.Flush(t0, nil)
 	ae := a.AntiEntropy(t0+1, nil)
 	assert.Len(t, ae.Local.Blocks, 2)
-	assert.Equal(t, []crdt.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, ae.PoP.Blocks)
+	assert.Equal(t, []blocks.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, ae.PoP.Blocks)
 	ae = a.AntiEntropy(t0+1, func(string) bool { return false })
 	assert.Empty(t, ae.PoP.Blocks, "a PoP's blocks go out through the key's owner")
 

@@ -9,6 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/inflight"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func concRules() []Rule {
@@ -328,7 +331,7 @@ func TestConcurrencyMemberSlotsComeBack(t *testing.T) {
 func TestConcurrencyApplyDistrusts(t *testing.T) {
 	b := concNode(t, "b", Config{MaxLeases: 2})
 	from := replica("a", 1)
-	d := crdt.Delta{Sender: from, Inflight: []crdt.Inflight{
+	d := wire.Delta{Sender: from, Inflight: []inflight.Count{
 		{Rule: "uploads", Key: "k", Count: 1 << 40, Version: 1},
 		{Rule: "nope", Key: "k", Count: 1, Version: 1},
 		{Rule: "local", Key: "k", Count: 1, Version: 1},
@@ -346,8 +349,8 @@ func TestConcurrencyApplyDistrusts(t *testing.T) {
 	_, members, _ := b.InFlight(t0, "uploads", "k")
 	assert.Equal(t, uint64(3), members)
 
-	other := crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "fra"}, Node: "x", Incarnation: 1},
-		Inflight: []crdt.Inflight{{Rule: "uploads", Key: "z", Count: 1, Version: 1}}}
+	other := wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "fra"}, Node: "x", Incarnation: 1},
+		Inflight: []inflight.Count{{Rule: "uploads", Key: "z", Count: 1, Version: 1}}}
 	st = b.Apply(t0, &other, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope, "another PoP's node may not send them")
 	_, members, _ = b.InFlight(t0, "uploads", "z")
@@ -425,7 +428,7 @@ func TestConcurrencyRuleModes(t *testing.T) {
 	for range 2 {
 		require.True(t, decideOne(t, n, t0, chk(t, n, "local", "k", 0)).Allowed)
 	}
-	_, err := n.SetRuleMode(t0, "local", crdt.RuleModeOff)
+	_, err := n.SetRuleMode(t0, "local", modes.Off)
 	require.NoError(t, err)
 	off := decideOne(t, n, t0, chk(t, n, "local", "k", 0))
 	assert.True(t, off.Allowed)
@@ -433,14 +436,14 @@ func TestConcurrencyRuleModes(t *testing.T) {
 	assert.False(t, off.Lease.Held())
 	assert.False(t, off.Counted)
 
-	_, err = n.SetRuleMode(t0+1, "local", crdt.RuleModeShadow)
+	_, err = n.SetRuleMode(t0+1, "local", modes.Shadow)
 	require.NoError(t, err)
 	sh := decideOne(t, n, t0+1, chk(t, n, "local", "k", 0))
 	assert.True(t, sh.Allowed)
 	assert.True(t, sh.ShadowDenied)
 	assert.False(t, sh.Lease.Held())
 
-	_, err = n.SetRuleMode(t0+2, "local", crdt.RuleModeConfig)
+	_, err = n.SetRuleMode(t0+2, "local", modes.Config)
 	require.NoError(t, err)
 	assert.False(t, decideOne(t, n, t0+2, chk(t, n, "local", "k", 0)).Allowed, "enforced again: the two slots are held")
 	own, _, _ := n.InFlight(t0+2, "local", "k")

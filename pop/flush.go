@@ -8,6 +8,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/window"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Batch is what a node sends. Local goes to the own PoP's members: own counts
@@ -17,7 +18,7 @@ import (
 // PoP is empty while the epoch is 0. Both carry SentAt and Epoch; either may
 // have no entries.
 type Batch struct {
-	Local, PoP crdt.Delta
+	Local, PoP wire.Delta
 }
 
 // Flush returns what changed since the last Flush, stamped with now: in
@@ -70,8 +71,8 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 func (n *Node) batch(now int64) Batch {
 	ep := n.Epoch()
 	return Batch{
-		Local: crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep},
-		PoP:   crdt.Delta{Sender: crdt.PoPReplica(n.self.PoPID, ep), SentAt: now, Epoch: ep},
+		Local: wire.Delta{Sender: n.self, SentAt: now, Epoch: ep},
+		PoP:   wire.Delta{Sender: crdt.PoPReplica(n.self.PoPID, ep), SentAt: now, Epoch: ep},
 	}
 }
 
@@ -161,10 +162,10 @@ func exactCopy(es []crdt.Entry) []crdt.Entry {
 // the push/pull state a joining or restarted member of the PoP merges to
 // learn the live windows at once. The receiver applies the deltas of
 // aggregates (Sender.IsPoP()) via ScopeGlobal and the others via ScopePoP.
-func (n *Node) State(now int64) []crdt.Delta {
+func (n *Node) State(now int64) []wire.Delta {
 	rs := n.rules.Load()
 	ep := n.Epoch()
-	byRep := map[crdt.ReplicaID]*crdt.Delta{}
+	byRep := map[crdt.ReplicaID]*wire.Delta{}
 	n.store.Entries(n.indexFunc(rs, now), func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
 		if r == nil || r.Scope == ScopeNode {
@@ -172,17 +173,17 @@ func (n *Node) State(now int64) []crdt.Delta {
 		}
 		d := byRep[rep]
 		if d == nil {
-			d = &crdt.Delta{SentAt: now, Epoch: ep}
+			d = &wire.Delta{SentAt: now, Epoch: ep}
 			byRep[rep] = d
 		}
 		d.Entries = append(d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 	})
-	out := make([]crdt.Delta, 0, len(byRep)+1)
+	out := make([]wire.Delta, 0, len(byRep)+1)
 	blocks, memos := n.liveBlocks(rs, now), n.liveMemos(rs, now)
 	if len(blocks) > 0 || len(memos) > 0 {
 		// Blocks and remembered decisions have no owner: they travel with
 		// this node's own counts.
-		self := crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep}
+		self := wire.Delta{Sender: n.self, SentAt: now, Epoch: ep}
 		for rep, d := range byRep {
 			if n.store.Replica(rep) == n.self {
 				self = *d

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func sharedGCRARule(scope Scope) Rule {
@@ -88,7 +89,7 @@ func TestSharedGCRARefusesTheEntriesOfItsPacer(t *testing.T) {
 	require.Len(t, f.Local.Entries, 1)
 	assert.Equal(t, "pace", f.Local.Entries[0].Rule)
 	assert.Equal(t, uint64(3), f.Local.Entries[0].Count)
-	bad := crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "pace" + pacerWire, Key: "k", Window: 0, Count: 1 << 40}}}
+	bad := wire.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "pace" + pacerWire, Key: "k", Window: 0, Count: 1 << 40}}}
 	st := b.Apply(t0, &bad, ScopePoP)
 	assert.Equal(t, 1, st.WrongScope)
 	assert.Equal(t, 3, paceN(t, b, t0, "k", 3), "b's pace is untouched")
@@ -129,7 +130,7 @@ func TestSharedGCRAAgainstOneExactPace(t *testing.T) {
 		type msg struct {
 			at, sent int64
 			to, from int
-			d        crdt.Delta
+			d        wire.Delta
 		}
 		var inbox []msg
 		// admits[j] lists node j's admissions; node i has merged every

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/memos"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Idempotency keys.
@@ -27,7 +29,7 @@ import (
 // that reaches another node is therefore a repeat once the first node's
 // next Flush arrived; two requests with one idempotency key decided at
 // the same moment (on two nodes, or on one) may both count, and the
-// decision decided first is the one remembered everywhere (crdt.MergeMemo).
+// decision decided first is the one remembered everywhere (memos.Merge).
 //
 // Not remembered: a probe (it counts nothing anyway and ignores its
 // idempotency key), a check of a request that is not strict that was
@@ -44,7 +46,7 @@ import (
 // therefore gets its remembered outcome.
 //
 // Memory: at most Config.MaxIdempotencyKeys decisions are remembered, about
-// crdt.MemoBytesPerEntry bytes each; when full, the decision remembered
+// memos.BytesPerEntry bytes each; when full, the decision remembered
 // until the earliest time is forgotten first. A decision from a member is
 // remembered until at most now + TTL + MaxSkew.
 
@@ -91,21 +93,21 @@ func (a *MemoApplyStats) add(b MemoApplyStats) {
 }
 
 // verdictOf is what a decision remembers.
-func verdictOf(d *Decision) crdt.Verdict {
-	var v crdt.Verdict
+func verdictOf(d *Decision) memos.Verdict {
+	var v memos.Verdict
 	if d.Allowed {
-		v |= crdt.VerdictAllowed
+		v |= memos.Allowed
 	}
 	if d.ShadowDenied {
-		v |= crdt.VerdictShadowDenied
+		v |= memos.ShadowDenied
 	}
 	return v
 }
 
 // recall returns the decision remembered for check c (which names an
 // idempotency key) at now, its memo's ID, and whether there is one.
-func (n *Node) recall(now int64, c *Check) (crdt.MemoID, crdt.Verdict, bool) {
-	id := crdt.MemoIDOf(c.Key, c.IdempotencyKey, c.Cost, c.Tier)
+func (n *Node) recall(now int64, c *Check) (memos.ID, memos.Verdict, bool) {
+	id := memos.IDOf(c.Key, c.IdempotencyKey, c.Cost, c.Tier)
 	v, ok := n.memos.Get(c.Rule.r.id, id, now)
 	return id, v, ok
 }
@@ -125,13 +127,13 @@ func (n *Node) countOnce(now int64, c *Check, res *Result) {
 
 // repeat answers check c with its remembered verdict v, counting nothing:
 // the rest of the answer is the key's as it stands.
-func (n *Node) repeat(now int64, c *Check, v crdt.Verdict, res *Result) {
+func (n *Node) repeat(now int64, c *Check, v memos.Verdict, res *Result) {
 	n.peek(now, c, c.Cost, false, res)
 	if res.Err != nil {
 		return
 	}
 	d := &res.Decision
-	d.Allowed, d.ShadowDenied = v&crdt.VerdictAllowed != 0, v&crdt.VerdictShadowDenied != 0
+	d.Allowed, d.ShadowDenied = v&memos.Allowed != 0, v&memos.ShadowDenied != 0
 	d.BlockStarted = false
 	if d.Allowed {
 		d.RetryAfter, d.Blocked, d.Unsure = 0, false, UnsureNone
@@ -144,8 +146,8 @@ func (n *Node) repeat(now int64, c *Check, v crdt.Verdict, res *Result) {
 // denial spends nothing, so a retry with the same key after Retry-After is
 // decided afresh (a remembered denial would hold the key's retries off for
 // the whole TTL).
-func (n *Node) remember(now int64, c *Check, id crdt.MemoID, res *Result, v crdt.Verdict) {
-	if res.Err != nil || !res.done || res.Unsure != UnsureNone || v&crdt.VerdictAllowed == 0 {
+func (n *Node) remember(now int64, c *Check, id memos.ID, res *Result, v memos.Verdict) {
+	if res.Err != nil || !res.done || res.Unsure != UnsureNone || v&memos.Allowed == 0 {
 		return
 	}
 	r := c.Rule.r
@@ -155,7 +157,7 @@ func (n *Node) remember(now int64, c *Check, id crdt.MemoID, res *Result, v crdt
 // applyMemos merges d's remembered decisions (received via scope via from
 // an accepted member) into the table. Only the own PoP's members send
 // them: via ScopeGlobal they are refused.
-func (n *Node) applyMemos(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
+func (n *Node) applyMemos(now int64, d *wire.Delta, via Scope, st *ApplyStats) {
 	if len(d.Memos) == 0 {
 		return
 	}
@@ -178,7 +180,7 @@ func (n *Node) applyMemos(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
 		case r.Scope == ScopeNode:
 			st.WrongScope++
 			continue
-		case m.Verdict&crdt.VerdictAllowed == 0:
+		case m.Verdict&memos.Allowed == 0:
 			// Only admissions are remembered: a member's denial would hold
 			// the key's retries off for the whole TTL.
 			st.BadEntry++
@@ -193,11 +195,11 @@ func (n *Node) applyMemos(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
 			st.Memos.Clamped++
 		}
 		switch n.memos.Put(now, r.id, m.ID, until, m.Verdict, false) {
-		case crdt.MemoMerged:
+		case memos.Merged:
 			st.Memos.Merged++
-		case crdt.MemoUnchanged:
+		case memos.Unchanged:
 			st.Memos.Unchanged++
-		case crdt.MemoRefused:
+		case memos.Refused:
 			st.Memos.Refused++
 		}
 	}
@@ -206,9 +208,9 @@ func (n *Node) applyMemos(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
 // flushMemos adds the decisions this node remembered since the last flush
 // to b.Local (when local): pop- and global-scope rules' ones.
 func (n *Node) flushMemos(rs *ruleSet, b *Batch, local bool) {
-	n.memos.Drain(func(id crdt.RuleID, mid crdt.MemoID, until int64, v crdt.Verdict) {
+	n.memos.Drain(func(id crdt.RuleID, mid memos.ID, until int64, v memos.Verdict) {
 		if r := rs.byID[id]; local && r != nil && r.Scope != ScopeNode {
-			b.Local.Memos = append(b.Local.Memos, crdt.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
+			b.Local.Memos = append(b.Local.Memos, memos.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
 		}
 	})
 }
@@ -216,14 +218,14 @@ func (n *Node) flushMemos(rs *ruleSet, b *Batch, local bool) {
 // liveMemos returns every remembered decision that lasts beyond now of a
 // pop- or global-scope rule, sorted by rule and ID (the simulator's output
 // must not depend on map order).
-func (n *Node) liveMemos(rs *ruleSet, now int64) []crdt.Memo {
-	var out []crdt.Memo
-	n.memos.Each(now, func(id crdt.RuleID, mid crdt.MemoID, until int64, v crdt.Verdict) {
+func (n *Node) liveMemos(rs *ruleSet, now int64) []memos.Memo {
+	var out []memos.Memo
+	n.memos.Each(now, func(id crdt.RuleID, mid memos.ID, until int64, v memos.Verdict) {
 		if r := rs.byID[id]; r != nil && r.Scope != ScopeNode {
-			out = append(out, crdt.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
+			out = append(out, memos.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
 		}
 	})
-	slices.SortFunc(out, func(a, b crdt.Memo) int {
+	slices.SortFunc(out, func(a, b memos.Memo) int {
 		if a.Rule != b.Rule {
 			if a.Rule < b.Rule {
 				return -1
@@ -246,15 +248,15 @@ func (n *Node) Remembered(now int64, rule, key, idem string, cost uint64, tier s
 	if cost == 0 {
 		cost = r.Cost
 	}
-	v, ok := n.memos.Get(r.id, crdt.MemoIDOf(key, idem, cost, tier), now)
-	return v&crdt.VerdictAllowed != 0, ok
+	v, ok := n.memos.Get(r.id, memos.IDOf(key, idem, cost, tier), now)
+	return v&memos.Allowed != 0, ok
 }
 
 // allMemos is what recallAll found of an all-or-nothing request's
 // idempotency keys: each idempotent check's memo ID, and whether a
 // remembered denial of an enforce rule denies the request.
 type allMemos struct {
-	ids    []crdt.MemoID // by check; zero for a check without an idempotency key
+	ids    []memos.ID // by check; zero for a check without an idempotency key
 	idem   []bool
 	denied bool
 }
@@ -268,7 +270,7 @@ func idempotent(cs []Check, res []Result, i int) bool {
 // recallAll answers the repeats of an all-or-nothing request with their
 // remembered decisions (Result.Repeat) before anything is judged.
 func (n *Node) recallAll(now int64, cs []Check, res []Result) *allMemos {
-	m := &allMemos{ids: make([]crdt.MemoID, len(cs)), idem: make([]bool, len(cs))}
+	m := &allMemos{ids: make([]memos.ID, len(cs)), idem: make([]bool, len(cs))}
 	for i := range cs {
 		if !idempotent(cs, res, i) {
 			continue

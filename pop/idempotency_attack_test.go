@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/replicated/memos"
+	"github.com/geolimit/geolimit/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/geolimit/geolimit/crdt"
 )
 
 // only admissions are remembered (a denial's retry after
@@ -23,11 +23,11 @@ func TestMemberDenialIsNotRemembered(t *testing.T) {
 	require.True(t, first.Allowed)
 	// The member saw the flushed memo (until t0+1h); it answers with the
 	// same ID, until one nanosecond earlier, verdict 0.
-	id := crdt.MemoIDOf("k", "req-1", 1, "")
-	evil := crdt.Delta{Sender: replica("b", 1), SentAt: t0, Memos: []crdt.Memo{
+	id := memos.IDOf("k", "req-1", 1, "")
+	evil := wire.Delta{Sender: replica("b", 1), SentAt: t0, Memos: []memos.Memo{
 		{Rule: "pay", ID: id, Until: t0 + int64(time.Hour) - 1, Verdict: 0},
 		// and a brand new key, never decided: denied for its first try too
-		{Rule: "pay", ID: crdt.MemoIDOf("k", "req-2", 1, ""), Until: t0 + int64(time.Hour), Verdict: 0},
+		{Rule: "pay", ID: memos.IDOf("k", "req-2", 1, ""), Until: t0 + int64(time.Hour), Verdict: 0},
 	}}
 	st := n.Apply(t0, &evil, ScopePoP)
 	assert.Equal(t, 0, st.Memos.Merged, "a member must not be able to remember a denial (nodes never do)")

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/memos"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func idemRules() []Rule {
@@ -251,23 +253,23 @@ func TestIdempotencyAcrossMembers(t *testing.T) {
 			decideOne(t, a, t0, idemChk(t, a, "pay", "k", "i"))
 			decideOne(t, a, t0, idemChk(t, a, "glob", "k", "i"))
 			decideOne(t, a, t0, idemChk(t, a, "local", "k", "i"))
-			var ds []crdt.Delta
+			var ds []wire.Delta
 			switch via {
 			case "flush":
-				ds = []crdt.Delta{a.Flush(t0, nil).Local}
+				ds = []wire.Delta{a.Flush(t0, nil).Local}
 			case "anti-entropy":
 				a.Flush(t0, nil)
-				ds = []crdt.Delta{a.AntiEntropy(t0, nil).Local}
+				ds = []wire.Delta{a.AntiEntropy(t0, nil).Local}
 			case "state":
 				ds = a.State(t0)
 			}
 			memos := 0
 			for i := range ds {
 				memos += len(ds[i].Memos)
-				msgs, err := crdt.Encode(&ds[i], 0)
+				msgs, err := wire.Encode(&ds[i], 0)
 				require.NoError(t, err)
 				for _, m := range msgs {
-					d, err := crdt.Decode(m)
+					d, err := wire.Decode(m)
 					require.NoError(t, err)
 					b.Apply(t0, d, ScopePoP)
 				}
@@ -300,13 +302,13 @@ func TestIdempotencyFlushSendsOnlyNewDecisions(t *testing.T) {
 // never holds more than the table's cap.
 func TestIdempotencyHostileMemos(t *testing.T) {
 	n := idemNode(t, "a", Config{MaxIdempotencyKeys: 100, IdempotencyTTL: time.Hour})
-	id := crdt.MemoIDOf("k", "i", 1, "")
-	member := crdt.Delta{Sender: replica("b", 1), SentAt: t0, Memos: []crdt.Memo{
+	id := memos.IDOf("k", "i", 1, "")
+	member := wire.Delta{Sender: replica("b", 1), SentAt: t0, Memos: []memos.Memo{
 		{Rule: "nope", ID: id, Until: t0 + 1},
 		{Rule: "local", ID: id, Until: t0 + 1},
-		{Rule: "pay", ID: id, Until: t0 - 1, Verdict: crdt.VerdictAllowed},
+		{Rule: "pay", ID: id, Until: t0 - 1, Verdict: memos.Allowed},
 		{Rule: "pay", ID: id, Until: t0 + int64(time.Minute)}, // a denial
-		{Rule: "pay", ID: id, Until: t0 + int64(1000*time.Hour), Verdict: crdt.VerdictAllowed},
+		{Rule: "pay", ID: id, Until: t0 + int64(1000*time.Hour), Verdict: memos.Allowed},
 	}}
 	st := n.Apply(t0, &member, ScopePoP)
 	assert.Equal(t, 1, st.UnknownRule)
@@ -322,14 +324,14 @@ func TestIdempotencyHostileMemos(t *testing.T) {
 	_, ok = n.Remembered(bound, "pay", "k", "i", 0, "")
 	assert.False(t, ok, "clamped to now + ttl")
 
-	foreign := crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, Memos: member.Memos}
+	foreign := wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, Memos: member.Memos}
 	assert.Equal(t, len(member.Memos), n.Apply(t0, &foreign, ScopePoP).WrongScope)
-	agg := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Memos: member.Memos}
+	agg := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Memos: member.Memos}
 	assert.Equal(t, len(member.Memos), n.Apply(t0, &agg, ScopeGlobal).WrongScope, "other PoPs send none")
 
-	flood := crdt.Delta{Sender: replica("b", 1)}
+	flood := wire.Delta{Sender: replica("b", 1)}
 	for i := range 5000 {
-		flood.Memos = append(flood.Memos, crdt.Memo{Rule: "pay", ID: crdt.MemoIDOf("k", strconv.Itoa(i), 1, ""), Until: t0 + int64(time.Minute) + int64(i), Verdict: crdt.VerdictAllowed})
+		flood.Memos = append(flood.Memos, memos.Memo{Rule: "pay", ID: memos.IDOf("k", strconv.Itoa(i), 1, ""), Until: t0 + int64(time.Minute) + int64(i), Verdict: memos.Allowed})
 	}
 	n.Apply(t0, &flood, ScopePoP)
 	assert.LessOrEqual(t, n.Stats().Memos.Len, 100)

@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/inflight"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Replicating in-flight counts inside the PoP (see concurrency.go and
@@ -73,7 +75,7 @@ func (n *Node) flushInflight(rs *ruleSet, now int64, b *Batch, local bool) {
 
 // appendOwn appends k's own count (0 when e is nil) with a new version,
 // when k's rule is a pop-scope concurrency rule. Requires s.mu held.
-func (s *slotTable) appendOwn(out []crdt.Inflight, rs *ruleSet, k slotKey, e *slotEntry) []crdt.Inflight {
+func (s *slotTable) appendOwn(out []inflight.Count, rs *ruleSet, k slotKey, e *slotEntry) []inflight.Count {
 	r := rs.byID[k.rule]
 	if r == nil || r.Kind != Concurrency || r.Scope != ScopePoP {
 		return out
@@ -83,13 +85,13 @@ func (s *slotTable) appendOwn(out []crdt.Inflight, rs *ruleSet, k slotKey, e *sl
 		c = e.own
 	}
 	s.ver++
-	return append(out, crdt.Inflight{Rule: r.Name, Key: k.key, Count: c, Version: s.ver})
+	return append(out, inflight.Count{Rule: r.Name, Key: k.key, Count: c, Version: s.ver})
 }
 
 // appendAll appends every own count that is not zero, sorted by rule and
 // key (the simulator's output must not depend on map order). Requires
 // s.mu held.
-func (s *slotTable) appendAll(out []crdt.Inflight, rs *ruleSet) []crdt.Inflight {
+func (s *slotTable) appendAll(out []inflight.Count, rs *ruleSet) []inflight.Count {
 	from := len(out)
 	for k, e := range s.keys {
 		if e.own > 0 {
@@ -97,7 +99,7 @@ func (s *slotTable) appendAll(out []crdt.Inflight, rs *ruleSet) []crdt.Inflight 
 		}
 	}
 	added := out[from:]
-	slices.SortFunc(added, func(a, b crdt.Inflight) int { return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key)) })
+	slices.SortFunc(added, func(a, b inflight.Count) int { return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key)) })
 	for i := range added { // versions in the sorted order, still all new
 		added[i].Version = s.ver - uint64(len(added)-1-i)
 	}
@@ -106,7 +108,7 @@ func (s *slotTable) appendAll(out []crdt.Inflight, rs *ruleSet) []crdt.Inflight 
 
 // antiEntropyInflight returns every own count that is not zero (an
 // anti-entropy round's part 0).
-func (n *Node) antiEntropyInflight(rs *ruleSet, now int64) []crdt.Inflight {
+func (n *Node) antiEntropyInflight(rs *ruleSet, now int64) []inflight.Count {
 	s := n.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -132,7 +134,7 @@ func minLeaseTTL(rs *ruleSet) int64 {
 // applyInflight merges d's in-flight counts (received via scope via from
 // a member accepted by Apply) into the members' counts. Only the own PoP's
 // members send them, of pop-scope concurrency rules.
-func (n *Node) applyInflight(now int64, d *crdt.Delta, via Scope, st *ApplyStats) {
+func (n *Node) applyInflight(now int64, d *wire.Delta, via Scope, st *ApplyStats) {
 	if len(d.Inflight) == 0 {
 		return
 	}

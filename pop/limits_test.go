@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // burstRule admits 3 per second and 5 per minute.
@@ -184,7 +185,7 @@ func TestDefaultTier(t *testing.T) {
 func TestApplyClampsToTheLargestLimit(t *testing.T) {
 	n := limitsNode(t, replica("a", 1), tierRule())
 	w := t0 / int64(time.Minute)
-	d := crdt.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{
+	d := wire.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{
 		{Rule: "plan", Key: "vip", Window: w, Count: 40},
 		{Rule: "plan", Key: "x", Window: w, Count: 500},
 	}}

@@ -9,13 +9,14 @@ import (
 	"sync/atomic"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/modes"
 )
 
 // Rules' modes set at run time: the kill switch.
 //
 // A rule's mode may be set while the node runs (SetRuleMode: enforce,
 // shadow or off), and cleared again so that the rule's own Mode applies.
-// Each rule name holds one crdt.RuleMode, a last-writer-wins register:
+// Each rule name holds one modes.RuleMode, a last-writer-wins register:
 // the write with the later time wins (then the writer, then the mode), so
 // nodes that hold the same writes agree whatever order they came in. The
 // replication layer sends a node's own writes to every other node at once
@@ -50,24 +51,24 @@ var ErrBadMode = errors.New("pop: unknown mode (want enforce, shadow, off or con
 
 // ParseRuleMode parses a mode to set at run time: "enforce", "shadow",
 // "off", or "config" (clear: the rule's own mode applies), into a
-// crdt.RuleMode's Mode.
+// modes.RuleMode's Mode.
 func ParseRuleMode(s string) (uint8, error) {
 	switch s {
 	case "config":
-		return crdt.RuleModeConfig, nil
+		return modes.Config, nil
 	case "enforce":
-		return crdt.RuleModeEnforce, nil
+		return modes.Enforce, nil
 	case "shadow":
-		return crdt.RuleModeShadow, nil
+		return modes.Shadow, nil
 	case "off":
-		return crdt.RuleModeOff, nil
+		return modes.Off, nil
 	}
 	return 0, fmt.Errorf("%w: %q", ErrBadMode, s)
 }
 
 // RuleModeName is ParseRuleMode's inverse.
 func RuleModeName(m uint8) string {
-	if m == crdt.RuleModeConfig {
+	if m == modes.Config {
 		return "config"
 	}
 	return Mode(m - 1).String()
@@ -83,11 +84,11 @@ func (r *ruleState) mode() Mode { return Mode(r.effMode.Load()) }
 func (r *ruleState) off() bool { return r.mode() == Off }
 
 // setOverride applies write m (of the rule's name) to the rule: m's mode,
-// or the rule's own for crdt.RuleModeConfig. The mode is stored before the
+// or the rule's own for modes.Config. The mode is stored before the
 // gate, so a decision that sees the gate open sees the mode that opened it.
-func (r *ruleState) setOverride(m crdt.RuleMode) {
+func (r *ruleState) setOverride(m modes.RuleMode) {
 	mode := r.Mode
-	if m.Mode != crdt.RuleModeConfig {
+	if m.Mode != modes.Config {
 		mode = Mode(m.Mode - 1)
 	}
 	r.effMode.Store(uint32(mode))
@@ -98,7 +99,7 @@ func (r *ruleState) setOverride(m crdt.RuleMode) {
 // concurrent use; its zero value is empty.
 type modeTable struct {
 	mu      sync.Mutex
-	m       map[string]crdt.RuleMode
+	m       map[string]modes.RuleMode
 	pending []string    // names written here since the last TakeModes
 	dirty   atomic.Bool // pending is not empty
 	stats   ModeStats
@@ -131,31 +132,31 @@ type ModeState struct {
 	// Effective is the mode decisions use.
 	Effective Mode
 	// Set is the write in force, nil when none is (never set, or cleared).
-	Set *crdt.RuleMode
+	Set *modes.RuleMode
 	// Orphaned: the node has no rule of that name; the write applies when
 	// one is loaded.
 	Orphaned bool
 }
 
 // SetRuleMode sets rule's mode at now on this node (m as ParseRuleMode
-// returns it; crdt.RuleModeConfig clears it) and returns the write, which
+// returns it; modes.Config clears it) and returns the write, which
 // the replication layer sends to every other node (TakeModes). Its time is
 // now, or just after the write it replaces if that one is later, so that it
 // always wins here. An unknown rule is ErrUnknownRule, except that an
 // orphaned write may be cleared.
-func (n *Node) SetRuleMode(now int64, rule string, m uint8) (crdt.RuleMode, error) {
-	if m > crdt.RuleModeOff {
-		return crdt.RuleMode{}, fmt.Errorf("%w: %d", ErrBadMode, m)
+func (n *Node) SetRuleMode(now int64, rule string, m uint8) (modes.RuleMode, error) {
+	if m > modes.Off {
+		return modes.RuleMode{}, fmt.Errorf("%w: %d", ErrBadMode, m)
 	}
 	t := &n.modes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := n.rules.Load().byName[rule]
 	cur, had := t.m[rule]
-	if r == nil && !(had && m == crdt.RuleModeConfig) {
-		return crdt.RuleMode{}, ErrUnknownRule
+	if r == nil && !(had && m == modes.Config) {
+		return modes.RuleMode{}, ErrUnknownRule
 	}
-	w := crdt.RuleMode{Rule: rule, Mode: m, At: now, By: n.self}
+	w := modes.RuleMode{Rule: rule, Mode: m, At: now, By: n.self}
 	if had && cur.At >= now {
 		w.At = cur.At + 1
 	}
@@ -170,9 +171,9 @@ func (n *Node) SetRuleMode(now int64, rule string, m uint8) (crdt.RuleMode, erro
 
 // put stores write w and applies it to r (nil for an orphan). The caller
 // holds t.mu.
-func (t *modeTable) put(w crdt.RuleMode, r *ruleState) {
+func (t *modeTable) put(w modes.RuleMode, r *ruleState) {
 	if t.m == nil {
-		t.m = map[string]crdt.RuleMode{}
+		t.m = map[string]modes.RuleMode{}
 	}
 	t.m[w.Rule] = w
 	if r != nil {
@@ -184,7 +185,7 @@ func (t *modeTable) put(w crdt.RuleMode, r *ruleState) {
 // each wins over the write held for its rule if it is newer; writes dated
 // after now plus MaxSkew, malformed ones, and new ones for unknown rule
 // names beyond MaxOrphanModes are refused. It keeps nothing of ms.
-func (n *Node) MergeModes(now int64, ms []crdt.RuleMode) {
+func (n *Node) MergeModes(now int64, ms []modes.RuleMode) {
 	if len(ms) == 0 {
 		return
 	}
@@ -193,7 +194,7 @@ func (n *Node) MergeModes(now int64, ms []crdt.RuleMode) {
 	defer t.mu.Unlock()
 	rs := n.rules.Load()
 	for _, m := range ms {
-		if m.Mode > crdt.RuleModeOff || m.Rule == "" || len(m.Rule) > crdt.MaxRuleNameLen || m.By.Validate() != nil {
+		if m.Mode > modes.Off || m.Rule == "" || len(m.Rule) > crdt.MaxRuleNameLen || m.By.Validate() != nil {
 			t.stats.Refused++
 			continue
 		}
@@ -202,7 +203,7 @@ func (n *Node) MergeModes(now int64, ms []crdt.RuleMode) {
 			continue
 		}
 		cur, had := t.m[m.Rule]
-		if had && crdt.CompareRuleModes(m, cur) <= 0 {
+		if had && modes.Compare(m, cur) <= 0 {
 			t.stats.Unchanged++
 			continue
 		}
@@ -235,7 +236,7 @@ func (n *Node) storeRules(next *ruleSet) {
 	t := &n.modes
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var orphans []crdt.RuleMode
+	var orphans []modes.RuleMode
 	for name, m := range t.m {
 		if r := next.byName[name]; r != nil {
 			r.setOverride(m)
@@ -247,7 +248,7 @@ func (n *Node) storeRules(next *ruleSet) {
 	if len(orphans) <= MaxOrphanModes {
 		return
 	}
-	slices.SortFunc(orphans, func(a, b crdt.RuleMode) int { return crdt.CompareRuleModes(a, b) })
+	slices.SortFunc(orphans, func(a, b modes.RuleMode) int { return modes.Compare(a, b) })
 	for _, m := range orphans[:len(orphans)-MaxOrphanModes] {
 		delete(t.m, m.Rule)
 		t.stats.Dropped++
@@ -256,28 +257,28 @@ func (n *Node) storeRules(next *ruleSet) {
 
 // Modes returns every write held, sorted by rule name: what an
 // anti-entropy round and a state file carry.
-func (n *Node) Modes() []crdt.RuleMode {
+func (n *Node) Modes() []modes.RuleMode {
 	t := &n.modes
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]crdt.RuleMode, 0, len(t.m))
+	out := make([]modes.RuleMode, 0, len(t.m))
 	for _, m := range t.m {
 		out = append(out, m)
 	}
-	slices.SortFunc(out, func(a, b crdt.RuleMode) int { return cmp.Compare(a.Rule, b.Rule) })
+	slices.SortFunc(out, func(a, b modes.RuleMode) int { return cmp.Compare(a.Rule, b.Rule) })
 	return out
 }
 
 // TakeModes returns the writes made on this node since the last call (nil
 // when none: one atomic load), as they stand now.
-func (n *Node) TakeModes() []crdt.RuleMode {
+func (n *Node) TakeModes() []modes.RuleMode {
 	t := &n.modes
 	if !t.dirty.Load() {
 		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []crdt.RuleMode
+	var out []modes.RuleMode
 	for _, name := range t.pending {
 		if m, ok := t.m[name]; ok {
 			out = append(out, m)
@@ -305,14 +306,14 @@ func (n *Node) RuleModes() []ModeState {
 	out := make([]ModeState, 0, len(rs.sorted))
 	for _, r := range rs.sorted {
 		st := ModeState{Rule: r.Name, Own: r.Mode, Effective: r.mode()}
-		if m, ok := t.m[r.Name]; ok && m.Mode != crdt.RuleModeConfig {
+		if m, ok := t.m[r.Name]; ok && m.Mode != modes.Config {
 			st.Set = &m
 		}
 		out = append(out, st)
 	}
 	var orphans []ModeState
 	for name, m := range t.m {
-		if rs.byName[name] == nil && m.Mode != crdt.RuleModeConfig {
+		if rs.byName[name] == nil && m.Mode != modes.Config {
 			m := m
 			orphans = append(orphans, ModeState{Rule: name, Effective: Mode(m.Mode - 1), Set: &m, Orphaned: true})
 		}

@@ -9,9 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire"
 )
 
-func setMode(t *testing.T, n *Node, now int64, rule, mode string) crdt.RuleMode {
+func setMode(t *testing.T, n *Node, now int64, rule, mode string) modes.RuleMode {
 	t.Helper()
 	m, err := ParseRuleMode(mode)
 	require.NoError(t, err)
@@ -138,18 +140,18 @@ func TestModeLastWriterWins(t *testing.T) {
 	a, b := newNode(t, replica("a", 1)), newNode(t, replica("b", 1))
 	wOff := setMode(t, a, t0, "api", "off")
 	wShadow := setMode(t, b, t0+int64(time.Second), "api", "shadow")
-	for _, order := range [][]crdt.RuleMode{{wOff, wShadow}, {wShadow, wOff}} {
+	for _, order := range [][]modes.RuleMode{{wOff, wShadow}, {wShadow, wOff}} {
 		n := newNode(t, replica("c", 1))
 		for _, w := range order {
-			n.MergeModes(t0+int64(2*time.Second), []crdt.RuleMode{w})
+			n.MergeModes(t0+int64(2*time.Second), []modes.RuleMode{w})
 		}
 		st, ok := n.RuleMode("api")
 		require.True(t, ok)
 		assert.Equal(t, Shadow, st.Effective)
 		assert.Equal(t, wShadow, *st.Set)
 	}
-	a.MergeModes(t0+int64(2*time.Second), []crdt.RuleMode{wShadow})
-	b.MergeModes(t0+int64(2*time.Second), []crdt.RuleMode{wOff})
+	a.MergeModes(t0+int64(2*time.Second), []modes.RuleMode{wShadow})
+	b.MergeModes(t0+int64(2*time.Second), []modes.RuleMode{wOff})
 	assert.Equal(t, a.Modes(), b.Modes(), "converged")
 	assert.Equal(t, uint64(1), b.ModeStats().Unchanged)
 
@@ -157,7 +159,7 @@ func TestModeLastWriterWins(t *testing.T) {
 	// made: it is dated just after.
 	w := setMode(t, a, t0, "api", "enforce")
 	assert.Equal(t, wShadow.At+1, w.At)
-	b.MergeModes(t0+int64(2*time.Second), []crdt.RuleMode{w})
+	b.MergeModes(t0+int64(2*time.Second), []modes.RuleMode{w})
 	st, _ := b.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective)
 }
@@ -166,21 +168,21 @@ func TestModeLastWriterWins(t *testing.T) {
 // not clamped, and taken once it is no longer in the future.
 func TestModeFutureRefused(t *testing.T) {
 	n := newNode(t, replica("a", 1))
-	w := crdt.RuleMode{Rule: "api", Mode: crdt.RuleModeOff, At: t0 + int64(time.Hour), By: replica("evil", 1)}
-	n.MergeModes(t0, []crdt.RuleMode{w})
+	w := modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(time.Hour), By: replica("evil", 1)}
+	n.MergeModes(t0, []modes.RuleMode{w})
 	st, _ := n.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective)
 	assert.Equal(t, uint64(1), n.ModeStats().Future)
-	n.MergeModes(t0+int64(time.Hour)-int64(time.Second), []crdt.RuleMode{w})
+	n.MergeModes(t0+int64(time.Hour)-int64(time.Second), []modes.RuleMode{w})
 	st, _ = n.RuleMode("api")
 	assert.Equal(t, Off, st.Effective, "within MaxSkew of now")
 
-	for _, bad := range []crdt.RuleMode{
+	for _, bad := range []modes.RuleMode{
 		{Rule: "api", Mode: 7, At: t0, By: replica("x", 1)},
 		{Rule: "", Mode: 1, At: t0, By: replica("x", 1)},
 		{Rule: "api", Mode: 1, At: t0, By: crdt.Replica{Node: "x"}},
 	} {
-		n.MergeModes(t0, []crdt.RuleMode{bad})
+		n.MergeModes(t0, []modes.RuleMode{bad})
 	}
 	assert.Equal(t, uint64(3), n.ModeStats().Refused)
 }
@@ -190,17 +192,17 @@ func TestModeFutureRefused(t *testing.T) {
 // and a reload that leaves too many drops the oldest.
 func TestModeOrphans(t *testing.T) {
 	n := newNode(t, replica("a", 1))
-	var ws []crdt.RuleMode
+	var ws []modes.RuleMode
 	for i := 0; i < MaxOrphanModes+10; i++ {
-		ws = append(ws, crdt.RuleMode{Rule: "gone-" + strconv.Itoa(i), Mode: crdt.RuleModeOff, At: t0 + int64(i), By: replica("b", 1)})
+		ws = append(ws, modes.RuleMode{Rule: "gone-" + strconv.Itoa(i), Mode: modes.Off, At: t0 + int64(i), By: replica("b", 1)})
 	}
 	n.MergeModes(t0+int64(time.Second), ws)
 	assert.Equal(t, uint64(10), n.ModeStats().Refused)
 	assert.Len(t, n.Modes(), MaxOrphanModes)
 	// A write for a held orphan still merges.
 	newer := ws[0]
-	newer.At, newer.Mode = t0+int64(time.Second), crdt.RuleModeShadow
-	n.MergeModes(t0+int64(time.Second), []crdt.RuleMode{newer})
+	newer.At, newer.Mode = t0+int64(time.Second), modes.Shadow
+	n.MergeModes(t0+int64(time.Second), []modes.RuleMode{newer})
 	assert.Equal(t, uint64(1), n.ModeStats().Merged-uint64(MaxOrphanModes))
 
 	// The rule is loaded: the write applies at once.
@@ -223,13 +225,13 @@ func TestModeOrphans(t *testing.T) {
 	assert.True(t, st.Orphaned)
 	assert.Len(t, n.Modes(), MaxOrphanModes, "the oldest orphan was dropped for it")
 	assert.Equal(t, uint64(1), n.ModeStats().Dropped)
-	_, err := n.SetRuleMode(t0, "api", crdt.RuleModeOff)
+	_, err := n.SetRuleMode(t0, "api", modes.Off)
 	assert.ErrorIs(t, err, ErrUnknownRule, "only clearing an orphan is allowed")
 	require.NoError(t, n.SetRules(testRules()))
 	d, _ = n.Decide(t0, "api", "k", 1)
 	assert.True(t, d.Off)
 
-	_, err = n.SetRuleMode(t0, "nope", crdt.RuleModeConfig)
+	_, err = n.SetRuleMode(t0, "nope", modes.Config)
 	assert.ErrorIs(t, err, ErrUnknownRule)
 }
 
@@ -255,8 +257,8 @@ func TestTakeModes(t *testing.T) {
 	assert.Nil(t, n.TakeModes())
 	setMode(t, n, t0, "api", "off")
 	w := setMode(t, n, t0+1, "api", "shadow")
-	n.MergeModes(t0, []crdt.RuleMode{{Rule: "local", Mode: crdt.RuleModeOff, At: t0, By: replica("b", 1)}})
-	assert.Equal(t, []crdt.RuleMode{w}, n.TakeModes(), "own writes only, as they stand")
+	n.MergeModes(t0, []modes.RuleMode{{Rule: "local", Mode: modes.Off, At: t0, By: replica("b", 1)}})
+	assert.Equal(t, []modes.RuleMode{w}, n.TakeModes(), "own writes only, as they stand")
 	assert.Nil(t, n.TakeModes())
 }
 
@@ -266,7 +268,7 @@ func TestModesPersist(t *testing.T) {
 	n := newNode(t, replica("a", 1))
 	w := setMode(t, n, t0, "api", "off")
 	_, _ = n.Decide(t0, "per-ip", "k", 1)
-	var ds []crdt.Delta
+	var ds []wire.Delta
 	for d := range n.SnapshotEach(t0) {
 		c := *d
 		c.Entries = append([]crdt.Entry(nil), d.Entries...)
@@ -276,12 +278,12 @@ func TestModesPersist(t *testing.T) {
 		}
 	}
 	// Through the wire format, as the state file holds it.
-	var back []crdt.Delta
+	var back []wire.Delta
 	for i := range ds {
-		msgs, err := crdt.Encode(&ds[i], 0)
+		msgs, err := wire.Encode(&ds[i], 0)
 		require.NoError(t, err)
 		for _, b := range msgs {
-			d, err := crdt.Decode(b)
+			d, err := wire.Decode(b)
 			require.NoError(t, err)
 			back = append(back, *d)
 		}

@@ -65,6 +65,8 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/blocks"
+	"github.com/geolimit/geolimit/replicated/memos"
 )
 
 // Errors returned by Decide. Nothing is counted when one is returned.
@@ -111,7 +113,7 @@ type Config struct {
 	// most MaxIdempotencyTTL.
 	IdempotencyTTL time.Duration
 	// MaxIdempotencyKeys caps the decisions remembered for idempotency
-	// keys, about crdt.MemoBytesPerEntry bytes each; 0 means a quarter of
+	// keys, about memos.BytesPerEntry bytes each; 0 means a quarter of
 	// MaxKeys (of crdt.DefaultMaxKeys when MaxKeys is 0).
 	MaxIdempotencyKeys int
 	// MaxLeases caps the leases of concurrency rules held (concurrency.go),
@@ -162,9 +164,9 @@ type Node struct {
 
 	unsynced atomic.Bool // see SetSynced
 
-	blocks *crdt.Blocks // penalty blocks (block.go)
+	blocks *blocks.Table // penalty blocks (block.go)
 
-	memos   *crdt.Memos // decisions remembered for idempotency keys (idempotency.go)
+	memos   *memos.Table // decisions remembered for idempotency keys (idempotency.go)
 	memoTTL int64
 
 	slots *slotTable // concurrency rules' leases and members' counts (concurrency.go)
@@ -230,8 +232,8 @@ func New(cfg Config) (*Node, error) {
 		store: crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed,
 			MaxBytes: int(min(cfg.MaxMemory/2, math.MaxInt))}),
 		maxSkew: int64(cfg.MaxSkew),
-		blocks:  crdt.NewBlocks(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
-		memos:   crdt.NewMemos(cfg.MaxIdempotencyKeys),
+		blocks:  blocks.NewTable(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
+		memos:   memos.NewTable(cfg.MaxIdempotencyKeys),
 		memoTTL: int64(cfg.IdempotencyTTL),
 		slots:   newSlotTable(cfg.MaxLeases, cfg.Seed),
 	}
@@ -350,7 +352,7 @@ type Stats struct {
 	BlocksFull uint64
 	// Memos are the table of decisions remembered for idempotency keys:
 	// its size, cap and evictions.
-	Memos crdt.MemoStats
+	Memos memos.Stats
 	// Slots are the concurrency rules' leases and counters.
 	Slots SlotStats
 }

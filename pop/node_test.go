@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).UnixNano()
@@ -162,7 +163,7 @@ func TestReplicationByScope(t *testing.T) {
 	assert.Zero(t, estimate(t, b, t0, "local", "k"), "node scope never leaves the node")
 
 	// A pop-scope entry arriving from another PoP is refused and counted.
-	other := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Entries: []crdt.Entry{
+	other := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Entries: []crdt.Entry{
 		{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 50},
 		{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 50},
 		{Rule: "ghost", Key: "k", Window: 1, Count: 50},
@@ -186,7 +187,7 @@ func TestReplicationByScope(t *testing.T) {
 func TestApplyIgnoresEntriesBeyondSkew(t *testing.T) {
 	b := newNode(t, replica("b", 1))
 	w := t0 / int64(10*time.Second)
-	d := crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w + 1, Count: 3}}}
+	d := wire.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w + 1, Count: 3}}}
 	assert.Equal(t, 1, b.Apply(t0, &d, ScopePoP).Ahead, "next window starts 10s later, beyond 2s skew")
 	assert.Equal(t, 1, b.Apply(t0+int64(9*time.Second), &d, ScopePoP).Merged, "1s before it starts: within skew")
 }
@@ -331,7 +332,7 @@ func TestTickForgetsOldIncarnations(t *testing.T) {
 	for inc := uint64(1); inc <= 2000; inc++ {
 		key := "k" + strconv.FormatUint(inc%100, 10) // at most 20 replicas per key
 		sender := crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "p" + strconv.FormatUint(inc%250, 10)}, inc)
-		d := crdt.Delta{Sender: sender, Entries: []crdt.Entry{{Rule: "api", Key: key, Window: t0 / int64(time.Minute), Count: 1}}}
+		d := wire.Delta{Sender: sender, Entries: []crdt.Entry{{Rule: "api", Key: key, Window: t0 / int64(time.Minute), Count: 1}}}
 		require.Equal(t, 1, n.Apply(t0, &d, ScopeGlobal).Merged)
 	}
 	assert.Equal(t, 2001, n.Stats().Store.Replicas)
@@ -340,7 +341,7 @@ func TestTickForgetsOldIncarnations(t *testing.T) {
 	later := t0 + 3*int64(time.Minute)
 	n.Tick(later)
 	assert.Equal(t, 1, n.Stats().Store.Replicas, "expired incarnations are forgotten")
-	d := crdt.Delta{Sender: replica("a", 9999), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: later / w, Count: 4}}}
+	d := wire.Delta{Sender: replica("a", 9999), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: later / w, Count: 4}}}
 	assert.Equal(t, ApplyStats{Merged: 1}, n.Apply(later, &d, ScopePoP))
 	assert.InDelta(t, 4, estimate(t, n, later, "per-ip", "k"), 1e-9, "the reused ID carries only the new counts")
 }
@@ -351,7 +352,7 @@ func TestNewRefusesAggregateName(t *testing.T) {
 }
 
 // entriesByKey maps a delta's entries by rule/key@window for comparison.
-func entriesByKey(d crdt.Delta) map[string]uint64 {
+func entriesByKey(d wire.Delta) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, e := range d.Entries {
 		out[e.Rule+"/"+e.Key+"@"+strconv.FormatInt(e.Window, 10)] = e.Count
@@ -390,7 +391,7 @@ func TestPoPTotalsOfThreeMembers(t *testing.T) {
 	out := a.Flush(t0, owns)
 	assert.Equal(t, replica("a", 1), out.Local.Sender)
 	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 5), out.PoP.Sender)
-	for _, d := range []crdt.Delta{out.Local, out.PoP} {
+	for _, d := range []wire.Delta{out.Local, out.PoP} {
 		assert.Equal(t, t0, d.SentAt)
 		assert.Equal(t, uint64(5), d.Epoch)
 	}
@@ -487,7 +488,7 @@ func TestApplySenderRules(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			n := newNode(t, replica("a", 1))
 			n.SetEpoch(7)
-			d := crdt.Delta{Sender: tt.sender, Entries: []crdt.Entry{
+			d := wire.Delta{Sender: tt.sender, Entries: []crdt.Entry{
 				{Rule: "api", Key: "k", Window: w, Count: 3},
 				{Rule: "per-ip", Key: "k", Window: pw, Count: 3},
 			}}
@@ -575,7 +576,7 @@ func TestStateCarriesEpochAndAggregates(t *testing.T) {
 	_, _ = a.Decide(t0, "per-ip", "k", 1)
 	_, _ = a.Decide(t0, "local", "k", 1)
 	w := t0 / int64(time.Minute)
-	iad := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 7}}}
+	iad := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 7}}}
 	require.Equal(t, 1, a.Apply(t0, &iad, ScopeGlobal).Merged)
 	st := a.State(t0)
 	require.Len(t, st, 2)
@@ -622,7 +623,7 @@ func TestApplyClampsCountsAboveLimit(t *testing.T) {
 	win := int64(time.Minute)
 	w := t0 / win
 	start := w * win
-	d := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 1 << 62}}}
+	d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 1 << 62}}}
 	st := n.Apply(start, &d, ScopeGlobal)
 	assert.Equal(t, ApplyStats{Merged: 1, Clamped: 1}, st)
 	assert.Equal(t, 1, n.Stats().Applied.Clamped)
@@ -668,7 +669,7 @@ func TestApplyFindsRulesByWireName(t *testing.T) {
 		n, err := New(Config{Self: replica("b", 1), Rules: rules})
 		require.NoError(t, err)
 		w := t0 / int64(10*time.Second)
-		d := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "nyc"}, 1)}
+		d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "nyc"}, 1)}
 		for i := range nrules {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: rules[i].WireName(rules[i].Window), Key: "k", Window: w, Count: uint64(i + 1)})
 		}

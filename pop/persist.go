@@ -5,20 +5,21 @@ import (
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Snapshot returns what a restarted incarnation of this node needs to go on
 // where this one stopped (see Restore): SnapshotEach's deltas, copied and
 // merged into one delta per owning replica, sorted by replica.
-func (n *Node) Snapshot(now int64) []crdt.Delta {
-	var out []crdt.Delta
+func (n *Node) Snapshot(now int64) []wire.Delta {
+	var out []wire.Delta
 	at := map[crdt.Replica]int{}
 	for d := range n.SnapshotEach(now) {
 		i, ok := at[d.Sender]
 		if !ok {
 			i = len(out)
 			at[d.Sender] = i
-			out = append(out, crdt.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
+			out = append(out, wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
 		}
 		out[i].Entries = append(out[i].Entries, d.Entries...)
 		out[i].Modes = append(out[i].Modes, d.Modes...)
@@ -52,13 +53,13 @@ const snapshotChunk = 1024
 // It streams, for a state file written as the store is walked: it holds at
 // most snapshotChunk entries per replica, and no lock while it yields. A
 // yielded delta is reused once yield returns.
-func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
-	return func(yield func(*crdt.Delta) bool) {
+func (n *Node) SnapshotEach(now int64) iter.Seq[*wire.Delta] {
+	return func(yield func(*wire.Delta) bool) {
 		rs := n.rules.Load()
 		ep := n.Epoch()
 		idx := n.indexFunc(rs, now)
 		type pending struct {
-			d     crdt.Delta
+			d     wire.Delta
 			isPoP bool // the replica is a PoP's aggregate
 		}
 		byRep := map[crdt.ReplicaID]*pending{}
@@ -78,7 +79,7 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 			p := byRep[rep]
 			if p == nil {
 				sender := n.store.Replica(rep)
-				p = &pending{d: crdt.Delta{Sender: sender, SentAt: now, Epoch: ep}, isPoP: sender.IsPoP()}
+				p = &pending{d: wire.Delta{Sender: sender, SentAt: now, Epoch: ep}, isPoP: sender.IsPoP()}
 				byRep[rep] = p
 			}
 			switch {
@@ -110,7 +111,7 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 		if aggEpoch == 0 {
 			aggEpoch = n.self.Incarnation
 		}
-		own := &pending{d: crdt.Delta{Sender: crdt.PoPReplica(n.self.PoPID, aggEpoch), SentAt: now, Epoch: ep}}
+		own := &pending{d: wire.Delta{Sender: crdt.PoPReplica(n.self.PoPID, aggEpoch), SentAt: now, Epoch: ep}}
 		n.store.Totals(idx, func(e crdt.FlushEntry) {
 			if r := rs.byID[e.Rule]; !stopped && r != nil && r.Scope == ScopeGlobal && e.PoP > 0 {
 				own.d.Entries = append(own.d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
@@ -121,14 +122,14 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*crdt.Delta] {
 		})
 		emit(own)
 		if ms := n.Modes(); !stopped && len(ms) > 0 {
-			yield(&crdt.Delta{Sender: n.self, SentAt: now, Epoch: ep, Modes: ms})
+			yield(&wire.Delta{Sender: n.self, SentAt: now, Epoch: ep, Modes: ms})
 		}
 	}
 }
 
 // Restore merges a former incarnation's Snapshot into the node (see
 // RestoreDelta), before it decides.
-func (n *Node) Restore(now int64, ds []crdt.Delta) ApplyStats {
+func (n *Node) Restore(now int64, ds []wire.Delta) ApplyStats {
 	var st ApplyStats
 	for i := range ds {
 		st.Add(n.RestoreDelta(now, &ds[i]))
@@ -147,7 +148,7 @@ func (n *Node) Restore(now int64, ds []crdt.Delta) ApplyStats {
 // Windows that passed are dropped (Stale); entries the snapshot could not
 // hold (global per-node counts, another PoP's nodes, this incarnation) are
 // refused (WrongScope, Echo), counted like Apply's.
-func (n *Node) RestoreDelta(now int64, d *crdt.Delta) ApplyStats {
+func (n *Node) RestoreDelta(now int64, d *wire.Delta) ApplyStats {
 	n.MergeModes(now, d.Modes)
 	if d.Sender.IsPoP() {
 		return n.Apply(now, d, ScopeGlobal)
@@ -156,7 +157,7 @@ func (n *Node) RestoreDelta(now int64, d *crdt.Delta) ApplyStats {
 }
 
 // restoreNode merges the per-node counts of d (see Restore).
-func (n *Node) restoreNode(now int64, d *crdt.Delta) ApplyStats {
+func (n *Node) restoreNode(now int64, d *wire.Delta) ApplyStats {
 	var st ApplyStats
 	defer func() {
 		n.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func admitAll(t *testing.T, n *Node, now int64, rule, key string, times int) {
@@ -29,7 +30,7 @@ func TestSnapshotRestoreLoneNode(t *testing.T) {
 	admitAll(t, old, t0, "per-ip", "k", 3)
 	admitAll(t, old, t0, "local", "k", 4)
 	// Another PoP's aggregate it held.
-	other := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 2}}}
+	other := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 2}}}
 	require.Equal(t, 1, old.Apply(t0, &other, ScopeGlobal).Merged)
 
 	snap := old.Snapshot(t0)
@@ -60,7 +61,7 @@ func TestSnapshotRestoreLoneNode(t *testing.T) {
 	assert.Empty(t, b.PoP.Entries)
 	// A fresher relay of the former epoch's totals (counts admitted after
 	// the snapshot) raises them: it is not taken for an echo.
-	relay := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 8}}}
+	relay := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 8}}}
 	assert.Equal(t, 1, n.Apply(now, &relay, ScopeGlobal).Merged)
 	assert.InDelta(t, 10, estimate(t, n, now, "api", "k"), 0.01)
 	// Restoring again changes nothing.
@@ -75,25 +76,25 @@ func TestRestoreRefuses(t *testing.T) {
 	w := t0 / int64(time.Minute)
 	tests := []struct {
 		name  string
-		d     crdt.Delta
+		d     wire.Delta
 		check func(t *testing.T, st ApplyStats)
 	}{
-		{"expired window", crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w - 5, Count: 3}}},
+		{"expired window", wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w - 5, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.Stale) }},
-		{"global per node", crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 3}}},
+		{"global per node", wire.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
-		{"another node's node scope", crdt.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 3}}},
+		{"another node's node scope", wire.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
-		{"another pop's node", crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "a", Incarnation: 1}, Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
+		{"another pop's node", wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "a", Incarnation: 1}, Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
-		{"this incarnation", crdt.Delta{Sender: replica("a", 2), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
+		{"this incarnation", wire.Delta{Sender: replica("a", 2), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.Echo) }},
-		{"unknown rule", crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "gone", Key: "k", Window: w, Count: 3}}},
+		{"unknown rule", wire.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "gone", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.UnknownRule) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.check(t, n.Restore(t0, []crdt.Delta{tt.d}))
+			tt.check(t, n.Restore(t0, []wire.Delta{tt.d}))
 		})
 	}
 	assert.Zero(t, estimate(t, n, t0, "api", "k"))
@@ -153,7 +154,7 @@ func TestSnapshotRestoreMultiWindow(t *testing.T) {
 	rules := []Rule{{Name: "mw", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopePoP, More: []Limit{{Limit: 1000, Window: time.Hour}}}}
 	n, err := New(Config{Self: replica("a", 2), Rules: rules})
 	require.NoError(t, err)
-	old := crdt.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "mw", Key: "k", Window: t0 / int64(10*time.Second), Count: 4}}}
+	old := wire.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "mw", Key: "k", Window: t0 / int64(10*time.Second), Count: 4}}}
 	assert.Equal(t, 1, n.RestoreDelta(t0, &old).Merged)
 	assert.InDelta(t, 4, estimate(t, n, t0, "mw", "k"), 0.01)
 }

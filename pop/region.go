@@ -12,6 +12,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/window"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // regionVoice is the state of a node of its region's voice PoP: the
@@ -93,9 +94,9 @@ func (n *Node) regionMarks(sender crdt.Replica, via Scope) bool {
 // that it holds (its members' and the region's PoP totals of every epoch).
 // The noted changes are cleared, owned or not: each key's owner publishes
 // it. Nothing is returned, and nothing cleared, while the epoch is 0.
-func (n *Node) FlushRegion(now int64, owns func(key string) bool) crdt.Delta {
+func (n *Node) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
 	ep := n.region.epoch.Load()
-	d := crdt.Delta{Sender: crdt.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
+	d := wire.Delta{Sender: crdt.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
 	if ep == 0 || !n.region.on.Load() {
 		return d
 	}
@@ -146,9 +147,9 @@ func (n *Node) FlushRegion(now int64, owns func(key string) bool) crdt.Delta {
 // live region total above 0 of the global rules' keys owns accepts, under
 // the region's aggregate replica; empty while the node does not speak for
 // its region or the region epoch is 0.
-func (n *Node) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) crdt.Delta {
+func (n *Node) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta {
 	ep := n.region.epoch.Load()
-	d := crdt.Delta{Sender: crdt.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
+	d := wire.Delta{Sender: crdt.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
 	if ep == 0 || !n.region.on.Load() {
 		return d
 	}

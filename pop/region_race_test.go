@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // A node's region state under concurrent decisions, flushes, merges of
@@ -35,7 +36,7 @@ func TestRegionVoiceConcurrent(t *testing.T) {
 	go func() { // another PoP of the region
 		defer wg.Done()
 		for i := range rounds {
-			n.ApplyFrom(now, &crdt.Delta{Sender: fra, SentAt: now, Epoch: 3,
+			n.ApplyFrom(now, &wire.Delta{Sender: fra, SentAt: now, Epoch: 3,
 				Entries: []crdt.Entry{{Rule: "api", Key: "k" + strconv.Itoa(i%keys), Window: win, Count: uint64(i/keys + 1)}}}, ScopeGlobal, nil)
 		}
 	}()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,7 +33,7 @@ func TestFlushRegion(t *testing.T) {
 	iad := crdt.RegionReplica("us", 4)
 	win := now / int64(time.Minute)
 	apply := func(from crdt.Replica, key string, count uint64) {
-		n.ApplyFrom(now, &crdt.Delta{Sender: from, SentAt: now, Epoch: from.Incarnation,
+		n.ApplyFrom(now, &wire.Delta{Sender: from, SentAt: now, Epoch: from.Incarnation,
 			Entries: []crdt.Entry{{Rule: "api", Key: key, Window: win, Count: count}}}, ScopeGlobal, nil)
 	}
 

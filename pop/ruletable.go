@@ -10,6 +10,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gcra"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -98,7 +99,7 @@ func (n *Node) SetRules(rules []Rule) error {
 	for _, r := range rules {
 		rs := newRuleState(r)
 		rs.guarded = r.BlockFor != 0 || r.OnUnsure != AllowUnsure || r.Kind == Concurrency
-		rs.setOverride(crdt.RuleMode{Mode: crdt.RuleModeConfig}) // until storeRules applies a mode set at run time
+		rs.setOverride(modes.RuleMode{Mode: modes.Config}) // until storeRules applies a mode set at run time
 		for _, w := range rs.windows() {
 			if o := old.former(r.Name, w); o != nil && !kept[o.id] {
 				w.id = o.id

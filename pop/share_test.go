@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
@@ -272,7 +273,7 @@ func TestShareCountsMembersAndAggregates(t *testing.T) {
 		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), ScopeGlobal, 30},
 		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 2), ScopeGlobal, 10},
 	} {
-		st := eu.Apply(start, &crdt.Delta{Sender: d.sender, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: d.count}}}, d.via)
+		st := eu.Apply(start, &wire.Delta{Sender: d.sender, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: d.count}}}, d.via)
 		require.Equal(t, 1, st.Merged, d.sender)
 	}
 	cut := start + W

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // BenchmarkDecideTail measures the latency tail of Decide while the node
@@ -73,8 +74,8 @@ func BenchmarkDecideTail(b *testing.B) {
 					if i%10 == 0 {
 						bt = n.AntiEntropy(now, nil)
 					}
-					for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
-						msgs, err := crdt.Encode(d, 0)
+					for _, d := range []*wire.Delta{&bt.Local, &bt.PoP} {
+						msgs, err := wire.Encode(d, 0)
 						if err != nil {
 							b.Error(err)
 							return
@@ -137,8 +138,8 @@ func BenchmarkAntiEntropy(b *testing.B) {
 			if len(bt.Local.Entries) != benchKeys || len(bt.PoP.Entries) != benchKeys {
 				b.Fatalf("%d own and %d PoP entries of %d keys", len(bt.Local.Entries), len(bt.PoP.Entries), benchKeys)
 			}
-			for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
-				if _, err := crdt.Encode(d, 0); err != nil {
+			for _, d := range []*wire.Delta{&bt.Local, &bt.PoP} {
+				if _, err := wire.Encode(d, 0); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -161,7 +162,7 @@ func BenchmarkAntiEntropy(b *testing.B) {
 		}
 		n.SetEpoch(1)
 		w := now / int64(time.Minute)
-		d := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7)}
+		d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7)}
 		for _, k := range created[own:] {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: k, Window: w, Count: 3})
 		}
@@ -176,8 +177,8 @@ func BenchmarkAntiEntropy(b *testing.B) {
 			for p := range parts {
 				bt := n.AntiEntropyPart(now, nil, p, parts)
 				local, pop = local+len(bt.Local.Entries), pop+len(bt.PoP.Entries)
-				for _, d := range []*crdt.Delta{&bt.Local, &bt.PoP} {
-					if _, err := crdt.Encode(d, 0); err != nil {
+				for _, d := range []*wire.Delta{&bt.Local, &bt.PoP} {
+					if _, err := wire.Encode(d, 0); err != nil {
 						b.Fatal(err)
 					}
 				}

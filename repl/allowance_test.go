@@ -7,6 +7,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // The Core tells its node the near-limit allowance: the replicas that may
@@ -41,11 +42,11 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	want("cold", pop.Allowance{}, pop.Allowance{Horizon: hb + fl + sd, Members: 2, PoPs: 3})
 
 	member := func(at, sentAt int64) {
-		c.Step(at, Message{Link: LinkPoP, From: c.selfPoP, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 1}, SentAt: sentAt, Epoch: c.Epoch()}})
+		c.Step(at, Message{Link: LinkPoP, From: c.selfPoP, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 1}, SentAt: sentAt, Epoch: c.Epoch()}})
 	}
 	beat := func(at, sentAt int64, region, name string) {
 		id := crdt.PoPID{Region: region, PoP: name}
-		c.Step(at, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: name}, Node: "x", Incarnation: 1}, SentAt: sentAt, Epoch: 1}})
+		c.Step(at, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: name}, Node: "x", Incarnation: 1}, SentAt: sentAt, Epoch: 1}})
 	}
 	member(now, now-ms)
 	beat(now, now-80*ms, "us", "iad")
@@ -104,7 +105,7 @@ func TestAllowanceAloneInPoP(t *testing.T) {
 	}
 	now := int64(time.Hour)
 	c.Tick(now)
-	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: crdt.PoPID{Region: "us", PoP: "iad"}, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: crdt.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
 	if got := n.AllowanceOf(pop.ScopeGlobal); got != (pop.Allowance{Horizon: 70 * time.Millisecond, Members: 1, PoPs: 2}) {
 		t.Fatalf("global %+v", got)
 	}
@@ -127,7 +128,7 @@ func TestNoAllowance(t *testing.T) {
 	now := int64(time.Hour)
 	c.Tick(now)
 	c.SetMembers(now, []string{"a2#1"})
-	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: crdt.PoPID{Region: "us", PoP: "iad"}, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: crdt.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
 	if g, p := n.AllowanceOf(pop.ScopeGlobal), n.AllowanceOf(pop.ScopePoP); g != (pop.Allowance{}) || p != (pop.Allowance{}) {
 		t.Fatalf("allowance %+v %+v with the allowance off", g, p)
 	}
@@ -170,7 +171,7 @@ func TestRemoteViewMatchesAFullWalk(t *testing.T) {
 			continue
 		}
 		age := int64(rng.IntN(300)) * ms
-		c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: id, Node: "x", Incarnation: 1}, SentAt: now - age, Epoch: 1}})
+		c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: id, Node: "x", Incarnation: 1}, SentAt: now - age, Epoch: 1}})
 
 		r := c.remote
 		if r.ok && now >= r.at && now <= r.until && r.part == c.partVersion {

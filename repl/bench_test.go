@@ -8,6 +8,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // BenchmarkStepHeartbeats steps a node of a 300-PoP fleet with heartbeats
@@ -40,9 +41,9 @@ func BenchmarkStepHeartbeats(b *testing.B) {
 			c.Tick(now)
 			c.SetMembers(now, []string{"a2#1"})
 			msgs := make([]Message, pops)
-			deltas := make([]crdt.Delta, pops)
+			deltas := make([]wire.Delta, pops)
 			for i, id := range ids {
-				deltas[i] = crdt.Delta{Sender: crdt.Replica{PoPID: id, Node: "x", Incarnation: 1}, Epoch: 1}
+				deltas[i] = wire.Delta{Sender: crdt.Replica{PoPID: id, Node: "x", Incarnation: 1}, Epoch: 1}
 				msgs[i] = Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &deltas[i]}
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -109,7 +110,7 @@ func BenchmarkAntiEntropyStall(b *testing.B) {
 				if m.Delta == nil {
 					continue
 				}
-				if _, err := crdt.Encode(m.Delta, 0); err != nil {
+				if _, err := wire.Encode(m.Delta, 0); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/blocks"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // TestBlocksTravelWithTheCounts: a member's penalty blocks (a delta with no
@@ -23,7 +25,7 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 	c, a2, now := speakingCore(t, n)
 	until := now + int64(time.Minute)
 
-	own := crdt.Delta{Sender: a2, SentAt: now, Epoch: 1, Blocks: []crdt.Block{{Rule: "ip", Key: "member", Until: until}}}
+	own := wire.Delta{Sender: a2, SentAt: now, Epoch: 1, Blocks: []blocks.Block{{Rule: "ip", Key: "member", Until: until}}}
 	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &own}); res.Applied.Blocks.Merged != 1 {
 		t.Fatalf("a member's block: %+v", res.Applied)
 	}
@@ -34,7 +36,7 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 		t.Errorf("a delta of blocks was taken for an announcement")
 	}
 
-	fwd := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Blocks: []crdt.Block{
+	fwd := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Blocks: []blocks.Block{
 		{Rule: "api", Key: "good", Until: until},
 		{Rule: "ip", Key: "k", Until: until},    // pop scope: never leaves the PoP
 		{Rule: "plain", Key: "k", Until: until}, // no block_for
@@ -44,7 +46,7 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 		t.Fatalf("step: %+v", res)
 	}
 	c.Tick(now + int64(c.cfg.SpeakDelay))
-	var got []crdt.Block
+	var got []blocks.Block
 	for _, m := range c.Ready() {
 		if m.Link == LinkGlobal && m.Kind == KindDelta {
 			if !m.Delta.Sender.IsPoP() {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/blocks"
 )
 
 // Core is one node's replication protocol. It is not safe for concurrent
@@ -43,8 +44,8 @@ type Core struct {
 	// owned totals and the other members' (forwarded inside the PoP) until
 	// speakAt, then publishes them as one message.
 	speech    []crdt.Entry
-	speechBlk []crdt.Block // penalty blocks gathered with speech
-	speakAt   int64        // 0: not gathering
+	speechBlk []blocks.Block // penalty blocks gathered with speech
+	speakAt   int64          // 0: not gathering
 	speakSlot int64
 	spoken    int64 // the last slot published
 

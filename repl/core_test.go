@@ -10,6 +10,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func testNode(t testing.TB, r crdt.Replica) *pop.Node {
@@ -302,7 +303,7 @@ func popIDs(n int) []crdt.PoPID {
 
 func heartbeatFrom(p crdt.PoPID, at int64) Message {
 	return Message{Link: LinkGlobal, Kind: KindHeartbeat, From: p,
-		Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: p, Node: "x", Incarnation: 1}, SentAt: at}}
+		Delta: &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "x", Incarnation: 1}, SentAt: at}}
 }
 
 func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
@@ -357,7 +358,7 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 	c.Tick(t0)
 	for _, p := range ids {
 		agg := crdt.PoPReplica(p, 7)
-		res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &crdt.Delta{
+		res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &wire.Delta{
 			Sender: agg, SentAt: t0, Epoch: 7,
 			Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(ruleWindow), Count: 10}},
 		}})
@@ -414,7 +415,7 @@ func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 crdt.Replica, now int6
 func TestForwardedTotalsAreChecked(t *testing.T) {
 	c, _, now := speakingCore(t, testNode(t, ams1))
 	w := now / int64(ruleWindow)
-	fwd := crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Entries: []crdt.Entry{
+	fwd := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Entries: []crdt.Entry{
 		{Rule: "api", Key: "good", Window: w, Count: 7},
 		{Rule: "nope", Key: "k", Window: w, Count: 1},        // unknown rule
 		{Rule: "ip", Key: "k", Window: w, Count: 1},          // pop-scope: never leaves the PoP
@@ -489,7 +490,7 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 
 // countsFrom returns a delta of PoP p's totals (epoch 1): key's count n.
 func countsFrom(p crdt.PoPID, at int64, key string, n uint64) Message {
-	return Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &crdt.Delta{
+	return Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &wire.Delta{
 		Sender: crdt.PoPReplica(p, 1), SentAt: at, Epoch: 1,
 		Entries: []crdt.Entry{{Rule: "api", Key: key, Window: at / int64(ruleWindow), Count: n}}}}
 }
@@ -551,7 +552,7 @@ func resends(msgs []Message) int {
 
 func syncFrom(p crdt.PoPID, node string, at int64) Message {
 	return Message{Link: LinkGlobal, Kind: KindSync, From: p,
-		Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: p, Node: node, Incarnation: 1}, SentAt: at}}
+		Delta: &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: node, Incarnation: 1}, SentAt: at}}
 }
 
 // Sync requests cannot make a node re-send its totals without bound: one

@@ -8,6 +8,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Drift detection: PoPs that disagree on a global rule, or whose clocks are
@@ -106,7 +107,7 @@ func (c *Core) fingerprints() []crdt.Entry {
 }
 
 // checkDrift takes a heartbeat of p: its clock and its rules' fingerprints.
-func (c *Core) checkDrift(now int64, p *peer, d *crdt.Delta) {
+func (c *Core) checkDrift(now int64, p *peer, d *wire.Delta) {
 	dr := &p.drift
 	if d.SentAt != 0 {
 		dr.offsets[dr.next] = min(max(d.SentAt, now-maxClockOffset), now+maxClockOffset) - now

@@ -6,6 +6,8 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // The fleet clock. A node decides in the window of the time it is given; a
@@ -181,7 +183,7 @@ func (c *Core) appendOffsets(es []crdt.Entry) []crdt.Entry {
 
 // takeOffsets takes p's estimate of this node's offset from its heartbeat
 // d, clamped like a SentAt.
-func (c *Core) takeOffsets(p *peer, d *crdt.Delta) {
+func (c *Core) takeOffsets(p *peer, d *wire.Delta) {
 	self := ""
 	for _, e := range d.Entries {
 		if e.Key != offsetKey {
@@ -230,7 +232,7 @@ func sentAt(b pop.Batch, now int64) pop.Batch {
 	return b
 }
 
-func (f fleetNode) State(now int64) []crdt.Delta {
+func (f fleetNode) State(now int64) []wire.Delta {
 	st := f.Node.State(now + *f.corr)
 	for i := range st {
 		st[i].SentAt = now
@@ -238,13 +240,13 @@ func (f fleetNode) State(now int64) []crdt.Delta {
 	return st
 }
 
-func (f fleetNode) ApplyFrom(now int64, d *crdt.Delta, via pop.Scope, from *crdt.InternCache) pop.ApplyStats {
+func (f fleetNode) ApplyFrom(now int64, d *wire.Delta, via pop.Scope, from *crdt.InternCache) pop.ApplyStats {
 	return f.Node.ApplyFrom(now+*f.corr, d, via, from)
 }
 
 func (f fleetNode) SetUnheard(now int64, pops []string) { f.Node.SetUnheard(now+*f.corr, pops) }
 
-func (f fleetNode) MergeModes(now int64, ms []crdt.RuleMode) { f.Node.MergeModes(now+*f.corr, ms) }
+func (f fleetNode) MergeModes(now int64, ms []modes.RuleMode) { f.Node.MergeModes(now+*f.corr, ms) }
 
 // KeepMembers forwards to the node core when it keeps members' state.
 func (f fleetNode) KeepMembers(member func(crdt.Replica) bool) {

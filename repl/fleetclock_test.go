@@ -10,6 +10,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Three PoPs, one of them 4s ahead and one 100ms behind: every node agrees
@@ -74,7 +75,7 @@ func TestFleetClockBounded(t *testing.T) {
 		if i == 0 {
 			sent = math.MaxInt64 // far ahead
 		}
-		a.c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: liar.PoPID, Delta: &crdt.Delta{
+		a.c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: liar.PoPID, Delta: &wire.Delta{
 			Sender: liar, SentAt: sent, Epoch: 1,
 			Entries: []crdt.Entry{{Rule: "eu/ams", Key: offsetKey, Window: math.MaxInt64}}}})
 		if c := a.c.ClockCorrection(); c < -time.Duration(maxCorrection) || c > time.Duration(maxCorrection) {
@@ -198,7 +199,7 @@ func TestFleetClockSingleOutlier(t *testing.T) {
 		now += int64(100 * time.Millisecond)
 		a.Tick(now)
 		a.Ready()
-		a.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: ids[3], Delta: &crdt.Delta{
+		a.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: ids[3], Delta: &wire.Delta{
 			Sender: liar, SentAt: now + int64(time.Hour), Epoch: 9,
 			Entries: []crdt.Entry{{Rule: "eu/ams", Key: offsetKey, Window: math.MinInt64}}}})
 		assert.Zero(t, a.ClockCorrection(), "after the liar's heartbeat %d", i)

@@ -3,7 +3,9 @@ package repl
 import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/window"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Flushing: the members of a PoP flush together in slots aligned to the
@@ -97,7 +99,7 @@ func (c *Core) speak(now int64) {
 		c.spoken = max(c.spoken, c.speakSlot)
 	}
 	if (len(c.speech) > 0 || len(c.speechBlk) > 0) && c.epoch != 0 {
-		d := crdt.Delta{Sender: crdt.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
+		d := wire.Delta{Sender: crdt.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
 		c.publish(&d, false)
 	}
 	c.speakRegion(now) // region.go
@@ -107,7 +109,7 @@ func (c *Core) speak(now int64) {
 // forwarded takes a member's totals for a flush slot: the slot's speaker
 // gathers them, or publishes them at once when the slot's message went out
 // already; the other members ignore them.
-func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
+func (c *Core) forwarded(now int64, d *wire.Delta) bool {
 	if !c.cfg.GlobalLink || c.cfg.FlushInterval <= 0 || !hasContent(d) {
 		return true
 	}
@@ -139,7 +141,7 @@ func (c *Core) forwarded(now int64, d *crdt.Delta) bool {
 		return true
 	}
 	// Late, or from a member whose clock is off: on its own.
-	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries, Blocks: blocks}
+	late := wire.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries, Blocks: blocks}
 	c.publish(&late, false)
 	return true
 }
@@ -172,8 +174,8 @@ func (c *Core) validTotals(now int64, es []crdt.Entry) []crdt.Entry {
 // validBlocks returns a copy of the forwarded penalty blocks this node may
 // publish for its PoP: global rules it knows, keys of legal length. The
 // receivers bound how long a block may last.
-func (c *Core) validBlocks(bs []crdt.Block) []crdt.Block {
-	var out []crdt.Block
+func (c *Core) validBlocks(bs []blocks.Block) []blocks.Block {
+	var out []blocks.Block
 	for _, b := range bs {
 		r, ok := c.node.Rule(b.Rule)
 		if !ok || r.Scope != pop.ScopeGlobal || r.BlockFor == 0 || len(b.Key) == 0 || len(b.Key) > crdt.MaxKeyLen {
@@ -187,7 +189,7 @@ func (c *Core) validBlocks(bs []crdt.Block) []crdt.Block {
 
 // hasContent reports whether d carries counts, penalty blocks,
 // remembered decisions or in-flight counts.
-func hasContent(d *crdt.Delta) bool {
+func hasContent(d *wire.Delta) bool {
 	return len(d.Entries) > 0 || len(d.Blocks) > 0 || len(d.Memos) > 0 || len(d.Inflight) > 0
 }
 
@@ -210,10 +212,10 @@ func (c *Core) emitBatch(b *pop.Batch, reliable, global bool) {
 // publish queues the PoP's totals d to the other PoPs. With region voices
 // they reach only the PoPs of the region, and the penalty blocks among
 // them go on the region link too, to every PoP (region.go).
-func (c *Core) publish(d *crdt.Delta, reliable bool) {
+func (c *Core) publish(d *wire.Delta, reliable bool) {
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: d})
 	if c.regionVoices() && len(d.Blocks) > 0 {
-		bd := crdt.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch, Blocks: d.Blocks}
+		bd := wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch, Blocks: d.Blocks}
 		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Reliable: reliable, Delta: &bd})
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/inflight"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // A member's in-flight counts of a concurrency rule stop counting when
@@ -26,7 +28,7 @@ func TestMemberLeavingDropsItsInFlightCounts(t *testing.T) {
 	a3 := crdt.Replica{PoPID: ams1.PoPID, Node: "a3", Incarnation: 5}
 	c.SetMembers(now, []string{MemberName(a2), MemberName(a3)})
 	for _, from := range []crdt.Replica{a2, a3} {
-		d := crdt.Delta{Sender: from, Inflight: []crdt.Inflight{{Rule: "uploads", Key: "k", Count: 2, Version: 1}}}
+		d := wire.Delta{Sender: from, Inflight: []inflight.Count{{Rule: "uploads", Key: "k", Count: 2, Version: 1}}}
 		st := n.Apply(now, &d, pop.ScopePoP)
 		require.Equal(t, 1, st.Inflight.Merged)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Interaction tests: testdata/*.txt scripts replayed against several Cores
@@ -87,7 +88,7 @@ type hnode struct {
 	partVer uint64
 }
 
-type inflight struct {
+type queued struct {
 	src *hnode
 	m   Message
 }
@@ -97,7 +98,7 @@ type harness struct {
 	now    int64
 	defs   map[string]string // config defaults
 	nodes  map[string]*hnode
-	queue  []inflight
+	queue  []queued
 	cut    map[[2]string]bool // endpoint pairs: PoPs (region/pop) or nodes
 	events []string
 }
@@ -474,7 +475,7 @@ func (h *harness) cmdRun(b *strings.Builder, c *ddCmd) {
 // epoch and partition changes.
 func (h *harness) collect(n *hnode) {
 	for _, m := range n.c.Ready() {
-		h.queue = append(h.queue, inflight{src: n, m: m})
+		h.queue = append(h.queue, queued{src: n, m: m})
 	}
 	if e := n.c.Epoch(); e != n.epoch {
 		h.events = append(h.events, fmt.Sprintf("%s epoch %d -> %d", n.name, n.epoch, e))
@@ -558,7 +559,7 @@ func (h *harness) deliverAll(b *strings.Builder, show map[string]bool, stamp boo
 }
 
 // deliver hands q to its receivers and prints it (when show lets it).
-func (h *harness) deliver(b *strings.Builder, q inflight, show map[string]bool, stamp bool) {
+func (h *harness) deliver(b *strings.Builder, q queued, show map[string]bool, stamp bool) {
 	m := q.m
 	srcPoP := q.src.pop
 	var to, cut []*hnode
@@ -627,7 +628,7 @@ func names(ns []*hnode) string {
 	return strings.Join(s, " ")
 }
 
-func cloneDelta(d *crdt.Delta) *crdt.Delta {
+func cloneDelta(d *wire.Delta) *wire.Delta {
 	if d == nil {
 		return nil
 	}
@@ -740,7 +741,7 @@ func (h *harness) cmdForge(b *strings.Builder, c *ddCmd) {
 	if v, ok := c.KV["to"]; ok {
 		m.To = h.popID(v)
 	}
-	d := &crdt.Delta{Sender: h.replica(c.KV["sender"]), SentAt: h.nodeNow(src)}
+	d := &wire.Delta{Sender: h.replica(c.KV["sender"]), SentAt: h.nodeNow(src)}
 	if v, ok := c.KV["epoch"]; ok {
 		d.Epoch = h.uint(v)
 	}
@@ -752,7 +753,7 @@ func (h *harness) cmdForge(b *strings.Builder, c *ddCmd) {
 		d.Entries = append(d.Entries, crdt.Entry{Rule: rule, Key: key, Window: t0 / int64(ruleWindow), Count: h.uint(v)})
 	}
 	m.Delta = d
-	h.queue = append(h.queue, inflight{src: src, m: m})
+	h.queue = append(h.queue, queued{src: src, m: m})
 	h.printQueueFrom(b, len(h.queue)-1)
 }
 

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Liveness: heartbeats in turns, the peer timeout, the unheard set told to
@@ -19,8 +20,8 @@ func (c *Core) heartbeat(now int64) {
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: d})
 }
 
-func (c *Core) empty(now int64) *crdt.Delta {
-	return &crdt.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch}
+func (c *Core) empty(now int64) *wire.Delta {
+	return &wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch}
 }
 
 // myTurn reports whether this member heartbeats in slot: members take turns

@@ -6,6 +6,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Membership: the PoP's members as the membership layer sees them, key
@@ -139,23 +140,23 @@ func (c *Core) owner(hs []uint64, kh uint64) int {
 // replica, all carrying the PoP epoch, and the rules' modes set at run time
 // (modes.go); a node holding nothing yet still sends one empty delta so the
 // joiner learns the epoch.
-func (c *Core) LocalState(now int64) []crdt.Delta {
+func (c *Core) LocalState(now int64) []wire.Delta {
 	st := c.node.State(now)
 	for i := range st {
 		st[i].Epoch = c.epoch
 	}
 	if ms := c.node.Modes(); len(ms) > 0 {
-		st = append(st, crdt.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms})
+		st = append(st, wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms})
 	}
 	if len(st) == 0 {
-		return []crdt.Delta{*c.empty(now)}
+		return []wire.Delta{*c.empty(now)}
 	}
 	return st
 }
 
 // MergeState merges one delta of a member's LocalState: counts of the own
 // PoP's members through the PoP scope, aggregates through the global scope.
-func (c *Core) MergeState(now int64, d *crdt.Delta) pop.ApplyStats {
+func (c *Core) MergeState(now int64, d *wire.Delta) pop.ApplyStats {
 	if d.Sender.SamePoP(c.self) && d.Sender != c.self {
 		c.popMerged = true // a member's view of the PoP (startup.go)
 	}

@@ -1,6 +1,9 @@
 package repl
 
-import "github.com/geolimit/geolimit/crdt"
+import (
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire"
+)
 
 // Rules' modes set at run time (the kill switch, pop/modes.go): a mode set
 // on a node goes at its next Tick to every member of its PoP and to every
@@ -14,17 +17,17 @@ import "github.com/geolimit/geolimit/crdt"
 
 // sendModes queues ms for the PoP's members (toPoP) and the other PoPs
 // (global).
-func (c *Core) sendModes(now int64, ms []crdt.RuleMode, toPoP, global, reliable bool) {
+func (c *Core) sendModes(now int64, ms []modes.RuleMode, toPoP, global, reliable bool) {
 	if len(ms) == 0 {
 		return
 	}
 	if toPoP && c.hasMembers() {
-		d := crdt.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms}
+		d := wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms}
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Reliable: reliable, Delta: &d})
 		c.stats.ModesSent += uint64(len(ms))
 	}
 	if global && c.cfg.GlobalLink {
-		d := crdt.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms}
+		d := wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms}
 		link := LinkGlobal
 		if c.regionVoices() {
 			link = LinkRegion // every PoP hears it; a PoP total only its region (region.go)

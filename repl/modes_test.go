@@ -9,6 +9,8 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // modeFleet is three nodes: a1 and a2 in eu/ams, b1 in us/iad. Messages go
@@ -44,7 +46,7 @@ func newModeFleetWith(t *testing.T, s Settings) *modeFleet {
 func (f *modeFleet) deliver(now int64, from string, msgs []Message, skip ...string) {
 	self := f.nodes[from].Self()
 	for _, m := range msgs {
-		bs, err := crdt.Encode(m.Delta, 0)
+		bs, err := wire.Encode(m.Delta, 0)
 		require.NoError(f.t, err)
 		for name, c := range f.cores {
 			r := f.nodes[name].Self()
@@ -52,7 +54,7 @@ func (f *modeFleet) deliver(now int64, from string, msgs []Message, skip ...stri
 				continue
 			}
 			for _, b := range bs {
-				d, err := crdt.Decode(b)
+				d, err := wire.Decode(b)
 				require.NoError(f.t, err)
 				c.Step(now, Message{Link: m.Link, Kind: m.Kind, From: self.PoPID, Delta: d})
 			}
@@ -94,7 +96,7 @@ func TestModeSentAtOnce(t *testing.T) {
 		f.deliver(t0, name, c.Ready())
 	}
 	now := t0 + int64(time.Millisecond)
-	_, err := f.nodes["a1"].SetRuleMode(now, "api", crdt.RuleModeOff)
+	_, err := f.nodes["a1"].SetRuleMode(now, "api", modes.Off)
 	require.NoError(t, err)
 	f.cores["a1"].Tick(now)
 	msgs := modeMessages(f.cores["a1"].Ready())
@@ -122,7 +124,7 @@ func TestModeCrossesRegionsWithRegionVoices(t *testing.T) {
 		c.Ready()
 	}
 	now := t0 + int64(time.Millisecond)
-	_, err := f.nodes["a1"].SetRuleMode(now, "api", crdt.RuleModeOff)
+	_, err := f.nodes["a1"].SetRuleMode(now, "api", modes.Off)
 	require.NoError(t, err)
 	f.cores["a1"].Tick(now)
 	msgs := modeMessages(f.cores["a1"].Ready())
@@ -140,7 +142,7 @@ func TestModeAntiEntropyRepairs(t *testing.T) {
 		c.Tick(t0)
 		c.Ready()
 	}
-	_, err := f.nodes["a1"].SetRuleMode(t0, "ip", crdt.RuleModeShadow)
+	_, err := f.nodes["a1"].SetRuleMode(t0, "ip", modes.Shadow)
 	require.NoError(t, err)
 	f.cores["a1"].Tick(t0)
 	f.deliver(t0, "a1", f.cores["a1"].Ready(), "a2", "b1") // lost
@@ -159,10 +161,10 @@ func TestModeAntiEntropyRepairs(t *testing.T) {
 	c3, err := New(Config{Settings: DefaultSettings(), Node: a3, PoPLink: true, GlobalLink: true})
 	require.NoError(t, err)
 	for _, d := range f.cores["a2"].LocalState(end) {
-		bs, err := crdt.Encode(&d, 0)
+		bs, err := wire.Encode(&d, 0)
 		require.NoError(t, err)
 		for _, b := range bs {
-			dd, err := crdt.Decode(b)
+			dd, err := wire.Decode(b)
 			require.NoError(t, err)
 			c3.MergeState(end, dd)
 		}
@@ -177,19 +179,19 @@ func TestModeForgedRefused(t *testing.T) {
 	c, err := New(Config{Settings: DefaultSettings(), Node: n, PoPLink: true, GlobalLink: true})
 	require.NoError(t, err)
 	iad, fra := crdt.PoPID{Region: "us", PoP: "iad"}, crdt.PoPID{Region: "eu", PoP: "fra"}
-	w := []crdt.RuleMode{{Rule: "api", Mode: crdt.RuleModeOff, At: t0, By: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}}}
+	w := []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: t0, By: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}}}
 	for name, m := range map[string]Message{
-		"another pop's subject": {Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
-		"own pop over nats":     {Link: LinkGlobal, Kind: KindDelta, From: ams1.PoPID, Delta: &crdt.Delta{Sender: ams1, Modes: w}},
-		"as a heartbeat":        {Link: LinkGlobal, Kind: KindHeartbeat, From: iad, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
-		"stranger in the pop":   {Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
+		"another pop's subject": {Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
+		"own pop over nats":     {Link: LinkGlobal, Kind: KindDelta, From: ams1.PoPID, Delta: &wire.Delta{Sender: ams1, Modes: w}},
+		"as a heartbeat":        {Link: LinkGlobal, Kind: KindHeartbeat, From: iad, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
+		"stranger in the pop":   {Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
 	} {
 		res := c.Step(t0, m)
 		assert.True(t, res.Forged, name)
 	}
 	assert.Empty(t, n.merged)
 	// Relayed: any PoP may pass on a write made elsewhere.
-	res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &crdt.Delta{Sender: crdt.Replica{PoPID: fra, Node: "f1", Incarnation: 1}, Modes: w}})
+	res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: fra, Node: "f1", Incarnation: 1}, Modes: w}})
 	assert.False(t, res.Forged)
 	assert.Equal(t, w, n.merged)
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Node is what a Core needs of the node core whose counts it replicates:
@@ -40,7 +42,7 @@ type Node interface {
 	AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) pop.Batch
 	// State returns every count the node holds in the live windows, own
 	// and remote, one fresh delta per replica: what a joining member merges.
-	State(now int64) []crdt.Delta
+	State(now int64) []wire.Delta
 	// Replicas returns the replicas whose counts the node holds, self
 	// included.
 	Replicas() []crdt.Replica
@@ -50,10 +52,10 @@ type Node interface {
 	// aggregates), refusing what its sender may not say. from, when not
 	// nil, caches the sender's identity between calls for one remote PoP.
 	// It must not keep d: the transport reuses it.
-	ApplyFrom(now int64, d *crdt.Delta, via pop.Scope, from *crdt.InternCache) pop.ApplyStats
+	ApplyFrom(now int64, d *wire.Delta, via pop.Scope, from *crdt.InternCache) pop.ApplyStats
 	// PrefetchDelta is a hint that d is about to be applied; it may do
 	// nothing, and must not change any count.
-	PrefetchDelta(d *crdt.Delta)
+	PrefetchDelta(d *wire.Delta)
 
 	// Rule returns the rule called name.
 	Rule(name string) (pop.Rule, bool)
@@ -79,12 +81,12 @@ type Node interface {
 
 	// TakeModes returns the rules' modes set on this node since the last
 	// call (nil when none, cheaply: it is called at every Tick); modes.go.
-	TakeModes() []crdt.RuleMode
+	TakeModes() []modes.RuleMode
 	// Modes returns every rule mode the node holds.
-	Modes() []crdt.RuleMode
+	Modes() []modes.RuleMode
 	// MergeModes merges rule modes received from another node, refusing
 	// what it may not take.
-	MergeModes(now int64, ms []crdt.RuleMode)
+	MergeModes(now int64, ms []modes.RuleMode)
 }
 
 var _ Node = (*pop.Node)(nil)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // scriptNode is a Node that holds no counts and records what the Core tells
@@ -19,9 +21,9 @@ type scriptNode struct {
 	unheard [][]string
 	synced  []bool
 	applied []pop.Scope
-	taken   []crdt.RuleMode // what TakeModes returns next
-	held    []crdt.RuleMode
-	merged  []crdt.RuleMode
+	taken   []modes.RuleMode // what TakeModes returns next
+	held    []modes.RuleMode
+	merged  []modes.RuleMode
 }
 
 var _ Node = (*scriptNode)(nil)
@@ -35,13 +37,13 @@ func (n *scriptNode) AntiEntropyParts() int { return 1 }
 func (n *scriptNode) AntiEntropyPart(int64, func(string) bool, int, int) pop.Batch {
 	return pop.Batch{}
 }
-func (n *scriptNode) State(int64) []crdt.Delta { return nil }
+func (n *scriptNode) State(int64) []wire.Delta { return nil }
 func (n *scriptNode) Replicas() []crdt.Replica { return []crdt.Replica{n.self} }
-func (n *scriptNode) ApplyFrom(_ int64, _ *crdt.Delta, via pop.Scope, _ *crdt.InternCache) pop.ApplyStats {
+func (n *scriptNode) ApplyFrom(_ int64, _ *wire.Delta, via pop.Scope, _ *crdt.InternCache) pop.ApplyStats {
 	n.applied = append(n.applied, via)
 	return pop.ApplyStats{}
 }
-func (n *scriptNode) PrefetchDelta(*crdt.Delta)             {}
+func (n *scriptNode) PrefetchDelta(*wire.Delta)             {}
 func (n *scriptNode) Rule(string) (pop.Rule, bool)          { return pop.Rule{}, false }
 func (n *scriptNode) WireRule(string) (pop.Rule, bool)      { return pop.Rule{}, false }
 func (n *scriptNode) Rules() []pop.Rule                     { return nil }
@@ -50,13 +52,13 @@ func (n *scriptNode) SetEpoch(e uint64)                     { n.epochs = append(
 func (n *scriptNode) SetUnheard(_ int64, pops []string)     { n.unheard = append(n.unheard, pops) }
 func (n *scriptNode) SetAllowance(pop.Scope, pop.Allowance) {}
 func (n *scriptNode) SetSynced(ok bool)                     { n.synced = append(n.synced, ok) }
-func (n *scriptNode) TakeModes() []crdt.RuleMode {
+func (n *scriptNode) TakeModes() []modes.RuleMode {
 	t := n.taken
 	n.taken = nil
 	return t
 }
-func (n *scriptNode) Modes() []crdt.RuleMode { return n.held }
-func (n *scriptNode) MergeModes(_ int64, ms []crdt.RuleMode) {
+func (n *scriptNode) Modes() []modes.RuleMode { return n.held }
+func (n *scriptNode) MergeModes(_ int64, ms []modes.RuleMode) {
 	n.merged = append(n.merged, ms...)
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // TestPeerTableFollowsMap drives a peer table, with a cache much smaller
@@ -66,7 +67,7 @@ func TestHeldAggregatesMatchFormer(t *testing.T) {
 		}
 		for range rng.IntN(6) {
 			id := pops[rng.IntN(len(pops))]
-			d := crdt.Delta{Sender: crdt.PoPReplica(id, uint64(1+rng.IntN(3))),
+			d := wire.Delta{Sender: crdt.PoPReplica(id, uint64(1+rng.IntN(3))),
 				Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: now / int64(ruleWindow), Count: 1}}}
 			n.Apply(now, &d, pop.ScopeGlobal)
 		}

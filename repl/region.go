@@ -5,6 +5,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Region voices (Settings.RegionVoices): inside a region the PoPs exchange
@@ -50,8 +51,8 @@ import (
 // parts (RegionAntiEntropyPart). It must not call back into the Core.
 type RegionVoicer interface {
 	SetRegionVoice(on bool, epoch uint64)
-	FlushRegion(now int64, owns func(key string) bool) crdt.Delta
-	RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) crdt.Delta
+	FlushRegion(now int64, owns func(key string) bool) wire.Delta
+	RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta
 	SetRegionSparse(voices int, lag time.Duration)
 }
 
@@ -156,7 +157,7 @@ func (c *Core) announceRegion(now int64) {
 	if !c.regionVoices() || c.region.epoch == 0 || !c.hasMembers() {
 		return
 	}
-	d := crdt.Delta{Sender: crdt.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch}
+	d := wire.Delta{Sender: crdt.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch}
 	c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: &d})
 }
 
@@ -186,7 +187,7 @@ func (c *Core) appendRegionEpoch(es []crdt.Entry) []crdt.Entry {
 
 // takeRegionEpoch learns the region epoch from a heartbeat of another PoP
 // of the region.
-func (c *Core) takeRegionEpoch(now int64, from crdt.PoPID, d *crdt.Delta) {
+func (c *Core) takeRegionEpoch(now int64, from crdt.PoPID, d *wire.Delta) {
 	if !c.regionVoices() {
 		return
 	}
@@ -229,7 +230,7 @@ func (c *Core) flushRegion(now int64, speaker bool) {
 // speakRegion publishes the region totals gathered for the slot.
 func (c *Core) speakRegion(now int64) {
 	if len(c.region.speech) > 0 && c.region.voice && c.region.epoch != 0 {
-		d := crdt.Delta{Sender: crdt.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch, Entries: c.region.speech}
+		d := wire.Delta{Sender: crdt.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch, Entries: c.region.speech}
 		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Delta: &d})
 	}
 	c.region.speech = nil
@@ -241,7 +242,7 @@ func (c *Core) speakRegion(now int64) {
 // wins; an empty one only announces it, announceRegion), as no other PoP
 // of the region may be left to: totals of another region epoch are
 // dropped.
-func (c *Core) forwardedRegion(now int64, d *crdt.Delta) bool {
+func (c *Core) forwardedRegion(now int64, d *wire.Delta) bool {
 	if c.regionVoices() {
 		c.learnRegionEpoch(now, d.Sender.Incarnation)
 		if !hasContent(d) {
@@ -266,7 +267,7 @@ func (c *Core) forwardedRegion(now int64, d *crdt.Delta) bool {
 		c.region.speech = append(c.region.speech, entries...)
 		return true
 	}
-	late := crdt.Delta{Sender: d.Sender, SentAt: now, Epoch: c.region.epoch, Entries: entries}
+	late := wire.Delta{Sender: d.Sender, SentAt: now, Epoch: c.region.epoch, Entries: entries}
 	c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Delta: &late})
 	return true
 }
@@ -368,24 +369,24 @@ func (f fleetNode) SetRegionVoice(on bool, epoch uint64) {
 }
 
 // FlushRegion forwards to the node core when it can speak for its region.
-func (f fleetNode) FlushRegion(now int64, owns func(key string) bool) crdt.Delta {
+func (f fleetNode) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
 	if rv, ok := f.Node.(RegionVoicer); ok {
 		d := rv.FlushRegion(now+*f.corr, owns)
 		d.SentAt = now // the Core's clock, as sentAt dates the batches
 		return d
 	}
-	return crdt.Delta{}
+	return wire.Delta{}
 }
 
 // RegionAntiEntropyPart forwards to the node core when it can speak for
 // its region.
-func (f fleetNode) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) crdt.Delta {
+func (f fleetNode) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta {
 	if rv, ok := f.Node.(RegionVoicer); ok {
 		d := rv.RegionAntiEntropyPart(now+*f.corr, owns, part, parts)
 		d.SentAt = now
 		return d
 	}
-	return crdt.Delta{}
+	return wire.Delta{}
 }
 
 // SetRegionSparse forwards to the node core when it can speak for its

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // regionEpochBeat returns a heartbeat of PoP p announcing region epoch e.
@@ -182,7 +183,7 @@ func TestFormerRegionTotalsDroppedAreAskedAgain(t *testing.T) {
 	if r := c.Step(now, st); !r.Dropped {
 		t.Fatalf("eu#3 before eu's epoch is known: %+v, want dropped", r)
 	}
-	c.Step(now, Message{Link: LinkGlobal, Kind: KindState, From: euFra, To: usIad, Delta: &crdt.Delta{
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindState, From: euFra, To: usIad, Delta: &wire.Delta{
 		Sender: crdt.PoPReplica(usIad, c.epoch), SentAt: now, Epoch: c.epoch}}) // eu/fra's marker
 	c.Ready()
 	c.Step(now, regionEpochBeat(euFra, now, 5))

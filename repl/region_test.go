@@ -9,6 +9,8 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/blocks"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // regionCore returns a started Core of node r (alone in its PoP) with
@@ -33,7 +35,7 @@ func regionCore(t *testing.T, r crdt.Replica, heard ...crdt.PoPID) (*Core, int64
 // regionTotals returns a region's totals published by PoP from: key's
 // count n under region epoch epoch.
 func regionTotals(from crdt.PoPID, region string, epoch uint64, at int64, key string, n uint64) Message {
-	return Message{Link: LinkRegion, Kind: KindDelta, From: from, Delta: &crdt.Delta{
+	return Message{Link: LinkRegion, Kind: KindDelta, From: from, Delta: &wire.Delta{
 		Sender: crdt.RegionReplica(region, epoch), SentAt: at, Epoch: epoch,
 		Entries: []crdt.Entry{{Rule: "api", Key: key, Window: at / int64(ruleWindow), Count: n}}}}
 }
@@ -143,7 +145,7 @@ func TestRegionTotalsAreTakenOnlyFromTheirRegion(t *testing.T) {
 	}
 	for _, m := range []Message{
 		regionTotals(usIad, "eu", 5, now, "k", 500), // us/iad speaking for eu
-		{Link: LinkRegion, Kind: KindDelta, From: usIad, Delta: &crdt.Delta{ // a PoP's replica on the region link
+		{Link: LinkRegion, Kind: KindDelta, From: usIad, Delta: &wire.Delta{ // a PoP's replica on the region link
 			Sender: crdt.PoPReplica(usIad, 5), SentAt: now, Epoch: 5,
 			Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: now / int64(ruleWindow), Count: 500}}}},
 		regionTotals(usIad, "us", 0, now, "k", 500), // no epoch
@@ -243,7 +245,7 @@ func TestRegionVoicesCarryBlocks(t *testing.T) {
 	c.Ready()
 	until := now + int64(time.Minute)
 
-	blocks := crdt.Delta{Sender: crdt.PoPReplica(usIad, 3), SentAt: now, Epoch: 3, Blocks: []crdt.Block{{Rule: "api", Key: "bad", Until: until}}}
+	blocks := wire.Delta{Sender: crdt.PoPReplica(usIad, 3), SentAt: now, Epoch: 3, Blocks: []blocks.Block{{Rule: "api", Key: "bad", Until: until}}}
 	if r := c.Step(now, Message{Link: LinkRegion, Kind: KindDelta, From: usIad, Delta: &blocks}); r.Forged || r.Applied.Blocks.Merged != 1 {
 		t.Fatalf("us/iad's blocks: %+v", r)
 	}

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // relay sends each PoP in relayTo what this node holds of that PoP's former
@@ -50,7 +51,7 @@ func (c *Core) relay(now int64) {
 		}
 		return ids[i].Less(ids[j])
 	})
-	var state []crdt.Delta
+	var state []wire.Delta
 	var held *heldAggregates
 	for _, id := range ids {
 		asked := targets[id]

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // A restarted real PoP (eu/fra, counted) asks once for a sync; one
@@ -17,7 +18,7 @@ func TestRelayNotStarvedByAPoPThatKeepsAsking(t *testing.T) {
 	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
 	evil := crdt.PoPID{Region: "a", PoP: "a"}
 	// fra had traffic at epoch 5: its counts are merged (it is counted).
-	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &crdt.Delta{
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{
 		Sender: crdt.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
 		Entries: []crdt.Entry{{Rule: "api", Key: "fra-key", Window: now / int64(ruleWindow), Count: 7}}}})
 	// The attacker: one count entry makes it counted (a traffic share).
@@ -72,7 +73,7 @@ func TestRelayOfARestartedPoPNotQueuedBehindAHeal(t *testing.T) {
 	const interval = 250 * time.Millisecond
 	c, now := syncVictim(t, 100, 100, interval)
 	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
-	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &crdt.Delta{
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{
 		Sender: crdt.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
 		Entries: []crdt.Entry{{Rule: "api", Key: "fra-key", Window: now / int64(ruleWindow), Count: 7}}}})
 	others := popIDs(30) // region "r" < ... no: use region "a" so they sort first

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // The startup sync: a node that starts (a new incarnation) holds none of
@@ -38,7 +39,7 @@ const (
 var startupEntry = crdt.Entry{Rule: controlRule, Key: startupKey, Count: startupCount}
 
 // wantsMarker reports whether a sync request asks for a marker.
-func wantsMarker(d *crdt.Delta) bool {
+func wantsMarker(d *wire.Delta) bool {
 	for _, e := range d.Entries {
 		if e.Rule == controlRule && e.Key == startupKey {
 			return true
@@ -135,7 +136,7 @@ func (c *Core) checkStartup(now int64) {
 }
 
 // syncRequest is the sync request this node sends now.
-func (c *Core) syncRequest(now int64) *crdt.Delta {
+func (c *Core) syncRequest(now int64) *wire.Delta {
 	d := c.empty(now)
 	if c.syncing {
 		d.Entries = []crdt.Entry{startupEntry}
@@ -146,7 +147,7 @@ func (c *Core) syncRequest(now int64) *crdt.Delta {
 
 // marked records a marker from the PoP from: it has relayed and re-sent
 // everything it holds for this node's epoch.
-func (c *Core) marked(from crdt.PoPID, d *crdt.Delta) {
+func (c *Core) marked(from crdt.PoPID, d *wire.Delta) {
 	if p := c.peers.get(from); p != nil && c.epoch != 0 && d.Sender.SamePoP(c.self) && d.Sender.Incarnation == c.epoch {
 		p.marked = c.epoch
 	}
@@ -178,7 +179,7 @@ func (c *Core) sendMarkers(now int64) {
 		}
 		c.stats.Markers++
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true,
-			Delta: &crdt.Delta{Sender: crdt.PoPReplica(id, p.epoch), SentAt: now, Epoch: p.epoch}})
+			Delta: &wire.Delta{Sender: crdt.PoPReplica(id, p.epoch), SentAt: now, Epoch: p.epoch}})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // snode is one lone-PoP node of the startup tests.
@@ -174,7 +175,7 @@ func TestStartupMarkerOfOtherEpoch(t *testing.T) {
 	n.c.Tick(t0)
 	for _, inc := range []uint64{7, ams1.Incarnation} {
 		n.c.Step(t0, Message{Link: LinkGlobal, Kind: KindState, From: iad,
-			Delta: &crdt.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, inc), SentAt: t0, Epoch: inc}})
+			Delta: &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, inc), SentAt: t0, Epoch: inc}})
 		if got, want := popNode(n.c).Synced(), inc == ams1.Incarnation; got != want {
 			t.Fatalf("marker of epoch %d: synced %v, want %v", inc, got, want)
 		}

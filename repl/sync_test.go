@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // syncVictim returns a core alone in its PoP (ams1) holding keys own counts
@@ -27,7 +28,7 @@ func syncVictim(t *testing.T, keys, former int, interval time.Duration) (*Core, 
 	now := t0
 	c.Tick(now)
 	iad := crdt.PoPID{Region: "us", PoP: "iad"}
-	old := &crdt.Delta{Sender: crdt.PoPReplica(iad, 1), SentAt: now, Epoch: 1}
+	old := &wire.Delta{Sender: crdt.PoPReplica(iad, 1), SentAt: now, Epoch: 1}
 	for i := range former {
 		old.Entries = append(old.Entries, crdt.Entry{Rule: "api", Key: fmt.Sprintf("f%d", i), Window: now / int64(ruleWindow), Count: 1})
 	}
@@ -125,7 +126,7 @@ func TestSyncRelayServesRealPoPsFirst(t *testing.T) {
 	const interval = time.Second
 	c, now := syncVictim(t, 100, 100, interval)
 	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
-	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &crdt.Delta{
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{
 		Sender: crdt.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
 		Entries: []crdt.Entry{{Rule: "api", Key: "x", Window: now / int64(ruleWindow), Count: 1}}}})
 	for i := range 1000 {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // MemberName is the name a node goes by in its PoP's membership
@@ -90,5 +91,5 @@ type Message struct {
 	Reliable bool
 	// Delta is the payload. Outbound deltas are fresh and may be kept;
 	// an inbound delta is not kept after Step returns.
-	Delta *crdt.Delta
+	Delta *wire.Delta
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/internal/statefile"
+	"github.com/geolimit/geolimit/wire"
 )
 
 func stateYAML(path string) string {
@@ -108,7 +109,7 @@ func stateTotal(st *statefile.State) uint64 {
 func TestStateFileCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state")
-	good, err := statefile.Encode(&statefile.State{Self: testSelf, Deltas: []crdt.Delta{
+	good, err := statefile.Encode(&statefile.State{Self: testSelf, Deltas: []wire.Delta{
 		{Sender: testSelf, Entries: []crdt.Entry{{Rule: "local", Key: "mallory", Window: t0 / int64(time.Hour), Count: 10}}}}})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, good[:len(good)-2], 0o600))
@@ -125,7 +126,7 @@ func TestStateFileCorrupt(t *testing.T) {
 func TestStateFileOfAnotherNode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	other := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-2", Incarnation: 3}
-	require.NoError(t, statefile.Write(path, statefile.Header{Self: other}, statefile.FromSlice([]crdt.Delta{
+	require.NoError(t, statefile.Write(path, statefile.Header{Self: other}, statefile.FromSlice([]wire.Delta{
 		{Sender: other, Entries: []crdt.Entry{{Rule: "per-ip", Key: "mallory", Window: t0 / int64(time.Hour), Count: 10}}}})))
 	a := restarted(t, stateYAML(path))
 	assert.Equal(t, 30, a.spendAll(10))

@@ -13,7 +13,7 @@
 // scheduling). Every node is a pop.Node that decides the requests, and a
 // repl.Core ticked when it asks (Next) and stepped with every message that
 // reaches the node, at the node's own clock (true time plus its skew); see
-// wire.go. Messages are encoded with crdt.Encode exactly as the transports
+// wire.go. Messages are encoded with wire.Encode exactly as the transports
 // would, to count bytes and split them, and delivered per link with latency,
 // jitter, loss, duplication and reordering, unless a partition or a one-way
 // cut drops them: inside a PoP to each member, between PoPs to every node of

@@ -13,6 +13,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Epoch is the Unix time (nanoseconds) at which every run starts:
@@ -76,7 +77,7 @@ type simNode struct {
 
 // engine is one run. It is not safe for concurrent use.
 type engine struct {
-	partsBuf []*crdt.Delta // encode's results, reused
+	partsBuf []*wire.Delta // encode's results, reused
 	sizesBuf []uint32
 	ctx      context.Context
 	sc       *Scenario

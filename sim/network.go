@@ -8,6 +8,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // linkModel is a resolved Link, in nanoseconds.
@@ -19,7 +20,7 @@ type linkModel struct {
 // sortEntries puts d's entries in (rule, key, window) order. The store
 // yields them in hash order, and its hash is seeded per store, so sorting
 // is what makes message sizes and chunking the same run after run.
-func sortEntries(d *crdt.Delta) {
+func sortEntries(d *wire.Delta) {
 	slices.SortFunc(d.Entries, func(a, b crdt.Entry) int {
 		if c := strings.Compare(a.Rule, b.Rule); c != 0 {
 			return c
@@ -34,8 +35,8 @@ func sortEntries(d *crdt.Delta) {
 // encode encodes d as the transport would (at most maxBytes per message)
 // and returns the deltas as the receivers decode them, their sizes, and the
 // bytes sent. The two slices are the engine's, valid until the next call.
-func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, []uint32, uint64) {
-	msgs, err := crdt.Encode(d, maxBytes)
+func (e *engine) encode(d *wire.Delta, maxBytes int) ([]*wire.Delta, []uint32, uint64) {
+	msgs, err := wire.Encode(d, maxBytes)
 	if err != nil {
 		e.err = fmt.Errorf("sim: encode: %w", err)
 		return nil, nil, 0
@@ -57,7 +58,7 @@ func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, []uint32, u
 	}
 	e.partsBuf = parts
 	for i, m := range msgs {
-		if parts[i], err = crdt.Decode(m); err != nil {
+		if parts[i], err = wire.Decode(m); err != nil {
 			e.err = fmt.Errorf("sim: decode: %w", err)
 			return nil, nil, 0
 		}
@@ -68,7 +69,7 @@ func (e *engine) encode(d *crdt.Delta, maxBytes int) ([]*crdt.Delta, []uint32, u
 // send puts one message from nd to node to on the network: dropped if the
 // link is cut or the message lost, else delivered after the link's latency
 // and jitter (plus the reorder delay, sometimes), sometimes twice.
-func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, size uint32, link uint8, msg repl.Kind, from int32, t int64) {
+func (e *engine) send(nd *simNode, to int32, d *wire.Delta, size uint32, link uint8, msg repl.Kind, from int32, t int64) {
 	dst := e.nodes[to]
 	e.transmit(nd.pop, dst.pop, event{kind: evDeliver, node: to, inc: dst.inc, from: from, link: link, msg: msg, size: size, d: d}, t)
 }
@@ -77,7 +78,7 @@ func (e *engine) send(nd *simNode, to int32, d *crdt.Delta, size uint32, link ui
 // what a NATS publish does between PoPs. The PoP's nodes sit together, so
 // the link's loss, delay and duplication apply to the PoP as a whole, and
 // one event delivers to every node live at its arrival.
-func (e *engine) sendPoP(nd *simNode, to int32, d *crdt.Delta, size uint32, link repl.Link, msg repl.Kind, from int32, t int64) {
+func (e *engine) sendPoP(nd *simNode, to int32, d *wire.Delta, size uint32, link repl.Link, msg repl.Kind, from int32, t int64) {
 	e.transmit(nd.pop, to, event{kind: evDeliverPoP, node: to, from: from, link: uint8(link), msg: msg, size: size, d: d}, t)
 }
 

@@ -1,8 +1,8 @@
 package sim
 
 import (
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/repl"
+	"github.com/geolimit/geolimit/wire"
 )
 
 type evKind uint8
@@ -35,7 +35,7 @@ type event struct {
 	i    int   // action, stream, phase, rule or probe index
 	inc  uint64
 	size uint32 // encoded size of a delivery
-	d    *crdt.Delta
+	d    *wire.Delta
 }
 
 // queue is the event queue: a 4-ary min-heap ordered by time, ties broken

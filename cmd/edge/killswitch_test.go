@@ -19,6 +19,8 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire"
 )
 
 const killToken = "a2lsbC1zd2l0Y2gtdG9rZW4tMDEyMzQ1Njc4OWFiY2RlZg=="
@@ -173,13 +175,13 @@ func TestKillSwitchReachesThreeRegions(t *testing.T) {
 	defer nc.Close()
 	now := time.Now().UnixNano()
 	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
-	for _, d := range []crdt.Delta{
+	for _, d := range []wire.Delta{
 		{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1},
-			Modes: []crdt.RuleMode{{Rule: "login", Mode: crdt.RuleModeOff, At: now, By: crdt.Replica{PoPID: crdt.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1}}}},
+			Modes: []modes.RuleMode{{Rule: "login", Mode: modes.Off, At: now, By: crdt.Replica{PoPID: crdt.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1}}}},
 		{Sender: crdt.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1},
-			Modes: []crdt.RuleMode{{Rule: "login", Mode: crdt.RuleModeShadow, At: now - int64(time.Second), By: crdt.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1}}}},
+			Modes: []modes.RuleMode{{Rule: "login", Mode: modes.Shadow, At: now - int64(time.Second), By: crdt.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1}}}},
 	} {
-		msgs, err := crdt.Encode(&d, 0)
+		msgs, err := wire.Encode(&d, 0)
 		require.NoError(t, err)
 		require.NoError(t, nc.Publish(gossip.DeltaSubject("", ams), msgs[0]))
 	}

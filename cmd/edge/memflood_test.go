@@ -19,6 +19,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // TestDeltaFloodRSS is a load test, run on request:
@@ -74,11 +75,11 @@ rules:
 	var sent, peak int64
 	for i := 0; sent < total; i++ {
 		pop := crdt.PoPID{Region: "x" + strconv.Itoa(i%10), PoP: "p" + strconv.Itoa(i%1000)}
-		d := crdt.Delta{Sender: crdt.PoPReplica(pop, 1), SentAt: now, Epoch: 1}
+		d := wire.Delta{Sender: crdt.PoPReplica(pop, 1), SentAt: now, Epoch: 1}
 		for range 2000 {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: "k" + strconv.Itoa(rng.IntN(1_000_000)), Window: win, Count: uint64(1 + rng.IntN(900))})
 		}
-		msgs, err := crdt.Encode(&d, 1<<20)
+		msgs, err := wire.Encode(&d, 1<<20)
 		require.NoError(t, err)
 		for _, m := range msgs {
 			require.NoError(t, nc.Publish(gossip.DeltaSubject("geolimit", pop), m))

@@ -19,6 +19,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // examplePorts rewrites every 127.0.0.1:<port> of the example configs to a
@@ -349,7 +350,7 @@ func spoofHeartbeats(t *testing.T, url string, id crdt.PoPID) func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			parts, err := crdt.Encode(&crdt.Delta{Sender: crdt.Replica{PoPID: id, Node: "sin-1", Incarnation: 1}, SentAt: time.Now().UnixNano()}, 1<<20)
+			parts, err := wire.Encode(&wire.Delta{Sender: crdt.Replica{PoPID: id, Node: "sin-1", Incarnation: 1}, SentAt: time.Now().UnixNano()}, 1<<20)
 			if err == nil {
 				_ = nc.Publish(gossip.HeartbeatSubject("", id), parts[0])
 			}

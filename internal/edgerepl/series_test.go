@@ -12,6 +12,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Heartbeats of 500 invented PoPs on the node's open NATS server add a
@@ -33,7 +34,7 @@ rules: [{name: api, limit: 100, window: 10s, scope: global}]
 	now := time.Now().UnixNano()
 	for i := range 500 {
 		p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("p%03d", i)}
-		b, err := crdt.Encode(&crdt.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now}, 1<<20)
+		b, err := wire.Encode(&wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now}, 1<<20)
 		require.NoError(t, err)
 		require.NoError(t, nc.Publish(gossip.HeartbeatSubject("", p), b[0]))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/internal/statefile"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // BenchmarkStateFile writes and reads the state of a node of 500k keys of
@@ -57,7 +58,7 @@ func BenchmarkStateFile(b *testing.B) {
 				if streamed {
 					f, err := statefile.Open(path)
 					require.NoError(b, err)
-					require.NoError(b, f.Deltas(func(d *crdt.Delta) error {
+					require.NoError(b, f.Deltas(func(d *wire.Delta) error {
 						r.sample()
 						entries += len(d.Entries)
 						return nil
@@ -108,8 +109,8 @@ func (p *peak) sample() {
 }
 
 // watch samples the heap at every delta of seq.
-func (p *peak) watch(seq func(func(*crdt.Delta) bool)) func(func(*crdt.Delta) bool) {
-	return func(yield func(*crdt.Delta) bool) {
+func (p *peak) watch(seq func(func(*wire.Delta) bool)) func(func(*wire.Delta) bool) {
+	return func(yield func(*wire.Delta) bool) {
 		for d := range seq {
 			p.sample()
 			if !yield(d) {

@@ -4,7 +4,7 @@
 //
 //	err := statefile.Write(path, statefile.Header{Self: self, SavedAt: now}, node.SnapshotEach(now))
 //	f, err := statefile.Open(path) // errors.Is(err, fs.ErrNotExist): none yet
-//	err = f.Deltas(func(d *crdt.Delta) error { node.RestoreDelta(now, d); return nil })
+//	err = f.Deltas(func(d *wire.Delta) error { node.RestoreDelta(now, d); return nil })
 //
 // Both stream: a node's state may be hundreds of megabytes, and neither
 // side holds more of it in memory than one delta (and the snapshot's
@@ -15,10 +15,10 @@
 // Format, version 1: the magic "glstate\x00", a version byte, the writer's
 // clock (int64, big endian, Unix nanoseconds), the writer's replica
 // (uvarint length, string), then the deltas, each a uvarint length and a
-// delta in the replication wire format (crdt.Encode, at most
-// crdt.MaxDeltaBytes), and last a CRC-32C of everything before it. A file
+// delta in the replication wire format (wire.Encode, at most
+// wire.MaxDeltaBytes), and last a CRC-32C of everything before it. A file
 // that is truncated, corrupted, of another version or too large is refused
-// whole with an error; nothing in it is trusted beyond what crdt.Decode and
+// whole with an error; nothing in it is trusted beyond what wire.Decode and
 // pop.Node.RestoreDelta check.
 //
 // The functions are safe for concurrent use on different paths.
@@ -40,6 +40,7 @@ import (
 	"syscall"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Version is the format version Write writes and Open reads.
@@ -78,7 +79,7 @@ type State struct {
 	Self    crdt.Replica
 	SavedAt int64
 	// Deltas are the counts, one or more deltas per replica.
-	Deltas []crdt.Delta
+	Deltas []wire.Delta
 }
 
 // Encode returns the file content for st.
@@ -105,7 +106,7 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 }
 
 // encodeTo writes a state file of h and deltas to w.
-func encodeTo(w io.Writer, h Header, deltas iter.Seq[*crdt.Delta]) error {
+func encodeTo(w io.Writer, h Header, deltas iter.Seq[*wire.Delta]) error {
 	if err := h.Self.Validate(); err != nil {
 		return fmt.Errorf("statefile: self: %w", err)
 	}
@@ -125,7 +126,7 @@ func encodeTo(w io.Writer, h Header, deltas iter.Seq[*crdt.Delta]) error {
 	var frame [binary.MaxVarintLen64]byte
 	for d := range deltas {
 		var msgs [][]byte
-		if msgs, err = crdt.Encode(d, crdt.MaxDeltaBytes); err != nil {
+		if msgs, err = wire.Encode(d, wire.MaxDeltaBytes); err != nil {
 			err = fmt.Errorf("statefile: %w", err)
 			break
 		}
@@ -158,8 +159,8 @@ func encodeTo(w io.Writer, h Header, deltas iter.Seq[*crdt.Delta]) error {
 }
 
 // FromSlice returns the deltas of ds in order, for Write.
-func FromSlice(ds []crdt.Delta) iter.Seq[*crdt.Delta] {
-	return func(yield func(*crdt.Delta) bool) {
+func FromSlice(ds []wire.Delta) iter.Seq[*wire.Delta] {
+	return func(yield func(*wire.Delta) bool) {
 		for i := range ds {
 			if !yield(&ds[i]) {
 				return
@@ -192,7 +193,7 @@ func Read(path string) (*State, error) {
 // state collects f into a State.
 func (f *File) state() (*State, error) {
 	st := &State{Self: f.Self, SavedAt: f.SavedAt}
-	err := f.walk(func(d *crdt.Delta) error {
+	err := f.walk(func(d *wire.Delta) error {
 		st.Deltas = append(st.Deltas, *d)
 		return nil
 	}, false)
@@ -215,8 +216,8 @@ type File struct {
 	sum     uint32    // the checksum the file ends with
 	headCRC uint32    // the checksum of the header, before body
 	frame   []byte    // reused for a delta's bytes
-	dec     *crdt.Decoder
-	d       crdt.Delta // reused by Deltas
+	dec     *wire.Decoder
+	d       wire.Delta // reused by Deltas
 }
 
 // Open opens the state file at path and checks it whole: its size,
@@ -277,7 +278,7 @@ func (f *File) Close() error {
 // keep it. Deltas reads the file again and checks its checksum again: an
 // error reading it, or a file changed since Open (by something other than
 // Write, which replaces it), is returned too, after the deltas read before.
-func (f *File) Deltas(fn func(d *crdt.Delta) error) error {
+func (f *File) Deltas(fn func(d *wire.Delta) error) error {
 	return f.walk(fn, true)
 }
 
@@ -300,7 +301,7 @@ func open(r io.ReaderAt, size int64) (*File, error) {
 	if v := head[len(magic)]; v != Version {
 		return nil, fmt.Errorf("%w: %d", ErrVersion, v)
 	}
-	f := &File{r: r, end: size - 4, dec: crdt.NewDecoder()}
+	f := &File{r: r, end: size - 4, dec: wire.NewDecoder()}
 	var sum [4]byte
 	if _, err := r.ReadAt(sum[:], f.end); err != nil {
 		return nil, fmt.Errorf("statefile: read: %w", err)
@@ -319,7 +320,7 @@ func open(r io.ReaderAt, size int64) (*File, error) {
 	}
 	// Every delta must decode, and the checksum match, before any delta is
 	// handed out.
-	if err := f.walk(func(*crdt.Delta) error { return nil }, true); err != nil {
+	if err := f.walk(func(*wire.Delta) error { return nil }, true); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -358,7 +359,7 @@ func (c *crcReader) Read(p []byte) (int, error) {
 // as it reads: a file that changed since open is caught too, though after
 // the deltas before the change were handed out. fn's error is returned as
 // it is.
-func (f *File) walk(fn func(*crdt.Delta) error, reuse bool) error {
+func (f *File) walk(fn func(*wire.Delta) error, reuse bool) error {
 	cr := &crcReader{r: io.NewSectionReader(f.r, f.body, f.end-f.body), crc: f.headCRC}
 	br := bufio.NewReaderSize(cr, 64<<10)
 	for {
@@ -368,7 +369,7 @@ func (f *File) walk(fn func(*crdt.Delta) error, reuse bool) error {
 			return fmt.Errorf("statefile: read: %w", err)
 		}
 		n, err := binary.ReadUvarint(br)
-		if err != nil || n > crdt.MaxDeltaBytes {
+		if err != nil || n > wire.MaxDeltaBytes {
 			return f.damaged(fmt.Errorf("%w: delta framing", ErrCorrupt))
 		}
 		if cap(f.frame) < int(n) {
@@ -380,7 +381,7 @@ func (f *File) walk(fn func(*crdt.Delta) error, reuse bool) error {
 		}
 		d := &f.d
 		if !reuse {
-			d = new(crdt.Delta)
+			d = new(wire.Delta)
 		}
 		if err := f.dec.Decode(b, d); err != nil {
 			return f.damaged(fmt.Errorf("%w: %v", ErrCorrupt, err))
@@ -399,7 +400,7 @@ func (f *File) walk(fn func(*crdt.Delta) error, reuse bool) error {
 // temporary file in the same directory, synced, renamed over path, and the
 // directory synced, so that a crash at any point leaves either the former
 // file or the new one whole. It stops taking deltas at the first error.
-func Write(path string, h Header, deltas iter.Seq[*crdt.Delta]) error {
+func Write(path string, h Header, deltas iter.Seq[*wire.Delta]) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {

@@ -13,12 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire"
 )
 
 var self = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 7}
 
 func sample() *State {
-	return &State{Self: self, SavedAt: 1234567890, Deltas: []crdt.Delta{
+	return &State{Self: self, SavedAt: 1234567890, Deltas: []wire.Delta{
 		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 7), SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 9}}},
 		{Sender: self, SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "local", Key: "203.0.113.7", Window: 5, Count: 3}, {Rule: "ip", Key: "x", Window: 6, Count: 1}}},
 	}}
@@ -153,19 +154,19 @@ func TestStreaming(t *testing.T) {
 	defer f.Close()
 	assert.Equal(t, Header{Self: self, SavedAt: 1234567890}, f.Header)
 	var senders []crdt.Replica
-	require.NoError(t, f.Deltas(func(d *crdt.Delta) error {
+	require.NoError(t, f.Deltas(func(d *wire.Delta) error {
 		senders = append(senders, d.Sender)
 		return nil
 	}))
 	assert.Equal(t, []crdt.Replica{sample().Deltas[0].Sender, sample().Deltas[1].Sender}, senders)
 	stop := errors.New("stop")
 	calls := 0
-	assert.Equal(t, stop, f.Deltas(func(*crdt.Delta) error { calls++; return stop }))
+	assert.Equal(t, stop, f.Deltas(func(*wire.Delta) error { calls++; return stop }))
 	assert.Equal(t, 1, calls)
 
 	taken := 0
-	bad := func(yield func(*crdt.Delta) bool) {
-		for _, d := range []crdt.Delta{{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "no"}}}, sample().Deltas[0]} {
+	bad := func(yield func(*wire.Delta) bool) {
+		for _, d := range []wire.Delta{{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "no"}}}, sample().Deltas[0]} {
 			taken++
 			if !yield(&d) {
 				return
@@ -200,7 +201,7 @@ func TestDeltasCatchesAFileChangedSinceOpen(t *testing.T) {
 			b[len(b)-6] ^= 0x01 // a count of the last delta
 			require.NoError(t, os.WriteFile(path, b, 0o600))
 		}
-		err = f.Deltas(func(*crdt.Delta) error { return nil })
+		err = f.Deltas(func(*wire.Delta) error { return nil })
 		assert.ErrorIs(t, err, ErrCorrupt, change)
 		require.NoError(t, f.Close())
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/internal/statefile"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // stateKeeper writes the node's counts to state.file and loads them at
@@ -97,7 +97,7 @@ func (a *App) loadState() error {
 	}
 	now := a.clk.Now()
 	var res pop.ApplyStats
-	err = f.Deltas(func(d *crdt.Delta) error {
+	err = f.Deltas(func(d *wire.Delta) error {
 		res.Add(a.node.RestoreDelta(now, d))
 		return nil
 	})

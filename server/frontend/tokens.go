@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
 	"slices"
 	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/geolimit/geolimit/config"
 )

@@ -9,7 +9,6 @@ package rls
 import (
 	"context"
 	"fmt"
-	"github.com/geolimit/geolimit/server/frontend"
 	"math"
 	"math/bits"
 	"net/http"
@@ -18,6 +17,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/geolimit/geolimit/server/frontend"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"

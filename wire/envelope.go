@@ -1,11 +1,16 @@
-package crdt
+package wire
 
 import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/blocks"
+	"github.com/geolimit/geolimit/replicated/inflight"
+	"github.com/geolimit/geolimit/replicated/memos"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire/codec"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -133,7 +138,7 @@ func (w *msgWriter) section(kind SectionKind, body func(enc *msgpack.Encoder) er
 	w.buf.Write([]byte{0xc6, 0, 0, 0, 0})
 	at := w.buf.Len()
 	if err := body(w.enc); err != nil {
-		return fmt.Errorf("crdt: encode %v: %w", kind, err)
+		return fmt.Errorf("wire: encode %v: %w", kind, err)
 	}
 	switch n := w.buf.Len() - at; {
 	case n < 1<<8:
@@ -159,10 +164,10 @@ func (w *msgWriter) items(kind SectionKind, n, most int, at func(i int) (string,
 				return err
 			}
 		}
-		k, rules := fit(min(n-i, most), func(j int) (string, int) { return at(i + j) }, 0, itemBound, groupBound, w.room())
+		k, rules := codec.Fit(min(n-i, most), func(j int) (string, int) { return at(i + j) }, 0, itemBound, groupBound, w.room())
 		if k == 0 || w.nsec >= MaxSections {
 			if w.nsec == 0 {
-				return fmt.Errorf("crdt: encode: maxBytes %d too small for one %v item", w.max, kind)
+				return fmt.Errorf("wire: encode: maxBytes %d too small for one %v item", w.max, kind)
 			}
 			w.end()
 			continue
@@ -180,47 +185,48 @@ func (w *msgWriter) items(kind SectionKind, n, most int, at func(i int) (string,
 // decoded, the others skipped whole and counted in out.Skipped. Each body
 // must be exactly one value of its kind.
 func (d *Decoder) decodeSections(out *Delta) error {
-	n, err := d.arrayLen(-1, "sections")
+	r := &d.r
+	n, err := r.ArrayLen(-1, "sections")
 	if err != nil {
 		return err
 	}
 	if n%2 != 0 || n/2 > MaxSections {
-		return malformed("sections: array of %d elements (want pairs, at most %d)", n, MaxSections)
+		return codec.Malformed("sections: array of %d elements (want pairs, at most %d)", n, MaxSections)
 	}
 	for i := 0; i < n/2; i++ {
-		v, err := d.uint()
+		v, err := r.Uint()
 		if err != nil {
 			return err
 		}
 		kind := SectionKind(v)
-		c, err := d.dec.PeekCode()
+		c, err := r.PeekCode()
 		if err != nil {
 			return err
 		}
 		if c != 0xc4 && c != 0xc5 && c != 0xc6 {
-			return malformed("section %v: body is not a binary", kind)
+			return codec.Malformed("section %v: body is not a binary", kind)
 		}
-		size, err := d.dec.DecodeBytesLen()
+		size, err := r.BytesLen()
 		if err != nil {
 			return err
 		}
-		if size < 0 || size > d.rd.Len() {
-			return malformed("section %v: %d bytes but %d left", kind, size, d.rd.Len())
+		if size < 0 || size > r.Len() {
+			return codec.Malformed("section %v: %d bytes but %d left", kind, size, r.Len())
 		}
-		left := d.rd.Len()
+		left := r.Len()
 		switch kind {
 		case SectionCounts:
-			err = d.decodeCounts(out)
+			out.Entries, err = crdt.DecodeCounts(r, out.Entries)
 		case SectionBlocks:
-			err = d.decodeBlocks(out)
+			out.Blocks, err = blocks.Decode(r, out.Blocks)
 		case SectionMemos:
-			err = d.decodeMemos(out)
+			out.Memos, err = memos.Decode(r, out.Memos)
 		case SectionModes:
-			err = d.decodeModes(out)
+			out.Modes, err = modes.Decode(r, out.Modes)
 		case SectionInflight:
-			err = d.decodeInflight(out)
+			out.Inflight, err = inflight.Decode(r, out.Inflight)
 		default:
-			if _, err := d.rd.Seek(int64(size), io.SeekCurrent); err != nil {
+			if err := r.Skip(size); err != nil {
 				return err
 			}
 			out.Skipped++
@@ -229,8 +235,8 @@ func (d *Decoder) decodeSections(out *Delta) error {
 		if err != nil {
 			return err
 		}
-		if used := left - d.rd.Len(); used != size {
-			return malformed("section %v: body of %d bytes holds %d", kind, size, used)
+		if used := left - r.Len(); used != size {
+			return codec.Malformed("section %v: body of %d bytes holds %d", kind, size, used)
 		}
 	}
 	return nil

@@ -1,8 +1,17 @@
-package crdt
+// Package blocks is the replicated state of the penalty box: a block per
+// (rule, key) until a time, a max register; a bounded table of them; and
+// their section of the wire format.
+//
+// Trust: any replica may send any block it holds (a block only ever
+// denies); the receiver clamps a block's end to what the rule's block_for
+// allows plus the clock skew it tolerates (package pop).
+package blocks
 
 import (
 	"strings"
 	"sync"
+
+	"github.com/geolimit/geolimit/crdt"
 )
 
 // Block is one penalty block on the wire: Key is blocked under Rule until
@@ -15,28 +24,28 @@ type Block struct {
 	Until int64
 }
 
-// MergeBlock merges two block times of one (rule, key): the later one wins.
+// Merge merges two block times of one (rule, key): the later one wins.
 // It is commutative, associative and idempotent; 0 is its identity (no block).
-func MergeBlock(a, b int64) int64 { return max(a, b) }
+func Merge(a, b int64) int64 { return max(a, b) }
 
-// BlockOutcome says what Blocks.Raise did.
-type BlockOutcome uint8
+// Outcome says what Table.Raise did.
+type Outcome uint8
 
-// Outcomes of Blocks.Raise.
+// Outcomes of Table.Raise.
 const (
-	// BlockRaised: the block is new or now ends later.
-	BlockRaised BlockOutcome = iota
-	// BlockUnchanged: the table already held a block ending as late or later.
-	BlockUnchanged
-	// BlockFull: the block is new and the table is at its cap; it was dropped.
-	BlockFull
+	// Raised: the block is new or now ends later.
+	Raised Outcome = iota
+	// Unchanged: the table already held a block ending as late or later.
+	Unchanged
+	// Full: the block is new and the table is at its cap; it was dropped.
+	Full
 )
 
-// DefaultMaxBlocks is the cap of a Blocks table made with max <= 0.
-const DefaultMaxBlocks = 1 << 16
+// DefaultMax is the cap of a Table table made with max <= 0.
+const DefaultMax = 1 << 16
 
 type blockKey struct {
-	rule RuleID
+	rule crdt.RuleID
 	key  string
 }
 
@@ -45,15 +54,15 @@ type blockVal struct {
 	dirty bool // raised with mark since the last Drain
 }
 
-// Blocks is a bounded table of penalty blocks, one max register per (rule,
+// Table is a bounded table of penalty blocks, one max register per (rule,
 // key), kept beside the Store (a block outlives the key's windows). Raise
 // grows a block, Until reads it, Drain hands over what this node raised
 // since the last Drain, and Sweep drops blocks that ended. Memory is bounded
-// by the cap given to NewBlocks: a new block that finds the table full is
+// by the cap given to NewTable: a new block that finds the table full is
 // dropped (the key's counts still limit it).
 //
-// A Blocks is safe for concurrent use.
-type Blocks struct {
+// A Table is safe for concurrent use.
+type Table struct {
 	mu    sync.RWMutex
 	m     map[blockKey]blockVal
 	dirty []blockKey // keys marked dirty, in the order raised; may hold removed keys
@@ -61,18 +70,18 @@ type Blocks struct {
 	full  uint64 // blocks dropped because the table was full
 }
 
-// NewBlocks returns an empty table holding at most max blocks
-// (DefaultMaxBlocks if max <= 0).
-func NewBlocks(max int) *Blocks {
+// NewTable returns an empty table holding at most max blocks
+// (DefaultMax if max <= 0).
+func NewTable(max int) *Table {
 	if max <= 0 {
-		max = DefaultMaxBlocks
+		max = DefaultMax
 	}
-	return &Blocks{m: map[blockKey]blockVal{}, max: max}
+	return &Table{m: map[blockKey]blockVal{}, max: max}
 }
 
 // Until returns when key's block under rule ends (Unix nanoseconds), 0 if it
 // has none. It does not allocate.
-func (b *Blocks) Until(rule RuleID, key string) int64 {
+func (b *Table) Until(rule crdt.RuleID, key string) int64 {
 	b.mu.RLock()
 	v := b.m[blockKey{rule, key}]
 	b.mu.RUnlock()
@@ -82,38 +91,38 @@ func (b *Blocks) Until(rule RuleID, key string) int64 {
 // Raise merges a block of key under rule ending at until. With mark, a block
 // that grows is handed to the next Drain (a block this node set; blocks
 // learnt from peers are not re-sent by Drain). until <= 0 changes nothing.
-func (b *Blocks) Raise(rule RuleID, key string, until int64, mark bool) BlockOutcome {
+func (b *Table) Raise(rule crdt.RuleID, key string, until int64, mark bool) Outcome {
 	if until <= 0 {
-		return BlockUnchanged
+		return Unchanged
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	v, ok := b.m[blockKey{rule, key}]
 	if ok && v.until >= until {
-		return BlockUnchanged
+		return Unchanged
 	}
 	if !ok && len(b.m) >= b.max {
 		b.full++
-		return BlockFull
+		return Full
 	}
 	// A copy of key, also for a key already held: assigning to a map entry
 	// of a string key stores the key given, and the caller's may be a view
 	// of a buffer it reuses. Raise is rare (a counted denial); a key that
 	// does not escape saves every decision a copy.
 	k := blockKey{rule, strings.Clone(key)}
-	v.until = MergeBlock(v.until, until)
+	v.until = Merge(v.until, until)
 	if mark && !v.dirty {
 		v.dirty = true
 		b.dirty = append(b.dirty, k)
 	}
 	b.m[k] = v
-	return BlockRaised
+	return Raised
 }
 
 // Drain calls fn with every block raised with mark since the last Drain
 // that is still held, in the order they were first raised, and clears the
 // marks. fn must not call b's methods.
-func (b *Blocks) Drain(fn func(rule RuleID, key string, until int64)) {
+func (b *Table) Drain(fn func(rule crdt.RuleID, key string, until int64)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, k := range b.dirty {
@@ -131,7 +140,7 @@ func (b *Blocks) Drain(fn func(rule RuleID, key string, until int64)) {
 
 // Each calls fn with every block ending after now, in no particular order.
 // fn must not call b's methods.
-func (b *Blocks) Each(now int64, fn func(rule RuleID, key string, until int64)) {
+func (b *Table) Each(now int64, fn func(rule crdt.RuleID, key string, until int64)) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	for k, v := range b.m {
@@ -142,16 +151,16 @@ func (b *Blocks) Each(now int64, fn func(rule RuleID, key string, until int64)) 
 }
 
 // Sweep drops the blocks that ended at or before now and returns how many.
-func (b *Blocks) Sweep(now int64) int {
+func (b *Table) Sweep(now int64) int {
 	return b.removeIf(func(k blockKey, v blockVal) bool { return v.until <= now })
 }
 
 // DropRule drops every block of rule.
-func (b *Blocks) DropRule(rule RuleID) {
+func (b *Table) DropRule(rule crdt.RuleID) {
 	b.removeIf(func(k blockKey, _ blockVal) bool { return k.rule == rule })
 }
 
-func (b *Blocks) removeIf(drop func(blockKey, blockVal) bool) int {
+func (b *Table) removeIf(drop func(blockKey, blockVal) bool) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := 0
@@ -176,14 +185,14 @@ func (b *Blocks) removeIf(drop func(blockKey, blockVal) bool) int {
 }
 
 // Len returns the number of blocks held (ended ones included until Sweep).
-func (b *Blocks) Len() int {
+func (b *Table) Len() int {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	return len(b.m)
 }
 
 // Full returns how many new blocks were dropped because the table was full.
-func (b *Blocks) Full() uint64 {
+func (b *Table) Full() uint64 {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	return b.full

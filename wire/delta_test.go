@@ -1,4 +1,4 @@
-package crdt
+package wire
 
 import (
 	"bytes"
@@ -13,16 +13,26 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/memos"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/wire/codec"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
+func seeded(t *testing.T, seed uint64) *rand.Rand {
+	t.Helper()
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
 func sampleDelta(rng *rand.Rand, n int) *Delta {
-	d := &Delta{Sender: Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: rng.Uint64()}, SentAt: rng.Int64(), Epoch: rng.Uint64()}
+	d := &Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: rng.Uint64()}, SentAt: rng.Int64(), Epoch: rng.Uint64()}
 	rules := []string{"per-ip", "api", "login"}
 	for i := 0; i < n; i++ {
-		d.Entries = append(d.Entries, Entry{
+		d.Entries = append(d.Entries, crdt.Entry{
 			Rule:   rules[rng.IntN(len(rules))],
 			Key:    strconv.Itoa(rng.IntN(256)) + "." + strconv.Itoa(rng.IntN(256)) + ".0.1",
 			Window: 29_000_000 + int64(rng.IntN(3)),
@@ -33,9 +43,9 @@ func sampleDelta(rng *rand.Rand, n int) *Delta {
 }
 
 // sameEntries compares entries ignoring order (Encode groups by rule).
-func sameEntries(t *testing.T, want, got []Entry) {
+func sameEntries(t *testing.T, want, got []crdt.Entry) {
 	t.Helper()
-	count := map[Entry]int{}
+	count := map[crdt.Entry]int{}
 	for _, e := range want {
 		count[e]++
 	}
@@ -69,16 +79,16 @@ func TestDeltaEpochRoundTrip(t *testing.T) {
 	dec := NewDecoder()
 	var got Delta
 	for _, tt := range []struct {
-		sender Replica
+		sender crdt.Replica
 		epoch  uint64
 	}{
-		{Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
-		{Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 1},
-		{PoPReplica(PoPID{Region: "eu", PoP: "ams"}, 42), 42},
-		{PoPReplica(PoPID{Region: "us", PoP: "iad"}, math.MaxUint64), math.MaxUint64},
-		{Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
+		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
+		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 1},
+		{crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 42), 42},
+		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, math.MaxUint64), math.MaxUint64},
+		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
 	} {
-		d := &Delta{Sender: tt.sender, SentAt: 5, Epoch: tt.epoch, Entries: []Entry{{Rule: "api", Key: "k", Window: 7, Count: 1}}}
+		d := &Delta{Sender: tt.sender, SentAt: 5, Epoch: tt.epoch, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 7, Count: 1}}}
 		msgs, err := Encode(d, 0)
 		require.NoError(t, err)
 		require.NoError(t, dec.Decode(msgs[0], &got))
@@ -133,16 +143,16 @@ func TestDecodeVersions(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.epoch, out.Epoch)
-			assert.Equal(t, Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}, out.Sender)
-			assert.Equal(t, []Entry{{Rule: "api", Key: "k", Window: 100, Count: 3}}, out.Entries)
+			assert.Equal(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}, out.Sender)
+			assert.Equal(t, []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 3}}, out.Entries)
 		})
 	}
 }
 
 func TestDeltaEdgeValues(t *testing.T) {
-	d := &Delta{Sender: Replica{PoPID: PoPID{Region: "r", PoP: "p"}, Node: "n", Incarnation: math.MaxUint64}, SentAt: math.MinInt64, Entries: []Entry{
-		{Rule: strings.Repeat("r", MaxRuleNameLen), Key: strings.Repeat("k", MaxKeyLen), Window: math.MaxInt64, Count: math.MaxUint64},
-		{Rule: strings.Repeat("r", MaxRuleNameLen), Key: "x", Window: math.MinInt64 + 1, Count: 0},
+	d := &Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "r", PoP: "p"}, Node: "n", Incarnation: math.MaxUint64}, SentAt: math.MinInt64, Entries: []crdt.Entry{
+		{Rule: strings.Repeat("r", codec.MaxRuleNameLen), Key: strings.Repeat("k", codec.MaxKeyLen), Window: math.MaxInt64, Count: math.MaxUint64},
+		{Rule: strings.Repeat("r", codec.MaxRuleNameLen), Key: "x", Window: math.MinInt64 + 1, Count: 0},
 		{Rule: "neg", Key: "y", Window: -5, Count: 1},
 	}}
 	_, err := Encode(d, 0)
@@ -161,7 +171,7 @@ func TestEncodeSplitsUnderMaxBytes(t *testing.T) {
 	msgs, err := Encode(d, 8<<10)
 	require.NoError(t, err)
 	require.Greater(t, len(msgs), 5)
-	var all []Entry
+	var all []crdt.Entry
 	dec := NewDecoder()
 	for _, m := range msgs {
 		assert.LessOrEqual(t, len(m), 8<<10)
@@ -175,15 +185,15 @@ func TestEncodeSplitsUnderMaxBytes(t *testing.T) {
 }
 
 func TestEncodeRejectsBadInput(t *testing.T) {
-	good := Replica{PoPID: PoPID{Region: "r", PoP: "p"}, Node: "n"}
+	good := crdt.Replica{PoPID: crdt.PoPID{Region: "r", PoP: "p"}, Node: "n"}
 	tests := []struct {
 		name string
 		d    Delta
 	}{
-		{"bad sender", Delta{Sender: Replica{PoPID: PoPID{Region: "r/x", PoP: "p"}, Node: "n"}}},
-		{"empty key", Delta{Sender: good, Entries: []Entry{{Rule: "a", Key: ""}}}},
-		{"long key", Delta{Sender: good, Entries: []Entry{{Rule: "a", Key: strings.Repeat("k", MaxKeyLen+1)}}}},
-		{"long rule", Delta{Sender: good, Entries: []Entry{{Rule: strings.Repeat("r", MaxRuleNameLen+1), Key: "k"}}}},
+		{"bad sender", Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "r/x", PoP: "p"}, Node: "n"}}},
+		{"empty key", Delta{Sender: good, Entries: []crdt.Entry{{Rule: "a", Key: ""}}}},
+		{"long key", Delta{Sender: good, Entries: []crdt.Entry{{Rule: "a", Key: strings.Repeat("k", codec.MaxKeyLen+1)}}}},
+		{"long rule", Delta{Sender: good, Entries: []crdt.Entry{{Rule: strings.Repeat("r", codec.MaxRuleNameLen+1), Key: "k"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -242,7 +252,7 @@ func TestDecodeHostile(t *testing.T) {
 		{"huge bin32 key v1", unhex("94 01 94 a26575 a3616d73 a26e31 01 05 91 93 a3617069 64 93 c6 ffffffff"), ErrDeltaMalformed},
 		{"entries not multiple of 3", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{"k", 0}}}}), ErrDeltaMalformed},
 		{"empty key", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{"", 0, 1}}}}), ErrDeltaMalformed},
-		{"key too long", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{strings.Repeat("k", MaxKeyLen+1), 0, 1}}}}), ErrDeltaMalformed},
+		{"key too long", mp(t, []any{2, sender, 5, 9, []any{[]any{"api", 100, []any{strings.Repeat("k", codec.MaxKeyLen+1), 0, 1}}}}), ErrDeltaMalformed},
 		{"empty rule", mp(t, []any{2, sender, 5, 9, []any{[]any{"", 100, []any{"k", 0, 1}}}}), ErrDeltaMalformed},
 		{"bad sender name", mp(t, []any{2, []any{"e/u", "ams", "n1", 1}, 5, 9, []any{}}), ErrDeltaMalformed},
 		{"sender too short", mp(t, []any{2, []any{"eu", "ams"}, 5, 9, []any{}}), ErrDeltaMalformed},
@@ -336,26 +346,26 @@ func FuzzDecode(f *testing.F) {
 		}
 		sender, sentAt, epoch := d.Sender, d.SentAt, d.Epoch
 		for _, e := range d.Entries {
-			if len(e.Key) == 0 || len(e.Key) > MaxKeyLen || len(e.Rule) == 0 || len(e.Rule) > MaxRuleNameLen {
+			if len(e.Key) == 0 || len(e.Key) > codec.MaxKeyLen || len(e.Rule) == 0 || len(e.Rule) > codec.MaxRuleNameLen {
 				t.Fatalf("decoded an entry outside the caps: %+v", e)
 			}
 		}
 		for _, m := range d.Memos {
-			if len(m.Rule) == 0 || len(m.Rule) > MaxRuleNameLen || m.Verdict&^verdictAll != 0 {
+			if len(m.Rule) == 0 || len(m.Rule) > codec.MaxRuleNameLen || m.Verdict&^(memos.Allowed|memos.ShadowDenied) != 0 {
 				t.Fatalf("decoded a memo outside the caps: %+v", m)
 			}
 		}
 		for _, m := range d.Modes {
-			if len(m.Rule) == 0 || len(m.Rule) > MaxRuleNameLen || m.Mode > maxRuleMode || m.By.Validate() != nil {
+			if len(m.Rule) == 0 || len(m.Rule) > codec.MaxRuleNameLen || m.Mode > modes.Off || m.By.Validate() != nil {
 				t.Fatalf("decoded a mode outside the caps: %+v", m)
 			}
 		}
 		for _, e := range d.Inflight {
-			if len(e.Key) == 0 || len(e.Key) > MaxKeyLen || len(e.Rule) == 0 || len(e.Rule) > MaxRuleNameLen {
+			if len(e.Key) == 0 || len(e.Key) > codec.MaxKeyLen || len(e.Rule) == 0 || len(e.Rule) > codec.MaxRuleNameLen {
 				t.Fatalf("decoded an in-flight count outside the caps: %+v", e)
 			}
 		}
-		if n := len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Modes) + len(d.Inflight); n > 4*MaxDeltaEntries+MaxModes || n > len(b) {
+		if n := len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Modes) + len(d.Inflight); n > 4*codec.MaxItems+modes.MaxPerSection || n > len(b) {
 			t.Fatalf("decoded %d items from %d bytes", n, len(b))
 		}
 		msgs, err := Encode(&d, 0)
@@ -492,7 +502,7 @@ func TestEncodeConcurrentReusesNothingShared(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				var got []Entry
+				var got []crdt.Entry
 				for _, m := range msgs {
 					p, err := Decode(m)
 					if err != nil {

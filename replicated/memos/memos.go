@@ -1,9 +1,19 @@
-package crdt
+// Package memos is the replicated state of idempotency keys: remembered
+// decisions, a bounded table of them, their merge rule and their section
+// of the wire format. See the notes below the imports.
+//
+// Trust: any member of a PoP may send any memo it holds (memos never leave
+// the PoP); a memo's Until is clamped by the receiver to what the rule's
+// TTL allows (package pop).
+package memos
 
 import (
 	"crypto/sha256"
 	"encoding/binary"
 	"sync"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/wire/codec"
 )
 
 // Remembered decisions (idempotency keys).
@@ -12,9 +22,9 @@ import (
 // remembered per (rule, key, idempotency key) until a time (its Until), and
 // a request that names the same triple again gets the same decision without
 // counting anything. A remembered decision is a Memo; the table of them is
-// Memos.
+// Table.
 //
-// A memo is identified within its rule by a MemoID: 128 bits of SHA-256 over
+// A memo is identified within its rule by a ID: 128 bits of SHA-256 over
 // the length-prefixed key and idempotency key. Every node derives the same
 // ID, so an ID is all the wire needs, the table's entries are of one fixed
 // size whatever the keys, and two triples whose IDs collide (which would let
@@ -26,21 +36,21 @@ import (
 // allowed one on a tie. That is commutative, associative and idempotent, so
 // memos travel like counts: lost, duplicated and reordered.
 
-// MemoID identifies a remembered decision within its rule (MemoIDOf).
-type MemoID [16]byte
+// ID identifies a remembered decision within its rule (IDOf).
+type ID [16]byte
 
-// maxMemoInput is the most bytes MemoIDOf hashes without allocating: a
-// key and an idempotency key of MaxKeyLen each, a cost and a tier of
-// MaxKeyLen.
-const maxMemoInput = 2 + MaxKeyLen + 2 + MaxKeyLen + 8 + 2 + MaxKeyLen
+// maxMemoInput is the most bytes IDOf hashes without allocating: a
+// key and an idempotency key of codec.MaxKeyLen each, a cost and a tier of
+// codec.MaxKeyLen.
+const maxMemoInput = 2 + codec.MaxKeyLen + 2 + codec.MaxKeyLen + 8 + 2 + codec.MaxKeyLen
 
-// MemoIDOf returns the ID of key's decision under idempotency key idem for
+// IDOf returns the ID of key's decision under idempotency key idem for
 // a request of cost under tier: a retry that asks for more (a larger
 // cost, another tier) is another request, not a repeat. Every part is
 // length-prefixed or of fixed size, so that no two lists hash the same
-// input. Parts longer than MaxKeyLen are hashed whole (with an
+// input. Parts longer than codec.MaxKeyLen are hashed whole (with an
 // allocation); callers keep them within it.
-func MemoIDOf(key, idem string, cost uint64, tier string) MemoID {
+func IDOf(key, idem string, cost uint64, tier string) ID {
 	var buf [maxMemoInput]byte
 	b := buf[:0]
 	if n := 14 + len(key) + len(idem) + len(tier); n > maxMemoInput {
@@ -54,35 +64,35 @@ func MemoIDOf(key, idem string, cost uint64, tier string) MemoID {
 	b = binary.BigEndian.AppendUint16(b, uint16(min(len(tier), 0xffff)))
 	b = append(b, tier...)
 	sum := sha256.Sum256(b)
-	return MemoID(sum[:16])
+	return ID(sum[:16])
 }
 
 // Verdict is a remembered decision's outcome, a set of flags.
 type Verdict uint8
 
 const (
-	// VerdictAllowed: the request was allowed.
-	VerdictAllowed Verdict = 1 << iota
-	// VerdictShadowDenied: a shadow rule would have denied it (and allowed it).
-	VerdictShadowDenied
+	// Allowed: the request was allowed.
+	Allowed Verdict = 1 << iota
+	// ShadowDenied: a shadow rule would have denied it (and allowed it).
+	ShadowDenied
 	// verdictAll are the flags a Verdict may hold.
-	verdictAll = VerdictAllowed | VerdictShadowDenied
+	verdictAll = Allowed | ShadowDenied
 )
 
 // Memo is one remembered decision on the wire: the decision of ID under
 // Rule was Verdict, remembered until Until (Unix nanoseconds).
 type Memo struct {
 	Rule    string
-	ID      MemoID
+	ID      ID
 	Until   int64
 	Verdict Verdict
 }
 
-// MergeMemo merges two memos of one ID, (until, verdict) each: the one
+// Merge merges two memos of one ID, (until, verdict) each: the one
 // decided first (the earlier Until) wins, the one with the larger verdict
 // (allowed) on a tie. It is commutative, associative and idempotent; a
 // zero until is its identity (no memo).
-func MergeMemo(au int64, av Verdict, bu int64, bv Verdict) (int64, Verdict) {
+func Merge(au int64, av Verdict, bu int64, bv Verdict) (int64, Verdict) {
 	switch {
 	case au <= 0:
 		return bu, bv
@@ -96,27 +106,27 @@ func MergeMemo(au int64, av Verdict, bu int64, bv Verdict) (int64, Verdict) {
 	return au, max(av, bv)
 }
 
-// MemoOutcome says what Memos.Put did.
-type MemoOutcome uint8
+// Outcome says what Table.Put did.
+type Outcome uint8
 
-// Outcomes of Memos.Put.
+// Outcomes of Table.Put.
 const (
-	// MemoMerged: the memo is new or replaced the one held (decided earlier).
-	MemoMerged MemoOutcome = iota
-	// MemoUnchanged: the table held the same decision or one decided first.
-	MemoUnchanged
-	// MemoRefused: the memo is new, the table is full, and it would be the
+	// Merged: the memo is new or replaced the one held (decided earlier).
+	Merged Outcome = iota
+	// Unchanged: the table held the same decision or one decided first.
+	Unchanged
+	// Refused: the memo is new, the table is full, and it would be the
 	// first to be forgotten: it was dropped.
-	MemoRefused
+	Refused
 )
 
-// memoShards is the most shards of a Memos table: idempotent requests on
+// memoShards is the most shards of a Table table: idempotent requests on
 // several cores rarely meet on one lock.
 const memoShards = 16
 
 type memoKey struct {
-	rule RuleID
-	id   MemoID
+	rule crdt.RuleID
+	id   ID
 }
 
 // memoSlot is 32 bytes: until first, so that the key packs after it.
@@ -140,36 +150,36 @@ type memoShard struct {
 	_       [64]byte // apart from the next shard's lock
 }
 
-// Memos is a bounded table of remembered decisions, one per (rule, ID).
-// Memory is bounded by the cap given to NewMemos: a new memo that finds its
+// Table is a bounded table of remembered decisions, one per (rule, ID).
+// Memory is bounded by the cap given to NewTable: a new memo that finds its
 // part of the table full forgets the memo that expires first (or is itself
 // dropped when it would expire first). Each memo takes about
-// MemoBytesPerEntry bytes.
+// BytesPerEntry bytes.
 //
-// A Memos is safe for concurrent use.
-type Memos struct {
+// A Table is safe for concurrent use.
+type Table struct {
 	shards []memoShard
 	mask   uint8
 }
 
-// DefaultMaxMemos is the cap of a Memos table made with max <= 0.
-const DefaultMaxMemos = DefaultMaxKeys / 4
+// DefaultMax is the cap of a Table table made with max <= 0.
+const DefaultMax = crdt.DefaultMaxKeys / 4
 
-// MemoBytesPerEntry is about what one memo costs in memory, index and heap
+// BytesPerEntry is about what one memo costs in memory, index and heap
 // together, once the table is full (measured, TestMemosMemoryBound).
-const MemoBytesPerEntry = 160
+const BytesPerEntry = 160
 
-// NewMemos returns an empty table holding at most max memos
-// (DefaultMaxMemos if max <= 0).
-func NewMemos(max int) *Memos {
+// NewTable returns an empty table holding at most max memos
+// (DefaultMax if max <= 0).
+func NewTable(max int) *Table {
 	if max <= 0 {
-		max = DefaultMaxMemos
+		max = DefaultMax
 	}
 	n := 1
 	for n*2 <= min(max, memoShards) {
 		n *= 2
 	}
-	m := &Memos{shards: make([]memoShard, n), mask: uint8(n - 1)}
+	m := &Table{shards: make([]memoShard, n), mask: uint8(n - 1)}
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.max = max / n
@@ -181,11 +191,11 @@ func NewMemos(max int) *Memos {
 	return m
 }
 
-func (m *Memos) shard(id *MemoID) *memoShard { return &m.shards[id[0]&m.mask] }
+func (m *Table) shard(id *ID) *memoShard { return &m.shards[id[0]&m.mask] }
 
 // Get returns the verdict remembered for id under rule, and whether one is
 // remembered beyond now. It does not allocate.
-func (m *Memos) Get(rule RuleID, id MemoID, now int64) (Verdict, bool) {
+func (m *Table) Get(rule crdt.RuleID, id ID, now int64) (Verdict, bool) {
 	s := m.shard(&id)
 	s.mu.Lock()
 	i, ok := s.at[memoKey{rule, id}]
@@ -198,14 +208,14 @@ func (m *Memos) Get(rule RuleID, id MemoID, now int64) (Verdict, bool) {
 	return v, ok
 }
 
-// Put merges a memo of id under rule (MergeMemo) at now: a memo held that
+// Put merges a memo of id under rule (Merge) at now: a memo held that
 // expired at or before now is replaced, as if forgotten already. With mark,
 // a memo that is new or changes is handed to the next Drain (a decision
 // this node took; memos learnt from peers are not re-sent by Drain). until
 // <= now changes nothing.
-func (m *Memos) Put(now int64, rule RuleID, id MemoID, until int64, v Verdict, mark bool) MemoOutcome {
+func (m *Table) Put(now int64, rule crdt.RuleID, id ID, until int64, v Verdict, mark bool) Outcome {
 	if until <= now || until <= 0 {
-		return MemoUnchanged
+		return Unchanged
 	}
 	k := memoKey{rule, id}
 	s := m.shard(&id)
@@ -217,25 +227,25 @@ func (m *Memos) Put(now int64, rule RuleID, id MemoID, until int64, v Verdict, m
 			sl.until, sl.v = until, v
 			s.mark(int(i), mark)
 			s.down(int(i)) // later than it was
-			return MemoMerged
+			return Merged
 		}
-		u, nv := MergeMemo(sl.until, sl.v, until, v)
+		u, nv := Merge(sl.until, sl.v, until, v)
 		if u == sl.until && nv == sl.v {
-			return MemoUnchanged
+			return Unchanged
 		}
 		sl.until, sl.v = u, nv
 		s.mark(int(i), mark)
 		s.up(int(i)) // until only ever comes earlier
-		return MemoMerged
+		return Merged
 	}
 	if s.max == 0 {
 		s.refused++
-		return MemoRefused
+		return Refused
 	}
 	if len(s.heap) >= s.max {
 		if until < s.heap[0].until {
 			s.refused++
-			return MemoRefused
+			return Refused
 		}
 		s.remove(0)
 		s.evicted++
@@ -245,7 +255,7 @@ func (m *Memos) Put(now int64, rule RuleID, id MemoID, until int64, v Verdict, m
 	s.at[k] = int32(i)
 	s.mark(i, mark)
 	s.up(i)
-	return MemoMerged
+	return Merged
 }
 
 // mark hands slot i to the next Drain when mark is set.
@@ -336,7 +346,7 @@ func (s *memoShard) remove(i int) {
 
 // Drain calls fn with every memo put with mark since the last Drain that
 // is still held, and clears the marks. fn must not call m's methods.
-func (m *Memos) Drain(fn func(rule RuleID, id MemoID, until int64, v Verdict)) {
+func (m *Table) Drain(fn func(rule crdt.RuleID, id ID, until int64, v Verdict)) {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
@@ -357,7 +367,7 @@ func (m *Memos) Drain(fn func(rule RuleID, id MemoID, until int64, v Verdict)) {
 
 // Each calls fn with every memo remembered beyond now, in no particular
 // order. fn must not call m's methods.
-func (m *Memos) Each(now int64, fn func(rule RuleID, id MemoID, until int64, v Verdict)) {
+func (m *Table) Each(now int64, fn func(rule crdt.RuleID, id ID, until int64, v Verdict)) {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
@@ -372,7 +382,7 @@ func (m *Memos) Each(now int64, fn func(rule RuleID, id MemoID, until int64, v V
 
 // Sweep forgets the memos remembered until now or earlier and returns how
 // many.
-func (m *Memos) Sweep(now int64) int {
+func (m *Table) Sweep(now int64) int {
 	n := 0
 	for i := range m.shards {
 		s := &m.shards[i]
@@ -387,7 +397,7 @@ func (m *Memos) Sweep(now int64) int {
 }
 
 // DropRule forgets every memo of rule.
-func (m *Memos) DropRule(rule RuleID) {
+func (m *Table) DropRule(rule crdt.RuleID) {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
@@ -411,8 +421,8 @@ func (m *Memos) DropRule(rule RuleID) {
 	}
 }
 
-// MemoStats are a Memos table's size and counters.
-type MemoStats struct {
+// Stats are a Table table's size and counters.
+type Stats struct {
 	// Len is the number of memos held (expired ones until Sweep).
 	Len int
 	// Max is the cap.
@@ -425,8 +435,8 @@ type MemoStats struct {
 }
 
 // Stats returns the table's size and counters.
-func (m *Memos) Stats() MemoStats {
-	var st MemoStats
+func (m *Table) Stats() Stats {
+	var st Stats
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()

@@ -1,4 +1,4 @@
-package crdt
+package wire
 
 import (
 	"bytes"
@@ -11,6 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/blocks"
+	"github.com/geolimit/geolimit/replicated/inflight"
+	"github.com/geolimit/geolimit/replicated/memos"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
@@ -58,21 +63,21 @@ var updateGolden = flag.Bool("update-golden", false, "write testdata/golden/v7-*
 // goldenDeltas are the deltas whose current encodings are kept in
 // testdata/golden as v7-NAME.msgpack.
 func goldenDeltas() map[string]*Delta {
-	node := Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1732000000000000007}
-	var id MemoID
+	node := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1732000000000000007}
+	var id memos.ID
 	for i := range id {
 		id[i] = byte(i * 7)
 	}
 	return map[string]*Delta{
 		"all-sections": {Sender: node, SentAt: 1764300000000000000, Epoch: 41,
-			Entries:  []Entry{{Rule: "api", Key: "203.0.113.7", Window: 29405000, Count: 3}, {Rule: "login", Key: "user:42", Window: 2940500, Count: 1}},
-			Blocks:   []Block{{Rule: "login", Key: "user:42", Until: 1764300060000000000}},
-			Memos:    []Memo{{Rule: "charge", ID: id, Until: 1764300600000000000, Verdict: VerdictAllowed}},
-			Modes:    []RuleMode{{Rule: "api", Mode: RuleModeShadow, At: 1764299999000000000, By: node}},
-			Inflight: []Inflight{{Rule: "uploads", Key: "tenant-9", Count: 2, Version: 17}},
+			Entries:  []crdt.Entry{{Rule: "api", Key: "203.0.113.7", Window: 29405000, Count: 3}, {Rule: "login", Key: "user:42", Window: 2940500, Count: 1}},
+			Blocks:   []blocks.Block{{Rule: "login", Key: "user:42", Until: 1764300060000000000}},
+			Memos:    []memos.Memo{{Rule: "charge", ID: id, Until: 1764300600000000000, Verdict: memos.Allowed}},
+			Modes:    []modes.RuleMode{{Rule: "api", Mode: modes.Shadow, At: 1764299999000000000, By: node}},
+			Inflight: []inflight.Count{{Rule: "uploads", Key: "tenant-9", Count: 2, Version: 17}},
 		},
-		"pop-totals": {Sender: PoPReplica(PoPID{Region: "eu", PoP: "ams"}, 41), SentAt: 1764300000000000000, Epoch: 41,
-			Entries: []Entry{{Rule: "api", Key: "203.0.113.7", Window: 29405000, Count: 97}}},
+		"pop-totals": {Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 41), SentAt: 1764300000000000000, Epoch: 41,
+			Entries: []crdt.Entry{{Rule: "api", Key: "203.0.113.7", Window: 29405000, Count: 97}}},
 		"heartbeat": {Sender: node, SentAt: 1764300000000000000, Epoch: 41},
 	}
 }
@@ -138,7 +143,7 @@ func TestGoldenMessages(t *testing.T) {
 // and counted, and every known section before and after it is read.
 func TestUnknownSectionsSkipped(t *testing.T) {
 	counts := []any{[]any{"api", 100, []any{"k", 0, 3}}}
-	blocks := []any{[]any{"login", []any{"u", 77}}}
+	blockGroups := []any{[]any{"login", []any{"u", 77}}}
 	// The unknown body is anything of any shape, even bytes that are no
 	// msgpack at all: the receiver never looks inside.
 	for name, unknown := range map[string]any{
@@ -153,11 +158,11 @@ func TestUnknownSectionsSkipped(t *testing.T) {
 			if name == "large kind" {
 				kind = 1 << 40
 			}
-			out, err := Decode(envelope(t, SectionCounts, counts, kind, unknown, SectionBlocks, blocks))
+			out, err := Decode(envelope(t, SectionCounts, counts, kind, unknown, SectionBlocks, blockGroups))
 			require.NoError(t, err)
 			assert.Equal(t, 1, out.Skipped)
-			assert.Equal(t, []Entry{{Rule: "api", Key: "k", Window: 100, Count: 3}}, out.Entries)
-			assert.Equal(t, []Block{{Rule: "login", Key: "u", Until: 77}}, out.Blocks)
+			assert.Equal(t, []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 3}}, out.Entries)
+			assert.Equal(t, []blocks.Block{{Rule: "login", Key: "u", Until: 77}}, out.Blocks)
 		})
 	}
 	t.Run("reused decoder forgets", func(t *testing.T) {
