@@ -66,6 +66,9 @@ type Config struct {
 	// Shedding configures the node's load shedder (proxy mode and the
 	// middleware); off unless max_in_flight is set.
 	Shedding Shedding `yaml:"shedding"`
+	// ModeAuthority says who may set rules' modes fleet-wide: Ed25519 keys
+	// that sign and verify them; none by default.
+	ModeAuthority ModeAuthority `yaml:"mode_authority"`
 	// AllowRuleRemoval lets a reload remove half or more of the running
 	// rules (a truncated or wrongly generated file looks like that). Without
 	// it such a reload is refused and the old rules keep serving.
@@ -325,6 +328,9 @@ func nameOf(s, def string) string {
 // and api.token_file, and refuses a gossip, API or gRPC listener beyond
 // loopback with neither its secret file nor its insecure flag.
 func (c *Config) Validate() error {
+	if _, err := c.ModeAuthority.Load(); err != nil {
+		return err
+	}
 	for _, f := range []struct{ name, v string }{{"node.id", c.Node.ID}, {"node.region", c.Node.Region}, {"node.pop", c.Node.PoP}} {
 		if err := crdt.ValidName(f.v); err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)

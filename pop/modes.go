@@ -35,12 +35,15 @@ import (
 // a reload leaves more, the oldest are dropped. The table therefore holds
 // at most one write per rule plus MaxOrphanModes.
 //
-// Trust: a write from the network whose time is later than now plus the
-// node's MaxSkew is refused, not clamped (clamping would give two nodes
-// two different times for one write, and last writer wins would no
-// longer converge); the anti-entropy round brings it again, and it is
-// taken once it is no longer in the future. So a peer cannot pin a mode
-// with a time far ahead: a write made after its time wins.
+// Trust: who may set a mode and which writes the node takes is the
+// Config.ModeAuthority's rule (modes.Authority: without keys, a write from
+// another PoP must name a writer of that PoP; with keys, it must be
+// signed). A write whose time is later than now plus the node's MaxSkew is
+// refused, not clamped (clamping would give two nodes two different times
+// for one write, and last writer wins would no longer converge). A write
+// made here is dated on a hybrid logical clock: after now and after every
+// write the node holds, so an operator's change always wins here over what
+// the node took, whatever date a sender gave it.
 
 // MaxOrphanModes is the most modes kept for rule names the node does not
 // have.
@@ -100,6 +103,7 @@ func (r *ruleState) setOverride(m modes.RuleMode) {
 type modeTable struct {
 	mu      sync.Mutex
 	m       map[string]modes.RuleMode
+	clock   int64 // the latest At of any write held: the hybrid logical clock
 	pending []string    // names written here since the last TakeModes
 	dirty   atomic.Bool // pending is not empty
 	stats   ModeStats
@@ -115,6 +119,10 @@ type ModeStats struct {
 	Unchanged uint64
 	// Future are writes refused for a time later than now plus MaxSkew.
 	Future uint64
+	// Untrusted are writes refused by the mode authority's trust rule:
+	// unsigned or badly signed with keys, or naming a writer of another
+	// PoP than the one that sent them without.
+	Untrusted uint64
 	// Refused are writes for unknown rule names refused because
 	// MaxOrphanModes were held, and malformed ones.
 	Refused uint64
@@ -141,25 +149,27 @@ type ModeState struct {
 // SetRuleMode sets rule's mode at now on this node (m as ParseRuleMode
 // returns it; modes.Config clears it) and returns the write, which
 // the replication layer sends to every other node (TakeModes). Its time is
-// now, or just after the write it replaces if that one is later, so that it
-// always wins here. An unknown rule is ErrUnknownRule, except that an
+// now, or just after the latest write the node holds if that one is later,
+// so that it always wins here; it is signed when the mode authority has
+// keys, and refused (modes.ErrNoSignKey) on a node without a sign key. An unknown rule is ErrUnknownRule, except that an
 // orphaned write may be cleared.
 func (n *Node) SetRuleMode(now int64, rule string, m uint8) (modes.RuleMode, error) {
 	if m > modes.Off {
 		return modes.RuleMode{}, fmt.Errorf("%w: %d", ErrBadMode, m)
 	}
+	if err := n.modeAuth.CanSet(); err != nil {
+		return modes.RuleMode{}, err
+	}
 	t := &n.modes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := n.rules.Load().byName[rule]
-	cur, had := t.m[rule]
+	_, had := t.m[rule]
 	if r == nil && !(had && m == modes.Config) {
 		return modes.RuleMode{}, ErrUnknownRule
 	}
-	w := modes.RuleMode{Rule: rule, Mode: m, At: now, By: n.self}
-	if had && cur.At >= now {
-		w.At = cur.At + 1
-	}
+	w := modes.RuleMode{Rule: rule, Mode: m, At: max(now, t.clock+1), By: n.self}
+	n.modeAuth.Sign(&w)
 	t.put(w, r)
 	if !slices.Contains(t.pending, rule) {
 		t.pending = append(t.pending, rule)
@@ -176,16 +186,18 @@ func (t *modeTable) put(w modes.RuleMode, r *ruleState) {
 		t.m = map[string]modes.RuleMode{}
 	}
 	t.m[w.Rule] = w
+	t.clock = max(t.clock, w.At)
 	if r != nil {
 		r.setOverride(w)
 	}
 }
 
-// MergeModes merges writes from another node (or a state file) at now:
-// each wins over the write held for its rule if it is newer; writes dated
-// after now plus MaxSkew, malformed ones, and new ones for unknown rule
-// names beyond MaxOrphanModes are refused. It keeps nothing of ms.
-func (n *Node) MergeModes(now int64, ms []modes.RuleMode) {
+// MergeModes merges writes from src (another node, or a state file) at
+// now: each wins over the write held for its rule if it is newer; writes
+// the mode authority does not take from src, writes dated after now plus
+// MaxSkew, malformed ones, and new ones for unknown rule names beyond
+// MaxOrphanModes are refused. It keeps nothing of ms.
+func (n *Node) MergeModes(now int64, src modes.Source, ms []modes.RuleMode) {
 	if len(ms) == 0 {
 		return
 	}
@@ -200,6 +212,10 @@ func (n *Node) MergeModes(now int64, ms []modes.RuleMode) {
 		}
 		if m.At > now+n.maxSkew {
 			t.stats.Future++
+			continue
+		}
+		if n.modeAuth.Take(&m, src) != nil {
+			t.stats.Untrusted++
 			continue
 		}
 		cur, had := t.m[m.Rule]

@@ -67,6 +67,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/replicated/memos"
+	"github.com/geolimit/geolimit/replicated/modes"
 )
 
 // Errors returned by Decide. Nothing is counted when one is returned.
@@ -96,6 +97,10 @@ type Config struct {
 	// entries for windows that start later than now+MaxSkew are ignored.
 	// Default 2s.
 	MaxSkew time.Duration
+	// ModeAuthority says who may set rules' modes and which writes of them
+	// the node takes from the network (modes.Authority); nil: any node, and
+	// a write from another PoP only in its writer's name.
+	ModeAuthority *modes.Authority
 	// Shards is the number of store shards; 0 means 64.
 	Shards int
 	// ShareFloor is the least fraction of the limit a side enforcing the share
@@ -132,11 +137,12 @@ const DefaultMaxSkew = 2 * time.Second
 // Node is one geolimit node's core. All methods are safe for concurrent use;
 // Decide scales across cores (the store is sharded).
 type Node struct {
-	self    crdt.Replica
-	store   *crdt.Store
-	maxSkew int64
-	rules   atomic.Pointer[ruleSet]
-	epoch   atomic.Uint64
+	self     crdt.Replica
+	store    *crdt.Store
+	maxSkew  int64
+	modeAuth *modes.Authority
+	rules    atomic.Pointer[ruleSet]
+	epoch    atomic.Uint64
 
 	// applyMu keeps Apply (read side) and forgetting unused replicas in Tick
 	// (write side) apart, so an ID is never forgotten between Intern and Merge.
@@ -231,11 +237,12 @@ func New(cfg Config) (*Node, error) {
 		self:       cfg.Self,
 		store: crdt.NewStore(crdt.StoreConfig{Self: cfg.Self, MaxKeys: cfg.MaxKeys, Shards: cfg.Shards, Seed: cfg.Seed,
 			MaxBytes: int(min(cfg.MaxMemory/2, math.MaxInt))}),
-		maxSkew: int64(cfg.MaxSkew),
-		blocks:  blocks.NewTable(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
-		memos:   memos.NewTable(cfg.MaxIdempotencyKeys),
-		memoTTL: int64(cfg.IdempotencyTTL),
-		slots:   newSlotTable(cfg.MaxLeases, cfg.Seed),
+		maxSkew:  int64(cfg.MaxSkew),
+		modeAuth: cfg.ModeAuthority,
+		blocks:   blocks.NewTable(cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)),
+		memos:    memos.NewTable(cfg.MaxIdempotencyKeys),
+		memoTTL:  int64(cfg.IdempotencyTTL),
+		slots:    newSlotTable(cfg.MaxLeases, cfg.Seed),
 	}
 	n.sparse.max = cmp.Or(cfg.MaxKeys, crdt.DefaultMaxKeys)
 	n.region.sparse.max = n.sparse.max

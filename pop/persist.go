@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -149,7 +150,7 @@ func (n *Node) Restore(now int64, ds []wire.Delta) ApplyStats {
 // hold (global per-node counts, another PoP's nodes, this incarnation) are
 // refused (WrongScope, Echo), counted like Apply's.
 func (n *Node) RestoreDelta(now int64, d *wire.Delta) ApplyStats {
-	n.MergeModes(now, d.Modes)
+	n.MergeModes(now, modes.Source{PoP: n.self.PoPID, Member: true}, d.Modes) // the node's own file
 	if d.Sender.IsPoP() {
 		return n.Apply(now, d, ScopeGlobal)
 	}

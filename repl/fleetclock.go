@@ -246,7 +246,9 @@ func (f fleetNode) ApplyFrom(now int64, d *wire.Delta, via pop.Scope, from *crdt
 
 func (f fleetNode) SetUnheard(now int64, pops []string) { f.Node.SetUnheard(now+*f.corr, pops) }
 
-func (f fleetNode) MergeModes(now int64, ms []modes.RuleMode) { f.Node.MergeModes(now+*f.corr, ms) }
+func (f fleetNode) MergeModes(now int64, src modes.Source, ms []modes.RuleMode) {
+	f.Node.MergeModes(now+*f.corr, src, ms)
+}
 
 // KeepMembers forwards to the node core when it keeps members' state.
 func (f fleetNode) KeepMembers(member func(crdt.Replica) bool) {

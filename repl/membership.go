@@ -6,6 +6,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -162,7 +163,7 @@ func (c *Core) MergeState(now int64, d *wire.Delta) pop.ApplyStats {
 	}
 	c.learnEpoch(now, d.Epoch)
 	if len(d.Modes) > 0 && d.Sender.SamePoP(c.self) && !d.Sender.IsPoP() {
-		c.node.MergeModes(now, d.Modes)
+		c.node.MergeModes(now, modes.Source{PoP: c.selfPoP, Member: true}, d.Modes)
 	}
 	var st pop.ApplyStats
 	if hasContent(d) {

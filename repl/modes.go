@@ -56,6 +56,6 @@ func (c *Core) stepModes(now int64, m Message) bool {
 		return false
 	}
 	c.stats.ModesReceived += uint64(len(d.Modes))
-	c.node.MergeModes(now, d.Modes)
+	c.node.MergeModes(now, modes.Source{PoP: m.From, Member: m.Link == LinkPoP}, d.Modes)
 	return true
 }

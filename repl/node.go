@@ -86,7 +86,7 @@ type Node interface {
 	Modes() []modes.RuleMode
 	// MergeModes merges rule modes received from another node, refusing
 	// what it may not take.
-	MergeModes(now int64, ms []modes.RuleMode)
+	MergeModes(now int64, src modes.Source, ms []modes.RuleMode)
 }
 
 var _ Node = (*pop.Node)(nil)

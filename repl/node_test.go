@@ -58,7 +58,7 @@ func (n *scriptNode) TakeModes() []modes.RuleMode {
 	return t
 }
 func (n *scriptNode) Modes() []modes.RuleMode { return n.held }
-func (n *scriptNode) MergeModes(_ int64, ms []modes.RuleMode) {
+func (n *scriptNode) MergeModes(_ int64, _ modes.Source, ms []modes.RuleMode) {
 	n.merged = append(n.merged, ms...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/server/engine"
 	"github.com/geolimit/geolimit/server/frontend"
 )
@@ -48,6 +49,8 @@ func (a *App) handleRuleMode(w http.ResponseWriter, r *http.Request) {
 			frontend.WriteError(w, http.StatusBadRequest, "mode: unknown mode "+strconv.Quote(mode)+" (want enforce, shadow, off or config)")
 		case errors.Is(err, pop.ErrUnknownRule):
 			frontend.WriteError(w, http.StatusNotFound, "unknown rule "+strconv.Quote(name))
+		case errors.Is(err, modes.ErrNoSignKey):
+			frontend.WriteError(w, http.StatusForbidden, "this node holds no mode_authority.sign_key: set modes on a node that does")
 		case err != nil:
 			frontend.WriteError(w, http.StatusInternalServerError, err.Error())
 		default:

@@ -144,10 +144,7 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 			memos.ItemBound, codec.GroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
 				return memos.Encode(enc, d.Memos[lo:hi], rules)
 			}),
-		w.items(SectionModes, len(d.Modes), modes.MaxPerSection, func(int) (string, int) { return "", 0 },
-			modes.ItemBound, 0, func(enc *msgpack.Encoder, lo, hi int, _ []string) error {
-				return modes.Encode(enc, d.Modes[lo:hi])
-			}),
+		w.modes(d.Modes),
 		w.items(SectionInflight, len(d.Inflight), codec.MaxItems, func(i int) (string, int) { return d.Inflight[i].Rule, len(d.Inflight[i].Key) },
 			inflight.ItemBound, codec.GroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
 				return inflight.Encode(enc, d.Inflight[lo:hi], rules)
@@ -341,7 +338,7 @@ func (d *Decoder) decode(out *Delta) error {
 	case EnvelopeVersion:
 		return d.decodeSections(out)
 	case ModeVersion:
-		out.Modes, err = modes.Decode(r, out.Modes)
+		out.Modes, err = modes.Decode(r, out.Modes, false)
 		return err
 	case InflightVersion:
 		out.Inflight, err = inflight.Decode(r, out.Inflight)

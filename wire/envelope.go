@@ -50,6 +50,9 @@ const (
 	// SectionInflight: the sender's in-flight counts grouped by rule,
 	//	[[rule, [key, count, version, ...]], ...]
 	SectionInflight SectionKind = 5
+	// SectionSignedModes: rules' modes signed by a mode authority key,
+	//	[rule, mode, at, region, pop, node, incarnation, sig, ...]
+	SectionSignedModes SectionKind = 6
 )
 
 func (k SectionKind) String() string {
@@ -64,6 +67,8 @@ func (k SectionKind) String() string {
 		return "modes"
 	case SectionInflight:
 		return "inflight"
+	case SectionSignedModes:
+		return "signed modes"
 	}
 	return fmt.Sprintf("kind %d", uint64(k))
 }
@@ -222,7 +227,9 @@ func (d *Decoder) decodeSections(out *Delta) error {
 		case SectionMemos:
 			out.Memos, err = memos.Decode(r, out.Memos)
 		case SectionModes:
-			out.Modes, err = modes.Decode(r, out.Modes)
+			out.Modes, err = modes.Decode(r, out.Modes, false)
+		case SectionSignedModes:
+			out.Modes, err = modes.Decode(r, out.Modes, true)
 		case SectionInflight:
 			out.Inflight, err = inflight.Decode(r, out.Inflight)
 		default:
@@ -237,6 +244,35 @@ func (d *Decoder) decodeSections(out *Delta) error {
 		}
 		if used := left - r.Len(); used != size {
 			return codec.Malformed("section %v: body of %d bytes holds %d", kind, size, used)
+		}
+	}
+	return nil
+}
+
+// modes adds the writes of ms as sections: the unsigned ones, then the
+// signed ones, each in a kind of its own.
+func (w *msgWriter) modes(ms []modes.RuleMode) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	var unsigned, signed []modes.RuleMode
+	for _, m := range ms {
+		if m.IsSigned() {
+			signed = append(signed, m)
+		} else {
+			unsigned = append(unsigned, m)
+		}
+	}
+	for _, k := range []struct {
+		kind SectionKind
+		ms   []modes.RuleMode
+	}{{SectionModes, unsigned}, {SectionSignedModes, signed}} {
+		err := w.items(k.kind, len(k.ms), modes.MaxPerSection, func(int) (string, int) { return "", 0 },
+			modes.ItemBound, 0, func(enc *msgpack.Encoder, lo, hi int, _ []string) error {
+				return modes.Encode(enc, k.ms[lo:hi], k.kind == SectionSignedModes)
+			})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -168,8 +168,9 @@ func TestKillSwitchReachesThreeRegions(t *testing.T) {
 
 	// PoP eu/ams's NATS user may publish on its own subjects only; a mode
 	// message there that claims to come from ap/sin is dropped by every
-	// receiver. A message of its own sent after it (older, so that it would
-	// lose to the forged one) shows that the forged one was handled.
+	// receiver. With the example's mode authority, a write in its own name
+	// is refused too: it is not signed by the authority's key. So one PoP's
+	// credentials cannot switch a rule anywhere.
 	nc, err := nats.Connect("nats://"+e.Addr(t, "127.0.0.1:4222"), nats.UserInfo("eu-ams", "eu-ams-example-password"))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -188,9 +189,12 @@ func TestKillSwitchReachesThreeRegions(t *testing.T) {
 	require.NoError(t, nc.Flush())
 	for _, n := range []string{"us-iad-1", "ap-sin-1"} {
 		require.Eventually(t, func() bool {
-			m, by := ruleMode(t, ds[n].api, "login")
-			return m == "shadow" && by == "eu/ams/ams-9#1"
-		}, 10*time.Second, poll, "%s takes eu/ams's own message, not the forged one", n)
+			_, body := authDo(t, http.MethodGet, ds[n].api+"/metrics", "")
+			return strings.Contains(body, `geolimit_rule_mode_refused_total{reason="untrusted"} 1`)
+		}, 10*time.Second, poll, "%s refuses eu/ams's unsigned write", n)
+		m, by := ruleMode(t, ds[n].api, "login")
+		assert.Equal(t, "enforce", m, "%s: login keeps its own mode", n)
+		assert.Empty(t, by)
 	}
 
 	// ap/sin restarts without a state file: it learns the mode from the

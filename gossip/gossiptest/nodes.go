@@ -28,10 +28,17 @@ func Rules() []pop.Rule {
 // new in the process.
 func NewNode(t testing.TB, region, popName, name string, rules []pop.Rule) *pop.Node {
 	t.Helper()
-	n, err := pop.New(pop.Config{
-		Self:  crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: popName}, Node: name, Incarnation: incarnation.Add(1)},
+	return NewNodeConfig(t, pop.Config{
+		Self:  crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: popName}, Node: name},
 		Rules: rules,
 	})
+}
+
+// NewNodeConfig returns a node of cfg, its incarnation new in the process.
+func NewNodeConfig(t testing.TB, cfg pop.Config) *pop.Node {
+	t.Helper()
+	cfg.Self.Incarnation = incarnation.Add(1)
+	n, err := pop.New(cfg)
 	require.NoError(t, err)
 	return n
 }

@@ -5,6 +5,7 @@ package modes
 
 import (
 	"cmp"
+	"crypto/ed25519"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -29,7 +30,13 @@ type RuleMode struct {
 	At int64
 	// By is the node that set it.
 	By crdt.Replica
+	// Sig is the write's Ed25519 signature by a mode authority key (see
+	// Authority); all zero when unsigned.
+	Sig [ed25519.SignatureSize]byte
 }
+
+// IsSigned reports whether m carries a signature.
+func (m *RuleMode) IsSigned() bool { return m.Sig != [ed25519.SignatureSize]byte{} }
 
 // Modes of a RuleMode.
 const (
@@ -61,16 +68,18 @@ func Merge(a, b RuleMode) RuleMode {
 	return b
 }
 
-// The modes section of the wire format: every mode's fields, flat,
+// The modes sections of the wire format: every write's fields, flat; the
+// unsigned writes in one kind of section, the signed ones in another,
 //
 //	[rule, mode, at, region, pop, node, incarnation, ...]
+//	[rule, mode, at, region, pop, node, incarnation, sig, ...]
 
-// fields is the number of elements of one encoded RuleMode.
+// fields is the number of elements of one encoded unsigned RuleMode.
 const fields = 7
 
 // ItemBound is an upper bound of one encoded RuleMode's size: the rule
-// name, the mode, the time and the writer.
-const ItemBound = 2 + codec.MaxRuleNameLen + 1 + 9 + 3*(codec.MaxNameLen+3) + 9
+// name, the mode, the time, the writer and a signature.
+const ItemBound = 2 + codec.MaxRuleNameLen + 1 + 9 + 3*(codec.MaxNameLen+3) + 9 + 2 + ed25519.SignatureSize
 
 // MaxPerSection is the most rule modes one section may carry.
 const MaxPerSection = crdt.MaxRules
@@ -89,15 +98,20 @@ func Check(m *RuleMode) error {
 	return nil
 }
 
-// Encode writes a modes section's body.
-func Encode(enc *msgpack.Encoder, ms []RuleMode) error {
+// Encode writes a modes section's body: of unsigned writes, or with
+// signed, of signed ones (ms must be all one or all the other).
+func Encode(enc *msgpack.Encoder, ms []RuleMode, signed bool) error {
+	per := fields
+	if signed {
+		per++
+	}
 	var err error
 	put := func(e error) {
 		if err == nil {
 			err = e
 		}
 	}
-	put(enc.EncodeArrayLen(fields * len(ms)))
+	put(enc.EncodeArrayLen(per * len(ms)))
 	for _, m := range ms {
 		put(enc.EncodeString(m.Rule))
 		put(enc.EncodeUint(uint64(m.Mode)))
@@ -106,13 +120,21 @@ func Encode(enc *msgpack.Encoder, ms []RuleMode) error {
 		put(enc.EncodeString(m.By.PoP))
 		put(enc.EncodeString(m.By.Node))
 		put(enc.EncodeUint(m.By.Incarnation))
+		if signed {
+			put(enc.EncodeBytes(m.Sig[:]))
+		}
 	}
 	return err
 }
 
-// Decode reads a modes section's body and appends its writes to out.
-func Decode(r *codec.Reader, out []RuleMode) ([]RuleMode, error) {
-	n, err := r.Items("modes", fields, 0)
+// Decode reads a modes section's body (of signed writes, with signed) and
+// appends its writes to out.
+func Decode(r *codec.Reader, out []RuleMode, signed bool) ([]RuleMode, error) {
+	per := fields
+	if signed {
+		per++
+	}
+	n, err := r.Items("modes", per, 0)
 	if err != nil {
 		return out, err
 	}
@@ -145,6 +167,16 @@ func Decode(r *codec.Reader, out []RuleMode) ([]RuleMode, error) {
 		}
 		if err := m.By.Validate(); err != nil {
 			return out, codec.Malformed("rule %q: set by: %v", m.Rule, err)
+		}
+		if signed {
+			sig, err := r.Str(ed25519.SignatureSize, "mode signature")
+			if err != nil {
+				return out, err
+			}
+			if len(sig) != ed25519.SignatureSize || [ed25519.SignatureSize]byte(sig) == [ed25519.SignatureSize]byte{} {
+				return out, codec.Malformed("rule %q: signature of %d bytes", m.Rule, len(sig))
+			}
+			m.Sig = [ed25519.SignatureSize]byte(sig)
 		}
 		out = append(out, m)
 	}

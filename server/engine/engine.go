@@ -267,8 +267,12 @@ func New(o Options) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	auth, err := o.Config.ModeAuthority.Load()
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	node, err := pop.New(pop.Config{Self: o.Self, Rules: prules, MaxKeys: o.Config.Limits.MaxKeys, MaxMemory: o.Config.Limits.MemoryBudget(), MaxSkew: o.Config.Limits.MaxSkew.D(),
-		IdempotencyTTL: o.Config.Idempotency.TTL.D(), MaxIdempotencyKeys: o.Config.Idempotency.MaxKeysOr(o.Config.Limits)})
+		IdempotencyTTL: o.Config.Idempotency.TTL.D(), MaxIdempotencyKeys: o.Config.Idempotency.MaxKeysOr(o.Config.Limits), ModeAuthority: auth})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

@@ -135,7 +135,7 @@ var (
 	descModeChanges = prometheus.NewDesc("geolimit_rule_mode_changes_total",
 		"Rule modes set at run time that this node took: set here (local) or received and newer than what it held (remote).", []string{"origin"}, nil)
 	descModeRefused = prometheus.NewDesc("geolimit_rule_mode_refused_total",
-		"Rule modes received and not taken: dated beyond now + limits.max_skew (future), malformed or for unknown rules beyond the orphan bound (refused), orphans dropped by a reload (dropped).", []string{"reason"}, nil)
+		"Rule modes received and not taken: dated beyond now + limits.max_skew (future), malformed or for unknown rules beyond the orphan bound (refused), orphans dropped by a reload (dropped), refused by the mode authority's trust rule (untrusted).", []string{"reason"}, nil)
 )
 
 var allModes = [...]pop.Mode{pop.Enforce, pop.Shadow, pop.Off}
@@ -163,6 +163,7 @@ func (c *modeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descModeChanges, prometheus.CounterValue, float64(ms.Set), "local")
 	ch <- prometheus.MustNewConstMetric(descModeChanges, prometheus.CounterValue, float64(ms.Merged), "remote")
 	ch <- prometheus.MustNewConstMetric(descModeRefused, prometheus.CounterValue, float64(ms.Future), "future")
+	ch <- prometheus.MustNewConstMetric(descModeRefused, prometheus.CounterValue, float64(ms.Untrusted), "untrusted")
 	ch <- prometheus.MustNewConstMetric(descModeRefused, prometheus.CounterValue, float64(ms.Refused), "refused")
 	ch <- prometheus.MustNewConstMetric(descModeRefused, prometheus.CounterValue, float64(ms.Dropped), "dropped")
 }
