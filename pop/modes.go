@@ -103,7 +103,7 @@ func (r *ruleState) setOverride(m modes.RuleMode) {
 type modeTable struct {
 	mu      sync.Mutex
 	m       map[string]modes.RuleMode
-	clock   int64 // the latest At of any write held: the hybrid logical clock
+	clock   int64       // the latest At of any write held: the hybrid logical clock
 	pending []string    // names written here since the last TakeModes
 	dirty   atomic.Bool // pending is not empty
 	stats   ModeStats
