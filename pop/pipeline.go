@@ -65,13 +65,13 @@ type Request struct {
 	// keys (their Result.Err says why) and denies a cost that can never
 	// fit, with a wait of at least the window.
 	Strict bool
-	// NoPrefetch turns off the prefetch of each check's key a few checks
-	// ahead (for a same-run comparison of its effect).
-	NoPrefetch bool
-	// BeforeCount, when set, runs between the check of an all-or-nothing
-	// request and its counts: tests race another request in between.
-	BeforeCount func()
 }
+
+// testHookBeforeCount, set only by the package's tests (export_test.go),
+// runs between the check of an all-or-nothing request and its counts, so
+// that a test can race another request or a reload in between. Nil in
+// every program, as net/http's testHook variables are.
+var testHookBeforeCount func()
 
 // Result is one check's answer.
 type Result struct {
@@ -338,13 +338,13 @@ var orderPool = sync.Pool{New: func() any { return new([]int32) }}
 // decideEach decides every check on its own.
 func (n *Node) decideEach(now int64, req *Request, res []Result) Outcome {
 	cs := req.Checks
-	if !req.NoPrefetch && len(cs) > 1 {
+	if len(cs) > 1 {
 		for i := range min(prefetchAhead, len(cs)) {
 			n.prefetch(&cs[i])
 		}
 	}
 	for i := range cs {
-		if !req.NoPrefetch && i+prefetchAhead < len(cs) {
+		if i+prefetchAhead < len(cs) {
 			n.prefetch(&cs[i+prefetchAhead])
 		}
 		if res[i].Err != nil {
@@ -391,8 +391,8 @@ func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Out
 		}
 	}
 	if !denied {
-		if req.BeforeCount != nil {
-			req.BeforeCount()
+		if testHookBeforeCount != nil {
+			testHookBeforeCount()
 		}
 	passes:
 		for pass := 0; pass < 2; pass++ { // enforce checks first, then shadow ones
@@ -431,7 +431,7 @@ func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Out
 
 // prefetchAll prefetches the keys of a request's first few checks.
 func (n *Node) prefetchAll(req *Request) {
-	if req.NoPrefetch || len(req.Checks) < 2 {
+	if len(req.Checks) < 2 {
 		return
 	}
 	for i := range min(prefetchAhead, len(req.Checks)) {

@@ -67,7 +67,10 @@ func (f *FrontEnds) ForwardAuth() http.Handler {
 			frontend.WriteError(w, http.StatusBadRequest, msg)
 			return
 		}
-		if f.env.AnswerOrigin(w, rs, &o, status, start, f.met.LatencyForwardAuth) {
+		a := f.env.DecideOrigin(rs, &o, status, nil)
+		defer a.Put()
+		f.met.LatencyForwardAuth.Observe(time.Since(start).Seconds())
+		if a.WriteHTTP(w) {
 			w.WriteHeader(http.StatusOK)
 		}
 	})
