@@ -71,7 +71,7 @@ func withIdem(idem string, hdr ...string) []string {
 func TestFrontEndsDecideAlike(t *testing.T) {
 	up := newUpstream(t)
 	ta := startApp(t, frontendsYAML(up.URL))
-	mw := httptest.NewServer(ta.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	mw := httptest.NewServer(ta.middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	t.Cleanup(mw.Close)
 	c, _ := rlsClient(t, ta)
 	nc, err := net.Dial("tcp", ta.SPOAAddr().String())
