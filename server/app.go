@@ -510,4 +510,3 @@ func (a *App) Reload() error { return a.eng.Reload() }
 
 // Engine returns the engine the App runs.
 func (a *App) Engine() *engine.App { return a.eng }
-
