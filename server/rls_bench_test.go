@@ -233,5 +233,5 @@ func rlsFloor(b *testing.B, addr string, reqs []*rlsv3.RateLimitRequest) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU() - cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
