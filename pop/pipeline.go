@@ -443,24 +443,22 @@ func (n *Node) prefetch(c *Check) { n.PrefetchHandle(c.Rule, c.Key) }
 
 // count decides check c, counting it unless it is a probe.
 func (n *Node) count(now int64, c *Check, res *Result) {
-	if c.Probe {
+	r := c.Rule.r
+	if c.Probe || c.Cost > r.maxCostOf() {
 		n.peek(now, c, c.Cost, false, res)
-		return
-	}
-	if c.Cost > c.Rule.r.maxCostOf() {
-		n.peek(now, c, c.Cost, false, res)
-		return
-	}
-	if c.Rule.r.Kind == Concurrency {
-		n.acquire(now, c, c.Cost, true, res)
 		return
 	}
 	d := &res.Decision
-	if err := n.decideRule(d, now, c.Rule.r, c.Key, c.Cost, c.Tier, true); err != nil {
+	sl := slotReq{take: true, pin: c.Pin}
+	if err := n.decideRule(d, now, r, c.Key, c.Cost, c.Tier, howCount, &sl); err != nil {
 		res.Err = err
 		return
 	}
 	res.done, res.peeked = true, false
+	if r.Kind == Concurrency {
+		res.Lease, res.Counted = sl.lease, sl.lease.Held()
+		return
+	}
 	res.Counted = d.Allowed && !d.Off
 }
 
@@ -468,29 +466,27 @@ func (n *Node) count(now int64, c *Check, res *Result) {
 // never admit is denied with a wait of at least the window. With penalize,
 // a denial starts the key's penalty block as a counted one would. An
 // admitted answer says what is left as the key stands (nothing was
-// spent).
+// spent); of a concurrency rule, what taking the slots would leave.
 func (n *Node) peek(now int64, c *Check, cost uint64, penalize bool, res *Result) {
 	r := c.Rule.r
-	if r.Kind == Concurrency {
-		n.acquire(now, c, cost, false, res)
-		return
+	pc, how := cost, decideHow(0)
+	if r.Kind != Concurrency { // slots over the limit are judged whole: a denial
+		pc = min(cost, r.maxCostOf())
+		switch {
+		case cost > pc:
+			how = howNeverFits
+		case penalize:
+			how = howPenalize
+		}
 	}
-	pc := min(cost, r.maxCostOf())
 	d := &res.Decision
-	if err := n.decideRule(d, now, r, c.Key, pc, c.Tier, false); err != nil {
+	if err := n.decideRule(d, now, r, c.Key, pc, c.Tier, how, &slotReq{}); err != nil {
 		res.Err = err
 		return
 	}
 	res.done, res.peeked, res.Counted = true, true, false
-	if d.Allowed && !d.ShadowDenied {
+	if d.Allowed && !d.ShadowDenied && r.Kind != Concurrency && how&howNeverFits == 0 {
 		d.Remaining = min(d.Remaining+pc, d.Limit)
-	} else if penalize && cost <= pc {
-		n.penalize(now, r, c.Key, d)
-	}
-	if cost > pc && !d.Off {
-		d.Allowed, d.ShadowDenied = false, false
-		d.RetryAfter = max(d.RetryAfter, r.Window)
-		*d = shadowed(r, *d)
 	}
 }
 
