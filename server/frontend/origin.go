@@ -134,7 +134,7 @@ func HostOnly(hostport string) string {
 // reported it, so a spoofed or garbage header never names the client.
 func ClientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
 	peer := parseHop(r.RemoteAddr)
-	if !peer.IsValid() || !isTrusted(peer, trusted) {
+	if !peer.IsValid() || !IsTrusted(peer, trusted) {
 		return peer, false
 	}
 	xff := r.Header.Values("X-Forwarded-For")
@@ -154,7 +154,7 @@ func ClientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
 				if !a.IsValid() {
 					return last, true
 				}
-				if !isTrusted(a, trusted) {
+				if !IsTrusted(a, trusted) {
 					return a, true
 				}
 				last = a
@@ -179,7 +179,9 @@ func parseHop(s string) netip.Addr {
 	return netip.Addr{}
 }
 
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+// IsTrusted reports whether a is in one of the trusted prefixes
+// (proxy.trusted_proxies).
+func IsTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	for _, p := range trusted {
 		if p.Contains(a) {
 			return true

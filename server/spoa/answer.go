@@ -73,7 +73,7 @@ func (a *Agent) answer(e *encoder, m message, peer netip.Addr) brief {
 	}
 	start := time.Now()
 	rs := a.env.Rules.Load()
-	o, msg := originOf(m.args, peer.IsValid() && trusted(peer, rs.Trusted))
+	o, msg := originOf(m.args, peer.IsValid() && frontend.IsTrusted(peer, rs.Trusted))
 	if msg != "" {
 		a.refuse(e, MessageName+": "+msg)
 		return brief{status: http.StatusBadRequest}
@@ -130,13 +130,4 @@ func (a *Agent) refuse(e *encoder, msg string) {
 	if a.warned.CompareAndSwap(false, true) {
 		a.env.Log.Warn("spoa: a message was refused (status 400); check the SPOE configuration against the README (logged once)", "reason", msg)
 	}
-}
-
-func trusted(a netip.Addr, ps []netip.Prefix) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
