@@ -1,18 +1,18 @@
 // Package frontend is what every front end of the daemon shares: the
-// compiled rule snapshot (Rules), the classifier that turns a request into
-// checks for the node's one decision pipeline (pop.Node.DecideChecks), and
-// the answer's headers and JSON. A front end (the HTTP API, proxy mode and
-// forward auth, the Envoy rate limit service, the middleware) parses its
-// protocol, classifies, decides through Checks and writes the answer; none
-// decides anything itself.
+// compiled rule snapshot (Rules), the classifiers that turn a request into
+// checks (Classify for a request the rules judge, ClassifyDescriptor for
+// Envoy's descriptors, Checks.Add for the API's named checks), the one key
+// rule that names every counter (Key), and the one way into the node's
+// pipeline, Env.Decide, whose Answer (allowed, status, the header fields in
+// order, the binding check, the repeat, the denial's body) each front end
+// renders in its protocol. A front end (the HTTP API, proxy mode and
+// forward auth, the middleware, the Envoy rate limit service, the HAProxy
+// agent) parses and renders; none decides anything itself.
 //
-//	c := frontend.GetChecks(pop.All, false)
-//	defer c.Put()
-//	rules.Classify(&origin, c)
-//	c.Decide(node, clk.Now())
-//	c.Tally()
-//	if cr, d := c.Binding(); cr != nil {
-//		frontend.SetRateLimitHeaders(w.Header(), cr, d, c.MoreAfter(node, clk.Now()))
+//	a := env.DecideOrigin(rules, &origin, http.StatusTooManyRequests, nil)
+//	defer a.Put()
+//	if a.WriteHTTP(w) { // the header fields, or the 400 or denial
+//		next.ServeHTTP(w, r)
 //	}
 package frontend
 
