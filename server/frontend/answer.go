@@ -99,12 +99,6 @@ func appendLimit(b []byte, cr *Rule, d pop.Decision) []byte {
 	return strconv.AppendUint(b, d.Limit, 10)
 }
 
-// SetRateLimitHeaders sets the binding rule's RateLimit fields of the
-// decision d on h (RateLimitHeaders).
-func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Duration) {
-	RateLimitHeaders(cr, d, more).Set(h)
-}
-
 // RateLimitHeaders returns RateLimit-Policy, RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-Limit/Remaining/Reset
 // and, when denied, Retry-After, from the binding rule's decision.

@@ -188,13 +188,8 @@ func (c *Checks) Binding() (*Rule, pop.Decision) {
 // (pop.Node.MoreAfterHandle): an admitted request looks its key up once
 // more.
 func (c *Checks) MoreAfter(n *pop.Node, now int64) time.Duration {
-	return c.MoreAfterOf(n, now, c.Out.Binding)
-}
-
-// MoreAfterOf is MoreAfter for check b.
-func (c *Checks) MoreAfterOf(n *pop.Node, now int64, b int) time.Duration {
-	ck := &c.Req.Checks[b]
-	return n.MoreAfterHandle(now, ck.Rule, ck.Key, c.Res[b].Decision, pop.Options{Tier: ck.Tier})
+	ck := &c.Req.Checks[c.Out.Binding]
+	return n.MoreAfterHandle(now, ck.Rule, ck.Key, c.Res[c.Out.Binding].Decision, pop.Options{Tier: ck.Tier})
 }
 
 // Classify adds a check for every rule of rs that applies to o: it
