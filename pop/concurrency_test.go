@@ -206,9 +206,10 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 	// A race lost after the judging: the slot acquired first is given back.
 	m := concNode(t, "b", Config{})
 	r = &Request{Combine: All, Checks: []Check{chk(t, m, "local", "k", 0), chk(t, m, "api", "k", 2)}}
-	r.BeforeCount = func() { _, _ = m.Decide(t0, "api", "k", 1) }
+	setBeforeCount(t, func() { _, _ = m.Decide(t0, "api", "k", 1) })
 	res = make([]Result, 2)
 	out, err = m.DecideChecks(t0, r, res)
+	setBeforeCount(t, nil)
 	require.NoError(t, err)
 	assert.False(t, out.Allowed)
 	assert.Zero(t, out.Counted)

@@ -71,7 +71,7 @@ func (n *Node) decide(now int64, rule, key string, cost uint64, count bool) (d D
 	if !ok {
 		return Decision{}, ErrUnknownRule
 	}
-	err = n.decideRule(&d, now, r, key, cost, "", count)
+	err = n.decideRule(&d, now, r, key, cost, "", howOf(count), nil)
 	return
 }
 
@@ -89,36 +89,74 @@ func checkRequest(key string, cost uint64) error {
 	return nil
 }
 
+// decideHow says what decideRule does beside deciding.
+type decideHow uint8
+
+const (
+	// howCount counts the request when it fits.
+	howCount decideHow = 1 << iota
+	// howPenalize starts the key's block on a denial, as a counted denial
+	// does, without counting (a check judged before an all-or-nothing
+	// request is denied).
+	howPenalize
+	// howNeverFits: the request costs more than the rule can ever admit;
+	// it is judged at the rule's largest cost, and denied with a wait of at
+	// least the window.
+	howNeverFits
+)
+
+func howOf(count bool) decideHow {
+	if count {
+		return howCount
+	}
+	return 0
+}
+
+// slotReq is what deciding a check of a concurrency rule needs beside the
+// decision: whether to take its slots (and pin them) and where the lease
+// goes.
+type slotReq struct {
+	take, pin bool
+	lease     Lease
+}
+
 // decideRule decides for rule r of some rule table snapshot, under tier
 // (empty: the rule's default), into *d (which it overwrites whole). It
-// holds the decision order, here and nowhere else:
+// holds the decision order, here and nowhere else, for every kind of rule:
 //
 //  1. the request: a key and a cost the rule can ever admit (an error
-//     counts nothing);
+//     counts nothing; with howNeverFits, judged at the largest cost);
 //  2. the guard: a key in the penalty box, or a node not synced yet under
 //     on_unsure: deny, is denied before any count is read;
-//  3. each window (admitWindow): the partition share caps this side's
-//     limit, a key the node cannot judge fails closed (on_unsure: deny),
-//     then the counts admit (and count, when the request fits in every
-//     window); a GCRA rule's TAT admits instead (admitGCRA, gcra.go);
-//  4. a counted denial starts the key's block (penalty box);
-//  5. a shadow rule's denial becomes an admission that says so.
+//  3. admit: for a rate rule each window (admitWindow): the partition
+//     share caps this side's limit, a key the node cannot judge fails
+//     closed (on_unsure: deny), then the counts admit (and count, with
+//     howCount, when the request fits in every window); a GCRA rule's TAT
+//     admits instead (admitGCRA, gcra.go); a concurrency rule's slots in
+//     use admit (admitSlots, lease.go; sl says whether to take them);
+//  4. the penalty step: a counted denial (or one judged with howPenalize)
+//     starts the key's block;
+//  5. the shadow step: a shadow rule's denial becomes an admission that
+//     says so.
 //
 // A rule switched off at run time (modes.go) stops after 1: allowed,
-// nothing counted (Decision.Off).
+// nothing counted (Decision.Off). A concurrency rule decided without sl
+// (the rate calls Decide, Peek and theirs) is ErrConcurrencyRule.
 //
 // Results go through pointers on this path: a returned struct is copied
 // with wide loads of its narrow stores, which stalls on store forwarding,
 // and three such copies cost a decision more than its look-up in cache.
-func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost uint64, tier string, count bool) (err error) {
+func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost uint64, tier string, how decideHow, sl *slotReq) (err error) {
 	if err = checkRequest(key, cost); err != nil {
 		*d = Decision{}
 		return err
 	}
-	if cost > r.maxCostOf() {
+	if cost > r.maxCostOf() && r.Kind != Concurrency { // slots over the limit are a denial (admitSlots)
 		*d = Decision{}
 		return ErrCostOverLimit
 	}
+	count := how&howCount != 0
+	done := false
 	if r.gated.Load() { // guarded or off: one flag for both
 		if r.off() {
 			*d = Decision{Allowed: true, Off: true, Limit: r.Limit, Remaining: r.Limit}
@@ -126,40 +164,50 @@ func (n *Node) decideRule(d *Decision, now int64, r *ruleState, key string, cost
 		}
 		if r.guarded {
 			if r.Kind == Concurrency {
-				*d = Decision{}
-				return ErrConcurrencyRule
-			}
-			if g, done := n.guard(now, r, key); done {
-				*d = shadowed(r, g)
-				return nil
+				if sl == nil {
+					*d = Decision{}
+					return ErrConcurrencyRule
+				}
+				n.admitSlots(d, now, r, key, cost, sl)
+				done = true
+			} else if g, ok := n.guard(now, r, key); ok {
+				*d, done = g, true
 			}
 		}
 	}
-	var u Unsure
-	if r.multi {
-		u = n.admitWindows(d, now, r, key, tier, cost, count) // or admitGCRA
-	} else {
-		// One window, the rule's own limit (the common case, written out
-		// here rather than in a function of its own: a call costs it 5 %).
-		var res crdt.AdmitResult
-		if u = n.admitWindow(&res, now, r, key, r.Limit, cost, modeOf(count, count)); u == UnsureNone {
-			// Field by field: a composite literal is built on the stack and copied.
-			d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
-			d.Blocked, d.BlockStarted, d.Off, d.Unsure = false, false, false, UnsureNone
-			d.Limit, d.Remaining = r.Limit, res.Remaining
-			d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(res.RetryAfter)
-			d.Binding, d.Limits = 0, nil
+	if !done {
+		var u Unsure
+		if r.multi {
+			u = n.admitWindows(d, now, r, key, tier, cost, count) // or admitGCRA
+		} else {
+			// One window, the rule's own limit (the common case, written out
+			// here rather than in a function of its own: a call costs it 5 %).
+			var res crdt.AdmitResult
+			if u = n.admitWindow(&res, now, r, key, r.Limit, cost, modeOf(count, count)); u == UnsureNone {
+				// Field by field: a composite literal is built on the stack and copied.
+				d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
+				d.Blocked, d.BlockStarted, d.Off, d.Unsure = false, false, false, UnsureNone
+				d.Limit, d.Remaining = r.Limit, res.Remaining
+				d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(res.RetryAfter)
+				d.Binding, d.Limits = 0, nil
+			}
+		}
+		if u != UnsureNone {
+			*d = unsureDecision(r, u)
+			d.Untracked = u == UnsureStoreFull
+		} else if r.guarded {
+			n.afterGuard(now, r, key, how&(howCount|howPenalize) != 0, d) // the penalty step
 		}
 	}
-	if u != UnsureNone {
-		*d = unsureDecision(r, u)
-		d.Untracked = u == UnsureStoreFull
-		*d = shadowed(r, *d)
-		return nil
+	if how&howNeverFits != 0 && !d.Off {
+		if d.Allowed {
+			d.Remaining = min(d.Remaining+cost, d.Limit) // nothing was spent
+		}
+		d.Allowed = false
+		d.RetryAfter = max(d.RetryAfter, r.Window)
 	}
-	if r.guarded {
-		n.afterGuard(now, r, key, count, d)
-	}
+	// The shadow step, the one place a shadow rule's denial becomes an
+	// admission that says it would have denied.
 	if !d.Allowed && r.mode() == Shadow {
 		d.Allowed, d.ShadowDenied = true, true
 	}
@@ -227,13 +275,4 @@ func (n *Node) admitWindow(res *crdt.AdmitResult, now int64, w *ruleState, key s
 	}
 	res.Remaining = min(res.Remaining, limit)
 	return UnsureNone
-}
-
-// shadowed turns a shadow rule's denial into an admission that says it
-// would have denied.
-func shadowed(r *ruleState, d Decision) Decision {
-	if !d.Allowed && r.mode() == Shadow {
-		d.Allowed, d.ShadowDenied = true, true
-	}
-	return d
 }

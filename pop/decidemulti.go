@@ -177,7 +177,7 @@ func (n *Node) decideWith(now int64, rule, key string, cost uint64, tier string,
 	if !ok {
 		return Decision{}, ErrUnknownRule
 	}
-	err = n.decideRule(&d, now, r, key, cost, tier, count)
+	err = n.decideRule(&d, now, r, key, cost, tier, howOf(count), nil)
 	return
 }
 

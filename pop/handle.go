@@ -43,7 +43,7 @@ func (n *Node) DecideHandle(now int64, h RuleHandle, key string, cost uint64) (d
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
-	err = n.decideRule(&d, now, h.r, key, cost, "", true)
+	err = n.decideRule(&d, now, h.r, key, cost, "", howCount, nil)
 	return
 }
 
@@ -52,7 +52,7 @@ func (n *Node) PeekHandle(now int64, h RuleHandle, key string, cost uint64) (d D
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
-	err = n.decideRule(&d, now, h.r, key, cost, "", false)
+	err = n.decideRule(&d, now, h.r, key, cost, "", 0, nil)
 	return
 }
 
@@ -62,7 +62,7 @@ func (n *Node) DecideHandleWith(now int64, h RuleHandle, key string, cost uint64
 		return Decision{}, ErrUnknownRule
 	}
 	var d Decision
-	err := n.decideRule(&d, now, h.r, key, cost, o.Tier, true)
+	err := n.decideRule(&d, now, h.r, key, cost, o.Tier, howCount, nil)
 	return d, err
 }
 
@@ -72,6 +72,6 @@ func (n *Node) PeekHandleWith(now int64, h RuleHandle, key string, cost uint64, 
 		return Decision{}, ErrUnknownRule
 	}
 	var d Decision
-	err := n.decideRule(&d, now, h.r, key, cost, o.Tier, false)
+	err := n.decideRule(&d, now, h.r, key, cost, o.Tier, 0, nil)
 	return d, err
 }

@@ -58,24 +58,17 @@ func (l Lease) Until() int64 {
 	return l.l.until
 }
 
-// acquire decides check c of a concurrency rule for cost slots at now: it
-// fits when the slots in use (this node's leases and, for pop scope, the
-// members' counts) plus cost are within the limit. With take, a check that
-// fits acquires a lease (res.Lease, res.Counted); otherwise nothing is
-// held and the answer is what taking would answer.
-func (n *Node) acquire(now int64, c *Check, cost uint64, take bool, res *Result) {
-	r := c.Rule.r
-	d := &res.Decision
-	res.done, res.peeked, res.Counted = true, !take, false
-	if r.off() {
-		// Switched off at run time (modes.go): allowed, nothing held.
-		*d = Decision{Allowed: true, Off: true, Limit: r.Limit, Remaining: r.Limit}
-		return
-	}
+// admitSlots is step 3 of decideRule for a concurrency rule: a request of
+// cost slots fits when the slots in use (this node's leases and, for pop
+// scope, the members' counts) plus cost are within the limit. With
+// sl.take, one that fits acquires a lease (sl.lease; pinned with sl.pin);
+// otherwise nothing is held and the answer is what taking would answer.
+func (n *Node) admitSlots(d *Decision, now int64, r *ruleState, key string, cost uint64, sl *slotReq) {
+	take := sl.take
 	*d = Decision{Limit: r.Limit}
 	s := n.slots
 	s.mu.Lock()
-	e := s.entry(slotKey{r.id, c.Key}, false)
+	e := s.entry(slotKey{r.id, key}, false)
 	var used uint64
 	if e != nil {
 		s.expire(e, now)
@@ -89,11 +82,11 @@ func (n *Node) acquire(now int64, c *Check, cost uint64, take bool, res *Result)
 		d.Remaining = r.Limit - used - cost
 		if take {
 			if e == nil {
-				e = s.entry(slotKey{r.id, c.Key}, true)
+				e = s.entry(slotKey{r.id, key}, true)
 			}
 			e.share = r.Scope == ScopePoP
 			l := &lease{e: e, slots: cost, idx: len(e.leases)}
-			if !c.Pin {
+			if !sl.pin {
 				l.until = now + r.leaseTTL()
 				if e.next == 0 || l.until < e.next {
 					e.next = l.until
@@ -111,7 +104,7 @@ func (n *Node) acquire(now int64, c *Check, cost uint64, take bool, res *Result)
 			s.byRule[r.id] += cost
 			s.changed(e)
 			s.st.Acquired++
-			res.Lease, res.Counted = Lease{l}, true
+			sl.lease = Lease{l}
 		}
 	default:
 		d.Untracked = full
@@ -128,9 +121,6 @@ func (n *Node) acquire(now int64, c *Check, cost uint64, take bool, res *Result)
 		s.tidy(e)
 	}
 	s.mu.Unlock()
-	if !d.Allowed && r.mode() == Shadow {
-		d.Allowed, d.ShadowDenied = true, true
-	}
 }
 
 // Release gives back lease l's slots; false when it was given back

@@ -732,7 +732,7 @@ func TestDecideRuleOverwritesEveryField(t *testing.T) {
 			rs, ok := b.rules.Load().get(r.Name)
 			require.True(t, ok)
 			got := dirtyDecision(t)
-			gotErr := b.decideRule(&got, now, rs, key, cost, "", true)
+			gotErr := b.decideRule(&got, now, rs, key, cost, "", howCount, nil)
 			require.Equal(t, wantErr, gotErr, "%s %s at %d", r.Name, key, i)
 			require.Equal(t, want, got, "%s %s at %d", r.Name, key, i)
 		}

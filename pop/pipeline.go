@@ -65,13 +65,13 @@ type Request struct {
 	// keys (their Result.Err says why) and denies a cost that can never
 	// fit, with a wait of at least the window.
 	Strict bool
-	// NoPrefetch turns off the prefetch of each check's key a few checks
-	// ahead (for a same-run comparison of its effect).
-	NoPrefetch bool
-	// BeforeCount, when set, runs between the check of an all-or-nothing
-	// request and its counts: tests race another request in between.
-	BeforeCount func()
 }
+
+// testHookBeforeCount, set only by the package's tests (export_test.go),
+// runs between the check of an all-or-nothing request and its counts, so
+// that a test can race another request or a reload in between. Nil in
+// every program, as net/http's testHook variables are.
+var testHookBeforeCount func()
 
 // Result is one check's answer.
 type Result struct {
@@ -338,13 +338,13 @@ var orderPool = sync.Pool{New: func() any { return new([]int32) }}
 // decideEach decides every check on its own.
 func (n *Node) decideEach(now int64, req *Request, res []Result) Outcome {
 	cs := req.Checks
-	if !req.NoPrefetch && len(cs) > 1 {
+	if len(cs) > 1 {
 		for i := range min(prefetchAhead, len(cs)) {
 			n.prefetch(&cs[i])
 		}
 	}
 	for i := range cs {
-		if !req.NoPrefetch && i+prefetchAhead < len(cs) {
+		if i+prefetchAhead < len(cs) {
 			n.prefetch(&cs[i+prefetchAhead])
 		}
 		if res[i].Err != nil {
@@ -391,8 +391,8 @@ func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Out
 		}
 	}
 	if !denied {
-		if req.BeforeCount != nil {
-			req.BeforeCount()
+		if testHookBeforeCount != nil {
+			testHookBeforeCount()
 		}
 	passes:
 		for pass := 0; pass < 2; pass++ { // enforce checks first, then shadow ones
@@ -431,7 +431,7 @@ func (n *Node) decideAll(now int64, req *Request, res []Result, m *allMemos) Out
 
 // prefetchAll prefetches the keys of a request's first few checks.
 func (n *Node) prefetchAll(req *Request) {
-	if req.NoPrefetch || len(req.Checks) < 2 {
+	if len(req.Checks) < 2 {
 		return
 	}
 	for i := range min(prefetchAhead, len(req.Checks)) {
@@ -443,24 +443,22 @@ func (n *Node) prefetch(c *Check) { n.PrefetchHandle(c.Rule, c.Key) }
 
 // count decides check c, counting it unless it is a probe.
 func (n *Node) count(now int64, c *Check, res *Result) {
-	if c.Probe {
+	r := c.Rule.r
+	if c.Probe || c.Cost > r.maxCostOf() {
 		n.peek(now, c, c.Cost, false, res)
-		return
-	}
-	if c.Cost > c.Rule.r.maxCostOf() {
-		n.peek(now, c, c.Cost, false, res)
-		return
-	}
-	if c.Rule.r.Kind == Concurrency {
-		n.acquire(now, c, c.Cost, true, res)
 		return
 	}
 	d := &res.Decision
-	if err := n.decideRule(d, now, c.Rule.r, c.Key, c.Cost, c.Tier, true); err != nil {
+	sl := slotReq{take: true, pin: c.Pin}
+	if err := n.decideRule(d, now, r, c.Key, c.Cost, c.Tier, howCount, &sl); err != nil {
 		res.Err = err
 		return
 	}
 	res.done, res.peeked = true, false
+	if r.Kind == Concurrency {
+		res.Lease, res.Counted = sl.lease, sl.lease.Held()
+		return
+	}
 	res.Counted = d.Allowed && !d.Off
 }
 
@@ -468,29 +466,27 @@ func (n *Node) count(now int64, c *Check, res *Result) {
 // never admit is denied with a wait of at least the window. With penalize,
 // a denial starts the key's penalty block as a counted one would. An
 // admitted answer says what is left as the key stands (nothing was
-// spent).
+// spent); of a concurrency rule, what taking the slots would leave.
 func (n *Node) peek(now int64, c *Check, cost uint64, penalize bool, res *Result) {
 	r := c.Rule.r
-	if r.Kind == Concurrency {
-		n.acquire(now, c, cost, false, res)
-		return
+	pc, how := cost, decideHow(0)
+	if r.Kind != Concurrency { // slots over the limit are judged whole: a denial
+		pc = min(cost, r.maxCostOf())
+		switch {
+		case cost > pc:
+			how = howNeverFits
+		case penalize:
+			how = howPenalize
+		}
 	}
-	pc := min(cost, r.maxCostOf())
 	d := &res.Decision
-	if err := n.decideRule(d, now, r, c.Key, pc, c.Tier, false); err != nil {
+	if err := n.decideRule(d, now, r, c.Key, pc, c.Tier, how, &slotReq{}); err != nil {
 		res.Err = err
 		return
 	}
 	res.done, res.peeked, res.Counted = true, true, false
-	if d.Allowed && !d.ShadowDenied {
+	if d.Allowed && !d.ShadowDenied && r.Kind != Concurrency && how&howNeverFits == 0 {
 		d.Remaining = min(d.Remaining+pc, d.Limit)
-	} else if penalize && cost <= pc {
-		n.penalize(now, r, c.Key, d)
-	}
-	if cost > pc && !d.Off {
-		d.Allowed, d.ShadowDenied = false, false
-		d.RetryAfter = max(d.RetryAfter, r.Window)
-		*d = shadowed(r, *d)
 	}
 }
 

@@ -253,12 +253,12 @@ func TestDecideChecksTiers(t *testing.T) {
 func TestDecideChecksRaceStopsCounting(t *testing.T) {
 	n := pipelineNode(t)
 	req := Request{Combine: All, Checks: []Check{chk(t, n, "b", "k", 0), chk(t, n, "a", "k", 0)}}
-	req.BeforeCount = func() {
+	setBeforeCount(t, func() {
 		for range 3 { // another request takes a's last units
 			_, err := n.Decide(t0, "a", "k", 1)
 			require.NoError(t, err)
 		}
-	}
+	})
 	o, res := decideChecks(t, n, req)
 	assert.False(t, o.Allowed)
 	assert.Equal(t, 1, o.Binding)
@@ -296,4 +296,20 @@ func TestDecideCheckIsOneCheckOfThePipeline(t *testing.T) {
 	var res Result
 	assert.ErrorIs(t, a.DecideCheck(t0, chk(t, a, "a", "k", 9), &res), ErrCostOverLimit)
 	assert.ErrorIs(t, a.DecideCheck(t0, Check{Key: "k"}, &res), ErrUnknownRule)
+}
+
+// A request is decided against the rule table its handles were resolved
+// in: a reload that removes its rule between the judging and the counts
+// neither fails it half-counted nor loses its counts.
+func TestDecideChecksReloadBetweenJudgeAndCount(t *testing.T) {
+	n := pipelineNode(t)
+	req := Request{Combine: All, Checks: []Check{chk(t, n, "b", "k", 0), chk(t, n, "b", "k", 2)}}
+	setBeforeCount(t, func() { require.NoError(t, n.SetRules(pipelineRules()[:1])) })
+	o, res := decideChecks(t, n, req)
+	require.True(t, o.Allowed)
+	assert.Equal(t, 2, o.Counted)
+	assert.True(t, res[0].Counted && res[1].Counted)
+	setBeforeCount(t, nil)
+	require.NoError(t, n.SetRules(pipelineRules()))
+	assert.Equal(t, uint64(3), spent(t, n, "b", "k"), "the request's counts were kept and restored")
 }

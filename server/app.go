@@ -43,7 +43,6 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/natsembed"
 	"github.com/geolimit/geolimit/pop"
 )
@@ -67,38 +66,13 @@ type (
 	RemotePoP = engine.RemotePoP
 )
 
-// Options configures an App. It is a plain value, read once by New.
-type Options struct {
-	// Config is the configuration; it must be valid (config.Parse/Load
-	// validate). Required.
-	Config *config.Config
-	// ConfigPath is the file Reload reads and the watcher polls; empty
-	// disables both.
-	ConfigPath string
-	// Self is the node's replica identity, with an incarnation that is new
-	// at every start. Required.
-	Self crdt.Replica
-	// Clock is the clock; nil means a 1ms coarse clock owned by the App.
-	Clock clock.Clock
-	// Logger is the logger; nil discards logs.
-	Logger *slog.Logger
-	// Version is reported by geolimit_build_info and /v1/status.
-	Version string
-	// WatchInterval is how often ConfigPath is polled for changes: 0 means
-	// 1s, negative turns polling off.
-	WatchInterval time.Duration
-	// TickInterval is how often node.Tick runs; 0 means 1s.
-	TickInterval time.Duration
-	// NewReplicator, when set, builds the replication runtime; nil runs the
-	// node without replication (a one-node PoP).
-	NewReplicator NewReplicatorFunc
-	// Embedded runs the App inside another program's HTTP server, which
-	// serves App.Middleware: Start opens none of the App's own listeners
-	// (the listen section is ignored: no API, proxy, forward-auth or gRPC
-	// listener) but still starts NATS (unless nats.disabled), replication,
-	// the tick loop and the config watcher.
-	Embedded bool
-}
+// Options configures an App: the engine's options (engine.Options), read
+// once by New. The daemon opens the listen section's listeners, so
+// IgnoreListen must be false (embed geolimit in a Go program with
+// middleware.New instead); CheckReload, when set, runs after the daemon's
+// own check of a reload (which refuses to drop the tokens a running
+// listener needs).
+type Options = engine.Options
 
 // App is a running (or ready to run) edge daemon: an engine.App with the
 // listeners of the listen section, the front ends and the embedded NATS
@@ -154,6 +128,9 @@ func New(o Options) (*App, error) {
 	if o.Config == nil {
 		return nil, errors.New("server: options: config required")
 	}
+	if o.IgnoreListen {
+		return nil, errors.New("server: options: IgnoreListen: the daemon opens its listeners; embed geolimit with middleware.New")
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -163,9 +140,17 @@ func New(o Options) (*App, error) {
 		log:      o.Logger,
 		serveErr: make(chan error, 5), // one per listener: api, proxy, forward auth, grpc, spoa
 	}
-	eng, err := engine.New(engine.Options{Config: o.Config, ConfigPath: o.ConfigPath, Self: o.Self, Clock: o.Clock,
-		Logger: o.Logger, Version: o.Version, WatchInterval: o.WatchInterval, TickInterval: o.TickInterval,
-		NewReplicator: o.NewReplicator, IgnoreListen: o.Embedded, CheckReload: a.checkReload})
+	eo := o
+	eo.CheckReload = func(cfg *config.Config, tokens *frontend.Tokens) error {
+		if err := a.checkReload(cfg, tokens); err != nil {
+			return err
+		}
+		if o.CheckReload != nil {
+			return o.CheckReload(cfg, tokens)
+		}
+		return nil
+	}
+	eng, err := engine.New(eo)
 	if err != nil {
 		return nil, err
 	}
@@ -293,8 +278,7 @@ func (a *App) checkReload(_ *config.Config, tokens *frontend.Tokens) error {
 }
 
 // Start starts the embedded NATS server (unless nats.url is set or
-// nats.disabled), the listeners of the listen section (none with
-// Options.Embedded), the engine (state file, replicator, tick loop, config
+// nats.disabled), the listeners of the listen section, the engine (state file, replicator, tick loop, config
 // watcher) and the listeners' servers, and returns once all are up. On
 // error everything started is stopped.
 func (a *App) Start(ctx context.Context) (err error) {
@@ -332,10 +316,8 @@ func (a *App) Start(ctx context.Context) (err error) {
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		}
 	}
-	if !a.opts.Embedded {
-		if err := a.listen(newSrv); err != nil {
-			return err
-		}
+	if err := a.listen(newSrv); err != nil {
+		return err
 	}
 	n := engine.NATS{URL: a.natsURL}
 	if a.nats != nil {
@@ -377,7 +359,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 		}()
 	}
 	a.ready.Store(true)
-	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "in_process", a.opts.Embedded, "nats", a.natsURL,
+	a.log.Info("edge started", "node", a.opts.Self.String(), "api", addrString(a.apiLn), "nats", a.natsURL,
 		"proxy", addrString(a.proxyLn), "forward_auth", addrString(a.fwdLn), "grpc", addrString(a.grpcLn), "spoa", addrString(a.spoaLn), "rules", len(a.rules.Load().List))
 	return nil
 }
@@ -528,23 +510,3 @@ func (a *App) Reload() error { return a.eng.Reload() }
 
 // Engine returns the engine the App runs.
 func (a *App) Engine() *engine.App { return a.eng }
-
-// Middleware returns a handler that decides every request against the
-// rules exactly as the proxy listener does, and passes the allowed ones to
-// next instead of an upstream: the client address from the socket peer or,
-// behind proxy.trusted_proxies, from X-Forwarded-For; every applicable rule
-// checked (AND), nothing counted when one denies; shadow rules counted but
-// never denying. An allowed request reaches next with the RateLimit headers
-// of its binding rule already set on w; a denied one is answered 429 with
-// Retry-After and a JSON body, and one that sends a header a rule keys on
-// more than once is answered 400. Reloaded rules apply to the next request.
-// The node's load shedder (shedding) goes first, with one count of requests
-// in flight for the middleware and the proxy listener: a shed request is
-// answered 503 with Retry-After.
-//
-// Middleware may be called before Start; the counts then wait for Start to
-// be replicated (and, without Start, are never forgotten by the tick loop).
-//
-// Its decisions are timed under the "middleware" label of
-// geolimit_decision_seconds.
-func (a *App) Middleware(next http.Handler) http.Handler { return a.fronts.Middleware(next) }

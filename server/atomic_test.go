@@ -137,28 +137,3 @@ func TestChecksAtomicSameKey(t *testing.T) {
 	assert.EqualValues(t, 0, ta.keyTotal("r", "m"))
 	assert.EqualValues(t, 0, ta.keyTotal("other", "m"))
 }
-
-// TestChecksAtomicRace: another request that takes the last units between
-// the peek and the counts stops the batch at the first check denied; the
-// checks before it stay counted, the rest are not.
-func TestChecksAtomicRace(t *testing.T) {
-	ta := startApp(t, atomicYAML)
-	ta.App.api.BeforeCount = func() {
-		for i := 0; i < 3; i++ {
-			d, err := ta.node.Decide(ta.clk.Now(), "r", "a", 1)
-			require.NoError(t, err)
-			require.True(t, d.Allowed)
-		}
-	}
-	out := ta.checks(`{"atomic":true,"checks":[{"rule":"other","key":"x"},{"rule":"r","key":"a"},{"rule":"other","key":"z"}]}`)
-	assert.False(t, *out.Allowed)
-	assert.Equal(t, 1, *out.Counted)
-	assert.True(t, out.Results[0].Allowed)
-	assert.False(t, out.Results[1].Allowed)
-	assert.Positive(t, out.Results[1].RetryAfterMS)
-	assert.EqualValues(t, 1, ta.keyTotal("other", "x"))
-	assert.EqualValues(t, 3, ta.keyTotal("r", "a"))
-	assert.EqualValues(t, 0, ta.keyTotal("other", "z"))
-	assert.EqualValues(t, 1, ta.decisions("r", "denied"))
-	assert.EqualValues(t, 1, ta.decisions("other", "allowed"))
-}

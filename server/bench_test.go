@@ -88,17 +88,11 @@ func BenchmarkChecksHandlerAtomic(b *testing.B) {
 }
 
 // BenchmarkChecksHandlerManyKeys is BenchmarkChecksHandler over 100k keys
-// in a shuffled order, which do not stay in the CPU's caches (what
-// prefetching a batch's keys ahead is for), without and with the prefetch.
+// in a shuffled order, which do not stay in the CPU's caches (what the
+// pipeline's prefetch of a batch's keys ahead is for; pop's
+// BenchmarkDecideBatch measures it with and without).
 func BenchmarkChecksHandlerManyKeys(b *testing.B) {
-	bodies := keyBodies(`{"checks":[`, 100_000, 1000)
-	for _, off := range []bool{true, false} {
-		b.Run(map[bool]string{true: "no-prefetch", false: "prefetch"}[off], func(b *testing.B) {
-			a := benchApp(b)
-			a.api.NoPrefetch = off
-			serveBodies(b, a, "/v1/checks", bodies)
-		})
-	}
+	serveBodies(b, benchApp(b), "/v1/checks", keyBodies(`{"checks":[`, 100_000, 1000))
 }
 
 // checksBodies returns 10 bodies of 100 checks over 1000 keys, each

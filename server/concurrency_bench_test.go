@@ -29,7 +29,7 @@ func BenchmarkMiddlewareConcurrency(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h := a.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			h := a.middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			keys := benchKeys(1000)
 			reqs := make([]*http.Request, len(keys))
 			for i, k := range keys {

@@ -3,21 +3,25 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/server/spoa"
 )
 
 // frontendsYAML opens every front end on one node: the API, the proxy,
-// forward auth and the rate limit service (the middleware wraps a handler
-// of the test's). The tests' client is the trusted proxy that sets X-Plan.
+// forward auth, the rate limit service and the HAProxy agent (the
+// middleware wraps a handler of the test's). The tests' client is the trusted proxy that sets X-Plan.
 func frontendsYAML(upstream string) string {
 	return fmt.Sprintf(`
-listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0", forward_auth: "127.0.0.1:0", grpc: "127.0.0.1:0"}
+listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0", forward_auth: "127.0.0.1:0", grpc: "127.0.0.1:0", spoa: "127.0.0.1:0"}
 proxy: {upstream: %q, trusted_proxies: [127.0.0.1/32]}
 rules:
   - name: user
@@ -31,13 +35,15 @@ rls:
     - domain: edge
       descriptors:
         - {entries: [user, plan], tier: plan, rule: user}
+        - {entries: [user, plan, idem], tier: plan, idempotency_key: idem, rule: user}
+idempotency: {header: Idempotency-Key}
 `, upstream)
 }
 
 // answer is what a front end says of one request: the decision and the
 // headers a client sees.
 type answer struct {
-	allowed                                  bool
+	allowed, repeat                          bool
 	policy, rateLimit, limit, remaining, ret string
 }
 
@@ -45,38 +51,63 @@ func httpAnswer(r resp) answer {
 	return answer{
 		allowed: r.status == http.StatusOK, policy: r.header.Get("RateLimit-Policy"), rateLimit: r.header.Get("RateLimit"),
 		limit: r.header.Get("X-RateLimit-Limit"), remaining: r.header.Get("X-RateLimit-Remaining"), ret: r.header.Get("Retry-After"),
+		repeat: r.header.Get("Geolimit-Idempotent-Repeat") == "true",
 	}
 }
 
+// withIdem adds the idempotency header to hdr when idem is not empty.
+func withIdem(idem string, hdr ...string) []string {
+	if idem == "" {
+		return hdr
+	}
+	return append(hdr, "Idempotency-Key", idem)
+}
+
 // TestFrontEndsDecideAlike: the same request through the API, the proxy,
-// forward auth, the rate limit service and the middleware gets the same
-// decision, the same headers and the same counts: every front end
-// classifies into the same checks and the node's one pipeline decides.
+// forward auth, the rate limit service, the HAProxy agent and the
+// middleware gets the same decision, the same headers and the same counts:
+// every front end classifies into the same checks and the node's one
+// pipeline decides.
 func TestFrontEndsDecideAlike(t *testing.T) {
 	up := newUpstream(t)
 	ta := startApp(t, frontendsYAML(up.URL))
-	mw := httptest.NewServer(ta.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	mw := httptest.NewServer(ta.middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	t.Cleanup(mw.Close)
 	c, _ := rlsClient(t, ta)
+	nc, err := net.Dial("tcp", ta.SPOAAddr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nc.Close() })
+	hap, _, err := spoa.NewClient(nc)
+	require.NoError(t, err)
 
+	// ask sends one request for user, with the idempotency key idem when
+	// not empty.
 	fronts := []struct {
 		name string
-		ask  func(user string) answer
+		ask  func(user, idem string) answer
 	}{
-		{"api", func(user string) answer {
-			return httpAnswer(ta.post("/v1/check", `{"rule":"user","key":"`+user+`","tier":"pro"}`))
+		{"api", func(user, idem string) answer {
+			body := `{"rule":"user","key":"` + user + `","tier":"pro"`
+			if idem != "" {
+				body += `,"idempotency_key":"` + idem + `"`
+			}
+			return httpAnswer(ta.post("/v1/check", body+"}"))
 		}},
-		{"proxy", func(user string) answer {
-			return httpAnswer(ta.proxy("GET", "/x", "X-User", user, "X-Plan", "pro"))
+		{"proxy", func(user, idem string) answer {
+			return httpAnswer(ta.proxy("GET", "/x", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
 		}},
-		{"forward auth", func(user string) answer {
-			return httpAnswer(ta.fa("GET", "/", fwdHeaders("GET", "/x", "198.51.100.9", "X-User", user, "X-Plan", "pro")...))
+		{"forward auth", func(user, idem string) answer {
+			return httpAnswer(ta.fa("GET", "/", fwdHeaders("GET", "/x", "198.51.100.9", withIdem(idem, "X-User", user, "X-Plan", "pro")...)...))
 		}},
-		{"middleware", func(user string) answer {
-			return httpAnswer(ta.do("GET", mw.URL+"/x", "", "X-User", user, "X-Plan", "pro"))
+		{"middleware", func(user, idem string) answer {
+			return httpAnswer(ta.do("GET", mw.URL+"/x", "", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
 		}},
-		{"rls", func(user string) answer {
-			res, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", desc("user", user, "plan", "pro")))
+		{"rls", func(user, idem string) answer {
+			d := desc("user", user, "plan", "pro")
+			if idem != "" {
+				d = desc("user", user, "plan", "pro", "idem", idem)
+			}
+			res, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", d))
 			require.NoError(t, err)
 			a := answer{allowed: res.GetOverallCode() == rlsv3.RateLimitResponse_OK}
 			for _, h := range res.GetResponseHeadersToAdd() {
@@ -91,9 +122,22 @@ func TestFrontEndsDecideAlike(t *testing.T) {
 					a.remaining = h.GetValue()
 				case "Retry-After":
 					a.ret = h.GetValue()
+				case "Geolimit-Idempotent-Repeat":
+					a.repeat = h.GetValue() == "true"
 				}
 			}
 			return a
+		}},
+		{"spoa", func(user, idem string) answer {
+			hdrs := [][2]string{{"x-user", user}, {"x-plan", "pro"}}
+			if idem != "" {
+				hdrs = append(hdrs, [2]string{"idempotency-key", idem})
+			}
+			v, err := hap.Check(spoa.Message{Method: "GET", Path: "/x", Host: "example.com", Src: netip.MustParseAddr("198.51.100.9"), Headers: hdrs})
+			require.NoError(t, err)
+			s := func(name string) string { x, _ := v[name].(string); return x }
+			return answer{allowed: v["allowed"] == int64(1), policy: s("ratelimit_policy"), rateLimit: s("ratelimit"),
+				limit: s("x_ratelimit_limit"), remaining: s("x_ratelimit_remaining"), ret: s("retry_after"), repeat: v["repeat"] == int64(1)}
 		}},
 	}
 	var want []answer
@@ -101,7 +145,7 @@ func TestFrontEndsDecideAlike(t *testing.T) {
 		user := "u-" + f.name
 		var got []answer
 		for range 7 {
-			got = append(got, f.ask(user))
+			got = append(got, f.ask(user, ""))
 		}
 		if want == nil {
 			want = got
@@ -118,7 +162,20 @@ func TestFrontEndsDecideAlike(t *testing.T) {
 		assert.Equal(t, want, got, "%s answers as the API does", f.name)
 		assert.EqualValues(t, 5, ta.keyTotal("user", user), "%s counts as the API does", f.name)
 	}
-	assert.EqualValues(t, 5*len(fronts), ta.decisions("user", "allowed"))
+	// A request repeated under its idempotency key: decided once, then
+	// answered as a repeat, alike everywhere.
+	var wantRepeat []answer
+	for _, f := range fronts {
+		user := "r-" + f.name
+		got := []answer{f.ask(user, "op-1"), f.ask(user, "op-1")}
+		require.True(t, got[1].repeat, "%s says it is a repeat", f.name)
+		if wantRepeat == nil {
+			wantRepeat = got
+		}
+		assert.Equal(t, wantRepeat, got, "%s answers a repeat as the API does", f.name)
+		assert.EqualValues(t, 1, ta.keyTotal("user", user), "%s counts a repeat as the API does", f.name)
+	}
+	assert.EqualValues(t, 7*len(fronts), ta.decisions("user", "allowed"), "a repeat counts as the decision it repeats")
 	assert.EqualValues(t, 2*len(fronts), ta.decisions("user", "denied"))
 }
 

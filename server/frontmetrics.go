@@ -11,7 +11,8 @@ type metrics struct {
 	latencyCheck  prometheus.Observer
 	latencyChecks prometheus.Observer
 	latencyProxy  prometheus.Observer
-	// latencyMiddleware is observed per request decided by App.Middleware.
+	// latencyMiddleware is observed per request decided by the middleware
+	// front end.
 	latencyMiddleware prometheus.Observer
 	// latencyForwardAuth is observed per decided forward-auth request.
 	latencyForwardAuth prometheus.Observer

@@ -1,11 +1,9 @@
 package server
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,7 +19,7 @@ func TestMiddlewareSharesProxyPath(t *testing.T) {
   - {name: narrow, limit: 3, window: 1m, match: {path_prefix: /api}}
 `))
 	calls := 0
-	mw := httptest.NewServer(ta.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mw := httptest.NewServer(ta.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls++
 		assert.NotEmpty(t, w.Header().Get("RateLimit"), "headers are set before next runs")
 	})))
@@ -40,37 +38,13 @@ func TestMiddlewareSharesProxyPath(t *testing.T) {
 	assert.EqualValues(t, 1, ta.decisions("narrow", "denied"))
 }
 
-// Options.Embedded opens none of the listen section's listeners.
-func TestEmbeddedOpensNoListener(t *testing.T) {
-	cfg, err := config.Parse([]byte(`
-node: {id: ams-1, region: eu, pop: ams}
-listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0", forward_auth: "127.0.0.1:0"}
-proxy: {upstream: "http://127.0.0.1:1"}
-nats: {disabled: true}
-rules:
-  - {name: r, limit: 1, window: 1m}
-`))
+// The daemon opens its listeners: Options.IgnoreListen (the engine's, for
+// a program that embeds geolimit with middleware.New) is refused.
+func TestIgnoreListenRefused(t *testing.T) {
+	cfg, err := config.Parse([]byte("nats: {disabled: true}\nrules:\n  - {name: r, limit: 1, window: 1m}\n"))
 	require.NoError(t, err)
-	app, err := New(Options{Config: cfg, Self: testSelf, Embedded: true, WatchInterval: -1, Logger: testLogger(t)})
-	require.NoError(t, err)
-	require.NoError(t, app.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, app.Shutdown(ctx))
-	})
-	assert.True(t, app.Ready())
-	assert.Nil(t, app.APIAddr())
-	assert.Nil(t, app.ProxyAddr())
-	assert.Nil(t, app.ForwardAuthAddr())
-	assert.Nil(t, app.GRPCAddr())
-	assert.Empty(t, app.NATSURL())
-
-	h := app.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
-		rec := httptest.NewRecorder()
-		req := httptest.NewRequest("GET", "/", nil) // RemoteAddr 192.0.2.1:1234
-		h.ServeHTTP(rec, req)
-		assert.Equal(t, want, rec.Code, "request %d", i)
-	}
+	_, err = New(Options{Config: cfg, Self: testSelf, IgnoreListen: true, WatchInterval: -1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "IgnoreListen")
+	assert.Contains(t, err.Error(), "middleware.New")
 }

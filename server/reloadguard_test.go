@@ -59,24 +59,3 @@ func TestReloadRuleRemoval(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "removes 1 of the 2 running rules (api)")
 }
-
-// A batch is decided against the rule table it was resolved with: a reload
-// that removes its rule between the batch's peek and its counts (the
-// server's table and the core's swapped) neither fails it half-counted nor
-// loses its counts.
-func TestBatchDecidedAgainstOneSnapshot(t *testing.T) {
-	ta := startApp(t, threeRules)
-	ta.App.api.BeforeCount = func() {
-		ta.writeConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n  - {name: api, limit: 10, window: 1h}\n")
-		require.NoError(t, ta.Reload())
-	}
-	r := ta.post("/v1/checks", `{"atomic":true,"checks":[{"rule":"search","key":"k"},{"rule":"search","key":"k","cost":2}]}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.Equal(t, true, r.json(t)["allowed"])
-	assert.Equal(t, 2.0, r.json(t)["counted"])
-	ta.App.api.BeforeCount = nil
-	assert.Equal(t, http.StatusNotFound, ta.post("/v1/check", `{"rule":"search","key":"k"}`).status, "removed for new requests")
-	ta.writeConfig(threeRules)
-	require.NoError(t, ta.Reload())
-	assert.Equal(t, uint64(3), ta.keyTotal("search", "k"), "the batch's counts were kept and restored")
-}

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/internal/bare"
 )
 
 // rlsBenchYAML is benchApp's rule behind the rate limit service.
@@ -162,4 +166,72 @@ func BenchmarkRLSHandler(b *testing.B) {
 		i++
 	}
 	reportDecisions(b, 100)
+}
+
+// BenchmarkRLSFloor is the rate limit service's floor: ShouldRateLimit of
+// one descriptor from 32 concurrent callers over 4 gRPC connections on
+// loopback (client and server in this process), answered by a bare
+// grpc-go server with a fixed OK (bare.RLS, "bare") and by listen.grpc
+// ("rls"). scripts/bench-floors.sh alternates them and prints the ratio of
+// their medians (goal: rls at least 0.90 of bare's requests per second).
+func BenchmarkRLSFloor(b *testing.B) {
+	var reqs []*rlsv3.RateLimitRequest
+	for _, k := range benchKeys(1000) {
+		reqs = append(reqs, &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlcommonv3.RateLimitDescriptor{
+			{Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: k}}},
+		}})
+	}
+	b.Run("bare", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		g := grpc.NewServer()
+		rlsv3.RegisterRateLimitServiceServer(g, bare.RLS{})
+		go func() { _ = g.Serve(ln) }()
+		b.Cleanup(g.Stop)
+		rlsFloor(b, ln.Addr().String(), reqs)
+	})
+	b.Run("rls", func(b *testing.B) {
+		rlsFloor(b, startBenchApp(b).GRPCAddr().String(), reqs)
+	})
+}
+
+// rlsFloor sends b.N requests, cycling over reqs, from 32 goroutines over
+// 4 connections to addr, and fails on any answer but OK.
+func rlsFloor(b *testing.B, addr string, reqs []*rlsv3.RateLimitRequest) {
+	const conns, callers = 4, 32
+	var clients [conns]rlsv3.RateLimitServiceClient
+	for i := range clients {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cc.Close() })
+		clients[i] = rlsv3.NewRateLimitServiceClient(cc)
+	}
+	ctx := context.Background()
+	for _, c := range clients { // connect before the clock starts
+		if _, err := c.ShouldRateLimit(ctx, reqs[0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	b.RunParallel(func(pb *testing.PB) {
+		id := int(next.Add(1))
+		c := clients[id%conns]
+		for i := id * 31; pb.Next(); i++ {
+			res, err := c.ShouldRateLimit(ctx, reqs[i%len(reqs)])
+			if err != nil || res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				b.Error(err, res.GetOverallCode())
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }

@@ -43,7 +43,7 @@ shedding:
 				a.eng.Shedder().Enter(&frontend.Origin{Method: "POST", Path: "/checkout"})
 			}
 			next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
-			h := a.Middleware(next)
+			h := a.middleware(next)
 			if bc.name == "nogate" {
 				env := frontend.Env{Node: a.node, Clock: a.clk, Rules: a.rules, Log: a.log}
 				h = proxy.New(env, proxy.Metrics{LatencyMiddleware: a.met.latencyMiddleware}).Middleware(next)

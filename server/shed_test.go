@@ -291,7 +291,7 @@ func TestShedMiddleware(t *testing.T) {
 	up := newSlowUpstream(t)
 	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
 	var calls atomic.Int64
-	mw := httptest.NewServer(ta.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mw := httptest.NewServer(ta.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		if r.URL.Path == "/checkout/hold" {
 			<-up.release

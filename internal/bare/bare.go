@@ -1,4 +1,4 @@
-// Package bare is the decision API's benchmark baseline: a bare net/http
+// Package bare holds the front ends' benchmark baselines. Handler, a bare net/http
 // handler that reads the request body and answers a fixed POST /v1/check
 // body, deciding nothing. edge -bare-baseline serves it for
 // scripts/bench-http.sh, and the server's in-process benchmark

@@ -49,23 +49,23 @@ func (h *Handler) ServeAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := string(c.key) // the answer is written into the body's buffer
-	now := h.env.Clock.Now()
-	var res pop.Result
-	if err := h.env.Node.DecideCheck(now, pop.Check{Rule: cr.Handle, Key: key, Cost: cost}, &res); err != nil {
-		e := decideErr(err)
-		frontend.WriteError(w, e.status, e.msg)
+	cs := frontend.GetChecks(pop.Each, true)
+	cs.Add(cr, key, "", "", cost)
+	a := h.env.Decide(cs, http.StatusTooManyRequests, nil)
+	defer a.Put()
+	if a.Err != nil {
+		frontend.WriteError(w, a.Status, decideMsg(a.Err))
 		return
 	}
+	res := &cs.Res[0]
 	d := &res.Decision
-	cr.Metrics.RecordResult(&res)
-	frontend.SetRateLimitHeaders(w.Header(), cr, *d, 0)
 	b := frontend.AppendResultObj((*bp)[:0], cr, key, *d, false)
 	b = b[:len(b)-1] // reopen the object
 	if res.Lease.Held() {
 		b = append(b, `,"lease":"`...)
 		b = append(b, res.Lease.ID().String()...)
 		b = append(b, `","expires_ms":`...)
-		b = strconv.AppendInt(b, frontend.CeilDiv(res.Lease.Until()-now, int64(time.Millisecond)), 10)
+		b = strconv.AppendInt(b, frontend.CeilDiv(res.Lease.Until()-h.env.Clock.Now(), int64(time.Millisecond)), 10)
 	}
 	if d.ShadowDenied {
 		b = append(b, `,"shadow_denied":true`...)
@@ -73,13 +73,7 @@ func (h *Handler) ServeAcquire(w http.ResponseWriter, r *http.Request) {
 	b = append(b, '}')
 	b = append(b, '\n')
 	*bp = b
-	w.Header()[frontend.HContentType] = frontend.JSONType
-	if d.Allowed {
-		w.WriteHeader(http.StatusOK)
-	} else {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	_, _ = w.Write(b)
+	writeAnswer(w, &a, b)
 }
 
 // ServeRelease serves POST /v1/release {"lease":"..."}.
@@ -128,7 +122,7 @@ func (h *Handler) ServeRelease(w http.ResponseWriter, r *http.Request) {
 // serveInflightKey answers GET /v1/keys/{rule}/{key} of a concurrency
 // rule: the slots in use, this node's and its PoP members'. It reports
 // whether the rule was one.
-func (h *Handler) serveInflightKey(w http.ResponseWriter, rule, key string) bool {
+func (h *Handler) serveInflightKey(w http.ResponseWriter, rule, value, key string) bool {
 	cr := h.env.Rules.Load().ByName[rule]
 	if cr == nil || cr.Pop.Kind != pop.Concurrency {
 		return false
@@ -145,6 +139,6 @@ func (h *Handler) serveInflightKey(w http.ResponseWriter, rule, key string) bool
 		InFlight uint64 `json:"in_flight"`
 		Own      uint64 `json:"own"`
 		Members  uint64 `json:"members"`
-	}{Rule: rule, Key: key, Kind: pop.Concurrency.String(), Limit: cr.Pop.Limit, InFlight: own + members, Own: own, Members: members})
+	}{Rule: rule, Key: value, Kind: pop.Concurrency.String(), Limit: cr.Pop.Limit, InFlight: own + members, Own: own, Members: members})
 	return true
 }

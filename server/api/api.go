@@ -35,12 +35,6 @@ type Config struct {
 	// LatencyCheck observes a sample of POST /v1/check decisions (1 in 8),
 	// LatencyChecks every POST /v1/checks; nil observes nothing.
 	LatencyCheck, LatencyChecks prometheus.Observer
-	// NoPrefetch turns off a batch's prefetch of keys a few checks ahead
-	// (pop.Request.NoPrefetch), to measure what it gains.
-	NoPrefetch bool
-	// BeforeCount, when set, runs between the check and the counts of an
-	// atomic batch (pop.Request.BeforeCount): tests race a request there.
-	BeforeCount func()
 }
 
 // Handler serves the decision endpoints. Safe for concurrent use; its
@@ -159,7 +153,9 @@ func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (*[]byte, 
 }
 
 // resolve validates a parsed check against the current rules: the rule, the
-// key and the cost. Nothing is counted.
+// key and the cost. Nothing is counted. A key (or idempotency key) of any
+// length is taken: a long one is hashed, as every front end hashes it
+// (frontend.Key).
 func resolve(rs *frontend.Rules, c *check) (*frontend.Rule, uint64, *apiError) {
 	if len(c.rule) == 0 {
 		return nil, 0, errStatus(http.StatusBadRequest, "rule: required")
@@ -170,16 +166,12 @@ func resolve(rs *frontend.Rules, c *check) (*frontend.Rule, uint64, *apiError) {
 		return nil, 0, errStatus(http.StatusNotFound, "unknown rule "+strconv.Quote(string(c.rule)))
 	case len(c.key) == 0:
 		return nil, 0, errStatus(http.StatusBadRequest, "key: must not be empty")
-	case len(c.key) > crdt.MaxKeyLen:
-		return nil, 0, errStatus(http.StatusBadRequest, "key: longer than "+strconv.Itoa(crdt.MaxKeyLen)+" bytes")
 	case !utf8.Valid(c.key):
 		// Two invalid keys would be counted apart but answered alike (as
 		// U+FFFD), and JSON cannot carry them back.
 		return nil, 0, errStatus(http.StatusBadRequest, "key: not valid UTF-8")
 	case c.costErr:
 		return nil, 0, errStatus(http.StatusBadRequest, "cost: must be a positive integer")
-	case len(c.idem) > pop.MaxIdempotencyKeyLen:
-		return nil, 0, errStatus(http.StatusBadRequest, "idempotency_key: longer than "+strconv.Itoa(pop.MaxIdempotencyKeyLen)+" bytes")
 	}
 	cost := cr.Pop.Cost
 	if c.hasCost {
@@ -191,19 +183,17 @@ func resolve(rs *frontend.Rules, c *check) (*frontend.Rule, uint64, *apiError) {
 	return cr, cost, nil
 }
 
-// decideErr maps a pipeline error (possible only when a reload races the
-// request) to an API error.
-func decideErr(err error) *apiError {
+// decideMsg is the message of a pipeline error (possible only when a
+// reload races the request); frontend.Answer.Status is its status.
+func decideMsg(err error) string {
 	var ce *pop.CheckError
 	if errors.As(err, &ce) {
 		err = ce.Err
 	}
-	switch {
-	case errors.Is(err, pop.ErrUnknownRule):
-		return errStatus(http.StatusNotFound, "unknown rule")
-	default:
-		return errStatus(http.StatusBadRequest, err.Error())
+	if errors.Is(err, pop.ErrUnknownRule) {
+		return "unknown rule"
 	}
+	return err.Error()
 }
 
 // readCheck reads one check's body into c and resolves its rule, which
@@ -248,35 +238,36 @@ func (h *Handler) ServeCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	// The key is the body's bytes, without a copy: the pipeline keeps
 	// nothing of it, and the body's buffer outlives the answer.
-	key := unsafe.String(unsafe.SliceData(c.key), len(c.key))
-	now := h.env.Clock.Now()
-	ck := pop.Check{Rule: cr.Handle, Key: key, Tier: string(c.tier), Cost: cost, IdempotencyKey: bytesString(c.idem)}
-	var res pop.Result
-	if err := h.env.Node.DecideCheck(now, ck, &res); err != nil {
-		e := decideErr(err)
-		frontend.WriteError(w, e.status, e.msg)
+	key := bytesString(c.key)
+	cs := frontend.GetChecks(pop.Each, true)
+	cs.Add(cr, key, string(c.tier), bytesString(c.idem), cost)
+	a := h.env.Decide(cs, http.StatusTooManyRequests, nil)
+	defer a.Put()
+	if a.Err != nil {
+		frontend.WriteError(w, a.Status, decideMsg(a.Err))
 		return
 	}
-	d := &res.Decision
-	cr.Metrics.RecordResult(&res)
-	frontend.SetRateLimitHeaders(w.Header(), cr, *d, h.env.Node.MoreAfterHandle(now, ck.Rule, key, *d, pop.Options{Tier: ck.Tier}))
 	// The answer goes after the body in its buffer: key is the body's
 	// bytes, and must not be written over before it is copied.
 	b := *bp
-	out := frontend.AppendResult(b[len(b):], cr, key, *d, res.Repeat)
+	out := frontend.AppendResult(b[len(b):], cr, key, cs.Res[0].Decision, cs.Res[0].Repeat)
 	if cap(out) > cap(b) {
 		*bp = out // grown: keep the larger buffer in the pool
 	}
-	w.Header()[frontend.HContentType] = frontend.JSONType
-	if d.Allowed {
-		w.WriteHeader(http.StatusOK)
-	} else {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	_, _ = w.Write(out)
+	writeAnswer(w, &a, out)
 	if sampled {
 		h.LatencyCheck.Observe(time.Since(start).Seconds())
 	}
+}
+
+// writeAnswer writes a decision's answer: its header fields, status and
+// body.
+func writeAnswer(w http.ResponseWriter, a *frontend.Answer, body []byte) {
+	h := w.Header()
+	a.Headers.Set(h)
+	h[frontend.HContentType] = frontend.JSONType
+	w.WriteHeader(a.Status)
+	_, _ = w.Write(body)
 }
 
 // batchScratch holds a batch's parsed checks, pooled.
@@ -324,8 +315,6 @@ func (h *Handler) ServeChecks(w http.ResponseWriter, r *http.Request) {
 		combine = pop.All
 	}
 	cs := frontend.GetChecks(combine, true)
-	defer cs.Put()
-	cs.Req.NoPrefetch, cs.Req.BeforeCount = h.NoPrefetch, h.BeforeCount
 	for i := range sc.checks {
 		c := &sc.checks[i]
 		cr, cost, aerr := resolve(rs, c)
@@ -333,16 +322,19 @@ func (h *Handler) ServeChecks(w http.ResponseWriter, r *http.Request) {
 			aerr = errStatus(http.StatusBadRequest, kindMsg(cr))
 		}
 		if aerr != nil {
+			cs.Put()
 			frontend.WriteError(w, aerr.status, checkMsg(i, aerr.msg))
 			return
 		}
 		// The key is passed without a copy: the pipeline keeps nothing of
 		// it, and the answer is written before the body's buffer is reused.
-		cs.Add(cr, unsafe.String(unsafe.SliceData(c.key), len(c.key)), string(c.tier), cost)
-		cs.Req.Checks[i].IdempotencyKey = bytesString(c.idem)
+		cs.Add(cr, bytesString(c.key), string(c.tier), bytesString(c.idem), cost)
 	}
-	if err := cs.Decide(h.env.Node, h.env.Clock.Now()); err != nil {
-		frontend.WriteError(w, http.StatusBadRequest, batchErrMsg(cs, err))
+	// A denial of an atomic batch is answered 200 too: its body says so.
+	a := h.env.Decide(cs, http.StatusOK, nil)
+	defer a.Put()
+	if a.Err != nil {
+		frontend.WriteError(w, http.StatusBadRequest, batchErrMsg(cs, sc.checks, a.Err))
 		return
 	}
 	out := frontend.GetBuf()
@@ -362,11 +354,11 @@ func (h *Handler) ServeChecks(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = frontend.AppendResultObj(b, cs.Rules[i], cs.Req.Checks[i].Key, cs.Res[i].Decision, cs.Res[i].Repeat)
+		b = frontend.AppendResultObj(b, cs.Rules[i], bytesString(sc.checks[i].key), cs.Res[i].Decision, cs.Res[i].Repeat)
 	}
 	b = append(b, "]}\n"...)
 	*out = b
-	cs.Tally()
+	// A batch answers no RateLimit fields: each result speaks for itself.
 	w.Header()[frontend.HContentType] = frontend.JSONType
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
@@ -383,18 +375,18 @@ func checkMsg(i int, msg string) string { return "checks[" + strconv.Itoa(i) + "
 // batchErrMsg is the 400 answer to a batch the pipeline refused: checks of
 // one rule and key of an atomic batch that cost together more than the
 // rule can ever admit, or a rule removed by a reload meanwhile.
-func batchErrMsg(cs *frontend.Checks, err error) string {
+func batchErrMsg(cs *frontend.Checks, checks []check, err error) string {
 	var ce *pop.CheckError
 	if !errors.As(err, &ce) {
 		return err.Error()
 	}
 	if errors.Is(err, pop.ErrSumOverLimit) {
-		cr, key := cs.Rules[ce.Index], cs.Req.Checks[ce.Index].Key
+		cr, key := cs.Rules[ce.Index], bytesString(checks[ce.Index].key)
 		return checkMsg(ce.Index, "cost: the batch's checks of rule "+strconv.Quote(cr.Pop.Name)+
 			" and key "+strconv.Quote(key)+" cost "+strconv.FormatUint(ce.Sum, 10)+" together, over the rule's limit "+
 			cr.MaxCostStr+": an atomic batch could never pass")
 	}
-	return checkMsg(ce.Index, decideErr(err).msg)
+	return checkMsg(ce.Index, decideMsg(err))
 }
 
 // ServeKey serves GET /v1/keys/{rule}/{key...}: one key's view, counting
@@ -404,10 +396,14 @@ func (h *Handler) ServeKey(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, "GET, HEAD")
 		return
 	}
-	if h.serveInflightKey(w, r.PathValue("rule"), r.PathValue("key")) {
+	// The value asked names the key counted as every front end names it
+	// (frontend.Key): a long value is looked up by its digest.
+	rule, value := r.PathValue("rule"), r.PathValue("key")
+	key := frontend.Key(value)
+	if h.serveInflightKey(w, rule, value, key) {
 		return
 	}
-	v, err := h.env.Node.View(h.env.Clock.Now(), r.PathValue("rule"), r.PathValue("key"))
+	v, err := h.env.Node.View(h.env.Clock.Now(), rule, key)
 	switch {
 	case errors.Is(err, pop.ErrUnknownRule):
 		frontend.WriteError(w, http.StatusNotFound, "unknown rule "+strconv.Quote(r.PathValue("rule")))
@@ -447,7 +443,7 @@ func (h *Handler) ServeKey(w http.ResponseWriter, r *http.Request) {
 		// More are a rule's further windows (a rule of several).
 		More []more `json:"more_windows,omitempty"`
 		frontend.BlockedUntilFields
-	}{Rule: v.Rule, Key: v.Key, Limit: v.Limit, Estimate: v.Estimate, Windows: windows(v.Windows), BlockedUntilFields: frontend.BlockedUntil(v.BlockedUntil)}
+	}{Rule: v.Rule, Key: value, Limit: v.Limit, Estimate: v.Estimate, Windows: windows(v.Windows), BlockedUntilFields: frontend.BlockedUntil(v.BlockedUntil)}
 	for _, m := range v.More {
 		out.More = append(out.More, more{WindowMS: m.Window.Milliseconds(), Limit: m.Limit, Estimate: m.Estimate, Windows: windows(m.Windows)})
 	}

@@ -162,7 +162,8 @@ type Options struct {
 	Clock clock.Clock
 	// Logger is the logger; nil discards logs.
 	Logger *slog.Logger
-	// Version is reported by geolimit_build_info.
+	// Version is reported by geolimit_build_info (and the daemon's
+	// GET /v1/status).
 	Version string
 	// WatchInterval is how often ConfigPath is polled for changes: 0 means
 	// 1s, negative turns polling off.

@@ -99,7 +99,7 @@ func appendLimit(b []byte, cr *Rule, d pop.Decision) []byte {
 	return strconv.AppendUint(b, d.Limit, 10)
 }
 
-// SetRateLimitHeaders sets RateLimit-Policy, RateLimit
+// RateLimitHeaders returns RateLimit-Policy, RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11), X-RateLimit-Limit/Remaining/Reset
 // and, when denied, Retry-After, from the binding rule's decision.
 //
@@ -109,7 +109,7 @@ func appendLimit(b []byte, cr *Rule, d pop.Decision) []byte {
 // Retry-After). X-RateLimit-Reset, also whole seconds, is the time until
 // the whole limit is available again when allowed, and Retry-After when
 // denied.
-func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Duration) {
+func RateLimitHeaders(cr *Rule, d pop.Decision, more time.Duration) Headers {
 	reset := CeilDiv(int64(d.Reset), int64(time.Second))
 	t := CeilDiv(int64(more), int64(time.Second))
 	if !d.Allowed {
@@ -139,32 +139,29 @@ func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Dura
 		b = strconv.AppendUint(b, d.Limit, 10)
 	}
 	s := unsafe.String(unsafe.SliceData(b), len(b))
-	vals[0], vals[1], vals[2] = cr.policy, s[:rlEnd], cr.limitStr
-	vals[3], vals[4] = s[remStart:remEnd], s[rlEnd:resetEnd]
+	vals[FieldPolicy], vals[FieldRateLimit], vals[FieldXLimit] = cr.policy, s[:rlEnd], cr.limitStr
+	vals[FieldXRemaining], vals[FieldXReset] = s[remStart:remEnd], s[rlEnd:resetEnd]
 	if resetEnd < len(s) {
-		vals[2] = s[resetEnd:]
+		vals[FieldXLimit] = s[resetEnd:]
 	}
 	if d.Limits != nil {
 		// An override or tier: the key's own limits.
-		vals[0] = PolicyField(cr.Pop, d.Limits)
+		vals[FieldPolicy] = PolicyField(cr.Pop, d.Limits)
 	}
-	h[HPolicy] = vals[0:1:1]
-	h[HRateLimit] = vals[1:2:2]
-	h[HXLimit] = vals[2:3:3]
-	h[HXRemaining] = vals[3:4:4]
-	h[HXReset] = vals[4:5:5]
+	set := uint8(1<<FieldRetryAfter - 1)
 	if !d.Allowed {
-		vals[5] = vals[4]
-		h[HRetryAfter] = vals[5:6:6]
+		vals[FieldRetryAfter] = vals[FieldXReset]
+		set |= 1 << FieldRetryAfter
 	}
+	return Headers{v: hv, set: set}
 }
 
-// rlValues holds one answer's RateLimit header values and the bytes they
-// are cut from, so that both cost one allocation: net/http reads the
-// values after the handler returns, so they cannot come from a pool. The
-// bytes are never written once the values point into them.
+// rlValues holds one answer's header values and the bytes they are cut
+// from, so that both cost one allocation: net/http reads the values after
+// the handler returns, so they cannot come from a pool. The bytes are
+// never written once the values point into them.
 type rlValues struct {
-	vals [6]string
+	vals [NumFields]string
 	// buf holds the RateLimit field and the reset (and a limit of its
 	// own): 64 bytes (160 in all, what two allocations took before) fit a
 	// 40-byte policy name beside limits of up to 6 digits.

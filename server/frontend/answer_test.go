@@ -26,7 +26,7 @@ func TestAppendString(t *testing.T) {
 // The RateLimit headers read the same whether their values fit the one
 // allocation (a short rule name, small numbers) or not (a long name, a
 // limit of 13 digits), allowed or denied.
-func TestSetRateLimitHeaders(t *testing.T) {
+func TestRateLimitHeaders(t *testing.T) {
 	long := strings.Repeat("n", 60)
 	cfg, err := config.Parse([]byte("rules:\n" +
 		"  - {name: api, limit: 100, window: 1m, scope: node}\n" +
@@ -54,7 +54,7 @@ func TestSetRateLimitHeaders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
-			SetRateLimitHeaders(h, rs.ByName[tc.rule], tc.d, tc.more)
+			RateLimitHeaders(rs.ByName[tc.rule], tc.d, tc.more).Set(h)
 			assert.Equal(t, tc.want, h)
 		})
 	}
@@ -62,13 +62,13 @@ func TestSetRateLimitHeaders(t *testing.T) {
 	// there already).
 	h := http.Header{}
 	d := pop.Decision{Allowed: true, Limit: 100, Remaining: 7, Reset: time.Second}
-	SetRateLimitHeaders(h, rs.ByName["api"], d, 0)
-	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { SetRateLimitHeaders(h, rs.ByName["api"], d, 0) }))
+	RateLimitHeaders(rs.ByName["api"], d, 0).Set(h)
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { RateLimitHeaders(rs.ByName["api"], d, 0).Set(h) }))
 }
 
-// BenchmarkSetRateLimitHeaders sets an allowed answer's headers into a new
+// BenchmarkRateLimitHeaders sets an allowed answer's headers into a new
 // header map, as net/http hands one to each request.
-func BenchmarkSetRateLimitHeaders(b *testing.B) {
+func BenchmarkRateLimitHeaders(b *testing.B) {
 	cfg, err := config.Parse([]byte("rules: [{name: bench, limit: 1000000000000, window: 1m, scope: node}]\n"))
 	require.NoError(b, err)
 	rs, _, err := Compile(cfg, func(string) *RuleMetrics { return &RuleMetrics{} })
@@ -77,6 +77,6 @@ func BenchmarkSetRateLimitHeaders(b *testing.B) {
 	d := pop.Decision{Allowed: true, Limit: 1000000000000, Remaining: 999999999876, Reset: 42 * time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
-		SetRateLimitHeaders(http.Header{}, cr, d, 700*time.Millisecond)
+		RateLimitHeaders(cr, d, 700*time.Millisecond).Set(http.Header{})
 	}
 }

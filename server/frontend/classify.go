@@ -1,29 +1,25 @@
 // Package frontend is what every front end of the daemon shares: the
-// compiled rule snapshot (Rules), the classifier that turns a request into
-// checks for the node's one decision pipeline (pop.Node.DecideChecks), and
-// the answer's headers and JSON. A front end (the HTTP API, proxy mode and
-// forward auth, the Envoy rate limit service, the middleware) parses its
-// protocol, classifies, decides through Checks and writes the answer; none
-// decides anything itself.
+// compiled rule snapshot (Rules), the classifiers that turn a request into
+// checks (Classify for a request the rules judge, ClassifyDescriptor for
+// Envoy's descriptors, Checks.Add for the API's named checks), the one key
+// rule that names every counter (Key), and the one way into the node's
+// pipeline, Env.Decide, whose Answer (allowed, status, the header fields in
+// order, the binding check, the repeat, the denial's body) each front end
+// renders in its protocol. A front end (the HTTP API, proxy mode and
+// forward auth, the middleware, the Envoy rate limit service, the HAProxy
+// agent) parses and renders; none decides anything itself.
 //
-//	c := frontend.GetChecks(pop.All, false)
-//	defer c.Put()
-//	rules.Classify(&origin, c)
-//	c.Decide(node, clk.Now())
-//	c.Tally()
-//	if cr, d := c.Binding(); cr != nil {
-//		frontend.SetRateLimitHeaders(w.Header(), cr, d, c.MoreAfter(node, clk.Now()))
+//	a := env.DecideOrigin(rules, &origin, http.StatusTooManyRequests, nil)
+//	defer a.Put()
+//	if a.WriteHTTP(w) { // the header fields, or the 400 or denial
+//		next.ServeHTTP(w, r)
 //	}
 package frontend
 
 import (
 	"log/slog"
-	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/pop"
@@ -76,10 +72,19 @@ func GetChecks(combine pop.Combine, strict bool) *Checks {
 // Put returns c to the pool; c must not be used after.
 func (c *Checks) Put() { checksPool.Put(c) }
 
-// Add appends a check of rule cr.
-func (c *Checks) Add(cr *Rule, key, tier string, cost uint64) {
-	c.Req.Checks = append(c.Req.Checks, pop.Check{Rule: cr.Handle, Key: key, Tier: tier, Cost: cost})
+// Add appends a check of rule cr for the value v, a request's key as it
+// names it (or the composition of its parts, ComposeKey): the check's key
+// is Key(v), and its idempotency key IdempotencyKey(idem), none when idem
+// is empty. Every front end adds its checks here, so that one value is
+// one key whichever front end carries it. It returns the check, for its
+// Probe and Pin.
+func (c *Checks) Add(cr *Rule, v, tier, idem string, cost uint64) *pop.Check {
+	if idem != "" {
+		idem = IdempotencyKey(idem)
+	}
+	c.Req.Checks = append(c.Req.Checks, pop.Check{Rule: cr.Handle, Key: Key(v), Tier: tier, Cost: cost, IdempotencyKey: idem})
 	c.Rules = append(c.Rules, cr)
+	return &c.Req.Checks[len(c.Req.Checks)-1]
 }
 
 // Decide runs the pipeline over the checks at now. A request without
@@ -183,13 +188,8 @@ func (c *Checks) Binding() (*Rule, pop.Decision) {
 // (pop.Node.MoreAfterHandle): an admitted request looks its key up once
 // more.
 func (c *Checks) MoreAfter(n *pop.Node, now int64) time.Duration {
-	return c.MoreAfterOf(n, now, c.Out.Binding)
-}
-
-// MoreAfterOf is MoreAfter for check b.
-func (c *Checks) MoreAfterOf(n *pop.Node, now int64, b int) time.Duration {
-	ck := &c.Req.Checks[b]
-	return n.MoreAfterHandle(now, ck.Rule, ck.Key, c.Res[b].Decision, pop.Options{Tier: ck.Tier})
+	ck := &c.Req.Checks[c.Out.Binding]
+	return n.MoreAfterHandle(now, ck.Rule, ck.Key, c.Res[c.Out.Binding].Decision, pop.Options{Tier: ck.Tier})
 }
 
 // Classify adds a check for every rule of rs that applies to o: it
@@ -198,7 +198,7 @@ func (c *Checks) MoreAfterOf(n *pop.Node, now int64, b int) time.Duration {
 // that sends a header a rule keys on, or the idempotency header, more than
 // once sets o.Ambiguous; it must be refused, and its checks not decided.
 func (rs *Rules) Classify(o *Origin, c *Checks) {
-	idem := rs.IdempotencyKey(o)
+	idem := rs.IdempotencyValue(o)
 	for _, cr := range rs.List {
 		if !cr.Matches(o) {
 			continue
@@ -207,20 +207,18 @@ func (rs *Rules) Classify(o *Origin, c *Checks) {
 		if conc && !c.Hold {
 			continue
 		}
-		k, ok := cr.key(o)
+		v, ok := cr.value(o)
 		if !ok {
 			continue
 		}
-		c.Add(cr, k, cr.tier(o), cr.Pop.Cost)
-		c.Req.Checks[len(c.Req.Checks)-1].IdempotencyKey = idem
-		c.Req.Checks[len(c.Req.Checks)-1].Pin = conc
+		c.Add(cr, v, cr.tier(o), idem, cr.Pop.Cost).Pin = conc
 	}
 }
 
-// IdempotencyKey returns o's idempotency key: the value of the
-// idempotency header (bounded as keys are, BoundKey), empty when it is not
-// sent or none is configured. Sent more than once, it sets o.Ambiguous.
-func (rs *Rules) IdempotencyKey(o *Origin) string {
+// IdempotencyValue returns the value of o's idempotency header, empty when
+// it is not sent or none is configured. Sent more than once, it sets
+// o.Ambiguous.
+func (rs *Rules) IdempotencyValue(o *Origin) string {
 	if rs.IdemHeader == "" {
 		return ""
 	}
@@ -229,7 +227,7 @@ func (rs *Rules) IdempotencyKey(o *Origin) string {
 	case 0:
 		return ""
 	case 1:
-		return BoundKey(vs[0])
+		return vs[0]
 	}
 	o.Ambiguous = rs.IdemHeader
 	return ""
@@ -255,68 +253,6 @@ func (c *Checks) Repeat() bool {
 	return some
 }
 
-// trueValue is the value of HRepeat, shared: never modified.
-var trueValue = []string{"true"}
-
-// DecideOrigin classifies the request o against rs and decides it, all
-// or nothing, for proxy mode, forward auth and the middleware alike, and
-// counts its decisions in the rules' metrics. The caller puts the
-// returned checks back (Put). A request whose key headers are ambiguous
-// (o.Ambiguous) counts nothing.
-func (e *Env) DecideOrigin(rs *Rules, o *Origin) *Checks {
-	return e.decideOrigin(rs, o, false)
-}
-
-// decideOrigin is DecideOrigin; with hold, concurrency rules are checked
-// too (Checks.Hold).
-func (e *Env) decideOrigin(rs *Rules, o *Origin, hold bool) *Checks {
-	c := GetChecks(pop.All, false)
-	c.Hold = hold
-	rs.Classify(o, c)
-	if o.Ambiguous != "" {
-		return c
-	}
-	_ = c.Decide(e.Node, e.Clock.Now()) // not strict: no error
-	c.Tally()
-	return c
-}
-
-// AnswerOrigin decides o (DecideOrigin) and writes what the front end
-// answers when the request may not go on: 400 for ambiguous key headers,
-// status when denied. It sets the binding rule's RateLimit headers on w
-// either way, observes the decision's latency since start with lat, and
-// reports whether the request may go on.
-func (e *Env) AnswerOrigin(w http.ResponseWriter, rs *Rules, o *Origin, status int, start time.Time, lat prometheus.Observer) bool {
-	return e.answerOrigin(w, rs, o, status, start, lat, nil)
-}
-
-// answerOrigin is AnswerOrigin; with held not nil, the concurrency rules
-// are checked too and the leases of an allowed request go to held.
-func (e *Env) answerOrigin(w http.ResponseWriter, rs *Rules, o *Origin, status int, start time.Time, lat prometheus.Observer, held *Held) bool {
-	c := e.decideOrigin(rs, o, held != nil)
-	defer c.Put()
-	if held != nil {
-		held.take(c)
-	}
-	lat.Observe(time.Since(start).Seconds())
-	if o.Ambiguous != "" {
-		WriteError(w, http.StatusBadRequest, AmbiguousMsg(o.Ambiguous))
-		return false
-	}
-	cr, d := c.Binding()
-	if cr != nil {
-		SetRateLimitHeaders(w.Header(), cr, d, c.MoreAfter(e.Node, e.Clock.Now()))
-	}
-	if c.Repeat() {
-		w.Header()[HRepeat] = trueValue
-	}
-	if !c.Out.Allowed {
-		WriteDenied(w, status, cr, d)
-		return false
-	}
-	return true
-}
-
 // tier returns the request's tier for the rule: the value of its tier
 // header, when the request came through a trusted proxy and sends it
 // exactly once; else empty, the rule's default tier. A client that reaches
@@ -331,17 +267,15 @@ func (cr *Rule) tier(o *Origin) string {
 	return ""
 }
 
-// key builds the rule's key for o; ok is false when a part is missing (a
-// header not sent), in which case the rule does not apply. A composite key
-// is its parts joined by '|', each escaped (ComposeKey), so that two
-// different part lists never give one key.
-func (cr *Rule) key(o *Origin) (string, bool) {
+// value is the value of the rule's key for o, as Checks.Add takes it; ok
+// is false when a part is missing (a header not sent), in which case the
+// rule does not apply. A composite key is its parts joined by '|', each
+// escaped (ComposeKey), so that two different part lists never give one
+// key.
+func (cr *Rule) value(o *Origin) (string, bool) {
 	if len(cr.parts) == 1 {
 		k := partValue(cr.parts[0], o)
-		if k == "" {
-			return "", false
-		}
-		return BoundKey(k), true
+		return k, k != ""
 	}
 	var buf [8]string
 	vals := buf[:0]
@@ -352,36 +286,5 @@ func (cr *Rule) key(o *Origin) (string, bool) {
 		}
 		vals = append(vals, v)
 	}
-	return BoundKey(ComposeKey(vals)), true
-}
-
-// ComposeKey joins the parts of a composite key: each part's '\' and '|'
-// are escaped with a '\', and the parts are joined by '|'. Two different
-// lists of parts never give one key; a part without either byte is kept as
-// it is, so "acme|bob" is the key of ("acme", "bob") and
-// "acme\|bob|x" that of ("acme|bob", "x").
-func ComposeKey(parts []string) string {
-	n := len(parts)
-	for _, p := range parts {
-		n += len(p)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for i, p := range parts {
-		if i > 0 {
-			b.WriteByte('|')
-		}
-		for {
-			j := strings.IndexAny(p, `|\`)
-			if j < 0 {
-				b.WriteString(p)
-				break
-			}
-			b.WriteString(p[:j])
-			b.WriteByte('\\')
-			b.WriteByte(p[j])
-			p = p[j+1:]
-		}
-	}
-	return b.String()
+	return ComposeKey(vals), true
 }

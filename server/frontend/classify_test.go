@@ -101,10 +101,10 @@ func TestClassify(t *testing.T) {
 func TestDecideOriginAmbiguousCountsNothing(t *testing.T) {
 	env, _ := frontendtest.Env(t, classifyYAML)
 	o := origin("203.0.113.7", false, "GET", "/x", "X-User", "a", "X-User", "b")
-	c := env.DecideOrigin(env.Rules.Load(), &o)
+	c := env.DecideOrigin(env.Rules.Load(), &o, 429, nil)
 	defer c.Put()
 	assert.Equal(t, "X-User", o.Ambiguous)
-	assert.Empty(t, c.Res, "nothing decided")
+	assert.Empty(t, c.Checks.Res, "nothing decided")
 	v, err := env.Node.View(frontendtest.T0, "plan", "a")
 	require.NoError(t, err)
 	assert.Zero(t, v.Estimate)

@@ -1,16 +1,11 @@
 package frontend
 
 import (
-	"net/http"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/geolimit/geolimit/pop"
 )
 
 // Held is the concurrency leases a request holds while it is in flight
-// (HoldOrigin). The zero value holds none. Not safe for concurrent use.
+// (Env.DecideOrigin). The zero value holds none. Not safe for concurrent use.
 type Held struct {
 	n    int
 	a    [4]pop.Lease
@@ -44,12 +39,4 @@ func (h *Held) Release(n *pop.Node, now int64) {
 		n.Release(now, l)
 	}
 	*h = Held{}
-}
-
-// HoldOrigin is AnswerOrigin for a front end that holds the request while
-// it is in flight (proxy mode, the middleware): the concurrency rules that
-// apply are checked too, and an allowed request's slots go to held, to be
-// given back (Held.Release) when the request ends, however it ends.
-func (e *Env) HoldOrigin(w http.ResponseWriter, rs *Rules, o *Origin, status int, start time.Time, lat prometheus.Observer, held *Held) bool {
-	return e.answerOrigin(w, rs, o, status, start, lat, held)
 }

@@ -18,11 +18,11 @@ import (
 // A single-part key whose value is literally "sha256:<hex>" must not be the
 // key of the (long) value whose digest it is: two different header values
 // would share one counter (and one penalty box).
-func TestBoundKeyNeverCollides(t *testing.T) {
+func TestKeyNeverCollides(t *testing.T) {
 	long := "Bearer " + strings.Repeat("eyJhbGciOi", 40) // a JWT-sized value > MaxKeyLen
 	sum := sha256.Sum256([]byte(long))
 	forged := "sha256:" + hex.EncodeToString(sum[:])
-	assert.NotEqual(t, frontend.BoundKey(long), frontend.BoundKey(forged),
+	assert.NotEqual(t, frontend.Key(long), frontend.Key(forged),
 		"two different values must never give one key")
 }
 
@@ -43,14 +43,14 @@ rules:
 	// The attacker spends the victim's budget with a value of their own.
 	for range 2 {
 		o := mk(forged)
-		c := env.DecideOrigin(env.Rules.Load(), &o)
-		require.True(t, c.Out.Allowed)
+		c := env.DecideOrigin(env.Rules.Load(), &o, 429, nil)
+		require.True(t, c.Allowed)
 		c.Put()
 	}
 	o := mk(long)
-	c := env.DecideOrigin(env.Rules.Load(), &o)
+	c := env.DecideOrigin(env.Rules.Load(), &o, 429, nil)
 	defer c.Put()
-	assert.True(t, c.Out.Allowed, "the victim's first request is denied: its key was spent by another value")
+	assert.True(t, c.Allowed, "the victim's first request is denied: its key was spent by another value")
 }
 
 // DecideOrigin returns early on an ambiguous request: the Checks it returns
@@ -58,12 +58,12 @@ rules:
 func TestAmbiguousDecideOriginHoldsNoStaleResults(t *testing.T) {
 	env, _ := frontendtest.Env(t, classifyYAML)
 	ok := origin("203.0.113.7", false, "GET", "/api/x", "X-User", "a")
-	c := env.DecideOrigin(env.Rules.Load(), &ok)
-	require.NotEmpty(t, c.Res)
+	c := env.DecideOrigin(env.Rules.Load(), &ok, 429, nil)
+	require.NotEmpty(t, c.Checks.Res)
 	c.Put()
 	o := origin("203.0.113.7", false, "GET", "/x", "X-User", "a", "X-User", "b")
-	c = env.DecideOrigin(env.Rules.Load(), &o)
+	c = env.DecideOrigin(env.Rules.Load(), &o, 429, nil)
 	defer c.Put()
 	require.Equal(t, "X-User", o.Ambiguous)
-	assert.Empty(t, c.Res, "nothing decided, yet Res holds the former request's decisions")
+	assert.Empty(t, c.Checks.Res, "nothing decided, yet Res holds the former request's decisions")
 }

@@ -1,14 +1,10 @@
 package frontend
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
-
-	"github.com/geolimit/geolimit/crdt"
 )
 
 // Origin is the request the rules judge: in proxy mode the request itself,
@@ -124,22 +120,7 @@ func partValue(p keyPart, o *Origin) string {
 	return ""
 }
 
-// BoundKey replaces a key longer than the store accepts by "sha256:" and
-// its hex digest, so that long paths or header values still get a key of
-// their own. A key that itself starts with "sha256:" is hashed too, so that
-// no value sent as it is can name a long value's digest and share its
-// count.
-func BoundKey(k string) string {
-	if len(k) <= crdt.MaxKeyLen && !strings.HasPrefix(k, hashedPrefix) {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return hashedPrefix + hex.EncodeToString(sum[:])
-}
-
-// hashedPrefix starts the keys BoundKey hashes.
-const hashedPrefix = "sha256:"
-
+// HostOnly is the host of hostport, without its port and brackets.
 func HostOnly(hostport string) string {
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		return h
@@ -153,7 +134,7 @@ func HostOnly(hostport string) string {
 // reported it, so a spoofed or garbage header never names the client.
 func ClientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
 	peer := parseHop(r.RemoteAddr)
-	if !peer.IsValid() || !isTrusted(peer, trusted) {
+	if !peer.IsValid() || !IsTrusted(peer, trusted) {
 		return peer, false
 	}
 	xff := r.Header.Values("X-Forwarded-For")
@@ -173,7 +154,7 @@ func ClientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
 				if !a.IsValid() {
 					return last, true
 				}
-				if !isTrusted(a, trusted) {
+				if !IsTrusted(a, trusted) {
 					return a, true
 				}
 				last = a
@@ -198,7 +179,9 @@ func parseHop(s string) netip.Addr {
 	return netip.Addr{}
 }
 
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+// IsTrusted reports whether a is in one of the trusted prefixes
+// (proxy.trusted_proxies).
+func IsTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	for _, p := range trusted {
 		if p.Contains(a) {
 			return true

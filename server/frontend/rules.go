@@ -13,7 +13,7 @@ import (
 )
 
 // Rules is an immutable snapshot of the compiled rules, the trusted
-// proxies, the forward-auth deny status and the rls section, swapped
+// proxies, the forward-auth deny status and the rls domains, swapped
 // atomically on reload. Read only once published.
 type Rules struct {
 	List   []*Rule // config order
@@ -22,9 +22,9 @@ type Rules struct {
 	Trusted []netip.Prefix
 	// DenyStatus is forward_auth.deny_status.
 	DenyStatus int
-	// RLS is the rls section, which the rate limit service compiles
-	// against these rules.
-	RLS config.RLS
+	// Domains are the rls section's domains, compiled against these rules
+	// (ClassifyDescriptor), by name.
+	Domains map[string]*Domain
 	// IdemHeader is the canonical idempotency.header: where proxy mode,
 	// forward auth and the middleware read a request's idempotency key;
 	// empty for none.
@@ -138,7 +138,7 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 	if err != nil {
 		return nil, nil, err
 	}
-	rs := &Rules{ByName: make(map[string]*Rule, len(prules)), Trusted: trusted, DenyStatus: cfg.ForwardAuth.DenyStatus, RLS: cfg.RLS,
+	rs := &Rules{ByName: make(map[string]*Rule, len(prules)), Trusted: trusted, DenyStatus: cfg.ForwardAuth.DenyStatus,
 		IdemHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header)}
 	for i, r := range cfg.Rules {
 		pr := prules[i]
@@ -176,6 +176,7 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 		rs.List = append(rs.List, cr)
 		rs.ByName[pr.Name] = cr
 	}
+	rs.Domains = compileDomains(cfg.RLS, rs.ByName)
 	return rs, prules, nil
 }
 

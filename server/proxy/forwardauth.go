@@ -67,7 +67,10 @@ func (f *FrontEnds) ForwardAuth() http.Handler {
 			frontend.WriteError(w, http.StatusBadRequest, msg)
 			return
 		}
-		if f.env.AnswerOrigin(w, rs, &o, status, start, f.met.LatencyForwardAuth) {
+		a := f.env.DecideOrigin(rs, &o, status, nil)
+		defer a.Put()
+		f.met.LatencyForwardAuth.Observe(time.Since(start).Seconds())
+		if a.WriteHTTP(w) {
 			w.WriteHeader(http.StatusOK)
 		}
 	})
@@ -97,7 +100,7 @@ func (f *FrontEnds) forwardedOrigin(r *http.Request, rs *frontend.Rules) (o fron
 		return o, 0, msg
 	}
 	if method != "" {
-		if !isToken(method) {
+		if !frontend.IsToken(method) {
 			return o, 0, "X-Forwarded-Method/X-Original-Method: " + strconv.Quote(method) + " is not an HTTP method"
 		}
 		o.Method = method
@@ -121,7 +124,7 @@ func (f *FrontEnds) forwardedOrigin(r *http.Request, rs *frontend.Rules) (o fron
 		return o, 0, msg
 	}
 	if host != "" {
-		if !isHost(host) {
+		if !frontend.IsHost(host) {
 			return o, 0, "X-Forwarded-Host: " + strconv.Quote(host) + " is not a host[:port]"
 		}
 		o.Host = host
@@ -173,40 +176,4 @@ func (f *FrontEnds) warnUntrustedForwardAuth(peer string) {
 			"such headers are ignored and the request line and the peer's address are judged instead; "+
 			"add the proxy's address to proxy.trusted_proxies (logged once)", "peer", peer)
 	}
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2), the
-// syntax of a method.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// isHost reports whether s can be a Host value: a name, IPv4 or bracketed
-// IPv6 address, with an optional port; no list, space or URL delimiter.
-func isHost(s string) bool {
-	if s == "" || len(s) > 300 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("-._~:[]%!$&'()*+;=", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

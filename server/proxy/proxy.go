@@ -3,7 +3,8 @@
 // Caddy (listen.forward_auth) and the net/http middleware. Each turns the
 // request into an origin, classifies it into checks (one per applicable
 // rule) and lets the node's pipeline decide them all or nothing
-// (frontend.Env.AnswerOrigin). Proxy mode and the middleware first pass the
+// (frontend.Env.DecideOrigin) and writes its answer
+// (frontend.Answer.WriteHTTP). Proxy mode and the middleware first pass the
 // node's load shedder (frontend.Shedder): past its thresholds a request of a
 // low priority class is answered 503 before any rule sees it. Forward auth
 // sheds nothing: it holds no request in flight.
@@ -44,6 +45,14 @@ type FrontEnds struct {
 
 // New returns the front ends of env's node and rules.
 func New(env frontend.Env, met Metrics) *FrontEnds {
+	for _, o := range []*prometheus.Observer{&met.LatencyProxy, &met.LatencyMiddleware, &met.LatencyForwardAuth} {
+		if *o == nil {
+			*o = prometheus.ObserverFunc(func(float64) {})
+		}
+	}
+	if met.UpstreamErrors == nil {
+		met.UpstreamErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "geolimit_upstream_errors_total"})
+	}
 	return &FrontEnds{env: env, met: met}
 }
 
@@ -138,7 +147,11 @@ func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.
 		// on, the binding rule's RateLimit headers are set on w and the
 		// concurrency slots taken are in held.
 		var held frontend.Held
-		if passed = f.env.HoldOrigin(w, rs, &o, http.StatusTooManyRequests, start, lat, &held); !passed {
+		a := f.env.DecideOrigin(rs, &o, http.StatusTooManyRequests, &held)
+		lat.Observe(time.Since(start).Seconds())
+		passed = a.WriteHTTP(w)
+		a.Put()
+		if !passed {
 			return
 		}
 		if !held.Empty() {

@@ -34,167 +34,17 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/pop"
 )
 
-// A request names a domain and descriptors, each a list of (key, value)
-// entries. The rls section maps a domain's descriptor shapes (entry keys in
-// order, optionally a fixed value) to rules; the values of a matching
-// descriptor's entries, as a composite key (frontend.ComposeKey), are the key
-// counted. A descriptor matching no shape, or an unknown domain, is not
-// limited (OK without a current limit), as with envoyproxy/ratelimit.
-//
-// Each matching descriptor becomes one check, and the checks are decided
-// all or nothing by the node's pipeline, as a proxied request's rules are:
-// a denied request spends nothing, descriptors of one rule and key are
-// judged with their summed cost, a hits_addend of 0 is a probe (judged,
-// never counted), and a cost over what the rule can ever admit is a
-// denial.
-
-// rlsTable is the compiled rls section of one rule snapshot (Service
-// compiles it once per snapshot, so that it reloads with the rules it
-// names).
-type rlsTable struct {
-	domains map[string]*rlsDomain
-}
-
-// rlsDomain holds one domain's descriptor shapes.
-type rlsDomain struct {
-	// shapes maps the entry keys of a descriptor, joined by NUL, to the
-	// shapes with those keys, the most specific first: at the first
-	// position where two differ, the one with a fixed value wins.
-	shapes map[string][]*rlsShape
-}
-
-// rlsShape is one descriptor shape of the rls section and its rule.
-type rlsShape struct {
-	entries []config.RLSEntry
-	rule    *frontend.Rule
-	// tier is the index of the entry that names the tier (rls descriptor
-	// field tier), left out of the key; -1 for none.
-	tier int
-	// idem is the index of the entry that carries the idempotency key (rls
-	// descriptor field idempotency_key), left out of the key; -1 for none.
-	idem int
-	// limit is the descriptor status's current_limit: shared by every
-	// response, never modified.
-	limit *rlsv3.RateLimitResponse_RateLimit
-}
-
-// compileRLS compiles a validated rls section against the rules of rs.
-func compileRLS(c config.RLS, byName map[string]*frontend.Rule) *rlsTable {
-	t := &rlsTable{domains: make(map[string]*rlsDomain, len(c.Domains))}
-	limits := map[*frontend.Rule]*rlsv3.RateLimitResponse_RateLimit{}
-	for _, d := range c.Domains {
-		dom := &rlsDomain{shapes: map[string][]*rlsShape{}}
-		for _, ds := range d.Descriptors {
-			cr := byName[ds.Rule]
-			if cr == nil {
-				continue // refused by config validation
-			}
-			sh := &rlsShape{rule: cr, tier: -1, idem: -1}
-			var sig []byte
-			for i, e := range ds.Entries {
-				pe, err := config.ParseRLSEntry(e)
-				if err != nil {
-					continue // refused by config validation
-				}
-				if ds.Tier != "" && pe.Key == ds.Tier {
-					sh.tier = i
-				}
-				if ds.IdempotencyKey != "" && pe.Key == ds.IdempotencyKey {
-					sh.idem = i
-				}
-				sh.entries = append(sh.entries, pe)
-				if i > 0 {
-					sig = append(sig, 0)
-				}
-				sig = append(sig, pe.Key...)
-			}
-			if limits[cr] == nil {
-				limits[cr] = rlsCurrentLimit(cr.Pop)
-			}
-			sh.limit = limits[cr]
-			dom.shapes[string(sig)] = append(dom.shapes[string(sig)], sh)
-		}
-		for _, list := range dom.shapes {
-			slices.SortStableFunc(list, func(a, b *rlsShape) int {
-				for i := range a.entries {
-					if fa, fb := a.entries[i].Value != "", b.entries[i].Value != ""; fa != fb {
-						if fa {
-							return -1
-						}
-						return 1
-					}
-				}
-				return 0
-			})
-		}
-		t.domains[d.Domain] = dom
-	}
-	return t
-}
-
-// match returns the shape that entries match, or nil. sig is scratch space.
-func (d *rlsDomain) match(entries []*rlcommonv3.RateLimitDescriptor_Entry, sig *[]byte) *rlsShape {
-	b := (*sig)[:0]
-	for i, e := range entries {
-		if i > 0 {
-			b = append(b, 0)
-		}
-		b = append(b, e.GetKey()...)
-	}
-	*sig = b
-	for _, sh := range d.shapes[string(b)] {
-		if sh.matches(entries) {
-			return sh
-		}
-	}
-	return nil
-}
-
-// matches reports whether entries have the shape's keys in order, a
-// non-empty value each, and the shape's fixed values.
-func (sh *rlsShape) matches(entries []*rlcommonv3.RateLimitDescriptor_Entry) bool {
-	if len(entries) != len(sh.entries) {
-		return false
-	}
-	for i, e := range entries {
-		want := sh.entries[i]
-		if e.GetKey() != want.Key || e.GetValue() == "" || (want.Value != "" && e.GetValue() != want.Value) {
-			return false
-		}
-	}
-	return true
-}
-
-// rlsKey is the key a matching descriptor counts: its values as a
-// composite key (frontend.ComposeKey, as in proxy mode), the tier entry's
-// and the idempotency key entry's (indexes tier and idem, -1 for none)
-// left out, hashed when longer than the store accepts. vals is scratch
-// space.
-func rlsKey(entries []*rlcommonv3.RateLimitDescriptor_Entry, tier, idem int, vals *[]string) string {
-	if len(entries) == 1 {
-		return frontend.BoundKey(entries[0].GetValue())
-	}
-	if len(entries) == 2 && (tier >= 0) != (idem >= 0) {
-		return frontend.BoundKey(entries[1-max(tier, idem)].GetValue())
-	}
-	if len(entries) == 3 && tier >= 0 && idem >= 0 {
-		return frontend.BoundKey(entries[3-tier-idem].GetValue())
-	}
-	v := (*vals)[:0]
-	for i, e := range entries {
-		if i != tier && i != idem {
-			v = append(v, e.GetValue())
-		}
-	}
-	*vals = v
-	k := frontend.BoundKey(frontend.ComposeKey(v))
-	clear(v)
-	return k
-}
+// A request names a domain and descriptors; the rls section's domains
+// classify each descriptor into a check of a rule (frontend.Rules.Domains,
+// frontend.ClassifyDescriptor), and the checks are decided all or nothing
+// by the node's pipeline (frontend.Env.Decide), as a proxied request's
+// rules are: a denied request spends nothing, descriptors of one rule and
+// key are judged with their summed cost, a hits_addend of 0 is a probe
+// (judged, never counted), and a cost over what the rule can ever admit is
+// a denial. This file parses the request and renders the answer.
 
 // rlsUnits are the units current_limit is reported in, shortest first.
 // MONTH is 30 days, as envoyproxy/ratelimit counts it.
@@ -280,15 +130,16 @@ type Service struct {
 	env frontend.Env
 	cfg Config
 	met *rlsMetrics
-	// table is the rls section compiled for one rule snapshot.
-	table  atomic.Pointer[compiled]
+	// limits are the current_limit of each rule of one snapshot.
+	limits atomic.Pointer[limitTable]
 	health *health.Server
 }
 
-// compiled is the rls table of one rule snapshot.
-type compiled struct {
-	rules *frontend.Rules
-	table *rlsTable
+// limitTable is the current_limit of each rule of one rule snapshot,
+// shared by every response, never modified.
+type limitTable struct {
+	rules  *frontend.Rules
+	byRule map[*frontend.Rule]*rlsv3.RateLimitResponse_RateLimit
 }
 
 // New returns the rate limit service of env's node and rules, its metrics
@@ -304,15 +155,18 @@ type nopObserver struct{}
 
 func (nopObserver) Observe(float64) {}
 
-// tableFor returns the rls table of the snapshot rs, compiling it at the
-// first request after a reload.
-func (s *Service) tableFor(rs *frontend.Rules) *rlsTable {
-	if c := s.table.Load(); c != nil && c.rules == rs {
-		return c.table
+// limitsFor returns the current_limit of each rule of the snapshot rs,
+// built at the first request after a reload.
+func (s *Service) limitsFor(rs *frontend.Rules) map[*frontend.Rule]*rlsv3.RateLimitResponse_RateLimit {
+	if c := s.limits.Load(); c != nil && c.rules == rs {
+		return c.byRule
 	}
-	t := compileRLS(rs.RLS, rs.ByName)
-	s.table.Store(&compiled{rules: rs, table: t})
-	return t
+	m := make(map[*frontend.Rule]*rlsv3.RateLimitResponse_RateLimit, len(rs.List))
+	for _, cr := range rs.List {
+		m[cr] = rlsCurrentLimit(cr.Pop)
+	}
+	s.limits.Store(&limitTable{rules: rs, byRule: m})
+	return m
 }
 
 // NewServer builds the gRPC server of listen.grpc: the rate limit service
@@ -366,12 +220,10 @@ func (s *Service) tap(ctx context.Context, info *tap.Info) (context.Context, err
 }
 
 // rlsScratch is the pooled state of one request: the check index of each
-// descriptor (-1: not limited) and scratch space for matching and keys.
+// descriptor (-1: not limited) and the classifier's scratch space.
 type rlsScratch struct {
-	idx    []int
-	shapes []*rlsShape
-	sig    []byte
-	kvals  []string
+	idx  []int
+	desc frontend.DescriptorScratch
 }
 
 var rlsPool = frontend.NewPool(func() *rlsScratch { return &rlsScratch{} })
@@ -379,10 +231,7 @@ var rlsPool = frontend.NewPool(func() *rlsScratch { return &rlsScratch{} })
 // release returns sc to the pool, holding no request's strings and no
 // oversized buffer.
 func (sc *rlsScratch) release() {
-	clear(sc.shapes)
-	if cap(sc.sig) > 1<<16 {
-		sc.sig = nil
-	}
+	sc.desc.Reset()
 	rlsPool.Put(sc)
 }
 
@@ -430,7 +279,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	rs := s.env.Rules.Load()
-	dom := s.tableFor(rs).domains[req.GetDomain()]
+	dom := rs.Domains[req.GetDomain()]
 	if dom == nil {
 		m.unknownDomain.Inc()
 		resp, _ := rlsResponse(len(descs))
@@ -441,55 +290,63 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	sc := rlsPool.Get()
 	defer sc.release()
 	cs := frontend.GetChecks(pop.All, false)
-	defer cs.Put()
 	sc.idx = slices.Grow(sc.idx[:0], len(descs))[:len(descs)]
-	sc.shapes = slices.Grow(sc.shapes[:0], len(descs))[:len(descs)]
 	unmatched := 0
 	for i, d := range descs {
-		sh := dom.match(d.GetEntries(), &sc.sig)
-		sc.shapes[i] = sh
-		if sh == nil {
+		ds, ok := frontend.ClassifyDescriptor(dom, d.GetEntries(), &sc.desc)
+		if !ok {
 			sc.idx[i] = -1
 			unmatched++
 			continue
 		}
-		cr := sh.rule
-		tier := ""
-		if sh.tier >= 0 {
-			tier = d.GetEntries()[sh.tier].GetValue()
-		}
-		probe := false
-		var cost uint64
-		switch ha := d.GetHitsAddend(); {
-		case ha != nil && ha.GetValue() == 0:
-			probe, cost = true, cr.Pop.Cost
-		case ha != nil:
-			cost = ha.GetValue()
-		case req.GetHitsAddend() > 0:
-			cost = uint64(req.GetHitsAddend())
-		default:
-			cost = cr.Pop.Cost
-		}
+		cost, probe := rlsCost(d, req, ds.Rule)
 		sc.idx[i] = len(cs.Req.Checks)
-		cs.Add(cr, rlsKey(d.GetEntries(), sh.tier, sh.idem, &sc.kvals), tier, cost)
-		cs.Req.Checks[sc.idx[i]].Probe = probe
-		if sh.idem >= 0 {
-			cs.Req.Checks[sc.idx[i]].IdempotencyKey = frontend.BoundKey(d.GetEntries()[sh.idem].GetValue())
-		}
+		cs.Add(ds.Rule, ds.Value, ds.Tier, ds.Idem, cost).Probe = probe
 	}
 	if unmatched > 0 {
 		m.unmatched.Add(float64(unmatched))
 	}
-	_ = cs.Decide(s.env.Node, s.env.Clock.Now()) // not strict: no error
+	ans := s.env.Decide(cs, http.StatusTooManyRequests, nil) // not strict: no error
+	defer ans.Put()
+	resp := s.render(&ans, rs, sc.idx)
+	if !ans.Allowed {
+		m.overLimit.Inc()
+	} else {
+		m.ok.Inc()
+	}
+	s.cfg.Latency.Observe(time.Since(start).Seconds())
+	return resp, nil
+}
 
-	resp, slots := rlsResponse(len(descs))
-	for i, ci := range sc.idx {
+// rlsCost is the cost of descriptor d of req and whether it is a probe:
+// its hits_addend (0: a probe at the rule's cost), else the request's,
+// else the rule's cost.
+func rlsCost(d *rlcommonv3.RateLimitDescriptor, req *rlsv3.RateLimitRequest, cr *frontend.Rule) (cost uint64, probe bool) {
+	switch ha := d.GetHitsAddend(); {
+	case ha != nil && ha.GetValue() == 0:
+		return cr.Pop.Cost, true
+	case ha != nil:
+		return ha.GetValue(), false
+	case req.GetHitsAddend() > 0:
+		return uint64(req.GetHitsAddend()), false
+	}
+	return cr.Pop.Cost, false
+}
+
+// render is the response of the answer ans to a request whose
+// descriptor i is check idx[i] (-1: not limited): a status per
+// descriptor, the overall code, and the answer's header fields.
+func (s *Service) render(ans *frontend.Answer, rs *frontend.Rules, idx []int) *rlsv3.RateLimitResponse {
+	cs := ans.Checks
+	limits := s.limitsFor(rs)
+	resp, slots := rlsResponse(len(idx))
+	for i, ci := range idx {
 		if ci < 0 || cs.Res[ci].Err != nil {
 			continue // not limited, or its rule went away in a reload
 		}
 		st := &slots[i].st
 		d := cs.Res[ci].Decision
-		st.CurrentLimit = sc.shapes[i].limit
+		st.CurrentLimit = limits[cs.Rules[ci]]
 		st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
 		wait := d.Reset
 		if !d.Allowed {
@@ -500,28 +357,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		dur.Seconds, dur.Nanos = int64(wait/time.Second), int32(wait%time.Second)
 		st.DurationUntilReset = dur
 	}
-	// Counted in geolimit_decisions_total: the decisions that stand for the
-	// request (pop.Outcome.Stands).
-	cs.Tally()
-	if !cs.Out.Allowed {
+	if !ans.Allowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		m.overLimit.Inc()
-	} else {
-		m.ok.Inc()
 	}
 	// The headers follow the binding descriptor, as in proxy mode.
-	if cr, d := cs.Binding(); cr != nil {
-		resp.ResponseHeadersToAdd = rlsHeaders(cr, d, cs.MoreAfter(s.env.Node, s.env.Clock.Now()))
-	}
-	if cs.Repeat() {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: rlsRepeatHeader, Value: "true"})
-	}
-	s.cfg.Latency.Observe(time.Since(start).Seconds())
-	return resp, nil
+	resp.ResponseHeadersToAdd = rlsHeaders(ans.Headers)
+	return resp
 }
-
-// rlsRepeatHeader is frontend.HRepeat in lower case, as Envoy wants it.
-var rlsRepeatHeader = strings.ToLower(frontend.HRepeat)
 
 // rlsSlot is one descriptor status and its duration, allocated together.
 type rlsSlot struct {
@@ -541,29 +383,24 @@ func rlsResponse(n int) (*rlsv3.RateLimitResponse, []rlsSlot) {
 	return resp, slots
 }
 
-// rlsHeaderOrder lists the RateLimit headers in the order they are added,
-// with their lower-case names.
-var rlsHeaderOrder = [...]struct{ canon, lower string }{
-	{frontend.HPolicy, "ratelimit-policy"},
-	{frontend.HRateLimit, "ratelimit"},
-	{frontend.HXLimit, "x-ratelimit-limit"},
-	{frontend.HXRemaining, "x-ratelimit-remaining"},
-	{frontend.HXReset, "x-ratelimit-reset"},
-	{frontend.HRetryAfter, "retry-after"},
-}
-
-// rlsHeaders returns the RateLimit headers of the binding rule's decision,
-// exactly as the HTTP API writes them (frontend.SetRateLimitHeaders), with
-// lower-case names.
-func rlsHeaders(cr *frontend.Rule, d pop.Decision, more time.Duration) []*corev3.HeaderValue {
-	h := make(http.Header, len(rlsHeaderOrder))
-	frontend.SetRateLimitHeaders(h, cr, d, more)
-	vals := make([]corev3.HeaderValue, len(h))
-	out := make([]*corev3.HeaderValue, 0, len(h))
-	for _, n := range rlsHeaderOrder {
-		if v := h[n.canon]; len(v) > 0 && len(out) < len(vals) {
+// rlsHeaders returns the answer's header fields in order, with
+// lower-case names, as Envoy wants them; nil for none.
+func rlsHeaders(h frontend.Headers) []*corev3.HeaderValue {
+	n := 0
+	for f := range frontend.NumFields {
+		if h.Has(f) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	vals := make([]corev3.HeaderValue, n)
+	out := make([]*corev3.HeaderValue, 0, n)
+	for f := range frontend.NumFields {
+		if h.Has(f) {
 			hv := &vals[len(out)]
-			hv.Key, hv.Value = n.lower, v[0]
+			hv.Key, hv.Value = f.Lower(), h.Value(f)
 			out = append(out, hv)
 		}
 	}

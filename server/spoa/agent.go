@@ -4,7 +4,7 @@
 // http-request and http-after-response rules turn into a 429 and the
 // RateLimit headers. Like forward auth, it classifies the request into an
 // Origin and lets the node's pipeline decide it (frontend.Env.DecideOrigin);
-// it decides nothing itself.
+// it decides nothing itself, and renders the answer as variables.
 //
 //	ag := spoa.New(env, spoa.Config{IdleTimeout: 2 * time.Minute})
 //	go ag.Serve(ln)              // returns ErrClosed after Shutdown
@@ -25,6 +25,7 @@
 //	txn.geolimit.x_ratelimit_limit      X-RateLimit-Limit
 //	txn.geolimit.x_ratelimit_remaining  X-RateLimit-Remaining
 //	txn.geolimit.x_ratelimit_reset      X-RateLimit-Reset
+//	txn.geolimit.repeat                 1 when the request repeats one decided for its idempotency key
 //	txn.geolimit.error                  why the request could not be decided (nothing was counted)
 //
 // The protocol has no authentication: the listener belongs on loopback or a

@@ -21,19 +21,20 @@ const (
 	varXRemaining = "x_ratelimit_remaining"
 	varXReset     = "x_ratelimit_reset"
 	varError      = "error"
+	varRepeat     = "repeat"
 )
 
-// headerVars pairs the RateLimit headers with their variables.
-var headerVars = [...]struct{ header, name string }{
-	{frontend.HPolicy, varPolicy},
-	{frontend.HRateLimit, varRateLimit},
-	{frontend.HXLimit, varXLimit},
-	{frontend.HXRemaining, varXRemaining},
-	{frontend.HXReset, varXReset},
-	{frontend.HRetryAfter, varRetryAfter},
+// fieldVars are the variables of the answer's header fields
+// (frontend.Field), in order.
+var fieldVars = [...]string{
+	frontend.FieldPolicy:     varPolicy,
+	frontend.FieldRateLimit:  varRateLimit,
+	frontend.FieldXLimit:     varXLimit,
+	frontend.FieldXRemaining: varXRemaining,
+	frontend.FieldXReset:     varXReset,
+	frontend.FieldRetryAfter: varRetryAfter,
+	frontend.FieldRepeat:     varRepeat,
 }
-
-var headerPool = frontend.NewPool(func() *http.Header { h := make(http.Header, len(headerVars)); return &h })
 
 // brief is what an answer must say when the whole of it does not fit the
 // frame: whether the message was decided and allowed, its status, and the
@@ -72,52 +73,51 @@ func (a *Agent) answer(e *encoder, m message, peer netip.Addr) brief {
 	}
 	start := time.Now()
 	rs := a.env.Rules.Load()
-	o, msg := originOf(m.args, peer.IsValid() && trusted(peer, rs.Trusted))
+	o, msg := originOf(m.args, peer.IsValid() && frontend.IsTrusted(peer, rs.Trusted))
 	if msg != "" {
 		a.refuse(e, MessageName+": "+msg)
 		return brief{status: http.StatusBadRequest}
 	}
-	c := a.env.DecideOrigin(rs, &o)
-	defer c.Put()
-	if o.Ambiguous != "" {
-		a.cfg.Latency.Observe(time.Since(start).Seconds())
-		e.setVarInt(varStatus, http.StatusBadRequest)
-		e.setVarString(varError, frontend.AmbiguousMsg(o.Ambiguous))
-		return brief{status: http.StatusBadRequest}
+	ans := a.env.DecideOrigin(rs, &o, rs.DenyStatus, nil)
+	defer ans.Put()
+	a.cfg.Latency.Observe(time.Since(start).Seconds())
+	return render(e, &ans)
+}
+
+// render appends the answer's set-var actions to e and returns its brief
+// form: a pure rendering of what the pipeline answered.
+func render(e *encoder, ans *frontend.Answer) brief {
+	if ans.Msg != "" {
+		e.setVarInt(varStatus, int64(ans.Status))
+		e.setVarString(varError, ans.Msg)
+		return brief{status: int64(ans.Status)}
 	}
-	out := brief{decided: true, allowed: c.Out.Allowed}
+	out := brief{decided: true, allowed: ans.Allowed}
 	allowed := int64(0)
-	if c.Out.Allowed {
+	if ans.Allowed {
 		allowed = 1
 	}
 	e.setVarInt(varAllowed, allowed)
-	cr, d := c.Binding()
-	if cr != nil {
-		hp := headerPool.Get()
-		h := *hp
-		frontend.SetRateLimitHeaders(h, cr, d, c.MoreAfter(a.env.Node, a.env.Clock.Now()))
-		for _, hv := range headerVars {
-			if v := h[hv.header]; len(v) == 1 {
-				e.setVarString(hv.name, v[0])
-				if hv.name == varRetryAfter {
-					out.retryAfter = v[0]
-				}
-			}
+	for f, name := range fieldVars {
+		switch f := frontend.Field(f); {
+		case !ans.Headers.Has(f):
+		case f == frontend.FieldRepeat:
+			e.setVarInt(name, 1)
+		default:
+			e.setVarString(name, ans.Headers.Value(f))
 		}
-		clear(h)
-		headerPool.Put(hp)
 	}
-	if !c.Out.Allowed {
-		out.status = int64(rs.DenyStatus)
-		e.setVarInt(varStatus, int64(rs.DenyStatus))
-		if cr != nil {
+	out.retryAfter = ans.Headers.Value(frontend.FieldRetryAfter)
+	if !ans.Allowed {
+		out.status = int64(ans.Status)
+		e.setVarInt(varStatus, out.status)
+		if ans.Rule != nil {
 			b := frontend.GetBuf()
-			*b = frontend.AppendDenied(*b, cr, d)
+			*b = ans.AppendDenied(*b)
 			e.setVarBytes(varBody, (*b)[:len(*b)-1]) // without the newline
 			frontend.PutBuf(b)
 		}
 	}
-	a.cfg.Latency.Observe(time.Since(start).Seconds())
 	return out
 }
 
@@ -130,13 +130,4 @@ func (a *Agent) refuse(e *encoder, msg string) {
 	if a.warned.CompareAndSwap(false, true) {
 		a.env.Log.Warn("spoa: a message was refused (status 400); check the SPOE configuration against the README (logged once)", "reason", msg)
 	}
-}
-
-func trusted(a netip.Addr, ps []netip.Prefix) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }

@@ -118,7 +118,7 @@ func setArg(o *frontend.Origin, i int, a arg) string {
 		if v.typ != dataString {
 			return "want a string, got " + typeName(v.typ)
 		}
-		if !isToken(v.bytes) {
+		if !frontend.IsToken(v.bytes) {
 			return strconv.Quote(string(v.bytes)) + " is not an HTTP method"
 		}
 		o.Method = string(v.bytes)
@@ -186,21 +186,4 @@ func parseHeaders(b []byte) (http.Header, string) {
 		k := textproto.CanonicalMIMEHeaderKey(string(name))
 		h[k] = append(h[k], string(val))
 	}
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2), the
-// syntax of a method.
-func isToken(s []byte) bool {
-	if len(s) == 0 {
-		return false
-	}
-	for _, c := range s {
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

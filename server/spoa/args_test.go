@@ -110,7 +110,7 @@ func FuzzNotify(f *testing.F) {
 			if msg != "" {
 				continue
 			}
-			if !isToken([]byte(o.Method)) || len(o.Path) == 0 || o.Path[0] != '/' || !o.IP.IsValid() || o.Header == nil {
+			if !frontend.IsToken(o.Method) || len(o.Path) == 0 || o.Path[0] != '/' || !o.IP.IsValid() || o.Header == nil {
 				t.Fatalf("accepted a malformed origin %+v", o)
 			}
 		}
