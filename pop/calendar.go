@@ -1,5 +1,23 @@
 // Calendar quotas: a rule whose Limit holds per calendar period (a day, a
 // week or a month in a time zone) and is whole again at the period's end.
+//
+// A calendar period is a fixed window whose index is the period's
+// (window.Calendar): the store, replication, share and keep, the state file
+// and startup sync carry it as one more window index. The window maths is
+// the sliding one with the previous window weighing nothing (Calendar.Split
+// reports an elapsed time of at least the width), so a calendar decision
+// runs the very path of a sliding one; only its waits differ: Retry-After
+// and the reset count to the period's end in its time zone. The rule's
+// current period, [start, end), is cached with its index (ruleState.split),
+// so the date maths runs once per period, not per decision.
+//
+// Counts of a period that has ended weigh nothing but are kept for
+// CalendarGrace (peers whose clocks lag still decide in it, late deltas
+// still land), then swept. Spent quota is not forgotten before its period
+// ends: a key the memory budget evicts leaves its counts in its rule's
+// sketch and comes back with at least them (see crdt's sketch.go), the
+// state file holds every tracked key of the period, and a restarted node
+// syncs the rest from its peers.
 
 package pop
 
@@ -8,8 +26,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/window"
 )
+
+// CalendarGrace is how long a calendar period's counts are kept once the
+// period has ended, before a Tick sweeps them.
+const CalendarGrace = 10 * time.Minute
 
 // validateCalendar checks the calendar of r, if any, and the fields a
 // calendar rule cannot have, naming the field.
@@ -32,4 +55,102 @@ func (r Rule) validateCalendar() error {
 		return fmt.Errorf("window: a calendar rule's window is its period's nominal width %s, got %s", time.Duration(c.Width()), r.Window)
 	}
 	return nil
+}
+
+// calendarOf returns a copy of r's calendar, nil for a sliding rule.
+func calendarOf(r Rule) *window.Calendar {
+	if r.Calendar.IsZero() {
+		return nil
+	}
+	c := r.Calendar
+	return &c
+}
+
+// splitCalendar is split for a calendar rule past its cached period: it
+// computes the period holding now and caches it. A period for which
+// Calendar.Split's elapsed would not be now - index*width (instants before
+// 1970) is not cached.
+func (r *ruleState) splitCalendar(now int64) (index, elapsed int64) {
+	idx, start, end := r.cal.PeriodOf(now)
+	base := idx * r.width
+	if start-base >= r.width {
+		r.cur.Store(&winCache{index: idx, start: start, end: end, base: base})
+	}
+	return idx, max(now-base, r.width)
+}
+
+// index returns the index of r's window that holds now, without caching
+// it: now may be another instant than the decisions' (now plus a peer's
+// skew, a sweep's grace).
+func (r *ruleState) index(now int64) int64 {
+	if r.cal == nil {
+		idx, _ := window.Split(now, r.width)
+		return idx
+	}
+	if c := r.cur.Load(); c != nil && now >= c.start && now < c.end {
+		return c.index
+	}
+	idx, _, _ := r.cal.PeriodOf(now)
+	return idx
+}
+
+// start returns the instant (Unix nanoseconds) at which r's window idx
+// begins.
+func (r *ruleState) start(idx int64) int64 {
+	if r.cal == nil {
+		return window.Start(idx, r.width)
+	}
+	s, _ := r.cal.Bounds(idx)
+	return s
+}
+
+// periodEnd returns the end of the calendar period that holds now.
+func (r *ruleState) periodEnd(now int64) int64 {
+	if c := r.cur.Load(); c != nil && now >= c.start && now < c.end {
+		return c.end
+	}
+	_, _, end := r.cal.PeriodOf(now)
+	return end
+}
+
+// calendarAnswer turns res, the sliding answer of calendar rule w's window
+// for a request of cost against limit at now, into the calendar's: a
+// request denied by the period's count may retry at the period's end, and
+// the whole limit is back then. A denial of the headroom split near the
+// limit (crdt.Allowance) keeps its own, shorter wait; a request that can
+// never fit keeps window.Never.
+func (w *ruleState) calendarAnswer(res *window.Result, now int64, limit, cost uint64) {
+	left := w.periodEnd(now) - now
+	if res.Allowed {
+		res.Reset = left
+		return
+	}
+	if res.RetryAfter != window.Never && res.Estimate+float64(cost) > float64(limit) {
+		res.RetryAfter = left
+	}
+	res.Reset = 0
+	if res.Estimate > 0 {
+		res.Reset = left
+	}
+}
+
+// sweepLive is the window index function Tick sweeps the live rules with:
+// indexFunc's, but for a calendar rule the index after the period that
+// held now - CalendarGrace, so that a period's keys go once it has ended
+// plus the grace, while the current period's stay.
+func (n *Node) sweepLive(rs *ruleSet, now int64) func(crdt.RuleID) int64 {
+	live := n.indexFunc(rs, now)
+	cal := false
+	for _, r := range rs.sorted {
+		cal = cal || r.cal != nil
+	}
+	if !cal {
+		return live
+	}
+	return func(id crdt.RuleID) int64 {
+		if r := rs.byID[id]; r != nil && r.cal != nil {
+			return r.index(now-int64(CalendarGrace)) + 1
+		}
+		return live(id)
+	}
 }

@@ -58,7 +58,7 @@ func (h *Handler) ServeAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &res.Decision
 	cr.Metrics.RecordResult(&res)
-	frontend.SetRateLimitHeaders(w.Header(), cr, *d, 0)
+	frontend.SetRateLimitHeaders(w.Header(), cr, *d, 0, now)
 	b := frontend.AppendResultObj((*bp)[:0], cr, key, *d, false)
 	b = b[:len(b)-1] // reopen the object
 	if res.Lease.Held() {

@@ -259,7 +259,7 @@ func (h *Handler) ServeCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &res.Decision
 	cr.Metrics.RecordResult(&res)
-	frontend.SetRateLimitHeaders(w.Header(), cr, *d, h.env.Node.MoreAfterHandle(now, ck.Rule, key, *d, pop.Options{Tier: ck.Tier}))
+	frontend.SetRateLimitHeaders(w.Header(), cr, *d, h.env.Node.MoreAfterHandle(now, ck.Rule, key, *d, pop.Options{Tier: ck.Tier}), now)
 	// The answer goes after the body in its buffer: key is the body's
 	// bytes, and must not be written over before it is copied.
 	b := *bp

@@ -108,8 +108,9 @@ func appendLimit(b []byte, cr *Rule, d pop.Decision) []byte {
 // least 1; when denied, until a request of the same cost fits (equal to
 // Retry-After). X-RateLimit-Reset, also whole seconds, is the time until
 // the whole limit is available again when allowed, and Retry-After when
-// denied.
-func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Duration) {
+// denied. now is the instant of the decision (Unix nanoseconds): a calendar
+// rule's policy gives as w the length of the period that holds it.
+func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Duration, now int64) {
 	reset := CeilDiv(int64(d.Reset), int64(time.Second))
 	t := CeilDiv(int64(more), int64(time.Second))
 	if !d.Allowed {
@@ -139,14 +140,14 @@ func SetRateLimitHeaders(h http.Header, cr *Rule, d pop.Decision, more time.Dura
 		b = strconv.AppendUint(b, d.Limit, 10)
 	}
 	s := unsafe.String(unsafe.SliceData(b), len(b))
-	vals[0], vals[1], vals[2] = cr.policy, s[:rlEnd], cr.limitStr
+	vals[0], vals[1], vals[2] = cr.policyAt(now), s[:rlEnd], cr.limitStr
 	vals[3], vals[4] = s[remStart:remEnd], s[rlEnd:resetEnd]
 	if resetEnd < len(s) {
 		vals[2] = s[resetEnd:]
 	}
 	if d.Limits != nil {
 		// An override or tier: the key's own limits.
-		vals[0] = PolicyField(cr.Pop, d.Limits)
+		vals[0] = PolicyField(cr.Pop, d.Limits, now)
 	}
 	h[HPolicy] = vals[0:1:1]
 	h[HRateLimit] = vals[1:2:2]

@@ -54,7 +54,7 @@ func TestSetRateLimitHeaders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
-			SetRateLimitHeaders(h, rs.ByName[tc.rule], tc.d, tc.more)
+			SetRateLimitHeaders(h, rs.ByName[tc.rule], tc.d, tc.more, 0)
 			assert.Equal(t, tc.want, h)
 		})
 	}
@@ -62,8 +62,8 @@ func TestSetRateLimitHeaders(t *testing.T) {
 	// there already).
 	h := http.Header{}
 	d := pop.Decision{Allowed: true, Limit: 100, Remaining: 7, Reset: time.Second}
-	SetRateLimitHeaders(h, rs.ByName["api"], d, 0)
-	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { SetRateLimitHeaders(h, rs.ByName["api"], d, 0) }))
+	SetRateLimitHeaders(h, rs.ByName["api"], d, 0, 0)
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { SetRateLimitHeaders(h, rs.ByName["api"], d, 0, 0) }))
 }
 
 // BenchmarkSetRateLimitHeaders sets an allowed answer's headers into a new
@@ -77,6 +77,6 @@ func BenchmarkSetRateLimitHeaders(b *testing.B) {
 	d := pop.Decision{Allowed: true, Limit: 1000000000000, Remaining: 999999999876, Reset: 42 * time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
-		SetRateLimitHeaders(http.Header{}, cr, d, 700*time.Millisecond)
+		SetRateLimitHeaders(http.Header{}, cr, d, 700*time.Millisecond, 0)
 	}
 }

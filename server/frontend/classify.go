@@ -305,7 +305,8 @@ func (e *Env) answerOrigin(w http.ResponseWriter, rs *Rules, o *Origin, status i
 	}
 	cr, d := c.Binding()
 	if cr != nil {
-		SetRateLimitHeaders(w.Header(), cr, d, c.MoreAfter(e.Node, e.Clock.Now()))
+		now := e.Clock.Now()
+		SetRateLimitHeaders(w.Header(), cr, d, c.MoreAfter(e.Node, now), now)
 	}
 	if c.Repeat() {
 		w.Header()[HRepeat] = trueValue

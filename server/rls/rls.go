@@ -510,7 +510,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	// The headers follow the binding descriptor, as in proxy mode.
 	if cr, d := cs.Binding(); cr != nil {
-		resp.ResponseHeadersToAdd = rlsHeaders(cr, d, cs.MoreAfter(s.env.Node, s.env.Clock.Now()))
+		now := s.env.Clock.Now()
+		resp.ResponseHeadersToAdd = rlsHeaders(cr, d, cs.MoreAfter(s.env.Node, now), now)
 	}
 	if cs.Repeat() {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: rlsRepeatHeader, Value: "true"})
@@ -554,9 +555,9 @@ var rlsHeaderOrder = [...]struct{ canon, lower string }{
 // rlsHeaders returns the RateLimit headers of the binding rule's decision,
 // exactly as the HTTP API writes them (frontend.SetRateLimitHeaders), with
 // lower-case names.
-func rlsHeaders(cr *frontend.Rule, d pop.Decision, more time.Duration) []*corev3.HeaderValue {
+func rlsHeaders(cr *frontend.Rule, d pop.Decision, more time.Duration, now int64) []*corev3.HeaderValue {
 	h := make(http.Header, len(rlsHeaderOrder))
-	frontend.SetRateLimitHeaders(h, cr, d, more)
+	frontend.SetRateLimitHeaders(h, cr, d, more, now)
 	vals := make([]corev3.HeaderValue, len(h))
 	out := make([]*corev3.HeaderValue, 0, len(h))
 	for _, n := range rlsHeaderOrder {

@@ -95,7 +95,8 @@ func (a *Agent) answer(e *encoder, m message, peer netip.Addr) brief {
 	if cr != nil {
 		hp := headerPool.Get()
 		h := *hp
-		frontend.SetRateLimitHeaders(h, cr, d, c.MoreAfter(a.env.Node, a.env.Clock.Now()))
+		now := a.env.Clock.Now()
+		frontend.SetRateLimitHeaders(h, cr, d, c.MoreAfter(a.env.Node, now), now)
 		for _, hv := range headerVars {
 			if v := h[hv.header]; len(v) == 1 {
 				e.setVarString(hv.name, v[0])
