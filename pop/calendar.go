@@ -13,11 +13,21 @@
 //
 // Counts of a period that has ended weigh nothing but are kept for
 // CalendarGrace (peers whose clocks lag still decide in it, late deltas
-// still land), then swept. Spent quota is not forgotten before its period
-// ends: a key the memory budget evicts leaves its counts in its rule's
-// sketch and comes back with at least them (see crdt's sketch.go), the
-// state file holds every tracked key of the period, and a restarted node
-// syncs the rest from its peers.
+// still land), then swept by Tick.
+//
+// Spent quota is not forgotten before its period ends, whatever the memory
+// budget: a key the store evicts leaves its counts in its rule's sketch and
+// comes back with at least them (crdt's sketch.go), and a key that finds no
+// room is decided by the rule's shared counter; both err towards denying.
+// So a flood of new keys past the budget never hands a key a fresh quota;
+// it may instead deny keys new to the store early, for the rest of the
+// period (the sketch's cells do not decay within a period as they do
+// across a sliding window's), and, until the grace has passed and the last
+// period's keys are swept, keys of a store full of them are decided by the
+// shared counter. Across a restart, the state file holds every tracked
+// key's counts of the period and a node with peers syncs them on joining;
+// the sketch is not in the state file, so a key evicted from a lone node's
+// store before a restart starts from what the state file's keys leave.
 
 package pop
 
