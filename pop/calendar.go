@@ -89,18 +89,18 @@ func (r *ruleState) splitCalendar(now int64) (index, elapsed int64) {
 	return idx, max(now-base, r.width)
 }
 
-// index returns the index of r's window that holds now, without caching
-// it: now may be another instant than the decisions' (now plus a peer's
-// skew, a sweep's grace).
+// index returns the index of r's window that holds now: window.Split's
+// for a sliding window; for a calendar rule split's, through its cache, so
+// that a node that flushes, merges or sweeps a rule it decides little does
+// not work out a date per entry. An instant in another period (now plus a
+// peer's skew, a sweep's grace) moves the cache there; near a boundary
+// decisions then move it back, for that skew only.
 func (r *ruleState) index(now int64) int64 {
 	if r.cal == nil {
 		idx, _ := window.Split(now, r.width)
 		return idx
 	}
-	if c := r.cur.Load(); c != nil && now >= c.start && now < c.end {
-		return c.index
-	}
-	idx, _, _ := r.cal.PeriodOf(now)
+	idx, _ := r.split(now)
 	return idx
 }
 
@@ -150,16 +150,22 @@ func (w *ruleState) calendarAnswer(res *window.Result, now int64, limit, cost ui
 // plus the grace, while the current period's stay.
 func (n *Node) sweepLive(rs *ruleSet, now int64) func(crdt.RuleID) int64 {
 	live := n.indexFunc(rs, now)
-	cal := false
+	var cals map[crdt.RuleID]int64 // the calendar rules' sweep indexes
 	for _, r := range rs.sorted {
-		cal = cal || r.cal != nil
+		if r.cal != nil {
+			if cals == nil {
+				cals = map[crdt.RuleID]int64{}
+			}
+			idx, _, _ := r.cal.PeriodOf(now - int64(CalendarGrace))
+			cals[r.id] = idx + 1
+		}
 	}
-	if !cal {
+	if cals == nil {
 		return live
 	}
 	return func(id crdt.RuleID) int64 {
-		if r := rs.byID[id]; r != nil && r.cal != nil {
-			return r.index(now-int64(CalendarGrace)) + 1
+		if idx, ok := cals[id]; ok {
+			return idx
 		}
 		return live(id)
 	}
