@@ -86,7 +86,7 @@ func TestCalendarSplit(t *testing.T) {
 				c := window.Calendar{Period: p, Location: loc, WeekStart: ws}
 				w := c.Width()
 				// A prime step visits every hour of the day and day of the week.
-				step := int64(7*24*time.Hour+13*time.Hour+17*time.Minute) * 5
+				step := int64(7*24*time.Hour+13*time.Hour+17*time.Minute) * 19
 				prevIdx, prevEnd := int64(0), int64(0)
 				for tt := int64(0); tt < time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(); tt += step {
 					idx, start, end := c.PeriodOf(tt)
