@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -118,4 +120,21 @@ state: {file: %q, interval: 20ms}
 	assert.Equal(t, uint64(5), keyTotal(t, d.api, "monthly", "customer"))
 	assert.Zero(t, spendMonthly(t, d.api, "customer", 5), "nothing spent this month is admitted again")
 	assert.Equal(t, 3, spendMonthly(t, d.api, "other", 5), "the rest of the month's quota, no more")
+}
+
+// TestCheckConfigCalendar: -check-config accepts a calendar rule and
+// refuses a bad time zone, or calendar with window, naming the field.
+func TestCheckConfigCalendar(t *testing.T) {
+	var out bytes.Buffer
+	ok := "rules: [{name: plan, limit: 1000, calendar: {period: month, time_zone: Europe/Paris}}]\n"
+	require.NoError(t, run(t.Context(), []string{"-config", writeFile(t, ok), "-check-config"}, &out, io.Discard))
+	assert.Equal(t, "config ok: 1 rules\n", out.String())
+	for bad, want := range map[string]string{
+		"rules: [{name: plan, limit: 1000, calendar: {period: month, time_zone: Europe/Pariss}}]\n": `rules[0].calendar.time_zone: unknown time zone "Europe/Pariss"`,
+		"rules: [{name: plan, limit: 1000, window: 720h, calendar: {period: month}}]\n":             "rules[0].window: set together with calendar",
+	} {
+		err := run(t.Context(), []string{"-config", writeFile(t, bad), "-check-config"}, io.Discard, io.Discard)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), want)
+	}
 }
