@@ -46,6 +46,11 @@ func TestCalendarAPI(t *testing.T) {
 		r = ta.post("/v1/check", `{"rule":"daily","key":"k"}`)
 		require.Equal(t, http.StatusOK, r.status, "the whole limit at midnight: %s", r.body)
 	}
+
+	r = ta.get("/v1/status")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	rule := r.json(t)["rules"].([]any)[0].(map[string]any)
+	assert.Equal(t, map[string]any{"period": "day", "time_zone": "UTC"}, rule["calendar"])
 }
 
 // TestCalendarProxyPolicy: a monthly quota in New York, through the proxy:
