@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/geolimit/geolimit/pop"
 )
@@ -63,6 +64,10 @@ type Rule struct {
 	// Burst is, for algorithm: gcra, the most cost admitted at once by a
 	// key idle long enough (1 to limit). Default limit.
 	Burst uint64 `yaml:"burst"`
+	// Calendar, instead of window, makes limit a quota per calendar day,
+	// week or month in a time zone, whole again at the period's end
+	// (calendar.go).
+	Calendar *Calendar `yaml:"calendar"`
 }
 
 // Match selects requests in proxy mode. Every non-empty field must match.
@@ -180,6 +185,10 @@ func (c *Config) PopRules() ([]pop.Rule, error) { return PopRules(c.Rules) }
 func PopRules(rules []Rule) ([]pop.Rule, error) {
 	out := make([]pop.Rule, len(rules))
 	for i, r := range rules {
+		cal, err := r.popCalendar()
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].%w", i, err)
+		}
 		kind, err := r.popKind()
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d].%w", i, err)
@@ -206,6 +215,9 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 		}
 		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol,
 			BlockFor: r.BlockFor.D(), OnUnsure: unsure, Algorithm: alg, Burst: r.Burst, Kind: kind, LeaseTTL: r.LeaseTTL.D()}
+		if !cal.IsZero() { // its window is its period's nominal width
+			out[i].Calendar, out[i].Window = cal, time.Duration(cal.Width())
+		}
 		if err := r.popLimits(&out[i]); err != nil {
 			return nil, fmt.Errorf("rules[%d].%w", i, err)
 		}

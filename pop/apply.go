@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/window"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -157,8 +156,8 @@ func (n *Node) ApplyFrom(now int64, d *wire.Delta, via Scope, from *crdt.InternC
 				n.store.PrefetchSide(hs[k], r.id, run[k].Key, rep)
 			}
 		}
-		idx, _ := window.Split(now, r.width)
-		limitIdx, _ := window.Split(now+n.maxSkew, r.width)
+		idx := r.index(now)
+		limitIdx := r.index(now + n.maxSkew)
 		for k := range run {
 			merged := st.Merged
 			n.mergeAt(now, idx, limitIdx, r, rep, &run[k], hs[k], &st)
@@ -196,8 +195,8 @@ func (n *Node) PrefetchDelta(d *wire.Delta) {
 // mergeEntry merges one entry of replica rep for rule r (whose scope the
 // caller checked), counting the outcome in st. Requires applyMu read-held.
 func (n *Node) mergeEntry(now int64, r *ruleState, rep crdt.ReplicaID, e *crdt.Entry, st *ApplyStats) {
-	idx, _ := window.Split(now, r.width)
-	limitIdx, _ := window.Split(now+n.maxSkew, r.width)
+	idx := r.index(now)
+	limitIdx := r.index(now + n.maxSkew)
 	n.mergeAt(now, idx, limitIdx, r, rep, e, n.store.Hash(r.id, e.Key), st)
 }
 

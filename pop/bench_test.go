@@ -89,6 +89,10 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
+	b.Run("geolimit-calendar", func(b *testing.B) {
+		// The same of a monthly calendar quota (calendar.go).
+		benchDecideCalendar(b, created, keys, clk)
+	})
 	b.Run("geolimit-check", func(b *testing.B) {
 		// The same through the pipeline's one-check call, as /v1/check
 		// makes it.

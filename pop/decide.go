@@ -274,5 +274,8 @@ func (n *Node) admitWindow(res *crdt.AdmitResult, now int64, w *ruleState, key s
 		sh.record(idx, cost)
 	}
 	res.Remaining = min(res.Remaining, limit)
+	if w.cal != nil {
+		w.calendarAnswer(&res.Result, now, limit, cost)
+	}
 	return UnsureNone
 }

@@ -23,7 +23,7 @@ func newRuleState(r Rule) *ruleState {
 	if r.Algorithm == GCRA {
 		return newGCRAState(r)
 	}
-	rs := &ruleState{Rule: r, width: int64(r.Window), wire: r.WireName(r.Window)}
+	rs := &ruleState{Rule: r, width: int64(r.Window), wire: r.WireName(r.Window), cal: calendarOf(r)}
 	if r.Kind == Concurrency {
 		rs.width = int64(time.Second) // counts nothing in windows; never 0
 	}

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/window"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -207,7 +206,6 @@ func (n *Node) indexFunc(rs *ruleSet, now int64) func(crdt.RuleID) int64 {
 		if r == nil {
 			return 1<<63 - 1 // unknown rule: nothing of it is live
 		}
-		idx, _ := window.Split(now, r.width)
-		return idx
+		return r.index(now)
 	}
 }

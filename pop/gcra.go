@@ -123,7 +123,9 @@ func protectGCRA(r *ruleState) uint64 { return uint64(r.width/2) + 1 }
 // sameState reports whether the counts of window state o may serve the
 // window state w of a rule set again: both count, or both pace with one
 // store window. A rule whose algorithm or burst changed starts afresh.
-func sameState(o, w *ruleState) bool { return o.gcra == w.gcra && o.width == w.width }
+func sameState(o, w *ruleState) bool {
+	return o.gcra == w.gcra && o.width == w.width && o.Calendar.Equal(w.Calendar)
+}
 
 // admitGCRA is step 3 of decideRule for a GCRA rule: the key's TAT admits
 // (and with count, moves; a pop or global rule's admission is counted in

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/window"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -115,7 +114,7 @@ func (n *Node) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
 		if r == nil || r.Scope != ScopeGlobal {
 			continue
 		}
-		if cur, _ := window.Split(now, r.width); k.win < cur-1 {
+		if cur := r.index(now); k.win < cur-1 {
 			continue // passed
 		}
 		if owns != nil && !owns(k.key) {

@@ -71,13 +71,14 @@ func (n *Node) dropRetired(name retiredKey, o retiredRule) {
 // and the retired ones' (whose keys stay until dropped). It starts the
 // retired rules' two windows, and drops those whose time has passed.
 func (n *Node) sweepIndex(now int64) func(crdt.RuleID) int64 {
-	live := n.indexFunc(n.rules.Load(), now)
+	live := n.sweepLive(n.rules.Load(), now)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.retired) == 0 {
 		return live
 	}
 	widths := make(map[crdt.RuleID]int64, len(n.retired))
+	cals := map[crdt.RuleID]*ruleState{} // retired calendar rules
 	for name, o := range n.retired {
 		switch {
 		case o.until == 0:
@@ -88,8 +89,14 @@ func (n *Node) sweepIndex(now int64) func(crdt.RuleID) int64 {
 			continue
 		}
 		widths[o.rs.id] = int64(o.rs.Window)
+		if o.rs.cal != nil {
+			cals[o.rs.id] = o.rs
+		}
 	}
 	return func(id crdt.RuleID) int64 {
+		if r, ok := cals[id]; ok {
+			return r.index(now)
+		}
 		if w, ok := widths[id]; ok {
 			idx, _ := window.Split(now, w)
 			return idx

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/window"
 )
 
 // Scope says how far a rule's counts travel.
@@ -162,10 +163,18 @@ type Rule struct {
 	// Burst is, for a GCRA rule, the most cost admitted at once (1 to
 	// Limit); 0 means Limit. Must be 0 for other rules.
 	Burst uint64
+	// Calendar, when set, makes the rule a calendar quota (calendar.go):
+	// Limit per calendar period, the whole of it available again at the
+	// period's end, instead of per sliding Window. Window must then be
+	// the period's nominal width, Calendar.Width(). Zero: a sliding window.
+	Calendar window.Calendar
 }
 
 // Validate reports the first thing wrong with r, naming the field.
 func (r Rule) Validate() error {
+	if err := r.validateCalendar(); err != nil {
+		return err
+	}
 	if r.Kind != Rate || r.LeaseTTL != 0 {
 		return r.validateKind()
 	}

@@ -65,19 +65,27 @@ type ruleState struct {
 	// pacer: of a pop- or global-scope GCRA rule, the node-scope state
 	// that keeps this node's TATs of its keys (gcra_shared.go).
 	pacer *ruleState
+	// cal: of a calendar rule, its calendar (calendar.go); nil otherwise.
+	cal *window.Calendar
 }
 
-// winCache remembers the rule's current window so that the hot path does not
-// pay a 64-bit division per decision.
-type winCache struct{ index, start int64 }
+// winCache remembers the rule's current window [start, end) so that the
+// hot path does not pay a 64-bit division (or a calendar's date maths) per
+// decision; elapsed counts from base (start, or a calendar's index*width).
+type winCache struct{ index, start, end, base int64 }
 
-// split is window.Split(now, r.width), cached per window.
+// split is window.Split(now, r.width) (for a calendar rule,
+// window.Calendar.Split), cached per window.
 func (r *ruleState) split(now int64) (index, elapsed int64) {
-	if c := r.cur.Load(); c != nil && now >= c.start && now-c.start < r.width {
-		return c.index, now - c.start
+	if c := r.cur.Load(); c != nil && now >= c.start && now < c.end {
+		return c.index, now - c.base
+	}
+	if r.cal != nil {
+		return r.splitCalendar(now)
 	}
 	index, elapsed = window.Split(now, r.width)
-	r.cur.Store(&winCache{index: index, start: now - elapsed})
+	start := now - elapsed
+	r.cur.Store(&winCache{index: index, start: start, end: start + r.width, base: start})
 	return index, elapsed
 }
 

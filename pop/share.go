@@ -244,7 +244,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 		if r == nil || r.OnPartition != Share || r.Scope != ScopeGlobal {
 			return
 		}
-		c, _ := window.Split(now, r.width)
+		c := r.index(now)
 		i := e.Window - (c - 1)
 		if i != 0 && i != 1 {
 			return
@@ -270,7 +270,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 	sideTot := map[crdt.RuleID][2]uint64{} // per rule: this side's base counts, all
 	for k, a := range sums {
 		r := rs.byID[k.rule]
-		c, _ := window.Split(now, r.width)
+		c := r.index(now)
 		sh := &share{win: c, frozen: a.other, base: a.pops, side: p.sides[k.rule]}
 		if old := prev.retained(k, r, c, n.healHold); old != nil {
 			old.mu.Lock()
@@ -302,7 +302,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 // noticed in window c keeps p's base: p is still cut, or healed too recently
 // for window c-1 to have been seen whole since. p may be nil.
 func (p *partition) retained(k shareKey, r *ruleState, c, hold int64) *share {
-	if p == nil || (p.healed != 0 && p.healed+hold <= window.Start(c-1, r.width)) {
+	if p == nil || (p.healed != 0 && p.healed+hold <= r.start(c-1)) {
 		return nil
 	}
 	if sh := p.keys[k]; sh != nil {
@@ -366,7 +366,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	// decay: the other side may have spent its former share then.
 	budget := frac
 	if frac > prev {
-		budget -= (frac - prev) * float64(r.width-elapsed) / float64(r.width)
+		budget -= (frac - prev) * float64(max(r.width-elapsed, 0)) / float64(r.width)
 	}
 	return budget*float64(r.Limit) + frozen, sh, true
 }
@@ -377,7 +377,7 @@ func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *s
 	defer p.newKeys.mu.Unlock()
 	sh := p.newKeys.m[k]
 	if sh == nil {
-		c, _ := window.Split(now, r.width)
+		c := r.index(now)
 		sh = &share{win: c, frac: frac, snap: frac, prev: frac, scale: 1, fresh: true, side: p.sides[r.id]}
 		if len(p.newKeys.m) < maxNewShareKeys {
 			p.newKeys.m[shareKey{r.id, strings.Clone(key)}] = sh

@@ -71,7 +71,7 @@ func (n *Node) View(now int64, rule, key string) (KeyView, error) {
 
 // viewWindow is View of one window of a rule.
 func (n *Node) viewWindow(now int64, w *ruleState, key string) WindowKeyView {
-	idx, el := window.Split(now, w.width)
+	idx, el := w.split(now)
 	v := WindowKeyView{Window: w.Window, Limit: w.Limit, Windows: []crdt.WindowView{}}
 	if ws, ok := n.store.View(w.id, key, idx); ok {
 		v.Windows = ws

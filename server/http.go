@@ -101,6 +101,9 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		// Of a gcra rule, the algorithm and the burst (the default's too).
 		Algorithm string `json:"algorithm,omitempty"`
 		Burst     uint64 `json:"burst,omitempty"`
+		// Of a calendar rule (whose window is its period's nominal
+		// width), the calendar.
+		Calendar *calendarOut `json:"calendar,omitempty"`
 	}
 	rules := []ruleOut{}
 	modes := a.eng.RuleModes()
@@ -128,6 +131,7 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 		if p.Kind == pop.Concurrency {
 			ro.Kind, ro.LeaseTTL = p.Kind.String(), p.LeaseTTL.String()
 		}
+		ro.Calendar = calendarStatus(p.Calendar)
 		rules = append(rules, ro)
 	}
 	repl := ReplicationStatus{

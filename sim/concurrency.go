@@ -107,7 +107,7 @@ func (e *engine) release(ev event) {
 	e.held[ev.i] = held{}
 	e.freeHeld = append(e.freeHeld, ev.i)
 	if h.node < 0 {
-		e.central.Release(Epoch+ev.at, h.lease)
+		e.central.Release(e.epoch+ev.at, h.lease)
 		return
 	}
 	nd := e.nodes[h.node]

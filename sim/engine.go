@@ -16,8 +16,9 @@ import (
 	"github.com/geolimit/geolimit/wire"
 )
 
-// Epoch is the Unix time (nanoseconds) at which every run starts:
-// 2026-01-01T00:00:00Z, so that windows are aligned as on a real clock.
+// Epoch is the Unix time (nanoseconds) at which a run starts unless its
+// scenario says otherwise (Scenario.Start): 2026-01-01T00:00:00Z, so that
+// windows are aligned as on a real clock.
 const Epoch int64 = 1_767_225_600 * int64(time.Second)
 
 // Options tune a run without changing its scenario. The zero value runs the
@@ -86,6 +87,7 @@ type engine struct {
 	rules    []pop.Rule
 	now      int64
 	end      int64
+	epoch    int64 // the Unix time of the run's time 0: Epoch or Scenario.Start
 	q        queue
 	trng     *rng // traffic: arrivals, keys, PoPs, nodes
 	nrng     *rng // network and timer phases
@@ -110,6 +112,7 @@ type engine struct {
 
 	keys     []*keyInfo
 	ruleKeys [][]*keyInfo
+	cals     map[int]*calPeriods // by rule index: the calendar rules' (calendar.go)
 	sources  []*source
 	tracked  []*keyInfo
 	convKeys []*keyInfo
@@ -189,11 +192,15 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 		opts:      opts,
 		rules:     rules,
 		end:       int64(sc.Duration),
+		epoch:     Epoch,
 		trng:      newRNG(master.Uint64(), master.Uint64()),
 		nrng:      newRNG(master.Uint64(), master.Uint64()),
 		storeSeed: master.Uint64() | 1,
 		intraMax:  sc.Replication.IntraPoPMaxBytes,
 		interMax:  sc.Replication.InterPoPMaxBytes,
+	}
+	if !sc.Start.IsZero() {
+		e.epoch = sc.Start.UnixNano()
 	}
 	e.flushNow = sc.Replication.FlushInterval == 0
 	e.holds = ruleHolds(sc, rules)
@@ -323,7 +330,7 @@ func (e *engine) start(nd *simNode, t int64) error {
 	return nil
 }
 
-func (e *engine) nodeNow(nd *simNode, t int64) int64 { return Epoch + t + nd.skew }
+func (e *engine) nodeNow(nd *simNode, t int64) int64 { return e.epoch + t + nd.skew }
 
 // fleetNow is the time the node hands its node core directly: its clock on
 // the fleet clock its replication agreed (repl.Core.ClockCorrection), as the

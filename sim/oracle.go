@@ -179,7 +179,7 @@ func (o *oracle) judge(k *keyInfo, t int64, cost uint64, admitted bool) {
 func (o *oracle) judgeKey(k *keyInfo, t int64, cost uint64, admitted bool) {
 	ok := &o.keys[k.idx]
 	ok.lastReq = t
-	ok.evict(t - k.width)
+	ok.evict(k.cutoff(t))
 	tl := o.cur
 	tl.requests++
 	if k.more != nil {
@@ -256,10 +256,11 @@ func (o *oracle) judgeMore(k *keyInfo, t int64, cost uint64, admitted bool) {
 func (o *oracle) sample(keys []*keyInfo, t int64, inPhase int) {
 	for _, k := range keys {
 		ok := &o.keys[k.idx]
-		if ok.lastReq < 0 || ok.lastReq <= t-k.width {
+		cut := k.cutoff(t)
+		if ok.lastReq < 0 || ok.lastReq <= cut {
 			continue
 		}
-		ok.evict(t - k.width)
+		ok.evict(cut)
 		r := float64(ok.sum) * k.invLimit
 		if inPhase < 0 {
 			o.run.add(r)
@@ -269,10 +270,11 @@ func (o *oracle) sample(keys []*keyInfo, t int64, inPhase int) {
 	}
 }
 
-// trailing returns the cost admitted for k in (t-width, t].
+// trailing returns the cost admitted for k in (t-width, t] (for a calendar
+// rule, since the start of the period that holds t).
 func (o *oracle) trailing(k *keyInfo, t int64) uint64 {
 	ok := &o.keys[k.idx]
-	ok.evict(t - k.width)
+	ok.evict(k.cutoff(t))
 	return ok.sum
 }
 

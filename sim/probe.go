@@ -171,7 +171,7 @@ func (e *engine) converged(p *probe, t int64) bool {
 			if err != nil {
 				return false
 			}
-			cur := (Epoch + t) / k.width
+			cur := k.windowIndex(e.epoch + t)
 			for w, want := range tr {
 				if w < cur-1 {
 					continue

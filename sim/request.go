@@ -39,9 +39,9 @@ func (e *engine) request(s *source, t int64) {
 	if e.central != nil {
 		var cd pop.Decision
 		if e.rules[k.rule].Kind == pop.Concurrency {
-			cd, err = e.acquire(e.central, -1, 0, Epoch+t, k, s.cost, t)
+			cd, err = e.acquire(e.central, -1, 0, e.epoch+t, k, s.cost, t)
 		} else {
-			cd, err = e.central.Decide(Epoch+t, k.ruleName, k.key, s.cost)
+			cd, err = e.central.Decide(e.epoch+t, k.ruleName, k.key, s.cost)
 		}
 		if err != nil {
 			e.err = fmt.Errorf("sim: central decide: %w", err)

@@ -35,6 +35,10 @@ type Scenario struct {
 	Seed uint64 `yaml:"seed"`
 	// Duration is the simulated time span (> 0).
 	Duration time.Duration `yaml:"duration"`
+	// Start is the instant the run starts at (RFC 3339, e.g.
+	// 2026-11-30T23:59:00Z), so that a calendar boundary can fall inside
+	// the run; zero means Epoch. Between 1970 and 2200.
+	Start time.Time `yaml:"start"`
 	// Topology lists the regions, their PoPs and node counts.
 	Topology []Region `yaml:"topology"`
 	// Network is the link model.
@@ -381,6 +385,9 @@ func (sc *Scenario) Validate() error {
 	}
 	if sc.Duration <= 0 {
 		return fmt.Errorf("duration: must be positive, got %s", sc.Duration)
+	}
+	if !sc.Start.IsZero() && (sc.Start.Year() < 1970 || sc.Start.Year() >= 2200) {
+		return fmt.Errorf("start: must lie between 1970 and 2200, got %s", sc.Start.Format(time.RFC3339))
 	}
 	if len(sc.Topology) == 0 {
 		return errors.New("topology: needs at least one region")

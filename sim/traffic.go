@@ -31,6 +31,9 @@ type keyInfo struct {
 	// judges an admit over the limit when any window's exact trailing total
 	// exceeds its limit, and a reject wrong when every window had room.
 	more []winLimit
+	// cal is the calendar of a calendar rule's key (calendar.go), shared by
+	// the rule's keys; nil for a sliding window.
+	cal *calPeriods
 }
 
 // winLimit is one further window of a rule: its limit and width.
@@ -357,6 +360,7 @@ func (e *engine) buildTraffic() {
 				for _, l := range r.More {
 					ki.more = append(ki.more, winLimit{limit: l.Limit, width: int64(l.Window)})
 				}
+				ki.cal = e.calendarOf(ri)
 				byName[id] = ki
 				e.keys = append(e.keys, ki)
 				e.ruleKeys[ri] = append(e.ruleKeys[ri], ki)

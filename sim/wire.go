@@ -71,7 +71,7 @@ func (e *engine) drain(nd *simNode, t int64) {
 	if next == 0 {
 		return
 	}
-	at := max(next-Epoch-nd.skew, t)
+	at := max(next-e.epoch-nd.skew, t)
 	if at != nd.nextCore {
 		nd.nextCore = at
 		e.q.push(event{at: at, kind: evCore, node: nd.idx, inc: nd.inc})

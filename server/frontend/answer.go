@@ -108,8 +108,9 @@ func appendLimit(b []byte, cr *Rule, d pop.Decision) []byte {
 // least 1; when denied, until a request of the same cost fits (equal to
 // Retry-After). X-RateLimit-Reset, also whole seconds, is the time until
 // the whole limit is available again when allowed, and Retry-After when
-// denied.
-func RateLimitHeaders(cr *Rule, d pop.Decision, more time.Duration) Headers {
+// denied. now is the instant of the decision (Unix nanoseconds): a calendar
+// rule's policy gives as w the length of the period that holds it.
+func RateLimitHeaders(cr *Rule, d pop.Decision, more time.Duration, now int64) Headers {
 	reset := CeilDiv(int64(d.Reset), int64(time.Second))
 	t := CeilDiv(int64(more), int64(time.Second))
 	if !d.Allowed {
@@ -139,14 +140,14 @@ func RateLimitHeaders(cr *Rule, d pop.Decision, more time.Duration) Headers {
 		b = strconv.AppendUint(b, d.Limit, 10)
 	}
 	s := unsafe.String(unsafe.SliceData(b), len(b))
-	vals[FieldPolicy], vals[FieldRateLimit], vals[FieldXLimit] = cr.policy, s[:rlEnd], cr.limitStr
+	vals[FieldPolicy], vals[FieldRateLimit], vals[FieldXLimit] = cr.policyAt(now), s[:rlEnd], cr.limitStr
 	vals[FieldXRemaining], vals[FieldXReset] = s[remStart:remEnd], s[rlEnd:resetEnd]
 	if resetEnd < len(s) {
 		vals[FieldXLimit] = s[resetEnd:]
 	}
 	if d.Limits != nil {
 		// An override or tier: the key's own limits.
-		vals[FieldPolicy] = PolicyField(cr.Pop, d.Limits)
+		vals[FieldPolicy] = PolicyField(cr.Pop, d.Limits, now)
 	}
 	set := uint8(1<<FieldRetryAfter - 1)
 	if !d.Allowed {

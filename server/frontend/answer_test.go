@@ -54,7 +54,7 @@ func TestRateLimitHeaders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
-			RateLimitHeaders(rs.ByName[tc.rule], tc.d, tc.more).Set(h)
+			RateLimitHeaders(rs.ByName[tc.rule], tc.d, tc.more, 0).Set(h)
 			assert.Equal(t, tc.want, h)
 		})
 	}
@@ -62,8 +62,8 @@ func TestRateLimitHeaders(t *testing.T) {
 	// there already).
 	h := http.Header{}
 	d := pop.Decision{Allowed: true, Limit: 100, Remaining: 7, Reset: time.Second}
-	RateLimitHeaders(rs.ByName["api"], d, 0).Set(h)
-	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { RateLimitHeaders(rs.ByName["api"], d, 0).Set(h) }))
+	RateLimitHeaders(rs.ByName["api"], d, 0, 0).Set(h)
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { RateLimitHeaders(rs.ByName["api"], d, 0, 0).Set(h) }))
 }
 
 // BenchmarkRateLimitHeaders sets an allowed answer's headers into a new
@@ -77,6 +77,6 @@ func BenchmarkRateLimitHeaders(b *testing.B) {
 	d := pop.Decision{Allowed: true, Limit: 1000000000000, Remaining: 999999999876, Reset: 42 * time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
-		RateLimitHeaders(cr, d, 700*time.Millisecond).Set(http.Header{})
+		RateLimitHeaders(cr, d, 700*time.Millisecond, 0).Set(http.Header{})
 	}
 }

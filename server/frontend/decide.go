@@ -160,7 +160,7 @@ func (e *Env) Decide(c *Checks, deny int, held *Held) Answer {
 	}
 	a.Rule, a.Decision = c.Binding()
 	if a.Rule != nil {
-		a.Headers = RateLimitHeaders(a.Rule, a.Decision, c.MoreAfter(e.Node, now))
+		a.Headers = RateLimitHeaders(a.Rule, a.Decision, c.MoreAfter(e.Node, now), now)
 	}
 	if a.Repeat = c.Repeat(); a.Repeat {
 		if a.Headers.v == nil {

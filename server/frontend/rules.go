@@ -43,6 +43,9 @@ type Rule struct {
 	// Matcher is the rule's match.
 	Matcher
 	parts []keyPart
+	// cal caches a calendar rule's policy field for its current period
+	// (calendar.go); nil for other rules.
+	cal *calendarPolicy
 	// policy is the RateLimit-Policy field: one item per window,
 	// "name";q=100;w=60 (rules of several windows: "name/1s";q=20;w=1, ...).
 	policy string
@@ -145,13 +148,16 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 		cr := &Rule{
 			Pop:      pr,
 			Matcher:  NewMatcher(r.Match),
-			policy:   PolicyField(pr, nil),
+			policy:   PolicyField(pr, nil, 0),
 			limitStr: strconv.FormatUint(pr.Limit, 10),
 			MaxCost:  pr.MaxCost(),
 			ruleJSON: string(AppendString(nil, pr.Name)),
 			Metrics:  metricsFor(pr.Name),
 		}
 		cr.MaxCostStr = strconv.FormatUint(cr.MaxCost, 10)
+		if !pr.Calendar.IsZero() {
+			cr.cal = &calendarPolicy{}
+		}
 		for _, w := range pr.Windows() {
 			cr.names = append(cr.names, `"`+policyName(pr, w.Window)+`"`)
 			if len(pr.More) > 0 {
@@ -185,8 +191,11 @@ func Compile(cfg *config.Config, metricsFor func(string) *RuleMetrics) (*Rules, 
 // "name";q=<limit>;w=<window s>, the limits of limits (per window, as
 // pop.Decision.Limits) or else the rule's own. Windows shorter than a
 // second or not whole seconds round up. Items of a rule of several windows
-// are named "name/<window>" (pop.WindowName), e.g. "api/1s", "api/1h".
-func PolicyField(r pop.Rule, limits []uint64) string {
+// are named "name/<window>" (pop.WindowName), e.g. "api/1s", "api/1h". A
+// calendar rule's w is the length of its period that holds now (Unix
+// nanoseconds): 86400 for most days, 82800 or 90000 across a daylight-
+// saving change, 2419200 to 2678400 for months.
+func PolicyField(r pop.Rule, limits []uint64, now int64) string {
 	var b strings.Builder
 	for i, l := range r.Windows() {
 		if i > 0 {
@@ -198,7 +207,12 @@ func PolicyField(r pop.Rule, limits []uint64) string {
 		}
 		b.WriteString(`"` + policyName(r, l.Window) + `";q=` + strconv.FormatUint(q, 10))
 		if r.Kind != pop.Concurrency { // requests in flight have no window
-			b.WriteString(";w=" + strconv.FormatInt(max(CeilDiv(int64(l.Window), 1e9), 1), 10))
+			w := int64(l.Window)
+			if !r.Calendar.IsZero() {
+				_, start, end := r.Calendar.PeriodOf(now)
+				w = end - start
+			}
+			b.WriteString(";w=" + strconv.FormatInt(max(CeilDiv(w, 1e9), 1), 10))
 		}
 	}
 	return b.String()
