@@ -45,6 +45,7 @@ func TestUIAssetsSmall(t *testing.T) {
 	for _, f := range uiFiles {
 		total += len(f.body)
 	}
+	t.Logf("the status page's embedded files: %d bytes (%.1f KB)", total, float64(total)/1024)
 	assert.Less(t, total, 200<<10)
 	assert.Len(t, uiFiles, 3)
 }
