@@ -25,8 +25,12 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// Wait bounds every wait for a condition in the page.
-const Wait = 15 * time.Second
+const (
+	// Wait bounds every wait for a condition in the page.
+	Wait = 15 * time.Second
+	// Start bounds the browser's start.
+	Start = 60 * time.Second
+)
 
 // Browser is one headless Chromium tab. Not safe for concurrent use.
 type Browser struct {
@@ -78,8 +82,14 @@ func New(t testing.TB) *Browser {
 	})
 	// Start the browser now, so that its start-up is not charged to the
 	// first wait. (The context of this first call owns the browser: a
-	// deadline on it would stop the browser when it passes.)
-	if err := chromedp.Do(ctx); err != nil {
+	// deadline on it would stop the browser when it passes; a timer that
+	// cancels it bounds the start instead.)
+	timer := time.AfterFunc(Start, cancelCtx)
+	err := chromedp.Do(ctx)
+	if !timer.Stop() {
+		t.Fatalf("browsertest: %s did not start within %s", path, Start)
+	}
+	if err != nil {
 		t.Fatalf("browsertest: start %s: %v", path, err)
 	}
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
