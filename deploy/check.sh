@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Checks the deployment files: the alert rules with promtool (syntax and
-# their unit tests), and every query of the Grafana dashboard by turning it
-# into a recording rule promtool parses. Needs promtool on PATH and python3.
+# their unit tests), every query of the Grafana dashboard by turning it
+# into a recording rule promtool parses, and the systemd unit with
+# systemd-analyze verify (against a freshly built edge, whose path replaces
+# /usr/local/bin/edge in a copy of the unit). Needs promtool, python3 and
+# go on PATH, and systemd-analyze (GEOLIMIT_REQUIRE_SYSTEMD=1 fails without
+# it; otherwise the unit's check is skipped, said so).
 set -euo pipefail
 cd "$(dirname "$0")"
 promtool check rules prometheus/geolimit-alerts.yaml
@@ -23,4 +27,14 @@ if n == 0:
     sys.exit("no queries in the dashboard")
 PY
 promtool check rules "$tmp/dashboard-queries.yaml"
+if command -v systemd-analyze >/dev/null; then
+  (cd .. && go build -o "$tmp/edge" ./cmd/edge)
+  sed "s|/usr/local/bin/edge|$tmp/edge|g" systemd/geolimit-edge.service >"$tmp/geolimit-edge.service"
+  systemd-analyze verify "$tmp/geolimit-edge.service"
+  echo "deploy: systemd-analyze verify accepts systemd/geolimit-edge.service"
+elif [ "${GEOLIMIT_REQUIRE_SYSTEMD:-}" = 1 ]; then
+  echo "deploy: systemd-analyze not found and GEOLIMIT_REQUIRE_SYSTEMD=1"; exit 1
+else
+  echo "deploy: systemd-analyze not found: the systemd unit is not verified"
+fi
 echo "deploy: alert rules, their tests and $(grep -c 'record:' "$tmp/dashboard-queries.yaml") dashboard queries check out"

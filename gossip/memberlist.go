@@ -296,9 +296,11 @@ func NewMemberlist(cfg MemberlistConfig, h Handler) (*Memberlist, error) {
 	go t.sendReliable()
 	if len(cfg.Join) > 0 {
 		if _, err := ml.Join(cfg.Join); err != nil && cfg.Logger != nil {
-			// Not fatal: the first node of a PoP has nobody to join, and
-			// others will join it.
-			cfg.Logger.Info("gossip: memberlist join", "err", err)
+			// Not fatal (the first node of a PoP has nobody to join, and
+			// others will join it; rejoin retries), but a node that stays
+			// alone counts alone: an operator must see it.
+			cfg.Logger.Warn("gossip: memberlist join failed: no member of gossip.join answered; retrying while alone",
+				"join", cfg.Join, "retry_every", cfg.RejoinInterval, "err", err)
 		}
 		t.wg.Add(1)
 		go t.rejoin()

@@ -114,6 +114,11 @@ type App struct {
 	fronts *proxy.FrontEnds
 	rls    *rls.Service
 	spoa   *spoa.Agent
+	// The status page's ring of recent counts and hot-key listing (ui.go);
+	// uiStop stops the ring's sampler.
+	activity activityRing
+	hot      hotKeysCache
+	uiStop   chan struct{}
 
 	loops    sync.WaitGroup // the listeners' serve loops
 	shutOnce sync.Once
@@ -330,6 +335,12 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	a.repl = a.eng.Replicator()
 	if a.apiSrv != nil {
+		a.uiStop = make(chan struct{})
+		a.loops.Add(1)
+		go func() {
+			defer a.loops.Done()
+			a.sampleActivity(a.uiStop)
+		}()
 		a.serve(a.apiSrv, a.apiLn, "api")
 	}
 	if a.proxySrv != nil {
@@ -457,6 +468,9 @@ func (a *App) Run(ctx context.Context) error {
 func (a *App) Shutdown(ctx context.Context) error {
 	a.shutOnce.Do(func() {
 		a.ready.Store(false)
+		if a.uiStop != nil {
+			close(a.uiStop)
+		}
 		var errs []error
 		for _, s := range []*http.Server{a.proxySrv, a.fwdSrv, a.apiSrv} {
 			if s == nil {

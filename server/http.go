@@ -22,6 +22,11 @@ func (a *App) apiHandler() http.Handler {
 	mux.HandleFunc("/v1/keys/{rule}/{key...}", a.api.ServeKey)
 	mux.HandleFunc("/v1/status", a.handleStatus)
 	mux.HandleFunc("/v1/rules/{name}/mode", a.handleRuleMode) // modes.go
+	// The status page (ui.go): its files, and two reads only it needs.
+	mux.HandleFunc("/ui", serveUI)
+	mux.HandleFunc("/ui/", serveUI)
+	mux.HandleFunc("/v1/activity", a.handleActivity)
+	mux.HandleFunc("/v1/hotkeys", a.handleHotKeys)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		frontend.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -41,7 +46,13 @@ func (a *App) apiHandler() http.Handler {
 		frontend.WriteError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if au := a.auth.Load(); au != nil && !frontend.AuthOpen(r.URL.Path) {
+		// Every endpoint but the open ones and the status page's files
+		// (uiOpen) needs a token. With scoped tokens: /metrics is the
+		// metrics scope's; GET /v1/status, /v1/keys, /v1/activity,
+		// /v1/hotkeys and GET /v1/rules/{name}/mode are read's (what the
+		// page reads); PUT /v1/rules/{name}/mode is admin's (the page's
+		// mode controls); the decision endpoints are decide's.
+		if au := a.auth.Load(); au != nil && !frontend.AuthOpen(r.URL.Path) && !uiOpen(r.URL.Path) {
 			if why := au.Check(r); why != frontend.AuthOK {
 				frontend.Unauthorized(w, why, a.met.unauthMissing, a.met.unauthInvalid)
 				return

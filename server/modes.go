@@ -26,7 +26,9 @@ type ModeOverride = engine.ModeOverride
 // maxModeBody is the largest PUT /v1/rules/{name}/mode body, in bytes.
 const maxModeBody = 1 << 10
 
-// handleRuleMode serves GET and PUT /v1/rules/{name}/mode.
+// handleRuleMode serves GET and PUT /v1/rules/{name}/mode. Where scoped
+// tokens apply, GET is the read scope's and PUT (the status page's mode
+// controls too) the admin scope's.
 func (a *App) handleRuleMode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	switch r.Method {

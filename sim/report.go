@@ -294,32 +294,22 @@ func WriteJSON(w io.Writer, reports []Report) error {
 	}{reports})
 }
 
-// WriteTable writes reports side by side as a readable table.
+// WriteTable writes reports as a readable text report: the summary
+// (Summary) first, then the phases table, and the replication, per-region
+// and per-rule figures. One report gets the full table, one row per phase
+// and decider; several (-compare) get it compactly, one row per phase with
+// each decider's figures side by side.
 func WriteTable(w io.Writer, reports []Report) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	r0 := reports[0]
 	fmt.Fprintf(w, "scenario %s  seed %d  duration %s\n\n", r0.Scenario, r0.Seed, fmtMS(r0.DurationMS))
-	head := []string{"phase", "span", "decider", "requests", "admitted", "over-limit", "wrong-rej", "max a/l", "p99 a/l", "mean a/l"}
-	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
-	row := func(name, span, who string, f Figures) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d (%.2f%%)\t%d (%.2f%%)\t%.3f\t%.3f\t%.3f\t\n",
-			name, span, who, f.Requests, f.Admitted, f.OverLimitAdmits, 100*f.OverLimitFraction,
-			f.WronglyRejected, 100*f.WronglyRejectedFraction, f.MaxAdmittedRatio, f.P99AdmittedRatio, f.MeanAdmittedRatio)
+	fmt.Fprintf(w, "%s\n\n", wrap(Summary(reports), 100))
+	var err error
+	if len(reports) > 1 {
+		err = writeCompactTable(w, reports)
+	} else {
+		err = writeFullTable(w, reports)
 	}
-	span := func(a, b int64) string { return fmtMS(a) + "-" + fmtMS(b) }
-	for i, p := range r0.Phases {
-		for _, r := range reports {
-			row(p.Name, span(p.FromMS, p.ToMS), r.Policy, r.Phases[i].Figures)
-		}
-		if len(r0.Central.Phases) > i {
-			row(p.Name, span(p.FromMS, p.ToMS), "central", r0.Central.Phases[i].Figures)
-		}
-	}
-	for _, r := range reports {
-		row("all", span(0, r0.DurationMS), r.Policy, r.Figures)
-	}
-	row("all", span(0, r0.DurationMS), "central", r0.Central.Figures)
-	if err := tw.Flush(); err != nil {
+	if err != nil {
 		return err
 	}
 	for _, r := range reports {
@@ -368,8 +358,119 @@ func WriteTable(w io.Writer, reports []Report) error {
 			fmt.Fprintf(w, "[%s] simulated %.2fM requests/s\n", r.Policy, r.SimRequestsPerS/1e6)
 		}
 	}
-	_, err := fmt.Fprintln(w, "\na/l: exact admitted cost in the trailing window / limit (max over instants; p99, mean over keys x windows)")
+	fmt.Fprintln(w, "\na/l: exact admitted cost in the trailing window / limit (max over instants; p99, mean over keys x windows)")
+	_, err = fmt.Fprintln(w, wrap(centralMeaning, 100))
 	return err
+}
+
+// writeFullTable writes one row per phase and decider.
+func writeFullTable(w io.Writer, reports []Report) error {
+	r0 := reports[0]
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"phase", "span", "decider", "requests", "admitted", "over-limit", "wrong-rej", "max a/l", "p99 a/l", "mean a/l"}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	row := func(name, span, who string, f Figures) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d (%.2f%%)\t%d (%.2f%%)\t%.3f\t%.3f\t%.3f\t\n",
+			name, span, who, f.Requests, f.Admitted, f.OverLimitAdmits, 100*f.OverLimitFraction,
+			f.WronglyRejected, 100*f.WronglyRejectedFraction, f.MaxAdmittedRatio, f.P99AdmittedRatio, f.MeanAdmittedRatio)
+	}
+	span := func(a, b int64) string { return fmtMS(a) + "-" + fmtMS(b) }
+	for i, p := range r0.Phases {
+		for _, r := range reports {
+			row(p.Name, span(p.FromMS, p.ToMS), r.Policy, r.Phases[i].Figures)
+		}
+		if len(r0.Central.Phases) > i {
+			row(p.Name, span(p.FromMS, p.ToMS), "central", r0.Central.Phases[i].Figures)
+		}
+	}
+	for _, r := range reports {
+		row("all", span(0, r0.DurationMS), r.Policy, r.Figures)
+	}
+	row("all", span(0, r0.DurationMS), "central", r0.Central.Figures)
+	return tw.Flush()
+}
+
+// writeCompactTable writes one row per phase, each decider's admitted,
+// max a/l, over-limit and wrong-reject shares side by side.
+func writeCompactTable(w io.Writer, reports []Report) error {
+	r0 := reports[0]
+	who := make([]string, 0, len(reports)+1)
+	for _, r := range reports {
+		who = append(who, r.Policy)
+	}
+	who = append(who, "central")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	groups := []string{"admitted", "max a/l", "over-limit %", "wrong-rej %"}
+	h1, h2 := []string{"", ""}, []string{"phase", "span"}
+	for _, g := range groups {
+		for i, d := range who {
+			if i == 0 {
+				h1 = append(h1, g)
+			} else {
+				h1 = append(h1, "")
+			}
+			h2 = append(h2, d)
+		}
+	}
+	fmt.Fprintln(tw, strings.Join(h1, "\t")+"\t")
+	fmt.Fprintln(tw, strings.Join(h2, "\t")+"\t")
+	row := func(name, span string, fs []Figures) {
+		cells := []string{name, span}
+		for _, f := range fs {
+			cells = append(cells, fmt.Sprint(f.Admitted))
+		}
+		for _, f := range fs {
+			cells = append(cells, fmt.Sprintf("%.3f", f.MaxAdmittedRatio))
+		}
+		for _, f := range fs {
+			cells = append(cells, fmt.Sprintf("%.1f", 100*f.OverLimitFraction))
+		}
+		for _, f := range fs {
+			cells = append(cells, fmt.Sprintf("%.1f", 100*f.WronglyRejectedFraction))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	for i, p := range r0.Phases {
+		var fs []Figures
+		for _, r := range reports {
+			fs = append(fs, r.Phases[i].Figures)
+		}
+		var c Figures
+		if len(r0.Central.Phases) > i {
+			c = r0.Central.Phases[i].Figures
+		}
+		row(p.Name, fmtMS(p.FromMS)+"-"+fmtMS(p.ToMS), append(fs, c))
+	}
+	var fs []Figures
+	for _, r := range reports {
+		fs = append(fs, r.Figures)
+	}
+	row("all", "0s-"+fmtMS(r0.DurationMS), append(fs, r0.Central.Figures))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "over-limit %: of the admits, those over the limit; wrong-rej %: of the requests, those rejected though they fit")
+	return err
+}
+
+// wrap breaks s into lines of at most width bytes, at spaces.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, word := range strings.Fields(s) {
+		if i > 0 {
+			if n+1+len(word) > width {
+				b.WriteByte('\n')
+				n = 0
+			} else {
+				b.WriteByte(' ')
+				n++
+			}
+		}
+		b.WriteString(word)
+		n += len(word)
+	}
+	return b.String()
 }
 
 func fmtRatio(a, b uint64) string {

@@ -12,9 +12,10 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#
 
 // WriteSVG writes a plot of the exact fleet-wide admitted cost in the
 // trailing window over the limit (1.0 = at the limit) against time, one
-// line per tracked key and run (runs of -compare share the axes), the limit
-// as a solid black line, the central node's lines dashed (both in the
-// legend), and the partitioned phases shaded.
+// line per tracked key and run (runs of -compare share the axes, each in
+// its own colour and dash pattern), the limit as a wide grey band, the
+// central node's lines dotted green under them, and the fault phases
+// shaded and labelled.
 func WriteSVG(w io.Writer, runs ...*Result) error {
 	const (
 		width, height = 960, 420
@@ -37,13 +38,16 @@ func WriteSVG(w io.Writer, runs ...*Result) error {
 	b := bufio.NewWriter(w)
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	fmt.Fprintf(b, `<text x="%d" y="22" font-size="15">%s: admitted in trailing window / limit</text>`+"\n", left, html.EscapeString(r0.Scenario))
+	fmt.Fprintf(b, `<text x="%d" y="18" font-size="15">%s: admitted in trailing window / limit</text>`+"\n", left, html.EscapeString(r0.Scenario))
+	// The fault phases, shaded and labelled at their top.
 	for _, p := range r0.Phases {
-		if p.Name != "partitioned" {
+		if p.Name == "healthy" || p.Name == "healed" {
 			continue
 		}
 		fmt.Fprintf(b, `<rect x="%.1f" y="%d" width="%.1f" height="%.0f" fill="#f2b8b8" fill-opacity="0.45"/>`+"\n",
 			x(float64(p.FromMS)), top, x(float64(p.ToMS))-x(float64(p.FromMS)), ph)
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#a40e26">%s %s-%s</text>`+"\n",
+			(x(float64(p.FromMS))+x(float64(p.ToMS)))/2, top-4, html.EscapeString(p.Name), fmtMS(p.FromMS), fmtMS(p.ToMS))
 	}
 	// Axes and grid.
 	for i := 0; i <= int(ymax*2); i++ {

@@ -5,6 +5,7 @@
 //	go run ./cmd/sim -scenario two-regions-cut
 //	go run ./cmd/sim -scenario scenarios/two-regions-cut.yaml -json out.json -csv out.csv -svg out.svg
 //	go run ./cmd/sim -scenario my-scenario.yaml -compare keep,share
+//	go run ./cmd/sim -scenario two-regions-cut -compare keep,share -html report.html
 //
 // -scenario takes a file, or the name of a built-in scenario (package
 // scenarios); -list lists those.
@@ -51,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		jsonOut  = fs.String("json", "", "write the full report as JSON to this file")
 		csvOut   = fs.String("csv", "", "write the time series as CSV to this file")
 		svgOut   = fs.String("svg", "", "write a plot of true admitted vs limit as SVG to this file")
+		htmlOut  = fs.String("html", "", "write one self-contained HTML report (summary, plot, phases, regions) to this file")
 		logOut   = fs.String("log", "", "write every request as CSV (t_ms,region,pop,node,rule,key,cost,admitted) to this file")
 		compare  = fs.String("compare", "", "run under each of these partition policies side by side, e.g. keep,share")
 		seed     = fs.Int64("seed", -1, "override the scenario's seed")
@@ -199,6 +201,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := write(*csvOut, func(w io.Writer) error { return sim.WriteCSV(w, results...) }); err != nil {
+		return err
+	}
+	if err := write(*htmlOut, func(w io.Writer) error { return sim.WriteHTML(w, results...) }); err != nil {
 		return err
 	}
 	return write(*svgOut, func(w io.Writer) error { return sim.WriteSVG(w, results...) })

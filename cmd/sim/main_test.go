@@ -189,3 +189,62 @@ func TestBuiltInScenarios(t *testing.T) {
 	require.ErrorIs(t, run(context.Background(), []string{"-help"}, &stdout, &stderr), flag.ErrHelp)
 	assert.Contains(t, stderr.String(), "built-in scenarios: anycast-pop-loss,")
 }
+
+// TestHTMLReport: -html writes one self-contained HTML report (no script,
+// nothing loaded) that leads with the summary, holds the plot with the
+// fault phase labelled, the phases table folded, the admits per region and
+// what central is; the text report leads with the same summary and
+// -compare prints the phase table compactly; -json is the same bytes with
+// or without -html.
+func TestHTMLReport(t *testing.T) {
+	dir, path := writeScenario(t)
+	out := func(name string) string { return filepath.Join(dir, name) }
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-scenario", path, "-compare", "keep,share", "-no-timing", "-quiet",
+		"-html", out("r.html"), "-json", out("a.json")}, &stdout, &stderr), stderr.String())
+	var plain bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-scenario", path, "-compare", "keep,share", "-no-timing", "-quiet",
+		"-json", out("b.json")}, &plain, &stderr), stderr.String())
+	a, err := os.ReadFile(out("a.json"))
+	require.NoError(t, err)
+	b, err := os.ReadFile(out("b.json"))
+	require.NoError(t, err)
+	assert.Equal(t, string(b), string(a), "-json does not depend on -html")
+	assert.Equal(t, plain.String(), stdout.String())
+
+	text := stdout.String()
+	lines := strings.Split(text, "\n")
+	require.Greater(t, len(lines), 3)
+	assert.True(t, strings.HasPrefix(lines[2], "cmd-test, 20s (partitioned 5s-15s): "), lines[2])
+	flat := strings.Join(strings.Fields(text), " ")
+	assert.Regexp(t, `(share|keep) (stayed within|went to) [0-9.]+`, flat)
+	assert.Contains(t, flat, "of what one central limiter admits")
+	phaseRows := 0
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "healthy" || f[0] == "partitioned" || f[0] == "healed") {
+			phaseRows++
+		}
+	}
+	assert.Equal(t, 3, phaseRows, "-compare: one row per phase")
+	assert.Contains(t, flat, "central is one node deciding every request of the same arrivals")
+
+	h, err := os.ReadFile(out("r.html"))
+	require.NoError(t, err)
+	page := string(h)
+	assert.True(t, strings.HasPrefix(page, "<!doctype html>"))
+	sum := strings.Index(page, `id="summary"`)
+	svg := strings.Index(page, "<svg")
+	require.Positive(t, sum)
+	assert.Less(t, sum, svg, "the summary comes first")
+	assert.Contains(t, page, "of what one central limiter admits")
+	assert.Contains(t, page, "partitioned 5s-15s</text>", "the fault phase, labelled on the plot")
+	assert.Contains(t, page, `<details id="phases">`, "the phases table, folded")
+	assert.Contains(t, page, `<table id="regions">`)
+	assert.Contains(t, page, "sliding-window estimate and zero latency, measured against the exact count")
+	for _, banned := range []string{"<script", "http://", "https://", "<link", "<img", "@import"} {
+		if banned == "http://" {
+			page = strings.ReplaceAll(page, `xmlns="http://www.w3.org/2000/svg"`, "")
+		}
+		assert.NotContains(t, page, banned, "self-contained")
+	}
+}

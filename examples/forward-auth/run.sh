@@ -48,8 +48,9 @@ caddy)
 esac
 waitport "$FRONT"
 
-echo "$proxy on http://127.0.0.1:$FRONT in front of http://127.0.0.1:$UP; geolimit's API on http://127.0.0.1:$API"
+echo "$proxy on http://127.0.0.1:$FRONT in front of http://127.0.0.1:$UP; geolimit's API on http://127.0.0.1:$API (status page: http://127.0.0.1:$API/ui)"
 echo "try: for i in \$(seq 7); do curl -s -o /dev/null -w '%{http_code} ' -XPOST http://127.0.0.1:$FRONT/login; done"
+echo "     (prints 200 200 200 200 200 429 429: the login rule passes 5 POSTs a minute per client on to the upstream)"
 
 [ -n "${CHECK:-}" ] && smoke_login "$FRONT" "forward auth ($proxy)"
 hold

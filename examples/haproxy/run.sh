@@ -25,8 +25,9 @@ HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 bg haproxy "$HAPROXY" -db -f "$TMP/haproxy.cfg"
 waitport "$FRONT"
 
-echo "haproxy on http://127.0.0.1:$FRONT in front of http://127.0.0.1:$UP; geolimit's API on http://127.0.0.1:$API"
+echo "haproxy on http://127.0.0.1:$FRONT in front of http://127.0.0.1:$UP; geolimit's API on http://127.0.0.1:$API (status page: http://127.0.0.1:$API/ui)"
 echo "try: for i in \$(seq 7); do curl -s -o /dev/null -w '%{http_code} ' -XPOST http://127.0.0.1:$FRONT/login; done"
+echo "     (prints 200 200 200 200 200 429 429: the login rule passes 5 POSTs a minute per client on to the upstream)"
 
 [ -n "${CHECK:-}" ] && smoke_login "$FRONT" haproxy
 hold

@@ -207,7 +207,7 @@ func (g *gossipReplicator) Status() engine.ReplicationStatus {
 		st.Members = append(st.Members, engine.Member{Name: m, State: "alive"})
 	}
 	for _, p := range s.RemotePoPs {
-		rp := engine.RemotePoP{PoPID: p.PoPID, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected}
+		rp := engine.RemotePoP{PoPID: p.PoPID, LastHeardMS: -1, Partitioned: p.Partitioned, Expected: p.Expected, Epoch: p.Epoch}
 		if p.Age >= 0 {
 			rp.LastHeardMS = p.Age.Milliseconds()
 		}

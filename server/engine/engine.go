@@ -145,6 +145,8 @@ type RemotePoP struct {
 	Partitioned bool  `json:"partitioned"`
 	// Expected: named in replication.expected_pops.
 	Expected bool `json:"expected"`
+	// Epoch is the latest epoch of its PoP totals seen (absent: none yet).
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Options configures an App. It is a plain value, read once by New.
