@@ -2,6 +2,8 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/geolimit/geolimit/config"
 )
 
 // metrics are the daemon's own metrics, beside the engine's on its
@@ -21,6 +23,9 @@ type metrics struct {
 	upstreamErrors prometheus.Counter
 	unauthMissing  prometheus.Counter
 	unauthInvalid  prometheus.Counter
+	// forbidden counts 403s by the scope missing, indexed by the scope's
+	// bit (config.ScopeNames).
+	forbidden [4]prometheus.Counter
 }
 
 var descConnRefused = prometheus.NewDesc("geolimit_connections_refused_total",
@@ -43,11 +48,18 @@ func newMetrics(a *App) *metrics {
 	}
 	unauth := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "geolimit_api_unauthorized_total",
-		Help: "API requests answered 401 because api.token_file is set and they carried no bearer token (missing) or none of the tokens (invalid).",
+		Help: "API requests answered 401 because api.token_file or api.tokens is set and they carried no bearer token (missing) or none of the tokens (invalid).",
 	}, []string{"reason"})
 	m.unauthMissing = unauth.WithLabelValues("missing")
 	m.unauthInvalid = unauth.WithLabelValues("invalid")
-	a.reg.MustRegister(m.upstreamErrors, unauth, &listenCollector{a: a})
+	forbidden := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "geolimit_api_forbidden_total",
+		Help: "API requests answered 403 because their token (of api.tokens) lacks the scope the endpoint needs.",
+	}, []string{"scope"})
+	for i, name := range config.ScopeNames() {
+		m.forbidden[i] = forbidden.WithLabelValues(name)
+	}
+	a.reg.MustRegister(m.upstreamErrors, unauth, forbidden, &listenCollector{a: a})
 	return m
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math/bits"
 	"net/http"
 	"runtime"
 	"slices"
@@ -42,7 +43,13 @@ func (a *App) apiHandler() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if au := a.auth.Load(); au != nil && !frontend.AuthOpen(r.URL.Path) {
-			if why := au.Check(r); why != frontend.AuthOK {
+			need := frontend.ScopeOf(r.Method, r.URL.Path)
+			switch why := au.Authorize(r, need); why {
+			case frontend.AuthOK:
+			case frontend.AuthForbidden:
+				frontend.Forbidden(w, need, a.met.forbidden[bits.TrailingZeros8(uint8(need))])
+				return
+			default:
 				frontend.Unauthorized(w, why, a.met.unauthMissing, a.met.unauthInvalid)
 				return
 			}
