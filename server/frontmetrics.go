@@ -28,8 +28,12 @@ type metrics struct {
 	forbidden [4]prometheus.Counter
 }
 
-var descConnRefused = prometheus.NewDesc("geolimit_connections_refused_total",
-	"Connections closed at once because their client address already held http.max_connections_per_client on that listener.", nil, nil)
+var (
+	descConnRefused = prometheus.NewDesc("geolimit_connections_refused_total",
+		"Connections closed at once because their client address already held http.max_connections_per_client on that listener (the HAProxy agent's: see geolimit_spoa_connections_replaced_total).", nil, nil)
+	descSPOAReplaced = prometheus.NewDesc("geolimit_spoa_connections_replaced_total",
+		"HAProxy agent connections closed to make room for a newer one of the same client address, which held http.max_connections_per_client: its stalest (no HELLO first, else the longest without a frame).", nil, nil)
+)
 
 func newMetrics(a *App) *metrics {
 	e := a.eng
@@ -66,7 +70,10 @@ func newMetrics(a *App) *metrics {
 // listenCollector exports the listeners' refused connections.
 type listenCollector struct{ a *App }
 
-func (c *listenCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descConnRefused }
+func (c *listenCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descConnRefused
+	ch <- descSPOAReplaced
+}
 
 func (c *listenCollector) Collect(ch chan<- prometheus.Metric) {
 	var refused uint64
@@ -74,4 +81,5 @@ func (c *listenCollector) Collect(ch chan<- prometheus.Metric) {
 		refused += l.Refused()
 	}
 	ch <- prometheus.MustNewConstMetric(descConnRefused, prometheus.CounterValue, float64(refused))
+	ch <- prometheus.MustNewConstMetric(descSPOAReplaced, prometheus.CounterValue, float64(c.a.spoa.Replaced()))
 }
