@@ -111,13 +111,19 @@ type Listen struct {
 
 // API configures the decision API listener's authentication.
 type API struct {
-	// TokenFile holds bearer tokens, one per line (see ReadAPITokens). When
-	// set, every API endpoint but /healthz and /readyz requires
-	// "Authorization: Bearer <token>" with one of them. Several tokens
+	// TokenFile holds bearer tokens, one per line (see ReadAPITokens), each
+	// granting every scope. When it or Tokens is set, every API endpoint
+	// but /healthz and /readyz requires "Authorization: Bearer <token>"
+	// with a token of a scope that opens it. Several tokens
 	// allow rotation. Required when listen.api is beyond loopback, unless
 	// Insecure.
 	TokenFile string `yaml:"token_file"`
-	// Insecure lets listen.api listen beyond loopback without TokenFile:
+	// Tokens are token files whose tokens grant only some scopes: a
+	// metrics-only token for Prometheus, a decide-only one for an
+	// application (see Scope). They count as TokenFile does for the
+	// listeners beyond loopback.
+	Tokens []APIToken `yaml:"tokens"`
+	// Insecure lets listen.api listen beyond loopback without tokens:
 	// whoever reaches the port can spend and read counts.
 	Insecure bool `yaml:"insecure"`
 }

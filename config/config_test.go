@@ -290,6 +290,16 @@ func TestContainerConfigs(t *testing.T) {
 	assert.Equal(t, tokens, c.API.TokenFile)
 	assert.Equal(t, Demo().Rules, c.Rules, "the demo rules")
 
+	// The commented api.tokens, uncommented, gives Prometheus a metrics-only token.
+	metrics := filepath.Join(dir, "metrics-token")
+	require.NoError(t, os.WriteFile(metrics, []byte("Zq8Wx3Ec5Rv7Tb9Yn1Um4Ik6Ol0Pa2SdZq8Wx3Ec5Rv7\n"), 0o600))
+	y := strings.ReplaceAll(string(b), "/run/secrets/geolimit-api-tokens", tokens)
+	y = strings.ReplaceAll(y, "/run/secrets/geolimit-metrics-token", metrics)
+	y = strings.ReplaceAll(y, "  # tokens:\n  #   - {", "  tokens:\n    - {")
+	c, err = Parse([]byte(y))
+	require.NoError(t, err)
+	assert.Equal(t, []APIToken{{File: metrics, Scopes: []string{"metrics"}}}, c.API.Tokens)
+
 	c, err = Load("../deploy/container/demo-insecure.yaml")
 	require.NoError(t, err)
 	assert.True(t, c.API.Insecure)

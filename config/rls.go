@@ -80,8 +80,8 @@ func (c *Config) validateRLS() error {
 		if len(c.RLS.Domains) == 0 {
 			return errors.New("rls.domains: required when listen.grpc is set (map each domain's descriptors to rules)")
 		}
-		if c.API.TokenFile == "" && !c.RLS.Insecure && !IsLoopback(c.Listen.GRPC) {
-			return fmt.Errorf("api.token_file: required when listen.grpc %s listens beyond loopback (the rate limit service takes the API's bearer tokens in the gRPC metadata \"authorization\"; generate a token with: %s > api-token), or write rls.insecure: true", c.Listen.GRPC, GenerateKeyHint)
+		if !c.API.HasTokens() && !c.RLS.Insecure && !IsLoopback(c.Listen.GRPC) {
+			return fmt.Errorf("api.token_file: required when listen.grpc %s listens beyond loopback (or api.tokens with the scope decide; the rate limit service takes the API's bearer tokens in the gRPC metadata \"authorization\"; generate a token with: %s > api-token), or write rls.insecure: true", c.Listen.GRPC, GenerateKeyHint)
 		}
 	}
 	rules := make([]string, len(c.Rules))

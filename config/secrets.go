@@ -148,19 +148,6 @@ func (g *Gossip) Keys() ([][]byte, error) {
 	return keys, nil
 }
 
-// Tokens reads the bearer tokens of TokenFile (see ReadAPITokens); nil
-// without a file. Errors name the field.
-func (a *API) Tokens() ([]string, error) {
-	if a.TokenFile == "" {
-		return nil, nil
-	}
-	toks, err := ReadAPITokens(a.TokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("api.token_file: %w", err)
-	}
-	return toks, nil
-}
-
 // validateAuth checks that every listener beyond loopback is authenticated
 // (or explicitly insecure), and reads the key and token files.
 func (c *Config) validateAuth() error {
@@ -173,12 +160,12 @@ func (c *Config) validateAuth() error {
 			return fmt.Errorf("gossip.secret_key_file: required when gossip.bind %s listens beyond loopback (generate one with: %s > gossip.key), or write gossip.insecure: true", g.Bind, GenerateKeyHint)
 		}
 	}
-	if c.API.TokenFile != "" {
-		if _, err := c.API.Tokens(); err != nil {
+	if c.API.HasTokens() {
+		if _, err := c.API.Credentials(); err != nil {
 			return err
 		}
 	} else if !c.API.Insecure && !IsLoopback(c.Listen.API) {
-		return fmt.Errorf("api.token_file: required when listen.api %s listens beyond loopback (generate a token with: %s > api-token), or write api.insecure: true", c.Listen.API, GenerateKeyHint)
+		return fmt.Errorf("api.token_file: required when listen.api %s listens beyond loopback (or api.tokens; generate a token with: %s > api-token), or write api.insecure: true", c.Listen.API, GenerateKeyHint)
 	}
 	return nil
 }

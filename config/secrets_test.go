@@ -115,7 +115,7 @@ func TestAPITokenRequiredBeyondLoopback(t *testing.T) {
 	for _, tt := range []struct {
 		name, yaml, want string
 	}{
-		{"wildcard", "listen: {api: 0.0.0.0:8080}", "api.token_file: required when listen.api 0.0.0.0:8080 listens beyond loopback (generate a token with: head -c 32 /dev/urandom | base64 > api-token), or write api.insecure: true"},
+		{"wildcard", "listen: {api: 0.0.0.0:8080}", "api.token_file: required when listen.api 0.0.0.0:8080 listens beyond loopback (or api.tokens; generate a token with: head -c 32 /dev/urandom | base64 > api-token), or write api.insecure: true"},
 		{"empty host", "listen: {api: ':8080'}", "api.token_file: required when listen.api :8080 listens beyond loopback"},
 		{"public address", "listen: {api: '192.0.2.7:8080'}", "api.token_file: required when listen.api 192.0.2.7:8080"},
 		{"default", "", ""},
@@ -134,18 +134,18 @@ func TestAPITokenRequiredBeyondLoopback(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
-	_, err := Parse([]byte("listen: {api: 0.0.0.0:8080}\napi: {tokens: x}\n"))
+	_, err := Parse([]byte("listen: {api: 0.0.0.0:8080}\napi: {token: x}\n"))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "api.tokens: unknown field")
+	assert.Contains(t, err.Error(), "api.token: unknown field")
 }
 
 func TestAPITokenFile(t *testing.T) {
 	p := writeSecret(t, "# current\n"+token+"\n\n# next\n"+strings.Repeat("ab", 16)+"\n")
 	c, err := Parse([]byte("api: {token_file: " + p + "}\n"))
 	require.NoError(t, err)
-	toks, err := c.API.Tokens()
+	creds, err := c.API.Credentials()
 	require.NoError(t, err)
-	assert.Equal(t, []string{token, strings.Repeat("ab", 16)}, toks)
+	assert.Equal(t, []Credential{{token, ScopeAll}, {strings.Repeat("ab", 16), ScopeAll}}, creds)
 
 	for _, tt := range []struct{ name, body, want string }{
 		{"empty file", "", "no token (want one token per line; generate one with: head -c 32 /dev/urandom | base64)"},

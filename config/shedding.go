@@ -19,10 +19,12 @@ import (
 // steps (frontend.ShedThreshold).
 type Shedding struct {
 	// MaxInFlight is the number of requests in flight on the node (in proxy
-	// mode and the middleware, from a request's arrival to the end of its
-	// response) at which every class but the first is shed. 0, the default,
-	// turns shedding off; else 2 to MaxShedInFlight, and at least two
-	// classes are needed.
+	// mode and the middleware, from when a request's work starts, its
+	// body's first 16 KiB read, to the end of its response) at which every
+	// class but the first is shed. One client address (an IPv6 /64) holds
+	// at most max(1, MaxInFlight/4) of them; beyond, its requests are shed
+	// whatever their class. 0, the default, turns shedding off; else 2 to
+	// MaxShedInFlight, and at least two classes are needed.
 	MaxInFlight int `yaml:"max_in_flight"`
 	// RetryAfter is the Retry-After of a shed request's 503, in whole
 	// seconds rounded up (1s to 1h). Default 1s.

@@ -68,7 +68,32 @@ func shiftMark(mark uint8, d int64) uint8 {
 type ruleTable struct {
 	protect []uint64 // by RuleID
 	known   []bool   // by RuleID: set by SetProtect
+	keep    []bool   // by RuleID: set by SetKeepSpent
 	n       int      // rules known
+}
+
+// keepsSpent reports whether rule's keys must never restart below what
+// they spent (SetKeepSpent).
+func (t *ruleTable) keepsSpent(rule RuleID) bool { return int(rule) < len(t.keep) && t.keep[rule] }
+
+// SetKeepSpent sets whether a key of rule evicted and back must restart
+// from everything its sketch cells hold, never from less than it spent:
+// for a rule whose windows are long (a monthly quota), where a key that
+// gained even one request per eviction could spend far beyond its limit.
+// The cost is the other way: past the store's room, a key new to the store
+// starts from its cells in full, which a flood of new keys raises, so it
+// may be denied early (see sketch.go). By default a key that finds no cell
+// of its own starts from at most two below its protection threshold.
+func (s *Store) SetKeepSpent(rule RuleID, keep bool) {
+	s.rulesMu.Lock()
+	defer s.rulesMu.Unlock()
+	old := s.rules.Load()
+	t := &ruleTable{protect: old.protect, known: old.known, keep: slices.Clone(old.keep), n: old.n}
+	if int(rule) >= len(t.keep) {
+		t.keep = append(t.keep, make([]bool, int(rule)+1-len(t.keep))...)
+	}
+	t.keep[rule] = keep
+	s.rules.Store(t)
 }
 
 func (t *ruleTable) protectOf(rule RuleID) uint64 {
@@ -90,7 +115,7 @@ func (s *Store) SetProtect(rule RuleID, threshold uint64) {
 	s.rulesMu.Lock()
 	defer s.rulesMu.Unlock()
 	old := s.rules.Load()
-	t := &ruleTable{protect: slices.Clone(old.protect), known: slices.Clone(old.known), n: old.n}
+	t := &ruleTable{protect: slices.Clone(old.protect), known: slices.Clone(old.known), keep: old.keep, n: old.n}
 	if int(rule) >= len(t.protect) {
 		t.protect = append(t.protect, make([]uint64, int(rule)+1-len(t.protect))...)
 		t.known = append(t.known, make([]bool, int(rule)+1-len(t.known))...)
@@ -111,8 +136,11 @@ func (s *Store) forgetRule(rule RuleID) {
 	if int(rule) >= len(old.known) || !old.known[rule] {
 		return
 	}
-	t := &ruleTable{protect: slices.Clone(old.protect), known: slices.Clone(old.known), n: old.n - 1}
+	t := &ruleTable{protect: slices.Clone(old.protect), known: slices.Clone(old.known), keep: slices.Clone(old.keep), n: old.n - 1}
 	t.protect[rule], t.known[rule] = 0, false
+	if int(rule) < len(t.keep) {
+		t.keep[rule] = false
+	}
 	s.rules.Store(t)
 }
 

@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"math"
 	"unsafe"
 )
 
@@ -30,6 +31,25 @@ import (
 // the shard. Its memory is part of the store's accounted bytes
 // (StoreStats.SketchBytes).
 //
+// A flood must not turn the sketch against other keys. Each cell also
+// keeps the fingerprint of the key whose counts it holds alone (0 when
+// several keys' counts mix in it): a key that finds its own fingerprint in
+// a cell starts from that cell's counts in full, which bound its own (a
+// key held at its limit, evicted and back, is still denied). A key that
+// finds none starts from the others' counts capped at its rule's noise cap
+// (noiseCap: two below its protection threshold, SetProtect). Before, each
+// key of a flood started from its neighbours' counts and left them one
+// higher, until new keys started at their protection threshold: every
+// one of them was then being limited, the room filled with them, and the
+// rule's new keys were decided by its aggregate and denied (250 000 new
+// keys of one request in 10 s denied 10 of 10 fresh keys of another
+// client; now none). What the cap costs: a key whose own cells were all
+// taken over by keys that spent more restarts from the cap, not from its
+// count, and gains at most one request per such eviction (it is evicted
+// only below its protection threshold, evict.go). What it leaves: a flood
+// whose keys each spend two requests or more still turns its keys into
+// keys being limited, as before.
+//
 // The estimate is a floor held in slot.other, which roll keeps apart from
 // the sums of the remote replicas' entries. It is the node's own: Flush
 // sends own counts only. A returning key's remote counts merged again are
@@ -48,6 +68,39 @@ const (
 type sketch struct {
 	mask  uint64 // width - 1
 	cells []aggregate
+	// fps are the cells' fingerprints (fingerprint): of the one key whose
+	// counts a cell holds, 0 when several keys' counts mix in it.
+	fps []uint32
+	// noiseCap bounds the live windows' total of an estimate taken from
+	// other keys' cells (noiseCap); math.MaxUint64: no bound.
+	noiseCap uint64
+}
+
+// newSketch is a sketch of width w (a power of two) and noise cap nc.
+func newSketch(w int, nc uint64) *sketch {
+	return &sketch{mask: uint64(w - 1), cells: make([]aggregate, sketchRows*w), fps: make([]uint32, sketchRows*w), noiseCap: nc}
+}
+
+// fingerprint is the fingerprint of key hash h in a cell: never 0.
+func fingerprint(h uint64) uint32 { return uint32(h>>32) | 1 }
+
+// noiseCap is the bound on the estimate a key takes from other keys' cells
+// for a rule of protection threshold protect (SetProtect): two below it,
+// so that a new key that starts there and spends one request is still not
+// being limited (and may be evicted for the next new key). Without a threshold (0: every key is being
+// limited, and none is evicted for room but borrowed room) there is none.
+func noiseCap(protect uint64) uint64 {
+	if protect == 0 {
+		return math.MaxUint64
+	}
+	return max(protect, 2) - 2
+}
+
+// capTotal lowers c, older window first, so that c[0] + c[1] <= nc.
+func capTotal(c [2]uint64, nc uint64) [2]uint64 {
+	c[1] = min(c[1], nc)
+	c[0] = min(c[0], nc-c[1])
+	return c
 }
 
 // sketchWidth is the width of a sketch for a rule's part of a shard, share
@@ -71,16 +124,28 @@ func (k *sketch) cellsOf(h uint64) [sketchRows]int {
 // win) where they are below: c is all that is known of h's counts (a slot's
 // counts include the estimate it started from). This is the sketch's
 // conservative update: each of h's cells stays at or above h's counts, and
-// every other key's cells too.
+// every other key's cells too. A cell that c raises in every window it
+// changes becomes h's own (its fingerprint), one it raises in part a
+// mixed one.
 func (k *sketch) raise(h uint64, win int64, c [2]uint64) {
+	fp := fingerprint(h)
 	for _, i := range k.cellsOf(h) {
 		a := &k.cells[i]
 		if a.win > win {
 			a.add(win, c) // a clock gone back: plain addition
+			k.fps[i] = 0
 			continue
 		}
 		a.roll(win)
+		old := a.c
 		a.c[0], a.c[1] = max(a.c[0], c[0]), max(a.c[1], c[1])
+		switch {
+		case a.c == old: // h's counts are within the cell's: its owner stays
+		case a.c == c:
+			k.fps[i] = fp
+		default:
+			k.fps[i] = 0
+		}
 	}
 }
 
@@ -92,10 +157,13 @@ func (k *sketch) add(h uint64, win int64, c [2]uint64) {
 }
 
 // estimate returns h's counts of windows now-1 and now: at or above the
-// counts added for h, rolled on to now. Counts of windows after now (a clock
-// gone back) are taken as now's.
+// counts added for h, rolled on to now, when a cell of h's is still its
+// own; else the cells' counts within the noise cap. Counts of windows
+// after now (a clock gone back) are taken as now's.
 func (k *sketch) estimate(h uint64, now int64) [2]uint64 {
+	fp := fingerprint(h)
 	est := [2]uint64{^uint64(0), ^uint64(0)}
+	own, mine := [2]uint64{^uint64(0), ^uint64(0)}, false
 	for _, i := range k.cellsOf(h) {
 		a := &k.cells[i]
 		var c [2]uint64
@@ -108,8 +176,14 @@ func (k *sketch) estimate(h uint64, now int64) [2]uint64 {
 			c = [2]uint64{a.c[1], 0}
 		}
 		est[0], est[1] = min(est[0], c[0]), min(est[1], c[1])
+		if k.fps[i] == fp {
+			own[0], own[1], mine = min(own[0], c[0]), min(own[1], c[1]), true
+		}
 	}
-	return est
+	if mine {
+		return own
+	}
+	return capTotal(est, k.noiseCap)
 }
 
 // narrow folds k to width w (a power of two below its own): cell i of a
@@ -118,13 +192,22 @@ func (k *sketch) estimate(h uint64, now int64) [2]uint64 {
 func (k *sketch) narrow(w int) {
 	old := int(k.mask + 1)
 	cells := make([]aggregate, sketchRows*w)
+	fps := make([]uint32, sketchRows*w)
 	for r := range sketchRows {
 		for i := range old {
 			a := &k.cells[r*old+i]
-			cells[r*w+i&(w-1)].merge(a)
+			j := r*w + i&(w-1)
+			if i < w {
+				fps[j] = k.fps[r*old+i]
+			} else if a.c != ([2]uint64{}) && cells[j].c != ([2]uint64{}) {
+				fps[j] = 0 // two keys' counts
+			} else if a.c != ([2]uint64{}) {
+				fps[j] = k.fps[r*old+i]
+			}
+			cells[j].merge(a)
 		}
 	}
-	k.cells, k.mask = cells, uint64(w-1)
+	k.cells, k.fps, k.mask = cells, fps, uint64(w-1)
 }
 
 // add adds counts c (c[0] of window win-1, c[1] of window win) to a.
@@ -155,11 +238,16 @@ func (sh *shard) sketchFor(s *Store, rule RuleID) *sketch {
 	if int(rule) >= len(sh.sketches) {
 		sh.sketches = append(sh.sketches, make([]*sketch, int(rule)+1-len(sh.sketches))...)
 	}
-	w := sketchWidth(s.rules.Load().share(sh.cap))
+	t := s.rules.Load()
+	w := sketchWidth(t.share(sh.cap))
+	nc := noiseCap(t.protectOf(rule))
+	if t.keepsSpent(rule) {
+		nc = math.MaxUint64
+	}
 	k := sh.sketches[rule]
 	switch {
 	case k == nil:
-		k = &sketch{mask: uint64(w - 1), cells: make([]aggregate, sketchRows*w)}
+		k = newSketch(w, nc)
 		sh.sketches[rule] = k
 		sh.sketchBytes += k.bytes()
 	case int(k.mask+1) > w:
@@ -167,6 +255,7 @@ func (sh *shard) sketchFor(s *Store, rule RuleID) *sketch {
 		k.narrow(w)
 		sh.sketchBytes += k.bytes()
 	}
+	k.noiseCap = nc
 	return k
 }
 
@@ -178,7 +267,7 @@ func (sh *shard) dropSketch(rule RuleID) {
 	}
 }
 
-func (k *sketch) bytes() int { return len(k.cells) * int(unsafe.Sizeof(aggregate{})) }
+func (k *sketch) bytes() int { return len(k.cells)*int(unsafe.Sizeof(aggregate{})) + 4*len(k.fps) }
 
 // forget adds the counts of slot i, about to be evicted, to its rule's
 // sketch; the caller holds sh.mu.

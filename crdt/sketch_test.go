@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,7 +13,7 @@ import (
 // estimate stays at or above its counts, also after narrowing.
 func TestSketchNeverUnderestimates(t *testing.T) {
 	rng := seeded(t, 5)
-	k := &sketch{mask: 63, cells: make([]aggregate, sketchRows*64)}
+	k := newSketch(64, math.MaxUint64) // no noise cap: every estimate is a bound
 	type counts struct {
 		win int64
 		c   [2]uint64
@@ -62,4 +63,41 @@ func TestSketchNeverUnderestimates(t *testing.T) {
 		assert.GreaterOrEqual(t, est[0], cur[0])
 		assert.GreaterOrEqual(t, est[1], cur[1])
 	}
+}
+
+// TestSketchOwnAndNoise: a key evicted and back starts from its own
+// cells' counts in full; a key new to the sketch starts from other keys'
+// counts only up to the noise cap, however many keys have raised them.
+func TestSketchOwnAndNoise(t *testing.T) {
+	rng := seeded(t, 9)
+	const win = 100
+	k := newSketch(8, noiseCap(6)) // limit 10: protection threshold 6, cap 4
+	assert.EqualValues(t, 4, k.noiseCap)
+	held := rng.Uint64()
+	k.raise(held, win, [2]uint64{0, 10}) // evicted at its limit
+	assert.Equal(t, [2]uint64{0, 10}, k.estimate(held, win), "its own count, in full")
+
+	// A flood of new keys, each starting from its estimate and spending one.
+	for range 10_000 {
+		h := rng.Uint64()
+		k.raise(h, win, [2]uint64{0, k.estimate(h, win)[1] + 1})
+	}
+	for range 100 {
+		e := k.estimate(rng.Uint64(), win)
+		require.LessOrEqual(t, e[0]+e[1], uint64(4), "a new key starts at most from the cap")
+	}
+	e := k.estimate(held, win)
+	assert.GreaterOrEqual(t, e[1], uint64(4), "the held key: its own cells, or the cap")
+
+	// A cell another key raises in part is nobody's own.
+	k = newSketch(8, 0)
+	a := rng.Uint64()
+	k.raise(a, win, [2]uint64{3, 0})
+	assert.Equal(t, [2]uint64{3, 0}, k.estimate(a, win))
+	for _, i := range k.cellsOf(a) {
+		k.fps[i] = 0
+	}
+	assert.Equal(t, [2]uint64{0, 0}, k.estimate(a, win), "cap 0: nothing from others")
+	assert.Equal(t, [2]uint64{2, 3}, capTotal([2]uint64{7, 3}, 5))
+	assert.Equal(t, [2]uint64{0, 5}, capTotal([2]uint64{7, 9}, 5))
 }

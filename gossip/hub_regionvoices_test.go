@@ -53,6 +53,12 @@ func TestHubRegionVoices(t *testing.T) {
 			ms = append(ms, startMember(t, ctx, newNode(t, p.id.Region, p.id.PoP, name, testRules()), o))
 		}
 	}
+	// Only a PoP whose counts were merged takes part in the election: each
+	// node spends one request of a key of its own first.
+	for _, m := range ms {
+		_, err := m.node.Decide(time.Now().UnixNano(), "api", "voice-"+m.name, 1)
+		require.NoError(t, err)
+	}
 	require.Eventually(t, func() bool {
 		for _, m := range ms {
 			if st := m.rep.Status(); st.RegionEpoch == 0 || st.RegionVoice != (m.id.PoP != "fra") {

@@ -157,9 +157,15 @@ func popSize(topo []rvPoP, id crdt.PoPID) int {
 
 // waitVoices waits until each region has one voice PoP, the first of the
 // region by name, which every node of the region agrees on, under one
-// region epoch per region.
+// region epoch per region. Only a PoP whose counts were merged takes part
+// in the election (without expected PoPs), so every node first spends one
+// request of a key of its own.
 func waitVoices(t testing.TB, nodes []*rvNode) {
 	t.Helper()
+	for _, n := range nodes {
+		_, err := n.node.Decide(time.Now().UnixNano(), "api", "voice-"+n.name, 1)
+		require.NoError(t, err)
+	}
 	require.Eventually(t, func() bool {
 		first := map[string]string{}
 		for _, n := range nodes {

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -39,11 +40,15 @@ func TestShedding(t *testing.T) {
 	})))
 	t.Cleanup(srv.Close)
 
+	// The held request comes from another client address: one address
+	// holds at most max(1, max_in_flight / 4) requests in flight.
+	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	defer other.CloseIdleConnections()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if res, err := http.Post(srv.URL+"/hold", "text/plain", nil); err == nil {
+		if res, err := other.Post(srv.URL+"/hold", "text/plain", nil); err == nil {
 			res.Body.Close()
 		}
 	}()

@@ -130,6 +130,7 @@ func (n *Node) SetRules(rules []Rule) error {
 			} else {
 				n.store.SetProtect(w.id, protectThreshold(w.Limit))
 			}
+			n.store.SetKeepSpent(w.id, w.cal != nil) // a calendar quota's spent count is never forgotten
 		}
 		next.byName[r.Name] = rs
 		next.sorted = append(next.sorted, rs)

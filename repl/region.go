@@ -17,10 +17,14 @@ import (
 // with every PoP of the fleet.
 //
 // The voice is the PoP of the region first by name among those this node
-// hears (itself included): every PoP of the region hears the others'
-// heartbeats, so they agree but for the moments a PoP comes or goes, when
-// two may speak at once (harmless: a region total is a maximum-merged
-// count under one identity) or none for a heartbeat interval. Inside the
+// hears (itself included) that can speak for the region: with
+// ExpectedPoPs, the PoPs listed; without, those whose counts were merged
+// (Core.counts). A PoP heard only through heartbeats (an invented one on
+// an open link) takes no part, so it cannot silence the voice. Every PoP
+// of the region hears the others, so they agree but for the moments a PoP
+// comes or goes or starts publishing, when two may speak at once
+// (harmless: a region total is a maximum-merged count under one identity)
+// or none for a heartbeat interval. Inside the
 // voice PoP a key's region total is published by the key's owner through
 // the slot's speaker, like the PoP's totals.
 //
@@ -100,8 +104,8 @@ func (c *Core) updateRegion(now int64) {
 	}
 	voice := true
 	for id, p := range c.peers.m {
-		if id.Region != c.selfPoP.Region || id.PoP >= c.selfPoP.PoP {
-			continue
+		if id.Region != c.selfPoP.Region || id.PoP >= c.selfPoP.PoP || !c.counts(p) {
+			continue // only a PoP that can speak for the region takes part
 		}
 		// Before the first check of the peers on a cold start, the PoPs
 		// expected are taken as live: they start together.

@@ -55,9 +55,10 @@ var (
 	usIad = crdt.PoPID{Region: "us", PoP: "iad"}
 )
 
-// The voice is the region's first PoP by name among those heard: ams
-// speaks while it hears only fra, and stops once aaa is heard; it speaks
-// again once aaa has been silent for PeerTimeout.
+// The voice is the region's first PoP by name among those heard that can
+// speak for it: ams speaks while it hears only fra, and stops once aaa is
+// heard publishing counts; it speaks again once aaa has been silent for
+// PeerTimeout.
 func TestRegionVoiceIsTheFirstPoPHeard(t *testing.T) {
 	c, now := regionCore(t, ams1, euFra, usIad)
 	now += int64(3 * time.Second) // past PeerTimeout: the region epoch starts
@@ -73,6 +74,7 @@ func TestRegionVoiceIsTheFirstPoPHeard(t *testing.T) {
 	for range 4 {
 		now += int64(500 * time.Millisecond)
 		c.Step(now, heartbeatFrom(euAaa, now))
+		c.Step(now, countsFrom(euAaa, now, "k", 1)) // it publishes counts: it can speak for eu
 		c.Step(now, heartbeatFrom(euFra, now))
 		c.Tick(now)
 	}
@@ -272,4 +274,68 @@ func TestRegionVoicesCarryBlocks(t *testing.T) {
 	if r := c.Step(now, counts); !r.Forged {
 		t.Fatalf("a PoP's counts on the region link: %+v, want forged", r)
 	}
+}
+
+// An invented PoP of the region, first by name, that only heartbeats (on
+// open links anyone can) does not silence the voice: only a PoP that can
+// speak for the region takes part in the election, one whose counts were
+// merged or, with ExpectedPoPs, one listed there. The voice's region
+// totals keep going out.
+func TestInventedPoPDoesNotSilenceTheVoice(t *testing.T) {
+	c, now := regionCore(t, ams1, euFra, usIad)
+	beats := func(n int, extra ...Message) {
+		for range n {
+			now += int64(500 * time.Millisecond)
+			c.Tick(now)
+			c.Step(now, heartbeatFrom(euFra, now))
+			c.Step(now, heartbeatFrom(usIad, now))
+			for _, m := range extra {
+				m.Delta.SentAt = now
+				c.Step(now, m)
+			}
+			c.Ready()
+		}
+	}
+	beats(14)
+	require.True(t, func() bool { v, _ := c.RegionVoice(); return v }(), "the voice")
+	// 50 heartbeats over 25 s from eu/aaa, which never publishes a count.
+	for range 50 {
+		beats(1, heartbeatFrom(euAaa, now))
+		if v, _ := c.RegionVoice(); !v {
+			t.Fatal("an invented PoP's heartbeats silenced the voice")
+		}
+	}
+	// Its region totals still go out (a key near its limit: sent at once).
+	_, err := popNode(c).Decide(now, "api", "k", 890)
+	require.NoError(t, err)
+	c.Step(now, countsFrom(euFra, now, "k", 10))
+	now += int64(100 * time.Millisecond)
+	c.Tick(now)
+	sent := false
+	out := c.Ready()
+	for _, m := range out {
+		if m.Link == LinkRegion && m.Kind == KindDelta && len(m.Delta.Entries) == 1 && m.Delta.Entries[0].Count == 900 {
+			sent = true
+		}
+	}
+	assert.True(t, sent, "the voice publishes the region's totals: %+v", out)
+
+	// With ExpectedPoPs, a PoP not listed takes no part even with counts.
+	s := DefaultSettings()
+	s.RegionVoices = true
+	s.ExpectedPoPs = popNames(euFra, usIad)
+	c2, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: s})
+	require.NoError(t, err)
+	now2 := t0
+	c2.Tick(now2)
+	for range 20 {
+		now2 += int64(500 * time.Millisecond)
+		c2.Tick(now2)
+		for _, m := range []Message{heartbeatFrom(euFra, now2), heartbeatFrom(usIad, now2), heartbeatFrom(euAaa, now2), countsFrom(euAaa, now2, "x", 1)} {
+			c2.Step(now2, m)
+		}
+		c2.Ready()
+	}
+	v, _ := c2.RegionVoice()
+	assert.True(t, v, "eu/aaa is not expected: it takes no part")
 }

@@ -171,7 +171,8 @@ func New(o Options) (*App, error) {
 		ConnectionTimeout: o.Config.HTTP.ReadHeaderTimeout.D(), IdleTimeout: o.Config.HTTP.IdleTimeout.D(),
 		Registry: a.reg, Latency: a.met.latencyRLS})
 	a.spoa = spoa.New(env, spoa.Config{IdleTimeout: o.Config.HTTP.IdleTimeout.D(),
-		FrameTimeout: o.Config.HTTP.ReadHeaderTimeout.D(), Latency: a.met.latencySPOA})
+		FrameTimeout: o.Config.HTTP.ReadHeaderTimeout.D(), Latency: a.met.latencySPOA,
+		MaxConnsPerClient: o.Config.HTTP.MaxConnectionsPerClient})
 	return a, nil
 }
 
@@ -245,6 +246,16 @@ func (a *App) limitListen(addr string) (net.Listener, error) {
 	caps := append(slices.Clone(a.connCapsNow()), pl)
 	a.connCaps.Store(&caps)
 	return pl, nil
+}
+
+// limitListenShared is limitListen without the per-client refusal, for a
+// server that caps its clients' connections itself.
+func (a *App) limitListenShared(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return netutil.LimitListener(l, a.cfg.HTTP.MaxConnections), nil
 }
 
 // connCapsNow returns the per-client caps of the open listeners.
@@ -410,7 +421,10 @@ func (a *App) listen(newSrv func(http.Handler) *http.Server) (err error) {
 		}
 	}
 	if a.cfg.Listen.SPOA != "" {
-		if a.spoaLn, err = a.limitListen(a.cfg.Listen.SPOA); err != nil {
+		// The agent caps each client's connections itself, a new one
+		// taking the place of the client's stalest (spoa.Config): HAProxy
+		// shares 127.0.0.1 with every local process.
+		if a.spoaLn, err = a.limitListenShared(a.cfg.Listen.SPOA); err != nil {
 			return fmt.Errorf("server: listen.spoa: %w%s", err, inUseHint(err, "listen.spoa"))
 		}
 		if !config.IsLoopback(a.cfg.Listen.SPOA) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -244,4 +245,81 @@ func TestAPITokensStayWhileExposed(t *testing.T) {
 	require.ErrorContains(t, err, "api.token_file: required while listen.api 0.0.0.0:0 (running) is beyond loopback")
 	assert.Equal(t, http.StatusUnauthorized, ta.status("GET", "/v1/status"), "the tokens stay")
 	assert.Equal(t, http.StatusOK, ta.status("GET", "/v1/status", bearer(token1)...))
+}
+
+// TestAPITokenScopes: api.tokens grants each token only its scopes. A
+// metrics-only token (Prometheus's) reads /metrics and is refused, 403
+// naming the scope and spending nothing, on the kill switch and on
+// /v1/check; api.token_file's tokens keep every scope.
+func TestAPITokenScopes(t *testing.T) {
+	dir := t.TempDir()
+	admin := writeTokens(t, dir, token1+"\n")
+	file := func(name, tok string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(tok+"\n"), 0o600))
+		return p
+	}
+	const (
+		tokMetrics = "bWV0cmljcy1vbmx5LXRva2VuLTAxMjM0NTY3"
+		tokApp     = "YXBwLXJlYWQtZGVjaWRlLTAxMjM0NTY3ODk="
+	)
+	ta := startApp(t, rulesYAML+"api:\n  token_file: "+admin+"\n  tokens:\n"+
+		"    - {file: "+file("metrics", tokMetrics)+", scopes: [metrics]}\n"+
+		"    - {file: "+file("app", tokApp)+", scopes: [read, decide]}\n")
+	check := `{"rule":"r","key":"203.0.113.7"}`
+
+	// The metrics token.
+	r := ta.do(http.MethodGet, ta.api+"/metrics", "", bearer(tokMetrics)...)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "geolimit_decisions_total")
+	r = ta.do(http.MethodPut, ta.api+"/v1/rules/r/mode", `{"mode":"off"}`, bearer(tokMetrics)...)
+	require.Equal(t, http.StatusForbidden, r.status, "%s", r.body)
+	assert.Equal(t, map[string]any{"error": "forbidden: this token lacks the scope admin", "scope": "admin"}, r.json(t))
+	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+	r = ta.do(http.MethodPost, ta.api+"/v1/check", check, bearer(tokMetrics)...)
+	require.Equal(t, http.StatusForbidden, r.status, "%s", r.body)
+	assert.Equal(t, map[string]any{"error": "forbidden: this token lacks the scope decide", "scope": "decide"}, r.json(t))
+
+	// Each endpoint and who may use it.
+	for _, ep := range []struct {
+		method, path, body string
+		scope              string // the scope needed
+	}{
+		{"GET", "/metrics", "", "metrics"},
+		{"GET", "/v1/status", "", "read"},
+		{"GET", "/v1/keys/r/203.0.113.7", "", "read"},
+		{"GET", "/v1/rules/r/mode", "", "read"},
+		{"POST", "/v1/check", `{"rule":"big","key":"k"}`, "decide"},
+		{"POST", "/v1/checks", `{"checks":[{"rule":"big","key":"k"}]}`, "decide"},
+		{"POST", "/v1/acquire", `{"rule":"r","key":"k"}`, "decide"},
+		{"POST", "/v1/release", `{"rule":"r","key":"k","lease":"x"}`, "decide"},
+		{"PUT", "/v1/rules/r/mode", `{"mode":"config"}`, "admin"},
+		{"GET", "/nope", "", "admin"},
+	} {
+		for _, tok := range []struct {
+			tok    string
+			scopes []string
+		}{{tokMetrics, []string{"metrics"}}, {tokApp, []string{"read", "decide"}}, {token1, []string{"metrics", "read", "decide", "admin"}}} {
+			r := ta.do(ep.method, ta.api+ep.path, ep.body, bearer(tok.tok)...)
+			if slices.Contains(tok.scopes, ep.scope) {
+				assert.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden}, r.status, "%s %s with %v: %s", ep.method, ep.path, tok.scopes, r.body)
+				continue
+			}
+			if assert.Equal(t, http.StatusForbidden, r.status, "%s %s with %v: %s", ep.method, ep.path, tok.scopes, r.body) {
+				assert.Equal(t, ep.scope, r.json(t)["scope"])
+			}
+		}
+	}
+	// Without a token, or with a bad one, 401 as before.
+	assert.Equal(t, http.StatusUnauthorized, ta.status("GET", "/metrics"))
+	assert.Equal(t, http.StatusUnauthorized, ta.status("GET", "/metrics", bearer(tokMetrics+"x")...))
+
+	ta.token = token1
+	assert.EqualValues(t, 0, ta.keyTotal("r", "203.0.113.7"), "the refused check counted nothing")
+	assert.EqualValues(t, 2*2*2, ta.keyTotal("big", "k"), "the checks of the app and admin tokens counted (cost 2), no other")
+	mode := ta.get("/v1/rules/r/mode").json(t)
+	assert.Equal(t, "enforce", mode["mode"], "the metrics token did not switch the rule")
+	v, ok := metricValue(ta.scrape(), "geolimit_api_forbidden_total", "scope", "admin")
+	require.True(t, ok)
+	assert.EqualValues(t, 1+2*2, v, "the metrics token's two PUTs and /nope, the app token's PUT and /nope")
 }

@@ -303,3 +303,43 @@ rules:
 	}
 	assert.EqualValues(t, 0, ta.inFlight("uploads", "127.0.0.1"))
 }
+
+// TestConcurrencyLeaseTableFull: one client holding leases on many keys,
+// never released, with a long lease_ttl, fills this node's lease table
+// (limits.max_keys / 4, here 100). The table stays bounded, and a request
+// that finds no room is answered 503 with an error that says so (not a
+// 429 of its key, whose slots are free); the held leases' keys are
+// still denied as before, and a released lease gives its place back.
+func TestConcurrencyLeaseTableFull(t *testing.T) {
+	ta := startApp(t, `
+rules:
+  - {name: uploads, kind: concurrency, limit: 1, lease_ttl: 1h}
+limits: {max_keys: 400}
+`)
+	var leases []string
+	for i := range 150 {
+		r := ta.post("/v1/acquire", fmt.Sprintf(`{"rule":"uploads","key":"hog-%d"}`, i))
+		if r.status != http.StatusOK {
+			break
+		}
+		leases = append(leases, r.json(t)["lease"].(string))
+	}
+	require.Len(t, leases, 100, "the table holds limits.max_keys / 4 leases")
+	r := ta.post("/v1/acquire", `{"rule":"uploads","key":"victim"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	body := r.json(t)
+	assert.Equal(t, false, body["allowed"])
+	assert.Equal(t, true, body["lease_table_full"])
+	assert.Contains(t, body["error"], "lease table full: 100 leases held on this node (limits.max_keys / 4 = 100)")
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+	r = ta.post("/v1/acquire", `{"rule":"uploads","key":"hog-0"}`)
+	assert.Equal(t, http.StatusTooManyRequests, r.status, "a held key is denied as before: %s", r.body)
+	v, ok := metricValue(ta.scrape(), "geolimit_concurrency_leases")
+	require.True(t, ok)
+	assert.EqualValues(t, 100, v)
+
+	r = ta.post("/v1/release", `{"lease":"`+leases[0]+`"}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = ta.post("/v1/acquire", `{"rule":"uploads","key":"victim"}`)
+	assert.Equal(t, http.StatusOK, r.status, "a released lease's place: %s", r.body)
+}

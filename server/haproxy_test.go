@@ -134,3 +134,64 @@ func startHAProxy(t *testing.T, bin, dir string, cfg func(listen string) string)
 		}
 	}
 }
+
+// TestHAProxySPOAIdleConnections: connections that hold the SPOA
+// listener's per-client cap idle (http.max_connections_per_client, here
+// 20, from 127.0.0.1, the address HAProxy comes from too) do not lock
+// HAProxy out: its connection takes the place of the stalest idle one, and
+// idle connections opened later take one another's places, not HAProxy's,
+// whose connections carry frames. Were HAProxy refused, its SPOE would
+// fail open and the login limit would let everything through.
+func TestHAProxySPOAIdleConnections(t *testing.T) {
+	bin := proxyBinary(t, "haproxy", "GEOLIMIT_HAPROXY", "GEOLIMIT_REQUIRE_HAPROXY", "/usr/sbin/haproxy", func(bin string) string {
+		if out, err := exec.Command(bin, "-v").CombinedOutput(); err != nil {
+			return "haproxy -v failed: " + err.Error() + ": " + string(out)
+		}
+		return ""
+	})
+	up := newUpstream(t)
+	ex := filepath.Join("..", "examples", "haproxy")
+	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
+	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
+	yaml = replaceOnce(t, yaml, "127.0.0.1:12345", "127.0.0.1:0")
+	ta := startApp(t, yaml+"http: {max_connections_per_client: 20}\n")
+	spoaAddr := ta.SPOAAddr().String()
+
+	idle := func(n int) {
+		t.Helper()
+		for range n {
+			c, err := net.Dial("tcp", spoaAddr)
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+		}
+	}
+	idle(20)
+	require.Eventually(t, func() bool { return ta.spoa.Conns() == 20 }, wait, poll, "the idle connections hold the cap")
+
+	dir := t.TempDir()
+	copyFile(t, filepath.Join(ex, "geolimit-spoe.conf"), filepath.Join(dir, "geolimit-spoe.conf"))
+	cfg := readFile(t, filepath.Join(ex, "haproxy.cfg"))
+	cfg = replaceOnce(t, cfg, "server geolimit 127.0.0.1:12345", "server geolimit "+spoaAddr)
+	cfg = replaceOnce(t, cfg, "server app 127.0.0.1:9000", "server app "+strings.TrimPrefix(up.URL, "http://"))
+	addr := startHAProxy(t, bin, dir, func(listen string) string {
+		return replaceOnce(t, cfg, "bind 127.0.0.1:8000", "bind "+listen)
+	})
+	send := clientFrom2(t, addr)
+	for i := range 5 {
+		r := send("POST", "/login")
+		require.Equal(t, http.StatusOK, r.status, "request %d: %s", i, r.body)
+		require.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"), "request %d: geolimit answered", i)
+	}
+	assertLoginDenied(t, send("POST", "/login"), nil)
+
+	// More idle connections replace the idle ones, not HAProxy's.
+	idle(40)
+	require.Eventually(t, func() bool { return ta.spoa.Replaced() >= 41 }, wait, poll)
+	for range 3 {
+		assertLoginDenied(t, send("POST", "/login"), nil)
+	}
+	assert.EqualValues(t, 5, ta.keyTotal("login", "127.0.0.2"))
+	assert.Equal(t, 5, up.count(), "the upstream never saw a denied request")
+	m := string(ta.get("/metrics").body)
+	assert.Contains(t, m, "geolimit_spoa_connections_replaced_total ")
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math/bits"
 	"net/http"
 	"runtime"
 	"slices"
@@ -47,13 +48,16 @@ func (a *App) apiHandler() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Every endpoint but the open ones and the status page's files
-		// (uiOpen) needs a token. With scoped tokens: /metrics is the
-		// metrics scope's; GET /v1/status, /v1/keys, /v1/activity,
-		// /v1/hotkeys and GET /v1/rules/{name}/mode are read's (what the
-		// page reads); PUT /v1/rules/{name}/mode is admin's (the page's
-		// mode controls); the decision endpoints are decide's.
+		// (uiOpen: the page asks for a token and reads with it) needs a
+		// token of the endpoint's scope (frontend.ScopeOf).
 		if au := a.auth.Load(); au != nil && !frontend.AuthOpen(r.URL.Path) && !uiOpen(r.URL.Path) {
-			if why := au.Check(r); why != frontend.AuthOK {
+			need := frontend.ScopeOf(r.Method, r.URL.Path)
+			switch why := au.Authorize(r, need); why {
+			case frontend.AuthOK:
+			case frontend.AuthForbidden:
+				frontend.Forbidden(w, need, a.met.forbidden[bits.TrailingZeros8(uint8(need))])
+				return
+			default:
 				frontend.Unauthorized(w, why, a.met.unauthMissing, a.met.unauthInvalid)
 				return
 			}

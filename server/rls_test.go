@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -431,4 +433,26 @@ func TestRLSReload(t *testing.T) {
 	res = shouldRL(t, c, rlsReq("internal", desc("remote_address", "203.0.113.7")))
 	assert.Equal(t, "per-ip", res.GetStatuses()[0].GetCurrentLimit().GetName(), "the old config keeps serving")
 	assert.Equal(t, uint32(0), res.GetStatuses()[0].GetLimitRemaining())
+}
+
+// TestRLSTokenScope: the rate limit service takes only tokens of the scope
+// decide; another valid token (a metrics-only one of api.tokens) is
+// PermissionDenied and spends nothing.
+func TestRLSTokenScope(t *testing.T) {
+	dir := t.TempDir()
+	admin := writeTokens(t, dir, token1+"\n")
+	metricsTok := filepath.Join(dir, "metrics")
+	require.NoError(t, os.WriteFile(metricsTok, []byte(token2+"\n"), 0o600))
+	ta := startApp(t, rlsYAML+"api: {token_file: "+admin+", tokens: [{file: "+metricsTok+", scopes: [metrics]}]}\n")
+	ta.token = token1
+	c, _ := rlsClient(t, ta)
+	req := rlsReq("edge", desc("remote_address", "203.0.113.7"))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token2)
+	_, err := c.ShouldRateLimit(ctx, req)
+	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "%v", err)
+	assert.Contains(t, grpcstatus.Convert(err).Message(), "lacks the scope decide")
+	assert.Equal(t, uint64(0), ta.keyTotal("per-ip", "203.0.113.7"))
+	assert.Equal(t, 1.0, ta.rlsRequests("permission_denied"))
+	_, err = c.ShouldRateLimit(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token1), req)
+	require.NoError(t, err)
 }

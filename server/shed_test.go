@@ -1,12 +1,14 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,9 +94,11 @@ func (h *holder) hold(u *slowUpstream, n int) {
 	want := u.held.Load() + int64(n)
 	for range n {
 		h.wg.Add(1)
+		c := clientFrom(nextHolderAddr())
 		go func() {
 			defer h.wg.Done()
-			res, err := http.Post(h.url+path, "text/plain", nil)
+			defer c.CloseIdleConnections()
+			res, err := c.Post(h.url+path, "text/plain", nil)
 			st := -1
 			if err == nil {
 				_, _ = io.Copy(io.Discard, res.Body)
@@ -107,6 +111,23 @@ func (h *holder) hold(u *slowUpstream, n int) {
 		}()
 	}
 	require.Eventually(h.t, func() bool { return u.held.Load() == want }, wait, poll)
+}
+
+// holderAddrs numbers the loopback source addresses of held requests.
+var holderAddrs atomic.Uint32
+
+// nextHolderAddr is a loopback address for one held request, 127.0.0.10
+// to 127.0.0.249 in turn: each held request comes from a client of its
+// own, which the shedder's per-client share (max_in_flight / 4) lets in.
+func nextHolderAddr() string {
+	return "127.0.0." + strconv.Itoa(10+int(holderAddrs.Add(1)%240))
+}
+
+// clientFrom is an HTTP client whose connections come from the loopback
+// address ip (Linux routes all of 127.0.0.0/8 to lo).
+func clientFrom(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: wait}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 }
 
 // done waits for every held request and returns their statuses.
@@ -208,7 +229,7 @@ func TestShedProxy(t *testing.T) {
 		require.True(t, ok, class)
 		assert.Equal(t, want, v, "geolimit_shed_total{class=%q}", class)
 	}
-	assert.EqualValues(t, counted, ta.keyTotal("all", "127.0.0.1"), "no rule counted a shed request")
+	assert.EqualValues(t, counted-16, ta.keyTotal("all", "127.0.0.1"), "no rule counted a shed request (the 16 held came from other addresses)")
 	assert.EqualValues(t, counted, ta.decisions("all", "allowed"))
 
 	up.Release()
@@ -307,9 +328,11 @@ func TestShedMiddleware(t *testing.T) {
 	mh := &holder{t: t, url: mw.URL}
 	mh.wg.Add(2)
 	for range 2 {
+		c := clientFrom(nextHolderAddr())
 		go func() {
 			defer mh.wg.Done()
-			res, err := http.Post(mw.URL+"/checkout/hold", "text/plain", nil)
+			defer c.CloseIdleConnections()
+			res, err := c.Post(mw.URL+"/checkout/hold", "text/plain", nil)
 			if err == nil {
 				res.Body.Close()
 			}
@@ -433,4 +456,117 @@ func TestShedLatencyProxy(t *testing.T) {
 	assert.EqualValues(t, 0, ta.gauge("geolimit_shed_level"))
 	up.Release2()
 	again.done()
+}
+
+// slowBodies opens n connections to addr from the loopback address ip,
+// each sending a POST to path that announces a body of 1 000 bytes, and
+// sends one byte of it once the server has started reading the body (its
+// "100 Continue"): the client trickles, the server waits. Closing the
+// returned connections ends them.
+func slowBodies(t *testing.T, addr, ip, path string, n int) []net.Conn {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: wait}
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range n {
+		c, err := d.Dial("tcp", addr)
+		require.NoError(t, err)
+		conns = append(conns, c)
+		_, err = fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: shop\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n", path)
+		require.NoError(t, err)
+	}
+	for _, c := range conns {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(wait)))
+		buf := make([]byte, 64)
+		got := ""
+		for !strings.Contains(got, "\r\n\r\n") {
+			m, err := c.Read(buf)
+			require.NoError(t, err, "the server reads the body: %q", got)
+			got += string(buf[:m])
+		}
+		require.Contains(t, got, "100 Continue")
+		_, err := c.Write([]byte("a"))
+		require.NoError(t, err)
+	}
+	return conns
+}
+
+// TestShedSlowBodies: thirty connections of one client trickling their
+// bodies (max_in_flight 20) shed none of another client's requests: a
+// request counts in flight once its body is read, not while it trickles;
+// and thirty requests of one client held by the upstream take only its
+// share (max_in_flight / 4) of the requests in flight, the rest shed, so
+// the other client is served too.
+func TestShedSlowBodies(t *testing.T) {
+	up := newSlowUpstream(t)
+	// The upstream reads bodies, as one that takes uploads would.
+	reader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/upload" {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}
+		up.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(reader.Close)
+	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+proxyYAML(reader.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	addr := ta.ProxyAddr().String()
+	base := "http://" + addr
+
+	conns := slowBodies(t, addr, "127.0.0.2", "/upload", 30)
+	assert.EqualValues(t, 0, ta.gauge("geolimit_in_flight"), "trickling bodies are not in flight")
+	for range 3 {
+		expectShed(ta, base) // another client: every class served
+	}
+	assert.EqualValues(t, 0, ta.keyTotal("all", "127.0.0.2"), "no rule decided the trickling requests yet")
+
+	// One of them sends its whole body: it is served.
+	_, err := conns[0].Write([]byte(strings.Repeat("a", 999)))
+	require.NoError(t, err)
+	require.NoError(t, conns[0].SetReadDeadline(time.Now().Add(wait)))
+	br := bufio.NewReader(conns[0])
+	res, err := http.ReadResponse(br, nil)
+	for err == nil && res.StatusCode == http.StatusContinue { // the upstream's, passed on
+		res, err = http.ReadResponse(br, nil)
+	}
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	res.Body.Close()
+
+	// Thirty requests of one client that the upstream holds: five (20 / 4)
+	// are in flight, twenty-five shed, whatever their class.
+	c := clientFrom("127.0.0.3")
+	defer c.CloseIdleConnections()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := -1
+			if res, err := c.Post(base+"/checkout/hold", "text/plain", strings.NewReader("order")); err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				st = res.StatusCode
+			}
+			mu.Lock()
+			statuses[st]++
+			mu.Unlock()
+		}()
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return statuses[http.StatusServiceUnavailable] == 25 && up.held.Load() == 5
+	}, wait, poll)
+	assert.EqualValues(t, 5, ta.gauge("geolimit_in_flight"))
+	assert.EqualValues(t, 25, ta.gauge("geolimit_shed_client_total"))
+	expectShed(ta, base) // the other client: every class served
+	up.Release()
+	wg.Wait()
+	assert.Equal(t, map[int]int{http.StatusOK: 5, http.StatusServiceUnavailable: 25}, statuses)
+	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
 }

@@ -54,6 +54,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
 		}, []string{"transport"})
 	}
+	queue, pending := QueueBudget(cfg.Limits.MemoryBudget())
 	g.opts = gossip.Options{
 		Node:       env.Node,
 		Clock:      env.Clock,
@@ -61,6 +62,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		Settings:   cfg.Replication,
 		Logger:     env.Logger,
 		ObserveLag: func(t string, d time.Duration) { lag.WithLabelValues(t).Observe(d.Seconds()) },
+		QueueBytes: queue,
 	}
 	if regionLag != nil {
 		g.opts.ObserveRegionLag = func(t string, d time.Duration) { regionLag.WithLabelValues(t).Observe(d.Seconds()) }
@@ -108,6 +110,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		Password:        cfg.NATS.Password,
 		RegionVoices:    cfg.Replication.RegionVoices,
 		Logger:          env.Logger.With("transport", "nats"),
+		PendingBytes:    pending,
 	}
 	if env.NATS != nil {
 		// The node's own embedded server: in process, so the client port's
@@ -342,3 +345,17 @@ var (
 	_ engine.Replicator     = (*gossipReplicator)(nil)
 	_ engine.ConfigReloader = (*gossipReplicator)(nil)
 )
+
+// QueueBudget is the share of the memory budget (limits.max_memory) that
+// received replication messages may hold before they are applied: the
+// receive queue (queue bytes, budget / 8, at most 32 MiB) and the NATS
+// client's buffer of each subscription (pending bytes, budget / 64, at
+// most 8 MiB; a node has at most five). With the store's half, they leave
+// at least a quarter of the budget to the heap's garbage and the rest of
+// the process. What does not fit is dropped and counted; anti-entropy
+// repairs it.
+func QueueBudget(budget int64) (queue int64, pending int) {
+	queue = min(max(budget/8, 1<<20), 32<<20)
+	pending = int(min(max(budget/64, 256<<10), 8<<20))
+	return queue, pending
+}

@@ -16,6 +16,8 @@ import (
 //	POST /v1/acquire {"rule":"uploads","key":"k-123"}
 //	  200 {"allowed":true,...,"lease":"<32 hex digits>","expires_ms":60000}
 //	  429 {"allowed":false,...,"retry_after_ms":1000} with Retry-After
+//	  503 {"allowed":false,...,"lease_table_full":true,"error":"lease table full: ..."}:
+//	      the node holds limits.max_keys / 4 leases; the key's slots may be free
 //	POST /v1/release {"lease":"<32 hex digits>"}
 //	  200 {"released":true}; 404 unknown or expired lease; 400 malformed
 //
@@ -70,9 +72,21 @@ func (h *Handler) ServeAcquire(w http.ResponseWriter, r *http.Request) {
 	if d.ShadowDenied {
 		b = append(b, `,"shadow_denied":true`...)
 	}
+	// Denied for want of room in the node's lease table, not by the key's
+	// slots: 503, and say so.
+	full := !d.Allowed && d.Untracked
+	if full {
+		st := h.env.Node.SlotStats()
+		b = append(b, `,"lease_table_full":true,"error":`...)
+		b = frontend.AppendString(b, "lease table full: "+strconv.Itoa(st.Leases)+" leases held on this node (limits.max_keys / 4 = "+
+			strconv.Itoa(st.MaxLeases)+"); a lease comes back when released or at its rule's lease_ttl")
+	}
 	b = append(b, '}')
 	b = append(b, '\n')
 	*bp = b
+	if full {
+		a.Status = http.StatusServiceUnavailable
+	}
 	writeAnswer(w, &a, b)
 }
 

@@ -27,6 +27,9 @@ func secretFiles(c *config.Config) []string {
 	if c.API.TokenFile != "" {
 		out = append(out, c.API.TokenFile)
 	}
+	for _, t := range c.API.Tokens {
+		out = append(out, t.File)
+	}
 	return out
 }
 

@@ -28,6 +28,10 @@ type Origin struct {
 	// sends more than once: which value the upstream uses is not known, so
 	// the request is refused rather than counted under one of them.
 	Ambiguous string
+	// shedKey is the client (ClientKey) the shedder counts the request
+	// under while it is in flight (Shedder.Enter), when shedCounted.
+	shedKey     [16]byte
+	shedCounted bool
 }
 
 // ProxiedOrigin is the Origin of a request that reaches the proxy listener:

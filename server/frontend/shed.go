@@ -1,8 +1,12 @@
 package frontend
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"math"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,21 +17,29 @@ import (
 
 // Load shedding: a node-level gate in front of the rules, for the front
 // ends that see a request until its response ends (proxy mode and the
-// middleware). It counts the requests in flight on the node; past a class's
-// threshold a request of that class is answered 503 at once, before it is
-// classified into checks, so that no rule counts it. With a target latency
+// middleware). It counts the requests in flight on the node from when
+// their work starts (their body read, PreReadBody) to the end of their
+// response; past a class's threshold a request of that class is answered
+// 503 at once, before it is classified into checks, so that no rule counts
+// it. One client address (an IPv6 client's /64) holds at most
+// ShedPolicy.PerClient of the requests in flight: a request beyond that is
+// shed whatever its class, so that one client cannot push the others'
+// classes over their thresholds. With a target latency
 // the requests in flight weigh more while the requests that pass the rules
 // take longer than the target on average. Forward auth, the
 // decision API, the rate limit service and the HAProxy agent answer a
 // question about a request that goes on elsewhere: they see no in-flight
 // upstream work, and shed nothing.
 //
+//	if err := PreReadBody(r, PreReadBytes); err != nil {
+//		return // the client did not send its body
+//	}
 //	if c := shed.Enter(&o); c != nil {
 //		WriteShed(w, c) // 503, Retry-After
 //		return
 //	}
 //	start, passed := clk.Now(), false
-//	defer func() { shed.Exit(clk.Now()-start, passed) }()
+//	defer func() { shed.Exit(&o, clk.Now()-start, passed) }()
 
 // Shedder is the node's load shedder: the count of requests in flight and
 // the current classes (shedding.classes, swapped by Apply on reload without
@@ -45,6 +57,21 @@ type Shedder struct {
 	// shed are the classes' shed counters by name, kept across reloads
 	// for as long as a class of that name exists.
 	shed map[string]*atomic.Uint64
+
+	// clients count the requests in flight of each client (ClientKey),
+	// while shedding is on; a client leaves its shard's map when its
+	// count is back to 0, so the maps hold only clients in flight.
+	clients [clientShards]clientShard
+	// shedClient counts the requests shed for their client's share.
+	shedClient atomic.Uint64
+}
+
+const clientShards = 64
+
+type clientShard struct {
+	mu sync.Mutex
+	n  map[[16]byte]int64
+	_  [40]byte // one shard per cache line
 }
 
 // ShedPolicy is a compiled shedding section. Read only once published.
@@ -56,6 +83,9 @@ type ShedPolicy struct {
 	Max int64
 	// Target is shedding.target_latency in nanoseconds; 0 when off.
 	Target int64
+	// PerClient is the most requests one client address (ClientKey) may
+	// have in flight, ShedPerClient(Max); 0 when off.
+	PerClient int64
 	// min is the least threshold: below it no class is shed, and a request
 	// is not even classified.
 	min int64
@@ -95,6 +125,29 @@ func ShedThreshold(i, n int, max int64) int64 {
 	return max * (steps + up) / (2 * steps)
 }
 
+// ShedPerClient is the share of max_in_flight one client address may hold
+// in flight: max(1, max/4), so that four clients at their share reach the
+// threshold of the second class and one alone never passes the last
+// class's (max/2). 0 when max is 0 (off).
+func ShedPerClient(maxInFlight int64) int64 {
+	if maxInFlight <= 0 {
+		return 0
+	}
+	return max(1, maxInFlight/4)
+}
+
+// ClientKey is the key a client's requests in flight are counted under:
+// its address, an IPv6 one's /64 (one subscriber's usual allocation);
+// invalid (not counted per client) when the address is unknown.
+func ClientKey(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
+}
+
 // Apply compiles a validated shedding section and makes it the current
 // one. The requests in flight stay counted; counters of classes no longer
 // named are forgotten.
@@ -102,6 +155,7 @@ func (s *Shedder) Apply(cfg config.Shedding) {
 	p := &ShedPolicy{Max: int64(cfg.MaxInFlight), min: math.MaxInt64}
 	if cfg.Enabled() {
 		p.Target = int64(cfg.TargetLatency)
+		p.PerClient = ShedPerClient(p.Max)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -136,15 +190,26 @@ func (s *Shedder) Policy() *ShedPolicy { return s.pol.Load() }
 func (s *Shedder) InFlight() int64 { return s.inFlight.Load() }
 
 // Enter counts the request o in flight, unless it is shed. It returns nil
-// when the request goes on: the caller must call Exit once its response
-// has ended (with defer, so that a client abort or an upstream failure
-// ends it too). It returns the request's class when the request is shed:
-// the caller answers it (WriteShed) and does not call Exit.
+// when the request goes on: the caller must call Exit with the same o once
+// its response has ended (with defer, so that a client abort or an
+// upstream failure ends it too). It returns the request's class when the
+// request is shed: the caller answers it (WriteShed) and does not call
+// Exit. A request whose client already holds ShedPolicy.PerClient requests
+// in flight is shed, whatever its class.
 func (s *Shedder) Enter(o *Origin) *ShedClass {
 	ahead := s.inFlight.Add(1) - 1
 	p := s.pol.Load()
 	if p == nil {
 		return nil
+	}
+	if p.PerClient > 0 && o.IP.IsValid() {
+		key := ClientKey(o.IP).As16()
+		if !s.enterClient(key, p.PerClient) {
+			s.inFlight.Add(-1)
+			s.shedClient.Add(1)
+			return p.ClassOf(o)
+		}
+		o.shedKey, o.shedCounted = key, true
 	}
 	load := p.Weigh(ahead, s.latency.Load())
 	if load < p.min {
@@ -154,19 +219,85 @@ func (s *Shedder) Enter(o *Origin) *ShedClass {
 	if load < c.Threshold {
 		return nil
 	}
+	s.exitClient(o)
 	s.inFlight.Add(-1)
 	c.Shed.Add(1)
 	return c
+}
+
+func (s *Shedder) shard(key *[16]byte) *clientShard {
+	h := uint32(2166136261) // FNV-1a over the bytes that differ: a v4 address's, a /64's last
+	for _, c := range key[4:8] {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	for _, c := range key[12:] {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return &s.clients[h%clientShards]
+}
+
+// enterClient counts one more request of key in flight, unless it holds
+// limit already.
+func (s *Shedder) enterClient(key [16]byte, limit int64) bool {
+	sh := s.shard(&key)
+	sh.mu.Lock()
+	n := sh.n[key]
+	if n >= limit {
+		sh.mu.Unlock()
+		return false
+	}
+	if sh.n == nil {
+		sh.n = make(map[[16]byte]int64)
+	}
+	sh.n[key] = n + 1
+	sh.mu.Unlock()
+	return true
+}
+
+// exitClient ends the request o counted for its client by Enter, if any.
+func (s *Shedder) exitClient(o *Origin) {
+	if o == nil || !o.shedCounted {
+		return
+	}
+	key := o.shedKey
+	o.shedCounted = false
+	sh := s.shard(&key)
+	sh.mu.Lock()
+	if n := sh.n[key] - 1; n > 0 {
+		sh.n[key] = n
+	} else {
+		delete(sh.n, key)
+	}
+	sh.mu.Unlock()
+}
+
+// ShedClient returns the number of requests shed because their client
+// held its share of the requests in flight.
+func (s *Shedder) ShedClient() uint64 { return s.shedClient.Load() }
+
+// Clients returns the number of client addresses with requests in flight
+// counted per client.
+func (s *Shedder) Clients() int {
+	n := 0
+	for i := range s.clients {
+		sh := &s.clients[i]
+		sh.mu.Lock()
+		n += len(sh.n)
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // latencyWeight is the moving average's weight of the past: each request
 // moves it by 1/latencyWeight of its distance to the request's duration.
 const latencyWeight = 8
 
-// Exit ends a request that Enter let go on, after d nanoseconds; passed
+// Exit ends a request o that Enter let go on, after d nanoseconds; passed
 // says whether it passed the rules. Only those are averaged: a denial's
-// microseconds say nothing of the upstream.
-func (s *Shedder) Exit(d int64, passed bool) {
+// microseconds say nothing of the upstream. o may be nil for a request
+// entered without a client address.
+func (s *Shedder) Exit(o *Origin, d int64, passed bool) {
+	s.exitClient(o)
 	s.inFlight.Add(-1)
 	if !passed {
 		return
@@ -245,3 +376,61 @@ func WriteShed(w http.ResponseWriter, c *ShedClass) {
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write(c.body)
 }
+
+// PreReadBytes is how much of a request's body the proxy and the
+// middleware read before the request counts in flight.
+const PreReadBytes = 16 << 10
+
+// PreReadBody reads the start of r's body, up to n bytes (all of a smaller
+// body), before the request's work starts, so that a client trickling its
+// body holds no place among the requests in flight; r.Body then serves
+// those bytes and the rest as before. A request without a body costs
+// nothing. An error means the client did not send its body (it went away,
+// or http.read_timeout passed): the request is over.
+func PreReadBody(r *http.Request, n int) error {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	size := n
+	if r.ContentLength > 0 && r.ContentLength < int64(n) {
+		size = int(r.ContentLength)
+	}
+	// Grown as bytes arrive: a client that sends little costs little.
+	buf := make([]byte, 0, min(size, 512))
+	for len(buf) < size {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := r.Body.Read(buf[len(buf):min(cap(buf), size)])
+		buf = buf[:len(buf)+m]
+		if errors.Is(err, io.EOF) {
+			pb := &preReadBody{rest: http.NoBody, closer: r.Body}
+			pb.r.Reset(buf)
+			r.Body = pb
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	pb := &preReadBody{rest: r.Body, closer: r.Body}
+	pb.r.Reset(buf)
+	r.Body = pb
+	return nil
+}
+
+// preReadBody is a body whose start was read by PreReadBody.
+type preReadBody struct {
+	r      bytes.Reader
+	rest   io.Reader
+	closer io.Closer
+}
+
+func (b *preReadBody) Read(p []byte) (int, error) {
+	if b.r.Len() > 0 {
+		return b.r.Read(p)
+	}
+	return b.rest.Read(p)
+}
+
+func (b *preReadBody) Close() error { return b.closer.Close() }

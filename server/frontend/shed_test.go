@@ -2,11 +2,16 @@ package frontend
 
 import (
 	"encoding/json"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -122,7 +127,7 @@ func TestShedOrder(t *testing.T) {
 			}
 			require.Nil(t, c, "%s with %d in flight: goes on", name, n)
 			assert.Equal(t, n+1, s.InFlight())
-			s.Exit(0, true)
+			s.Exit(nil, 0, true)
 		}
 		require.Nil(t, s.Enter(reqs["critical"]))
 	}
@@ -181,7 +186,7 @@ func TestShedReload(t *testing.T) {
 	s.Apply(config.Shedding{})
 	assert.EqualValues(t, 7, s.InFlight())
 	for range 7 {
-		s.Exit(0, true)
+		s.Exit(nil, 0, true)
 	}
 	assert.Zero(t, s.InFlight())
 }
@@ -220,7 +225,7 @@ func TestShedConcurrent(t *testing.T) {
 					s.Apply(fourClasses(16 + i%7))
 				}
 				if s.Enter(o) == nil {
-					s.Exit(0, true)
+					s.Exit(nil, 0, true)
 				}
 			}
 		}()
@@ -239,6 +244,7 @@ func BenchmarkShedGate(b *testing.B) {
 		{"idle", fourClasses(512), 0},
 		{"loaded", fourClasses(512), 300}, // past the lowest threshold: the request is classified
 		{"latency", withTarget(fourClasses(512)), 300},
+		{"client", fourClasses(512), 0}, // a client address: counted per client too
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var s Shedder
@@ -247,11 +253,14 @@ func BenchmarkShedGate(b *testing.B) {
 				s.Enter(origin("POST", "/checkout", ""))
 			}
 			o := origin("GET", "/cart", "shop")
+			if bc.name == "client" {
+				o.IP = netip.MustParseAddr("192.0.2.7")
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
 				if s.Enter(o) == nil {
-					s.Exit(int64(i&0xff)*int64(time.Millisecond), true)
+					s.Exit(o, int64(i&0xff)*int64(time.Millisecond), true)
 				}
 			}
 		})
@@ -268,7 +277,7 @@ func BenchmarkShedGateParallel(b *testing.B) {
 		o := origin("GET", "/cart", "shop")
 		for pb.Next() {
 			if s.Enter(o) == nil {
-				s.Exit(0, true)
+				s.Exit(nil, 0, true)
 			}
 		}
 	})
@@ -310,10 +319,10 @@ func TestShedLatency(t *testing.T) {
 	head := origin("HEAD", "/", "")
 
 	require.Nil(t, s.Enter(get))
-	s.Exit(400*ms, true) // the first sample is the average
+	s.Exit(nil, 400*ms, true) // the first sample is the average
 	assert.Equal(t, 400*time.Millisecond, s.Latency())
 	require.Nil(t, s.Enter(get))
-	s.Exit(time.Microsecond.Nanoseconds(), false) // a denial: not averaged
+	s.Exit(nil, time.Microsecond.Nanoseconds(), false) // a denial: not averaged
 	assert.Equal(t, 400*time.Millisecond, s.Latency())
 
 	for range 2 {
@@ -326,23 +335,23 @@ func TestShedLatency(t *testing.T) {
 	// 3 weigh 12: reads are shed too.
 	assert.Equal(t, 2, s.Level())
 	assert.NotNil(t, s.Enter(get))
-	s.Exit(400*ms, true)
+	s.Exit(nil, 400*ms, true)
 
 	// Fast requests bring the average down by 1/8 of the distance each.
 	for range 30 {
 		require.Nil(t, s.Enter(origin("POST", "/checkout", "")))
-		s.Exit(10*ms, true)
+		s.Exit(nil, 10*ms, true)
 	}
 	assert.Less(t, s.Latency(), 100*time.Millisecond)
 	assert.Equal(t, 0, s.Level(), "2 in flight weigh 2 again")
 	assert.Nil(t, s.Enter(head))
-	s.Exit(10*ms, true)
+	s.Exit(nil, 10*ms, true)
 
 	// Without a target nothing is averaged.
 	s.Apply(fourClasses(16))
 	before := s.Latency()
 	require.Nil(t, s.Enter(get))
-	s.Exit(10_000*ms, true)
+	s.Exit(nil, 10_000*ms, true)
 	assert.Equal(t, before, s.Latency())
 }
 
@@ -350,4 +359,90 @@ func TestShedLatency(t *testing.T) {
 func withTarget(cfg config.Shedding) config.Shedding {
 	cfg.TargetLatency = config.Duration(100 * time.Millisecond)
 	return cfg
+}
+
+// TestShedPerClient: one client address holds at most max(1, max/4) of
+// the requests in flight, whatever its requests' class; the others'
+// requests are judged by the count as before, and a client's place is
+// given back when its request ends. An IPv6 client is its /64.
+func TestShedPerClient(t *testing.T) {
+	for m, want := range map[int64]int64{0: 0, 2: 1, 3: 1, 8: 2, 20: 5, 512: 128} {
+		assert.Equal(t, want, ShedPerClient(m), "max %d", m)
+	}
+	var s Shedder
+	s.Apply(fourClasses(20)) // 5 per client; test shed at 10, reads at 13, writes at 20
+	from := func(ip string, method, path string) *Origin {
+		o := origin(method, path, "")
+		o.IP = netip.MustParseAddr(ip)
+		return o
+	}
+	var held []*Origin
+	for range 5 {
+		o := from("192.0.2.7", "POST", "/checkout")
+		require.Nil(t, s.Enter(o))
+		held = append(held, o)
+	}
+	for _, o := range []*Origin{from("192.0.2.7", "POST", "/checkout"), from("::ffff:192.0.2.7", "GET", "/")} {
+		c := s.Enter(o)
+		require.NotNil(t, c, "beyond its share, even the highest class")
+		assert.Equal(t, s.Policy().ClassOf(o).Name, c.Name)
+	}
+	assert.EqualValues(t, 2, s.ShedClient())
+	assert.EqualValues(t, 5, s.InFlight())
+	assert.Equal(t, 1, s.Clients())
+
+	// Another client is served, and so is a v6 client's other /64.
+	for _, ip := range []string{"192.0.2.8", "2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:3::1"} {
+		o := from(ip, "HEAD", "/")
+		require.Nil(t, s.Enter(o), ip)
+		held = append(held, o)
+	}
+	for i := range 3 {
+		o := from("2001:db8:1:2::"+strconv.Itoa(10+i), "POST", "/checkout")
+		require.Nil(t, s.Enter(o), "a /64 holds 5: %d", i)
+		held = append(held, o)
+	}
+	require.NotNil(t, s.Enter(from("2001:db8:1:2:ffff::1", "POST", "/checkout")), "the /64's sixth")
+
+	// Ending a request gives its client's place back.
+	s.Exit(held[0], 0, true)
+	require.Nil(t, s.Enter(from("192.0.2.7", "POST", "/checkout")))
+	for _, o := range held[1:] {
+		s.Exit(o, 0, true)
+	}
+	s.Exit(from("192.0.2.7", "POST", "/checkout"), 0, true) // not entered: its client is not counted down
+	assert.Equal(t, 1, s.Clients())
+
+	// Shedding off: no client is counted.
+	var off Shedder
+	off.Apply(config.Shedding{})
+	for range 10 {
+		require.Nil(t, off.Enter(from("192.0.2.7", "GET", "/")))
+	}
+	assert.Zero(t, off.Clients())
+}
+
+// TestPreReadBody: the start of a body is read before the request counts,
+// and the handler reads the whole body as sent.
+func TestPreReadBody(t *testing.T) {
+	for _, n := range []int{0, 1, 100, 16 << 10, 100_000} {
+		body := strings.Repeat("x", n)
+		for _, chunked := range []bool{false, true} {
+			r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+			if chunked {
+				r.ContentLength = -1
+				r.Body = io.NopCloser(iotest.OneByteReader(strings.NewReader(body)))
+			}
+			require.NoError(t, PreReadBody(r, PreReadBytes))
+			b, err := io.ReadAll(r.Body)
+			require.NoError(t, err)
+			assert.Equal(t, body, string(b), "%d bytes, chunked %v", n, chunked)
+		}
+	}
+	r := httptest.NewRequest("POST", "/", io.MultiReader(strings.NewReader("ab"), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	r.ContentLength = 10
+	assert.ErrorIs(t, PreReadBody(r, PreReadBytes), io.ErrUnexpectedEOF)
+	r = httptest.NewRequest("GET", "/", nil)
+	require.NoError(t, PreReadBody(r, PreReadBytes))
+	assert.Equal(t, http.NoBody, r.Body, "no body: untouched")
 }

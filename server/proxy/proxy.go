@@ -124,8 +124,8 @@ func (f *FrontEnds) Middleware(next http.Handler) http.Handler {
 
 // middleware is Middleware, timing decisions with lat. The node's load
 // shedder (frontend.Shedder) goes first: a shed request is answered 503
-// before any rule counts it; one that goes on stays counted in flight until
-// next returns (its response written, the client gone or the upstream
+// before any rule counts it; one that goes on counts in flight from when
+// the start of its body is read (frontend.PreReadBody) until next returns (its response written, the client gone or the upstream
 // failed). An allowed request holds the slots of the concurrency rules
 // that apply while next serves it: they are given back when next returns,
 // however the request ends (a panic too).
@@ -136,12 +136,18 @@ func (f *FrontEnds) middleware(next http.Handler, lat prometheus.Observer) http.
 		o := frontend.ProxiedOrigin(r, rs.Trusted)
 		passed := false
 		if sh := f.env.Shed; sh != nil {
+			// The request counts in flight once its work starts: a client
+			// trickling its body holds no place (frontend.PreReadBody).
+			if err := frontend.PreReadBody(r, frontend.PreReadBytes); err != nil {
+				frontend.WriteError(w, http.StatusBadRequest, "request body: "+err.Error())
+				return
+			}
 			if c := sh.Enter(&o); c != nil {
 				frontend.WriteShed(w, c)
 				return
 			}
 			t0 := f.env.Clock.Now()
-			defer func() { sh.Exit(f.env.Clock.Now()-t0, passed) }()
+			defer func() { sh.Exit(&o, f.env.Clock.Now()-t0, passed) }()
 		}
 		// 400 for an ambiguous key header, 429 when denied; when it may go
 		// on, the binding rule's RateLimit headers are set on w and the

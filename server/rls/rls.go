@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/server/frontend"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -84,14 +85,14 @@ func rlsCurrentLimit(r pop.Rule) *rlsv3.RateLimitResponse_RateLimit {
 
 // rlsMetrics are the rate limit service's own counters.
 type rlsMetrics struct {
-	ok, overLimit, unknownDomain, invalid, unauthenticated prometheus.Counter
-	unmatched                                              prometheus.Counter
+	ok, overLimit, unknownDomain, invalid, unauthenticated, denied prometheus.Counter
+	unmatched                                                      prometheus.Counter
 }
 
 func newRLSMetrics(reg *prometheus.Registry) *rlsMetrics {
 	req := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "geolimit_rls_requests_total",
-		Help: "Rate limit service (gRPC ShouldRateLimit) requests by result: ok, over_limit, unknown_domain (answered OK without limits), invalid_argument, unauthenticated.",
+		Help: "Rate limit service (gRPC ShouldRateLimit) requests by result: ok, over_limit, unknown_domain (answered OK without limits), invalid_argument, unauthenticated, permission_denied (a token without the scope decide).",
 	}, []string{"result"})
 	unmatched := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "geolimit_rls_unmatched_descriptors_total",
@@ -101,7 +102,8 @@ func newRLSMetrics(reg *prometheus.Registry) *rlsMetrics {
 	return &rlsMetrics{
 		ok: req.WithLabelValues("ok"), overLimit: req.WithLabelValues("over_limit"),
 		unknownDomain: req.WithLabelValues("unknown_domain"), invalid: req.WithLabelValues("invalid_argument"),
-		unauthenticated: req.WithLabelValues("unauthenticated"), unmatched: unmatched,
+		unauthenticated: req.WithLabelValues("unauthenticated"), denied: req.WithLabelValues("permission_denied"),
+		unmatched: unmatched,
 	}
 }
 
@@ -207,15 +209,24 @@ func (s *Service) tap(ctx context.Context, info *tap.Info) (context.Context, err
 	if au == nil || strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
 		return ctx, nil
 	}
-	switch au.CheckValues(info.Header.Get("authorization")) {
+	return ctx, s.authorize(au, info.Header.Get("authorization"))
+}
+
+// authorize checks the values v of the metadata key "authorization"
+// against au: a token of the scope decide.
+func (s *Service) authorize(au *frontend.Tokens, v []string) error {
+	switch au.AuthorizeValues(v, config.ScopeDecide) {
 	case frontend.AuthOK:
-		return ctx, nil
+		return nil
 	case frontend.AuthMissing:
 		s.met.unauthenticated.Inc()
-		return ctx, status.Error(codes.Unauthenticated, "authorization: Bearer <token> required in the gRPC metadata")
+		return status.Error(codes.Unauthenticated, "authorization: Bearer <token> required in the gRPC metadata")
+	case frontend.AuthForbidden:
+		s.met.denied.Inc()
+		return status.Error(codes.PermissionDenied, "authorization: this token lacks the scope decide")
 	default:
 		s.met.unauthenticated.Inc()
-		return ctx, status.Error(codes.Unauthenticated, "authorization: invalid bearer token")
+		return status.Error(codes.Unauthenticated, "authorization: invalid bearer token")
 	}
 }
 
@@ -246,14 +257,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	start := time.Now()
 	m := s.met
 	if au := s.cfg.Tokens.Load(); au != nil {
-		switch au.CheckValues(metadata.ValueFromIncomingContext(ctx, "authorization")) {
-		case frontend.AuthOK:
-		case frontend.AuthMissing:
-			m.unauthenticated.Inc()
-			return nil, status.Error(codes.Unauthenticated, "authorization: Bearer <token> required in the gRPC metadata")
-		default:
-			m.unauthenticated.Inc()
-			return nil, status.Error(codes.Unauthenticated, "authorization: invalid bearer token")
+		if err := s.authorize(au, metadata.ValueFromIncomingContext(ctx, "authorization")); err != nil {
+			return nil, err
 		}
 	}
 	descs := req.GetDescriptors()

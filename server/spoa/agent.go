@@ -81,6 +81,14 @@ type Config struct {
 	// Latency observes the time to decide each message, from its decoded
 	// arguments to the answer built, in seconds; nil for none.
 	Latency prometheus.Observer
+	// MaxConnsPerClient caps the open connections of one client address.
+	// A connection beyond it is not refused: it takes the place of that
+	// client's stalest connection (one that never finished its HELLO
+	// first, the oldest of those; else the one that finished a frame
+	// longest ago), which is closed. HAProxy, whose connections carry
+	// frames, keeps its place among idle connections from its own address
+	// (on loopback every local process shares it). 0: no cap.
+	MaxConnsPerClient int
 }
 
 // Agent answers HAProxy's SPOE messages. Its methods are safe for
@@ -94,8 +102,14 @@ type Agent struct {
 	conns   map[*conn]struct{}
 	closing atomic.Bool
 	wg      sync.WaitGroup // connections
+	seqs    uint64         // the last conn.seq; guarded by mu
 
 	warned atomic.Bool
+	// perPeer counts the open connections of each client address, those
+	// already closed for a newer one's place not counted; guarded by mu.
+	perPeer map[netip.Addr]int
+	// replaced counts connections closed for a newer one's place.
+	replaced atomic.Uint64
 }
 
 // New returns an agent that decides with env's node and rules.
@@ -110,7 +124,18 @@ func New(env frontend.Env, cfg Config) *Agent {
 	if cfg.Latency == nil {
 		cfg.Latency = prometheus.ObserverFunc(func(float64) {})
 	}
-	return &Agent{env: env, cfg: cfg, lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
+	return &Agent{env: env, cfg: cfg, lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, perPeer: map[netip.Addr]int{}}
+}
+
+// Replaced returns how many connections were closed to make room for a
+// newer one of the same client (Config.MaxConnsPerClient).
+func (a *Agent) Replaced() uint64 { return a.replaced.Load() }
+
+// Conns returns the number of open connections.
+func (a *Agent) Conns() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.conns)
 }
 
 // Serve accepts HAProxy's connections on l and serves each in a goroutine
@@ -210,6 +235,14 @@ type conn struct {
 	// read. Guarded by mu, so that no wake lands once a frame has started.
 	mu   sync.Mutex
 	idle bool
+	// seq orders connections by their accept; last is the time (unix
+	// nanoseconds) the last frame was read whole, 0 before the HELLO
+	// (the choice of the stalest, Config.MaxConnsPerClient).
+	seq  uint64
+	last atomic.Int64
+	// gone is set when the connection was closed for a newer one's place
+	// (guarded by Agent.mu).
+	gone bool
 }
 
 func (a *Agent) newConn(nc net.Conn) *conn {
@@ -222,9 +255,52 @@ func (a *Agent) newConn(nc net.Conn) *conn {
 	if a.closing.Load() {
 		return nil
 	}
+	if m := a.cfg.MaxConnsPerClient; m > 0 && c.peer.IsValid() {
+		if a.perPeer[c.peer] >= m {
+			a.replaceStalest(c.peer)
+		}
+		a.perPeer[c.peer]++
+	}
+	a.seqs++
+	c.seq = a.seqs
 	a.conns[c] = struct{}{}
 	a.wg.Add(1)
 	return c
+}
+
+// replaceStalest closes peer's stalest connection (Config.MaxConnsPerClient)
+// and stops counting it; the caller holds a.mu.
+func (a *Agent) replaceStalest(peer netip.Addr) {
+	var victim *conn
+	for o := range a.conns {
+		if o.peer != peer || o.gone {
+			continue
+		}
+		if victim == nil || stalerThan(o, victim) {
+			victim = o
+		}
+	}
+	if victim == nil {
+		return
+	}
+	victim.gone = true
+	a.perPeer[peer]--
+	a.replaced.Add(1)
+	_ = victim.nc.Close()
+}
+
+// stalerThan reports whether o should give its place before v: one without
+// a frame read (no HELLO) first, the older first among those; else the one
+// whose last frame is older.
+func stalerThan(o, v *conn) bool {
+	ol, vl := o.last.Load(), v.last.Load()
+	switch {
+	case ol == 0 && vl == 0:
+		return o.seq < v.seq
+	case ol == 0 || vl == 0:
+		return ol == 0
+	}
+	return ol < vl
 }
 
 // wake interrupts an idle connection's read so that it sees the agent
@@ -264,6 +340,11 @@ func (c *conn) serve() {
 		_ = c.nc.Close()
 		c.a.mu.Lock()
 		delete(c.a.conns, c)
+		if !c.gone && c.a.cfg.MaxConnsPerClient > 0 && c.peer.IsValid() {
+			if c.a.perPeer[c.peer]--; c.a.perPeer[c.peer] <= 0 {
+				delete(c.a.perPeer, c.peer)
+			}
+		}
 		c.a.mu.Unlock()
 		c.a.wg.Done()
 	}()
@@ -353,7 +434,8 @@ func (c *conn) read() (frame, error) {
 		c.rbuf = make([]byte, size, c.max) // c.max is ours, never the peer's choice beyond it
 	}
 	b := c.rbuf[:size]
-	if err := c.nc.SetReadDeadline(time.Now().Add(c.a.cfg.FrameTimeout)); err != nil {
+	now := time.Now()
+	if err := c.nc.SetReadDeadline(now.Add(c.a.cfg.FrameTimeout)); err != nil {
 		return frame{}, err
 	}
 	if _, err := io.ReadFull(c.nc, b); err != nil {
@@ -363,6 +445,7 @@ func (c *conn) read() (frame, error) {
 	if err != nil {
 		return frame{}, protoErr(statusInvalid, "frame header: %v", err)
 	}
+	c.last.Store(now.UnixNano())
 	return f, nil
 }
 
