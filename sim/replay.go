@@ -84,15 +84,17 @@ func ReadLog(r io.Reader) ([]Decision, error) {
 // are measured in time order (file order among equal times). Replaying the
 // log of a run gives that run's figures (its replication, convergence and
 // unserved figures aside, which Replay leaves empty). Rules of kind
-// concurrency are not supported.
-func Replay(sc *Scenario, ds []Decision) (Report, error) {
+// concurrency are not supported. The time series has the exact fleet and
+// central trailing-window totals of the tracked keys (no views: Replay
+// has no nodes to ask).
+func Replay(sc *Scenario, ds []Decision) (*Result, error) {
 	e, err := newEngine(sc, Options{})
 	if err != nil {
-		return Report{}, err
+		return nil, err
 	}
 	for _, r := range e.rules {
 		if r.Kind == pop.Concurrency {
-			return Report{}, fmt.Errorf("sim: replay: rule %q: concurrency rules cannot be replayed", r.Name)
+			return nil, fmt.Errorf("sim: replay: rule %q: concurrency rules cannot be replayed", r.Name)
 		}
 	}
 	byKey := map[string]*keyInfo{}
@@ -110,23 +112,30 @@ func Replay(sc *Scenario, ds []Decision) (Report, error) {
 		for e.q.peek() <= t {
 			ev := e.q.pop()
 			e.now = ev.at
-			if ev.kind == evPhase || ev.kind == evRuleSample {
+			switch ev.kind {
+			case evPhase, evRuleSample:
 				e.handle(ev)
+			case evSeries:
+				e.sampleTotals(ev.at)
+				if step := int64(e.sc.Output.Step); ev.at+step <= e.end {
+					ev.at += step
+					e.q.push(ev)
+				}
 			}
 		}
 	}
 	for i, d := range ds {
 		t := int64(d.T)
 		if t < 0 || t >= e.end {
-			return Report{}, fmt.Errorf("sim: replay: decision %d at %s is outside the run (0-%s)", i, d.T, sc.Duration)
+			return nil, fmt.Errorf("sim: replay: decision %d at %s is outside the run (0-%s)", i, d.T, sc.Duration)
 		}
 		k := byKey[d.Rule+"\x00"+d.Key]
 		if k == nil {
-			return Report{}, fmt.Errorf("sim: replay: decision %d: rule %q key %q is not one of the scenario's", i, d.Rule, d.Key)
+			return nil, fmt.Errorf("sim: replay: decision %d: rule %q key %q is not one of the scenario's", i, d.Rule, d.Key)
 		}
 		ri, ok := region[d.Region]
 		if !ok {
-			return Report{}, fmt.Errorf("sim: replay: decision %d: unknown region %q", i, d.Region)
+			return nil, fmt.Errorf("sim: replay: decision %d: unknown region %q", i, d.Region)
 		}
 		until(t)
 		e.now = t
@@ -134,17 +143,31 @@ func Replay(sc *Scenario, ds []Decision) (Report, error) {
 		e.fleet.served(ri, d.Admitted)
 		cd, err := e.central.Decide(Epoch+t, k.ruleName, k.key, d.Cost)
 		if err != nil {
-			return Report{}, fmt.Errorf("sim: replay: central decide: %w", err)
+			return nil, fmt.Errorf("sim: replay: central decide: %w", err)
 		}
 		e.cOracle.judge(k, t, d.Cost, cd.Allowed)
 		e.cOracle.served(ri, cd.Allowed)
 	}
 	until(e.end)
 	if e.err != nil {
-		return Report{}, e.err
+		return nil, e.err
 	}
 	e.probes = nil
-	r := e.result().Report
-	r.Replication = Replication{}
-	return r, nil
+	res := e.result()
+	res.Report.Replication = Replication{}
+	return res, nil
+}
+
+// sampleTotals adds one time-series row per tracked key at t, without views.
+func (e *engine) sampleTotals(t int64) {
+	part := false
+	for _, p := range e.phases {
+		if p.name == "partitioned" && p.from <= t && t < p.to {
+			part = true
+		}
+	}
+	for _, k := range e.tracked {
+		e.series = append(e.series, SeriesRow{TMS: t / 1e6, Rule: k.ruleName, Key: k.key, Limit: k.limit,
+			True: e.fleet.trailing(k, t), Central: e.cOracle.trailing(k, t), Partitioned: part})
+	}
 }

@@ -27,9 +27,13 @@ func TestReplayReproducesTheRun(t *testing.T) {
 			got, err := Replay(sc, ds)
 			require.NoError(t, err)
 			want := res.Report
-			assert.Equal(t, want.Figures, got.Figures)
-			assert.Equal(t, want.Phases, got.Phases)
-			assert.Equal(t, want.Central, got.Central)
+			assert.Equal(t, want.Figures, got.Report.Figures)
+			assert.Equal(t, want.Phases, got.Report.Phases)
+			assert.Equal(t, want.Central, got.Report.Central)
+			require.Equal(t, len(res.Series), len(got.Series))
+			for i, row := range res.Series {
+				assert.Equal(t, [3]uint64{row.True, row.Central, row.Limit}, [3]uint64{got.Series[i].True, got.Series[i].Central, got.Series[i].Limit}, "row %d", i)
+			}
 		})
 	}
 }
