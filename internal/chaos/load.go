@@ -122,7 +122,7 @@ func check(ctx context.Context, c *http.Client, n *node, a sim.Decision, t0 time
 	if err != nil || (res.StatusCode != http.StatusOK && res.StatusCode != http.StatusTooManyRequests) || json.Unmarshal(b, &out) != nil {
 		return a, false
 	}
-	a.T = sent.Add(got.Sub(sent)/2).Sub(t0)
+	a.T = sent.Add(got.Sub(sent) / 2).Sub(t0)
 	a.Region, a.PoP, a.Node = n.region, n.pop, n.name
 	a.Admitted = out.Allowed
 	return a, true
