@@ -54,6 +54,8 @@ type Options struct {
 	// ConvergeTimeout bounds the wait for the nodes to agree after the run
 	// (default 20s).
 	ConvergeTimeout time.Duration
+
+	soak *Soak // soak mode: sample RSS, read the logs
 }
 
 // maxLiveDuration bounds a live scenario.
@@ -65,7 +67,7 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	if sc.Duration > maxLiveDuration {
+	if sc.Duration > maxLiveDuration && opts.soak == nil {
 		return nil, fmt.Errorf("chaos: duration: a live run lasts at most %s, got %s", maxLiveDuration, sc.Duration)
 	}
 	plan, err := planOf(sc)
@@ -249,7 +251,20 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			fmu.Unlock()
 		}
 	}()
+	var rssMu sync.Mutex
+	if opts.soak != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.sampleRSS(runCtx, opts.soak, t0, &rssMu)
+		}()
+	}
 	lr := runLoad(runCtx, f, schedule, t0)
+	select { // the faults of the run's last moments too
+	case <-ctx.Done():
+	case <-time.After(time.Until(t0.Add(sc.Duration))):
+	}
+	cancel()
 	if err := ctx.Err(); err != nil {
 		return nil, nil, nil, t0, err
 	}
@@ -265,6 +280,10 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 		return nil, nil, nil, t0, err
 	}
 	sort.SliceStable(faults, func(i, j int) bool { return faults[i].AtS < faults[j].AtS })
+	if opts.soak != nil {
+		opts.soak.summarise(sc.Duration)
+		f.scanLogs(opts.soak)
+	}
 	return lr, faults, checks, t0, nil
 }
 

@@ -147,7 +147,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row := func(name, span, run string, req, adm, cen uint64, ac, ml, cml float64) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t\n", name, span, run, req, adm, cen, ac, ml, cml)
 	}
-	for i, p := range r.Live.Phases {
+	phases := r.Live.Phases
+	if r.Soak != nil {
+		phases = nil // dozens of short phases: the totals say it
+	}
+	for i, p := range phases {
 		span := fmt.Sprintf("%gs-%gs", float64(p.FromMS)/1000, float64(p.ToMS)/1000)
 		row(p.Name, span, "live", p.Requests, p.Admitted, p.CentralAdmitted, p.AdmittedOverCentral, p.MaxAdmittedRatio, p.CentralMaxAdmittedRatio)
 		if i < len(r.Sim.Phases) {
@@ -161,7 +165,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for i, p := range r.Live.Phases {
+	for i, p := range phases {
 		if len(p.Regions) < 2 || i >= len(r.Sim.Phases) {
 			continue
 		}
