@@ -201,6 +201,14 @@ type Event struct {
 	Crash []string `yaml:"crash"`
 	// Restart starts crashed nodes again with a new incarnation.
 	Restart []string `yaml:"restart"`
+	// Pause stops nodes without killing them (SIGSTOP in a live run): a
+	// paused node takes no request, and handles no message and no timer
+	// (what reaches it meanwhile is lost); its PoP's members count it
+	// gone. Resume starts paused nodes again (SIGCONT), with the counts
+	// and incarnation they had; they rejoin their PoP as a restarted node
+	// does.
+	Pause  []string `yaml:"pause"`
+	Resume []string `yaml:"resume"`
 }
 
 // Cut is a one-way cut.
@@ -665,7 +673,7 @@ func (ev *Event) validate(names map[string]string, nodes map[string]bool, dur ti
 	for _, a := range []struct {
 		f string
 		v []string
-	}{{"crash", ev.Crash}, {"restart", ev.Restart}} {
+	}{{"crash", ev.Crash}, {"restart", ev.Restart}, {"pause", ev.Pause}, {"resume", ev.Resume}} {
 		if a.v == nil {
 			continue
 		}
@@ -681,7 +689,7 @@ func (ev *Event) validate(names map[string]string, nodes map[string]bool, dur ti
 	}
 	switch set {
 	case 0:
-		return errors.New("at: event has no action (partition, cut, heal, flap, clock_skew, crash or restart)")
+		return errors.New("at: event has no action (partition, cut, heal, flap, clock_skew, crash, restart, pause or resume)")
 	case 1:
 		return nil
 	}

@@ -159,6 +159,16 @@ func planOf(sc *sim.Scenario) ([]op, error) {
 				lastCrash[n] = ev.At
 			}
 			ops = append(ops, op{at: ev.At, kind: opCrash, nodes: ns, desc: fmt.Sprint(ev.Crash)})
+		case ev.Pause != nil || ev.Resume != nil:
+			kind, names := opPause, ev.Pause
+			if ev.Resume != nil {
+				kind, names = opResume, ev.Resume
+			}
+			var ns []string
+			for _, n := range names {
+				ns = append(ns, nodesOf[n]...)
+			}
+			ops = append(ops, op{at: ev.At, kind: kind, nodes: ns, desc: fmt.Sprint(names)})
 		case ev.Restart != nil:
 			var ns []string
 			launch := ev.At - restartLead
