@@ -184,6 +184,11 @@ type Fault struct {
 	Kind  string  `json:"kind"`
 	What  string  `json:"what,omitempty"`
 	LateS float64 `json:"late_s,omitempty"`
+	// DetectedS, for a crash or a pause, is how long after it every other
+	// running member of the node's PoP had dropped it from its members
+	// (GET /v1/status); -1 when they had not within 30s. The simulator
+	// takes this as instant.
+	DetectedS *float64 `json:"detected_s,omitempty"`
 }
 
 func (f *fleet) exits() []Exit {
@@ -246,9 +251,21 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			}
 			late := time.Since(t0.Add(o.at))
 			f.apply(runCtx, o, t0, logf)
+			done := time.Now()
 			fmu.Lock()
 			faults = append(faults, Fault{AtS: round3(o.at.Seconds()), Kind: o.kind.String(), What: o.desc, LateS: round3(max(late, 0).Seconds())})
+			i := len(faults) - 1
 			fmu.Unlock()
+			if o.kind == opCrash || o.kind == opPause {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d := f.detection(runCtx, o.nodes, done)
+					fmu.Lock()
+					faults[i].DetectedS = &d
+					fmu.Unlock()
+				}()
+			}
 		}
 	}()
 	var rssMu sync.Mutex

@@ -495,3 +495,58 @@ func waitAnswers(ctx context.Context, n *node, timeout time.Duration) error {
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// detection polls the running members of the PoPs of gone until none of
+// them lists a node of gone among its members, and returns the seconds
+// from since (-1 after 30s or when ctx ends first).
+func (f *fleet) detection(ctx context.Context, gone []string, since time.Time) float64 {
+	goneSet := map[string]bool{}
+	pops := map[string]bool{}
+	for _, g := range gone {
+		goneSet[g] = true
+		pops[f.byName[g].pop] = true
+	}
+	// The members (name#incarnation) of gone listed at the first poll: a
+	// restarted node comes back under another incarnation.
+	var target map[string]bool
+	deadline := since.Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		first := target == nil
+		if first {
+			target = map[string]bool{}
+		}
+		listed := false
+		for _, n := range f.nodes {
+			if !pops[n.pop] || goneSet[n.name] || !n.running() {
+				continue
+			}
+			var st struct {
+				Members []struct {
+					Name string `json:"name"`
+				} `json:"members"`
+			}
+			if getJSON(ctx, n.api+"/v1/status", &st) != nil {
+				listed = true // not answering: not known yet
+				break
+			}
+			for _, m := range st.Members {
+				name, _, _ := strings.Cut(m.Name, "#")
+				if first && goneSet[name] {
+					target[m.Name] = true
+				}
+				if target[m.Name] {
+					listed = true
+				}
+			}
+		}
+		if !listed {
+			return round3(time.Since(since).Seconds())
+		}
+		select {
+		case <-ctx.Done():
+			return -1
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return -1
+}

@@ -182,6 +182,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if f.What != "" {
 			s += " " + f.What
 		}
+		if f.DetectedS != nil {
+			s += fmt.Sprintf(" (members dropped it after %gs)", *f.DetectedS)
+		}
 		fs = append(fs, s)
 	}
 	fmt.Fprintf(w, "faults: %s\n", strings.Join(fs, "; "))
