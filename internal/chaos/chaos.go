@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"syscall"
@@ -130,6 +131,11 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 	for i := range lr.decisions {
 		d := &lr.decisions[i]
 		d.T = min(max(d.T, 0), sc.Duration-1)
+	}
+	if opts.KeepLogs != "" {
+		if err := writeDecisions(filepath.Join(dir, "live-requests.csv"), lr.decisions); err != nil {
+			return nil, err
+		}
 	}
 	liveMeasured, err := sim.Replay(sc, lr.decisions)
 	if err != nil {
@@ -292,7 +298,7 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 	if timeout == 0 {
 		timeout = 20 * time.Second
 	}
-	checks, err := checkLost(ctx, f, sc, lr.decisions, t0, timeout)
+	checks, err := checkLost(ctx, f, sc, lr.decisions, lr.spans, t0, timeout)
 	if err != nil {
 		return nil, nil, nil, t0, err
 	}
@@ -363,6 +369,27 @@ func (f *fleet) apply(ctx context.Context, o op, t0 time.Time, logf func(string,
 		}
 	}
 	logf("t=%s %s %s", time.Since(t0).Round(time.Millisecond), o.kind, o.desc)
+}
+
+// writeDecisions writes the live decisions as the simulator's per-request
+// log (t_ms,region,pop,node,rule,key,cost,admitted; sim.ReadLog reads it),
+// in time order.
+func writeDecisions(path string, ds []sim.Decision) error {
+	ds = append([]sim.Decision(nil), ds...)
+	sort.SliceStable(ds, func(i, j int) bool { return ds[i].T < ds[j].T })
+	var b bytes.Buffer
+	b.WriteString("t_ms,region,pop,node,rule,key,cost,admitted\n")
+	for _, d := range ds {
+		a := 0
+		if d.Admitted {
+			a = 1
+		}
+		fmt.Fprintf(&b, "%d.%06d,%s,%s,%s,%s,%s,%d,%d\n", d.T/time.Millisecond, d.T%time.Millisecond, d.Region, d.PoP, d.Node, d.Rule, d.Key, d.Cost, a)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	return nil
 }
 
 // copyLogs copies the run's configs and logs from dir to dst.

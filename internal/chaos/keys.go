@@ -23,36 +23,36 @@ type LostCheck struct {
 	Rule string `json:"rule"`
 	Key  string `json:"key"`
 	// FromS is where the windows the nodes still hold begin (seconds from
-	// the run's start): the admits recorded from then on are checked.
+	// the run's start): the admits sent from then on are checked.
 	FromS float64 `json:"from_s"`
-	// Admitted is what the live load recorded as admitted from FromS on
-	// (admits within boundaryMargin of FromS left out), Held the most any
-	// running node's count holds of those windows.
+	// Admitted is what the live load saw admitted of the requests it sent
+	// at FromS or later (decided in those windows for certain), Held the
+	// most any running node's count holds of those windows.
 	Admitted  uint64 `json:"admitted"`
 	Held      uint64 `json:"held"`
 	Lost      uint64 `json:"lost"`
 	Converged bool   `json:"converged"`
+	// Straddling counts the admits sent before FromS and answered after
+	// it: decided in either window, so left out of Admitted.
+	Straddling uint64 `json:"straddling"`
+	// ByNode is what each running node holds from FromS on.
+	ByNode map[string]uint64 `json:"by_node"`
 }
-
-// boundaryMargin: an admit recorded this close to a window boundary may
-// have been counted on either side of it (the record is the midpoint of
-// the round trip), so the check leaves it out.
-const boundaryMargin = 20 * time.Millisecond
 
 // checkLost waits (up to timeout) until every running node holds the same
 // counts of each key the load admitted, then compares what the nodes hold
 // with what the load recorded: admits no node's count holds are lost.
-func checkLost(ctx context.Context, f *fleet, sc *sim.Scenario, ds []sim.Decision, t0 time.Time, timeout time.Duration) ([]LostCheck, error) {
+func checkLost(ctx context.Context, f *fleet, sc *sim.Scenario, ds []sim.Decision, spans []span, t0 time.Time, timeout time.Duration) ([]LostCheck, error) {
 	type rk struct{ rule, key string }
 	width := map[string]time.Duration{}
 	for _, r := range sc.Rules {
 		width[r.Name] = time.Duration(r.Window)
 	}
-	keys := map[rk][]time.Duration{}
-	for _, d := range ds {
+	keys := map[rk][]span{}
+	for i, d := range ds {
 		if d.Admitted {
 			k := rk{d.Rule, d.Key}
-			keys[k] = append(keys[k], d.T)
+			keys[k] = append(keys[k], spans[i])
 		}
 	}
 	order := make([]rk, 0, len(keys))
@@ -132,13 +132,23 @@ func checkLost(ctx context.Context, f *fleet, sc *sim.Scenario, ds []sim.Decisio
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		c := LostCheck{Rule: k.rule, Key: k.key, Held: most, Converged: same}
+		c := LostCheck{Rule: k.rule, Key: k.key, Held: most, Converged: same, ByNode: map[string]uint64{}}
+		for name, v := range vs {
+			for _, w := range v.Windows {
+				if w.Index >= first {
+					c.ByNode[name] += w.Total
+				}
+			}
+		}
 		if first >= 0 && width[k.rule] > 0 {
 			from := time.Unix(0, first*int64(width[k.rule])).Sub(t0)
 			c.FromS = round3(from.Seconds())
-			for _, t := range keys[k] {
-				if t >= from+boundaryMargin {
+			for _, s := range keys[k] {
+				switch {
+				case s.sent >= from:
 					c.Admitted++
+				case s.got >= from:
+					c.Straddling++
 				}
 			}
 		}

@@ -23,12 +23,18 @@ const (
 // loadResult is what the live load recorded.
 type loadResult struct {
 	decisions []sim.Decision
+	// spans are the decisions' round trips (same order): the node decided
+	// in between.
+	spans []span
 	// failed counts requests that got no decision (the node down, or an
 	// error), by node.
 	failed map[string]uint64
 	// lateMax is the most any request was sent after its scheduled time.
 	lateMax time.Duration
 }
+
+// span is one request's round trip, from the run's start.
+type span struct{ sent, got time.Duration }
 
 type job struct {
 	d  sim.Decision // the simulator's arrival: T, node, rule, key, cost
@@ -54,11 +60,12 @@ func runLoad(ctx context.Context, f *fleet, schedule []sim.Decision, t0 time.Tim
 				defer wg.Done()
 				for j := range q {
 					late := time.Since(j.at)
-					d, ok := check(ctx, client, n, j.d, t0)
+					d, sp, ok := check(ctx, client, n, j.d, t0)
 					mu.Lock()
 					res.lateMax = max(res.lateMax, late)
 					if ok {
 						res.decisions = append(res.decisions, d)
+						res.spans = append(res.spans, sp)
 					} else {
 						res.failed[n.name]++
 					}
@@ -102,16 +109,16 @@ type checkBody struct {
 }
 
 // check sends one request; ok is false when no decision came back.
-func check(ctx context.Context, c *http.Client, n *node, a sim.Decision, t0 time.Time) (sim.Decision, bool) {
+func check(ctx context.Context, c *http.Client, n *node, a sim.Decision, t0 time.Time) (sim.Decision, span, bool) {
 	body, _ := json.Marshal(checkBody{Rule: a.Rule, Key: a.Key, Cost: a.Cost})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.api+"/v1/check", bytes.NewReader(body))
 	if err != nil {
-		return a, false
+		return a, span{}, false
 	}
 	sent := time.Now()
 	res, err := c.Do(req)
 	if err != nil {
-		return a, false
+		return a, span{}, false
 	}
 	var out struct {
 		Allowed bool `json:"allowed"`
@@ -120,10 +127,10 @@ func check(ctx context.Context, c *http.Client, n *node, a sim.Decision, t0 time
 	_ = res.Body.Close()
 	got := time.Now()
 	if err != nil || (res.StatusCode != http.StatusOK && res.StatusCode != http.StatusTooManyRequests) || json.Unmarshal(b, &out) != nil {
-		return a, false
+		return a, span{}, false
 	}
 	a.T = sent.Add(got.Sub(sent) / 2).Sub(t0)
 	a.Region, a.PoP, a.Node = n.region, n.pop, n.name
 	a.Admitted = out.Allowed
-	return a, true
+	return a, span{sent.Sub(t0), got.Sub(t0)}, true
 }

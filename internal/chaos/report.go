@@ -195,7 +195,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "unexpected exits: %d; lost admits: %d; live requests without a decision: %s; latest send %.1fms after schedule\n",
 		len(r.UnexpectedExits), r.LostAdmits, orNone(strings.Join(failed, ", ")), r.LateMaxMS)
 	for _, c := range r.LostChecks {
-		fmt.Fprintf(w, "  %s/%s from %gs: admitted %d, held %d, lost %d, converged %v\n", c.Rule, c.Key, c.FromS, c.Admitted, c.Held, c.Lost, c.Converged)
+		fmt.Fprintf(w, "  %s/%s from %gs: admitted %d (and %d sent before, answered after), held %d, lost %d, converged %v\n", c.Rule, c.Key, c.FromS, c.Admitted, c.Straddling, c.Held, c.Lost, c.Converged)
 	}
 	if ok, why := r.Agrees(); ok {
 		fmt.Fprintf(w, "live and sim agree within %.2f\n", Goal)
