@@ -33,8 +33,11 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "chaos:", err)
+		if msg := err.Error(); !errors.Is(err, flag.ErrHelp) {
+			if !strings.HasPrefix(msg, "chaos: ") && !strings.HasPrefix(msg, "sim: ") {
+				msg = "chaos: " + msg
+			}
+			fmt.Fprintln(os.Stderr, msg)
 		}
 		os.Exit(1)
 	}
