@@ -455,6 +455,8 @@ func (e *engine) handle(ev event) {
 		}
 	case evRelease:
 		e.release(ev)
+	case evMembers:
+		e.membersChanged(ev.node, t)
 	case evProgress:
 		if e.ctx != nil && e.ctx.Err() != nil {
 			e.err = fmt.Errorf("sim: stopped at %s: %w", time.Duration(t), e.ctx.Err())

@@ -181,7 +181,7 @@ func (e *engine) act(a action, t int64) {
 		for _, n := range a.nodes {
 			e.crash(e.nodes[n])
 		}
-		e.popsChanged(a.nodes, t)
+		e.popsDetect(a.nodes, t)
 		e.reroute()
 	case actRestart:
 		for _, n := range a.nodes {
@@ -204,7 +204,7 @@ func (e *engine) act(a action, t int64) {
 				e.leave(nd)
 			}
 		}
-		e.popsChanged(a.nodes, t)
+		e.popsDetect(a.nodes, t)
 		e.reroute()
 	case actResume:
 		var resumed []int32
@@ -245,6 +245,23 @@ func (e *engine) block(x, y int32) {
 	if !e.blocked[x][y] {
 		e.blocked[x][y] = true
 		e.nBlock++
+	}
+}
+
+// popsDetect tells the members of the PoPs of nodes, gone, that
+// membership changed once failure detection has noticed.
+func (e *engine) popsDetect(nodes []int32, t int64) {
+	d := int64(e.sc.Replication.FailureDetection)
+	if d == 0 {
+		e.popsChanged(nodes, t)
+		return
+	}
+	done := map[int32]bool{}
+	for _, n := range nodes {
+		if p := e.nodes[n].pop; !done[p] {
+			done[p] = true
+			e.q.push(event{at: t + d, kind: evMembers, node: p})
+		}
 	}
 }
 

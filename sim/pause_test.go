@@ -51,3 +51,23 @@ func TestPauseValidation(t *testing.T) {
 	_, err = Parse([]byte(base + "events: [{at: 1s, pause: [ams-1], crash: [ams-2]}]\n"))
 	assert.ErrorContains(t, err, "more than one action")
 }
+
+// With failure_detection, a crashed node stays in its PoP's members until
+// the delay has passed, and a pause shorter than it goes unnoticed; the
+// arrivals (and so the central node's figures) do not change.
+func TestFailureDetectionDelaysMembership(t *testing.T) {
+	sc, err := Load(filepath.Join("..", "scenarios", "live", "pause.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, 6*time.Second, sc.Replication.FailureDetection)
+	late, err := Run(sc, Options{RateScale: 0.5})
+	require.NoError(t, err)
+	sc.Replication.FailureDetection = 0
+	now, err := Run(sc, Options{RateScale: 0.5})
+	require.NoError(t, err)
+	assert.Equal(t, now.Report.Central, late.Report.Central, "the same arrivals")
+	assert.NotEqual(t, now.Report.Phases, late.Report.Phases, "membership told later changes the fleet's decisions")
+
+	base := "name: p\nduration: 10s\ntopology: [{region: eu, pops: [{name: ams, nodes: 2}]}]\nrules: [{name: api, limit: 10, window: 1s}]\ntraffic: [{rule: api, rate: 10/s}]\n"
+	_, err = Parse([]byte(base + "replication: {failure_detection: -1s}\n"))
+	assert.ErrorContains(t, err, "replication.failure_detection: must be 0-1m, got -1s")
+}

@@ -114,6 +114,11 @@ type ReplicationSpec struct {
 	InterPoPMaxBytes int `yaml:"inter_pop_max_bytes"`
 	// MaxKeys caps every node's live keys; 0 is the pop default.
 	MaxKeys int `yaml:"max_keys"`
+	// FailureDetection is how long after a node crashes or is paused its
+	// PoP's members drop it (memberlist's failure detection: probes, then
+	// suspicion). Default 0: at once. A node that starts or resumes is
+	// told at once either way.
+	FailureDetection time.Duration `yaml:"failure_detection"`
 }
 
 // DefaultReplication returns the replication settings of a scenario that
@@ -456,6 +461,8 @@ func (sc *Scenario) Validate() error {
 		return fmt.Errorf("replication.inter_pop_max_bytes: must be at least 1024, got %d", r.InterPoPMaxBytes)
 	case r.MaxKeys < 0:
 		return errors.New("replication.max_keys: must not be negative")
+	case r.FailureDetection < 0 || r.FailureDetection > time.Minute:
+		return fmt.Errorf("replication.failure_detection: must be 0-1m, got %s", r.FailureDetection)
 	}
 	if len(sc.Rules) == 0 {
 		return errors.New("rules: needs at least one rule")
