@@ -1,5 +1,5 @@
 // Package scenarios ships the simulator's built-in scenarios: every
-// *.yaml file of this folder (and of scale/), so that `sim -scenario NAME`
+// *.yaml file of this folder (and of scale/ and live/), so that `sim -scenario NAME`
 // finds them by name from anywhere and `sim -list` lists them.
 package scenarios
 
@@ -11,11 +11,11 @@ import (
 	"strings"
 )
 
-//go:embed *.yaml scale/*.yaml
+//go:embed *.yaml scale/*.yaml live/*.yaml
 var files embed.FS
 
 // Names returns the built-in scenarios' names (their file names without
-// .yaml, scale/ ones as scale/NAME), sorted.
+// .yaml, scale/ and live/ ones as scale/NAME and live/NAME), sorted.
 func Names() []string {
 	var out []string
 	_ = fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {

@@ -70,6 +70,9 @@ type simNode struct {
 	core   *repl.Core // its replication protocol (see wire.go)
 	inc    uint64
 	up     bool
+	// paused: up, but stopped (SIGSTOP): it takes no request, handles no
+	// message or timer, and its PoP's members count it gone until resumed.
+	paused bool
 	skew   int64
 	// nextCore is the time of the core's scheduled tick; an evCore event
 	// for another time is stale.
@@ -316,7 +319,7 @@ func (e *engine) start(nd *simNode, t int64) error {
 	if err != nil {
 		return fmt.Errorf("sim: node %s: %w", nd.name, err)
 	}
-	nd.n, nd.up = n, true
+	nd.n, nd.up, nd.paused = n, true, false
 	if nd.core, err = e.newCore(nd, t); err != nil {
 		return err
 	}
@@ -383,7 +386,7 @@ func (e *engine) handle(ev event) {
 	switch ev.kind {
 	case evDeliver:
 		nd := e.nodes[ev.node]
-		if !nd.up || nd.inc != ev.inc {
+		if !nd.up || nd.inc != ev.inc || nd.paused {
 			return
 		}
 		e.deliver(nd, &ev, t)
@@ -393,7 +396,7 @@ func (e *engine) handle(ev event) {
 		}
 	case evCore:
 		nd := e.nodes[ev.node]
-		if !nd.up || nd.inc != ev.inc || ev.at != nd.nextCore {
+		if !nd.up || nd.inc != ev.inc || ev.at != nd.nextCore || nd.paused {
 			return
 		}
 		nd.nextCore = -1
@@ -404,7 +407,9 @@ func (e *engine) handle(ev event) {
 		if !nd.up || nd.inc != ev.inc {
 			return
 		}
-		nd.n.Tick(e.fleetNow(nd, t))
+		if !nd.paused {
+			nd.n.Tick(e.fleetNow(nd, t))
+		}
 		ev.at += int64(time.Second)
 		e.q.push(ev)
 	case evAction:
@@ -458,6 +463,8 @@ func (e *engine) handle(ev event) {
 		}
 	case evRelease:
 		e.release(ev)
+	case evMembers:
+		e.membersChanged(ev.node, t)
 	case evProgress:
 		if e.ctx != nil && e.ctx.Err() != nil {
 			e.err = fmt.Errorf("sim: stopped at %s: %w", time.Duration(t), e.ctx.Err())

@@ -13,6 +13,8 @@ const (
 	actSkew
 	actCrash
 	actRestart
+	actPause
+	actResume
 )
 
 // action is a resolved scenario event.
@@ -58,6 +60,10 @@ func (e *engine) buildActions() error {
 			e.actions = append(e.actions, action{at: at, kind: actCrash, nodes: e.nodesOf(ev.Crash)})
 		case ev.Restart != nil:
 			e.actions = append(e.actions, action{at: at, kind: actRestart, nodes: e.nodesOf(ev.Restart)})
+		case ev.Pause != nil:
+			e.actions = append(e.actions, action{at: at, kind: actPause, nodes: e.nodesOf(ev.Pause)})
+		case ev.Resume != nil:
+			e.actions = append(e.actions, action{at: at, kind: actResume, nodes: e.nodesOf(ev.Resume)})
 		}
 	}
 	sort.SliceStable(e.actions, func(i, j int) bool { return e.actions[i].at < e.actions[j].at })
@@ -78,14 +84,14 @@ func (e *engine) buildActions() error {
 				blocked++
 			case actHeal:
 				blocked = 0
-			case actCrash:
+			case actCrash, actPause:
 				for _, n := range a.nodes {
 					if !down[n] {
 						down[n] = true
 						ndown++
 					}
 				}
-			case actRestart:
+			case actRestart, actResume:
 				for _, n := range a.nodes {
 					if down[n] {
 						down[n] = false
@@ -175,7 +181,7 @@ func (e *engine) act(a action, t int64) {
 		for _, n := range a.nodes {
 			e.crash(e.nodes[n])
 		}
-		e.popsChanged(a.nodes, t)
+		e.popsDetect(a.nodes, t)
 		e.reroute()
 	case actRestart:
 		for _, n := range a.nodes {
@@ -191,6 +197,47 @@ func (e *engine) act(a action, t int64) {
 		}
 		e.popsChanged(a.nodes, t)
 		e.reroute()
+	case actPause:
+		for _, n := range a.nodes {
+			if nd := e.nodes[n]; nd.up && !nd.paused {
+				nd.paused = true
+				e.leave(nd)
+			}
+		}
+		e.popsDetect(a.nodes, t)
+		e.reroute()
+	case actResume:
+		var resumed []int32
+		for _, n := range a.nodes {
+			nd := e.nodes[n]
+			if !nd.up || !nd.paused {
+				continue
+			}
+			nd.paused = false
+			p := &e.pops[nd.pop]
+			p.live = append(p.live, nd.idx)
+			sort.Slice(p.live, func(i, j int) bool { return p.live[i] < p.live[j] })
+			nd.nextCore = -1
+			nd.core.Tick(e.nodeNow(nd, t))
+			e.drain(nd, t)
+			resumed = append(resumed, n)
+		}
+		for _, n := range resumed {
+			e.joinSync(e.nodes[n], t)
+		}
+		e.popsChanged(resumed, t)
+		e.reroute()
+	}
+}
+
+// leave takes nd out of its PoP's live members.
+func (e *engine) leave(nd *simNode) {
+	p := &e.pops[nd.pop]
+	for i, x := range p.live {
+		if x == nd.idx {
+			p.live = append(p.live[:i], p.live[i+1:]...)
+			return
+		}
 	}
 }
 
@@ -198,6 +245,23 @@ func (e *engine) block(x, y int32) {
 	if !e.blocked[x][y] {
 		e.blocked[x][y] = true
 		e.nBlock++
+	}
+}
+
+// popsDetect tells the members of the PoPs of nodes, gone, that
+// membership changed once failure detection has noticed.
+func (e *engine) popsDetect(nodes []int32, t int64) {
+	d := int64(e.sc.Replication.FailureDetection)
+	if d == 0 {
+		e.popsChanged(nodes, t)
+		return
+	}
+	done := map[int32]bool{}
+	for _, n := range nodes {
+		if p := e.nodes[n].pop; !done[p] {
+			done[p] = true
+			e.q.push(event{at: t + d, kind: evMembers, node: p})
+		}
 	}
 }
 
@@ -217,13 +281,11 @@ func (e *engine) crash(nd *simNode) {
 		return
 	}
 	nd.up, nd.n, nd.core = false, nil, nil
-	p := &e.pops[nd.pop]
-	for i, x := range p.live {
-		if x == nd.idx {
-			p.live = append(p.live[:i], p.live[i+1:]...)
-			break
-		}
+	if nd.paused {
+		nd.paused = false // out of live already
+		return
 	}
+	e.leave(nd)
 }
 
 func (e *engine) reroute() {

@@ -14,6 +14,9 @@ func builtins(t testing.TB) []string {
 	t.Helper()
 	paths, err := filepath.Glob("../scenarios/*.yaml")
 	require.NoError(t, err)
+	live, err := filepath.Glob("../scenarios/live/*.yaml")
+	require.NoError(t, err)
+	paths = append(paths, live...)
 	require.GreaterOrEqual(t, len(paths), 8)
 	return paths
 }

@@ -20,6 +20,7 @@ const (
 	evConverge                 // a convergence probe after a heal
 	evProgress                 // progress report
 	evRelease                  // a request of a concurrency rule ends (concurrency.go)
+	evMembers                  // a PoP's members drop a crashed or paused node (failure detection)
 )
 
 // event is one entry of the queue. Node events carry the incarnation they

@@ -118,6 +118,11 @@ type ReplicationSpec struct {
 	InterPoPMaxBytes int `yaml:"inter_pop_max_bytes"`
 	// MaxKeys caps every node's live keys; 0 is the pop default.
 	MaxKeys int `yaml:"max_keys"`
+	// FailureDetection is how long after a node crashes or is paused its
+	// PoP's members drop it (memberlist's failure detection: probes, then
+	// suspicion). Default 0: at once. A node that starts or resumes is
+	// told at once either way.
+	FailureDetection time.Duration `yaml:"failure_detection"`
 }
 
 // DefaultReplication returns the replication settings of a scenario that
@@ -205,6 +210,14 @@ type Event struct {
 	Crash []string `yaml:"crash"`
 	// Restart starts crashed nodes again with a new incarnation.
 	Restart []string `yaml:"restart"`
+	// Pause stops nodes without killing them (SIGSTOP in a live run): a
+	// paused node takes no request, and handles no message and no timer
+	// (what reaches it meanwhile is lost); its PoP's members count it
+	// gone. Resume starts paused nodes again (SIGCONT), with the counts
+	// and incarnation they had; they rejoin their PoP as a restarted node
+	// does.
+	Pause  []string `yaml:"pause"`
+	Resume []string `yaml:"resume"`
 }
 
 // Cut is a one-way cut.
@@ -455,6 +468,8 @@ func (sc *Scenario) Validate() error {
 		return fmt.Errorf("replication.inter_pop_max_bytes: must be at least 1024, got %d", r.InterPoPMaxBytes)
 	case r.MaxKeys < 0:
 		return errors.New("replication.max_keys: must not be negative")
+	case r.FailureDetection < 0 || r.FailureDetection > time.Minute:
+		return fmt.Errorf("replication.failure_detection: must be 0-1m, got %s", r.FailureDetection)
 	}
 	if len(sc.Rules) == 0 {
 		return errors.New("rules: needs at least one rule")
@@ -672,7 +687,7 @@ func (ev *Event) validate(names map[string]string, nodes map[string]bool, dur ti
 	for _, a := range []struct {
 		f string
 		v []string
-	}{{"crash", ev.Crash}, {"restart", ev.Restart}} {
+	}{{"crash", ev.Crash}, {"restart", ev.Restart}, {"pause", ev.Pause}, {"resume", ev.Resume}} {
 		if a.v == nil {
 			continue
 		}
@@ -688,7 +703,7 @@ func (ev *Event) validate(names map[string]string, nodes map[string]bool, dur ti
 	}
 	switch set {
 	case 0:
-		return errors.New("at: event has no action (partition, cut, heal, flap, clock_skew, crash or restart)")
+		return errors.New("at: event has no action (partition, cut, heal, flap, clock_skew, crash, restart, pause or resume)")
 	case 1:
 		return nil
 	}

@@ -1,0 +1,118 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/scenarios"
+	"github.com/geolimit/geolimit/sim"
+)
+
+// Every shipped live scenario can run live.
+func TestLiveScenariosPlan(t *testing.T) {
+	var n int
+	for _, name := range scenarios.Names() {
+		if !strings.HasPrefix(name, "live/") {
+			continue
+		}
+		n++
+		b, _ := scenarios.Get(name)
+		sc, err := sim.Parse(b)
+		require.NoError(t, err, name)
+		_, err = planOf(sc)
+		assert.NoError(t, err, name)
+		_, err = alignment(sc)
+		assert.NoError(t, err, name)
+		nodes := 0
+		for _, rg := range sc.Topology {
+			for _, p := range rg.PoPs {
+				nodes += p.Nodes
+			}
+		}
+		assert.True(t, nodes >= 5 && nodes <= 8, "%s: %d nodes", name, nodes)
+		assert.True(t, sc.Duration >= 30*time.Second && sc.Duration <= 90*time.Second, "%s: %s", name, sc.Duration)
+	}
+	assert.GreaterOrEqual(t, n, 3)
+}
+
+func TestPlanRejectsWhatCannotRunLive(t *testing.T) {
+	base := `
+name: x
+duration: 30s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 2}, {name: fra, nodes: 1}]}
+  - {region: us, pops: [{name: iad, nodes: 2}]}
+rules:
+  - {name: api, limit: 100, window: 10s, scope: global}
+traffic:
+  - {rule: api, rate: 10/s}
+`
+	for _, c := range []struct{ extra, err string }{
+		{"events:\n  - {at: 5s, partition: [[ams], [fra, iad]]}\n", `"ams": a live run cuts the gateways between regions only`},
+		{"events:\n  - {at: 5s, clock_skew: {node: ams-1, offset: 1s}}\n", "clock_skew: not supported live"},
+		{"events:\n  - {at: 5s, restart: [ams-1]}\n", "ams-1 was not crashed before"},
+		{"network:\n  inter_region: {latency: 10ms, loss: 0.1}\n", "loss, duplicate and reorder are not supported live"},
+		{"network:\n  links: [{from: [eu], to: [us], latency: 5ms}]\n", "per-pair overrides are not supported"},
+	} {
+		sc, err := sim.Parse([]byte(base + c.extra))
+		require.NoError(t, err, c.extra)
+		_, err = planOf(sc)
+		assert.ErrorContains(t, err, c.err)
+	}
+	sc, err := sim.Parse([]byte(base + "events:\n  - {at: 5s, partition: [[eu], [iad]]}\n  - {at: 6s, crash: [eu]}\n  - {at: 6500ms, restart: [ams-1]}\n  - {at: 9s, heal: true}\n"))
+	require.NoError(t, err)
+	plan, err := planOf(sc)
+	require.NoError(t, err)
+	require.Len(t, plan, 4)
+	assert.Equal(t, opPartition, plan[0].kind)
+	assert.Equal(t, [][]int{{0}, {1}}, plan[0].groups)
+	assert.Equal(t, []string{"ams-1", "ams-2", "fra-1"}, plan[1].nodes)
+	assert.Equal(t, opRestart, plan[2].kind)
+	assert.Equal(t, 6200*time.Millisecond, plan[2].launch, "launched ahead, but after its crash")
+}
+
+// TestLiveSmoke runs a shortened live/cut-share on a live fleet: six edge
+// processes, a cut and a heal. It takes about half a minute and runs when
+// GEOLIMIT_CHAOS_SMOKE=1 (CI sets it, beside the race-enabled suite).
+func TestLiveSmoke(t *testing.T) {
+	if os.Getenv("GEOLIMIT_CHAOS_SMOKE") != "1" {
+		t.Skip("set GEOLIMIT_CHAOS_SMOKE=1 to run a live fleet")
+	}
+	b, _ := scenarios.Get("live/cut-share")
+	sc, err := sim.Parse(b)
+	require.NoError(t, err)
+	sc.Duration = 24 * time.Second
+	sc.Events[0].At, sc.Events[1].At = 8*time.Second, 16*time.Second
+	for i := range sc.Traffic {
+		sc.Traffic[i].End = sc.Duration
+	}
+	require.NoError(t, sc.Validate())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, sc, Options{Logf: t.Logf})
+	require.NoError(t, err)
+	var out bytes.Buffer
+	require.NoError(t, rep.WriteTable(&out))
+	t.Log("\n" + out.String())
+	assert.Empty(t, rep.UnexpectedExits)
+	assert.Zero(t, rep.LostAdmits)
+	assert.Equal(t, rep.Sim.Requests, rep.Live.Requests, "every arrival decided")
+	assert.Len(t, rep.Faults, 2)
+	assert.InDelta(t, rep.Sim.AdmittedOverCentral, rep.Live.AdmittedOverCentral, Goal)
+	assert.InDelta(t, rep.Sim.MaxAdmittedRatio, rep.Live.MaxAdmittedRatio, Goal)
+	var js bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&js))
+	for _, f := range []string{`"live"`, `"sim"`, `"admitted"`, `"central_admitted"`, `"max_admitted_ratio"`, `"phases"`, `"faults"`, `"unexpected_exits"`, `"lost_admits"`} {
+		assert.Contains(t, js.String(), f)
+	}
+	var svg bytes.Buffer
+	require.NoError(t, rep.WriteSVG(&svg))
+	assert.Contains(t, svg.String(), "<polyline")
+}

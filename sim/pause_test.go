@@ -1,0 +1,73 @@
+package sim
+
+import (
+	"bytes"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A paused node takes no request until resumed, then takes its share
+// again with the incarnation it had; a pause is a fault phase.
+func TestPauseStopsANode(t *testing.T) {
+	sc, err := Load(filepath.Join("..", "scenarios", "live", "pause.yaml"))
+	require.NoError(t, err)
+	var log bytes.Buffer
+	res, err := Run(sc, Options{Log: &log, RateScale: 0.5})
+	require.NoError(t, err)
+	ds, err := ReadLog(&log)
+	require.NoError(t, err)
+	var during, after int
+	for _, d := range ds {
+		if d.Node != "ams-2" {
+			continue
+		}
+		switch {
+		case d.T >= 10*time.Second && d.T < 15*time.Second:
+			during++
+		case d.T >= 15*time.Second && d.T < 22*time.Second:
+			after++
+		}
+	}
+	assert.Zero(t, during, "no request reaches a paused node")
+	assert.NotZero(t, after, "a resumed node takes requests again")
+	var names []string
+	for _, p := range res.Report.Phases {
+		names = append(names, p.Name)
+	}
+	assert.Equal(t, []string{"healthy", "partitioned", "healed", "partitioned", "healed", "partitioned", "healed"}, names)
+	assert.Zero(t, res.Report.Unserved)
+}
+
+func TestPauseValidation(t *testing.T) {
+	base := "name: p\nduration: 10s\ntopology: [{region: eu, pops: [{name: ams, nodes: 2}]}]\nrules: [{name: api, limit: 10, window: 1s}]\ntraffic: [{rule: api, rate: 10/s}]\n"
+	_, err := Parse([]byte(base + "events: [{at: 1s, pause: [nope]}]\n"))
+	assert.ErrorContains(t, err, `events[0].pause: unknown node, PoP or region "nope"`)
+	_, err = Parse([]byte(base + "events: [{at: 1s, resume: []}]\n"))
+	assert.ErrorContains(t, err, "events[0].resume: must name at least one node")
+	_, err = Parse([]byte(base + "events: [{at: 1s, pause: [ams-1], crash: [ams-2]}]\n"))
+	assert.ErrorContains(t, err, "more than one action")
+}
+
+// With failure_detection, a crashed node stays in its PoP's members until
+// the delay has passed, and a pause shorter than it goes unnoticed; the
+// arrivals (and so the central node's figures) do not change.
+func TestFailureDetectionDelaysMembership(t *testing.T) {
+	sc, err := Load(filepath.Join("..", "scenarios", "live", "pause.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, 6*time.Second, sc.Replication.FailureDetection)
+	late, err := Run(sc, Options{RateScale: 0.5})
+	require.NoError(t, err)
+	sc.Replication.FailureDetection = 0
+	now, err := Run(sc, Options{RateScale: 0.5})
+	require.NoError(t, err)
+	assert.Equal(t, now.Report.Central, late.Report.Central, "the same arrivals")
+	assert.NotEqual(t, now.Report.Phases, late.Report.Phases, "membership told later changes the fleet's decisions")
+
+	base := "name: p\nduration: 10s\ntopology: [{region: eu, pops: [{name: ams, nodes: 2}]}]\nrules: [{name: api, limit: 10, window: 1s}]\ntraffic: [{rule: api, rate: 10/s}]\n"
+	_, err = Parse([]byte(base + "replication: {failure_detection: -1s}\n"))
+	assert.ErrorContains(t, err, "replication.failure_detection: must be 0-1m, got -1s")
+}
