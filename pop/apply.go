@@ -99,9 +99,9 @@ func (n *Node) ApplyFrom(now int64, d *wire.Delta, via Scope, from *crdt.InternC
 		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Inflight)
 		return st
 	}
-	n.applyBlocks(now, d, via, &st)
-	n.applyMemos(now, d, via, &st)
-	n.applyInflight(now, d, via, &st)
+	for _, p := range features {
+		p.apply(n, now, d, via, &st)
+	}
 	var rep crdt.ReplicaID
 	var ok bool
 	if from != nil {

@@ -101,7 +101,7 @@ func (n *Node) afterGuard(now int64, r *ruleState, key string, count bool, d *De
 
 // applyBlocks merges d's blocks (received via scope via from an accepted
 // sender) into the block table.
-func (n *Node) applyBlocks(now int64, d *wire.Delta, via Scope, st *ApplyStats) {
+func (blockPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplyStats) {
 	if len(d.Blocks) == 0 {
 		return
 	}
@@ -145,7 +145,7 @@ func (n *Node) applyBlocks(now int64, d *wire.Delta, via Scope, st *ApplyStats) 
 // flushBlocks adds the blocks this node set since the last flush to b:
 // pop- and global-scope ones to Local (when local), global-scope ones to PoP
 // (when pub).
-func (n *Node) flushBlocks(rs *ruleSet, b *Batch, local, pub bool) {
+func (blockPart) flush(n *Node, rs *ruleSet, _ int64, b *Batch, local, pub bool) {
 	n.blocks.Drain(func(id crdt.RuleID, key string, until int64) {
 		r := rs.byID[id]
 		if r == nil || r.Scope == ScopeNode {
@@ -177,7 +177,7 @@ func (n *Node) liveBlocks(rs *ruleSet, now int64) []blocks.Block {
 
 // antiEntropyBlocks adds every live block to b: pop and global ones to
 // Local, global ones whose key owns accepts to PoP (when it has an epoch).
-func (n *Node) antiEntropyBlocks(rs *ruleSet, now int64, b *Batch, owns func(string) bool) {
+func (blockPart) antiEntropy(n *Node, rs *ruleSet, now int64, b *Batch, owns func(string) bool) {
 	for _, blk := range n.liveBlocks(rs, now) {
 		b.Local.Blocks = append(b.Local.Blocks, blk)
 		if r := rs.byName[blk.Rule]; b.PoP.Epoch != 0 && r.Scope == ScopeGlobal && (owns == nil || owns(blk.Key)) {
@@ -223,3 +223,12 @@ func (n *Node) penalize(now int64, r *ruleState, key string, d *Decision) {
 	n.afterGuard(now, r, key, true, d)
 	d.Allowed = allowed
 }
+
+// blockPart is the penalty box as the node composes it (components.go).
+type blockPart struct{}
+
+func (blockPart) state(n *Node, rs *ruleSet, now int64, self *wire.Delta) {
+	self.Blocks = n.liveBlocks(rs, now)
+}
+
+func (blockPart) sweep(n *Node, now int64) { n.blocks.Sweep(now) }

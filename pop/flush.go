@@ -60,9 +60,9 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 			b.PoP.Entries = append(b.PoP.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}
 	})
-	n.flushBlocks(rs, &b, local, pub)
-	n.flushMemos(rs, &b, local)
-	n.flushInflight(rs, now, &b, local)
+	for _, p := range features {
+		p.flush(n, rs, now, &b, local, pub)
+	}
 	return b
 }
 
@@ -124,9 +124,9 @@ func (n *Node) AntiEntropyPart(now int64, owns func(key string) bool, part, part
 	})
 	b.Local.Entries, buf = exactCopy(buf), buf[:0]
 	if part == 0 {
-		n.antiEntropyBlocks(rs, now, &b, owns)
-		b.Local.Memos = n.liveMemos(rs, now)
-		b.Local.Inflight = n.antiEntropyInflight(rs, now)
+		for _, p := range features {
+			p.antiEntropy(n, rs, now, &b, owns)
+		}
 	}
 	if b.PoP.Epoch != 0 {
 		n.store.TotalsPart(idx, part, parts, func(e crdt.FlushEntry) {
@@ -178,10 +178,13 @@ func (n *Node) State(now int64) []wire.Delta {
 		d.Entries = append(d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 	})
 	out := make([]wire.Delta, 0, len(byRep)+1)
-	blocks, memos := n.liveBlocks(rs, now), n.liveMemos(rs, now)
-	if len(blocks) > 0 || len(memos) > 0 {
-		// Blocks and remembered decisions have no owner: they travel with
-		// this node's own counts.
+	var own wire.Delta
+	for _, p := range features {
+		p.state(n, rs, now, &own)
+	}
+	if len(own.Blocks) > 0 || len(own.Memos) > 0 || len(own.Inflight) > 0 {
+		// What the parts hold has no owner among the counts' replicas: it
+		// travels with this node's own counts.
 		self := wire.Delta{Sender: n.self, SentAt: now, Epoch: ep}
 		for rep, d := range byRep {
 			if n.store.Replica(rep) == n.self {
@@ -189,7 +192,7 @@ func (n *Node) State(now int64) []wire.Delta {
 				delete(byRep, rep)
 			}
 		}
-		self.Sender, self.Blocks, self.Memos = n.self, blocks, memos
+		self.Sender, self.Blocks, self.Memos, self.Inflight = n.self, own.Blocks, own.Memos, own.Inflight
 		out = append(out, self)
 	}
 	for rep, d := range byRep {

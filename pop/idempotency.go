@@ -157,7 +157,7 @@ func (n *Node) remember(now int64, c *Check, id memos.ID, res *Result, v memos.V
 // applyMemos merges d's remembered decisions (received via scope via from
 // an accepted member) into the table. Only the own PoP's members send
 // them: via ScopeGlobal they are refused.
-func (n *Node) applyMemos(now int64, d *wire.Delta, via Scope, st *ApplyStats) {
+func (memoPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplyStats) {
 	if len(d.Memos) == 0 {
 		return
 	}
@@ -207,7 +207,7 @@ func (n *Node) applyMemos(now int64, d *wire.Delta, via Scope, st *ApplyStats) {
 
 // flushMemos adds the decisions this node remembered since the last flush
 // to b.Local (when local): pop- and global-scope rules' ones.
-func (n *Node) flushMemos(rs *ruleSet, b *Batch, local bool) {
+func (memoPart) flush(n *Node, rs *ruleSet, _ int64, b *Batch, local, _ bool) {
 	n.memos.Drain(func(id crdt.RuleID, mid memos.ID, until int64, v memos.Verdict) {
 		if r := rs.byID[id]; local && r != nil && r.Scope != ScopeNode {
 			b.Local.Memos = append(b.Local.Memos, memos.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
@@ -308,3 +308,17 @@ func (n *Node) rememberAll(now int64, cs []Check, res []Result, m *allMemos, all
 		n.remember(now, &cs[i], m.ids[i], &res[i], v)
 	}
 }
+
+// memoPart is the idempotency keys' memory as the node composes it
+// (components.go). Memos never leave the PoP.
+type memoPart struct{}
+
+func (memoPart) antiEntropy(n *Node, rs *ruleSet, now int64, b *Batch, _ func(string) bool) {
+	b.Local.Memos = n.liveMemos(rs, now)
+}
+
+func (memoPart) state(n *Node, rs *ruleSet, now int64, self *wire.Delta) {
+	self.Memos = n.liveMemos(rs, now)
+}
+
+func (memoPart) sweep(n *Node, now int64) { n.memos.Sweep(now) }

@@ -46,7 +46,7 @@ func (a *InflightApplyStats) add(b InflightApplyStats) {
 // flushInflight adds to b.Local (when local) the own counts that changed
 // since the last flush, and every own count when a refresh is due; the
 // change marks are cleared either way.
-func (n *Node) flushInflight(rs *ruleSet, now int64, b *Batch, local bool) {
+func (inflightPart) flush(n *Node, rs *ruleSet, now int64, b *Batch, local, _ bool) {
 	s := n.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -134,7 +134,7 @@ func minLeaseTTL(rs *ruleSet) int64 {
 // applyInflight merges d's in-flight counts (received via scope via from
 // a member accepted by Apply) into the members' counts. Only the own PoP's
 // members send them, of pop-scope concurrency rules.
-func (n *Node) applyInflight(now int64, d *wire.Delta, via Scope, st *ApplyStats) {
+func (inflightPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplyStats) {
 	if len(d.Inflight) == 0 {
 		return
 	}
@@ -219,3 +219,17 @@ func (n *Node) KeepMembers(member func(crdt.Replica) bool) {
 		s.tidy(e)
 	}
 }
+
+// inflightPart is the concurrency rules' in-flight counts as the node
+// composes them (components.go). A joining member learns them from the
+// members' next flush, not from the state exchange: a count only its
+// owner may send.
+type inflightPart struct{}
+
+func (inflightPart) antiEntropy(n *Node, rs *ruleSet, now int64, b *Batch, _ func(string) bool) {
+	b.Local.Inflight = n.antiEntropyInflight(rs, now)
+}
+
+func (inflightPart) state(*Node, *ruleSet, int64, *wire.Delta) {}
+
+func (inflightPart) sweep(n *Node, now int64) { n.slots.sweep(now) }

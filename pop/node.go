@@ -322,9 +322,9 @@ func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 // live key references. Call it every second or so.
 func (n *Node) Tick(now int64) {
 	n.store.Sweep(n.sweepIndex(now))
-	n.blocks.Sweep(now)
-	n.memos.Sweep(now)
-	n.slots.sweep(now)
+	for _, p := range features {
+		p.sweep(n, now)
+	}
 	refused := n.store.ReplicasRefused()
 	if (n.store.ReplicaCount() > forgetReplicasAt || refused != n.forgotRefused.Load()) &&
 		now-n.lastForget.Load() >= int64(forgetReplicasEvery) {

@@ -174,7 +174,7 @@ func BenchmarkAntiEntropy(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			local, pop := 0, 0
-			for p := range parts {
+			for p := range features {
 				bt := n.AntiEntropyPart(now, nil, p, parts)
 				local, pop = local+len(bt.Local.Entries), pop+len(bt.PoP.Entries)
 				for _, d := range []*wire.Delta{&bt.Local, &bt.PoP} {

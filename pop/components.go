@@ -1,0 +1,37 @@
+package pop
+
+import "github.com/geolimit/geolimit/wire"
+
+// The replicated features beside the counts, as the node composes them.
+//
+// Each feature's state, merge rule, wire section and trust rule live in
+// its own package (replicated/blocks, replicated/memos,
+// replicated/inflight; the counts in crdt; rules' modes, which travel at
+// once rather than with a flush, in replicated/modes and modes.go). What
+// the node adds is where the feature meets the rule table: which rules and
+// scopes it takes, its clamps, what it sends to whom. A part says that for
+// one feature, and the node's Apply, Flush, AntiEntropy, State and Tick
+// loop over the parts without knowing their insides (memberlist's Delegate
+// interfaces are the model: the host composes behaviour it does not
+// implement). A new replicated feature is its package, a part, and one
+// entry in features.
+type part interface {
+	// apply takes the part's items of d, received via, under its trust
+	// rule, counting what it did in st. Requires n.applyMu read-held.
+	apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplyStats)
+	// flush adds what changed since the last flush: to b.Local when local,
+	// to b.PoP when pub (the node publishes its PoP's totals).
+	flush(n *Node, rs *ruleSet, now int64, b *Batch, local, pub bool)
+	// antiEntropy adds everything live that a round re-sends (with its
+	// first part), of the keys owns accepts where the part publishes per
+	// key.
+	antiEntropy(n *Node, rs *ruleSet, now int64, b *Batch, owns func(string) bool)
+	// state adds to self, the node's own delta, what a joining member
+	// merges.
+	state(n *Node, rs *ruleSet, now int64, self *wire.Delta)
+	// sweep forgets what ended by now (Tick).
+	sweep(n *Node, now int64)
+}
+
+// features are the parts the node composes, in the order they apply.
+var features = [...]part{blockPart{}, memoPart{}, inflightPart{}}
