@@ -38,19 +38,40 @@ func (c *Core) Step(now int64, m Message) StepResult {
 	switch {
 	case m.Link == LinkRegion:
 		c.stepRegion(now, m, &res) // region.go
-	case m.Link == LinkPoP && d.Sender.IsRegion() && d.Sender.Region == c.selfPoP.Region:
+	case m.Link == LinkPoP:
+		c.stepPoP(now, m, &res)
+	case m.Kind == KindState:
+		c.stepState(now, m, &res)
+	default:
+		c.stepGlobal(now, m, &res)
+	}
+	if res.Forged {
+		c.stats.Forged++
+	}
+	c.updateAllowance(now, false)
+	c.doWork(now)
+	return res
+}
+
+// stepPoP handles a message from a member of the own PoP (memberlist):
+// a member's region totals or PoP totals for the slot's speaker to pass
+// on, or its own counts and announcements.
+func (c *Core) stepPoP(now int64, m Message, res *StepResult) {
+	d := m.Delta
+	switch {
+	case d.Sender.IsRegion() && d.Sender.Region == c.selfPoP.Region:
 		// A member's region totals for the slot's speaker.
 		if !c.forwardedRegion(now, d) {
 			res.Dropped = true
 			c.stats.ForwardsDropped++
 		}
-	case m.Link == LinkPoP && d.Sender.IsPoP() && d.Sender.SamePoP(c.self):
+	case d.Sender.IsPoP() && d.Sender.SamePoP(c.self):
 		// A member's totals for the slot's speaker.
 		if c.epoch == 0 || d.Sender.Incarnation != c.epoch || !c.forwarded(now, d) {
 			res.Dropped = true
 			c.stats.ForwardsDropped++
 		}
-	case m.Link == LinkPoP:
+	default:
 		if !d.Sender.SamePoP(c.self) || d.Sender.IsPoP() {
 			res.Forged = true
 			break
@@ -69,120 +90,122 @@ func (c *Core) Step(now int64, m Message) StepResult {
 				c.Flush(now)
 			}
 		}
-	case m.Kind == KindState:
-		// Another PoP (From) relays former totals: this PoP's, or, asked
-		// for a sync, any PoP's; the transport delivers only state meant
-		// for this PoP.
-		if m.From == c.selfPoP || !d.Sender.IsPoP() {
-			res.Forged = true
-			break
-		}
-		if !hasContent(d) {
-			c.marked(m.From, d) // a marker: m.From's answer is complete
-			break
-		}
-		if d.Sender.IsRegion() {
-			c.stateRegion(now, m, &res) // region.go
-			break
-		}
-		if c.otherRegion(d.Sender) {
-			res.Dropped = true // counted in its region's total (region.go)
-			c.stats.StateDropped++
-			break
-		}
-		if !d.Sender.SamePoP(c.self) {
-			// Another PoP's former epoch: never its current one (its own
-			// messages carry those), and only of PoPs this node knows.
-			p := c.peers.get(d.Sender.PoPID)
-			switch {
-			case (p != nil && p.epoch == d.Sender.Incarnation) || (d.Sender.PoPID == m.From && d.Epoch == d.Sender.Incarnation):
-				res.Forged = true // no PoP relays a current epoch
-			case p == nil || p.epoch == 0:
-				res.Dropped = true
-				c.stats.StateDropped++
-			default:
-				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
-			}
-			break
-		}
-		if c.epoch == 0 {
-			// Which epoch is the current one is not known yet: its totals
-			// must not be counted on top of the members' own counts.
+	}
+}
+
+// stepState handles former totals another PoP (m.From) relays: this
+// PoP's, or, asked for a sync, any PoP's; the transport delivers only state
+// meant for this PoP.
+func (c *Core) stepState(now int64, m Message, res *StepResult) {
+	d := m.Delta
+	if m.From == c.selfPoP || !d.Sender.IsPoP() {
+		res.Forged = true
+		return
+	}
+	if !hasContent(d) {
+		c.marked(m.From, d) // a marker: m.From's answer is complete
+		return
+	}
+	if d.Sender.IsRegion() {
+		c.stateRegion(now, m, res) // region.go
+		return
+	}
+	if c.otherRegion(d.Sender) {
+		res.Dropped = true // counted in its region's total (region.go)
+		c.stats.StateDropped++
+		return
+	}
+	if !d.Sender.SamePoP(c.self) {
+		// Another PoP's former epoch: never its current one (its own
+		// messages carry those), and only of PoPs this node knows.
+		p := c.peers.get(d.Sender.PoPID)
+		switch {
+		case (p != nil && p.epoch == d.Sender.Incarnation) || (d.Sender.PoPID == m.From && d.Epoch == d.Sender.Incarnation):
+			res.Forged = true // no PoP relays a current epoch
+		case p == nil || p.epoch == 0:
 			res.Dropped = true
 			c.stats.StateDropped++
+		default:
+			res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+		}
+		return
+	}
+	if c.epoch == 0 {
+		// Which epoch is the current one is not known yet: its totals
+		// must not be counted on top of the members' own counts.
+		res.Dropped = true
+		c.stats.StateDropped++
+		return
+	}
+	res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+}
+
+// stepGlobal handles a message from another PoP on its own subject
+// (NATS): a heartbeat, a sync request or its totals.
+func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
+	d := m.Delta
+	if m.From == c.selfPoP || d.Sender.PoPID != m.From {
+		res.Forged = true
+		return
+	}
+	if m.Kind == KindDelta {
+		c.node.PrefetchDelta(d) // comes in while the sender is looked up
+	}
+	p := c.heard(m.From, now)
+	if p == nil {
+		return
+	}
+	c.observe(now, d.SentAt, p)
+	if d.Epoch != 0 && m.Kind != KindDelta {
+		p.epoch = d.Epoch // the sender's current epoch
+	}
+	switch m.Kind {
+	case KindHeartbeat:
+		c.checkDrift(now, p, d)
+		c.takeRegionEpoch(now, m.From, d) // region.go
+		if c.missedBeats(p, d.SentAt) {
+			// A short cut (under PeerTimeout) lost messages: repair now
+			// rather than at the next anti-entropy round.
+			c.askSync(now)
+		}
+	case KindSync:
+		c.takeRegionEpoch(now, m.From, d) // region.go: before relaying
+		if wantsMarker(d) {
+			c.markTo[m.From] = true
+		}
+		// Every member re-sends the totals it owns, so the PoP answers
+		// once. A re-send already due answers every request that came
+		// before it; otherwise one is scheduled, no sooner than
+		// SyncInterval after the one that answered the same PoP last.
+		last := p.lastAnswer(d.Sender, now, int64(c.cfg.SyncInterval))
+		if c.resendAt != 0 && c.resendAt >= last {
+			c.stats.SyncAnswers++
+			p.answered[d.Sender] = c.resendAt
+			c.relayTo[m.From] = true
 			break
 		}
-		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
-	default:
-		if m.From == c.selfPoP || d.Sender.PoPID != m.From {
-			res.Forged = true
+		at := now + c.coalesce()
+		if last != 0 && at < last+int64(c.cfg.SyncInterval) {
+			at = last + int64(c.cfg.SyncInterval)
+			c.stats.SyncThrottled++
+		} else {
+			c.stats.SyncAnswers++
+		}
+		p.answered[d.Sender] = c.remoteResendAt(at)
+		c.relayTo[m.From] = true // asked: relayed whatever the throttle
+	case KindDelta:
+		if d.Sender.IsPoP() {
+			p.epoch = d.Sender.Incarnation
+		}
+		if hasContent(d) && c.otherRegion(d.Sender) {
+			res.Dropped = true // counted in its region's total (region.go)
 			break
 		}
-		if m.Kind == KindDelta {
-			c.node.PrefetchDelta(d) // comes in while the sender is looked up
-		}
-		p := c.heard(m.From, now)
-		if p == nil {
-			break
-		}
-		c.observe(now, d.SentAt, p)
-		if d.Epoch != 0 && m.Kind != KindDelta {
-			p.epoch = d.Epoch // the sender's current epoch
-		}
-		switch m.Kind {
-		case KindHeartbeat:
-			c.checkDrift(now, p, d)
-			c.takeRegionEpoch(now, m.From, d) // region.go
-			if c.missedBeats(p, d.SentAt) {
-				// A short cut (under PeerTimeout) lost messages: repair now
-				// rather than at the next anti-entropy round.
-				c.askSync(now)
-			}
-		case KindSync:
-			c.takeRegionEpoch(now, m.From, d) // region.go: before relaying
-			if wantsMarker(d) {
-				c.markTo[m.From] = true
-			}
-			// Every member re-sends the totals it owns, so the PoP answers
-			// once. A re-send already due answers every request that came
-			// before it; otherwise one is scheduled, no sooner than
-			// SyncInterval after the one that answered the same PoP last.
-			last := p.lastAnswer(d.Sender, now, int64(c.cfg.SyncInterval))
-			if c.resendAt != 0 && c.resendAt >= last {
-				c.stats.SyncAnswers++
-				p.answered[d.Sender] = c.resendAt
-				c.relayTo[m.From] = true
-				break
-			}
-			at := now + c.coalesce()
-			if last != 0 && at < last+int64(c.cfg.SyncInterval) {
-				at = last + int64(c.cfg.SyncInterval)
-				c.stats.SyncThrottled++
-			} else {
-				c.stats.SyncAnswers++
-			}
-			p.answered[d.Sender] = c.remoteResendAt(at)
-			c.relayTo[m.From] = true // asked: relayed whatever the throttle
-		case KindDelta:
-			if d.Sender.IsPoP() {
-				p.epoch = d.Sender.Incarnation
-			}
-			if hasContent(d) && c.otherRegion(d.Sender) {
-				res.Dropped = true // counted in its region's total (region.go)
-				break
-			}
-			if hasContent(d) {
-				res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, &p.sender)
-				if res.Applied.Merged+res.Applied.Unchanged > 0 {
-					p.counted = true
-				}
+		if hasContent(d) {
+			res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, &p.sender)
+			if res.Applied.Merged+res.Applied.Unchanged > 0 {
+				p.counted = true
 			}
 		}
 	}
-	if res.Forged {
-		c.stats.Forged++
-	}
-	c.updateAllowance(now, false)
-	c.doWork(now)
-	return res
 }
