@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -51,88 +52,62 @@ func CheckEntry(e *Entry) error {
 }
 
 // EncodeCounts writes a counts section's body: entries grouped by rules
-// (the rules of entries, in order).
+// (the rules of entries, in order), each group's windows as offsets from
+// its lowest.
 func EncodeCounts(enc *msgpack.Encoder, entries []Entry, rules []string) error {
-	var err error
-	put := func(e error) {
-		if err == nil {
-			err = e
-		}
-	}
-	put(enc.EncodeArrayLen(len(rules)))
-	for _, r := range rules {
-		base, n := int64(math.MaxInt64), 0
+	var base int64
+	return codec.WriteGroups(enc, entries, rules, func(e *Entry) string { return e.Rule }, 1, func(rule string) error {
+		base = math.MaxInt64
 		for i := range entries {
-			if entries[i].Rule == r {
+			if entries[i].Rule == rule {
 				base = min(base, entries[i].Window)
-				n++
 			}
 		}
-		put(enc.EncodeArrayLen(3))
-		put(enc.EncodeString(r))
-		put(enc.EncodeInt(base))
-		put(enc.EncodeArrayLen(3 * n))
-		for i := range entries {
-			e := &entries[i]
-			if e.Rule != r {
-				continue
-			}
-			if e.Window-base < 0 {
-				return fmt.Errorf("window spread overflows")
-			}
-			put(enc.EncodeString(e.Key))
-			put(enc.EncodeUint(uint64(e.Window - base)))
-			put(enc.EncodeUint(e.Count))
+		return enc.EncodeInt(base)
+	}, 3, func(e *Entry) error {
+		if e.Window-base < 0 {
+			return errors.New("window spread overflows")
 		}
-	}
-	return err
+		return errors.Join(enc.EncodeString(e.Key), enc.EncodeUint(uint64(e.Window-base)), enc.EncodeUint(e.Count))
+	})
 }
 
 // DecodeCounts reads a counts section's body and appends its entries to
 // out.
 func DecodeCounts(r *codec.Reader, out []Entry) ([]Entry, error) {
-	groups, err := r.ArrayLen(-1, "groups")
-	if err != nil {
-		return out, err
-	}
-	if groups > codec.MaxGroups {
-		return out, codec.Malformed("%d rule groups (max %d)", groups, codec.MaxGroups)
-	}
+	groups, err := r.Groups("counts")
 	for range groups {
-		if _, err := r.ArrayLen(3, "group"); err != nil {
-			return out, err
+		var rule string
+		var base int64
+		var n int
+		if rule, err = r.Group("counts", 1); err != nil {
+			break
 		}
-		rule, err := r.RuleName("rule name")
-		if err != nil {
-			return out, err
+		if base, err = r.Int64(); err != nil {
+			break
 		}
-		base, err := r.Int64()
-		if err != nil {
-			return out, err
-		}
-		n, err := r.Items("entries", 3, len(out))
-		if err != nil {
-			return out, err
+		if n, err = r.Items("entries", 3, len(out)); err != nil {
+			break
 		}
 		for range n {
-			kb, err := r.Key("key")
-			if err != nil {
+			var kb []byte
+			if kb, err = r.Key("key"); err != nil {
 				return out, err
 			}
-			key := r.Keep(kb)
-			off, err := r.Uint()
-			if err != nil {
+			e := Entry{Rule: rule, Key: r.Keep(kb)}
+			var off uint64
+			if off, err = r.Uint(); err != nil {
 				return out, err
 			}
 			if off > math.MaxInt64 || base > math.MaxInt64-int64(off) {
 				return out, codec.Malformed("window offset %d overflows", off)
 			}
-			cnt, err := r.Uint()
-			if err != nil {
+			e.Window = base + int64(off)
+			if e.Count, err = r.Uint(); err != nil {
 				return out, err
 			}
-			out = append(out, Entry{Rule: rule, Key: key, Window: base + int64(off), Count: cnt})
+			out = append(out, e)
 		}
 	}
-	return out, nil
+	return out, err
 }

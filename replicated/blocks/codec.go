@@ -1,6 +1,7 @@
 package blocks
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -30,60 +31,34 @@ func Check(b *Block) error {
 // Encode writes a blocks section's body: bs grouped by rules (the rules of
 // bs, in order).
 func Encode(enc *msgpack.Encoder, bs []Block, rules []string) error {
-	var err error
-	put := func(e error) {
-		if err == nil {
-			err = e
-		}
-	}
-	put(enc.EncodeArrayLen(len(rules)))
-	for _, r := range rules {
-		put(enc.EncodeArrayLen(2))
-		put(enc.EncodeString(r))
-		put(enc.EncodeArrayLen(2 * codec.Count(bs, r, func(b *Block) string { return b.Rule })))
-		for i := range bs {
-			if b := &bs[i]; b.Rule == r {
-				put(enc.EncodeString(b.Key))
-				put(enc.EncodeInt(b.Until))
-			}
-		}
-	}
-	return err
+	return codec.WriteGroups(enc, bs, rules, func(b *Block) string { return b.Rule }, 0, nil, 2, func(b *Block) error {
+		return errors.Join(enc.EncodeString(b.Key), enc.EncodeInt(b.Until))
+	})
 }
 
 // Decode reads a blocks section's body and appends its blocks to out.
 func Decode(r *codec.Reader, out []Block) ([]Block, error) {
-	groups, err := r.ArrayLen(-1, "block groups")
-	if err != nil {
-		return out, err
-	}
-	if groups > codec.MaxGroups {
-		return out, codec.Malformed("%d block groups (max %d)", groups, codec.MaxGroups)
-	}
+	groups, err := r.Groups("block")
 	for range groups {
-		if _, err := r.ArrayLen(2, "block group"); err != nil {
-			return out, err
+		var rule string
+		var n int
+		if rule, err = r.Group("block", 0); err != nil {
+			break
 		}
-		rule, err := r.RuleName("block rule name")
-		if err != nil {
-			return out, err
-		}
-		n, err := r.Items("blocks", 2, len(out))
-		if err != nil {
-			return out, err
+		if n, err = r.Items("blocks", 2, len(out)); err != nil {
+			break
 		}
 		for range n {
-			kb, err := r.Key("block key")
-			if err != nil {
+			var kb []byte
+			if kb, err = r.Key("block key"); err != nil {
 				return out, err
 			}
-			key := r.Keep(kb)
-			until, err := r.Int64()
-			if err != nil {
+			b := Block{Rule: rule, Key: r.Keep(kb)}
+			if b.Until, err = r.Int64(); err != nil {
 				return out, err
 			}
-			out = append(out, Block{Rule: rule, Key: key, Until: until})
+			out = append(out, b)
 		}
 	}
-	return out, nil
+	return out, err
 }

@@ -1,6 +1,7 @@
 package inflight
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -31,52 +32,26 @@ func Check(e *Count) error {
 // Encode writes an in-flight section's body: cs grouped by rules (the
 // rules of cs, in order).
 func Encode(enc *msgpack.Encoder, cs []Count, rules []string) error {
-	var err error
-	put := func(e error) {
-		if err == nil {
-			err = e
-		}
-	}
-	put(enc.EncodeArrayLen(len(rules)))
-	for _, r := range rules {
-		put(enc.EncodeArrayLen(2))
-		put(enc.EncodeString(r))
-		put(enc.EncodeArrayLen(3 * codec.Count(cs, r, func(c *Count) string { return c.Rule })))
-		for i := range cs {
-			if e := &cs[i]; e.Rule == r {
-				put(enc.EncodeString(e.Key))
-				put(enc.EncodeUint(e.Count))
-				put(enc.EncodeUint(e.Version))
-			}
-		}
-	}
-	return err
+	return codec.WriteGroups(enc, cs, rules, func(c *Count) string { return c.Rule }, 0, nil, 3, func(c *Count) error {
+		return errors.Join(enc.EncodeString(c.Key), enc.EncodeUint(c.Count), enc.EncodeUint(c.Version))
+	})
 }
 
 // Decode reads an in-flight section's body and appends its counts to out.
 func Decode(r *codec.Reader, out []Count) ([]Count, error) {
-	groups, err := r.ArrayLen(-1, "in-flight groups")
-	if err != nil {
-		return out, err
-	}
-	if groups > codec.MaxGroups {
-		return out, codec.Malformed("%d in-flight groups (max %d)", groups, codec.MaxGroups)
-	}
+	groups, err := r.Groups("in-flight")
 	for range groups {
-		if _, err := r.ArrayLen(2, "in-flight group"); err != nil {
-			return out, err
+		var rule string
+		var n int
+		if rule, err = r.Group("in-flight", 0); err != nil {
+			break
 		}
-		rule, err := r.RuleName("in-flight rule name")
-		if err != nil {
-			return out, err
-		}
-		n, err := r.Items("in-flight counts", 3, len(out))
-		if err != nil {
-			return out, err
+		if n, err = r.Items("in-flight counts", 3, len(out)); err != nil {
+			break
 		}
 		for range n {
-			kb, err := r.Key("in-flight key")
-			if err != nil {
+			var kb []byte
+			if kb, err = r.Key("in-flight key"); err != nil {
 				return out, err
 			}
 			e := Count{Rule: rule, Key: r.Keep(kb)}
@@ -89,5 +64,5 @@ func Decode(r *codec.Reader, out []Count) ([]Count, error) {
 			out = append(out, e)
 		}
 	}
-	return out, nil
+	return out, err
 }

@@ -1,6 +1,7 @@
 package memos
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -28,71 +29,54 @@ func Check(m *Memo) error {
 // Encode writes a memos section's body: ms grouped by rules (the rules of
 // ms, in order).
 func Encode(enc *msgpack.Encoder, ms []Memo, rules []string) error {
-	var err error
-	put := func(e error) {
-		if err == nil {
-			err = e
-		}
-	}
-	put(enc.EncodeArrayLen(len(rules)))
-	for _, r := range rules {
-		put(enc.EncodeArrayLen(2))
-		put(enc.EncodeString(r))
-		put(enc.EncodeArrayLen(3 * codec.Count(ms, r, func(m *Memo) string { return m.Rule })))
-		for i := range ms {
-			if m := &ms[i]; m.Rule == r {
-				put(enc.EncodeBytes(m.ID[:]))
-				put(enc.EncodeInt(m.Until))
-				put(enc.EncodeUint(uint64(m.Verdict)))
-			}
-		}
-	}
-	return err
+	return codec.WriteGroups(enc, ms, rules, func(m *Memo) string { return m.Rule }, 0, nil, 3, func(m *Memo) error {
+		return errors.Join(enc.EncodeBytes(m.ID[:]), enc.EncodeInt(m.Until), enc.EncodeUint(uint64(m.Verdict)))
+	})
 }
 
 // Decode reads a memos section's body and appends its memos to out.
 func Decode(r *codec.Reader, out []Memo) ([]Memo, error) {
-	groups, err := r.ArrayLen(-1, "memo groups")
-	if err != nil {
-		return out, err
-	}
-	if groups > codec.MaxGroups {
-		return out, codec.Malformed("%d memo groups (max %d)", groups, codec.MaxGroups)
-	}
+	groups, err := r.Groups("memo")
 	for range groups {
-		if _, err := r.ArrayLen(2, "memo group"); err != nil {
-			return out, err
+		var rule string
+		var n int
+		if rule, err = r.Group("memo", 0); err != nil {
+			break
 		}
-		rule, err := r.RuleName("memo rule name")
-		if err != nil {
-			return out, err
-		}
-		n, err := r.Items("memos", 3, len(out))
-		if err != nil {
-			return out, err
+		if n, err = r.Items("memos", 3, len(out)); err != nil {
+			break
 		}
 		for range n {
-			idb, err := r.Str(len(ID{}), "memo id")
-			if err != nil {
+			m := Memo{Rule: rule}
+			if err = m.decode(r); err != nil {
 				return out, err
 			}
-			if len(idb) != len(ID{}) {
-				return out, codec.Malformed("memo id of %d bytes (want %d)", len(idb), len(ID{}))
-			}
-			m := Memo{Rule: rule, ID: ID(idb)}
-			if m.Until, err = r.Int64(); err != nil {
-				return out, err
-			}
-			v, err := r.Uint()
-			if err != nil {
-				return out, err
-			}
-			if v&^uint64(verdictAll) != 0 {
-				return out, codec.Malformed("memo verdict %#x", v)
-			}
-			m.Verdict = Verdict(v)
 			out = append(out, m)
 		}
 	}
-	return out, nil
+	return out, err
+}
+
+// decode reads m's ID, Until and Verdict.
+func (m *Memo) decode(r *codec.Reader) error {
+	idb, err := r.Str(len(ID{}), "memo id")
+	if err != nil {
+		return err
+	}
+	if len(idb) != len(ID{}) {
+		return codec.Malformed("memo id of %d bytes (want %d)", len(idb), len(ID{}))
+	}
+	m.ID = ID(idb)
+	if m.Until, err = r.Int64(); err != nil {
+		return err
+	}
+	v, err := r.Uint()
+	if err != nil {
+		return err
+	}
+	if v&^uint64(verdictAll) != 0 {
+		return codec.Malformed("memo verdict %#x", v)
+	}
+	m.Verdict = Verdict(v)
+	return nil
 }

@@ -89,16 +89,20 @@ func (r *Reader) BytesLen() (int, error) { return r.dec.DecodeBytesLen() }
 
 // ArrayLen reads an array header: of want elements, or any number when
 // want < 0, but never more than the bytes left (every element takes one).
-func (r *Reader) ArrayLen(want int, what string) (int, error) {
+func (r *Reader) ArrayLen(want int, what string) (int, error) { return r.arrayLen(want, what, "") }
+
+// arrayLen is ArrayLen of what named what+suffix in errors (joined only
+// then: the names are built on the error path, never per read).
+func (r *Reader) arrayLen(want int, what, suffix string) (int, error) {
 	n, err := r.dec.DecodeArrayLen()
 	if err != nil {
 		return 0, err
 	}
 	if n < 0 || (want >= 0 && n != want) {
-		return 0, Malformed("%s: array of %d elements", what, n)
+		return 0, Malformed("%s%s: array of %d elements", what, suffix, n)
 	}
 	if n > r.rd.Len() {
-		return 0, Malformed("%s: %d elements but %d bytes left", what, n, r.rd.Len())
+		return 0, Malformed("%s%s: %d elements but %d bytes left", what, suffix, n, r.rd.Len())
 	}
 	return n, nil
 }
@@ -252,13 +256,68 @@ func contains(s []string, v string) bool {
 // its array header, the rule's name and the items' array header.
 const GroupBound = 1 + MaxRuleNameLen + 3 + 5
 
-// Count returns how many of items are of rule.
-func Count[T any](items []T, rule string, of func(*T) string) int {
-	n := 0
-	for i := range items {
-		if of(&items[i]) == rule {
-			n++
+// Groups reads the header of a section body of rule groups,
+//
+//	[[rule, head..., [item, item, ...]], ...]
+//
+// and returns how many groups it holds; each is then read by Group, its
+// heads, and Items (what names them in errors).
+func (r *Reader) Groups(what string) (int, error) {
+	groups, err := r.arrayLen(-1, what, " groups")
+	if err != nil {
+		return 0, err
+	}
+	if groups > MaxGroups {
+		return 0, Malformed("%d %s groups (max %d)", groups, what, MaxGroups)
+	}
+	return groups, nil
+}
+
+// Group reads the start of one group of Groups: its array of 2+heads
+// elements and its rule's name. The heads, then the items' array (Items),
+// follow.
+func (r *Reader) Group(what string, heads int) (string, error) {
+	if _, err := r.arrayLen(2+heads, what, " group"); err != nil {
+		return "", err
+	}
+	rb, err := r.Str(MaxRuleNameLen, "rule name")
+	if err != nil {
+		return "", err
+	}
+	if len(rb) == 0 {
+		return "", Malformed("empty %s rule name", what)
+	}
+	return string(rb), nil
+}
+
+// WriteGroups writes a section body of rule groups (Groups) of items,
+// grouped by rules (the rules of items, in order): rule gives an item's
+// rule, head (when not nil) writes a group's heads after its rule, and item
+// writes an item's per elements.
+func WriteGroups[T any](enc *msgpack.Encoder, items []T, rules []string, rule func(*T) string, heads int, head func(rule string) error, per int, item func(*T) error) error {
+	err := enc.EncodeArrayLen(len(rules))
+	for _, r := range rules {
+		if err != nil {
+			return err
+		}
+		n := 0
+		for i := range items {
+			if rule(&items[i]) == r {
+				n++
+			}
+		}
+		err = errors.Join(enc.EncodeArrayLen(2+heads), enc.EncodeString(r))
+		if err == nil && head != nil {
+			err = head(r)
+		}
+		if err == nil {
+			err = enc.EncodeArrayLen(per * n)
+		}
+		for i := 0; i < len(items) && err == nil; i++ {
+			if rule(&items[i]) == r {
+				err = item(&items[i])
+			}
 		}
 	}
-	return n
+	return err
 }
