@@ -124,15 +124,19 @@ func TestAttackInventedPoPs(t *testing.T) {
 			}, 10*time.Second, poll, "the real PoPs hear each other")
 
 			nc := attacker(t, c.ClientURL(1))
-			now := time.Now().UnixNano()
-			for i := range 500 {
-				p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
-				publish(t, nc, HeartbeatSubject("", p), &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
-			}
-			require.NoError(t, nc.Flush())
+			// The flood is sent again until the victim holds it all at
+			// once: under load, taking 500 heartbeats in may outlast
+			// ForgetAfter, and the first ones would be forgotten before
+			// the last arrive.
 			require.Eventually(t, func() bool {
+				now := time.Now().UnixNano()
+				for i := range 500 {
+					p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
+					publish(t, nc, HeartbeatSubject("", p), &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
+				}
+				require.NoError(t, nc.Flush())
 				return len(victim.rep.RemotePoPs()) >= min(tc.maxPoPs, 501)
-			}, 10*time.Second, poll, "the invented PoPs are heard")
+			}, 30*time.Second, 250*time.Millisecond, "the invented PoPs are heard")
 			st := victim.rep.Status()
 			assert.LessOrEqual(t, len(st.RemotePoPs), tc.maxPoPs, "at most MaxPoPs tracked")
 			// Silent for longer than the peer timeout, they still partition nothing.
