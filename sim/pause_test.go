@@ -16,7 +16,7 @@ func TestPauseStopsANode(t *testing.T) {
 	sc, err := Load(filepath.Join("..", "scenarios", "live", "pause.yaml"))
 	require.NoError(t, err)
 	var log bytes.Buffer
-	res, err := Run(sc, Options{Log: &log, RateScale: 0.5})
+	res, err := Run(sc, Options{Log: &log, RateScale: 0.2})
 	require.NoError(t, err)
 	ds, err := ReadLog(&log)
 	require.NoError(t, err)

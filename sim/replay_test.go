@@ -14,14 +14,13 @@ import (
 // Replaying a run's own per-request log measures exactly what the run
 // measured: fleet and central figures, per phase, per region and per rule.
 func TestReplayReproducesTheRun(t *testing.T) {
-	// The property does not depend on the traffic's volume: a tenth of
-	// each scenario's rate keeps the race detector's run short.
 	for _, name := range []string{"two-regions-cut", "crash-loop", "skewed-regions-1s"} {
 		t.Run(name, func(t *testing.T) {
 			sc, err := Load(filepath.Join("..", "scenarios", name+".yaml"))
 			require.NoError(t, err)
+			untilEvents(sc)
 			var log bytes.Buffer
-			res, err := Run(sc, Options{Log: &log, RateScale: 0.1})
+			res, err := Run(sc, Options{Log: &log, RateScale: testScale})
 			require.NoError(t, err)
 			ds, err := ReadLog(&log)
 			require.NoError(t, err)
