@@ -14,6 +14,7 @@ import (
 // with it the fleet stays within one request per node of the limit and
 // admits what one central node admits.
 func TestHotKeyAttackStaysAtLimit(t *testing.T) {
+	accuracyTest(t)
 	sc, err := Load("../scenarios/hot-key-attack.yaml")
 	require.NoError(t, err)
 	sc.Duration = 20 * time.Second // two windows: the cold start, then one of steady attack
@@ -45,6 +46,7 @@ func TestHotKeyAttackStaysAtLimit(t *testing.T) {
 // twenty times its limit's rate. Most of the overshoot came at the cold
 // start, when every PoP admits blind for the first inter-region round trip.
 func TestManyKeysHealthyNearCentral(t *testing.T) {
+	accuracyTest(t)
 	sc, err := Load("../scenarios/many-keys.yaml")
 	require.NoError(t, err)
 	sc.Duration, sc.Events = 15*time.Second, nil // the cold start and half a window after it, healthy
@@ -62,6 +64,7 @@ func TestManyKeysHealthyNearCentral(t *testing.T) {
 // third of it. What the fleet rejects beyond the central node is a node's
 // second request of an IP new to it within one replication lag.
 func TestPerIPFarFromLimitNotRestricted(t *testing.T) {
+	accuracyTest(t)
 	sc, err := Load("../scenarios/per-ip-far-from-limit.yaml")
 	require.NoError(t, err)
 	sc.Duration = 30 * time.Second // a window and a half: past the cold start

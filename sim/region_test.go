@@ -20,6 +20,7 @@ func regionScenario(voices bool) string {
 // the fleet about as accurate: a count takes one more hop inside its
 // region to reach the other regions.
 func TestRegionVoicesCostAndAccuracy(t *testing.T) {
+	accuracyTest(t)
 	run := func(voices bool) Report {
 		res, err := Run(mustParse(t, regionScenario(voices)), Options{})
 		require.NoError(t, err)
@@ -84,6 +85,7 @@ events:
 // relay the former one once they know the new one): max a/l 1.048 here
 // against 1.028.
 func TestRegionVoicesRestarts(t *testing.T) {
+	accuracyTest(t)
 	run := func(voices bool) Report {
 		res, err := Run(mustParse(t, fmt.Sprintf(restartScenario, voices)), Options{})
 		require.NoError(t, err)

@@ -38,6 +38,7 @@ func runScenario(t *testing.T, name string, dur time.Duration) Report {
 // room and the armed hot entries, 112 and 78 requests of such keys were
 // refused in the 30 s runs (0.3 % and 0.2 %).
 func TestBelowHalfNeverRejected(t *testing.T) {
+	accuracyTest(t)
 	for _, name := range []string{"below-half-4pops", "below-half-16pops"} {
 		r := runScenario(t, name, 12*time.Second)
 		assert.Zero(t, r.Central.RejectedBelowHalf, name)
@@ -65,6 +66,7 @@ func inPhases(r Report, name string) (fleet, central uint64, maxRatio float64) {
 // although no key alone has requests enough to measure its growth. Before,
 // us kept each key's 30 %: 0.55 of central in the cut.
 func TestSiteFailoverGrowsShares(t *testing.T) {
+	accuracyTest(t)
 	r := runScenario(t, "site-failover-cut", 80*time.Second)
 	fleet, central, peak := inPhases(r, "partitioned")
 	t.Logf("in the cut: %d of central's %d (%.3f), max a/l %.3f", fleet, central, float64(fleet)/float64(central), peak)
@@ -76,6 +78,7 @@ func TestSiteFailoverGrowsShares(t *testing.T) {
 // 300 others stay put: each side's total barely moves, so neither grows
 // its share of that key. Before, both took the whole limit: 2.01.
 func TestTwoSidedSurgeKeepsShares(t *testing.T) {
+	accuracyTest(t)
 	r := runScenario(t, "two-sided-surge", 80*time.Second)
 	fleet, central, peak := inPhases(r, "partitioned")
 	t.Logf("in the cut: %d of central's %d, max a/l %.3f", fleet, central, peak)
@@ -88,6 +91,7 @@ func TestTwoSidedSurgeKeepsShares(t *testing.T) {
 // share of the headroom was a request and a half (0.951 of central); a
 // node that refused nothing lately may now hold a second in flight.
 func TestMildOverloadNearCentral(t *testing.T) {
+	accuracyTest(t)
 	r := runScenario(t, "hot-key-20pops", 0)
 	assert.GreaterOrEqual(t, float64(r.Admitted), 0.97*float64(r.Central.Admitted))
 	assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.05)

@@ -205,6 +205,7 @@ traffic:
 // code (a plain scan of each key's admits, nothing shared with the oracle)
 // match the report.
 func TestLogRecomputesHeadline(t *testing.T) {
+	accuracyTest(t)
 	for _, path := range []string{"../scenarios/two-regions-cut.yaml", "../scenarios/anycast-pop-loss.yaml", "../scenarios/hot-key-at-limit.yaml"} {
 		t.Run(path, func(t *testing.T) {
 			sc, err := Load(path)
@@ -372,5 +373,18 @@ events:
 	for i, want := range []int{20, 3, 2} {
 		assert.Equal(t, want, r.Phases[i].AdmittedRatioSamples, r.Phases[i].Name)
 		assert.Positive(t, r.Phases[i].P99AdmittedRatio, r.Phases[i].Name)
+	}
+}
+
+// accuracyTest skips, under the race detector, a test that measures a
+// scenario's accuracy or cost figures: the simulator runs in one goroutine
+// and deterministically, so the detector adds nothing to such a run but ten
+// times its time (the sim package's race run went past five minutes). The
+// CI runs these without it (`go test ./sim`, .ci/run); the determinism and
+// event tests still run under it.
+func accuracyTest(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("an accuracy figure of deterministic single-goroutine code: run without -race (go test ./sim)")
 	}
 }

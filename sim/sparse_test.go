@@ -22,6 +22,7 @@ func sparseScenario(sparse bool) string {
 // for the first anti-entropy interval, 5s of the 30s, and anti-entropy
 // re-sends every total all the same: 30% fewer entries in all.)
 func TestSparseUpdatesCostAndAccuracy(t *testing.T) {
+	accuracyTest(t)
 	run := func(sparse bool) Report {
 		res, err := Run(mustParse(t, sparseScenario(sparse)), Options{})
 		require.NoError(t, err)

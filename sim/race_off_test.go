@@ -1,0 +1,6 @@
+//go:build !race
+
+package sim
+
+// raceDetector is set in builds with the race detector.
+const raceDetector = false
