@@ -34,6 +34,9 @@ for f in "$EX"/*.yaml "$EX"/*.conf; do
   [ -e "$f" ] || continue
   sed "${args[@]}" -e "s#examples/[a-z-]*multi-region/#$TMP/ex/#g" "$f" >"$TMP/ex/$(basename "$f")"
 done
+for f in "$EX"/*.key; do # the mode authority's example key
+  [ -e "$f" ] && cp "$f" "$TMP/ex/" && chmod 600 "$TMP/ex/$(basename "$f")"
+done
 if [ -f "$EX/gen-certs.sh" ]; then
   cp "$EX/gen-certs.sh" "$TMP/ex/" && sh "$TMP/ex/gen-certs.sh" >/dev/null 2>&1
 fi
