@@ -79,3 +79,23 @@ func TestModeAuthorityHoldsAgainstForgedResends(t *testing.T) {
 	st, _ = open.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective)
 }
+
+// A batch of thousands of forged writes of one rule costs one signature
+// check, not one each: only the batch's newest write of a rule can win, and
+// only a write that would win is checked.
+func TestModeAuthorityChecksOneWriteOfARule(t *testing.T) {
+	opKey, forgerKey := modeKey(1), modeKey(2)
+	victim := newNodeWith(t, replica("v", 1), modes.NewAuthority([]ed25519.PublicKey{opKey.Public().(ed25519.PublicKey)}, nil))
+	forger := modes.NewAuthority(nil, forgerKey)
+	batch := make([]modes.RuleMode, 5000)
+	for i := range batch {
+		batch[i] = modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(i), By: replica("x", 1)}
+		forger.Sign(&batch[i])
+	}
+	victim.MergeModes(t0+int64(time.Second), modes.Source{PoP: crdt.PoPID{Region: "us", PoP: "iad"}}, batch)
+	st := victim.ModeStats()
+	assert.Equal(t, uint64(1), st.Untrusted, "one check")
+	assert.Equal(t, uint64(len(batch)-1), st.Unchanged)
+	rm, _ := victim.RuleMode("api")
+	assert.Equal(t, Enforce, rm.Effective)
+}

@@ -205,17 +205,31 @@ func (n *Node) MergeModes(now int64, src modes.Source, ms []modes.RuleMode) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rs := n.rules.Load()
+	// Of a batch's writes of one rule only the newest can win: the others
+	// are not looked at further, so that a batch of many writes of one rule
+	// costs at most one signature check (a check is the expensive step, and
+	// a batch may hold thousands).
+	var newest map[string]modes.RuleMode
+	if len(ms) > 1 {
+		newest = make(map[string]modes.RuleMode, min(len(ms), MaxOrphanModes))
+		for _, m := range ms {
+			if cur, ok := newest[m.Rule]; !ok || modes.Compare(m, cur) > 0 {
+				newest[m.Rule] = m
+			}
+		}
+	}
 	for _, m := range ms {
+		if newest != nil && newest[m.Rule] != m {
+			t.stats.Unchanged++ // an older write of the batch, or a repeat
+			continue
+		}
+		delete(newest, m.Rule)
 		if m.Mode > modes.Off || m.Rule == "" || len(m.Rule) > crdt.MaxRuleNameLen || m.By.Validate() != nil {
 			t.stats.Refused++
 			continue
 		}
 		if m.At > now+n.maxSkew {
 			t.stats.Future++
-			continue
-		}
-		if n.modeAuth.Take(&m, src) != nil {
-			t.stats.Untrusted++
 			continue
 		}
 		cur, had := t.m[m.Rule]
@@ -226,6 +240,12 @@ func (n *Node) MergeModes(now int64, src modes.Source, ms []modes.RuleMode) {
 		r := rs.byName[m.Rule]
 		if !had && r == nil && t.orphans(rs) >= MaxOrphanModes {
 			t.stats.Refused++
+			continue
+		}
+		// Last, as it is the expensive step: only a write that would win
+		// is checked against the mode authority.
+		if n.modeAuth.Take(&m, src) != nil {
+			t.stats.Untrusted++
 			continue
 		}
 		t.put(m, r)
