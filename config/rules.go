@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 )
 
 // Rule is one rate-limit rule.
@@ -193,7 +194,7 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d].%w", i, err)
 		}
-		scope, err := pop.ParseScope(r.Scope)
+		scope, err := replicated.ParseScope(r.Scope)
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d].scope: %w", i, err)
 		}

@@ -26,24 +26,6 @@ import (
 // its own nodes: keep goes on with the local view as before, and share
 // splits the side's share.
 
-// Allowance is what the replication layer tells a node about one scope's
-// replication (SetAllowance).
-type Allowance struct {
-	// Horizon is how long after a flush every other replica of the scope
-	// holds the own counts the flush sent: for pop-scope rules, the PoP's
-	// latency; for global rules, the hop to the key's owner, the speaker's
-	// delay and the latency to the farthest PoP heard.
-	Horizon time.Duration
-	// Members is how many nodes of the PoP may admit a key of the scope,
-	// this one included (the live members); PoPs how many PoPs (1 for pop
-	// scope; for global rules the PoPs heard and not partitioned, this one
-	// included).
-	Members, PoPs int
-}
-
-// Replicas is how many nodes may admit a key: Members x PoPs.
-func (a Allowance) Replicas() int { return max(a.Members, 1) * max(a.PoPs, 1) }
-
 // SetAllowance sets the near-limit allowance of the rules of scope (pop or
 // global; node-scope rules are never split). A single replica or a zero
 // Horizon turns it off (a node alone, or counts seen at once).

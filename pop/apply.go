@@ -9,54 +9,6 @@ import (
 	"github.com/geolimit/geolimit/wire"
 )
 
-// ApplyStats counts what Apply did with a delta's entries.
-type ApplyStats struct {
-	Merged, Unchanged, Stale, Ahead, Full int
-	// UnknownRule: the entry names a rule this node does not have.
-	UnknownRule int
-	// WrongScope: a node-scope rule, a pop-scope rule from outside the PoP, or
-	// a sender that may not use the transport: via ScopePoP only other nodes of
-	// the own PoP, via ScopeGlobal only PoP aggregates.
-	WrongScope int
-	// BadEntry: an empty or oversized key.
-	BadEntry int
-	// Echo: the delta came from this very replica, or is this PoP's own
-	// aggregate of the current epoch.
-	Echo int
-	// Clamped: entries whose count was above the rule's limit, more than
-	// one replica can admit in a window; they were merged as the limit.
-	// These entries are also counted by their merge outcome.
-	Clamped int
-	// Blocks counts what was done with penalty blocks (block.go).
-	Blocks BlockApplyStats
-	// Memos counts what was done with remembered decisions (idempotency.go).
-	Memos MemoApplyStats
-	// Inflight counts what was done with members' in-flight counts
-	// (inflight.go).
-	Inflight InflightApplyStats
-}
-
-// Rejected is the number of entries Apply refused for a reason that points
-// at a misconfigured or hostile sender.
-func (a ApplyStats) Rejected() int { return a.UnknownRule + a.WrongScope + a.BadEntry }
-
-// Add adds b's counts to a's.
-func (a *ApplyStats) Add(b ApplyStats) {
-	a.Merged += b.Merged
-	a.Unchanged += b.Unchanged
-	a.Stale += b.Stale
-	a.Ahead += b.Ahead
-	a.Full += b.Full
-	a.UnknownRule += b.UnknownRule
-	a.WrongScope += b.WrongScope
-	a.BadEntry += b.BadEntry
-	a.Echo += b.Echo
-	a.Clamped += b.Clamped
-	a.Blocks.add(b.Blocks)
-	a.Memos.add(b.Memos)
-	a.Inflight.add(b.Inflight)
-}
-
 // Apply merges a delta received from another replica through a transport of
 // the given scope. Via ScopePoP come the own PoP's members (another node of
 // the own PoP, any incarnation, never an aggregate), with pop- and

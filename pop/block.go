@@ -34,35 +34,6 @@ import (
 // MaxBlockFor is the longest Rule.BlockFor.
 const MaxBlockFor = 30 * 24 * time.Hour
 
-// BlockApplyStats counts what Apply did with a delta's blocks. Blocks of an
-// unknown rule, a wrong scope or a bad key are counted in ApplyStats'
-// UnknownRule, WrongScope and BadEntry.
-type BlockApplyStats struct {
-	// Merged blocks were new or ended later than the one held.
-	Merged int
-	// Unchanged: the node held a block ending as late or later.
-	Unchanged int
-	// Expired blocks had ended already.
-	Expired int
-	// Ignored: the rule has no BlockFor on this node.
-	Ignored int
-	// Full: new blocks dropped because the block table was full.
-	Full int
-	// Clamped blocks ended later than now + BlockFor + MaxSkew; they were
-	// merged as ending then (a faulty or hostile peer, or a longer BlockFor
-	// there). Also counted by their merge outcome.
-	Clamped int
-}
-
-func (a *BlockApplyStats) add(b BlockApplyStats) {
-	a.Merged += b.Merged
-	a.Unchanged += b.Unchanged
-	a.Expired += b.Expired
-	a.Ignored += b.Ignored
-	a.Full += b.Full
-	a.Clamped += b.Clamped
-}
-
 // guard decides what a rule with a penalty box or DenyUnsure may decide
 // before counting: a blocked key, or a node not synced yet. done is false
 // when the decision is left to the counts.

@@ -10,16 +10,6 @@ import (
 	"github.com/geolimit/geolimit/wire"
 )
 
-// Batch is what a node sends. Local goes to the own PoP's members: own counts
-// of pop- and global-scope rules, Sender = Self, Epoch = the node's epoch.
-// PoP goes to the other PoPs: PoP totals of global-scope rules for the keys
-// the node publishes (owns), Sender = crdt.PoPReplica(self.PoPID, epoch).
-// PoP is empty while the epoch is 0. Both carry SentAt and Epoch; either may
-// have no entries.
-type Batch struct {
-	Local, PoP wire.Delta
-}
-
 // Flush returns what changed since the last Flush, stamped with now: in
 // Local the own counts that changed, in PoP the PoP totals that changed of
 // the keys owns accepts (nil: every key). A PoP total changes with an own

@@ -66,32 +66,6 @@ var ErrIdempotencyKeyTooLong = fmt.Errorf("pop: idempotency key longer than %d b
 // errMemoTTL is Config.IdempotencyTTL out of range.
 var errMemoTTL = errors.New("pop: idempotency ttl: must be between 0 and 30 days")
 
-// MemoApplyStats counts what Apply did with a delta's remembered decisions.
-// Memos of an unknown rule or a wrong scope are counted in ApplyStats'
-// UnknownRule and WrongScope.
-type MemoApplyStats struct {
-	// Merged memos were new or replaced one decided later.
-	Merged int
-	// Unchanged: the node remembered the same decision or one decided first.
-	Unchanged int
-	// Expired memos were over already.
-	Expired int
-	// Refused: new memos dropped because the table was full and they would
-	// have been forgotten first.
-	Refused int
-	// Clamped memos were remembered until later than now + TTL + MaxSkew;
-	// they were merged as ending then. Also counted by their merge outcome.
-	Clamped int
-}
-
-func (a *MemoApplyStats) add(b MemoApplyStats) {
-	a.Merged += b.Merged
-	a.Unchanged += b.Unchanged
-	a.Expired += b.Expired
-	a.Refused += b.Refused
-	a.Clamped += b.Clamped
-}
-
 // verdictOf is what a decision remembers.
 func verdictOf(d *Decision) memos.Verdict {
 	var v memos.Verdict

@@ -18,31 +18,6 @@ import (
 // carries a version, drawn at sending from one counter of the node, so
 // the newer of two values of one sender wins at the receiver.
 
-// InflightApplyStats counts what Apply did with a delta's in-flight counts.
-// Counts of an unknown rule, a wrong scope or a bad key are counted in
-// ApplyStats' UnknownRule, WrongScope and BadEntry.
-type InflightApplyStats struct {
-	// Merged counts were newer than the sender's count held.
-	Merged int
-	// Unchanged: the node held the sender's count of that version or a
-	// newer one.
-	Unchanged int
-	// Refused: new counts dropped because the table of members' counts
-	// was full.
-	Refused int
-	// Clamped counts were above the rule's limit, more than a member can
-	// hold; they were merged as the limit. Also counted by their merge
-	// outcome.
-	Clamped int
-}
-
-func (a *InflightApplyStats) add(b InflightApplyStats) {
-	a.Merged += b.Merged
-	a.Unchanged += b.Unchanged
-	a.Refused += b.Refused
-	a.Clamped += b.Clamped
-}
-
 // flushInflight adds to b.Local (when local) the own counts that changed
 // since the last flush, and every own count when a refresh is due; the
 // change marks are cleared either way.

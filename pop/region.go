@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -61,10 +62,10 @@ func (n *Node) SetRegionVoice(on bool, epoch uint64) {
 // SetRegionSparse turns sparse updates of the region totals on among
 // voices (the regions, counted as SetSparse counts PoPs) or off with
 // voices <= 0; lag is as for SetSparse. A region total far below its
-// limit then goes out only once it moved by SparseStep(limit, voices).
+// limit then goes out only once it moved by replicated.SparseStep(limit, voices).
 // Safe for concurrent use.
 func (n *Node) SetRegionSparse(voices int, lag time.Duration) {
-	n.region.sparse.minWidth.Store(int64(SparseMinWindow(max(lag, 0))))
+	n.region.sparse.minWidth.Store(int64(replicated.SparseMinWindow(max(lag, 0))))
 	n.region.sparse.voices.Store(int64(max(voices, 0)))
 }
 

@@ -10,39 +10,6 @@ import (
 	"github.com/geolimit/geolimit/window"
 )
 
-// Scope says how far a rule's counts travel.
-type Scope uint8
-
-// Scopes.
-const (
-	// ScopeNode counts are never replicated.
-	ScopeNode Scope = iota
-	// ScopePoP counts are shared by the nodes of one PoP only (anycast keeps a
-	// client IP on one PoP, so per-IP limits need go no further).
-	ScopePoP
-	// ScopeGlobal counts are shared by every node of every PoP and region.
-	ScopeGlobal
-)
-
-var scopeNames = [...]string{"node", "pop", "global"}
-
-func (s Scope) String() string {
-	if int(s) < len(scopeNames) {
-		return scopeNames[s]
-	}
-	return fmt.Sprintf("Scope(%d)", s)
-}
-
-// ParseScope parses "node", "pop" or "global".
-func ParseScope(s string) (Scope, error) {
-	for i, n := range scopeNames {
-		if s == n {
-			return Scope(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown scope %q (want node, pop or global)", s)
-}
-
 // Mode says whether a rule denies.
 type Mode uint8
 

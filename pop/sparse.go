@@ -9,47 +9,9 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/window"
 )
-
-// SparseStep returns the step of sparse updates for a rule of limit among
-// voices PoPs: a PoP publishes a key's total again only once it has moved by
-// at least the step since it last published it, unless the key is near its
-// limit (SparseNear). It is floor(limit / (4 x voices)); a step of 1 or less
-// (a small limit, many voices, or voices < 1) means every change is
-// published.
-//
-// The bound: what one PoP leaves unpublished of a key's window is below
-// the step, so the voices together leave less than limit/4 of each window,
-// and a node's view of a key's sliding estimate (the previous window
-// weighted by at most 1, plus the current one) is below the truth by less
-// than limit/2, on top of the usual replication lag. That lag is at most
-// lag/window of the limit for a key admitted at its limit's rate, where lag
-// is the time a change takes to reach every node (a flush interval plus
-// the allowance's horizon); sparse updates apply only to windows of at least
-// SparseMinWindow(lag), where it is at most limit/8. A PoP publishes every
-// change of a key whose estimate it sees at SparseNear (limit/4) or above.
-// So when a key's true estimate reaches its limit, every view of it is above
-// limit - limit/2 - limit/8 > limit/4: every PoP publishes the key's total
-// at each flush as it would without sparse updates, and the views are exact
-// up to the usual lag. Sparse updates then add no over-limit admits but
-// those of the flush interval the last PoP takes to see the key near its
-// limit, and none to a key below its limit.
-func SparseStep(limit uint64, voices int) uint64 {
-	if voices < 1 {
-		return 0
-	}
-	return limit / (4 * uint64(voices))
-}
-
-// SparseNear returns the estimate of a key of limit at or above which its
-// PoP totals are published at every change: a quarter of the limit.
-func SparseNear(limit uint64) float64 { return float64(limit) / 4 }
-
-// SparseMinWindow returns the shortest window whose rules take sparse
-// updates when a change takes lag to reach every node: 8 x lag, so that the
-// usual replication lag hides at most an eighth of a limit.
-func SparseMinWindow(lag time.Duration) time.Duration { return 8 * lag }
 
 // SetSparse turns sparse updates of the PoP totals on among voices PoPs
 // (this one included: the PoPs that publish totals of a key), or off with
@@ -57,14 +19,14 @@ func SparseMinWindow(lag time.Duration) time.Duration { return 8 * lag }
 // interval, the speaker's delay and the latency to the farthest PoP). The
 // replication core tells the node, and tells it again when they change.
 // Sparse updates apply to global rules of one window of at least
-// SparseMinWindow(lag) (not GCRA, not several windows, overrides or tiers);
+// replicated.SparseMinWindow(lag) (not GCRA, not several windows, overrides or tiers);
 // Flush and FlushTo then leave out a PoP total that moved by less than
 // SparseStep since this node last published it, while the key's estimate is
 // below SparseNear, and while no PoP is unheard (SetUnheard) nor was for
 // the heal hold. AntiEntropy sends every total, so what was left out waits
 // at most one anti-entropy interval. Safe for concurrent use.
 func (n *Node) SetSparse(voices int, lag time.Duration) {
-	n.sparse.minWidth.Store(int64(SparseMinWindow(max(lag, 0))))
+	n.sparse.minWidth.Store(int64(replicated.SparseMinWindow(max(lag, 0))))
 	n.sparse.voices.Store(int64(max(voices, 0)))
 }
 
@@ -173,7 +135,7 @@ func (f *sparseFlush) publish(n *Node, r *ruleState, e *crdt.FlushEntry) bool {
 	if f == nil || r.multi || r.sub || r.gcra || r.pacer != nil || r.width < f.minWidth {
 		return true
 	}
-	step := SparseStep(r.Limit, f.voices)
+	step := replicated.SparseStep(r.Limit, f.voices)
 	if step <= 1 {
 		return true
 	}
@@ -215,5 +177,5 @@ func (f *sparseFlush) near(n *Node, r *ruleState, key string) bool {
 	}
 	var res window.Result
 	window.DecideTo(&res, r.Limit, 0, prev, cur, el, r.width)
-	return res.Estimate >= SparseNear(r.Limit)
+	return res.Estimate >= replicated.SparseNear(r.Limit)
 }

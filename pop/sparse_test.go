@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,11 +28,11 @@ func TestSparseStep(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d/%d", tt.limit, tt.voices), func(t *testing.T) {
-			assert.Equal(t, tt.want, SparseStep(tt.limit, tt.voices))
+			assert.Equal(t, tt.want, replicated.SparseStep(tt.limit, tt.voices))
 		})
 	}
-	assert.Equal(t, 250.0, SparseNear(1000))
-	assert.Equal(t, 800*time.Millisecond, SparseMinWindow(100*time.Millisecond))
+	assert.Equal(t, 250.0, replicated.SparseNear(1000))
+	assert.Equal(t, 800*time.Millisecond, replicated.SparseMinWindow(100*time.Millisecond))
 }
 
 // sparseNode is a node alone in its PoP with one global rule of limit 1000

@@ -96,7 +96,7 @@
 // # Sparse updates
 //
 // With Settings.SparseUpdates (the default) a PoP publishes the total of a
-// key far below its limit only once it has moved by pop.SparseStep
+// key far below its limit only once it has moved by replicated.SparseStep
 // (limit / (4 x PoPs)) since it last published it, and every change of a
 // key whose estimate is at a quarter of its limit or above (sparse.go,
 // pop/sparse.go). The Core tells its node the PoPs it knows and the lag of

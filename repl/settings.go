@@ -83,7 +83,7 @@ type Settings struct {
 	// when it has moved by a step of limit / (4 x PoPs) since it was last
 	// published, and every change of a key at a quarter of its limit or
 	// above, for global rules of one window at least 8 times the lag of a
-	// change (pop.SparseStep; docs/replication.md states the bound). What
+	// change (replicated.SparseStep; docs/replication.md states the bound). What
 	// is left out goes with the next anti-entropy round. nil (the default)
 	// means true; false publishes every change.
 	SparseUpdates *bool `yaml:"sparse_updates"`

@@ -8,7 +8,7 @@ import (
 
 // Sparse updates (Settings.SparseUpdates): the Core tells its node how many
 // PoPs publish totals of a key, so that a total far below its limit is
-// published only when it has moved by pop.SparseStep.
+// published only when it has moved by replicated.SparseStep.
 
 // SparseKeeper is a Node that can leave out of its flushes the PoP totals
 // that moved by less than a step derived from the number of PoPs (pop.Node:

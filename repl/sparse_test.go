@@ -6,6 +6,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 )
 
 // sparsePair is two single-node PoPs, ams and iad, whose global messages
@@ -116,8 +117,8 @@ func TestSparseUpdates(t *testing.T) {
 				p.admit("far", 10)
 				p.run(50 * time.Millisecond)
 				lag := p.total(p.an, "far") - p.total(p.in, "far")
-				if tc.sparse == nil && lag >= pop.SparseStep(1000, 2) {
-					t.Fatalf("iad lags ams by %d, want below the step %d", lag, pop.SparseStep(1000, 2))
+				if tc.sparse == nil && lag >= replicated.SparseStep(1000, 2) {
+					t.Fatalf("iad lags ams by %d, want below the step %d", lag, replicated.SparseStep(1000, 2))
 				}
 				if tc.sparse != nil && lag != 0 {
 					t.Fatalf("off: iad lags ams by %d", lag)
