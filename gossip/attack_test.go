@@ -179,7 +179,7 @@ func TestAttackSyncAmplification(t *testing.T) {
 		_, err := victim.node.Decide(now, "api", fmt.Sprintf("k%d", i), 1)
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return victim.node.Pending() == 0 }, 10*time.Second, poll, "flushed")
+	require.Eventually(t, func() bool { return victim.node.Link().Pending() == 0 }, 10*time.Second, poll, "flushed")
 	// The victim's subscriptions must be in place at its server (the
 	// gateway forwards the attacker's messages to it).
 	iad := crdt.PoPID{Region: "us", PoP: "iad"}

@@ -40,12 +40,12 @@ func TestFlushWhenBatchFull(t *testing.T) {
 		_, err := ms[0].node.Decide(now, "api", "k"+strconv.Itoa(i), 1)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 50, ms[0].node.Pending())
+	assert.Equal(t, 50, ms[0].node.Link().Pending())
 	for i := 50; i < 150; i++ {
 		_, err := ms[0].node.Decide(now, "api", "k"+strconv.Itoa(i), 1)
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return ms[0].node.Pending() == 0 }, 10*time.Second, poll, "the full batch flushed early")
+	require.Eventually(t, func() bool { return ms[0].node.Link().Pending() == 0 }, 10*time.Second, poll, "the full batch flushed early")
 	require.Eventually(t, func() bool {
 		return total(ms[1].node, "api", "k149") == 1 && total(ms[1].node, "api", "k0") == 1
 	}, 10*time.Second, poll, "and arrived")

@@ -42,7 +42,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 		name := fmt.Sprintf("ams-%d", i)
 		n := newNode(t, "eu", "ams", name, rules)
 		o := opts("eu", "ams", name, 0)
-		o.PoP = MemberlistConnect(MemberlistConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: fmt.Sprintf("%s#%d", name, n.Self().Incarnation),
+		o.PoP = MemberlistConnect(MemberlistConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: fmt.Sprintf("%s#%d", name, n.Link().Self().Incarnation),
 			Bind: "127.0.0.1:0", Join: join, ProbeInterval: 200 * time.Millisecond})
 		m := startMember(t, ctx, n, o)
 		join = append(join, m.rep.popT.(*Memberlist).Addr())

@@ -5,7 +5,7 @@
 // core.
 //
 //	opts := gossip.DefaultOptions() // repl.DefaultSettings and queue bounds
-//	opts.Node = node
+//	opts.Node = node.Link() // a *pop.Node
 //	opts.PoP = gossip.MemberlistConnect(gossip.MemberlistConfig{Self: id, Name: "ams-1#7", Bind: "10.0.0.1:7946", Join: peers, SecretKeys: keys})
 //	opts.Global = gossip.NATSConnect(gossip.NATSConfig{Self: id, Name: "ams-1", URL: "nats://127.0.0.1:4222"})
 //	r, err := gossip.Start(ctx, opts)

@@ -25,7 +25,7 @@ func ExampleStart() {
 		}
 		opts := gossip.DefaultOptions()
 		opts.FlushInterval = 5 * time.Millisecond
-		opts.Node, opts.Global = n, hub.Global(id, "n1")
+		opts.Node, opts.Global = n.Link(), hub.Global(id, "n1")
 		r, err := gossip.Start(context.Background(), opts)
 		if err != nil {
 			panic(err)

@@ -41,7 +41,7 @@ func FuzzReceive(f *testing.F) {
 	f.Add([]byte{0x94, 0x01, 0x94})
 	f.Add(append([]byte{byte(len(msgs[0]))}, msgs[0]...))
 	n := newNode(f, "eu", "ams", "ams-1", testRules())
-	r, err := Start(context.Background(), Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour}, Node: n})
+	r, err := Start(context.Background(), Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour}, Node: n.Link()})
 	require.NoError(f, err)
 	f.Cleanup(func() { _ = r.Close() })
 	dec := wire.NewDecoder()

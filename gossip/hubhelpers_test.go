@@ -40,11 +40,11 @@ type member struct {
 
 func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts gossip.Options) *member {
 	t.Helper()
-	opts.Node = n
+	opts.Node = n.Link()
 	r, err := gossip.Start(ctx, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
-	s := n.Self()
+	s := n.Link().Self()
 	return &member{node: n, rep: r, id: s.PoPID, name: s.Node}
 }
 

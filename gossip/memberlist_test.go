@@ -31,7 +31,7 @@ func popNodeWith(t testing.TB, ctx context.Context, id crdt.PoPID, name string, 
 	t.Helper()
 	n := newNode(t, id.Region, id.PoP, name, testRules())
 	o := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}}
-	mc.Self, mc.Name, mc.Bind, mc.Join = id, fmt.Sprintf("%s#%d", name, n.Self().Incarnation), "127.0.0.1:0", join
+	mc.Self, mc.Name, mc.Bind, mc.Join = id, fmt.Sprintf("%s#%d", name, n.Link().Self().Incarnation), "127.0.0.1:0", join
 	mc.ProbeInterval = 200 * time.Millisecond
 	o.PoP = MemberlistConnect(mc)
 	if natsURL != "" {
@@ -181,7 +181,7 @@ func TestRestartMidWindow(t *testing.T) {
 
 	require.NoError(t, c.rep.Close())
 	c2 := popNode(t, ctx, ams, "ams-3", nil, s.ClientURL(), mlAddr(a), mlAddr(b))
-	require.NotEqual(t, c.node.Self().Incarnation, c2.node.Self().Incarnation)
+	require.NotEqual(t, c.node.Link().Self().Incarnation, c2.node.Link().Self().Incarnation)
 	// Push/pull on join: the restarted node knows the window before it
 	// decides anything, with no undercount.
 	assert.Equal(t, uint64(90), total(c2.node, "per-ip", "k"), "pop count after restart")

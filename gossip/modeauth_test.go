@@ -62,10 +62,10 @@ func TestModeAuthorityHoldsOnOpenLinks(t *testing.T) {
 		defer tick.Stop()
 		for {
 			now := time.Now().UnixNano()
-			pin := modes.RuleMode{Rule: "api", Mode: modes.Off, At: now + int64(1900*time.Millisecond), By: operator.node.Self()}
+			pin := modes.RuleMode{Rule: "api", Mode: modes.Off, At: now + int64(1900*time.Millisecond), By: operator.node.Link().Self()}
 			signed := pin
 			rogue.Sign(&signed)
-			d := wire.Delta{Sender: operator.node.Self(), SentAt: now, Modes: []modes.RuleMode{pin, signed}}
+			d := wire.Delta{Sender: operator.node.Link().Self(), SentAt: now, Modes: []modes.RuleMode{pin, signed}}
 			msgs, err := wire.Encode(&d, 0)
 			if err == nil {
 				_ = nc.Publish(DeltaSubject("", ams), msgs[0])
@@ -93,6 +93,6 @@ func TestModeAuthorityHoldsOnOpenLinks(t *testing.T) {
 	require.Eventually(t, func() bool { return victim.node.ModeStats().Untrusted >= held+20 }, 10*time.Second, poll)
 	st, _ := victim.node.RuleMode("api")
 	assert.Equal(t, pop.Shadow, st.Effective, "the forged re-sends never win")
-	assert.Equal(t, operator.node.Self(), st.Set.By)
+	assert.Equal(t, operator.node.Link().Self(), st.Set.By)
 	assert.Zero(t, victim.node.ModeStats().Future, "dated inside the skew: refused for their signature, not their date")
 }

@@ -138,7 +138,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 			// no PoP may count another as partitioned and resync.
 			o := Options{Clock: clk, Settings: repl.Settings{FlushInterval: flush, SyncInterval: syncInterval, AntiEntropyInterval: time.Hour, PeerTimeout: time.Hour}}
 			innerPoP := MemberlistConnect(MemberlistConfig{
-				Self: id, Name: fmt.Sprintf("%s#%d", name, n.Self().Incarnation), Bind: "127.0.0.1:0",
+				Self: id, Name: fmt.Sprintf("%s#%d", name, n.Link().Self().Incarnation), Bind: "127.0.0.1:0",
 				Join: join, ProbeInterval: 200 * time.Millisecond,
 			})
 			o.PoP = func(h Handler) (Transport, error) {

@@ -44,7 +44,7 @@ func wireBytesPerUpdate(t testing.TB, keys []string, flushes int) (perUpdate flo
 		MaxKeys: 2 * len(keys),
 	})
 	require.NoError(t, err)
-	n.SetEpoch(1) // what other PoPs get: the PoP's totals
+	n.Link().SetEpoch(1) // what other PoPs get: the PoP's totals
 	subject := DeltaSubject("", crdt.PoPID{Region: "eu", PoP: "ams"})
 	now := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC).UnixNano()
 	var bytes, updates int
@@ -55,7 +55,7 @@ func wireBytesPerUpdate(t testing.TB, keys []string, flushes int) (perUpdate flo
 			}
 		}
 		updates += len(keys)
-		b := n.Flush(now, nil)
+		b := n.Link().Flush(now, nil)
 		for _, d := range []*wire.Delta{&b.PoP} {
 			out, err := wire.Encode(d, 64<<10)
 			require.NoError(t, err)
@@ -193,7 +193,7 @@ func BenchmarkDecideReplicating(b *testing.B) {
 // absorb from other PoPs.
 func BenchmarkReceive(b *testing.B) {
 	n := newNode(b, "eu", "ams", "ams-1", testRules())
-	r, err := Start(context.Background(), Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour}, Node: n})
+	r, err := Start(context.Background(), Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour}, Node: n.Link()})
 	require.NoError(b, err)
 	defer r.Close()
 	keys := ipKeys(1000)

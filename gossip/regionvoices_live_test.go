@@ -116,7 +116,7 @@ func startRVNodesWith(t testing.TB, ctx context.Context, c *gossiptest.SuperClus
 				if first != nil {
 					join = []string{mlAddr(first.member)}
 				}
-				o.PoP = MemberlistConnect(MemberlistConfig{Self: id, Name: repl.MemberName(n.Self()), Bind: "127.0.0.1:0", Join: join, ProbeInterval: 200 * time.Millisecond})
+				o.PoP = MemberlistConnect(MemberlistConfig{Self: id, Name: repl.MemberName(n.Link().Self()), Bind: "127.0.0.1:0", Join: join, ProbeInterval: 200 * time.Millisecond})
 			}
 			tap := &recvTap{own: id.Region, counts: map[tapKey]int{}, froms: map[crdt.PoPID]bool{}}
 			nc := NATSConfig{Self: id, Name: name, URL: c.ClientURL(p.region), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second, RegionVoices: voices}

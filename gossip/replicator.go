@@ -13,15 +13,15 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
 )
 
 // Options configure a Replicator.
 type Options struct {
-	// Node is the core whose counts are replicated. Required.
-	Node *pop.Node
+	// Node is the node core whose counts are replicated (a pop.Node's
+	// Link). Required.
+	Node repl.Node
 	// Clock reads the time; nil means clock.Real{}.
 	Clock clock.Clock
 	// FleetClock, when set, is kept at Clock plus the Core's clock
@@ -130,7 +130,7 @@ func (o *Options) coreConfig() repl.Config {
 // arrives. Close stops them. Safe for concurrent use.
 type Replicator struct {
 	opts Options
-	node *pop.Node
+	node repl.Node
 	self crdt.Replica
 	clk  clock.Clock
 	log  *slog.Logger

@@ -29,7 +29,8 @@ import (
 // SetAllowance sets the near-limit allowance of the rules of scope (pop or
 // global; node-scope rules are never split). A single replica or a zero
 // Horizon turns it off (a node alone, or counts seen at once).
-func (n *Node) SetAllowance(scope Scope, a Allowance) {
+func (l Link) SetAllowance(scope Scope, a Allowance) {
+	n := l.n
 	if scope != ScopePoP && scope != ScopeGlobal {
 		return
 	}
@@ -46,7 +47,8 @@ func (n *Node) SetAllowance(scope Scope, a Allowance) {
 
 // AllowanceOf returns the allowance of scope in force (the zero value when
 // off).
-func (n *Node) AllowanceOf(scope Scope) Allowance {
+func (l Link) AllowanceOf(scope Scope) Allowance {
+	n := l.n
 	if scope > ScopeGlobal {
 		return Allowance{}
 	}

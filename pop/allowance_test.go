@@ -33,9 +33,9 @@ func runFleet(t *testing.T, n, rate int, split bool) fleetResult {
 	for i := range nodes {
 		nd, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "r", PoP: "p" + string(rune('a'+i))}, Node: "x", Incarnation: 1}, Rules: rules, Seed: uint64(i + 1)})
 		require.NoError(t, err)
-		nd.SetEpoch(1)
+		nd.Link().SetEpoch(1)
 		if split {
-			nd.SetAllowance(ScopeGlobal, Allowance{Horizon: time.Duration(lat), Members: 1, PoPs: n})
+			nd.Link().SetAllowance(ScopeGlobal, Allowance{Horizon: time.Duration(lat), Members: 1, PoPs: n})
 		}
 		nodes[i] = nd
 	}
@@ -53,7 +53,7 @@ func runFleet(t *testing.T, n, rate int, split bool) fleetResult {
 	for step := int64(0); step < 5*W/ms; step++ {
 		now := start + step*ms
 		for len(queue) > 0 && queue[0].at <= now {
-			nodes[queue[0].to].Apply(now, &queue[0].d, ScopeGlobal)
+			nodes[queue[0].to].Link().Apply(now, &queue[0].d, ScopeGlobal)
 			queue = queue[1:]
 		}
 		for range rate {
@@ -73,7 +73,7 @@ func runFleet(t *testing.T, n, rate int, split bool) fleetResult {
 		res.maxRatio = max(res.maxRatio, float64(len(admits))/limit)
 		if step%(flush/ms) == 0 {
 			for i, nd := range nodes {
-				b := nd.Flush(now, nil)
+				b := nd.Link().Flush(now, nil)
 				if len(b.PoP.Entries) == 0 {
 					continue
 				}
@@ -109,20 +109,20 @@ func TestAllowanceHoldsFleetAtLimit(t *testing.T) {
 func TestSetAllowanceScopes(t *testing.T) {
 	n := newNode(t, replica("a", 1))
 	a := Allowance{Horizon: 100 * time.Millisecond, Members: 2, PoPs: 5}
-	n.SetAllowance(ScopeNode, a)
-	n.SetAllowance(ScopeGlobal, a)
-	assert.Equal(t, Allowance{}, n.AllowanceOf(ScopeNode))
-	assert.Equal(t, Allowance{}, n.AllowanceOf(ScopePoP))
-	assert.Equal(t, a, n.AllowanceOf(ScopeGlobal))
+	n.Link().SetAllowance(ScopeNode, a)
+	n.Link().SetAllowance(ScopeGlobal, a)
+	assert.Equal(t, Allowance{}, n.Link().AllowanceOf(ScopeNode))
+	assert.Equal(t, Allowance{}, n.Link().AllowanceOf(ScopePoP))
+	assert.Equal(t, a, n.Link().AllowanceOf(ScopeGlobal))
 	assert.Equal(t, a.Horizon.Nanoseconds(), n.flushHorizon())
-	n.SetAllowance(ScopePoP, Allowance{Horizon: time.Second, Members: 1, PoPs: 1})
-	assert.Equal(t, Allowance{}, n.AllowanceOf(ScopePoP), "alone: off")
-	n.SetAllowance(ScopeGlobal, Allowance{Members: 2, PoPs: 5})
-	assert.Equal(t, Allowance{}, n.AllowanceOf(ScopeGlobal), "no lag: off")
+	n.Link().SetAllowance(ScopePoP, Allowance{Horizon: time.Second, Members: 1, PoPs: 1})
+	assert.Equal(t, Allowance{}, n.Link().AllowanceOf(ScopePoP), "alone: off")
+	n.Link().SetAllowance(ScopeGlobal, Allowance{Members: 2, PoPs: 5})
+	assert.Equal(t, Allowance{}, n.Link().AllowanceOf(ScopeGlobal), "no lag: off")
 
 	// A node-scope rule (limit 5) is never split, whatever the others do.
-	n.SetAllowance(ScopePoP, a)
-	n.SetAllowance(ScopeGlobal, a)
+	n.Link().SetAllowance(ScopePoP, a)
+	n.Link().SetAllowance(ScopeGlobal, a)
 	for i := range 5 {
 		d, err := n.Decide(t0, "local", "k", 1)
 		require.NoError(t, err)
@@ -136,9 +136,9 @@ func TestAllowanceSplitsPoPScope(t *testing.T) {
 	rules := []Rule{{Name: "per-ip", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopePoP}}
 	n, err := New(Config{Self: replica("a", 1), Rules: rules})
 	require.NoError(t, err)
-	n.SetAllowance(ScopePoP, Allowance{Horizon: time.Millisecond, Members: 4, PoPs: 1})
+	n.Link().SetAllowance(ScopePoP, Allowance{Horizon: time.Millisecond, Members: 4, PoPs: 1})
 	member := wire.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 60}}}
-	require.Equal(t, 1, n.Apply(t0, &member, ScopePoP).Merged)
+	require.Equal(t, 1, n.Link().Apply(t0, &member, ScopePoP).Merged)
 	admitted := 0
 	for range 100 {
 		if d, _ := n.Decide(t0, "per-ip", "k", 1); d.Allowed {
@@ -146,7 +146,7 @@ func TestAllowanceSplitsPoPScope(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 10, admitted, "a quarter of the 40 left")
-	n.Flush(t0, nil)
+	n.Link().Flush(t0, nil)
 	for range 100 {
 		if d, _ := n.Decide(t0+time.Millisecond.Nanoseconds(), "per-ip", "k", 1); d.Allowed {
 			admitted++
@@ -164,14 +164,14 @@ func TestAllowanceLeavesUnheardPoPsOut(t *testing.T) {
 		rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal}}
 		n, err := New(Config{Self: replica("a", 1), Rules: rules})
 		require.NoError(t, err)
-		n.SetEpoch(1)
-		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 50 * time.Millisecond, Members: 1, PoPs: 3})
+		n.Link().SetEpoch(1)
+		n.Link().SetAllowance(ScopeGlobal, Allowance{Horizon: 50 * time.Millisecond, Members: 1, PoPs: 3})
 		win := t0 / int64(10*time.Second)
 		for _, p := range []crdt.Replica{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), crdt.PoPReplica(crdt.PoPID{Region: "ap", PoP: "sin"}, 1)} {
 			d := wire.Delta{Sender: p, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: win, Count: 25}}}
-			require.Equal(t, 1, n.Apply(t0, &d, ScopeGlobal).Merged)
+			require.Equal(t, 1, n.Link().Apply(t0, &d, ScopeGlobal).Merged)
 		}
-		n.SetUnheard(t0, unheard)
+		n.Link().SetUnheard(t0, unheard)
 		admitted := 0
 		decide := func(now int64) {
 			for range 100 {
@@ -181,7 +181,7 @@ func TestAllowanceLeavesUnheardPoPsOut(t *testing.T) {
 			}
 		}
 		decide(t0)
-		n.Flush(t0, nil)
+		n.Link().Flush(t0, nil)
 		decide(t0 + 50*ms)
 		return admitted
 	}

@@ -21,14 +21,16 @@ import (
 // foreign PoP's count. Senders that may not use the transport are refused
 // whole (WrongScope); bad entries are skipped and counted, the rest still
 // merge.
-func (n *Node) Apply(now int64, d *wire.Delta, via Scope) ApplyStats {
-	return n.ApplyFrom(now, d, via, nil)
+func (l Link) Apply(now int64, d *wire.Delta, via Scope) ApplyStats {
+	n := l.n
+	return n.Link().ApplyFrom(now, d, via, nil)
 }
 
 // ApplyFrom is Apply with from, when not nil, caching the store's ID of the
 // sender: a caller that keeps one per remote PoP saves a look-up per
 // message. Calls that share a cache must not run concurrently.
-func (n *Node) ApplyFrom(now int64, d *wire.Delta, via Scope, from *crdt.InternCache) ApplyStats {
+func (l Link) ApplyFrom(now int64, d *wire.Delta, via Scope, from *crdt.InternCache) ApplyStats {
+	n := l.n
 	var st ApplyStats
 	defer func() {
 		n.mu.Lock()
@@ -128,7 +130,8 @@ const applyBlock = 8
 // read first (the shards of its first entries), without waiting for it,
 // so that a caller with other work to do before ApplyFrom (its own state of
 // the sender) overlaps the two.
-func (n *Node) PrefetchDelta(d *wire.Delta) {
+func (l Link) PrefetchDelta(d *wire.Delta) {
+	n := l.n
 	if len(d.Entries) == 0 {
 		return
 	}

@@ -36,7 +36,7 @@ func BenchmarkApplyFleet(b *testing.B) {
 			for k := range d.Entries {
 				d.Entries[k] = crdt.Entry{Rule: "api", Key: created[k], Window: w, Count: 1}
 			}
-			ns[i].Apply(now, &d, ScopeGlobal)
+			ns[i].Link().Apply(now, &d, ScopeGlobal)
 		}
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -51,7 +51,7 @@ func BenchmarkApplyFleet(b *testing.B) {
 			d.Entries[k] = crdt.Entry{Rule: "api", Key: created[rng.IntN(keys)], Window: w, Count: count}
 		}
 		slices.SortFunc(d.Entries, func(a, b crdt.Entry) int { return strings.Compare(a.Key, b.Key) })
-		ns[rng.IntN(nodes)].Apply(now, &d, ScopeGlobal)
+		ns[rng.IntN(nodes)].Link().Apply(now, &d, ScopeGlobal)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/batch, "ns/entry")
 }

@@ -141,7 +141,7 @@ func BenchmarkDecide(b *testing.B) {
 		// The same with the near-limit allowance of a fleet of 40 nodes
 		// on: far from their limit, keys pay the slot's test only.
 		n := benchNode(b, created, clk.Now())
-		n.SetAllowance(ScopeGlobal, Allowance{Horizon: 200 * time.Millisecond, Members: 2, PoPs: 20})
+		n.Link().SetAllowance(ScopeGlobal, Allowance{Horizon: 200 * time.Millisecond, Members: 2, PoPs: 20})
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
@@ -295,7 +295,7 @@ func BenchmarkApply(b *testing.B) {
 					}
 					d.Entries[j] = crdt.Entry{Rule: "api", Key: keys[k], Window: w, Count: uint64(i + 1)}
 				}
-				if st := n.Apply(now, &d, ScopeGlobal); st.Merged != 100 {
+				if st := n.Link().Apply(now, &d, ScopeGlobal); st.Merged != 100 {
 					b.Fatalf("merged %d of 100", st.Merged)
 				}
 			}

@@ -27,7 +27,7 @@ func boxNode(t *testing.T, self crdt.Replica) *Node {
 	t.Helper()
 	n, err := New(Config{Self: self, Rules: boxRules()})
 	require.NoError(t, err)
-	n.SetEpoch(1)
+	n.Link().SetEpoch(1)
 	return n
 }
 
@@ -118,19 +118,19 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	for _, rule := range []string{"login", "otp", "local"} {
 		require.True(t, exhaust(t, a, t0, rule, "k").Blocked, rule)
 	}
-	out := a.Flush(t0, nil)
+	out := a.Link().Flush(t0, nil)
 	assert.ElementsMatch(t, []blocks.Block{
 		{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)},
 		{Rule: "otp", Key: "k", Until: t0 + int64(10*time.Minute)},
 	}, out.Local.Blocks, "pop and global blocks go to the members; node scope stays here")
 	assert.Equal(t, []blocks.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, out.PoP.Blocks,
 		"only global blocks go to other PoPs")
-	assert.Empty(t, a.Flush(t0, nil).Local.Blocks, "a block is flushed once")
+	assert.Empty(t, a.Link().Flush(t0, nil).Local.Blocks, "a block is flushed once")
 
 	now := t0 + int64(2*time.Minute)
-	st := b.Apply(now, &out.Local, ScopePoP)
+	st := b.Link().Apply(now, &out.Local, ScopePoP)
 	assert.Equal(t, 2, st.Blocks.Merged)
-	st = iad.Apply(now, &out.PoP, ScopeGlobal)
+	st = iad.Link().Apply(now, &out.PoP, ScopeGlobal)
 	assert.Equal(t, 1, st.Blocks.Merged)
 	for _, c := range []struct {
 		n       *Node
@@ -139,8 +139,8 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	}{{b, "login", true}, {b, "otp", true}, {b, "local", false}, {iad, "login", true}, {iad, "otp", false}} {
 		d, err := c.n.Decide(now, c.rule, "k", 1)
 		require.NoError(t, err)
-		assert.Equal(t, c.blocked, d.Blocked, "%s %s", c.n.Self(), c.rule)
-		assert.Equal(t, !c.blocked, d.Allowed, "%s %s", c.n.Self(), c.rule)
+		assert.Equal(t, c.blocked, d.Blocked, "%s %s", c.n.Link().Self(), c.rule)
+		assert.Equal(t, !c.blocked, d.Allowed, "%s %s", c.n.Link().Self(), c.rule)
 		if c.blocked {
 			assert.Equal(t, 8*time.Minute, d.RetryAfter)
 		}
@@ -148,12 +148,12 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 
 	// A pop-scope block may not come from another PoP.
 	forged := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Blocks: []blocks.Block{{Rule: "otp", Key: "x", Until: now + 1}}}
-	st = b.Apply(now, &forged, ScopeGlobal)
+	st = b.Link().Apply(now, &forged, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope)
 	assert.Zero(t, b.BlockedUntil(now, "otp", "x"))
 
 	// Duplicates change nothing: merging is idempotent.
-	st = b.Apply(now, &out.Local, ScopePoP)
+	st = b.Link().Apply(now, &out.Local, ScopePoP)
 	assert.Equal(t, 2, st.Blocks.Unchanged)
 }
 
@@ -168,7 +168,7 @@ func TestApplyBoundsRemoteBlocks(t *testing.T) {
 		{Rule: "nope", Key: "k", Until: t0 + 1},
 		{Rule: "login", Key: "", Until: t0 + 1},
 	}}
-	st := n.Apply(t0, &d, ScopePoP)
+	st := n.Link().Apply(t0, &d, ScopePoP)
 	assert.Equal(t, BlockApplyStats{Merged: 1, Expired: 1, Ignored: 1, Clamped: 1}, st.Blocks)
 	assert.Equal(t, 1, st.UnknownRule)
 	assert.Equal(t, 1, st.BadEntry)
@@ -184,7 +184,7 @@ func TestBlocksAreBoundedByMaxKeys(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		d.Blocks = append(d.Blocks, blocks.Block{Rule: "login", Key: strconv.Itoa(i), Until: t0 + int64(time.Minute)})
 	}
-	st := n.Apply(t0, &d, ScopePoP)
+	st := n.Link().Apply(t0, &d, ScopePoP)
 	assert.Equal(t, 16, st.Blocks.Merged)
 	assert.Equal(t, 84, st.Blocks.Full)
 	assert.Equal(t, 16, n.Stats().Blocks)
@@ -197,20 +197,20 @@ func TestAntiEntropyAndStateCarryBlocks(t *testing.T) {
 	a := boxNode(t, replica("a", 1))
 	exhaust(t, a, t0, "login", "k")
 	exhaust(t, a, t0, "otp", "k")
-	a.Flush(t0, nil)
-	ae := a.AntiEntropy(t0+1, nil)
+	a.Link().Flush(t0, nil)
+	ae := a.Link().AntiEntropy(t0+1, nil)
 	assert.Len(t, ae.Local.Blocks, 2)
 	assert.Equal(t, []blocks.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, ae.PoP.Blocks)
-	ae = a.AntiEntropy(t0+1, func(string) bool { return false })
+	ae = a.Link().AntiEntropy(t0+1, func(string) bool { return false })
 	assert.Empty(t, ae.PoP.Blocks, "a PoP's blocks go out through the key's owner")
 
 	joiner := boxNode(t, replica("c", 1))
-	for _, d := range a.State(t0 + 1) {
+	for _, d := range a.Link().State(t0 + 1) {
 		via := ScopePoP
 		if d.Sender.IsPoP() {
 			via = ScopeGlobal
 		}
-		joiner.Apply(t0+1, &d, via)
+		joiner.Link().Apply(t0+1, &d, via)
 	}
 	assert.NotZero(t, joiner.BlockedUntil(t0+1, "login", "k"))
 	assert.NotZero(t, joiner.BlockedUntil(t0+1, "otp", "k"))
@@ -271,7 +271,7 @@ func TestGuardsOnRulesOfSeveralWindows(t *testing.T) {
 		More: []Limit{{Limit: 100, Window: time.Hour}}, BlockFor: 10 * time.Minute, OnUnsure: DenyUnsure}}
 	n, err := New(Config{Self: replica("a", 1), Rules: rules})
 	require.NoError(t, err)
-	n.SetEpoch(1)
+	n.Link().SetEpoch(1)
 	d := exhaust(t, n, t0, "login", "alice")
 	assert.False(t, d.Allowed)
 	assert.True(t, d.Blocked, "the denial starts a block")
@@ -285,7 +285,7 @@ func TestGuardsOnRulesOfSeveralWindows(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "the block ended")
 
-	n.SetSynced(false)
+	n.Link().SetSynced(false)
 	d, err = n.Decide(later, "login", "bob", 1)
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)

@@ -258,8 +258,8 @@ func TestConcurrencyLeaseTableFull(t *testing.T) {
 // flushTo sends a's in-flight counts to b, as the PoP's members do.
 func flushTo(t *testing.T, now int64, a, b *Node) ApplyStats {
 	t.Helper()
-	batch := a.Flush(now, nil)
-	return b.Apply(now, &batch.Local, ScopePoP)
+	batch := a.Link().Flush(now, nil)
+	return b.Link().Apply(now, &batch.Local, ScopePoP)
 }
 
 func TestConcurrencyPoPScope(t *testing.T) {
@@ -280,18 +280,18 @@ func TestConcurrencyPoPScope(t *testing.T) {
 
 	// The node-scope rule never travels.
 	require.True(t, decideOne(t, a, t0, chk(t, a, "local", "k", 0)).Allowed)
-	batch := a.Flush(t0, nil)
+	batch := a.Link().Flush(t0, nil)
 	assert.Empty(t, batch.Local.Inflight, "nothing changed but a node-scope key")
 
 	// A release travels as a lower count with a newer version.
 	require.True(t, a.Release(t0, ra.Lease))
-	old := a.Flush(t0, nil)
+	old := a.Link().Flush(t0, nil)
 	require.Len(t, old.Local.Inflight, 1)
 	assert.Equal(t, uint64(1), old.Local.Inflight[0].Count)
 	require.True(t, a.Release(t0, rb.Lease))
-	newer := a.Flush(t0, nil)
-	b.Apply(t0, &newer.Local, ScopePoP)
-	st = b.Apply(t0, &old.Local, ScopePoP)
+	newer := a.Link().Flush(t0, nil)
+	b.Link().Apply(t0, &newer.Local, ScopePoP)
+	st = b.Link().Apply(t0, &old.Local, ScopePoP)
 	assert.Equal(t, 1, st.Inflight.Unchanged, "an older value arriving late changes nothing")
 	_, members, _ = b.InFlight(t0, "uploads", "k")
 	assert.Zero(t, members)
@@ -324,7 +324,7 @@ func TestConcurrencyMemberSlotsComeBack(t *testing.T) {
 		require.False(t, decideOne(t, d, now, chk(t, d, "uploads", "k", 0)).Allowed, "at %v", time.Duration(now-t0))
 	}
 	// The membership sees c go: its counts stop counting at once.
-	d.KeepMembers(func(r crdt.Replica) bool { return r.Node != "c" })
+	d.Link().KeepMembers(func(r crdt.Replica) bool { return r.Node != "c" })
 	assert.True(t, decideOne(t, d, t0+3*ttl, chk(t, d, "uploads", "k", 0)).Allowed)
 	assert.Zero(t, d.SlotStats().PeerCounts)
 }
@@ -341,7 +341,7 @@ func TestConcurrencyApplyDistrusts(t *testing.T) {
 		{Rule: "uploads", Key: "k2", Count: 1, Version: 1},
 		{Rule: "uploads", Key: "k3", Count: 1, Version: 1},
 	}}
-	st := b.Apply(t0, &d, ScopePoP)
+	st := b.Link().Apply(t0, &d, ScopePoP)
 	assert.Equal(t, 1, st.Inflight.Clamped, "no member holds more than the limit")
 	assert.Equal(t, 1, st.UnknownRule)
 	assert.Equal(t, 2, st.WrongScope, "a node-scope rule and a rate rule")
@@ -352,7 +352,7 @@ func TestConcurrencyApplyDistrusts(t *testing.T) {
 
 	other := wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "fra"}, Node: "x", Incarnation: 1},
 		Inflight: []inflight.Count{{Rule: "uploads", Key: "z", Count: 1, Version: 1}}}
-	st = b.Apply(t0, &other, ScopeGlobal)
+	st = b.Link().Apply(t0, &other, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope, "another PoP's node may not send them")
 	_, members, _ = b.InFlight(t0, "uploads", "z")
 	assert.Zero(t, members)
@@ -365,17 +365,17 @@ func TestConcurrencyRefreshAndAntiEntropy(t *testing.T) {
 		pin.Pin = true
 		require.True(t, decideOne(t, n, t0, pin).Allowed)
 	}
-	first := n.Flush(t0, nil)
+	first := n.Link().Flush(t0, nil)
 	require.Len(t, first.Local.Inflight, 2)
-	assert.Empty(t, n.Flush(t0+1, nil).Local.Inflight, "nothing changed, no refresh due")
+	assert.Empty(t, n.Link().Flush(t0+1, nil).Local.Inflight, "nothing changed, no refresh due")
 	quarter := int64(30*time.Second) / 4
-	again := n.Flush(t0+quarter, nil)
+	again := n.Link().Flush(t0+quarter, nil)
 	require.Len(t, again.Local.Inflight, 2, "every own count again each quarter of the lease TTL")
 	assert.Equal(t, "a", again.Local.Inflight[0].Key, "sorted")
 	assert.Greater(t, again.Local.Inflight[0].Version, first.Local.Inflight[1].Version, "newer versions")
 	assert.Greater(t, again.Local.Inflight[1].Version, again.Local.Inflight[0].Version)
 
-	ae := n.AntiEntropy(t0+quarter+1, nil)
+	ae := n.Link().AntiEntropy(t0+quarter+1, nil)
 	require.Len(t, ae.Local.Inflight, 2, "anti-entropy sends every own count that is not zero")
 	assert.Greater(t, ae.Local.Inflight[0].Version, again.Local.Inflight[1].Version)
 
@@ -383,9 +383,9 @@ func TestConcurrencyRefreshAndAntiEntropy(t *testing.T) {
 	// same, and nothing is built.
 	res := decideOne(t, n, t0, chk(t, n, "uploads", "c", 0))
 	require.True(t, res.Allowed)
-	b := n.FlushTo(t0+quarter+2, nil, false)
+	b := n.Link().FlushTo(t0+quarter+2, nil, false)
 	assert.Empty(t, b.Local.Inflight)
-	assert.Empty(t, n.Flush(t0+quarter+3, nil).Local.Inflight)
+	assert.Empty(t, n.Link().Flush(t0+quarter+3, nil).Local.Inflight)
 }
 
 func TestConcurrencyReload(t *testing.T) {

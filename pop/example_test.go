@@ -14,14 +14,14 @@ func ExampleNode() {
 	rules := []pop.Rule{{Name: "api", Limit: 5, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
 	ams, _ := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: rules})
 	iad, _ := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}, Rules: rules})
-	ams.SetEpoch(1) // agreed by ams's members
+	ams.Link().SetEpoch(1) // agreed by ams's members
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC).UnixNano()
 
 	for i := 0; i < 4; i++ {
 		ams.Decide(now, "api", "203.0.113.7", 1)
 	}
-	b := ams.Flush(now, nil)                // nil: ams-1 publishes every key
-	iad.Apply(now, &b.PoP, pop.ScopeGlobal) // over NATS in the daemon
+	b := ams.Link().Flush(now, nil)                // nil: ams-1 publishes every key
+	iad.Link().Apply(now, &b.PoP, pop.ScopeGlobal) // over NATS in the daemon
 	fmt.Println(b.PoP.Sender, len(b.Local.Entries))
 	d, _ := iad.Decide(now, "api", "203.0.113.7", 1)
 	fmt.Println(d.Allowed, d.Remaining)

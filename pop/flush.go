@@ -21,14 +21,16 @@ import (
 // With sparse updates on (SetSparse), PoP leaves out the totals of keys far
 // below their limits that moved by less than a step since they were last
 // published (sparse.go).
-func (n *Node) Flush(now int64, owns func(key string) bool) Batch {
-	return n.FlushTo(now, owns, true)
+func (l Link) Flush(now int64, owns func(key string) bool) Batch {
+	n := l.n
+	return n.Link().FlushTo(now, owns, true)
 }
 
 // FlushTo is Flush for a node that may have no member to tell: with local
 // false, Batch.Local is left empty (its change marks are cleared all the
 // same), which spares a node alone in its PoP building it.
-func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch {
+func (l Link) FlushTo(now int64, owns func(key string) bool, local bool) Batch {
+	n := l.n
 	rs := n.rules.Load()
 	b := n.batch(now)
 	pub := b.PoP.Epoch != 0
@@ -58,7 +60,7 @@ func (n *Node) FlushTo(now int64, owns func(key string) bool, local bool) Batch 
 
 // batch returns an empty Batch stamped with now and the current epoch.
 func (n *Node) batch(now int64) Batch {
-	ep := n.Epoch()
+	ep := n.Link().Epoch()
 	return Batch{
 		Local: wire.Delta{Sender: n.self, SentAt: now, Epoch: ep},
 		PoP:   wire.Delta{Sender: crdt.PoPReplica(n.self.PoPID, ep), SentAt: now, Epoch: ep},
@@ -67,7 +69,7 @@ func (n *Node) batch(now int64) Batch {
 
 // Pending returns about how many keys changed since the last Flush, so that
 // a caller can flush early when a batch reaches its size cap.
-func (n *Node) Pending() int { return n.store.Pending() }
+func (l Link) Pending() int { return l.n.store.Pending() }
 
 // AntiEntropy returns every own count of the live windows (Local) and every
 // PoP total of the live windows of the keys owns accepts (PoP; nil owns
@@ -75,8 +77,9 @@ func (n *Node) Pending() int { return n.store.Pending() }
 // it repairs lost final deltas, teaches new or restarted peers and
 // republishes the keys whose ownership moved. owns is called without any lock
 // of the node held.
-func (n *Node) AntiEntropy(now int64, owns func(key string) bool) Batch {
-	return n.AntiEntropyPart(now, owns, 0, 1)
+func (l Link) AntiEntropy(now int64, owns func(key string) bool) Batch {
+	n := l.n
+	return n.Link().AntiEntropyPart(now, owns, 0, 1)
 }
 
 // antiEntropyPartKeys is about how many keys one part of a paced
@@ -87,7 +90,7 @@ const antiEntropyPartKeys = 4096
 // the store's current size is best cut: parts of about 4096 keys, so that
 // one part walks, encodes and sends in a few milliseconds; 1 for a small
 // store.
-func (n *Node) AntiEntropyParts() int { return n.store.Parts(antiEntropyPartKeys) }
+func (l Link) AntiEntropyParts() int { return l.n.store.Parts(antiEntropyPartKeys) }
 
 // AntiEntropyPart is AntiEntropy over part of parts (0 <= part < parts):
 // the parts 0 to parts-1 of one parts send every count AntiEntropy sends,
@@ -95,7 +98,8 @@ func (n *Node) AntiEntropyParts() int { return n.store.Parts(antiEntropyPartKeys
 // decisions with part 0. A
 // caller spreads the parts over its interval so that a large store's round
 // is not one burst of work that stalls the decisions sharing its cores.
-func (n *Node) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) Batch {
+func (l Link) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) Batch {
+	n := l.n
 	rs := n.rules.Load()
 	b := n.batch(now)
 	idx := n.indexFunc(rs, now)
@@ -151,9 +155,10 @@ func exactCopy(es []crdt.Entry) []crdt.Entry {
 // the push/pull state a joining or restarted member of the PoP merges to
 // learn the live windows at once. The receiver applies the deltas of
 // aggregates (Sender.IsPoP()) via ScopeGlobal and the others via ScopePoP.
-func (n *Node) State(now int64) []wire.Delta {
+func (l Link) State(now int64) []wire.Delta {
+	n := l.n
 	rs := n.rules.Load()
-	ep := n.Epoch()
+	ep := n.Link().Epoch()
 	byRep := map[crdt.ReplicaID]*wire.Delta{}
 	n.store.Entries(n.indexFunc(rs, now), func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]

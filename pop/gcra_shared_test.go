@@ -51,11 +51,11 @@ func TestSharedGCRASpendsConcurrentAdmissionsOnce(t *testing.T) {
 			a, b := sharedPair(t, scope)
 			assert.Equal(t, 2, paceN(t, a, t0, "k", 2))
 			assert.Equal(t, 2, paceN(t, b, t0, "k", 2))
-			fa, fb := a.Flush(t0, nil), b.Flush(t0, nil)
+			fa, fb := a.Link().Flush(t0, nil), b.Link().Flush(t0, nil)
 			now := t0 + int64(time.Millisecond)
-			require.Equal(t, 1, b.Apply(now, &fa.Local, ScopePoP).Merged)
-			require.Equal(t, 1, a.Apply(now, &fb.Local, ScopePoP).Merged)
-			assert.Equal(t, 1, a.Apply(now, &fb.Local, ScopePoP).Unchanged, "a duplicate")
+			require.Equal(t, 1, b.Link().Apply(now, &fa.Local, ScopePoP).Merged)
+			require.Equal(t, 1, a.Link().Apply(now, &fb.Local, ScopePoP).Merged)
+			assert.Equal(t, 1, a.Link().Apply(now, &fb.Local, ScopePoP).Unchanged, "a duplicate")
 
 			// Both see 4 spent by now (the remote 2 dated by their merge, 1ms
 			// on): 1 over the burst of 3, so a request fits again when 2 have
@@ -73,8 +73,8 @@ func TestSharedGCRASpendsConcurrentAdmissionsOnce(t *testing.T) {
 			}
 			later := t0 + int64(200*time.Millisecond)
 			assert.Equal(t, 1, paceN(t, a, later, "k", 2), "a paces: one fits")
-			fa = a.Flush(later, nil)
-			require.Equal(t, 1, b.Apply(later, &fa.Local, ScopePoP).Merged)
+			fa = a.Link().Flush(later, nil)
+			require.Equal(t, 1, b.Link().Apply(later, &fa.Local, ScopePoP).Merged)
 			assert.Zero(t, paceN(t, b, later, "k", 1), "b has seen a's admission")
 		})
 	}
@@ -85,15 +85,15 @@ func TestSharedGCRASpendsConcurrentAdmissionsOnce(t *testing.T) {
 func TestSharedGCRARefusesTheEntriesOfItsPacer(t *testing.T) {
 	a, b := sharedPair(t, ScopePoP)
 	paceN(t, a, t0, "k", 3)
-	f := a.Flush(t0, nil)
+	f := a.Link().Flush(t0, nil)
 	require.Len(t, f.Local.Entries, 1)
 	assert.Equal(t, "pace", f.Local.Entries[0].Rule)
 	assert.Equal(t, uint64(3), f.Local.Entries[0].Count)
 	bad := wire.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "pace" + pacerWire, Key: "k", Window: 0, Count: 1 << 40}}}
-	st := b.Apply(t0, &bad, ScopePoP)
+	st := b.Link().Apply(t0, &bad, ScopePoP)
 	assert.Equal(t, 1, st.WrongScope)
 	assert.Equal(t, 3, paceN(t, b, t0, "k", 3), "b's pace is untouched")
-	for _, e := range a.AntiEntropy(t0, nil).Local.Entries {
+	for _, e := range a.Link().AntiEntropy(t0, nil).Local.Entries {
 		assert.Equal(t, "pace", e.Rule)
 	}
 }
@@ -151,7 +151,7 @@ func TestSharedGCRAAgainstOneExactPace(t *testing.T) {
 			now += int64(rng.ExpFloat64() * float64(rate.Interval) / 3)
 			for nextFlush <= now {
 				for j, n := range ns {
-					b := n.Flush(nextFlush, nil)
+					b := n.Link().Flush(nextFlush, nil)
 					if len(b.Local.Entries) == 0 {
 						continue
 					}
@@ -171,7 +171,7 @@ func TestSharedGCRAAgainstOneExactPace(t *testing.T) {
 			for len(inbox) > 0 && inbox[0].at <= now {
 				m := inbox[0]
 				inbox = inbox[1:]
-				ns[m.to].Apply(m.at, &m.d, ScopePoP)
+				ns[m.to].Link().Apply(m.at, &m.d, ScopePoP)
 				fs := flushes[m.to][m.from]
 				for k, s := range fs {
 					if s == m.sent {

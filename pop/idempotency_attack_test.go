@@ -29,7 +29,7 @@ func TestMemberDenialIsNotRemembered(t *testing.T) {
 		// and a brand new key, never decided: denied for its first try too
 		{Rule: "pay", ID: memos.IDOf("k", "req-2", 1, ""), Until: t0 + int64(time.Hour), Verdict: 0},
 	}}
-	st := n.Apply(t0, &evil, ScopePoP)
+	st := n.Link().Apply(t0, &evil, ScopePoP)
 	assert.Equal(t, 0, st.Memos.Merged, "a member must not be able to remember a denial (nodes never do)")
 	later := t0 + int64(30*time.Minute)
 	again := decideOne(t, n, later, idemChk(t, n, "pay", "k", "req-1"))

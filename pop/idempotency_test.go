@@ -256,12 +256,12 @@ func TestIdempotencyAcrossMembers(t *testing.T) {
 			var ds []wire.Delta
 			switch via {
 			case "flush":
-				ds = []wire.Delta{a.Flush(t0, nil).Local}
+				ds = []wire.Delta{a.Link().Flush(t0, nil).Local}
 			case "anti-entropy":
-				a.Flush(t0, nil)
-				ds = []wire.Delta{a.AntiEntropy(t0, nil).Local}
+				a.Link().Flush(t0, nil)
+				ds = []wire.Delta{a.Link().AntiEntropy(t0, nil).Local}
 			case "state":
-				ds = a.State(t0)
+				ds = a.Link().State(t0)
 			}
 			memos := 0
 			for i := range ds {
@@ -271,7 +271,7 @@ func TestIdempotencyAcrossMembers(t *testing.T) {
 				for _, m := range msgs {
 					d, err := wire.Decode(m)
 					require.NoError(t, err)
-					b.Apply(t0, d, ScopePoP)
+					b.Link().Apply(t0, d, ScopePoP)
 				}
 			}
 			assert.Equal(t, 2, memos, "pop and global rules' decisions; a node rule's stay on the node")
@@ -281,7 +281,7 @@ func TestIdempotencyAcrossMembers(t *testing.T) {
 				assert.Equal(t, uint64(1), spent(t, b, rule, "k"), "%s: a's count only", rule)
 			}
 			assert.False(t, decideOne(t, b, t0, idemChk(t, b, "local", "k", "i")).Repeat)
-			assert.Empty(t, b.Flush(t0, nil).Local.Memos, "learnt decisions are not flushed again")
+			assert.Empty(t, b.Link().Flush(t0, nil).Local.Memos, "learnt decisions are not flushed again")
 		})
 	}
 }
@@ -289,10 +289,10 @@ func TestIdempotencyAcrossMembers(t *testing.T) {
 func TestIdempotencyFlushSendsOnlyNewDecisions(t *testing.T) {
 	a := idemNode(t, "a", Config{})
 	decideOne(t, a, t0, idemChk(t, a, "pay", "k", "i"))
-	assert.Len(t, a.Flush(t0, nil).Local.Memos, 1)
+	assert.Len(t, a.Link().Flush(t0, nil).Local.Memos, 1)
 	decideOne(t, a, t0, idemChk(t, a, "pay", "k", "i")) // a repeat
-	assert.Empty(t, a.Flush(t0, nil).Local.Memos, "a repeat remembers nothing new")
-	assert.Empty(t, a.Flush(t0, nil).PoP.Memos, "never to other PoPs")
+	assert.Empty(t, a.Link().Flush(t0, nil).Local.Memos, "a repeat remembers nothing new")
+	assert.Empty(t, a.Link().Flush(t0, nil).PoP.Memos, "never to other PoPs")
 }
 
 // TestIdempotencyHostileMemos: what a member sends is bounded: an
@@ -310,7 +310,7 @@ func TestIdempotencyHostileMemos(t *testing.T) {
 		{Rule: "pay", ID: id, Until: t0 + int64(time.Minute)}, // a denial
 		{Rule: "pay", ID: id, Until: t0 + int64(1000*time.Hour), Verdict: memos.Allowed},
 	}}
-	st := n.Apply(t0, &member, ScopePoP)
+	st := n.Link().Apply(t0, &member, ScopePoP)
 	assert.Equal(t, 1, st.UnknownRule)
 	assert.Equal(t, 1, st.WrongScope)
 	assert.Equal(t, 1, st.BadEntry, "a denial")
@@ -325,15 +325,15 @@ func TestIdempotencyHostileMemos(t *testing.T) {
 	assert.False(t, ok, "clamped to now + ttl")
 
 	foreign := wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, Memos: member.Memos}
-	assert.Equal(t, len(member.Memos), n.Apply(t0, &foreign, ScopePoP).WrongScope)
+	assert.Equal(t, len(member.Memos), n.Link().Apply(t0, &foreign, ScopePoP).WrongScope)
 	agg := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Memos: member.Memos}
-	assert.Equal(t, len(member.Memos), n.Apply(t0, &agg, ScopeGlobal).WrongScope, "other PoPs send none")
+	assert.Equal(t, len(member.Memos), n.Link().Apply(t0, &agg, ScopeGlobal).WrongScope, "other PoPs send none")
 
 	flood := wire.Delta{Sender: replica("b", 1)}
 	for i := range 5000 {
 		flood.Memos = append(flood.Memos, memos.Memo{Rule: "pay", ID: memos.IDOf("k", strconv.Itoa(i), 1, ""), Until: t0 + int64(time.Minute) + int64(i), Verdict: memos.Allowed})
 	}
-	n.Apply(t0, &flood, ScopePoP)
+	n.Link().Apply(t0, &flood, ScopePoP)
 	assert.LessOrEqual(t, n.Stats().Memos.Len, 100)
 }
 

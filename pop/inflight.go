@@ -177,7 +177,8 @@ func (inflightPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *Appl
 // died holding slots gives them back here, or at the latest when its
 // counts lapse, LeaseTTL after it was last heard). The replication layer
 // calls it when the membership changes.
-func (n *Node) KeepMembers(member func(crdt.Replica) bool) {
+func (l Link) KeepMembers(member func(crdt.Replica) bool) {
+	n := l.n
 	s := n.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()

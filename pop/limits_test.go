@@ -83,7 +83,7 @@ func TestSeveralWindowsEveryWindowMustPass(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
 	later := now + int64(30*time.Second)
-	st := n.State(later)
+	st := n.Link().State(later)
 	require.Len(t, st, 1)
 	counts := map[string]uint64{}
 	for _, e := range st[0].Entries {
@@ -97,20 +97,20 @@ func TestSeveralWindowsReplicateUnderTheirWireNames(t *testing.T) {
 	b := limitsNode(t, replica("b", 1), burstRule())
 	start := t0 - t0%int64(time.Minute)
 	decideN(t, a, start, "burst", "k", 2)
-	bt := a.Flush(start, nil)
+	bt := a.Link().Flush(start, nil)
 	names := map[string]uint64{}
 	for _, e := range bt.Local.Entries {
 		names[e.Rule] = e.Count
 	}
 	assert.Equal(t, map[string]uint64{"burst/1s": 2, "burst/1m": 2}, names)
-	st := b.Apply(start, &bt.Local, ScopePoP)
+	st := b.Link().Apply(start, &bt.Local, ScopePoP)
 	assert.Equal(t, 2, st.Merged)
 	ok, _ := decideN(t, b, start, "burst", "k", 3)
 	assert.Equal(t, 1, ok, "b sees a's 2 in the 1s window")
 
 	// A peer whose rule has one window refuses the entries by name.
 	c := limitsNode(t, replica("c", 1), Rule{Name: "burst", Limit: 3, Window: time.Second, Cost: 1, Scope: ScopeGlobal})
-	assert.Equal(t, 2, c.Apply(start, &bt.Local, ScopePoP).UnknownRule)
+	assert.Equal(t, 2, c.Link().Apply(start, &bt.Local, ScopePoP).UnknownRule)
 	r, ok2 := b.WireRule("burst/1m")
 	require.True(t, ok2)
 	assert.Equal(t, time.Minute, r.Window)
@@ -189,7 +189,7 @@ func TestApplyClampsToTheLargestLimit(t *testing.T) {
 		{Rule: "plan", Key: "vip", Window: w, Count: 40},
 		{Rule: "plan", Key: "x", Window: w, Count: 500},
 	}}
-	st := n.Apply(t0, &d, ScopePoP)
+	st := n.Link().Apply(t0, &d, ScopePoP)
 	assert.Equal(t, 2, st.Merged)
 	assert.Equal(t, 1, st.Clamped)
 	v, err := n.View(t0, "plan", "vip")
@@ -305,7 +305,7 @@ func TestSeveralWindowsConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	counts := map[string]uint64{}
-	for _, d := range n.State(start + 2000) {
+	for _, d := range n.Link().State(start + 2000) {
 		for _, e := range d.Entries {
 			counts[e.Rule] += e.Count
 		}

@@ -36,7 +36,7 @@ func TestDeltaFloodStaysInTheMemoryBudget(t *testing.T) {
 					crdt.Entry{Rule: "api", Key: k, Window: w, Count: 1})
 			}
 			var from crdt.InternCache
-			total.Add(n.ApplyFrom(t0, d, ScopeGlobal, &from))
+			total.Add(n.Link().ApplyFrom(t0, d, ScopeGlobal, &from))
 		}
 	}
 	st := n.Stats().Store

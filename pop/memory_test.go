@@ -69,10 +69,10 @@ func measureMemory(b *testing.B, n int, key func(int) string) {
 			b.Fatal(err)
 		}
 		if i%32768 == 32767 {
-			nd.Flush(now, all)
+			nd.Link().Flush(now, all)
 		}
 	}
-	nd.Flush(now, all)
+	nd.Link().Flush(now, all)
 	if got := nd.Stats().Store.Keys; got != n {
 		b.Fatalf("holds %d keys, want %d", got, n)
 	}
@@ -82,7 +82,7 @@ func measureMemory(b *testing.B, n int, key func(int) string) {
 	st := nd.Stats().Store
 	later := now + 3*int64(w)
 	nd.Tick(later)
-	nd.Flush(later, all)
+	nd.Link().Flush(later, all)
 	if got := nd.Stats().Store.Keys; got != 0 {
 		b.Fatalf("holds %d keys after they expired", got)
 	}

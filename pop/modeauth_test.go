@@ -39,21 +39,21 @@ func TestModeAuthorityHoldsAgainstForgedResends(t *testing.T) {
 	operator := newNodeWith(t, replica("op", 1), modes.NewAuthority(nil, operatorKey))
 	victim := newNodeWith(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1},
 		modes.NewAuthority([]ed25519.PublicKey{pub}, nil))
-	from := modes.Source{PoP: operator.Self().PoPID}
+	from := modes.Source{PoP: operator.Link().Self().PoPID}
 
 	_, err := victim.SetRuleMode(t0, "api", modes.Off)
 	assert.ErrorIs(t, err, modes.ErrNoSignKey, "a node without the sign key cannot set modes")
 
 	w := setMode(t, operator, t0, "api", "shadow")
 	require.True(t, w.IsSigned())
-	victim.MergeModes(t0, from, []modes.RuleMode{w})
+	victim.Link().MergeModes(t0, from, []modes.RuleMode{w})
 	forger := modes.NewAuthority(nil, forgerKey)
 	for step := range 20 {
 		now := t0 + int64(step)*int64(100*time.Millisecond)
-		pin := modes.RuleMode{Rule: "api", Mode: modes.Off, At: now + int64(1900*time.Millisecond), By: operator.Self()}
-		victim.MergeModes(now, from, []modes.RuleMode{pin}) // unsigned, in the operator's name
+		pin := modes.RuleMode{Rule: "api", Mode: modes.Off, At: now + int64(1900*time.Millisecond), By: operator.Link().Self()}
+		victim.Link().MergeModes(now, from, []modes.RuleMode{pin}) // unsigned, in the operator's name
 		forger.Sign(&pin)
-		victim.MergeModes(now, from, []modes.RuleMode{pin}) // signed by a key nobody trusts
+		victim.Link().MergeModes(now, from, []modes.RuleMode{pin}) // signed by a key nobody trusts
 		st, _ := victim.RuleMode("api")
 		require.Equal(t, Shadow, st.Effective, "step %d: the operator's write holds", step)
 	}
@@ -66,12 +66,12 @@ func TestModeAuthorityHoldsAgainstForgedResends(t *testing.T) {
 	open := newNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-2", Incarnation: 1})
 	evil := crdt.PoPID{Region: "ap", PoP: "sin"}
 	forged := modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0, By: replica("ams-1", 1)}
-	open.MergeModes(t0, modes.Source{PoP: evil}, []modes.RuleMode{forged})
+	open.Link().MergeModes(t0, modes.Source{PoP: evil}, []modes.RuleMode{forged})
 	st, _ := open.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective, "set_by forged")
 	assert.Equal(t, uint64(1), open.ModeStats().Untrusted)
 	own := modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(1900*time.Millisecond), By: crdt.Replica{PoPID: evil, Node: "sin-1", Incarnation: 1}}
-	open.MergeModes(t0, modes.Source{PoP: evil}, []modes.RuleMode{own})
+	open.Link().MergeModes(t0, modes.Source{PoP: evil}, []modes.RuleMode{own})
 	st, _ = open.RuleMode("api")
 	assert.Equal(t, Off, st.Effective)
 	put := setMode(t, open, t0, "api", "enforce")
@@ -92,7 +92,7 @@ func TestModeAuthorityChecksOneWriteOfARule(t *testing.T) {
 		batch[i] = modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(i), By: replica("x", 1)}
 		forger.Sign(&batch[i])
 	}
-	victim.MergeModes(t0+int64(time.Second), modes.Source{PoP: crdt.PoPID{Region: "us", PoP: "iad"}}, batch)
+	victim.Link().MergeModes(t0+int64(time.Second), modes.Source{PoP: crdt.PoPID{Region: "us", PoP: "iad"}}, batch)
 	st := victim.ModeStats()
 	assert.Equal(t, uint64(1), st.Untrusted, "one check")
 	assert.Equal(t, uint64(len(batch)-1), st.Unchanged)

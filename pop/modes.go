@@ -197,7 +197,8 @@ func (t *modeTable) put(w modes.RuleMode, r *ruleState) {
 // the mode authority does not take from src, writes dated after now plus
 // MaxSkew, malformed ones, and new ones for unknown rule names beyond
 // MaxOrphanModes are refused. It keeps nothing of ms.
-func (n *Node) MergeModes(now int64, src modes.Source, ms []modes.RuleMode) {
+func (l Link) MergeModes(now int64, src modes.Source, ms []modes.RuleMode) {
+	n := l.n
 	if len(ms) == 0 {
 		return
 	}
@@ -293,7 +294,8 @@ func (n *Node) storeRules(next *ruleSet) {
 
 // Modes returns every write held, sorted by rule name: what an
 // anti-entropy round and a state file carry.
-func (n *Node) Modes() []modes.RuleMode {
+func (l Link) Modes() []modes.RuleMode {
+	n := l.n
 	t := &n.modes
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -307,7 +309,8 @@ func (n *Node) Modes() []modes.RuleMode {
 
 // TakeModes returns the writes made on this node since the last call (nil
 // when none: one atomic load), as they stand now.
-func (n *Node) TakeModes() []modes.RuleMode {
+func (l Link) TakeModes() []modes.RuleMode {
+	n := l.n
 	t := &n.modes
 	if !t.dirty.Load() {
 		return nil

@@ -143,23 +143,23 @@ func TestModeLastWriterWins(t *testing.T) {
 	for _, order := range [][]modes.RuleMode{{wOff, wShadow}, {wShadow, wOff}} {
 		n := newNode(t, replica("c", 1))
 		for _, w := range order {
-			n.MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{w})
+			n.Link().MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{w})
 		}
 		st, ok := n.RuleMode("api")
 		require.True(t, ok)
 		assert.Equal(t, Shadow, st.Effective)
 		assert.Equal(t, wShadow, *st.Set)
 	}
-	a.MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{wShadow})
-	b.MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{wOff})
-	assert.Equal(t, a.Modes(), b.Modes(), "converged")
+	a.Link().MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{wShadow})
+	b.Link().MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{wOff})
+	assert.Equal(t, a.Link().Modes(), b.Link().Modes(), "converged")
 	assert.Equal(t, uint64(1), b.ModeStats().Unchanged)
 
 	// A write at a time older than the one held still wins where it is
 	// made: it is dated just after.
 	w := setMode(t, a, t0, "api", "enforce")
 	assert.Equal(t, wShadow.At+1, w.At)
-	b.MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{w})
+	b.Link().MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{w})
 	st, _ := b.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective)
 }
@@ -169,11 +169,11 @@ func TestModeLastWriterWins(t *testing.T) {
 func TestModeFutureRefused(t *testing.T) {
 	n := newNode(t, replica("a", 1))
 	w := modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(time.Hour), By: replica("evil", 1)}
-	n.MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{w})
+	n.Link().MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{w})
 	st, _ := n.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective)
 	assert.Equal(t, uint64(1), n.ModeStats().Future)
-	n.MergeModes(t0+int64(time.Hour)-int64(time.Second), modes.Source{Member: true}, []modes.RuleMode{w})
+	n.Link().MergeModes(t0+int64(time.Hour)-int64(time.Second), modes.Source{Member: true}, []modes.RuleMode{w})
 	st, _ = n.RuleMode("api")
 	assert.Equal(t, Off, st.Effective, "within MaxSkew of now")
 
@@ -182,7 +182,7 @@ func TestModeFutureRefused(t *testing.T) {
 		{Rule: "", Mode: 1, At: t0, By: replica("x", 1)},
 		{Rule: "api", Mode: 1, At: t0, By: crdt.Replica{Node: "x"}},
 	} {
-		n.MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{bad})
+		n.Link().MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{bad})
 	}
 	assert.Equal(t, uint64(3), n.ModeStats().Refused)
 }
@@ -196,13 +196,13 @@ func TestModeOrphans(t *testing.T) {
 	for i := 0; i < MaxOrphanModes+10; i++ {
 		ws = append(ws, modes.RuleMode{Rule: "gone-" + strconv.Itoa(i), Mode: modes.Off, At: t0 + int64(i), By: replica("b", 1)})
 	}
-	n.MergeModes(t0+int64(time.Second), modes.Source{Member: true}, ws)
+	n.Link().MergeModes(t0+int64(time.Second), modes.Source{Member: true}, ws)
 	assert.Equal(t, uint64(10), n.ModeStats().Refused)
-	assert.Len(t, n.Modes(), MaxOrphanModes)
+	assert.Len(t, n.Link().Modes(), MaxOrphanModes)
 	// A write for a held orphan still merges.
 	newer := ws[0]
 	newer.At, newer.Mode = t0+int64(time.Second), modes.Shadow
-	n.MergeModes(t0+int64(time.Second), modes.Source{Member: true}, []modes.RuleMode{newer})
+	n.Link().MergeModes(t0+int64(time.Second), modes.Source{Member: true}, []modes.RuleMode{newer})
 	assert.Equal(t, uint64(1), n.ModeStats().Merged-uint64(MaxOrphanModes))
 
 	// The rule is loaded: the write applies at once.
@@ -223,7 +223,7 @@ func TestModeOrphans(t *testing.T) {
 	st, ok = n.RuleMode("api")
 	require.True(t, ok)
 	assert.True(t, st.Orphaned)
-	assert.Len(t, n.Modes(), MaxOrphanModes, "the oldest orphan was dropped for it")
+	assert.Len(t, n.Link().Modes(), MaxOrphanModes, "the oldest orphan was dropped for it")
 	assert.Equal(t, uint64(1), n.ModeStats().Dropped)
 	_, err := n.SetRuleMode(t0, "api", modes.Off)
 	assert.ErrorIs(t, err, ErrUnknownRule, "only clearing an orphan is allowed")
@@ -254,12 +254,12 @@ func TestModeReloadKeepsOverride(t *testing.T) {
 
 func TestTakeModes(t *testing.T) {
 	n := newNode(t, replica("a", 1))
-	assert.Nil(t, n.TakeModes())
+	assert.Nil(t, n.Link().TakeModes())
 	setMode(t, n, t0, "api", "off")
 	w := setMode(t, n, t0+1, "api", "shadow")
-	n.MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{{Rule: "local", Mode: modes.Off, At: t0, By: replica("b", 1)}})
-	assert.Equal(t, []modes.RuleMode{w}, n.TakeModes(), "own writes only, as they stand")
-	assert.Nil(t, n.TakeModes())
+	n.Link().MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{{Rule: "local", Mode: modes.Off, At: t0, By: replica("b", 1)}})
+	assert.Equal(t, []modes.RuleMode{w}, n.Link().TakeModes(), "own writes only, as they stand")
+	assert.Nil(t, n.Link().TakeModes())
 }
 
 // TestModesPersist: a state file's snapshot carries the modes; a new

@@ -275,7 +275,7 @@ func fractionOption(name string, v, def float64) (float64, error) {
 // (from a state file, Restore) holds no global counts, so its epoch's
 // aggregate merges like another PoP's.
 func (n *Node) ownEpoch(e uint64) bool {
-	if e == n.Epoch() || e == n.self.Incarnation {
+	if e == n.Link().Epoch() || e == n.self.Incarnation {
 		return true
 	}
 	for _, r := range n.store.Replicas() {
@@ -288,15 +288,15 @@ func (n *Node) ownEpoch(e uint64) bool {
 
 // MaxSkew returns how far ahead of this node's clock a peer's clock may run
 // (Config.MaxSkew).
-func (n *Node) MaxSkew() time.Duration { return time.Duration(n.maxSkew) }
+func (l Link) MaxSkew() time.Duration { return time.Duration(l.n.maxSkew) }
 
 // Replicas returns the replica identities whose counts the node holds or
 // held (interned; forgotten once no live key references them), self
 // included.
-func (n *Node) Replicas() []crdt.Replica { return n.store.Replicas() }
+func (l Link) Replicas() []crdt.Replica { return l.n.store.Replicas() }
 
 // Self returns the node's replica identity.
-func (n *Node) Self() crdt.Replica { return n.self }
+func (l Link) Self() crdt.Replica { return l.n.self }
 
 // SetEpoch sets the PoP epoch the members agreed on: the incarnation of the
 // PoP's aggregate this node publishes (Batch.PoP) and ignores when it comes
@@ -305,7 +305,8 @@ func (n *Node) Self() crdt.Replica { return n.self }
 // Counts merged earlier under the own PoP's aggregate of that epoch (relayed
 // by another PoP before this node knew the epoch was its PoP's current one)
 // are dropped: the node holds the same counts per member.
-func (n *Node) SetEpoch(epoch uint64) {
+func (l Link) SetEpoch(epoch uint64) {
+	n := l.n
 	n.epoch.Store(epoch)
 	if epoch != 0 {
 		n.applyMu.Lock()
@@ -315,7 +316,7 @@ func (n *Node) SetEpoch(epoch uint64) {
 }
 
 // Epoch returns the PoP epoch set by SetEpoch.
-func (n *Node) Epoch() uint64 { return n.epoch.Load() }
+func (l Link) Epoch() uint64 { return l.n.epoch.Load() }
 
 // Tick does periodic housekeeping at now: it drops keys whose windows have
 // all passed and, once many replica identities have piled up, the ones no

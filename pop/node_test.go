@@ -141,11 +141,11 @@ func TestConcurrentDecideNeverExceedsLimit(t *testing.T) {
 // delta to a member, the PoP aggregate to another PoP.
 func exchange(t *testing.T, now int64, from *Node, to *Node, via Scope) ApplyStats {
 	t.Helper()
-	b := from.Flush(now, nil)
+	b := from.Link().Flush(now, nil)
 	if via == ScopePoP {
-		return to.Apply(now, &b.Local, ScopePoP)
+		return to.Link().Apply(now, &b.Local, ScopePoP)
 	}
-	return to.Apply(now, &b.PoP, ScopeGlobal)
+	return to.Link().Apply(now, &b.PoP, ScopeGlobal)
 }
 
 func TestReplicationByScope(t *testing.T) {
@@ -169,18 +169,18 @@ func TestReplicationByScope(t *testing.T) {
 		{Rule: "ghost", Key: "k", Window: 1, Count: 50},
 		{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 4},
 	}}
-	st = b.Apply(t0, &other, ScopeGlobal)
+	st = b.Link().Apply(t0, &other, ScopeGlobal)
 	assert.Equal(t, ApplyStats{Merged: 1, WrongScope: 2, UnknownRule: 1}, st)
 	assert.InDelta(t, 7, estimate(t, b, t0, "api", "k"), 1e-9)
 	assert.InDelta(t, 3, estimate(t, b, t0, "per-ip", "k"), 1e-9)
 
 	// A delta claiming to come from another PoP over the PoP transport is refused.
-	st = b.Apply(t0, &other, ScopePoP)
+	st = b.Link().Apply(t0, &other, ScopePoP)
 	assert.Equal(t, 4, st.WrongScope)
 	// Our own echo is ignored.
-	out := a.AntiEntropy(t0, nil)
+	out := a.Link().AntiEntropy(t0, nil)
 	require.Len(t, out.Local.Entries, 2)
-	assert.Equal(t, 2, a.Apply(t0, &out.Local, ScopePoP).Echo)
+	assert.Equal(t, 2, a.Link().Apply(t0, &out.Local, ScopePoP).Echo)
 	assert.Equal(t, 1+2+4, b.Stats().Applied.Rejected(), "unknown rule + wrong scope, both applies")
 }
 
@@ -188,8 +188,8 @@ func TestApplyIgnoresEntriesBeyondSkew(t *testing.T) {
 	b := newNode(t, replica("b", 1))
 	w := t0 / int64(10*time.Second)
 	d := wire.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w + 1, Count: 3}}}
-	assert.Equal(t, 1, b.Apply(t0, &d, ScopePoP).Ahead, "next window starts 10s later, beyond 2s skew")
-	assert.Equal(t, 1, b.Apply(t0+int64(9*time.Second), &d, ScopePoP).Merged, "1s before it starts: within skew")
+	assert.Equal(t, 1, b.Link().Apply(t0, &d, ScopePoP).Ahead, "next window starts 10s later, beyond 2s skew")
+	assert.Equal(t, 1, b.Link().Apply(t0+int64(9*time.Second), &d, ScopePoP).Merged, "1s before it starts: within skew")
 }
 
 // TestRestartedNodeRelearnsAndAdds: a node restarts with a new incarnation,
@@ -205,8 +205,8 @@ func TestRestartedNodeRelearnsAndAdds(t *testing.T) {
 
 	a2 := newNode(t, replica("a", 2)) // restart: fresh memory, new incarnation
 	now := t0 + int64(time.Second)
-	for _, d := range b.State(now) {
-		a2.Apply(now, &d, ScopePoP)
+	for _, d := range b.Link().State(now) {
+		a2.Link().Apply(now, &d, ScopePoP)
 	}
 	assert.InDelta(t, 4, estimate(t, a2, now, "api", "k"), 1e-9, "no undercount after restart")
 	for i := 0; i < 3; i++ {
@@ -333,7 +333,7 @@ func TestTickForgetsOldIncarnations(t *testing.T) {
 		key := "k" + strconv.FormatUint(inc%100, 10) // at most 20 replicas per key
 		sender := crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "p" + strconv.FormatUint(inc%250, 10)}, inc)
 		d := wire.Delta{Sender: sender, Entries: []crdt.Entry{{Rule: "api", Key: key, Window: t0 / int64(time.Minute), Count: 1}}}
-		require.Equal(t, 1, n.Apply(t0, &d, ScopeGlobal).Merged)
+		require.Equal(t, 1, n.Link().Apply(t0, &d, ScopeGlobal).Merged)
 	}
 	assert.Equal(t, 2001, n.Stats().Store.Replicas)
 	n.Tick(t0)
@@ -342,7 +342,7 @@ func TestTickForgetsOldIncarnations(t *testing.T) {
 	n.Tick(later)
 	assert.Equal(t, 1, n.Stats().Store.Replicas, "expired incarnations are forgotten")
 	d := wire.Delta{Sender: replica("a", 9999), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: later / w, Count: 4}}}
-	assert.Equal(t, ApplyStats{Merged: 1}, n.Apply(later, &d, ScopePoP))
+	assert.Equal(t, ApplyStats{Merged: 1}, n.Link().Apply(later, &d, ScopePoP))
 	assert.InDelta(t, 4, estimate(t, n, later, "per-ip", "k"), 1e-9, "the reused ID carries only the new counts")
 }
 
@@ -366,7 +366,7 @@ func entriesByKey(d wire.Delta) map[string]uint64 {
 func TestPoPTotalsOfThreeMembers(t *testing.T) {
 	a, b, c := newNode(t, replica("a", 1)), newNode(t, replica("b", 1)), newNode(t, replica("c", 1))
 	for _, n := range []*Node{a, b, c} {
-		n.SetEpoch(5)
+		n.Link().SetEpoch(5)
 	}
 	decide := func(n *Node, rule, key string, times int) {
 		for i := 0; i < times; i++ {
@@ -382,13 +382,13 @@ func TestPoPTotalsOfThreeMembers(t *testing.T) {
 	decide(b, "per-ip", "k1", 2)      // pop scope: stays in the PoP
 	decide(a, "local", "k1", 1)       // node scope: stays on the node
 	for _, m := range []*Node{b, c} { // members' own counts reach a
-		out := m.Flush(t0, func(string) bool { return false })
+		out := m.Link().Flush(t0, func(string) bool { return false })
 		assert.Empty(t, out.PoP.Entries, "owns nothing")
-		require.Zero(t, a.Apply(t0, &out.Local, ScopePoP).Rejected())
+		require.Zero(t, a.Link().Apply(t0, &out.Local, ScopePoP).Rejected())
 	}
 	owns := func(key string) bool { return key != "not-mine" }
 	w := strconv.FormatInt(t0/int64(time.Minute), 10)
-	out := a.Flush(t0, owns)
+	out := a.Link().Flush(t0, owns)
 	assert.Equal(t, replica("a", 1), out.Local.Sender)
 	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 5), out.PoP.Sender)
 	for _, d := range []wire.Delta{out.Local, out.PoP} {
@@ -399,23 +399,23 @@ func TestPoPTotalsOfThreeMembers(t *testing.T) {
 	assert.Equal(t, map[string]uint64{"api/k1@" + w: 6, "api/k2@" + w: 4}, entriesByKey(out.PoP),
 		"PoP totals of owned global keys, k2 without an own count")
 
-	out = a.Flush(t0, owns)
+	out = a.Link().Flush(t0, owns)
 	assert.Empty(t, out.Local.Entries)
 	assert.Empty(t, out.PoP.Entries, "nothing changed since")
 
 	// A member's count alone changes the PoP total.
 	decide(b, "api", "k2", 1)
-	bOut := b.Flush(t0, nil)
-	assert.Equal(t, ApplyStats{Merged: 1}, a.Apply(t0, &bOut.Local, ScopePoP))
-	out = a.Flush(t0, owns)
+	bOut := b.Link().Flush(t0, nil)
+	assert.Equal(t, ApplyStats{Merged: 1}, a.Link().Apply(t0, &bOut.Local, ScopePoP))
+	out = a.Link().Flush(t0, owns)
 	assert.Empty(t, out.Local.Entries)
 	assert.Equal(t, map[string]uint64{"api/k2@" + w: 5}, entriesByKey(out.PoP))
 
 	// Anti-entropy: every own count and every owned PoP total.
-	out = a.AntiEntropy(t0, owns)
+	out = a.Link().AntiEntropy(t0, owns)
 	assert.Equal(t, map[string]uint64{"api/k1@" + w: 1}, entriesByKey(out.Local))
 	assert.Equal(t, map[string]uint64{"api/k1@" + w: 6, "api/k2@" + w: 5}, entriesByKey(out.PoP))
-	out = a.AntiEntropy(t0, nil)
+	out = a.Link().AntiEntropy(t0, nil)
 	assert.Equal(t, map[string]uint64{"api/k1@" + w: 6, "api/k2@" + w: 5, "api/not-mine@" + w: 5}, entriesByKey(out.PoP))
 }
 
@@ -425,7 +425,7 @@ func TestTwoPoPsSpeakThroughAggregates(t *testing.T) {
 	a1, a2 := newNode(t, replica("a1", 1)), newNode(t, replica("a2", 1))
 	iad := newNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1})
 	for _, n := range []*Node{a1, a2, iad} {
-		n.SetEpoch(3)
+		n.Link().SetEpoch(3)
 	}
 	for i := 0; i < 2; i++ {
 		_, _ = a1.Decide(t0, "api", "k", 1)
@@ -435,23 +435,23 @@ func TestTwoPoPsSpeakThroughAggregates(t *testing.T) {
 		_, _ = iad.Decide(t0, "api", "k", 1)
 	}
 	owner := func(n *Node) func(string) bool { return func(string) bool { return n == a1 } }
-	out2 := a2.Flush(t0, owner(a2))
+	out2 := a2.Link().Flush(t0, owner(a2))
 	assert.Empty(t, out2.PoP.Entries, "a1 owns every key")
-	require.Equal(t, 1, a1.Apply(t0, &out2.Local, ScopePoP).Merged)
-	out1 := a1.Flush(t0, owner(a1))
-	require.Equal(t, 1, a2.Apply(t0, &out1.Local, ScopePoP).Merged)
-	require.Equal(t, 1, iad.Apply(t0, &out1.PoP, ScopeGlobal).Merged)
-	assert.Equal(t, 0, iad.Apply(t0, &out2.PoP, ScopeGlobal).Merged)
+	require.Equal(t, 1, a1.Link().Apply(t0, &out2.Local, ScopePoP).Merged)
+	out1 := a1.Link().Flush(t0, owner(a1))
+	require.Equal(t, 1, a2.Link().Apply(t0, &out1.Local, ScopePoP).Merged)
+	require.Equal(t, 1, iad.Link().Apply(t0, &out1.PoP, ScopeGlobal).Merged)
+	assert.Equal(t, 0, iad.Link().Apply(t0, &out2.PoP, ScopeGlobal).Merged)
 	assert.InDelta(t, 8, estimate(t, iad, t0, "api", "k"), 1e-9, "ams's 5 and iad's own 3")
 
-	outI := iad.Flush(t0, nil)
+	outI := iad.Link().Flush(t0, nil)
 	for _, n := range []*Node{a1, a2} {
-		require.Equal(t, 1, n.Apply(t0, &outI.PoP, ScopeGlobal).Merged)
+		require.Equal(t, 1, n.Link().Apply(t0, &outI.PoP, ScopeGlobal).Merged)
 		assert.InDelta(t, 8, estimate(t, n, t0, "api", "k"), 1e-9)
 	}
-	out := a1.AntiEntropy(t0, nil)
+	out := a1.Link().AntiEntropy(t0, nil)
 	assert.Equal(t, uint64(5), out.PoP.Entries[0].Count, "iad's count is not part of ams's total")
-	assert.Empty(t, a1.Flush(t0, nil).PoP.Entries, "a foreign count changes no PoP total")
+	assert.Empty(t, a1.Link().Flush(t0, nil).PoP.Entries, "a foreign count changes no PoP total")
 	v, err := a1.View(t0, "api", "k")
 	require.NoError(t, err)
 	require.Len(t, v.Windows, 1)
@@ -487,12 +487,12 @@ func TestApplySenderRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := newNode(t, replica("a", 1))
-			n.SetEpoch(7)
+			n.Link().SetEpoch(7)
 			d := wire.Delta{Sender: tt.sender, Entries: []crdt.Entry{
 				{Rule: "api", Key: "k", Window: w, Count: 3},
 				{Rule: "per-ip", Key: "k", Window: pw, Count: 3},
 			}}
-			assert.Equal(t, tt.want, n.Apply(t0, &d, tt.via))
+			assert.Equal(t, tt.want, n.Link().Apply(t0, &d, tt.via))
 			assert.Equal(t, tt.want, n.Stats().Applied)
 			want := 0.0
 			if tt.want.Merged > 0 {
@@ -507,26 +507,26 @@ func TestApplySenderRules(t *testing.T) {
 // sends its own counts to its members but no aggregate.
 func TestEpochZeroPublishesNoAggregate(t *testing.T) {
 	n := newNode(t, replica("a", 1))
-	assert.Zero(t, n.Epoch())
+	assert.Zero(t, n.Link().Epoch())
 	_, err := n.Decide(t0, "api", "k", 1)
 	require.NoError(t, err)
-	out := n.Flush(t0, nil)
+	out := n.Link().Flush(t0, nil)
 	assert.Len(t, out.Local.Entries, 1)
 	assert.Empty(t, out.PoP.Entries)
 	assert.Zero(t, out.Local.Epoch)
 	assert.Zero(t, out.PoP.Epoch)
-	assert.Empty(t, n.AntiEntropy(t0, nil).PoP.Entries)
+	assert.Empty(t, n.Link().AntiEntropy(t0, nil).PoP.Entries)
 
-	n.SetEpoch(3)
-	assert.Equal(t, uint64(3), n.Epoch())
-	assert.Empty(t, n.Flush(t0, nil).PoP.Entries, "the change was flushed at epoch 0")
-	ae := n.AntiEntropy(t0, nil)
+	n.Link().SetEpoch(3)
+	assert.Equal(t, uint64(3), n.Link().Epoch())
+	assert.Empty(t, n.Link().Flush(t0, nil).PoP.Entries, "the change was flushed at epoch 0")
+	ae := n.Link().AntiEntropy(t0, nil)
 	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 3), ae.PoP.Sender)
 	assert.Equal(t, uint64(3), ae.Local.Epoch)
 	assert.Len(t, ae.PoP.Entries, 1, "anti-entropy publishes it")
 	_, err = n.Decide(t0, "api", "k", 1)
 	require.NoError(t, err)
-	out = n.Flush(t0, nil)
+	out = n.Link().Flush(t0, nil)
 	require.Len(t, out.PoP.Entries, 1)
 	assert.Equal(t, uint64(2), out.PoP.Entries[0].Count)
 }
@@ -536,31 +536,31 @@ func TestEpochZeroPublishesNoAggregate(t *testing.T) {
 // PoP restarted and lost it), without entering the new PoP total.
 func TestSetEpochEchoRule(t *testing.T) {
 	a, b := newNode(t, replica("a", 1)), newNode(t, replica("b", 2))
-	a.SetEpoch(1)
-	b.SetEpoch(1)
+	a.Link().SetEpoch(1)
+	b.Link().SetEpoch(1)
 	for i := 0; i < 4; i++ {
 		_, _ = a.Decide(t0, "api", "k", 1)
 	}
-	agg := a.Flush(t0, nil).PoP
+	agg := a.Link().Flush(t0, nil).PoP
 	require.Len(t, agg.Entries, 1)
-	assert.Equal(t, ApplyStats{Echo: 1}, b.Apply(t0, &agg, ScopeGlobal), "relayed back by another PoP")
+	assert.Equal(t, ApplyStats{Echo: 1}, b.Link().Apply(t0, &agg, ScopeGlobal), "relayed back by another PoP")
 	assert.Zero(t, estimate(t, b, t0, "api", "k"))
 
-	b.SetEpoch(2) // the PoP restarted; a's state is gone
-	assert.Equal(t, ApplyStats{Merged: 1}, b.Apply(t0, &agg, ScopeGlobal))
+	b.Link().SetEpoch(2) // the PoP restarted; a's state is gone
+	assert.Equal(t, ApplyStats{Merged: 1}, b.Link().Apply(t0, &agg, ScopeGlobal))
 
 	// An epoch a member started (its incarnation) and left: that member's
 	// counts arrive per node, so its aggregate is an echo.
 	c := newNode(t, replica("c", 3))
-	c.SetEpoch(2)
-	local := a.AntiEntropy(t0, nil).Local
-	assert.Equal(t, ApplyStats{Merged: 1}, c.Apply(t0, &local, ScopePoP))
-	assert.Equal(t, ApplyStats{Echo: 1}, c.Apply(t0, &agg, ScopeGlobal), "a#1 is a member: its epoch 1 is no former state")
+	c.Link().SetEpoch(2)
+	local := a.Link().AntiEntropy(t0, nil).Local
+	assert.Equal(t, ApplyStats{Merged: 1}, c.Link().Apply(t0, &local, ScopePoP))
+	assert.Equal(t, ApplyStats{Echo: 1}, c.Link().Apply(t0, &agg, ScopeGlobal), "a#1 is a member: its epoch 1 is no former state")
 	assert.InDelta(t, 4, estimate(t, b, t0, "api", "k"), 1e-9)
-	assert.Empty(t, b.Flush(t0, nil).PoP.Entries, "a former aggregate is no member")
-	assert.Empty(t, b.AntiEntropy(t0, nil).PoP.Entries)
+	assert.Empty(t, b.Link().Flush(t0, nil).PoP.Entries, "a former aggregate is no member")
+	assert.Empty(t, b.Link().AntiEntropy(t0, nil).PoP.Entries)
 	_, _ = b.Decide(t0, "api", "k", 1)
-	out := b.Flush(t0, nil)
+	out := b.Link().Flush(t0, nil)
 	require.Len(t, out.PoP.Entries, 1)
 	assert.Equal(t, uint64(1), out.PoP.Entries[0].Count)
 	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 2), out.PoP.Sender)
@@ -571,19 +571,19 @@ func TestSetEpochEchoRule(t *testing.T) {
 // its sender's kind learns everything.
 func TestStateCarriesEpochAndAggregates(t *testing.T) {
 	a := newNode(t, replica("a", 1))
-	a.SetEpoch(4)
+	a.Link().SetEpoch(4)
 	_, _ = a.Decide(t0, "api", "k", 1)
 	_, _ = a.Decide(t0, "per-ip", "k", 1)
 	_, _ = a.Decide(t0, "local", "k", 1)
 	w := t0 / int64(time.Minute)
 	iad := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 7}}}
-	require.Equal(t, 1, a.Apply(t0, &iad, ScopeGlobal).Merged)
-	st := a.State(t0)
+	require.Equal(t, 1, a.Link().Apply(t0, &iad, ScopeGlobal).Merged)
+	st := a.Link().State(t0)
 	require.Len(t, st, 2)
 	assert.Equal(t, replica("a", 1), st[0].Sender)
 	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), st[1].Sender)
 	joiner := newNode(t, replica("b", 1))
-	joiner.SetEpoch(4)
+	joiner.Link().SetEpoch(4)
 	for _, d := range st {
 		assert.Equal(t, uint64(4), d.Epoch)
 		assert.Equal(t, t0, d.SentAt)
@@ -591,25 +591,25 @@ func TestStateCarriesEpochAndAggregates(t *testing.T) {
 		if d.Sender.IsPoP() {
 			via = ScopeGlobal
 		}
-		assert.Zero(t, joiner.Apply(t0, &d, via).Rejected())
+		assert.Zero(t, joiner.Link().Apply(t0, &d, via).Rejected())
 	}
 	assert.InDelta(t, 8, estimate(t, joiner, t0, "api", "k"), 1e-9)
 	assert.InDelta(t, 1, estimate(t, joiner, t0, "per-ip", "k"), 1e-9)
-	assert.Empty(t, newNode(t, replica("c", 1)).State(t0), "no empty deltas")
+	assert.Empty(t, newNode(t, replica("c", 1)).Link().State(t0), "no empty deltas")
 }
 
 // TestFlushToWithoutLocal: a node with no member to tell builds no Local
 // delta, publishes its totals and clears its change marks all the same.
 func TestFlushToWithoutLocal(t *testing.T) {
 	n := newNode(t, replica("a", 1))
-	n.SetEpoch(1)
+	n.Link().SetEpoch(1)
 	_, err := n.Decide(t0, "api", "k", 3)
 	require.NoError(t, err)
-	b := n.FlushTo(t0, nil, false)
+	b := n.Link().FlushTo(t0, nil, false)
 	assert.Empty(t, b.Local.Entries)
 	require.Len(t, b.PoP.Entries, 1)
 	assert.Equal(t, uint64(3), b.PoP.Entries[0].Count)
-	again := n.Flush(t0, nil)
+	again := n.Link().Flush(t0, nil)
 	assert.Empty(t, again.Local.Entries, "the own change was flushed")
 	assert.Empty(t, again.PoP.Entries)
 }
@@ -624,7 +624,7 @@ func TestApplyClampsCountsAboveLimit(t *testing.T) {
 	w := t0 / win
 	start := w * win
 	d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 1 << 62}}}
-	st := n.Apply(start, &d, ScopeGlobal)
+	st := n.Link().Apply(start, &d, ScopeGlobal)
 	assert.Equal(t, ApplyStats{Merged: 1, Clamped: 1}, st)
 	assert.Equal(t, 1, n.Stats().Applied.Clamped)
 
@@ -634,7 +634,7 @@ func TestApplyClampsCountsAboveLimit(t *testing.T) {
 	// Resent in the next window it is clamped again; two windows after the
 	// last one claimed, the key is free whatever was claimed.
 	d.Entries[0].Window = w + 1
-	assert.Equal(t, 1, n.Apply(start+win, &d, ScopeGlobal).Clamped)
+	assert.Equal(t, 1, n.Link().Apply(start+win, &d, ScopeGlobal).Clamped)
 	// Halfway through the window after the claim, the sliding estimate
 	// weighs the clamped count by one half: a limit of 10 leaves 5.
 	dec, err = n.Peek(start+2*win+win/2, "api", "k", 1)
@@ -651,9 +651,9 @@ func TestSynced(t *testing.T) {
 	n, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}})
 	require.NoError(t, err)
 	assert.True(t, n.Synced(), "a new node core has no past to wait for")
-	n.SetSynced(false)
+	n.Link().SetSynced(false)
 	assert.False(t, n.Synced())
-	n.SetSynced(true)
+	n.Link().SetSynced(true)
 	assert.True(t, n.Synced())
 }
 
@@ -674,7 +674,7 @@ func TestApplyFindsRulesByWireName(t *testing.T) {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: rules[i].WireName(rules[i].Window), Key: "k", Window: w, Count: uint64(i + 1)})
 		}
 		d.Entries = append(d.Entries, crdt.Entry{Rule: "nope", Key: "k", Window: w, Count: 1})
-		st := n.Apply(t0, &d, ScopeGlobal)
+		st := n.Link().Apply(t0, &d, ScopeGlobal)
 		assert.Equal(t, nrules, st.Merged, "%d rules", nrules)
 		assert.Equal(t, 1, st.UnknownRule, "%d rules", nrules)
 		for i := range nrules {

@@ -57,7 +57,7 @@ const snapshotChunk = 1024
 func (n *Node) SnapshotEach(now int64) iter.Seq[*wire.Delta] {
 	return func(yield func(*wire.Delta) bool) {
 		rs := n.rules.Load()
-		ep := n.Epoch()
+		ep := n.Link().Epoch()
 		idx := n.indexFunc(rs, now)
 		type pending struct {
 			d     wire.Delta
@@ -122,7 +122,7 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*wire.Delta] {
 			}
 		})
 		emit(own)
-		if ms := n.Modes(); !stopped && len(ms) > 0 {
+		if ms := n.Link().Modes(); !stopped && len(ms) > 0 {
 			yield(&wire.Delta{Sender: n.self, SentAt: now, Epoch: ep, Modes: ms})
 		}
 	}
@@ -150,9 +150,9 @@ func (n *Node) Restore(now int64, ds []wire.Delta) ApplyStats {
 // hold (global per-node counts, another PoP's nodes, this incarnation) are
 // refused (WrongScope, Echo), counted like Apply's.
 func (n *Node) RestoreDelta(now int64, d *wire.Delta) ApplyStats {
-	n.MergeModes(now, modes.Source{PoP: n.self.PoPID, Member: true}, d.Modes) // the node's own file
+	n.Link().MergeModes(now, modes.Source{PoP: n.self.PoPID, Member: true}, d.Modes) // the node's own file
 	if d.Sender.IsPoP() {
-		return n.Apply(now, d, ScopeGlobal)
+		return n.Link().Apply(now, d, ScopeGlobal)
 	}
 	return n.restoreNode(now, d)
 }

@@ -25,13 +25,13 @@ func admitAll(t *testing.T, n *Node, now int64, rule, key string, times int) {
 // where it stopped, global counts as its former epoch's aggregate.
 func TestSnapshotRestoreLoneNode(t *testing.T) {
 	old := newNode(t, replica("a", 1))
-	old.SetEpoch(1)
+	old.Link().SetEpoch(1)
 	admitAll(t, old, t0, "api", "k", 7)
 	admitAll(t, old, t0, "per-ip", "k", 3)
 	admitAll(t, old, t0, "local", "k", 4)
 	// Another PoP's aggregate it held.
 	other := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 2}}}
-	require.Equal(t, 1, old.Apply(t0, &other, ScopeGlobal).Merged)
+	require.Equal(t, 1, old.Link().Apply(t0, &other, ScopeGlobal).Merged)
 
 	snap := old.Snapshot(t0)
 	var senders []string
@@ -51,18 +51,18 @@ func TestSnapshotRestoreLoneNode(t *testing.T) {
 	n := newNode(t, replica("a", 2))
 	st := n.Restore(now, snap)
 	assert.Zero(t, st.Rejected())
-	n.SetEpoch(2)
+	n.Link().SetEpoch(2)
 	assert.InDelta(t, 9, estimate(t, n, now, "api", "k"), 0.01, "own 7 and iad's 2")
 	assert.InDelta(t, 3, estimate(t, n, now, "per-ip", "k"), 0.3)
 	assert.InDelta(t, 4, estimate(t, n, now, "local", "k"), 0.4)
 	// The restored node does not publish its former counts under its new
 	// epoch: the other PoPs hold them under the former one.
-	b := n.Flush(now, nil)
+	b := n.Link().Flush(now, nil)
 	assert.Empty(t, b.PoP.Entries)
 	// A fresher relay of the former epoch's totals (counts admitted after
 	// the snapshot) raises them: it is not taken for an echo.
 	relay := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 8}}}
-	assert.Equal(t, 1, n.Apply(now, &relay, ScopeGlobal).Merged)
+	assert.Equal(t, 1, n.Link().Apply(now, &relay, ScopeGlobal).Merged)
 	assert.InDelta(t, 10, estimate(t, n, now, "api", "k"), 0.01)
 	// Restoring again changes nothing.
 	n.Restore(now, snap)
@@ -107,7 +107,7 @@ func TestRestoreRefuses(t *testing.T) {
 func BenchmarkSnapshot(b *testing.B) {
 	n, err := New(Config{Self: replica("a", 1), Rules: []Rule{{Name: "api", Limit: 1000, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}}})
 	require.NoError(b, err)
-	n.SetEpoch(1)
+	n.Link().SetEpoch(1)
 	for i := range 100_000 {
 		_, err := n.Decide(t0, "api", "k"+strconv.Itoa(i), 1)
 		require.NoError(b, err)
@@ -133,7 +133,7 @@ func TestSnapshotRestoreMultiWindow(t *testing.T) {
 		rules := []Rule{{Name: "mw", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: scope, More: []Limit{{Limit: 1000, Window: time.Hour}}}}
 		old, err := New(Config{Self: replica("a", 1), Rules: rules})
 		require.NoError(t, err)
-		old.SetEpoch(1)
+		old.Link().SetEpoch(1)
 		admitAll(t, old, t0, "mw", "k", 7)
 
 		n, err := New(Config{Self: replica("a", 2), Rules: rules})
@@ -141,7 +141,7 @@ func TestSnapshotRestoreMultiWindow(t *testing.T) {
 		st := n.Restore(t0, old.Snapshot(t0))
 		assert.Equal(t, 2, st.Merged, "scope %v: both windows: %+v", scope, st)
 		assert.Zero(t, st.Rejected(), "scope %v", scope)
-		n.SetEpoch(2)
+		n.Link().SetEpoch(2)
 		v, err := n.View(t0, "mw", "k")
 		require.NoError(t, err)
 		assert.InDelta(t, 7, v.Estimate, 0.01, "scope %v: the 10s window", scope)
@@ -165,7 +165,7 @@ func TestSnapshotRestoreMultiWindow(t *testing.T) {
 // yielded nothing more.
 func TestSnapshotEachStreamsInChunks(t *testing.T) {
 	old := newNode(t, replica("a", 1))
-	old.SetEpoch(1)
+	old.Link().SetEpoch(1)
 	keys := 2*snapshotChunk + 10
 	for i := range keys {
 		admitAll(t, old, t0, "api", "k"+strconv.Itoa(i), 1)
@@ -182,7 +182,7 @@ func TestSnapshotEachStreamsInChunks(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"eu/ams/*#1": keys, "eu/ams/a#1": keys}, perSender)
 	assert.Equal(t, 6, deltas, "three chunks per replica")
-	n.SetEpoch(2)
+	n.Link().SetEpoch(2)
 	for _, i := range []int{0, keys / 2, keys - 1} {
 		assert.InDelta(t, 1, estimate(t, n, t0, "api", "k"+strconv.Itoa(i)), 0.01)
 		assert.InDelta(t, 1, estimate(t, n, t0, "per-ip", "k"+strconv.Itoa(i)), 0.01)

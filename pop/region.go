@@ -44,7 +44,8 @@ type regionKey struct {
 // aggregate under epoch (relayed while epoch was a former one) is dropped:
 // the node holds the PoP totals it sums, as SetEpoch drops the own PoP's.
 // Safe for concurrent use.
-func (n *Node) SetRegionVoice(on bool, epoch uint64) {
+func (l Link) SetRegionVoice(on bool, epoch uint64) {
+	n := l.n
 	if epoch != 0 && n.region.epoch.Swap(epoch) != epoch {
 		n.applyMu.Lock()
 		n.store.DropReplica(crdt.RegionReplica(n.self.Region, epoch))
@@ -64,7 +65,8 @@ func (n *Node) SetRegionVoice(on bool, epoch uint64) {
 // voices <= 0; lag is as for SetSparse. A region total far below its
 // limit then goes out only once it moved by replicated.SparseStep(limit, voices).
 // Safe for concurrent use.
-func (n *Node) SetRegionSparse(voices int, lag time.Duration) {
+func (l Link) SetRegionSparse(voices int, lag time.Duration) {
+	n := l.n
 	n.region.sparse.minWidth.Store(int64(replicated.SparseMinWindow(max(lag, 0))))
 	n.region.sparse.voices.Store(int64(max(voices, 0)))
 }
@@ -94,7 +96,8 @@ func (n *Node) regionMarks(sender crdt.Replica, via Scope) bool {
 // that it holds (its members' and the region's PoP totals of every epoch).
 // The noted changes are cleared, owned or not: each key's owner publishes
 // it. Nothing is returned, and nothing cleared, while the epoch is 0.
-func (n *Node) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
+func (l Link) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
+	n := l.n
 	ep := n.region.epoch.Load()
 	d := wire.Delta{Sender: crdt.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
 	if ep == 0 || !n.region.on.Load() {
@@ -147,7 +150,8 @@ func (n *Node) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
 // live region total above 0 of the global rules' keys owns accepts, under
 // the region's aggregate replica; empty while the node does not speak for
 // its region or the region epoch is 0.
-func (n *Node) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta {
+func (l Link) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta {
+	n := l.n
 	ep := n.region.epoch.Load()
 	d := wire.Delta{Sender: crdt.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
 	if ep == 0 || !n.region.on.Load() {

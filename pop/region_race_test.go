@@ -30,34 +30,34 @@ func TestRegionVoiceConcurrent(t *testing.T) {
 		for i := range rounds {
 			_, err := n.Decide(now, "api", "k"+strconv.Itoa(i%keys), 1)
 			assert.NoError(t, err)
-			n.Flush(now, nil)
+			n.Link().Flush(now, nil)
 		}
 	}()
 	go func() { // another PoP of the region
 		defer wg.Done()
 		for i := range rounds {
-			n.ApplyFrom(now, &wire.Delta{Sender: fra, SentAt: now, Epoch: 3,
+			n.Link().ApplyFrom(now, &wire.Delta{Sender: fra, SentAt: now, Epoch: 3,
 				Entries: []crdt.Entry{{Rule: "api", Key: "k" + strconv.Itoa(i%keys), Window: win, Count: uint64(i/keys + 1)}}}, ScopeGlobal, nil)
 		}
 	}()
 	go func() { // the Core: voice and epoch
 		defer wg.Done()
 		for i := range rounds {
-			n.SetRegionVoice(i%3 != 0, uint64(5+i%2))
+			n.Link().SetRegionVoice(i%3 != 0, uint64(5+i%2))
 		}
 	}()
 	go func() { // the Core: region flushes and anti-entropy
 		defer wg.Done()
 		for i := range rounds {
-			n.FlushRegion(now, nil)
-			n.RegionAntiEntropyPart(now, nil, i%2, 2)
+			n.Link().FlushRegion(now, nil)
+			n.Link().RegionAntiEntropyPart(now, nil, i%2, 2)
 		}
 	}()
 	wg.Wait()
-	n.SetRegionVoice(true, 9)
-	n.Flush(now, nil)
+	n.Link().SetRegionVoice(true, 9)
+	n.Link().Flush(now, nil)
 	got := map[string]uint64{}
-	for _, e := range n.RegionAntiEntropyPart(now, nil, 0, 1).Entries {
+	for _, e := range n.Link().RegionAntiEntropyPart(now, nil, 0, 1).Entries {
 		got[e.Key] = e.Count
 	}
 	require.Len(t, got, keys)

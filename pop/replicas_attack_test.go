@@ -26,28 +26,28 @@ func TestInventedIncarnationsFillOnlyTheirSendersPart(t *testing.T) {
 	}
 	const flood = 70000
 	for i := range uint64(flood) {
-		n.Apply(t0, &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "fra"}, 1+i), Entries: entry("k")}, ScopeGlobal)
+		n.Link().Apply(t0, &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "fra"}, 1+i), Entries: entry("k")}, ScopeGlobal)
 		node := "b"
 		if i%2 == 1 {
 			node = "x" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26))
 		}
-		n.Apply(t0, &wire.Delta{Sender: replica(node, 1+i), Entries: entry("m")}, ScopePoP)
+		n.Link().Apply(t0, &wire.Delta{Sender: replica(node, 1+i), Entries: entry("m")}, ScopePoP)
 	}
 	st := n.Stats().Store
 	t.Logf("after %d invented epochs and %d invented members: %d replicas interned, %d refused", flood, flood, st.Replicas, st.ReplicasRefused)
 	assert.LessOrEqual(t, st.Replicas, 1+crdt.DefaultMaxReplicasPerPoP+crdt.DefaultMaxIncarnations)
 
 	// Another PoP's new epoch merges.
-	a := n.Apply(t0, &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), Entries: entry("k")}, ScopeGlobal)
+	a := n.Link().Apply(t0, &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), Entries: entry("k")}, ScopeGlobal)
 	assert.Equal(t, 1, a.Merged, "another PoP's counts")
 	assert.Equal(t, 0, a.Full)
 
 	// The flooding PoP's real restart: refused while its invented epochs
 	// hold live counts, merged once they have passed.
 	real := &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "fra"}, 1<<62), Entries: entry("k2")}
-	require.Equal(t, 1, n.Apply(t0, real, ScopeGlobal).Full)
+	require.Equal(t, 1, n.Link().Apply(t0, real, ScopeGlobal).Full)
 	later := t0 + 3*int64(time.Minute)
 	n.Tick(later)
 	real.Entries[0].Window = later / int64(time.Minute)
-	assert.Equal(t, 1, n.Apply(later, real, ScopeGlobal).Merged, "a real restart gets its place back")
+	assert.Equal(t, 1, n.Link().Apply(later, real, ScopeGlobal).Merged, "a real restart gets its place back")
 }

@@ -45,6 +45,8 @@ type ruleState struct {
 	dropped atomic.Bool
 	// wire is the window's name on the wire (Rule.WireName).
 	wire string
+	// fp is the window's Rule.Fingerprint (Link.Rules).
+	fp uint64
 	// effMode is the Mode decisions use: the rule's own, or the one set
 	// at run time (modes.go).
 	effMode atomic.Uint32
@@ -123,6 +125,7 @@ func (n *Node) SetRules(rules []Rule) error {
 			}
 		}
 		for _, w := range rs.windows() {
+			w.fp = w.Fingerprint()
 			next.byID[w.id] = w
 			next.byWire[w.wire] = w
 			if w.gcra {

@@ -156,7 +156,8 @@ type RulePartition struct {
 // at now; an empty list means every PoP is heard. Call it whenever the set
 // changes. Report a PoP heard again only once something from it has arrived:
 // the node then holds shares for HealHold while the rest of its counts come.
-func (n *Node) SetUnheard(now int64, pops []string) {
+func (l Link) SetUnheard(now int64, pops []string) {
+	n := l.n
 	n.partMu.Lock()
 	defer n.partMu.Unlock()
 	cur := n.part.Load()

@@ -20,8 +20,8 @@ func sideNodes(t *testing.T) (eu, us *Node) {
 	require.NoError(t, err)
 	us, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
-	eu.SetEpoch(1)
-	us.SetEpoch(1)
+	eu.Link().SetEpoch(1)
+	us.Link().SetEpoch(1)
 	return eu, us
 }
 
@@ -37,8 +37,8 @@ func sideRun(t *testing.T, keys []string, demand func(w int64, key string, step 
 	const pre, cut = 2, 6 // windows before the cut, windows of the cut
 	for w := int64(-pre); w < cut; w++ {
 		if w == 0 {
-			eu.SetUnheard(start+pre*W, []string{"us/iad"})
-			us.SetUnheard(start+pre*W, []string{"eu/ams"})
+			eu.Link().SetUnheard(start+pre*W, []string{"us/iad"})
+			us.Link().SetUnheard(start+pre*W, []string{"eu/ams"})
 		}
 		var bw, uw []int
 		for _, k := range keys {

@@ -19,17 +19,17 @@ func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
 	require.NoError(t, err)
 	us, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
-	eu.SetEpoch(1)
-	us.SetEpoch(1)
+	eu.Link().SetEpoch(1)
+	us.Link().SetEpoch(1)
 	return eu, us
 }
 
 func sync2(t *testing.T, now int64, a, b *Node) {
 	t.Helper()
-	out := a.Flush(now, nil)
-	b.Apply(now, &out.PoP, ScopeGlobal)
-	out = b.Flush(now, nil)
-	a.Apply(now, &out.PoP, ScopeGlobal)
+	out := a.Link().Flush(now, nil)
+	b.Link().Apply(now, &out.PoP, ScopeGlobal)
+	out = b.Link().Flush(now, nil)
+	a.Link().Apply(now, &out.PoP, ScopeGlobal)
 }
 
 // runCut drives steady demand of rate per side per 100ms for several
@@ -49,8 +49,8 @@ func runCut(t *testing.T, policy Policy) (euAdm, usAdm int) {
 		sync2(t, now, eu, us)
 	}
 	cut := start + W
-	eu.SetUnheard(cut, []string{"us/iad"})
-	us.SetUnheard(cut, []string{"eu/ams"})
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
+	us.Link().SetUnheard(cut, []string{"eu/ams"})
 	st := eu.Partition(cut)
 	require.True(t, st.Partitioned)
 	require.Equal(t, []string{"us/iad"}, st.Unheard)
@@ -89,7 +89,7 @@ func TestShareFallsBackToPoPCountForNewKeys(t *testing.T) {
 	assert.False(t, st.Rules[0].EnforcingShare)
 	assert.Equal(t, 1.0, st.Rules[0].MeanShare, "outside partitions a rule may spend its whole limit")
 	// eu knows of iad only as unheard: 2 PoPs, one per side.
-	eu.SetUnheard(t0, []string{"us/iad"})
+	eu.Link().SetUnheard(t0, []string{"us/iad"})
 	admitted := 0
 	for i := 0; i < 100; i++ {
 		if d, _ := eu.Decide(t0, "api", "fresh", 1); d.Allowed {
@@ -105,13 +105,13 @@ func TestShareFallsBackToPoPCountForNewKeys(t *testing.T) {
 
 func TestShareHealsAfterHold(t *testing.T) {
 	eu, _ := shareNodes(t, Share)
-	eu.SetUnheard(t0, []string{"us/iad"})
+	eu.Link().SetUnheard(t0, []string{"us/iad"})
 	for i := 0; i < 50; i++ {
 		_, _ = eu.Decide(t0, "api", "k", 1)
 	}
 	d, _ := eu.Decide(t0, "api", "k", 1)
 	require.False(t, d.Allowed, "half of the limit used up")
-	eu.SetUnheard(t0+1, nil)
+	eu.Link().SetUnheard(t0+1, nil)
 	d, _ = eu.Decide(t0+2, "api", "k", 1)
 	assert.False(t, d.Allowed, "shares hold while the other side's counts arrive")
 	assert.True(t, eu.Partition(t0+2).Partitioned)
@@ -141,8 +141,8 @@ func TestShareFollowsAFailover(t *testing.T) {
 		sync2(t, now, eu, us)
 	}
 	cut := start + W
-	eu.SetUnheard(cut, []string{"us/iad"})
-	us.SetUnheard(cut, []string{"eu/ams"})
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
+	us.Link().SetUnheard(cut, []string{"eu/ams"})
 	var euAdm, usAdm [6]int
 	for w := int64(0); w < 6; w++ {
 		for i := int64(0); i < 100; i++ {
@@ -189,17 +189,17 @@ func TestShareRollingCuts(t *testing.T) {
 	mk := func(region, p string) *Node {
 		n, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: p}, Node: "a", Incarnation: 1}, Rules: rules})
 		require.NoError(t, err)
-		n.SetEpoch(1)
+		n.Link().SetEpoch(1)
 		return n
 	}
 	eu, us, ap := mk("eu", "ams"), mk("us", "iad"), mk("ap", "sin")
 	all := []*Node{eu, us, ap}
 	exchange := func(now int64, ns ...*Node) {
 		for _, a := range ns {
-			out := a.Flush(now, nil)
+			out := a.Link().Flush(now, nil)
 			for _, b := range ns {
 				if b != a {
-					b.Apply(now, &out.PoP, ScopeGlobal)
+					b.Link().Apply(now, &out.PoP, ScopeGlobal)
 				}
 			}
 		}
@@ -213,9 +213,9 @@ func TestShareRollingCuts(t *testing.T) {
 	}
 	exchange(start, all...)
 	cut1 := start + W
-	eu.SetUnheard(cut1, []string{"ap/sin"})
-	us.SetUnheard(cut1, []string{"ap/sin"})
-	ap.SetUnheard(cut1, []string{"eu/ams", "us/iad"})
+	eu.Link().SetUnheard(cut1, []string{"ap/sin"})
+	us.Link().SetUnheard(cut1, []string{"ap/sin"})
+	ap.Link().SetUnheard(cut1, []string{"eu/ams", "us/iad"})
 	for _, n := range all {
 		for j := 0; j < 200; j++ {
 			_, _ = n.Decide(cut1+W/2, "api", "k", 1)
@@ -225,9 +225,9 @@ func TestShareRollingCuts(t *testing.T) {
 	// A window later us is cut off and ap hears eu again, before any count
 	// of the first cut has reached it.
 	cut2 := cut1 + W + W/2
-	eu.SetUnheard(cut2, []string{"us/iad"})
-	us.SetUnheard(cut2, []string{"ap/sin", "eu/ams"})
-	ap.SetUnheard(cut2, []string{"us/iad"})
+	eu.Link().SetUnheard(cut2, []string{"us/iad"})
+	us.Link().SetUnheard(cut2, []string{"ap/sin", "eu/ams"})
+	ap.Link().SetUnheard(cut2, []string{"us/iad"})
 	share := func(n *Node) float64 { return n.Partition(cut2).Rules[0].MeanShare }
 	assert.InDelta(t, 0.7, share(eu), 1e-9)
 	assert.InDelta(t, 0.7, share(ap), 1e-9, "derived from the window seen whole before the first cut")
@@ -236,7 +236,7 @@ func TestShareRollingCuts(t *testing.T) {
 
 func TestSharesSurviveARuleReload(t *testing.T) {
 	eu, _ := shareNodes(t, Share)
-	eu.SetUnheard(t0, []string{"us/iad"})
+	eu.Link().SetUnheard(t0, []string{"us/iad"})
 	rules := eu.Rules()
 	rules = append(rules, Rule{Name: "other", Limit: 10, Window: time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share})
 	require.NoError(t, eu.SetRules(rules))
@@ -273,11 +273,11 @@ func TestShareCountsMembersAndAggregates(t *testing.T) {
 		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), ScopeGlobal, 30},
 		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 2), ScopeGlobal, 10},
 	} {
-		st := eu.Apply(start, &wire.Delta{Sender: d.sender, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: d.count}}}, d.via)
+		st := eu.Link().Apply(start, &wire.Delta{Sender: d.sender, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: d.count}}}, d.via)
 		require.Equal(t, 1, st.Merged, d.sender)
 	}
 	cut := start + W
-	eu.SetUnheard(cut, []string{"us/iad"})
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
 	st := eu.Partition(cut)
 	assert.InDelta(t, 0.5, st.SideShare, 1e-9, "two PoPs")
 	require.Len(t, st.Rules, 1)

@@ -25,14 +25,16 @@ import (
 // below SparseNear, and while no PoP is unheard (SetUnheard) nor was for
 // the heal hold. AntiEntropy sends every total, so what was left out waits
 // at most one anti-entropy interval. Safe for concurrent use.
-func (n *Node) SetSparse(voices int, lag time.Duration) {
+func (l Link) SetSparse(voices int, lag time.Duration) {
+	n := l.n
 	n.sparse.minWidth.Store(int64(replicated.SparseMinWindow(max(lag, 0))))
 	n.sparse.voices.Store(int64(max(voices, 0)))
 }
 
 // SparseStats reports what sparse updates left out of the flushes and how
 // many (rule, key, window) published totals the node remembers.
-func (n *Node) SparseStats() (skipped uint64, held int) {
+func (l Link) SparseStats() (skipped uint64, held int) {
+	n := l.n
 	n.sparse.mu.Lock()
 	defer n.sparse.mu.Unlock()
 	return n.sparse.skipped, n.sparse.held

@@ -24,8 +24,8 @@ func BenchmarkFlushSparse(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n.SetEpoch(1)
-			n.SetSparse(bc.voices, 50*time.Millisecond)
+			n.Link().SetEpoch(1)
+			n.Link().SetSparse(bc.voices, 50*time.Millisecond)
 			names := make([]string, keys)
 			for i := range names {
 				names[i] = "k" + strconv.Itoa(i)
@@ -42,7 +42,7 @@ func BenchmarkFlushSparse(b *testing.B) {
 					}
 				}
 				b.StartTimer()
-				entries += len(n.FlushTo(now, nil, false).PoP.Entries)
+				entries += len(n.Link().FlushTo(now, nil, false).PoP.Entries)
 			}
 			b.ReportMetric(float64(entries)/float64(b.N), "entries/flush")
 		})

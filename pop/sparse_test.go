@@ -45,14 +45,14 @@ func sparseNode(t *testing.T, window time.Duration) *Node {
 			Tiers: map[string][]Limit{"free": {{Limit: 100, Window: window}}}},
 	}})
 	require.NoError(t, err)
-	n.SetEpoch(1)
+	n.Link().SetEpoch(1)
 	return n
 }
 
 // published returns the PoP totals a flush at now publishes, by key.
 func published(n *Node, now int64) map[string]uint64 {
 	out := map[string]uint64{}
-	for _, e := range n.Flush(now, nil).PoP.Entries {
+	for _, e := range n.Link().Flush(now, nil).PoP.Entries {
 		out[e.Rule+"/"+e.Key] = e.Count
 	}
 	return out
@@ -73,7 +73,7 @@ func admitN(t *testing.T, n *Node, now int64, rule, key string, times int) {
 // was left out; a new epoch starts afresh.
 func TestSparseFlush(t *testing.T) {
 	n := sparseNode(t, time.Minute)
-	n.SetSparse(2, 50*time.Millisecond)
+	n.Link().SetSparse(2, 50*time.Millisecond)
 	now := t0
 
 	admitN(t, n, now, "api", "k", 100)
@@ -82,11 +82,11 @@ func TestSparseFlush(t *testing.T) {
 	assert.Equal(t, map[string]uint64{"api/k": 130}, published(n, now), "moved by 130")
 	admitN(t, n, now, "api", "k", 100)
 	assert.Empty(t, published(n, now), "230: moved by 100 since 130, estimate below 250")
-	skipped, held := n.SparseStats()
+	skipped, held := n.Link().SparseStats()
 	assert.Equal(t, uint64(2), skipped)
 	assert.Equal(t, 1, held)
 
-	ae := n.AntiEntropy(now, nil)
+	ae := n.Link().AntiEntropy(now, nil)
 	assert.Equal(t, map[string]uint64{"api/k@" + winOf(now, time.Minute): 230}, entriesByKey(ae.PoP), "anti-entropy sends every total")
 
 	admitN(t, n, now, "api", "k", 20)
@@ -98,7 +98,7 @@ func TestSparseFlush(t *testing.T) {
 	// published at once.
 	remote := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), SentAt: now, Epoch: 9,
 		Entries: []crdt.Entry{{Rule: "api", Key: "r", Window: now / int64(time.Minute), Count: 600}}}
-	require.Zero(t, n.Apply(now, &remote, ScopeGlobal).Rejected())
+	require.Zero(t, n.Link().Apply(now, &remote, ScopeGlobal).Rejected())
 	admitN(t, n, now, "api", "r", 3)
 	assert.Equal(t, map[string]uint64{"api/r": 3}, published(n, now), "the fleet's estimate is near the limit")
 
@@ -107,10 +107,10 @@ func TestSparseFlush(t *testing.T) {
 	assert.Equal(t, map[string]uint64{"tiered/k": 1}, published(n, now))
 
 	// A new epoch: the others hold nothing of it, and the step counts from 0.
-	n.SetEpoch(2)
+	n.Link().SetEpoch(2)
 	admitN(t, n, now, "api", "k2", 124)
 	assert.Empty(t, published(n, now))
-	_, held = n.SparseStats()
+	_, held = n.Link().SparseStats()
 	assert.Equal(t, 0, held, "the former epoch's totals are forgotten")
 }
 
@@ -133,9 +133,9 @@ func TestSparseOff(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := sparseNode(t, tt.window)
-			n.SetSparse(tt.voices, tt.lag)
+			n.Link().SetSparse(tt.voices, tt.lag)
 			if tt.cut {
-				n.SetUnheard(t0, []string{"us/iad"})
+				n.Link().SetUnheard(t0, []string{"us/iad"})
 			}
 			for i := 1; i <= 3; i++ {
 				admitN(t, n, t0, "api", "k", 1)
@@ -149,24 +149,24 @@ func TestSparseOff(t *testing.T) {
 // it is no longer live, or its rule has another window.
 func TestSparseForgetsDeadWindows(t *testing.T) {
 	n := sparseNode(t, time.Minute)
-	n.SetSparse(2, 50*time.Millisecond)
+	n.Link().SetSparse(2, 50*time.Millisecond)
 	admitN(t, n, t0, "api", "k", 130)
 	require.NotEmpty(t, published(n, t0))
-	_, held := n.SparseStats()
+	_, held := n.Link().SparseStats()
 	require.Equal(t, 1, held)
 	later := t0 + int64(2*time.Minute)
 	published(n, later)
-	_, held = n.SparseStats()
+	_, held = n.Link().SparseStats()
 	assert.Zero(t, held)
 
 	// A rule set anew with another window starts afresh.
 	admitN(t, n, later, "api", "k", 130)
 	require.NotEmpty(t, published(n, later))
-	_, held = n.SparseStats()
+	_, held = n.Link().SparseStats()
 	require.Equal(t, 1, held)
 	require.NoError(t, n.SetRules([]Rule{{Name: "api", Limit: 1000, Window: 2 * time.Minute, Cost: 1, Scope: ScopeGlobal}}))
 	published(n, later)
-	_, held = n.SparseStats()
+	_, held = n.Link().SparseStats()
 	assert.Zero(t, held, "the former window's totals are forgotten")
 }
 

@@ -5,7 +5,7 @@ package pop
 // no past, as in the simulator or a test); the runtime marks it unsynced at
 // start while it waits for that view and synced once it has it or has given
 // up waiting. Decisions taken while unsynced may undercount.
-func (n *Node) SetSynced(ok bool) { n.unsynced.Store(!ok) }
+func (l Link) SetSynced(ok bool) { l.n.unsynced.Store(!ok) }
 
 // Synced reports what SetSynced last recorded (true for a new Node).
 func (n *Node) Synced() bool { return !n.unsynced.Load() }

@@ -42,7 +42,7 @@ func BenchmarkDecideTail(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			n.SetEpoch(1)
+			n.Link().SetEpoch(1)
 			for _, k := range created {
 				for _, r := range []string{"global", "node"} {
 					if _, err := n.Decide(now, r, k, 1); err != nil {
@@ -70,9 +70,9 @@ func BenchmarkDecideTail(b *testing.B) {
 					return
 				}
 				for i := 0; !stop.Load(); i++ {
-					bt := n.Flush(now, nil)
+					bt := n.Link().Flush(now, nil)
 					if i%10 == 0 {
-						bt = n.AntiEntropy(now, nil)
+						bt = n.Link().AntiEntropy(now, nil)
 					}
 					for _, d := range []*wire.Delta{&bt.Local, &bt.PoP} {
 						msgs, err := wire.Encode(d, 0)
@@ -130,11 +130,11 @@ func BenchmarkAntiEntropy(b *testing.B) {
 	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
 	b.Run("all-own", func(b *testing.B) {
 		n := benchNode(b, created, now)
-		n.SetEpoch(1)
+		n.Link().SetEpoch(1)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			bt := n.AntiEntropy(now, nil)
+			bt := n.Link().AntiEntropy(now, nil)
 			if len(bt.Local.Entries) != benchKeys || len(bt.PoP.Entries) != benchKeys {
 				b.Fatalf("%d own and %d PoP entries of %d keys", len(bt.Local.Entries), len(bt.PoP.Entries), benchKeys)
 			}
@@ -160,22 +160,22 @@ func BenchmarkAntiEntropy(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		n.SetEpoch(1)
+		n.Link().SetEpoch(1)
 		w := now / int64(time.Minute)
 		d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7)}
 		for _, k := range created[own:] {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: k, Window: w, Count: 3})
 		}
-		if st := n.Apply(now, &d, ScopeGlobal); st.Merged != len(d.Entries) {
+		if st := n.Link().Apply(now, &d, ScopeGlobal); st.Merged != len(d.Entries) {
 			b.Fatalf("merged %d of %d", st.Merged, len(d.Entries))
 		}
-		parts := n.AntiEntropyParts()
+		parts := n.Link().AntiEntropyParts()
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			local, pop := 0, 0
 			for p := range features {
-				bt := n.AntiEntropyPart(now, nil, p, parts)
+				bt := n.Link().AntiEntropyPart(now, nil, p, parts)
 				local, pop = local+len(bt.Local.Entries), pop+len(bt.PoP.Entries)
 				for _, d := range []*wire.Delta{&bt.Local, &bt.PoP} {
 					if _, err := wire.Encode(d, 0); err != nil {

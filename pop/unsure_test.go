@@ -21,7 +21,7 @@ func TestOnUnsureNotSynced(t *testing.T) {
 	}
 	n, err := New(Config{Self: replica("a", 1), Rules: rules})
 	require.NoError(t, err)
-	n.SetSynced(false)
+	n.Link().SetSynced(false)
 	for _, tt := range []struct {
 		rule    string
 		allowed bool
@@ -48,7 +48,7 @@ func TestOnUnsureNotSynced(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, v.Windows, "an unsure denial counts nothing")
 
-	n.SetSynced(true)
+	n.Link().SetSynced(true)
 	d, err = n.Decide(t0, "login", "k", 1)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
@@ -95,7 +95,7 @@ func TestOnUnsureNoHistoryUnderShare(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	cut := t0 + int64(10*time.Second)
-	eu.SetUnheard(cut, []string{"us/iad"})
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
 
 	d, err = eu.Decide(cut, "api", "known", 1)
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func TestOnUnsureNoHistoryUnderShare(t *testing.T) {
 	assert.False(t, d.Allowed, "no history to derive a share from")
 	assert.Equal(t, UnsureNoHistory, d.Unsure)
 
-	eu.SetUnheard(cut, nil)
+	eu.Link().SetUnheard(cut, nil)
 	healed := cut + int64(time.Second) // past the heal hold
 	d, err = eu.Decide(healed, "api", "fresh", 1)
 	require.NoError(t, err)

@@ -4,10 +4,10 @@ import (
 	"math"
 	"time"
 
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 )
 
-// The near-limit allowance (pop.Node.SetAllowance) needs two figures only
+// The near-limit allowance (pop.Link.SetAllowance) needs two figures only
 // the replication layer knows: how many nodes may admit a key, and how long
 // after a flush the others hold the counts it sent. The Core measures the
 // second from what arrives: a message's age at arrival (the receiver's clock
@@ -89,8 +89,8 @@ func (c *Core) updateAllowance(now int64, force bool) {
 	if !c.popLag.set {
 		popH = 0
 	}
-	pa := pop.Allowance{Horizon: time.Duration(popH), Members: members, PoPs: 1}
-	ga := pop.Allowance{Horizon: pa.Horizon, Members: members, PoPs: 1}
+	pa := replicated.Allowance{Horizon: time.Duration(popH), Members: members, PoPs: 1}
+	ga := replicated.Allowance{Horizon: pa.Horizon, Members: members, PoPs: 1}
 	if c.cfg.GlobalLink {
 		r := c.remoteView(now, force)
 		ga.PoPs = 1 + r.pops
@@ -112,17 +112,17 @@ func (c *Core) updateAllowance(now int64, force bool) {
 	}
 	if pa != c.allow[0] {
 		c.allow[0] = pa
-		c.node.SetAllowance(pop.ScopePoP, pa)
+		c.node.SetAllowance(replicated.ScopePoP, pa)
 	}
 	if ga != c.allow[1] {
 		c.allow[1] = ga
-		c.node.SetAllowance(pop.ScopeGlobal, ga)
+		c.node.SetAllowance(replicated.ScopeGlobal, ga)
 	}
 }
 
 // Allowance returns the near-limit allowance the Core last told the node,
 // for pop-scope and for global rules.
-func (c *Core) Allowance() (popScope, global pop.Allowance) { return c.allow[0], c.allow[1] }
+func (c *Core) Allowance() (popScope, global replicated.Allowance) { return c.allow[0], c.allow[1] }
 
 // remotePoPs is what updateAllowance last found of the remote PoPs that
 // count: how many, the largest latency among them and how many have it. A

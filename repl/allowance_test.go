@@ -16,7 +16,7 @@ import (
 func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	n := testNode(t, ams1)
 	cfg := Config{Settings: DefaultSettings()}
-	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n, true, true
+	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n.Link(), true, true
 	cfg.PeerTimeout = time.Second
 	cfg.ExpectedPoPs = []string{"us/iad", "ap/sin"}
 	c, err := New(cfg)
@@ -30,7 +30,7 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	fl, sd, hb := 50*time.Millisecond, 5*time.Millisecond, 250*time.Millisecond
 	want := func(what string, pa, ga pop.Allowance) {
 		t.Helper()
-		gp, gg := n.AllowanceOf(pop.ScopePoP), n.AllowanceOf(pop.ScopeGlobal)
+		gp, gg := n.Link().AllowanceOf(pop.ScopePoP), n.Link().AllowanceOf(pop.ScopeGlobal)
 		if pa.Replicas() < 2 || pa.Horizon == 0 {
 			pa = pop.Allowance{}
 		}
@@ -67,7 +67,7 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 		beat(at, at-80*ms, "us", "iad")
 	}
 	c.Tick(c.nextHB) // a peer check recomputes
-	g := n.AllowanceOf(pop.ScopeGlobal).Horizon - fl - sd
+	g := n.Link().AllowanceOf(pop.ScopeGlobal).Horizon - fl - sd
 	if g <= 100*time.Millisecond || g >= 110*time.Millisecond {
 		t.Fatalf("after 40 faster messages the lag is %s, want just above 100ms", g)
 	}
@@ -84,11 +84,11 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	if got := n.Partition(t2 + 2*time.Second.Nanoseconds()).Unheard; len(got) != 1 || got[0] != "ap/sin" {
 		t.Fatalf("unheard %v, want [ap/sin]", got)
 	}
-	ga := n.AllowanceOf(pop.ScopeGlobal)
+	ga := n.Link().AllowanceOf(pop.ScopeGlobal)
 	if ga.Replicas() != 4 || ga.Horizon < 80*time.Millisecond+fl+sd || ga.Horizon > 90*time.Millisecond+fl+sd {
 		t.Fatalf("with sin partitioned: %+v, want 4 replicas at about 80ms+%s", ga, fl+sd)
 	}
-	if p, g := c.Allowance(); p != n.AllowanceOf(pop.ScopePoP) || g != ga {
+	if p, g := c.Allowance(); p != n.Link().AllowanceOf(pop.ScopePoP) || g != ga {
 		t.Fatalf("Allowance() = %+v, %+v", p, g)
 	}
 }
@@ -98,7 +98,7 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 func TestAllowanceAloneInPoP(t *testing.T) {
 	n := testNode(t, ams1)
 	cfg := Config{Settings: DefaultSettings()}
-	cfg.Node, cfg.GlobalLink = n, true
+	cfg.Node, cfg.GlobalLink = n.Link(), true
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +106,10 @@ func TestAllowanceAloneInPoP(t *testing.T) {
 	now := int64(time.Hour)
 	c.Tick(now)
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: crdt.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
-	if got := n.AllowanceOf(pop.ScopeGlobal); got != (pop.Allowance{Horizon: 70 * time.Millisecond, Members: 1, PoPs: 2}) {
+	if got := n.Link().AllowanceOf(pop.ScopeGlobal); got != (pop.Allowance{Horizon: 70 * time.Millisecond, Members: 1, PoPs: 2}) {
 		t.Fatalf("global %+v", got)
 	}
-	if got := n.AllowanceOf(pop.ScopePoP); got != (pop.Allowance{}) {
+	if got := n.Link().AllowanceOf(pop.ScopePoP); got != (pop.Allowance{}) {
 		t.Fatalf("pop %+v", got)
 	}
 }
@@ -119,7 +119,7 @@ func TestNoAllowance(t *testing.T) {
 	n := testNode(t, ams1)
 	cfg := Config{Settings: DefaultSettings()}
 	off := false
-	cfg.Node, cfg.PoPLink, cfg.GlobalLink, cfg.NearLimitAllowance = n, true, true, &off
+	cfg.Node, cfg.PoPLink, cfg.GlobalLink, cfg.NearLimitAllowance = n.Link(), true, true, &off
 	cfg.ExpectedPoPs = []string{"us/iad"}
 	c, err := New(cfg)
 	if err != nil {
@@ -129,7 +129,7 @@ func TestNoAllowance(t *testing.T) {
 	c.Tick(now)
 	c.SetMembers(now, []string{"a2#1"})
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: crdt.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
-	if g, p := n.AllowanceOf(pop.ScopeGlobal), n.AllowanceOf(pop.ScopePoP); g != (pop.Allowance{}) || p != (pop.Allowance{}) {
+	if g, p := n.Link().AllowanceOf(pop.ScopeGlobal), n.Link().AllowanceOf(pop.ScopePoP); g != (pop.Allowance{}) || p != (pop.Allowance{}) {
 		t.Fatalf("allowance %+v %+v with the allowance off", g, p)
 	}
 }
@@ -141,7 +141,7 @@ func TestNoAllowance(t *testing.T) {
 func TestRemoteViewMatchesAFullWalk(t *testing.T) {
 	n := testNode(t, ams1)
 	cfg := Config{Settings: DefaultSettings()}
-	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n, true, true
+	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n.Link(), true, true
 	cfg.PeerTimeout = time.Second
 	ids := []crdt.PoPID{{Region: "us", PoP: "iad"}, {Region: "ap", PoP: "sin"}, {Region: "us", PoP: "sjc"}, {Region: "eu", PoP: "fra"}, {Region: "sa", PoP: "gru"}}
 	cfg.ExpectedPoPs = popNames(ids[:3]...) // fra and gru are not expected

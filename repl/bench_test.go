@@ -29,7 +29,7 @@ func BenchmarkStepHeartbeats(b *testing.B) {
 				ids[i] = crdt.PoPID{Region: fmt.Sprintf("r%d", i%6), PoP: fmt.Sprintf("p%03d", i)}
 			}
 			cfg := Config{Settings: DefaultSettings()}
-			cfg.Node, cfg.PoPLink, cfg.GlobalLink = testNode(b, ams1), true, true
+			cfg.Node, cfg.PoPLink, cfg.GlobalLink = testNode(b, ams1).Link(), true, true
 			cfg.MaxPoPs = pops
 			cfg.ExpectedPoPs = popNames(ids...)
 			c, err := New(cfg)
@@ -79,7 +79,7 @@ func BenchmarkAntiEntropyStall(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := Config{Settings: DefaultSettings()}
-	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n, true, true
+	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n.Link(), true, true
 	cfg.FlushInterval, cfg.AntiEntropyInterval, cfg.PeerTimeout = 50*time.Millisecond, 5*time.Second, 10*time.Second
 	c, err := New(cfg)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 type Config struct {
 	// Settings are the replication settings (settings.go).
 	Settings
-	// Node is the node core whose counts are replicated (a *pop.Node).
+	// Node is the node core whose counts are replicated (a pop.Link).
 	// Required.
 	Node Node
 	// EpochWait is how long the first member by name of a PoP (or a node

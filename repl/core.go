@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/blocks"
 )
 
@@ -80,7 +80,7 @@ type Core struct {
 	// allowance last told, for pop scope and global rules.
 	popLag     lagTracker
 	allowDirty bool
-	allow      [2]pop.Allowance
+	allow      [2]replicated.Allowance
 	remote     remotePoPs
 
 	// The startup sync (startup.go): syncing until the view is complete or

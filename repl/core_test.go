@@ -64,7 +64,7 @@ func TestConfigErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := Config{Settings: DefaultSettings()}
-			cfg.Node = n
+			cfg.Node = n.Link()
 			tt.mod(&cfg)
 			c, err := New(cfg)
 			if tt.want == "" {
@@ -87,7 +87,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestConfigDefaultsFilled(t *testing.T) {
-	cfg := Config{Node: testNode(t, ams1), Settings: Settings{PeerTimeout: 4 * time.Second}}
+	cfg := Config{Node: testNode(t, ams1).Link(), Settings: Settings{PeerTimeout: 4 * time.Second}}
 	if err := cfg.normalise(); err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func heartbeatFrom(p crdt.PoPID, at int64) Message {
 func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
 	ids := popIDs(5)
 	c, err := New(Config{
-		Node: testNode(t, ams1), GlobalLink: true,
+		Node: testNode(t, ams1).Link(), GlobalLink: true,
 		Settings: Settings{MaxPoPs: 3, ExpectedPoPs: popNames(ids[:4]...)}, // one expected PoP is already beyond the bound
 	})
 	if err != nil {
@@ -337,7 +337,7 @@ func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
 		t.Errorf("UnknownPoPs %d, want 2", got)
 	}
 	// The PoP itself never counts, even when listed.
-	c2, err := New(Config{Node: testNode(t, ams1), Settings: Settings{MaxPoPs: 1, ExpectedPoPs: popNames(ams1.PoPID, ids[0])}})
+	c2, err := New(Config{Node: testNode(t, ams1).Link(), Settings: Settings{MaxPoPs: 1, ExpectedPoPs: popNames(ams1.PoPID, ids[0])}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
 // test pins the behaviour.
 func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 	ids := popIDs(2)
-	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{MaxPoPs: 1}})
+	c, err := New(Config{Node: testNode(t, ams1).Link(), GlobalLink: true, Settings: Settings{MaxPoPs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 
 func TestNewRefusesIncarnationZero(t *testing.T) {
 	n := testNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1"})
-	_, err := New(Config{Node: n})
+	_, err := New(Config{Node: n.Link()})
 	if err == nil || !strings.Contains(err.Error(), "incarnation must not be 0") {
 		t.Fatalf("New with incarnation 0: %v", err)
 	}
@@ -388,7 +388,7 @@ func TestNewRefusesIncarnationZero(t *testing.T) {
 // speaks for, and nothing left ready.
 func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 crdt.Replica, now int64) {
 	t.Helper()
-	c, err := New(Config{Node: n, Settings: Settings{FlushInterval: 50 * time.Millisecond}, PoPLink: true, GlobalLink: true})
+	c, err := New(Config{Node: n.Link(), Settings: Settings{FlushInterval: 50 * time.Millisecond}, PoPLink: true, GlobalLink: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +461,7 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 		{"none expected", nil, ids[:1]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{ExpectedPoPs: popNames(tc.expected...)}})
+			c, err := New(Config{Node: testNode(t, ams1).Link(), GlobalLink: true, Settings: Settings{ExpectedPoPs: popNames(tc.expected...)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -499,7 +499,7 @@ func countsFrom(p crdt.PoPID, at int64, key string, n uint64) Message {
 // gone from the unheard set and from RemotePoPs. An expected PoP never is.
 func TestSilentUnexpectedPoPsAreForgotten(t *testing.T) {
 	ids := popIDs(3)
-	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{ExpectedPoPs: popNames(ids[:1]...), ForgetAfter: 10 * time.Second}})
+	c, err := New(Config{Node: testNode(t, ams1).Link(), GlobalLink: true, Settings: Settings{ExpectedPoPs: popNames(ids[:1]...), ForgetAfter: 10 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +561,7 @@ func syncFrom(p crdt.PoPID, node string, at int64) Message {
 func TestSyncRequestsArePaced(t *testing.T) {
 	const interval = time.Second
 	setup := func(t *testing.T) (*Core, int64) {
-		c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: Settings{FlushInterval: 50 * time.Millisecond,
+		c, err := New(Config{Node: testNode(t, ams1).Link(), GlobalLink: true, Settings: Settings{FlushInterval: 50 * time.Millisecond,
 			AntiEntropyInterval: time.Hour, SyncInterval: interval}})
 		if err != nil {
 			t.Fatal(err)
@@ -645,4 +645,4 @@ func TestSyncRequestsArePaced(t *testing.T) {
 }
 
 // popNode returns the node core of c, which the tests build as a *pop.Node.
-func popNode(c *Core) *pop.Node { return c.cfg.Node.(*pop.Node) }
+func popNode(c *Core) *pop.Node { return c.cfg.Node.(pop.Link).Node() }

@@ -71,7 +71,7 @@
 //     epoch's totals, so a node that restarts alone in its PoP learns the
 //     other PoPs' former ones only so.
 //   - Startup sync (startup.go): with Config.StartupSync a node is unsynced
-//     (pop.Node.SetSynced) at start until it holds its PoP's state and a
+//     (pop.Link.SetSynced) at start until it holds its PoP's state and a
 //     marker from every expected PoP, sent after that PoP's relay and
 //     re-send, or until StartupSync has passed.
 //   - Drift (drift.go): heartbeats carry a fingerprint of each global rule;
@@ -83,7 +83,7 @@
 //   - Anti-entropy: every AntiEntropyInterval each node re-sends its own
 //     counts to its PoP and its owned totals to the other PoPs; a large
 //     store's round goes in parts of about 4096 keys spread over the first
-//     half of the interval (pop.Node.AntiEntropyPart). A member
+//     half of the interval (pop.Link.AntiEntropyPart). A member
 //     whose view of the PoP changes publishes at once the totals whose owner
 //     changed and announces the change; soon after, it and every member
 //     that hears the announcement re-send every owned total: while members'
@@ -117,7 +117,7 @@
 // # The near-limit allowance
 //
 // Near a limit a node spends only its share of the headroom while its own
-// admits are unseen by the others (pop.Node.SetAllowance). The Core tells
+// admits are unseen by the others (pop.Link.SetAllowance). The Core tells
 // its node the figures that takes: how many nodes may admit a key (the live
 // members of the PoP and, for global rules, how many PoPs: this one and the
 // PoPs heard and not partitioned, plus the expected ones not heard yet until

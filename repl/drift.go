@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -17,7 +17,7 @@ import (
 // the others have not reached). Heartbeats therefore carry, as control
 // entries, one fingerprint per global rule of the sender: Rule the rule's
 // name, Key fingerprintKey, Window the rule's window in milliseconds, Count
-// pop.Rule.Fingerprint. A node of an older version ignores a heartbeat's
+// replicated.RuleInfo.Fingerprint. A node of an older version ignores a heartbeat's
 // entries; one of a newer version that gets none reports nothing.
 //
 // Each side reports what the other has that it does not: a rule of the
@@ -99,8 +99,8 @@ type peerDrift struct {
 func (c *Core) fingerprints() []crdt.Entry {
 	var out []crdt.Entry
 	for _, r := range c.node.Rules() {
-		if r.Scope == pop.ScopeGlobal {
-			out = append(out, crdt.Entry{Rule: r.Name, Key: fingerprintKey, Window: r.Window.Milliseconds(), Count: r.Fingerprint()})
+		if r.Scope == replicated.ScopeGlobal {
+			out = append(out, crdt.Entry{Rule: r.Name, Key: fingerprintKey, Window: r.Window.Milliseconds(), Count: r.Fingerprint})
 		}
 	}
 	return out
@@ -131,9 +131,9 @@ func (c *Core) checkDrift(now int64, p *peer, d *wire.Delta) {
 		var m RuleMismatch
 		bad := true
 		switch r, ok := c.node.Rule(e.Rule); {
-		case !ok || r.Scope != pop.ScopeGlobal:
+		case !ok || r.Scope != replicated.ScopeGlobal:
 			m = RuleMismatch{Rule: e.Rule, Absent: true, PeerWindowMS: e.Window}
-		case r.Fingerprint() != e.Count:
+		case r.Fingerprint != e.Count:
 			m = RuleMismatch{Rule: e.Rule, PeerWindowMS: e.Window, WindowMS: r.Window.Milliseconds()}
 		default:
 			bad = false

@@ -15,7 +15,7 @@ func driftCore(t *testing.T, r crdt.Replica, rules []pop.Rule) *snode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Node: n, GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
+	c, err := New(Config{Node: n.Link(), GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
 		AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}})
 	if err != nil {
 		t.Fatal(err)

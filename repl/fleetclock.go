@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -206,17 +206,11 @@ type fleetNode struct {
 	corr *int64
 }
 
-// The node core's optional interfaces reach it through the wrapper.
-var (
-	_ MemberKeeper = fleetNode{}
-	_ SparseKeeper = fleetNode{}
-)
-
-func (f fleetNode) FlushTo(now int64, owns func(key string) bool, local bool) pop.Batch {
+func (f fleetNode) FlushTo(now int64, owns func(key string) bool, local bool) replicated.Batch {
 	return sentAt(f.Node.FlushTo(now+*f.corr, owns, local), now)
 }
 
-func (f fleetNode) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) pop.Batch {
+func (f fleetNode) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) replicated.Batch {
 	return sentAt(f.Node.AntiEntropyPart(now+*f.corr, owns, part, parts), now)
 }
 
@@ -227,7 +221,7 @@ func (f fleetNode) AntiEntropyPart(now int64, owns func(key string) bool, part, 
 // messages looked its correction old to the others (clamped to
 // PeerTimeout: their near-limit split then counted it as slow), and its
 // members' totals missed its speeches.
-func sentAt(b pop.Batch, now int64) pop.Batch {
+func sentAt(b replicated.Batch, now int64) replicated.Batch {
 	b.Local.SentAt, b.PoP.SentAt = now, now
 	return b
 }
@@ -240,7 +234,7 @@ func (f fleetNode) State(now int64) []wire.Delta {
 	return st
 }
 
-func (f fleetNode) ApplyFrom(now int64, d *wire.Delta, via pop.Scope, from *crdt.InternCache) pop.ApplyStats {
+func (f fleetNode) ApplyFrom(now int64, d *wire.Delta, via replicated.Scope, from *crdt.InternCache) replicated.ApplyStats {
 	return f.Node.ApplyFrom(now+*f.corr, d, via, from)
 }
 
@@ -248,26 +242,4 @@ func (f fleetNode) SetUnheard(now int64, pops []string) { f.Node.SetUnheard(now+
 
 func (f fleetNode) MergeModes(now int64, src modes.Source, ms []modes.RuleMode) {
 	f.Node.MergeModes(now+*f.corr, src, ms)
-}
-
-// KeepMembers forwards to the node core when it keeps members' state.
-func (f fleetNode) KeepMembers(member func(crdt.Replica) bool) {
-	if mk, ok := f.Node.(MemberKeeper); ok {
-		mk.KeepMembers(member)
-	}
-}
-
-// SetSparse forwards to the node core when it keeps sparse updates.
-func (f fleetNode) SetSparse(voices int, lag time.Duration) {
-	if sk, ok := f.Node.(SparseKeeper); ok {
-		sk.SetSparse(voices, lag)
-	}
-}
-
-// SparseStats forwards to the node core when it keeps sparse updates.
-func (f fleetNode) SparseStats() (skipped uint64, held int) {
-	if n, ok := f.Node.(interface{ SparseStats() (uint64, int) }); ok {
-		return n.SparseStats()
-	}
-	return 0, 0
 }

@@ -106,7 +106,7 @@ func fleetCores(t *testing.T, ids []crdt.PoPID, skews []int64) ([]*snode, []Mess
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := New(Config{Node: n, GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
+		c, err := New(Config{Node: n.Link(), GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
 			AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, ExpectedPoPs: expected}})
 		if err != nil {
 			t.Fatal(err)

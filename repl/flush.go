@@ -2,7 +2,7 @@ package repl
 
 import (
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/window"
 	"github.com/geolimit/geolimit/wire"
@@ -71,7 +71,7 @@ func (c *Core) flushSlot(now int64) {
 	}
 	slot := c.slotOf(now)
 	if !c.cfg.PoPLink || len(c.members) <= 1 {
-		c.emitBatch(&pop.Batch{PoP: b.PoP}, false, true)
+		c.emitBatch(&replicated.Batch{PoP: b.PoP}, false, true)
 		c.flushRegion(now, false) // region.go
 		return
 	}
@@ -155,7 +155,7 @@ func (c *Core) validTotals(now int64, es []crdt.Entry) []crdt.Entry {
 	out := make([]crdt.Entry, 0, len(es))
 	for _, e := range es {
 		r, ok := c.node.WireRule(e.Rule)
-		if !ok || r.Scope != pop.ScopeGlobal || len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen || e.Count == 0 {
+		if !ok || r.Scope != replicated.ScopeGlobal || len(e.Key) == 0 || len(e.Key) > crdt.MaxKeyLen || e.Count == 0 {
 			c.stats.ForwardsRefused++
 			continue
 		}
@@ -178,7 +178,7 @@ func (c *Core) validBlocks(bs []blocks.Block) []blocks.Block {
 	var out []blocks.Block
 	for _, b := range bs {
 		r, ok := c.node.Rule(b.Rule)
-		if !ok || r.Scope != pop.ScopeGlobal || r.BlockFor == 0 || len(b.Key) == 0 || len(b.Key) > crdt.MaxKeyLen {
+		if !ok || r.Scope != replicated.ScopeGlobal || r.BlockFor == 0 || len(b.Key) == 0 || len(b.Key) > crdt.MaxKeyLen {
 			c.stats.ForwardsRefused++
 			continue
 		}
@@ -198,7 +198,7 @@ func (c *Core) hasMembers() bool { return c.cfg.PoPLink && len(c.members) > 1 }
 
 // emitBatch queues a batch: Local to the PoP (when there are members), PoP
 // totals to the other PoPs when global is set.
-func (c *Core) emitBatch(b *pop.Batch, reliable, global bool) {
+func (c *Core) emitBatch(b *replicated.Batch, reliable, global bool) {
 	if c.cfg.PoPLink && len(c.members) > 1 && hasContent(&b.Local) {
 		d := b.Local
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Reliable: reliable, Delta: &d})

@@ -20,7 +20,7 @@ func TestMemberLeavingDropsItsInFlightCounts(t *testing.T) {
 	rules := []pop.Rule{{Name: "uploads", Kind: pop.Concurrency, Limit: 4, Cost: 1, Scope: pop.ScopePoP, LeaseTTL: time.Minute}}
 	n, err := pop.New(pop.Config{Self: ams1, Rules: rules})
 	require.NoError(t, err)
-	cfg := Config{Settings: DefaultSettings(), Node: n, PoPLink: true}
+	cfg := Config{Settings: DefaultSettings(), Node: n.Link(), PoPLink: true}
 	c, err := New(cfg)
 	require.NoError(t, err)
 	now := int64(1_000_000) * int64(time.Millisecond)
@@ -29,7 +29,7 @@ func TestMemberLeavingDropsItsInFlightCounts(t *testing.T) {
 	c.SetMembers(now, []string{MemberName(a2), MemberName(a3)})
 	for _, from := range []crdt.Replica{a2, a3} {
 		d := wire.Delta{Sender: from, Inflight: []inflight.Count{{Rule: "uploads", Key: "k", Count: 2, Version: 1}}}
-		st := n.Apply(now, &d, pop.ScopePoP)
+		st := n.Link().Apply(now, &d, pop.ScopePoP)
 		require.Equal(t, 1, st.Inflight.Merged)
 	}
 	_, members, _ := n.InFlight(now, "uploads", "k")

@@ -309,7 +309,7 @@ func (h *harness) start(n *hnode) {
 		h.fail("%v", err)
 	}
 	cfg := Config{
-		Node:       pn,
+		Node:       pn.Link(),
 		PoPLink:    o.has("pop"),
 		GlobalLink: o.has("global"),
 		Relay:      o.has("global") && !o.has("norelay"),

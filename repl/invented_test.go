@@ -20,7 +20,7 @@ func TestInventedPoPsCutNoShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Node: n, GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 50 * time.Millisecond}})
+	c, err := New(Config{Node: n.Link(), GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

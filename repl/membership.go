@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -31,11 +31,11 @@ func (c *Core) SetMembers(now int64, others []string) {
 	c.updateAllowance(now, true)
 	c.maybeStartEpoch(now)
 	c.stats.MembersChanges++
-	if mk, ok := c.node.(MemberKeeper); ok && c.name == MemberName(c.node.Self()) {
+	if c.name == MemberName(c.node.Self()) {
 		// In-flight counts of members gone no longer count (members are
 		// named by MemberName, unless the membership layer names them
 		// otherwise: then their counts lapse at their TTL).
-		mk.KeepMembers(func(r crdt.Replica) bool {
+		c.node.KeepMembers(func(r crdt.Replica) bool {
 			_, ok := slices.BinarySearch(c.members, MemberName(r))
 			return !r.SamePoP(c.node.Self()) || ok
 		})
@@ -157,7 +157,7 @@ func (c *Core) LocalState(now int64) []wire.Delta {
 
 // MergeState merges one delta of a member's LocalState: counts of the own
 // PoP's members through the PoP scope, aggregates through the global scope.
-func (c *Core) MergeState(now int64, d *wire.Delta) pop.ApplyStats {
+func (c *Core) MergeState(now int64, d *wire.Delta) replicated.ApplyStats {
 	if d.Sender.SamePoP(c.self) && d.Sender != c.self {
 		c.popMerged = true // a member's view of the PoP (startup.go)
 	}
@@ -165,13 +165,13 @@ func (c *Core) MergeState(now int64, d *wire.Delta) pop.ApplyStats {
 	if len(d.Modes) > 0 && d.Sender.SamePoP(c.self) && !d.Sender.IsPoP() {
 		c.node.MergeModes(now, modes.Source{PoP: c.selfPoP, Member: true}, d.Modes)
 	}
-	var st pop.ApplyStats
+	var st replicated.ApplyStats
 	if hasContent(d) {
-		via := pop.ScopeGlobal
+		via := replicated.ScopeGlobal
 		if d.Sender.SamePoP(c.self) && !d.Sender.IsPoP() {
-			via = pop.ScopePoP
+			via = replicated.ScopePoP
 		}
-		if via == pop.ScopeGlobal && d.Sender.SamePoP(c.self) && c.epoch == 0 {
+		if via == replicated.ScopeGlobal && d.Sender.SamePoP(c.self) && c.epoch == 0 {
 			c.stats.StateDropped++
 		} else {
 			st = c.node.ApplyFrom(now, d, via, nil)

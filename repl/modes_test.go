@@ -32,7 +32,7 @@ func newModeFleetWith(t *testing.T, s Settings) *modeFleet {
 	}
 	for name, r := range reps {
 		n := testNode(t, r)
-		c, err := New(Config{Settings: s, Node: n, PoPLink: r.PoP == "ams", GlobalLink: true})
+		c, err := New(Config{Settings: s, Node: n.Link(), PoPLink: r.PoP == "ams", GlobalLink: true})
 		require.NoError(t, err)
 		f.cores[name], f.nodes[name] = c, n
 	}
@@ -44,12 +44,12 @@ func newModeFleetWith(t *testing.T, s Settings) *modeFleet {
 // deliver hands msgs from node from to the nodes they reach, encoded and
 // decoded, except to the nodes in skip.
 func (f *modeFleet) deliver(now int64, from string, msgs []Message, skip ...string) {
-	self := f.nodes[from].Self()
+	self := f.nodes[from].Link().Self()
 	for _, m := range msgs {
 		bs, err := wire.Encode(m.Delta, 0)
 		require.NoError(f.t, err)
 		for name, c := range f.cores {
-			r := f.nodes[name].Self()
+			r := f.nodes[name].Link().Self()
 			if name == from || (m.Link == LinkPoP) != r.SamePoP(self) || (m.Link == LinkGlobal && r.SamePoP(self)) || contains(skip, name) {
 				continue
 			}
@@ -158,7 +158,7 @@ func TestModeAntiEntropyRepairs(t *testing.T) {
 
 	// A new member merges the PoP's state (memberlist push/pull).
 	a3 := testNode(t, crdt.Replica{PoPID: ams1.PoPID, Node: "a3", Incarnation: 1})
-	c3, err := New(Config{Settings: DefaultSettings(), Node: a3, PoPLink: true, GlobalLink: true})
+	c3, err := New(Config{Settings: DefaultSettings(), Node: a3.Link(), PoPLink: true, GlobalLink: true})
 	require.NoError(t, err)
 	for _, d := range f.cores["a2"].LocalState(end) {
 		bs, err := wire.Encode(&d, 0)

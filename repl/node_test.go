@@ -9,6 +9,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -43,10 +44,12 @@ func (n *scriptNode) ApplyFrom(_ int64, _ *wire.Delta, via pop.Scope, _ *crdt.In
 	n.applied = append(n.applied, via)
 	return pop.ApplyStats{}
 }
-func (n *scriptNode) PrefetchDelta(*wire.Delta)             {}
-func (n *scriptNode) Rule(string) (pop.Rule, bool)          { return pop.Rule{}, false }
-func (n *scriptNode) WireRule(string) (pop.Rule, bool)      { return pop.Rule{}, false }
-func (n *scriptNode) Rules() []pop.Rule                     { return nil }
+func (n *scriptNode) PrefetchDelta(*wire.Delta)               {}
+func (n *scriptNode) Rule(string) (replicated.RuleInfo, bool) { return replicated.RuleInfo{}, false }
+func (n *scriptNode) WireRule(string) (replicated.RuleInfo, bool) {
+	return replicated.RuleInfo{}, false
+}
+func (n *scriptNode) Rules() []replicated.RuleInfo          { return nil }
 func (n *scriptNode) MaxSkew() time.Duration                { return pop.DefaultMaxSkew }
 func (n *scriptNode) SetEpoch(e uint64)                     { n.epochs = append(n.epochs, e) }
 func (n *scriptNode) SetUnheard(_ int64, pops []string)     { n.unheard = append(n.unheard, pops) }
@@ -60,6 +63,15 @@ func (n *scriptNode) TakeModes() []modes.RuleMode {
 func (n *scriptNode) Modes() []modes.RuleMode { return n.held }
 func (n *scriptNode) MergeModes(_ int64, _ modes.Source, ms []modes.RuleMode) {
 	n.merged = append(n.merged, ms...)
+}
+func (n *scriptNode) KeepMembers(func(crdt.Replica) bool)             {}
+func (n *scriptNode) SetSparse(int, time.Duration)                    {}
+func (n *scriptNode) SparseStats() (uint64, int)                      { return 0, 0 }
+func (n *scriptNode) SetRegionVoice(bool, uint64)                     {}
+func (n *scriptNode) SetRegionSparse(int, time.Duration)              {}
+func (n *scriptNode) FlushRegion(int64, func(string) bool) wire.Delta { return wire.Delta{} }
+func (n *scriptNode) RegionAntiEntropyPart(int64, func(string) bool, int, int) wire.Delta {
+	return wire.Delta{}
 }
 
 // runUntil ticks c at every time it asks for, from now until end, and

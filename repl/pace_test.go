@@ -23,7 +23,7 @@ func TestAntiEntropyIsPaced(t *testing.T) {
 			const ae = 2 * time.Second
 			n := testNode(t, ams1)
 			cfg := Config{Settings: DefaultSettings()}
-			cfg.Node, cfg.GlobalLink = n, true
+			cfg.Node, cfg.GlobalLink = n.Link(), true
 			cfg.FlushInterval, cfg.AntiEntropyInterval, cfg.PeerTimeout = 50*time.Millisecond, ae, 10*time.Second
 			c, err := New(cfg)
 			if err != nil {

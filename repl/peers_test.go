@@ -69,13 +69,13 @@ func TestHeldAggregatesMatchFormer(t *testing.T) {
 			id := pops[rng.IntN(len(pops))]
 			d := wire.Delta{Sender: crdt.PoPReplica(id, uint64(1+rng.IntN(3))),
 				Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: now / int64(ruleWindow), Count: 1}}}
-			n.Apply(now, &d, pop.ScopeGlobal)
+			n.Link().Apply(now, &d, pop.ScopeGlobal)
 		}
 		held := c.heldAggregates()
 		for _, id := range pops[1:] {
 			for _, asked := range []bool{false, true} {
 				want := false
-				for _, r := range n.Replicas() {
+				for _, r := range n.Link().Replicas() {
 					want = want || r.IsPoP() && c.former(r, id, asked)
 				}
 				if got := held.holdsFormer(c, id, asked); got != want {

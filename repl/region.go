@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -48,22 +48,6 @@ import (
 // it holds the PoP totals they are made of. A region counts as unheard
 // for the share policy ("region/*") when every PoP of it this node knows
 // is.
-
-// RegionVoicer is a Node that can speak for its region (pop.Node): the
-// Core tells it whether its PoP is the voice and under which region epoch,
-// and takes the region totals that moved (FlushRegion) or all of them in
-// parts (RegionAntiEntropyPart). It must not call back into the Core.
-type RegionVoicer interface {
-	SetRegionVoice(on bool, epoch uint64)
-	FlushRegion(now int64, owns func(key string) bool) wire.Delta
-	RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta
-	SetRegionSparse(voices int, lag time.Duration)
-}
-
-var (
-	_ RegionVoicer = (*pop.Node)(nil)
-	_ RegionVoicer = fleetNode{} // the node core's, through the fleet clock
-)
 
 // regionState is the Core's part of region voices.
 type regionState struct {
@@ -167,10 +151,7 @@ func (c *Core) announceRegion(now int64) {
 
 // tellRegion tells the node its region voice and epoch when they changed.
 func (c *Core) tellRegion() {
-	rv, ok := c.node.(RegionVoicer)
-	if !ok {
-		return
-	}
+	rv := c.node
 	on := uint64(0)
 	if c.region.voice {
 		on = 1
@@ -212,11 +193,10 @@ func (c *Core) takeRegionEpoch(now int64, from crdt.PoPID, d *wire.Delta) {
 // that moved go to the slot's speaker (gathered here, or forwarded over the
 // PoP link), which publishes them as one message to the other regions.
 func (c *Core) flushRegion(now int64, speaker bool) {
-	rv, ok := c.node.(RegionVoicer)
-	if !ok || !c.region.voice || c.region.epoch == 0 {
+	if !c.region.voice || c.region.epoch == 0 {
 		return
 	}
-	d := rv.FlushRegion(now, c.ownsKey)
+	d := c.node.FlushRegion(now, c.ownsKey)
 	if len(d.Entries) == 0 {
 		return
 	}
@@ -278,11 +258,10 @@ func (c *Core) forwardedRegion(now int64, d *wire.Delta) bool {
 
 // regionAE re-sends part of parts of the owned region totals.
 func (c *Core) regionAE(now int64, part, parts int) {
-	rv, ok := c.node.(RegionVoicer)
-	if !ok || !c.region.voice || c.region.epoch == 0 {
+	if !c.region.voice || c.region.epoch == 0 {
 		return
 	}
-	d := rv.RegionAntiEntropyPart(now, c.ownsKey, part, parts)
+	d := c.node.RegionAntiEntropyPart(now, c.ownsKey, part, parts)
 	if len(d.Entries) > 0 {
 		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Reliable: true, Delta: &d})
 	}
@@ -295,7 +274,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 	if d.Sender.IsPoP() && !d.Sender.IsRegion() && d.Sender.PoPID == m.From && len(d.Entries) == 0 && len(d.Blocks) > 0 {
 		// A PoP's penalty blocks, sent to every PoP (Core.publish).
 		if m.From != c.selfPoP && c.regionVoices() && m.From.Region != c.selfPoP.Region {
-			res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+			res.Applied = c.node.ApplyFrom(now, d, replicated.ScopeGlobal, nil)
 		}
 		return
 	}
@@ -333,7 +312,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 			c.region.caches[d.Sender.Region] = ic
 		}
 	}
-	res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, ic)
+	res.Applied = c.node.ApplyFrom(now, d, replicated.ScopeGlobal, ic)
 	if res.Applied.Merged+res.Applied.Unchanged > 0 {
 		p.counted = true
 	}
@@ -365,40 +344,30 @@ func (c *Core) unheardRegions(part []crdt.PoPID, names []string) []string {
 	return names
 }
 
-// SetRegionVoice forwards to the node core when it can speak for its region.
+// SetRegionVoice forwards to the node core.
 func (f fleetNode) SetRegionVoice(on bool, epoch uint64) {
-	if rv, ok := f.Node.(RegionVoicer); ok {
-		rv.SetRegionVoice(on, epoch)
-	}
+	f.Node.SetRegionVoice(on, epoch)
 }
 
 // FlushRegion forwards to the node core when it can speak for its region.
 func (f fleetNode) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
-	if rv, ok := f.Node.(RegionVoicer); ok {
-		d := rv.FlushRegion(now+*f.corr, owns)
-		d.SentAt = now // the Core's clock, as sentAt dates the batches
-		return d
-	}
-	return wire.Delta{}
+	d := f.Node.FlushRegion(now+*f.corr, owns)
+	d.SentAt = now // the Core's clock, as sentAt dates the batches
+	return d
 }
 
 // RegionAntiEntropyPart forwards to the node core when it can speak for
 // its region.
 func (f fleetNode) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta {
-	if rv, ok := f.Node.(RegionVoicer); ok {
-		d := rv.RegionAntiEntropyPart(now+*f.corr, owns, part, parts)
-		d.SentAt = now
-		return d
-	}
-	return wire.Delta{}
+	d := f.Node.RegionAntiEntropyPart(now+*f.corr, owns, part, parts)
+	d.SentAt = now
+	return d
 }
 
 // SetRegionSparse forwards to the node core when it can speak for its
 // region.
 func (f fleetNode) SetRegionSparse(voices int, lag time.Duration) {
-	if rv, ok := f.Node.(RegionVoicer); ok {
-		rv.SetRegionSparse(voices, lag)
-	}
+	f.Node.SetRegionSparse(voices, lag)
 }
 
 // regionCount returns how many regions this node knows: its own and those
@@ -460,7 +429,7 @@ func (c *Core) stateRegion(now int64, m Message, res *StepResult) {
 			c.region.formerDropped = true // asked again (noteRegionEpoch)
 		}
 	default:
-		res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+		res.Applied = c.node.ApplyFrom(now, d, replicated.ScopeGlobal, nil)
 	}
 }
 

@@ -96,7 +96,7 @@ func TestMembersOfAVoiceAgreeOnTheRegionEpoch(t *testing.T) {
 			s := DefaultSettings()
 			s.RegionVoices = true
 			core := func(r crdt.Replica) *Core {
-				c, err := New(Config{Node: testNode(t, r), GlobalLink: true, PoPLink: true, Settings: s})
+				c, err := New(Config{Node: testNode(t, r).Link(), GlobalLink: true, PoPLink: true, Settings: s})
 				require.NoError(t, err)
 				return c
 			}

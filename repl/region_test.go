@@ -19,7 +19,7 @@ func regionCore(t *testing.T, r crdt.Replica, heard ...crdt.PoPID) (*Core, int64
 	t.Helper()
 	s := DefaultSettings()
 	s.RegionVoices = true
-	c, err := New(Config{Node: testNode(t, r), GlobalLink: true, Settings: s})
+	c, err := New(Config{Node: testNode(t, r).Link(), GlobalLink: true, Settings: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestRegionVoicesCarryBlocks(t *testing.T) {
 	require.NoError(t, err)
 	s := DefaultSettings()
 	s.RegionVoices = true
-	c, err := New(Config{Node: n, GlobalLink: true, Settings: s})
+	c, err := New(Config{Node: n.Link(), GlobalLink: true, Settings: s})
 	require.NoError(t, err)
 	now := t0
 	c.Tick(now)
@@ -324,7 +324,7 @@ func TestInventedPoPDoesNotSilenceTheVoice(t *testing.T) {
 	s := DefaultSettings()
 	s.RegionVoices = true
 	s.ExpectedPoPs = popNames(euFra, usIad)
-	c2, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Settings: s})
+	c2, err := New(Config{Node: testNode(t, ams1).Link(), GlobalLink: true, Settings: s})
 	require.NoError(t, err)
 	now2 := t0
 	c2.Tick(now2)

@@ -71,7 +71,7 @@ type Settings struct {
 	// StartupSync bounds how long a node waits at start for its PoP's and
 	// the expected PoPs' view of what its former incarnations counted:
 	// meanwhile it decides on the view it has, counts as unsynced
-	// (pop.Node.SetSynced) and the daemon's /readyz answers 503. Without
+	// (pop.Link.SetSynced) and the daemon's /readyz answers 503. Without
 	// ExpectedPoPs it waits the whole span. 0 (the default here) turns the
 	// wait off; the daemon's default is DefaultStartupSync.
 	StartupSync time.Duration `yaml:"startup_sync"`

@@ -2,23 +2,11 @@ package repl
 
 import (
 	"time"
-
-	"github.com/geolimit/geolimit/pop"
 )
 
 // Sparse updates (Settings.SparseUpdates): the Core tells its node how many
 // PoPs publish totals of a key, so that a total far below its limit is
 // published only when it has moved by replicated.SparseStep.
-
-// SparseKeeper is a Node that can leave out of its flushes the PoP totals
-// that moved by less than a step derived from the number of PoPs (pop.Node:
-// SetSparse). voices <= 0 turns it off; lag is the time a change takes to
-// reach every node. It must not call back into the Core.
-type SparseKeeper interface {
-	SetSparse(voices int, lag time.Duration)
-}
-
-var _ SparseKeeper = (*pop.Node)(nil)
 
 // updateSparse tells the node the voices of sparse updates: this PoP and
 // every remote PoP tracked, heard or not (a PoP cut off now holds its
@@ -33,10 +21,6 @@ var _ SparseKeeper = (*pop.Node)(nil)
 // started (its estimate then cannot tell a key near its limit; by then
 // every other PoP has re-sent its totals).
 func (c *Core) updateSparse(now int64) {
-	sk, ok := c.node.(SparseKeeper)
-	if !ok {
-		return
-	}
 	v, lag := 0, time.Duration(0)
 	if c.cfg.Sparse() && c.cfg.GlobalLink && c.cfg.FlushInterval > 0 && now-c.startedAt >= int64(c.cfg.AntiEntropyInterval) {
 		v = 1 + len(c.peers.m)
@@ -54,19 +38,14 @@ func (c *Core) updateSparse(now int64) {
 	}
 	if v != c.sparseVoices || lag != c.sparseLag || rv != c.region.sparseVoices {
 		c.sparseVoices, c.sparseLag, c.region.sparseVoices = v, lag, rv
-		sk.SetSparse(v, lag)
-		if r, ok := c.node.(RegionVoicer); ok {
-			r.SetRegionSparse(rv, lag)
-		}
+		c.node.SetSparse(v, lag)
+		c.node.SetRegionSparse(rv, lag)
 	}
 }
 
 // sparseStats fills the sparse updates' figures of st.
 func (c *Core) sparseStats(st *Stats) {
 	st.SparseVoices = uint64(c.sparseVoices)
-	if n, ok := c.node.(interface{ SparseStats() (uint64, int) }); ok {
-		var held int
-		st.SparseSkipped, held = n.SparseStats()
-		st.SparseHeld = uint64(held)
-	}
+	skipped, held := c.node.SparseStats()
+	st.SparseSkipped, st.SparseHeld = skipped, uint64(held)
 }

@@ -28,10 +28,10 @@ func newSparsePair(t *testing.T, sparse *bool) *sparsePair {
 	s := DefaultSettings()
 	s.SparseUpdates = sparse
 	var err error
-	if p.ams, err = New(Config{Settings: s, Node: p.an, GlobalLink: true}); err != nil {
+	if p.ams, err = New(Config{Settings: s, Node: p.an.Link(), GlobalLink: true}); err != nil {
 		t.Fatal(err)
 	}
-	if p.iad, err = New(Config{Settings: s, Node: p.in, GlobalLink: true}); err != nil {
+	if p.iad, err = New(Config{Settings: s, Node: p.in.Link(), GlobalLink: true}); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -58,7 +58,7 @@ func (p *sparsePair) run(d time.Duration) {
 		}
 		for _, m := range p.iad.Ready() {
 			if m.Link == LinkGlobal {
-				m.From = p.in.Self().PoPID
+				m.From = p.in.Link().Self().PoPID
 				p.ams.Step(p.now, m)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 // counts and hand them over on join (memberlist push/pull, MergeState); the
 // other PoPs hold its PoP's former epochs' totals and relay them when asked
 // (KindState). Until both have arrived the node's decisions may undercount,
-// so it counts as unsynced (pop.Node.SetSynced) for at most
+// so it counts as unsynced (pop.Link.SetSynced) for at most
 // Config.StartupSync.
 //
 // Knowing when the relays are complete takes one addition to the protocol,

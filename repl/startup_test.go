@@ -43,7 +43,7 @@ func startupNet(now int64, drop func(m Message) bool, nodes ...*snode) {
 
 func startupCore(t *testing.T, r crdt.Replica, wait time.Duration, expected ...crdt.PoPID) *snode {
 	t.Helper()
-	c, err := New(Config{Node: testNode(t, r), GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
+	c, err := New(Config{Node: testNode(t, r).Link(), GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
 		AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, ExpectedPoPs: popNames(expected...), StartupSync: wait, SparseUpdates: new(bool)}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 package repl
 
-import "github.com/geolimit/geolimit/pop"
+import "github.com/geolimit/geolimit/replicated"
 
 // StepResult says what Step did with a message, for metrics.
 type StepResult struct {
@@ -11,7 +11,7 @@ type StepResult struct {
 	// it is asked for again once it is.
 	Dropped bool
 	// Applied is what the node core did with the entries.
-	Applied pop.ApplyStats
+	Applied replicated.ApplyStats
 }
 
 // Step handles one received message at now.
@@ -85,7 +85,7 @@ func (c *Core) stepPoP(now int64, m Message, res *StepResult) {
 		}
 		c.learnEpoch(now, d.Epoch)
 		if hasContent(d) {
-			res.Applied = c.node.ApplyFrom(now, d, pop.ScopePoP, nil)
+			res.Applied = c.node.ApplyFrom(now, d, replicated.ScopePoP, nil)
 			if c.cfg.FlushInterval == 0 {
 				c.Flush(now)
 			}
@@ -126,7 +126,7 @@ func (c *Core) stepState(now int64, m Message, res *StepResult) {
 			res.Dropped = true
 			c.stats.StateDropped++
 		default:
-			res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+			res.Applied = c.node.ApplyFrom(now, d, replicated.ScopeGlobal, nil)
 		}
 		return
 	}
@@ -137,7 +137,7 @@ func (c *Core) stepState(now int64, m Message, res *StepResult) {
 		c.stats.StateDropped++
 		return
 	}
-	res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, nil)
+	res.Applied = c.node.ApplyFrom(now, d, replicated.ScopeGlobal, nil)
 }
 
 // stepGlobal handles a message from another PoP on its own subject
@@ -202,7 +202,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 			break
 		}
 		if hasContent(d) {
-			res.Applied = c.node.ApplyFrom(now, d, pop.ScopeGlobal, &p.sender)
+			res.Applied = c.node.ApplyFrom(now, d, replicated.ScopeGlobal, &p.sender)
 			if res.Applied.Merged+res.Applied.Unchanged > 0 {
 				p.counted = true
 			}

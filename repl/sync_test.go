@@ -14,7 +14,7 @@ import (
 // first re-sends done, at a time past the start of the pacing.
 func syncVictim(t *testing.T, keys, former int, interval time.Duration) (*Core, int64) {
 	t.Helper()
-	c, err := New(Config{Node: testNode(t, ams1), GlobalLink: true, Relay: true, Settings: Settings{
+	c, err := New(Config{Node: testNode(t, ams1).Link(), GlobalLink: true, Relay: true, Settings: Settings{
 		FlushInterval: 50 * time.Millisecond, AntiEntropyInterval: time.Hour, SyncInterval: interval}})
 	if err != nil {
 		t.Fatal(err)

@@ -108,7 +108,7 @@ func TestPenaltyBoxProxy(t *testing.T) {
 
 func TestOnUnsureOverHTTP(t *testing.T) {
 	ta := startApp(t, boxYAML)
-	ta.node.SetSynced(false)
+	ta.node.Link().SetSynced(false)
 	r := ta.post("/v1/check", `{"rule":"otp","key":"alice"}`)
 	require.Equal(t, http.StatusTooManyRequests, r.status)
 	body := r.json(t)
@@ -123,7 +123,7 @@ func TestOnUnsureOverHTTP(t *testing.T) {
 	assert.Equal(t, 1.0, n)
 	assert.EqualValues(t, 0, ta.keyTotal("otp", "alice"), "nothing counted")
 
-	ta.node.SetSynced(true)
+	ta.node.Link().SetSynced(true)
 	assert.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"otp","key":"alice"}`).status)
 }
 

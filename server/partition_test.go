@@ -23,7 +23,7 @@ rules:
 	part := st["partition"].(map[string]any)
 	assert.Equal(t, false, part["partitioned"])
 
-	ta.node.SetUnheard(ta.clk.Now(), []string{"us/iad"})
+	ta.node.Link().SetUnheard(ta.clk.Now(), []string{"us/iad"})
 	allowed := map[string]int{}
 	for i := 0; i < 10; i++ {
 		for _, rule := range []string{"shared", "kept"} {

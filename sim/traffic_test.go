@@ -105,7 +105,7 @@ func TestRestartNewIncarnationAndJoinSync(t *testing.T) {
 	nd := e.nodes[0]
 	require.Equal(t, "ams-1", nd.name)
 	assert.EqualValues(t, len(e.nodes)+1, nd.inc, "the next incarnation of the fleet")
-	assert.EqualValues(t, nd.inc, nd.n.Self().Incarnation)
+	assert.EqualValues(t, nd.inc, nd.n.Link().Self().Incarnation)
 	v, err := nd.n.View(e.nodeNow(nd, e.now), "api", "k0")
 	require.NoError(t, err)
 	var total uint64

@@ -32,7 +32,7 @@ func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
 	}
 	c, err := repl.New(repl.Config{
 		Settings:   settings,
-		Node:       nd.n,
+		Node:       nd.n.Link(),
 		PoPLink:    len(e.pops[nd.pop].nodes) > 1,
 		GlobalLink: len(e.pops) > 1,
 		Relay:      true,
@@ -50,7 +50,7 @@ func (e *engine) membersChanged(p int32, t int64) {
 	live := e.pops[p].live
 	names := make([]string, len(live))
 	for i, m := range live {
-		names[i] = repl.MemberName(e.nodes[m].n.Self())
+		names[i] = repl.MemberName(e.nodes[m].n.Link().Self())
 	}
 	for i, m := range live {
 		nd := e.nodes[m]

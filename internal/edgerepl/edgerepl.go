@@ -37,7 +37,7 @@ type gossipReplicator struct {
 // engine.NewReplicatorFunc.
 func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 	cfg := env.Config
-	self := env.Node.Self()
+	self := env.Node.Link().Self()
 	id := self.PoPID
 	g := &gossipReplicator{log: env.Logger}
 	lag := prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -56,7 +56,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 	}
 	queue, pending := QueueBudget(cfg.Limits.MemoryBudget())
 	g.opts = gossip.Options{
-		Node:       env.Node,
+		Node:       env.Node.Link(),
 		Clock:      env.Clock,
 		FleetClock: env.FleetClock,
 		Settings:   cfg.Replication,

@@ -34,7 +34,7 @@ func BenchmarkStateFile(b *testing.B) {
 	}
 	n, err := pop.New(pop.Config{Self: self, Rules: rules})
 	require.NoError(b, err)
-	n.SetEpoch(1)
+	n.Link().SetEpoch(1)
 	for i := range keys {
 		k := "10.0." + strconv.Itoa(i)
 		for _, r := range rules {

@@ -122,7 +122,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(st.Store.Replicas))
 	ch <- prometheus.MustNewConstMetric(descHotKeys, prometheus.GaugeValue, float64(st.Store.HotKeys))
 	for _, sc := range []pop.Scope{pop.ScopePoP, pop.ScopeGlobal} {
-		a := c.a.node.AllowanceOf(sc)
+		a := c.a.node.Link().AllowanceOf(sc)
 		ch <- prometheus.MustNewConstMetric(descAllowHorizon, prometheus.GaugeValue, a.Horizon.Seconds(), sc.String())
 		replicas := 0
 		if a != (pop.Allowance{}) {
