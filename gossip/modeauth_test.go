@@ -78,7 +78,7 @@ func TestModeAuthorityHoldsOnOpenLinks(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	require.Eventually(t, func() bool { return victim.node.ModeStats().Untrusted >= 4 }, 10*time.Second, poll, "the forged writes arrive")
+	require.Eventually(t, func() bool { return victim.node.Stats().Modes.Untrusted >= 4 }, 10*time.Second, poll, "the forged writes arrive")
 
 	start := time.Now()
 	_, err := operator.node.SetRuleMode(time.Now().UnixNano(), "api", modes.Shadow)
@@ -89,10 +89,10 @@ func TestModeAuthorityHoldsOnOpenLinks(t *testing.T) {
 	}, time.Second, time.Millisecond, "the operator's change reaches the other region within a second")
 	t.Logf("operator's change at the other region after %v", time.Since(start).Round(time.Millisecond))
 	// It holds while ten more rounds of the attack arrive.
-	held := victim.node.ModeStats().Untrusted
-	require.Eventually(t, func() bool { return victim.node.ModeStats().Untrusted >= held+20 }, 10*time.Second, poll)
+	held := victim.node.Stats().Modes.Untrusted
+	require.Eventually(t, func() bool { return victim.node.Stats().Modes.Untrusted >= held+20 }, 10*time.Second, poll)
 	st, _ := victim.node.RuleMode("api")
 	assert.Equal(t, pop.Shadow, st.Effective, "the forged re-sends never win")
 	assert.Equal(t, operator.node.Link().Self(), st.Set.By)
-	assert.Zero(t, victim.node.ModeStats().Future, "dated inside the skew: refused for their signature, not their date")
+	assert.Zero(t, victim.node.Stats().Modes.Future, "dated inside the skew: refused for their signature, not their date")
 }

@@ -345,12 +345,12 @@ func BenchmarkDecideBatch(b *testing.B) {
 				batch := keys[i%len(keys) : i%len(keys)+min(100, len(keys)-i%len(keys))]
 				if prefetched {
 					for _, k := range batch[:min(ahead, len(batch))] {
-						n.PrefetchHandle(h, k)
+						n.prefetchHandle(h, k)
 					}
 				}
 				for j, k := range batch {
 					if prefetched && j+ahead < len(batch) {
-						n.PrefetchHandle(h, batch[j+ahead])
+						n.prefetchHandle(h, batch[j+ahead])
 					}
 					if _, err := n.DecideHandle(clk.Now(), h, k, 1); err != nil {
 						b.Fatal(err)

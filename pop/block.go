@@ -170,19 +170,6 @@ func (n *Node) BlockedUntil(now int64, rule, key string) int64 {
 	return 0
 }
 
-// Penalize puts key in rule's penalty box as Decide does for a counted
-// denial, for a request denied on d, a decision Peek took (Peek starts no
-// block): a caller that checks several rules without counting and then
-// denies the request calls it for the rules that denied. It updates d as
-// Decide would have (Blocked, BlockStarted, RetryAfter). It does nothing for
-// a rule without BlockFor, an admission, a key already blocked or an unsure
-// denial.
-func (n *Node) Penalize(now int64, rule, key string, d *Decision) {
-	if r, ok := n.rules.Load().get(rule); ok {
-		n.penalize(now, r, key, d)
-	}
-}
-
 // penalize is Penalize for rule r.
 func (n *Node) penalize(now int64, r *ruleState, key string, d *Decision) {
 	if r.BlockFor == 0 || d.Blocked || d.Unsure != UnsureNone || (d.Allowed && !d.ShadowDenied) ||

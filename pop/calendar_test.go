@@ -45,7 +45,7 @@ func TestCalendarDayAdmitsLimitThenWaitsForMidnight(t *testing.T) {
 	assert.False(t, d.Allowed, "the 4th is denied")
 	assert.Equal(t, time.Duration(midnight-at), d.RetryAfter, "Retry-After: to the next midnight UTC")
 	assert.Equal(t, time.Duration(midnight-at), d.Reset)
-	assert.Equal(t, time.Duration(midnight-at), n.MoreAfter(at, "daily", "k", d, Options{}))
+	assert.Equal(t, time.Duration(midnight-at), n.MoreAfter(at, mustHandle(n, "daily"), "k", d, Options{}))
 
 	d, err = n.Decide(midnight-1, "daily", "k", 1)
 	require.NoError(t, err)

@@ -33,7 +33,7 @@ func BenchmarkConcurrency(b *testing.B) {
 			if err := n.DecideCheck(now, Check{Rule: conc, Key: keys[i%len(keys)], Pin: true}, &res); err != nil || !res.Allowed {
 				b.Fatal(err, res.Allowed)
 			}
-			n.Release(now, res.Lease)
+			n.Release(now, res.Lease.ID())
 		}
 	})
 	b.Run("with-rate-rule", func(b *testing.B) {
@@ -73,7 +73,7 @@ func BenchmarkConcurrencyParallel(b *testing.B) {
 			if err := n.DecideCheck(t0, Check{Rule: conc, Key: keys[i%len(keys)], Pin: true}, &res); err != nil || !res.Allowed {
 				b.Fatal(err, res.Allowed)
 			}
-			n.Release(t0, res.Lease)
+			n.Release(t0, res.Lease.ID())
 		}
 	})
 }

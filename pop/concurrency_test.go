@@ -92,14 +92,14 @@ func TestConcurrencyAcquireRelease(t *testing.T) {
 	other := decideOne(t, n, t0, chk(t, n, "uploads", "other-key", 0))
 	assert.True(t, other.Allowed, "keys are counted apart")
 
-	assert.True(t, n.Release(t0, held[1]))
-	assert.False(t, n.Release(t0, held[1]), "a lease is given back once")
+	assert.True(t, n.Release(t0, held[1].ID()))
+	assert.False(t, n.Release(t0, held[1].ID()), "a lease is given back once")
 	again := decideOne(t, n, t0, chk(t, n, "uploads", "k", 0))
 	require.True(t, again.Allowed, "a released slot is free again")
 
-	assert.True(t, n.ReleaseID(t0, held[0].ID()))
-	assert.False(t, n.ReleaseID(t0, held[0].ID()))
-	assert.False(t, n.ReleaseID(t0, LeaseID{}), "an unknown lease")
+	assert.True(t, n.Release(t0, held[0].ID()))
+	assert.False(t, n.Release(t0, held[0].ID()))
+	assert.False(t, n.Release(t0, LeaseID{}), "an unknown lease")
 	own, members, ok := n.InFlight(t0, "uploads", "k")
 	require.True(t, ok)
 	assert.Equal(t, uint64(2), own)
@@ -129,7 +129,7 @@ func TestConcurrencyLeaseIDs(t *testing.T) {
 		back, err := ParseLeaseID(id.String())
 		require.NoError(t, err)
 		assert.Equal(t, id, back)
-		require.True(t, n.Release(t0, res.Lease))
+		require.True(t, n.Release(t0, res.Lease.ID()))
 	}
 	for _, bad := range []string{"", "zz", strings.Repeat("g", LeaseIDLen), strings.Repeat("a", LeaseIDLen+2)} {
 		_, err := ParseLeaseID(bad)
@@ -165,8 +165,8 @@ func TestConcurrencyLeaseExpires(t *testing.T) {
 	assert.Equal(t, uint64(4), st.Expired)
 	assert.Equal(t, 1, st.Leases, "only the pinned lease is left")
 	assert.Equal(t, 1, st.Keys)
-	assert.False(t, n.Release(t0+10*ttl, late.Lease), "an expired lease is not given back")
-	assert.True(t, n.Release(t0+10*ttl, pinned.Lease))
+	assert.False(t, n.Release(t0+10*ttl, late.Lease.ID()), "an expired lease is not given back")
+	assert.True(t, n.Release(t0+10*ttl, pinned.Lease.ID()))
 	assert.Zero(t, n.SlotStats().Keys)
 }
 
@@ -192,7 +192,7 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, out.Allowed)
 		require.True(t, res[0].Lease.Held())
-		require.True(t, n.Release(t0, res[0].Lease))
+		require.True(t, n.Release(t0, res[0].Lease.ID()))
 	}
 	r, res := req()
 	out, err := n.DecideChecks(t0, r, res)
@@ -284,11 +284,11 @@ func TestConcurrencyPoPScope(t *testing.T) {
 	assert.Empty(t, batch.Local.Inflight, "nothing changed but a node-scope key")
 
 	// A release travels as a lower count with a newer version.
-	require.True(t, a.Release(t0, ra.Lease))
+	require.True(t, a.Release(t0, ra.Lease.ID()))
 	old := a.Link().Flush(t0, nil)
 	require.Len(t, old.Local.Inflight, 1)
 	assert.Equal(t, uint64(1), old.Local.Inflight[0].Count)
-	require.True(t, a.Release(t0, rb.Lease))
+	require.True(t, a.Release(t0, rb.Lease.ID()))
 	newer := a.Link().Flush(t0, nil)
 	b.Link().Apply(t0, &newer.Local, ScopePoP)
 	st = b.Link().Apply(t0, &old.Local, ScopePoP)
@@ -398,7 +398,7 @@ func TestConcurrencyReload(t *testing.T) {
 	rules[0].Limit = 1
 	require.NoError(t, n.SetRules(rules))
 	assert.False(t, decideOne(t, n, t0, chk(t, n, "uploads", "k", 0)).Allowed, "the lease still holds the one slot")
-	require.True(t, n.Release(t0, res.Lease))
+	require.True(t, n.Release(t0, res.Lease.ID()))
 	res = decideOne(t, n, t0, chk(t, n, "uploads", "k", 0))
 	require.True(t, res.Allowed)
 
@@ -408,7 +408,7 @@ func TestConcurrencyReload(t *testing.T) {
 	n.Tick(t0 + 1)
 	n.Tick(t0 + 2)
 	assert.Zero(t, n.SlotStats().Leases)
-	assert.False(t, n.Release(t0+2, res.Lease))
+	assert.False(t, n.Release(t0+2, res.Lease.ID()))
 	_, _, ok := n.InFlight(t0+2, "uploads", "k")
 	assert.False(t, ok)
 

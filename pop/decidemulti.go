@@ -154,22 +154,11 @@ func (r *ruleState) limitsFor(key, tier string) []uint64 {
 	return t.def
 }
 
-// Options are the optional inputs of DecideWith and PeekWith.
+// Options are the optional inputs of a check of a rule (its tier).
 type Options struct {
 	// Tier names the request's tier (Rule.Tiers); empty or unknown means
 	// the rule's default tier.
 	Tier string
-}
-
-// DecideWith is Decide for a request that names a tier (Options.Tier). On a
-// rule without tiers it is Decide.
-func (n *Node) DecideWith(now int64, rule, key string, cost uint64, o Options) (Decision, error) {
-	return n.decideWith(now, rule, key, cost, o.Tier, true)
-}
-
-// PeekWith is Peek for a request that names a tier.
-func (n *Node) PeekWith(now int64, rule, key string, cost uint64, o Options) (Decision, error) {
-	return n.decideWith(now, rule, key, cost, o.Tier, false)
 }
 
 func (n *Node) decideWith(now int64, rule, key string, cost uint64, tier string, count bool) (d Decision, err error) {
@@ -245,34 +234,4 @@ func (n *Node) admitWindows(d *Decision, now int64, r *ruleState, key, tier stri
 		Limits:     lims,
 	}
 	return UnsureNone
-}
-
-// WireRule returns the rule of the window whose counts travel under the
-// wire name (Rule.WireName): for a window of a rule of several, a Rule
-// whose Limit and Window are that window's (the largest limit a key may
-// have there is the rule's concern, not the wire's).
-func (n *Node) WireRule(wire string) (Rule, bool) {
-	r, ok := n.rules.Load().getWire(wire)
-	if !ok {
-		return Rule{}, false
-	}
-	return r.Rule, true
-}
-
-// Limits returns the limits that apply to key under tier in rule, one per
-// window in the order of Rule.Windows: what DecideWith compares the
-// request with. It allocates; the RateLimit-Policy of a request whose
-// Decision.Limits is set is built from it.
-func (n *Node) Limits(rule, key, tier string) ([]Limit, bool) {
-	r, ok := n.rules.Load().byName[rule]
-	if !ok {
-		return nil, false
-	}
-	ws := r.Windows()
-	if l := r.limitsFor(key, tier); l != nil {
-		for i := range ws {
-			ws[i].Limit = l[i]
-		}
-	}
-	return ws, true
 }

@@ -25,53 +25,26 @@ func (h RuleHandle) Rule() Rule {
 	return h.r.Rule
 }
 
-// PrefetchHandle starts fetching the memory a decision of key under h
-// reads first (the key's shard and slot), without waiting for it. A caller
-// that decides a batch prefetches a few checks ahead, so that each decision
-// finds its slot in cache: a decision waits for its slot under the shard's
-// lock, whose atomic instructions keep one decision's miss from overlapping
-// the next one's. It keeps nothing of key.
-func (n *Node) PrefetchHandle(h RuleHandle, key string) {
-	if h.r == nil || len(key) == 0 || len(key) > crdt.MaxKeyLen {
-		return
-	}
-	n.store.Hash(h.r.id, key) // hashes and prefetches; the hash is not kept
-}
-
-// DecideHandle is Decide for a resolved rule.
-func (n *Node) DecideHandle(now int64, h RuleHandle, key string, cost uint64) (d Decision, err error) {
-	if h.r == nil || h.r.dropped.Load() {
-		return Decision{}, ErrUnknownRule
-	}
-	err = n.decideRule(&d, now, h.r, key, cost, "", howCount, nil)
-	return
-}
-
-// PeekHandle is Peek for a resolved rule.
-func (n *Node) PeekHandle(now int64, h RuleHandle, key string, cost uint64) (d Decision, err error) {
-	if h.r == nil || h.r.dropped.Load() {
-		return Decision{}, ErrUnknownRule
-	}
-	err = n.decideRule(&d, now, h.r, key, cost, "", 0, nil)
-	return
-}
-
-// DecideHandleWith is DecideWith for a resolved rule.
-func (n *Node) DecideHandleWith(now int64, h RuleHandle, key string, cost uint64, o Options) (Decision, error) {
-	if h.r == nil || h.r.dropped.Load() {
-		return Decision{}, ErrUnknownRule
-	}
-	var d Decision
-	err := n.decideRule(&d, now, h.r, key, cost, o.Tier, howCount, nil)
-	return d, err
-}
-
-// PeekHandleWith is PeekWith for a resolved rule.
-func (n *Node) PeekHandleWith(now int64, h RuleHandle, key string, cost uint64, o Options) (Decision, error) {
+// peekHandleWith decides like a check of the resolved rule h under o but
+// counts nothing.
+func (n *Node) peekHandleWith(now int64, h RuleHandle, key string, cost uint64, o Options) (Decision, error) {
 	if h.r == nil || h.r.dropped.Load() {
 		return Decision{}, ErrUnknownRule
 	}
 	var d Decision
 	err := n.decideRule(&d, now, h.r, key, cost, o.Tier, 0, nil)
 	return d, err
+}
+
+// prefetchHandle starts fetching the memory a decision of key under h
+// reads first (the key's shard and slot), without waiting for it. A caller
+// that decides a batch prefetches a few checks ahead, so that each decision
+// finds its slot in cache: a decision waits for its slot under the shard's
+// lock, whose atomic instructions keep one decision's miss from overlapping
+// the next one's. It keeps nothing of key.
+func (n *Node) prefetchHandle(h RuleHandle, key string) {
+	if h.r == nil || len(key) == 0 || len(key) > crdt.MaxKeyLen {
+		return
+	}
+	n.store.Hash(h.r.id, key) // hashes and prefetches; the hash is not kept
 }

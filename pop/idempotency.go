@@ -211,21 +211,6 @@ func (n *Node) liveMemos(rs *ruleSet, now int64) []memos.Memo {
 	return out
 }
 
-// Remembered returns whether a decision is remembered at now for key's
-// idempotency key idem under rule, for a request of cost (0: the rule's)
-// and tier, and whether it allowed the request.
-func (n *Node) Remembered(now int64, rule, key, idem string, cost uint64, tier string) (allowed, ok bool) {
-	r, found := n.rules.Load().get(rule)
-	if !found {
-		return false, false
-	}
-	if cost == 0 {
-		cost = r.Cost
-	}
-	v, ok := n.memos.Get(r.id, memos.IDOf(key, idem, cost, tier), now)
-	return v&memos.Allowed != 0, ok
-}
-
 // allMemos is what recallAll found of an all-or-nothing request's
 // idempotency keys: each idempotent check's memo ID, and whether a
 // remembered denial of an enforce rule denies the request.

@@ -123,24 +123,9 @@ func (n *Node) admitSlots(d *Decision, now int64, r *ruleState, key string, cost
 	s.mu.Unlock()
 }
 
-// Release gives back lease l's slots; false when it was given back
-// already (released, or expired at its TTL) or is the zero Lease.
-func (n *Node) Release(now int64, l Lease) bool {
-	if l.l == nil {
-		return false
-	}
-	s := n.slots
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l.l.idx < 0 {
-		return false
-	}
-	return s.release(now, l.l)
-}
-
-// ReleaseID gives back the lease of ID id; false when no such lease is
+// Release gives back the lease of ID id; false when no such lease is
 // held (never acquired here, released, or expired at its TTL).
-func (n *Node) ReleaseID(now int64, id LeaseID) bool {
+func (n *Node) Release(now int64, id LeaseID) bool {
 	s := n.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -166,19 +151,9 @@ func (s *slotTable) release(now int64, l *lease) bool {
 	return true
 }
 
-// ReleaseResults gives back every lease the results hold (a request's,
-// when it is done).
-func (n *Node) ReleaseResults(now int64, res []Result) {
-	for i := range res {
-		if res[i].Lease.l != nil {
-			n.Release(now, res[i].Lease)
-		}
-	}
-}
-
-// InFlightByRule returns the slots this node's leases hold per
+// inFlightByRule returns the slots this node's leases hold per
 // concurrency rule of the current table (0 for one holding none).
-func (n *Node) InFlightByRule() map[string]uint64 {
+func (n *Node) inFlightByRule() map[string]uint64 {
 	rs := n.rules.Load()
 	out := map[string]uint64{}
 	s := n.slots
@@ -223,7 +198,7 @@ func (n *Node) releaseDenied(now int64, res []Result) int {
 	k := 0
 	for i := range res {
 		if r := &res[i]; r.Lease.l != nil {
-			n.Release(now, r.Lease)
+			n.Release(now, r.Lease.ID())
 			r.Lease, r.Counted = Lease{}, false
 			k++
 		}

@@ -68,7 +68,7 @@ func TestSeveralWindowsEveryWindowMustPass(t *testing.T) {
 	assert.EqualValues(t, 1, d.Binding, "least remaining: the minute window")
 	assert.EqualValues(t, 5, d.Limit)
 	assert.EqualValues(t, 1, d.Remaining)
-	more := n.MoreAfter(now, "burst", "k", d, Options{})
+	more := n.MoreAfter(now, mustHandle(n, "burst"), "k", d, Options{})
 	assert.Positive(t, more, "the minute window frees a unit only in the next minute")
 	assert.LessOrEqual(t, more, d.Reset)
 	ok, d = decideN(t, n, now, "burst", "k", 3)
@@ -326,14 +326,14 @@ func TestMoreAfter(t *testing.T) {
 	d, err := n.Decide(now, "r", "k", 1)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
-	assert.InDelta(t, float64(time.Second), float64(n.MoreAfter(now, "r", "k", d, Options{})), 10)
+	assert.InDelta(t, float64(time.Second), float64(n.MoreAfter(now, mustHandle(n, "r"), "k", d, Options{})), 10)
 	assert.Greater(t, d.Reset, 18*time.Second, "the whole limit is back much later")
 	d, err = n.Decide(now, "r", "k", 1)
 	require.NoError(t, err)
 	require.False(t, d.Allowed)
-	assert.Equal(t, d.RetryAfter, n.MoreAfter(now, "r", "k", d, Options{}))
+	assert.Equal(t, d.RetryAfter, n.MoreAfter(now, mustHandle(n, "r"), "k", d, Options{}))
 	// A fresh key: nothing spent, nothing to wait for.
-	assert.Zero(t, n.MoreAfter(now, "r", "new", Decision{Allowed: true, Limit: 10, Remaining: 10}, Options{}))
+	assert.Zero(t, n.MoreAfter(now, mustHandle(n, "r"), "new", Decision{Allowed: true, Limit: 10, Remaining: 10}, Options{}))
 }
 
 // A rule's further windows are part of what replicas must agree on; a rule

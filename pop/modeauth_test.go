@@ -57,7 +57,7 @@ func TestModeAuthorityHoldsAgainstForgedResends(t *testing.T) {
 		st, _ := victim.RuleMode("api")
 		require.Equal(t, Shadow, st.Effective, "step %d: the operator's write holds", step)
 	}
-	assert.Equal(t, uint64(40), victim.ModeStats().Untrusted)
+	assert.Equal(t, uint64(40), victim.Stats().Modes.Untrusted)
 
 	// Without keys: a write in another PoP's name is refused (set_by is
 	// the sender's); the sending PoP's own is taken, and a write made
@@ -69,7 +69,7 @@ func TestModeAuthorityHoldsAgainstForgedResends(t *testing.T) {
 	open.Link().MergeModes(t0, modes.Source{PoP: evil}, []modes.RuleMode{forged})
 	st, _ := open.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective, "set_by forged")
-	assert.Equal(t, uint64(1), open.ModeStats().Untrusted)
+	assert.Equal(t, uint64(1), open.Stats().Modes.Untrusted)
 	own := modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(1900*time.Millisecond), By: crdt.Replica{PoPID: evil, Node: "sin-1", Incarnation: 1}}
 	open.Link().MergeModes(t0, modes.Source{PoP: evil}, []modes.RuleMode{own})
 	st, _ = open.RuleMode("api")
@@ -93,7 +93,7 @@ func TestModeAuthorityChecksOneWriteOfARule(t *testing.T) {
 		forger.Sign(&batch[i])
 	}
 	victim.Link().MergeModes(t0+int64(time.Second), modes.Source{PoP: crdt.PoPID{Region: "us", PoP: "iad"}}, batch)
-	st := victim.ModeStats()
+	st := victim.Stats().Modes
 	assert.Equal(t, uint64(1), st.Untrusted, "one check")
 	assert.Equal(t, uint64(len(batch)-1), st.Unchanged)
 	rm, _ := victim.RuleMode("api")

@@ -328,8 +328,8 @@ func (l Link) TakeModes() []modes.RuleMode {
 	return out
 }
 
-// ModeStats returns the node's counters of modes set at run time.
-func (n *Node) ModeStats() ModeStats {
+// modeStats returns the node's counters of modes set at run time.
+func (n *Node) modeStats() ModeStats {
 	n.modes.mu.Lock()
 	defer n.modes.mu.Unlock()
 	return n.modes.stats

@@ -153,7 +153,7 @@ func TestModeLastWriterWins(t *testing.T) {
 	a.Link().MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{wShadow})
 	b.Link().MergeModes(t0+int64(2*time.Second), modes.Source{Member: true}, []modes.RuleMode{wOff})
 	assert.Equal(t, a.Link().Modes(), b.Link().Modes(), "converged")
-	assert.Equal(t, uint64(1), b.ModeStats().Unchanged)
+	assert.Equal(t, uint64(1), b.Stats().Modes.Unchanged)
 
 	// A write at a time older than the one held still wins where it is
 	// made: it is dated just after.
@@ -172,7 +172,7 @@ func TestModeFutureRefused(t *testing.T) {
 	n.Link().MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{w})
 	st, _ := n.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective)
-	assert.Equal(t, uint64(1), n.ModeStats().Future)
+	assert.Equal(t, uint64(1), n.Stats().Modes.Future)
 	n.Link().MergeModes(t0+int64(time.Hour)-int64(time.Second), modes.Source{Member: true}, []modes.RuleMode{w})
 	st, _ = n.RuleMode("api")
 	assert.Equal(t, Off, st.Effective, "within MaxSkew of now")
@@ -184,7 +184,7 @@ func TestModeFutureRefused(t *testing.T) {
 	} {
 		n.Link().MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{bad})
 	}
-	assert.Equal(t, uint64(3), n.ModeStats().Refused)
+	assert.Equal(t, uint64(3), n.Stats().Modes.Refused)
 }
 
 // TestModeOrphans: writes for unknown rules are kept up to MaxOrphanModes,
@@ -197,13 +197,13 @@ func TestModeOrphans(t *testing.T) {
 		ws = append(ws, modes.RuleMode{Rule: "gone-" + strconv.Itoa(i), Mode: modes.Off, At: t0 + int64(i), By: replica("b", 1)})
 	}
 	n.Link().MergeModes(t0+int64(time.Second), modes.Source{Member: true}, ws)
-	assert.Equal(t, uint64(10), n.ModeStats().Refused)
+	assert.Equal(t, uint64(10), n.Stats().Modes.Refused)
 	assert.Len(t, n.Link().Modes(), MaxOrphanModes)
 	// A write for a held orphan still merges.
 	newer := ws[0]
 	newer.At, newer.Mode = t0+int64(time.Second), modes.Shadow
 	n.Link().MergeModes(t0+int64(time.Second), modes.Source{Member: true}, []modes.RuleMode{newer})
-	assert.Equal(t, uint64(1), n.ModeStats().Merged-uint64(MaxOrphanModes))
+	assert.Equal(t, uint64(1), n.Stats().Modes.Merged-uint64(MaxOrphanModes))
 
 	// The rule is loaded: the write applies at once.
 	rules := append(testRules(), Rule{Name: "gone-0", Limit: 1, Window: time.Minute, Cost: 1})
@@ -224,7 +224,7 @@ func TestModeOrphans(t *testing.T) {
 	require.True(t, ok)
 	assert.True(t, st.Orphaned)
 	assert.Len(t, n.Link().Modes(), MaxOrphanModes, "the oldest orphan was dropped for it")
-	assert.Equal(t, uint64(1), n.ModeStats().Dropped)
+	assert.Equal(t, uint64(1), n.Stats().Modes.Dropped)
 	_, err := n.SetRuleMode(t0, "api", modes.Off)
 	assert.ErrorIs(t, err, ErrUnknownRule, "only clearing an orphan is allowed")
 	require.NoError(t, n.SetRules(testRules()))

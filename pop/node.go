@@ -363,13 +363,18 @@ type Stats struct {
 	Memos memos.Stats
 	// Slots are the concurrency rules' leases and counters.
 	Slots SlotStats
+	// InFlight is the slots this node's leases hold per concurrency rule
+	// of the current table (0 for one holding none).
+	InFlight map[string]uint64
+	// Modes counts the rules' modes set at run time and received.
+	Modes ModeStats
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	rs := n.rules.Load()
 	st := Stats{Store: n.store.Stats(), KeysByRule: map[string]int{}, Blocks: n.blocks.Len(), BlocksFull: n.blocks.Full(),
-		Memos: n.memos.Stats(), Slots: n.slots.stats()}
+		Memos: n.memos.Stats(), Slots: n.slots.stats(), InFlight: n.inFlightByRule(), Modes: n.modeStats()}
 	for _, r := range rs.sorted {
 		st.KeysByRule[r.Name] = 0
 	}

@@ -9,26 +9,6 @@ import (
 	"github.com/geolimit/geolimit/wire"
 )
 
-// Snapshot returns what a restarted incarnation of this node needs to go on
-// where this one stopped (see Restore): SnapshotEach's deltas, copied and
-// merged into one delta per owning replica, sorted by replica.
-func (n *Node) Snapshot(now int64) []wire.Delta {
-	var out []wire.Delta
-	at := map[crdt.Replica]int{}
-	for d := range n.SnapshotEach(now) {
-		i, ok := at[d.Sender]
-		if !ok {
-			i = len(out)
-			at[d.Sender] = i
-			out = append(out, wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
-		}
-		out[i].Entries = append(out[i].Entries, d.Entries...)
-		out[i].Modes = append(out[i].Modes, d.Modes...)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Sender.String() < out[j].Sender.String() })
-	return out
-}
-
 // snapshotChunk is the most entries SnapshotEach holds for one replica
 // before it hands them out.
 const snapshotChunk = 1024
@@ -126,16 +106,6 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*wire.Delta] {
 			yield(&wire.Delta{Sender: n.self, SentAt: now, Epoch: ep, Modes: ms})
 		}
 	}
-}
-
-// Restore merges a former incarnation's Snapshot into the node (see
-// RestoreDelta), before it decides.
-func (n *Node) Restore(now int64, ds []wire.Delta) ApplyStats {
-	var st ApplyStats
-	for i := range ds {
-		st.Add(n.RestoreDelta(now, &ds[i]))
-	}
-	return st
 }
 
 // RestoreDelta merges one delta of a former incarnation's SnapshotEach into

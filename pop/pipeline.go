@@ -439,7 +439,7 @@ func (n *Node) prefetchAll(req *Request) {
 	}
 }
 
-func (n *Node) prefetch(c *Check) { n.PrefetchHandle(c.Rule, c.Key) }
+func (n *Node) prefetch(c *Check) { n.prefetchHandle(c.Rule, c.Key) }
 
 // count decides check c, counting it unless it is a probe.
 func (n *Node) count(now int64, c *Check, res *Result) {

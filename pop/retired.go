@@ -1,7 +1,6 @@
 package pop
 
 import (
-	"slices"
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
@@ -103,17 +102,4 @@ func (n *Node) sweepIndex(now int64) func(crdt.RuleID) int64 {
 		}
 		return live(id)
 	}
-}
-
-// Retired returns the names of the rules whose counts are kept after their
-// removal, sorted.
-func (n *Node) Retired() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]string, 0, len(n.retired))
-	for k := range n.retired {
-		out = append(out, k.name)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }

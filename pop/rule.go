@@ -114,7 +114,7 @@ type Rule struct {
 	More []Limit
 	// Overrides give keys limits of their own; they win over tiers.
 	Overrides []Override
-	// Tiers map a tier name, which a request names (DecideWith), to its
+	// Tiers map a tier name, which a request names (Check.Tier), to its
 	// limits; windows a tier does not name keep the rule's limit.
 	Tiers map[string][]Limit
 	// DefaultTier names the tier of requests that name none or an unknown

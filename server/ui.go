@@ -299,7 +299,7 @@ func (a *App) hotKeys(now int64) *HotKeys {
 walk:
 	for d := range a.node.SnapshotEach(now) {
 		for _, e := range d.Entries {
-			r, ok := a.node.WireRule(e.Rule)
+			r, ok := a.node.Link().WireRule(e.Rule)
 			if !ok {
 				continue
 			}

@@ -107,14 +107,14 @@ func (e *engine) release(ev event) {
 	e.held[ev.i] = held{}
 	e.freeHeld = append(e.freeHeld, ev.i)
 	if h.node < 0 {
-		e.central.Release(e.epoch+ev.at, h.lease)
+		e.central.Release(e.epoch+ev.at, h.lease.ID())
 		return
 	}
 	nd := e.nodes[h.node]
 	if !nd.up || nd.inc != h.inc {
 		return
 	}
-	nd.n.Release(e.fleetNow(nd, ev.at), h.lease)
+	nd.n.Release(e.fleetNow(nd, ev.at), h.lease.ID())
 	if e.flushNow {
 		nd.core.Flush(e.nodeNow(nd, ev.at))
 		e.drain(nd, ev.at)

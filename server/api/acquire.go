@@ -124,7 +124,7 @@ func (h *Handler) ServeRelease(w http.ResponseWriter, r *http.Request) {
 		frontend.WriteError(w, http.StatusBadRequest, "lease: want the 32 hex digits POST /v1/acquire answered")
 		return
 	}
-	if !h.env.Node.ReleaseID(h.env.Clock.Now(), id) {
+	if !h.env.Node.Release(h.env.Clock.Now(), id) {
 		frontend.WriteError(w, http.StatusNotFound, "lease: not held on this node (released already, expired at its lease_ttl, or acquired elsewhere)")
 		return
 	}

@@ -28,7 +28,7 @@ func (c *concCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *concCollector) Collect(ch chan<- prometheus.Metric) {
-	for rule, n := range c.a.node.InFlightByRule() {
+	for rule, n := range c.a.node.Stats().InFlight {
 		ch <- prometheus.MustNewConstMetric(descConcInFlight, prometheus.GaugeValue, float64(n), rule)
 	}
 	st := c.a.node.Stats()

@@ -159,7 +159,7 @@ func (c *modeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descRuleModeOverridden, prometheus.GaugeValue, b2f(st.Set != nil), st.Rule)
 	}
-	ms := c.a.node.ModeStats()
+	ms := c.a.node.Stats().Modes
 	ch <- prometheus.MustNewConstMetric(descModeChanges, prometheus.CounterValue, float64(ms.Set), "local")
 	ch <- prometheus.MustNewConstMetric(descModeChanges, prometheus.CounterValue, float64(ms.Merged), "remote")
 	ch <- prometheus.MustNewConstMetric(descModeRefused, prometheus.CounterValue, float64(ms.Future), "future")

@@ -185,11 +185,11 @@ func (c *Checks) Binding() (*Rule, pop.Decision) {
 }
 
 // MoreAfter is the RateLimit field's t for the binding check
-// (pop.Node.MoreAfterHandle): an admitted request looks its key up once
+// (pop.Node.MoreAfter): an admitted request looks its key up once
 // more.
 func (c *Checks) MoreAfter(n *pop.Node, now int64) time.Duration {
 	ck := &c.Req.Checks[c.Out.Binding]
-	return n.MoreAfterHandle(now, ck.Rule, ck.Key, c.Res[c.Out.Binding].Decision, pop.Options{Tier: ck.Tier})
+	return n.MoreAfter(now, ck.Rule, ck.Key, c.Res[c.Out.Binding].Decision, pop.Options{Tier: ck.Tier})
 }
 
 // Classify adds a check for every rule of rs that applies to o: it

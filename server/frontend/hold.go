@@ -33,10 +33,10 @@ func (h *Held) Empty() bool { return h.n == 0 }
 // Release gives back every lease held.
 func (h *Held) Release(n *pop.Node, now int64) {
 	for i := range h.n {
-		n.Release(now, h.a[i])
+		n.Release(now, h.a[i].ID())
 	}
 	for _, l := range h.more {
-		n.Release(now, l)
+		n.Release(now, l.ID())
 	}
 	*h = Held{}
 }
