@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -79,7 +80,7 @@ type Config struct {
 
 // Node is this node's identity: the replica name is region/pop/id. Each
 // name is 1-64 bytes without '.', '*', '>', '/', '#' or white space
-// (crdt.ValidName).
+// (identity.ValidName).
 type Node struct {
 	// ID names the node inside its PoP. Default: the host name, with each
 	// character a name may not hold replaced by '-'.
@@ -292,12 +293,12 @@ func Demo() *Config {
 }
 
 // PoPID returns the node's PoP.
-func (n Node) PoPID() crdt.PoPID { return crdt.PoPID{Region: n.Region, PoP: n.PoP} }
+func (n Node) PoPID() identity.PoPID { return identity.PoPID{Region: n.Region, PoP: n.PoP} }
 
 // Replica returns the node's replica identity in an incarnation (a number
 // new at every start).
-func (n Node) Replica(incarnation uint64) crdt.Replica {
-	return crdt.Replica{PoPID: n.PoPID(), Node: n.ID, Incarnation: incarnation}
+func (n Node) Replica(incarnation uint64) identity.Replica {
+	return identity.Replica{PoPID: n.PoPID(), Node: n.ID, Incarnation: incarnation}
 }
 
 func defaultNodeID() string {
@@ -308,22 +309,22 @@ func defaultNodeID() string {
 	return nameOf(h, "edge")
 }
 
-// nameOf returns s as a valid name (crdt.ValidName): each character a name
-// may not hold replaced by '-', cut to crdt.MaxNameLen bytes; or def if
+// nameOf returns s as a valid name (identity.ValidName): each character a name
+// may not hold replaced by '-', cut to identity.MaxNameLen bytes; or def if
 // nothing is left.
 func nameOf(s, def string) string {
 	var b strings.Builder
 	for _, r := range s {
 		c := string(r)
-		if crdt.ValidName(c) != nil {
+		if identity.ValidName(c) != nil {
 			c = "-"
 		}
-		if b.Len()+len(c) > crdt.MaxNameLen {
+		if b.Len()+len(c) > identity.MaxNameLen {
 			break
 		}
 		b.WriteString(c)
 	}
-	if crdt.ValidName(b.String()) != nil {
+	if identity.ValidName(b.String()) != nil {
 		return def
 	}
 	return b.String()
@@ -338,7 +339,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	for _, f := range []struct{ name, v string }{{"node.id", c.Node.ID}, {"node.region", c.Node.Region}, {"node.pop", c.Node.PoP}} {
-		if err := crdt.ValidName(f.v); err != nil {
+		if err := identity.ValidName(f.v); err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // Shedding configures the node's load shedder: when too many requests are
@@ -44,7 +44,7 @@ type Shedding struct {
 
 // ShedClass is one priority class of the load shedder.
 type ShedClass struct {
-	// Name names the class in answers and metrics (crdt.ValidName: 1-64
+	// Name names the class in answers and metrics (identity.ValidName: 1-64
 	// bytes, no '.', '*', '>', '/', '#' or white space); unique.
 	Name string `yaml:"name"`
 	// Match selects the requests of the class, as a rule's match does.
@@ -85,7 +85,7 @@ func (s *Shedding) validate() error {
 	}
 	seen := make(map[string]int, len(s.Classes))
 	for i, c := range s.Classes {
-		if err := crdt.ValidName(c.Name); err != nil {
+		if err := identity.ValidName(c.Name); err != nil {
 			return fmt.Errorf("shedding.classes[%d].name: %w", i, err)
 		}
 		if j, dup := seen[c.Name]; dup {

@@ -3,6 +3,7 @@ package crdt
 import (
 	"sync/atomic"
 
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -496,7 +497,7 @@ func (s *Store) AdmitSplit(rule RuleID, key string, now Now, limit, cost uint64,
 // SetExcluded sets which replicas' counts the allowance leaves out of every
 // replica's share (the PoPs counted as partitioned, whose counts are
 // frozen); nil leaves none out.
-func (s *Store) SetExcluded(excluded func(Replica) bool) {
+func (s *Store) SetExcluded(excluded func(identity.Replica) bool) {
 	s.repMu.Lock()
 	defer s.repMu.Unlock()
 	s.exclude = excluded
@@ -506,7 +507,7 @@ func (s *Store) SetExcluded(excluded func(Replica) bool) {
 	}
 	set := &memberSet{w: make([]atomic.Uint64, (len(s.reps)+63)/64)}
 	for id, r := range s.reps {
-		if r != (Replica{}) && excluded(r) {
+		if r != (identity.Replica{}) && excluded(r) {
 			set.w[id>>6].Or(1 << (id & 63))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,7 +40,7 @@ func withOthers(t *testing.T, key string, count uint64, pops ...string) *Store {
 	t.Helper()
 	st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})
 	for _, p := range pops {
-		id, ok := st.Intern(PoPReplica(PoPID{Region: "far", PoP: p}, 1))
+		id, ok := st.Intern(identity.PoPReplica(identity.PoPID{Region: "far", PoP: p}, 1))
 		require.True(t, ok)
 		require.Equal(t, Merged, st.Merge(0, key, 1, 1, id, count))
 	}
@@ -93,13 +94,13 @@ func TestSplitShareFollowsCounts(t *testing.T) {
 func TestSplitLeavesExcludedCountsOut(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		exclude func(Replica) bool
+		exclude func(identity.Replica) bool
 		want    int
 	}{
 		// Seen own 10 of K = 70: 1/4 of H = 30, 7.
 		{"none", nil, 7},
 		// Without a and b: 10 of 30, a third of 30: 10.
-		{"two of three", func(r Replica) bool { return r.PoP == "a" || r.PoP == "b" }, 10},
+		{"two of three", func(r identity.Replica) bool { return r.PoP == "a" || r.PoP == "b" }, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := withOthers(t, "k", 20, "a", "b", "c")
@@ -118,9 +119,9 @@ func TestSplitLeavesExcludedCountsOut(t *testing.T) {
 // so; SetExcluded(nil) excludes nothing again.
 func TestExcludedFollowsInterning(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1)})
-	st.SetExcluded(func(r Replica) bool { return r.PoP == "iad" })
-	iad, _ := st.Intern(PoPReplica(PoPID{Region: "us", PoP: "iad"}, 1))
-	sin, _ := st.Intern(PoPReplica(PoPID{Region: "ap", PoP: "sin"}, 1))
+	st.SetExcluded(func(r identity.Replica) bool { return r.PoP == "iad" })
+	iad, _ := st.Intern(identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1))
+	sin, _ := st.Intern(identity.PoPReplica(identity.PoPID{Region: "ap", PoP: "sin"}, 1))
 	member, _ := st.Intern(rep("ams-2", 1))
 	ex := st.excluded.Load()
 	require.NotNil(t, ex)
@@ -165,7 +166,7 @@ func TestSplitFarFromLimitAndOneInFlight(t *testing.T) {
 func TestHotTableBounded(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxHotKeys: 2, Seed: 1})
 	t0 := time.Second.Nanoseconds()
-	id, _ := st.Intern(PoPReplica(PoPID{Region: "far", PoP: "a"}, 1))
+	id, _ := st.Intern(identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1))
 	for i := range 5 {
 		key := "k" + strconv.Itoa(i)
 		st.Merge(0, key, 1, 1, id, 60)
@@ -183,7 +184,7 @@ func TestHotTableBounded(t *testing.T) {
 	assert.ElementsMatch(t, []string{"k3", "k4"}, keys, "the two most recently used")
 
 	none := NewStore(StoreConfig{Self: rep("self", 1), MaxHotKeys: -1})
-	id, _ = none.Intern(PoPReplica(PoPID{Region: "far", PoP: "a"}, 1))
+	id, _ = none.Intern(identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1))
 	none.Merge(0, "k", 1, 1, id, 60)
 	n, _ := admitAll(t, none, "k", t0, split)
 	assert.Equal(t, 10, n)
@@ -231,7 +232,7 @@ func checkHot(t *testing.T, st *Store) {
 func TestHotEntriesSurviveChurn(t *testing.T) {
 	rng := seeded(t, 9)
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxKeys: 1 << 20, MaxHotKeys: 64, Seed: 2})
-	other, _ := st.Intern(PoPReplica(PoPID{Region: "far", PoP: "a"}, 1))
+	other, _ := st.Intern(identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1))
 	a := &Allowance{Horizon: 20 * ms, PoPs: 4}
 	sh := &st.shards[0]
 	t0 := time.Second.Nanoseconds()
@@ -420,7 +421,7 @@ func TestSentSeqBits(t *testing.T) {
 // each other's first).
 func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 	a := &Allowance{Horizon: 100 * ms, Members: 3, PoPs: 10}
-	run := func(at, win int64, others ...Replica) int {
+	run := func(at, win int64, others ...identity.Replica) int {
 		st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 8})
 		for _, r := range others {
 			id, _ := st.Intern(r)
@@ -429,8 +430,8 @@ func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 		n, _ := admitAll(t, st, "k", at, a)
 		return n
 	}
-	members := []Replica{rep("ams-2", 1), rep("ams-3", 1)}
-	pops := []Replica{PoPReplica(PoPID{Region: "far", PoP: "a"}, 1), PoPReplica(PoPID{Region: "far", PoP: "b"}, 1)}
+	members := []identity.Replica{rep("ams-2", 1), rep("ams-3", 1)}
+	pops := []identity.Replica{identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1), identity.PoPReplica(identity.PoPID{Region: "far", PoP: "b"}, 1)}
 	sec := time.Second.Nanoseconds()
 	// Members ams-2 and ams-3 held the previous window (81 of it left in
 	// the estimate at 1s, past three quarters of the limit: no spare

@@ -5,14 +5,15 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // Two replicas count the same key; a delta from one raises the other's view.
 func ExampleStore() {
 	width := int64(time.Minute)
 	now := crdt.Now{Index: 29_000_000, Elapsed: width / 2, Width: width}
-	ams := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}
-	iad := crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}
+	ams := identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}
+	iad := identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}
 	a := crdt.NewStore(crdt.StoreConfig{Self: ams})
 	b := crdt.NewStore(crdt.StoreConfig{Self: iad})
 

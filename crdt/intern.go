@@ -2,6 +2,8 @@ package crdt
 
 import (
 	"sync/atomic"
+
+	"github.com/geolimit/geolimit/identity"
 )
 
 // memberSet is a bit per ReplicaID: set when the replica is a member, another
@@ -10,7 +12,7 @@ type memberSet struct{ w []atomic.Uint64 }
 
 // Intern returns the ReplicaID of r, assigning one if r is new. ok is false
 // when the replica table is full.
-func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
+func (s *Store) Intern(r identity.Replica) (id ReplicaID, ok bool) {
 	s.repMu.RLock()
 	id, ok = s.repIDs[r]
 	s.repMu.RUnlock()
@@ -62,16 +64,16 @@ func (s *Store) Intern(r Replica) (id ReplicaID, ok bool) {
 
 // nodeOf returns r without its incarnation: the node (or aggregate) whose
 // incarnations Intern counts together.
-func nodeOf(r Replica) Replica { r.Incarnation = 0; return r }
+func nodeOf(r identity.Replica) identity.Replica { r.Incarnation = 0; return r }
 
 // popOf returns the PoP of r, whose replicas Intern counts together.
-func popOf(r Replica) Replica { return Replica{PoPID: r.PoPID} }
+func popOf(r identity.Replica) identity.Replica { return identity.Replica{PoPID: r.PoPID} }
 
 // unintern undoes the counts of Intern for r; the caller holds repMu.
-func (s *Store) unintern(r Replica) {
+func (s *Store) unintern(r identity.Replica) {
 	for _, c := range []struct {
-		m map[Replica]int
-		k Replica
+		m map[identity.Replica]int
+		k identity.Replica
 	}{{s.perNode, nodeOf(r)}, {s.perPoP, popOf(r)}} {
 		if c.m[c.k]--; c.m[c.k] <= 0 {
 			delete(c.m, c.k)
@@ -86,14 +88,14 @@ func (s *Store) unintern(r Replica) {
 // InternCache is not safe for concurrent use.
 type InternCache struct {
 	s   *Store
-	r   Replica
+	r   identity.Replica
 	id  ReplicaID
 	gen uint64
 }
 
 // InternCached is Intern through c, which holds the last replica looked up
 // through it. A cached ID holds until ForgetReplicas frees any.
-func (s *Store) InternCached(r Replica, c *InternCache) (ReplicaID, bool) {
+func (s *Store) InternCached(r identity.Replica, c *InternCache) (ReplicaID, bool) {
 	gen := s.repGen.Load()
 	if c.s == s && c.gen == gen && c.r == r {
 		return c.id, true
@@ -107,7 +109,7 @@ func (s *Store) InternCached(r Replica, c *InternCache) (ReplicaID, bool) {
 
 // memberOf reports whether r is a member: another node of the own PoP (any
 // incarnation but the store's own), not an aggregate.
-func (s *Store) memberOf(r Replica) bool {
+func (s *Store) memberOf(r identity.Replica) bool {
 	return r != s.self && r.SamePoP(s.self) && !r.IsPoP()
 }
 
@@ -147,22 +149,22 @@ func setBit(p *atomic.Pointer[memberSet], id ReplicaID, on bool) {
 }
 
 // Replica returns the identity behind id.
-func (s *Store) Replica(id ReplicaID) Replica {
+func (s *Store) Replica(id ReplicaID) identity.Replica {
 	s.repMu.RLock()
 	defer s.repMu.RUnlock()
 	if int(id) < len(s.reps) {
 		return s.reps[id]
 	}
-	return Replica{}
+	return identity.Replica{}
 }
 
 // Replicas returns every interned replica identity, self first.
-func (s *Store) Replicas() []Replica {
+func (s *Store) Replicas() []identity.Replica {
 	s.repMu.RLock()
 	defer s.repMu.RUnlock()
-	out := make([]Replica, 0, len(s.repIDs))
+	out := make([]identity.Replica, 0, len(s.repIDs))
 	for _, r := range s.reps {
-		if r != (Replica{}) {
+		if r != (identity.Replica{}) {
 			out = append(out, r)
 		}
 	}
@@ -197,12 +199,12 @@ func (s *Store) ForgetReplicas() int {
 	defer s.repMu.Unlock()
 	n := 0
 	for id, r := range s.reps {
-		if used[ReplicaID(id)] || r == (Replica{}) {
+		if used[ReplicaID(id)] || r == (identity.Replica{}) {
 			continue
 		}
 		delete(s.repIDs, r)
 		s.unintern(r)
-		s.reps[id] = Replica{}
+		s.reps[id] = identity.Replica{}
 		s.setMember(ReplicaID(id), false)
 		s.repFree = append(s.repFree, ReplicaID(id))
 		n++
@@ -218,7 +220,7 @@ func (s *Store) ForgetReplicas() int {
 // merged under an identity later found to be the store's own: a node that
 // learns its PoP's epoch drops what it merged of its own PoP's aggregate for
 // that epoch, since it holds the same counts per member.
-func (s *Store) DropReplica(r Replica) int {
+func (s *Store) DropReplica(r identity.Replica) int {
 	s.repMu.RLock()
 	id, ok := s.repIDs[r]
 	s.repMu.RUnlock()

@@ -2,11 +2,13 @@
 
 package crdt
 
+import "github.com/geolimit/geolimit/identity"
+
 // regionalOf reports whether r's counts belong to the own region's total: a
 // replica of the own region (a member, or a PoP's aggregate of any epoch)
 // that is not itself a region's aggregate. The store's own counts belong to
 // it too.
-func (s *Store) regionalOf(r Replica) bool {
+func (s *Store) regionalOf(r identity.Replica) bool {
 	return r.Region == s.self.Region && !r.IsRegion() && r != s.self
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -35,7 +36,7 @@ type Now struct {
 // its default.
 type StoreConfig struct {
 	// Self is this node's replica identity (with its incarnation).
-	Self Replica
+	Self identity.Replica
 	// MaxKeys caps the live (rule, key) pairs held, across all rules.
 	// Default DefaultMaxKeys.
 	MaxKeys int
@@ -112,7 +113,7 @@ const (
 //
 // A Store is safe for concurrent use.
 type Store struct {
-	self        Replica
+	self        identity.Replica
 	seed        maphash.Seed // key hash seed when fixedSeed is 0
 	fixedSeed   uint64       // StoreConfig.Seed
 	shards      []shard
@@ -122,13 +123,13 @@ type Store struct {
 	nreps atomic.Int32
 
 	repMu   sync.RWMutex
-	repIDs  map[Replica]ReplicaID
+	repIDs  map[identity.Replica]ReplicaID
 	repFree []ReplicaID // forgotten IDs, reused by Intern
-	reps    []Replica
+	reps    []identity.Replica
 
 	// perNode and perPoP count the interned replicas of a node (or PoP
 	// aggregate), any incarnation, and of a PoP (see intern.go).
-	perNode, perPoP                   map[Replica]int
+	perNode, perPoP                   map[identity.Replica]int
 	maxIncarnations, maxReplicasByPoP int
 	refused                           atomic.Uint64
 
@@ -142,7 +143,7 @@ type Store struct {
 	// excluded is the replicas the allowance leaves out (SetExcluded): nil
 	// for none. exclude decides for replicas interned later.
 	excluded atomic.Pointer[memberSet]
-	exclude  func(Replica) bool
+	exclude  func(identity.Replica) bool
 
 	hotPerShard int          // hot entries per shard (see allowance.go)
 	lastFlush   atomic.Int64 // the time of the last FlushAt
@@ -240,13 +241,13 @@ func NewStore(cfg StoreConfig) *Store {
 		shardShift:  uint(64 - bits),
 		maxReplicas: cfg.MaxReplicas,
 		hotPerShard: max((cfg.MaxHotKeys+p-1)/p, 0),
-		repIDs:      map[Replica]ReplicaID{cfg.Self: SelfID},
-		perNode:     map[Replica]int{nodeOf(cfg.Self): 1},
-		perPoP:      map[Replica]int{popOf(cfg.Self): 1},
+		repIDs:      map[identity.Replica]ReplicaID{cfg.Self: SelfID},
+		perNode:     map[identity.Replica]int{nodeOf(cfg.Self): 1},
+		perPoP:      map[identity.Replica]int{popOf(cfg.Self): 1},
 
 		maxIncarnations:  cfg.MaxIncarnations,
 		maxReplicasByPoP: cfg.MaxReplicasPerPoP,
-		reps:             []Replica{cfg.Self},
+		reps:             []identity.Replica{cfg.Self},
 	}
 	s.members.Store(&memberSet{})
 	s.regional.Store(&memberSet{})
@@ -269,7 +270,7 @@ func NewStore(cfg StoreConfig) *Store {
 }
 
 // Self returns the store's own replica identity.
-func (s *Store) Self() Replica { return s.self }
+func (s *Store) Self() identity.Replica { return s.self }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() StoreStats {

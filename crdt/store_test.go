@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 const W = int64(10 * time.Second)
 
-func rep(node string, inc uint64) Replica {
-	return Replica{PoPID: PoPID{Region: "eu", PoP: "ams"}, Node: node, Incarnation: inc}
+func rep(node string, inc uint64) identity.Replica {
+	return identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: node, Incarnation: inc}
 }
 
 func at(index int64) Now { return Now{Index: index, Elapsed: W / 2, Width: W} }
@@ -36,7 +37,7 @@ type wkey struct {
 }
 
 // model is the reference: every replica's own count per G-counter.
-type model map[wkey]map[Replica]uint64
+type model map[wkey]map[identity.Replica]uint64
 
 func (m model) total(k wkey) uint64 {
 	var s uint64
@@ -47,7 +48,7 @@ func (m model) total(k wkey) uint64 {
 }
 
 type msg struct {
-	from Replica
+	from identity.Replica
 	e    FlushEntry
 }
 
@@ -68,7 +69,7 @@ func TestConvergenceUnderLossDupReorder(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := seeded(t, seed)
 			n := 3 + rng.IntN(8)
-			reps := make([]Replica, n)
+			reps := make([]identity.Replica, n)
 			stores := make([]*Store, n)
 			for i := range reps {
 				reps[i] = rep("n"+strconv.Itoa(i), uint64(i+1))
@@ -88,7 +89,7 @@ func TestConvergenceUnderLossDupReorder(t *testing.T) {
 					require.True(t, res.Allowed)
 					wk := wkey{1, k, now}
 					if ref[wk] == nil {
-						ref[wk] = map[Replica]uint64{}
+						ref[wk] = map[identity.Replica]uint64{}
 					}
 					ref[wk][reps[i]] += c
 				case r < 75:
@@ -170,7 +171,7 @@ func totals(st *Store, rule RuleID, key string, now int64) (prev, curr uint64) {
 func TestHotPathSumsMatchReplicas(t *testing.T) {
 	rng := seeded(t, 7)
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2})
-	remotes := []Replica{rep("a", 1), rep("b", 1), rep("b", 2)}
+	remotes := []identity.Replica{rep("a", 1), rep("b", 1), rep("b", 2)}
 	now := int64(50)
 	for step := 0; step < 2000; step++ {
 		switch r := rng.IntN(10); {
@@ -214,7 +215,7 @@ func TestMergeLaws(t *testing.T) {
 			entries = append(entries, m)
 			wk := wkey{m.e.Rule, m.e.Key, m.e.Window}
 			if ref[wk] == nil {
-				ref[wk] = map[Replica]uint64{}
+				ref[wk] = map[identity.Replica]uint64{}
 			}
 			ref[wk][m.from] = max(ref[wk][m.from], m.e.Count)
 		}
@@ -389,7 +390,7 @@ func TestFullOfProtectedKeysFailsOpenUntracked(t *testing.T) {
 func TestFlushReportsChangedOwnCountsAndPoPTotals(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1)})
 	member, _ := st.Intern(rep("a", 1))
-	foreign, _ := st.Intern(Replica{PoPID: PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1})
+	foreign, _ := st.Intern(identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1})
 	st.Admit(0, "k1", at(1), 100, 2, true)
 	st.Admit(0, "k1", at(1), 100, 3, true)
 	st.Admit(1, "a-very-long-key-that-is-not-inline", at(1), 100, 1, true)
@@ -425,16 +426,16 @@ func TestPoPTotalsCountMembersOnly(t *testing.T) {
 	self := rep("self", 2)
 	tests := []struct {
 		name   string
-		from   Replica
+		from   identity.Replica
 		member bool
 	}{
 		{"other node", rep("b", 1), true},
 		{"other node, other incarnation", rep("b", 2), true},
 		{"former incarnation of self", rep("self", 1), true},
-		{"own PoP aggregate", PoPReplica(PoPID{Region: "eu", PoP: "ams"}, 1), false},
-		{"other PoP in the region", Replica{PoPID: PoPID{Region: "eu", PoP: "fra"}, Node: "b", Incarnation: 1}, false},
-		{"same PoP name, other region", Replica{PoPID: PoPID{Region: "us", PoP: "ams"}, Node: "b", Incarnation: 1}, false},
-		{"other PoP aggregate", PoPReplica(PoPID{Region: "us", PoP: "iad"}, 1), false},
+		{"own PoP aggregate", identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), false},
+		{"other PoP in the region", identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "fra"}, Node: "b", Incarnation: 1}, false},
+		{"same PoP name, other region", identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "ams"}, Node: "b", Incarnation: 1}, false},
+		{"other PoP aggregate", identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -519,7 +520,7 @@ func TestShiftDirty(t *testing.T) {
 func TestTotalsLiveWindowsOnly(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 4})
 	member, _ := st.Intern(rep("b", 1))
-	foreign, _ := st.Intern(PoPReplica(PoPID{Region: "us", PoP: "iad"}, 3))
+	foreign, _ := st.Intern(identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 3))
 	long := "a-key-longer-than-inline-storage"
 	st.Admit(0, "k", at(10), 100, 2, true)
 	st.Merge(0, "k", 10, 9, member, 4)
@@ -562,7 +563,7 @@ func TestMembershipFollowsReplicaIDs(t *testing.T) {
 	for _, id := range ids {
 		assert.False(t, st.isMember(id))
 	}
-	a, _ := st.Intern(PoPReplica(PoPID{Region: "eu", PoP: "ams"}, 1))
+	a, _ := st.Intern(identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1))
 	b, _ := st.Intern(rep("b", 1))
 	assert.Contains(t, ids, a, "IDs are reused")
 	assert.False(t, st.isMember(a))
@@ -741,13 +742,13 @@ func TestForgetReplicas(t *testing.T) {
 	assert.Equal(t, 2, st.ForgetReplicas(), "a#0 and b#1")
 	assert.Equal(t, 2, st.ReplicaCount())
 	assert.Equal(t, rep("a", 1), st.Replica(live))
-	assert.Equal(t, Replica{}, st.Replica(gone))
+	assert.Equal(t, identity.Replica{}, st.Replica(gone))
 	id, ok := st.Intern(rep("c", 1))
 	require.True(t, ok, "room again")
 	assert.Contains(t, []ReplicaID{gone, live + 2}, id, "a forgotten ID is reused")
 	_, c := totals(st, 0, "k", 5)
 	assert.Equal(t, uint64(3), c, "referenced counts untouched")
-	assert.ElementsMatch(t, []Replica{rep("self", 1), rep("a", 1), rep("c", 1)}, st.Replicas())
+	assert.ElementsMatch(t, []identity.Replica{rep("self", 1), rep("a", 1), rep("c", 1)}, st.Replicas())
 }
 
 // TestInternCached: a cache answers for its replica until the store frees

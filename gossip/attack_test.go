@@ -19,6 +19,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
@@ -67,15 +68,15 @@ func TestAttackForgedHugeCount(t *testing.T) {
 	rules := []pop.Rule{{Name: "login", Limit: 10, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
 	victim := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", rules), Options{
 		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
-		Global:   NATSConnect(NATSConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+		Global:   NATSConnect(NATSConfig{Self: identity.PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
 	})
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
 	win := int64(time.Minute)
-	forged := &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 99), SentAt: now, Epoch: 99,
+	forged := &wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 99), SentAt: now, Epoch: 99,
 		Entries: []crdt.Entry{{Rule: "login", Key: "alice", Window: now / win, Count: 1 << 62}}}
 	require.Eventually(t, func() bool {
-		publish(t, nc, DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), forged)
+		publish(t, nc, DeltaSubject("", identity.PoPID{Region: "us", PoP: "iad"}), forged)
 		return victim.node.Stats().Applied.Clamped > 0
 	}, 10*time.Second, poll, "the forged count arrives across the gateway")
 	assert.EqualValues(t, 10, total(victim.node, "login", "alice"), "merged as the limit")
@@ -96,7 +97,7 @@ func TestAttackForgedHugeCount(t *testing.T) {
 // were merged), at most MaxPoPs are tracked, and once silent for
 // ForgetAfter they are gone from status too.
 func TestAttackInventedPoPs(t *testing.T) {
-	ams, iad := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
+	ams, iad := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
 	for _, tc := range []struct {
 		name     string
 		expected []string
@@ -111,7 +112,7 @@ func TestAttackInventedPoPs(t *testing.T) {
 			defer cancel()
 			opts := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 400 * time.Millisecond,
 				ForgetAfter: 2 * time.Second, MaxPoPs: tc.maxPoPs, ExpectedPoPs: tc.expected}}
-			start := func(id crdt.PoPID, url string) *member {
+			start := func(id identity.PoPID, url string) *member {
 				o := opts
 				o.Global = NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: url})
 				return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), o)
@@ -131,8 +132,8 @@ func TestAttackInventedPoPs(t *testing.T) {
 			require.Eventually(t, func() bool {
 				now := time.Now().UnixNano()
 				for i := range 500 {
-					p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
-					publish(t, nc, HeartbeatSubject("", p), &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
+					p := identity.PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
+					publish(t, nc, HeartbeatSubject("", p), &wire.Delta{Sender: identity.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
 				}
 				require.NoError(t, nc.Flush())
 				return len(victim.rep.RemotePoPs()) >= min(tc.maxPoPs, 501)
@@ -168,7 +169,7 @@ func TestAttackSyncAmplification(t *testing.T) {
 	c := gossiptest.StartSuperCluster(t, "eu", "us")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	const syncInterval = time.Second
 	victim := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", testRules()), Options{
 		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, SyncInterval: syncInterval},
@@ -182,7 +183,7 @@ func TestAttackSyncAmplification(t *testing.T) {
 	require.Eventually(t, func() bool { return victim.node.Link().Pending() == 0 }, 10*time.Second, poll, "flushed")
 	// The victim's subscriptions must be in place at its server (the
 	// gateway forwards the attacker's messages to it).
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
 	gossiptest.WaitInterest(t, c.Servers[0], DeltaSubject("", iad), SyncSubject("", iad))
 	nc := attacker(t, c.ClientURL(1))
 	for _, tc := range []struct {
@@ -195,9 +196,9 @@ func TestAttackSyncAmplification(t *testing.T) {
 			begin := time.Now()
 			var asked int
 			for i := range 1000 {
-				p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("evil%d", i%tc.nodes%10)}
+				p := identity.PoPID{Region: "x", PoP: fmt.Sprintf("evil%d", i%tc.nodes%10)}
 				asked += publish(t, nc, SyncSubject("", p), &wire.Delta{
-					Sender: crdt.Replica{PoPID: p, Node: fmt.Sprintf("n%d", i%tc.nodes), Incarnation: 1}, SentAt: time.Now().UnixNano()})
+					Sender: identity.Replica{PoPID: p, Node: fmt.Sprintf("n%d", i%tc.nodes), Incarnation: 1}, SentAt: time.Now().UnixNano()})
 				if i%100 == 99 {
 					time.Sleep(20 * time.Millisecond) // spread over ~200ms, each burst past the coalescing interval
 				}
@@ -236,13 +237,13 @@ func TestAttackBulkFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const queueBytes = 1 << 20
-	n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: uint64(time.Now().UnixNano())},
+	n, err := pop.New(pop.Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: uint64(time.Now().UnixNano())},
 		Rules: testRules(), MaxKeys: 20000})
 	require.NoError(t, err)
 	victim := startMember(t, ctx, n, Options{
 		Settings:   repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
 		QueueBytes: queueBytes,
-		Global:     NATSConnect(NATSConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+		Global:     NATSConnect(NATSConfig{Self: identity.PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
 	})
 	heap := func() uint64 {
 		runtime.GC()
@@ -253,19 +254,19 @@ func TestAttackBulkFlood(t *testing.T) {
 	base := heap()
 	// The victim's subscriptions must be in place at its server (the
 	// gateway forwards the attacker's messages to it).
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
 	gossiptest.WaitInterest(t, c.Servers[0], DeltaSubject("", iad), SyncSubject("", iad))
 	nc := attacker(t, c.ClientURL(1))
 	now := time.Now().UnixNano()
 	win := now / int64(time.Hour)
 	sent, seq := 0, 0
 	for sent < 32<<20 {
-		d := &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), SentAt: now, Epoch: 7}
+		d := &wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 7), SentAt: now, Epoch: 7}
 		for range 2000 {
 			seq++
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: fmt.Sprintf("flood-%d", seq), Window: win, Count: 1})
 		}
-		sent += publish(t, nc, DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), d)
+		sent += publish(t, nc, DeltaSubject("", identity.PoPID{Region: "us", PoP: "iad"}), d)
 	}
 	require.NoError(t, nc.Flush())
 	require.Eventually(t, func() bool {

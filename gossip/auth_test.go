@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -46,7 +46,7 @@ func twoPoPs(t *testing.T, url string, set func(*NATSConfig)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var ms []*member
-	for _, id := range []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
+	for _, id := range []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		cfg := NATSConfig{Self: id, Name: id.PoP, URL: url}
 		set(&cfg)
 		o := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour}, Global: NATSConnect(cfg)}
@@ -65,13 +65,13 @@ func TestNATSUserPassword(t *testing.T) {
 	// right one receives the same count.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	start := func(id crdt.PoPID, password string) *member {
+	start := func(id identity.PoPID, password string) *member {
 		return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), Options{
 			Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
 			Global:   NATSConnect(NATSConfig{Self: id, Name: id.PoP, URL: s.ClientURL(), User: "edge", Password: password}),
 		})
 	}
-	good, other, bad := start(crdt.PoPID{Region: "eu", PoP: "fra"}, "s3cret"), start(crdt.PoPID{Region: "us", PoP: "sjc"}, "s3cret"), start(crdt.PoPID{Region: "ap", PoP: "syd"}, "wrong")
+	good, other, bad := start(identity.PoPID{Region: "eu", PoP: "fra"}, "s3cret"), start(identity.PoPID{Region: "us", PoP: "sjc"}, "s3cret"), start(identity.PoPID{Region: "ap", PoP: "syd"}, "wrong")
 	_, err := good.node.Decide(time.Now().UnixNano(), "api", "k2", 1)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return total(other.node, "api", "k2") == 1 }, 10*time.Second, poll, "the authenticated node receives it")

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/memhub"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -24,7 +24,7 @@ func TestFlushWhenBatchFull(t *testing.T) {
 	defer cancel()
 	opts := gossip.Options{Settings: repl.Settings{FlushInterval: time.Hour, AntiEntropyInterval: time.Hour, PeerTimeout: 2 * time.Hour, MaxBatchEntries: 100}}
 	var ms []*member
-	for _, p := range []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
+	for _, p := range []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		o := opts
 		o.PoP = hub.PoP(p, p.PoP+"-1")
 		o.Global = hub.Global(p, p.PoP+"-1")

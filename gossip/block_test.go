@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -30,7 +30,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 	}
 	const flush = 50 * time.Millisecond
 	opts := func(region, popName, name string, server int) Options {
-		id := crdt.PoPID{Region: region, PoP: popName}
+		id := identity.PoPID{Region: region, PoP: popName}
 		return Options{
 			Settings: repl.Settings{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, ExpectedPoPs: []string{"eu/ams", "us/iad"}},
 			Global:   NATSConnect(NATSConfig{Self: id, Name: name, URL: c.Servers[server].ClientURL(), ReconnectWait: 50 * time.Millisecond}),
@@ -42,7 +42,7 @@ func TestPenaltyBoxAcrossRegions(t *testing.T) {
 		name := fmt.Sprintf("ams-%d", i)
 		n := newNode(t, "eu", "ams", name, rules)
 		o := opts("eu", "ams", name, 0)
-		o.PoP = MemberlistConnect(MemberlistConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: fmt.Sprintf("%s#%d", name, n.Link().Self().Incarnation),
+		o.PoP = MemberlistConnect(MemberlistConfig{Self: identity.PoPID{Region: "eu", PoP: "ams"}, Name: fmt.Sprintf("%s#%d", name, n.Link().Self().Incarnation),
 			Bind: "127.0.0.1:0", Join: join, ProbeInterval: 200 * time.Millisecond})
 		m := startMember(t, ctx, n, o)
 		join = append(join, m.rep.popT.(*Memberlist).Addr())

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -30,7 +30,7 @@ func TestDriftLogIsRateLimited(t *testing.T) {
 		}
 		return strings.Split(s, "\n")
 	}
-	peer := crdt.PoPID{Region: "us", PoP: "iad"}
+	peer := identity.PoPID{Region: "us", PoP: "iad"}
 	bad := []repl.PeerDrift{{PoPID: peer, Mismatches: []repl.RuleMismatch{{Rule: "api", WindowMS: 1000, PeerWindowMS: 2000}}}}
 	ver := uint64(0)
 	// A flapping rule, 1 000 changes in 10 s.
@@ -55,7 +55,7 @@ func TestDriftLogIsRateLimited(t *testing.T) {
 	// 500 PoPs, each with a new problem, at once: at most 100 lines.
 	var many []repl.PeerDrift
 	for i := range 500 {
-		many = append(many, repl.PeerDrift{PoPID: crdt.PoPID{Region: "r", PoP: fmt.Sprintf("p%d", i)}, Mismatches: []repl.RuleMismatch{{Rule: "api", Absent: true}}})
+		many = append(many, repl.PeerDrift{PoPID: identity.PoPID{Region: "r", PoP: fmt.Sprintf("p%d", i)}, Mismatches: []repl.RuleMismatch{{Rule: "api", Absent: true}}})
 	}
 	ver++
 	r.logDrift(many, ver)

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/memhub"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -18,8 +18,8 @@ func ExampleStart() {
 	defer hub.Close()
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Hour, Cost: 1, Scope: pop.ScopeGlobal}}
 	var nodes []*pop.Node
-	for i, id := range []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
-		n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: id, Node: "n1", Incarnation: uint64(i + 1)}, Rules: rules})
+	for i, id := range []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
+		n, err := pop.New(pop.Config{Self: identity.Replica{PoPID: id, Node: "n1", Incarnation: uint64(i + 1)}, Rules: rules})
 		if err != nil {
 			panic(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,7 +41,7 @@ func TestExternalNATSServer(t *testing.T) {
 	url := "nats://" + hostPort(port)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
+	a, b := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(url, a, "ams-1"))
 	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(url, b, "iad-1"))
 	for i := range 50 {

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -135,7 +135,7 @@ func TestLiveSiteFailover(t *testing.T) {
 	require.Less(t, failedAt, end, "the failover came too late to judge")
 
 	// The same arrivals, decided by one central node.
-	central, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "central"}, Node: "central-1", Incarnation: 1}, Rules: rules})
+	central, err := pop.New(pop.Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "central"}, Node: "central-1", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	slices.SortFunc(log, func(a, b arrival) int { return int(a.at - b.at) })
 	fleetAdm := make([][]int64, keys)

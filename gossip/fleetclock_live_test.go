@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -28,7 +28,7 @@ func TestLiveFleetClock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Second, Cost: 1, Scope: pop.ScopeGlobal}}
-	ids := []crdt.PoPID{{Region: "eu", PoP: "eu1"}, {Region: "us", PoP: "us1"}}
+	ids := []identity.PoPID{{Region: "eu", PoP: "eu1"}, {Region: "us", PoP: "us1"}}
 	skews := []skewedClock{0, skewedClock(4 * time.Second)}
 	var fleets []*clock.Offset
 	var reps []*Replicator

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -17,7 +18,7 @@ import (
 // region's totals, and as push/pull state): it must never panic, whatever arrives.
 func FuzzReceive(f *testing.F) {
 	d := wire.Delta{
-		Sender:  crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3),
+		Sender:  identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 3),
 		SentAt:  1,
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}, {Rule: "per-ip", Key: "x", Window: 5, Count: 1}},
 	}
@@ -27,11 +28,11 @@ func FuzzReceive(f *testing.F) {
 	// Control entries: a heartbeat's rule fingerprints, a sync request
 	// asking for a startup marker, and a marker (a state without entries).
 	for _, c := range []wire.Delta{
-		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), SentAt: 1, Entries: []crdt.Entry{{Rule: "api", Key: "fingerprint/1", Window: 60000, Count: 1 << 63}, {Rule: "nope", Key: "fingerprint/1", Window: -1, Count: 0}}},
-		{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "n", Incarnation: 3}, SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "geolimit/control", Key: "startup-sync/1", Count: 1}}},
-		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: 1, Epoch: 1},
+		{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 3), SentAt: 1, Entries: []crdt.Entry{{Rule: "api", Key: "fingerprint/1", Window: 60000, Count: 1 << 63}, {Rule: "nope", Key: "fingerprint/1", Window: -1, Count: 0}}},
+		{Sender: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "n", Incarnation: 3}, SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "geolimit/control", Key: "startup-sync/1", Count: 1}}},
+		{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: 1, Epoch: 1},
 		// A region's totals (region voices).
-		{Sender: crdt.RegionReplica("us", 3), SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}}},
+		{Sender: identity.RegionReplica("us", 3), SentAt: 1, Epoch: 3, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 5, Count: 9}}},
 	} {
 		cm, err := wire.Encode(&c, 0)
 		require.NoError(f, err)
@@ -48,12 +49,12 @@ func FuzzReceive(f *testing.F) {
 	var out wire.Delta
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range []inbound{
-			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: b},
-			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindHeartbeat, data: b},
-			{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindSync, data: b},
-			{t: tGlobal, from: crdt.PoPID{Region: "eu", PoP: "ams"}, kind: KindState, data: b},
-			{t: tRegion, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindRegion, data: b},
-			{t: tPoP, from: crdt.PoPID{Region: "eu", PoP: "ams"}, kind: KindDelta, data: b},
+			{t: tGlobal, from: identity.PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: b},
+			{t: tGlobal, from: identity.PoPID{Region: "us", PoP: "iad"}, kind: KindHeartbeat, data: b},
+			{t: tGlobal, from: identity.PoPID{Region: "us", PoP: "iad"}, kind: KindSync, data: b},
+			{t: tGlobal, from: identity.PoPID{Region: "eu", PoP: "ams"}, kind: KindState, data: b},
+			{t: tRegion, from: identity.PoPID{Region: "us", PoP: "iad"}, kind: KindRegion, data: b},
+			{t: tPoP, from: identity.PoPID{Region: "eu", PoP: "ams"}, kind: KindDelta, data: b},
 		} {
 			r.apply(dec, &out, in)
 		}

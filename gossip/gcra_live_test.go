@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -117,7 +117,7 @@ func TestLiveGCRAFleetPace(t *testing.T) {
 	defer mu.Unlock()
 	slices.Sort(admits)
 	slices.Sort(arrivals)
-	central, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "central"}, Node: "central-1", Incarnation: 1}, Rules: rules})
+	central, err := pop.New(pop.Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "central"}, Node: "central-1", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	var centralAdmits []int64
 	for _, at := range arrivals {

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -73,7 +73,7 @@ func hostPort(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(
 type member struct {
 	node *pop.Node
 	rep  *Replicator
-	id   crdt.PoPID
+	id   identity.PoPID
 	name string
 }
 
@@ -90,7 +90,7 @@ func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts Options) *
 func getenv(k string) string { return os.Getenv(k) }
 
 // popNames returns ids as repl.Settings.ExpectedPoPs lists them.
-func popNames(ids ...crdt.PoPID) []string {
+func popNames(ids ...identity.PoPID) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = id.String()

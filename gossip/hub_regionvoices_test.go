@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/memhub"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -37,9 +37,9 @@ func TestHubRegionVoices(t *testing.T) {
 	var ms []*member
 	var foreign atomic.Int64 // PoP totals of another region handed to a node
 	for _, p := range []struct {
-		id    crdt.PoPID
+		id    identity.PoPID
 		nodes int
-	}{{crdt.PoPID{Region: "eu", PoP: "ams"}, 2}, {crdt.PoPID{Region: "eu", PoP: "fra"}, 2}, {crdt.PoPID{Region: "us", PoP: "iad"}, 1}, {crdt.PoPID{Region: "ap", PoP: "sin"}, 1}} {
+	}{{identity.PoPID{Region: "eu", PoP: "ams"}, 2}, {identity.PoPID{Region: "eu", PoP: "fra"}, 2}, {identity.PoPID{Region: "us", PoP: "iad"}, 1}, {identity.PoPID{Region: "ap", PoP: "sin"}, 1}} {
 		for i := range p.nodes {
 			name := fmt.Sprintf("%s-%d", p.id.PoP, i)
 			o := opts
@@ -90,7 +90,7 @@ func TestHubRegionVoices(t *testing.T) {
 		require.NoError(t, err)
 		for _, w := range v.Windows {
 			for r := range w.Replicas {
-				rep, err := crdt.ParseReplica(r)
+				rep, err := identity.ParseReplica(r)
 				require.NoError(t, err)
 				assert.True(t, rep.Region == m.id.Region || rep.IsRegion(), "%s holds %s", m.name, r)
 			}
@@ -101,11 +101,11 @@ func TestHubRegionVoices(t *testing.T) {
 // regionTap counts the PoP totals of another region a hub hands a node.
 type regionTap struct {
 	gossip.Handler
-	self    crdt.PoPID
+	self    identity.PoPID
 	foreign *atomic.Int64
 }
 
-func (r *regionTap) Receive(from crdt.PoPID, kind gossip.Kind, b []byte) {
+func (r *regionTap) Receive(from identity.PoPID, kind gossip.Kind, b []byte) {
 	if kind == gossip.KindDelta && from.Region != r.self.Region {
 		r.foreign.Add(1)
 	}

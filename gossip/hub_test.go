@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/memhub"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -31,7 +31,7 @@ func TestHubConvergence(t *testing.T) {
 	defer cancel()
 	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}}
 	var ms []*member
-	for _, p := range []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}} {
+	for _, p := range []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}} {
 		for i := range 2 {
 			name := fmt.Sprintf("%s-%d", p.PoP, i)
 			o := opts
@@ -42,7 +42,7 @@ func TestHubConvergence(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	admitted := map[string]uint64{}
-	perIP := map[crdt.PoPID]uint64{}
+	perIP := map[identity.PoPID]uint64{}
 	for range 3000 {
 		m := ms[rng.IntN(len(ms))]
 		d, err := m.node.Decide(time.Now().UnixNano(), "api", "k", 1)
@@ -79,18 +79,18 @@ func TestHubPartition(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 100 * time.Millisecond}}
-	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
+	a, b := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
 	o := opts
 	o.Global = hub.Global(a, "a")
 	o.ExpectedPoPs = popNames(b)
 	var mu sync.Mutex
-	var reports [][]crdt.PoPID
-	o.OnPartitionChange = func(p []crdt.PoPID) {
+	var reports [][]identity.PoPID
+	o.OnPartitionChange = func(p []identity.PoPID) {
 		mu.Lock()
 		reports = append(reports, p)
 		mu.Unlock()
 	}
-	lastReport := func(want []crdt.PoPID) func() bool {
+	lastReport := func(want []identity.PoPID) func() bool {
 		return func() bool {
 			mu.Lock()
 			defer mu.Unlock()
@@ -117,8 +117,8 @@ func TestHubPartition(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(ma.rep.Partitioned()) == 1 && len(mb.rep.Partitioned()) == 1
 	}, 5*time.Second, poll, "partition seen")
-	assert.Equal(t, []crdt.PoPID{b}, ma.rep.Partitioned())
-	require.Eventually(t, lastReport([]crdt.PoPID{b}), 5*time.Second, poll, "the cut reported")
+	assert.Equal(t, []identity.PoPID{b}, ma.rep.Partitioned())
+	require.Eventually(t, lastReport([]identity.PoPID{b}), 5*time.Second, poll, "the cut reported")
 	for range 10 {
 		_, err := ma.node.Decide(time.Now().UnixNano(), "api", "k", 1)
 		require.NoError(t, err)
@@ -143,10 +143,10 @@ func TestHubPartition(t *testing.T) {
 	// b heard (after being expected but unheard, if the first check came
 	// before b's first heartbeat), b cut, b back; each change once.
 	if len(reports) == 4 {
-		assert.Equal(t, []crdt.PoPID{b}, reports[0])
+		assert.Equal(t, []identity.PoPID{b}, reports[0])
 		reports = reports[1:]
 	}
-	assert.Equal(t, [][]crdt.PoPID{nil, {b}, nil}, reports)
+	assert.Equal(t, [][]identity.PoPID{nil, {b}, nil}, reports)
 }
 
 // TestHubShortCut cuts two PoPs apart for less than PeerTimeout: nobody
@@ -159,7 +159,7 @@ func TestHubShortCut(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Hour, HeartbeatInterval: 10 * time.Millisecond}}
-	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
+	a, b := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
 	o := opts
 	o.Global = hub.Global(a, "a")
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "a", testRules()), o)
@@ -194,8 +194,8 @@ func TestHubRestartLonePoP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 50 * time.Millisecond, PeerTimeout: 200 * time.Millisecond}}
-	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
-	start := func(id crdt.PoPID) *member {
+	a, b := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
+	start := func(id identity.PoPID) *member {
 		o := opts
 		o.Global = hub.Global(id, id.PoP+"-1")
 		return startMember(t, ctx, newNode(t, id.Region, id.PoP, id.PoP+"-1", testRules()), o)

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -34,7 +34,7 @@ func total(n *pop.Node, rule, key string) uint64 { return gossiptest.Total(n, ru
 type member struct {
 	node *pop.Node
 	rep  *gossip.Replicator
-	id   crdt.PoPID
+	id   identity.PoPID
 	name string
 }
 
@@ -49,7 +49,7 @@ func startMember(t testing.TB, ctx context.Context, n *pop.Node, opts gossip.Opt
 }
 
 // popNames returns the names (region/pop) of ids.
-func popNames(ids ...crdt.PoPID) []string {
+func popNames(ids ...identity.PoPID) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = id.String()

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -50,10 +51,10 @@ func (s *logSink) logger() *slog.Logger {
 // nopHandler is the Handler of a bare transport that only sends.
 type nopHandler struct{}
 
-func (nopHandler) Receive(crdt.PoPID, Kind, []byte) {}
-func (nopHandler) Resync()                          {}
-func (nopHandler) LocalState() []byte               { return nil }
-func (nopHandler) MergeState([]byte)                {}
+func (nopHandler) Receive(identity.PoPID, Kind, []byte) {}
+func (nopHandler) Resync()                              {}
+func (nopHandler) LocalState() []byte                   { return nil }
+func (nopHandler) MergeState([]byte)                    {}
 
 // injector is a bare memberlist transport of PoP eu/ams (same label as the
 // PoP's members) that sends forged deltas straight to a member's address,
@@ -65,7 +66,7 @@ type injector struct {
 
 func newInjector(t *testing.T, keys [][]byte) *injector {
 	t.Helper()
-	ml, err := NewMemberlist(MemberlistConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "evil", Bind: "127.0.0.1:0", SecretKeys: keys}, nopHandler{})
+	ml, err := NewMemberlist(MemberlistConfig{Self: identity.PoPID{Region: "eu", PoP: "ams"}, Name: "evil", Bind: "127.0.0.1:0", SecretKeys: keys}, nopHandler{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ml.Close() })
 	return &injector{t: t, ml: ml}
@@ -76,7 +77,7 @@ func newInjector(t *testing.T, keys [][]byte) *injector {
 func (in *injector) inject(addr, key string, count uint64, reliable bool) {
 	in.t.Helper()
 	d := wire.Delta{
-		Sender:  crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "evil", Incarnation: 1},
+		Sender:  identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "evil", Incarnation: 1},
 		SentAt:  time.Now().UnixNano(),
 		Entries: []crdt.Entry{{Rule: "per-ip", Key: key, Window: time.Now().UnixNano() / int64(time.Hour), Count: count}},
 	}
@@ -105,7 +106,7 @@ func (in *injector) inject(addr, key string, count uint64, reliable bool) {
 func TestMemberlistStrangerRefused(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	var logs logSink
 	a := popNodeWith(t, ctx, ams, "ams-1", MemberlistConfig{SecretKeys: [][]byte{keyOld}, Logger: logs.logger()}, "")
 
@@ -163,7 +164,7 @@ func TestMemberlistStrangerRefused(t *testing.T) {
 func TestMemberlistKeyRotation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	withKeys := func(keys ...[]byte) MemberlistConfig { return MemberlistConfig{SecretKeys: keys} }
 	a := popNodeWith(t, ctx, ams, "ams-1", withKeys(keyOld), "")
 	b := popNodeWith(t, ctx, ams, "ams-2", withKeys(keyOld), "", mlAddr(a))
@@ -245,7 +246,7 @@ func TestMemberlistKeyRotation(t *testing.T) {
 // transport started without keys cannot start encrypting.
 func TestMemberlistSetKeys(t *testing.T) {
 	k1, k2, k3 := []byte("k1-0123456789abc"), []byte("k2-0123456789abcdefghijk"), []byte("k3-0123456789abcdef0123456789abc")
-	ml, err := NewMemberlist(MemberlistConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "x", Bind: "127.0.0.1:0", SecretKeys: [][]byte{k1, k2, k3}}, nopHandler{})
+	ml, err := NewMemberlist(MemberlistConfig{Self: identity.PoPID{Region: "eu", PoP: "ams"}, Name: "x", Bind: "127.0.0.1:0", SecretKeys: [][]byte{k1, k2, k3}}, nopHandler{})
 	require.NoError(t, err)
 	defer ml.Close()
 	assert.Equal(t, [][]byte{k1, k2, k3}, ml.Keys())
@@ -270,10 +271,10 @@ func TestMemberlistSetKeys(t *testing.T) {
 	assert.ErrorContains(t, err, "secret key 2 repeats key 0")
 	assert.ElementsMatch(t, [][]byte{k1, k3}, ml.Keys(), "a refused set changes nothing")
 
-	_, err = NewMemberlist(MemberlistConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "y", Bind: "127.0.0.1:0", SecretKeys: [][]byte{k1, k1}}, nopHandler{})
+	_, err = NewMemberlist(MemberlistConfig{Self: identity.PoPID{Region: "eu", PoP: "ams"}, Name: "y", Bind: "127.0.0.1:0", SecretKeys: [][]byte{k1, k1}}, nopHandler{})
 	assert.ErrorContains(t, err, "secret key 1 repeats key 0")
 
-	plain, err := NewMemberlist(MemberlistConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "z", Bind: "127.0.0.1:0"}, nopHandler{})
+	plain, err := NewMemberlist(MemberlistConfig{Self: identity.PoPID{Region: "eu", PoP: "ams"}, Name: "z", Bind: "127.0.0.1:0"}, nopHandler{})
 	require.NoError(t, err)
 	defer plain.Close()
 	assert.Nil(t, plain.Keys())

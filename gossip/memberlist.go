@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -21,7 +21,7 @@ import (
 // of one PoP.
 type MemberlistConfig struct {
 	// Self is the own PoP; the default label is derived from it.
-	Self crdt.PoPID
+	Self identity.PoPID
 	// Name is this node's unique member name within the PoP. Use a name that
 	// is new at every start (e.g. node#incarnation) so that a restarted node
 	// never conflicts with its former self.

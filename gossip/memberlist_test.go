@@ -11,13 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
 )
 
 // popNode starts a node of PoP id with memberlist (joining join) and NATS.
-func popNode(t testing.TB, ctx context.Context, id crdt.PoPID, name string, key []byte, natsURL string, join ...string) *member {
+func popNode(t testing.TB, ctx context.Context, id identity.PoPID, name string, key []byte, natsURL string, join ...string) *member {
 	t.Helper()
 	var keys [][]byte
 	if key != nil {
@@ -27,7 +27,7 @@ func popNode(t testing.TB, ctx context.Context, id crdt.PoPID, name string, key 
 }
 
 // popNodeWith is popNode with the memberlist settings of mc (keys, logger).
-func popNodeWith(t testing.TB, ctx context.Context, id crdt.PoPID, name string, mc MemberlistConfig, natsURL string, join ...string) *member {
+func popNodeWith(t testing.TB, ctx context.Context, id identity.PoPID, name string, mc MemberlistConfig, natsURL string, join ...string) *member {
 	t.Helper()
 	n := newNode(t, id.Region, id.PoP, name, testRules())
 	o := Options{Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second}}
@@ -88,11 +88,11 @@ func TestMemberlistPoP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	key := testKey()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", key, s.ClientURL())
 	b := popNode(t, ctx, ams, "ams-2", key, s.ClientURL(), mlAddr(a))
 	c := popNode(t, ctx, ams, "ams-3", key, s.ClientURL(), mlAddr(a))
-	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), crdt.PoPID{Region: "us", PoP: "iad"}, "iad-1"))
+	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), identity.PoPID{Region: "us", PoP: "iad"}, "iad-1"))
 	pop3 := []*member{a, b, c}
 	require.Eventually(t, func() bool {
 		for _, m := range pop3 {
@@ -134,7 +134,7 @@ func TestMemberlistPoP(t *testing.T) {
 func TestMemberlistWrongKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", testKey(), "")
 	b := popNode(t, ctx, ams, "ams-2", []byte("fedcba9876543210"), "", mlAddr(a))
 	assert.Empty(t, a.rep.Members())
@@ -149,11 +149,11 @@ func TestRestartMidWindow(t *testing.T) {
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	a := popNode(t, ctx, ams, "ams-1", nil, s.ClientURL())
 	b := popNode(t, ctx, ams, "ams-2", nil, s.ClientURL(), mlAddr(a))
 	c := popNode(t, ctx, ams, "ams-3", nil, s.ClientURL(), mlAddr(a))
-	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), crdt.PoPID{Region: "us", PoP: "iad"}, "iad-1"))
+	iad := startMember(t, ctx, newNode(t, "us", "iad", "iad-1", testRules()), natsOpts(s.ClientURL(), identity.PoPID{Region: "us", PoP: "iad"}, "iad-1"))
 	require.Eventually(t, func() bool { return len(c.rep.Members()) == 2 && len(a.rep.Members()) == 2 }, 10*time.Second, poll, "three members")
 	decide := func(m *member, rule string, n int) {
 		for range n {
@@ -200,7 +200,7 @@ func TestRestartMidWindow(t *testing.T) {
 func TestMemberlistBigFlush(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	start := func(name string, join ...string) *member {
 		n := newNode(t, ams.Region, ams.PoP, name, testRules())
 		return startMember(t, ctx, n, Options{
@@ -233,7 +233,7 @@ func TestMemberlistBigFlush(t *testing.T) {
 func TestMemberlistRejoin(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	later := hostPort(freePort(t))
 	start := func(name, bind string, join ...string) *member {
 		n := newNode(t, ams.Region, ams.PoP, name, testRules())

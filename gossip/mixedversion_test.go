@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
@@ -28,16 +28,16 @@ func TestMixedVersionPeer(t *testing.T) {
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
 	old := startMember(t, ctx, newNode(t, "eu", "ams", "ams-1", rules), Options{
 		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour},
-		Global:   NATSConnect(NATSConfig{Self: crdt.PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
+		Global:   NATSConnect(NATSConfig{Self: identity.PoPID{Region: "eu", PoP: "ams"}, Name: "ams-1", URL: c.ClientURL(0)}),
 	})
 	nc := attacker(t, c.ClientURL(1))
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
 	newer := func(now int64) []byte {
 		var body, msg bytes.Buffer
 		enc := msgpack.NewEncoder(&body)
 		require.NoError(t, enc.Encode([]any{[]any{"api", now / int64(time.Minute), []any{"alice", 0, 7}}}))
 		enc = msgpack.NewEncoder(&msg)
-		require.NoError(t, enc.Encode([]any{wire.EnvelopeVersion, []any{iad.Region, iad.PoP, crdt.PoPNode, 5}, now, 5,
+		require.NoError(t, enc.Encode([]any{wire.EnvelopeVersion, []any{iad.Region, iad.PoP, identity.PoPNode, 5}, now, 5,
 			[]any{uint64(wire.SectionCounts), body.Bytes(), 250, []byte("a feature from a later version")}}))
 		return msg.Bytes()
 	}

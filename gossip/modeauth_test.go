@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/replicated/modes"
@@ -37,11 +37,11 @@ func TestModeAuthorityHoldsOnOpenLinks(t *testing.T) {
 	opKey, rogue := seed(7), modes.NewAuthority(nil, seed(8))
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
 	settings := repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour}
-	ams, iad := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
-	operator := startMember(t, ctx, gossiptest.NewNodeConfig(t, pop.Config{Self: crdt.Replica{PoPID: ams, Node: "ams-1"}, Rules: rules,
+	ams, iad := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
+	operator := startMember(t, ctx, gossiptest.NewNodeConfig(t, pop.Config{Self: identity.Replica{PoPID: ams, Node: "ams-1"}, Rules: rules,
 		ModeAuthority: modes.NewAuthority(nil, opKey)}), Options{Settings: settings,
 		Global: NATSConnect(NATSConfig{Self: ams, Name: "ams-1", URL: c.ClientURL(0)})})
-	victim := startMember(t, ctx, gossiptest.NewNodeConfig(t, pop.Config{Self: crdt.Replica{PoPID: iad, Node: "iad-1"}, Rules: rules,
+	victim := startMember(t, ctx, gossiptest.NewNodeConfig(t, pop.Config{Self: identity.Replica{PoPID: iad, Node: "iad-1"}, Rules: rules,
 		ModeAuthority: modes.NewAuthority([]ed25519.PublicKey{opKey.Public().(ed25519.PublicKey)}, nil)}), Options{Settings: settings,
 		Global: NATSConnect(NATSConfig{Self: iad, Name: "iad-1", URL: c.ClientURL(1)})})
 	require.Eventually(t, func() bool {

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/nats-io/nats.go"
 )
 
@@ -18,7 +18,7 @@ type NATSConfig struct {
 	// Self is the own PoP: deltas are published on
 	// <SubjectPrefix>.delta.<region>.<pop> and messages from it are skipped
 	// (the own PoP's members are reached over memberlist).
-	Self crdt.PoPID
+	Self identity.PoPID
 	// Name is the connection name shown by the server (e.g. the node id).
 	Name string
 	// URL is one or more comma-separated server URLs.
@@ -73,26 +73,26 @@ type NATSConfig struct {
 const DefaultSubjectPrefix = "geolimit"
 
 // DeltaSubject returns the subject a PoP publishes its deltas on.
-func DeltaSubject(prefix string, p crdt.PoPID) string { return subject(prefix, "delta", p) }
+func DeltaSubject(prefix string, p identity.PoPID) string { return subject(prefix, "delta", p) }
 
 // HeartbeatSubject returns the subject a PoP publishes its heartbeats on.
-func HeartbeatSubject(prefix string, p crdt.PoPID) string { return subject(prefix, "hb", p) }
+func HeartbeatSubject(prefix string, p identity.PoPID) string { return subject(prefix, "hb", p) }
 
 // SyncSubject returns the subject a PoP's nodes ask others to resync on.
-func SyncSubject(prefix string, p crdt.PoPID) string { return subject(prefix, "sync", p) }
+func SyncSubject(prefix string, p identity.PoPID) string { return subject(prefix, "sync", p) }
 
 // StateSubject returns the subject on which PoP from relays PoP to's own
 // former counts back to it: <prefix>.state.<from>.<to>. It starts with the
 // sender's own tokens like every subject a PoP publishes on, so a PoP's NATS
 // credentials can be limited to publishing on <prefix>.*.<region>.<pop> and
 // <prefix>.state.<region>.<pop>.> (see examples/secure-multi-region).
-func StateSubject(prefix string, from, to crdt.PoPID) string {
+func StateSubject(prefix string, from, to identity.PoPID) string {
 	return subject(prefix, "state", from) + "." + to.Region + "." + to.PoP
 }
 
 // subject is <prefix>.<kind>.<region>.<pop>, with the default prefix when
 // prefix is empty.
-func subject(prefix, kind string, p crdt.PoPID) string {
+func subject(prefix, kind string, p identity.PoPID) string {
 	if prefix == "" {
 		prefix = DefaultSubjectPrefix
 	}
@@ -103,13 +103,13 @@ func subject(prefix, kind string, p crdt.PoPID) string {
 // prefix by DeltaSubject, HeartbeatSubject, SyncSubject, RegionSubject
 // (KindRegion) or StateSubject, and for StateSubject the PoP it is for (zero
 // otherwise).
-func ParseSubject(prefix, subject string) (kind Kind, from, to crdt.PoPID, ok bool) {
+func ParseSubject(prefix, subject string) (kind Kind, from, to identity.PoPID, ok bool) {
 	if prefix == "" {
 		prefix = DefaultSubjectPrefix
 	}
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	if !ok {
-		return 0, crdt.PoPID{}, crdt.PoPID{}, false
+		return 0, identity.PoPID{}, identity.PoPID{}, false
 	}
 	parts := strings.Split(rest, ".")
 	n := 3
@@ -117,29 +117,29 @@ func ParseSubject(prefix, subject string) (kind Kind, from, to crdt.PoPID, ok bo
 		n = 5
 	}
 	if len(parts) != n {
-		return 0, crdt.PoPID{}, crdt.PoPID{}, false
+		return 0, identity.PoPID{}, identity.PoPID{}, false
 	}
-	from = crdt.PoPID{Region: parts[1], PoP: parts[2]}
+	from = identity.PoPID{Region: parts[1], PoP: parts[2]}
 	if from.Validate() != nil {
-		return 0, crdt.PoPID{}, crdt.PoPID{}, false
+		return 0, identity.PoPID{}, identity.PoPID{}, false
 	}
 	switch parts[0] {
 	case "delta":
-		return KindDelta, from, crdt.PoPID{}, true
+		return KindDelta, from, identity.PoPID{}, true
 	case "hb":
-		return KindHeartbeat, from, crdt.PoPID{}, true
+		return KindHeartbeat, from, identity.PoPID{}, true
 	case "sync":
-		return KindSync, from, crdt.PoPID{}, true
+		return KindSync, from, identity.PoPID{}, true
 	case "region":
-		return KindRegion, from, crdt.PoPID{}, true
+		return KindRegion, from, identity.PoPID{}, true
 	case "state":
-		to = crdt.PoPID{Region: parts[3], PoP: parts[4]}
+		to = identity.PoPID{Region: parts[3], PoP: parts[4]}
 		if to.Validate() != nil {
-			return 0, crdt.PoPID{}, crdt.PoPID{}, false
+			return 0, identity.PoPID{}, identity.PoPID{}, false
 		}
 		return KindState, from, to, true
 	}
-	return 0, crdt.PoPID{}, crdt.PoPID{}, false
+	return 0, identity.PoPID{}, identity.PoPID{}, false
 }
 
 // NATS is a Transport over core NATS pub/sub between PoPs. Each PoP
@@ -346,7 +346,7 @@ func (t *NATS) Publish(kind Kind, msg []byte, _ bool) error {
 }
 
 // Relay publishes msg for PoP to on the own PoP's state subject for it.
-func (t *NATS) Relay(to crdt.PoPID, msg []byte) error {
+func (t *NATS) Relay(to identity.PoPID, msg []byte) error {
 	if len(msg) > t.MaxPayload(false) {
 		return ErrTooLarge
 	}

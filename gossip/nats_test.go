@@ -13,11 +13,12 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
 )
 
-func natsOpts(url string, id crdt.PoPID, name string) Options {
+func natsOpts(url string, id identity.PoPID, name string) Options {
 	return Options{
 		Settings: repl.Settings{FlushInterval: 10 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: 500 * time.Millisecond},
 		Global: NATSConnect(NATSConfig{
@@ -64,24 +65,24 @@ func TestNATSForgedDelta(t *testing.T) {
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := crdt.PoPID{Region: "eu", PoP: "ams"}
+	a := identity.PoPID{Region: "eu", PoP: "ams"}
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
 	// The member's subscriptions must be in place at the server before the
 	// forged messages are published (core NATS keeps nothing for later).
-	gossiptest.WaitInterest(t, s, DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}))
+	gossiptest.WaitInterest(t, s, DeltaSubject("", identity.PoPID{Region: "us", PoP: "iad"}))
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
 	defer nc.Close()
 	forged := wire.Delta{
-		Sender:  crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "fra"}, Node: "fra-1", Incarnation: 1},
+		Sender:  identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "fra"}, Node: "fra-1", Incarnation: 1},
 		SentAt:  time.Now().UnixNano(),
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: time.Now().UnixNano() / int64(time.Hour), Count: 1000}},
 	}
 	msgs, err := wire.Encode(&forged, 0)
 	require.NoError(t, err)
-	require.NoError(t, nc.Publish(DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), msgs[0]))
+	require.NoError(t, nc.Publish(DeltaSubject("", identity.PoPID{Region: "us", PoP: "iad"}), msgs[0]))
 	// Garbage on a delta subject and on a subject of no PoP.
-	require.NoError(t, nc.Publish(DeltaSubject("", crdt.PoPID{Region: "us", PoP: "iad"}), []byte{0x94, 0xff, 0x00}))
+	require.NoError(t, nc.Publish(DeltaSubject("", identity.PoPID{Region: "us", PoP: "iad"}), []byte{0x94, 0xff, 0x00}))
 	require.NoError(t, nc.Publish("geolimit.delta.x", msgs[0]))
 	require.NoError(t, nc.Flush())
 	require.Eventually(t, func() bool {
@@ -90,7 +91,7 @@ func TestNATSForgedDelta(t *testing.T) {
 	}, 10*time.Second, poll, "forged delta counted")
 	assert.Zero(t, total(ma.node, "api", "k"))
 	// A pop-scope entry that does come from its own subject is refused too.
-	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
+	fra := identity.PoPID{Region: "eu", PoP: "fra"}
 	forged.Entries[0].Rule = "per-ip"
 	msgs, err = wire.Encode(&forged, 0)
 	require.NoError(t, err)
@@ -109,8 +110,8 @@ func TestNATSServerRestart(t *testing.T) {
 	port := clientPort(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
-	opts := func(id crdt.PoPID, name string) Options {
+	a, b := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
+	opts := func(id identity.PoPID, name string) Options {
 		o := natsOpts(s.ClientURL(), id, name)
 		o.Global = NATSConnect(NATSConfig{Self: id, Name: name, URL: s.ClientURL(), ReconnectBufSize: -1, ReconnectWait: 20 * time.Millisecond, PingInterval: time.Second})
 		return o
@@ -149,29 +150,29 @@ func TestNATSServerRestart(t *testing.T) {
 }
 
 func TestParseSubject(t *testing.T) {
-	iad, ams := crdt.PoPID{Region: "us", PoP: "iad"}, crdt.PoPID{Region: "eu", PoP: "ams"}
+	iad, ams := identity.PoPID{Region: "us", PoP: "iad"}, identity.PoPID{Region: "eu", PoP: "ams"}
 	for _, tc := range []struct {
 		name, prefix, subject string
 		kind                  Kind
-		from, to              crdt.PoPID
+		from, to              identity.PoPID
 		ok                    bool
 	}{
-		{"delta", "", DeltaSubject("", iad), KindDelta, iad, crdt.PoPID{}, true},
-		{"heartbeat", "", HeartbeatSubject("", iad), KindHeartbeat, iad, crdt.PoPID{}, true},
-		{"sync", "", SyncSubject("", iad), KindSync, iad, crdt.PoPID{}, true},
-		{"region", "", RegionSubject("", iad), KindRegion, iad, crdt.PoPID{}, true},
-		{"region, too many tokens", "", "geolimit.region.us.iad.x", 0, crdt.PoPID{}, crdt.PoPID{}, false},
-		{"region, wildcard", "", "geolimit.region.us.*", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"delta", "", DeltaSubject("", iad), KindDelta, iad, identity.PoPID{}, true},
+		{"heartbeat", "", HeartbeatSubject("", iad), KindHeartbeat, iad, identity.PoPID{}, true},
+		{"sync", "", SyncSubject("", iad), KindSync, iad, identity.PoPID{}, true},
+		{"region", "", RegionSubject("", iad), KindRegion, iad, identity.PoPID{}, true},
+		{"region, too many tokens", "", "geolimit.region.us.iad.x", 0, identity.PoPID{}, identity.PoPID{}, false},
+		{"region, wildcard", "", "geolimit.region.us.*", 0, identity.PoPID{}, identity.PoPID{}, false},
 		{"state", "", StateSubject("", iad, ams), KindState, iad, ams, true},
-		{"dotted prefix", "acme.rl", DeltaSubject("acme.rl", iad), KindDelta, iad, crdt.PoPID{}, true},
-		{"other prefix", "", "other.delta.us.iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
-		{"prefix only as a substring", "geo", "geolimit.delta.us.iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
-		{"unknown kind", "", "geolimit.bogus.us.iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
-		{"too few tokens", "", "geolimit.delta.us", 0, crdt.PoPID{}, crdt.PoPID{}, false},
-		{"too many tokens", "", "geolimit.delta.us.iad.x", 0, crdt.PoPID{}, crdt.PoPID{}, false},
-		{"empty token", "", "geolimit.delta..iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
-		{"state without recipient", "", "geolimit.state.us.iad", 0, crdt.PoPID{}, crdt.PoPID{}, false},
-		{"state, empty recipient token", "", "geolimit.state.us.iad.eu.", 0, crdt.PoPID{}, crdt.PoPID{}, false},
+		{"dotted prefix", "acme.rl", DeltaSubject("acme.rl", iad), KindDelta, iad, identity.PoPID{}, true},
+		{"other prefix", "", "other.delta.us.iad", 0, identity.PoPID{}, identity.PoPID{}, false},
+		{"prefix only as a substring", "geo", "geolimit.delta.us.iad", 0, identity.PoPID{}, identity.PoPID{}, false},
+		{"unknown kind", "", "geolimit.bogus.us.iad", 0, identity.PoPID{}, identity.PoPID{}, false},
+		{"too few tokens", "", "geolimit.delta.us", 0, identity.PoPID{}, identity.PoPID{}, false},
+		{"too many tokens", "", "geolimit.delta.us.iad.x", 0, identity.PoPID{}, identity.PoPID{}, false},
+		{"empty token", "", "geolimit.delta..iad", 0, identity.PoPID{}, identity.PoPID{}, false},
+		{"state without recipient", "", "geolimit.state.us.iad", 0, identity.PoPID{}, identity.PoPID{}, false},
+		{"state, empty recipient token", "", "geolimit.state.us.iad.eu.", 0, identity.PoPID{}, identity.PoPID{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kind, from, to, ok := ParseSubject(tc.prefix, tc.subject)
@@ -230,7 +231,7 @@ func natsPair(t *testing.T) (*server.Server, context.Context, *member, *member) 
 	s := startNATS(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
+	a, b := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
 	ma := startMember(t, ctx, newNode(t, a.Region, a.PoP, "ams-1", testRules()), natsOpts(s.ClientURL(), a, "ams-1"))
 	mb := startMember(t, ctx, newNode(t, b.Region, b.PoP, "iad-1", testRules()), natsOpts(s.ClientURL(), b, "iad-1"))
 	return s, ctx, ma, mb

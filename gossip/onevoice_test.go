@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
@@ -55,7 +55,7 @@ func (r *recorder) Publish(kind Kind, msg []byte, reliable bool) error {
 	return r.Transport.Publish(kind, msg, reliable)
 }
 
-func (r *recorder) Relay(to crdt.PoPID, msg []byte) error {
+func (r *recorder) Relay(to identity.PoPID, msg []byte) error {
 	return r.Transport.(Relayer).Relay(to, msg)
 }
 
@@ -125,9 +125,9 @@ func TestOneVoicePerPoP(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 
-	logs := map[crdt.PoPID]*publishLog{}
-	byPoP := map[crdt.PoPID][]*member{}
-	for _, id := range []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
+	logs := map[identity.PoPID]*publishLog{}
+	byPoP := map[identity.PoPID][]*member{}
+	for _, id := range []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}} {
 		log := &publishLog{forwarded: map[string]map[string]bool{}, spoke: map[string]int{}, popSent: map[string]uint64{}}
 		logs[id] = log
 		var join []string
@@ -174,8 +174,8 @@ func TestOneVoicePerPoP(t *testing.T) {
 		}, 10*time.Second, poll, "members see each other and share an epoch")
 	}
 
-	ams := byPoP[crdt.PoPID{Region: "eu", PoP: "ams"}]
-	log := logs[crdt.PoPID{Region: "eu", PoP: "ams"}]
+	ams := byPoP[identity.PoPID{Region: "eu", PoP: "ams"}]
+	log := logs[identity.PoPID{Region: "eu", PoP: "ams"}]
 	// settled: every ams member applied every entry the others sent it.
 	settled := func() bool {
 		log.mu.Lock()
@@ -256,7 +256,7 @@ func TestOneVoicePerPoP(t *testing.T) {
 		step()
 	}
 	require.Eventually(t, func() bool {
-		for _, m := range byPoP[crdt.PoPID{Region: "us", PoP: "iad"}] {
+		for _, m := range byPoP[identity.PoPID{Region: "us", PoP: "iad"}] {
 			for key, w := range want {
 				if totalAt(m.node, clk.Now(), "api", key) != w {
 					return false

@@ -15,6 +15,7 @@ import (
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
@@ -39,13 +40,13 @@ func natsFraming(subject string, n int) int {
 // per key update: what one node publishes for the other PoPs.
 func wireBytesPerUpdate(t testing.TB, keys []string, flushes int) (perUpdate float64, msgs int) {
 	n, err := pop.New(pop.Config{
-		Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+		Self:    identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 		Rules:   []pop.Rule{{Name: "api", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}},
 		MaxKeys: 2 * len(keys),
 	})
 	require.NoError(t, err)
 	n.Link().SetEpoch(1) // what other PoPs get: the PoP's totals
-	subject := DeltaSubject("", crdt.PoPID{Region: "eu", PoP: "ams"})
+	subject := DeltaSubject("", identity.PoPID{Region: "eu", PoP: "ams"})
 	now := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC).UnixNano()
 	var bytes, updates int
 	for range flushes {
@@ -176,7 +177,7 @@ func BenchmarkDecideReplicating(b *testing.B) {
 			s := gossiptest.StartNATS(b, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			o := natsOpts(s.ClientURL(), crdt.PoPID{Region: "eu", PoP: "ams"}, "ams-1")
+			o := natsOpts(s.ClientURL(), identity.PoPID{Region: "eu", PoP: "ams"}, "ams-1")
 			o.FlushInterval = 50 * time.Millisecond
 			o.Clock = clk
 			a := startMember(b, ctx, newNode(b, "eu", "ams", "ams-1", rules), o)
@@ -198,7 +199,7 @@ func BenchmarkReceive(b *testing.B) {
 	defer r.Close()
 	keys := ipKeys(1000)
 	win := time.Now().UnixNano() / int64(time.Hour)
-	d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), SentAt: time.Now().UnixNano()}
+	d := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), SentAt: time.Now().UnixNano()}
 	var msgs [][]byte
 	for c := uint64(1); c <= 16; c++ {
 		d.Entries = d.Entries[:0]
@@ -214,7 +215,7 @@ func BenchmarkReceive(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		r.apply(dec, &out, inbound{t: tGlobal, from: crdt.PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: msgs[i%len(msgs)]})
+		r.apply(dec, &out, inbound{t: tGlobal, from: identity.PoPID{Region: "us", PoP: "iad"}, kind: KindDelta, data: msgs[i%len(msgs)]})
 	}
 	b.ReportMetric(float64(b.N*len(keys))/b.Elapsed().Seconds(), "entries/s")
 }

@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -20,7 +20,7 @@ type partitionLog struct{ last atomic.Int64 }
 
 // hook returns opts with OnPartitionChange recording into l.
 func (l *partitionLog) hook(opts Options) Options {
-	opts.OnPartitionChange = func([]crdt.PoPID) { l.last.Store(time.Now().UnixNano()) }
+	opts.OnPartitionChange = func([]identity.PoPID) { l.last.Store(time.Now().UnixNano()) }
 	return opts
 }
 

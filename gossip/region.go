@@ -1,6 +1,6 @@
 package gossip
 
-import "github.com/geolimit/geolimit/crdt"
+import "github.com/geolimit/geolimit/identity"
 
 // Region voices (repl.Settings.RegionVoices) on the transports between
 // PoPs. One PoP of each region, its voice, publishes the region's totals
@@ -22,7 +22,7 @@ const KindRegion Kind = 0x80
 
 // RegionSubject returns the subject a PoP publishes its region's totals on
 // when it is its region's voice: <prefix>.region.<region>.<pop>.
-func RegionSubject(prefix string, p crdt.PoPID) string { return subject(prefix, "region", p) }
+func RegionSubject(prefix string, p identity.PoPID) string { return subject(prefix, "region", p) }
 
 // kindName names a transport kind in logs.
 func kindName(k Kind) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -41,8 +42,8 @@ type recvTap struct {
 
 	mu     sync.Mutex
 	counts map[tapKey]int
-	froms  map[crdt.PoPID]bool // PoPs of other regions whose deltas arrived
-	hbs    map[crdt.PoPID]int  // heartbeats by PoP
+	froms  map[identity.PoPID]bool // PoPs of other regions whose deltas arrived
+	hbs    map[identity.PoPID]int  // heartbeats by PoP
 }
 
 type tapKey struct {
@@ -50,7 +51,7 @@ type tapKey struct {
 	kind  Kind
 }
 
-func (tp *recvTap) Receive(from crdt.PoPID, kind Kind, b []byte) {
+func (tp *recvTap) Receive(from identity.PoPID, kind Kind, b []byte) {
 	tp.mu.Lock()
 	k := tapKey{other: from.Region != tp.own, kind: kind}
 	tp.counts[k]++
@@ -59,7 +60,7 @@ func (tp *recvTap) Receive(from crdt.PoPID, kind Kind, b []byte) {
 	}
 	if kind == KindHeartbeat {
 		if tp.hbs == nil {
-			tp.hbs = map[crdt.PoPID]int{}
+			tp.hbs = map[identity.PoPID]int{}
 		}
 		tp.hbs[from]++
 	}
@@ -68,7 +69,7 @@ func (tp *recvTap) Receive(from crdt.PoPID, kind Kind, b []byte) {
 }
 
 // heartbeats returns how many heartbeats of PoP from arrived.
-func (tp *recvTap) heartbeats(from crdt.PoPID) int {
+func (tp *recvTap) heartbeats(from identity.PoPID) int {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	return tp.hbs[from]
@@ -98,9 +99,9 @@ func startRVNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster,
 // settings (nil: none).
 func startRVNodesWith(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster, voices bool, flush time.Duration, tweak func(*NATSConfig), topo ...rvPoP) []*rvNode {
 	t.Helper()
-	var expected []crdt.PoPID
+	var expected []identity.PoPID
 	for _, p := range topo {
-		expected = append(expected, crdt.PoPID{Region: c.Names[p.region], PoP: p.name})
+		expected = append(expected, identity.PoPID{Region: c.Names[p.region], PoP: p.name})
 	}
 	var out []*rvNode
 	for k, p := range topo {
@@ -118,7 +119,7 @@ func startRVNodesWith(t testing.TB, ctx context.Context, c *gossiptest.SuperClus
 				}
 				o.PoP = MemberlistConnect(MemberlistConfig{Self: id, Name: repl.MemberName(n.Link().Self()), Bind: "127.0.0.1:0", Join: join, ProbeInterval: 200 * time.Millisecond})
 			}
-			tap := &recvTap{own: id.Region, counts: map[tapKey]int{}, froms: map[crdt.PoPID]bool{}}
+			tap := &recvTap{own: id.Region, counts: map[tapKey]int{}, froms: map[identity.PoPID]bool{}}
 			nc := NATSConfig{Self: id, Name: name, URL: c.ClientURL(p.region), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second, RegionVoices: voices}
 			if tweak != nil {
 				tweak(&nc)
@@ -146,7 +147,7 @@ func startRVNodesWith(t testing.TB, ctx context.Context, c *gossiptest.SuperClus
 	return out
 }
 
-func popSize(topo []rvPoP, id crdt.PoPID) int {
+func popSize(topo []rvPoP, id identity.PoPID) int {
 	for _, p := range topo {
 		if p.name == id.PoP {
 			return p.nodes
@@ -226,7 +227,7 @@ func TestRegionVoicesConverge(t *testing.T) {
 		require.NoError(t, err)
 		for _, w := range v.Windows {
 			for r := range w.Replicas {
-				rep, err := crdt.ParseReplica(r)
+				rep, err := identity.ParseReplica(r)
 				require.NoError(t, err, r)
 				if rep.Region != n.id.Region {
 					assert.True(t, rep.IsRegion(), "%s holds %s: another region's counts only as its region's", n.name, r)
@@ -385,11 +386,11 @@ func TestRegionVoicesForgedRegionTotals(t *testing.T) {
 	gossiptest.WaitInterest(t, c.Servers[0], subj)
 	now := time.Now().UnixNano()
 	entries := []crdt.Entry{{Rule: "api", Key: "forged", Window: now / int64(time.Hour), Count: 1000}}
-	forged := []crdt.Replica{
-		crdt.RegionReplica("eu", 7),                    // the receiver's own region
-		crdt.RegionReplica("ap", 7),                    // a third region
-		crdt.PoPReplica(iad.id, 7),                     // a PoP total on the region subject
-		crdt.RegionReplica("us", 0),                    // its own region, without an epoch
+	forged := []identity.Replica{
+		identity.RegionReplica("eu", 7),                // the receiver's own region
+		identity.RegionReplica("ap", 7),                // a third region
+		identity.PoPReplica(iad.id, 7),                 // a PoP total on the region subject
+		identity.RegionReplica("us", 0),                // its own region, without an epoch
 		{PoPID: iad.id, Node: "iad-1", Incarnation: 7}, // a node's own count
 	}
 	regionStats := func() TransportStats {
@@ -404,7 +405,7 @@ func TestRegionVoicesForgedRegionTotals(t *testing.T) {
 	// 7 a former one.
 	gossiptest.WaitInterest(t, c.Servers[0], RegionSubject("", ams.id))
 	echo := []crdt.Entry{{Rule: "api", Key: "echo", Window: entries[0].Window, Count: 1000}}
-	publish(t, nc, RegionSubject("", ams.id), &wire.Delta{Sender: crdt.RegionReplica("eu", 7), SentAt: now, Epoch: 7, Entries: echo})
+	publish(t, nc, RegionSubject("", ams.id), &wire.Delta{Sender: identity.RegionReplica("eu", 7), SentAt: now, Epoch: 7, Entries: echo})
 	for _, s := range forged {
 		publish(t, nc, subj, &wire.Delta{Sender: s, SentAt: now, Epoch: s.Incarnation, Entries: entries})
 	}

@@ -9,20 +9,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 )
 
 // startRVNode starts node name of PoP id (a PoP of one node) in region
 // index region of c with region voices on, expecting the PoPs expected and
 // waiting at most startupSync at start for their counts.
-func startRVNode(t *testing.T, ctx context.Context, c *gossiptest.SuperCluster, region int, id crdt.PoPID, name string, startupSync time.Duration, expected []crdt.PoPID) *rvNode {
+func startRVNode(t *testing.T, ctx context.Context, c *gossiptest.SuperCluster, region int, id identity.PoPID, name string, startupSync time.Duration, expected []identity.PoPID) *rvNode {
 	t.Helper()
 	node := newNode(t, id.Region, id.PoP, name, testRules())
 	o := Options{Settings: repl.Settings{FlushInterval: 20 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second,
 		RegionVoices: true, StartupSync: startupSync, ExpectedPoPs: popNames(expected...)}}
-	tap := &recvTap{own: id.Region, counts: map[tapKey]int{}, froms: map[crdt.PoPID]bool{}}
+	tap := &recvTap{own: id.Region, counts: map[tapKey]int{}, froms: map[identity.PoPID]bool{}}
 	connect := NATSConnect(NATSConfig{Self: id, Name: name, URL: c.ClientURL(region), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second, RegionVoices: true})
 	o.Global = func(h Handler) (Transport, error) {
 		tap.Handler = h
@@ -56,7 +56,7 @@ func restartLoneRegion(t *testing.T) (eu, us2 *rvNode) {
 	require.Eventually(t, func() bool { return total(eu.node, "api", "k") == 30 && total(us.node, "api", "k") == 30 }, 10*time.Second, poll, "converged")
 
 	require.NoError(t, us.rep.Close())
-	us2 = startRVNode(t, ctx, c, 1, us.id, us.name, 5*time.Second, []crdt.PoPID{eu.id, us.id})
+	us2 = startRVNode(t, ctx, c, 1, us.id, us.name, 5*time.Second, []identity.PoPID{eu.id, us.id})
 	require.Eventually(t, func() bool { return us2.rep.Status().Startup.Synced }, 10*time.Second, poll, "startup sync")
 	require.False(t, us2.rep.Status().Startup.TimedOut)
 	return eu, us2
@@ -121,7 +121,7 @@ func TestRegionVoicesRelayNoDoubleCount(t *testing.T) {
 	require.Eventually(t, all(12, eu1, eu2, us), 10*time.Second, poll, "converged")
 
 	require.NoError(t, eu2.rep.Close())
-	eu2b := startRVNode(t, ctx, c, 0, eu2.id, eu2.name, 5*time.Second, []crdt.PoPID{eu1.id, eu2.id, us.id})
+	eu2b := startRVNode(t, ctx, c, 0, eu2.id, eu2.name, 5*time.Second, []identity.PoPID{eu1.id, eu2.id, us.id})
 	require.Eventually(t, func() bool { return eu2b.rep.Status().Startup.Synced }, 10*time.Second, poll, "eu2's startup sync")
 	require.Eventually(t, all(12, eu1, eu2b, us), 10*time.Second, poll, "converged after eu2's restart")
 	epochKnown := func(n *rvNode) bool {
@@ -160,7 +160,7 @@ func TestRegionVoicesRelayNoDoubleCount(t *testing.T) {
 	require.NoError(t, err)
 	for _, w := range v.Windows {
 		for r := range w.Replicas {
-			rep, err := crdt.ParseReplica(r)
+			rep, err := identity.ParseReplica(r)
 			require.NoError(t, err)
 			assert.True(t, rep.Region == "us" || rep.IsRegion(), "us holds %s: a PoP total of region eu, which eu's region total already sums (%v)", r, w.Replicas)
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -55,7 +55,7 @@ type Options struct {
 	// with the remote PoPs counted as partitioned (sorted; nil for none)
 	// at the first check and whenever that set changes, checked every
 	// HeartbeatInterval. It must not block.
-	OnPartitionChange func(partitioned []crdt.PoPID)
+	OnPartitionChange func(partitioned []identity.PoPID)
 	// ObserveLag, if set, is called for every received message with the
 	// transport's name and the receive time minus the sender's flush time.
 	// It must be cheap and safe for concurrent use (a Prometheus histogram).
@@ -131,7 +131,7 @@ func (o *Options) coreConfig() repl.Config {
 type Replicator struct {
 	opts Options
 	node repl.Node
-	self crdt.Replica
+	self identity.Replica
 	clk  clock.Clock
 	log  *slog.Logger
 
@@ -164,7 +164,7 @@ type Replicator struct {
 
 type inbound struct {
 	t    int // tPoP, tGlobal or tRegion
-	from crdt.PoPID
+	from identity.PoPID
 	kind Kind
 	data []byte
 }
@@ -350,7 +350,7 @@ func (r *Replicator) loop(ctx context.Context) {
 // step ticks the core, reports a changed partition set and returns when
 // the core next has timed work.
 func (r *Replicator) step() int64 {
-	var part []crdt.PoPID
+	var part []identity.PoPID
 	var ver uint64
 	var next int64
 	var startup repl.StartupState
@@ -509,7 +509,7 @@ type handler struct {
 // Receive copies b onto the receive queue, or drops it when the queue is
 // full (Options.QueueSize messages or Options.QueueBytes bytes): a flood
 // costs at most QueueBytes of memory, returned once it is applied.
-func (h *handler) Receive(from crdt.PoPID, kind Kind, b []byte) {
+func (h *handler) Receive(from identity.PoPID, kind Kind, b []byte) {
 	r := h.r
 	ti := h.t
 	if kind == KindRegion {

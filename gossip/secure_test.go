@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/natsembed"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -61,7 +61,7 @@ func TestSecureExampleReplication(t *testing.T) {
 	}, 10*time.Second, poll, "gateways eu <-> us")
 	logs := &syncLog{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	a, b := crdt.PoPID{Region: "eu", PoP: "ams"}, crdt.PoPID{Region: "us", PoP: "iad"}
+	a, b := identity.PoPID{Region: "eu", PoP: "ams"}, identity.PoPID{Region: "us", PoP: "iad"}
 	opts := func(cfg NATSConfig) Options {
 		cfg.ReconnectWait, cfg.PingInterval, cfg.Logger = 50*time.Millisecond, time.Second, log
 		return Options{

@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -75,7 +75,7 @@ type TransportStats struct {
 
 // RemotePoP is what a node knows of another PoP's reachability.
 type RemotePoP struct {
-	crdt.PoPID
+	identity.PoPID
 	// LastHeard is when the last message from it arrived; zero if never.
 	LastHeard time.Time `json:"last_heard"`
 	// Age is the time since LastHeard (-1 if never heard).
@@ -157,8 +157,8 @@ func (r *Replicator) RemotePoPs() []RemotePoP {
 // Partitioned returns the remote PoPs counted as partitioned now, sorted:
 // silent for longer than PeerTimeout, or expected and never heard. Nil when
 // every known PoP is heard.
-func (r *Replicator) Partitioned() []crdt.PoPID {
-	var out []crdt.PoPID
+func (r *Replicator) Partitioned() []identity.PoPID {
+	var out []identity.PoPID
 	for _, p := range r.RemotePoPs() {
 		if p.Partitioned {
 			out = append(out, p.PoPID)
@@ -168,8 +168,8 @@ func (r *Replicator) Partitioned() []crdt.PoPID {
 }
 
 // Heard returns the remote PoPs heard within PeerTimeout, sorted.
-func (r *Replicator) Heard() []crdt.PoPID {
-	var out []crdt.PoPID
+func (r *Replicator) Heard() []identity.PoPID {
+	var out []identity.PoPID
 	for _, p := range r.RemotePoPs() {
 		if !p.Partitioned {
 			out = append(out, p.PoPID)

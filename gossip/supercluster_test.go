@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -30,9 +30,9 @@ type scNode struct {
 func startSCNodes(t testing.TB, ctx context.Context, c *gossiptest.SuperCluster, rules []pop.Rule, opts Options, pops ...[2]int) []*scNode {
 	t.Helper()
 	var out []*scNode
-	var expected []crdt.PoPID
+	var expected []identity.PoPID
 	for _, rp := range pops {
-		expected = append(expected, crdt.PoPID{Region: c.Names[rp[0]], PoP: fmt.Sprintf("%s%d", c.Names[rp[0]], rp[1])})
+		expected = append(expected, identity.PoPID{Region: c.Names[rp[0]], PoP: fmt.Sprintf("%s%d", c.Names[rp[0]], rp[1])})
 	}
 	for k, rp := range pops {
 		id := expected[k]
@@ -182,7 +182,7 @@ func TestSuperClusterPartition(t *testing.T) {
 		}
 		return ok
 	}, 20*time.Second, poll, "partition detected on both sides")
-	assert.Equal(t, []crdt.PoPID{{Region: "ap", PoP: "ap1"}}, nodes[0].rep.Partitioned())
+	assert.Equal(t, []identity.PoPID{{Region: "ap", PoP: "ap1"}}, nodes[0].rep.Partitioned())
 	before := sum()
 	// Both sides keep deciding: the majority side fills the limit by its own
 	// view, and so does the cut-off region.

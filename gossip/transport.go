@@ -3,7 +3,7 @@ package gossip
 import (
 	"errors"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 )
 
@@ -33,7 +33,7 @@ type Handler interface {
 	// vouches the message came from (the NATS subject's PoP; for memberlist,
 	// the own PoP, whose members share its label and key). It must not block
 	// and must not keep b after it returns.
-	Receive(from crdt.PoPID, kind Kind, b []byte)
+	Receive(from identity.PoPID, kind Kind, b []byte)
 	// Resync is called when peers may have missed messages: a member joined,
 	// the connection came back. The handler should resend its own state soon.
 	// It must not block.
@@ -76,7 +76,7 @@ type Transport interface {
 type Relayer interface {
 	// Relay sends msg (KindState) to the nodes of PoP to. The same rules as
 	// for Publish apply.
-	Relay(to crdt.PoPID, msg []byte) error
+	Relay(to identity.PoPID, msg []byte) error
 }
 
 // Connect creates a transport that delivers to h.

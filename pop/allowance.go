@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // The near-limit allowance.
@@ -78,5 +79,5 @@ func (n *Node) exclude(unheard map[string]bool) {
 		n.store.SetExcluded(nil)
 		return
 	}
-	n.store.SetExcluded(func(r crdt.Replica) bool { return unheard[popOf(r)] })
+	n.store.SetExcluded(func(r identity.Replica) bool { return unheard[popOf(r)] })
 }

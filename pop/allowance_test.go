@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -31,7 +32,7 @@ func runFleet(t *testing.T, n, rate int, split bool) fleetResult {
 	rules := []Rule{{Name: "api", Limit: limit, Window: time.Second, Cost: 1, Scope: ScopeGlobal}}
 	nodes := make([]*Node, n)
 	for i := range nodes {
-		nd, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "r", PoP: "p" + string(rune('a'+i))}, Node: "x", Incarnation: 1}, Rules: rules, Seed: uint64(i + 1)})
+		nd, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "r", PoP: "p" + string(rune('a'+i))}, Node: "x", Incarnation: 1}, Rules: rules, Seed: uint64(i + 1)})
 		require.NoError(t, err)
 		nd.Link().SetEpoch(1)
 		if split {
@@ -167,7 +168,7 @@ func TestAllowanceLeavesUnheardPoPsOut(t *testing.T) {
 		n.Link().SetEpoch(1)
 		n.Link().SetAllowance(ScopeGlobal, Allowance{Horizon: 50 * time.Millisecond, Members: 1, PoPs: 3})
 		win := t0 / int64(10*time.Second)
-		for _, p := range []crdt.Replica{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), crdt.PoPReplica(crdt.PoPID{Region: "ap", PoP: "sin"}, 1)} {
+		for _, p := range []identity.Replica{identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), identity.PoPReplica(identity.PoPID{Region: "ap", PoP: "sin"}, 1)} {
 			d := wire.Delta{Sender: p, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: win, Count: 25}}}
 			require.Equal(t, 1, n.Link().Apply(t0, &d, ScopeGlobal).Merged)
 		}

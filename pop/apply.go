@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -13,7 +14,7 @@ import (
 // the given scope. Via ScopePoP come the own PoP's members (another node of
 // the own PoP, any incarnation, never an aggregate), with pop- and
 // global-scope rules. Via ScopeGlobal come the other PoPs' aggregates (a
-// sender whose Node is crdt.PoPNode), with global-scope rules only; a node
+// sender whose Node is identity.PoPNode), with global-scope rules only; a node
 // sender there is refused, for a PoP speaks to others only through its
 // aggregate. The own PoP's aggregate of the current epoch is an echo of what
 // the members already hold per node and is ignored; of another epoch (a
@@ -202,7 +203,7 @@ func (n *Node) mergeAt(now, idx, limitIdx int64, r *ruleState, rep crdt.ReplicaI
 // senderFits reports whether sender may send through a transport of scope
 // via to a node of self's PoP: members via ScopePoP, aggregates via
 // ScopeGlobal.
-func senderFits(self, sender crdt.Replica, via Scope) bool {
+func senderFits(self, sender identity.Replica, via Scope) bool {
 	if sender.Validate() != nil {
 		return false
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -23,9 +24,9 @@ func BenchmarkApplyFleet(b *testing.B) {
 	created, _ := ipv4Keys(keys)
 	now := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC).UnixNano()
 	w := now / int64(time.Minute)
-	senders := make([]crdt.Replica, pops)
+	senders := make([]identity.Replica, pops)
 	for p := range senders {
-		senders[p] = crdt.PoPReplica(crdt.PoPID{Region: "r" + strconv.Itoa(p%10), PoP: "p" + strconv.Itoa(p)}, 1)
+		senders[p] = identity.PoPReplica(identity.PoPID{Region: "r" + strconv.Itoa(p%10), PoP: "p" + strconv.Itoa(p)}, 1)
 	}
 	ns := make([]*Node, nodes)
 	d := wire.Delta{Entries: make([]crdt.Entry, keys)}

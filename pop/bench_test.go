@@ -15,6 +15,7 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -55,7 +56,7 @@ func benchNode(b *testing.B, keys []string, now int64) *Node {
 func benchNodeSeeded(b *testing.B, keys []string, now int64, seed uint64) *Node {
 	b.Helper()
 	n, err := New(Config{
-		Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+		Self:    identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 		Rules:   []Rule{{Name: "api", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}},
 		MaxKeys: 4 * len(keys),
 		Seed:    seed,
@@ -284,7 +285,7 @@ func BenchmarkApply(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			n := benchNode(b, created, now)
-			d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), Entries: make([]crdt.Entry, 100)}
+			d := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 7), Entries: make([]crdt.Entry, 100)}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

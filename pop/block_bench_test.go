@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // BenchmarkDecideGuarded is BenchmarkDecide's geolimit case with the guards
@@ -24,7 +24,7 @@ func BenchmarkDecideGuarded(b *testing.B) {
 		{"guarded", Rule{Name: "api", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal, BlockFor: time.Minute, OnUnsure: DenyUnsure}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			n, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: []Rule{c.rule}, MaxKeys: 4 * len(created)})
+			n, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: []Rule{c.rule}, MaxKeys: 4 * len(created)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -23,7 +23,7 @@ func boxRules() []Rule {
 	}
 }
 
-func boxNode(t *testing.T, self crdt.Replica) *Node {
+func boxNode(t *testing.T, self identity.Replica) *Node {
 	t.Helper()
 	n, err := New(Config{Self: self, Rules: boxRules()})
 	require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestPenaltyBoxShadowAndPeek(t *testing.T) {
 
 func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	a, b := boxNode(t, replica("a", 1)), boxNode(t, replica("b", 1))
-	iad := boxNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1})
+	iad := boxNode(t, identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1})
 	for _, rule := range []string{"login", "otp", "local"} {
 		require.True(t, exhaust(t, a, t0, rule, "k").Blocked, rule)
 	}
@@ -147,7 +147,7 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	}
 
 	// A pop-scope block may not come from another PoP.
-	forged := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Blocks: []blocks.Block{{Rule: "otp", Key: "x", Until: now + 1}}}
+	forged := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), Blocks: []blocks.Block{{Rule: "otp", Key: "x", Until: now + 1}}}
 	st = b.Link().Apply(now, &forged, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope)
 	assert.Zero(t, b.BlockedUntil(now, "otp", "x"))

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -19,7 +19,7 @@ func benchCalendarNode(b *testing.B, keys []string, now int64) *Node {
 	}
 	c := window.Calendar{Period: window.Month, Location: nyc}
 	n, err := New(Config{
-		Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+		Self:    identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 		Rules:   []Rule{{Name: "api", Limit: 1 << 40, Window: time.Duration(c.Width()), Calendar: c, Cost: 1, Scope: ScopeGlobal}},
 		MaxKeys: 4 * len(keys),
 	})

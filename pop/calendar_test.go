@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -18,7 +18,7 @@ func calendarRule(name string, c window.Calendar, limit uint64) Rule {
 	return Rule{Name: name, Limit: limit, Cost: 1, Window: time.Duration(c.Width()), Calendar: c, Scope: ScopeGlobal}
 }
 
-func calendarNode(t *testing.T, self crdt.Replica, rules ...Rule) *Node {
+func calendarNode(t *testing.T, self identity.Replica, rules ...Rule) *Node {
 	t.Helper()
 	n, err := New(Config{Self: self, Rules: rules})
 	require.NoError(t, err)

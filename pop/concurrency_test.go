@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/inflight"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
@@ -324,7 +325,7 @@ func TestConcurrencyMemberSlotsComeBack(t *testing.T) {
 		require.False(t, decideOne(t, d, now, chk(t, d, "uploads", "k", 0)).Allowed, "at %v", time.Duration(now-t0))
 	}
 	// The membership sees c go: its counts stop counting at once.
-	d.Link().KeepMembers(func(r crdt.Replica) bool { return r.Node != "c" })
+	d.Link().KeepMembers(func(r identity.Replica) bool { return r.Node != "c" })
 	assert.True(t, decideOne(t, d, t0+3*ttl, chk(t, d, "uploads", "k", 0)).Allowed)
 	assert.Zero(t, d.SlotStats().PeerCounts)
 }
@@ -350,7 +351,7 @@ func TestConcurrencyApplyDistrusts(t *testing.T) {
 	_, members, _ := b.InFlight(t0, "uploads", "k")
 	assert.Equal(t, uint64(3), members)
 
-	other := wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "fra"}, Node: "x", Incarnation: 1},
+	other := wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "fra"}, Node: "x", Incarnation: 1},
 		Inflight: []inflight.Count{{Rule: "uploads", Key: "z", Count: 1, Version: 1}}}
 	st = b.Link().Apply(t0, &other, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope, "another PoP's node may not send them")

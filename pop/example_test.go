@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -12,8 +12,8 @@ import (
 // on an epoch, teaches a node of another PoP.
 func ExampleNode() {
 	rules := []pop.Rule{{Name: "api", Limit: 5, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal}}
-	ams, _ := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: rules})
-	iad, _ := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}, Rules: rules})
+	ams, _ := pop.New(pop.Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: rules})
+	iad, _ := pop.New(pop.Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}, Rules: rules})
 	ams.Link().SetEpoch(1) // agreed by ams's members
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC).UnixNano()
 
@@ -36,7 +36,7 @@ func ExampleNode() {
 // A request checked against two rules, all or nothing: when one denies,
 // nothing is counted under the other, and the denying check binds.
 func ExampleNode_DecideChecks() {
-	n, _ := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+	n, _ := pop.New(pop.Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 		Rules: []pop.Rule{
 			{Name: "per-user", Limit: 100, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal},
 			{Name: "login", Limit: 2, Window: time.Minute, Cost: 1, Scope: pop.ScopePoP},

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/memos"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -64,7 +64,7 @@ func (n *Node) Remembered(now int64, rule, key, idem string, cost uint64, tier s
 // merged into one delta per owning replica, sorted by replica.
 func (n *Node) Snapshot(now int64) []wire.Delta {
 	var out []wire.Delta
-	at := map[crdt.Replica]int{}
+	at := map[identity.Replica]int{}
 	for d := range n.SnapshotEach(now) {
 		i, ok := at[d.Sender]
 		if !ok {

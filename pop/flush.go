@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -63,7 +64,7 @@ func (n *Node) batch(now int64) Batch {
 	ep := n.Link().Epoch()
 	return Batch{
 		Local: wire.Delta{Sender: n.self, SentAt: now, Epoch: ep},
-		PoP:   wire.Delta{Sender: crdt.PoPReplica(n.self.PoPID, ep), SentAt: now, Epoch: ep},
+		PoP:   wire.Delta{Sender: identity.PoPReplica(n.self.PoPID, ep), SentAt: now, Epoch: ep},
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // BenchmarkDecideGCRA is BenchmarkDecide's decision for a GCRA rule, beside
@@ -25,7 +25,7 @@ func BenchmarkDecideGCRA(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			n, err := New(Config{
-				Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+				Self:    identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 				Rules:   []Rule{tc.rule},
 				MaxKeys: 4 * len(created),
 			})
@@ -67,7 +67,7 @@ func benchGCRAInterleaved(b *testing.B, nkeys int, scope Scope) {
 	defer clk.Stop()
 	mk := func(r Rule) *Node {
 		n, err := New(Config{
-			Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+			Self:    identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 			Rules:   []Rule{r},
 			MaxKeys: 4 * len(created),
 		})

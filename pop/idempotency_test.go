@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/memos"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -324,9 +324,9 @@ func TestIdempotencyHostileMemos(t *testing.T) {
 	_, ok = n.Remembered(bound, "pay", "k", "i", 0, "")
 	assert.False(t, ok, "clamped to now + ttl")
 
-	foreign := wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, Memos: member.Memos}
+	foreign := wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, Memos: member.Memos}
 	assert.Equal(t, len(member.Memos), n.Link().Apply(t0, &foreign, ScopePoP).WrongScope)
-	agg := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Memos: member.Memos}
+	agg := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), Memos: member.Memos}
 	assert.Equal(t, len(member.Memos), n.Link().Apply(t0, &agg, ScopeGlobal).WrongScope, "other PoPs send none")
 
 	flood := wire.Delta{Sender: replica("b", 1)}

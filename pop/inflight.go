@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/inflight"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -177,7 +178,7 @@ func (inflightPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *Appl
 // died holding slots gives them back here, or at the latest when its
 // counts lapse, LeaseTTL after it was last heard). The replication layer
 // calls it when the membership changes.
-func (l Link) KeepMembers(member func(crdt.Replica) bool) {
+func (l Link) KeepMembers(member func(identity.Replica) bool) {
 	n := l.n
 	s := n.slots
 	s.mu.Lock()

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // BenchmarkDecideWindows is Decide on rules of several windows, overrides
@@ -27,7 +27,7 @@ func BenchmarkDecideWindows(b *testing.B) {
 		{Name: "tiers", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal,
 			Tiers: map[string][]Limit{"free": {{Limit: 1 << 39, Window: time.Minute}}, "pro": {{Limit: 1 << 41, Window: time.Minute}}}},
 	}
-	n, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: rules, MaxKeys: 1 << 16})
+	n, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: rules, MaxKeys: 1 << 16})
 	if err != nil {
 		b.Fatal(err)
 	}

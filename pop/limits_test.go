@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -28,7 +29,7 @@ func tierRule() Rule {
 		}}
 }
 
-func limitsNode(t *testing.T, self crdt.Replica, rules ...Rule) *Node {
+func limitsNode(t *testing.T, self identity.Replica, rules ...Rule) *Node {
 	t.Helper()
 	n, err := New(Config{Self: self, Rules: rules})
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -30,7 +31,7 @@ func TestDeltaFloodStaysInTheMemoryBudget(t *testing.T) {
 	var total ApplyStats
 	for pop := range 64 {
 		for epoch := range uint64(8) {
-			d := &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "p" + strconv.Itoa(pop)}, 1+epoch)}
+			d := &wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "p" + strconv.Itoa(pop)}, 1+epoch)}
 			for _, k := range keys {
 				d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: k, Window: w - 1, Count: 1},
 					crdt.Entry{Rule: "api", Key: k, Window: w, Count: 1})

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // BenchmarkMemoryRSS fills a node with 1M keys through Decide, flushing
@@ -56,7 +56,7 @@ func measureMemory(b *testing.B, n int, key func(int) string) {
 	rss0, heap0 := settledMemory(b)
 	peakReset := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	nd, err := New(Config{
-		Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+		Self:    identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 		Rules:   []Rule{{Name: "api", Limit: 100, Window: w, Cost: 1, Scope: ScopeGlobal}},
 		MaxKeys: 2 * n,
 	})

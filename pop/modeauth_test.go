@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/modes"
 )
 
@@ -20,7 +20,7 @@ func modeKey(seed byte) ed25519.PrivateKey {
 	return ed25519.NewKeyFromSeed(s)
 }
 
-func newNodeWith(t *testing.T, self crdt.Replica, auth *modes.Authority) *Node {
+func newNodeWith(t *testing.T, self identity.Replica, auth *modes.Authority) *Node {
 	t.Helper()
 	n, err := New(Config{Self: self, Rules: testRules(), ModeAuthority: auth})
 	require.NoError(t, err)
@@ -37,7 +37,7 @@ func TestModeAuthorityHoldsAgainstForgedResends(t *testing.T) {
 	operatorKey, forgerKey := modeKey(1), modeKey(2)
 	pub := operatorKey.Public().(ed25519.PublicKey)
 	operator := newNodeWith(t, replica("op", 1), modes.NewAuthority(nil, operatorKey))
-	victim := newNodeWith(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1},
+	victim := newNodeWith(t, identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1},
 		modes.NewAuthority([]ed25519.PublicKey{pub}, nil))
 	from := modes.Source{PoP: operator.Link().Self().PoPID}
 
@@ -63,14 +63,14 @@ func TestModeAuthorityHoldsAgainstForgedResends(t *testing.T) {
 	// the sender's); the sending PoP's own is taken, and a write made
 	// later on a node is dated after it (hybrid logical clock), so it wins
 	// there whatever date the other gave its own.
-	open := newNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-2", Incarnation: 1})
-	evil := crdt.PoPID{Region: "ap", PoP: "sin"}
+	open := newNode(t, identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "iad-2", Incarnation: 1})
+	evil := identity.PoPID{Region: "ap", PoP: "sin"}
 	forged := modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0, By: replica("ams-1", 1)}
 	open.Link().MergeModes(t0, modes.Source{PoP: evil}, []modes.RuleMode{forged})
 	st, _ := open.RuleMode("api")
 	assert.Equal(t, Enforce, st.Effective, "set_by forged")
 	assert.Equal(t, uint64(1), open.Stats().Modes.Untrusted)
-	own := modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(1900*time.Millisecond), By: crdt.Replica{PoPID: evil, Node: "sin-1", Incarnation: 1}}
+	own := modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(1900*time.Millisecond), By: identity.Replica{PoPID: evil, Node: "sin-1", Incarnation: 1}}
 	open.Link().MergeModes(t0, modes.Source{PoP: evil}, []modes.RuleMode{own})
 	st, _ = open.RuleMode("api")
 	assert.Equal(t, Off, st.Effective)
@@ -92,7 +92,7 @@ func TestModeAuthorityChecksOneWriteOfARule(t *testing.T) {
 		batch[i] = modes.RuleMode{Rule: "api", Mode: modes.Off, At: t0 + int64(i), By: replica("x", 1)}
 		forger.Sign(&batch[i])
 	}
-	victim.Link().MergeModes(t0+int64(time.Second), modes.Source{PoP: crdt.PoPID{Region: "us", PoP: "iad"}}, batch)
+	victim.Link().MergeModes(t0+int64(time.Second), modes.Source{PoP: identity.PoPID{Region: "us", PoP: "iad"}}, batch)
 	st := victim.Stats().Modes
 	assert.Equal(t, uint64(1), st.Untrusted, "one check")
 	assert.Equal(t, uint64(len(batch)-1), st.Unchanged)

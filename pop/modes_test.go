@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -180,7 +181,7 @@ func TestModeFutureRefused(t *testing.T) {
 	for _, bad := range []modes.RuleMode{
 		{Rule: "api", Mode: 7, At: t0, By: replica("x", 1)},
 		{Rule: "", Mode: 1, At: t0, By: replica("x", 1)},
-		{Rule: "api", Mode: 1, At: t0, By: crdt.Replica{Node: "x"}},
+		{Rule: "api", Mode: 1, At: t0, By: identity.Replica{Node: "x"}},
 	} {
 		n.Link().MergeModes(t0, modes.Source{Member: true}, []modes.RuleMode{bad})
 	}

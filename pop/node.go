@@ -9,7 +9,7 @@
 // Replication has two levels. Inside a PoP, nodes (members) exchange their
 // own per-node counts of pop- and global-scope rules (Batch.Local, applied
 // via ScopePoP). Between PoPs, a PoP speaks with one voice: its aggregate
-// replica (crdt.PoPReplica, in the PoP's epoch) carries the PoP total of each
+// replica (identity.PoPReplica, in the PoP's epoch) carries the PoP total of each
 // global-scope key, the node's own count plus its members' (Batch.PoP,
 // applied via ScopeGlobal). The replication layer agrees on the epoch
 // (SetEpoch) and decides which member publishes which key's aggregate (the
@@ -65,6 +65,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/replicated/memos"
 	"github.com/geolimit/geolimit/replicated/modes"
@@ -83,7 +84,7 @@ var (
 type Config struct {
 	// Self is this node's replica identity, with an incarnation that is new at
 	// every start.
-	Self crdt.Replica
+	Self identity.Replica
 	// Rules are the initial rules.
 	Rules []Rule
 	// MaxKeys caps live (rule, key) pairs; 0 means crdt.DefaultMaxKeys.
@@ -137,7 +138,7 @@ const DefaultMaxSkew = 2 * time.Second
 // Node is one geolimit node's core. All methods are safe for concurrent use;
 // Decide scales across cores (the store is sharded).
 type Node struct {
-	self     crdt.Replica
+	self     identity.Replica
 	store    *crdt.Store
 	maxSkew  int64
 	modeAuth *modes.Authority
@@ -188,7 +189,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("pop: self: %w", err)
 	}
 	if cfg.Self.IsPoP() {
-		return nil, fmt.Errorf("pop: self: node name %q is reserved for PoP aggregates", crdt.PoPNode)
+		return nil, fmt.Errorf("pop: self: node name %q is reserved for PoP aggregates", identity.PoPNode)
 	}
 	if cfg.MaxKeys < 0 {
 		return nil, errors.New("pop: max keys: must not be negative")
@@ -293,10 +294,10 @@ func (l Link) MaxSkew() time.Duration { return time.Duration(l.n.maxSkew) }
 // Replicas returns the replica identities whose counts the node holds or
 // held (interned; forgotten once no live key references them), self
 // included.
-func (l Link) Replicas() []crdt.Replica { return l.n.store.Replicas() }
+func (l Link) Replicas() []identity.Replica { return l.n.store.Replicas() }
 
 // Self returns the node's replica identity.
-func (l Link) Self() crdt.Replica { return l.n.self }
+func (l Link) Self() identity.Replica { return l.n.self }
 
 // SetEpoch sets the PoP epoch the members agreed on: the incarnation of the
 // PoP's aggregate this node publishes (Batch.PoP) and ignores when it comes
@@ -310,7 +311,7 @@ func (l Link) SetEpoch(epoch uint64) {
 	n.epoch.Store(epoch)
 	if epoch != 0 {
 		n.applyMu.Lock()
-		n.store.DropReplica(crdt.PoPReplica(n.self.PoPID, epoch))
+		n.store.DropReplica(identity.PoPReplica(n.self.PoPID, epoch))
 		n.applyMu.Unlock()
 	}
 }

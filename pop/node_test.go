@@ -12,13 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
 var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).UnixNano()
 
-func replica(node string, inc uint64) crdt.Replica {
-	return crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: node, Incarnation: inc}
+func replica(node string, inc uint64) identity.Replica {
+	return identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: node, Incarnation: inc}
 }
 
 func testRules() []Rule {
@@ -30,7 +31,7 @@ func testRules() []Rule {
 	}
 }
 
-func newNode(t *testing.T, self crdt.Replica) *Node {
+func newNode(t *testing.T, self identity.Replica) *Node {
 	t.Helper()
 	n, err := New(Config{Self: self, Rules: testRules()})
 	require.NoError(t, err)
@@ -163,7 +164,7 @@ func TestReplicationByScope(t *testing.T) {
 	assert.Zero(t, estimate(t, b, t0, "local", "k"), "node scope never leaves the node")
 
 	// A pop-scope entry arriving from another PoP is refused and counted.
-	other := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), Entries: []crdt.Entry{
+	other := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), Entries: []crdt.Entry{
 		{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 50},
 		{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 50},
 		{Rule: "ghost", Key: "k", Window: 1, Count: 50},
@@ -331,7 +332,7 @@ func TestTickForgetsOldIncarnations(t *testing.T) {
 	w := int64(10 * time.Second)
 	for inc := uint64(1); inc <= 2000; inc++ {
 		key := "k" + strconv.FormatUint(inc%100, 10) // at most 20 replicas per key
-		sender := crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "p" + strconv.FormatUint(inc%250, 10)}, inc)
+		sender := identity.PoPReplica(identity.PoPID{Region: "us", PoP: "p" + strconv.FormatUint(inc%250, 10)}, inc)
 		d := wire.Delta{Sender: sender, Entries: []crdt.Entry{{Rule: "api", Key: key, Window: t0 / int64(time.Minute), Count: 1}}}
 		require.Equal(t, 1, n.Link().Apply(t0, &d, ScopeGlobal).Merged)
 	}
@@ -347,7 +348,7 @@ func TestTickForgetsOldIncarnations(t *testing.T) {
 }
 
 func TestNewRefusesAggregateName(t *testing.T) {
-	_, err := New(Config{Self: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Rules: testRules()})
+	_, err := New(Config{Self: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), Rules: testRules()})
 	assert.ErrorContains(t, err, "reserved")
 }
 
@@ -390,7 +391,7 @@ func TestPoPTotalsOfThreeMembers(t *testing.T) {
 	w := strconv.FormatInt(t0/int64(time.Minute), 10)
 	out := a.Link().Flush(t0, owns)
 	assert.Equal(t, replica("a", 1), out.Local.Sender)
-	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 5), out.PoP.Sender)
+	assert.Equal(t, identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 5), out.PoP.Sender)
 	for _, d := range []wire.Delta{out.Local, out.PoP} {
 		assert.Equal(t, t0, d.SentAt)
 		assert.Equal(t, uint64(5), d.Epoch)
@@ -423,7 +424,7 @@ func TestPoPTotalsOfThreeMembers(t *testing.T) {
 // aggregate alone, and a PoP never republishes what it heard from others.
 func TestTwoPoPsSpeakThroughAggregates(t *testing.T) {
 	a1, a2 := newNode(t, replica("a1", 1)), newNode(t, replica("a2", 1))
-	iad := newNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1})
+	iad := newNode(t, identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1})
 	for _, n := range []*Node{a1, a2, iad} {
 		n.Link().SetEpoch(3)
 	}
@@ -464,24 +465,24 @@ func TestApplySenderRules(t *testing.T) {
 	pw := t0 / int64(10*time.Second)
 	tests := []struct {
 		name   string
-		sender crdt.Replica
+		sender identity.Replica
 		via    Scope
 		want   ApplyStats
 	}{
 		{"member via pop", replica("b", 1), ScopePoP, ApplyStats{Merged: 2}},
 		{"former self via pop", replica("a", 0), ScopePoP, ApplyStats{Merged: 2}},
 		{"member via global", replica("b", 1), ScopeGlobal, ApplyStats{WrongScope: 2}},
-		{"own aggregate of the epoch via global", crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 7), ScopeGlobal, ApplyStats{Echo: 2}},
-		{"own aggregate of a former epoch via global", crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 6), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
-		{"own aggregate via pop", crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 6), ScopePoP, ApplyStats{WrongScope: 2}},
-		{"other aggregate via global", crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
-		{"other region's PoP of the same name via global", crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "ams"}, 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
-		{"other aggregate via pop", crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), ScopePoP, ApplyStats{WrongScope: 2}},
-		{"other PoP's node via global", crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
-		{"other PoP's node via pop", crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, ScopePoP, ApplyStats{WrongScope: 2}},
+		{"own aggregate of the epoch via global", identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 7), ScopeGlobal, ApplyStats{Echo: 2}},
+		{"own aggregate of a former epoch via global", identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 6), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"own aggregate via pop", identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 6), ScopePoP, ApplyStats{WrongScope: 2}},
+		{"other aggregate via global", identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"other region's PoP of the same name via global", identity.PoPReplica(identity.PoPID{Region: "us", PoP: "ams"}, 7), ScopeGlobal, ApplyStats{Merged: 1, WrongScope: 1}},
+		{"other aggregate via pop", identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 7), ScopePoP, ApplyStats{WrongScope: 2}},
+		{"other PoP's node via global", identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
+		{"other PoP's node via pop", identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, ScopePoP, ApplyStats{WrongScope: 2}},
 		{"self via pop", replica("a", 1), ScopePoP, ApplyStats{Echo: 2}},
 		{"self via global", replica("a", 1), ScopeGlobal, ApplyStats{Echo: 2}},
-		{"invalid sender", crdt.Replica{PoPID: crdt.PoPID{Region: "e/u", PoP: "ams"}, Node: "*", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
+		{"invalid sender", identity.Replica{PoPID: identity.PoPID{Region: "e/u", PoP: "ams"}, Node: "*", Incarnation: 1}, ScopeGlobal, ApplyStats{WrongScope: 2}},
 		{"via node scope", replica("b", 1), ScopeNode, ApplyStats{WrongScope: 2}},
 	}
 	for _, tt := range tests {
@@ -521,7 +522,7 @@ func TestEpochZeroPublishesNoAggregate(t *testing.T) {
 	assert.Equal(t, uint64(3), n.Link().Epoch())
 	assert.Empty(t, n.Link().Flush(t0, nil).PoP.Entries, "the change was flushed at epoch 0")
 	ae := n.Link().AntiEntropy(t0, nil)
-	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 3), ae.PoP.Sender)
+	assert.Equal(t, identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 3), ae.PoP.Sender)
 	assert.Equal(t, uint64(3), ae.Local.Epoch)
 	assert.Len(t, ae.PoP.Entries, 1, "anti-entropy publishes it")
 	_, err = n.Decide(t0, "api", "k", 1)
@@ -563,7 +564,7 @@ func TestSetEpochEchoRule(t *testing.T) {
 	out := b.Link().Flush(t0, nil)
 	require.Len(t, out.PoP.Entries, 1)
 	assert.Equal(t, uint64(1), out.PoP.Entries[0].Count)
-	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 2), out.PoP.Sender)
+	assert.Equal(t, identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 2), out.PoP.Sender)
 }
 
 // TestStateCarriesEpochAndAggregates: State returns one delta per replica with
@@ -576,12 +577,12 @@ func TestStateCarriesEpochAndAggregates(t *testing.T) {
 	_, _ = a.Decide(t0, "per-ip", "k", 1)
 	_, _ = a.Decide(t0, "local", "k", 1)
 	w := t0 / int64(time.Minute)
-	iad := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 7}}}
+	iad := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 7}}}
 	require.Equal(t, 1, a.Link().Apply(t0, &iad, ScopeGlobal).Merged)
 	st := a.Link().State(t0)
 	require.Len(t, st, 2)
 	assert.Equal(t, replica("a", 1), st[0].Sender)
-	assert.Equal(t, crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), st[1].Sender)
+	assert.Equal(t, identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 9), st[1].Sender)
 	joiner := newNode(t, replica("b", 1))
 	joiner.Link().SetEpoch(4)
 	for _, d := range st {
@@ -623,7 +624,7 @@ func TestApplyClampsCountsAboveLimit(t *testing.T) {
 	win := int64(time.Minute)
 	w := t0 / win
 	start := w * win
-	d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 3), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 1 << 62}}}
+	d := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 3), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 1 << 62}}}
 	st := n.Link().Apply(start, &d, ScopeGlobal)
 	assert.Equal(t, ApplyStats{Merged: 1, Clamped: 1}, st)
 	assert.Equal(t, 1, n.Stats().Applied.Clamped)
@@ -648,7 +649,7 @@ func TestApplyClampsCountsAboveLimit(t *testing.T) {
 }
 
 func TestSynced(t *testing.T) {
-	n, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}})
+	n, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}})
 	require.NoError(t, err)
 	assert.True(t, n.Synced(), "a new node core has no past to wait for")
 	n.Link().SetSynced(false)
@@ -669,7 +670,7 @@ func TestApplyFindsRulesByWireName(t *testing.T) {
 		n, err := New(Config{Self: replica("b", 1), Rules: rules})
 		require.NoError(t, err)
 		w := t0 / int64(10*time.Second)
-		d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "nyc"}, 1)}
+		d := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "nyc"}, 1)}
 		for i := range nrules {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: rules[i].WireName(rules[i].Window), Key: "k", Window: w, Count: uint64(i + 1)})
 		}

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -92,7 +93,7 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*wire.Delta] {
 		if aggEpoch == 0 {
 			aggEpoch = n.self.Incarnation
 		}
-		own := &pending{d: wire.Delta{Sender: crdt.PoPReplica(n.self.PoPID, aggEpoch), SentAt: now, Epoch: ep}}
+		own := &pending{d: wire.Delta{Sender: identity.PoPReplica(n.self.PoPID, aggEpoch), SentAt: now, Epoch: ep}}
 		n.store.Totals(idx, func(e crdt.FlushEntry) {
 			if r := rs.byID[e.Rule]; !stopped && r != nil && r.Scope == ScopeGlobal && e.PoP > 0 {
 				own.d.Entries = append(own.d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -30,7 +31,7 @@ func TestSnapshotRestoreLoneNode(t *testing.T) {
 	admitAll(t, old, t0, "per-ip", "k", 3)
 	admitAll(t, old, t0, "local", "k", 4)
 	// Another PoP's aggregate it held.
-	other := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 2}}}
+	other := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 9), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 2}}}
 	require.Equal(t, 1, old.Link().Apply(t0, &other, ScopeGlobal).Merged)
 
 	snap := old.Snapshot(t0)
@@ -61,7 +62,7 @@ func TestSnapshotRestoreLoneNode(t *testing.T) {
 	assert.Empty(t, b.PoP.Entries)
 	// A fresher relay of the former epoch's totals (counts admitted after
 	// the snapshot) raises them: it is not taken for an echo.
-	relay := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 8}}}
+	relay := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(time.Minute), Count: 8}}}
 	assert.Equal(t, 1, n.Link().Apply(now, &relay, ScopeGlobal).Merged)
 	assert.InDelta(t, 10, estimate(t, n, now, "api", "k"), 0.01)
 	// Restoring again changes nothing.
@@ -79,13 +80,13 @@ func TestRestoreRefuses(t *testing.T) {
 		d     wire.Delta
 		check func(t *testing.T, st ApplyStats)
 	}{
-		{"expired window", wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w - 5, Count: 3}}},
+		{"expired window", wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w - 5, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.Stale) }},
 		{"global per node", wire.Delta{Sender: replica("a", 1), Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
 		{"another node's node scope", wire.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "local", Key: "k", Window: t0 / int64(time.Second), Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
-		{"another pop's node", wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "a", Incarnation: 1}, Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
+		{"another pop's node", wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "a", Incarnation: 1}, Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.WrongScope) }},
 		{"this incarnation", wire.Delta{Sender: replica("a", 2), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: w, Count: 3}}},
 			func(t *testing.T, st ApplyStats) { assert.Equal(t, 1, st.Echo) }},

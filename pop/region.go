@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -48,7 +49,7 @@ func (l Link) SetRegionVoice(on bool, epoch uint64) {
 	n := l.n
 	if epoch != 0 && n.region.epoch.Swap(epoch) != epoch {
 		n.applyMu.Lock()
-		n.store.DropReplica(crdt.RegionReplica(n.self.Region, epoch))
+		n.store.DropReplica(identity.RegionReplica(n.self.Region, epoch))
 		n.applyMu.Unlock()
 	}
 	n.region.epoch.Store(epoch)
@@ -85,7 +86,7 @@ func (n *Node) markRegion(rule crdt.RuleID, key string, win int64) {
 // regionMarks reports whether a delta from sender merged via scope moves
 // the region totals this node notes: it speaks for its region and sender is
 // another PoP of the region (or a former epoch of its own).
-func (n *Node) regionMarks(sender crdt.Replica, via Scope) bool {
+func (n *Node) regionMarks(sender identity.Replica, via Scope) bool {
 	return via == ScopeGlobal && n.region.on.Load() && sender.Region == n.self.Region && !sender.IsRegion()
 }
 
@@ -99,7 +100,7 @@ func (n *Node) regionMarks(sender crdt.Replica, via Scope) bool {
 func (l Link) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
 	n := l.n
 	ep := n.region.epoch.Load()
-	d := wire.Delta{Sender: crdt.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
+	d := wire.Delta{Sender: identity.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
 	if ep == 0 || !n.region.on.Load() {
 		return d
 	}
@@ -153,7 +154,7 @@ func (l Link) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
 func (l Link) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta {
 	n := l.n
 	ep := n.region.epoch.Load()
-	d := wire.Delta{Sender: crdt.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
+	d := wire.Delta{Sender: identity.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
 	if ep == 0 || !n.region.on.Load() {
 		return d
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -21,7 +22,7 @@ func TestRegionVoiceConcurrent(t *testing.T) {
 	n := sparseNode(t, time.Minute)
 	now := int64(time.Hour)
 	win := now / int64(time.Minute)
-	fra := crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "fra"}, 3)
+	fra := identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "fra"}, 3)
 	const keys, rounds = 8, 300
 	var wg sync.WaitGroup
 	wg.Add(4)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,7 +16,7 @@ import (
 func regionFlush(t *testing.T, n *Node, now int64, owns func(string) bool, epoch uint64) map[string]uint64 {
 	t.Helper()
 	d := n.Link().FlushRegion(now, owns)
-	assert.Equal(t, crdt.RegionReplica("eu", epoch), d.Sender)
+	assert.Equal(t, identity.RegionReplica("eu", epoch), d.Sender)
 	out := map[string]uint64{}
 	for _, e := range d.Entries {
 		out[e.Key] = e.Count
@@ -29,10 +30,10 @@ func regionFlush(t *testing.T, n *Node, now int64, owns func(string) bool, epoch
 func TestFlushRegion(t *testing.T) {
 	n := sparseNode(t, time.Minute)
 	now := int64(time.Hour)
-	fra := crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "fra"}, 3)
-	iad := crdt.RegionReplica("us", 4)
+	fra := identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "fra"}, 3)
+	iad := identity.RegionReplica("us", 4)
 	win := now / int64(time.Minute)
-	apply := func(from crdt.Replica, key string, count uint64) {
+	apply := func(from identity.Replica, key string, count uint64) {
 		n.Link().ApplyFrom(now, &wire.Delta{Sender: from, SentAt: now, Epoch: from.Incarnation,
 			Entries: []crdt.Entry{{Rule: "api", Key: key, Window: win, Count: count}}}, ScopeGlobal, nil)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -26,7 +27,7 @@ func TestInventedIncarnationsFillOnlyTheirSendersPart(t *testing.T) {
 	}
 	const flood = 70000
 	for i := range uint64(flood) {
-		n.Link().Apply(t0, &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "fra"}, 1+i), Entries: entry("k")}, ScopeGlobal)
+		n.Link().Apply(t0, &wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "fra"}, 1+i), Entries: entry("k")}, ScopeGlobal)
 		node := "b"
 		if i%2 == 1 {
 			node = "x" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26))
@@ -38,13 +39,13 @@ func TestInventedIncarnationsFillOnlyTheirSendersPart(t *testing.T) {
 	assert.LessOrEqual(t, st.Replicas, 1+crdt.DefaultMaxReplicasPerPoP+crdt.DefaultMaxIncarnations)
 
 	// Another PoP's new epoch merges.
-	a := n.Link().Apply(t0, &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7), Entries: entry("k")}, ScopeGlobal)
+	a := n.Link().Apply(t0, &wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 7), Entries: entry("k")}, ScopeGlobal)
 	assert.Equal(t, 1, a.Merged, "another PoP's counts")
 	assert.Equal(t, 0, a.Full)
 
 	// The flooding PoP's real restart: refused while its invented epochs
 	// hold live counts, merged once they have passed.
-	real := &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "fra"}, 1<<62), Entries: entry("k2")}
+	real := &wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "fra"}, 1<<62), Entries: entry("k2")}
 	require.Equal(t, 1, n.Link().Apply(t0, real, ScopeGlobal).Full)
 	later := t0 + 3*int64(time.Minute)
 	n.Tick(later)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -210,7 +211,7 @@ func subset(a, b map[string]bool) bool {
 	return true
 }
 
-func popOf(r crdt.Replica) string { return r.Region + "/" + r.PoP }
+func popOf(r identity.Replica) string { return r.Region + "/" + r.PoP }
 
 // snapshot computes every share key's share from the per-replica counts held
 // now. A key the partition before (prev, nil if none) held keeps that

@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/geolimit/geolimit/crdt"
 )
 
 // sideNodes returns eu and us nodes of a share rule with limit 20 per 10s.
@@ -16,9 +15,9 @@ func sideNodes(t *testing.T) (eu, us *Node) {
 	t.Helper()
 	rules := []Rule{{Name: "api", Limit: 20, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
 	var err error
-	eu, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
+	eu, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
-	us, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
+	us, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	eu.Link().SetEpoch(1)
 	us.Link().SetEpoch(1)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -15,9 +16,9 @@ func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
 	t.Helper()
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: policy}}
 	var err error
-	eu, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
+	eu, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
-	us, err = New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
+	us, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	eu.Link().SetEpoch(1)
 	us.Link().SetEpoch(1)
@@ -187,7 +188,7 @@ func TestShareKeepsSharesOfASteadySide(t *testing.T) {
 func TestShareRollingCuts(t *testing.T) {
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
 	mk := func(region, p string) *Node {
-		n, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: p}, Node: "a", Incarnation: 1}, Rules: rules})
+		n, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: region, PoP: p}, Node: "a", Incarnation: 1}, Rules: rules})
 		require.NoError(t, err)
 		n.Link().SetEpoch(1)
 		return n
@@ -256,7 +257,7 @@ func TestSharesSurviveARuleReload(t *testing.T) {
 // many replicas it has.
 func TestShareCountsMembersAndAggregates(t *testing.T) {
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
-	eu, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
+	eu, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
@@ -264,14 +265,14 @@ func TestShareCountsMembersAndAggregates(t *testing.T) {
 		_, _ = eu.Decide(start, "api", "k", 1)
 	}
 	for _, d := range []struct {
-		sender crdt.Replica
+		sender identity.Replica
 		via    Scope
 		count  uint64
 	}{
-		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 1}, ScopePoP, 20},
-		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 2}, ScopePoP, 10},
-		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 1), ScopeGlobal, 30},
-		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 2), ScopeGlobal, 10},
+		{identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 1}, ScopePoP, 20},
+		{identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 2}, ScopePoP, 10},
+		{identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), ScopeGlobal, 30},
+		{identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 2), ScopeGlobal, 10},
 	} {
 		st := eu.Link().Apply(start, &wire.Delta{Sender: d.sender, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: d.count}}}, d.via)
 		require.Equal(t, 1, st.Merged, d.sender)

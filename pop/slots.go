@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // The slot table: the leases this node holds and the members' in-flight
@@ -44,7 +45,7 @@ type slotEntry struct {
 
 // peerCount is a member's in-flight count of a key.
 type peerCount struct {
-	from  crdt.Replica
+	from  identity.Replica
 	count uint64
 	ver   uint64
 	until int64 // when it stops counting unless heard again

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/wire"
 	"github.com/stretchr/testify/assert"
@@ -96,7 +97,7 @@ func TestSparseFlush(t *testing.T) {
 
 	// A remote PoP's total makes a key near its limit: a change of a few is
 	// published at once.
-	remote := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 9), SentAt: now, Epoch: 9,
+	remote := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 9), SentAt: now, Epoch: 9,
 		Entries: []crdt.Entry{{Rule: "api", Key: "r", Window: now / int64(time.Minute), Count: 600}}}
 	require.Zero(t, n.Link().Apply(now, &remote, ScopeGlobal).Rejected())
 	admitN(t, n, now, "api", "r", 3)

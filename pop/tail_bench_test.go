@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkDecideTail(b *testing.B) {
 		rule := tc.rule
 		b.Run(tc.name, func(b *testing.B) {
 			n, err := New(Config{
-				Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+				Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 				Rules: []Rule{
 					{Name: "global", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal},
 					{Name: "node", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeNode},
@@ -148,7 +149,7 @@ func BenchmarkAntiEntropy(b *testing.B) {
 	b.Run("mostly-remote", func(b *testing.B) {
 		const own = benchKeys / 10
 		n, err := New(Config{
-			Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
+			Self:    identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1},
 			Rules:   []Rule{{Name: "api", Limit: 1 << 40, Window: time.Minute, Cost: 1, Scope: ScopeGlobal}},
 			MaxKeys: 4 * benchKeys,
 		})
@@ -162,7 +163,7 @@ func BenchmarkAntiEntropy(b *testing.B) {
 		}
 		n.Link().SetEpoch(1)
 		w := now / int64(time.Minute)
-		d := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, 7)}
+		d := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 7)}
 		for _, k := range created[own:] {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: k, Window: w, Count: 3})
 		}

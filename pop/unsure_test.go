@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/geolimit/geolimit/crdt"
 )
 
 func TestOnUnsureNotSynced(t *testing.T) {
@@ -88,7 +87,7 @@ func TestOnUnsureStoreFull(t *testing.T) {
 
 func TestOnUnsureNoHistoryUnderShare(t *testing.T) {
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share, OnUnsure: DenyUnsure}}
-	eu, err := New(Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
+	eu, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
 	// Before the cut the key was seen; a window later the cut starts.
 	d, err := eu.Decide(t0, "api", "known", 1)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -42,11 +42,11 @@ func TestAllowanceFollowsMembersPeersAndLag(t *testing.T) {
 	want("cold", pop.Allowance{}, pop.Allowance{Horizon: hb + fl + sd, Members: 2, PoPs: 3})
 
 	member := func(at, sentAt int64) {
-		c.Step(at, Message{Link: LinkPoP, From: c.selfPoP, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 1}, SentAt: sentAt, Epoch: c.Epoch()}})
+		c.Step(at, Message{Link: LinkPoP, From: c.selfPoP, Delta: &wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 1}, SentAt: sentAt, Epoch: c.Epoch()}})
 	}
 	beat := func(at, sentAt int64, region, name string) {
-		id := crdt.PoPID{Region: region, PoP: name}
-		c.Step(at, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: name}, Node: "x", Incarnation: 1}, SentAt: sentAt, Epoch: 1}})
+		id := identity.PoPID{Region: region, PoP: name}
+		c.Step(at, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: region, PoP: name}, Node: "x", Incarnation: 1}, SentAt: sentAt, Epoch: 1}})
 	}
 	member(now, now-ms)
 	beat(now, now-80*ms, "us", "iad")
@@ -105,7 +105,7 @@ func TestAllowanceAloneInPoP(t *testing.T) {
 	}
 	now := int64(time.Hour)
 	c.Tick(now)
-	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: crdt.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: identity.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
 	if got := n.Link().AllowanceOf(pop.ScopeGlobal); got != (pop.Allowance{Horizon: 70 * time.Millisecond, Members: 1, PoPs: 2}) {
 		t.Fatalf("global %+v", got)
 	}
@@ -128,7 +128,7 @@ func TestNoAllowance(t *testing.T) {
 	now := int64(time.Hour)
 	c.Tick(now)
 	c.SetMembers(now, []string{"a2#1"})
-	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: crdt.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
+	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: identity.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
 	if g, p := n.Link().AllowanceOf(pop.ScopeGlobal), n.Link().AllowanceOf(pop.ScopePoP); g != (pop.Allowance{}) || p != (pop.Allowance{}) {
 		t.Fatalf("allowance %+v %+v with the allowance off", g, p)
 	}
@@ -143,7 +143,7 @@ func TestRemoteViewMatchesAFullWalk(t *testing.T) {
 	cfg := Config{Settings: DefaultSettings()}
 	cfg.Node, cfg.PoPLink, cfg.GlobalLink = n.Link(), true, true
 	cfg.PeerTimeout = time.Second
-	ids := []crdt.PoPID{{Region: "us", PoP: "iad"}, {Region: "ap", PoP: "sin"}, {Region: "us", PoP: "sjc"}, {Region: "eu", PoP: "fra"}, {Region: "sa", PoP: "gru"}}
+	ids := []identity.PoPID{{Region: "us", PoP: "iad"}, {Region: "ap", PoP: "sin"}, {Region: "us", PoP: "sjc"}, {Region: "eu", PoP: "fra"}, {Region: "sa", PoP: "gru"}}
 	cfg.ExpectedPoPs = popNames(ids[:3]...) // fra and gru are not expected
 	c, err := New(cfg)
 	if err != nil {
@@ -171,7 +171,7 @@ func TestRemoteViewMatchesAFullWalk(t *testing.T) {
 			continue
 		}
 		age := int64(rng.IntN(300)) * ms
-		c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: id, Node: "x", Incarnation: 1}, SentAt: now - age, Epoch: 1}})
+		c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &wire.Delta{Sender: identity.Replica{PoPID: id, Node: "x", Incarnation: 1}, SentAt: now - age, Epoch: 1}})
 
 		r := c.remote
 		if r.ok && now >= r.at && now <= r.until && r.part == c.partVersion {

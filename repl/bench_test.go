@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -24,9 +24,9 @@ func BenchmarkStepHeartbeats(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			const pops = 300
-			ids := make([]crdt.PoPID, pops)
+			ids := make([]identity.PoPID, pops)
 			for i := range ids {
-				ids[i] = crdt.PoPID{Region: fmt.Sprintf("r%d", i%6), PoP: fmt.Sprintf("p%03d", i)}
+				ids[i] = identity.PoPID{Region: fmt.Sprintf("r%d", i%6), PoP: fmt.Sprintf("p%03d", i)}
 			}
 			cfg := Config{Settings: DefaultSettings()}
 			cfg.Node, cfg.PoPLink, cfg.GlobalLink = testNode(b, ams1).Link(), true, true
@@ -43,7 +43,7 @@ func BenchmarkStepHeartbeats(b *testing.B) {
 			msgs := make([]Message, pops)
 			deltas := make([]wire.Delta, pops)
 			for i, id := range ids {
-				deltas[i] = wire.Delta{Sender: crdt.Replica{PoPID: id, Node: "x", Incarnation: 1}, Epoch: 1}
+				deltas[i] = wire.Delta{Sender: identity.Replica{PoPID: id, Node: "x", Incarnation: 1}, Epoch: 1}
 				msgs[i] = Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &deltas[i]}
 			}
 			rng := rand.New(rand.NewPCG(1, 2))

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/wire"
@@ -36,7 +36,7 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 		t.Errorf("a delta of blocks was taken for an announcement")
 	}
 
-	fwd := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Blocks: []blocks.Block{
+	fwd := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Blocks: []blocks.Block{
 		{Rule: "api", Key: "good", Until: until},
 		{Rule: "ip", Key: "k", Until: until},    // pop scope: never leaves the PoP
 		{Rule: "plain", Key: "k", Until: until}, // no block_for

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/blocks"
 )
@@ -14,8 +15,8 @@ import (
 type Core struct {
 	cfg     Config
 	node    Node
-	self    crdt.Replica
-	selfPoP crdt.PoPID
+	self    identity.Replica
+	selfPoP identity.PoPID
 	name    string // MemberName(self)
 
 	started   bool
@@ -57,22 +58,22 @@ type Core struct {
 	// moment ask for is done once.
 	want             uint8
 	syncAt, resendAt int64
-	relayTo          map[crdt.PoPID]bool
+	relayTo          map[identity.PoPID]bool
 	// resendTAT paces the re-sends other PoPs ask for: one is allowed at
 	// t >= resendTAT, which is then SyncInterval later.
 	resendTAT int64
 	// relayLater are the PoPs that asked for a sync whose relay of the
 	// former epochs held waits for relayTAT: one such relay per
 	// SyncInterval, whoever asks (relay.go).
-	relayLater map[crdt.PoPID]bool
+	relayLater map[identity.PoPID]bool
 	// waitingSince is when each PoP in relayLater first waited: the paced
 	// relay serves the longest waiting first, so that one that keeps
 	// asking never starves the others.
-	waitingSince map[crdt.PoPID]int64
+	waitingSince map[identity.PoPID]int64
 	relayTAT     int64
 	hasExpected  bool
 
-	partitioned []crdt.PoPID
+	partitioned []identity.PoPID
 	partVersion uint64
 
 	// The near-limit allowance told to the node (allowance.go): the
@@ -88,11 +89,11 @@ type Core struct {
 	// markTo are the PoPs that asked for a marker.
 	syncing, syncTimedOut bool
 	syncTook              int64
-	syncMissing           []crdt.PoPID // the PoPs unanswered at a time-out
+	syncMissing           []identity.PoPID // the PoPs unanswered at a time-out
 
 	driftVersion uint64 // see Drift
 	popMerged    bool
-	markTo       map[crdt.PoPID]bool
+	markTo       map[identity.PoPID]bool
 
 	region regionState // region voices (region.go)
 
@@ -172,10 +173,10 @@ func New(cfg Config) (*Core, error) {
 		selfPoP:      self.PoPID,
 		name:         MemberName(self),
 		peers:        newPeerTable(),
-		relayTo:      map[crdt.PoPID]bool{},
-		relayLater:   map[crdt.PoPID]bool{},
-		waitingSince: map[crdt.PoPID]int64{},
-		markTo:       map[crdt.PoPID]bool{},
+		relayTo:      map[identity.PoPID]bool{},
+		relayLater:   map[identity.PoPID]bool{},
+		waitingSince: map[identity.PoPID]int64{},
+		markTo:       map[identity.PoPID]bool{},
 	}
 	c.node = fleetNode{Node: cfg.Node, corr: &c.corr}
 	c.startStartup()
@@ -194,7 +195,7 @@ func New(cfg Config) (*Core, error) {
 }
 
 // Self returns the node's replica identity.
-func (c *Core) Self() crdt.Replica { return c.self }
+func (c *Core) Self() identity.Replica { return c.self }
 
 // Epoch returns the PoP epoch this node publishes under (0: not known yet).
 func (c *Core) Epoch() uint64 { return c.epoch }

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/wire"
 )
 
-func testNode(t testing.TB, r crdt.Replica) *pop.Node {
+func testNode(t testing.TB, r identity.Replica) *pop.Node {
 	t.Helper()
 	n, err := pop.New(pop.Config{Self: r, Rules: testRules()})
 	if err != nil {
@@ -22,7 +23,7 @@ func testNode(t testing.TB, r crdt.Replica) *pop.Node {
 	return n
 }
 
-var ams1 = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}
+var ams1 = identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}
 
 func TestConfigErrors(t *testing.T) {
 	n := testNode(t, ams1)
@@ -121,7 +122,7 @@ func TestConfigDefaultsFilled(t *testing.T) {
 }
 
 // popNames returns ids as Settings.ExpectedPoPs lists them.
-func popNames(ids ...crdt.PoPID) []string {
+func popNames(ids ...identity.PoPID) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = id.String()
@@ -293,17 +294,17 @@ func TestMissedBeats(t *testing.T) {
 	}
 }
 
-func popIDs(n int) []crdt.PoPID {
-	out := make([]crdt.PoPID, n)
+func popIDs(n int) []identity.PoPID {
+	out := make([]identity.PoPID, n)
 	for i := range out {
-		out[i] = crdt.PoPID{Region: "r", PoP: fmt.Sprintf("p%02d", i)}
+		out[i] = identity.PoPID{Region: "r", PoP: fmt.Sprintf("p%02d", i)}
 	}
 	return out
 }
 
-func heartbeatFrom(p crdt.PoPID, at int64) Message {
+func heartbeatFrom(p identity.PoPID, at int64) Message {
 	return Message{Link: LinkGlobal, Kind: KindHeartbeat, From: p,
-		Delta: &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "x", Incarnation: 1}, SentAt: at}}
+		Delta: &wire.Delta{Sender: identity.Replica{PoPID: p, Node: "x", Incarnation: 1}, SentAt: at}}
 }
 
 func TestMaxPoPsBoundsTrackedPoPs(t *testing.T) {
@@ -357,7 +358,7 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 	}
 	c.Tick(t0)
 	for _, p := range ids {
-		agg := crdt.PoPReplica(p, 7)
+		agg := identity.PoPReplica(p, 7)
 		res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &wire.Delta{
 			Sender: agg, SentAt: t0, Epoch: 7,
 			Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: t0 / int64(ruleWindow), Count: 10}},
@@ -376,7 +377,7 @@ func TestMaxPoPsDropsCountsOfUntrackedPoPs(t *testing.T) {
 }
 
 func TestNewRefusesIncarnationZero(t *testing.T) {
-	n := testNode(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1"})
+	n := testNode(t, identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a1"})
 	_, err := New(Config{Node: n.Link()})
 	if err == nil || !strings.Contains(err.Error(), "incarnation must not be 0") {
 		t.Fatalf("New with incarnation 0: %v", err)
@@ -386,13 +387,13 @@ func TestNewRefusesIncarnationZero(t *testing.T) {
 // speakingCore returns a core of n (ams1) with one other member, a2, its
 // PoP's epoch started (1), ticked at now, the start of a flush slot it
 // speaks for, and nothing left ready.
-func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 crdt.Replica, now int64) {
+func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 identity.Replica, now int64) {
 	t.Helper()
 	c, err := New(Config{Node: n.Link(), Settings: Settings{FlushInterval: 50 * time.Millisecond}, PoPLink: true, GlobalLink: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2 = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 2}
+	a2 = identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a2", Incarnation: 2}
 	c.SetMembers(0, []string{MemberName(a2)})
 	now = int64(t0)
 	c.Tick(now)
@@ -415,7 +416,7 @@ func speakingCore(t *testing.T, n *pop.Node) (c *Core, a2 crdt.Replica, now int6
 func TestForwardedTotalsAreChecked(t *testing.T) {
 	c, _, now := speakingCore(t, testNode(t, ams1))
 	w := now / int64(ruleWindow)
-	fwd := wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Entries: []crdt.Entry{
+	fwd := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Entries: []crdt.Entry{
 		{Rule: "api", Key: "good", Window: w, Count: 7},
 		{Rule: "nope", Key: "k", Window: w, Count: 1},        // unknown rule
 		{Rule: "ip", Key: "k", Window: w, Count: 1},          // pop-scope: never leaves the PoP
@@ -454,8 +455,8 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 	ids := popIDs(2) // ids[0] expected, or sends counts; ids[1] invented
 	for _, tc := range []struct {
 		name     string
-		expected []crdt.PoPID
-		want     []crdt.PoPID
+		expected []identity.PoPID
+		want     []identity.PoPID
 	}{
 		{"expected set", ids[:1], ids[:1]},
 		{"none expected", nil, ids[:1]},
@@ -489,9 +490,9 @@ func TestOnlyExpectedPoPsPartition(t *testing.T) {
 }
 
 // countsFrom returns a delta of PoP p's totals (epoch 1): key's count n.
-func countsFrom(p crdt.PoPID, at int64, key string, n uint64) Message {
+func countsFrom(p identity.PoPID, at int64, key string, n uint64) Message {
 	return Message{Link: LinkGlobal, Kind: KindDelta, From: p, Delta: &wire.Delta{
-		Sender: crdt.PoPReplica(p, 1), SentAt: at, Epoch: 1,
+		Sender: identity.PoPReplica(p, 1), SentAt: at, Epoch: 1,
 		Entries: []crdt.Entry{{Rule: "api", Key: key, Window: at / int64(ruleWindow), Count: n}}}}
 }
 
@@ -522,11 +523,11 @@ func TestSilentUnexpectedPoPsAreForgotten(t *testing.T) {
 		c.Tick(now)
 		c.Step(now, heartbeatFrom(ids[2], now))
 	}
-	var got []crdt.PoPID
+	var got []identity.PoPID
 	for _, rp := range c.RemotePoPs(now) {
 		got = append(got, rp.PoPID)
 	}
-	if want := []crdt.PoPID{ids[0], ids[2]}; !slices.Equal(got, want) {
+	if want := []identity.PoPID{ids[0], ids[2]}; !slices.Equal(got, want) {
 		t.Fatalf("remote PoPs %v, want %v (ids[1] forgotten, expected ids[0] kept)", got, want)
 	}
 	if c.Stats().ForgottenPoPs != 1 {
@@ -550,9 +551,9 @@ func resends(msgs []Message) int {
 	return n
 }
 
-func syncFrom(p crdt.PoPID, node string, at int64) Message {
+func syncFrom(p identity.PoPID, node string, at int64) Message {
 	return Message{Link: LinkGlobal, Kind: KindSync, From: p,
-		Delta: &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: node, Incarnation: 1}, SentAt: at}}
+		Delta: &wire.Delta{Sender: identity.Replica{PoPID: p, Node: node, Incarnation: 1}, SentAt: at}}
 }
 
 // Sync requests cannot make a node re-send its totals without bound: one
@@ -607,7 +608,7 @@ func TestSyncRequestsArePaced(t *testing.T) {
 	t.Run("many requesters", func(t *testing.T) {
 		c, now := setup(t)
 		n := run(c, now, func(i int, now int64) Message {
-			return syncFrom(crdt.PoPID{Region: "r", PoP: fmt.Sprintf("q%d", i%100)}, fmt.Sprintf("n%d", i), now)
+			return syncFrom(identity.PoPID{Region: "r", PoP: fmt.Sprintf("q%d", i%100)}, fmt.Sprintf("n%d", i), now)
 		})
 		// One per second, the first at once: at most 11 over 10s, where
 		// unpaced answers would be one per 50ms coalescing interval (200).

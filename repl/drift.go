@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -67,7 +68,7 @@ type RuleMismatch struct {
 
 // PeerDrift is what a node knows of a remote PoP's rules and clock.
 type PeerDrift struct {
-	crdt.PoPID
+	identity.PoPID
 	// ClockOffset estimates the PoP's clock minus this node's (see above).
 	ClockOffset time.Duration `json:"clock_offset_ns"`
 	// Skewed: |ClockOffset| is above the node's max skew (limits.max_skew).

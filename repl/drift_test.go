@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
-func driftCore(t *testing.T, r crdt.Replica, rules []pop.Rule) *snode {
+func driftCore(t *testing.T, r identity.Replica, rules []pop.Rule) *snode {
 	t.Helper()
 	n, err := pop.New(pop.Config{Self: r, Rules: rules})
 	if err != nil {
@@ -38,8 +39,8 @@ func TestDriftDetected(t *testing.T) {
 		}
 		return rs
 	}
-	a := driftCore(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}, rules(10*time.Second, false))
-	b := driftCore(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b1", Incarnation: 1}, rules(20*time.Second, true))
+	a := driftCore(t, identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}, rules(10*time.Second, false))
+	b := driftCore(t, identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "b1", Incarnation: 1}, rules(20*time.Second, true))
 	const skew = int64(30 * time.Second)
 	now := t0
 	for range 200 { // 2s: several heartbeats each way; b's clock is 30s ahead
@@ -85,7 +86,7 @@ func TestDriftDetected(t *testing.T) {
 func TestDriftQuiet(t *testing.T) {
 	a := driftCore(t, ams1, testRules())
 	a.c.Tick(t0)
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
 	_, v0 := a.c.Drift()
 	for i := range 5 {
 		at := t0 + int64(i)*int64(250*time.Millisecond)
@@ -106,7 +107,7 @@ func TestDriftSplitHeartbeat(t *testing.T) {
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: pop.ScopeGlobal}}
 	a := driftCore(t, ams1, rules)
 	a.c.Tick(t0)
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
 	fp := func(rule string, w time.Duration) crdt.Entry {
 		r := pop.Rule{Name: rule, Limit: 100, Window: w, Cost: 1, Scope: pop.ScopeGlobal}
 		return crdt.Entry{Rule: rule, Key: fingerprintKey, Window: w.Milliseconds(), Count: r.Fingerprint()}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -20,11 +21,11 @@ import (
 // 100ms off alone is within minCorrection.
 func TestFleetClockAgreed(t *testing.T) {
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Second, Cost: 1, Scope: pop.ScopeGlobal}}
-	ids := []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}}
+	ids := []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}}
 	skews := []int64{0, -int64(100 * time.Millisecond), int64(4 * time.Second)}
 	var ns []*snode
 	for i, id := range ids {
-		ns = append(ns, driftCore(t, crdt.Replica{PoPID: id, Node: "n", Incarnation: uint64(i + 1)}, rules))
+		ns = append(ns, driftCore(t, identity.Replica{PoPID: id, Node: "n", Incarnation: uint64(i + 1)}, rules))
 	}
 	now := t0
 	for range 200 {
@@ -65,8 +66,8 @@ func TestFleetClockAgreed(t *testing.T) {
 // correction by at most maxCorrection, and nothing wraps.
 func TestFleetClockBounded(t *testing.T) {
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Second, Cost: 1, Scope: pop.ScopeGlobal}}
-	a := driftCore(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}, rules)
-	liar := crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}
+	a := driftCore(t, identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}, rules)
+	liar := identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}
 	now := t0
 	for i := range 10 {
 		now += int64(100 * time.Millisecond)
@@ -90,7 +91,7 @@ func TestFleetClockBounded(t *testing.T) {
 // fleetCores starts one core per PoP of ids, each expecting the others, at
 // t0 on its own clock (t0 + skews[i]), and returns them with the hello
 // heartbeat each sent at its start.
-func fleetCores(t *testing.T, ids []crdt.PoPID, skews []int64) ([]*snode, []Message) {
+func fleetCores(t *testing.T, ids []identity.PoPID, skews []int64) ([]*snode, []Message) {
 	t.Helper()
 	rules := []pop.Rule{{Name: "api", Limit: 100, Window: time.Second, Cost: 1, Scope: pop.ScopeGlobal}}
 	var ns []*snode
@@ -102,7 +103,7 @@ func fleetCores(t *testing.T, ids []crdt.PoPID, skews []int64) ([]*snode, []Mess
 				expected = append(expected, o.String())
 			}
 		}
-		n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: id, Node: "n", Incarnation: uint64(i + 1)}, Rules: rules})
+		n, err := pop.New(pop.Config{Self: identity.Replica{PoPID: id, Node: "n", Incarnation: uint64(i + 1)}, Rules: rules})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +137,7 @@ func fleetCores(t *testing.T, ids []crdt.PoPID, skews []int64) ([]*snode, []Mess
 // for as long as ams stays unheard, and count in windows nobody else
 // reaches yet.
 func TestFleetClockFirstRound(t *testing.T) {
-	ids := []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
+	ids := []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
 	skew := int64(4 * time.Second)
 	skews := []int64{0, 0, skew, skew}
 	ns, hellos := fleetCores(t, ids, skews)
@@ -168,7 +169,7 @@ func TestFleetClockFirstRound(t *testing.T) {
 // An expected PoP that stays unheard holds a node's correction only for a
 // peer timeout after its start: then it is left out, as a silent PoP is.
 func TestFleetClockUnheardLeftOut(t *testing.T) {
-	ids := []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
+	ids := []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
 	skew := int64(4 * time.Second)
 	ns, hellos := fleetCores(t, ids, []int64{0, 0, skew, skew})
 	iad := ns[2].c
@@ -190,10 +191,10 @@ func TestFleetClockUnheardLeftOut(t *testing.T) {
 // whose fleet agrees not at all, at any point: the median passes over
 // them, and the bounds keep holding.
 func TestFleetClockSingleOutlier(t *testing.T) {
-	ids := []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
+	ids := []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
 	ns, hellos := fleetCores(t, ids, []int64{0, 0, 0, 0})
 	a := ns[0].c
-	liar := crdt.Replica{PoPID: ids[3], Node: "x", Incarnation: 9}
+	liar := identity.Replica{PoPID: ids[3], Node: "x", Incarnation: 9}
 	now := t0
 	for i := range 20 {
 		now += int64(100 * time.Millisecond)
@@ -221,7 +222,7 @@ func TestFleetClockSingleOutlier(t *testing.T) {
 // a message's age net of the sender's offset, so a delta dated on the fleet
 // clock looked as old as the correction (4s, clamped to the peer timeout).
 func TestFleetClockMessagesOnOwnClock(t *testing.T) {
-	ids := []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
+	ids := []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "eu", PoP: "fra"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "ord"}}
 	skew := int64(4 * time.Second)
 	skews := []int64{0, 0, skew, skew}
 	ns, hellos := fleetCores(t, ids, skews)

@@ -2,6 +2,7 @@ package repl
 
 import (
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/window"
@@ -99,7 +100,7 @@ func (c *Core) speak(now int64) {
 		c.spoken = max(c.spoken, c.speakSlot)
 	}
 	if (len(c.speech) > 0 || len(c.speechBlk) > 0) && c.epoch != 0 {
-		d := wire.Delta{Sender: crdt.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
+		d := wire.Delta{Sender: identity.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
 		c.publish(&d, false)
 	}
 	c.speakRegion(now) // region.go

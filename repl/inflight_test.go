@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/replicated/inflight"
 	"github.com/geolimit/geolimit/wire"
@@ -24,10 +24,10 @@ func TestMemberLeavingDropsItsInFlightCounts(t *testing.T) {
 	c, err := New(cfg)
 	require.NoError(t, err)
 	now := int64(1_000_000) * int64(time.Millisecond)
-	a2 := crdt.Replica{PoPID: ams1.PoPID, Node: "a2", Incarnation: 1}
-	a3 := crdt.Replica{PoPID: ams1.PoPID, Node: "a3", Incarnation: 5}
+	a2 := identity.Replica{PoPID: ams1.PoPID, Node: "a2", Incarnation: 1}
+	a3 := identity.Replica{PoPID: ams1.PoPID, Node: "a3", Incarnation: 5}
 	c.SetMembers(now, []string{MemberName(a2), MemberName(a3)})
-	for _, from := range []crdt.Replica{a2, a3} {
+	for _, from := range []identity.Replica{a2, a3} {
 		d := wire.Delta{Sender: from, Inflight: []inflight.Count{{Rule: "uploads", Key: "k", Count: 2, Version: 1}}}
 		st := n.Link().Apply(now, &d, pop.ScopePoP)
 		require.Equal(t, 1, st.Inflight.Merged)

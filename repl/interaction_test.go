@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -75,8 +76,8 @@ func TestInteraction(t *testing.T) {
 
 type hnode struct {
 	name  string
-	rep   crdt.Replica
-	pop   crdt.PoPID
+	rep   identity.Replica
+	pop   identity.PoPID
 	skew  int64
 	opts  *ddCmd // the node command, for restarts
 	n     *pop.Node
@@ -212,22 +213,22 @@ func (h *harness) uint(s string) uint64 {
 	return v
 }
 
-func (h *harness) popID(s string) crdt.PoPID {
+func (h *harness) popID(s string) identity.PoPID {
 	r, p, ok := strings.Cut(s, "/")
 	if !ok || r == "" || p == "" {
 		h.fail("bad PoP %q (want region/pop)", s)
 	}
-	return crdt.PoPID{Region: r, PoP: p}
+	return identity.PoPID{Region: r, PoP: p}
 }
 
 // replica parses region/pop/node#inc.
-func (h *harness) replica(s string) crdt.Replica {
+func (h *harness) replica(s string) identity.Replica {
 	rest, inc, ok := strings.Cut(s, "#")
 	parts := strings.Split(rest, "/")
 	if !ok || len(parts) != 3 {
 		h.fail("bad replica %q (want region/pop/node#inc)", s)
 	}
-	return crdt.Replica{PoPID: crdt.PoPID{Region: parts[0], PoP: parts[1]}, Node: parts[2], Incarnation: h.uint(inc)}
+	return identity.Replica{PoPID: identity.PoPID{Region: parts[0], PoP: parts[1]}, Node: parts[2], Incarnation: h.uint(inc)}
 }
 
 func (h *harness) node(name string) *hnode {
@@ -777,7 +778,7 @@ func fmtWindow(w int64) string {
 func (h *harness) fmtMsg(src *hnode, m *Message) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s", src.name, m.Link, m.Kind)
-	if m.Kind == KindState || m.To != (crdt.PoPID{}) {
+	if m.Kind == KindState || m.To != (identity.PoPID{}) {
 		fmt.Fprintf(&b, " to=%s", m.To)
 	}
 	d := m.Delta

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -34,7 +34,7 @@ func TestInventedPoPsCutNoShare(t *testing.T) {
 		}
 	}
 	for i := range 500 {
-		c.Step(now, heartbeatFrom(crdt.PoPID{Region: "x", PoP: fmt.Sprintf("p%03d", i)}, now))
+		c.Step(now, heartbeatFrom(identity.PoPID{Region: "x", PoP: fmt.Sprintf("p%03d", i)}, now))
 	}
 	end := now + win + int64(ruleWindow)/2
 	for now < end { // silent for a window and a half: far past the peer timeout

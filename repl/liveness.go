@@ -4,7 +4,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -35,7 +35,7 @@ func (c *Core) myTurn(slot int64) bool {
 // forgets PoPs that are not expected and have been silent for ForgetAfter,
 // and tells the node core when the unheard set changed.
 func (c *Core) checkPeers(now int64) {
-	var part []crdt.PoPID
+	var part []identity.PoPID
 	for id, p := range c.peers.m {
 		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
 			c.peers.del(id)
@@ -87,7 +87,7 @@ func (c *Core) counts(p *peer) bool { return p.expected || (!c.hasExpected && p.
 // Partitioned returns the remote PoPs counted as partitioned at the last
 // heartbeat tick (sorted), and a version that changes whenever the set does
 // (0 before the first check).
-func (c *Core) Partitioned() ([]crdt.PoPID, uint64) {
+func (c *Core) Partitioned() ([]identity.PoPID, uint64) {
 	return slices.Clone(c.partitioned), c.partVersion
 }
 
@@ -95,7 +95,7 @@ func (c *Core) Partitioned() ([]crdt.PoPID, uint64) {
 // or nil when MaxPoPs PoPs are tracked already. A PoP heard for the first
 // time or again after a silence is asked for its totals and sent what this
 // PoP holds of its former epochs.
-func (c *Core) heard(id crdt.PoPID, now int64) *peer {
+func (c *Core) heard(id identity.PoPID, now int64) *peer {
 	p := c.peers.get(id)
 	if p == nil {
 		if len(c.peers.m) >= c.cfg.MaxPoPs {
@@ -137,7 +137,7 @@ func (c *Core) missedBeats(p *peer, sentAt int64) bool {
 
 // RemotePoP is what a node knows of another PoP.
 type RemotePoP struct {
-	crdt.PoPID
+	identity.PoPID
 	// LastHeard is the receiver's clock at the last message from it (Unix
 	// nanoseconds); 0 if never heard.
 	LastHeard int64 `json:"last_heard"`

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
@@ -35,7 +35,7 @@ func (c *Core) SetMembers(now int64, others []string) {
 		// In-flight counts of members gone no longer count (members are
 		// named by MemberName, unless the membership layer names them
 		// otherwise: then their counts lapse at their TTL).
-		c.node.KeepMembers(func(r crdt.Replica) bool {
+		c.node.KeepMembers(func(r identity.Replica) bool {
 			_, ok := slices.BinarySearch(c.members, MemberName(r))
 			return !r.SamePoP(c.node.Self()) || ok
 		})

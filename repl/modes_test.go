@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
@@ -25,10 +25,10 @@ func newModeFleet(t *testing.T) *modeFleet { return newModeFleetWith(t, DefaultS
 
 func newModeFleetWith(t *testing.T, s Settings) *modeFleet {
 	f := &modeFleet{t: t, cores: map[string]*Core{}, nodes: map[string]*pop.Node{}}
-	reps := map[string]crdt.Replica{
+	reps := map[string]identity.Replica{
 		"a1": ams1,
 		"a2": {PoPID: ams1.PoPID, Node: "a2", Incarnation: 1},
-		"b1": {PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b1", Incarnation: 1},
+		"b1": {PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "b1", Incarnation: 1},
 	}
 	for name, r := range reps {
 		n := testNode(t, r)
@@ -157,7 +157,7 @@ func TestModeAntiEntropyRepairs(t *testing.T) {
 	assert.Equal(t, pop.Shadow, effective(t, f.nodes["b1"], "ip"))
 
 	// A new member merges the PoP's state (memberlist push/pull).
-	a3 := testNode(t, crdt.Replica{PoPID: ams1.PoPID, Node: "a3", Incarnation: 1})
+	a3 := testNode(t, identity.Replica{PoPID: ams1.PoPID, Node: "a3", Incarnation: 1})
 	c3, err := New(Config{Settings: DefaultSettings(), Node: a3.Link(), PoPLink: true, GlobalLink: true})
 	require.NoError(t, err)
 	for _, d := range f.cores["a2"].LocalState(end) {
@@ -178,20 +178,20 @@ func TestModeForgedRefused(t *testing.T) {
 	n := &scriptNode{self: ams1}
 	c, err := New(Config{Settings: DefaultSettings(), Node: n, PoPLink: true, GlobalLink: true})
 	require.NoError(t, err)
-	iad, fra := crdt.PoPID{Region: "us", PoP: "iad"}, crdt.PoPID{Region: "eu", PoP: "fra"}
-	w := []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: t0, By: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}}}
+	iad, fra := identity.PoPID{Region: "us", PoP: "iad"}, identity.PoPID{Region: "eu", PoP: "fra"}
+	w := []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: t0, By: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}}}
 	for name, m := range map[string]Message{
-		"another pop's subject": {Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
+		"another pop's subject": {Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
 		"own pop over nats":     {Link: LinkGlobal, Kind: KindDelta, From: ams1.PoPID, Delta: &wire.Delta{Sender: ams1, Modes: w}},
-		"as a heartbeat":        {Link: LinkGlobal, Kind: KindHeartbeat, From: iad, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
-		"stranger in the pop":   {Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
+		"as a heartbeat":        {Link: LinkGlobal, Kind: KindHeartbeat, From: iad, Delta: &wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
+		"stranger in the pop":   {Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
 	} {
 		res := c.Step(t0, m)
 		assert.True(t, res.Forged, name)
 	}
 	assert.Empty(t, n.merged)
 	// Relayed: any PoP may pass on a write made elsewhere.
-	res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{Sender: crdt.Replica{PoPID: fra, Node: "f1", Incarnation: 1}, Modes: w}})
+	res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{Sender: identity.Replica{PoPID: fra, Node: "f1", Incarnation: 1}, Modes: w}})
 	assert.False(t, res.Forged)
 	assert.Equal(t, w, n.merged)
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
@@ -22,7 +23,7 @@ import (
 type Node interface {
 	// Self is the node's replica identity; its Incarnation is the epoch a
 	// PoP started by this node gets. It must not change.
-	Self() crdt.Replica
+	Self() identity.Replica
 
 	// FlushTo returns the counts changed since the last flush and clears
 	// their change marks: Local, the node's own counts for its PoP's
@@ -46,7 +47,7 @@ type Node interface {
 	State(now int64) []wire.Delta
 	// Replicas returns the replicas whose counts the node holds, self
 	// included.
-	Replicas() []crdt.Replica
+	Replicas() []identity.Replica
 
 	// ApplyFrom merges a delta received through a link of scope via
 	// (ScopePoP: the own PoP's members; ScopeGlobal: other PoPs'
@@ -93,7 +94,7 @@ type Node interface {
 	// that left (their in-flight counts). The Core calls it when the
 	// membership view changes; member reports whether a replica is still a
 	// live member (or of another PoP).
-	KeepMembers(member func(crdt.Replica) bool)
+	KeepMembers(member func(identity.Replica) bool)
 
 	// SetSparse tells the node to leave out of its flushes the PoP totals
 	// that moved by less than a step derived from voices, the PoPs that

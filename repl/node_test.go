@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/modes"
@@ -17,7 +18,7 @@ import (
 // scriptNode is a Node that holds no counts and records what the Core tells
 // it, so that a test can check the protocol's side of the contract alone.
 type scriptNode struct {
-	self    crdt.Replica
+	self    identity.Replica
 	epochs  []uint64
 	unheard [][]string
 	synced  []bool
@@ -29,7 +30,7 @@ type scriptNode struct {
 
 var _ Node = (*scriptNode)(nil)
 
-func (n *scriptNode) Self() crdt.Replica { return n.self }
+func (n *scriptNode) Self() identity.Replica { return n.self }
 func (n *scriptNode) FlushTo(int64, func(string) bool, bool) pop.Batch {
 	return pop.Batch{}
 }
@@ -38,8 +39,8 @@ func (n *scriptNode) AntiEntropyParts() int { return 1 }
 func (n *scriptNode) AntiEntropyPart(int64, func(string) bool, int, int) pop.Batch {
 	return pop.Batch{}
 }
-func (n *scriptNode) State(int64) []wire.Delta { return nil }
-func (n *scriptNode) Replicas() []crdt.Replica { return []crdt.Replica{n.self} }
+func (n *scriptNode) State(int64) []wire.Delta     { return nil }
+func (n *scriptNode) Replicas() []identity.Replica { return []identity.Replica{n.self} }
 func (n *scriptNode) ApplyFrom(_ int64, _ *wire.Delta, via pop.Scope, _ *crdt.InternCache) pop.ApplyStats {
 	n.applied = append(n.applied, via)
 	return pop.ApplyStats{}
@@ -64,7 +65,7 @@ func (n *scriptNode) Modes() []modes.RuleMode { return n.held }
 func (n *scriptNode) MergeModes(_ int64, _ modes.Source, ms []modes.RuleMode) {
 	n.merged = append(n.merged, ms...)
 }
-func (n *scriptNode) KeepMembers(func(crdt.Replica) bool)             {}
+func (n *scriptNode) KeepMembers(func(identity.Replica) bool)         {}
 func (n *scriptNode) SetSparse(int, time.Duration)                    {}
 func (n *scriptNode) SparseStats() (uint64, int)                      { return 0, 0 }
 func (n *scriptNode) SetRegionVoice(bool, uint64)                     {}
@@ -99,7 +100,7 @@ func TestScriptedNodeToldUnheardSetOnChange(t *testing.T) {
 	now := runUntil(c, t0, t0+int64(s.PeerTimeout)) // the first check is within 2 heartbeat intervals and a bit
 	require.Equal(t, [][]string{{"us/iad"}}, n.unheard, "never heard: unheard from the first check")
 
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
 	c.Step(now, heartbeatFrom(iad, now))
 	heard := now
 	now = runUntil(c, now, heard+int64(s.PeerTimeout/2))

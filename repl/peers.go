@@ -1,10 +1,13 @@
 package repl
 
-import "github.com/geolimit/geolimit/crdt"
+import (
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
+)
 
 // peer is what a node knows of one remote PoP.
 type peer struct {
-	id        crdt.PoPID
+	id        identity.PoPID
 	expected  bool
 	lastHeard int64 // receiver's clock; 0 = never
 	heardOnce bool
@@ -23,7 +26,7 @@ type peer struct {
 	relayedTo uint64
 	// answered holds, per node of the PoP that asked for a sync, when the
 	// re-send that answers it is due; at most maxRequesters entries.
-	answered map[crdt.Replica]int64
+	answered map[identity.Replica]int64
 	// lag is the age its messages arrive at (allowance.go).
 	lag lagTracker
 	// marked is the epoch of this node that the PoP's last marker answered
@@ -43,7 +46,7 @@ type peer struct {
 // hundreds of PoPs (and a simulator that runs hundreds of such nodes). A
 // colliding ID only falls back to the map.
 type peerTable struct {
-	m     map[crdt.PoPID]*peer
+	m     map[identity.PoPID]*peer
 	cache []*peer // by popHash(id) & (len-1); nil, or a state in m
 }
 
@@ -52,11 +55,11 @@ type peerTable struct {
 const minCache = 64
 
 func newPeerTable() peerTable {
-	return peerTable{m: map[crdt.PoPID]*peer{}, cache: make([]*peer, minCache)}
+	return peerTable{m: map[identity.PoPID]*peer{}, cache: make([]*peer, minCache)}
 }
 
 // get returns id's state, nil for none.
-func (t *peerTable) get(id crdt.PoPID) *peer {
+func (t *peerTable) get(id identity.PoPID) *peer {
 	c := &t.cache[popHash(id)&uint64(len(t.cache)-1)]
 	if p := *c; p != nil && p.id == id {
 		return p
@@ -69,7 +72,7 @@ func (t *peerTable) get(id crdt.PoPID) *peer {
 }
 
 // add tracks p as id's state.
-func (t *peerTable) add(id crdt.PoPID, p *peer) {
+func (t *peerTable) add(id identity.PoPID, p *peer) {
 	p.id = id
 	t.m[id] = p
 	if len(t.m)*2 > len(t.cache) {
@@ -79,7 +82,7 @@ func (t *peerTable) add(id crdt.PoPID, p *peer) {
 }
 
 // del forgets id.
-func (t *peerTable) del(id crdt.PoPID) {
+func (t *peerTable) del(id identity.PoPID) {
 	if c := &t.cache[popHash(id)&uint64(len(t.cache)-1)]; *c != nil && (*c).id == id {
 		*c = nil
 	}
@@ -88,7 +91,7 @@ func (t *peerTable) del(id crdt.PoPID) {
 
 // popHash is FNV-1a over the region, a separator and the PoP name. It only
 // spreads IDs over the cache: crafted collisions cost look-ups in the map.
-func popHash(id crdt.PoPID) uint64 {
+func popHash(id identity.PoPID) uint64 {
 	const prime = 1099511628211
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(id.Region); i++ {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -18,9 +19,9 @@ import (
 func TestPeerTableFollowsMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	tab := newPeerTable()
-	model := map[crdt.PoPID]*peer{}
-	id := func() crdt.PoPID {
-		return crdt.PoPID{Region: fmt.Sprintf("r%d", rng.IntN(4)), PoP: fmt.Sprintf("p%d", rng.IntN(100))}
+	model := map[identity.PoPID]*peer{}
+	id := func() identity.PoPID {
+		return identity.PoPID{Region: fmt.Sprintf("r%d", rng.IntN(4)), PoP: fmt.Sprintf("p%d", rng.IntN(100))}
 	}
 	for step := range 20000 {
 		k := id()
@@ -51,7 +52,7 @@ func TestPeerTableFollowsMap(t *testing.T) {
 // walk over the held replicas with former does.
 func TestHeldAggregatesMatchFormer(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	pops := []crdt.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "sfo"}, {Region: "ap", PoP: "sin"}, {Region: "ap", PoP: "syd"}}
+	pops := []identity.PoPID{{Region: "eu", PoP: "ams"}, {Region: "us", PoP: "iad"}, {Region: "us", PoP: "sfo"}, {Region: "ap", PoP: "sin"}, {Region: "ap", PoP: "syd"}}
 	seen := map[[2]bool]int{} // (asked, answer)
 	for round := range 200 {
 		n := testNode(t, ams1)
@@ -67,7 +68,7 @@ func TestHeldAggregatesMatchFormer(t *testing.T) {
 		}
 		for range rng.IntN(6) {
 			id := pops[rng.IntN(len(pops))]
-			d := wire.Delta{Sender: crdt.PoPReplica(id, uint64(1+rng.IntN(3))),
+			d := wire.Delta{Sender: identity.PoPReplica(id, uint64(1+rng.IntN(3))),
 				Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: now / int64(ruleWindow), Count: 1}}}
 			n.Link().Apply(now, &d, pop.ScopeGlobal)
 		}

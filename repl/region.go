@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -145,7 +146,7 @@ func (c *Core) announceRegion(now int64) {
 	if !c.regionVoices() || c.region.epoch == 0 || !c.hasMembers() {
 		return
 	}
-	d := wire.Delta{Sender: crdt.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch}
+	d := wire.Delta{Sender: identity.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch}
 	c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: &d})
 }
 
@@ -172,7 +173,7 @@ func (c *Core) appendRegionEpoch(es []crdt.Entry) []crdt.Entry {
 
 // takeRegionEpoch learns the region epoch from a heartbeat of another PoP
 // of the region.
-func (c *Core) takeRegionEpoch(now int64, from crdt.PoPID, d *wire.Delta) {
+func (c *Core) takeRegionEpoch(now int64, from identity.PoPID, d *wire.Delta) {
 	if !c.regionVoices() {
 		return
 	}
@@ -214,7 +215,7 @@ func (c *Core) flushRegion(now int64, speaker bool) {
 // speakRegion publishes the region totals gathered for the slot.
 func (c *Core) speakRegion(now int64) {
 	if len(c.region.speech) > 0 && c.region.voice && c.region.epoch != 0 {
-		d := wire.Delta{Sender: crdt.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch, Entries: c.region.speech}
+		d := wire.Delta{Sender: identity.RegionReplica(c.selfPoP.Region, c.region.epoch), SentAt: now, Epoch: c.region.epoch, Entries: c.region.speech}
 		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Delta: &d})
 	}
 	c.region.speech = nil
@@ -320,7 +321,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 
 // unheardRegions adds to names "region/*" for each other region whose every
 // known PoP is in part, so that the share policy freezes its aggregate.
-func (c *Core) unheardRegions(part []crdt.PoPID, names []string) []string {
+func (c *Core) unheardRegions(part []identity.PoPID, names []string) []string {
 	if !c.regionVoices() || len(part) == 0 {
 		return names
 	}
@@ -337,7 +338,7 @@ func (c *Core) unheardRegions(part []crdt.PoPID, names []string) []string {
 	}
 	for _, id := range part {
 		if down[id.Region] {
-			names = append(names, id.Region+"/"+crdt.RegionPoP)
+			names = append(names, id.Region+"/"+identity.RegionPoP)
 			down[id.Region] = false // once
 		}
 	}
@@ -454,6 +455,6 @@ func (c *Core) askFormerRegion(now int64) {
 // region voices are on: its counts reach this node in its region's total,
 // so a PoP total of it (a relay, a publish on a subject this node should
 // not hear) would count them twice.
-func (c *Core) otherRegion(r crdt.Replica) bool {
+func (c *Core) otherRegion(r identity.Replica) bool {
 	return c.regionVoices() && r.Region != c.selfPoP.Region && !r.IsRegion()
 }

@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
 // regionEpochBeat returns a heartbeat of PoP p announcing region epoch e.
-func regionEpochBeat(p crdt.PoPID, at int64, e uint64) Message {
+func regionEpochBeat(p identity.PoPID, at int64, e uint64) Message {
 	hb := heartbeatFrom(p, at)
 	hb.Delta.Entries = []crdt.Entry{{Rule: p.Region, Key: regionEpochKey, Count: e}}
 	return hb
@@ -60,8 +61,8 @@ func TestOwnRegionAggregateOfTheLearnedEpochDoesNotCount(t *testing.T) {
 // superseded epoch would undercount while both sides of a split region
 // speak (docs/replication.md, "Known limits").
 func TestRegionEpochsMeetingOvercountElsewhere(t *testing.T) {
-	euAms := crdt.PoPID{Region: "eu", PoP: "ams"}
-	iad1 := crdt.Replica{PoPID: usIad, Node: "i1", Incarnation: 1}
+	euAms := identity.PoPID{Region: "eu", PoP: "ams"}
+	iad1 := identity.Replica{PoPID: usIad, Node: "i1", Incarnation: 1}
 	c, now := regionCore(t, iad1, euAms, euFra)
 	// eu/fra, not hearing eu/ams, spoke for eu under epoch 9.
 	c.Step(now, regionEpochBeat(euFra, now, 9))
@@ -95,14 +96,14 @@ func TestMembersOfAVoiceAgreeOnTheRegionEpoch(t *testing.T) {
 		t.Run(strings.Join(keys, ","), func(t *testing.T) {
 			s := DefaultSettings()
 			s.RegionVoices = true
-			core := func(r crdt.Replica) *Core {
+			core := func(r identity.Replica) *Core {
 				c, err := New(Config{Node: testNode(t, r).Link(), GlobalLink: true, PoPLink: true, Settings: s})
 				require.NoError(t, err)
 				return c
 			}
 			// Incarnations grow: the PoP's epoch (a1's) is above the region's.
-			ams2 := crdt.Replica{PoPID: ams1.PoPID, Node: "a2", Incarnation: 200}
-			a1 := core(crdt.Replica{PoPID: ams1.PoPID, Node: "a1", Incarnation: 100})
+			ams2 := identity.Replica{PoPID: ams1.PoPID, Node: "a2", Incarnation: 200}
+			a1 := core(identity.Replica{PoPID: ams1.PoPID, Node: "a1", Incarnation: 100})
 			now := t0
 			a1.Tick(now)
 			a1.Step(now, regionEpochBeat(euFra, now, 7)) // eu/fra, since gone
@@ -168,7 +169,7 @@ func TestMembersOfAVoiceAgreeOnTheRegionEpoch(t *testing.T) {
 // asked for again once it is: otherwise a node that restarts never counts
 // what a region that restarted admitted before, until its windows pass.
 func TestFormerRegionTotalsDroppedAreAskedAgain(t *testing.T) {
-	iad1 := crdt.Replica{PoPID: usIad, Node: "i1", Incarnation: 1}
+	iad1 := identity.Replica{PoPID: usIad, Node: "i1", Incarnation: 1}
 	c, now := regionCore(t, iad1, euFra)
 	for range 100 { // started and synced; eu/fra heard, eu's epoch not
 		now += int64(100 * time.Millisecond)
@@ -184,7 +185,7 @@ func TestFormerRegionTotalsDroppedAreAskedAgain(t *testing.T) {
 		t.Fatalf("eu#3 before eu's epoch is known: %+v, want dropped", r)
 	}
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindState, From: euFra, To: usIad, Delta: &wire.Delta{
-		Sender: crdt.PoPReplica(usIad, c.epoch), SentAt: now, Epoch: c.epoch}}) // eu/fra's marker
+		Sender: identity.PoPReplica(usIad, c.epoch), SentAt: now, Epoch: c.epoch}}) // eu/fra's marker
 	c.Ready()
 	c.Step(now, regionEpochBeat(euFra, now, 5))
 	asked := false

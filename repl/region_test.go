@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/wire"
@@ -15,7 +16,7 @@ import (
 
 // regionCore returns a started Core of node r (alone in its PoP) with
 // region voices on, that has heard the PoPs heard.
-func regionCore(t *testing.T, r crdt.Replica, heard ...crdt.PoPID) (*Core, int64) {
+func regionCore(t *testing.T, r identity.Replica, heard ...identity.PoPID) (*Core, int64) {
 	t.Helper()
 	s := DefaultSettings()
 	s.RegionVoices = true
@@ -34,9 +35,9 @@ func regionCore(t *testing.T, r crdt.Replica, heard ...crdt.PoPID) (*Core, int64
 
 // regionTotals returns a region's totals published by PoP from: key's
 // count n under region epoch epoch.
-func regionTotals(from crdt.PoPID, region string, epoch uint64, at int64, key string, n uint64) Message {
+func regionTotals(from identity.PoPID, region string, epoch uint64, at int64, key string, n uint64) Message {
 	return Message{Link: LinkRegion, Kind: KindDelta, From: from, Delta: &wire.Delta{
-		Sender: crdt.RegionReplica(region, epoch), SentAt: at, Epoch: epoch,
+		Sender: identity.RegionReplica(region, epoch), SentAt: at, Epoch: epoch,
 		Entries: []crdt.Entry{{Rule: "api", Key: key, Window: at / int64(ruleWindow), Count: n}}}}
 }
 
@@ -50,9 +51,9 @@ func estimate(t *testing.T, c *Core, now int64, key string) float64 {
 }
 
 var (
-	euFra = crdt.PoPID{Region: "eu", PoP: "fra"}
-	euAaa = crdt.PoPID{Region: "eu", PoP: "aaa"}
-	usIad = crdt.PoPID{Region: "us", PoP: "iad"}
+	euFra = identity.PoPID{Region: "eu", PoP: "fra"}
+	euAaa = identity.PoPID{Region: "eu", PoP: "aaa"}
+	usIad = identity.PoPID{Region: "us", PoP: "iad"}
 )
 
 // The voice is the region's first PoP by name among those heard that can
@@ -148,7 +149,7 @@ func TestRegionTotalsAreTakenOnlyFromTheirRegion(t *testing.T) {
 	for _, m := range []Message{
 		regionTotals(usIad, "eu", 5, now, "k", 500), // us/iad speaking for eu
 		{Link: LinkRegion, Kind: KindDelta, From: usIad, Delta: &wire.Delta{ // a PoP's replica on the region link
-			Sender: crdt.PoPReplica(usIad, 5), SentAt: now, Epoch: 5,
+			Sender: identity.PoPReplica(usIad, 5), SentAt: now, Epoch: 5,
 			Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: now / int64(ruleWindow), Count: 500}}}},
 		regionTotals(usIad, "us", 0, now, "k", 500), // no epoch
 	} {
@@ -194,7 +195,7 @@ func TestVoicePublishesRegionTotals(t *testing.T) {
 		t.Fatalf("region messages %+v, want one with one entry", region)
 	}
 	d := region[0].Delta
-	if d.Sender != crdt.RegionReplica("eu", ams1.Incarnation) || d.Entries[0].Count != 13 {
+	if d.Sender != identity.RegionReplica("eu", ams1.Incarnation) || d.Entries[0].Count != 13 {
 		t.Fatalf("published %v count %d, want eu/*/*#%d count 13", d.Sender, d.Entries[0].Count, ams1.Incarnation)
 	}
 }
@@ -202,16 +203,16 @@ func TestVoicePublishesRegionTotals(t *testing.T) {
 // A region whose every PoP is unheard counts as unheard ("region/*"), so
 // the share policy freezes its aggregate; one PoP of it heard keeps it.
 func TestUnheardRegions(t *testing.T) {
-	usSfo := crdt.PoPID{Region: "us", PoP: "sfo"}
+	usSfo := identity.PoPID{Region: "us", PoP: "sfo"}
 	c, _ := regionCore(t, ams1)
 	c.peers.add(usIad, &peer{down: true})
 	c.peers.add(usSfo, &peer{down: true})
-	got := c.unheardRegions([]crdt.PoPID{usIad, usSfo}, []string{"us/iad", "us/sfo"})
+	got := c.unheardRegions([]identity.PoPID{usIad, usSfo}, []string{"us/iad", "us/sfo"})
 	if want := []string{"us/iad", "us/sfo", "us/*"}; !equalStrings(got, want) {
 		t.Fatalf("unheard %v, want %v", got, want)
 	}
 	c.peers.get(usSfo).down = false
-	got = c.unheardRegions([]crdt.PoPID{usIad}, []string{"us/iad"})
+	got = c.unheardRegions([]identity.PoPID{usIad}, []string{"us/iad"})
 	if want := []string{"us/iad"}; !equalStrings(got, want) {
 		t.Fatalf("unheard %v, want %v", got, want)
 	}
@@ -247,7 +248,7 @@ func TestRegionVoicesCarryBlocks(t *testing.T) {
 	c.Ready()
 	until := now + int64(time.Minute)
 
-	blocks := wire.Delta{Sender: crdt.PoPReplica(usIad, 3), SentAt: now, Epoch: 3, Blocks: []blocks.Block{{Rule: "api", Key: "bad", Until: until}}}
+	blocks := wire.Delta{Sender: identity.PoPReplica(usIad, 3), SentAt: now, Epoch: 3, Blocks: []blocks.Block{{Rule: "api", Key: "bad", Until: until}}}
 	if r := c.Step(now, Message{Link: LinkRegion, Kind: KindDelta, From: usIad, Delta: &blocks}); r.Forged || r.Applied.Blocks.Merged != 1 {
 		t.Fatalf("us/iad's blocks: %+v", r)
 	}

@@ -3,7 +3,7 @@ package repl
 import (
 	"sort"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -30,12 +30,12 @@ func (c *Core) relay(now int64) {
 		return // later: which epoch is whose is not known yet
 	}
 	targets := c.relayTo
-	c.relayTo = map[crdt.PoPID]bool{}
-	ids := make([]crdt.PoPID, 0, len(targets))
+	c.relayTo = map[identity.PoPID]bool{}
+	ids := make([]identity.PoPID, 0, len(targets))
 	for id := range targets {
 		ids = append(ids, id)
 	}
-	since := func(id crdt.PoPID) int64 {
+	since := func(id identity.PoPID) int64 {
 		if at, ok := c.waitingSince[id]; ok {
 			return at
 		}
@@ -116,7 +116,7 @@ func (c *Core) relay(now int64) {
 
 // standing reports whether remote PoP id has a traffic share (its counts
 // were merged) or is expected.
-func (c *Core) standing(id crdt.PoPID) bool {
+func (c *Core) standing(id identity.PoPID) bool {
 	p := c.peers.get(id)
 	return p != nil && (p.counted || p.expected)
 }
@@ -126,14 +126,14 @@ func (c *Core) standing(id crdt.PoPID) bool {
 // with hundreds of PoPs, looking every PoP's epoch up for each target was
 // most of a relay's time.
 type heldAggregates struct {
-	byPoP map[crdt.PoPID][]uint64 // the epochs held of each PoP
+	byPoP map[identity.PoPID][]uint64 // the epochs held of each PoP
 	// formerKnown: one of them is an epoch other than its PoP's current
 	// one, which is known; relayed to any PoP that asks (see former).
 	formerKnown bool
 }
 
 func (c *Core) heldAggregates() heldAggregates {
-	h := heldAggregates{byPoP: map[crdt.PoPID][]uint64{}}
+	h := heldAggregates{byPoP: map[identity.PoPID][]uint64{}}
 	for _, r := range c.node.Replicas() {
 		if !r.IsPoP() {
 			continue
@@ -155,7 +155,7 @@ func (c *Core) heldAggregates() heldAggregates {
 // would relay to PoP id (see former): when id asked, an earlier epoch of a
 // PoP whose current epoch is known; always, an epoch of id other than the
 // one it publishes under.
-func (h *heldAggregates) holdsFormer(c *Core, id crdt.PoPID, asked bool) bool {
+func (h *heldAggregates) holdsFormer(c *Core, id identity.PoPID, asked bool) bool {
 	if asked && h.formerKnown {
 		return true
 	}
@@ -169,7 +169,7 @@ func (h *heldAggregates) holdsFormer(c *Core, id crdt.PoPID, asked bool) bool {
 		}
 	}
 	cur := c.regionEpochOf(id.Region)
-	for _, inc := range h.byPoP[crdt.PoPID{Region: id.Region, PoP: crdt.RegionPoP}] {
+	for _, inc := range h.byPoP[identity.PoPID{Region: id.Region, PoP: identity.RegionPoP}] {
 		if cur != 0 && inc != cur {
 			return true // a former epoch of id's region
 		}
@@ -183,7 +183,7 @@ func (h *heldAggregates) holdsFormer(c *Core, id crdt.PoPID, asked bool) bool {
 // those: live nodes re-send only their current epoch's totals, so a node
 // that restarts alone in its PoP would not count them until their windows
 // pass.
-func (c *Core) former(r crdt.Replica, id crdt.PoPID, asked bool) bool {
+func (c *Core) former(r identity.Replica, id identity.PoPID, asked bool) bool {
 	if r.IsRegion() {
 		// A region's aggregate: an earlier region epoch goes to the PoPs
 		// of its region (a region whose nodes all restarted), and to any
@@ -208,7 +208,7 @@ func (c *Core) former(r crdt.Replica, id crdt.PoPID, asked bool) bool {
 
 // currentEpoch returns the epoch PoP id publishes under as this node knows
 // it, or 0 when it does not know it (which no aggregate carries).
-func (c *Core) currentEpoch(id crdt.PoPID) uint64 {
+func (c *Core) currentEpoch(id identity.PoPID) uint64 {
 	if id == c.selfPoP {
 		return c.epoch
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -15,11 +16,11 @@ import (
 func TestRelayNotStarvedByAPoPThatKeepsAsking(t *testing.T) {
 	const interval = 250 * time.Millisecond
 	c, now := syncVictim(t, 100, 100, interval)
-	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
-	evil := crdt.PoPID{Region: "a", PoP: "a"}
+	fra := identity.PoPID{Region: "eu", PoP: "fra"}
+	evil := identity.PoPID{Region: "a", PoP: "a"}
 	// fra had traffic at epoch 5: its counts are merged (it is counted).
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{
-		Sender: crdt.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
+		Sender: identity.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
 		Entries: []crdt.Entry{{Rule: "api", Key: "fra-key", Window: now / int64(ruleWindow), Count: 7}}}})
 	// The attacker: one count entry makes it counted (a traffic share).
 	c.Step(now, countsFrom(evil, now, "evil-key", 1))
@@ -72,9 +73,9 @@ func TestRelayNotStarvedByAPoPThatKeepsAsking(t *testing.T) {
 func TestRelayOfARestartedPoPNotQueuedBehindAHeal(t *testing.T) {
 	const interval = 250 * time.Millisecond
 	c, now := syncVictim(t, 100, 100, interval)
-	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
+	fra := identity.PoPID{Region: "eu", PoP: "fra"}
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{
-		Sender: crdt.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
+		Sender: identity.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
 		Entries: []crdt.Entry{{Rule: "api", Key: "fra-key", Window: now / int64(ruleWindow), Count: 7}}}})
 	others := popIDs(30) // region "r" < ... no: use region "a" so they sort first
 	for i := range others {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // Settings are the replication settings an operator tunes: the edge
@@ -213,7 +213,7 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("max_batch_entries: must be at least 1, got %d", r.MaxBatchEntries)
 	}
 	for i, p := range r.ExpectedPoPs {
-		if _, err := crdt.ParsePoPID(p); err != nil {
+		if _, err := identity.ParsePoPID(p); err != nil {
 			return fmt.Errorf("expected_pops[%d]: %w", i, err)
 		}
 	}
@@ -221,10 +221,10 @@ func (s Settings) Validate() error {
 }
 
 // expectedPoPs returns ExpectedPoPs parsed; s must be valid.
-func (s *Settings) expectedPoPs() []crdt.PoPID {
-	out := make([]crdt.PoPID, 0, len(s.ExpectedPoPs))
+func (s *Settings) expectedPoPs() []identity.PoPID {
+	out := make([]identity.PoPID, 0, len(s.ExpectedPoPs))
 	for _, p := range s.ExpectedPoPs {
-		id, _ := crdt.ParsePoPID(p)
+		id, _ := identity.ParsePoPID(p)
 		out = append(out, id)
 	}
 	return out

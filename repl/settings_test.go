@@ -51,8 +51,8 @@ func TestSettingsValidate(t *testing.T) {
 		{"negative startup sync", func(s *Settings) { s.StartupSync = -time.Second }, "startup_sync: must not be negative, got -1s"},
 		{"negative max batch", func(s *Settings) { s.MaxBatchEntries = -1 }, "max_batch_entries: must be at least 1, got -1"},
 		{"expected pop", func(s *Settings) { s.ExpectedPoPs = []string{"eu/ams"} }, ""},
-		{"expected pop without region", func(s *Settings) { s.ExpectedPoPs = []string{"eu/ams", "ams"} }, `expected_pops[1]: crdt: bad name: "ams" is not region/pop`},
-		{"expected pop with wildcard", func(s *Settings) { s.ExpectedPoPs = []string{"eu/*"} }, `expected_pops[0]: "eu/*": pop: crdt: bad name: "*" must be 1-64 bytes of printable UTF-8 without '.', '*', '>', '/', '#' or white space`},
+		{"expected pop without region", func(s *Settings) { s.ExpectedPoPs = []string{"eu/ams", "ams"} }, `expected_pops[1]: identity: bad name: "ams" is not region/pop`},
+		{"expected pop with wildcard", func(s *Settings) { s.ExpectedPoPs = []string{"eu/*"} }, `expected_pops[0]: "eu/*": pop: identity: bad name: "*" must be 1-64 bytes of printable UTF-8 without '.', '*', '>', '/', '#' or white space`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

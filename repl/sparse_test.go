@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/replicated"
 )
@@ -22,7 +22,7 @@ type sparsePair struct {
 
 func newSparsePair(t *testing.T, sparse *bool) *sparsePair {
 	t.Helper()
-	iad1 := crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1}
+	iad1 := identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1}
 	w := int64(ruleWindow)
 	p := &sparsePair{t: t, an: testNode(t, ams1), in: testNode(t, iad1), now: (t0/w + 1) * w, published: map[string]int{}}
 	s := DefaultSettings()

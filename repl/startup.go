@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -59,7 +60,7 @@ type StartupState struct {
 	WaitingPoP bool `json:"waiting_pop,omitempty"`
 	// Waiting are the expected remote PoPs whose answer has not arrived
 	// (once TimedOut: had not arrived).
-	Waiting []crdt.PoPID `json:"waiting,omitempty"`
+	Waiting []identity.PoPID `json:"waiting,omitempty"`
 	// Unknown: no remote PoPs are expected (Config.ExpectedPoPs), so which
 	// PoPs exist is not known and the node waits the whole StartupSync.
 	Unknown bool `json:"unknown_pops,omitempty"`
@@ -104,8 +105,8 @@ func (c *Core) popSynced() bool {
 
 // unanswered returns the expected remote PoPs that have not sent a marker
 // for the current epoch, sorted.
-func (c *Core) unanswered() []crdt.PoPID {
-	var out []crdt.PoPID
+func (c *Core) unanswered() []identity.PoPID {
+	var out []identity.PoPID
 	for id, p := range c.peers.m {
 		if p.expected && (c.epoch == 0 || p.marked != c.epoch) {
 			out = append(out, id)
@@ -147,7 +148,7 @@ func (c *Core) syncRequest(now int64) *wire.Delta {
 
 // marked records a marker from the PoP from: it has relayed and re-sent
 // everything it holds for this node's epoch.
-func (c *Core) marked(from crdt.PoPID, d *wire.Delta) {
+func (c *Core) marked(from identity.PoPID, d *wire.Delta) {
 	if p := c.peers.get(from); p != nil && c.epoch != 0 && d.Sender.SamePoP(c.self) && d.Sender.Incarnation == c.epoch {
 		p.marked = c.epoch
 	}
@@ -164,7 +165,7 @@ func (c *Core) sendMarkers(now int64) {
 	if c.epoch == 0 || c.resendAt != 0 || len(c.relayTo) > 0 {
 		return // later: after the relay and the re-send
 	}
-	ids := make([]crdt.PoPID, 0, len(c.markTo))
+	ids := make([]identity.PoPID, 0, len(c.markTo))
 	for id := range c.markTo {
 		if !c.relayLater[id] { // its relay waits: so does the marker that ends it
 			ids = append(ids, id)
@@ -179,7 +180,7 @@ func (c *Core) sendMarkers(now int64) {
 		}
 		c.stats.Markers++
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true,
-			Delta: &wire.Delta{Sender: crdt.PoPReplica(id, p.epoch), SentAt: now, Epoch: p.epoch}})
+			Delta: &wire.Delta{Sender: identity.PoPReplica(id, p.epoch), SentAt: now, Epoch: p.epoch}})
 	}
 }
 

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
 // snode is one lone-PoP node of the startup tests.
 type snode struct {
 	c  *Core
-	id crdt.PoPID
+	id identity.PoPID
 }
 
 // startupNet delivers what the nodes make ready to the others, the way NATS
@@ -41,7 +41,7 @@ func startupNet(now int64, drop func(m Message) bool, nodes ...*snode) {
 	}
 }
 
-func startupCore(t *testing.T, r crdt.Replica, wait time.Duration, expected ...crdt.PoPID) *snode {
+func startupCore(t *testing.T, r identity.Replica, wait time.Duration, expected ...identity.PoPID) *snode {
 	t.Helper()
 	c, err := New(Config{Node: testNode(t, r).Link(), GlobalLink: true, Relay: true, Settings: Settings{FlushInterval: 10 * time.Millisecond,
 		AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, ExpectedPoPs: popNames(expected...), StartupSync: wait, SparseUpdates: new(bool)}})
@@ -68,8 +68,8 @@ func globalTotal(t *testing.T, n *snode, now int64) uint64 {
 // until the other PoP has relayed its former epoch's counts and sent its
 // marker (at once when the other PoP is expected), or StartupSync passed.
 func TestStartupSync(t *testing.T) {
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	const wait = 5 * time.Second
 	for _, tc := range []struct {
 		name      string
@@ -83,12 +83,12 @@ func TestStartupSync(t *testing.T) {
 		{"expected pop without markers", true, true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var exp []crdt.PoPID
+			var exp []identity.PoPID
 			if tc.expected {
-				exp = []crdt.PoPID{iad}
+				exp = []identity.PoPID{iad}
 			}
-			b := startupCore(t, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "b1", Incarnation: 1}, 0, ams)
-			a1 := startupCore(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}, wait, exp...)
+			b := startupCore(t, identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "b1", Incarnation: 1}, 0, ams)
+			a1 := startupCore(t, identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 1}, wait, exp...)
 			now := t0
 			var drop func(Message) bool
 			if tc.noMarkers {
@@ -120,7 +120,7 @@ func TestStartupSync(t *testing.T) {
 			}
 
 			// a1 dies; a2 is its next incarnation.
-			a2 := startupCore(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 2}, wait, exp...)
+			a2 := startupCore(t, identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a1", Incarnation: 2}, wait, exp...)
 			if popNode(a2.c).Synced() {
 				t.Fatal("a restarted node is synced before its first tick")
 			}
@@ -170,12 +170,12 @@ func TestStartupSyncOff(t *testing.T) {
 // A marker for another epoch (a former incarnation's answer arriving late)
 // does not end the wait.
 func TestStartupMarkerOfOtherEpoch(t *testing.T) {
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
 	n := startupCore(t, ams1, time.Minute, iad)
 	n.c.Tick(t0)
 	for _, inc := range []uint64{7, ams1.Incarnation} {
 		n.c.Step(t0, Message{Link: LinkGlobal, Kind: KindState, From: iad,
-			Delta: &wire.Delta{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, inc), SentAt: t0, Epoch: inc}})
+			Delta: &wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, inc), SentAt: t0, Epoch: inc}})
 		if got, want := popNode(n.c).Synced(), inc == ams1.Incarnation; got != want {
 			t.Fatalf("marker of epoch %d: synced %v, want %v", inc, got, want)
 		}

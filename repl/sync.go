@@ -3,7 +3,7 @@ package repl
 import (
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // Sync: asking the other PoPs for their totals, and pacing the re-sends
@@ -80,9 +80,9 @@ func (c *Core) scheduleResend(now int64) {
 // due (0: none within the last interval), making room for requester in
 // p.answered: entries older than interval are dropped, and when the table
 // is still full, the latest answer to any node of the PoP counts.
-func (p *peer) lastAnswer(requester crdt.Replica, now, interval int64) int64 {
+func (p *peer) lastAnswer(requester identity.Replica, now, interval int64) int64 {
 	if p.answered == nil {
-		p.answered = map[crdt.Replica]int64{}
+		p.answered = map[identity.Replica]int64{}
 	}
 	if at, ok := p.answered[requester]; ok {
 		return at

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -27,8 +28,8 @@ func syncVictim(t *testing.T, keys, former int, interval time.Duration) (*Core, 
 	}
 	now := t0
 	c.Tick(now)
-	iad := crdt.PoPID{Region: "us", PoP: "iad"}
-	old := &wire.Delta{Sender: crdt.PoPReplica(iad, 1), SentAt: now, Epoch: 1}
+	iad := identity.PoPID{Region: "us", PoP: "iad"}
+	old := &wire.Delta{Sender: identity.PoPReplica(iad, 1), SentAt: now, Epoch: 1}
 	for i := range former {
 		old.Entries = append(old.Entries, crdt.Entry{Rule: "api", Key: fmt.Sprintf("f%d", i), Window: now / int64(ruleWindow), Count: 1})
 	}
@@ -74,14 +75,14 @@ func TestSyncRequestsCostOneResendPerInterval(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		name string
-		from func(i int) (crdt.PoPID, string)
+		from func(i int) (identity.PoPID, string)
 	}{
-		{"one node", func(int) (crdt.PoPID, string) { return crdt.PoPID{Region: "x", PoP: "evil"}, "n" }},
-		{"a thousand nodes of one PoP", func(i int) (crdt.PoPID, string) {
-			return crdt.PoPID{Region: "x", PoP: "evil"}, fmt.Sprintf("n%d", i%1000)
+		{"one node", func(int) (identity.PoPID, string) { return identity.PoPID{Region: "x", PoP: "evil"}, "n" }},
+		{"a thousand nodes of one PoP", func(i int) (identity.PoPID, string) {
+			return identity.PoPID{Region: "x", PoP: "evil"}, fmt.Sprintf("n%d", i%1000)
 		}},
-		{"a thousand PoPs", func(i int) (crdt.PoPID, string) {
-			return crdt.PoPID{Region: "x", PoP: fmt.Sprintf("evil%d", i%1000)}, "n"
+		{"a thousand PoPs", func(i int) (identity.PoPID, string) {
+			return identity.PoPID{Region: "x", PoP: fmt.Sprintf("evil%d", i%1000)}, "n"
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,13 +126,13 @@ func TestSyncRequestsCostOneResendPerInterval(t *testing.T) {
 func TestSyncRelayServesRealPoPsFirst(t *testing.T) {
 	const interval = time.Second
 	c, now := syncVictim(t, 100, 100, interval)
-	fra := crdt.PoPID{Region: "eu", PoP: "fra"}
+	fra := identity.PoPID{Region: "eu", PoP: "fra"}
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{
-		Sender: crdt.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
+		Sender: identity.PoPReplica(fra, 5), SentAt: now, Epoch: 5,
 		Entries: []crdt.Entry{{Rule: "api", Key: "x", Window: now / int64(ruleWindow), Count: 1}}}})
 	for i := range 1000 {
 		now += int64(100 * time.Microsecond)
-		c.Step(now, syncFrom(crdt.PoPID{Region: "x", PoP: fmt.Sprintf("evil%03d", i)}, "n", now))
+		c.Step(now, syncFrom(identity.PoPID{Region: "x", PoP: fmt.Sprintf("evil%03d", i)}, "n", now))
 	}
 	c.Ready()
 	asked := now

@@ -3,7 +3,7 @@ package repl
 import (
 	"strconv"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -11,7 +11,7 @@ import (
 // (memberlist): node#incarnation, so that a restarted node is a new member.
 // Every member computes key ownership over these names, so the transport and
 // the Core must use this same function.
-func MemberName(r crdt.Replica) string {
+func MemberName(r identity.Replica) string {
 	return r.Node + "#" + strconv.FormatUint(r.Incarnation, 10)
 }
 
@@ -80,12 +80,12 @@ type Message struct {
 	Link Link
 	Kind Kind
 	// To is, for an outbound KindState, the PoP to relay to.
-	To crdt.PoPID
+	To identity.PoPID
 	// From is, for an inbound message, the PoP the transport vouches it came
 	// from: the NATS subject's PoP (for KindState the relaying PoP; the
 	// transport delivers only state meant for the own PoP), or the own PoP
 	// for LinkPoP.
-	From crdt.PoPID
+	From identity.PoPID
 	// Reliable asks for a stream transport where there is a choice: large
 	// anti-entropy batches.
 	Reliable bool

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -371,7 +371,7 @@ func TestEvictionMetrics(t *testing.T) {
 func TestReplicatorHook(t *testing.T) {
 	fr := &fakeReplicator{status: ReplicationStatus{
 		Members:    []Member{{Name: "ams-1", State: "alive"}, {Name: "ams-2", Addr: "127.0.0.1:1", State: "suspect"}},
-		RemotePoPs: []RemotePoP{{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, LastHeardMS: 3000, Partitioned: true}},
+		RemotePoPs: []RemotePoP{{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, LastHeardMS: 3000, Partitioned: true}},
 		Partitions: []string{"us/iad"},
 	}}
 	var env ReplicationEnv

@@ -20,14 +20,14 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // t0 is a test time at the start of a minute (and of every shorter window
 // that divides a minute).
 const t0 = int64(28_333_333) * int64(time.Minute)
 
-var testSelf = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 7}
+var testSelf = identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 7}
 
 // baseYAML makes every listener pick a free port on 127.0.0.1.
 // A test config without a listen section gets listen.api on a free port.

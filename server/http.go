@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/server/frontend"
 )
@@ -169,7 +169,7 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 	frontend.WriteJSON(w, http.StatusOK, struct {
 		Replica string `json:"replica"`
 		Node    string `json:"node"`
-		crdt.PoPID
+		identity.PoPID
 		Incarnation uint64              `json:"incarnation"`
 		Version     string              `json:"version"`
 		GoVersion   string              `json:"go_version"`

@@ -15,6 +15,7 @@ import (
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/internal/statefile"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -125,7 +126,7 @@ func TestStateFileCorrupt(t *testing.T) {
 // Another node's state file is not loaded: its counts are not this node's.
 func TestStateFileOfAnotherNode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
-	other := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-2", Incarnation: 3}
+	other := identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-2", Incarnation: 3}
 	require.NoError(t, statefile.Write(path, statefile.Header{Self: other}, statefile.FromSlice([]wire.Delta{
 		{Sender: other, Entries: []crdt.Entry{{Rule: "per-ip", Key: "mallory", Window: t0 / int64(time.Hour), Count: 10}}}})))
 	a := restarted(t, stateYAML(path))

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
@@ -45,7 +45,7 @@ type Options struct {
 
 // popInfo is one PoP of the topology.
 type popInfo struct {
-	id        crdt.PoPID
+	id        identity.PoPID
 	regionIdx int
 	nodes     []int32
 	live      []int32 // nodes up, in index order
@@ -97,7 +97,7 @@ type engine struct {
 
 	regions  []string
 	pops     []popInfo
-	popIndex map[crdt.PoPID]int32 // PoP -> PoP index
+	popIndex map[identity.PoPID]int32 // PoP -> PoP index
 	nodes    []*simNode
 	links    [][]linkModel
 	blocked  [][]bool
@@ -242,7 +242,7 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 	e.fleet = newOracle(len(e.keys), len(e.phases), len(rules))
 	if !opts.NoCentral {
 		e.central, err = pop.New(pop.Config{
-			Self:    crdt.Replica{PoPID: crdt.PoPID{Region: "central", PoP: "central"}, Node: "central", Incarnation: 1},
+			Self:    identity.Replica{PoPID: identity.PoPID{Region: "central", PoP: "central"}, Node: "central", Incarnation: 1},
 			Rules:   rules,
 			MaxKeys: sc.Replication.MaxKeys,
 			Seed:    e.storeSeed,
@@ -311,7 +311,7 @@ func (e *engine) start(nd *simNode, t int64) error {
 	e.incarnations++
 	nd.inc = e.incarnations
 	n, err := pop.New(pop.Config{
-		Self:    crdt.Replica{PoPID: e.pops[nd.pop].id, Node: nd.name, Incarnation: nd.inc},
+		Self:    identity.Replica{PoPID: e.pops[nd.pop].id, Node: nd.name, Incarnation: nd.inc},
 		Rules:   e.rules,
 		MaxKeys: e.sc.Replication.MaxKeys,
 		Seed:    (e.storeSeed ^ uint64(nd.idx)<<32 ^ nd.inc) | 1,

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -72,12 +72,12 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 	for gi, byWin := range reps {
 		truth[gi] = map[int64]uint64{}
 		for w, m := range byWin {
-			members := map[crdt.PoPID]uint64{} // PoP -> sum of its members' counts
-			started := map[crdt.Replica]bool{} // aggregates of the epochs the members' replicas started
+			members := map[identity.PoPID]uint64{} // PoP -> sum of its members' counts
+			started := map[identity.Replica]bool{} // aggregates of the epochs the members' replicas started
 			for s, c := range m {
-				if r, err := crdt.ParseReplica(s); err == nil && !r.IsPoP() {
+				if r, err := identity.ParseReplica(s); err == nil && !r.IsPoP() {
 					members[r.PoPID] += c
-					started[crdt.PoPReplica(r.PoPID, r.Incarnation)] = true
+					started[identity.PoPReplica(r.PoPID, r.Incarnation)] = true
 				}
 			}
 			// An aggregate of the current epoch, or of an epoch a member
@@ -85,12 +85,12 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 			// the PoP's); one of an epoch whose members are gone adds. A
 			// region's aggregate of its current region epoch stands for the
 			// region's PoPs in the same way; one of a former epoch adds.
-			aggCur := map[crdt.PoPID]uint64{}
+			aggCur := map[identity.PoPID]uint64{}
 			regCur := map[string]uint64{}
 			byRegion := map[string]uint64{}
 			var sum uint64
 			for s, c := range m {
-				r, err := crdt.ParseReplica(s)
+				r, err := identity.ParseReplica(s)
 				switch {
 				case err != nil || !r.IsPoP():
 				case r.IsRegion() && r.Incarnation == regions[r.Region]:
@@ -126,8 +126,8 @@ func (e *engine) joinTruth(t int64) []map[int64]uint64 {
 }
 
 // currentEpochs returns the epoch of each PoP's live members.
-func (e *engine) currentEpochs() map[crdt.PoPID]uint64 {
-	out := map[crdt.PoPID]uint64{}
+func (e *engine) currentEpochs() map[identity.PoPID]uint64 {
+	out := map[identity.PoPID]uint64{}
 	for _, nd := range e.nodes {
 		if !nd.up {
 			continue

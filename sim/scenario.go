@@ -16,7 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 )
@@ -409,7 +409,7 @@ func (sc *Scenario) Validate() error {
 	nodes := 0
 	for i, rg := range sc.Topology {
 		f := fmt.Sprintf("topology[%d]", i)
-		if err := crdt.ValidName(rg.Region); err != nil {
+		if err := identity.ValidName(rg.Region); err != nil {
 			return fmt.Errorf("%s.region: %w", f, err)
 		}
 		if names[rg.Region] != "" {
@@ -421,7 +421,7 @@ func (sc *Scenario) Validate() error {
 		}
 		for j, p := range rg.PoPs {
 			g := fmt.Sprintf("%s.pops[%d]", f, j)
-			if err := crdt.ValidName(p.Name); err != nil {
+			if err := identity.ValidName(p.Name); err != nil {
 				return fmt.Errorf("%s.name: %w", g, err)
 			}
 			if names[p.Name] != "" {

@@ -1,6 +1,6 @@
 package sim
 
-import "github.com/geolimit/geolimit/crdt"
+import "github.com/geolimit/geolimit/identity"
 
 func (e *engine) buildTopology() error {
 	popIndex := map[string]int{}
@@ -9,7 +9,7 @@ func (e *engine) buildTopology() error {
 		for _, p := range rg.PoPs {
 			pi := len(e.pops)
 			popIndex[p.Name] = pi
-			info := popInfo{id: crdt.PoPID{Region: rg.Region, PoP: p.Name}, regionIdx: ri}
+			info := popInfo{id: identity.PoPID{Region: rg.Region, PoP: p.Name}, regionIdx: ri}
 			for k := 1; k <= p.Nodes; k++ {
 				nd := &simNode{idx: int32(len(e.nodes)), name: nodeName(p.Name, k), pop: int32(pi), region: ri}
 				info.nodes = append(info.nodes, nd.idx)
@@ -18,7 +18,7 @@ func (e *engine) buildTopology() error {
 			e.pops = append(e.pops, info)
 		}
 	}
-	e.popIndex = map[crdt.PoPID]int32{}
+	e.popIndex = map[identity.PoPID]int32{}
 	for i, p := range e.pops {
 		e.popIndex[p.id] = int32(i)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/replicated/inflight"
 	"github.com/geolimit/geolimit/replicated/memos"
@@ -78,7 +79,7 @@ var (
 // from which sender is the owning package's trust rule (docs/security.md).
 type Delta struct {
 	// Sender owns every count of the batch.
-	Sender crdt.Replica
+	Sender identity.Replica
 	// SentAt is the sender's clock (Unix nanoseconds) when it flushed the batch,
 	// used only to measure replication lag.
 	SentAt int64

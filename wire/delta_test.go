@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/memos"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire/codec"
@@ -29,7 +30,7 @@ func seeded(t *testing.T, seed uint64) *rand.Rand {
 }
 
 func sampleDelta(rng *rand.Rand, n int) *Delta {
-	d := &Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: rng.Uint64()}, SentAt: rng.Int64(), Epoch: rng.Uint64()}
+	d := &Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: rng.Uint64()}, SentAt: rng.Int64(), Epoch: rng.Uint64()}
 	rules := []string{"per-ip", "api", "login"}
 	for i := 0; i < n; i++ {
 		d.Entries = append(d.Entries, crdt.Entry{
@@ -79,14 +80,14 @@ func TestDeltaEpochRoundTrip(t *testing.T) {
 	dec := NewDecoder()
 	var got Delta
 	for _, tt := range []struct {
-		sender crdt.Replica
+		sender identity.Replica
 		epoch  uint64
 	}{
-		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
-		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 1},
-		{crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 42), 42},
-		{crdt.PoPReplica(crdt.PoPID{Region: "us", PoP: "iad"}, math.MaxUint64), math.MaxUint64},
-		{crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
+		{identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
+		{identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 1},
+		{identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 42), 42},
+		{identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, math.MaxUint64), math.MaxUint64},
+		{identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 9}, 0},
 	} {
 		d := &Delta{Sender: tt.sender, SentAt: 5, Epoch: tt.epoch, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 7, Count: 1}}}
 		msgs, err := Encode(d, 0)
@@ -143,14 +144,14 @@ func TestDecodeVersions(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.epoch, out.Epoch)
-			assert.Equal(t, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}, out.Sender)
+			assert.Equal(t, identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}, out.Sender)
 			assert.Equal(t, []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 3}}, out.Entries)
 		})
 	}
 }
 
 func TestDeltaEdgeValues(t *testing.T) {
-	d := &Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "r", PoP: "p"}, Node: "n", Incarnation: math.MaxUint64}, SentAt: math.MinInt64, Entries: []crdt.Entry{
+	d := &Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "r", PoP: "p"}, Node: "n", Incarnation: math.MaxUint64}, SentAt: math.MinInt64, Entries: []crdt.Entry{
 		{Rule: strings.Repeat("r", codec.MaxRuleNameLen), Key: strings.Repeat("k", codec.MaxKeyLen), Window: math.MaxInt64, Count: math.MaxUint64},
 		{Rule: strings.Repeat("r", codec.MaxRuleNameLen), Key: "x", Window: math.MinInt64 + 1, Count: 0},
 		{Rule: "neg", Key: "y", Window: -5, Count: 1},
@@ -185,12 +186,12 @@ func TestEncodeSplitsUnderMaxBytes(t *testing.T) {
 }
 
 func TestEncodeRejectsBadInput(t *testing.T) {
-	good := crdt.Replica{PoPID: crdt.PoPID{Region: "r", PoP: "p"}, Node: "n"}
+	good := identity.Replica{PoPID: identity.PoPID{Region: "r", PoP: "p"}, Node: "n"}
 	tests := []struct {
 		name string
 		d    Delta
 	}{
-		{"bad sender", Delta{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "r/x", PoP: "p"}, Node: "n"}}},
+		{"bad sender", Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "r/x", PoP: "p"}, Node: "n"}}},
 		{"empty key", Delta{Sender: good, Entries: []crdt.Entry{{Rule: "a", Key: ""}}}},
 		{"long key", Delta{Sender: good, Entries: []crdt.Entry{{Rule: "a", Key: strings.Repeat("k", codec.MaxKeyLen+1)}}}},
 		{"long rule", Delta{Sender: good, Entries: []crdt.Entry{{Rule: strings.Repeat("r", codec.MaxRuleNameLen+1), Key: "k"}}}},

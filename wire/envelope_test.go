@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/replicated/inflight"
 	"github.com/geolimit/geolimit/replicated/memos"
@@ -63,7 +64,7 @@ var updateGolden = flag.Bool("update-golden", false, "write testdata/golden/v7-*
 // goldenDeltas are the deltas whose current encodings are kept in
 // testdata/golden as v7-NAME.msgpack.
 func goldenDeltas() map[string]*Delta {
-	node := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1732000000000000007}
+	node := identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1732000000000000007}
 	var id memos.ID
 	for i := range id {
 		id[i] = byte(i * 7)
@@ -76,7 +77,7 @@ func goldenDeltas() map[string]*Delta {
 			Modes:    []modes.RuleMode{{Rule: "api", Mode: modes.Shadow, At: 1764299999000000000, By: node}},
 			Inflight: []inflight.Count{{Rule: "uploads", Key: "tenant-9", Count: 2, Version: 17}},
 		},
-		"pop-totals": {Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 41), SentAt: 1764300000000000000, Epoch: 41,
+		"pop-totals": {Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 41), SentAt: 1764300000000000000, Epoch: 41,
 			Entries: []crdt.Entry{{Rule: "api", Key: "203.0.113.7", Window: 29405000, Count: 97}}},
 		"heartbeat": {Sender: node, SentAt: 1764300000000000000, Epoch: 41},
 	}

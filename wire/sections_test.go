@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/replicated/inflight"
 	"github.com/geolimit/geolimit/replicated/memos"
@@ -252,7 +252,7 @@ func sampleModes(rng *rand.Rand, n int) []modes.RuleMode {
 			Rule: rules[rng.IntN(len(rules))],
 			Mode: uint8(rng.IntN(int(modes.Off) + 1)),
 			At:   1_700_000_000_000_000_000 + rng.Int64N(1e12),
-			By:   crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "n" + strconv.Itoa(rng.IntN(3)), Incarnation: rng.Uint64N(4) + 1},
+			By:   identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "n" + strconv.Itoa(rng.IntN(3)), Incarnation: rng.Uint64N(4) + 1},
 		})
 	}
 	return out
@@ -299,13 +299,13 @@ func TestModesSplit(t *testing.T) {
 }
 
 func TestModesEncodeRefuses(t *testing.T) {
-	self := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}
+	self := identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}
 	for name, m := range map[string]modes.RuleMode{
 		"empty rule":    {Mode: modes.Off, By: self},
 		"bad mode":      {Rule: "api", Mode: 9, By: self},
-		"bad writer":    {Rule: "api", Mode: modes.Off, By: crdt.Replica{Node: "n1"}},
+		"bad writer":    {Rule: "api", Mode: modes.Off, By: identity.Replica{Node: "n1"}},
 		"long rule":     {Rule: string(make([]byte, codec.MaxRuleNameLen+1)), By: self},
-		"writer w/ dot": {Rule: "api", By: crdt.Replica{PoPID: crdt.PoPID{Region: "e.u", PoP: "ams"}, Node: "n1"}},
+		"writer w/ dot": {Rule: "api", By: identity.Replica{PoPID: identity.PoPID{Region: "e.u", PoP: "ams"}, Node: "n1"}},
 	} {
 		_, err := Encode(&Delta{Sender: self, Modes: []modes.RuleMode{m}}, 0)
 		assert.Error(t, err, name)
@@ -342,7 +342,7 @@ func TestModesDecodeHostile(t *testing.T) {
 	good := enc(func(e *msgpack.Encoder) { header(e, 5); _ = e.EncodeArrayLen(7); item(e, 3, "n1") })
 	d, err := Decode(good)
 	require.NoError(t, err)
-	require.Equal(t, []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: 7, By: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}}}, d.Modes)
+	require.Equal(t, []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: 7, By: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}}}, d.Modes)
 	for name, b := range map[string][]byte{
 		"mode out of range": enc(func(e *msgpack.Encoder) { header(e, 5); _ = e.EncodeArrayLen(7); item(e, 4, "n1") }),
 		"writer with a dot": enc(func(e *msgpack.Encoder) { header(e, 5); _ = e.EncodeArrayLen(7); item(e, 1, "n.1") }),

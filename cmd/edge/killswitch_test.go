@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -175,12 +175,12 @@ func TestKillSwitchReachesThreeRegions(t *testing.T) {
 	require.NoError(t, err)
 	defer nc.Close()
 	now := time.Now().UnixNano()
-	ams := crdt.PoPID{Region: "eu", PoP: "ams"}
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
 	for _, d := range []wire.Delta{
-		{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1},
-			Modes: []modes.RuleMode{{Rule: "login", Mode: modes.Off, At: now, By: crdt.Replica{PoPID: crdt.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1}}}},
-		{Sender: crdt.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1},
-			Modes: []modes.RuleMode{{Rule: "login", Mode: modes.Shadow, At: now - int64(time.Second), By: crdt.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1}}}},
+		{Sender: identity.Replica{PoPID: identity.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1},
+			Modes: []modes.RuleMode{{Rule: "login", Mode: modes.Off, At: now, By: identity.Replica{PoPID: identity.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1}}}},
+		{Sender: identity.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1},
+			Modes: []modes.RuleMode{{Rule: "login", Mode: modes.Shadow, At: now - int64(time.Second), By: identity.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1}}}},
 	} {
 		msgs, err := wire.Encode(&d, 0)
 		require.NoError(t, err)

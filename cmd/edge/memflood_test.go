@@ -20,6 +20,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -84,8 +85,8 @@ rules:
 		heapPeak = max(heapPeak, heapAlloc(t, apiAddr))
 	}
 	for i := 0; sent < total; i++ {
-		pop := crdt.PoPID{Region: "x" + strconv.Itoa(i%10), PoP: "p" + strconv.Itoa(i%1000)}
-		d := wire.Delta{Sender: crdt.PoPReplica(pop, 1), SentAt: now, Epoch: 1}
+		pop := identity.PoPID{Region: "x" + strconv.Itoa(i%10), PoP: "p" + strconv.Itoa(i%1000)}
+		d := wire.Delta{Sender: identity.PoPReplica(pop, 1), SentAt: now, Epoch: 1}
 		for range 2000 {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: "api", Key: "k" + strconv.Itoa(rng.IntN(1_000_000)), Window: win, Count: uint64(1 + rng.IntN(900))})
 		}

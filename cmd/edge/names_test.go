@@ -18,12 +18,12 @@ import (
 // the daemon refuses the same file the same way.
 func TestCheckConfigRefusesBadNames(t *testing.T) {
 	tests := []struct{ name, node, want string }{
-		{"dotted region", "{id: n1, region: eu.west, pop: ams}", `node.region: crdt: bad name: "eu.west"`},
-		{"wildcard pop", "{id: n1, region: eu, pop: 'ams>'}", `node.pop: crdt: bad name: "ams>"`},
-		{"pop with a space", "{id: n1, region: eu, pop: 'ams 2'}", `node.pop: crdt: bad name: "ams 2"`},
-		{"node named like an aggregate", "{id: '*', region: eu, pop: ams}", `node.id: crdt: bad name: "*"`},
-		{"node id with a slash", "{id: 'a/b', region: eu, pop: ams}", `node.id: crdt: bad name: "a/b"`},
-		{"region too long", "{id: n1, region: " + strings.Repeat("r", 65) + ", pop: ams}", "node.region: crdt: bad name:"},
+		{"dotted region", "{id: n1, region: eu.west, pop: ams}", `node.region: identity: bad name: "eu.west"`},
+		{"wildcard pop", "{id: n1, region: eu, pop: 'ams>'}", `node.pop: identity: bad name: "ams>"`},
+		{"pop with a space", "{id: n1, region: eu, pop: 'ams 2'}", `node.pop: identity: bad name: "ams 2"`},
+		{"node named like an aggregate", "{id: '*', region: eu, pop: ams}", `node.id: identity: bad name: "*"`},
+		{"node id with a slash", "{id: 'a/b', region: eu, pop: ams}", `node.id: identity: bad name: "a/b"`},
+		{"region too long", "{id: n1, region: " + strings.Repeat("r", 65) + ", pop: ams}", "node.region: identity: bad name:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -266,7 +266,7 @@ func testMultiRegionExample(t *testing.T, rel string) {
 		// eu/ams's it may not publish on ap/sin's subjects, so ap/sin
 		// still goes partitioned. (On the open example's links these
 		// heartbeats keep it looking healthy.)
-		stop := spoofHeartbeats(t, "nats://"+e.Addr(t, "127.0.0.1:4222"), crdt.PoPID{Region: "ap", PoP: "sin"})
+		stop := spoofHeartbeats(t, "nats://"+e.Addr(t, "127.0.0.1:4222"), identity.PoPID{Region: "ap", PoP: "sin"})
 		defer stop()
 	}
 	partitions := func(d *daemon) []string {
@@ -329,7 +329,7 @@ func expandBraces(s string) []string {
 // (after checking that a client without credentials is refused) and
 // publishes heartbeats of PoP id every 100ms until the returned function is
 // called; the server must refuse them as a permissions violation.
-func spoofHeartbeats(t *testing.T, url string, id crdt.PoPID) func() {
+func spoofHeartbeats(t *testing.T, url string, id identity.PoPID) func() {
 	t.Helper()
 	_, err := nats.Connect(url, nats.Timeout(5*time.Second))
 	require.Error(t, err, "a client without credentials")
@@ -350,7 +350,7 @@ func spoofHeartbeats(t *testing.T, url string, id crdt.PoPID) func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			parts, err := wire.Encode(&wire.Delta{Sender: crdt.Replica{PoPID: id, Node: "sin-1", Incarnation: 1}, SentAt: time.Now().UnixNano()}, 1<<20)
+			parts, err := wire.Encode(&wire.Delta{Sender: identity.Replica{PoPID: id, Node: "sin-1", Incarnation: 1}, SentAt: time.Now().UnixNano()}, 1<<20)
 			if err == nil {
 				_ = nc.Publish(gossip.HeartbeatSubject("", id), parts[0])
 			}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 )
 
@@ -29,7 +29,7 @@ func Rules() []pop.Rule {
 func NewNode(t testing.TB, region, popName, name string, rules []pop.Rule) *pop.Node {
 	t.Helper()
 	return NewNodeConfig(t, pop.Config{
-		Self:  crdt.Replica{PoPID: crdt.PoPID{Region: region, PoP: popName}, Node: name},
+		Self:  identity.Replica{PoPID: identity.PoPID{Region: region, PoP: popName}, Node: name},
 		Rules: rules,
 	})
 }

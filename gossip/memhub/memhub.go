@@ -19,8 +19,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // Faults are the network faults a Hub injects into every delivery.
@@ -44,7 +44,7 @@ type Hub struct {
 	mu      sync.Mutex
 	rng     *rand.Rand
 	faults  Faults
-	cut     map[[2]crdt.PoPID]bool // from, to
+	cut     map[[2]identity.PoPID]bool // from, to
 	eps     map[*endpoint]bool
 	q       deliveryHeap
 	seq     uint64
@@ -62,7 +62,7 @@ type Hub struct {
 func New(seed uint64) *Hub {
 	h := &Hub{
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		cut:  map[[2]crdt.PoPID]bool{},
+		cut:  map[[2]identity.PoPID]bool{},
 		eps:  map[*endpoint]bool{},
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
@@ -91,15 +91,15 @@ func (h *Hub) SetRegionVoices(on bool) {
 }
 
 // Cut stops deliveries from PoP a to PoP b and from b to a.
-func (h *Hub) Cut(a, b crdt.PoPID) {
+func (h *Hub) Cut(a, b identity.PoPID) {
 	h.CutOneWay(a, b)
 	h.CutOneWay(b, a)
 }
 
 // CutOneWay stops deliveries from PoP from to PoP to (an asymmetric partition).
-func (h *Hub) CutOneWay(from, to crdt.PoPID) {
+func (h *Hub) CutOneWay(from, to identity.PoPID) {
 	h.mu.Lock()
-	h.cut[[2]crdt.PoPID{from, to}] = true
+	h.cut[[2]identity.PoPID{from, to}] = true
 	h.mu.Unlock()
 }
 
@@ -123,17 +123,17 @@ func (h *Hub) Close() {
 
 // PoP returns a gossip.Connect for a node called name of PoP self that
 // reaches the other nodes of self, like memberlist.
-func (h *Hub) PoP(self crdt.PoPID, name string) gossip.Connect {
+func (h *Hub) PoP(self identity.PoPID, name string) gossip.Connect {
 	return h.connect(self, name, true)
 }
 
 // Global returns a gossip.Connect for a node called name of PoP self that
 // reaches the nodes of every other PoP, like NATS.
-func (h *Hub) Global(self crdt.PoPID, name string) gossip.Connect {
+func (h *Hub) Global(self identity.PoPID, name string) gossip.Connect {
 	return h.connect(self, name, false)
 }
 
-func (h *Hub) connect(self crdt.PoPID, name string, local bool) gossip.Connect {
+func (h *Hub) connect(self identity.PoPID, name string, local bool) gossip.Connect {
 	return func(hd gossip.Handler) (gossip.Transport, error) {
 		ep := &endpoint{hub: h, self: self, name: name, local: local, h: hd}
 		h.mu.Lock()
@@ -180,7 +180,7 @@ func cmpString(a, b string) int {
 
 // publish delivers msg from endpoint from to every endpoint it reaches, or
 // with a relay target only to that PoP's endpoints, as if from that PoP.
-func (h *Hub) publish(from *endpoint, kind gossip.Kind, msg []byte, relayTo *crdt.PoPID) {
+func (h *Hub) publish(from *endpoint, kind gossip.Kind, msg []byte, relayTo *identity.PoPID) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -188,7 +188,7 @@ func (h *Hub) publish(from *endpoint, kind gossip.Kind, msg []byte, relayTo *crd
 	}
 	now := time.Now()
 	for to := range h.eps {
-		if to == from || !from.reaches(to) || h.cut[[2]crdt.PoPID{from.self, to.self}] {
+		if to == from || !from.reaches(to) || h.cut[[2]identity.PoPID{from.self, to.self}] {
 			continue
 		}
 		if h.regionVoices && !from.local && kind == gossip.KindDelta && to.self.Region != from.self.Region {
@@ -253,7 +253,7 @@ func (h *Hub) run() {
 type delivery struct {
 	at   time.Time
 	seq  uint64
-	from crdt.PoPID
+	from identity.PoPID
 	to   *endpoint
 	kind gossip.Kind
 	msg  []byte
@@ -280,7 +280,7 @@ func (q *deliveryHeap) Pop() any {
 // endpoint is one node's gossip.Transport on a Hub.
 type endpoint struct {
 	hub   *Hub
-	self  crdt.PoPID
+	self  identity.PoPID
 	name  string
 	local bool
 	h     gossip.Handler
@@ -323,7 +323,7 @@ func (e *endpoint) Publish(kind gossip.Kind, msg []byte, reliable bool) error {
 
 // Relay delivers msg as gossip.KindState to the endpoints of PoP to (Global
 // endpoints only).
-func (e *endpoint) Relay(to crdt.PoPID, msg []byte) error {
+func (e *endpoint) Relay(to identity.PoPID, msg []byte) error {
 	if e.isClosed() {
 		return gossip.ErrClosed
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/internal/edgerepl"
 	"github.com/geolimit/geolimit/server"
 )
@@ -24,7 +24,7 @@ type aheadClock time.Duration
 
 func (c aheadClock) Now() int64 { return time.Now().UnixNano() + int64(c) }
 
-func startEdge(t *testing.T, yaml string, self crdt.Replica, clk aheadClock) *server.App {
+func startEdge(t *testing.T, yaml string, self identity.Replica, clk aheadClock) *server.App {
 	t.Helper()
 	cfg, err := config.Parse([]byte(yaml))
 	require.NoError(t, err)
@@ -60,12 +60,12 @@ replication: {flush_interval: 20ms, peer_timeout: 1s, startup_sync: 0s}
 node: {id: ams-1, region: eu, pop: ams}
 nats: {embedded: {listen: "127.0.0.1:-1"}}
 rules: [{name: api, limit: 100, window: 10s, scope: global}]
-`+common, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, 0)
+`+common, identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, 0)
 	startEdge(t, `
 node: {id: iad-1, region: us, pop: iad}
 nats: {url: "`+ams.NATSURL()+`"}
 rules: [{name: api, limit: 100, window: 20s, scope: global}]
-`+common, crdt.Replica{PoPID: crdt.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}, aheadClock(30*time.Second))
+`+common, identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "iad-1", Incarnation: 1}, aheadClock(30*time.Second))
 	api := "http://" + ams.APIAddr().String()
 	var st struct {
 		Drift []struct {

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/server/engine"
 )
@@ -326,8 +326,8 @@ const (
 // listedPoPs returns the remote PoPs that get their own series: the
 // expected ones and those whose counts were merged first, then the others,
 // each by name, maxPoPSeries at most.
-func listedPoPs(ps []gossip.RemotePoP) map[crdt.PoPID]bool {
-	out := make(map[crdt.PoPID]bool, min(len(ps), maxPoPSeries))
+func listedPoPs(ps []gossip.RemotePoP) map[identity.PoPID]bool {
+	out := make(map[identity.PoPID]bool, min(len(ps), maxPoPSeries))
 	for _, standing := range [2]bool{true, false} {
 		for _, p := range ps {
 			if len(out) == maxPoPSeries {

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/gossip"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -26,15 +26,15 @@ listen: {api: "127.0.0.1:0"}
 nats: {embedded: {listen: "127.0.0.1:-1"}}
 replication: {flush_interval: 20ms, peer_timeout: 1s, startup_sync: 0s, expected_pops: [us/iad]}
 rules: [{name: api, limit: 100, window: 10s, scope: global}]
-`, crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, 0)
+`, identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, 0)
 	api := "http://" + ams.APIAddr().String()
 	nc, err := nats.Connect(ams.NATSURL())
 	require.NoError(t, err)
 	defer nc.Close()
 	now := time.Now().UnixNano()
 	for i := range 500 {
-		p := crdt.PoPID{Region: "x", PoP: fmt.Sprintf("p%03d", i)}
-		b, err := wire.Encode(&wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now}, 1<<20)
+		p := identity.PoPID{Region: "x", PoP: fmt.Sprintf("p%03d", i)}
+		b, err := wire.Encode(&wire.Delta{Sender: identity.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now}, 1<<20)
 		require.NoError(t, err)
 		require.NoError(t, nc.Publish(gossip.HeartbeatSubject("", p), b[0]))
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/internal/statefile"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/wire"
@@ -27,7 +27,7 @@ import (
 func BenchmarkStateFile(b *testing.B) {
 	const keys = 500_000
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).UnixNano()
-	self := crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}
+	self := identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}
 	rules := []pop.Rule{
 		{Name: "api", Limit: 1000, Window: time.Minute, Cost: 1, Scope: pop.ScopeGlobal},
 		{Name: "ip", Limit: 1000, Window: time.Minute, Cost: 1, Scope: pop.ScopePoP},
@@ -125,7 +125,7 @@ func (p *peak) watch(seq func(func(*wire.Delta) bool)) func(func(*wire.Delta) bo
 // measured against).
 func snapshot(n *pop.Node, now int64) []wire.Delta {
 	var out []wire.Delta
-	at := map[crdt.Replica]int{}
+	at := map[identity.Replica]int{}
 	for d := range n.SnapshotEach(now) {
 		i, ok := at[d.Sender]
 		if !ok {

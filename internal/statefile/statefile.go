@@ -39,7 +39,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -69,14 +69,14 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // Header is what a state file says of itself.
 type Header struct {
 	// Self is the replica that wrote it.
-	Self crdt.Replica
+	Self identity.Replica
 	// SavedAt is the writer's clock when it wrote it (Unix nanoseconds).
 	SavedAt int64
 }
 
 // State is a whole state file in memory (Encode, Decode).
 type State struct {
-	Self    crdt.Replica
+	Self    identity.Replica
 	SavedAt int64
 	// Deltas are the counts, one or more deltas per replica.
 	Deltas []wire.Delta
@@ -290,7 +290,7 @@ func open(r io.ReaderAt, size int64) (*File, error) {
 	if size < int64(headerLen+1+4) {
 		return nil, fmt.Errorf("%w: not a state file", ErrCorrupt)
 	}
-	var head [headerLen + binary.MaxVarintLen64 + 4*crdt.MaxNameLen]byte
+	var head [headerLen + binary.MaxVarintLen64 + 4*identity.MaxNameLen]byte
 	n, err := r.ReadAt(head[:min(int64(len(head)), size-4)], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("statefile: read: %w", err)
@@ -309,13 +309,13 @@ func open(r io.ReaderAt, size int64) (*File, error) {
 	f.sum = binary.BigEndian.Uint32(sum[:])
 	f.SavedAt = int64(binary.BigEndian.Uint64(head[len(magic)+1 : headerLen]))
 	ln, k := binary.Uvarint(head[headerLen:n])
-	if k <= 0 || ln > crdt.MaxNameLen*4 || headerLen+k+int(ln) > n {
+	if k <= 0 || ln > identity.MaxNameLen*4 || headerLen+k+int(ln) > n {
 		return nil, f.damaged(fmt.Errorf("%w: writer's name", ErrCorrupt))
 	}
 	name := head[headerLen+k : headerLen+k+int(ln)]
 	f.body = int64(headerLen + k + int(ln))
 	f.headCRC = crc32.Checksum(head[:f.body], crcTable)
-	if f.Self, err = crdt.ParseReplica(string(name)); err != nil {
+	if f.Self, err = identity.ParseReplica(string(name)); err != nil {
 		return nil, f.damaged(fmt.Errorf("%w: writer: %v", ErrCorrupt, err))
 	}
 	// Every delta must decode, and the checksum match, before any delta is

@@ -13,14 +13,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
 
-var self = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 7}
+var self = identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 7}
 
 func sample() *State {
 	return &State{Self: self, SavedAt: 1234567890, Deltas: []wire.Delta{
-		{Sender: crdt.PoPReplica(crdt.PoPID{Region: "eu", PoP: "ams"}, 7), SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 9}}},
+		{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 7), SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: 100, Count: 9}}},
 		{Sender: self, SentAt: 1, Epoch: 7, Entries: []crdt.Entry{{Rule: "local", Key: "203.0.113.7", Window: 5, Count: 3}, {Rule: "ip", Key: "x", Window: 6, Count: 1}}},
 	}}
 }
@@ -83,7 +84,7 @@ func TestDecodeRefusesDamage(t *testing.T) {
 func TestWriteKeepsFormerFileOnError(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	require.NoError(t, write(path, sample()))
-	bad := &State{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu"}}}
+	bad := &State{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu"}}}
 	require.Error(t, write(path, bad))
 	_, err := Read(path)
 	require.NoError(t, err)
@@ -153,12 +154,12 @@ func TestStreaming(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	assert.Equal(t, Header{Self: self, SavedAt: 1234567890}, f.Header)
-	var senders []crdt.Replica
+	var senders []identity.Replica
 	require.NoError(t, f.Deltas(func(d *wire.Delta) error {
 		senders = append(senders, d.Sender)
 		return nil
 	}))
-	assert.Equal(t, []crdt.Replica{sample().Deltas[0].Sender, sample().Deltas[1].Sender}, senders)
+	assert.Equal(t, []identity.Replica{sample().Deltas[0].Sender, sample().Deltas[1].Sender}, senders)
 	stop := errors.New("stop")
 	calls := 0
 	assert.Equal(t, stop, f.Deltas(func(*wire.Delta) error { calls++; return stop }))
@@ -166,7 +167,7 @@ func TestStreaming(t *testing.T) {
 
 	taken := 0
 	bad := func(yield func(*wire.Delta) bool) {
-		for _, d := range []wire.Delta{{Sender: crdt.Replica{PoPID: crdt.PoPID{Region: "no"}}}, sample().Deltas[0]} {
+		for _, d := range []wire.Delta{{Sender: identity.Replica{PoPID: identity.PoPID{Region: "no"}}}, sample().Deltas[0]} {
 			taken++
 			if !yield(&d) {
 				return

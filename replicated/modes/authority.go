@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 )
 
 // Who may set a rule's mode, and which writes a node takes.
@@ -145,7 +145,7 @@ func (a *Authority) Sign(m *RuleMode) {
 // Source is where writes came from, as the transport vouches.
 type Source struct {
 	// PoP is the sending PoP: for a member of the own PoP, the own PoP.
-	PoP crdt.PoPID
+	PoP identity.PoPID
 	// Member: a member of the node's own PoP, or the node's own state
 	// file.
 	Member bool

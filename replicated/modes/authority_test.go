@@ -9,10 +9,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/geolimit/geolimit/crdt"
 )
 
 // key returns a deterministic Ed25519 key pair from seed.
@@ -26,12 +25,12 @@ func key(seed byte) (ed25519.PublicKey, ed25519.PrivateKey) {
 }
 
 var (
-	ams = crdt.PoPID{Region: "eu", PoP: "ams"}
-	iad = crdt.PoPID{Region: "us", PoP: "iad"}
+	ams = identity.PoPID{Region: "eu", PoP: "ams"}
+	iad = identity.PoPID{Region: "us", PoP: "iad"}
 )
 
-func write(by crdt.PoPID) RuleMode {
-	return RuleMode{Rule: "api", Mode: Off, At: 1_700_000_000_000_000_000, By: crdt.Replica{PoPID: by, Node: by.PoP + "-1", Incarnation: 3}}
+func write(by identity.PoPID) RuleMode {
+	return RuleMode{Rule: "api", Mode: Off, At: 1_700_000_000_000_000_000, By: identity.Replica{PoPID: by, Node: by.PoP + "-1", Incarnation: 3}}
 }
 
 // TestAuthorityWithoutKeys: any node may set a mode; from another PoP a

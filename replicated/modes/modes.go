@@ -11,6 +11,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire/codec"
 )
 
@@ -29,7 +30,7 @@ type RuleMode struct {
 	// logical clock: never earlier than any write the writer had seen.
 	At int64
 	// By is the node that set it.
-	By crdt.Replica
+	By identity.Replica
 	// Sig is the write's Ed25519 signature by a mode authority key (see
 	// Authority); all zero when unsigned.
 	Sig [ed25519.SignatureSize]byte
@@ -53,7 +54,7 @@ func Compare(a, b RuleMode) int {
 	if c := cmp.Compare(a.At, b.At); c != 0 {
 		return c
 	}
-	if c := crdt.CompareReplicas(a.By, b.By); c != 0 {
+	if c := identity.CompareReplicas(a.By, b.By); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.Mode, b.Mode)

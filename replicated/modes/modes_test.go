@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,7 +35,7 @@ func TestMergeRuleModeLaws(t *testing.T) {
 			}
 		}
 		// The reference compares writers as strings; the names here make
-		// that the same order as crdt.CompareReplicas.
+		// that the same order as identity.CompareReplicas.
 		require.Equal(t, want, Merge(Merge(a, b), c), "newest wins (seed %d)", seed)
 	}
 }
@@ -48,7 +48,7 @@ func sampleModes(rng *rand.Rand, n int) []RuleMode {
 			Rule: rules[rng.IntN(len(rules))],
 			Mode: uint8(rng.IntN(int(maxMode) + 1)),
 			At:   1_700_000_000_000_000_000 + rng.Int64N(1e12),
-			By:   crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "n" + strconv.Itoa(rng.IntN(3)), Incarnation: rng.Uint64N(4) + 1},
+			By:   identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "n" + strconv.Itoa(rng.IntN(3)), Incarnation: rng.Uint64N(4) + 1},
 		})
 	}
 	return out

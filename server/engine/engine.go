@@ -36,7 +36,7 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/server/frontend"
 )
@@ -139,7 +139,7 @@ type Member struct {
 
 // RemotePoP is one remote PoP and when it was last heard.
 type RemotePoP struct {
-	crdt.PoPID
+	identity.PoPID
 	// LastHeardMS is the time since its last message, in milliseconds.
 	LastHeardMS int64 `json:"last_heard_ms"`
 	Partitioned bool  `json:"partitioned"`
@@ -159,7 +159,7 @@ type Options struct {
 	ConfigPath string
 	// Self is the node's replica identity, with an incarnation that is new
 	// at every start. Required.
-	Self crdt.Replica
+	Self identity.Replica
 	// Clock is the clock; nil means a 1ms coarse clock owned by the App.
 	Clock clock.Clock
 	// Logger is the logger; nil discards logs.

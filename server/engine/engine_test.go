@@ -14,12 +14,12 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/server/engine"
 	"github.com/geolimit/geolimit/server/frontend"
 )
 
-var self = crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}
+var self = identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}
 
 func writeConfig(t *testing.T, path, y string) *config.Config {
 	t.Helper()

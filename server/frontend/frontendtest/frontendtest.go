@@ -11,7 +11,7 @@ import (
 
 	"github.com/geolimit/geolimit/clock"
 	"github.com/geolimit/geolimit/config"
-	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/server/frontend"
 )
@@ -31,7 +31,7 @@ func Env(t testing.TB, yaml string) (frontend.Env, *clock.Manual) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := pop.New(pop.Config{Self: crdt.Replica{PoPID: crdt.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: prules, Seed: 1})
+	n, err := pop.New(pop.Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "ams-1", Incarnation: 1}, Rules: prules, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package crdt
+package identity
 
 import (
 	"errors"
@@ -28,7 +28,7 @@ const MaxNameLen = codec.MaxNameLen
 
 // ErrBadName is returned (wrapped, with the name) for a region, PoP or node
 // name that ValidName refuses.
-var ErrBadName = errors.New("crdt: bad name")
+var ErrBadName = errors.New("identity: bad name")
 
 // ValidName reports whether s can name a region, a PoP or a node: 1 to
 // MaxNameLen bytes of printable UTF-8 without '.', '*', '>', '/', '#' or

@@ -1,4 +1,4 @@
-package crdt
+package identity
 
 import (
 	"strings"
@@ -55,12 +55,12 @@ func TestParsePoPID(t *testing.T) {
 		assert.ErrorIs(t, err, ErrBadName, s)
 	}
 	_, err = ParsePoPID("eu/ams/1")
-	assert.ErrorContains(t, err, `pop: crdt: bad name: "ams/1"`)
+	assert.ErrorContains(t, err, `pop: identity: bad name: "ams/1"`)
 }
 
 func TestPoPIDValidateNamesThePart(t *testing.T) {
-	assert.ErrorContains(t, PoPID{Region: "eu.west", PoP: "ams"}.Validate(), `region: crdt: bad name: "eu.west"`)
-	assert.ErrorContains(t, PoPID{Region: "eu", PoP: ""}.Validate(), `pop: crdt: bad name: ""`)
+	assert.ErrorContains(t, PoPID{Region: "eu.west", PoP: "ams"}.Validate(), `region: identity: bad name: "eu.west"`)
+	assert.ErrorContains(t, PoPID{Region: "eu", PoP: ""}.Validate(), `pop: identity: bad name: ""`)
 	assert.NoError(t, PoPID{Region: "eu", PoP: "ams"}.Validate())
 }
 
