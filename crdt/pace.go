@@ -1,9 +1,6 @@
 package crdt
 
-import (
-	"github.com/geolimit/geolimit/gcra"
-	"github.com/geolimit/geolimit/window"
-)
+import "github.com/geolimit/geolimit/window"
 
 // Paced keys (the generic cell rate algorithm, package gcra).
 //
@@ -25,57 +22,62 @@ import (
 // Paced keys are this replica's own: never marked for Flush, so never
 // replicated.
 
-// PaceResult is the outcome of PaceHashed.
-type PaceResult struct {
-	gcra.Result
-	// Untracked is set when the key is new and the store had no room for
-	// it: the request was decided, and counted when admitted, by the one
-	// TAT the rule's keys without room share in the shard.
-	Untracked bool
+// A Pacer is the rule of a paced key (a GCRA rate, package gcra): Pace
+// decides a request of cost at now for a key whose TAT is tat (now for a
+// key never seen), returning the key's TAT after it and whether it is
+// admitted; Spend returns the TAT after an admission of cost at now that
+// was decided elsewhere. The store calls them under a shard's lock: they
+// must be pure and quick. The store returns the TAT a request was decided
+// against, from which the caller derives the rest of the decision.
+type Pacer interface {
+	Pace(tat, now int64, cost uint64) (next int64, admitted bool)
+	Spend(tat, now int64, cost uint64) int64
 }
 
 // PaceHashed decides a request of cost for (rule, key) at now (Unix
-// nanoseconds) under rate, with h the Hash of (rule, key), into *res; with
-// count, an admitted request moves the key's TAT. width is the rule's store
-// window in nanoseconds: it must be at least rate.Tolerance(), so that the
-// TAT of a key whose windows have all passed is at or before now. A key the
-// store has no room for is decided (and with count, counted) by its rule's
-// shared TAT in the shard, which errs towards denying.
-func (s *Store) PaceHashed(res *PaceResult, h uint64, rule RuleID, key string, now, width int64, rate gcra.Rate, cost uint64, count bool) {
+// nanoseconds) by p, with h the Hash of (rule, key); with count, an
+// admitted request moves the key's TAT. width is the rule's store window in
+// nanoseconds: it must be at least the rate's tolerance (the time a key
+// takes to earn its burst back), so that the TAT of a key whose windows
+// have all passed is at or before now. A key the store has no room for is
+// decided (and with count, counted) by its rule's shared TAT in the shard,
+// which errs towards denying: untracked reports it. tat is the TAT the
+// request was decided against (p.Pace's first argument).
+func (s *Store) PaceHashed(h uint64, rule RuleID, key string, now, width int64, p Pacer, cost uint64, count bool) (tat int64, untracked bool) {
 	sh := s.shardOf(h)
 	idx, _ := window.Split(now, width)
 	sh.mu.Lock()
-	sh.pace(s, res, h, rule, key, now, idx, width, rate, cost, count)
+	tat, _, untracked = sh.pace(s, h, rule, key, now, idx, width, p, cost, count)
 	sh.mu.Unlock() // not deferred: a deferred unlock costs a decision a call
+	return tat, untracked
 }
 
 // pace is PaceHashed in h's shard sh, with idx the index of now's window
 // of width; the caller holds sh.mu.
-func (sh *shard) pace(s *Store, res *PaceResult, h uint64, rule RuleID, key string, now, idx, width int64, rate gcra.Rate, cost uint64, count bool) {
+func (sh *shard) pace(s *Store, h uint64, rule RuleID, key string, now, idx, width int64, p Pacer, cost uint64, count bool) (tat int64, admitted, untracked bool) {
 	i, ok := sh.find(h, rule, key)
-	res.Untracked = false
 	if !ok {
 		if !count && (sh.used >= sh.cap || !sh.roomFor(sh.keyGrowth(len(key)))) {
 			// As Admit does: a check of a new key in a full shard is
 			// judged as a key without room, so that the count agrees.
-			sh.paceUntracked(s, res, rule, now, rate, cost, false)
-			return
+			tat, admitted = sh.paceUntracked(s, rule, now, p, cost, false)
+			return tat, admitted, true
 		}
-		rate.Decide(&res.Result, now, now, cost) // a key never seen
-		if !res.Allowed || !count {
-			return
+		next, admitted := p.Pace(now, now, cost) // a key never seen
+		if !admitted || !count {
+			return now, admitted, false
 		}
 		if i, ok = sh.insert(s, h, rule, key, idx); !ok {
-			sh.paceUntracked(s, res, rule, now, rate, cost, true)
-			return
+			tat, admitted = sh.paceUntracked(s, rule, now, p, cost, true)
+			return tat, admitted, true
 		}
 		sl := &sh.slots[i]
 		sl.other = [2]uint64{} // no sketch's estimate: a TAT is no count
-		sl.own[1] = tatOffset(res.TAT, sl.win, width)
-		return
+		sl.own[1] = tatOffset(next, sl.win, width)
+		return now, true, false
 	}
 	sl := &sh.slots[i]
-	tat := window.Start(sl.win, width) + int64(sl.own[1])
+	tat = window.Start(sl.win, width) + int64(sl.own[1])
 	if idx > sl.win {
 		if idx > sh.now[rule] {
 			sh.now[rule] = idx
@@ -84,14 +86,15 @@ func (sh *shard) pace(s *Store, res *PaceResult, h uint64, rule RuleID, key stri
 		sl.win = idx
 		sl.own[1] = tatOffset(tat, idx, width)
 	}
-	rate.Decide(&res.Result, tat, now, cost)
+	next, admitted := p.Pace(tat, now, cost)
 	switch {
 	case !count:
-	case res.Allowed:
-		sl.own[1] = tatOffset(res.TAT, sl.win, width)
+	case admitted:
+		sl.own[1] = tatOffset(next, sl.win, width)
 	default:
 		sl.mark |= markDenied1
 	}
+	return tat, admitted, false
 }
 
 // PaceTAT returns the TAT of (rule, key) kept by PaceHashed with width, and
@@ -120,16 +123,18 @@ func tatOffset(tat, idx, width int64) uint64 {
 
 // paceUntracked decides a request of a key of rule that found no room with
 // the rule's shared TAT in the shard (aggregate.tat), moving it when count
-// and admitted. The caller holds sh.mu.
-func (sh *shard) paceUntracked(s *Store, res *PaceResult, rule RuleID, now int64, rate gcra.Rate, cost uint64, count bool) {
+// and admitted; it returns the shared TAT it decided against. The caller
+// holds sh.mu.
+func (sh *shard) paceUntracked(s *Store, rule RuleID, now int64, p Pacer, cost uint64, count bool) (tat int64, admitted bool) {
 	a := sh.aggregateOf(rule)
-	rate.Decide(&res.Result, a.tat, now, cost)
-	res.Untracked = true
+	tat = a.tat
+	next, admitted := p.Pace(tat, now, cost)
 	switch {
 	case !count:
-	case res.Allowed:
-		a.tat = res.TAT
+	case admitted:
+		a.tat = next
 	default:
 		s.untrackedDenied.Add(1)
 	}
+	return tat, admitted
 }

@@ -42,10 +42,12 @@ func TestPaceCountHashed(t *testing.T) {
 	hp := RuleHash(hc, counted, paced)
 	now := int64(10 * time.Minute)
 	idx := now / width
-	var res PaceResult
+	var res gcra.Result
 	for i := range 4 {
-		ok := st.PaceCountHashed(&res, hp, paced, hc, counted, "k", now, idx, width, rate, at(10), 1)
+		tat, untracked, ok := st.PaceCountHashed(hp, paced, hc, counted, "k", now, idx, width, rate, at(10), 1)
 		require.True(t, ok)
+		require.False(t, untracked)
+		rate.Decide(&res, tat, now, 1)
 		assert.Equal(t, i < 3, res.Allowed, "request %d", i+1)
 	}
 	assert.Equal(t, 20*time.Second, time.Duration(res.RetryAfter))

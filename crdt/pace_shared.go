@@ -1,9 +1,6 @@
 package crdt
 
-import (
-	"github.com/geolimit/geolimit/gcra"
-	"github.com/geolimit/geolimit/window"
-)
+import "github.com/geolimit/geolimit/window"
 
 // Shared paced keys: a pace kept by several replicas (a pop- or
 // global-scope GCRA rule).
@@ -89,11 +86,11 @@ func (s *Store) MergeHashedDiff(h uint64, rule RuleID, key string, nowIndex, win
 
 // PaceAddHashed moves the TAT of (rule, key), kept by PaceHashed with
 // width, as an admission of cost at now would, without deciding: the TAT
-// becomes max(TAT, now) + cost*rate.Interval. A key not held starts from
+// becomes p.Spend(TAT, now, cost). A key not held starts from
 // now (an empty bucket); one the store has no room for moves its rule's
 // shared TAT in the shard, which PaceHashed decides such keys by. h is the
 // Hash of (rule, key).
-func (s *Store) PaceAddHashed(h uint64, rule RuleID, key string, now, width int64, rate gcra.Rate, cost uint64) {
+func (s *Store) PaceAddHashed(h uint64, rule RuleID, key string, now, width int64, p Pacer, cost uint64) {
 	if cost == 0 {
 		return
 	}
@@ -105,7 +102,7 @@ func (s *Store) PaceAddHashed(h uint64, rule RuleID, key string, now, width int6
 	if !ok {
 		if i, ok = sh.insert(s, h, rule, key, idx); !ok {
 			a := sh.aggregateOf(rule)
-			a.tat = satAddInt(max(a.tat, now), rate.Cost(cost))
+			a.tat = p.Spend(a.tat, now, cost)
 			return
 		}
 		sh.slots[i].other = [2]uint64{} // no sketch's estimate: a TAT is no count
@@ -119,13 +116,5 @@ func (s *Store) PaceAddHashed(h uint64, rule RuleID, key string, now, width int6
 		sl.mark = shiftMark(sl.mark, idx-sl.win)
 		sl.win = idx
 	}
-	sl.own[1] = tatOffset(satAddInt(max(tat, now), rate.Cost(cost)), sl.win, width)
-}
-
-// satAddInt returns a+b for b >= 0, saturating at MaxInt64.
-func satAddInt(a, b int64) int64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return 1<<63 - 1
+	sl.own[1] = tatOffset(p.Spend(tat, now, cost), sl.win, width)
 }

@@ -11,9 +11,18 @@ import (
 	"github.com/geolimit/geolimit/gcra"
 )
 
-func pace(st *Store, rule RuleID, key string, now, width int64, r gcra.Rate, cost uint64, count bool) PaceResult {
-	var res PaceResult
-	st.PaceHashed(&res, st.KeyHash(rule, key), rule, key, now, width, r, cost, count)
+// paceResult is a paced decision in full, as the node core derives it from
+// the TAT the store decided against.
+type paceResult struct {
+	gcra.Result
+	Untracked bool
+}
+
+func pace(st *Store, rule RuleID, key string, now, width int64, r gcra.Rate, cost uint64, count bool) paceResult {
+	var res paceResult
+	var tat int64
+	tat, res.Untracked = st.PaceHashed(st.KeyHash(rule, key), rule, key, now, width, r, cost, count)
+	r.Decide(&res.Result, tat, now, cost)
 	return res
 }
 

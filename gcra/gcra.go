@@ -120,6 +120,22 @@ func (r Rate) Decide(res *Result, tat, now int64, cost uint64) {
 	res.RetryAfter = satSub(next, now) - tol
 }
 
+// Pace decides a request of cost at now for a key whose TAT is tat, as
+// Decide does, returning only the key's TAT after it and whether it is
+// admitted (what a store of TATs keeps; crdt.Pacer).
+func (r Rate) Pace(tat, now int64, cost uint64) (int64, bool) {
+	var res Result
+	r.Decide(&res, tat, now, cost)
+	return res.TAT, res.Allowed
+}
+
+// Spend returns the TAT of a key whose TAT is tat after an admission of
+// cost at now that was not decided by this rate (another replica's,
+// counted as it is learned): max(tat, now) + cost x Interval, unchecked.
+func (r Rate) Spend(tat, now int64, cost uint64) int64 {
+	return satAddInt(max(tat, now), r.Cost(cost))
+}
+
 func mulSat(a uint64, b int64) int64 {
 	if b <= 0 {
 		return 0

@@ -108,6 +108,7 @@ func newGCRAState(r Rule) *ruleState {
 		return newSharedGCRAState(r)
 	}
 	rs := &ruleState{Rule: r, wire: r.WireName(r.Window), multi: true, gcra: true, rate: r.GCRARate()}
+	rs.paceBy = rs.rate
 	rs.width = max(rs.rate.Tolerance(), 1)
 	rs.wins = []*ruleState{rs}
 	rs.clamp = r.Limit
@@ -141,18 +142,21 @@ func (n *Node) admitGCRA(d *Decision, now int64, r *ruleState, key string, cost 
 		h = crdt.RuleHash(hc, r.id, p.id)
 		n.store.PrefetchSlot(h)
 	}
-	var res crdt.PaceResult
 	if count && r.OnUnsure == DenyUnsure {
-		if n.store.PaceHashed(&res, h, p.id, key, now, p.width, p.rate, cost, false); res.Untracked {
+		if _, untracked := n.store.PaceHashed(h, p.id, key, now, p.width, p.paceBy, cost, false); untracked {
 			return UnsureStoreFull
 		}
 	}
+	var tat int64
+	var untracked bool
 	if r.pacer != nil && count {
-		n.paceShared(&res, now, r, h, hc, key, cost)
+		tat, untracked = n.paceShared(now, r, h, hc, key, cost)
 	} else {
-		n.store.PaceHashed(&res, h, p.id, key, now, p.width, p.rate, cost, count)
+		tat, untracked = n.store.PaceHashed(h, p.id, key, now, p.width, p.paceBy, cost, count)
 	}
-	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, res.Untracked
+	var res gcra.Result
+	p.rate.Decide(&res, tat, now, cost) // the store's decision, in full
+	d.Allowed, d.ShadowDenied, d.Untracked = res.Allowed, false, untracked
 	d.Blocked, d.BlockStarted, d.Unsure = false, false, UnsureNone
 	d.Limit, d.Remaining = r.Limit, res.Remaining
 	d.Reset, d.RetryAfter = time.Duration(res.Reset), time.Duration(max(res.RetryAfter, 0))

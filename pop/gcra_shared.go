@@ -66,6 +66,7 @@ func newSharedGCRAState(r Rule) *ruleState {
 	rs.clamp = r.Limit
 	rs.maxCost = r.BurstOf()
 	p := &ruleState{Rule: r, wire: r.Name + pacerWire, multi: true, sub: true, gcra: true, rate: rs.rate}
+	p.paceBy = p.rate
 	p.Scope, p.OnPartition = ScopeNode, Keep
 	p.width = max(p.rate.Tolerance(), 1)
 	p.Window = time.Duration(p.width)
@@ -94,12 +95,14 @@ func (rs *ruleSet) former(name string, w *ruleState) *ruleState {
 // paceShared decides a request of cost for key under r, a pop- or
 // global-scope GCRA rule, by this node's TAT and counts an admission in
 // r's windows for Flush to replicate, under one lock; hp and hc are the
-// store's Hashes of (r.pacer.id, key) and (r.id, key).
-func (n *Node) paceShared(res *crdt.PaceResult, now int64, r *ruleState, hp, hc uint64, key string, cost uint64) {
+// store's Hashes of (r.pacer.id, key) and (r.id, key). It returns what
+// crdt.Store.PaceHashed does.
+func (n *Node) paceShared(now int64, r *ruleState, hp, hc uint64, key string, cost uint64) (tat int64, untracked bool) {
 	p := r.pacer
 	pidx, _ := p.split(now)
 	idx, el := r.split(now)
-	n.store.PaceCountHashed(res, hp, p.id, hc, r.id, key, now, pidx, p.width, p.rate, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, cost)
+	tat, untracked, _ = n.store.PaceCountHashed(hp, p.id, hc, r.id, key, now, pidx, p.width, p.paceBy, crdt.Now{Index: idx, Elapsed: el, Width: r.width}, cost)
+	return tat, untracked
 }
 
 // mergePaced merges entry e of replica rep for r, a pop- or global-scope
@@ -110,7 +113,7 @@ func (n *Node) mergePaced(now, idx int64, r *ruleState, rep crdt.ReplicaID, e *c
 	o, d := n.store.MergeHashedDiff(h, r.id, e.Key, idx, e.Window, rep, count)
 	if d > 0 {
 		p := r.pacer
-		n.store.PaceAddHashed(crdt.RuleHash(h, r.id, p.id), p.id, e.Key, now, p.width, p.rate, d)
+		n.store.PaceAddHashed(crdt.RuleHash(h, r.id, p.id), p.id, e.Key, now, p.width, p.paceBy, d)
 	}
 	return o
 }

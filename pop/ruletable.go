@@ -64,6 +64,9 @@ type ruleState struct {
 	// hands it to admitGCRA).
 	gcra bool
 	rate gcra.Rate
+	// paceBy is rate as the store decides TATs by it (crdt.Pacer), boxed
+	// once with the rule rather than at every decision.
+	paceBy crdt.Pacer
 	// pacer: of a pop- or global-scope GCRA rule, the node-scope state
 	// that keeps this node's TATs of its keys (gcra_shared.go).
 	pacer *ruleState
