@@ -199,6 +199,47 @@ func (n *Node) resnapshot() {
 	n.lastPart = p
 }
 
+// sideFraction returns the PoP-count split of a partition: the PoPs of
+// this side (self's, and those of the replicas held that are not unheard)
+// over every PoP known. A region's aggregate ("region/*", region voices)
+// stands for its region's PoPs: it counts as one PoP only when no PoP of
+// its region is known otherwise, so that a node of another region, which
+// holds the aggregate and hears the region's PoPs unheard, counts each of
+// them once and the aggregate not at all.
+func sideFraction(self string, reps []crdt.Replica, unheard map[string]bool) float64 {
+	all := map[string]bool{self: true}
+	var aggs []string
+	add := func(pop string) {
+		if strings.HasSuffix(pop, "/"+crdt.RegionPoP) {
+			aggs = append(aggs, pop)
+			return
+		}
+		all[pop] = true
+	}
+	for _, r := range reps {
+		add(popOf(r))
+	}
+	for u := range unheard {
+		add(u)
+	}
+	regions := map[string]bool{}
+	for pop := range all {
+		regions[pop[:strings.IndexByte(pop, '/')+1]] = true
+	}
+	for _, a := range aggs {
+		if !regions[a[:len(a)-len(crdt.RegionPoP)]] {
+			all[a] = true
+		}
+	}
+	side := 0
+	for pop := range all {
+		if !unheard[pop] {
+			side++
+		}
+	}
+	return float64(side) / float64(len(all))
+}
+
 // subset reports whether every member of a is in b.
 func subset(a, b map[string]bool) bool {
 	for k := range a {
@@ -219,14 +260,7 @@ func popOf(r crdt.Replica) string { return r.Region + "/" + r.PoP }
 func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *partition {
 	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
 		sides: map[crdt.RuleID]*sideDemand{}}
-	all := map[string]bool{popOf(n.self): true}
-	for _, r := range n.store.Replicas() {
-		all[popOf(r)] = true
-	}
-	for u := range unheard {
-		all[u] = true
-	}
-	p.sideFrac = float64(len(all)-len(unheard)) / float64(len(all))
+	p.sideFrac = sideFraction(popOf(n.self), n.store.Replicas(), unheard)
 	rs := n.rules.Load()
 	for _, r := range rs.sorted {
 		if r.OnPartition == Share && r.Scope == ScopeGlobal {
@@ -236,6 +270,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 	type acc struct {
 		other [2]uint64
 		pops  []popCount
+		cur   []popCount // window c's, while the key has none in c-1
 	}
 	sums := map[shareKey]*acc{}
 	repPoP := map[crdt.ReplicaID]string{}
@@ -265,6 +300,8 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 		}
 		if i == 0 {
 			a.pops = addPoPCount(a.pops, pop, e.Count)
+		} else {
+			a.cur = addPoPCount(a.cur, pop, e.Count)
 		}
 	})
 	sideTot := map[crdt.RuleID][2]uint64{} // per rule: this side's base counts, all
@@ -278,7 +315,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 			old.mu.Unlock()
 		}
 		sh.scale = demandScale(sh.base, r.Limit)
-		sh.frac = max(sideOf(sh.base, unheard, p.sideFrac), n.shareFloor)
+		sh.frac = max(sideOf(sh.base, unheard, curSide(a.cur, unheard, p.sideFrac)), n.shareFloor)
 		sh.snap, sh.prev = sh.frac, sh.frac
 		p.keys[k] = sh
 		t := sideTot[k.rule]
@@ -311,6 +348,29 @@ func (p *partition) retained(k shareKey, r *ruleState, c, hold int64) *share {
 	p.newKeys.mu.Lock()
 	defer p.newKeys.mu.Unlock()
 	return p.newKeys.m[k]
+}
+
+// minCurShare is the least count (in cost units) of the window a cut is
+// noticed in that splits a key without history by traffic rather than by
+// PoP count.
+const minCurShare = 100
+
+// curSide returns the part of cur's counts (a key's counts of the window
+// the cut was noticed in) owned by PoPs not in unheard, when the key had no
+// count in the window before and cur holds minCurShare at least; def
+// otherwise. The sides hold that window as it was before the cut, less
+// what was in flight then: a key first seen in a long window (an hour) is
+// split by its traffic, not by PoP count, at the cost of a share off by
+// the counts of a replication lag.
+func curSide(cur []popCount, unheard map[string]bool, def float64) float64 {
+	var tot uint64
+	for _, pc := range cur {
+		tot += pc.count
+	}
+	if tot < minCurShare {
+		return def
+	}
+	return sideOf(cur, unheard, def)
 }
 
 func addPoPCount(ps []popCount, pop string, c uint64) []popCount {
