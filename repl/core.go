@@ -74,6 +74,9 @@ type Core struct {
 
 	partitioned []crdt.PoPID
 	partVersion uint64
+	// unheard is the set last told to the node core: partitioned less the
+	// PoPs taken for down (crash.go).
+	unheard []crdt.PoPID
 
 	// The near-limit allowance told to the node (allowance.go): the
 	// members' latency, whether a sample raised a latency since, and the
