@@ -161,6 +161,7 @@ func (n *Node) SetUnheard(now int64, pops []string) {
 	defer n.partMu.Unlock()
 	cur := n.part.Load()
 	if len(pops) == 0 {
+		n.told = nil
 		n.exclude(nil)
 		if cur != nil && cur.healed == 0 {
 			healed := *cur
@@ -178,10 +179,31 @@ func (n *Node) SetUnheard(now int64, pops []string) {
 	if healing && len(unheard) == len(cur.unheard) {
 		return
 	}
+	n.told = unheard
 	n.exclude(unheard)
 	p := n.snapshot(now, unheard, n.lastPart)
 	n.part.Store(p)
 	n.lastPart = p
+}
+
+// SetDown tells the node which remote PoPs ("region/pop") it takes for
+// down rather than cut off at now: silent, but their last silence ended
+// in a restart. Their counts are frozen like an unheard PoP's, so the
+// near-limit allowance leaves them out as it does those of SetUnheard's;
+// the share policy holds this side to no share for them, as a PoP that
+// is down spends nothing. Call it whenever the set changes. Safe for
+// concurrent use.
+func (n *Node) SetDown(now int64, pops []string) {
+	n.partMu.Lock()
+	defer n.partMu.Unlock()
+	n.down = nil
+	if len(pops) > 0 {
+		n.down = map[string]bool{}
+		for _, p := range pops {
+			n.down[p] = true
+		}
+	}
+	n.exclude(n.told)
 }
 
 // resnapshot recomputes the shares of a partition in force after the rules

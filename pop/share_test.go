@@ -322,3 +322,24 @@ func TestCurSide(t *testing.T) {
 	assert.InDelta(t, 0.5, curSide([]popCount{{"eu/ams", 30}, {"us/iad", 10}}, unheard, 0.5), 1e-9)
 	assert.InDelta(t, 0.5, curSide(nil, unheard, 0.5), 1e-9)
 }
+
+// A PoP taken for down holds this side to no share: its counts stay
+// counted as they are, and the rest of the limit is this side's.
+func TestDownPoPHoldsNoShare(t *testing.T) {
+	eu, us := shareNodes(t, Share)
+	now := t0
+	for range 60 {
+		_, _ = us.Decide(now, "api", "k", 1)
+	}
+	sync2(t, now, eu, us)
+	eu.SetDown(now, []string{"us/iad"})
+	eu.SetUnheard(now, nil)
+	assert.False(t, eu.Partition(now).Partitioned)
+	admitted := 0
+	for range 60 {
+		if d, err := eu.Decide(now, "api", "k", 1); err == nil && d.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 40, admitted, "the limit less what us/iad counted")
+}

@@ -1,6 +1,11 @@
 package repl
 
-import "github.com/geolimit/geolimit/crdt"
+import (
+	"slices"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/pop"
+)
 
 // A down PoP is not a cut-off PoP.
 //
@@ -46,4 +51,55 @@ func (c *Core) cutOff(part []crdt.PoPID) []crdt.PoPID {
 		out = append(out, id)
 	}
 	return out
+}
+
+// unheardNames returns the names of the PoPs of part ("region/pop"), and
+// "region/*" for each other region all of whose PoPs are in it (region
+// voices).
+func (c *Core) unheardNames(part []crdt.PoPID) []string {
+	names := make([]string, len(part))
+	for i, p := range part {
+		names[i] = p.String()
+	}
+	return c.unheardRegions(part, names) // region.go
+}
+
+// tellDown tells the node core, when it takes them (DownTeller), which
+// PoPs of part are taken for down: those not in cut, the names of the
+// PoPs taken for cut off.
+func (c *Core) tellDown(now int64, part []crdt.PoPID, cut []string) {
+	dt, ok := c.node.(DownTeller)
+	if !ok {
+		return
+	}
+	var down []string
+	for _, n := range c.unheardNames(part) {
+		if !slices.Contains(cut, n) {
+			down = append(down, n)
+		}
+	}
+	if slices.Equal(down, c.down) {
+		return
+	}
+	c.down = down
+	dt.SetDown(now, down)
+}
+
+// DownTeller is a Node that takes the PoPs taken for down apart from the
+// unheard ones (pop.Node: its near-limit allowance leaves both out, its
+// share policy only the unheard). It must not call back into the Core.
+type DownTeller interface {
+	SetDown(now int64, pops []string)
+}
+
+var (
+	_ DownTeller = (*pop.Node)(nil)
+	_ DownTeller = fleetNode{} // the node core's, through the fleet clock
+)
+
+// SetDown forwards to the node core when it takes the PoPs taken for down.
+func (f fleetNode) SetDown(now int64, pops []string) {
+	if dt, ok := f.Node.(DownTeller); ok {
+		dt.SetDown(now+*f.corr, pops)
+	}
 }

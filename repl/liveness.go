@@ -61,15 +61,12 @@ func (c *Core) checkPeers(now int64) {
 	c.partitioned = part
 	c.partVersion++
 	unheard := c.cutOff(part) // crash.go
+	names := c.unheardNames(unheard)
+	c.tellDown(now, part, names) // crash.go
 	if c.partVersion > 1 && slices.Equal(unheard, c.unheard) {
 		return
 	}
 	c.unheard = unheard
-	names := make([]string, len(unheard))
-	for i, p := range unheard {
-		names[i] = p.String()
-	}
-	names = c.unheardRegions(unheard, names) // region.go
 	// The share policy limits this side while PoPs are unheard. A PoP leaves
 	// the set once something from it has arrived; the node holds its shares
 	// a little longer while the rest of its counts come.
