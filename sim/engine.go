@@ -77,6 +77,10 @@ type simNode struct {
 	// nextCore is the time of the core's scheduled tick; an evCore event
 	// for another time is stale.
 	nextCore int64
+	// state is what the node's state file holds (Replication.StateInterval),
+	// written at savedAt; it outlives a crash.
+	state   []wire.Delta
+	savedAt int64
 }
 
 // engine is one run. It is not safe for concurrent use.
@@ -319,7 +323,11 @@ func (e *engine) start(nd *simNode, t int64) error {
 	if err != nil {
 		return fmt.Errorf("sim: node %s: %w", nd.name, err)
 	}
+	if nd.state != nil {
+		n.Restore(e.nodeNow(nd, t), nd.state) // the daemon's start: the file before anything else
+	}
 	nd.n, nd.up, nd.paused = n, true, false
+	nd.savedAt = t
 	if nd.core, err = e.newCore(nd, t); err != nil {
 		return err
 	}
@@ -409,6 +417,9 @@ func (e *engine) handle(ev event) {
 		}
 		if !nd.paused {
 			nd.n.Tick(e.fleetNow(nd, t))
+			if iv := int64(e.sc.Replication.StateInterval); iv > 0 && t-nd.savedAt >= iv {
+				nd.state, nd.savedAt = nd.n.Snapshot(e.fleetNow(nd, t)), t
+			}
 		}
 		ev.at += int64(time.Second)
 		e.q.push(ev)
