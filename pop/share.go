@@ -221,47 +221,6 @@ func (n *Node) resnapshot() {
 	n.lastPart = p
 }
 
-// sideFraction returns the PoP-count split of a partition: the PoPs of
-// this side (self's, and those of the replicas held that are not unheard)
-// over every PoP known. A region's aggregate ("region/*", region voices)
-// stands for its region's PoPs: it counts as one PoP only when no PoP of
-// its region is known otherwise, so that a node of another region, which
-// holds the aggregate and hears the region's PoPs unheard, counts each of
-// them once and the aggregate not at all.
-func sideFraction(self string, reps []crdt.Replica, unheard map[string]bool) float64 {
-	all := map[string]bool{self: true}
-	var aggs []string
-	add := func(pop string) {
-		if strings.HasSuffix(pop, "/"+crdt.RegionPoP) {
-			aggs = append(aggs, pop)
-			return
-		}
-		all[pop] = true
-	}
-	for _, r := range reps {
-		add(popOf(r))
-	}
-	for u := range unheard {
-		add(u)
-	}
-	regions := map[string]bool{}
-	for pop := range all {
-		regions[pop[:strings.IndexByte(pop, '/')+1]] = true
-	}
-	for _, a := range aggs {
-		if !regions[a[:len(a)-len(crdt.RegionPoP)]] {
-			all[a] = true
-		}
-	}
-	side := 0
-	for pop := range all {
-		if !unheard[pop] {
-			side++
-		}
-	}
-	return float64(side) / float64(len(all))
-}
-
 // subset reports whether every member of a is in b.
 func subset(a, b map[string]bool) bool {
 	for k := range a {
@@ -282,7 +241,14 @@ func popOf(r crdt.Replica) string { return r.Region + "/" + r.PoP }
 func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *partition {
 	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
 		sides: map[crdt.RuleID]*sideDemand{}}
-	p.sideFrac = sideFraction(popOf(n.self), n.store.Replicas(), unheard)
+	all := map[string]bool{popOf(n.self): true}
+	for _, r := range n.store.Replicas() {
+		all[popOf(r)] = true
+	}
+	for u := range unheard {
+		all[u] = true
+	}
+	p.sideFrac = float64(len(all)-len(unheard)) / float64(len(all))
 	rs := n.rules.Load()
 	for _, r := range rs.sorted {
 		if r.OnPartition == Share && r.Scope == ScopeGlobal {

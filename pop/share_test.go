@@ -285,34 +285,6 @@ func TestShareCountsMembersAndAggregates(t *testing.T) {
 	assert.InDelta(t, 0.6, st.Rules[0].MeanShare, 1e-9, "ams's 60 of 100")
 }
 
-// A region's aggregate (region voices) stands for its region's PoPs in the
-// PoP-count split: counted once when none of them is known otherwise, not
-// at all beside them.
-func TestSideFractionCountsRegionAggregatesOnce(t *testing.T) {
-	pop := func(region, name string) crdt.Replica {
-		return crdt.PoPReplica(crdt.PoPID{Region: region, PoP: name}, 1)
-	}
-	for _, tc := range []struct {
-		name    string
-		reps    []crdt.Replica
-		unheard []string
-		want    float64
-	}{
-		{"every PoP speaks", []crdt.Replica{pop("eu", "ams"), pop("eu", "fra")}, []string{"eu/ams", "eu/fra"}, 1.0 / 3},
-		{"a region cut off, its aggregate held", []crdt.Replica{crdt.RegionReplica("eu", 1)}, []string{"eu/ams", "eu/fra", "eu/*"}, 1.0 / 3},
-		{"a heard region's aggregate is one PoP", []crdt.Replica{crdt.RegionReplica("eu", 1), crdt.RegionReplica("ap", 1)}, []string{"ap/sin", "ap/*"}, 2.0 / 3},
-		{"nothing held", nil, []string{"eu/ams"}, 0.5},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			unheard := map[string]bool{}
-			for _, u := range tc.unheard {
-				unheard[u] = true
-			}
-			assert.InDelta(t, tc.want, sideFraction("us/iad", tc.reps, unheard), 1e-9)
-		})
-	}
-}
-
 // A key with no count in the window before the cut is split by its counts
 // of the window the cut came in, once they are enough to measure; by PoP
 // count otherwise.
