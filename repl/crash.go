@@ -22,6 +22,8 @@ import (
 // clients come here. A silence that ends under the same epoch was a cut,
 // and the PoP's silences count as cuts again.
 //
+// A restart is remembered for ForgetAfter (10 minutes by default): a PoP
+// that restarted long ago is taken for cut off again when it goes silent.
 // The first crash of a PoP is taken for a cut, as before. If a PoP taken
 // for one that crashes is cut off instead, it spends its share of the
 // limit on its side of the cut while this side spends the rest: at most
@@ -37,15 +39,16 @@ func (c *Core) epochHeard(p *peer, epoch uint64) {
 	p.back = false
 	if p.epoch != 0 {
 		p.crashed = epoch != p.epoch
+		p.crashedAt = p.lastHeard
 	}
 }
 
 // cutOff returns the PoPs of part (sorted) that the share policy takes for
-// cut off: all but those taken for down.
-func (c *Core) cutOff(part []crdt.PoPID) []crdt.PoPID {
+// cut off at now: all but those taken for down.
+func (c *Core) cutOff(now int64, part []crdt.PoPID) []crdt.PoPID {
 	out := make([]crdt.PoPID, 0, len(part))
 	for _, id := range part {
-		if p := c.peers.get(id); p != nil && p.crashed {
+		if p := c.peers.get(id); p != nil && p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter) {
 			continue
 		}
 		out = append(out, id)

@@ -60,7 +60,7 @@ func (c *Core) checkPeers(now int64) {
 	}
 	c.partitioned = part
 	c.partVersion++
-	unheard := c.cutOff(part) // crash.go
+	unheard := c.cutOff(now, part) // crash.go
 	names := c.unheardNames(unheard)
 	c.tellDown(now, part, names) // crash.go
 	if c.partVersion > 1 && slices.Equal(unheard, c.unheard) {
