@@ -72,12 +72,14 @@ func (n *Node) flushHorizon() int64 {
 	return h
 }
 
-// exclude leaves the counts of the unheard PoPs out of the allowance's
-// shares (none when unheard is empty).
+// exclude leaves the counts of the unheard PoPs and of those taken for
+// down (SetDown) out of the allowance's shares (none when both are empty).
+// The caller holds n.partMu.
 func (n *Node) exclude(unheard map[string]bool) {
-	if len(unheard) == 0 {
+	down := n.down
+	if len(unheard) == 0 && len(down) == 0 {
 		n.store.SetExcluded(nil)
 		return
 	}
-	n.store.SetExcluded(func(r identity.Replica) bool { return unheard[popOf(r)] })
+	n.store.SetExcluded(func(r identity.Replica) bool { p := popOf(r); return unheard[p] || down[p] })
 }

@@ -163,6 +163,9 @@ type Node struct {
 	partMu                sync.Mutex // serialises SetUnheard
 	part                  atomic.Pointer[partition]
 	lastPart              *partition // the latest partition, cleared or not; guarded by partMu
+	// told and down are the unheard PoPs last told (SetUnheard) and the
+	// PoPs taken for down (SetDown); guarded by partMu.
+	told, down map[string]bool
 
 	// allow is the near-limit allowance by rule scope (allowance.go); nil
 	// while off, and always for node scope. Four entries, so that indexing

@@ -163,6 +163,7 @@ func (l Link) SetUnheard(now int64, pops []string) {
 	defer n.partMu.Unlock()
 	cur := n.part.Load()
 	if len(pops) == 0 {
+		n.told = nil
 		n.exclude(nil)
 		if cur != nil && cur.healed == 0 {
 			healed := *cur
@@ -180,10 +181,32 @@ func (l Link) SetUnheard(now int64, pops []string) {
 	if healing && len(unheard) == len(cur.unheard) {
 		return
 	}
+	n.told = unheard
 	n.exclude(unheard)
 	p := n.snapshot(now, unheard, n.lastPart)
 	n.part.Store(p)
 	n.lastPart = p
+}
+
+// SetDown tells the node which remote PoPs ("region/pop") it takes for
+// down rather than cut off at now: silent, but their last silence ended
+// in a restart. Their counts are frozen like an unheard PoP's, so the
+// near-limit allowance leaves them out as it does those of SetUnheard's;
+// the share policy holds this side to no share for them, as a PoP that
+// is down spends nothing. Call it whenever the set changes. Safe for
+// concurrent use.
+func (l Link) SetDown(now int64, pops []string) {
+	n := l.n
+	n.partMu.Lock()
+	defer n.partMu.Unlock()
+	n.down = nil
+	if len(pops) > 0 {
+		n.down = map[string]bool{}
+		for _, p := range pops {
+			n.down[p] = true
+		}
+	}
+	n.exclude(n.told)
 }
 
 // resnapshot recomputes the shares of a partition in force after the rules
@@ -238,6 +261,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 	type acc struct {
 		other [2]uint64
 		pops  []popCount
+		cur   []popCount // window c's, while the key has none in c-1
 	}
 	sums := map[shareKey]*acc{}
 	repPoP := map[crdt.ReplicaID]string{}
@@ -267,6 +291,8 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 		}
 		if i == 0 {
 			a.pops = addPoPCount(a.pops, pop, e.Count)
+		} else {
+			a.cur = addPoPCount(a.cur, pop, e.Count)
 		}
 	})
 	sideTot := map[crdt.RuleID][2]uint64{} // per rule: this side's base counts, all
@@ -280,7 +306,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 			old.mu.Unlock()
 		}
 		sh.scale = demandScale(sh.base, r.Limit)
-		sh.frac = max(sideOf(sh.base, unheard, p.sideFrac), n.shareFloor)
+		sh.frac = max(sideOf(sh.base, unheard, curSide(a.cur, unheard, p.sideFrac)), n.shareFloor)
 		sh.snap, sh.prev = sh.frac, sh.frac
 		p.keys[k] = sh
 		t := sideTot[k.rule]
@@ -313,6 +339,29 @@ func (p *partition) retained(k shareKey, r *ruleState, c, hold int64) *share {
 	p.newKeys.mu.Lock()
 	defer p.newKeys.mu.Unlock()
 	return p.newKeys.m[k]
+}
+
+// minCurShare is the least count (in cost units) of the window a cut is
+// noticed in that splits a key without history by traffic rather than by
+// PoP count.
+const minCurShare = 100
+
+// curSide returns the part of cur's counts (a key's counts of the window
+// the cut was noticed in) owned by PoPs not in unheard, when the key had no
+// count in the window before and cur holds minCurShare at least; def
+// otherwise. The sides hold that window as it was before the cut, less
+// what was in flight then: a key first seen in a long window (an hour) is
+// split by its traffic, not by PoP count, at the cost of a share off by
+// the counts of a replication lag.
+func curSide(cur []popCount, unheard map[string]bool, def float64) float64 {
+	var tot uint64
+	for _, pc := range cur {
+		tot += pc.count
+	}
+	if tot < minCurShare {
+		return def
+	}
+	return sideOf(cur, unheard, def)
 }
 
 func addPoPCount(ps []popCount, pop string, c uint64) []popCount {

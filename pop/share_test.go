@@ -285,3 +285,34 @@ func TestShareCountsMembersAndAggregates(t *testing.T) {
 	assert.Equal(t, 1, st.Rules[0].Keys)
 	assert.InDelta(t, 0.6, st.Rules[0].MeanShare, 1e-9, "ams's 60 of 100")
 }
+
+// A key with no count in the window before the cut is split by its counts
+// of the window the cut came in, once they are enough to measure; by PoP
+// count otherwise.
+func TestCurSide(t *testing.T) {
+	unheard := map[string]bool{"us/iad": true}
+	assert.InDelta(t, 0.75, curSide([]popCount{{"eu/ams", 300}, {"us/iad", 100}}, unheard, 0.5), 1e-9)
+	assert.InDelta(t, 0.5, curSide([]popCount{{"eu/ams", 30}, {"us/iad", 10}}, unheard, 0.5), 1e-9)
+	assert.InDelta(t, 0.5, curSide(nil, unheard, 0.5), 1e-9)
+}
+
+// A PoP taken for down holds this side to no share: its counts stay
+// counted as they are, and the rest of the limit is this side's.
+func TestDownPoPHoldsNoShare(t *testing.T) {
+	eu, us := shareNodes(t, Share)
+	now := t0
+	for range 60 {
+		_, _ = us.Decide(now, "api", "k", 1)
+	}
+	sync2(t, now, eu, us)
+	eu.Link().SetDown(now, []string{"us/iad"})
+	eu.Link().SetUnheard(now, nil)
+	assert.False(t, eu.Partition(now).Partitioned)
+	admitted := 0
+	for range 60 {
+		if d, err := eu.Decide(now, "api", "k", 1); err == nil && d.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 40, admitted, "the limit less what us/iad counted")
+}

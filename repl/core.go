@@ -75,6 +75,10 @@ type Core struct {
 
 	partitioned []identity.PoPID
 	partVersion uint64
+	// unheard is the set last told to the node core: partitioned less the
+	// PoPs taken for down (crash.go).
+	unheard []identity.PoPID
+	down    []string // the PoPs taken for down last told (crash.go)
 
 	// The near-limit allowance told to the node (allowance.go): the
 	// members' latency, whether a sample raised a latency since, and the

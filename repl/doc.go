@@ -56,7 +56,10 @@
 //     name order), so a PoP sends one heartbeat per HeartbeatInterval. Any
 //     message from a PoP counts as hearing it; a PoP silent for PeerTimeout
 //     is partitioned, and the unheard set is handed to the node core (the
-//     share policy) whenever it changes.
+//     share policy) whenever it changes. A PoP whose last silence ended
+//     under a new epoch restarted: while silent again it is taken for down,
+//     not cut off, and handed to the node core as down (DownTeller), not
+//     unheard, until a silence ends under the same epoch (crash.go).
 //   - Sync: a PoP heard first or again after a silence, a heartbeat gap of
 //     more than two and a half intervals, or a reconnect makes the member
 //     that noticed ask the others for their totals and re-send its own. Each

@@ -189,6 +189,12 @@ func (h *harness) run(c *ddCmd) (out string) {
 		for _, n := range h.nodeList(c.Args) {
 			h.status(&b, n)
 		}
+	case "share":
+		// What the node core takes for unheard (the share policy's cut).
+		for _, n := range h.nodeList(c.Args) {
+			st := n.n.Partition(h.nodeNow(n))
+			fmt.Fprintf(&b, "%s share unheard=[%s]\n", n.name, strings.Join(st.Unheard, " "))
+		}
 	default:
 		h.fail("unknown command %q", c.Name)
 	}

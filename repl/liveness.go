@@ -60,11 +60,13 @@ func (c *Core) checkPeers(now int64) {
 	}
 	c.partitioned = part
 	c.partVersion++
-	names := make([]string, len(part))
-	for i, p := range part {
-		names[i] = p.String()
+	unheard := c.cutOff(now, part) // crash.go
+	names := c.unheardNames(unheard)
+	c.tellDown(now, part, names) // crash.go
+	if c.partVersion > 1 && slices.Equal(unheard, c.unheard) {
+		return
 	}
-	names = c.unheardRegions(part, names) // region.go
+	c.unheard = unheard
 	// The share policy limits this side while PoPs are unheard. A PoP leaves
 	// the set once something from it has arrived; the node holds its shares
 	// a little longer while the rest of its counts come.
@@ -106,6 +108,7 @@ func (c *Core) heard(id identity.PoPID, now int64) *peer {
 		c.peers.add(id, p)
 	}
 	if !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout) || p.down {
+		p.back = p.heardOnce // crash.go: a new epoch says it restarted
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
 		c.askSyncFor(now, true)

@@ -75,6 +75,11 @@ type Node interface {
 	// SetUnheard tells the node which remote PoPs ("region/pop") it does
 	// not hear at now, whenever that set changes (the share policy).
 	SetUnheard(now int64, pops []string)
+	// SetDown tells the node which of the unheard PoPs are taken for down
+	// (crashed, not cut off: crash.go), whenever that set changes: the
+	// near-limit allowance leaves them out as it does the unheard ones,
+	// the share policy holds this side to no share for them.
+	SetDown(now int64, pops []string)
 	// SetAllowance tells the node the near-limit allowance of a scope.
 	SetAllowance(scope replicated.Scope, a replicated.Allowance)
 	// SetSynced tells the node whether it holds the view of its former

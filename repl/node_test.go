@@ -67,6 +67,7 @@ func (n *scriptNode) MergeModes(_ int64, _ modes.Source, ms []modes.RuleMode) {
 }
 func (n *scriptNode) KeepMembers(func(identity.Replica) bool)         {}
 func (n *scriptNode) SetSparse(int, time.Duration)                    {}
+func (n *scriptNode) SetDown(int64, []string)                         {}
 func (n *scriptNode) SparseStats() (uint64, int)                      { return 0, 0 }
 func (n *scriptNode) SetRegionVoice(bool, uint64)                     {}
 func (n *scriptNode) SetRegionSparse(int, time.Duration)              {}

@@ -14,6 +14,11 @@ type peer struct {
 	lastBeat  int64 // the latest heartbeat's SentAt (the sender's clock)
 	epoch     uint64
 	down      bool
+	// back: heard again after a silence, its epoch not seen since;
+	// crashed: its last silence ended under a new epoch, heard at
+	// crashedAt (crash.go).
+	back, crashed bool
+	crashedAt     int64
 	// counted: counts from it were merged (a live window of a rule this
 	// node has). A PoP heard only through heartbeats and sync requests has
 	// no traffic share: its silence cuts no share (see Core.counts) and it

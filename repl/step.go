@@ -157,7 +157,8 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 	}
 	c.observe(now, d.SentAt, p)
 	if d.Epoch != 0 && m.Kind != KindDelta {
-		p.epoch = d.Epoch // the sender's current epoch
+		c.epochHeard(p, d.Epoch) // crash.go
+		p.epoch = d.Epoch        // the sender's current epoch
 	}
 	switch m.Kind {
 	case KindHeartbeat:
@@ -195,6 +196,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 		c.relayTo[m.From] = true // asked: relayed whatever the throttle
 	case KindDelta:
 		if d.Sender.IsPoP() {
+			c.epochHeard(p, d.Sender.Incarnation) // crash.go
 			p.epoch = d.Sender.Incarnation
 		}
 		if hasContent(d) && c.otherRegion(d.Sender) {

@@ -12,7 +12,8 @@ set -eu
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- site-failover-cut two-sided-surge failover-during-cut crash-loops-overload \
 	skewed-regions-10s skewed-regions-1s hot-key-20pops below-half-4pops below-half-16pops \
-	below-half-32pops two-regions-cut rolling-cuts three-regions-one-isolated hot-key-attack
+	below-half-32pops two-regions-cut rolling-cuts three-regions-one-isolated hot-key-attack \
+	crash-loop-one-node-pop crash-loop-whole-pop crash-loop-with-state hour-windows-cut hour-windows-two-regions
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/sim" ./cmd/sim

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/identity"
+	"github.com/geolimit/geolimit/internal/statefile"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
@@ -77,6 +78,10 @@ type simNode struct {
 	// nextCore is the time of the core's scheduled tick; an evCore event
 	// for another time is stale.
 	nextCore int64
+	// state is what the node's state file holds (Replication.StateInterval),
+	// written at savedAt; it outlives a crash.
+	state   []byte
+	savedAt int64
 }
 
 // engine is one run. It is not safe for concurrent use.
@@ -319,7 +324,18 @@ func (e *engine) start(nd *simNode, t int64) error {
 	if err != nil {
 		return fmt.Errorf("sim: node %s: %w", nd.name, err)
 	}
+	if nd.state != nil { // the daemon's start: the file before anything else
+		st, err := statefile.Decode(nd.state)
+		if err != nil {
+			return fmt.Errorf("sim: node %s: state: %w", nd.name, err)
+		}
+		now := e.nodeNow(nd, t)
+		for i := range st.Deltas {
+			n.RestoreDelta(now, &st.Deltas[i])
+		}
+	}
 	nd.n, nd.up, nd.paused = n, true, false
+	nd.savedAt = t
 	if nd.core, err = e.newCore(nd, t); err != nil {
 		return err
 	}
@@ -409,6 +425,15 @@ func (e *engine) handle(ev event) {
 		}
 		if !nd.paused {
 			nd.n.Tick(e.fleetNow(nd, t))
+			if iv := int64(e.sc.Replication.StateInterval); iv > 0 && t-nd.savedAt >= iv {
+				now := e.fleetNow(nd, t)
+				b, err := statefile.EncodeEach(statefile.Header{Self: nd.n.Link().Self(), SavedAt: now}, nd.n.SnapshotEach(now))
+				if err != nil {
+					e.err = fmt.Errorf("sim: node %s: state: %w", nd.name, err)
+					return
+				}
+				nd.state, nd.savedAt = b, t
+			}
 		}
 		ev.at += int64(time.Second)
 		e.q.push(ev)

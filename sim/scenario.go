@@ -123,6 +123,14 @@ type ReplicationSpec struct {
 	// suspicion). Default 0: at once. A node that starts or resumes is
 	// told at once either way.
 	FailureDetection time.Duration `yaml:"failure_detection"`
+	// StateInterval, when set, gives every node a state file written
+	// every StateInterval (the daemon's state.interval; at the node's
+	// housekeeping tick, once a second, once it passed): a node that
+	// restarts merges what its former incarnation last wrote before it
+	// decides, as the daemon does at start. A crash loses what was counted
+	// since that write. Default 0: no state file, a restarted node starts
+	// empty.
+	StateInterval time.Duration `yaml:"state_interval"`
 }
 
 // DefaultReplication returns the replication settings of a scenario that
@@ -470,6 +478,8 @@ func (sc *Scenario) Validate() error {
 		return errors.New("replication.max_keys: must not be negative")
 	case r.FailureDetection < 0 || r.FailureDetection > time.Minute:
 		return fmt.Errorf("replication.failure_detection: must be 0-1m, got %s", r.FailureDetection)
+	case r.StateInterval != 0 && (r.StateInterval < 100*time.Millisecond || r.StateInterval > time.Hour):
+		return fmt.Errorf("replication.state_interval: must be 0 (no state file) or 100ms-1h, got %s", r.StateInterval)
 	}
 	if len(sc.Rules) == 0 {
 		return errors.New("rules: needs at least one rule")

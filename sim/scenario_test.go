@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -159,4 +160,38 @@ func TestQueueOrderInterleaved(t *testing.T) {
 		now = ev.at
 	}
 	require.Len(t, q.h, len(left))
+}
+
+// A restarted node with a state file starts with what its former
+// incarnation last wrote; without, it starts empty.
+func TestStateIntervalRestoresCounts(t *testing.T) {
+	src := `name: state
+seed: 1
+duration: 12s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 1}]}
+replication: {flush_interval: 50ms, peer_timeout: 300ms, state_interval: 1s}
+rules:
+  - {name: api, key: ip, limit: 100, window: 1m, scope: global}
+traffic:
+  - {rule: api, keys: 1, rate: 50/s}
+events:
+  - {at: 5s, crash: [ams-1]}
+  - {at: 6s, restart: [ams-1]}
+`
+	admitted := func(sc *Scenario) uint64 {
+		res, err := Run(sc, Options{})
+		require.NoError(t, err)
+		return res.Report.Admitted
+	}
+	withState := admitted(mustParse(t, src))
+	without := mustParse(t, src)
+	without.Replication.StateInterval = 0
+	// One node alone: without a file it counts the window again from 0.
+	assert.Equal(t, uint64(100), withState)
+	assert.Greater(t, admitted(without), uint64(150))
+
+	bad := mustParse(t, src)
+	bad.Replication.StateInterval = time.Millisecond
+	require.ErrorContains(t, bad.Validate(), "replication.state_interval")
 }

@@ -1,0 +1,86 @@
+package repl
+
+import (
+	"slices"
+
+	"github.com/geolimit/geolimit/identity"
+)
+
+// A down PoP is not a cut-off PoP.
+//
+// A PoP that crashes is silent, and so is one cut off: nothing the others
+// hear while it is silent tells the two apart. What it says when it is
+// heard again does: a PoP whose every node restarted comes back under a new
+// epoch (a PoP of one node at every start), while one that was cut off
+// comes back under the epoch it had. So a PoP whose last silence ended
+// under a new epoch is taken for one that crashes, and while it is silent
+// again it is not handed to the node core as unheard: the share policy
+// keeps its last counts (they decay with their windows, as a dead PoP's
+// would) and lets this side spend the rest of the limit, instead of
+// holding it to its part of the fleet's traffic while the dead PoP's
+// clients come here. A silence that ends under the same epoch was a cut,
+// and the PoP's silences count as cuts again.
+//
+// A restart is remembered for ForgetAfter (10 minutes by default): a PoP
+// that restarted long ago is taken for cut off again when it goes silent.
+// The first crash of a PoP is taken for a cut, as before. If a PoP taken
+// for one that crashes is cut off instead, it spends its share of the
+// limit on its side of the cut while this side spends the rest: at most
+// 1 + its share of the limit, which `keep` (every side the whole limit)
+// exceeds.
+
+// epochHeard notes that remote PoP p announced epoch: the first epoch
+// heard after a silence tells a restart from a cut.
+func (c *Core) epochHeard(p *peer, epoch uint64) {
+	if !p.back || epoch == 0 {
+		return
+	}
+	p.back = false
+	if p.epoch != 0 {
+		p.crashed = epoch != p.epoch
+		p.crashedAt = p.lastHeard
+	}
+}
+
+// cutOff returns the PoPs of part (sorted) that the share policy takes for
+// cut off at now: all but those taken for down.
+func (c *Core) cutOff(now int64, part []identity.PoPID) []identity.PoPID {
+	out := make([]identity.PoPID, 0, len(part))
+	for _, id := range part {
+		if p := c.peers.get(id); p != nil && p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter) {
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// unheardNames returns the names of the PoPs of part ("region/pop"), and
+// "region/*" for each other region all of whose PoPs are in it (region
+// voices).
+func (c *Core) unheardNames(part []identity.PoPID) []string {
+	names := make([]string, len(part))
+	for i, p := range part {
+		names[i] = p.String()
+	}
+	return c.unheardRegions(part, names) // region.go
+}
+
+// tellDown tells the node core which PoPs of part are taken for down:
+// those not in cut, the names of the PoPs taken for cut off.
+func (c *Core) tellDown(now int64, part []identity.PoPID, cut []string) {
+	var down []string
+	for _, n := range c.unheardNames(part) {
+		if !slices.Contains(cut, n) {
+			down = append(down, n)
+		}
+	}
+	if slices.Equal(down, c.down) {
+		return
+	}
+	c.down = down
+	c.node.SetDown(now, down)
+}
+
+// SetDown forwards to the node core, on its clock.
+func (f fleetNode) SetDown(now int64, pops []string) { f.Node.SetDown(now+*f.corr, pops) }

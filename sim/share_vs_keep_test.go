@@ -1,0 +1,65 @@
+package sim
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Share is never worse than keep: on the same arrivals, a run under share
+// goes no further over the limit than the same run under keep, or 1.10
+// times the limit, whichever is higher. Both with and without region
+// voices.
+//
+// The scenarios are the built-in ones with a fault whose two runs take
+// well under a second each (scripts/share-table.sh and `sim -compare
+// keep,share` measure the others: site-failover-cut, anycast-pop-loss,
+// one-way-cut, two-regions-cut, three-regions-one-isolated,
+// two-sided-surge, the hot-key and below-half ones and scale/, whose runs
+// take seconds each), and the crash loops and long windows at other seeds.
+func TestShareNeverWorseThanKeep(t *testing.T) {
+	accuracyTest(t)
+	type run struct {
+		name string
+		seed uint64 // 0: the scenario's
+	}
+	var runs []run
+	for _, n := range []string{
+		"crash-loop", "crash-loops-overload", "crash-loop-one-node-pop", "crash-loop-whole-pop",
+		"crash-loop-with-state", "hour-windows-cut", "hour-windows-two-regions", "burst-and-hourly",
+		"calendar-month-cut", "clock-skew", "concurrency-crash", "failover-during-cut", "flapping-link",
+		"gcra-node-pace", "rolling-cuts", "short-windows", "skewed-regions-10s", "skewed-regions-1s",
+		"live/crash-in-cut", "live/cut-share", "live/pause", "live/rolling-restart",
+	} {
+		runs = append(runs, run{name: n})
+	}
+	for _, n := range []string{"crash-loop-one-node-pop", "crash-loop-whole-pop", "hour-windows-cut"} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			runs = append(runs, run{n, seed})
+		}
+	}
+	for _, r := range runs {
+		for _, voices := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/seed=%d/voices=%v", r.name, r.seed, voices), func(t *testing.T) {
+				t.Parallel()
+				peak := map[string]float64{}
+				for _, policy := range []string{"keep", "share"} {
+					sc, err := Load("../scenarios/" + r.name + ".yaml")
+					require.NoError(t, err)
+					sc.Replication.RegionVoices = voices
+					opts := Options{Policy: policy, NoCentral: true}
+					if r.seed != 0 {
+						opts.Seed = &r.seed
+					}
+					res, err := Run(sc, opts)
+					require.NoError(t, err)
+					peak[policy] = res.Report.MaxAdmittedRatio
+				}
+				t.Logf("max a/l: keep %.3f, share %.3f", peak["keep"], peak["share"])
+				assert.LessOrEqual(t, peak["share"], max(peak["keep"], 1.10))
+			})
+		}
+	}
+}
