@@ -122,6 +122,15 @@ type share struct {
 	side   *sideDemand
 	cap    uint64
 	capped bool
+
+	// ramp opens a share grown inside a window (share_demand.go, probe);
+	// probed is the last twentieth of window demandWin probed.
+	ramp   shareRamp
+	probed int64
+	// The demand of window demandWin at two marks taken as it runs, at
+	// elapsed parts markE and nextE of it (probe).
+	markDemand, nextDemand uint64
+	markE, nextE           float64
 }
 
 // PartitionStatus is what a node knows about the current partition.
@@ -267,7 +276,8 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 			a.pops = addPoPCount(a.pops, pop, e.Count)
 		}
 	})
-	sideTot := map[crdt.RuleID][2]uint64{} // per rule: this side's base counts, all
+	self := popOf(n.self)
+	sideTot := map[crdt.RuleID][3]uint64{} // per rule: this side's base counts, all, this PoP's
 	for k, a := range sums {
 		r := rs.byID[k.rule]
 		c := r.index(now)
@@ -287,12 +297,16 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 				t[0] += pc.count
 			}
 			t[1] += pc.count
+			if pc.pop == self {
+				t[2] += pc.count
+			}
 		}
 		sideTot[k.rule] = t
 	}
 	for id, t := range sideTot {
 		if d := p.sides[id]; d != nil && t[1] > 0 {
 			d.part = float64(t[0]) / float64(t[1])
+			d.own = float64(t[2]) / float64(t[1])
 		}
 	}
 	return p
@@ -354,7 +368,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	if sh == nil {
 		sh = p.newKey(r, key, now, max(p.sideFrac, n.shareFloor))
 	}
-	frac, prev := sh.adapt(idx, n.shareFloor, n.shareStep)
+	frac, prev, ramp := sh.adapt(idx, now, elapsed, r.width, n.shareFloor, n.shareStep)
 	frozen := 0.0
 	switch idx {
 	case sh.win:
@@ -368,6 +382,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	if frac > prev {
 		budget -= (frac - prev) * float64(max(r.width-elapsed, 0)) / float64(r.width)
 	}
+	budget = min(budget, ramp.open(frac, now))
 	return budget*float64(r.Limit) + frozen, sh, true
 }
 
