@@ -276,8 +276,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 			a.pops = addPoPCount(a.pops, pop, e.Count)
 		}
 	})
-	self := popOf(n.self)
-	sideTot := map[crdt.RuleID][3]uint64{} // per rule: this side's base counts, all, this PoP's
+	sideTot := map[crdt.RuleID][2]uint64{} // per rule: this side's base counts, all
 	for k, a := range sums {
 		r := rs.byID[k.rule]
 		c := r.index(now)
@@ -297,16 +296,12 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 				t[0] += pc.count
 			}
 			t[1] += pc.count
-			if pc.pop == self {
-				t[2] += pc.count
-			}
 		}
 		sideTot[k.rule] = t
 	}
 	for id, t := range sideTot {
 		if d := p.sides[id]; d != nil && t[1] > 0 {
 			d.part = float64(t[0]) / float64(t[1])
-			d.own = float64(t[2]) / float64(t[1])
 		}
 	}
 	return p

@@ -246,16 +246,9 @@ func (sh *share) follow(g, floor, step float64, sure bool) {
 // grow takes the share to this side's part of the fleet's demand when the
 // side's demand grew by g since the baseline and it now carries nearly all
 // of the fleet's demand (the other side's demand moved here), and reports
-// whether it did. The side's part is g x its part before the cut when its
-// PoPs grew alike; when that is more than the whole fleet could carry and
-// the side's total confirms g (sure), the growth is this PoP's (traffic
-// that moved to one PoP of several): the part is the side's before the cut
-// plus this PoP's growth. The caller holds sh.mu.
+// whether it did. The caller holds sh.mu.
 func (sh *share) grow(g, step float64, sure bool) bool {
-	part := g * sh.snap // the side's part of the fleet's demand before the cut
-	if own := sh.ownPart(); sure && part > 1+step && own > 0 && own < sh.snap {
-		part = sh.snap + (g-1)*own
-	}
+	part := g * sh.snap  // the side's part of the fleet's demand before the cut
 	t := part * sh.scale // the same, as a fraction of the limit
 	gate := 1 + 2*step
 	if sure {
@@ -266,13 +259,4 @@ func (sh *share) grow(g, step float64, sure bool) bool {
 		return true
 	}
 	return false
-}
-
-// ownPart returns this PoP's part of the rule's counts in the window seen
-// whole before the cut (0: unknown).
-func (sh *share) ownPart() float64 {
-	if sh.side == nil {
-		return 0
-	}
-	return sh.side.own
 }

@@ -42,8 +42,6 @@ type sideDemand struct {
 	// part is this side's part of the rule's counts in the window seen
 	// whole before the cut (0: no count).
 	part float64
-	// own is this node's PoP's part of them (0: no count).
-	own float64
 
 	win atomic.Int64  // the window counted in cur
 	cur atomic.Uint64 // its demand so far
