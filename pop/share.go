@@ -123,6 +123,15 @@ type share struct {
 	side   *sideDemand
 	cap    uint64
 	capped bool
+
+	// ramp opens a share grown inside a window (share_demand.go, probe);
+	// probed is the last twentieth of window demandWin probed.
+	ramp   shareRamp
+	probed int64
+	// The demand of window demandWin at two marks taken as it runs, at
+	// elapsed parts markE and nextE of it (probe).
+	markDemand, nextDemand uint64
+	markE, nextE           float64
 }
 
 // PartitionStatus is what a node knows about the current partition.
@@ -405,7 +414,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	if sh == nil {
 		sh = p.newKey(r, key, now, max(p.sideFrac, n.shareFloor))
 	}
-	frac, prev := sh.adapt(idx, n.shareFloor, n.shareStep)
+	frac, prev, ramp := sh.adapt(idx, now, elapsed, r.width, n.shareFloor, n.shareStep)
 	frozen := 0.0
 	switch idx {
 	case sh.win:
@@ -419,6 +428,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	if frac > prev {
 		budget -= (frac - prev) * float64(max(r.width-elapsed, 0)) / float64(r.width)
 	}
+	budget = min(budget, ramp.open(frac, now))
 	return budget*float64(r.Limit) + frozen, sh, true
 }
 

@@ -82,13 +82,18 @@ func (sh *share) record(idx int64, cost uint64) {
 }
 
 // adapt closes the previous window's demand when a new window starts and
-// lets the share follow it. It returns the share and the share in force in
-// the previous window.
-func (sh *share) adapt(idx int64, floor, step float64) (frac, prev float64) {
+// lets the share follow it; inside a window it probes the demand so far
+// (probe). It returns the share, the share in force in the previous window,
+// and the ramp of a share grown inside a window.
+func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (frac, prev float64, ramp shareRamp) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if idx <= sh.demandWin {
-		return sh.frac, sh.prev
+	if idx < sh.demandWin {
+		return sh.frac, sh.prev, sh.ramp
+	}
+	if idx == sh.demandWin {
+		sh.probe(idx, now, elapsed, width, floor, step)
+		return sh.frac, sh.prev, sh.ramp
 	}
 	var f float64
 	var sure bool // f, the side's growth, speaks (share_side.go)
@@ -126,8 +131,98 @@ func (sh *share) adapt(idx int64, floor, step float64) (frac, prev float64) {
 	case next && sh.whole && step >= 0 && sure && sh.demand > 0:
 		sh.follow(f, floor, step, true) // too few requests: the side's growth
 	}
-	sh.demandWin, sh.demand, sh.whole = idx, 0, next
-	return sh.frac, sh.prev
+	sh.demandWin, sh.demand, sh.whole, sh.probed = idx, 0, next, 0
+	sh.markDemand, sh.markE, sh.nextDemand, sh.nextE = 0, 0, 0, 0
+	return sh.frac, sh.prev, sh.ramp
+}
+
+// probeFrom is the part of a window that must have passed before the
+// demand so far speaks for the window (probe), and probeSteps how many
+// times a window is probed at most.
+const (
+	probeFrom  = 0.2
+	probeSteps = 20
+)
+
+// probe lets a share grow inside window idx, once probeFrom of it has
+// passed, when the demand so far, taken at its rate over the whole
+// window, already shows the other side's demand moved here: a failover
+// then costs this side a fraction of a window instead of up to two (the
+// window it happened in mixes the demand before and after it, and a
+// window closes before it is measured). Only growth is probed; a share
+// shrinks when a window closes. The grown share opens from the budget in
+// force over one window from now, as the other side's admits before its
+// demand left decay. The caller holds sh.mu.
+func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
+	if !sh.whole || step < 0 || width <= 0 || elapsed*probeSteps < int64(probeFrom*probeSteps)*width {
+		return
+	}
+	at := elapsed * probeSteps / width
+	if at <= sh.probed {
+		return
+	}
+	sh.probed = at
+	e := float64(elapsed) / float64(width)
+	var f float64
+	var sure bool
+	if sh.side != nil {
+		f, sure = sh.side.projected(idx, e)
+	}
+	if !sure {
+		return // one key's demand alone may be its surge
+	}
+	// The key's demand since its mark (at least probeFrom of a window ago,
+	// else since the window's start): the demand before a failover inside
+	// this window does not dilute the demand after it.
+	from, fromE := uint64(0), 0.0
+	switch {
+	case sh.nextE > 0 && e-sh.nextE >= probeFrom:
+		from, fromE = sh.nextDemand, sh.nextE
+		sh.markDemand, sh.markE = sh.nextDemand, sh.nextE
+		sh.nextDemand, sh.nextE = sh.demand, e
+	case sh.markE > 0 && e-sh.markE >= probeFrom:
+		from, fromE = sh.markDemand, sh.markE
+	case sh.nextE == 0:
+		sh.nextDemand, sh.nextE = sh.demand, e
+	}
+	var g float64
+	switch {
+	case sh.baseDemand > 0 && float64(sh.demand-from) >= minShareDemand*(e-fromE):
+		g = float64(sh.demand-from) / (sh.baseDemand * (e - fromE))
+		if g > 1 {
+			g = min(g, max(f, 1))
+		}
+	case sh.demand > 0:
+		g = f
+	default:
+		return
+	}
+	open := sh.ramp.open(sh.frac, now) // the budget in force now
+	if !sh.grow(g, step, sure) {
+		return
+	}
+	sh.ramp = shareRamp{from: open, at: now, end: now - elapsed + 2*width}
+}
+
+// shareRamp opens a share grown inside a window: from the budget in force
+// then (from, at at Unix nanoseconds; 0: none) to the share, linearly,
+// until the end of the next window (end). The other side's admits before
+// its demand left decay over a window; the sliding estimate of this
+// side's own window of the growth, which weighs it as if its admits were
+// spread evenly while they came mostly after the growth, errs low until
+// that window has passed.
+type shareRamp struct {
+	from    float64
+	at, end int64
+}
+
+// open returns the most of the limit the ramp lets a share of frac use at
+// now.
+func (r shareRamp) open(frac float64, now int64) float64 {
+	if r.at == 0 || now < r.at || now >= r.end || frac <= r.from {
+		return frac
+	}
+	return r.from + (frac-r.from)*float64(now-r.at)/float64(r.end-r.at)
 }
 
 // follow moves the share as the side's demand moved by g since the
@@ -135,18 +230,33 @@ func (sh *share) adapt(idx int64, floor, step float64) (frac, prev float64) {
 // ShareStep only once to move a share (twice otherwise: one key's demand
 // is noisier). The caller holds sh.mu.
 func (sh *share) follow(g, floor, step float64, sure bool) {
+	if sh.grow(g, step, sure) {
+		return
+	}
+	part := g * sh.snap  // the side's part of the fleet's demand before the cut
+	t := part * sh.scale // the same, as a fraction of the limit
+	switch {
+	case g > 1+step && sh.frac < sh.snap:
+		sh.frac = min(t, sh.snap) // back towards the snapshot
+	case g <= 1-takeoverAt && t < sh.frac:
+		sh.frac = max(t, floor) // this side's demand moved away
+	}
+}
+
+// grow takes the share to this side's part of the fleet's demand when the
+// side's demand grew by g since the baseline and it now carries nearly all
+// of the fleet's demand (the other side's demand moved here), and reports
+// whether it did. The caller holds sh.mu.
+func (sh *share) grow(g, step float64, sure bool) bool {
 	part := g * sh.snap  // the side's part of the fleet's demand before the cut
 	t := part * sh.scale // the same, as a fraction of the limit
 	gate := 1 + 2*step
 	if sure {
 		gate = 1 + step
 	}
-	switch {
-	case g >= gate && part >= takeoverAt && part <= 1+step && t > sh.frac:
+	if g >= gate && part >= takeoverAt && part <= 1+step && t > sh.frac {
 		sh.frac = min(t, 1) // the other side's demand moved here
-	case g > 1+step && sh.frac < sh.snap:
-		sh.frac = min(t, sh.snap) // back towards the snapshot
-	case g <= 1-takeoverAt && t < sh.frac:
-		sh.frac = max(t, floor) // this side's demand moved away
+		return true
 	}
+	return false
 }

@@ -55,6 +55,10 @@ type sideDemand struct {
 	baseWin, lastWin int64
 	baseKeys         int
 	keys             int // keys counted in win so far
+	// win's demand at two marks taken as it runs, at elapsed parts markE
+	// and nextE of it (projected).
+	markC, nextC uint64
+	markE, nextE float64
 }
 
 // add counts cost (already capped) of a decision in window idx; first says
@@ -90,6 +94,7 @@ func (d *sideDemand) roll(idx int64) {
 	d.whole = w != 0 && idx == w+1
 	d.cur.Store(0)
 	d.keys = 0
+	d.markC, d.markE, d.nextC, d.nextE = 0, 0, 0, 0
 	d.win.Store(idx)
 }
 
@@ -120,6 +125,40 @@ func (d *sideDemand) capFor(kb uint64, inBase bool) (uint64, bool) {
 		b = float64(d.base) / float64(max(d.baseKeys, 1))
 	}
 	return uint64(b/d.part + 0.5), true
+}
+
+// projected returns F for window idx while it runs, e of it passed: its
+// demand so far over the baseline's share of e, once the baseline speaks
+// and idx was counted from its start.
+func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.base < minSideDemand || d.win.Load() != idx || !d.whole || d.baseWin >= idx || e <= 0 {
+		return 0, false
+	}
+	// Since the mark at least probeFrom ago (the window's start before):
+	// the demand before a failover inside the window does not dilute it.
+	c := d.cur.Load()
+	from, fromE := uint64(0), 0.0
+	defer func() {
+		if fromE == 0 {
+			f, ok = 0, false
+		}
+	}()
+	switch {
+	case d.nextE > 0 && e-d.nextE >= probeFrom && d.nextC <= c:
+		from, fromE = d.nextC, d.nextE
+		d.markC, d.markE = d.nextC, d.nextE
+		d.nextC, d.nextE = c, e
+	case d.markE > 0 && e-d.markE >= probeFrom && d.markC <= c:
+		from, fromE = d.markC, d.markE
+	case d.nextE == 0:
+		d.nextC, d.nextE = c, e
+	}
+	if e <= fromE {
+		return 0, false
+	}
+	return float64(c-from) / (float64(d.base) * (e - fromE)), true
 }
 
 // baseline returns the baseline window (0 while unknown).

@@ -172,3 +172,57 @@ func TestShareSiteFailoverThinKeysMeasuredAfter(t *testing.T) {
 	assert.LessOrEqual(t, sum(us[1]), 20*10, "before the failover us spends its share")
 	assert.GreaterOrEqual(t, sum(us[5]), 20*18, "after it us takes (nearly) every key's whole limit")
 }
+
+// A whole-site failover a quarter into a window of the cut: 20 keys at
+// twice their limit, 70 % on eu and 30 % on us, all move to us at step 10
+// of window 2. The window it happens in mixes the demand before and after
+// it (2.5 times us's baseline: under the takeover), so a share that grew
+// only when a window closed waited for window 3 to close: us admitted 100,
+// 100, 100, 100, 360, 360 in the windows of the cut. Probing the demand
+// since a mark as the window runs, us grows inside window 2 already and
+// opens by the end of window 3 (100, 100, 180, 300, 340, 360); the sides
+// together never spend more than each key's limit. Steps advance time for
+// every key alike (sideRun runs one key's window after another's).
+func TestShareFailoverInsideAWindowGrowsInTheNext(t *testing.T) {
+	eu, us := sideNodes(t)
+	keys := manyKeys(20)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	const pre, cut = 2, 6
+	usAdm := make([]int, cut)
+	for w := int64(-pre); w < cut; w++ {
+		if w == 0 {
+			eu.Link().SetUnheard(start+pre*W, []string{"us/iad"})
+			us.Link().SetUnheard(start+pre*W, []string{"eu/ams"})
+		}
+		both := make([]int, len(keys))
+		for i := 0; i < 40; i++ {
+			now := start + (w+pre)*W + int64(i)*W/40
+			moved := w > 2 || (w == 2 && i >= 10)
+			for k, key := range keys {
+				if !moved && i < 28 {
+					if d, _ := eu.Decide(now, "api", key, 1); d.Allowed {
+						both[k]++
+					}
+					continue
+				}
+				if d, _ := us.Decide(now, "api", key, 1); d.Allowed {
+					both[k]++
+					if w >= 0 {
+						usAdm[w]++
+					}
+				}
+			}
+			if w < 0 {
+				sync2(t, now, eu, us)
+			}
+		}
+		for k := range both {
+			assert.LessOrEqual(t, both[k], 21, "window %d key %d: the sides together stay at the limit", w, k)
+		}
+	}
+	t.Logf("us admitted per window of the cut (20 keys, limit 20 each): %v", usAdm)
+	assert.LessOrEqual(t, usAdm[1], 20*7, "before the failover us spends its 30 %")
+	assert.GreaterOrEqual(t, usAdm[2], 20*8, "us grows inside the window of the failover")
+	assert.GreaterOrEqual(t, usAdm[3], 20*14, "and opens over the next")
+}

@@ -13,7 +13,10 @@ cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- site-failover-cut two-sided-surge failover-during-cut crash-loops-overload \
 	skewed-regions-10s skewed-regions-1s hot-key-20pops below-half-4pops below-half-16pops \
 	below-half-32pops two-regions-cut rolling-cuts three-regions-one-isolated hot-key-attack \
-	crash-loop-one-node-pop crash-loop-whole-pop crash-loop-with-state hour-windows-cut hour-windows-two-regions
+	crash-loop-one-node-pop crash-loop-whole-pop crash-loop-with-state hour-windows-cut hour-windows-two-regions \
+	failover-to-one-pop failover-spread failover-region-of-three failover-region-to-one-pop \
+	failover-region-to-one-pop-2 hot-key-20pops-mixed hot-key-20pops-one-node hot-key-80nodes \
+	skewed-three-regions-1s skewed-two-pops-1s below-half-anycast
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/sim" ./cmd/sim

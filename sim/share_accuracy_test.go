@@ -140,3 +140,29 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 		}
 	}
 }
+
+// Failovers as a class: a whole site onto one PoP or spread over many, one
+// region of three withdrawn during its cut with its traffic moving to the
+// other two or to one PoP of them, each with every PoP speaking and with
+// region voices. The side the traffic moves to grows its share within a
+// fraction of a window of the failover (share_demand.go, probe): at least
+// 0.80 of what the central node admits in the cut (before the probe,
+// failover-to-one-pop took 0.76 and 0.73, failover-region-of-three 0.87).
+func TestFailoversAcrossTheClass(t *testing.T) {
+	accuracyTest(t)
+	for _, name := range []string{"failover-to-one-pop", "failover-region-of-three", "failover-region-to-one-pop-2"} {
+		for _, voices := range []bool{false, true} {
+			sc, err := Load("../scenarios/" + name + ".yaml")
+			require.NoError(t, err)
+			sc.Replication.RegionVoices = voices
+			sc.Duration = 70 * time.Second // the heal: the figure is of the cut
+			res, err := Run(sc, Options{})
+			require.NoError(t, err)
+			fleet, central, _ := inPhases(res.Report, "partitioned")
+			t.Logf("%s, region voices %v: in the cut %d of central's %d (%.3f), max a/l %.3f", name, voices,
+				fleet, central, float64(fleet)/float64(central), res.Report.MaxAdmittedRatio)
+			assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central), "%s, region voices %v", name, voices)
+			assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.15, "%s, region voices %v", name, voices)
+		}
+	}
+}
