@@ -110,10 +110,10 @@ func TestSketchOwnAndNoise(t *testing.T) {
 // accounted bytes within the budget (at the default max keys, sized to
 // the keys, the sketches alone took more than twice the budget).
 func TestSketchWithinMemoryBudget(t *testing.T) {
-	const budget = 32 << 20
+	const budget = 8 << 20
 	st := NewStore(StoreConfig{Self: rep("self", 1), MaxBytes: budget})
 	st.SetProtect(0, 11)
-	for i := range 400_000 {
+	for i := range 120_000 {
 		st.Admit(0, "k"+strconv.Itoa(i), at(1), 1000, 1, true)
 	}
 	s := st.Stats()
