@@ -153,8 +153,9 @@ func LeaseTableFullMsg(st pop.SlotStats) string {
 // Decide decides the checks of c through the node's pipeline
 // (pop.Node.DecideChecks) at the clock's now, counts the decisions that
 // stand in the rules' metrics and returns the answer, which owns c: a
-// denial answers deny (429, forward_auth.deny_status); a request without
-// checks is allowed and answers no RateLimit field. With held not nil, the
+// denial answers deny (429, forward_auth.deny_status), or 503 when the
+// node's lease table had no room (Answer.Full); a request without checks
+// is allowed and answers no RateLimit field. With held not nil, the
 // leases of the concurrency checks of an allowed request go to held
 // (Checks.Hold: the front end holds the request while it is in flight).
 func (e *Env) Decide(c *Checks, deny int, held *Held) Answer {
