@@ -26,9 +26,12 @@ import (
 // start out denied. A sketch is allocated with its rule's first eviction in
 // the shard, sized to the rule's part of the room (ruleTable.share): its
 // rows are at most that part wide (and at least minSketchWidth), each cell
-// 24 bytes (48 bytes per key of the part), and it narrows (by folding, which
-// keeps every estimate at or above its truth) when more rules come to share
-// the shard. Its memory is part of the store's accounted bytes
+// 36 bytes with its fingerprint (72 bytes per key of the part), and it
+// narrows (by folding, which keeps every estimate at or above its truth)
+// when more rules come to share the shard. Under a memory budget
+// (StoreConfig.MaxBytes) it is sized to the bytes too: at most the rule's
+// part of a quarter of the shard's bytes, and no more than the room the
+// keys left. Its memory is part of the store's accounted bytes
 // (StoreStats.SketchBytes).
 //
 // A flood must not turn the sketch against other keys. Each cell also
@@ -239,12 +242,22 @@ func (sh *shard) sketchFor(s *Store, rule RuleID) *sketch {
 		sh.sketches = append(sh.sketches, make([]*sketch, int(rule)+1-len(sh.sketches))...)
 	}
 	t := s.rules.Load()
+	k := sh.sketches[rule]
 	w := sketchWidth(t.share(sh.cap))
+	if sh.budgeted {
+		// Under a memory budget, sized to the bytes as well as to the keys:
+		// at most the rule's part of a quarter of the shard's bytes, and no
+		// more than the room left (the keys took the rest first).
+		room := sh.maxBytes - sh.bytes()
+		if k != nil {
+			room += k.bytes()
+		}
+		w = min(w, sketchWidth(min(t.share(sh.maxBytes/4), room)/sketchCellBytes))
+	}
 	nc := noiseCap(t.protectOf(rule))
 	if t.keepsSpent(rule) {
 		nc = math.MaxUint64
 	}
-	k := sh.sketches[rule]
 	switch {
 	case k == nil:
 		k = newSketch(w, nc)
@@ -267,7 +280,11 @@ func (sh *shard) dropSketch(rule RuleID) {
 	}
 }
 
-func (k *sketch) bytes() int { return len(k.cells)*int(unsafe.Sizeof(aggregate{})) + 4*len(k.fps) }
+func (k *sketch) bytes() int { return len(k.cells) / sketchRows * sketchCellBytes }
+
+// sketchCellBytes is the size of a column of a sketch: a cell and its
+// fingerprint in each row.
+const sketchCellBytes = sketchRows * (int(unsafe.Sizeof(aggregate{})) + 4)
 
 // forget adds the counts of slot i, about to be evicted, to its rule's
 // sketch; the caller holds sh.mu.

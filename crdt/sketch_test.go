@@ -2,6 +2,7 @@ package crdt
 
 import (
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -100,4 +101,25 @@ func TestSketchOwnAndNoise(t *testing.T) {
 	assert.Equal(t, [2]uint64{0, 0}, k.estimate(a, win), "cap 0: nothing from others")
 	assert.Equal(t, [2]uint64{2, 3}, capTotal([2]uint64{7, 3}, 5))
 	assert.Equal(t, [2]uint64{0, 5}, capTotal([2]uint64{7, 9}, 5))
+}
+
+// TestSketchWithinMemoryBudget: a store of the default max keys under a
+// byte budget (a node's limits.max_memory) floods with new keys until it
+// evicts in every shard. The sketches of evicted keys, sized to the keys
+// the budget can hold rather than to the max keys, keep the store's
+// accounted bytes within the budget (at the default max keys, sized to
+// the keys, the sketches alone took more than twice the budget).
+func TestSketchWithinMemoryBudget(t *testing.T) {
+	const budget = 8 << 20
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxBytes: budget})
+	st.SetProtect(0, 11)
+	for i := range 120_000 {
+		st.Admit(0, "k"+strconv.Itoa(i), at(1), 1000, 1, true)
+	}
+	s := st.Stats()
+	require.Greater(t, s.Evicted, uint64(0), "the flood filled the budget")
+	t.Logf("keys %d, evicted %d, bytes %d (sketches %d, tables %d, arenas %d, remote entries %d) of %d",
+		s.Keys, s.Evicted, s.Bytes(), s.SketchBytes, s.TableBytes, s.ArenaBytes, s.SideBytes, budget)
+	assert.LessOrEqual(t, s.Bytes(), budget)
+	assert.LessOrEqual(t, s.SketchBytes, budget/4, "the sketches take at most a quarter of the budget")
 }

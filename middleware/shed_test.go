@@ -40,9 +40,10 @@ func TestShedding(t *testing.T) {
 	})))
 	t.Cleanup(srv.Close)
 
-	// The held request comes from another client address: one address
-	// holds at most max(1, max_in_flight / 4) requests in flight.
-	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	// The held request comes from another client address, of another
+	// network: one address holds at most max(1, max_in_flight / 4)
+	// requests in flight, one /24 at most max(max_in_flight / 2 - 1, that).
+	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, 2)}}).DialContext}}
 	defer other.CloseIdleConnections()
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -343,3 +343,28 @@ limits: {max_keys: 400}
 	r = ta.post("/v1/acquire", `{"rule":"uploads","key":"victim"}`)
 	assert.Equal(t, http.StatusOK, r.status, "a released lease's place: %s", r.body)
 }
+
+// TestConcurrencyLeaseTableFullProxy: the lease table full of one client's
+// leases (as in TestConcurrencyLeaseTableFull), a proxied request of a
+// fresh key of that rule is answered as the API answers it: 503 naming the
+// cap, not a 429 of its key, whose slots are free. The proxy and the
+// middleware answer through the one pipeline (frontend.Env.Decide).
+func TestConcurrencyLeaseTableFullProxy(t *testing.T) {
+	up := newUpstream(t)
+	ta := startApp(t, proxyYAML(up.URL, "", `
+  - {name: uploads, kind: concurrency, limit: 1, lease_ttl: 1h, match: {path_prefix: /up}, key: "header:X-User"}
+limits: {max_keys: 400}
+`))
+	for i := range 100 {
+		r := ta.post("/v1/acquire", fmt.Sprintf(`{"rule":"uploads","key":"hog-%d"}`, i))
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	}
+	r := ta.proxy("GET", "/up/1", "X-User", "victim")
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	body := r.json(t)
+	assert.Equal(t, true, body["lease_table_full"])
+	assert.Equal(t, "uploads", body["rule"])
+	assert.Contains(t, body["error"], "lease table full: 100 leases held on this node (limits.max_keys / 4 = 100)")
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+	assert.Equal(t, http.StatusOK, ta.proxy("GET", "/other", "X-User", "victim").status, "no concurrency rule applies")
+}

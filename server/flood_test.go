@@ -108,57 +108,53 @@ func TestKeyFloodLeavesNewKeysLimited(t *testing.T) {
 }
 
 // TestKeyFloodDeniesNoFreshKeys: a flood of distinct new keys of one rule
-// through the API (250 000 keys, one request each, over 10 s of the App's
-// clock, max_keys 20000) must not deny another client's fresh keys of that
-// rule: at least 9 of 10 are admitted. On the same flood, a key held at its
-// limit stays denied, and a key that spent half its limit before the flood
-// (and was evicted by it) is admitted at most 1.2 x the limit in the window.
+// through the API (250 000 requests over 10 s of the App's clock, max_keys
+// 20000, a limit of 10) of one request per key must not deny another
+// client's fresh keys of that rule: at least 9 of 10 are admitted. On the
+// same flood, and on floods of two and three requests per key, a key held
+// at its limit stays denied, and a key that spent half its limit before
+// the flood (and was evicted by it) is admitted at most 1.2 x the limit in
+// the window. The fresh keys admitted after the floods of two and three
+// requests per key are measured, not asserted: they are denied (see
+// docs/security.md, "What is left").
 func TestKeyFloodDeniesNoFreshKeys(t *testing.T) {
-	// With the race detector, a quarter of the store and of the flood.
-	maxKeys, keys, batches := 20_000, 250_000, 250
+	// With the race detector, a quarter of the store and of the flood of
+	// one request per key.
+	maxKeys, requests, batches, rounds := 20_000, 250_000, 250, []int{1, 2, 3}
 	if raceDetector {
-		maxKeys, keys, batches = 5_000, 62_500, 125
+		maxKeys, requests, batches, rounds = 5_000, 62_500, 125, []int{1}
 	}
 	ta := startApp(t, fmt.Sprintf(`
 rules:
   - {name: api, limit: 10, window: 1m}
 limits: {max_keys: %d}
 `, maxKeys))
-	require.Equal(t, 10, ta.untilDenied("api", "held", 20), "the held key at its limit")
-	half := ta.untilDenied("api", "half", 5)
-	for b := range batches {
-		ta.flood("api", fmt.Sprintf("f%d-", b), keys/batches, 1)
-		ta.clk.Advance(10 * time.Second / time.Duration(batches))
-	}
-	st := ta.Node().Stats().Store
-	fresh := 0
-	for i := range 10 {
-		if ta.post("/v1/check", fmt.Sprintf(`{"rule":"api","key":"fresh-%d"}`, i)).status == http.StatusOK {
-			fresh++
+	for _, perKey := range rounds {
+		ta.clk.Advance(2 * time.Minute) // the last round's windows pass
+		held, halfKey := fmt.Sprintf("held-%d", perKey), fmt.Sprintf("half-%d", perKey)
+		require.Equal(t, 10, ta.untilDenied("api", held, 20), "the held key at its limit")
+		half := ta.untilDenied("api", halfKey, 5)
+		ev0 := ta.Node().Stats().Store.Evicted
+		keys := requests / perKey
+		for b := range batches {
+			ta.flood("api", fmt.Sprintf("f%d-%d-", perKey, b), keys/batches, perKey)
+			ta.clk.Advance(10 * time.Second / time.Duration(batches))
 		}
-	}
-	held := ta.untilDenied("api", "held", 20)
-	half += ta.untilDenied("api", "half", 20)
-	t.Logf("after %d flood keys in 10 s: fresh keys admitted %d of 10; the held key %d more; the half-spent key %d in the window (limit 10); evicted %d, keys %d",
-		keys, fresh, held, half, st.Evicted, st.Keys)
-	assert.GreaterOrEqual(t, fresh, 9, "fresh keys of another client admitted")
-	assert.Zero(t, held, "a key held at its limit stays denied")
-	assert.LessOrEqual(t, float64(half), 1.2*10, "the evicted key's count")
-
-	// Measured, not asserted: the same flood with two requests per key.
-	if raceDetector {
-		return
-	}
-	ta.clk.Advance(2 * time.Minute)
-	for b := range batches {
-		ta.flood("api", fmt.Sprintf("g%d-", b), keys/batches/2, 2)
-		ta.clk.Advance(10 * time.Second / time.Duration(batches))
-	}
-	fresh = 0
-	for i := range 10 {
-		if ta.post("/v1/check", fmt.Sprintf(`{"rule":"api","key":"fresh2-%d"}`, i)).status == http.StatusOK {
-			fresh++
+		st := ta.Node().Stats().Store
+		fresh := 0
+		for i := range 10 {
+			if ta.post("/v1/check", fmt.Sprintf(`{"rule":"api","key":"fresh-%d-%d"}`, perKey, i)).status == http.StatusOK {
+				fresh++
+			}
 		}
+		more := ta.untilDenied("api", held, 20)
+		half += ta.untilDenied("api", halfKey, 20)
+		t.Logf("%d flood keys of %d requests in 10 s: fresh keys admitted %d of 10; the held key %d more; the half-spent key %d in the window (limit 10); evicted %d, keys %d",
+			keys, perKey, fresh, more, half, st.Evicted-ev0, st.Keys)
+		if perKey == 1 {
+			assert.GreaterOrEqual(t, fresh, 9, "fresh keys of another client admitted")
+		}
+		assert.Zero(t, more, "%d requests per key: a key held at its limit stays denied", perKey)
+		assert.LessOrEqual(t, float64(half), 1.2*10, "%d requests per key: the evicted key's count", perKey)
 	}
-	t.Logf("after %d flood keys of 2 requests in 10 s: fresh keys admitted %d of 10", keys/2, fresh)
 }

@@ -116,11 +116,12 @@ func (h *holder) hold(u *slowUpstream, n int) {
 // holderAddrs numbers the loopback source addresses of held requests.
 var holderAddrs atomic.Uint32
 
-// nextHolderAddr is a loopback address for one held request, 127.0.0.10
-// to 127.0.0.249 in turn: each held request comes from a client of its
-// own, which the shedder's per-client share (max_in_flight / 4) lets in.
+// nextHolderAddr is a loopback address for one held request, 127.10.0.1
+// to 127.249.0.1 in turn: each held request comes from a client of its
+// own, in a network of its own, which the shedder's shares (max_in_flight
+// / 4 per address, / 2 - 1 per /24) let in.
 func nextHolderAddr() string {
-	return "127.0.0." + strconv.Itoa(10+int(holderAddrs.Add(1)%240))
+	return "127." + strconv.Itoa(10+int(holderAddrs.Add(1)%240)) + ".0.1"
 }
 
 // clientFrom is an HTTP client whose connections come from the loopback
@@ -569,4 +570,47 @@ func TestShedSlowBodies(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, map[int]int{http.StatusOK: 5, http.StatusServiceUnavailable: 25}, statuses)
 	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
+}
+
+// TestShedManyAddresses: one client holding requests from eight addresses
+// of one network (127.0.1.0/24; max_in_flight 20, five per address) takes
+// the network's share (max_in_flight / 2 - 1: 9), not five on each, and
+// the other client (127.0.0.1) is served in every class.
+func TestShedManyAddresses(t *testing.T) {
+	up := newSlowUpstream(t)
+	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	base := "http://" + ta.ProxyAddr().String()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for a := range 8 {
+		c := clientFrom(fmt.Sprintf("127.0.1.%d", a+1))
+		defer c.CloseIdleConnections()
+		for range 5 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st := -1
+				if res, err := c.Get(base + "/checkout/hold"); err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					st = res.StatusCode
+				}
+				mu.Lock()
+				statuses[st]++
+				mu.Unlock()
+			}()
+		}
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return statuses[http.StatusServiceUnavailable]+int(up.held.Load()) == 40
+	}, wait, poll)
+	assert.EqualValues(t, 9, up.held.Load(), "the network's share in flight")
+	assert.EqualValues(t, 9, ta.gauge("geolimit_in_flight"))
+	expectShed(ta, base) // the other client: every class served
+	up.Release()
+	wg.Wait()
+	assert.Equal(t, map[int]int{http.StatusOK: 9, http.StatusServiceUnavailable: 31}, statuses)
 }

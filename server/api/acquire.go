@@ -73,20 +73,14 @@ func (h *Handler) ServeAcquire(w http.ResponseWriter, r *http.Request) {
 		b = append(b, `,"shadow_denied":true`...)
 	}
 	// Denied for want of room in the node's lease table, not by the key's
-	// slots: 503, and say so.
-	full := !d.Allowed && d.Untracked
-	if full {
-		st := h.env.Node.SlotStats()
+	// slots: 503 (frontend.Env.Decide), and say so.
+	if a.Full != "" {
 		b = append(b, `,"lease_table_full":true,"error":`...)
-		b = frontend.AppendString(b, "lease table full: "+strconv.Itoa(st.Leases)+" leases held on this node (limits.max_keys / 4 = "+
-			strconv.Itoa(st.MaxLeases)+"); a lease comes back when released or at its rule's lease_ttl")
+		b = frontend.AppendString(b, a.Full)
 	}
 	b = append(b, '}')
 	b = append(b, '\n')
 	*bp = b
-	if full {
-		a.Status = http.StatusServiceUnavailable
-	}
 	writeAnswer(w, &a, b)
 }
 

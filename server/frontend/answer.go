@@ -169,15 +169,6 @@ type rlValues struct {
 	buf [64]byte
 }
 
-// WriteDenied answers a denied request with status and the denial's JSON
-// body; the RateLimit headers (Retry-After among them) are already set.
-func WriteDenied(w http.ResponseWriter, status int, bind *Rule, d pop.Decision) {
-	b := AppendDenied(make([]byte, 0, 192), bind, d)
-	w.Header()[HContentType] = JSONType
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
 // AmbiguousMsg is the 400 answer to a request that sends a header a rule
 // keys on more than once.
 func AmbiguousMsg(header string) string {
@@ -186,7 +177,18 @@ func AmbiguousMsg(header string) string {
 
 // AppendDenied appends the proxy's 429 body.
 func AppendDenied(b []byte, cr *Rule, d pop.Decision) []byte {
-	b = append(b, `{"error":"rate limited","rule":`...)
+	return appendDenied(b, "rate limited", false, cr, d)
+}
+
+// appendDenied appends a denial's body with the error msg; full adds
+// "lease_table_full":true (Answer.Full).
+func appendDenied(b []byte, msg string, full bool, cr *Rule, d pop.Decision) []byte {
+	b = append(b, `{"error":`...)
+	b = AppendString(b, msg)
+	if full {
+		b = append(b, `,"lease_table_full":true`...)
+	}
+	b = append(b, `,"rule":`...)
 	b = AppendString(b, cr.Pop.Name)
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendUint(b, d.Limit, 10)

@@ -3,6 +3,7 @@ package frontend
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/geolimit/geolimit/pop"
@@ -107,6 +108,11 @@ type Answer struct {
 	// Repeat: the request repeats one decided for its idempotency key
 	// (Checks.Repeat).
 	Repeat bool
+	// Full says why the request was denied when a concurrency check found
+	// no room in the node's lease table (its key's slots may be free):
+	// the answer is 503, whatever the deny status, and names the cap
+	// (LeaseTableFullMsg). Empty otherwise.
+	Full string
 	// Headers are the binding decision's RateLimit fields and the repeat
 	// field, in order.
 	Headers Headers
@@ -130,14 +136,26 @@ func (a *Answer) AppendDenied(b []byte) []byte {
 	if a.Rule == nil {
 		return b
 	}
+	if a.Full != "" {
+		return appendDenied(b, a.Full, true, a.Rule, a.Decision)
+	}
 	return AppendDenied(b, a.Rule, a.Decision)
+}
+
+// LeaseTableFullMsg says that the node's lease table is full, naming the
+// cap: the error of a request denied for want of room in it (Answer.Full),
+// on every front end.
+func LeaseTableFullMsg(st pop.SlotStats) string {
+	return "lease table full: " + strconv.Itoa(st.Leases) + " leases held on this node (limits.max_keys / 4 = " +
+		strconv.Itoa(st.MaxLeases) + "); a lease comes back when released or at its rule's lease_ttl"
 }
 
 // Decide decides the checks of c through the node's pipeline
 // (pop.Node.DecideChecks) at the clock's now, counts the decisions that
 // stand in the rules' metrics and returns the answer, which owns c: a
-// denial answers deny (429, forward_auth.deny_status); a request without
-// checks is allowed and answers no RateLimit field. With held not nil, the
+// denial answers deny (429, forward_auth.deny_status), or 503 when the
+// node's lease table had no room (Answer.Full); a request without checks
+// is allowed and answers no RateLimit field. With held not nil, the
 // leases of the concurrency checks of an allowed request go to held
 // (Checks.Hold: the front end holds the request while it is in flight).
 func (e *Env) Decide(c *Checks, deny int, held *Held) Answer {
@@ -159,6 +177,11 @@ func (e *Env) Decide(c *Checks, deny int, held *Held) Answer {
 		a.Status = deny
 	}
 	a.Rule, a.Decision = c.Binding()
+	if !a.Allowed && a.Rule != nil && a.Rule.Pop.Kind == pop.Concurrency && a.Decision.Untracked {
+		// Denied for want of room in the node's lease table, not by the
+		// key's slots: the node is out of a resource, so 503, and say so.
+		a.Status, a.Full = http.StatusServiceUnavailable, LeaseTableFullMsg(e.Node.SlotStats())
+	}
 	if a.Rule != nil {
 		a.Headers = RateLimitHeaders(a.Rule, a.Decision, c.MoreAfter(e.Node, now), now)
 	}
@@ -202,6 +225,9 @@ func (a *Answer) WriteHTTP(w http.ResponseWriter) bool {
 	if a.Allowed {
 		return true
 	}
-	WriteDenied(w, a.Status, a.Rule, a.Decision)
+	b := a.AppendDenied(make([]byte, 0, 192))
+	w.Header()[HContentType] = JSONType
+	w.WriteHeader(a.Status)
+	_, _ = w.Write(b)
 	return false
 }

@@ -30,7 +30,9 @@ type Origin struct {
 	Ambiguous string
 	// shedKey is the client (ClientKey) the shedder counts the request
 	// under while it is in flight (Shedder.Enter), when shedCounted.
-	shedKey     [16]byte
+	shedKey [16]byte
+	// shedNet is its network (NetworkKey), counted with it.
+	shedNet     [16]byte
 	shedCounted bool
 }
 

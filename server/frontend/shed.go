@@ -22,9 +22,11 @@ import (
 // response; past a class's threshold a request of that class is answered
 // 503 at once, before it is classified into checks, so that no rule counts
 // it. One client address (an IPv6 client's /64) holds at most
-// ShedPolicy.PerClient of the requests in flight: a request beyond that is
-// shed whatever its class, so that one client cannot push the others'
-// classes over their thresholds. With a target latency
+// ShedPolicy.PerClient of the requests in flight, and its network (an IPv4
+// /24, an IPv6 /48) at most ShedPolicy.PerNetwork: a request beyond either
+// is shed whatever its class, so that one client, with one address or
+// many of one network, cannot push the others' classes over their
+// thresholds. With a target latency
 // the requests in flight weigh more while the requests that pass the rules
 // take longer than the target on average. Forward auth, the
 // decision API, the rate limit service and the HAProxy agent answer a
@@ -62,7 +64,11 @@ type Shedder struct {
 	// while shedding is on; a client leaves its shard's map when its
 	// count is back to 0, so the maps hold only clients in flight.
 	clients [clientShards]clientShard
-	// shedClient counts the requests shed for their client's share.
+	// networks count them of each client network (NetworkKey), the same
+	// way.
+	networks [clientShards]clientShard
+	// shedClient counts the requests shed for their client's share, or
+	// their network's.
 	shedClient atomic.Uint64
 }
 
@@ -86,6 +92,10 @@ type ShedPolicy struct {
 	// PerClient is the most requests one client address (ClientKey) may
 	// have in flight, ShedPerClient(Max); 0 when off.
 	PerClient int64
+	// PerNetwork is the most requests the client addresses of one network
+	// (NetworkKey) may have in flight together, ShedPerNetwork(Max); 0
+	// when off.
+	PerNetwork int64
 	// min is the least threshold: below it no class is shed, and a request
 	// is not even classified.
 	min int64
@@ -136,6 +146,31 @@ func ShedPerClient(maxInFlight int64) int64 {
 	return max(1, maxInFlight/4)
 }
 
+// ShedPerNetwork is the share of max_in_flight the addresses of one
+// network (NetworkKey) may hold in flight together: max(max/2 - 1,
+// ShedPerClient(max)), so that one network alone, whatever number of
+// addresses it uses, stays below the last class's threshold (max/2). 0
+// when max is 0 (off).
+func ShedPerNetwork(maxInFlight int64) int64 {
+	if maxInFlight <= 0 {
+		return 0
+	}
+	return max(maxInFlight/2-1, ShedPerClient(maxInFlight))
+}
+
+// NetworkKey is the key the requests in flight of a client's network are
+// counted under: its IPv4 /24, its IPv6 /48 (one site's usual
+// allocation).
+func NetworkKey(ip netip.Addr) [16]byte {
+	ip = ip.Unmap()
+	bits := 48
+	if ip.Is4() {
+		bits = 24
+	}
+	p, _ := ip.Prefix(bits)
+	return p.Addr().As16()
+}
+
 // ClientKey is the key a client's requests in flight are counted under:
 // its address, an IPv6 one's /64 (one subscriber's usual allocation);
 // invalid (not counted per client) when the address is unknown.
@@ -155,7 +190,7 @@ func (s *Shedder) Apply(cfg config.Shedding) {
 	p := &ShedPolicy{Max: int64(cfg.MaxInFlight), min: math.MaxInt64}
 	if cfg.Enabled() {
 		p.Target = int64(cfg.TargetLatency)
-		p.PerClient = ShedPerClient(p.Max)
+		p.PerClient, p.PerNetwork = ShedPerClient(p.Max), ShedPerNetwork(p.Max)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -203,13 +238,19 @@ func (s *Shedder) Enter(o *Origin) *ShedClass {
 		return nil
 	}
 	if p.PerClient > 0 && o.IP.IsValid() {
-		key := ClientKey(o.IP).As16()
-		if !s.enterClient(key, p.PerClient) {
+		key, net := ClientKey(o.IP).As16(), NetworkKey(o.IP)
+		if !s.enterClient(&s.clients, key, p.PerClient) {
 			s.inFlight.Add(-1)
 			s.shedClient.Add(1)
 			return p.ClassOf(o)
 		}
-		o.shedKey, o.shedCounted = key, true
+		if !s.enterClient(&s.networks, net, p.PerNetwork) {
+			s.leaveClient(&s.clients, key)
+			s.inFlight.Add(-1)
+			s.shedClient.Add(1)
+			return p.ClassOf(o)
+		}
+		o.shedKey, o.shedNet, o.shedCounted = key, net, true
 	}
 	load := p.Weigh(ahead, s.latency.Load())
 	if load < p.min {
@@ -225,21 +266,21 @@ func (s *Shedder) Enter(o *Origin) *ShedClass {
 	return c
 }
 
-func (s *Shedder) shard(key *[16]byte) *clientShard {
-	h := uint32(2166136261) // FNV-1a over the bytes that differ: a v4 address's, a /64's last
+func shardOf(shards *[clientShards]clientShard, key *[16]byte) *clientShard {
+	h := uint32(2166136261) // FNV-1a over the bytes that differ: a v4 address's, a /64's last, a /48's
 	for _, c := range key[4:8] {
 		h = (h ^ uint32(c)) * 16777619
 	}
 	for _, c := range key[12:] {
 		h = (h ^ uint32(c)) * 16777619
 	}
-	return &s.clients[h%clientShards]
+	return &shards[h%clientShards]
 }
 
-// enterClient counts one more request of key in flight, unless it holds
-// limit already.
-func (s *Shedder) enterClient(key [16]byte, limit int64) bool {
-	sh := s.shard(&key)
+// enterClient counts one more request of key in flight in shards (the
+// clients' or the networks'), unless it holds limit already.
+func (s *Shedder) enterClient(shards *[clientShards]clientShard, key [16]byte, limit int64) bool {
+	sh := shardOf(shards, &key)
 	sh.mu.Lock()
 	n := sh.n[key]
 	if n >= limit {
@@ -254,14 +295,20 @@ func (s *Shedder) enterClient(key [16]byte, limit int64) bool {
 	return true
 }
 
-// exitClient ends the request o counted for its client by Enter, if any.
+// exitClient ends the request o counted for its client and its network by
+// Enter, if any.
 func (s *Shedder) exitClient(o *Origin) {
 	if o == nil || !o.shedCounted {
 		return
 	}
-	key := o.shedKey
 	o.shedCounted = false
-	sh := s.shard(&key)
+	s.leaveClient(&s.clients, o.shedKey)
+	s.leaveClient(&s.networks, o.shedNet)
+}
+
+// leaveClient counts one request of key in shards out.
+func (s *Shedder) leaveClient(shards *[clientShards]clientShard, key [16]byte) {
+	sh := shardOf(shards, &key)
 	sh.mu.Lock()
 	if n := sh.n[key] - 1; n > 0 {
 		sh.n[key] = n

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -369,6 +370,9 @@ func TestShedPerClient(t *testing.T) {
 	for m, want := range map[int64]int64{0: 0, 2: 1, 3: 1, 8: 2, 20: 5, 512: 128} {
 		assert.Equal(t, want, ShedPerClient(m), "max %d", m)
 	}
+	for m, want := range map[int64]int64{0: 0, 1: 1, 2: 1, 3: 1, 8: 3, 20: 9, 512: 255} {
+		assert.Equal(t, want, ShedPerNetwork(m), "max %d", m)
+	}
 	var s Shedder
 	s.Apply(fourClasses(20)) // 5 per client; test shed at 10, reads at 13, writes at 20
 	from := func(ip string, method, path string) *Origin {
@@ -412,6 +416,23 @@ func TestShedPerClient(t *testing.T) {
 	}
 	s.Exit(from("192.0.2.7", "POST", "/checkout"), 0, true) // not entered: its client is not counted down
 	assert.Equal(t, 1, s.Clients())
+
+	// Many addresses of one network: together they hold its share
+	// (20 / 2 - 1 = 9), an IPv4 /24's or an IPv6 /48's.
+	for _, nw := range []string{"198.51.100.%d", "2001:db8:7:%d::1"} {
+		var mine []*Origin
+		for i := range 20 {
+			if o := from(fmt.Sprintf(nw, i+1), "POST", "/checkout"); s.Enter(o) == nil {
+				mine = append(mine, o)
+			}
+		}
+		assert.Len(t, mine, 9, nw)
+		other := from("198.51.101.1", "POST", "/checkout")
+		require.Nil(t, s.Enter(other), "another network")
+		for _, o := range append(mine, other) {
+			s.Exit(o, 0, true)
+		}
+	}
 
 	// Shedding off: no client is counted.
 	var off Shedder
