@@ -148,6 +148,10 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 // fraction of a window of the failover (share_demand.go, probe): at least
 // 0.80 of what the central node admits in the cut (before the probe,
 // failover-to-one-pop took 0.76 and 0.73, failover-region-of-three 0.87).
+// The peak stays within 1.20 of the limit, far below keep's (1.85 in
+// failover-to-one-pop): 1.105 there with a key without history split by
+// PoP count, 1.185 with it split by its traffic of the cut's window, which
+// one-hour windows need.
 func TestFailoversAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
 	for _, name := range []string{"failover-to-one-pop", "failover-region-of-three", "failover-region-to-one-pop-2"} {
@@ -162,7 +166,7 @@ func TestFailoversAcrossTheClass(t *testing.T) {
 			t.Logf("%s, region voices %v: in the cut %d of central's %d (%.3f), max a/l %.3f", name, voices,
 				fleet, central, float64(fleet)/float64(central), res.Report.MaxAdmittedRatio)
 			assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central), "%s, region voices %v", name, voices)
-			assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.15, "%s, region voices %v", name, voices)
+			assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.20, "%s, region voices %v", name, voices)
 		}
 	}
 }
