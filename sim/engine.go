@@ -41,6 +41,13 @@ type Options struct {
 	WallClock func() time.Time
 	// NoCentral skips the central reference node (benchmarks).
 	NoCentral bool
+	// Incarnations, when set, gives the incarnation of each start of a
+	// node, in start order (a live run's: the daemon takes its start time,
+	// so that both runs name the PoPs' members alike and hash keys to the
+	// same owners). A start beyond a node's list, or given 0, takes the
+	// next of the simulator's own numbers (one more than the largest so
+	// far).
+	Incarnations map[string][]uint64
 }
 
 // popInfo is one PoP of the topology.
@@ -49,8 +56,21 @@ type popInfo struct {
 	regionIdx int
 	nodes     []int32
 	live      []int32 // nodes up, in index order
-	acct      sent    // replication sent by the PoP's nodes
-	global    sent    // of which to other PoPs
+	// gone are the members crashed or paused that the others still list
+	// until failure detection drops them (replication.failure_detection).
+	gone   []goneMember
+	acct   sent // replication sent by the PoP's nodes
+	global sent // of which to other PoPs
+}
+
+// goneMember is a member gone from its PoP (crashed or paused) that the
+// others list until until: memberlist names it among the members until it
+// has noticed, whatever started meanwhile.
+type goneMember struct {
+	node  int32
+	inc   uint64
+	name  string
+	until int64
 }
 
 // sent counts replication messages and bytes.
@@ -69,6 +89,7 @@ type simNode struct {
 	n      *pop.Node  // nil while down
 	core   *repl.Core // its replication protocol (see wire.go)
 	inc    uint64
+	starts int // how many times it started
 	up     bool
 	// paused: up, but stopped (SIGSTOP): it takes no request, handles no
 	// message or timer, and its PoP's members count it gone until resumed.
@@ -310,6 +331,11 @@ func (e *engine) start(nd *simNode, t int64) error {
 	// an epoch (its starter's incarnation) is never taken twice.
 	e.incarnations++
 	nd.inc = e.incarnations
+	if given := e.opts.Incarnations[nd.name]; nd.starts < len(given) && given[nd.starts] != 0 {
+		nd.inc = given[nd.starts]
+		e.incarnations = max(e.incarnations-1, nd.inc)
+	}
+	nd.starts++
 	n, err := pop.New(pop.Config{
 		Self:    crdt.Replica{PoPID: e.pops[nd.pop].id, Node: nd.name, Incarnation: nd.inc},
 		Rules:   e.rules,

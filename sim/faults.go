@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"slices"
 	"sort"
+
+	"github.com/geolimit/geolimit/repl"
 )
 
 type actKind uint8
@@ -179,15 +182,17 @@ func (e *engine) act(a action, t int64) {
 		}
 	case actCrash:
 		for _, n := range a.nodes {
-			e.crash(e.nodes[n])
+			e.crash(e.nodes[n], t)
 		}
 		e.popsDetect(a.nodes, t)
 		e.reroute()
 	case actRestart:
+		var killed []int32 // up: killed and started again at once
 		for _, n := range a.nodes {
 			nd := e.nodes[n]
 			if nd.up {
-				e.crash(nd)
+				e.crash(nd, t)
+				killed = append(killed, n)
 			}
 			if err := e.start(nd, t); err != nil {
 				e.err = err
@@ -196,12 +201,15 @@ func (e *engine) act(a action, t int64) {
 			e.joinSync(nd, t)
 		}
 		e.popsChanged(a.nodes, t)
+		if len(killed) > 0 && e.sc.Replication.FailureDetection > 0 {
+			e.popsDetect(killed, t) // their former incarnations linger
+		}
 		e.reroute()
 	case actPause:
 		for _, n := range a.nodes {
 			if nd := e.nodes[n]; nd.up && !nd.paused {
+				e.leave(nd, t)
 				nd.paused = true
-				e.leave(nd)
 			}
 		}
 		e.popsDetect(a.nodes, t)
@@ -215,6 +223,7 @@ func (e *engine) act(a action, t int64) {
 			}
 			nd.paused = false
 			p := &e.pops[nd.pop]
+			p.gone = slices.DeleteFunc(p.gone, func(g goneMember) bool { return g.node == nd.idx && g.inc == nd.inc })
 			p.live = append(p.live, nd.idx)
 			sort.Slice(p.live, func(i, j int) bool { return p.live[i] < p.live[j] })
 			nd.nextCore = -1
@@ -230,14 +239,19 @@ func (e *engine) act(a action, t int64) {
 	}
 }
 
-// leave takes nd out of its PoP's live members.
-func (e *engine) leave(nd *simNode) {
+// leave takes nd, crashed or paused at t, out of its PoP's live members;
+// with failure detection, the others go on listing it until they notice
+// (popsDetect schedules that).
+func (e *engine) leave(nd *simNode, t int64) {
 	p := &e.pops[nd.pop]
 	for i, x := range p.live {
 		if x == nd.idx {
 			p.live = append(p.live[:i], p.live[i+1:]...)
-			return
+			break
 		}
+	}
+	if d := int64(e.sc.Replication.FailureDetection); d > 0 {
+		p.gone = append(p.gone, goneMember{node: nd.idx, inc: nd.inc, name: repl.MemberName(nd.n.Self()), until: t + d})
 	}
 }
 
@@ -276,16 +290,16 @@ func (e *engine) popsChanged(nodes []int32, t int64) {
 	}
 }
 
-func (e *engine) crash(nd *simNode) {
+func (e *engine) crash(nd *simNode, t int64) {
 	if !nd.up {
 		return
 	}
-	nd.up, nd.n, nd.core = false, nil, nil
 	if nd.paused {
 		nd.paused = false // out of live already
-		return
+	} else {
+		e.leave(nd, t)
 	}
-	e.leave(nd)
+	nd.up, nd.n, nd.core = false, nil, nil
 }
 
 func (e *engine) reroute() {

@@ -71,3 +71,42 @@ func TestFailureDetectionDelaysMembership(t *testing.T) {
 	_, err = Parse([]byte(base + "replication: {failure_detection: -1s}\n"))
 	assert.ErrorContains(t, err, "replication.failure_detection: must be 0-1m, got -1s")
 }
+
+// A node crashed and started again before failure detection noticed: its
+// PoP's members list both incarnations until the delay has passed, as
+// memberlist does. Given incarnations name the members.
+func TestRestartBeforeDetectionListsBothIncarnations(t *testing.T) {
+	sc, err := Parse([]byte(`name: r
+duration: 10s
+topology: [{region: eu, pops: [{name: ams, nodes: 3}]}]
+replication: {failure_detection: 3s}
+rules: [{name: api, limit: 10, window: 1s}]
+traffic: [{rule: api, rate: 10/s}]
+events:
+  - {at: 1s, crash: [ams-1]}
+  - {at: 2s, restart: [ams-1]}
+`))
+	require.NoError(t, err)
+	e, err := newEngine(sc, Options{Incarnations: map[string][]uint64{"ams-1": {100, 200}, "ams-2": {101}, "ams-3": {102}}})
+	require.NoError(t, err)
+	membersAt := func(at time.Duration) []string {
+		e.end = int64(at)
+		require.NoError(t, e.run())
+		return e.nodes[1].core.Members()
+	}
+	assert.Equal(t, []string{"ams-1#100", "ams-2#101", "ams-3#102"}, membersAt(1500*time.Millisecond), "not noticed yet")
+	assert.Equal(t, []string{"ams-1#100", "ams-1#200", "ams-2#101", "ams-3#102"}, membersAt(2500*time.Millisecond), "both until noticed")
+	assert.Equal(t, []string{"ams-1#200", "ams-2#101", "ams-3#102"}, membersAt(4500*time.Millisecond), "the crashed one dropped")
+	assert.Equal(t, uint64(200), e.nodes[0].inc)
+
+	for _, c := range []struct {
+		incs map[string][]uint64
+		err  string
+	}{
+		{map[string][]uint64{"ams-9": {1}}, `sim: incarnations: no node "ams-9" in the topology`},
+		{map[string][]uint64{"ams-1": {5}, "ams-2": {5}}, "sim: incarnations: 5 given to ams-1 and ams-2 (start 1)"},
+	} {
+		_, err := newEngine(sc, Options{Incarnations: c.incs})
+		assert.ErrorContains(t, err, c.err)
+	}
+}

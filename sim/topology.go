@@ -1,6 +1,11 @@
 package sim
 
-import "github.com/geolimit/geolimit/crdt"
+import (
+	"fmt"
+	"sort"
+
+	"github.com/geolimit/geolimit/crdt"
+)
 
 func (e *engine) buildTopology() error {
 	popIndex := map[string]int{}
@@ -59,6 +64,9 @@ func (e *engine) buildTopology() error {
 			}
 		}
 	}
+	if err := e.checkIncarnations(); err != nil {
+		return err
+	}
 	for _, nd := range e.nodes {
 		if err := e.start(nd, 0); err != nil {
 			return err
@@ -106,4 +114,34 @@ func (e *engine) nodesOf(names []string) []int32 {
 		}
 	}
 	return out
+}
+
+// checkIncarnations checks Options.Incarnations: known nodes, and no
+// incarnation given twice (an epoch is never taken twice).
+func (e *engine) checkIncarnations() error {
+	known := map[string]bool{}
+	for _, nd := range e.nodes {
+		known[nd.name] = true
+	}
+	names := make([]string, 0, len(e.opts.Incarnations))
+	for name := range e.opts.Incarnations {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	seen := map[uint64]string{}
+	for _, name := range names {
+		if !known[name] {
+			return fmt.Errorf("sim: incarnations: no node %q in the topology", name)
+		}
+		for i, inc := range e.opts.Incarnations[name] {
+			if inc == 0 {
+				continue
+			}
+			if other, ok := seen[inc]; ok {
+				return fmt.Errorf("sim: incarnations: %d given to %s and %s (start %d)", inc, other, name, i+1)
+			}
+			seen[inc] = name
+		}
+	}
+	return nil
 }
