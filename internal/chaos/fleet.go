@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/geolimit/geolimit/internal/faultproxy"
 	"github.com/geolimit/geolimit/sim"
 )
 
@@ -56,7 +57,7 @@ type fleet struct {
 	regions []string
 	// links[a][b] carry region a's gateway connections to each server of
 	// region b.
-	links [][][]*proxy
+	links [][][]*faultproxy.Proxy
 	logf  func(format string, args ...any)
 
 	mu         sync.Mutex
@@ -156,16 +157,16 @@ func newFleet(sc *sim.Scenario, dir, bin string, seed uint64, logf func(string, 
 	}
 	// Gateway proxies: one per (source region, server of target region).
 	lat, jit := sc.Network.InterRegion.Latency, sc.Network.InterRegion.Jitter
-	f.links = make([][][]*proxy, len(f.regions))
+	f.links = make([][][]*faultproxy.Proxy, len(f.regions))
 	for a, ra := range f.regions {
-		f.links[a] = make([][]*proxy, len(f.regions))
+		f.links[a] = make([][]*faultproxy.Proxy, len(f.regions))
 		for b, rb := range f.regions {
 			if a == b {
 				continue
 			}
 			for _, n := range regionNodes[rb] {
 				seed++
-				p, err := newProxy(ra, "127.0.0.1:"+strconv.Itoa(n.gatewayPort), lat, jit, seed)
+				p, err := faultproxy.New(faultproxy.Config{Target: "127.0.0.1:" + strconv.Itoa(n.gatewayPort), Source: ra, Latency: lat, Jitter: jit, Seed: seed})
 				if err != nil {
 					f.closeProxies()
 					return nil, fmt.Errorf("chaos: proxy: %w", err)
@@ -193,7 +194,7 @@ func (f *fleet) closeProxies() {
 	for _, row := range f.links {
 		for _, ps := range row {
 			for _, p := range ps {
-				p.close()
+				p.Close()
 			}
 		}
 	}
@@ -222,7 +223,7 @@ func (f *fleet) writeConfig(sc *sim.Scenario, n *node, region, pop []*node, expe
 			}
 			var urls []string
 			for _, p := range f.links[n.regionIdx][b] {
-				urls = append(urls, strconv.Quote("nats://"+p.addr()))
+				urls = append(urls, strconv.Quote("nats://"+p.Addr()))
 			}
 			fmt.Fprintf(&nc, "\n    {name: %q, urls: [%s]}", rb, strings.Join(urls, ", "))
 		}
@@ -367,17 +368,17 @@ func (n *node) pidNow() int {
 // both ways.
 func (f *fleet) cutRegions(a, b int, cut bool) {
 	for _, p := range f.links[a][b] {
-		p.setCut(cut)
+		p.SetCut(cut)
 	}
 	for _, p := range f.links[b][a] {
-		p.setCut(cut)
+		p.SetCut(cut)
 	}
 }
 
 // cutOneWay cuts region a's links to region b only.
 func (f *fleet) cutOneWay(a, b int) {
 	for _, p := range f.links[a][b] {
-		p.setCut(true)
+		p.SetCut(true)
 	}
 }
 
@@ -385,7 +386,7 @@ func (f *fleet) healAll() {
 	for a := range f.links {
 		for b := range f.links[a] {
 			for _, p := range f.links[a][b] {
-				p.setCut(false)
+				p.SetCut(false)
 			}
 		}
 	}

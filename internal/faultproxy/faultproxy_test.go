@@ -1,4 +1,4 @@
-package chaos
+package faultproxy
 
 import (
 	"bufio"
@@ -10,14 +10,19 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // echoServer speaks first (as a nats-server does: INFO), then echoes.
 func echoServer(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
+	done := make(chan struct{})
+	t.Cleanup(func() { _ = l.Close(); <-done })
 	go func() {
+		defer close(done)
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -33,6 +38,13 @@ func echoServer(t *testing.T) string {
 	return l.Addr().String()
 }
 
+func start(t *testing.T, cfg Config) *Proxy {
+	p, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
 func dialGateway(t *testing.T, addr, gateway string) (net.Conn, *bufio.Reader) {
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
@@ -44,12 +56,10 @@ func dialGateway(t *testing.T, addr, gateway string) (net.Conn, *bufio.Reader) {
 	return c, r
 }
 
-func TestProxyCarriesItsGatewayOnly(t *testing.T) {
-	p, err := newProxy("eu", echoServer(t), 2*time.Millisecond, time.Millisecond, 1)
-	require.NoError(t, err)
-	defer p.close()
+func TestCarriesItsGatewayOnly(t *testing.T) {
+	p := start(t, Config{Target: echoServer(t), Source: "eu", Latency: 2 * time.Millisecond, Jitter: time.Millisecond, Seed: 1})
 
-	c, r := dialGateway(t, p.addr(), "eu")
+	c, r := dialGateway(t, p.Addr(), "eu")
 	line, err := r.ReadString('\n')
 	require.NoError(t, err)
 	assert.Equal(t, "INFO {}\n", line)
@@ -66,32 +76,65 @@ func TestProxyCarriesItsGatewayOnly(t *testing.T) {
 		assert.Equal(t, "PING "+string(rune('a'+i%26))+"\n", line)
 	}
 
-	_, r2 := dialGateway(t, p.addr(), "us")
+	_, r2 := dialGateway(t, p.Addr(), "us")
 	_, _ = r2.ReadString('\n') // the INFO may come first
 	_, err = r2.ReadString('\n')
 	assert.Error(t, err, "another region's gateway is refused")
-	assert.Equal(t, uint64(1), p.refused.Load())
+	assert.Equal(t, uint64(1), p.Refused())
 }
 
-func TestProxyCutAndHeal(t *testing.T) {
-	p, err := newProxy("eu", echoServer(t), 0, 0, 1)
-	require.NoError(t, err)
-	defer p.close()
-	_, r := dialGateway(t, p.addr(), "eu")
-	_, err = r.ReadString('\n')
+func TestCutAndHeal(t *testing.T) {
+	p := start(t, Config{Target: echoServer(t), Source: "eu"})
+	_, r := dialGateway(t, p.Addr(), "eu")
+	_, err := r.ReadString('\n')
 	require.NoError(t, err)
 
-	p.setCut(true)
+	p.SetCut(true)
 	_, err = io.ReadAll(r) // EOF or a reset, not the deadline
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "a cut closes the connection: %v", err)
-	_, r = dialGateway(t, p.addr(), "eu")
+	_, r = dialGateway(t, p.Addr(), "eu")
 	_, err = r.ReadString('\n')
 	assert.Error(t, err, "and refuses new ones")
 
-	p.setCut(false)
-	_, r = dialGateway(t, p.addr(), "eu")
+	p.SetCut(false)
+	_, r = dialGateway(t, p.Addr(), "eu")
 	line, err := r.ReadString('\n')
 	require.NoError(t, err)
 	assert.Equal(t, "INFO {}\n", line, "healed")
+}
+
+// Without a source any connection is carried; without a target, none.
+func TestLateTargetAnySource(t *testing.T) {
+	p := start(t, Config{})
+	echo := func() error {
+		c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		r := bufio.NewReader(c)
+		if _, err := r.ReadString('\n'); err != nil { // INFO
+			return err
+		}
+		if _, err := c.Write([]byte("hi\n")); err != nil {
+			return err
+		}
+		_, err = r.ReadString('\n')
+		return err
+	}
+	require.Error(t, echo(), "no target yet")
+	p.SetTarget(echoServer(t))
+	require.NoError(t, echo())
+	p.SetCut(true)
+	require.Error(t, echo(), "cut")
+	p.SetCut(false)
+	require.NoError(t, echo())
+	assert.Equal(t, uint64(2), p.Refused())
+}
+
+func TestConfigErrors(t *testing.T) {
+	_, err := New(Config{Latency: -time.Millisecond})
+	assert.ErrorContains(t, err, "faultproxy: latency and jitter must not be negative, got -1ms and 0s")
 }
