@@ -17,8 +17,10 @@
 // with its per-request log, and every logged arrival is sent at the same
 // time from the run's start, to the same node, over POST /v1/check. The
 // run's start is aligned on the rules' windows, as the simulator's epoch
-// is. Both runs' decisions are then measured by sim.Replay: the exact
-// trailing-window totals, and one central node deciding the same arrivals.
+// is. After the live run the simulator runs again with the live nodes'
+// incarnations (see simAgain), and both runs' decisions are measured by
+// sim.Replay: the exact trailing-window totals, and one central node
+// deciding the same arrivals.
 //
 // After the run the harness heals every link, waits until the nodes agree,
 // and compares what they hold of each key with the admits it recorded
@@ -94,10 +96,6 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 		return nil, err
 	}
 	log = bytes.Buffer{}
-	simMeasured, err := sim.Replay(sc, schedule)
-	if err != nil {
-		return nil, err
-	}
 	logf("simulated: %d requests, %d admitted (central %d)", simRes.Report.Requests, simRes.Report.Admitted, simRes.Report.Central.Admitted)
 
 	dir, err := os.MkdirTemp("", "geolimit-chaos-")
@@ -142,6 +140,11 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 		return nil, err
 	}
 	_ = t0
+	simMeasured, err := simAgain(ctx, sc, seed, f.incarnations(), schedule)
+	if err != nil {
+		return nil, err
+	}
+	logf("simulated with the live incarnations: %d admitted (central %d)", simMeasured.Report.Admitted, simMeasured.Report.Central.Admitted)
 	rep := &Report{
 		Scenario: sc.Name, Seed: seed, DurationS: sc.Duration.Seconds(),
 		Live: side(&liveMeasured.Report), Sim: side(&simMeasured.Report),
@@ -156,6 +159,35 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 		rep.UnexpectedExits = []Exit{}
 	}
 	return rep, nil
+}
+
+// simAgain runs the simulator again with the live nodes' incarnations, and
+// measures its decisions as the live ones are. Which member of a PoP
+// publishes a key's totals is chosen by hashing the members' names, which
+// hold their incarnations; the daemon takes its start time, the simulator
+// counts from 1, so without this the two runs give a key to different
+// members, and a crash or a restart moves a different share of the keys. The
+// arrivals do not depend on incarnations; they are checked to be the live
+// run's.
+func simAgain(ctx context.Context, sc *sim.Scenario, seed uint64, incs map[string][]uint64, schedule []sim.Decision) (*sim.Result, error) {
+	var log bytes.Buffer
+	if _, err := sim.RunContext(ctx, sc, sim.Options{Seed: &seed, Log: &log, Incarnations: incs}); err != nil {
+		return nil, err
+	}
+	ds, err := sim.ReadLog(&log)
+	if err != nil {
+		return nil, err
+	}
+	if len(ds) != len(schedule) {
+		return nil, fmt.Errorf("chaos: the simulator's run with the live incarnations has %d arrivals, the live run %d", len(ds), len(schedule))
+	}
+	for i := range ds {
+		a, b := ds[i], schedule[i]
+		if a.T != b.T || a.Node != b.Node || a.Rule != b.Rule || a.Key != b.Key || a.Cost != b.Cost {
+			return nil, fmt.Errorf("chaos: the simulator's run with the live incarnations has other arrivals (at %s: %s %s on %s, live %s %s on %s)", a.T, a.Rule, a.Key, a.Node, b.Rule, b.Key, b.Node)
+		}
+	}
+	return sim.Replay(sc, ds)
 }
 
 // alignment is the span the run's start is aligned on: the longest
@@ -223,6 +255,9 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 	}
 	for _, n := range f.nodes {
 		if err := waitAnswers(ctx, n, 30*time.Second); err != nil {
+			return nil, nil, nil, time.Time{}, err
+		}
+		if err := n.noteIncarnation(ctx); err != nil {
 			return nil, nil, nil, time.Time{}, err
 		}
 	}
@@ -354,8 +389,12 @@ func (f *fleet) apply(ctx context.Context, o op, t0 time.Time, logf func(string,
 			go func() {
 				if err := waitAnswers(ctx, n, 10*time.Second); err != nil {
 					logf("restart %s: %v", name, err)
+					return
 				} else if late := time.Since(t0.Add(o.at)); late > 0 {
 					logf("restart %s: answering %s after its scheduled time", name, late.Round(time.Millisecond))
+				}
+				if err := n.noteIncarnation(ctx); err != nil {
+					logf("restart %s: %v (the simulator numbers this start itself)", name, err)
 				}
 			}()
 		}

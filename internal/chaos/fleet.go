@@ -43,6 +43,7 @@ type node struct {
 	paused  bool          // the harness sent SIGSTOP
 	exited  chan struct{} // closed when the current process has exited
 	starts  int
+	incs    []uint64 // the incarnation of each start (0: not known)
 	exitErr []string // unexpected exits
 }
 
@@ -286,6 +287,7 @@ func (f *fleet) startNode(n *node) error {
 	}
 	n.cmd, n.pid, n.killed, n.paused = cmd, cmd.Process.Pid, false, false
 	n.starts++
+	n.incs = append(n.incs, 0)
 	exited := make(chan struct{})
 	n.exited = exited
 	go func() {
@@ -308,6 +310,39 @@ func (f *fleet) startNode(n *node) error {
 		}
 	}()
 	return nil
+}
+
+// noteIncarnation records the incarnation of n's current start, read from
+// GET /v1/status once it answers; it records nothing when n was started
+// again in between.
+func (n *node) noteIncarnation(ctx context.Context) error {
+	n.mu.Lock()
+	start := n.starts
+	n.mu.Unlock()
+	var st struct {
+		Incarnation uint64 `json:"incarnation"`
+	}
+	if err := getJSON(ctx, n.api+"/v1/status", &st); err != nil {
+		return fmt.Errorf("chaos: incarnation of %s: %w", n.name, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.starts == start && start > 0 {
+		n.incs[start-1] = st.Incarnation
+	}
+	return nil
+}
+
+// incarnations returns the incarnations of every node's starts, for the
+// simulator to give its nodes the same (sim.Options.Incarnations).
+func (f *fleet) incarnations() map[string][]uint64 {
+	out := map[string][]uint64{}
+	for _, n := range f.nodes {
+		n.mu.Lock()
+		out[n.name] = append([]uint64(nil), n.incs...)
+		n.mu.Unlock()
+	}
+	return out
 }
 
 // signal sends sig to n's running process; kill marks the exit as ordered.
