@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/internal/statefile"
 	"github.com/geolimit/geolimit/pop"
 	"github.com/geolimit/geolimit/repl"
 	"github.com/geolimit/geolimit/wire"
@@ -48,6 +49,19 @@ type Options struct {
 	// next of the simulator's own numbers (one more than the largest so
 	// far).
 	Incarnations map[string][]uint64
+	// Detections, when set, gives how long the members of a node's PoP
+	// took to drop it after it crashed or paused at a time (a live run's
+	// measure); a crash or pause not listed takes
+	// replication.failure_detection.
+	Detections []Detection
+}
+
+// Detection is how long after a node crashed or paused at At its PoP's
+// members dropped it.
+type Detection struct {
+	Node  string
+	At    time.Duration
+	After time.Duration
 }
 
 // popInfo is one PoP of the topology.
@@ -90,7 +104,11 @@ type simNode struct {
 	core   *repl.Core // its replication protocol (see wire.go)
 	inc    uint64
 	starts int // how many times it started
-	up     bool
+	// stateFile: it keeps a state file (state.nodes), saved is its last
+	// write (nil: none yet).
+	stateFile bool
+	saved     []byte
+	up        bool
 	// paused: up, but stopped (SIGSTOP): it takes no request, handles no
 	// message or timer, and its PoP's members count it gone until resumed.
 	paused bool
@@ -126,13 +144,14 @@ type engine struct {
 
 	flushNow           bool
 	intraMax, interMax int
-	inbound            received  // delivered from other PoPs, all nodes
-	inboundFar         received  // of which from other regions, counts only (KindDelta, KindState)
-	storeSeed          uint64    // seeds every store's hash (see start)
-	others             [][]int32 // per PoP, every other PoP (otherPoPs)
-	mates              [][]int32 // per PoP, the other PoPs of its region (regionMates)
-	incarnations       uint64    // the last incarnation given to a node
-	share              bool      // some rule uses the share policy
+	inbound            received          // delivered from other PoPs, all nodes
+	inboundFar         received          // of which from other regions, counts only (KindDelta, KindState)
+	storeSeed          uint64            // seeds every store's hash (see start)
+	others             [][]int32         // per PoP, every other PoP (otherPoPs)
+	mates              [][]int32         // per PoP, the other PoPs of its region (regionMates)
+	incarnations       uint64            // the last incarnation given to a node
+	detectQueued       map[[2]int64]bool // (PoP, time): a members change queued (leave)
+	share              bool              // some rule uses the share policy
 
 	keys     []*keyInfo
 	ruleKeys [][]*keyInfo
@@ -212,16 +231,17 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 	}
 	master := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	e := &engine{
-		sc:        sc,
-		opts:      opts,
-		rules:     rules,
-		end:       int64(sc.Duration),
-		epoch:     Epoch,
-		trng:      newRNG(master.Uint64(), master.Uint64()),
-		nrng:      newRNG(master.Uint64(), master.Uint64()),
-		storeSeed: master.Uint64() | 1,
-		intraMax:  sc.Replication.IntraPoPMaxBytes,
-		interMax:  sc.Replication.InterPoPMaxBytes,
+		sc:           sc,
+		opts:         opts,
+		rules:        rules,
+		end:          int64(sc.Duration),
+		epoch:        Epoch,
+		trng:         newRNG(master.Uint64(), master.Uint64()),
+		nrng:         newRNG(master.Uint64(), master.Uint64()),
+		storeSeed:    master.Uint64() | 1,
+		detectQueued: map[[2]int64]bool{},
+		intraMax:     sc.Replication.IntraPoPMaxBytes,
+		interMax:     sc.Replication.InterPoPMaxBytes,
 	}
 	if !sc.Start.IsZero() {
 		e.epoch = sc.Start.UnixNano()
@@ -345,6 +365,17 @@ func (e *engine) start(nd *simNode, t int64) error {
 	if err != nil {
 		return fmt.Errorf("sim: node %s: %w", nd.name, err)
 	}
+	if nd.stateFile && nd.saved != nil {
+		// As the daemon does before it replicates anything.
+		st, err := statefile.Decode(nd.saved)
+		if err != nil {
+			return fmt.Errorf("sim: node %s: state file: %w", nd.name, err)
+		}
+		now := e.nodeNow(nd, t) // the fleet clock: no correction yet
+		for i := range st.Deltas {
+			n.RestoreDelta(now, &st.Deltas[i])
+		}
+	}
 	nd.n, nd.up, nd.paused = n, true, false
 	if nd.core, err = e.newCore(nd, t); err != nil {
 		return err
@@ -356,6 +387,21 @@ func (e *engine) start(nd *simNode, t int64) error {
 	nd.core.Tick(e.nodeNow(nd, t))
 	e.drain(nd, t)
 	e.q.push(event{at: t + e.nrng.Int64N(int64(time.Second)) + 1, kind: evTick, node: nd.idx, inc: nd.inc})
+	if nd.stateFile {
+		e.q.push(event{at: t + int64(e.sc.State.Interval), kind: evState, node: nd.idx, inc: nd.inc})
+	}
+	return nil
+}
+
+// saveState writes nd's state file (in memory), as the daemon does every
+// state.interval; a paused node writes nothing.
+func (e *engine) saveState(nd *simNode, t int64) error {
+	now := e.fleetNow(nd, t)
+	b, err := statefile.EncodeEach(statefile.Header{Self: nd.n.Self(), SavedAt: now}, nd.n.SnapshotEach(now))
+	if err != nil {
+		return fmt.Errorf("sim: node %s: state file: %w", nd.name, err)
+	}
+	nd.saved = b
 	return nil
 }
 
@@ -489,6 +535,19 @@ func (e *engine) handle(ev event) {
 		}
 	case evRelease:
 		e.release(ev)
+	case evState:
+		nd := e.nodes[ev.node]
+		if !nd.up || nd.inc != ev.inc {
+			return
+		}
+		if !nd.paused {
+			if err := e.saveState(nd, t); err != nil {
+				e.err = err
+				return
+			}
+		}
+		ev.at += int64(e.sc.State.Interval)
+		e.q.push(ev)
 	case evMembers:
 		e.membersChanged(ev.node, t)
 	case evProgress:

@@ -181,18 +181,19 @@ func (e *engine) act(a action, t int64) {
 			e.nodes[n].skew = a.offset
 		}
 	case actCrash:
+		var now []int32 // their members are told at once
 		for _, n := range a.nodes {
-			e.crash(e.nodes[n], t)
+			if !e.crash(e.nodes[n], t) {
+				now = append(now, n)
+			}
 		}
-		e.popsDetect(a.nodes, t)
+		e.popsChanged(now, t)
 		e.reroute()
 	case actRestart:
-		var killed []int32 // up: killed and started again at once
 		for _, n := range a.nodes {
 			nd := e.nodes[n]
 			if nd.up {
-				e.crash(nd, t)
-				killed = append(killed, n)
+				e.crash(nd, t) // its former incarnation may linger
 			}
 			if err := e.start(nd, t); err != nil {
 				e.err = err
@@ -201,18 +202,18 @@ func (e *engine) act(a action, t int64) {
 			e.joinSync(nd, t)
 		}
 		e.popsChanged(a.nodes, t)
-		if len(killed) > 0 && e.sc.Replication.FailureDetection > 0 {
-			e.popsDetect(killed, t) // their former incarnations linger
-		}
 		e.reroute()
 	case actPause:
+		var now []int32
 		for _, n := range a.nodes {
 			if nd := e.nodes[n]; nd.up && !nd.paused {
-				e.leave(nd, t)
+				if !e.leave(nd, t) {
+					now = append(now, n)
+				}
 				nd.paused = true
 			}
 		}
-		e.popsDetect(a.nodes, t)
+		e.popsChanged(now, t)
 		e.reroute()
 	case actResume:
 		var resumed []int32
@@ -239,10 +240,12 @@ func (e *engine) act(a action, t int64) {
 	}
 }
 
-// leave takes nd, crashed or paused at t, out of its PoP's live members;
-// with failure detection, the others go on listing it until they notice
-// (popsDetect schedules that).
-func (e *engine) leave(nd *simNode, t int64) {
+// leave takes nd, crashed or paused at t, out of its PoP's live members.
+// With failure detection (replication.failure_detection, or the node's
+// entry in Options.Detections) the others go on listing it until they
+// notice, then are told; leave reports whether that is so (else the caller
+// tells them at once).
+func (e *engine) leave(nd *simNode, t int64) bool {
 	p := &e.pops[nd.pop]
 	for i, x := range p.live {
 		if x == nd.idx {
@@ -250,32 +253,33 @@ func (e *engine) leave(nd *simNode, t int64) {
 			break
 		}
 	}
-	if d := int64(e.sc.Replication.FailureDetection); d > 0 {
-		p.gone = append(p.gone, goneMember{node: nd.idx, inc: nd.inc, name: repl.MemberName(nd.n.Self()), until: t + d})
+	d := e.detection(nd.name, t)
+	if d <= 0 {
+		return false
 	}
+	p.gone = append(p.gone, goneMember{node: nd.idx, inc: nd.inc, name: repl.MemberName(nd.n.Self()), until: t + d})
+	if k := [2]int64{int64(nd.pop), t + d}; !e.detectQueued[k] {
+		e.detectQueued[k] = true
+		e.q.push(event{at: t + d, kind: evMembers, node: nd.pop})
+	}
+	return true
+}
+
+// detection is how long after t the members of node's PoP notice that it
+// crashed or paused at t.
+func (e *engine) detection(node string, t int64) int64 {
+	for _, d := range e.opts.Detections {
+		if d.Node == node && int64(d.At) == t && d.After > 0 {
+			return int64(d.After)
+		}
+	}
+	return int64(e.sc.Replication.FailureDetection)
 }
 
 func (e *engine) block(x, y int32) {
 	if !e.blocked[x][y] {
 		e.blocked[x][y] = true
 		e.nBlock++
-	}
-}
-
-// popsDetect tells the members of the PoPs of nodes, gone, that
-// membership changed once failure detection has noticed.
-func (e *engine) popsDetect(nodes []int32, t int64) {
-	d := int64(e.sc.Replication.FailureDetection)
-	if d == 0 {
-		e.popsChanged(nodes, t)
-		return
-	}
-	done := map[int32]bool{}
-	for _, n := range nodes {
-		if p := e.nodes[n].pop; !done[p] {
-			done[p] = true
-			e.q.push(event{at: t + d, kind: evMembers, node: p})
-		}
 	}
 }
 
@@ -290,16 +294,20 @@ func (e *engine) popsChanged(nodes []int32, t int64) {
 	}
 }
 
-func (e *engine) crash(nd *simNode, t int64) {
+// crash stops nd at t and reports whether its PoP's members are told later
+// (see leave).
+func (e *engine) crash(nd *simNode, t int64) bool {
 	if !nd.up {
-		return
+		return false
 	}
+	later := true // paused: out of live already, told or queued then
 	if nd.paused {
-		nd.paused = false // out of live already
+		nd.paused = false
 	} else {
-		e.leave(nd, t)
+		later = e.leave(nd, t)
 	}
 	nd.up, nd.n, nd.core = false, nil, nil
+	return later
 }
 
 func (e *engine) reroute() {

@@ -110,3 +110,73 @@ events:
 		assert.ErrorContains(t, err, c.err)
 	}
 }
+
+// A detection measured live replaces replication.failure_detection for
+// that crash only.
+func TestDetectionsGiven(t *testing.T) {
+	sc, err := Parse([]byte(`name: r
+duration: 10s
+topology: [{region: eu, pops: [{name: ams, nodes: 3}]}]
+replication: {failure_detection: 3s}
+rules: [{name: api, limit: 10, window: 1s}]
+traffic: [{rule: api, rate: 10/s}]
+events:
+  - {at: 1s, crash: [ams-1]}
+  - {at: 2s, crash: [ams-2]}
+`))
+	require.NoError(t, err)
+	e, err := newEngine(sc, Options{
+		Incarnations: map[string][]uint64{"ams-1": {1}, "ams-2": {2}, "ams-3": {3}},
+		Detections:   []Detection{{Node: "ams-1", At: time.Second, After: 1500 * time.Millisecond}, {Node: "ams-2", At: time.Second, After: time.Second}},
+	})
+	require.NoError(t, err)
+	membersAt := func(at time.Duration) []string {
+		e.end = int64(at)
+		require.NoError(t, e.run())
+		return e.nodes[2].core.Members()
+	}
+	assert.Equal(t, []string{"ams-1#1", "ams-2#2", "ams-3#3"}, membersAt(2400*time.Millisecond))
+	assert.Equal(t, []string{"ams-2#2", "ams-3#3"}, membersAt(2600*time.Millisecond), "ams-1 after 1.5s")
+	assert.Equal(t, []string{"ams-2#2", "ams-3#3"}, membersAt(4900*time.Millisecond), "ams-2's entry is for another time")
+	assert.Equal(t, []string{"ams-3#3"}, membersAt(5100*time.Millisecond))
+
+	_, err = newEngine(sc, Options{Detections: []Detection{{Node: "x", At: time.Second}}})
+	assert.ErrorContains(t, err, `sim: detections[0]: want a node of the topology and a delay of at least 0, got "x" and 0s`)
+}
+
+// A node with a state file starts again after a crash with what it last
+// wrote; without one it starts from nothing and admits its limit again.
+func TestStateFileAcrossACrash(t *testing.T) {
+	base := `name: s
+duration: 10s
+topology: [{region: eu, pops: [{name: ams, nodes: 1}]}]
+rules: [{name: api, limit: 100, window: 10s, scope: node}]
+traffic: [{rule: api, rate: 200/s, pattern: constant}]
+events:
+  - {at: 3s, crash: [ams-1]}
+  - {at: 4s, restart: [ams-1]}
+`
+	after := func(extra string) int {
+		sc, err := Parse([]byte(base + extra))
+		require.NoError(t, err)
+		var log bytes.Buffer
+		_, err = Run(sc, Options{Log: &log})
+		require.NoError(t, err)
+		ds, err := ReadLog(&log)
+		require.NoError(t, err)
+		n := 0
+		for _, d := range ds {
+			if d.Admitted && d.T >= 4*time.Second {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Equal(t, 100, after(""), "no state file: the limit again")
+	assert.Zero(t, after("state: {nodes: [ams], interval: 1s}\n"), "its last write holds the limit")
+
+	_, err := Parse([]byte(base + "state: {nodes: [nope]}\n"))
+	assert.ErrorContains(t, err, `state.nodes[0]: unknown node, PoP or region "nope"`)
+	_, err = Parse([]byte(base + "state: {nodes: [ams], interval: -1s}\n"))
+	assert.ErrorContains(t, err, "state.interval: must be at least 1ms, got -1s")
+}

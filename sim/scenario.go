@@ -52,6 +52,8 @@ type Scenario struct {
 	// Events are partitions, heals, cuts, flapping, clock skew, crashes and
 	// restarts, at simulated times.
 	Events []Event `yaml:"events"`
+	// State says which nodes keep a state file (the daemon's state.file).
+	State StateSpec `yaml:"state"`
 	// Output tunes the time series and the convergence probe.
 	Output Output `yaml:"output"`
 }
@@ -69,6 +71,20 @@ type Region struct {
 type PoPSpec struct {
 	Name  string `yaml:"name"`
 	Nodes int    `yaml:"nodes"`
+}
+
+// StateSpec says which nodes keep a state file, as the daemon's state
+// section does: such a node writes its counts every Interval, and a start
+// after a crash merges what its former incarnation last wrote (its PoP's
+// members, when it has any up, tell it the rest: the startup sync). The
+// other nodes start again without.
+type StateSpec struct {
+	// Nodes names nodes, PoPs or regions whose nodes keep a state file.
+	Nodes []string `yaml:"nodes"`
+	// Interval is how often they write it (the daemon's state.interval;
+	// default 5s): what a node admitted after its last write is lost to a
+	// crash.
+	Interval time.Duration `yaml:"interval"`
 }
 
 // Network is the link model: one class per kind of link plus overrides for
@@ -505,6 +521,17 @@ func (sc *Scenario) Validate() error {
 		if err := ev.validate(names, nodeNames, sc.Duration); err != nil {
 			return fmt.Errorf("events[%d].%w", i, err)
 		}
+	}
+	for i, n := range sc.State.Nodes {
+		if !nodeNames[n] && names[n] == "" {
+			return fmt.Errorf("state.nodes[%d]: unknown node, PoP or region %q", i, n)
+		}
+	}
+	switch {
+	case sc.State.Interval == 0:
+		sc.State.Interval = config.DefaultStateInterval
+	case sc.State.Interval < time.Millisecond:
+		return fmt.Errorf("state.interval: must be at least 1ms, got %s", sc.State.Interval)
 	}
 	o := sc.Output
 	switch {

@@ -64,7 +64,10 @@ func (e *engine) buildTopology() error {
 			}
 		}
 	}
-	if err := e.checkIncarnations(); err != nil {
+	for _, n := range e.nodesOf(e.sc.State.Nodes) {
+		e.nodes[n].stateFile = true
+	}
+	if err := e.checkLiveInputs(); err != nil {
 		return err
 	}
 	for _, nd := range e.nodes {
@@ -116,12 +119,18 @@ func (e *engine) nodesOf(names []string) []int32 {
 	return out
 }
 
-// checkIncarnations checks Options.Incarnations: known nodes, and no
-// incarnation given twice (an epoch is never taken twice).
-func (e *engine) checkIncarnations() error {
+// checkLiveInputs checks Options.Incarnations (known nodes, no
+// incarnation given twice: an epoch is never taken twice) and
+// Options.Detections (known nodes, no negative delay).
+func (e *engine) checkLiveInputs() error {
 	known := map[string]bool{}
 	for _, nd := range e.nodes {
 		known[nd.name] = true
+	}
+	for i, d := range e.opts.Detections {
+		if !known[d.Node] || d.After < 0 {
+			return fmt.Errorf("sim: detections[%d]: want a node of the topology and a delay of at least 0, got %q and %s", i, d.Node, d.After)
+		}
 	}
 	names := make([]string, 0, len(e.opts.Incarnations))
 	for name := range e.opts.Incarnations {

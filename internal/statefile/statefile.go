@@ -91,6 +91,16 @@ func Encode(st *State) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// EncodeEach returns the file content for h and deltas, as Write writes
+// it (the simulator keeps its nodes' files in memory).
+func EncodeEach(h Header, deltas iter.Seq[*wire.Delta]) ([]byte, error) {
+	var b bytes.Buffer
+	if err := encodeTo(&b, h, deltas); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
 // crcWriter writes to w, keeping the CRC and the count of what it wrote.
 type crcWriter struct {
 	w   io.Writer
