@@ -140,7 +140,15 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 		return nil, err
 	}
 	_ = t0
-	simMeasured, err := simAgain(ctx, sc, seed, f.incarnations(), schedule)
+	var detections []sim.Detection
+	for _, ft := range faults {
+		for _, n := range ft.nodes {
+			if ft.detected > 0 {
+				detections = append(detections, sim.Detection{Node: n, At: ft.at, After: ft.detected})
+			}
+		}
+	}
+	simMeasured, err := simAgain(ctx, sc, seed, sim.Options{Incarnations: f.incarnations(), Detections: detections}, schedule)
 	if err != nil {
 		return nil, err
 	}
@@ -161,17 +169,21 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// simAgain runs the simulator again with the live nodes' incarnations, and
-// measures its decisions as the live ones are. Which member of a PoP
-// publishes a key's totals is chosen by hashing the members' names, which
-// hold their incarnations; the daemon takes its start time, the simulator
-// counts from 1, so without this the two runs give a key to different
-// members, and a crash or a restart moves a different share of the keys. The
-// arrivals do not depend on incarnations; they are checked to be the live
-// run's.
-func simAgain(ctx context.Context, sc *sim.Scenario, seed uint64, incs map[string][]uint64, schedule []sim.Decision) (*sim.Result, error) {
+// simAgain runs the simulator again with what the live run measured of
+// the fleet (live: the nodes' incarnations, how long each crash or pause
+// took to be noticed), and measures its decisions as the live ones are.
+// Which member of a PoP publishes a key's totals is chosen by hashing the
+// members' names, which hold their incarnations; the daemon takes its start
+// time, the simulator counts from 1, so without them the two runs give a
+// key to different members, and a crash or a restart moves a different
+// share of the keys. Memberlist drops a killed node after 5-7 s, at random;
+// while it lists it, the keys the node published for its PoP stand still for
+// the other PoPs. The arrivals depend on neither; they are checked to be the
+// live run's.
+func simAgain(ctx context.Context, sc *sim.Scenario, seed uint64, live sim.Options, schedule []sim.Decision) (*sim.Result, error) {
 	var log bytes.Buffer
-	if _, err := sim.RunContext(ctx, sc, sim.Options{Seed: &seed, Log: &log, Incarnations: incs}); err != nil {
+	live.Seed, live.Log = &seed, &log
+	if _, err := sim.RunContext(ctx, sc, live); err != nil {
 		return nil, err
 	}
 	ds, err := sim.ReadLog(&log)
@@ -227,6 +239,12 @@ type Fault struct {
 	// (GET /v1/status); -1 when they had not within 30s. The simulator
 	// takes this as instant.
 	DetectedS *float64 `json:"detected_s,omitempty"`
+
+	at    time.Duration
+	nodes []string
+	// detected is how long after the scenario's time of the crash or
+	// pause its PoP's members had dropped it (0: not known).
+	detected time.Duration
 }
 
 func (f *fleet) exits() []Exit {
@@ -253,14 +271,23 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			return nil, nil, nil, time.Time{}, err
 		}
 	}
+	lead := restartLead
 	for _, n := range f.nodes {
 		if err := waitAnswers(ctx, n, 30*time.Second); err != nil {
 			return nil, nil, nil, time.Time{}, err
 		}
+		// How long a node takes to answer (and to join its PoP and
+		// region): the first one waited for is measured, the later ones
+		// may have answered before they are asked.
+		n.mu.Lock()
+		lead = min(lead, time.Since(n.execAt))
+		n.mu.Unlock()
 		if err := n.noteIncarnation(ctx); err != nil {
 			return nil, nil, nil, time.Time{}, err
 		}
 	}
+	plan = withLead(plan, lead)
+	logf("a node answers %s after it is launched; restarts are launched that much ahead", lead.Round(time.Millisecond))
 	if err := f.waitReady(ctx, 60*time.Second, npops, popSize); err != nil {
 		return nil, nil, nil, time.Time{}, err
 	}
@@ -294,7 +321,7 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			f.apply(runCtx, o, t0, logf)
 			done := time.Now()
 			fmu.Lock()
-			faults = append(faults, Fault{AtS: round3(o.at.Seconds()), Kind: o.kind.String(), What: o.desc, LateS: round3(max(late, 0).Seconds())})
+			faults = append(faults, Fault{AtS: round3(o.at.Seconds()), Kind: o.kind.String(), What: o.desc, LateS: round3(max(late, 0).Seconds()), at: o.at, nodes: o.nodes})
 			i := len(faults) - 1
 			fmu.Unlock()
 			if o.kind == opCrash || o.kind == opPause {
@@ -304,6 +331,9 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 					d := f.detection(runCtx, o.nodes, done)
 					fmu.Lock()
 					faults[i].DetectedS = &d
+					if d >= 0 {
+						faults[i].detected = done.Sub(t0.Add(o.at)) + time.Duration(d*float64(time.Second))
+					}
 					fmu.Unlock()
 				}()
 			}
@@ -390,9 +420,8 @@ func (f *fleet) apply(ctx context.Context, o op, t0 time.Time, logf func(string,
 				if err := waitAnswers(ctx, n, 10*time.Second); err != nil {
 					logf("restart %s: %v", name, err)
 					return
-				} else if late := time.Since(t0.Add(o.at)); late > 0 {
-					logf("restart %s: answering %s after its scheduled time", name, late.Round(time.Millisecond))
 				}
+				logf("restart %s: answering %+.3fs from its scheduled time", name, time.Since(t0.Add(o.at)).Seconds())
 				if err := n.noteIncarnation(ctx); err != nil {
 					logf("restart %s: %v (the simulator numbers this start itself)", name, err)
 				}

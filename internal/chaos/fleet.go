@@ -43,8 +43,9 @@ type node struct {
 	paused  bool          // the harness sent SIGSTOP
 	exited  chan struct{} // closed when the current process has exited
 	starts  int
-	incs    []uint64 // the incarnation of each start (0: not known)
-	exitErr []string // unexpected exits
+	execAt  time.Time // when the current process was started
+	incs    []uint64  // the incarnation of each start (0: not known)
+	exitErr []string  // unexpected exits
 }
 
 // fleet is the live fleet: one edge process per node of the scenario, an
@@ -286,6 +287,7 @@ func (f *fleet) startNode(n *node) error {
 		return fmt.Errorf("chaos: start %s: %w", n.name, err)
 	}
 	n.cmd, n.pid, n.killed, n.paused = cmd, cmd.Process.Pid, false, false
+	n.execAt = time.Now()
 	n.starts++
 	n.incs = append(n.incs, 0)
 	exited := make(chan struct{})
