@@ -288,6 +288,7 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 	}
 	plan = withLead(plan, lead)
 	logf("a node answers %s after it is launched; restarts are launched that much ahead", lead.Round(time.Millisecond))
+	f.setLead(lead)
 	if err := f.waitReady(ctx, 60*time.Second, npops, popSize); err != nil {
 		return nil, nil, nil, time.Time{}, err
 	}
@@ -311,7 +312,13 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 		timer := time.NewTimer(0)
 		<-timer.C
 		for _, o := range plan {
-			timer.Reset(time.Until(t0.Add(o.launch)))
+			launch := o.launch
+			if o.kind == opRestart {
+				// As far ahead as the last restart took to answer (a
+				// lone start is quicker than the fleet's at once).
+				launch = max(o.at-f.getLead(), o.earliest)
+			}
+			timer.Reset(time.Until(t0.Add(launch)))
 			select {
 			case <-runCtx.Done():
 				return
@@ -421,6 +428,10 @@ func (f *fleet) apply(ctx context.Context, o op, t0 time.Time, logf func(string,
 					logf("restart %s: %v", name, err)
 					return
 				}
+				n.mu.Lock()
+				took := time.Since(n.execAt)
+				n.mu.Unlock()
+				f.setLead(min(took, restartLead))
 				logf("restart %s: answering %+.3fs from its scheduled time", name, time.Since(t0.Add(o.at)).Seconds())
 				if err := n.noteIncarnation(ctx); err != nil {
 					logf("restart %s: %v (the simulator numbers this start itself)", name, err)

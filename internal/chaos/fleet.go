@@ -35,6 +35,7 @@ type node struct {
 	gossipPort        int // 0: alone in its PoP
 	config            string
 	logPath           string
+	stateFile         string // "": it keeps none (scenario: state.nodes)
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -63,8 +64,21 @@ type fleet struct {
 	logf  func(format string, args ...any)
 
 	mu         sync.Mutex
+	lead       time.Duration // how far ahead a restart is launched
 	unexpected []Exit
 	start      time.Time // the run's t = 0, for exit times
+}
+
+func (f *fleet) setLead(d time.Duration) {
+	f.mu.Lock()
+	f.lead = d
+	f.mu.Unlock()
+}
+
+func (f *fleet) getLead() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lead
 }
 
 // Exit is a process exit the harness did not order.
@@ -177,6 +191,15 @@ func newFleet(sc *sim.Scenario, dir, bin string, seed uint64, logf func(string, 
 			}
 		}
 	}
+	keeps := map[string]bool{}
+	for _, name := range sc.State.Nodes {
+		keeps[name] = true
+	}
+	for _, n := range f.nodes {
+		if keeps[n.name] || keeps[n.pop] || keeps[n.region] {
+			n.stateFile = filepath.Join(dir, n.name+".state")
+		}
+	}
 	for _, n := range f.nodes {
 		var expected []string
 		for _, p := range allPoPs {
@@ -243,6 +266,9 @@ func (f *fleet) writeConfig(sc *sim.Scenario, n *node, region, pop []*node, expe
 		"nats":        map[string]any{"embedded": map[string]string{"config_file": natsConf}},
 		"replication": settings,
 		"rules":       sc.Rules,
+	}
+	if n.stateFile != "" {
+		cfg["state"] = map[string]string{"file": n.stateFile, "interval": sc.State.Interval.String()}
 	}
 	if sc.Replication.MaxKeys > 0 {
 		cfg["limits"] = map[string]int{"max_keys": sc.Replication.MaxKeys}
