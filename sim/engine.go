@@ -54,6 +54,18 @@ type Options struct {
 	// measure); a crash or pause not listed takes
 	// replication.failure_detection.
 	Detections []Detection
+	// Reconnects, when set, gives how long after a heal at a time the links
+	// carried messages again (a live run's measure: nats-server's gateways
+	// reconnect some time after their links come back); a heal not listed
+	// takes effect at once.
+	Reconnects []Reconnect
+}
+
+// Reconnect is how long after a heal at At the links carried messages
+// again.
+type Reconnect struct {
+	At    time.Duration
+	After time.Duration
 }
 
 // Detection is how long after a node crashed or paused at At its PoP's
@@ -151,6 +163,7 @@ type engine struct {
 	mates              [][]int32         // per PoP, the other PoPs of its region (regionMates)
 	incarnations       uint64            // the last incarnation given to a node
 	detectQueued       map[[2]int64]bool // (PoP, time): a members change queued (leave)
+	lastBlock          int64             // when the last partition or cut was applied
 	share              bool              // some rule uses the share policy
 
 	keys     []*keyInfo
@@ -485,7 +498,7 @@ func (e *engine) handle(ev event) {
 		ev.at += int64(time.Second)
 		e.q.push(ev)
 	case evAction:
-		e.act(e.actions[ev.i], t)
+		e.actAt(ev, t)
 	case evChange:
 		s := e.sources[ev.i]
 		c := s.changes[ev.from]

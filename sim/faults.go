@@ -147,8 +147,46 @@ func (e *engine) groups(gs [][]string) [][]int32 {
 	return out
 }
 
+// actAt handles the event of action i at t: a heal given a reconnection
+// delay (Options.Reconnects) takes effect that much later, unless a
+// partition or cut came in between.
+func (e *engine) actAt(ev event, t int64) {
+	a := e.actions[ev.i]
+	if a.kind == actHeal {
+		if ev.node == deferredHeal {
+			if e.lastBlock > a.at {
+				return
+			}
+			e.act(a, t)
+			return
+		}
+		if d := e.reconnect(a.at); d > 0 {
+			e.q.push(event{at: t + d, kind: evAction, i: ev.i, node: deferredHeal})
+			return
+		}
+	}
+	e.act(a, t)
+}
+
+// deferredHeal marks the event of a heal put off by its reconnection delay.
+const deferredHeal = -2
+
+// reconnect is how long after a heal at t the links carry messages again.
+func (e *engine) reconnect(t int64) int64 {
+	for _, r := range e.opts.Reconnects {
+		if int64(r.At) == t && r.After > 0 {
+			return int64(r.After)
+		}
+	}
+	return 0
+}
+
 // act applies a scenario action at t.
 func (e *engine) act(a action, t int64) {
+	switch a.kind {
+	case actPartition, actCut:
+		e.lastBlock = t
+	}
 	switch a.kind {
 	case actPartition:
 		for gi, g := range a.groups {

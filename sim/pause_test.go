@@ -180,3 +180,36 @@ events:
 	_, err = Parse([]byte(base + "state: {nodes: [ams], interval: -1s}\n"))
 	assert.ErrorContains(t, err, "state.interval: must be at least 1ms, got -1s")
 }
+
+// A heal given a reconnection delay unblocks the links that much later,
+// unless a partition came in between.
+func TestReconnectsDelayAHeal(t *testing.T) {
+	sc, err := Parse([]byte(`name: r
+duration: 12s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 1}]}
+  - {region: us, pops: [{name: iad, nodes: 1}]}
+rules: [{name: api, limit: 10, window: 1s, scope: global}]
+traffic: [{rule: api, rate: 10/s}]
+events:
+  - {at: 1s, partition: [[eu], [us]]}
+  - {at: 2s, heal: true}
+  - {at: 5s, partition: [[eu], [us]]}
+  - {at: 6s, heal: true}
+  - {at: 7s, partition: [[eu], [us]]}
+`))
+	require.NoError(t, err)
+	e, err := newEngine(sc, Options{Reconnects: []Reconnect{{At: 2 * time.Second, After: 1500 * time.Millisecond}, {At: 6 * time.Second, After: 3 * time.Second}}})
+	require.NoError(t, err)
+	blockedAt := func(at time.Duration) bool {
+		e.end = int64(at)
+		require.NoError(t, e.run())
+		return e.nBlock > 0
+	}
+	assert.True(t, blockedAt(3400*time.Millisecond), "not reconnected yet")
+	assert.False(t, blockedAt(3600*time.Millisecond), "reconnected")
+	assert.True(t, blockedAt(9500*time.Millisecond), "the heal at 6 s is overtaken by the partition at 7 s")
+
+	_, err = newEngine(sc, Options{Reconnects: []Reconnect{{At: time.Second, After: -1}}})
+	assert.ErrorContains(t, err, "sim: reconnects[0]: want a delay of at least 0, got -1ns")
+}

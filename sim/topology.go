@@ -121,11 +121,17 @@ func (e *engine) nodesOf(names []string) []int32 {
 
 // checkLiveInputs checks Options.Incarnations (known nodes, no
 // incarnation given twice: an epoch is never taken twice) and
-// Options.Detections (known nodes, no negative delay).
+// Options.Detections (known nodes, no negative delay) and
+// Options.Reconnects (no negative delay).
 func (e *engine) checkLiveInputs() error {
 	known := map[string]bool{}
 	for _, nd := range e.nodes {
 		known[nd.name] = true
+	}
+	for i, r := range e.opts.Reconnects {
+		if r.After < 0 {
+			return fmt.Errorf("sim: reconnects[%d]: want a delay of at least 0, got %s", i, r.After)
+		}
 	}
 	for i, d := range e.opts.Detections {
 		if !known[d.Node] || d.After < 0 {

@@ -141,14 +141,18 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 	}
 	_ = t0
 	var detections []sim.Detection
+	var reconnects []sim.Reconnect
 	for _, ft := range faults {
+		if ft.reconnected > 0 {
+			reconnects = append(reconnects, sim.Reconnect{At: ft.at, After: ft.reconnected})
+		}
 		for _, n := range ft.nodes {
 			if ft.detected > 0 {
 				detections = append(detections, sim.Detection{Node: n, At: ft.at, After: ft.detected})
 			}
 		}
 	}
-	simMeasured, err := simAgain(ctx, sc, seed, sim.Options{Incarnations: f.incarnations(), Detections: detections}, schedule)
+	simMeasured, err := simAgain(ctx, sc, seed, sim.Options{Incarnations: f.incarnations(), Detections: detections, Reconnects: reconnects}, schedule)
 	if err != nil {
 		return nil, err
 	}
@@ -171,15 +175,17 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 
 // simAgain runs the simulator again with what the live run measured of
 // the fleet (live: the nodes' incarnations, how long each crash or pause
-// took to be noticed), and measures its decisions as the live ones are.
-// Which member of a PoP publishes a key's totals is chosen by hashing the
+// took to be noticed, how long each heal took to reconnect), and measures
+// its decisions as the live ones are. Which member of a PoP publishes a key's totals is chosen by hashing the
 // members' names, which hold their incarnations; the daemon takes its start
 // time, the simulator counts from 1, so without them the two runs give a
 // key to different members, and a crash or a restart moves a different
-// share of the keys. Memberlist drops a killed node after 5-7 s, at random;
+// share of the keys. Memberlist drops a killed node after 5-13 s, at random;
 // while it lists it, the keys the node published for its PoP stand still for
-// the other PoPs. The arrivals depend on neither; they are checked to be the
-// live run's.
+// the other PoPs. After a heal, nats-servers take their gateways back some
+// time later (a retry every second or so, through the URLs they know).
+// The arrivals depend on none of these; they are checked to be the live
+// run's.
 func simAgain(ctx context.Context, sc *sim.Scenario, seed uint64, live sim.Options, schedule []sim.Decision) (*sim.Result, error) {
 	var log bytes.Buffer
 	live.Seed, live.Log = &seed, &log
@@ -239,12 +245,18 @@ type Fault struct {
 	// (GET /v1/status); -1 when they had not within 30s. The simulator
 	// takes this as instant.
 	DetectedS *float64 `json:"detected_s,omitempty"`
+	// ReconnectedS, for a heal, is how long after it every running node's
+	// nats-server had its gateway to every other region back (through the
+	// proxies); -1 when not within 30s. The simulator's links carry
+	// messages again that long after the heal (simAgain).
+	ReconnectedS *float64 `json:"reconnected_s,omitempty"`
 
 	at    time.Duration
 	nodes []string
 	// detected is how long after the scenario's time of the crash or
-	// pause its PoP's members had dropped it (0: not known).
-	detected time.Duration
+	// pause its PoP's members had dropped it, reconnected after a heal's
+	// its gateways were back (0: not known).
+	detected, reconnected time.Duration
 }
 
 func (f *fleet) exits() []Exit {
@@ -331,6 +343,19 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			faults = append(faults, Fault{AtS: round3(o.at.Seconds()), Kind: o.kind.String(), What: o.desc, LateS: round3(max(late, 0).Seconds()), at: o.at, nodes: o.nodes})
 			i := len(faults) - 1
 			fmu.Unlock()
+			if o.kind == opHeal {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d := f.reconnection(runCtx, done)
+					fmu.Lock()
+					faults[i].ReconnectedS = &d
+					if d >= 0 {
+						faults[i].reconnected = done.Sub(t0.Add(o.at)) + time.Duration(d*float64(time.Second))
+					}
+					fmu.Unlock()
+				}()
+			}
 			if o.kind == opCrash || o.kind == opPause {
 				wg.Add(1)
 				go func() {

@@ -560,6 +560,44 @@ func waitAnswers(ctx context.Context, n *node, timeout time.Duration) error {
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
+// reconnection polls the proxies until, between every two regions, they
+// carry a gateway connection for every running node of the source region
+// (each nats-server keeps one to every other region), and returns the
+// seconds from since (-1 after 30s or when ctx ends first).
+func (f *fleet) reconnection(ctx context.Context, since time.Time) float64 {
+	deadline := since.Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		running := make([]int, len(f.regions))
+		for _, n := range f.nodes {
+			if n.running() {
+				running[n.regionIdx]++
+			}
+		}
+		ok := true
+		for a := range f.links {
+			for b, ps := range f.links[a] {
+				if a == b {
+					continue
+				}
+				carried := 0
+				for _, p := range ps {
+					carried += p.Carried()
+				}
+				ok = ok && carried >= running[a]
+			}
+		}
+		if ok {
+			return round3(time.Since(since).Seconds())
+		}
+		select {
+		case <-ctx.Done():
+			return -1
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return -1
+}
+
 // detection polls the running members of the PoPs of gone until none of
 // them lists a node of gone among its members, and returns the seconds
 // from since (-1 after 30s or when ctx ends first).

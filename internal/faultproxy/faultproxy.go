@@ -63,6 +63,7 @@ type Proxy struct {
 	rng    *rand.Rand
 
 	refused atomic.Uint64
+	carried atomic.Int64 // connections past the source check, open
 }
 
 // maxChunk bounds one forwarded read; maxQueued bounds the chunks waiting
@@ -123,6 +124,11 @@ func (p *Proxy) SetCut(cut bool) {
 // cut, closed or without a target, or naming another gateway than its
 // source. A test watching a cut link sees the servers' retries here.
 func (p *Proxy) Refused() uint64 { return p.refused.Load() }
+
+// Carried returns how many connections the proxy carries now (past the
+// source check, not yet closed): after a heal, a test sees the servers'
+// gateways come back here.
+func (p *Proxy) Carried() int { return int(p.carried.Load()) }
 
 // Close stops the proxy and waits for its goroutines. It is idempotent.
 func (p *Proxy) Close() {
@@ -216,6 +222,8 @@ func (p *Proxy) accept() {
 					return
 				}
 			}
+			p.carried.Add(1)
+			defer p.carried.Add(-1)
 			p.pipe(out, in, br)
 		}()
 	}

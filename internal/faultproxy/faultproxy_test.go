@@ -76,6 +76,8 @@ func TestCarriesItsGatewayOnly(t *testing.T) {
 		assert.Equal(t, "PING "+string(rune('a'+i%26))+"\n", line)
 	}
 
+	assert.Equal(t, 1, p.Carried())
+
 	_, r2 := dialGateway(t, p.Addr(), "us")
 	_, _ = r2.ReadString('\n') // the INFO may come first
 	_, err = r2.ReadString('\n')
@@ -93,6 +95,7 @@ func TestCutAndHeal(t *testing.T) {
 	_, err = io.ReadAll(r) // EOF or a reset, not the deadline
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "a cut closes the connection: %v", err)
+	require.Eventually(t, func() bool { return p.Carried() == 0 }, 10*time.Second, time.Millisecond, "none carried")
 	_, r = dialGateway(t, p.Addr(), "eu")
 	_, err = r.ReadString('\n')
 	assert.Error(t, err, "and refuses new ones")
