@@ -248,7 +248,10 @@ type Fault struct {
 	// ReconnectedS, for a heal, is how long after it every running node's
 	// nats-server had its gateway to every other region back (through the
 	// proxies); -1 when not within 30s. The simulator's links carry
-	// messages again that long after the heal (simAgain).
+	// messages again that long after the heal (simAgain). For a crash, the
+	// same: the killed node's nats-server took with it the gateways other
+	// regions' servers had to it, until they reconnect to another server of
+	// its region (the simulator does not model this).
 	ReconnectedS *float64 `json:"reconnected_s,omitempty"`
 
 	at    time.Duration
@@ -343,14 +346,14 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			faults = append(faults, Fault{AtS: round3(o.at.Seconds()), Kind: o.kind.String(), What: o.desc, LateS: round3(max(late, 0).Seconds()), at: o.at, nodes: o.nodes})
 			i := len(faults) - 1
 			fmu.Unlock()
-			if o.kind == opHeal {
+			if o.kind == opHeal || o.kind == opCrash {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					d := f.reconnection(runCtx, done)
 					fmu.Lock()
 					faults[i].ReconnectedS = &d
-					if d >= 0 {
+					if d >= 0 && o.kind == opHeal {
 						faults[i].reconnected = done.Sub(t0.Add(o.at)) + time.Duration(d*float64(time.Second))
 					}
 					fmu.Unlock()
