@@ -295,6 +295,12 @@ func (e *engine) leave(nd *simNode, t int64) bool {
 	if d <= 0 {
 		return false
 	}
+	if len(p.live) == 0 {
+		// No member is left to list the gone ones: memberlist's view died
+		// with them, and a node that starts next knows none of them.
+		p.gone = p.gone[:0]
+		return true
+	}
 	p.gone = append(p.gone, goneMember{node: nd.idx, inc: nd.inc, name: repl.MemberName(nd.n.Self()), until: t + d})
 	if k := [2]int64{int64(nd.pop), t + d}; !e.detectQueued[k] {
 		e.detectQueued[k] = true

@@ -213,3 +213,24 @@ events:
 	_, err = newEngine(sc, Options{Reconnects: []Reconnect{{At: time.Second, After: -1}}})
 	assert.ErrorContains(t, err, "sim: reconnects[0]: want a delay of at least 0, got -1ns")
 }
+
+// A PoP whose every node is down lists nobody gone: a node that starts
+// next knows none of its former members.
+func TestWholePoPDownForgetsItsMembers(t *testing.T) {
+	sc, err := Parse([]byte(`name: r
+duration: 10s
+topology: [{region: eu, pops: [{name: ams, nodes: 2}]}]
+replication: {failure_detection: 6s}
+rules: [{name: api, limit: 10, window: 1s}]
+traffic: [{rule: api, rate: 10/s}]
+events:
+  - {at: 1s, crash: [ams]}
+  - {at: 2s, restart: [ams]}
+`))
+	require.NoError(t, err)
+	e, err := newEngine(sc, Options{Incarnations: map[string][]uint64{"ams-1": {1, 3}, "ams-2": {2, 4}}})
+	require.NoError(t, err)
+	e.end = int64(2500 * time.Millisecond)
+	require.NoError(t, e.run())
+	assert.Equal(t, []string{"ams-1#3", "ams-2#4"}, e.nodes[0].core.Members())
+}
