@@ -55,17 +55,18 @@ type Options struct {
 	// replication.failure_detection.
 	Detections []Detection
 	// Reconnects, when set, gives how long after a heal at a time the links
-	// carried messages again (a live run's measure: nats-server's gateways
-	// reconnect some time after their links come back); a heal not listed
-	// takes effect at once.
+	// from one region to another carried messages again (a live run's
+	// measure: nats-server's gateways reconnect some time after their
+	// links come back); links not listed carry messages at once.
 	Reconnects []Reconnect
 }
 
-// Reconnect is how long after a heal at At the links carried messages
-// again.
+// Reconnect is how long after a heal at At the links from region From to
+// region To carried messages again.
 type Reconnect struct {
-	At    time.Duration
-	After time.Duration
+	At       time.Duration
+	From, To string
+	After    time.Duration
 }
 
 // Detection is how long after a node crashed or paused at At its PoP's

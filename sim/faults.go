@@ -147,38 +147,78 @@ func (e *engine) groups(gs [][]string) [][]int32 {
 	return out
 }
 
-// actAt handles the event of action i at t: a heal given a reconnection
-// delay (Options.Reconnects) takes effect that much later, unless a
-// partition or cut came in between.
+// actAt handles the event of action i at t. A heal takes effect at once,
+// except between the regions Options.Reconnects gives a delay for: those
+// links stay blocked that much longer, unless a partition or cut comes in
+// between.
 func (e *engine) actAt(ev event, t int64) {
 	a := e.actions[ev.i]
-	if a.kind == actHeal {
-		if ev.node == deferredHeal {
-			if e.lastBlock > a.at {
-				return
-			}
-			e.act(a, t)
-			return
+	if a.kind != actHeal {
+		e.act(a, t)
+		return
+	}
+	if ev.node == deferredHeal {
+		if e.lastBlock <= a.at {
+			r := e.opts.Reconnects[ev.from]
+			e.setBlocked(e.regionPoPs(r.From), e.regionPoPs(r.To), false)
 		}
-		if d := e.reconnect(a.at); d > 0 {
-			e.q.push(event{at: t + d, kind: evAction, i: ev.i, node: deferredHeal})
-			return
+		return
+	}
+	var later []int
+	for i, r := range e.opts.Reconnects {
+		if int64(r.At) == a.at && r.After > 0 {
+			later = append(later, i)
 		}
+	}
+	if len(later) == 0 {
+		e.act(a, t)
+		return
+	}
+	was := make([][]bool, len(e.blocked))
+	for x := range e.blocked {
+		was[x] = slices.Clone(e.blocked[x])
 	}
 	e.act(a, t)
+	for _, i := range later {
+		r := e.opts.Reconnects[i]
+		for _, x := range e.regionPoPs(r.From) {
+			for _, y := range e.regionPoPs(r.To) {
+				if was[x][y] {
+					e.block(x, y)
+				}
+			}
+		}
+		e.q.push(event{at: t + int64(r.After), kind: evAction, i: ev.i, node: deferredHeal, from: int32(i)})
+	}
 }
 
-// deferredHeal marks the event of a heal put off by its reconnection delay.
+// deferredHeal marks the event of a heal's links that reconnect late.
 const deferredHeal = -2
 
-// reconnect is how long after a heal at t the links carry messages again.
-func (e *engine) reconnect(t int64) int64 {
-	for _, r := range e.opts.Reconnects {
-		if int64(r.At) == t && r.After > 0 {
-			return int64(r.After)
+// regionPoPs returns the PoPs of the region named region.
+func (e *engine) regionPoPs(region string) []int32 {
+	var out []int32
+	for i, p := range e.pops {
+		if p.id.Region == region {
+			out = append(out, int32(i))
 		}
 	}
-	return 0
+	return out
+}
+
+// setBlocked blocks (or unblocks) every link from a PoP of xs to one of ys.
+func (e *engine) setBlocked(xs, ys []int32, blocked bool) {
+	for _, x := range xs {
+		for _, y := range ys {
+			switch {
+			case blocked:
+				e.block(x, y)
+			case e.blocked[x][y]:
+				e.blocked[x][y] = false
+				e.nBlock--
+			}
+		}
+	}
 }
 
 // act applies a scenario action at t.

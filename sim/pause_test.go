@@ -199,19 +199,23 @@ events:
   - {at: 7s, partition: [[eu], [us]]}
 `))
 	require.NoError(t, err)
-	e, err := newEngine(sc, Options{Reconnects: []Reconnect{{At: 2 * time.Second, After: 1500 * time.Millisecond}, {At: 6 * time.Second, After: 3 * time.Second}}})
+	e, err := newEngine(sc, Options{Reconnects: []Reconnect{
+		{At: 2 * time.Second, From: "eu", To: "us", After: 1500 * time.Millisecond},
+		{At: 6 * time.Second, From: "eu", To: "us", After: 3 * time.Second},
+	}})
 	require.NoError(t, err)
-	blockedAt := func(at time.Duration) bool {
+	blockedAt := func(at time.Duration) [2]bool {
 		e.end = int64(at)
 		require.NoError(t, e.run())
-		return e.nBlock > 0
+		return [2]bool{e.blocked[0][1], e.blocked[1][0]}
 	}
-	assert.True(t, blockedAt(3400*time.Millisecond), "not reconnected yet")
-	assert.False(t, blockedAt(3600*time.Millisecond), "reconnected")
-	assert.True(t, blockedAt(9500*time.Millisecond), "the heal at 6 s is overtaken by the partition at 7 s")
+	assert.Equal(t, [2]bool{true, false}, blockedAt(3400*time.Millisecond), "eu -> us not reconnected yet, us -> eu at once")
+	assert.Equal(t, [2]bool{false, false}, blockedAt(3600*time.Millisecond), "reconnected")
+	assert.Equal(t, [2]bool{true, true}, blockedAt(9500*time.Millisecond), "the heal at 6 s is overtaken by the partition at 7 s")
+	assert.Equal(t, 2, e.nBlock)
 
-	_, err = newEngine(sc, Options{Reconnects: []Reconnect{{At: time.Second, After: -1}}})
-	assert.ErrorContains(t, err, "sim: reconnects[0]: want a delay of at least 0, got -1ns")
+	_, err = newEngine(sc, Options{Reconnects: []Reconnect{{At: time.Second, From: "eu", To: "ap"}}})
+	assert.ErrorContains(t, err, `sim: reconnects[0]: want two regions of the topology and a delay of at least 0, got "eu", "ap" and 0s`)
 }
 
 // A PoP whose every node is down lists nobody gone: a node that starts

@@ -122,15 +122,15 @@ func (e *engine) nodesOf(names []string) []int32 {
 // checkLiveInputs checks Options.Incarnations (known nodes, no
 // incarnation given twice: an epoch is never taken twice) and
 // Options.Detections (known nodes, no negative delay) and
-// Options.Reconnects (no negative delay).
+// Options.Reconnects (known regions, no negative delay).
 func (e *engine) checkLiveInputs() error {
 	known := map[string]bool{}
 	for _, nd := range e.nodes {
 		known[nd.name] = true
 	}
 	for i, r := range e.opts.Reconnects {
-		if r.After < 0 {
-			return fmt.Errorf("sim: reconnects[%d]: want a delay of at least 0, got %s", i, r.After)
+		if len(e.regionPoPs(r.From)) == 0 || len(e.regionPoPs(r.To)) == 0 || r.After < 0 {
+			return fmt.Errorf("sim: reconnects[%d]: want two regions of the topology and a delay of at least 0, got %q, %q and %s", i, r.From, r.To, r.After)
 		}
 	}
 	for i, d := range e.opts.Detections {

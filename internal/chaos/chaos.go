@@ -143,9 +143,7 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 	var detections []sim.Detection
 	var reconnects []sim.Reconnect
 	for _, ft := range faults {
-		if ft.reconnected > 0 {
-			reconnects = append(reconnects, sim.Reconnect{At: ft.at, After: ft.reconnected})
-		}
+		reconnects = append(reconnects, ft.reconnected...)
 		for _, n := range ft.nodes {
 			if ft.detected > 0 {
 				detections = append(detections, sim.Detection{Node: n, At: ft.at, After: ft.detected})
@@ -247,8 +245,9 @@ type Fault struct {
 	DetectedS *float64 `json:"detected_s,omitempty"`
 	// ReconnectedS, for a heal, is how long after it every running node's
 	// nats-server had its gateway to every other region back (through the
-	// proxies); -1 when not within 30s. The simulator's links carry
-	// messages again that long after the heal (simAgain). For a crash, the
+	// proxies); -1 when not within 30s. The simulator's links from one
+	// region to another carry messages again as long after the heal as
+	// that region's gateways to the other took (simAgain). For a crash, the
 	// same: the killed node's nats-server took with it the gateways other
 	// regions' servers had to it, until they reconnect to another server of
 	// its region (the simulator does not model this).
@@ -257,9 +256,11 @@ type Fault struct {
 	at    time.Duration
 	nodes []string
 	// detected is how long after the scenario's time of the crash or
-	// pause its PoP's members had dropped it, reconnected after a heal's
-	// its gateways were back (0: not known).
-	detected, reconnected time.Duration
+	// pause its PoP's members had dropped it (0: not known); reconnected,
+	// for a heal, how long after it the gateways from each region to each
+	// other were back.
+	detected    time.Duration
+	reconnected []sim.Reconnect
 }
 
 func (f *fleet) exits() []Exit {
@@ -350,11 +351,15 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					d := f.reconnection(runCtx, done)
+					pairs, d := f.reconnection(runCtx, done)
 					fmu.Lock()
 					faults[i].ReconnectedS = &d
-					if d >= 0 && o.kind == opHeal {
-						faults[i].reconnected = done.Sub(t0.Add(o.at)) + time.Duration(d*float64(time.Second))
+					if o.kind == opHeal {
+						off := done.Sub(t0.Add(o.at))
+						for ab, s := range pairs {
+							faults[i].reconnected = append(faults[i].reconnected, sim.Reconnect{
+								At: o.at, From: f.regions[ab[0]], To: f.regions[ab[1]], After: off + time.Duration(s*float64(time.Second))})
+						}
 					}
 					fmu.Unlock()
 				}()

@@ -560,42 +560,57 @@ func waitAnswers(ctx context.Context, n *node, timeout time.Duration) error {
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
-// reconnection polls the proxies until, between every two regions, they
-// carry a gateway connection for every running node of the source region
-// (each nats-server keeps one to every other region), and returns the
-// seconds from since (-1 after 30s or when ctx ends first).
-func (f *fleet) reconnection(ctx context.Context, since time.Time) float64 {
+// reconnection polls the proxies until, from every region to every other,
+// they carry a gateway connection for every running node of the source
+// region (each nats-server keeps one to every other region), and returns
+// the seconds from since for each such pair of region indexes, and the
+// longest (-1 when not within 30s or when ctx ends first).
+func (f *fleet) reconnection(ctx context.Context, since time.Time) (map[[2]int]float64, float64) {
 	deadline := since.Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	out := map[[2]int]float64{}
+	for {
 		running := make([]int, len(f.regions))
 		for _, n := range f.nodes {
 			if n.running() {
 				running[n.regionIdx]++
 			}
 		}
-		ok := true
+		all := true
 		for a := range f.links {
 			for b, ps := range f.links[a] {
 				if a == b {
+					continue
+				}
+				if _, ok := out[[2]int{a, b}]; ok {
 					continue
 				}
 				carried := 0
 				for _, p := range ps {
 					carried += p.Carried()
 				}
-				ok = ok && carried >= running[a]
+				if carried >= running[a] {
+					out[[2]int{a, b}] = round3(time.Since(since).Seconds())
+				} else {
+					all = false
+				}
 			}
 		}
-		if ok {
-			return round3(time.Since(since).Seconds())
+		if all {
+			var longest float64
+			for _, d := range out {
+				longest = max(longest, d)
+			}
+			return out, longest
+		}
+		if time.Now().After(deadline) {
+			return out, -1
 		}
 		select {
 		case <-ctx.Done():
-			return -1
+			return out, -1
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return -1
 }
 
 // detection polls the running members of the PoPs of gone until none of
