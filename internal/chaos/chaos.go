@@ -17,10 +17,10 @@
 // with its per-request log, and every logged arrival is sent at the same
 // time from the run's start, to the same node, over POST /v1/check. The
 // run's start is aligned on the rules' windows, as the simulator's epoch
-// is. After the live run the simulator runs again with the live nodes'
-// incarnations (see simAgain), and both runs' decisions are measured by
-// sim.Replay: the exact trailing-window totals, and one central node
-// deciding the same arrivals.
+// is. After the live run the simulator runs again with what the live run
+// measured of the fleet (see simAgain), and both runs' decisions are
+// measured by sim.Replay: the exact trailing-window totals, and one
+// central node deciding the same arrivals.
 //
 // After the run the harness heals every link, waits until the nodes agree,
 // and compares what they hold of each key with the admits it recorded
@@ -174,11 +174,11 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 // simAgain runs the simulator again with what the live run measured of
 // the fleet (live: the nodes' incarnations, how long each crash or pause
 // took to be noticed, how long each heal took to reconnect), and measures
-// its decisions as the live ones are. Which member of a PoP publishes a key's totals is chosen by hashing the
-// members' names, which hold their incarnations; the daemon takes its start
-// time, the simulator counts from 1, so without them the two runs give a
-// key to different members, and a crash or a restart moves a different
-// share of the keys. Memberlist drops a killed node after 5-13 s, at random;
+// its decisions as the live ones are. Which member of a PoP publishes a
+// key's totals is chosen by hashing the members' names, which hold their
+// incarnations; the daemon takes its start time, the simulator counts from
+// 1, so without them the two runs give a key to different members, and a
+// crash or a restart moves a different share of the keys. Memberlist drops a killed node after 5-13 s, at random;
 // while it lists it, the keys the node published for its PoP stand still for
 // the other PoPs. After a heal, nats-servers take their gateways back some
 // time later (a retry every second or so, through the URLs they know).
@@ -240,8 +240,8 @@ type Fault struct {
 	LateS float64 `json:"late_s,omitempty"`
 	// DetectedS, for a crash or a pause, is how long after it every other
 	// running member of the node's PoP had dropped it from its members
-	// (GET /v1/status); -1 when they had not within 30s. The simulator
-	// takes this as instant.
+	// (GET /v1/status); -1 when they had not within 30s. The simulator's
+	// second run drops the node that long after (simAgain).
 	DetectedS *float64 `json:"detected_s,omitempty"`
 	// ReconnectedS, for a heal, is how long after it every running node's
 	// nats-server had its gateway to every other region back (through the
