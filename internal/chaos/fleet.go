@@ -545,7 +545,7 @@ func waitAnswers(ctx context.Context, n *node, timeout time.Duration) error {
 			}
 		}
 		if !n.running() {
-			return fmt.Errorf("chaos: %s exited at start (see %s)", n.name, n.logPath)
+			return fmt.Errorf("chaos: %s exited at start: %s", n.name, logTail(n.logPath))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("chaos: %s does not answer after %s (see %s)", n.name, timeout, n.logPath)
@@ -556,6 +556,17 @@ func waitAnswers(ctx context.Context, n *node, timeout time.Duration) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// logTail returns the last lines of the log at path (the run's directory
+// is removed when it fails).
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(len(lines)-3, 0):], " | ")
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
