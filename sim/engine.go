@@ -54,17 +54,15 @@ type Options struct {
 	// measure); a crash or pause not listed takes
 	// replication.failure_detection.
 	Detections []Detection
-	// Reconnects, when set, gives how long after a heal or a crash at a
-	// time the links from one region to another carried messages again (a
-	// live run's measure: nats-server's gateways reconnect some time after
-	// their links come back, and a killed node's nats-server takes with it
-	// the gateways other regions' servers had to it); links not listed
-	// carry messages at once.
+	// Reconnects, when set, gives how long after a heal at a time the links
+	// from one region to another carried messages again (a live run's
+	// measure: nats-server's gateways reconnect some time after their
+	// links come back); links not listed carry messages at once.
 	Reconnects []Reconnect
 }
 
-// Reconnect is how long after a heal or a crash at At the links from
-// region From to region To carried messages again.
+// Reconnect is how long after a heal at At the links from region From to
+// region To carried messages again.
 type Reconnect struct {
 	At       time.Duration
 	From, To string
@@ -167,7 +165,6 @@ type engine struct {
 	incarnations       uint64            // the last incarnation given to a node
 	detectQueued       map[[2]int64]bool // (PoP, time): a members change queued (leave)
 	lastBlock          int64             // when the last partition or cut was applied
-	gwBlocked          []gwBlock         // links a crash blocked until their gateways return
 	share              bool              // some rule uses the share policy
 
 	keys     []*keyInfo

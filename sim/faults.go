@@ -150,19 +150,9 @@ func (e *engine) groups(gs [][]string) [][]int32 {
 // actAt handles the event of action i at t. A heal takes effect at once,
 // except between the regions Options.Reconnects gives a delay for: those
 // links stay blocked that much longer, unless a partition or cut comes in
-// between. After a crash, the links Options.Reconnects names for its time
-// carry nothing for that long (gatewaysLost).
+// between.
 func (e *engine) actAt(ev event, t int64) {
 	a := e.actions[ev.i]
-	if ev.node == deferredGateway {
-		e.gatewaysBack(int(ev.from), a.at)
-		return
-	}
-	if a.kind == actCrash {
-		e.act(a, t)
-		e.gatewaysLost(ev.i, a, t)
-		return
-	}
 	if a.kind != actHeal {
 		e.act(a, t)
 		return
@@ -204,53 +194,6 @@ func (e *engine) actAt(ev event, t int64) {
 
 // deferredHeal marks the event of a heal's links that reconnect late.
 const deferredHeal = -2
-
-// deferredGateway marks the event of the links a crash broke coming back.
-const deferredGateway = -3
-
-// gatewaysLost blocks, after crash action i at t, the links that
-// Options.Reconnects says carried nothing for a while (live, a killed
-// node's nats-server takes with it the gateways other regions' servers had
-// to it), and queues their return. Links already blocked are left alone.
-func (e *engine) gatewaysLost(i int, a action, t int64) {
-	for ri, r := range e.opts.Reconnects {
-		if int64(r.At) != a.at || r.After <= 0 {
-			continue
-		}
-		for _, x := range e.regionPoPs(r.From) {
-			for _, y := range e.regionPoPs(r.To) {
-				if !e.blocked[x][y] {
-					e.block(x, y)
-					e.gwBlocked = append(e.gwBlocked, gwBlock{x: x, y: y, reconnect: ri})
-				}
-			}
-		}
-		e.q.push(event{at: t + int64(r.After), kind: evAction, i: i, node: deferredGateway, from: int32(ri)})
-	}
-}
-
-// gwBlock is a link a crash blocked (gatewaysLost), until its reconnect.
-type gwBlock struct {
-	x, y      int32
-	reconnect int
-}
-
-// gatewaysBack unblocks the links reconnect ri blocked, unless a partition
-// or cut came since the crash at at (it holds them now).
-func (e *engine) gatewaysBack(ri int, at int64) {
-	keep := e.gwBlocked[:0]
-	for _, b := range e.gwBlocked {
-		if b.reconnect != ri {
-			keep = append(keep, b)
-			continue
-		}
-		if e.lastBlock <= at && e.blocked[b.x][b.y] {
-			e.blocked[b.x][b.y] = false
-			e.nBlock--
-		}
-	}
-	e.gwBlocked = keep
-}
 
 // regionPoPs returns the PoPs of the region named region.
 func (e *engine) regionPoPs(region string) []int32 {

@@ -238,36 +238,3 @@ events:
 	require.NoError(t, e.run())
 	assert.Equal(t, []string{"ams-1#3", "ams-2#4"}, e.nodes[0].core.Members())
 }
-
-// A crash given a reconnection delay blocks the links it names that long,
-// leaving a partition's blocks alone.
-func TestReconnectsAfterACrash(t *testing.T) {
-	sc, err := Parse([]byte(`name: r
-duration: 12s
-topology:
-  - {region: eu, pops: [{name: ams, nodes: 2}]}
-  - {region: us, pops: [{name: iad, nodes: 1}]}
-rules: [{name: api, limit: 10, window: 1s, scope: global}]
-traffic: [{rule: api, rate: 10/s}]
-events:
-  - {at: 1s, crash: [ams-1]}
-  - {at: 4s, partition: [[eu], [us]]}
-  - {at: 5s, crash: [ams-2]}
-  - {at: 8s, heal: true}
-`))
-	require.NoError(t, err)
-	e, err := newEngine(sc, Options{Reconnects: []Reconnect{
-		{At: time.Second, From: "us", To: "eu", After: time.Second},
-		{At: 5 * time.Second, From: "us", To: "eu", After: time.Second},
-	}})
-	require.NoError(t, err)
-	blockedAt := func(at time.Duration) [2]bool {
-		e.end = int64(at)
-		require.NoError(t, e.run())
-		return [2]bool{e.blocked[0][1], e.blocked[1][0]}
-	}
-	assert.Equal(t, [2]bool{false, true}, blockedAt(1500*time.Millisecond), "us -> eu lost its gateway")
-	assert.Equal(t, [2]bool{false, false}, blockedAt(2500*time.Millisecond), "and got it back")
-	assert.Equal(t, [2]bool{true, true}, blockedAt(6500*time.Millisecond), "inside a partition the crash's return unblocks nothing")
-	assert.Equal(t, [2]bool{false, false}, blockedAt(8500*time.Millisecond))
-}

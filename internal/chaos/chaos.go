@@ -250,15 +250,15 @@ type Fault struct {
 	// that region's gateways to the other took (simAgain). For a crash, the
 	// same: the killed node's nats-server took with it the gateways other
 	// regions' servers had to it, until they reconnect to another server of
-	// its region; the simulator's second run blocks those links as long.
+	// its region (the simulator does not model this).
 	ReconnectedS *float64 `json:"reconnected_s,omitempty"`
 
 	at    time.Duration
 	nodes []string
 	// detected is how long after the scenario's time of the crash or
 	// pause its PoP's members had dropped it (0: not known); reconnected,
-	// for a heal or a crash, how long after it the gateways from each
-	// region to each other were back.
+	// for a heal, how long after it the gateways from each region to each
+	// other were back.
 	detected    time.Duration
 	reconnected []sim.Reconnect
 }
@@ -354,9 +354,9 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 					pairs, d := f.reconnection(runCtx, done)
 					fmu.Lock()
 					faults[i].ReconnectedS = &d
-					off := done.Sub(t0.Add(o.at))
-					for ab, s := range pairs {
-						if o.kind == opHeal || s > 0.05 { // a crash breaks some gateways only
+					if o.kind == opHeal {
+						off := done.Sub(t0.Add(o.at))
+						for ab, s := range pairs {
 							faults[i].reconnected = append(faults[i].reconnected, sim.Reconnect{
 								At: o.at, From: f.regions[ab[0]], To: f.regions[ab[1]], After: off + time.Duration(s*float64(time.Second))})
 						}
