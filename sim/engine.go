@@ -42,6 +42,39 @@ type Options struct {
 	WallClock func() time.Time
 	// NoCentral skips the central reference node (benchmarks).
 	NoCentral bool
+	// Incarnations, when set, gives the incarnation of each start of a
+	// node, in start order (a live run's: the daemon takes its start time,
+	// so that both runs name the PoPs' members alike and hash keys to the
+	// same owners). A start beyond a node's list, or given 0, takes the
+	// next of the simulator's own numbers (one more than the largest so
+	// far).
+	Incarnations map[string][]uint64
+	// Detections, when set, gives how long the members of a node's PoP
+	// took to drop it after it crashed or paused at a time (a live run's
+	// measure); a crash or pause not listed takes
+	// replication.failure_detection.
+	Detections []Detection
+	// Reconnects, when set, gives how long after a heal at a time the links
+	// from one region to another carried messages again (a live run's
+	// measure: nats-server's gateways reconnect some time after their
+	// links come back); links not listed carry messages at once.
+	Reconnects []Reconnect
+}
+
+// Reconnect is how long after a heal at At the links from region From to
+// region To carried messages again.
+type Reconnect struct {
+	At       time.Duration
+	From, To string
+	After    time.Duration
+}
+
+// Detection is how long after a node crashed or paused at At its PoP's
+// members dropped it.
+type Detection struct {
+	Node  string
+	At    time.Duration
+	After time.Duration
 }
 
 // popInfo is one PoP of the topology.
@@ -50,8 +83,21 @@ type popInfo struct {
 	regionIdx int
 	nodes     []int32
 	live      []int32 // nodes up, in index order
-	acct      sent    // replication sent by the PoP's nodes
-	global    sent    // of which to other PoPs
+	// gone are the members crashed or paused that the others still list
+	// until failure detection drops them (replication.failure_detection).
+	gone   []goneMember
+	acct   sent // replication sent by the PoP's nodes
+	global sent // of which to other PoPs
+}
+
+// goneMember is a member gone from its PoP (crashed or paused) that the
+// others list until until: memberlist names it among the members until it
+// has noticed, whatever started meanwhile.
+type goneMember struct {
+	node  int32
+	inc   uint64
+	name  string
+	until int64
 }
 
 // sent counts replication messages and bytes.
@@ -70,7 +116,12 @@ type simNode struct {
 	n      *pop.Node  // nil while down
 	core   *repl.Core // its replication protocol (see wire.go)
 	inc    uint64
-	up     bool
+	starts int // how many times it started
+	// stateFile: it keeps a state file (state.nodes), saved is its last
+	// write (nil: none yet).
+	stateFile bool
+	saved     []byte
+	up        bool
 	// paused: up, but stopped (SIGSTOP): it takes no request, handles no
 	// message or timer, and its PoP's members count it gone until resumed.
 	paused bool
@@ -78,10 +129,6 @@ type simNode struct {
 	// nextCore is the time of the core's scheduled tick; an evCore event
 	// for another time is stale.
 	nextCore int64
-	// state is what the node's state file holds (Replication.StateInterval),
-	// written at savedAt; it outlives a crash.
-	state   []byte
-	savedAt int64
 }
 
 // engine is one run. It is not safe for concurrent use.
@@ -110,13 +157,15 @@ type engine struct {
 
 	flushNow           bool
 	intraMax, interMax int
-	inbound            received  // delivered from other PoPs, all nodes
-	inboundFar         received  // of which from other regions, counts only (KindDelta, KindState)
-	storeSeed          uint64    // seeds every store's hash (see start)
-	others             [][]int32 // per PoP, every other PoP (otherPoPs)
-	mates              [][]int32 // per PoP, the other PoPs of its region (regionMates)
-	incarnations       uint64    // the last incarnation given to a node
-	share              bool      // some rule uses the share policy
+	inbound            received          // delivered from other PoPs, all nodes
+	inboundFar         received          // of which from other regions, counts only (KindDelta, KindState)
+	storeSeed          uint64            // seeds every store's hash (see start)
+	others             [][]int32         // per PoP, every other PoP (otherPoPs)
+	mates              [][]int32         // per PoP, the other PoPs of its region (regionMates)
+	incarnations       uint64            // the last incarnation given to a node
+	detectQueued       map[[2]int64]bool // (PoP, time): a members change queued (leave)
+	lastBlock          int64             // when the last partition or cut was applied
+	share              bool              // some rule uses the share policy
 
 	keys     []*keyInfo
 	ruleKeys [][]*keyInfo
@@ -196,16 +245,17 @@ func newEngine(sc *Scenario, opts Options) (*engine, error) {
 	}
 	master := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	e := &engine{
-		sc:        sc,
-		opts:      opts,
-		rules:     rules,
-		end:       int64(sc.Duration),
-		epoch:     Epoch,
-		trng:      newRNG(master.Uint64(), master.Uint64()),
-		nrng:      newRNG(master.Uint64(), master.Uint64()),
-		storeSeed: master.Uint64() | 1,
-		intraMax:  sc.Replication.IntraPoPMaxBytes,
-		interMax:  sc.Replication.InterPoPMaxBytes,
+		sc:           sc,
+		opts:         opts,
+		rules:        rules,
+		end:          int64(sc.Duration),
+		epoch:        Epoch,
+		trng:         newRNG(master.Uint64(), master.Uint64()),
+		nrng:         newRNG(master.Uint64(), master.Uint64()),
+		storeSeed:    master.Uint64() | 1,
+		detectQueued: map[[2]int64]bool{},
+		intraMax:     sc.Replication.IntraPoPMaxBytes,
+		interMax:     sc.Replication.InterPoPMaxBytes,
 	}
 	if !sc.Start.IsZero() {
 		e.epoch = sc.Start.UnixNano()
@@ -315,6 +365,11 @@ func (e *engine) start(nd *simNode, t int64) error {
 	// an epoch (its starter's incarnation) is never taken twice.
 	e.incarnations++
 	nd.inc = e.incarnations
+	if given := e.opts.Incarnations[nd.name]; nd.starts < len(given) && given[nd.starts] != 0 {
+		nd.inc = given[nd.starts]
+		e.incarnations = max(e.incarnations-1, nd.inc)
+	}
+	nd.starts++
 	n, err := pop.New(pop.Config{
 		Self:    identity.Replica{PoPID: e.pops[nd.pop].id, Node: nd.name, Incarnation: nd.inc},
 		Rules:   e.rules,
@@ -324,18 +379,18 @@ func (e *engine) start(nd *simNode, t int64) error {
 	if err != nil {
 		return fmt.Errorf("sim: node %s: %w", nd.name, err)
 	}
-	if nd.state != nil { // the daemon's start: the file before anything else
-		st, err := statefile.Decode(nd.state)
+	if nd.stateFile && nd.saved != nil {
+		// As the daemon does before it replicates anything.
+		st, err := statefile.Decode(nd.saved)
 		if err != nil {
-			return fmt.Errorf("sim: node %s: state: %w", nd.name, err)
+			return fmt.Errorf("sim: node %s: state file: %w", nd.name, err)
 		}
-		now := e.nodeNow(nd, t)
+		now := e.nodeNow(nd, t) // the fleet clock: no correction yet
 		for i := range st.Deltas {
 			n.RestoreDelta(now, &st.Deltas[i])
 		}
 	}
 	nd.n, nd.up, nd.paused = n, true, false
-	nd.savedAt = t
 	if nd.core, err = e.newCore(nd, t); err != nil {
 		return err
 	}
@@ -346,6 +401,21 @@ func (e *engine) start(nd *simNode, t int64) error {
 	nd.core.Tick(e.nodeNow(nd, t))
 	e.drain(nd, t)
 	e.q.push(event{at: t + e.nrng.Int64N(int64(time.Second)) + 1, kind: evTick, node: nd.idx, inc: nd.inc})
+	if nd.stateFile {
+		e.q.push(event{at: t + int64(e.sc.State.Interval), kind: evState, node: nd.idx, inc: nd.inc})
+	}
+	return nil
+}
+
+// saveState writes nd's state file (in memory), as the daemon does every
+// state.interval; a paused node writes nothing.
+func (e *engine) saveState(nd *simNode, t int64) error {
+	now := e.fleetNow(nd, t)
+	b, err := statefile.EncodeEach(statefile.Header{Self: nd.n.Link().Self(), SavedAt: now}, nd.n.SnapshotEach(now))
+	if err != nil {
+		return fmt.Errorf("sim: node %s: state file: %w", nd.name, err)
+	}
+	nd.saved = b
 	return nil
 }
 
@@ -425,20 +495,11 @@ func (e *engine) handle(ev event) {
 		}
 		if !nd.paused {
 			nd.n.Tick(e.fleetNow(nd, t))
-			if iv := int64(e.sc.Replication.StateInterval); iv > 0 && t-nd.savedAt >= iv {
-				now := e.fleetNow(nd, t)
-				b, err := statefile.EncodeEach(statefile.Header{Self: nd.n.Link().Self(), SavedAt: now}, nd.n.SnapshotEach(now))
-				if err != nil {
-					e.err = fmt.Errorf("sim: node %s: state: %w", nd.name, err)
-					return
-				}
-				nd.state, nd.savedAt = b, t
-			}
 		}
 		ev.at += int64(time.Second)
 		e.q.push(ev)
 	case evAction:
-		e.act(e.actions[ev.i], t)
+		e.actAt(ev, t)
 	case evChange:
 		s := e.sources[ev.i]
 		c := s.changes[ev.from]
@@ -488,6 +549,19 @@ func (e *engine) handle(ev event) {
 		}
 	case evRelease:
 		e.release(ev)
+	case evState:
+		nd := e.nodes[ev.node]
+		if !nd.up || nd.inc != ev.inc {
+			return
+		}
+		if !nd.paused {
+			if err := e.saveState(nd, t); err != nil {
+				e.err = err
+				return
+			}
+		}
+		ev.at += int64(e.sc.State.Interval)
+		e.q.push(ev)
 	case evMembers:
 		e.membersChanged(ev.node, t)
 	case evProgress:

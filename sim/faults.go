@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"slices"
 	"sort"
+
+	"github.com/geolimit/geolimit/repl"
 )
 
 type actKind uint8
@@ -144,8 +147,86 @@ func (e *engine) groups(gs [][]string) [][]int32 {
 	return out
 }
 
+// actAt handles the event of action i at t. A heal takes effect at once,
+// except between the regions Options.Reconnects gives a delay for: those
+// links stay blocked that much longer, unless a partition or cut comes in
+// between.
+func (e *engine) actAt(ev event, t int64) {
+	a := e.actions[ev.i]
+	if a.kind != actHeal {
+		e.act(a, t)
+		return
+	}
+	if ev.node == deferredHeal {
+		if e.lastBlock <= a.at {
+			r := e.opts.Reconnects[ev.from]
+			e.setBlocked(e.regionPoPs(r.From), e.regionPoPs(r.To), false)
+		}
+		return
+	}
+	var later []int
+	for i, r := range e.opts.Reconnects {
+		if int64(r.At) == a.at && r.After > 0 {
+			later = append(later, i)
+		}
+	}
+	if len(later) == 0 {
+		e.act(a, t)
+		return
+	}
+	was := make([][]bool, len(e.blocked))
+	for x := range e.blocked {
+		was[x] = slices.Clone(e.blocked[x])
+	}
+	e.act(a, t)
+	for _, i := range later {
+		r := e.opts.Reconnects[i]
+		for _, x := range e.regionPoPs(r.From) {
+			for _, y := range e.regionPoPs(r.To) {
+				if was[x][y] {
+					e.block(x, y)
+				}
+			}
+		}
+		e.q.push(event{at: t + int64(r.After), kind: evAction, i: ev.i, node: deferredHeal, from: int32(i)})
+	}
+}
+
+// deferredHeal marks the event of a heal's links that reconnect late.
+const deferredHeal = -2
+
+// regionPoPs returns the PoPs of the region named region.
+func (e *engine) regionPoPs(region string) []int32 {
+	var out []int32
+	for i, p := range e.pops {
+		if p.id.Region == region {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+// setBlocked blocks (or unblocks) every link from a PoP of xs to one of ys.
+func (e *engine) setBlocked(xs, ys []int32, blocked bool) {
+	for _, x := range xs {
+		for _, y := range ys {
+			switch {
+			case blocked:
+				e.block(x, y)
+			case e.blocked[x][y]:
+				e.blocked[x][y] = false
+				e.nBlock--
+			}
+		}
+	}
+}
+
 // act applies a scenario action at t.
 func (e *engine) act(a action, t int64) {
+	switch a.kind {
+	case actPartition, actCut:
+		e.lastBlock = t
+	}
 	switch a.kind {
 	case actPartition:
 		for gi, g := range a.groups {
@@ -178,16 +259,19 @@ func (e *engine) act(a action, t int64) {
 			e.nodes[n].skew = a.offset
 		}
 	case actCrash:
+		var now []int32 // their members are told at once
 		for _, n := range a.nodes {
-			e.crash(e.nodes[n])
+			if !e.crash(e.nodes[n], t) {
+				now = append(now, n)
+			}
 		}
-		e.popsDetect(a.nodes, t)
+		e.popsChanged(now, t)
 		e.reroute()
 	case actRestart:
 		for _, n := range a.nodes {
 			nd := e.nodes[n]
 			if nd.up {
-				e.crash(nd)
+				e.crash(nd, t) // its former incarnation may linger
 			}
 			if err := e.start(nd, t); err != nil {
 				e.err = err
@@ -198,13 +282,16 @@ func (e *engine) act(a action, t int64) {
 		e.popsChanged(a.nodes, t)
 		e.reroute()
 	case actPause:
+		var now []int32
 		for _, n := range a.nodes {
 			if nd := e.nodes[n]; nd.up && !nd.paused {
+				if !e.leave(nd, t) {
+					now = append(now, n)
+				}
 				nd.paused = true
-				e.leave(nd)
 			}
 		}
-		e.popsDetect(a.nodes, t)
+		e.popsChanged(now, t)
 		e.reroute()
 	case actResume:
 		var resumed []int32
@@ -215,6 +302,7 @@ func (e *engine) act(a action, t int64) {
 			}
 			nd.paused = false
 			p := &e.pops[nd.pop]
+			p.gone = slices.DeleteFunc(p.gone, func(g goneMember) bool { return g.node == nd.idx && g.inc == nd.inc })
 			p.live = append(p.live, nd.idx)
 			sort.Slice(p.live, func(i, j int) bool { return p.live[i] < p.live[j] })
 			nd.nextCore = -1
@@ -230,38 +318,52 @@ func (e *engine) act(a action, t int64) {
 	}
 }
 
-// leave takes nd out of its PoP's live members.
-func (e *engine) leave(nd *simNode) {
+// leave takes nd, crashed or paused at t, out of its PoP's live members.
+// With failure detection (replication.failure_detection, or the node's
+// entry in Options.Detections) the others go on listing it until they
+// notice, then are told; leave reports whether that is so (else the caller
+// tells them at once).
+func (e *engine) leave(nd *simNode, t int64) bool {
 	p := &e.pops[nd.pop]
 	for i, x := range p.live {
 		if x == nd.idx {
 			p.live = append(p.live[:i], p.live[i+1:]...)
-			return
+			break
 		}
 	}
+	d := e.detection(nd.name, t)
+	if d <= 0 {
+		return false
+	}
+	if len(p.live) == 0 {
+		// No member is left to list the gone ones: memberlist's view died
+		// with them, and a node that starts next knows none of them.
+		p.gone = p.gone[:0]
+		return true
+	}
+	p.gone = append(p.gone, goneMember{node: nd.idx, inc: nd.inc, name: repl.MemberName(nd.n.Link().Self()), until: t + d})
+	if k := [2]int64{int64(nd.pop), t + d}; !e.detectQueued[k] {
+		e.detectQueued[k] = true
+		e.q.push(event{at: t + d, kind: evMembers, node: nd.pop})
+	}
+	return true
+}
+
+// detection is how long after t the members of node's PoP notice that it
+// crashed or paused at t.
+func (e *engine) detection(node string, t int64) int64 {
+	for _, d := range e.opts.Detections {
+		if d.Node == node && int64(d.At) == t && d.After > 0 {
+			return int64(d.After)
+		}
+	}
+	return int64(e.sc.Replication.FailureDetection)
 }
 
 func (e *engine) block(x, y int32) {
 	if !e.blocked[x][y] {
 		e.blocked[x][y] = true
 		e.nBlock++
-	}
-}
-
-// popsDetect tells the members of the PoPs of nodes, gone, that
-// membership changed once failure detection has noticed.
-func (e *engine) popsDetect(nodes []int32, t int64) {
-	d := int64(e.sc.Replication.FailureDetection)
-	if d == 0 {
-		e.popsChanged(nodes, t)
-		return
-	}
-	done := map[int32]bool{}
-	for _, n := range nodes {
-		if p := e.nodes[n].pop; !done[p] {
-			done[p] = true
-			e.q.push(event{at: t + d, kind: evMembers, node: p})
-		}
 	}
 }
 
@@ -276,16 +378,20 @@ func (e *engine) popsChanged(nodes []int32, t int64) {
 	}
 }
 
-func (e *engine) crash(nd *simNode) {
+// crash stops nd at t and reports whether its PoP's members are told later
+// (see leave).
+func (e *engine) crash(nd *simNode, t int64) bool {
 	if !nd.up {
-		return
+		return false
+	}
+	later := true // paused: out of live already, told or queued then
+	if nd.paused {
+		nd.paused = false
+	} else {
+		later = e.leave(nd, t)
 	}
 	nd.up, nd.n, nd.core = false, nil, nil
-	if nd.paused {
-		nd.paused = false // out of live already
-		return
-	}
-	e.leave(nd)
+	return later
 }
 
 func (e *engine) reroute() {

@@ -21,6 +21,7 @@ const (
 	evProgress                 // progress report
 	evRelease                  // a request of a concurrency rule ends (concurrency.go)
 	evMembers                  // a PoP's members drop a crashed or paused node (failure detection)
+	evState                    // a node writes its state file (state.nodes)
 )
 
 // event is one entry of the queue. Node events carry the incarnation they

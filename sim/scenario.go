@@ -52,6 +52,8 @@ type Scenario struct {
 	// Events are partitions, heals, cuts, flapping, clock skew, crashes and
 	// restarts, at simulated times.
 	Events []Event `yaml:"events"`
+	// State says which nodes keep a state file (the daemon's state.file).
+	State StateSpec `yaml:"state"`
 	// Output tunes the time series and the convergence probe.
 	Output Output `yaml:"output"`
 }
@@ -69,6 +71,20 @@ type Region struct {
 type PoPSpec struct {
 	Name  string `yaml:"name"`
 	Nodes int    `yaml:"nodes"`
+}
+
+// StateSpec says which nodes keep a state file, as the daemon's state
+// section does: such a node writes its counts every Interval, and a start
+// after a crash merges what its former incarnation last wrote (its PoP's
+// members, when it has any up, tell it the rest: the startup sync). The
+// other nodes start again without.
+type StateSpec struct {
+	// Nodes names nodes, PoPs or regions whose nodes keep a state file.
+	Nodes []string `yaml:"nodes"`
+	// Interval is how often they write it (the daemon's state.interval;
+	// default 5s): what a node admitted after its last write is lost to a
+	// crash.
+	Interval time.Duration `yaml:"interval"`
 }
 
 // Network is the link model: one class per kind of link plus overrides for
@@ -123,14 +139,6 @@ type ReplicationSpec struct {
 	// suspicion). Default 0: at once. A node that starts or resumes is
 	// told at once either way.
 	FailureDetection time.Duration `yaml:"failure_detection"`
-	// StateInterval, when set, gives every node a state file written
-	// every StateInterval (the daemon's state.interval; at the node's
-	// housekeeping tick, once a second, once it passed): a node that
-	// restarts merges what its former incarnation last wrote before it
-	// decides, as the daemon does at start. A crash loses what was counted
-	// since that write. Default 0: no state file, a restarted node starts
-	// empty.
-	StateInterval time.Duration `yaml:"state_interval"`
 }
 
 // DefaultReplication returns the replication settings of a scenario that
@@ -478,8 +486,6 @@ func (sc *Scenario) Validate() error {
 		return errors.New("replication.max_keys: must not be negative")
 	case r.FailureDetection < 0 || r.FailureDetection > time.Minute:
 		return fmt.Errorf("replication.failure_detection: must be 0-1m, got %s", r.FailureDetection)
-	case r.StateInterval != 0 && (r.StateInterval < 100*time.Millisecond || r.StateInterval > time.Hour):
-		return fmt.Errorf("replication.state_interval: must be 0 (no state file) or 100ms-1h, got %s", r.StateInterval)
 	}
 	if len(sc.Rules) == 0 {
 		return errors.New("rules: needs at least one rule")
@@ -515,6 +521,17 @@ func (sc *Scenario) Validate() error {
 		if err := ev.validate(names, nodeNames, sc.Duration); err != nil {
 			return fmt.Errorf("events[%d].%w", i, err)
 		}
+	}
+	for i, n := range sc.State.Nodes {
+		if !nodeNames[n] && names[n] == "" {
+			return fmt.Errorf("state.nodes[%d]: unknown node, PoP or region %q", i, n)
+		}
+	}
+	switch {
+	case sc.State.Interval == 0:
+		sc.State.Interval = config.DefaultStateInterval
+	case sc.State.Interval < time.Millisecond:
+		return fmt.Errorf("state.interval: must be at least 1ms, got %s", sc.State.Interval)
 	}
 	o := sc.Output
 	switch {

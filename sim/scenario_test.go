@@ -164,13 +164,14 @@ func TestQueueOrderInterleaved(t *testing.T) {
 
 // A restarted node with a state file starts with what its former
 // incarnation last wrote; without, it starts empty.
-func TestStateIntervalRestoresCounts(t *testing.T) {
+func TestStateFileRestoresCounts(t *testing.T) {
 	src := `name: state
 seed: 1
 duration: 12s
 topology:
   - {region: eu, pops: [{name: ams, nodes: 1}]}
-replication: {flush_interval: 50ms, peer_timeout: 300ms, state_interval: 1s}
+replication: {flush_interval: 50ms, peer_timeout: 300ms}
+state: {nodes: [ams-1], interval: 1s}
 rules:
   - {name: api, key: ip, limit: 100, window: 1m, scope: global}
 traffic:
@@ -186,12 +187,12 @@ events:
 	}
 	withState := admitted(mustParse(t, src))
 	without := mustParse(t, src)
-	without.Replication.StateInterval = 0
+	without.State.Nodes = nil
 	// One node alone: without a file it counts the window again from 0.
 	assert.Equal(t, uint64(100), withState)
 	assert.Greater(t, admitted(without), uint64(150))
 
 	bad := mustParse(t, src)
-	bad.Replication.StateInterval = time.Millisecond
-	require.ErrorContains(t, bad.Validate(), "replication.state_interval")
+	bad.State.Interval = time.Microsecond
+	require.ErrorContains(t, bad.Validate(), "state.interval")
 }

@@ -1,6 +1,11 @@
 package sim
 
-import "github.com/geolimit/geolimit/identity"
+import (
+	"fmt"
+	"sort"
+
+	"github.com/geolimit/geolimit/identity"
+)
 
 func (e *engine) buildTopology() error {
 	popIndex := map[string]int{}
@@ -59,6 +64,12 @@ func (e *engine) buildTopology() error {
 			}
 		}
 	}
+	for _, n := range e.nodesOf(e.sc.State.Nodes) {
+		e.nodes[n].stateFile = true
+	}
+	if err := e.checkLiveInputs(); err != nil {
+		return err
+	}
 	for _, nd := range e.nodes {
 		if err := e.start(nd, 0); err != nil {
 			return err
@@ -106,4 +117,46 @@ func (e *engine) nodesOf(names []string) []int32 {
 		}
 	}
 	return out
+}
+
+// checkLiveInputs checks Options.Incarnations (known nodes, no
+// incarnation given twice: an epoch is never taken twice) and
+// Options.Detections (known nodes, no negative delay) and
+// Options.Reconnects (known regions, no negative delay).
+func (e *engine) checkLiveInputs() error {
+	known := map[string]bool{}
+	for _, nd := range e.nodes {
+		known[nd.name] = true
+	}
+	for i, r := range e.opts.Reconnects {
+		if len(e.regionPoPs(r.From)) == 0 || len(e.regionPoPs(r.To)) == 0 || r.After < 0 {
+			return fmt.Errorf("sim: reconnects[%d]: want two regions of the topology and a delay of at least 0, got %q, %q and %s", i, r.From, r.To, r.After)
+		}
+	}
+	for i, d := range e.opts.Detections {
+		if !known[d.Node] || d.After < 0 {
+			return fmt.Errorf("sim: detections[%d]: want a node of the topology and a delay of at least 0, got %q and %s", i, d.Node, d.After)
+		}
+	}
+	names := make([]string, 0, len(e.opts.Incarnations))
+	for name := range e.opts.Incarnations {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	seen := map[uint64]string{}
+	for _, name := range names {
+		if !known[name] {
+			return fmt.Errorf("sim: incarnations: no node %q in the topology", name)
+		}
+		for i, inc := range e.opts.Incarnations[name] {
+			if inc == 0 {
+				continue
+			}
+			if other, ok := seen[inc]; ok {
+				return fmt.Errorf("sim: incarnations: %d given to %s and %s (start %d)", inc, other, name, i+1)
+			}
+			seen[inc] = name
+		}
+	}
+	return nil
 }

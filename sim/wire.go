@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/geolimit/geolimit/repl"
 )
@@ -9,9 +10,10 @@ import (
 // The simulator runs the daemon's replication protocol (package repl) as it
 // is: every node has a repl.Core, ticked at the time the core asks for
 // (Next), stepped with every message that reaches the node, and told its
-// PoP's membership whenever a member starts or crashes (failure detection is
-// taken as instant). What a core makes ready goes on the simulated network:
-// LinkPoP messages to the other live members of the PoP (memberlist, one
+// PoP's membership whenever a member starts, and when one crashes or pauses
+// once failure detection has noticed (replication.failure_detection; until
+// then the others go on listing it). What a core makes ready goes on the
+// simulated network: LinkPoP messages to the other live members of the PoP (memberlist, one
 // message each), LinkGlobal messages to every other PoP (one NATS publish;
 // each PoP's nodes get it together), KindState to the nodes of the PoP it
 // is relayed to.
@@ -47,10 +49,15 @@ func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
 
 // membersChanged gives every live member of PoP p its view of the others.
 func (e *engine) membersChanged(p int32, t int64) {
-	live := e.pops[p].live
-	names := make([]string, len(live))
+	pp := &e.pops[p]
+	pp.gone = slices.DeleteFunc(pp.gone, func(g goneMember) bool { return g.until <= t })
+	live := pp.live
+	names := make([]string, len(live), len(live)+len(pp.gone))
 	for i, m := range live {
 		names[i] = repl.MemberName(e.nodes[m].n.Link().Self())
+	}
+	for _, g := range pp.gone {
+		names = append(names, g.name) // not noticed yet
 	}
 	for i, m := range live {
 		nd := e.nodes[m]

@@ -17,20 +17,16 @@
 package gossiptest
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/internal/faultproxy"
 )
 
 // poll is how often a fixture waiting for a condition checks it.
@@ -78,177 +74,20 @@ func StartNATS(tb testing.TB, gw *server.GatewayOpts) *server.Server {
 }
 
 // Proxy forwards TCP connections to a target that can be set late, and can
-// be cut (every connection closed, new ones refused) and restored. It is
-// safe for concurrent use.
-type Proxy struct {
-	l  net.Listener
-	wg sync.WaitGroup
-
-	mu     sync.Mutex
-	target string
-	source string // the gateway a connection must name; "" for any
-	cut    bool
-	conns  map[net.Conn]struct{}
-	closed bool
-
-	refused atomic.Uint64
-}
+// be cut (every connection closed, new ones refused) and restored (package
+// faultproxy). It is safe for concurrent use.
+type Proxy = faultproxy.Proxy
 
 // NewProxy listens on a free loopback port; it refuses connections until
 // SetTarget. It is closed at cleanup.
 func NewProxy(tb testing.TB) *Proxy {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultproxy.New(faultproxy.Config{})
 	if err != nil {
 		tb.Fatalf("gossiptest: proxy: %v", err)
 	}
-	p := &Proxy{l: l, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
 	tb.Cleanup(p.Close)
 	return p
-}
-
-// Addr returns the proxy's host:port.
-func (p *Proxy) Addr() string { return p.l.Addr().String() }
-
-// SetTarget sets the host:port new connections are forwarded to.
-func (p *Proxy) SetTarget(hostport string) {
-	p.mu.Lock()
-	p.target = hostport
-	p.mu.Unlock()
-}
-
-// SetSource makes the proxy carry only gateway connections whose CONNECT
-// names gateway: a nats-server learns the URLs other servers reach a
-// gateway by, and a region cut off would otherwise come back through
-// another region's link.
-func (p *Proxy) SetSource(gateway string) {
-	p.mu.Lock()
-	p.source = gateway
-	p.mu.Unlock()
-}
-
-// SetCut cuts (true: closes every connection, refuses new ones) or restores
-// (false) the link.
-func (p *Proxy) SetCut(cut bool) {
-	p.mu.Lock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			_ = c.Close()
-		}
-	}
-	p.mu.Unlock()
-}
-
-// Refused returns how many connections the proxy has refused so far: while
-// cut, closed or without a target, or naming another gateway than its
-// source. A test watching a cut link sees the servers' retries here.
-func (p *Proxy) Refused() uint64 { return p.refused.Load() }
-
-// Close stops the proxy and waits for its goroutines. It is idempotent.
-func (p *Proxy) Close() {
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	_ = p.l.Close()
-	p.wg.Wait()
-}
-
-func (p *Proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || p.cut {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *Proxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-	_ = c.Close()
-}
-
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		in, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		target, source, refuse := p.target, p.source, p.cut || p.closed || p.target == ""
-		p.mu.Unlock()
-		if refuse {
-			p.refused.Add(1)
-			_ = in.Close()
-			continue
-		}
-		out, err := net.DialTimeout("tcp", target, 2*time.Second)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		if !p.track(in) || !p.track(out) {
-			p.untrack(in)
-			p.untrack(out)
-			continue
-		}
-		p.wg.Add(2)
-		pipe := func(dst, src net.Conn, from io.Reader) {
-			defer p.wg.Done()
-			_, _ = io.Copy(dst, from)
-			p.untrack(dst)
-			p.untrack(src)
-		}
-		go pipe(in, out, out) // the server speaks first (INFO)
-		go func() {
-			if source == "" {
-				pipe(out, in, in)
-				return
-			}
-			br := bufio.NewReader(in)
-			_ = in.SetReadDeadline(time.Now().Add(10 * time.Second))
-			line, err := br.ReadString('\n')
-			_ = in.SetReadDeadline(time.Time{})
-			if err != nil || gatewayOf(line) != source {
-				p.refused.Add(1)
-				p.untrack(in)
-				p.untrack(out)
-				p.wg.Done()
-				return
-			}
-			if _, err := io.WriteString(out, line); err != nil {
-				p.untrack(in)
-				p.untrack(out)
-				p.wg.Done()
-				return
-			}
-			pipe(out, in, br)
-		}()
-	}
-}
-
-// gatewayOf returns the gateway a CONNECT protocol line names, or "".
-func gatewayOf(line string) string {
-	arg, ok := strings.CutPrefix(line, "CONNECT ")
-	if !ok {
-		return ""
-	}
-	var ci struct {
-		Gateway string `json:"gateway"`
-	}
-	if json.Unmarshal([]byte(strings.TrimSpace(arg)), &ci) != nil {
-		return ""
-	}
-	return ci.Gateway
 }
 
 // SuperCluster is one embedded nats-server per region, linked by gateways.

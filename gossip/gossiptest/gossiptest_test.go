@@ -1,8 +1,6 @@
 package gossiptest
 
 import (
-	"bufio"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -14,46 +12,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func TestProxyCut(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				_, _ = c.Write([]byte(line))
-			}()
-		}
-	}()
-	p := NewProxy(t)
-	echo := func() error {
-		c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		if _, err := c.Write([]byte("hi\n")); err != nil {
-			return err
-		}
-		_, err = bufio.NewReader(c).ReadString('\n')
-		return err
-	}
-	require.Error(t, echo(), "no target yet")
-	p.SetTarget(l.Addr().String())
-	require.NoError(t, echo())
-	p.SetCut(true)
-	require.Error(t, echo(), "cut")
-	p.SetCut(false)
-	require.NoError(t, echo())
-}
 
 func TestSuperClusterCut(t *testing.T) {
 	sc := StartSuperCluster(t, "eu", "us")

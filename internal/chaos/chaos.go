@@ -17,8 +17,10 @@
 // with its per-request log, and every logged arrival is sent at the same
 // time from the run's start, to the same node, over POST /v1/check. The
 // run's start is aligned on the rules' windows, as the simulator's epoch
-// is. Both runs' decisions are then measured by sim.Replay: the exact
-// trailing-window totals, and one central node deciding the same arrivals.
+// is. After the live run the simulator runs again with what the live run
+// measured of the fleet (see simAgain), and both runs' decisions are
+// measured by sim.Replay: the exact trailing-window totals, and one
+// central node deciding the same arrivals.
 //
 // After the run the harness heals every link, waits until the nodes agree,
 // and compares what they hold of each key with the admits it recorded
@@ -94,10 +96,6 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 		return nil, err
 	}
 	log = bytes.Buffer{}
-	simMeasured, err := sim.Replay(sc, schedule)
-	if err != nil {
-		return nil, err
-	}
 	logf("simulated: %d requests, %d admitted (central %d)", simRes.Report.Requests, simRes.Report.Admitted, simRes.Report.Central.Admitted)
 
 	dir, err := os.MkdirTemp("", "geolimit-chaos-")
@@ -142,6 +140,21 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 		return nil, err
 	}
 	_ = t0
+	var detections []sim.Detection
+	var reconnects []sim.Reconnect
+	for _, ft := range faults {
+		reconnects = append(reconnects, ft.reconnected...)
+		for _, n := range ft.nodes {
+			if ft.detected > 0 {
+				detections = append(detections, sim.Detection{Node: n, At: ft.at, After: ft.detected})
+			}
+		}
+	}
+	simMeasured, err := simAgain(ctx, sc, seed, sim.Options{Incarnations: f.incarnations(), Detections: detections, Reconnects: reconnects}, schedule)
+	if err != nil {
+		return nil, err
+	}
+	logf("simulated with the live incarnations: %d admitted (central %d)", simMeasured.Report.Admitted, simMeasured.Report.Central.Admitted)
 	rep := &Report{
 		Scenario: sc.Name, Seed: seed, DurationS: sc.Duration.Seconds(),
 		Live: side(&liveMeasured.Report), Sim: side(&simMeasured.Report),
@@ -156,6 +169,41 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 		rep.UnexpectedExits = []Exit{}
 	}
 	return rep, nil
+}
+
+// simAgain runs the simulator again with what the live run measured of
+// the fleet (live: the nodes' incarnations, how long each crash or pause
+// took to be noticed, how long each heal took to reconnect), and measures
+// its decisions as the live ones are. Which member of a PoP publishes a
+// key's totals is chosen by hashing the members' names, which hold their
+// incarnations; the daemon takes its start time, the simulator counts from
+// 1, so without them the two runs give a key to different members, and a
+// crash or a restart moves a different share of the keys. Memberlist drops a killed node after 5-13 s, at random;
+// while it lists it, the keys the node published for its PoP stand still for
+// the other PoPs. After a heal, nats-servers take their gateways back some
+// time later (a retry every second or so, through the URLs they know).
+// The arrivals depend on none of these; they are checked to be the live
+// run's.
+func simAgain(ctx context.Context, sc *sim.Scenario, seed uint64, live sim.Options, schedule []sim.Decision) (*sim.Result, error) {
+	var log bytes.Buffer
+	live.Seed, live.Log = &seed, &log
+	if _, err := sim.RunContext(ctx, sc, live); err != nil {
+		return nil, err
+	}
+	ds, err := sim.ReadLog(&log)
+	if err != nil {
+		return nil, err
+	}
+	if len(ds) != len(schedule) {
+		return nil, fmt.Errorf("chaos: the simulator's run with the live incarnations has %d arrivals, the live run %d", len(ds), len(schedule))
+	}
+	for i := range ds {
+		a, b := ds[i], schedule[i]
+		if a.T != b.T || a.Node != b.Node || a.Rule != b.Rule || a.Key != b.Key || a.Cost != b.Cost {
+			return nil, fmt.Errorf("chaos: the simulator's run with the live incarnations has other arrivals (at %s: %s %s on %s, live %s %s on %s)", a.T, a.Rule, a.Key, a.Node, b.Rule, b.Key, b.Node)
+		}
+	}
+	return sim.Replay(sc, ds)
 }
 
 // alignment is the span the run's start is aligned on: the longest
@@ -192,9 +240,27 @@ type Fault struct {
 	LateS float64 `json:"late_s,omitempty"`
 	// DetectedS, for a crash or a pause, is how long after it every other
 	// running member of the node's PoP had dropped it from its members
-	// (GET /v1/status); -1 when they had not within 30s. The simulator
-	// takes this as instant.
+	// (GET /v1/status); -1 when they had not within 30s. The simulator's
+	// second run drops the node that long after (simAgain).
 	DetectedS *float64 `json:"detected_s,omitempty"`
+	// ReconnectedS, for a heal, is how long after it every running node's
+	// nats-server had its gateway to every other region back (through the
+	// proxies); -1 when not within 30s. The simulator's links from one
+	// region to another carry messages again as long after the heal as
+	// that region's gateways to the other took (simAgain). For a crash, the
+	// same: the killed node's nats-server took with it the gateways other
+	// regions' servers had to it, until they reconnect to another server of
+	// its region (the simulator does not model this).
+	ReconnectedS *float64 `json:"reconnected_s,omitempty"`
+
+	at    time.Duration
+	nodes []string
+	// detected is how long after the scenario's time of the crash or
+	// pause its PoP's members had dropped it (0: not known); reconnected,
+	// for a heal, how long after it the gateways from each region to each
+	// other were back.
+	detected    time.Duration
+	reconnected []sim.Reconnect
 }
 
 func (f *fleet) exits() []Exit {
@@ -221,11 +287,24 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			return nil, nil, nil, time.Time{}, err
 		}
 	}
+	lead := restartLead
 	for _, n := range f.nodes {
 		if err := waitAnswers(ctx, n, 30*time.Second); err != nil {
 			return nil, nil, nil, time.Time{}, err
 		}
+		// How long a node takes to answer (and to join its PoP and
+		// region): the first one waited for is measured, the later ones
+		// may have answered before they are asked.
+		n.mu.Lock()
+		lead = min(lead, time.Since(n.execAt))
+		n.mu.Unlock()
+		if err := n.noteIncarnation(ctx); err != nil {
+			return nil, nil, nil, time.Time{}, err
+		}
 	}
+	plan = withLead(plan, lead)
+	logf("a node answers %s after it is launched; restarts are launched that much ahead", lead.Round(time.Millisecond))
+	f.setLead(lead)
 	if err := f.waitReady(ctx, 60*time.Second, npops, popSize); err != nil {
 		return nil, nil, nil, time.Time{}, err
 	}
@@ -249,7 +328,13 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 		timer := time.NewTimer(0)
 		<-timer.C
 		for _, o := range plan {
-			timer.Reset(time.Until(t0.Add(o.launch)))
+			launch := o.launch
+			if o.kind == opRestart {
+				// As far ahead as the last restart took to answer (a
+				// lone start is quicker than the fleet's at once).
+				launch = max(o.at-f.getLead(), o.earliest)
+			}
+			timer.Reset(time.Until(t0.Add(launch)))
 			select {
 			case <-runCtx.Done():
 				return
@@ -259,9 +344,26 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			f.apply(runCtx, o, t0, logf)
 			done := time.Now()
 			fmu.Lock()
-			faults = append(faults, Fault{AtS: round3(o.at.Seconds()), Kind: o.kind.String(), What: o.desc, LateS: round3(max(late, 0).Seconds())})
+			faults = append(faults, Fault{AtS: round3(o.at.Seconds()), Kind: o.kind.String(), What: o.desc, LateS: round3(max(late, 0).Seconds()), at: o.at, nodes: o.nodes})
 			i := len(faults) - 1
 			fmu.Unlock()
+			if o.kind == opHeal || o.kind == opCrash {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					pairs, d := f.reconnection(runCtx, done)
+					fmu.Lock()
+					faults[i].ReconnectedS = &d
+					if o.kind == opHeal {
+						off := done.Sub(t0.Add(o.at))
+						for ab, s := range pairs {
+							faults[i].reconnected = append(faults[i].reconnected, sim.Reconnect{
+								At: o.at, From: f.regions[ab[0]], To: f.regions[ab[1]], After: off + time.Duration(s*float64(time.Second))})
+						}
+					}
+					fmu.Unlock()
+				}()
+			}
 			if o.kind == opCrash || o.kind == opPause {
 				wg.Add(1)
 				go func() {
@@ -269,6 +371,9 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 					d := f.detection(runCtx, o.nodes, done)
 					fmu.Lock()
 					faults[i].DetectedS = &d
+					if d >= 0 {
+						faults[i].detected = done.Sub(t0.Add(o.at)) + time.Duration(d*float64(time.Second))
+					}
 					fmu.Unlock()
 				}()
 			}
@@ -354,8 +459,15 @@ func (f *fleet) apply(ctx context.Context, o op, t0 time.Time, logf func(string,
 			go func() {
 				if err := waitAnswers(ctx, n, 10*time.Second); err != nil {
 					logf("restart %s: %v", name, err)
-				} else if late := time.Since(t0.Add(o.at)); late > 0 {
-					logf("restart %s: answering %s after its scheduled time", name, late.Round(time.Millisecond))
+					return
+				}
+				n.mu.Lock()
+				took := time.Since(n.execAt)
+				n.mu.Unlock()
+				f.setLead(min(took, restartLead))
+				logf("restart %s: answering %+.3fs from its scheduled time", name, time.Since(t0.Add(o.at)).Seconds())
+				if err := n.noteIncarnation(ctx); err != nil {
+					logf("restart %s: %v (the simulator numbers this start itself)", name, err)
 				}
 			}()
 		}

@@ -76,6 +76,40 @@ traffic:
 	assert.Equal(t, []string{"ams-1", "ams-2", "fra-1"}, plan[1].nodes)
 	assert.Equal(t, opRestart, plan[2].kind)
 	assert.Equal(t, 6200*time.Millisecond, plan[2].launch, "launched ahead, but after its crash")
+	led := withLead(plan, 100*time.Millisecond)
+	assert.Equal(t, 6400*time.Millisecond, led[2].launch, "as far ahead as a start takes")
+	assert.Equal(t, 6200*time.Millisecond, withLead(plan, time.Second)[2].launch, "never before its crash")
+}
+
+// A node of a scenario's state section gets a state file in its config;
+// the others none.
+func TestStateFileConfig(t *testing.T) {
+	sc, err := sim.Parse([]byte(`
+name: x
+duration: 30s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 2}]}
+  - {region: us, pops: [{name: iad, nodes: 1}]}
+state: {nodes: [ams-2, us], interval: 2s}
+rules:
+  - {name: api, limit: 100, window: 10s, scope: global}
+traffic:
+  - {rule: api, rate: 10/s}
+`))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	f, err := newFleet(sc, dir, "edge", 1, t.Logf)
+	require.NoError(t, err)
+	defer f.stopAll()
+	for name, want := range map[string]bool{"ams-1": false, "ams-2": true, "iad-1": true} {
+		b, err := os.ReadFile(f.byName[name].config)
+		require.NoError(t, err)
+		if want {
+			assert.Contains(t, string(b), "state:\n    file: "+dir+"/"+name+".state\n    interval: 2s\n", name)
+		} else {
+			assert.NotContains(t, string(b), "state:", name)
+		}
+	}
 }
 
 // TestLiveSmoke runs a shortened live/cut-share on a live fleet: six edge

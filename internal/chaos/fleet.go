@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/geolimit/geolimit/internal/faultproxy"
 	"github.com/geolimit/geolimit/sim"
 )
 
@@ -34,6 +35,7 @@ type node struct {
 	gossipPort        int // 0: alone in its PoP
 	config            string
 	logPath           string
+	stateFile         string // "": it keeps none (scenario: state.nodes)
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -42,7 +44,9 @@ type node struct {
 	paused  bool          // the harness sent SIGSTOP
 	exited  chan struct{} // closed when the current process has exited
 	starts  int
-	exitErr []string // unexpected exits
+	execAt  time.Time // when the current process was started
+	incs    []uint64  // the incarnation of each start (0: not known)
+	exitErr []string  // unexpected exits
 }
 
 // fleet is the live fleet: one edge process per node of the scenario, an
@@ -56,12 +60,25 @@ type fleet struct {
 	regions []string
 	// links[a][b] carry region a's gateway connections to each server of
 	// region b.
-	links [][][]*proxy
+	links [][][]*faultproxy.Proxy
 	logf  func(format string, args ...any)
 
 	mu         sync.Mutex
+	lead       time.Duration // how far ahead a restart is launched
 	unexpected []Exit
 	start      time.Time // the run's t = 0, for exit times
+}
+
+func (f *fleet) setLead(d time.Duration) {
+	f.mu.Lock()
+	f.lead = d
+	f.mu.Unlock()
+}
+
+func (f *fleet) getLead() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lead
 }
 
 // Exit is a process exit the harness did not order.
@@ -156,22 +173,31 @@ func newFleet(sc *sim.Scenario, dir, bin string, seed uint64, logf func(string, 
 	}
 	// Gateway proxies: one per (source region, server of target region).
 	lat, jit := sc.Network.InterRegion.Latency, sc.Network.InterRegion.Jitter
-	f.links = make([][][]*proxy, len(f.regions))
+	f.links = make([][][]*faultproxy.Proxy, len(f.regions))
 	for a, ra := range f.regions {
-		f.links[a] = make([][]*proxy, len(f.regions))
+		f.links[a] = make([][]*faultproxy.Proxy, len(f.regions))
 		for b, rb := range f.regions {
 			if a == b {
 				continue
 			}
 			for _, n := range regionNodes[rb] {
 				seed++
-				p, err := newProxy(ra, "127.0.0.1:"+strconv.Itoa(n.gatewayPort), lat, jit, seed)
+				p, err := faultproxy.New(faultproxy.Config{Target: "127.0.0.1:" + strconv.Itoa(n.gatewayPort), Source: ra, Latency: lat, Jitter: jit, Seed: seed})
 				if err != nil {
 					f.closeProxies()
 					return nil, fmt.Errorf("chaos: proxy: %w", err)
 				}
 				f.links[a][b] = append(f.links[a][b], p)
 			}
+		}
+	}
+	keeps := map[string]bool{}
+	for _, name := range sc.State.Nodes {
+		keeps[name] = true
+	}
+	for _, n := range f.nodes {
+		if keeps[n.name] || keeps[n.pop] || keeps[n.region] {
+			n.stateFile = filepath.Join(dir, n.name+".state")
 		}
 	}
 	for _, n := range f.nodes {
@@ -193,7 +219,7 @@ func (f *fleet) closeProxies() {
 	for _, row := range f.links {
 		for _, ps := range row {
 			for _, p := range ps {
-				p.close()
+				p.Close()
 			}
 		}
 	}
@@ -222,7 +248,7 @@ func (f *fleet) writeConfig(sc *sim.Scenario, n *node, region, pop []*node, expe
 			}
 			var urls []string
 			for _, p := range f.links[n.regionIdx][b] {
-				urls = append(urls, strconv.Quote("nats://"+p.addr()))
+				urls = append(urls, strconv.Quote("nats://"+p.Addr()))
 			}
 			fmt.Fprintf(&nc, "\n    {name: %q, urls: [%s]}", rb, strings.Join(urls, ", "))
 		}
@@ -240,6 +266,9 @@ func (f *fleet) writeConfig(sc *sim.Scenario, n *node, region, pop []*node, expe
 		"nats":        map[string]any{"embedded": map[string]string{"config_file": natsConf}},
 		"replication": settings,
 		"rules":       sc.Rules,
+	}
+	if n.stateFile != "" {
+		cfg["state"] = map[string]string{"file": n.stateFile, "interval": sc.State.Interval.String()}
 	}
 	if sc.Replication.MaxKeys > 0 {
 		cfg["limits"] = map[string]int{"max_keys": sc.Replication.MaxKeys}
@@ -284,7 +313,9 @@ func (f *fleet) startNode(n *node) error {
 		return fmt.Errorf("chaos: start %s: %w", n.name, err)
 	}
 	n.cmd, n.pid, n.killed, n.paused = cmd, cmd.Process.Pid, false, false
+	n.execAt = time.Now()
 	n.starts++
+	n.incs = append(n.incs, 0)
 	exited := make(chan struct{})
 	n.exited = exited
 	go func() {
@@ -307,6 +338,39 @@ func (f *fleet) startNode(n *node) error {
 		}
 	}()
 	return nil
+}
+
+// noteIncarnation records the incarnation of n's current start, read from
+// GET /v1/status once it answers; it records nothing when n was started
+// again in between.
+func (n *node) noteIncarnation(ctx context.Context) error {
+	n.mu.Lock()
+	start := n.starts
+	n.mu.Unlock()
+	var st struct {
+		Incarnation uint64 `json:"incarnation"`
+	}
+	if err := getJSON(ctx, n.api+"/v1/status", &st); err != nil {
+		return fmt.Errorf("chaos: incarnation of %s: %w", n.name, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.starts == start && start > 0 {
+		n.incs[start-1] = st.Incarnation
+	}
+	return nil
+}
+
+// incarnations returns the incarnations of every node's starts, for the
+// simulator to give its nodes the same (sim.Options.Incarnations).
+func (f *fleet) incarnations() map[string][]uint64 {
+	out := map[string][]uint64{}
+	for _, n := range f.nodes {
+		n.mu.Lock()
+		out[n.name] = append([]uint64(nil), n.incs...)
+		n.mu.Unlock()
+	}
+	return out
 }
 
 // signal sends sig to n's running process; kill marks the exit as ordered.
@@ -367,17 +431,17 @@ func (n *node) pidNow() int {
 // both ways.
 func (f *fleet) cutRegions(a, b int, cut bool) {
 	for _, p := range f.links[a][b] {
-		p.setCut(cut)
+		p.SetCut(cut)
 	}
 	for _, p := range f.links[b][a] {
-		p.setCut(cut)
+		p.SetCut(cut)
 	}
 }
 
 // cutOneWay cuts region a's links to region b only.
 func (f *fleet) cutOneWay(a, b int) {
 	for _, p := range f.links[a][b] {
-		p.setCut(true)
+		p.SetCut(true)
 	}
 }
 
@@ -385,7 +449,7 @@ func (f *fleet) healAll() {
 	for a := range f.links {
 		for b := range f.links[a] {
 			for _, p := range f.links[a][b] {
-				p.setCut(false)
+				p.SetCut(false)
 			}
 		}
 	}
@@ -481,7 +545,7 @@ func waitAnswers(ctx context.Context, n *node, timeout time.Duration) error {
 			}
 		}
 		if !n.running() {
-			return fmt.Errorf("chaos: %s exited at start (see %s)", n.name, n.logPath)
+			return fmt.Errorf("chaos: %s exited at start: %s", n.name, logTail(n.logPath))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("chaos: %s does not answer after %s (see %s)", n.name, timeout, n.logPath)
@@ -494,7 +558,71 @@ func waitAnswers(ctx context.Context, n *node, timeout time.Duration) error {
 	}
 }
 
+// logTail returns the last lines of the log at path (the run's directory
+// is removed when it fails).
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(len(lines)-3, 0):], " | ")
+}
+
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// reconnection polls the proxies until, from every region to every other,
+// they carry a gateway connection for every running node of the source
+// region (each nats-server keeps one to every other region), and returns
+// the seconds from since for each such pair of region indexes, and the
+// longest (-1 when not within 30s or when ctx ends first).
+func (f *fleet) reconnection(ctx context.Context, since time.Time) (map[[2]int]float64, float64) {
+	deadline := since.Add(30 * time.Second)
+	out := map[[2]int]float64{}
+	for {
+		running := make([]int, len(f.regions))
+		for _, n := range f.nodes {
+			if n.running() {
+				running[n.regionIdx]++
+			}
+		}
+		all := true
+		for a := range f.links {
+			for b, ps := range f.links[a] {
+				if a == b {
+					continue
+				}
+				if _, ok := out[[2]int{a, b}]; ok {
+					continue
+				}
+				carried := 0
+				for _, p := range ps {
+					carried += p.Carried()
+				}
+				if carried >= running[a] {
+					out[[2]int{a, b}] = round3(time.Since(since).Seconds())
+				} else {
+					all = false
+				}
+			}
+		}
+		if all {
+			var longest float64
+			for _, d := range out {
+				longest = max(longest, d)
+			}
+			return out, longest
+		}
+		if time.Now().After(deadline) {
+			return out, -1
+		}
+		select {
+		case <-ctx.Done():
+			return out, -1
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
 
 // detection polls the running members of the PoPs of gone until none of
 // them lists a node of gone among its members, and returns the seconds

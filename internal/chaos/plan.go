@@ -29,15 +29,20 @@ func (k opKind) String() string {
 type op struct {
 	at     time.Duration // when the scenario says
 	launch time.Duration // when the harness acts (restart: ahead of at)
-	kind   opKind
-	groups [][]int // regions: partition groups; cut: {from, to}
-	nodes  []string
-	desc   string
+	// earliest is the earliest a restart may be launched: a little after
+	// its node's crash.
+	earliest time.Duration
+	kind     opKind
+	groups   [][]int // regions: partition groups; cut: {from, to}
+	nodes    []string
+	desc     string
 }
 
 // restartLead is how long before its scheduled time a restarted node's
-// process is launched, so that it answers at that time: the simulator
-// starts a node in no time, a process takes a few hundred milliseconds.
+// process is launched at most, so that it answers at that time: the
+// simulator starts a node in no time, a process takes a few hundred
+// milliseconds. The run measures how long its nodes take to start, and
+// launches restarts that much ahead (withLead).
 const restartLead = time.Second
 
 // planOf resolves sc's events into the harness's faults, or says why the
@@ -171,7 +176,7 @@ func planOf(sc *sim.Scenario) ([]op, error) {
 			ops = append(ops, op{at: ev.At, kind: kind, nodes: ns, desc: fmt.Sprint(names)})
 		case ev.Restart != nil:
 			var ns []string
-			launch := ev.At - restartLead
+			var launch time.Duration
 			for _, n := range ev.Restart {
 				ns = append(ns, nodesOf[n]...)
 			}
@@ -182,8 +187,9 @@ func planOf(sc *sim.Scenario) ([]op, error) {
 				}
 				launch = max(launch, c+200*time.Millisecond)
 			}
-			ops = append(ops, op{at: ev.At, kind: opRestart, nodes: ns, desc: fmt.Sprint(ev.Restart)})
-			ops[len(ops)-1].launch = launch
+			earliest := launch
+			launch = max(launch, ev.At-restartLead)
+			ops = append(ops, op{at: ev.At, kind: opRestart, nodes: ns, desc: fmt.Sprint(ev.Restart), launch: launch, earliest: earliest})
 			for _, n := range ns {
 				delete(lastCrash, n)
 			}
@@ -196,4 +202,17 @@ func planOf(sc *sim.Scenario) ([]op, error) {
 	}
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].launch < ops[j].launch })
 	return ops, nil
+}
+
+// withLead returns plan with every restart launched lead ahead of its time
+// (but not before its earliest), in launch order.
+func withLead(plan []op, lead time.Duration) []op {
+	out := append([]op(nil), plan...)
+	for i := range out {
+		if out[i].kind == opRestart {
+			out[i].launch = max(out[i].at-lead, out[i].earliest)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].launch < out[j].launch })
+	return out
 }

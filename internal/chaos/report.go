@@ -185,6 +185,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if f.DetectedS != nil {
 			s += fmt.Sprintf(" (members dropped it after %gs)", *f.DetectedS)
 		}
+		if f.ReconnectedS != nil {
+			s += fmt.Sprintf(" (gateways back after %gs)", *f.ReconnectedS)
+		}
 		fs = append(fs, s)
 	}
 	fmt.Fprintf(w, "faults: %s\n", strings.Join(fs, "; "))

@@ -77,6 +77,10 @@ func soakScenario(d time.Duration, seed uint64, faultEvery time.Duration) (*sim.
 	}
 	sc.Replication.Settings = repl.DefaultSettings()
 	sc.Replication.PeerTimeout = time.Second
+	// A PoP's members drop a killed node after 5-7 s live (memberlist);
+	// the live run's measure of each crash replaces this in the
+	// simulator's run (simAgain).
+	sc.Replication.FailureDetection = 6 * time.Second
 	regions := []string{"eu", "us", "ap"}
 	nodes := []string{"ams-1", "ams-2", "iad-1", "iad-2", "sin-1", "sin-2"}
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
