@@ -57,12 +57,16 @@
 //     message from a PoP counts as hearing it; a PoP silent for PeerTimeout
 //     is partitioned, and the unheard set is handed to the node core (the
 //     share policy) whenever it changes.
-//   - Sync: a PoP heard first or again after a silence, a heartbeat gap of
-//     more than two and a half intervals, or a reconnect makes the member
-//     that noticed ask the others for their totals and re-send its own. Each
-//     member of an asked PoP re-sends the totals it owns: one sync request
-//     costs each other PoP one re-send of its live totals, spread over its
-//     members, and the requests of one flush interval share that re-send.
+//   - Sync: a PoP heard first or again after a silence, or a reconnect
+//     makes the member that noticed ask the others for their totals and
+//     re-send its own. Each member of an asked PoP re-sends the totals it
+//     owns: one sync request costs each other PoP one re-send of its live
+//     totals, spread over its members, and the requests of one flush
+//     interval share that re-send. A heartbeat gap of more than two and a
+//     half intervals asks only the PoP whose beats went missing (with
+//     region voices, for a PoP of another region, that region's voice) to
+//     re-send what it sends this node (sync.go): a lost message costs about
+//     what it carried, not a re-send by every PoP.
 //   - Relay: one member of each PoP sends a PoP that asks, or is heard
 //     again, the totals it holds of that PoP's former epochs (a PoP heard
 //     again at most once per PeerTimeout and epoch; one that asks, each
