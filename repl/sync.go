@@ -143,12 +143,18 @@ const maxSyncScope = 16
 // askSyncOf schedules asking only from, a PoP whose heartbeats went
 // missing, to re-send what it sends this node: its PoP totals or, from
 // another region with region voices, its region's totals through the
-// region's voice.
+// region's voice. What this node sends from it may have been lost too
+// (a restarted node, a short cut both ways): it re-sends that, its owned
+// PoP totals or, as its region's voice, region totals.
 func (c *Core) askSyncOf(now int64, from crdt.PoPID) {
-	target := from.String()
+	target, what := from.String(), uint8(resendPoPTotals)
 	if c.regionVoices() && from.Region != c.selfPoP.Region {
-		target = from.Region + "/" + crdt.RegionPoP
+		target, what = from.Region+"/"+crdt.RegionPoP, resendRegionTotals
 	}
+	if at := max(now+c.coalesce(), 1); c.resendAt == 0 || at < c.resendAt {
+		c.resendAt = at
+	}
+	c.resendWhat |= what
 	if c.syncAt == 0 {
 		c.syncAt = max(now+c.coalesce(), 1)
 	}

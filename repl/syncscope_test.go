@@ -132,13 +132,14 @@ func syncScopes(msgs []Message) []string {
 
 // A heartbeat gap asks only the PoP whose beats went missing (its region's
 // voice, for a PoP of another region with region voices), and the node
-// does not re-send its own totals for it.
+// re-sends what it sends that PoP: its PoP totals to its region's PoP, its
+// region totals (as the voice) to another region's.
 func TestHeartbeatGapAsksOnlyWhoWasMissed(t *testing.T) {
 	c, now := regionVoiceWithCounts(t)
 	c.nextAE = now + int64(time.Hour) // no anti-entropy round in the way
 	gap := now + int64(2*time.Second) // four beats lost, under PeerTimeout
 	var got []string
-	resent := 0
+	resent, region := 0, 0
 	for _, p := range []crdt.PoPID{euFra, usIad} {
 		c.Step(gap, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: p,
 			Delta: &wire.Delta{Sender: crdt.Replica{PoPID: p, Node: "x", Incarnation: 1}, SentAt: gap}})
@@ -149,7 +150,13 @@ func TestHeartbeatGapAsksOnlyWhoWasMissed(t *testing.T) {
 		out := c.Ready()
 		got = append(got, syncScopes(out)...)
 		resent += resends(out)
+		for _, m := range out {
+			if m.Link == LinkRegion && m.Kind == KindDelta && len(m.Delta.Entries) > 0 {
+				region++
+			}
+		}
 	}
 	assert.Equal(t, []string{"eu/fra,us/*"}, got)
-	assert.Zero(t, resent)
+	assert.Equal(t, 1, resent, "re-sends of the PoP totals")
+	assert.Equal(t, 1, region, "re-sends of the region totals")
 }
