@@ -56,7 +56,10 @@
 //     name order), so a PoP sends one heartbeat per HeartbeatInterval. Any
 //     message from a PoP counts as hearing it; a PoP silent for PeerTimeout
 //     is partitioned, and the unheard set is handed to the node core (the
-//     share policy) whenever it changes.
+//     share policy) whenever it changes. With region voices a PoP's
+//     heartbeats reach its region only, and each region sends the others
+//     one stream, its PoPs taking turns, that says which of its PoPs live
+//     (regionbeat.go).
 //   - Sync: a PoP heard first or again after a silence, or a reconnect
 //     makes the member that noticed ask the others for their totals and
 //     re-send its own. Each member of an asked PoP re-sends the totals it

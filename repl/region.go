@@ -67,8 +67,9 @@ var (
 
 // regionState is the Core's part of region voices.
 type regionState struct {
-	voice bool   // this node's PoP speaks for the region
-	epoch uint64 // the region epoch (0: not known yet)
+	voice bool        // this node's PoP speaks for the region
+	beats regionBeats // the region's heartbeat turns (regionbeat.go)
+	epoch uint64      // the region epoch (0: not known yet)
 	told  [2]uint64
 	// sparseVoices are the voices of the region totals' sparse updates
 	// told to the node (sparse.go).
@@ -130,6 +131,7 @@ func (c *Core) updateRegion(now int64) {
 		c.want |= wantRegionAE // taking over: every region total once
 	}
 	c.region.voice = voice
+	c.updateRegionTurns(now) // regionbeat.go
 	c.tellRegion()
 }
 
@@ -292,6 +294,10 @@ func (c *Core) regionAE(now int64, part, parts int) {
 // penalty blocks of PoP m.From of another region.
 func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 	d := m.Delta
+	if isRegionBeat(&m) {
+		c.stepRegionBeat(now, m, res) // regionbeat.go
+		return
+	}
 	if d.Sender.IsPoP() && !d.Sender.IsRegion() && d.Sender.PoPID == m.From && len(d.Entries) == 0 && len(d.Blocks) > 0 {
 		// A PoP's penalty blocks, sent to every PoP (Core.publish).
 		if m.From != c.selfPoP && c.regionVoices() && m.From.Region != c.selfPoP.Region {
