@@ -104,8 +104,8 @@ func (c *Core) updateRegion(now int64) {
 		return
 	}
 	voice := true
-	for id, p := range c.peers.m {
-		if id.Region != c.selfPoP.Region || id.PoP >= c.selfPoP.PoP || !c.counts(p) {
+	for _, p := range c.regionMates() { // regionbeat.go
+		if p.id.PoP >= c.selfPoP.PoP || !c.counts(p) {
 			continue // only a PoP that can speak for the region takes part
 		}
 		// Before the first check of the peers on a cold start, the PoPs

@@ -48,6 +48,30 @@ type regionBeats struct {
 	// last is the SentAt of the latest heartbeat of each other region's
 	// stream (missedRegionBeats); at most MaxPoPs regions.
 	last map[string]int64
+	// mates are the tracked PoPs of the own region as of peers.gen
+	// matesGen (regionMates).
+	mates    []*peer
+	matesGen uint64
+}
+
+// regionMates returns the tracked PoPs of the own region, from a list kept
+// until a PoP is added or deleted: the region's work (its voice, its
+// heartbeat turns) then costs the PoPs of the region, not every PoP known.
+func (c *Core) regionMates() []*peer {
+	b := &c.region.beats
+	if b.matesGen != c.peers.gen || b.mates == nil {
+		b.mates = b.mates[:0]
+		for id, p := range c.peers.m {
+			if id.Region == c.selfPoP.Region {
+				b.mates = append(b.mates, p)
+			}
+		}
+		if b.mates == nil {
+			b.mates = []*peer{}
+		}
+		b.matesGen = c.peers.gen
+	}
+	return b.mates
 }
 
 // updateRegionTurns works out this PoP's place in its region's heartbeat
@@ -58,8 +82,9 @@ func (c *Core) updateRegionTurns(now int64) {
 		return
 	}
 	rank, n := 0, 1
-	for id, p := range c.peers.m {
-		if id.Region != c.selfPoP.Region || !c.counts(p) {
+	for _, p := range c.regionMates() {
+		id := p.id
+		if !c.counts(p) {
 			continue
 		}
 		if (p.heardOnce && !p.down && !c.silent(p, now)) || (c.cfg.ColdStart && !p.heardOnce && c.partVersion == 0) {
@@ -88,9 +113,9 @@ func (c *Core) heartbeatLink(now, slot int64, d *wire.Delta) Link {
 		return LinkGlobal // to the PoPs of the region only
 	}
 	ids := make([]crdt.PoPID, 0, c.region.beats.turns)
-	for id, p := range c.peers.m {
-		if id.Region == c.selfPoP.Region && c.counts(p) && p.heardOnce && !c.silent(p, now) {
-			ids = append(ids, id)
+	for _, p := range c.regionMates() {
+		if c.counts(p) && p.heardOnce && !c.silent(p, now) {
+			ids = append(ids, p.id)
 		}
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i].Less(ids[j]) })
