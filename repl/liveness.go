@@ -26,9 +26,15 @@ func (c *Core) empty(now int64) *wire.Delta {
 }
 
 // myTurn reports whether this member heartbeats in slot: members take turns
-// in name order, so a PoP sends one heartbeat per interval.
+// in name order, so a PoP sends one heartbeat per interval. In the slots
+// where the PoP sends its region's heartbeat (regionbeat.go) the members
+// take turns over those slots, so that every member's clock and liveness
+// reach the other regions however the two turns line up.
 func (c *Core) myTurn(slot int64) bool {
 	n := int64(len(c.members))
+	if n > 1 && c.regionVoices() && c.regionTurn(slot) {
+		slot /= int64(max(c.region.beats.turns, 1))
+	}
 	return n <= 1 || slot%n == int64(c.rank)
 }
 
