@@ -55,8 +55,9 @@ type NATSConfig struct {
 	ClientCert, ClientKey string
 	// RegionVoices matches repl.Settings.RegionVoices: region totals are
 	// published on <SubjectPrefix>.region.<region>.<pop> (KindRegion) and
-	// heard from every region, and PoP totals (KindDelta) are heard only
-	// from the own region's PoPs. Every node of the fleet must agree.
+	// heard from every region (with the region's heartbeat turns), and PoP
+	// totals and heartbeats (KindDelta, KindHeartbeat) are heard only from
+	// the own region's PoPs. Every node of the fleet must agree.
 	RegionVoices bool
 	// PendingLimit bounds the messages waiting to be handed to the Handler
 	// per subscription; 0 means 65536.
@@ -144,8 +145,8 @@ func ParseSubject(prefix, subject string) (kind Kind, from, to identity.PoPID, o
 
 // NATS is a Transport over core NATS pub/sub between PoPs. Each PoP
 // publishes on its own subjects; every node subscribes to all PoPs' subjects
-// (with NATSConfig.RegionVoices, to the PoP totals of its own region's PoPs
-// only) and skips its own PoP. The connection reconnects forever with a bounded
+// (with NATSConfig.RegionVoices, to the PoP totals and heartbeats of its own
+// region's PoPs only) and skips its own PoP. The connection reconnects forever with a bounded
 // buffer; every (re)connect asks the Handler to resync, which then also asks
 // the other PoPs to resync (a KindSync message), since they may have
 // reconnected earlier and sent their counts while this node was away.
@@ -291,8 +292,11 @@ func (t *NATS) subscriptions() []string {
 	subs := []string{p + ".delta.>", p + ".hb.>", p + ".sync.>", p + ".state.*.*." + t.cfg.Self.Region + "." + t.cfg.Self.PoP}
 	if t.cfg.RegionVoices {
 		// Other regions' PoP totals reach this node summed, as their
-		// region's: the gateways then carry none of them.
+		// region's, and their heartbeats as their region's heartbeat
+		// turns (on the region subjects): the gateways then carry none
+		// of them.
 		subs[0] = p + ".delta." + t.cfg.Self.Region + ".*"
+		subs[1] = p + ".hb." + t.cfg.Self.Region + ".*"
 		subs = append(subs, p+".region.*.*")
 	}
 	return subs

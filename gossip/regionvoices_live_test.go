@@ -51,14 +51,24 @@ type tapKey struct {
 	kind  Kind
 }
 
+// kindRegionBeat counts, apart from the region totals, the heartbeats of a
+// region's heartbeat turns that arrive on the region subjects (KindRegion
+// messages of a node, not of a region's aggregate).
+const kindRegionBeat Kind = 0xfe
+
 func (tp *recvTap) Receive(from identity.PoPID, kind Kind, b []byte) {
 	tp.mu.Lock()
 	k := tapKey{other: from.Region != tp.own, kind: kind}
+	if kind == KindRegion {
+		if d, err := wire.Decode(b); err == nil && !d.Sender.IsPoP() {
+			k.kind = kindRegionBeat
+		}
+	}
 	tp.counts[k]++
 	if k.other && kind == KindDelta {
 		tp.froms[from] = true
 	}
-	if kind == KindHeartbeat {
+	if kind == KindHeartbeat || k.kind == kindRegionBeat {
 		if tp.hbs == nil {
 			tp.hbs = map[identity.PoPID]int{}
 		}
@@ -68,7 +78,8 @@ func (tp *recvTap) Receive(from identity.PoPID, kind Kind, b []byte) {
 	tp.Handler.Receive(from, kind, b)
 }
 
-// heartbeats returns how many heartbeats of PoP from arrived.
+// heartbeats returns how many heartbeats of PoP from arrived (with region
+// voices, from another region: in its region's turns).
 func (tp *recvTap) heartbeats(from identity.PoPID) int {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
@@ -322,11 +333,30 @@ func TestRegionVoicesInterRegionMessages(t *testing.T) {
 				diff := func(k tapKey) int { return after[k] - before[i][k] }
 				deltas := diff(tapKey{true, KindDelta})
 				region := diff(tapKey{true, KindRegion})
-				hbs := diff(tapKey{true, KindHeartbeat})
+				hbs := diff(tapKey{true, KindHeartbeat}) + diff(tapKey{true, kindRegionBeat})
 				other := diff(tapKey{true, KindSync}) + diff(tapKey{true, KindState})
-				t.Logf("%s (%s): over %s = %.1f flush intervals of %s, from other regions: %d region totals (%.2f per interval), %d PoP deltas (%.2f per interval), %d heartbeats (%.2f per interval, one stream per PoP), %d sync/state; %d regions, %d PoPs in other regions",
+				t.Logf("%s (%s): over %s = %.1f flush intervals of %s, from other regions: %d region totals (%.2f per interval), %d PoP deltas (%.2f per interval), %d heartbeats (%.2f per interval), %d sync/state; %d regions, %d PoPs in other regions",
 					n.name, map[bool]string{true: "region voices on", false: "region voices off"}[voices], span.Round(time.Millisecond), intervals, flush,
 					region, float64(region)/intervals, deltas, float64(deltas)/intervals, hbs, float64(hbs)/intervals, other, regions, 5)
+				// Heartbeats: one stream per PoP of the own region and, with
+				// region voices, one per other region (its PoPs take turns),
+				// where without every PoP of the fleet sends its own.
+				beats := float64(span) / float64(time.Second/4) // PeerTimeout / 4
+				own := diff(tapKey{false, KindHeartbeat}) + diff(tapKey{false, kindRegionBeat})
+				ownPoPs := 0
+				for _, p := range topo {
+					if p.region == n.region && p.name != n.id.PoP {
+						ownPoPs++
+					}
+				}
+				t.Logf("%s: heartbeats per heartbeat interval: %.2f from the %d other PoPs of its region, %.2f from the other regions",
+					n.name, float64(own)/beats, ownPoPs, float64(hbs)/beats)
+				assert.InDelta(t, float64(ownPoPs), float64(own)/beats, 1, "%s: heartbeats from its region", n.name)
+				if voices {
+					assert.InDelta(t, float64(regions-1), float64(hbs)/beats, 1, "%s: heartbeats from the other regions: one stream per region", n.name)
+				} else {
+					assert.InDelta(t, 5, float64(hbs)/beats, 1.5, "%s: heartbeats from the other regions: one stream per PoP", n.name)
+				}
 				if voices {
 					assert.Zero(t, deltas, "%s: no PoP delta of another region", n.name)
 					assert.Empty(t, n.tap.froms, "%s: no PoP delta of another region", n.name)

@@ -58,7 +58,13 @@ type Core struct {
 	// moment ask for is done once.
 	want             uint8
 	syncAt, resendAt int64
-	relayTo          map[identity.PoPID]bool
+	// syncAll: the sync request due at syncAt asks every PoP; else it
+	// names those asked in syncScope (sync.go). resendWhat is what the
+	// re-send due at resendAt sends (resendPoPTotals, resendRegionTotals).
+	syncAll    bool
+	syncScope  []string
+	resendWhat uint8
+	relayTo    map[identity.PoPID]bool
 	// resendTAT paces the re-sends other PoPs ask for: one is allowed at
 	// t >= resendTAT, which is then SyncInterval later.
 	resendTAT int64
@@ -114,6 +120,7 @@ const (
 	wantGlobalAE             // re-send owned totals to the other PoPs
 	wantAnnounce             // tell the PoP's members the epoch
 	wantRegionAE             // re-send the owned region totals (region.go)
+	wantNoRegion             // with wantGlobalAE: the PoP totals only
 )
 
 // Stats are a Core's cumulative counters.
@@ -317,10 +324,11 @@ func (c *Core) doWork(now int64) {
 			c.stats.SyncRequests++
 			c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindSync, Delta: c.syncRequest(now)})
 		}
+		c.syncAll, c.syncScope = false, c.syncScope[:0]
 	}
 	if c.resendAt != 0 && now >= c.resendAt {
 		c.resendAt = 0
-		c.want |= wantGlobalAE
+		c.resendWants()
 		c.resendTAT = max(c.resendTAT, now) + int64(c.cfg.SyncInterval)
 	}
 	if c.want&(wantLocalAE|wantGlobalAE) != 0 {
@@ -330,7 +338,7 @@ func (c *Core) doWork(now int64) {
 			b.Local.Entries, b.Local.Blocks, b.Local.Memos, b.Local.Inflight = nil, nil, nil, nil
 		}
 		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
-		if c.want&wantGlobalAE != 0 {
+		if c.want&wantGlobalAE != 0 && c.want&wantNoRegion == 0 {
 			c.regionAE(now, 0, 1)
 			c.want &^= wantRegionAE
 		}

@@ -58,14 +58,21 @@
 //     is partitioned, and the unheard set is handed to the node core (the
 //     share policy) whenever it changes. A PoP whose last silence ended
 //     under a new epoch restarted: while silent again it is taken for down,
-//     not cut off, and handed to the node core as down (DownTeller), not
-//     unheard, until a silence ends under the same epoch (crash.go).
-//   - Sync: a PoP heard first or again after a silence, a heartbeat gap of
-//     more than two and a half intervals, or a reconnect makes the member
-//     that noticed ask the others for their totals and re-send its own. Each
-//     member of an asked PoP re-sends the totals it owns: one sync request
-//     costs each other PoP one re-send of its live totals, spread over its
-//     members, and the requests of one flush interval share that re-send.
+//     not cut off, and handed to the node core as down (SetDown), not
+//     unheard, until a silence ends under the same epoch (crash.go). With
+//     region voices a PoP's heartbeats reach its region only, and each
+//     region sends the others one stream, its PoPs taking turns, that says
+//     which of its PoPs live (regionbeat.go).
+//   - Sync: a PoP heard first or again after a silence, or a reconnect
+//     makes the member that noticed ask the others for their totals and
+//     re-send its own. Each member of an asked PoP re-sends the totals it
+//     owns: one sync request costs each other PoP one re-send of its live
+//     totals, spread over its members, and the requests of one flush
+//     interval share that re-send. A heartbeat gap of more than two and a
+//     half intervals asks only the PoP whose beats went missing (with
+//     region voices, for a PoP of another region, that region's voice) to
+//     re-send what it sends this node (sync.go): a lost message costs about
+//     what it carried, not a re-send by every PoP.
 //   - Relay: one member of each PoP sends a PoP that asks, or is heard
 //     again, the totals it holds of that PoP's former epochs (a PoP heard
 //     again at most once per PeerTimeout and epoch; one that asks, each

@@ -14,10 +14,11 @@ import (
 func (c *Core) heartbeat(now int64) {
 	c.stats.Heartbeats++
 	d := c.empty(now)
-	d.Entries = c.fingerprints()               // drift.go
-	d.Entries = c.appendOffsets(d.Entries)     // fleetclock.go
-	d.Entries = c.appendRegionEpoch(d.Entries) // region.go
-	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: d})
+	d.Entries = c.fingerprints()                                        // drift.go
+	d.Entries = c.appendOffsets(d.Entries)                              // fleetclock.go
+	d.Entries = c.appendRegionEpoch(d.Entries)                          // region.go
+	link := c.heartbeatLink(now, now/int64(c.cfg.HeartbeatInterval), d) // regionbeat.go
+	c.out = append(c.out, Message{Link: link, Kind: KindHeartbeat, Delta: d})
 }
 
 func (c *Core) empty(now int64) *wire.Delta {
@@ -25,9 +26,15 @@ func (c *Core) empty(now int64) *wire.Delta {
 }
 
 // myTurn reports whether this member heartbeats in slot: members take turns
-// in name order, so a PoP sends one heartbeat per interval.
+// in name order, so a PoP sends one heartbeat per interval. In the slots
+// where the PoP sends its region's heartbeat (regionbeat.go) the members
+// take turns over those slots, so that every member's clock and liveness
+// reach the other regions however the two turns line up.
 func (c *Core) myTurn(slot int64) bool {
 	n := int64(len(c.members))
+	if n > 1 && c.regionVoices() && c.regionTurn(slot) {
+		slot /= int64(max(c.region.beats.turns, 1))
+	}
 	return n <= 1 || slot%n == int64(c.rank)
 }
 

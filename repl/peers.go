@@ -53,6 +53,8 @@ type peer struct {
 type peerTable struct {
 	m     map[identity.PoPID]*peer
 	cache []*peer // by popHash(id) & (len-1); nil, or a state in m
+	// gen changes whenever a PoP is added or deleted (Core.regionMates).
+	gen uint64
 }
 
 // The cache has at least minCache entries and grows to keep at least
@@ -80,6 +82,7 @@ func (t *peerTable) get(id identity.PoPID) *peer {
 func (t *peerTable) add(id identity.PoPID, p *peer) {
 	p.id = id
 	t.m[id] = p
+	t.gen++
 	if len(t.m)*2 > len(t.cache) {
 		t.cache = make([]*peer, len(t.cache)*2) // refilled by get
 	}
@@ -92,6 +95,7 @@ func (t *peerTable) del(id identity.PoPID) {
 		*c = nil
 	}
 	delete(t.m, id)
+	t.gen++
 }
 
 // popHash is FNV-1a over the region, a separator and the PoP name. It only

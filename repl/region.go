@@ -52,8 +52,9 @@ import (
 
 // regionState is the Core's part of region voices.
 type regionState struct {
-	voice bool   // this node's PoP speaks for the region
-	epoch uint64 // the region epoch (0: not known yet)
+	voice bool        // this node's PoP speaks for the region
+	beats regionBeats // the region's heartbeat turns (regionbeat.go)
+	epoch uint64      // the region epoch (0: not known yet)
 	told  [2]uint64
 	// sparseVoices are the voices of the region totals' sparse updates
 	// told to the node (sparse.go).
@@ -88,8 +89,8 @@ func (c *Core) updateRegion(now int64) {
 		return
 	}
 	voice := true
-	for id, p := range c.peers.m {
-		if id.Region != c.selfPoP.Region || id.PoP >= c.selfPoP.PoP || !c.counts(p) {
+	for _, p := range c.regionMates() { // regionbeat.go
+		if p.id.PoP >= c.selfPoP.PoP || !c.counts(p) {
 			continue // only a PoP that can speak for the region takes part
 		}
 		// Before the first check of the peers on a cold start, the PoPs
@@ -115,6 +116,7 @@ func (c *Core) updateRegion(now int64) {
 		c.want |= wantRegionAE // taking over: every region total once
 	}
 	c.region.voice = voice
+	c.updateRegionTurns(now) // regionbeat.go
 	c.tellRegion()
 }
 
@@ -272,6 +274,10 @@ func (c *Core) regionAE(now int64, part, parts int) {
 // penalty blocks of PoP m.From of another region.
 func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 	d := m.Delta
+	if isRegionBeat(&m) {
+		c.stepRegionBeat(now, m, res) // regionbeat.go
+		return
+	}
 	if d.Sender.IsPoP() && !d.Sender.IsRegion() && d.Sender.PoPID == m.From && len(d.Entries) == 0 && len(d.Blocks) > 0 {
 		// A PoP's penalty blocks, sent to every PoP (Core.publish).
 		if m.From != c.selfPoP && c.regionVoices() && m.From.Region != c.selfPoP.Region {

@@ -143,6 +143,9 @@ func (c *Core) syncRequest(now int64) *wire.Delta {
 		d.Entries = []crdt.Entry{startupEntry}
 	}
 	d.Entries = c.appendRegionEpoch(d.Entries) // region.go: what is former
+	if !c.syncAll {
+		d.Entries = c.appendSyncScope(d.Entries) // sync.go
+	}
 	return d
 }
 

@@ -167,10 +167,15 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 		if c.missedBeats(p, d.SentAt) {
 			// A short cut (under PeerTimeout) lost messages: repair now
 			// rather than at the next anti-entropy round.
-			c.askSync(now)
+			c.askSyncOf(now, m.From) // sync.go: what it sends, only
+
 		}
 	case KindSync:
 		c.takeRegionEpoch(now, m.From, d) // region.go: before relaying
+		what, scoped := c.syncAsks(d)     // sync.go
+		if what == 0 {
+			break // it asks other PoPs
+		}
 		if wantsMarker(d) {
 			c.markTo[m.From] = true
 		}
@@ -182,7 +187,10 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 		if c.resendAt != 0 && c.resendAt >= last {
 			c.stats.SyncAnswers++
 			p.answered[d.Sender] = c.resendAt
-			c.relayTo[m.From] = true
+			c.resendWhat |= what
+			if !scoped {
+				c.relayTo[m.From] = true
+			}
 			break
 		}
 		at := now + c.coalesce()
@@ -193,7 +201,10 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 			c.stats.SyncAnswers++
 		}
 		p.answered[d.Sender] = c.remoteResendAt(at)
-		c.relayTo[m.From] = true // asked: relayed whatever the throttle
+		c.resendWhat |= what
+		if !scoped {
+			c.relayTo[m.From] = true // asked: relayed whatever the throttle
+		}
 	case KindDelta:
 		if d.Sender.IsPoP() {
 			c.epochHeard(p, d.Sender.Incarnation) // crash.go

@@ -1,9 +1,13 @@
 package repl
 
 import (
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/identity"
+	"github.com/geolimit/geolimit/wire"
 )
 
 // Sync: asking the other PoPs for their totals, and pacing the re-sends
@@ -34,6 +38,7 @@ func (c *Core) askSyncFor(now int64, remote bool) {
 	if c.syncAt == 0 {
 		c.syncAt = max(now+c.coalesce(), 1)
 	}
+	c.syncAll = true
 	if remote {
 		c.remoteResend(now)
 	} else {
@@ -47,6 +52,7 @@ func (c *Core) remoteResend(now int64) {
 	if c.resendAt == 0 {
 		c.remoteResendAt(now + c.coalesce())
 	}
+	c.resendWhat |= resendAll
 }
 
 // remoteResendAt schedules a re-send of the owned totals at at or later,
@@ -74,6 +80,7 @@ func (c *Core) scheduleResend(now int64) {
 	if at := max(now+c.coalesce(), 1); c.resendAt == 0 || at < c.resendAt {
 		c.resendAt = at
 	}
+	c.resendWhat |= resendAll
 }
 
 // lastAnswer returns when the last answer to requester's sync requests was
@@ -106,4 +113,120 @@ func (p *peer) lastAnswer(requester identity.Replica, now, interval int64) int64
 		break
 	}
 	return latest
+}
+
+// Scoped sync requests. A heartbeat gap says that messages from one PoP
+// went missing, not from every PoP: the sync request it causes names the
+// PoP whose totals may be missing, and only that PoP re-sends them, so a
+// lost message costs about what it carried. With region voices, what a
+// PoP of another region sends this node is its region's totals: the
+// request names the region ("region/*"), and only its voice re-sends them.
+// A request that names no one (a start, an epoch, a PoP heard again after
+// a silence, a reconnect) asks every PoP, as ever; a node of an older
+// version takes a scoped request for such a one (it costs more, never
+// less). The scope rides as control entries (startup.go).
+
+// syncScopeKey prefixes the key of a control entry naming a PoP
+// ("region/pop") or a region's voice ("region/*") that a sync request asks.
+const syncScopeKey = "sync-of/1:"
+
+// What a re-send sends (Core.resendWhat).
+const (
+	resendPoPTotals    = 1 << iota // the owned PoP totals
+	resendRegionTotals             // the owned region totals, as the region's voice
+	resendAll          = resendPoPTotals | resendRegionTotals
+)
+
+// maxSyncScope bounds the PoPs one sync request names; beyond it, the
+// request asks every PoP.
+const maxSyncScope = 16
+
+// askSyncOf schedules asking only from, a PoP whose heartbeats went
+// missing, to re-send what it sends this node: its PoP totals or, from
+// another region with region voices, its region's totals through the
+// region's voice. What this node sends from it may have been lost too
+// (a restarted node, a short cut both ways): it re-sends that, its owned
+// PoP totals or, as its region's voice, region totals.
+func (c *Core) askSyncOf(now int64, from identity.PoPID) {
+	target, what := from.String(), uint8(resendPoPTotals)
+	if c.regionVoices() && from.Region != c.selfPoP.Region {
+		target, what = from.Region+"/"+identity.RegionPoP, resendRegionTotals
+	}
+	if at := max(now+c.coalesce(), 1); c.resendAt == 0 || at < c.resendAt {
+		c.resendAt = at
+	}
+	c.resendWhat |= what
+	if c.syncAt == 0 {
+		c.syncAt = max(now+c.coalesce(), 1)
+	}
+	if c.syncAll {
+		return
+	}
+	for _, s := range c.syncScope {
+		if s == target {
+			return
+		}
+	}
+	if len(c.syncScope) >= maxSyncScope {
+		c.syncAll = true
+		return
+	}
+	c.syncScope = append(c.syncScope, target)
+}
+
+// appendSyncScope adds the scope of a sync request to its entries.
+func (c *Core) appendSyncScope(es []crdt.Entry) []crdt.Entry {
+	scope := slices.Clone(c.syncScope)
+	slices.Sort(scope)
+	for _, s := range scope {
+		es = append(es, crdt.Entry{Rule: controlRule, Key: syncScopeKey + s, Count: 1})
+	}
+	return es
+}
+
+// syncAsks returns what a sync request asks of this node's PoP: every
+// owned total (a request that names no one), the PoP totals (it names this
+// PoP), the region totals (it names this region's voice, and this PoP is
+// the voice), or nothing (0: it names others only); scoped says it names
+// some.
+func (c *Core) syncAsks(d *wire.Delta) (what uint8, scoped bool) {
+	self := c.selfPoP.String()
+	voice := c.selfPoP.Region + "/" + identity.RegionPoP
+	for _, e := range d.Entries {
+		if e.Rule != controlRule || !strings.HasPrefix(e.Key, syncScopeKey) {
+			continue
+		}
+		scoped = true
+		switch e.Key[len(syncScopeKey):] {
+		case self:
+			what |= resendPoPTotals
+		case voice:
+			if c.region.voice {
+				what |= resendRegionTotals
+			}
+		}
+	}
+	if !scoped {
+		return resendAll, false
+	}
+	return what, true
+}
+
+// resendWants turns the re-send due into work: a PoP totals' re-send
+// without the region totals when only region mates asked for it.
+func (c *Core) resendWants() {
+	what := c.resendWhat
+	c.resendWhat = 0
+	if what == 0 {
+		what = resendAll
+	}
+	if what&resendPoPTotals != 0 {
+		if what&resendRegionTotals == 0 && c.want&wantGlobalAE == 0 {
+			c.want |= wantNoRegion
+		}
+		c.want |= wantGlobalAE
+	}
+	if what&resendRegionTotals != 0 {
+		c.want |= wantRegionAE
+	}
 }

@@ -53,8 +53,9 @@ type Hub struct {
 	stopped sync.WaitGroup
 	closed  bool
 
-	// regionVoices routes PoP totals (KindDelta between PoPs) to the
-	// sender's region only, as gossip.NATS does with region voices on.
+	// regionVoices routes PoP totals and heartbeats (KindDelta and
+	// KindHeartbeat between PoPs) to the sender's region only, as
+	// gossip.NATS does with region voices on.
 	regionVoices bool
 }
 
@@ -80,10 +81,11 @@ func (h *Hub) SetFaults(f Faults) {
 }
 
 // SetRegionVoices routes as gossip.NATS does with
-// NATSConfig.RegionVoices: from now on a PoP's totals (gossip.KindDelta
-// between PoPs) reach only the PoPs of its region; region totals
-// (gossip.KindRegion), heartbeats, sync requests and relayed state reach
-// every PoP as before.
+// NATSConfig.RegionVoices: from now on a PoP's totals and heartbeats
+// (gossip.KindDelta and gossip.KindHeartbeat between PoPs) reach only the
+// PoPs of its region; region totals and the region's heartbeat turns
+// (gossip.KindRegion), sync requests and relayed state reach every PoP as
+// before.
 func (h *Hub) SetRegionVoices(on bool) {
 	h.mu.Lock()
 	h.regionVoices = on
@@ -191,7 +193,7 @@ func (h *Hub) publish(from *endpoint, kind gossip.Kind, msg []byte, relayTo *ide
 		if to == from || !from.reaches(to) || h.cut[[2]identity.PoPID{from.self, to.self}] {
 			continue
 		}
-		if h.regionVoices && !from.local && kind == gossip.KindDelta && to.self.Region != from.self.Region {
+		if h.regionVoices && !from.local && (kind == gossip.KindDelta || kind == gossip.KindHeartbeat) && to.self.Region != from.self.Region {
 			continue
 		}
 		origin := from.self
