@@ -13,8 +13,9 @@ import "github.com/geolimit/geolimit/wire"
 // one feature, and the node's Apply, Flush, AntiEntropy, State and Tick
 // loop over the parts without knowing their insides (memberlist's Delegate
 // interfaces are the model: the host composes behaviour it does not
-// implement). A new replicated feature is its package, a part, and one
-// entry in features.
+// implement). A new replicated feature is its package, a part, one entry
+// in features, and its section kind in package wire (a field of
+// wire.Delta, encoded and decoded there).
 type part interface {
 	// apply takes the part's items of d, received via, under its trust
 	// rule, counting what it did in st. Requires n.applyMu read-held.
