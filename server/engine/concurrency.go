@@ -28,10 +28,10 @@ func (c *concCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *concCollector) Collect(ch chan<- prometheus.Metric) {
-	for rule, n := range c.a.node.Stats().InFlight {
+	st := c.a.node.Stats()
+	for rule, n := range st.InFlight {
 		ch <- prometheus.MustNewConstMetric(descConcInFlight, prometheus.GaugeValue, float64(n), rule)
 	}
-	st := c.a.node.Stats()
 	s := st.Slots
 	for _, o := range []struct {
 		name string
