@@ -298,6 +298,11 @@ func TestHealthStatus(t *testing.T) {
 	assert.Equal(t, false, s["replication"])
 	assert.EqualValues(t, 1, s["keys"])
 	assert.Equal(t, ta.NATSURL(), s["nats_url"])
+	if ta.nats != nil {
+		assert.Equal(t, ta.nats.NATS().ID(), s["nats_server_id"], "the embedded server's ID, as its gateways name it")
+	} else {
+		assert.NotContains(t, s, "nats_server_id")
+	}
 	assert.Len(t, s["rules"], 3)
 	assert.Equal(t, []any{map[string]any{"name": "ams-1", "state": "alive"}}, s["members"])
 	assert.Equal(t, []any{}, s["remote_pops"])

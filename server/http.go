@@ -166,21 +166,28 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 			repl.Partitions = []string{}
 		}
 	}
+	var natsID string
+	if a.nats != nil {
+		natsID = a.nats.NATS().ID()
+	}
 	frontend.WriteJSON(w, http.StatusOK, struct {
 		Replica string `json:"replica"`
 		Node    string `json:"node"`
 		identity.PoPID
-		Incarnation uint64              `json:"incarnation"`
-		Version     string              `json:"version"`
-		GoVersion   string              `json:"go_version"`
-		UptimeS     int64               `json:"uptime_seconds"`
-		Ready       bool                `json:"ready"`
-		Synced      bool                `json:"synced"`
-		NATSURL     string              `json:"nats_url"`
-		Replication bool                `json:"replication"`
-		Keys        int                 `json:"keys"`
-		Rules       []ruleOut           `json:"rules"`
-		Partition   pop.PartitionStatus `json:"partition"`
+		Incarnation uint64 `json:"incarnation"`
+		Version     string `json:"version"`
+		GoVersion   string `json:"go_version"`
+		UptimeS     int64  `json:"uptime_seconds"`
+		Ready       bool   `json:"ready"`
+		Synced      bool   `json:"synced"`
+		NATSURL     string `json:"nats_url"`
+		// NATSServerID is the embedded nats-server's ID, as its gateway and
+		// route connections and its monitoring name it ("" without one).
+		NATSServerID string              `json:"nats_server_id,omitempty"`
+		Replication  bool                `json:"replication"`
+		Keys         int                 `json:"keys"`
+		Rules        []ruleOut           `json:"rules"`
+		Partition    pop.PartitionStatus `json:"partition"`
 		// ModeOverrides are the rules' modes set at run time in force,
 		// orphaned ones included (modes.go).
 		ModeOverrides []RuleModeStatus `json:"mode_overrides"`
@@ -188,7 +195,7 @@ func (a *App) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}{
 		Replica: self.String(), Node: self.Node, PoPID: self.PoPID, Incarnation: self.Incarnation,
 		Version: a.opts.Version, GoVersion: runtime.Version(), UptimeS: int64(time.Since(a.started).Seconds()),
-		Ready: a.Ready(), Synced: a.node.Synced(), NATSURL: a.natsURL, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
+		Ready: a.Ready(), Synced: a.node.Synced(), NATSURL: a.natsURL, NATSServerID: natsID, Replication: a.repl != nil, Keys: st.Store.Keys, Rules: rules,
 		Partition:         a.node.Partition(a.clk.Now()),
 		ModeOverrides:     a.eng.ModeOverrides(),
 		ReplicationStatus: repl,

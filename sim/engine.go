@@ -59,6 +59,23 @@ type Options struct {
 	// measure: nats-server's gateways reconnect some time after their
 	// links come back); links not listed carry messages at once.
 	Reconnects []Reconnect
+	// GatewayLosses, when set, gives the nodes whose gateway to another
+	// region went to a server that crashed, and how long they were without
+	// it (a live run's measure: each node's nats-server keeps one gateway
+	// to every other region, to one of its servers, of nats-server's
+	// choosing; when that server goes, what the node publishes does not
+	// reach the region until the gateway reconnects to another). Messages
+	// from such a node to the region are dropped meanwhile.
+	GatewayLosses []GatewayLoss
+}
+
+// GatewayLoss is how long after a crash at At node Node's messages to
+// region To were lost: its gateway to To was to the crashed node's server.
+type GatewayLoss struct {
+	At    time.Duration
+	Node  string
+	To    string
+	After time.Duration
 }
 
 // Reconnect is how long after a heal at At the links from region From to
@@ -154,6 +171,9 @@ type engine struct {
 	links    [][]linkModel
 	blocked  [][]bool
 	nBlock   int
+	// gwLost, by node index, are the spans its messages to a region are
+	// lost (Options.GatewayLosses).
+	gwLost [][]gwLoss
 
 	flushNow           bool
 	intraMax, interMax int

@@ -79,7 +79,27 @@ func (e *engine) send(nd *simNode, to int32, d *wire.Delta, size uint32, link ui
 // the link's loss, delay and duplication apply to the PoP as a whole, and
 // one event delivers to every node live at its arrival.
 func (e *engine) sendPoP(nd *simNode, to int32, d *wire.Delta, size uint32, link repl.Link, msg repl.Kind, from int32, t int64) {
+	if e.gwLost != nil && e.gatewayLost(nd, to, t) {
+		return
+	}
 	e.transmit(nd.pop, to, event{kind: evDeliverPoP, node: to, from: from, link: uint8(link), msg: msg, size: size, d: d}, t)
+}
+
+// gwLoss is a span [from, until) in which a node's messages to region to
+// are lost (Options.GatewayLosses).
+type gwLoss struct {
+	to          string
+	from, until int64
+}
+
+// gatewayLost reports whether nd's gateway to PoP to's region is down at t.
+func (e *engine) gatewayLost(nd *simNode, to int32, t int64) bool {
+	for _, g := range e.gwLost[nd.idx] {
+		if t >= g.from && t < g.until && e.pops[to].id.Region == g.to {
+			return true
+		}
+	}
+	return false
 }
 
 // transmit queues ev over the link from PoP fp to PoP tp at t: dropped if

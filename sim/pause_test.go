@@ -218,6 +218,46 @@ events:
 	assert.ErrorContains(t, err, `sim: reconnects[0]: want two regions of the topology and a delay of at least 0, got "eu", "ap" and 0s`)
 }
 
+// A node given a gateway loss to a region reaches none of it meanwhile;
+// its PoP's other nodes still do.
+func TestGatewayLossesDropOneNodesMessages(t *testing.T) {
+	sc, err := Parse([]byte(`name: g
+duration: 8s
+topology:
+  - {region: eu, pops: [{name: ams, nodes: 2}]}
+  - {region: us, pops: [{name: iad, nodes: 1}]}
+replication: {peer_timeout: 1s}
+rules: [{name: api, limit: 10, window: 1s, scope: global}]
+traffic: [{rule: api, rate: 10/s}]
+`))
+	require.NoError(t, err)
+	// amsHeardAt tells whether iad heard ams within the second before at.
+	amsHeardAt := func(losses []GatewayLoss, at time.Duration) bool {
+		e, err := newEngine(sc, Options{GatewayLosses: losses})
+		require.NoError(t, err)
+		e.end = int64(at)
+		require.NoError(t, e.run())
+		iad := e.nodes[2]
+		require.Equal(t, "iad-1", iad.name)
+		now := e.nodeNow(iad, int64(at))
+		for _, p := range iad.core.RemotePoPs(now) {
+			if p.PoP == "ams" {
+				return p.LastHeard > now-int64(time.Second)
+			}
+		}
+		t.Fatal("iad never heard of ams")
+		return false
+	}
+	both := []GatewayLoss{{At: 2 * time.Second, Node: "ams-1", To: "us", After: 4 * time.Second}, {At: 2 * time.Second, Node: "ams-2", To: "us", After: 4 * time.Second}}
+	assert.True(t, amsHeardAt(nil, 5*time.Second))
+	assert.False(t, amsHeardAt(both, 5*time.Second), "neither ams node reaches us: ams falls silent")
+	assert.True(t, amsHeardAt(both[:1], 5*time.Second), "ams-2's messages still reach us")
+	assert.True(t, amsHeardAt(both, 7500*time.Millisecond), "the gateways are back at 6 s")
+
+	_, err = newEngine(sc, Options{GatewayLosses: []GatewayLoss{{Node: "ams-1", To: "eu"}}})
+	assert.ErrorContains(t, err, `sim: gateway_losses[0]: want a node of the topology, another region and times of at least 0, got "ams-1", "eu", 0s and 0s`)
+}
+
 // A PoP whose every node is down lists nobody gone: a node that starts
 // next knows none of its former members.
 func TestWholePoPDownForgetsItsMembers(t *testing.T) {

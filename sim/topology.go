@@ -133,6 +133,20 @@ func (e *engine) checkLiveInputs() error {
 			return fmt.Errorf("sim: reconnects[%d]: want two regions of the topology and a delay of at least 0, got %q, %q and %s", i, r.From, r.To, r.After)
 		}
 	}
+	byName := map[string]int32{}
+	for _, nd := range e.nodes {
+		byName[nd.name] = nd.idx
+	}
+	for i, g := range e.opts.GatewayLosses {
+		n, ok := byName[g.Node]
+		if !ok || len(e.regionPoPs(g.To)) == 0 || g.After < 0 || g.At < 0 || e.pops[e.nodes[n].pop].id.Region == g.To {
+			return fmt.Errorf("sim: gateway_losses[%d]: want a node of the topology, another region and times of at least 0, got %q, %q, %s and %s", i, g.Node, g.To, g.At, g.After)
+		}
+		if e.gwLost == nil {
+			e.gwLost = make([][]gwLoss, len(e.nodes))
+		}
+		e.gwLost[n] = append(e.gwLost[n], gwLoss{to: g.To, from: int64(g.At), until: int64(g.At + g.After)})
+	}
 	for i, d := range e.opts.Detections {
 		if !known[d.Node] || d.After < 0 {
 			return fmt.Errorf("sim: detections[%d]: want a node of the topology and a delay of at least 0, got %q and %s", i, d.Node, d.After)

@@ -142,15 +142,17 @@ func Run(ctx context.Context, sc *sim.Scenario, opts Options) (*Report, error) {
 	_ = t0
 	var detections []sim.Detection
 	var reconnects []sim.Reconnect
+	var gwLosses []sim.GatewayLoss
 	for _, ft := range faults {
 		reconnects = append(reconnects, ft.reconnected...)
+		gwLosses = append(gwLosses, ft.gwLosses...)
 		for _, n := range ft.nodes {
 			if ft.detected > 0 {
 				detections = append(detections, sim.Detection{Node: n, At: ft.at, After: ft.detected})
 			}
 		}
 	}
-	simMeasured, err := simAgain(ctx, sc, seed, sim.Options{Incarnations: f.incarnations(), Detections: detections, Reconnects: reconnects}, schedule)
+	simMeasured, err := simAgain(ctx, sc, seed, sim.Options{Incarnations: f.incarnations(), Detections: detections, Reconnects: reconnects, GatewayLosses: gwLosses}, schedule)
 	if err != nil {
 		return nil, err
 	}
@@ -247,11 +249,13 @@ type Fault struct {
 	// nats-server had its gateway to every other region back (through the
 	// proxies); -1 when not within 30s. The simulator's links from one
 	// region to another carry messages again as long after the heal as
-	// that region's gateways to the other took (simAgain). For a crash, the
-	// same: the killed node's nats-server took with it the gateways other
-	// regions' servers had to it, until they reconnect to another server of
-	// its region (the simulator does not model this).
+	// that region's gateways to the other took (simAgain).
 	ReconnectedS *float64 `json:"reconnected_s,omitempty"`
+	// GatewaysLost, for a crash, are the other regions' servers whose
+	// gateway to the killed node's region went to its server, and how long
+	// after the kill each had one again. The simulator's second run drops
+	// those nodes' messages to that region meanwhile (sim.GatewayLoss).
+	GatewaysLost []GatewayLost `json:"gateways_lost,omitempty"`
 
 	at    time.Duration
 	nodes []string
@@ -261,6 +265,16 @@ type Fault struct {
 	// other were back.
 	detected    time.Duration
 	reconnected []sim.Reconnect
+	gwLosses    []sim.GatewayLoss
+}
+
+// GatewayLost is one node's gateway to a region lost with a killed
+// server: Node is the node whose nats-server had it, BackS how long after
+// the kill it had one again (-1: not within 30 s).
+type GatewayLost struct {
+	Node   string  `json:"node"`
+	Region string  `json:"region"`
+	BackS  float64 `json:"back_s"`
 }
 
 func (f *fleet) exits() []Exit {
@@ -298,7 +312,7 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 		n.mu.Lock()
 		lead = min(lead, time.Since(n.execAt))
 		n.mu.Unlock()
-		if err := n.noteIncarnation(ctx); err != nil {
+		if err := f.noteIncarnation(ctx, n); err != nil {
 			return nil, nil, nil, time.Time{}, err
 		}
 	}
@@ -341,25 +355,48 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			case <-timer.C:
 			}
 			late := time.Since(t0.Add(o.at))
+			var lost []gatewayLink
+			if o.kind == opCrash {
+				lost = f.gatewaysTo(o.nodes)
+			}
 			f.apply(runCtx, o, t0, logf)
 			done := time.Now()
 			fmu.Lock()
 			faults = append(faults, Fault{AtS: round3(o.at.Seconds()), Kind: o.kind.String(), What: o.desc, LateS: round3(max(late, 0).Seconds()), at: o.at, nodes: o.nodes})
 			i := len(faults) - 1
 			fmu.Unlock()
-			if o.kind == opHeal || o.kind == opCrash {
+			if o.kind == opHeal {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					pairs, d := f.reconnection(runCtx, done)
 					fmu.Lock()
 					faults[i].ReconnectedS = &d
-					if o.kind == opHeal {
-						off := done.Sub(t0.Add(o.at))
-						for ab, s := range pairs {
-							faults[i].reconnected = append(faults[i].reconnected, sim.Reconnect{
-								At: o.at, From: f.regions[ab[0]], To: f.regions[ab[1]], After: off + time.Duration(s*float64(time.Second))})
+					off := done.Sub(t0.Add(o.at))
+					for ab, s := range pairs {
+						faults[i].reconnected = append(faults[i].reconnected, sim.Reconnect{
+							At: o.at, From: f.regions[ab[0]], To: f.regions[ab[1]], After: off + time.Duration(s*float64(time.Second))})
+					}
+					fmu.Unlock()
+				}()
+			}
+			if len(lost) > 0 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					back := f.gatewaysBack(runCtx, lost, o.nodes, done)
+					off := done.Sub(t0.Add(o.at))
+					fmu.Lock()
+					faults[i].GatewaysLost = back
+					for _, g := range back {
+						if g.Node == "" {
+							continue // a server not known by its node
 						}
+						d := 30 * time.Second
+						if g.BackS >= 0 {
+							d = time.Duration(g.BackS * float64(time.Second))
+						}
+						faults[i].gwLosses = append(faults[i].gwLosses, sim.GatewayLoss{At: o.at, Node: g.Node, To: g.Region, After: off + d})
 					}
 					fmu.Unlock()
 				}()
@@ -466,7 +503,7 @@ func (f *fleet) apply(ctx context.Context, o op, t0 time.Time, logf func(string,
 				n.mu.Unlock()
 				f.setLead(min(took, restartLead))
 				logf("restart %s: answering %+.3fs from its scheduled time", name, time.Since(t0.Add(o.at)).Seconds())
-				if err := n.noteIncarnation(ctx); err != nil {
+				if err := f.noteIncarnation(ctx, n); err != nil {
 					logf("restart %s: %v (the simulator numbers this start itself)", name, err)
 				}
 			}()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,12 +62,17 @@ type fleet struct {
 	// links[a][b] carry region a's gateway connections to each server of
 	// region b.
 	links [][][]*faultproxy.Proxy
-	logf  func(format string, args ...any)
+	// target is the node each proxy of links forwards to.
+	target map[*faultproxy.Proxy]*node
+	logf   func(format string, args ...any)
 
 	mu         sync.Mutex
 	lead       time.Duration // how far ahead a restart is launched
 	unexpected []Exit
 	start      time.Time // the run's t = 0, for exit times
+	// servers names the node of each embedded nats-server ID seen (a
+	// start's server takes a new ID).
+	servers map[string]string
 }
 
 func (f *fleet) setLead(d time.Duration) {
@@ -174,6 +180,7 @@ func newFleet(sc *sim.Scenario, dir, bin string, seed uint64, logf func(string, 
 	// Gateway proxies: one per (source region, server of target region).
 	lat, jit := sc.Network.InterRegion.Latency, sc.Network.InterRegion.Jitter
 	f.links = make([][][]*faultproxy.Proxy, len(f.regions))
+	f.target = map[*faultproxy.Proxy]*node{}
 	for a, ra := range f.regions {
 		f.links[a] = make([][]*faultproxy.Proxy, len(f.regions))
 		for b, rb := range f.regions {
@@ -188,6 +195,7 @@ func newFleet(sc *sim.Scenario, dir, bin string, seed uint64, logf func(string, 
 					return nil, fmt.Errorf("chaos: proxy: %w", err)
 				}
 				f.links[a][b] = append(f.links[a][b], p)
+				f.target[p] = n
 			}
 		}
 	}
@@ -340,18 +348,27 @@ func (f *fleet) startNode(n *node) error {
 	return nil
 }
 
-// noteIncarnation records the incarnation of n's current start, read from
-// GET /v1/status once it answers; it records nothing when n was started
-// again in between.
-func (n *node) noteIncarnation(ctx context.Context) error {
+// noteIncarnation records the incarnation of n's current start and its
+// nats-server's ID, read from GET /v1/status once it answers; it records
+// no incarnation when n was started again in between.
+func (f *fleet) noteIncarnation(ctx context.Context, n *node) error {
 	n.mu.Lock()
 	start := n.starts
 	n.mu.Unlock()
 	var st struct {
-		Incarnation uint64 `json:"incarnation"`
+		Incarnation  uint64 `json:"incarnation"`
+		NATSServerID string `json:"nats_server_id"`
 	}
 	if err := getJSON(ctx, n.api+"/v1/status", &st); err != nil {
 		return fmt.Errorf("chaos: incarnation of %s: %w", n.name, err)
+	}
+	if st.NATSServerID != "" {
+		f.mu.Lock()
+		if f.servers == nil {
+			f.servers = map[string]string{}
+		}
+		f.servers[st.NATSServerID] = n.name
+		f.mu.Unlock()
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -622,6 +639,89 @@ func (f *fleet) reconnection(ctx context.Context, since time.Time) (map[[2]int]f
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// gatewayLink is one server's gateway from region from to region to.
+type gatewayLink struct {
+	from, to int
+	server   string // its nats-server's ID
+}
+
+// gatewaysTo returns the gateways other regions' servers have now to the
+// servers of gone (to be read before they are killed).
+func (f *fleet) gatewaysTo(gone []string) []gatewayLink {
+	goneSet := map[*node]bool{}
+	for _, g := range gone {
+		goneSet[f.byName[g]] = true
+	}
+	var out []gatewayLink
+	for a := range f.links {
+		for b, ps := range f.links[a] {
+			for _, p := range ps {
+				if goneSet[f.target[p]] {
+					for _, id := range p.Servers() {
+						out = append(out, gatewayLink{from: a, to: b, server: id})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// gatewaysBack polls the proxies until each of lost is carried again, to a
+// server of its region other than gone's, and returns, for each, the node
+// whose server it is and the seconds from since (-1 when not within 30s or
+// when ctx ends first). gone's nodes are killed already.
+func (f *fleet) gatewaysBack(ctx context.Context, lost []gatewayLink, gone []string, since time.Time) []GatewayLost {
+	// A gone node started again takes gateways again: a server that
+	// reconnects to it has its link back.
+	goneStarts := map[*node]int{}
+	for _, g := range gone {
+		n := f.byName[g]
+		n.mu.Lock()
+		goneStarts[n] = n.starts
+		n.mu.Unlock()
+	}
+	reachable := func(n *node) bool {
+		s, ok := goneStarts[n]
+		if !ok {
+			return true
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.starts > s
+	}
+	out := make([]GatewayLost, len(lost))
+	f.mu.Lock()
+	for i, l := range lost {
+		out[i] = GatewayLost{Node: f.servers[l.server], Region: f.regions[l.to], BackS: -1}
+	}
+	f.mu.Unlock()
+	deadline := since.Add(30 * time.Second)
+	for left := len(lost); left > 0; {
+		for i, l := range lost {
+			if out[i].BackS >= 0 {
+				continue
+			}
+			for _, p := range f.links[l.from][l.to] {
+				if reachable(f.target[p]) && slices.Contains(p.Servers(), l.server) {
+					out[i].BackS = round3(time.Since(since).Seconds())
+					left--
+					break
+				}
+			}
+		}
+		if left == 0 || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return out
 }
 
 // detection polls the running members of the PoPs of gone until none of

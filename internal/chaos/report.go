@@ -188,6 +188,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if f.ReconnectedS != nil {
 			s += fmt.Sprintf(" (gateways back after %gs)", *f.ReconnectedS)
 		}
+		for _, g := range f.GatewaysLost {
+			s += fmt.Sprintf(" (%s's gateway to %s back after %gs)", g.Node, g.Region, g.BackS)
+		}
 		fs = append(fs, s)
 	}
 	fmt.Fprintf(w, "faults: %s\n", strings.Join(fs, "; "))

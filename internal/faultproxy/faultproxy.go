@@ -22,6 +22,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,9 @@ type Proxy struct {
 	closed bool
 	conns  map[net.Conn]struct{}
 	rng    *rand.Rand
+	// servers counts the connections carried now by the server ID their
+	// CONNECT named (with a Source set).
+	servers map[string]int
 
 	refused atomic.Uint64
 	carried atomic.Int64 // connections past the source check, open
@@ -84,7 +88,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("faultproxy: %w", err)
 	}
 	p := &Proxy{l: l, target: cfg.Target, source: cfg.Source, latency: cfg.Latency, jitter: cfg.Jitter,
-		conns: map[net.Conn]struct{}{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
+		conns: map[net.Conn]struct{}{}, servers: map[string]int{}, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -129,6 +133,22 @@ func (p *Proxy) Refused() uint64 { return p.refused.Load() }
 // source check, not yet closed): after a heal, a test sees the servers'
 // gateways come back here.
 func (p *Proxy) Carried() int { return int(p.carried.Load()) }
+
+// Servers returns the IDs of the nats-servers whose gateway connections
+// the proxy carries now, as their CONNECT named them, sorted (only with a
+// Source set: the proxy reads CONNECT only then). Where a server's gateway
+// to a region goes is nats-server's choice: a test sees here which servers
+// lose it when the target stops.
+func (p *Proxy) Servers() []string {
+	p.mu.Lock()
+	out := make([]string, 0, len(p.servers))
+	for id := range p.servers {
+		out = append(out, id)
+	}
+	p.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
 
 // Close stops the proxy and waits for its goroutines. It is idempotent.
 func (p *Proxy) Close() {
@@ -212,7 +232,8 @@ func (p *Proxy) accept() {
 				_ = in.SetReadDeadline(time.Now().Add(10 * time.Second))
 				line, err := br.ReadString('\n')
 				_ = in.SetReadDeadline(time.Time{})
-				if err != nil || gatewayOf(line) != source {
+				ci := connectOf(line)
+				if err != nil || ci.Gateway != source {
 					p.refused.Add(1)
 					p.untrack(in, out)
 					return
@@ -220,6 +241,18 @@ func (p *Proxy) accept() {
 				if _, err := io.WriteString(out, line); err != nil {
 					p.untrack(in, out)
 					return
+				}
+				if ci.Name != "" {
+					p.mu.Lock()
+					p.servers[ci.Name]++
+					p.mu.Unlock()
+					defer func() {
+						p.mu.Lock()
+						if p.servers[ci.Name]--; p.servers[ci.Name] <= 0 {
+							delete(p.servers, ci.Name)
+						}
+						p.mu.Unlock()
+					}()
 				}
 			}
 			p.carried.Add(1)
@@ -279,17 +312,20 @@ func (p *Proxy) pipe(dst, src net.Conn, r io.Reader) {
 	<-done
 }
 
-// gatewayOf returns the gateway a CONNECT protocol line names, or "".
-func gatewayOf(line string) string {
+// connectInfo is what the proxy reads of a gateway's CONNECT: the gateway
+// (region) it is of and the ID of the server that opened it.
+type connectInfo struct {
+	Gateway string `json:"gateway"`
+	Name    string `json:"name"`
+}
+
+// connectOf returns what a CONNECT protocol line names (zero if the line
+// is not one).
+func connectOf(line string) connectInfo {
+	var ci connectInfo
 	arg, ok := strings.CutPrefix(line, "CONNECT ")
-	if !ok {
-		return ""
+	if !ok || json.Unmarshal([]byte(strings.TrimSpace(arg)), &ci) != nil {
+		return connectInfo{}
 	}
-	var ci struct {
-		Gateway string `json:"gateway"`
-	}
-	if json.Unmarshal([]byte(strings.TrimSpace(arg)), &ci) != nil {
-		return ""
-	}
-	return ci.Gateway
+	return ci
 }

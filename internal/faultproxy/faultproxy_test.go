@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -105,6 +106,29 @@ func TestCutAndHeal(t *testing.T) {
 	line, err := r.ReadString('\n')
 	require.NoError(t, err)
 	assert.Equal(t, "INFO {}\n", line, "healed")
+}
+
+// A proxy knows which servers' gateways it carries, as their CONNECT
+// names them, until each connection ends.
+func TestServersCarried(t *testing.T) {
+	p := start(t, Config{Target: echoServer(t), Source: "eu"})
+	dial := func(id string) net.Conn {
+		c, err := net.Dial("tcp", p.Addr())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = io.WriteString(c, `CONNECT {"gateway":"eu","name":"`+id+`"}`+"\n")
+		require.NoError(t, err)
+		return c
+	}
+	a := dial("NAAA")
+	dial("NBBB")
+	dial("NAAA")
+	require.Eventually(t, func() bool { return slices.Equal(p.Servers(), []string{"NAAA", "NBBB"}) }, 10*time.Second, time.Millisecond)
+	_ = a.Close()
+	require.Eventually(t, func() bool { return p.Carried() == 2 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, []string{"NAAA", "NBBB"}, p.Servers(), "NAAA still has a connection")
+	p.SetCut(true)
+	require.Eventually(t, func() bool { return len(p.Servers()) == 0 }, 10*time.Second, time.Millisecond, "a cut drops them all")
 }
 
 // Without a source any connection is carried; without a target, none.
