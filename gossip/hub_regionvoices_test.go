@@ -33,7 +33,7 @@ func TestHubRegionVoices(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 100 * time.Millisecond,
-		PeerTimeout: 400 * time.Millisecond, RegionVoices: true}}
+		PeerTimeout: 400 * time.Millisecond, RegionVoices: new(true)}}
 	var ms []*member
 	var foreign atomic.Int64 // PoP totals of another region handed to a node
 	for _, p := range []struct {

@@ -121,7 +121,7 @@ func startRVNodesWith(t testing.TB, ctx context.Context, c *gossiptest.SuperClus
 		for i := range p.nodes {
 			name := fmt.Sprintf("%s-%d", p.name, i+1)
 			n := newNode(t, id.Region, id.PoP, name, testRules())
-			o := Options{Settings: repl.Settings{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, RegionVoices: voices}}
+			o := Options{Settings: repl.Settings{FlushInterval: flush, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second, RegionVoices: new(voices)}}
 			o.ExpectedPoPs = popNames(expected...)
 			if p.nodes > 1 {
 				var join []string

@@ -21,7 +21,7 @@ func startRVNode(t *testing.T, ctx context.Context, c *gossiptest.SuperCluster, 
 	t.Helper()
 	node := newNode(t, id.Region, id.PoP, name, testRules())
 	o := Options{Settings: repl.Settings{FlushInterval: 20 * time.Millisecond, AntiEntropyInterval: time.Hour, PeerTimeout: time.Second,
-		RegionVoices: true, StartupSync: startupSync, ExpectedPoPs: popNames(expected...)}}
+		RegionVoices: new(true), StartupSync: startupSync, ExpectedPoPs: popNames(expected...)}}
 	tap := &recvTap{own: id.Region, counts: map[tapKey]int{}, froms: map[identity.PoPID]bool{}}
 	connect := NATSConnect(NATSConfig{Self: id, Name: name, URL: c.ClientURL(region), ReconnectWait: 50 * time.Millisecond, PingInterval: time.Second, RegionVoices: true})
 	o.Global = func(h Handler) (Transport, error) {

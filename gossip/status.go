@@ -109,6 +109,9 @@ type Status struct {
 	// Epoch is the PoP epoch this node publishes its PoP's totals under
 	// (0: not known yet).
 	Epoch uint64 `json:"epoch"`
+	// RegionVoices: region voices are on for this node (set, or chosen by
+	// the fleet's shape: repl.Settings.Voices).
+	RegionVoices bool `json:"region_voices"`
 	// RegionVoice: this node's PoP speaks for its region (region voices on,
 	// repl.Core.RegionVoice); RegionEpoch is the region epoch its region's
 	// totals go under (0: not known yet, or region voices off).
@@ -192,7 +195,7 @@ func (r *Replicator) Members() []string {
 func (r *Replicator) Stats() []TransportStats {
 	var out []TransportStats
 	for i, t := range []Transport{r.popT, r.globT, r.globT} {
-		if t == nil || (i == tRegion && !r.opts.RegionVoices) {
+		if t == nil || (i == tRegion && !r.core.RegionVoices()) {
 			continue
 		}
 		c := &r.tstats[i]
@@ -239,6 +242,7 @@ func (r *Replicator) Status() Status {
 		Transports:      r.Stats(),
 		Resyncs:         r.resyncs.Load(),
 		Epoch:           epoch,
+		RegionVoices:    r.core.RegionVoices(),
 		RegionVoice:     voice,
 		RegionEpoch:     repoch,
 		Startup:         startup,

@@ -14,6 +14,7 @@ import (
 // use: the runtime serialises every call (the gossip package holds a mutex).
 type Core struct {
 	cfg     Config
+	voices  bool // region voices on (Settings.Voices, with a global link)
 	node    Node
 	self    identity.Replica
 	selfPoP identity.PoPID
@@ -180,6 +181,7 @@ func New(cfg Config) (*Core, error) {
 	}
 	c := &Core{
 		cfg:          cfg,
+		voices:       cfg.GlobalLink && cfg.Voices(self.PoPID),
 		self:         self,
 		selfPoP:      self.PoPID,
 		name:         MemberName(self),

@@ -117,7 +117,7 @@ func TestModeSentAtOnce(t *testing.T) {
 // mode still reaches every PoP: it goes on the region link.
 func TestModeCrossesRegionsWithRegionVoices(t *testing.T) {
 	s := DefaultSettings()
-	s.RegionVoices = true
+	s.RegionVoices = new(true)
 	f := newModeFleetWith(t, s)
 	for _, c := range f.cores {
 		c.Tick(t0)

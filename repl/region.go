@@ -76,7 +76,11 @@ type regionState struct {
 const regionEpochKey = "regionepoch/1"
 
 // regionVoices reports whether region voices are on for this node.
-func (c *Core) regionVoices() bool { return c.cfg.RegionVoices && c.cfg.GlobalLink }
+func (c *Core) regionVoices() bool { return c.voices }
+
+// RegionVoices reports whether region voices are on for this node: set in
+// its settings, or chosen by the fleet's shape (Settings.Voices).
+func (c *Core) RegionVoices() bool { return c.voices }
 
 // RegionVoice reports whether this node's PoP speaks for its region, and
 // the region epoch (0: not known yet).

@@ -95,7 +95,7 @@ func TestMembersOfAVoiceAgreeOnTheRegionEpoch(t *testing.T) {
 	for _, keys := range [][]string{{"k0"}, {"k1"}, {"k2"}, {"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}} {
 		t.Run(strings.Join(keys, ","), func(t *testing.T) {
 			s := DefaultSettings()
-			s.RegionVoices = true
+			s.RegionVoices = new(true)
 			core := func(r identity.Replica) *Core {
 				c, err := New(Config{Node: testNode(t, r).Link(), GlobalLink: true, PoPLink: true, Settings: s})
 				require.NoError(t, err)

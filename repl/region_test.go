@@ -19,7 +19,7 @@ import (
 func regionCore(t *testing.T, r identity.Replica, heard ...identity.PoPID) (*Core, int64) {
 	t.Helper()
 	s := DefaultSettings()
-	s.RegionVoices = true
+	s.RegionVoices = new(true)
 	c, err := New(Config{Node: testNode(t, r).Link(), GlobalLink: true, Settings: s})
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func TestRegionVoicesCarryBlocks(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	s := DefaultSettings()
-	s.RegionVoices = true
+	s.RegionVoices = new(true)
 	c, err := New(Config{Node: n.Link(), GlobalLink: true, Settings: s})
 	require.NoError(t, err)
 	now := t0
@@ -323,7 +323,7 @@ func TestInventedPoPDoesNotSilenceTheVoice(t *testing.T) {
 
 	// With ExpectedPoPs, a PoP not listed takes no part even with counts.
 	s := DefaultSettings()
-	s.RegionVoices = true
+	s.RegionVoices = new(true)
 	s.ExpectedPoPs = popNames(euFra, usIad)
 	c2, err := New(Config{Node: testNode(t, ams1).Link(), GlobalLink: true, Settings: s})
 	require.NoError(t, err)

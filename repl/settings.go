@@ -91,10 +91,45 @@ type Settings struct {
 	// one PoP of the region, its voice, as one aggregate per key (the sum
 	// of the region's PoP totals) instead of every PoP's total: a node's
 	// inbound then grows with the PoPs of its region plus the number of
-	// regions. A PoP's own totals still reach the PoPs of its region, and
-	// heartbeats every PoP. Every node of the fleet must agree on it.
-	// Default false.
-	RegionVoices bool `yaml:"region_voices"`
+	// regions. A PoP's own totals still reach the PoPs of its region.
+	// Every node of the fleet must agree on it. nil (the default) chooses
+	// by the fleet's shape (Settings.Voices): on for a fleet of at least
+	// AutoVoicesPoPs PoPs in two regions or more named by ExpectedPoPs,
+	// off otherwise.
+	RegionVoices *bool `yaml:"region_voices"`
+}
+
+// AutoVoicesPoPs is the fleet size from which region voices are on by
+// default: below it, every PoP's totals reaching every PoP costs a node
+// less than what the extra hop through a region's voice costs accuracy
+// (docs/replication.md#region-voices has both measured).
+const AutoVoicesPoPs = 48
+
+// Voices reports whether region voices are on for a node of PoP self:
+// RegionVoices when set; else whether ExpectedPoPs, with self, names at
+// least AutoVoicesPoPs PoPs in two regions or more. Every node of a fleet
+// configured with the same PoP list chooses alike; a fleet that names no
+// PoPs has them off unless set.
+func (s Settings) Voices(self identity.PoPID) bool {
+	on, _ := s.VoicesChosen(self)
+	return on
+}
+
+// VoicesChosen is Voices, with how it was chosen: "set", or the fleet's
+// shape ("fleet of 100 PoPs in 10 regions").
+func (s Settings) VoicesChosen(self identity.PoPID) (bool, string) {
+	if s.RegionVoices != nil {
+		return *s.RegionVoices, "set"
+	}
+	pops := map[identity.PoPID]bool{self: true}
+	regions := map[string]bool{self.Region: true}
+	for _, e := range s.ExpectedPoPs {
+		if p, err := identity.ParsePoPID(e); err == nil {
+			pops[p] = true
+			regions[p.Region] = true
+		}
+	}
+	return len(pops) >= AutoVoicesPoPs && len(regions) >= 2, fmt.Sprintf("fleet of %d PoPs in %d regions", len(pops), len(regions))
 }
 
 // Defaults that zero fields stand for (see Settings).

@@ -1,11 +1,14 @@
 package repl
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/geolimit/geolimit/identity"
 )
 
 func TestDefaultSettingsAreFreshAndValid(t *testing.T) {
@@ -66,4 +69,44 @@ func TestSettingsValidate(t *testing.T) {
 			assert.EqualError(t, err, tt.want)
 		})
 	}
+}
+
+// Region voices left unset are chosen by the fleet the expected PoPs
+// name: on from AutoVoicesPoPs PoPs in two regions or more, the same on
+// every node of the fleet; set, they are what is set.
+func TestVoicesChosenByFleetShape(t *testing.T) {
+	fleet := func(regions, perRegion int) []string {
+		var out []string
+		for r := range regions {
+			for p := range perRegion {
+				out = append(out, fmt.Sprintf("r%d/p%d", r, p))
+			}
+		}
+		return out
+	}
+	self := identity.PoPID{Region: "r0", PoP: "p0"}
+	for _, tc := range []struct {
+		regions, perRegion int
+		want               bool
+	}{
+		{1, 2, false},
+		{2, 10, false},
+		{4, AutoVoicesPoPs/4 - 1, false},
+		{4, AutoVoicesPoPs / 4, true},
+		{10, 10, true},
+		{1, 100, false}, // one region: no other region to speak to
+	} {
+		s := Settings{ExpectedPoPs: fleet(tc.regions, tc.perRegion)}
+		on, how := s.VoicesChosen(self)
+		assert.Equal(t, tc.want, on, "%d regions of %d PoPs: %s", tc.regions, tc.perRegion, how)
+		assert.Equal(t, fmt.Sprintf("fleet of %d PoPs in %d regions", tc.regions*tc.perRegion, tc.regions), how)
+		other := identity.PoPID{Region: fmt.Sprintf("r%d", tc.regions-1), PoP: "p0"}
+		assert.Equal(t, on, s.Voices(other), "every PoP of the fleet chooses alike")
+		s.RegionVoices = new(!tc.want)
+		on, how = s.VoicesChosen(self)
+		assert.Equal(t, !tc.want, on)
+		assert.Equal(t, "set", how)
+	}
+	assert.False(t, Settings{}.Voices(self), "no PoPs named: off unless set")
+	assert.True(t, Settings{RegionVoices: new(true)}.Voices(self))
 }

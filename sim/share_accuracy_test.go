@@ -129,7 +129,7 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 				t.Parallel()
 				sc, err := Load("../scenarios/" + tc.name + ".yaml")
 				require.NoError(t, err)
-				sc.Replication.RegionVoices = voices
+				sc.Replication.RegionVoices = new(voices)
 				res, err := Run(sc, Options{})
 				require.NoError(t, err)
 				fleet, central, _ := inPhases(res.Report, "partitioned")
@@ -163,7 +163,7 @@ func TestFailoversAcrossTheClass(t *testing.T) {
 		for _, voices := range []bool{false, true} {
 			sc, err := Load("../scenarios/" + name + ".yaml")
 			require.NoError(t, err)
-			sc.Replication.RegionVoices = voices
+			sc.Replication.RegionVoices = new(voices)
 			sc.Duration = 70 * time.Second // the heal: the figure is of the cut
 			res, err := Run(sc, Options{})
 			require.NoError(t, err)

@@ -57,7 +57,7 @@ func TestShareNeverWorseThanKeep(t *testing.T) {
 				for _, policy := range []string{"keep", "share"} {
 					sc, err := Load("../scenarios/" + r.name + ".yaml")
 					require.NoError(t, err)
-					sc.Replication.RegionVoices = voices
+					sc.Replication.RegionVoices = new(voices)
 					opts := Options{Policy: policy, NoCentral: true}
 					if r.seed != 0 {
 						opts.Seed = &r.seed

@@ -109,7 +109,7 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 		// Between PoPs: one publish, delivered to each PoP reached; relayed
 		// state reaches only the PoP it is for.
 		targets, from := e.otherPoPs(nd.pop), nd.pop
-		if m.Link == repl.LinkGlobal && (m.Kind == repl.KindDelta || m.Kind == repl.KindHeartbeat) && e.sc.Replication.RegionVoices {
+		if m.Link == repl.LinkGlobal && (m.Kind == repl.KindDelta || m.Kind == repl.KindHeartbeat) && nd.core.RegionVoices() {
 			// A PoP's totals and heartbeats: the PoPs of its region only
 			// subscribe (the region's heartbeat turns go on LinkRegion).
 			targets = e.regionMates(nd.pop)

@@ -48,11 +48,13 @@ func TestMultiRegionExampleRegionVoices(t *testing.T) {
 		}
 	}()
 	type status struct {
-		Region      string                       `json:"region"`
-		RemotePoPs  []struct{ Partitioned bool } `json:"remote_pops"`
-		RegionVoice bool                         `json:"region_voice"`
-		RegionEpoch uint64                       `json:"region_epoch"`
-		Transports  []struct {
+		Region             string                       `json:"region"`
+		RemotePoPs         []struct{ Partitioned bool } `json:"remote_pops"`
+		RegionVoices       bool                         `json:"region_voices"`
+		RegionVoicesChosen string                       `json:"region_voices_chosen"`
+		RegionVoice        bool                         `json:"region_voice"`
+		RegionEpoch        uint64                       `json:"region_epoch"`
+		Transports         []struct {
 			Scope            string `json:"scope"`
 			MessagesReceived uint64 `json:"messages_received"`
 			Forged           uint64 `json:"forged_messages"`
@@ -104,6 +106,8 @@ func TestMultiRegionExampleRegionVoices(t *testing.T) {
 
 	var st status
 	getJSON(t, ds[1].api+"/v1/status", &st)
+	assert.True(t, st.RegionVoices)
+	assert.Equal(t, "set", st.RegionVoicesChosen)
 	require.Len(t, st.Transports, 2) // us/iad is a PoP of one node: no memberlist
 	assert.Equal(t, "region", st.Transports[1].Scope)
 	assert.NotZero(t, st.Transports[1].MessagesReceived)

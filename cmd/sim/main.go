@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}{
 		{"near-limit-allowance", *allow, func(on bool) { sc.Replication.NearLimitAllowance = &on }},
 		{"sparse-updates", *sparse, func(on bool) { sc.Replication.SparseUpdates = &on }},
-		{"region-voices", *voices, func(on bool) { sc.Replication.RegionVoices = on }},
+		{"region-voices", *voices, func(on bool) { sc.Replication.RegionVoices = new(on) }},
 	} {
 		switch o.v {
 		case "":

@@ -31,6 +31,8 @@ type gossipReplicator struct {
 	r    atomic.Pointer[gossip.Replicator]
 	// ml is the memberlist transport once started, for key rotation.
 	ml atomic.Pointer[gossip.Memberlist]
+	// voicesChosen says how region voices were chosen (status).
+	voicesChosen string
 }
 
 // New builds the replicator of the App env describes; it is an
@@ -46,8 +48,13 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		// 100us .. ~3.3s
 		Buckets: prometheus.ExponentialBuckets(1e-4, 2, 16),
 	}, []string{"transport"})
+	voices, chosen := cfg.Replication.VoicesChosen(id)
+	g.voicesChosen = chosen
+	if voices && cfg.Replication.RegionVoices == nil {
+		env.Logger.Info("region voices on: chosen by the fleet's shape (replication.expected_pops)", "fleet", chosen)
+	}
 	var regionLag *prometheus.HistogramVec
-	if cfg.Replication.RegionVoices {
+	if voices {
 		regionLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "geolimit_replication_region_lag_seconds",
 			Help:    "Receive time minus the sender's flush time of messages on the region link (replication.region_voices: regions' totals, modes, penalty blocks), by transport.",
@@ -108,7 +115,7 @@ func New(env engine.ReplicationEnv) (engine.Replicator, error) {
 		CredentialsFile: cfg.NATS.Credentials,
 		User:            cfg.NATS.User,
 		Password:        cfg.NATS.Password,
-		RegionVoices:    cfg.Replication.RegionVoices,
+		RegionVoices:    voices,
 		Logger:          env.Logger.With("transport", "nats"),
 		PendingBytes:    pending,
 	}
@@ -220,6 +227,7 @@ func (g *gossipReplicator) Status() engine.ReplicationStatus {
 	st.Transports = s.Transports
 	st.Epoch, st.Protocol, st.Startup, st.Drift = s.Epoch, s.Protocol, s.Startup, s.Drift
 	st.RegionVoice, st.RegionEpoch = s.RegionVoice, s.RegionEpoch
+	st.RegionVoices, st.RegionVoicesChosen = s.RegionVoices, g.voicesChosen
 	return st
 }
 

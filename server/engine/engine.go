@@ -110,6 +110,11 @@ type ReplicationStatus struct {
 	// Epoch is the PoP epoch this node publishes its PoP's totals under
 	// (0 while it is not known yet).
 	Epoch uint64 `json:"epoch"`
+	// RegionVoices: region voices are on (replication.region_voices, or
+	// chosen by the fleet's shape when it is not set); RegionVoicesChosen
+	// says how ("set" or "fleet of N PoPs in M regions").
+	RegionVoices       bool   `json:"region_voices"`
+	RegionVoicesChosen string `json:"region_voices_chosen,omitempty"`
 	// RegionVoice: this node's PoP speaks for its region
 	// (replication.region_voices); RegionEpoch is the region epoch its
 	// region's totals go under (0 while it is not known yet, or with region
