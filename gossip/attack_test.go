@@ -128,16 +128,35 @@ func TestAttackInventedPoPs(t *testing.T) {
 			// The flood is sent again until the victim holds it all at
 			// once: under load, taking 500 heartbeats in may outlast
 			// ForgetAfter, and the first ones would be forgotten before
-			// the last arrive.
-			require.Eventually(t, func() bool {
-				now := time.Now().UnixNano()
-				for i := range 500 {
-					p := identity.PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
-					publish(t, nc, HeartbeatSubject("", p), &wire.Delta{Sender: identity.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
+			// the last arrive. It is sent again only once the victim has
+			// taken the last one in (500 more messages received, its queue
+			// empty): floods piled up in its subscription would go on
+			// refreshing the invented PoPs long after the last send.
+			received := func() uint64 {
+				var n uint64
+				for _, ts := range victim.rep.Stats() {
+					if ts.Scope == "global" {
+						n += ts.MessagesReceived
+					}
 				}
-				require.NoError(t, nc.Flush())
+				return n
+			}
+			var last uint64
+			floods := 0
+			require.Eventually(t, func() bool {
+				if floods == 0 || (received() >= last+500 && victim.rep.Status().QueuedBytes == 0) {
+					last = received()
+					floods++
+					now := time.Now().UnixNano()
+					for i := range 500 {
+						p := identity.PoPID{Region: "x", PoP: fmt.Sprintf("p%d", i)}
+						publish(t, nc, HeartbeatSubject("", p), &wire.Delta{Sender: identity.Replica{PoPID: p, Node: "n", Incarnation: 1}, SentAt: now})
+					}
+					require.NoError(t, nc.Flush())
+				}
 				return len(victim.rep.RemotePoPs()) >= min(tc.maxPoPs, 501)
 			}, 30*time.Second, 250*time.Millisecond, "the invented PoPs are heard")
+			t.Logf("%d floods of 500 heartbeats", floods)
 			st := victim.rep.Status()
 			assert.LessOrEqual(t, len(st.RemotePoPs), tc.maxPoPs, "at most MaxPoPs tracked")
 			// Silent for longer than the peer timeout, they still partition nothing.
