@@ -50,6 +50,7 @@ func untilEvents(sc *Scenario) {
 }
 
 func TestDeterminism(t *testing.T) {
+	accuracyTest(t) // every built-in twice: the second part of the suite runs it
 	for _, path := range builtins(t) {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
@@ -377,11 +378,11 @@ events:
 }
 
 // accuracyTest skips, under the race detector, a test that measures a
-// scenario's accuracy or cost figures: the simulator runs in one goroutine
-// and deterministically, so the detector adds nothing to such a run but ten
-// times its time (the sim package's race run went past five minutes). The
-// CI runs these without it (`go test ./sim`, .ci/run); the determinism and
-// event tests still run under it.
+// scenario's accuracy or cost figures, or runs every built-in scenario:
+// the simulator runs in one goroutine and deterministically, so the
+// detector adds nothing to such a run but ten times its time (the sim
+// package's race run went past five minutes). The CI runs these without it
+// (`go test ./sim`, .ci/run); the event tests still run under it.
 func accuracyTest(t *testing.T) {
 	t.Helper()
 	if raceDetector {
