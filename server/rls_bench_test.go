@@ -210,8 +210,10 @@ func rlsFloorRequests() []*rlsv3.RateLimitRequest {
 // BenchmarkRLSFloor is the rate limit service's floor: ShouldRateLimit of
 // one descriptor from 32 concurrent callers over 4 gRPC connections on
 // loopback (client and server in this process), answered by a bare
-// grpc-go server with a fixed OK (bare.RLS, "bare") and by listen.grpc
-// ("rls"). scripts/bench-floors.sh alternates them and prints the ratio of
+// grpc-go server with a fixed OK (bare.RLS, "bare"), by one answering
+// the fields of the service's answer, fixed (bare.RLSFields,
+// "bare-fields": what gRPC and protobuf cost for the same answer), and by
+// listen.grpc ("rls"). scripts/bench-floors.sh alternates them and prints the ratio of
 // their medians (goal: rls at least 0.90 of bare's requests per second).
 func BenchmarkRLSFloor(b *testing.B) {
 	reqs := rlsFloorRequests()
@@ -222,6 +224,17 @@ func BenchmarkRLSFloor(b *testing.B) {
 		}
 		g := grpc.NewServer()
 		rlsv3.RegisterRateLimitServiceServer(g, bare.RLS{})
+		go func() { _ = g.Serve(ln) }()
+		b.Cleanup(g.Stop)
+		rlsFloor(b, ln.Addr().String(), reqs)
+	})
+	b.Run("bare-fields", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		g := grpc.NewServer()
+		rlsv3.RegisterRateLimitServiceServer(g, bare.RLSFields{})
 		go func() { _ = g.Serve(ln) }()
 		b.Cleanup(g.Stop)
 		rlsFloor(b, ln.Addr().String(), reqs)
