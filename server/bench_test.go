@@ -43,12 +43,18 @@ func (r *bodyReader) Close() error { return nil }
 
 func benchApp(b testing.TB, extraYAML ...string) *App {
 	b.Helper()
+	clk := clock.NewCoarse(0)
+	b.Cleanup(clk.Stop)
+	return benchAppClock(b, clk, extraYAML...)
+}
+
+// benchAppClock is benchApp with the clock clk.
+func benchAppClock(b testing.TB, clk clock.Clock, extraYAML ...string) *App {
+	b.Helper()
 	cfg, err := config.Parse([]byte("rules: [{name: bench, limit: 1000000000000, window: 1m, scope: node}]\n" + strings.Join(extraYAML, "")))
 	if err != nil {
 		b.Fatal(err)
 	}
-	clk := clock.NewCoarse(0)
-	b.Cleanup(clk.Stop)
 	a, err := New(Options{Config: cfg, Self: testSelf, Clock: clk})
 	if err != nil {
 		b.Fatal(err)
