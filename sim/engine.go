@@ -387,7 +387,9 @@ func (e *engine) start(nd *simNode, t int64) error {
 		}
 		now := e.nodeNow(nd, t) // the fleet clock: no correction yet
 		for i := range st.Deltas {
-			n.RestoreDelta(now, &st.Deltas[i])
+			if e.sc.Replication.Restores(e.pops[nd.pop].id, st.Deltas[i].Sender) {
+				n.RestoreDelta(now, &st.Deltas[i])
+			}
 		}
 	}
 	nd.n, nd.up, nd.paused = n, true, false
