@@ -166,6 +166,10 @@ type Stats struct {
 	SparseHeld    uint64 `json:"sparse_totals_held"`
 	// RegionEpochChanges: region epochs started or learned (region.go).
 	RegionEpochChanges uint64 `json:"region_epoch_changes"`
+	// Goodbyes: goodbyes sent (0 or 1); GoodbyesHeard: goodbyes of other
+	// PoPs' nodes taken (goodbye.go).
+	Goodbyes      uint64 `json:"goodbyes_sent"`
+	GoodbyesHeard uint64 `json:"goodbyes_heard"`
 }
 
 // New returns a Core for cfg.Node. The first Tick starts it.

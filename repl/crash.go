@@ -43,11 +43,12 @@ func (c *Core) epochHeard(p *peer, epoch uint64) {
 }
 
 // cutOff returns the PoPs of part (sorted) that the share policy takes for
-// cut off at now: all but those taken for down.
+// cut off at now: all but those taken for down (and those that said
+// goodbye, goodbye.go).
 func (c *Core) cutOff(now int64, part []identity.PoPID) []identity.PoPID {
 	out := make([]identity.PoPID, 0, len(part))
 	for _, id := range part {
-		if p := c.peers.get(id); p != nil && p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter) {
+		if p := c.peers.get(id); p != nil && (p.gone || p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter)) {
 			continue
 		}
 		out = append(out, id)

@@ -81,9 +81,9 @@ func (c *Core) checkPeers(now int64) {
 }
 
 // silent reports whether remote PoP p has been silent for longer than
-// PeerTimeout, or never heard.
+// PeerTimeout, or never heard, or said goodbye (goodbye.go).
 func (c *Core) silent(p *peer, now int64) bool {
-	return !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
+	return p.gone || !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
 }
 
 // counts reports whether p's silence partitions this PoP: an expected PoP's
@@ -124,7 +124,7 @@ func (c *Core) heard(id identity.PoPID, now int64) *peer {
 			c.relayTo[id] = false // heard: relayed at most once per peer timeout
 		}
 	}
-	p.down = false
+	p.down, p.gone = false, false
 	if !p.heardOnce || now > p.lastHeard {
 		p.lastHeard = now
 	}

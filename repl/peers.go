@@ -19,6 +19,10 @@ type peer struct {
 	// crashedAt (crash.go).
 	back, crashed bool
 	crashedAt     int64
+	// gone: its last member said goodbye, sent at goneSent (the sender's
+	// clock); taken for down until heard again (goodbye.go).
+	gone     bool
+	goneSent int64
 	// counted: counts from it were merged (a live window of a rule this
 	// node has). A PoP heard only through heartbeats and sync requests has
 	// no traffic share: its silence cuts no share (see Core.counts) and it

@@ -138,6 +138,7 @@ func isRegionBeat(m *Message) bool {
 	for _, e := range d.Entries {
 		switch {
 		case e.Key == fingerprintKey, e.Key == offsetKey, e.Key == regionEpochKey:
+		case e.Rule == controlRule && e.Key == goodbyeKey && len(d.Entries) == 1:
 		case e.Rule == controlRule && strings.HasPrefix(e.Key, liveKeyPrefix):
 		default:
 			return false // counts: not a heartbeat
@@ -158,7 +159,11 @@ func (c *Core) stepRegionBeat(now int64, m Message, res *StepResult) {
 		return
 	}
 	d := m.Delta
-	p := c.heard(m.From, now)
+	if left, ok := goodbyeOf(d); ok {
+		c.stepGoodbye(now, m, d, left) // goodbye.go
+		return
+	}
+	p := c.heardFrom(m.From, now, d.SentAt) // goodbye.go
 	if p == nil {
 		return
 	}
