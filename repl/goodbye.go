@@ -15,7 +15,8 @@ import (
 // many members its PoP keeps after it (0: the PoP goes down with it). It
 // goes on the PoP's own subject (LinkGlobal) and, with region voices, on
 // the region subject (LinkRegion) too when the PoP goes down or speaks for
-// its region, so that the other regions hear it as well.
+// its region, so that the other regions hear it as well; twice on each
+// (goodbyeCopies).
 //
 // A PoP that says it goes down is taken for down at once, not cut off: it
 // is silent for the partition checks (so the region's next PoP takes over
@@ -42,6 +43,12 @@ import (
 // goodbyeKey marks a heartbeat as a goodbye (see above).
 const goodbyeKey = "goodbye/1"
 
+// goodbyeCopies is how many times a goodbye is sent on each link: it is
+// the node's last word, never repaired by a later message, and a goodbye
+// lost on a lossy link turns a clean stop into a silence taken for a cut.
+// Copies are harmless: the first one takes the PoP down.
+const goodbyeCopies = 2
+
 // Goodbye queues the goodbye of this node (see above) for Ready. Call it
 // once, when the node stops cleanly, after its last Flush; the Core must
 // not be used after it but for Ready.
@@ -55,9 +62,11 @@ func (c *Core) Goodbye(now int64) {
 		d.Entries = []crdt.Entry{{Rule: controlRule, Key: goodbyeKey, Count: left}}
 		return d
 	}
-	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: bye()})
-	if c.regionVoices() && (left == 0 || c.region.voice) {
-		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindHeartbeat, Delta: bye()})
+	for range goodbyeCopies {
+		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindHeartbeat, Delta: bye()})
+		if c.regionVoices() && (left == 0 || c.region.voice) {
+			c.out = append(c.out, Message{Link: LinkRegion, Kind: KindHeartbeat, Delta: bye()})
+		}
 	}
 	c.stats.Goodbyes++
 }

@@ -36,10 +36,11 @@ func TestShareNeverWorseThanKeep(t *testing.T) {
 		"calendar-month-cut", "clock-skew", "concurrency-crash", "failover-during-cut", "flapping-link",
 		"gcra-node-pace", "rolling-cuts", "short-windows", "skewed-regions-10s", "skewed-regions-1s",
 		"live/crash-in-cut", "live/cut-share", "live/pause", "live/rolling-restart",
+		"stop-loop-whole-pop", "stop-loop-one-node-pops",
 	} {
 		runs = append(runs, run{name: n})
 	}
-	for _, n := range []string{"crash-loop-one-node-pop", "crash-loop-whole-pop", "crash-loop-with-state", "hour-windows-cut"} {
+	for _, n := range []string{"crash-loop-one-node-pop", "crash-loop-whole-pop", "crash-loop-with-state", "stop-loop-one-node-pops", "hour-windows-cut"} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			runs = append(runs, run{n, seed})
 		}
