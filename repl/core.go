@@ -112,6 +112,7 @@ type Core struct {
 
 	out   []Message
 	stats Stats
+	bye   uint8 // byeQueued, byeSaid: the goodbye is (goodbye.go)
 }
 
 // Bits of Core.want.
@@ -222,10 +223,18 @@ func (c *Core) Stats() Stats {
 	return st
 }
 
-// Ready returns the messages to send and forgets them.
+// Ready returns the messages to send and forgets them. Once it returned a
+// goodbye (Goodbye) it returns nothing more: what a stopping node would
+// send after its goodbye would take it for alive again.
 func (c *Core) Ready() []Message {
 	out := c.out
 	c.out = nil
+	if c.bye == byeSaid {
+		return nil
+	}
+	if c.bye == byeQueued {
+		c.bye = byeSaid
+	}
 	return out
 }
 

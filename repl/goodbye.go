@@ -50,10 +50,11 @@ const goodbyeKey = "goodbye/1"
 const goodbyeCopies = 2
 
 // Goodbye queues the goodbye of this node (see above) for Ready. Call it
-// once, when the node stops cleanly, after its last Flush; the Core must
-// not be used after it but for Ready.
+// once, when the node stops cleanly, after its last Flush: Ready hands out
+// nothing after it, since a message sent after the goodbye would take the
+// node for alive again.
 func (c *Core) Goodbye(now int64) {
-	if !c.started || !c.cfg.GlobalLink {
+	if !c.started || !c.cfg.GlobalLink || c.bye != byeNone {
 		return
 	}
 	left := uint64(max(len(c.members)-1, 0))
@@ -69,7 +70,16 @@ func (c *Core) Goodbye(now int64) {
 		}
 	}
 	c.stats.Goodbyes++
+	c.bye = byeQueued
 }
+
+// Where a Core's goodbye stands (Core.bye): none, queued for Ready, or
+// handed out by Ready (nothing follows it).
+const (
+	byeNone uint8 = iota
+	byeQueued
+	byeSaid
+)
 
 // goodbyeOf reports whether d is a goodbye, and how many members its PoP
 // keeps after its sender.

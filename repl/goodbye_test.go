@@ -175,6 +175,10 @@ func TestGoodbyeSent(t *testing.T) {
 				want = append(want, tc.links...)
 			}
 			assert.Equal(t, want, links)
+			c.Step(now, heartbeatFrom(popIDs(1)[0], now))
+			c.Tick(now + int64(time.Second))
+			c.Flush(now + int64(time.Second))
+			assert.Empty(t, c.Ready(), "nothing after the goodbye")
 		})
 	}
 }
