@@ -146,36 +146,42 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 // Failovers as a class: a whole site onto one PoP or spread over many, one
 // region of three withdrawn during its cut with its traffic moving to the
 // other two or to one PoP of them, each with every PoP speaking and with
-// region voices. The side the traffic moves to grows its share within a
-// fraction of a window of the failover (share_demand.go, probe): at least
-// 0.80 of what the central node admits in the cut (before the probe,
-// failover-to-one-pop took 0.76 and 0.73, failover-region-of-three 0.87).
-// The peak stays within 1.20 of the limit, far below keep's (1.85 in
-// failover-to-one-pop): 1.105 there with a key without history split by
-// PoP count, 1.185 with it split by its traffic of the cut's window, which
-// one-hour windows need.
+// region voices, at the scenarios' seeds and two others. The side the
+// traffic moves to grows its share within a fraction of a window of the
+// failover (share_demand.go, probe): at least 0.80 of what the central node
+// admits in the cut (before the probe, failover-to-one-pop took 0.76 and
+// 0.73, failover-region-of-three 0.87). The peak stays within 1.20 of the
+// limit, far below keep's (1.85 in failover-to-one-pop).
 //
-// Not held: failover-to-one-pop with region voices, 0.786 (0.865 before a
-// region's PoPs were heard through its one heartbeat stream; likely: they time
-// out one by one, so the side first sees a partial cut 75 ms before the
-// whole one, and the shares it takes then stay low). Its peak is checked.
+// failover-to-one-pop with region voices took 0.786: a PoP of the other
+// region heard late at startup made a partial cut that healed at once, and
+// the keys, without history then, kept no base from it into the real cut,
+// which split them by PoP count; a key without history in a healed
+// partition now takes the counts of the window before the new cut (0.914).
 func TestFailoversAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
 	for _, name := range []string{"failover-to-one-pop", "failover-region-of-three", "failover-region-to-one-pop-2"} {
-		for _, voices := range []bool{false, true} {
-			sc, err := Load("../scenarios/" + name + ".yaml")
-			require.NoError(t, err)
-			sc.Replication.RegionVoices = voices
-			sc.Duration = 70 * time.Second // the heal: the figure is of the cut
-			res, err := Run(sc, Options{})
-			require.NoError(t, err)
-			fleet, central, _ := inPhases(res.Report, "partitioned")
-			t.Logf("%s, region voices %v: in the cut %d of central's %d (%.3f), max a/l %.3f", name, voices,
-				fleet, central, float64(fleet)/float64(central), res.Report.MaxAdmittedRatio)
-			if !(voices && name == "failover-to-one-pop") {
-				assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central), "%s, region voices %v", name, voices)
+		for seed := uint64(0); seed <= 2; seed++ {
+			for _, voices := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/seed=%d/voices=%v", name, seed, voices), func(t *testing.T) {
+					t.Parallel()
+					sc, err := Load("../scenarios/" + name + ".yaml")
+					require.NoError(t, err)
+					sc.Replication.RegionVoices = voices
+					sc.Duration = 70 * time.Second // the heal: the figure is of the cut
+					opts := Options{}
+					if seed != 0 {
+						opts.Seed = &seed
+					}
+					res, err := Run(sc, opts)
+					require.NoError(t, err)
+					fleet, central, _ := inPhases(res.Report, "partitioned")
+					t.Logf("in the cut %d of central's %d (%.3f), max a/l %.3f",
+						fleet, central, float64(fleet)/float64(central), res.Report.MaxAdmittedRatio)
+					assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central))
+					assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.20)
+				})
 			}
-			assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.20, "%s, region voices %v", name, voices)
 		}
 	}
 }
