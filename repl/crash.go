@@ -23,11 +23,20 @@ import (
 //
 // A restart is remembered for ForgetAfter (10 minutes by default): a PoP
 // that restarted long ago is taken for cut off again when it goes silent.
-// The first crash of a PoP is taken for a cut, as before. If a PoP taken
-// for one that crashes is cut off instead, it spends its share of the
-// limit on its side of the cut while this side spends the rest: at most
-// 1 + its share of the limit, which `keep` (every side the whole limit)
-// exceeds.
+//
+// Two more signals tell a down PoP before it restarts. One that stopped
+// cleanly said goodbye (goodbye.go). And under region voices, a silent PoP
+// of another region whose region this node still hears is silent to its
+// region as well: were it heard there, its region's heartbeats would list
+// it (regionbeat.go), and this node would hear it through them. It is
+// taken for down (heardRegions). Otherwise the first crash of a PoP is
+// taken for a cut, as before; so is a PoP of the own region, whose mates
+// tell this node nothing of it.
+//
+// If a PoP taken for one that crashes is cut off instead, it spends its
+// share of the limit on its side of the cut while this side spends the
+// rest: at most 1 + its share of the limit, which `keep` (every side the
+// whole limit) exceeds.
 
 // epochHeard notes that remote PoP p announced epoch: the first epoch
 // heard after a silence tells a restart from a cut.
@@ -47,13 +56,36 @@ func (c *Core) epochHeard(p *peer, epoch uint64) {
 // goodbye, goodbye.go).
 func (c *Core) cutOff(now int64, part []identity.PoPID) []identity.PoPID {
 	out := make([]identity.PoPID, 0, len(part))
+	heard := c.heardRegions(part)
 	for _, id := range part {
 		if p := c.peers.get(id); p != nil && (p.gone || p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter)) {
 			continue
 		}
+		if heard[id.Region] {
+			continue // its region hears it gone
+		}
 		out = append(out, id)
 	}
 	return out
+}
+
+// heardRegions returns, under region voices and when part holds a PoP of
+// another region, the other regions of which this node still hears a PoP
+// that can speak for it (Core.counts): a silent PoP of such a region is
+// silent to its region too, which would list it in its heartbeats
+// (regionbeat.go) were it heard there, so it is taken for down. nil
+// otherwise.
+func (c *Core) heardRegions(part []identity.PoPID) map[string]bool {
+	if !c.regionVoices() || !slices.ContainsFunc(part, func(id identity.PoPID) bool { return id.Region != c.selfPoP.Region }) {
+		return nil
+	}
+	heard := map[string]bool{}
+	for id, p := range c.peers.m {
+		if id.Region != c.selfPoP.Region && !p.down && c.counts(p) {
+			heard[id.Region] = true
+		}
+	}
+	return heard
 }
 
 // unheardNames returns the names of the PoPs of part ("region/pop"), and

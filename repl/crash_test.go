@@ -2,9 +2,11 @@ package repl
 
 import (
 	"testing"
+	"time"
 
 	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // With region voices a restarted node takes no PoP total of its own region
@@ -28,4 +30,39 @@ func TestSettingsRestores(t *testing.T) {
 			assert.Equal(t, tc.want, Settings{RegionVoices: tc.voices}.Restores(self, tc.r))
 		})
 	}
+}
+
+// Under region voices a silent PoP of another region whose region is still
+// heard is silent to its region too (its heartbeats no longer list it): it
+// is taken for down, not cut off. Once its region falls silent as well,
+// both are cut off.
+func TestRegionHearsItGone(t *testing.T) {
+	usDca := identity.PoPID{Region: "us", PoP: "dca"}
+	n := &downNode{Node: testNode(t, ams1).Link()}
+	s := DefaultSettings()
+	s.RegionVoices, s.PeerTimeout = true, time.Second
+	s.ExpectedPoPs = popNames(usDca, usIad)
+	c, err := New(Config{Node: n, GlobalLink: true, Settings: s})
+	require.NoError(t, err)
+	now := t0
+	c.Tick(now)
+	c.Step(now, regionBeat(usIad, now, 0, "us/dca"))
+	for range 40 { // 2s: dca no longer listed, iad heard
+		now += int64(50 * time.Millisecond)
+		c.Step(now, regionBeat(usIad, now, 0))
+		c.Tick(now)
+	}
+	part, _ := c.Partitioned()
+	assert.Equal(t, []identity.PoPID{usDca}, part)
+	assert.Equal(t, []string{"us/dca"}, n.down)
+	assert.Empty(t, n.unheard)
+
+	for range 40 { // us silent
+		now += int64(50 * time.Millisecond)
+		c.Tick(now)
+	}
+	part, _ = c.Partitioned()
+	assert.Equal(t, []identity.PoPID{usDca, usIad}, part)
+	assert.Empty(t, n.down)
+	assert.Equal(t, []string{"us/dca", "us/iad", "us/*"}, n.unheard)
 }
