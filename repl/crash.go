@@ -58,11 +58,12 @@ func (c *Core) cutOff(now int64, part []identity.PoPID) []identity.PoPID {
 	out := make([]identity.PoPID, 0, len(part))
 	heard := c.heardRegions(part)
 	for _, id := range part {
-		if p := c.peers.get(id); p != nil && (p.gone || p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter)) {
+		p := c.peers.get(id)
+		if p != nil && (p.gone || p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter)) {
 			continue
 		}
-		if heard[id.Region] {
-			continue // its region hears it gone
+		if p != nil && p.heardOnce && c.regionHearsItGone(p, heard[id.Region]) {
+			continue
 		}
 		out = append(out, id)
 	}
@@ -70,22 +71,35 @@ func (c *Core) cutOff(now int64, part []identity.PoPID) []identity.PoPID {
 }
 
 // heardRegions returns, under region voices and when part holds a PoP of
-// another region, the other regions of which this node still hears a PoP
-// that can speak for it (Core.counts): a silent PoP of such a region is
-// silent to its region too, which would list it in its heartbeats
-// (regionbeat.go) were it heard there, so it is taken for down. nil
-// otherwise.
-func (c *Core) heardRegions(part []identity.PoPID) map[string]bool {
+// another region, the PoPs of each other region that can speak for it
+// (Core.counts) and are not silent; nil otherwise.
+func (c *Core) heardRegions(part []identity.PoPID) map[string][]*peer {
 	if !c.regionVoices() || !slices.ContainsFunc(part, func(id identity.PoPID) bool { return id.Region != c.selfPoP.Region }) {
 		return nil
 	}
-	heard := map[string]bool{}
+	heard := map[string][]*peer{}
 	for id, p := range c.peers.m {
 		if id.Region != c.selfPoP.Region && !p.down && c.counts(p) {
-			heard[id.Region] = true
+			heard[id.Region] = append(heard[id.Region], p)
 		}
 	}
 	return heard
+}
+
+// regionHearsItGone reports whether silent PoP p of another region is
+// silent to its region too, of whose PoPs mates are those this node hears:
+// one of them was heard without a break from before p's last message until
+// PeerTimeout after it, so the region's heartbeats, which list the PoPs
+// their sender hears (regionbeat.go), went on without p. A region cut off
+// whole, whose PoPs time out here one by one, or heard again after a cut
+// before p is, does not take p for down.
+func (c *Core) regionHearsItGone(p *peer, mates []*peer) bool {
+	for _, q := range mates {
+		if q.heardSince <= p.lastHeard && q.lastHeard > p.lastHeard+int64(c.cfg.PeerTimeout) {
+			return true
+		}
+	}
+	return false
 }
 
 // unheardNames returns the names of the PoPs of part ("region/pop"), and

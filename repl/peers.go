@@ -10,10 +10,13 @@ type peer struct {
 	id        identity.PoPID
 	expected  bool
 	lastHeard int64 // receiver's clock; 0 = never
-	heardOnce bool
-	lastBeat  int64 // the latest heartbeat's SentAt (the sender's clock)
-	epoch     uint64
-	down      bool
+	// heardSince is when it was heard first after its last silence
+	// (receiver's clock; crash.go).
+	heardSince int64
+	heardOnce  bool
+	lastBeat   int64 // the latest heartbeat's SentAt (the sender's clock)
+	epoch      uint64
+	down       bool
 	// back: heard again after a silence, its epoch not seen since;
 	// crashed: its last silence ended under a new epoch, heard at
 	// crashedAt (crash.go).

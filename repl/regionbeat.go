@@ -203,6 +203,7 @@ func (c *Core) vouched(now int64, id identity.PoPID, sentAt, ago int64) {
 	at := now - ago
 	if !p.heardOnce || p.down || at-p.lastHeard > int64(c.cfg.PeerTimeout) {
 		c.remote.ok = false // it may count from now on
+		p.heardSince = at   // crash.go
 	}
 	if !p.heardOnce || at > p.lastHeard {
 		p.lastHeard = at
