@@ -249,7 +249,8 @@ func Start(ctx context.Context, opts Options) (*Replicator, error) {
 	return r, nil
 }
 
-// Close sends a last flush, stops the goroutines and closes the transports.
+// Close sends a last flush and a goodbye (repl.Core.Goodbye), stops the
+// goroutines and closes the transports.
 // It is idempotent. Call it even after the context is done: that stops the
 // goroutines, but only Close releases the transports.
 func (r *Replicator) Close() error {
@@ -299,6 +300,14 @@ func (r *Replicator) with(fn func(c *repl.Core, now int64)) {
 	}
 }
 
+// stopping is the core's last work when the Replicator stops (a clean
+// stop: a crash runs nothing): a last flush, then a goodbye that tells the
+// other PoPs this node is gone, not cut off (repl.Core.Goodbye).
+func stopping(c *repl.Core, now int64) {
+	c.Flush(now)
+	c.Goodbye(now)
+}
+
 func (r *Replicator) loop(ctx context.Context) {
 	defer r.wg.Done()
 	// The core keeps its own deadlines; the loop wakes at the next one (flush
@@ -317,11 +326,11 @@ func (r *Replicator) loop(ctx context.Context) {
 		timer.Reset(max(min(time.Duration(next-r.clk.Now()), maxSleep), 0))
 		select {
 		case <-ctx.Done():
-			r.with(func(c *repl.Core, now int64) { c.Flush(now) })
+			r.with(stopping)
 			r.halt()
 			return
 		case <-r.stop:
-			r.with(func(c *repl.Core, now int64) { c.Flush(now) })
+			r.with(stopping)
 			return
 		case <-timer.C:
 		case <-r.kick:

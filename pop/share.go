@@ -249,7 +249,11 @@ func popOf(r identity.Replica) string { return r.Region + "/" + r.PoP }
 // now. A key the partition before (prev, nil if none) held keeps that
 // partition's base window and fleet demand unless this node has seen a
 // window whole since it healed: the shares of the new shape are derived from
-// counts every side holds alike.
+// counts every side holds alike. A key that had no history in a partition
+// that healed takes the counts of the window before the new cut: what it
+// kept is no base at all (a PoP heard late at startup, a short partial cut,
+// would otherwise leave every key of the next cut in its first window
+// split by PoP count).
 func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *partition {
 	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
 		sides: map[crdt.RuleID]*sideDemand{}}
@@ -311,7 +315,9 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 		sh := &share{win: c, frozen: a.other, base: a.pops, side: p.sides[k.rule]}
 		if old := prev.retained(k, r, c, n.healHold); old != nil {
 			old.mu.Lock()
-			sh.base, sh.baseDemand = old.base, old.baseDemand
+			if old.base != nil || a.pops == nil || prev.healed == 0 {
+				sh.base, sh.baseDemand = old.base, old.baseDemand
+			}
 			old.mu.Unlock()
 		}
 		sh.scale = demandScale(sh.base, r.Limit)

@@ -113,6 +113,7 @@ type Core struct {
 
 	out   []Message
 	stats Stats
+	bye   uint8 // byeQueued, byeSaid: the goodbye is (goodbye.go)
 }
 
 // Bits of Core.want.
@@ -167,6 +168,10 @@ type Stats struct {
 	SparseHeld    uint64 `json:"sparse_totals_held"`
 	// RegionEpochChanges: region epochs started or learned (region.go).
 	RegionEpochChanges uint64 `json:"region_epoch_changes"`
+	// Goodbyes: goodbyes sent (0 or 1); GoodbyesHeard: goodbyes of other
+	// PoPs' nodes taken (goodbye.go).
+	Goodbyes      uint64 `json:"goodbyes_sent"`
+	GoodbyesHeard uint64 `json:"goodbyes_heard"`
 }
 
 // New returns a Core for cfg.Node. The first Tick starts it.
@@ -220,10 +225,18 @@ func (c *Core) Stats() Stats {
 	return st
 }
 
-// Ready returns the messages to send and forgets them.
+// Ready returns the messages to send and forgets them. Once it returned a
+// goodbye (Goodbye) it returns nothing more: what a stopping node would
+// send after its goodbye would take it for alive again.
 func (c *Core) Ready() []Message {
 	out := c.out
 	c.out = nil
+	if c.bye == byeSaid {
+		return nil
+	}
+	if c.bye == byeQueued {
+		c.bye = byeSaid
+	}
 	return out
 }
 

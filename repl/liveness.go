@@ -62,14 +62,20 @@ func (c *Core) checkPeers(now int64) {
 	c.updateRegion(now)                // region.go
 	defer c.updateSparse(now)          // sparse.go, after the allowance
 	defer c.updateAllowance(now, true) // latencies decayed, PoPs came or went
-	if c.partVersion > 0 && slices.Equal(part, c.partitioned) {
+	same := c.partVersion > 0 && slices.Equal(part, c.partitioned)
+	if !same {
+		c.partitioned = part
+		c.partVersion++
+	}
+	// Which PoPs are taken for down may change while the set stays the
+	// same (crash.go: a region heard again since one of its PoPs fell
+	// silent).
+	unheard := c.cutOff(now, c.partitioned) // crash.go
+	if same && slices.Equal(unheard, c.unheard) {
 		return
 	}
-	c.partitioned = part
-	c.partVersion++
-	unheard := c.cutOff(now, part) // crash.go
 	names := c.unheardNames(unheard)
-	c.tellDown(now, part, names) // crash.go
+	c.tellDown(now, c.partitioned, names) // crash.go
 	if c.partVersion > 1 && slices.Equal(unheard, c.unheard) {
 		return
 	}
@@ -81,9 +87,9 @@ func (c *Core) checkPeers(now int64) {
 }
 
 // silent reports whether remote PoP p has been silent for longer than
-// PeerTimeout, or never heard.
+// PeerTimeout, or never heard, or said goodbye (goodbye.go).
 func (c *Core) silent(p *peer, now int64) bool {
-	return !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
+	return p.gone || !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout)
 }
 
 // counts reports whether p's silence partitions this PoP: an expected PoP's
@@ -116,6 +122,7 @@ func (c *Core) heard(id identity.PoPID, now int64) *peer {
 	}
 	if !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout) || p.down {
 		p.back = p.heardOnce // crash.go: a new epoch says it restarted
+		p.heardSince = now
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
 		c.askSyncFor(now, true)
@@ -124,7 +131,7 @@ func (c *Core) heard(id identity.PoPID, now int64) *peer {
 			c.relayTo[id] = false // heard: relayed at most once per peer timeout
 		}
 	}
-	p.down = false
+	p.down, p.gone = false, false
 	if !p.heardOnce || now > p.lastHeard {
 		p.lastHeard = now
 	}

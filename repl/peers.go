@@ -10,15 +10,22 @@ type peer struct {
 	id        identity.PoPID
 	expected  bool
 	lastHeard int64 // receiver's clock; 0 = never
-	heardOnce bool
-	lastBeat  int64 // the latest heartbeat's SentAt (the sender's clock)
-	epoch     uint64
-	down      bool
+	// heardSince is when it was heard first after its last silence
+	// (receiver's clock; crash.go).
+	heardSince int64
+	heardOnce  bool
+	lastBeat   int64 // the latest heartbeat's SentAt (the sender's clock)
+	epoch      uint64
+	down       bool
 	// back: heard again after a silence, its epoch not seen since;
 	// crashed: its last silence ended under a new epoch, heard at
 	// crashedAt (crash.go).
 	back, crashed bool
 	crashedAt     int64
+	// gone: its last member said goodbye, sent at goneSent (the sender's
+	// clock); taken for down until heard again (goodbye.go).
+	gone     bool
+	goneSent int64
 	// counted: counts from it were merged (a live window of a rule this
 	// node has). A PoP heard only through heartbeats and sync requests has
 	// no traffic share: its silence cuts no share (see Core.counts) and it

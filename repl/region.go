@@ -296,7 +296,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 	if !c.regionVoices() {
 		return
 	}
-	p := c.heard(m.From, now)
+	p := c.heardFrom(m.From, now, d.SentAt) // goodbye.go
 	if p == nil {
 		return
 	}

@@ -138,6 +138,7 @@ func isRegionBeat(m *Message) bool {
 	for _, e := range d.Entries {
 		switch {
 		case e.Key == fingerprintKey, e.Key == offsetKey, e.Key == regionEpochKey:
+		case e.Rule == controlRule && e.Key == goodbyeKey && len(d.Entries) == 1:
 		case e.Rule == controlRule && strings.HasPrefix(e.Key, liveKeyPrefix):
 		default:
 			return false // counts: not a heartbeat
@@ -158,7 +159,11 @@ func (c *Core) stepRegionBeat(now int64, m Message, res *StepResult) {
 		return
 	}
 	d := m.Delta
-	p := c.heard(m.From, now)
+	if left, ok := goodbyeOf(d); ok {
+		c.stepGoodbye(now, m, d, left) // goodbye.go
+		return
+	}
+	p := c.heardFrom(m.From, now, d.SentAt) // goodbye.go
 	if p == nil {
 		return
 	}
@@ -198,6 +203,7 @@ func (c *Core) vouched(now int64, id identity.PoPID, sentAt, ago int64) {
 	at := now - ago
 	if !p.heardOnce || p.down || at-p.lastHeard > int64(c.cfg.PeerTimeout) {
 		c.remote.ok = false // it may count from now on
+		p.heardSince = at   // crash.go
 	}
 	if !p.heardOnce || at > p.lastHeard {
 		p.lastHeard = at

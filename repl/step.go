@@ -151,7 +151,11 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 	if m.Kind == KindDelta {
 		c.node.PrefetchDelta(d) // comes in while the sender is looked up
 	}
-	p := c.heard(m.From, now)
+	if left, ok := goodbyeOf(d); ok && m.Kind == KindHeartbeat {
+		c.stepGoodbye(now, m, d, left) // goodbye.go
+		return
+	}
+	p := c.heardFrom(m.From, now, d.SentAt) // goodbye.go
 	if p == nil {
 		return
 	}

@@ -406,8 +406,11 @@ func (e *engine) start(nd *simNode, t int64) error {
 			return fmt.Errorf("sim: node %s: state file: %w", nd.name, err)
 		}
 		now := e.nodeNow(nd, t) // the fleet clock: no correction yet
+		settings := e.settingsOf(nd)
 		for i := range st.Deltas {
-			n.RestoreDelta(now, &st.Deltas[i])
+			if settings.Restores(e.pops[nd.pop].id, st.Deltas[i].Sender) {
+				n.RestoreDelta(now, &st.Deltas[i])
+			}
 		}
 	}
 	nd.n, nd.up, nd.paused = n, true, false

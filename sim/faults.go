@@ -15,6 +15,7 @@ const (
 	actHeal
 	actSkew
 	actCrash
+	actStop
 	actRestart
 	actPause
 	actResume
@@ -61,6 +62,8 @@ func (e *engine) buildActions() error {
 			e.actions = append(e.actions, action{at: at, kind: actSkew, nodes: e.nodesOf([]string{ev.ClockSkew.Node}), offset: int64(ev.ClockSkew.Offset)})
 		case ev.Crash != nil:
 			e.actions = append(e.actions, action{at: at, kind: actCrash, nodes: e.nodesOf(ev.Crash)})
+		case ev.Stop != nil:
+			e.actions = append(e.actions, action{at: at, kind: actStop, nodes: e.nodesOf(ev.Stop)})
 		case ev.Restart != nil:
 			e.actions = append(e.actions, action{at: at, kind: actRestart, nodes: e.nodesOf(ev.Restart)})
 		case ev.Pause != nil:
@@ -87,7 +90,7 @@ func (e *engine) buildActions() error {
 				blocked++
 			case actHeal:
 				blocked = 0
-			case actCrash, actPause:
+			case actCrash, actStop, actPause:
 				for _, n := range a.nodes {
 					if !down[n] {
 						down[n] = true
@@ -267,6 +270,13 @@ func (e *engine) act(a action, t int64) {
 		}
 		e.popsChanged(now, t)
 		e.reroute()
+	case actStop:
+		for _, n := range a.nodes {
+			if nd := e.nodes[n]; nd.up {
+				e.stop(nd, t)
+			}
+		}
+		e.reroute()
 	case actRestart:
 		for _, n := range a.nodes {
 			nd := e.nodes[n]
@@ -392,6 +402,26 @@ func (e *engine) crash(nd *simNode, t int64) bool {
 	}
 	nd.up, nd.n, nd.core = false, nil, nil
 	return later
+}
+
+// stop stops nd cleanly at t: its last flush and its goodbye go out, and
+// its PoP's members are told at once (memberlist's leave), before the next
+// node of an event stops: the last of a PoP says the PoP goes down. A
+// paused node crashes.
+func (e *engine) stop(nd *simNode, t int64) {
+	if nd.paused {
+		e.crash(nd, t)
+		e.popsChanged([]int32{nd.idx}, t)
+		return
+	}
+	now := e.nodeNow(nd, t)
+	nd.core.Flush(now)
+	nd.core.Goodbye(now)
+	e.drain(nd, t)
+	p := &e.pops[nd.pop]
+	p.live = slices.DeleteFunc(p.live, func(x int32) bool { return x == nd.idx })
+	nd.up, nd.n, nd.core = false, nil, nil
+	e.membersChanged(nd.pop, t)
 }
 
 func (e *engine) reroute() {

@@ -224,7 +224,13 @@ type Event struct {
 	ClockSkew *ClockSkew `yaml:"clock_skew"`
 	// Crash stops nodes (named by node, PoP or region).
 	Crash []string `yaml:"crash"`
-	// Restart starts crashed nodes again with a new incarnation.
+	// Stop stops nodes cleanly (SIGTERM in a live run): each flushes its
+	// counts and says goodbye to the other PoPs (repl.Core.Goodbye), and
+	// its PoP's members are told at once (memberlist's leave), one node
+	// after the other, so that the last of a PoP says the PoP goes down.
+	// A paused node says nothing: it is crashed.
+	Stop []string `yaml:"stop"`
+	// Restart starts crashed or stopped nodes again with a new incarnation.
 	Restart []string `yaml:"restart"`
 	// Pause stops nodes without killing them (SIGSTOP in a live run): a
 	// paused node takes no request, and handles no message and no timer
@@ -714,7 +720,7 @@ func (ev *Event) validate(names map[string]string, nodes map[string]bool, dur ti
 	for _, a := range []struct {
 		f string
 		v []string
-	}{{"crash", ev.Crash}, {"restart", ev.Restart}, {"pause", ev.Pause}, {"resume", ev.Resume}} {
+	}{{"crash", ev.Crash}, {"stop", ev.Stop}, {"restart", ev.Restart}, {"pause", ev.Pause}, {"resume", ev.Resume}} {
 		if a.v == nil {
 			continue
 		}
@@ -730,7 +736,7 @@ func (ev *Event) validate(names map[string]string, nodes map[string]bool, dur ti
 	}
 	switch set {
 	case 0:
-		return errors.New("at: event has no action (partition, cut, heal, flap, clock_skew, crash, restart, pause or resume)")
+		return errors.New("at: event has no action (partition, cut, heal, flap, clock_skew, crash, stop, restart, pause or resume)")
 	case 1:
 		return nil
 	}

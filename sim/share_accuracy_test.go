@@ -104,9 +104,9 @@ func TestMildOverloadNearCentral(t *testing.T) {
 // the fault phases (0.43-0.78 before with every PoP speaking), within
 // 1.10 of the limit; a key with no count in the hour before a cut is
 // split by its counts of the cut's hour (0.013-0.31 of central before
-// with region voices). crash-loop-with-state is left out with region
-// voices: a whole region restarted with state files counts its former
-// PoP totals twice (docs/replication.md).
+// with region voices). A region restarted with state files merges no PoP
+// total of its own region from them (repl.Settings.Restores): with region
+// voices it counted them twice before (0.745 of central, 1.147).
 func TestCrashLoopsAndLongWindows(t *testing.T) {
 	accuracyTest(t)
 	for _, tc := range []struct {
@@ -117,7 +117,9 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 	}{
 		{"crash-loop-one-node-pop", 0.80, 1.10, false},
 		{"crash-loop-whole-pop", 0.80, 1.10, false},
-		{"crash-loop-with-state", 0.80, 1.10, true},
+		{"crash-loop-with-state", 0.80, 1.10, false},
+		{"stop-loop-whole-pop", 0.80, 1.10, false},
+		{"stop-loop-one-node-pops", 0.80, 1.10, false},
 		{"hour-windows-cut", 0.85, 1.10, false},
 		{"hour-windows-two-regions", 0.85, 1.10, false},
 	} {
@@ -144,36 +146,81 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 // Failovers as a class: a whole site onto one PoP or spread over many, one
 // region of three withdrawn during its cut with its traffic moving to the
 // other two or to one PoP of them, each with every PoP speaking and with
-// region voices. The side the traffic moves to grows its share within a
-// fraction of a window of the failover (share_demand.go, probe): at least
-// 0.80 of what the central node admits in the cut (before the probe,
-// failover-to-one-pop took 0.76 and 0.73, failover-region-of-three 0.87).
-// The peak stays within 1.20 of the limit, far below keep's (1.85 in
-// failover-to-one-pop): 1.105 there with a key without history split by
-// PoP count, 1.185 with it split by its traffic of the cut's window, which
-// one-hour windows need.
+// region voices, at the scenarios' seeds and two others. The side the
+// traffic moves to grows its share within a fraction of a window of the
+// failover (share_demand.go, probe): at least 0.80 of what the central node
+// admits in the cut (before the probe, failover-to-one-pop took 0.76 and
+// 0.73, failover-region-of-three 0.87). The peak stays within 1.20 of the
+// limit, far below keep's (1.85 in failover-to-one-pop).
 //
-// Not held: failover-to-one-pop with region voices, 0.786 (0.865 before a
-// region's PoPs were heard through its one heartbeat stream; likely: they time
-// out one by one, so the side first sees a partial cut 75 ms before the
-// whole one, and the shares it takes then stay low). Its peak is checked.
+// failover-to-one-pop with region voices took 0.786: a PoP of the other
+// region heard late at startup made a partial cut that healed at once, and
+// the keys, without history then, kept no base from it into the real cut,
+// which split them by PoP count; a key without history in a healed
+// partition now takes the counts of the window before the new cut (0.914).
 func TestFailoversAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
 	for _, name := range []string{"failover-to-one-pop", "failover-region-of-three", "failover-region-to-one-pop-2"} {
-		for _, voices := range []bool{false, true} {
-			sc, err := Load("../scenarios/" + name + ".yaml")
-			require.NoError(t, err)
-			sc.Replication.RegionVoices = new(voices)
-			sc.Duration = 70 * time.Second // the heal: the figure is of the cut
-			res, err := Run(sc, Options{})
-			require.NoError(t, err)
-			fleet, central, _ := inPhases(res.Report, "partitioned")
-			t.Logf("%s, region voices %v: in the cut %d of central's %d (%.3f), max a/l %.3f", name, voices,
-				fleet, central, float64(fleet)/float64(central), res.Report.MaxAdmittedRatio)
-			if !(voices && name == "failover-to-one-pop") {
-				assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central), "%s, region voices %v", name, voices)
+		for seed := uint64(0); seed <= 2; seed++ {
+			for _, voices := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/seed=%d/voices=%v", name, seed, voices), func(t *testing.T) {
+					t.Parallel()
+					sc, err := Load("../scenarios/" + name + ".yaml")
+					require.NoError(t, err)
+					sc.Replication.RegionVoices = new(voices)
+					sc.Duration = 70 * time.Second // the heal: the figure is of the cut
+					opts := Options{}
+					if seed != 0 {
+						opts.Seed = &seed
+					}
+					res, err := Run(sc, opts)
+					require.NoError(t, err)
+					fleet, central, _ := inPhases(res.Report, "partitioned")
+					t.Logf("in the cut %d of central's %d (%.3f), max a/l %.3f",
+						fleet, central, float64(fleet)/float64(central), res.Report.MaxAdmittedRatio)
+					assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central))
+					assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.20)
+				})
 			}
-			assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.20, "%s, region voices %v", name, voices)
+		}
+	}
+}
+
+// A PoP stopped cleanly says goodbye (repl.Core.Goodbye): the others take
+// it for down from its first stop, not for cut off, so share holds back
+// nothing for it and admits in every fault phase what keep admits (within
+// 3 %), at other seeds and with and without region voices. Crashed instead
+// (crash-loop-whole-pop), its first silence is taken for a cut: share
+// admitted 44 there where keep admitted 100.
+func TestStoppedPoPIsDownNotCut(t *testing.T) {
+	accuracyTest(t)
+	for _, name := range []string{"stop-loop-whole-pop", "stop-loop-one-node-pops"} {
+		for seed := uint64(0); seed <= 2; seed++ {
+			for _, voices := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/seed=%d/voices=%v", name, seed, voices), func(t *testing.T) {
+					t.Parallel()
+					var runs [2]Report
+					for i, policy := range []string{"keep", "share"} {
+						sc, err := Load("../scenarios/" + name + ".yaml")
+						require.NoError(t, err)
+						sc.Replication.RegionVoices = new(voices)
+						opts := Options{Policy: policy, NoCentral: true}
+						if seed != 0 {
+							opts.Seed = &seed
+						}
+						res, err := Run(sc, opts)
+						require.NoError(t, err)
+						runs[i] = res.Report
+					}
+					for i, p := range runs[1].Phases {
+						if p.Name != "partitioned" {
+							continue
+						}
+						k := runs[0].Phases[i]
+						assert.GreaterOrEqual(t, float64(p.Admitted), 0.97*float64(k.Admitted), "phase %d-%d ms: share %d, keep %d", p.FromMS, p.ToMS, p.Admitted, k.Admitted)
+					}
+				})
+			}
 		}
 	}
 }

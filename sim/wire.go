@@ -23,17 +23,8 @@ const linkJoin = 0xff
 
 // newCore returns the replication core of node nd.
 func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
-	settings := e.sc.Replication.Settings
-	if len(settings.ExpectedPoPs) == 0 {
-		// Every other PoP of the topology is known in advance.
-		for i, p := range e.pops {
-			if int32(i) != nd.pop {
-				settings.ExpectedPoPs = append(settings.ExpectedPoPs, p.id.String())
-			}
-		}
-	}
 	c, err := repl.New(repl.Config{
-		Settings:   settings,
+		Settings:   e.settingsOf(nd),
 		Node:       nd.n.Link(),
 		PoPLink:    len(e.pops[nd.pop].nodes) > 1,
 		GlobalLink: len(e.pops) > 1,
@@ -45,6 +36,21 @@ func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
 		return nil, fmt.Errorf("sim: node %s: %w", nd.name, err)
 	}
 	return c, nil
+}
+
+// settingsOf returns the replication settings of node nd: the scenario's,
+// with every other PoP of the topology known in advance unless it names
+// them.
+func (e *engine) settingsOf(nd *simNode) repl.Settings {
+	settings := e.sc.Replication.Settings
+	if len(settings.ExpectedPoPs) == 0 {
+		for i, p := range e.pops {
+			if int32(i) != nd.pop {
+				settings.ExpectedPoPs = append(settings.ExpectedPoPs, p.id.String())
+			}
+		}
+	}
+	return settings
 }
 
 // membersChanged gives every live member of PoP p its view of the others.

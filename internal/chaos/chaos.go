@@ -9,7 +9,8 @@
 // node's generated config. Every gateway link between two regions runs
 // through a TCP proxy of the harness that adds the scenario's inter-region
 // latency and jitter, and that the scenario's partitions and cuts close.
-// Crashes are SIGKILL, restarts start the process again (ahead of time by
+// Crashes are SIGKILL, clean stops SIGTERM (the node flushes and says
+// goodbye), restarts start the process again (ahead of time by
 // restartLead, so that it answers when the scenario says), pauses SIGSTOP
 // and SIGCONT.
 //
@@ -356,7 +357,7 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 			}
 			late := time.Since(t0.Add(o.at))
 			var lost []gatewayLink
-			if o.kind == opCrash {
+			if o.kind == opCrash || o.kind == opStop {
 				lost = f.gatewaysTo(o.nodes)
 			}
 			f.apply(runCtx, o, t0, logf)
@@ -401,7 +402,7 @@ func (f *fleet) runLive(ctx context.Context, sc *sim.Scenario, plan []op, schedu
 					fmu.Unlock()
 				}()
 			}
-			if o.kind == opCrash || o.kind == opPause {
+			if o.kind == opCrash || o.kind == opStop || o.kind == opPause {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -482,6 +483,10 @@ func (f *fleet) apply(ctx context.Context, o op, t0 time.Time, logf func(string,
 	case opCrash:
 		for _, name := range o.nodes {
 			f.crash(f.byName[name])
+		}
+	case opStop:
+		for _, name := range o.nodes { // one after the other, as the simulator does
+			f.stop(f.byName[name])
 		}
 	case opRestart:
 		for _, name := range o.nodes {

@@ -79,6 +79,16 @@ traffic:
 	led := withLead(plan, 100*time.Millisecond)
 	assert.Equal(t, 6400*time.Millisecond, led[2].launch, "as far ahead as a start takes")
 	assert.Equal(t, 6200*time.Millisecond, withLead(plan, time.Second)[2].launch, "never before its crash")
+
+	// A clean stop is a SIGTERM; the node restarts as after a crash.
+	sc, err = sim.Parse([]byte(base + "events:\n  - {at: 6s, stop: [fra]}\n  - {at: 7s, restart: [fra]}\n"))
+	require.NoError(t, err)
+	plan, err = planOf(sc)
+	require.NoError(t, err)
+	require.Len(t, plan, 2)
+	assert.Equal(t, opStop, plan[0].kind)
+	assert.Equal(t, []string{"fra-1"}, plan[0].nodes)
+	assert.Equal(t, opRestart, plan[1].kind)
 }
 
 // A node of a scenario's state section gets a state file in its config;

@@ -420,6 +420,26 @@ func (f *fleet) crash(n *node) {
 	}
 }
 
+// stopGrace bounds a clean stop: a node still running after it is killed.
+const stopGrace = 10 * time.Second
+
+// stop stops n cleanly with SIGTERM (its last flush and goodbye go out)
+// and waits for it to be gone, at most stopGrace before it kills it.
+func (f *fleet) stop(n *node) {
+	done, ok := n.signal(syscall.SIGTERM, true)
+	if !ok {
+		return
+	}
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		f.logf("%s still running %s after SIGTERM; killed", n.name, stopGrace)
+		f.crash(n)
+	}
+}
+
 // stopAll stops every node by its PID (SIGKILL: the run is over, or
 // failed) and every proxy.
 func (f *fleet) stopAll() {

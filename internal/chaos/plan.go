@@ -19,10 +19,11 @@ const (
 	opRestart // launch: a restarted node is started ahead (see restartLead)
 	opPause
 	opResume
+	opStop // SIGTERM: a clean stop (the node says goodbye)
 )
 
 func (k opKind) String() string {
-	return [...]string{"partition", "cut", "heal", "crash", "restart", "pause", "resume"}[k]
+	return [...]string{"partition", "cut", "heal", "crash", "restart", "pause", "resume", "stop"}[k]
 }
 
 // op is one fault the harness injects at a time from the run's start.
@@ -155,15 +156,19 @@ func planOf(sc *sim.Scenario) ([]op, error) {
 			}
 		case ev.ClockSkew != nil:
 			return nil, fmt.Errorf("%s.clock_skew: not supported live (the nodes share the machine's clock)", f)
-		case ev.Crash != nil:
+		case ev.Crash != nil || ev.Stop != nil:
+			kind, names := opCrash, ev.Crash
+			if ev.Stop != nil {
+				kind, names = opStop, ev.Stop
+			}
 			var ns []string
-			for _, n := range ev.Crash {
+			for _, n := range names {
 				ns = append(ns, nodesOf[n]...)
 			}
 			for _, n := range ns {
 				lastCrash[n] = ev.At
 			}
-			ops = append(ops, op{at: ev.At, kind: opCrash, nodes: ns, desc: fmt.Sprint(ev.Crash)})
+			ops = append(ops, op{at: ev.At, kind: kind, nodes: ns, desc: fmt.Sprint(names)})
 		case ev.Pause != nil || ev.Resume != nil:
 			kind, names := opPause, ev.Pause
 			if ev.Resume != nil {

@@ -97,7 +97,11 @@ func (a *App) loadState() error {
 	}
 	now := a.clk.Now()
 	var res pop.ApplyStats
+	rs := a.opts.Config.Replication
 	err = f.Deltas(func(d *wire.Delta) error {
+		if !rs.Restores(self.PoPID, d.Sender) {
+			return nil // its region gives them back (repl.Settings.Restores)
+		}
 		res.Add(a.node.RestoreDelta(now, d))
 		return nil
 	})
