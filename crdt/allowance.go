@@ -287,13 +287,15 @@ func (sh *shard) admitAllowance(s *Store, a *Allowance, i int32, sl *slot, now N
 }
 
 // armHot gives slot i, whose own counts every replica holds, a hot entry
-// that says so before it counts an admit, when the next admit will be
-// split (see admitHashed): an entry made later would not know which of
-// the own counts were held before it, and would take them all for unseen.
-// The caller holds sh.mu.
+// that says so before it counts an admit, when one of the admits a spare
+// room may hold unseen after it will be split (see admitHashed): an entry
+// made later, while the admit's flush is within a horizon, would not know
+// which of the own counts were held before it, and would take them all
+// for unseen (a key of a few admits long held, then a few within one lag,
+// was refused far below its limit). The caller holds sh.mu.
 func (sh *shard) armHot(s *Store, a *Allowance, i int32, sl *slot, now Now, limit, cost uint64, est float64) {
 	own := satAdd(sl.own[0], sl.own[1])
-	if own == 0 || !a.on() || float64(satAdd(own, 2*cost))*float64(a.Replicas()) <= float64(limit)-est {
+	if own == 0 || !a.on() || float64(satAdd(own, (spareUnseenHalf+1)*cost))*float64(a.Replicas()) <= float64(limit)-est {
 		return
 	}
 	t := now.Index*now.Width + now.Elapsed
