@@ -51,8 +51,8 @@ func runVariant(t *testing.T, name, policy string, voices bool, seed uint64, dur
 // million requests).
 //
 // Not held: twelve one-node PoPs at 2 requests/s per key still refuse a
-// few (15 and 21 of 64 000 here, 46 and 76 before the hot entries were
-// armed earlier): a key whose own counts all went out within one horizon
+// few (15 of 64 000 here, 21 with region voices; 46 and 76 before the hot
+// entries were armed earlier): a key whose own counts all went out within one horizon
 // of the split gets its hot entry then, blind to which of them were held
 // before (crdt's armHot); the bound checked is 1 in 2 000.
 func TestBelowHalfAnycastAcrossTheClass(t *testing.T) {
@@ -67,6 +67,9 @@ func TestBelowHalfAnycastAcrossTheClass(t *testing.T) {
 		{"below-half-anycast-one-node", 5, 4000, 0.0005},
 	} {
 		for _, voices := range []bool{false, true} {
+			if voices && tc.refused > 0 {
+				continue // the run takes long: scripts/share-table.sh runs it whole
+			}
 			t.Run(fmt.Sprintf("%s/seed=%d/voices=%v", tc.name, tc.seed, voices), func(t *testing.T) {
 				t.Parallel()
 				r := runVariant(t, tc.name, "", voices, tc.seed, 8*time.Second, func(sc *Scenario) {
@@ -84,15 +87,15 @@ func TestBelowHalfAnycastAcrossTheClass(t *testing.T) {
 }
 
 // A hot key at 1.1 times its limit, no fault, on fleets of other shapes
-// than hot-key-20pops: one to three nodes per PoP, 20 PoPs of one node, 12
-// PoPs of three nodes. Without region voices the fleet admits at least
+// than hot-key-20pops: one to three nodes per PoP, 12 PoPs of three nodes
+// (scripts/share-table.sh runs 20 PoPs of one node and 80 nodes too). Without region voices the fleet admits at least
 // 0.97 of the central node; with them a PoP that is not its region's voice
 // reaches the other regions a hop and a flush slot later, so it holds back
 // more (0.96-0.98 of central; hot-key-20pops itself 0.960), checked here
 // at 0.95. The peak stays within 1.05 of the limit either way.
 func TestMildOverloadAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
-	for _, name := range []string{"hot-key-20pops-mixed", "hot-key-20pops-one-node", "hot-key-12pops-three-nodes"} {
+	for _, name := range []string{"hot-key-20pops-mixed", "hot-key-12pops-three-nodes"} {
 		for _, voices := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/voices=%v", name, voices), func(t *testing.T) {
 				t.Parallel()
