@@ -17,12 +17,13 @@ type AdmitResult struct {
 
 // Admit decides a request of cost against limit for (rule, key) at now and,
 // when it fits and count is true, adds cost to this replica's own count of the
-// current window. If now lies a window before the key's current window (the
-// clock went backwards) the request is decided at the start of the key's
-// current window and counted there, so counts never move back in time; if
-// it lies further back, the key moves back to now's window with its own
-// counts (see shard.rebase): counting on in windows the other replicas do
-// not reach yet would count alone.
+// current window. If now lies a moment before the key's current window (a
+// decision that read the clock just before another rolled the key) the
+// request is decided at the start of the key's current window and counted
+// there, so counts never move back in time; if it lies further back (the
+// clock stepped back, see steppedBack), the key moves back to now's window
+// with its own counts (see shard.rebase): counting on in windows the other
+// replicas do not reach yet would count alone.
 func (s *Store) Admit(rule RuleID, key string, now Now, limit, cost uint64, count bool) AdmitResult {
 	return s.admit(rule, key, now, limit, cost, count, nil)
 }
@@ -88,8 +89,8 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 	if now.Index > sl.win {
 		sh.roll(i, sl, now.Index)
 	} else if now.Index < sl.win {
-		if now.Index < sl.win-1 {
-			sh.rebase(i, sl, now.Index) // the clock went back more than a window
+		if steppedBack(sl, now) {
+			sh.rebase(i, sl, now.Index)
 		} else {
 			elapsed = 0
 		}

@@ -287,13 +287,15 @@ func (sh *shard) admitAllowance(s *Store, a *Allowance, i int32, sl *slot, now N
 }
 
 // armHot gives slot i, whose own counts every replica holds, a hot entry
-// that says so before it counts an admit, when the next admit will be
-// split (see admitHashed): an entry made later would not know which of
-// the own counts were held before it, and would take them all for unseen.
-// The caller holds sh.mu.
+// that says so before it counts an admit, when one of the admits a spare
+// room may hold unseen after it will be split (see admitHashed): an entry
+// made later, while the admit's flush is within a horizon, would not know
+// which of the own counts were held before it, and would take them all
+// for unseen (a key of a few admits long held, then a few within one lag,
+// was refused far below its limit). The caller holds sh.mu.
 func (sh *shard) armHot(s *Store, a *Allowance, i int32, sl *slot, now Now, limit, cost uint64, est float64) {
 	own := satAdd(sl.own[0], sl.own[1])
-	if own == 0 || !a.on() || float64(satAdd(own, 2*cost))*float64(a.Replicas()) <= float64(limit)-est {
+	if own == 0 || !a.on() || float64(satAdd(own, (spareUnseenHalf+1)*cost))*float64(a.Replicas()) <= float64(limit)-est {
 		return
 	}
 	t := now.Index*now.Width + now.Elapsed
@@ -409,25 +411,37 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 
 // spareUnseen is how many requests a replica may hold unseen, beyond its
 // share of the headroom, while the headroom is well above what the fleet
-// admits in a replication lag (spare).
-const spareUnseen = 3
+// admits in a replication lag (spare); spareUnseenHalf how many while the
+// key stays within half its limit.
+const (
+	spareUnseen     = 3
+	spareUnseenHalf = 5
+)
 
 // spare reports whether a replica whose unseen admits with the request add
 // up to u may admit it although its share of the headroom does not hold u:
 // u is at most spareUnseen, and the key stays within three quarters of its
 // limit with u and three times what the whole fleet admits in a lag at the
 // key's trailing rate (k per window; a lag is about two horizons, hw being
-// a horizon over the window). Arrivals are random: a replica whose share
+// a horizon over the window); or u is at most spareUnseenHalf and the key
+// stays so within half its limit. Arrivals are random: a replica whose share
 // of a key's traffic is a request per lag or less now and then sees a
 // second or third one within a lag, while the others, at the same rate,
 // hold next to nothing unseen; with its share of the headroom below one
-// request it would refuse a key far from its limit. Nearer the limit the
+// request it would refuse a key far from its limit. Over many keys a
+// fourth and a fifth one bunch up too, most often in a key's first lag,
+// before its first counts are held (a new client's first requests; every
+// key at a cold start), when the split knows nothing of where the key's
+// traffic goes and gives each replica an equal part of the headroom:
+// within half its limit a key has room for them. Nearer the limit the
 // split decides alone. A key that surges everywhere at once from below
 // three quarters of its limit may take the fleet to 3/4 x limit +
-// spareUnseen x replicas in the first lag, before the others' counts
-// arrive; past that, the trailing rate and the count close the spare room.
+// spareUnseen x replicas in the first lag, from below half of it to
+// limit/2 + spareUnseenHalf x replicas, before the others' counts arrive;
+// past that, the trailing rate and the count close the spare room.
 func spare(k, u, limit, hw float64) bool {
-	return u <= spareUnseen && 4*(k+u+3*k*2*hw) <= 3*limit
+	fleet := k + u + 3*k*2*hw
+	return u <= spareUnseen && 4*fleet <= 3*limit || u <= spareUnseenHalf && 2*fleet <= limit
 }
 
 // secondInFlight reports whether a replica near the limit may hold u

@@ -12,8 +12,9 @@ import (
 // A key below three quarters of its limit, spread over many replicas: a replica's
 // share of the headroom is a fraction of a request, yet a second and a
 // third request within one lag are admitted (random arrivals bunch up),
-// while a fourth is not, and a key past three quarters of its limit is
-// split as before (with a second in flight: secondInFlight).
+// while a fourth is not (within half the limit, a fourth and a fifth are
+// too, a sixth not), and a key past three quarters of its limit is split
+// as before (with a second in flight: secondInFlight).
 func TestSpareFarFromLimit(t *testing.T) {
 	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of the headroom: below a request
 	t0 := time.Second.Nanoseconds()
@@ -22,9 +23,10 @@ func TestSpareFarFromLimit(t *testing.T) {
 		others uint64 // counts of three other PoPs in the current window
 		want   int
 	}{
-		{"far from the limit", 1, spareUnseen}, // k = 3 of 20
-		{"near three quarters", 4, 2},          // k = 12: 4 x (12 + 2 + lag) <= 3 x 20 < 4 x (12 + 3 + lag)
-		{"past three quarters", 5, 2},          // k = 15: 4 x (15 + 2 + lag) > 3 x 20; a second in flight
+		{"far from the limit", 1, spareUnseenHalf}, // k = 3 of 20: 2 x (3 + 5 + lag) <= 20
+		{"past half the limit", 2, spareUnseen},    // k = 6: 2 x (6 + 4 + lag) > 20
+		{"near three quarters", 4, 2},              // k = 12: 4 x (12 + 2 + lag) <= 3 x 20 < 4 x (12 + 3 + lag)
+		{"past three quarters", 5, 2},              // k = 15: 4 x (15 + 2 + lag) > 3 x 20; a second in flight
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := withOthers(t, "k", tc.others, "a", "b", "c")
@@ -40,7 +42,8 @@ func TestSpareFarFromLimit(t *testing.T) {
 }
 
 // spare is pure: the spare room closes as the trailing rate fills the
-// headroom, and never holds more than spareUnseen.
+// headroom, and never holds more than spareUnseen past half the limit, nor
+// more than spareUnseenHalf below it.
 func TestSpareBounds(t *testing.T) {
 	hw := 0.01 // a horizon of a hundredth of the window
 	for _, tc := range []struct {
@@ -49,7 +52,10 @@ func TestSpareBounds(t *testing.T) {
 	}{
 		{0, 1, 20, true},
 		{0, spareUnseen, 20, true},
-		{0, spareUnseen + 1, 1000, false},
+		{0, spareUnseenHalf, 20, true}, // within half the limit: 2 x 5 <= 20
+		{0, spareUnseenHalf, 9, false},
+		{6, spareUnseen + 1, 20, false}, // 2 x (6 + 4 + 0.36) > 20
+		{0, spareUnseenHalf + 1, 1000, false},
 		{11, 3, 20, true},  // 4 x (11 + 3 + 0.66) = 58.6
 		{12, 3, 20, false}, // 4 x (12 + 3 + 0.72) = 62.9
 		{600, 2, 1000, true},

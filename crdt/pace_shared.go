@@ -51,8 +51,8 @@ func (sh *shard) countOwn(s *Store, h uint64, rule RuleID, key string, now Now, 
 	sl := &sh.slots[i]
 	if now.Index > sl.win {
 		sh.roll(i, sl, now.Index)
-	} else if now.Index < sl.win-1 {
-		sh.rebase(i, sl, now.Index) // the clock went back more than a window
+	} else if steppedBack(sl, now) {
+		sh.rebase(i, sl, now.Index)
 	}
 	sl.own[1] = satAdd(sl.own[1], cost)
 	sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)

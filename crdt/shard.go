@@ -139,8 +139,8 @@ func (sh *shard) keepLive(i int32, sl *slot, old []sideEntry, prev, target int64
 	sh.setSide(i, es)
 }
 
-// rebase moves slot i back to window target < sl.win-1: the clock went back
-// by more than a window (a node's time stepped back, to the clock its fleet
+// rebase moves slot i back to window target < sl.win: the clock stepped
+// back (steppedBack; a node's time stepped back, to the clock its fleet
 // agreed or by a clock step). Both of the slot's windows then lie wholly
 // ahead of now, where the other replicas refuse this replica's counts as
 // ahead and this one refuses theirs as stale until its clock catches up:
@@ -168,6 +168,20 @@ func (sh *shard) rebase(i int32, sl *slot, target int64) {
 	if own > 0 {
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
 	}
+}
+
+// steppedBack reports whether now lies so far before slot sl's window that
+// its clock stepped back rather than raced: more than a window back, or a
+// window back by more than an eighth of a window before sl's window starts.
+// A decision that read the clock just before another rolled the key reaches
+// the slot a moment behind its window (decided at its start, as
+// shard.rebase says); a clock stepped back by a window or more, as a fleet
+// clock correction of a whole 1 s window does, lands anywhere in the window
+// before, and counting on in the slot's window would leave this replica's
+// counts where the other replicas do not reach for up to that window
+// (they take an entry a window ahead of theirs as ahead, not as now).
+func steppedBack(sl *slot, now Now) bool {
+	return now.Index < sl.win-1 || now.Index == sl.win-1 && now.Width-now.Elapsed > now.Width/8
 }
 
 // markDirty sets bits of slot i's dirty marks and lists the slot for Flush;

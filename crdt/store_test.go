@@ -295,13 +295,37 @@ func TestWindowsRollAndExpire(t *testing.T) {
 	assert.Zero(t, st.Stats().Keys)
 }
 
+// A decision that read the clock a moment before another rolled the key
+// into the next window is decided and counted in the key's window.
 func TestClockBackwardsCountsForward(t *testing.T) {
 	st := NewStore(StoreConfig{Self: rep("self", 1)})
-	st.Admit(0, "k", at(10), 100, 5, true)
-	r := st.Admit(0, "k", at(9), 100, 1, true) // clock went back a window
+	st.Admit(0, "k", Now{Index: 10, Elapsed: 1, Width: W}, 100, 5, true)
+	r := st.Admit(0, "k", Now{Index: 9, Elapsed: W - W/100, Width: W}, 100, 1, true)
 	assert.True(t, r.Allowed)
 	_, c := totals(st, 0, "k", 10)
 	assert.Equal(t, uint64(6), c, "counted in the key's current window, never moved back")
+}
+
+// A clock stepped back by one whole window (a fleet clock correction of a
+// 1 s window) moves the key back with it as a step of several windows
+// does: counted on in the window ahead, its counts would stay where the
+// other replicas, a window behind, take them as ahead until they reach it.
+func TestClockBackOneWindowRebases(t *testing.T) {
+	for _, back := range []int64{W/4 + W/8 + 1, W / 2, W} {
+		st := NewStore(StoreConfig{Self: rep("self", 1)})
+		st.Admit(0, "k", Now{Index: 10, Elapsed: W / 4, Width: W}, 100, 5, true)
+		st.Flush(func(FlushEntry) {})
+		at := 10*W + W/4 - back
+		now := Now{Index: at / W, Elapsed: at % W, Width: W}
+		r := st.Admit(0, "k", now, 100, 1, true)
+		assert.True(t, r.Allowed)
+		_, c := totals(st, 0, "k", 9)
+		assert.Equal(t, uint64(6), c, "back %v: the counts made ahead move to the window of now", back)
+		var sent []FlushEntry
+		st.Flush(func(e FlushEntry) { sent = append(sent, e) })
+		require.Len(t, sent, 1)
+		assert.Equal(t, int64(9), sent[0].Window, "back %v", back)
+	}
 }
 
 // A clock that goes back more than a window (a node stepping back to the
