@@ -17,8 +17,16 @@ import "github.com/geolimit/geolimit/wire"
 // in features, and its section kind in package wire (a field of
 // wire.Delta, encoded and decoded there).
 type part interface {
-	// apply takes the part's items of d, received via, under its trust
-	// rule, counting what it did in st. Requires n.applyMu read-held.
+	// section is the part's registered wire section.
+	section() sectionLen
+	// from reports whether a sender Apply accepted via (senderFits) may
+	// send the part's section at all: the trust table's "who may send it"
+	// (docs/security.md). A refused section is counted WrongScope whole.
+	from(via Scope) bool
+	// apply takes the part's items of d (some, from a sender from
+	// accepts), received via, under its trust rule: what each item may
+	// say, clamps included. It counts what it did in st. Requires
+	// n.applyMu read-held.
 	apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplyStats)
 	// flush adds what changed since the last flush: to b.Local when local,
 	// to b.PoP when pub (the node publishes its PoP's totals).
@@ -32,6 +40,20 @@ type part interface {
 	state(n *Node, rs *ruleSet, now int64, self *wire.Delta)
 	// sweep forgets what ended by now (Tick).
 	sweep(n *Node, now int64)
+}
+
+// sectionLen is what the node needs of a part's wire section: how many
+// items of it a delta carries (a *wire.Section of the part's item type).
+type sectionLen interface{ Len(d *wire.Delta) int }
+
+// partItems returns how many items d carries that Apply takes: its counts
+// and the parts' sections' items.
+func partItems(d *wire.Delta) int {
+	n := len(d.Entries)
+	for _, p := range features {
+		n += p.section().Len(d)
+	}
+	return n
 }
 
 // features are the parts the node composes, in the order they apply.

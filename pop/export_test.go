@@ -7,6 +7,7 @@ import (
 
 	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/memos"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -73,7 +74,7 @@ func (n *Node) Snapshot(now int64) []wire.Delta {
 			out = append(out, wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
 		}
 		out[i].Entries = append(out[i].Entries, d.Entries...)
-		out[i].Modes = append(out[i].Modes, d.Modes...)
+		modes.Section.Append(&out[i], modes.Section.Items(d)...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Sender.String() < out[j].Sender.String() })
 	return out

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/internal/statefile"
+	"github.com/geolimit/geolimit/replicated/modes"
 )
 
 func (ta *testApp) putMode(rule, body string) resp {
@@ -200,7 +201,7 @@ func TestRuleModeStateFile(t *testing.T) {
 			return false
 		}
 		for _, d := range st.Deltas {
-			if len(d.Modes) > 0 {
+			if modes.Section.Len(&d) > 0 {
 				return true
 			}
 		}

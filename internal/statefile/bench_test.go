@@ -13,6 +13,7 @@ import (
 	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/internal/statefile"
 	"github.com/geolimit/geolimit/pop"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -134,7 +135,7 @@ func snapshot(n *pop.Node, now int64) []wire.Delta {
 			out = append(out, wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
 		}
 		out[i].Entries = append(out[i].Entries, d.Entries...)
-		out[i].Modes = append(out[i].Modes, d.Modes...)
+		modes.Section.Append(&out[i], modes.Section.Items(d)...)
 	}
 	return out
 }
