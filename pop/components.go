@@ -9,13 +9,28 @@ import "github.com/geolimit/geolimit/wire"
 // replicated/inflight; the counts in crdt; rules' modes, which travel at
 // once rather than with a flush, in replicated/modes and modes.go). What
 // the node adds is where the feature meets the rule table: which rules and
-// scopes it takes, its clamps, what it sends to whom. A part says that for
-// one feature, and the node's Apply, Flush, AntiEntropy, State and Tick
-// loop over the parts without knowing their insides (memberlist's Delegate
-// interfaces are the model: the host composes behaviour it does not
-// implement). A new replicated feature is its package, a part, one entry
-// in features, and its section kind in package wire (a field of
-// wire.Delta, encoded and decoded there).
+// scopes it takes, who may send it, its clamps, what it sends to whom. A
+// part says that for one feature, and the node's Apply, Flush,
+// AntiEntropy, State and Tick loop over the parts without knowing their
+// insides (memberlist's Delegate interfaces are the model: the host
+// composes behaviour it does not implement).
+//
+// A new replicated feature touches these files and no others:
+//
+//	replicated/<feature>/<feature>.go  its state and merge rule
+//	replicated/<feature>/codec.go      its section's body: Check, Encode, Decode
+//	replicated/<feature>/section.go    var Section = wire.Register(...): its kind
+//	pop/<feature>.go                   its part: section, from (who may send
+//	                                   it), apply (what each item may say),
+//	                                   flush, antiEntropy, state, sweep
+//	pop/components.go                  one entry in features
+//	docs/security.md                   its row of the trust table, with the
+//	                                   test that forges it
+//
+// Package wire, wire.Delta, and Apply, Flush, Tick, State and Stats do not
+// change: the envelope codec loops over the registered sections and skips
+// the kinds a binary does not register, so an older peer skips the new
+// section and counts it.
 type part interface {
 	// section is the part's registered wire section.
 	section() sectionLen
