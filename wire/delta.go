@@ -180,6 +180,15 @@ func (d *Delta) Items() int {
 	return n
 }
 
+// AppendItems appends from's items, its counts and every registered
+// section's, to d's (a copy: d shares no storage with from).
+func (d *Delta) AppendItems(from *Delta) {
+	d.Entries = append(d.Entries, from.Entries...)
+	for _, s := range registry {
+		s.appendItems(d, from)
+	}
+}
+
 // ClearSections drops d's items of every registered section, keeping its
 // counts.
 func (d *Delta) ClearSections() { d.sections = [MaxRegistered]slot{} }

@@ -83,6 +83,7 @@ type section interface {
 	decode(r *codec.Reader, d *Delta, alt bool) error
 	count(d *Delta) int
 	bytes(d *Delta) int
+	appendItems(d, from *Delta)
 }
 
 // slot holds a delta's items of one registered kind: the first n of the
@@ -183,6 +184,12 @@ func (s *Section[T]) Append(d *Delta, items ...T) {
 func (s *Section[T]) kinds() (SectionKind, SectionKind) { return s.c.Kind, s.c.AltKind }
 func (s *Section[T]) names() (string, string)           { return s.c.Name, s.c.AltName }
 func (s *Section[T]) count(d *Delta) int                { return s.Len(d) }
+
+func (s *Section[T]) appendItems(d, from *Delta) {
+	if items := s.Items(from); len(items) > 0 {
+		s.keep(d, append(s.Items(d), items...))
+	}
+}
 
 func (s *Section[T]) bytes(d *Delta) int {
 	items := s.Items(d)
