@@ -276,12 +276,5 @@ func BenchmarkDecodeAllSections(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dec := wire.NewDecoder()
-	var out wire.Delta
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		if err := dec.Decode(msg, &out); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDecode(b, msg)
 }
