@@ -20,6 +20,7 @@ import (
 
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/identity"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/geolimit/geolimit/window"
 )
 
@@ -55,26 +56,26 @@ func headerInt(t *testing.T, h http.Header, name string) int64 {
 
 func TestCheckAllowThenDeny(t *testing.T) {
 	ta := startApp(t, rulesYAML)
-	ta.clk.Set(t0 + int64(15*time.Second)) // a quarter into the window
+	ta.Clk.Set(t0 + int64(15*time.Second)) // a quarter into the window
 	for i := 0; i < 3; i++ {
-		r := ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		body := r.json(t)
+		r := ta.Post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		body := r.JSON(t)
 		assert.Equal(t, true, body["allowed"])
 		assert.Equal(t, "r", body["rule"])
 		assert.Equal(t, "203.0.113.7", body["key"])
 		assert.EqualValues(t, 3, body["limit"])
 		assert.EqualValues(t, 2-i, body["remaining"])
 		assert.EqualValues(t, 0, body["retry_after_ms"])
-		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
-		name, p := parseItem(t, r.header.Get("RateLimit"))
+		assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+		name, p := parseItem(t, r.Header.Get("RateLimit"))
 		assert.Equal(t, "r", name)
 		assert.EqualValues(t, 2-i, p["r"])
-		assert.Empty(t, r.header.Get("Retry-After"), "allowed responses carry no Retry-After")
+		assert.Empty(t, r.Header.Get("Retry-After"), "allowed responses carry no Retry-After")
 	}
 
-	r := ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
-	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	r := ta.Post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "%s", r.Body)
 	// The window maths says when a request fits again: at 15s into the
 	// window, 3 counted in this window and none in the previous one.
 	want := window.Decide(3, 1, 0, 3, int64(15*time.Second), int64(time.Minute))
@@ -83,13 +84,13 @@ func TestCheckAllowThenDeny(t *testing.T) {
 	assert.InDelta(t, float64(65*time.Second), float64(want.RetryAfter), float64(time.Millisecond),
 		"45s to the next window, then 20s for 3*(1-f) <= 2")
 
-	body := r.json(t)
+	body := r.JSON(t)
 	assert.Equal(t, false, body["allowed"])
 	assert.EqualValues(t, 0, body["remaining"])
 	assert.EqualValues(t, (want.RetryAfter+int64(time.Millisecond)-1)/int64(time.Millisecond), body["retry_after_ms"])
 	assert.EqualValues(t, (want.Reset+int64(time.Millisecond)-1)/int64(time.Millisecond), body["reset_ms"])
 
-	h := r.header
+	h := r.Header
 	assert.Equal(t, retrySec, headerInt(t, h, "Retry-After"))
 	assert.Equal(t, `"r";q=3;w=60`, h.Get("RateLimit-Policy"))
 	name, p := parseItem(t, h.Get("RateLimit"))
@@ -99,24 +100,24 @@ func TestCheckAllowThenDeny(t *testing.T) {
 	assert.EqualValues(t, 0, headerInt(t, h, "X-RateLimit-Remaining"))
 	assert.Equal(t, retrySec, headerInt(t, h, "X-RateLimit-Reset"))
 
-	assert.EqualValues(t, 3, ta.keyTotal("r", "203.0.113.7"), "the denied request is not counted")
+	assert.EqualValues(t, 3, ta.KeyTotal("r", "203.0.113.7"), "the denied request is not counted")
 
 	// Once the wait is over the request fits again.
-	ta.clk.Advance(time.Duration(want.RetryAfter))
-	r = ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
-	assert.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	ta.Clk.Advance(time.Duration(want.RetryAfter))
+	r = ta.Post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
+	assert.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 }
 
 func TestCheckCost(t *testing.T) {
 	ta := startApp(t, rulesYAML)
-	r := ta.post("/v1/check", `{"rule":"big","key":"k"}`)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.EqualValues(t, 998, r.json(t)["remaining"], "omitted cost is the rule's cost (2)")
-	r = ta.post("/v1/check", `{"rule":"big","key":"k","cost":10}`)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.EqualValues(t, 988, r.json(t)["remaining"])
-	assert.EqualValues(t, 12, ta.keyTotal("big", "k"))
-	name, p := parseItem(t, r.header.Get("RateLimit-Policy"))
+	r := ta.Post("/v1/check", `{"rule":"big","key":"k"}`)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.EqualValues(t, 998, r.JSON(t)["remaining"], "omitted cost is the rule's cost (2)")
+	r = ta.Post("/v1/check", `{"rule":"big","key":"k","cost":10}`)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.EqualValues(t, 988, r.JSON(t)["remaining"])
+	assert.EqualValues(t, 12, ta.KeyTotal("big", "k"))
+	name, p := parseItem(t, r.Header.Get("RateLimit-Policy"))
 	assert.Equal(t, "big", name)
 	assert.Equal(t, map[string]int64{"q": 1000, "w": 10}, p)
 }
@@ -129,8 +130,8 @@ func TestChecksBatch(t *testing.T) {
 		fmt.Fprintf(&sb, `{"rule":"r","key":"a"},`)
 	}
 	sb.WriteString(`{"rule":"big","key":"b\u00e9","cost":7}]}`)
-	r := ta.post("/v1/checks", sb.String())
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r := ta.Post("/v1/checks", sb.String())
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	var out struct {
 		Results []struct {
 			Allowed      bool   `json:"allowed"`
@@ -142,7 +143,7 @@ func TestChecksBatch(t *testing.T) {
 			RetryAfterMS int64  `json:"retry_after_ms"`
 		} `json:"results"`
 	}
-	require.NoError(t, jsonUnmarshal(r.body, &out))
+	require.NoError(t, jsonUnmarshal(r.Body, &out))
 	require.Len(t, out.Results, 6)
 	for i, res := range out.Results[:5] {
 		assert.Equal(t, i < 3, res.Allowed, "check %d", i)
@@ -156,14 +157,14 @@ func TestChecksBatch(t *testing.T) {
 	assert.True(t, last.Allowed)
 	assert.Equal(t, "bé", last.Key)
 	assert.EqualValues(t, 993, last.Remaining)
-	assert.EqualValues(t, 3, ta.keyTotal("r", "a"))
-	assert.EqualValues(t, 7, ta.keyTotal("big", "bé"))
-	assert.EqualValues(t, 3, ta.decisions("r", "allowed"))
-	assert.EqualValues(t, 2, ta.decisions("r", "denied"))
+	assert.EqualValues(t, 3, ta.KeyTotal("r", "a"))
+	assert.EqualValues(t, 7, ta.KeyTotal("big", "bé"))
+	assert.EqualValues(t, 3, ta.Decisions("r", "allowed"))
+	assert.EqualValues(t, 2, ta.Decisions("r", "denied"))
 
-	r = ta.post("/v1/checks", `{"checks":[]}`)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.JSONEq(t, `{"results":[]}`, string(r.body))
+	r = ta.Post("/v1/checks", `{"checks":[]}`)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.JSONEq(t, `{"results":[]}`, string(r.Body))
 }
 
 // TestBadInputs checks that every kind of bad request gets its status and a
@@ -206,33 +207,33 @@ func TestBadInputs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := ta.do(tt.method, ta.api+tt.path, tt.body)
-			require.Equal(t, tt.status, r.status, "%s", r.body)
-			assert.Equal(t, "application/json", r.header.Get("Content-Type"))
-			msg, ok := r.json(t)["error"].(string)
-			require.True(t, ok, "body %s", r.body)
+			r := ta.Do(tt.method, ta.API+tt.path, tt.body)
+			require.Equal(t, tt.status, r.Status, "%s", r.Body)
+			assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+			msg, ok := r.JSON(t)["error"].(string)
+			require.True(t, ok, "body %s", r.Body)
 			assert.Contains(t, msg, tt.msg)
 			if tt.status == 405 {
-				assert.NotEmpty(t, r.header.Get("Allow"))
+				assert.NotEmpty(t, r.Header.Get("Allow"))
 			}
 		})
 	}
-	assert.Zero(t, ta.keyTotal("r", "k"), "nothing counted")
-	assert.Zero(t, ta.decisions("r", "allowed"))
-	assert.Zero(t, ta.decisions("r", "denied"))
-	v, ok := metricValue(ta.scrape(), "geolimit_store_keys")
+	assert.Zero(t, ta.KeyTotal("r", "k"), "nothing counted")
+	assert.Zero(t, ta.Decisions("r", "allowed"))
+	assert.Zero(t, ta.Decisions("r", "denied"))
+	v, ok := servertest.MetricValue(ta.Scrape(), "geolimit_store_keys")
 	require.True(t, ok)
 	assert.Zero(t, v, "no key created")
 }
 
 func TestKeyView(t *testing.T) {
 	ta := startApp(t, rulesYAML)
-	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"/a/b c"}`).status)
-	ta.clk.Advance(time.Minute + 30*time.Second)
-	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"/a/b c"}`).status)
+	require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"/a/b c"}`).Status)
+	ta.Clk.Advance(time.Minute + 30*time.Second)
+	require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"/a/b c"}`).Status)
 
-	r := ta.get("/v1/keys/r/%2Fa%2Fb%20c")
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r := ta.Get("/v1/keys/r/%2Fa%2Fb%20c")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	var v struct {
 		Rule     string  `json:"rule"`
 		Key      string  `json:"key"`
@@ -244,7 +245,7 @@ func TestKeyView(t *testing.T) {
 			Replicas map[string]uint64 `json:"replicas"`
 		} `json:"windows"`
 	}
-	require.NoError(t, jsonUnmarshal(r.body, &v))
+	require.NoError(t, jsonUnmarshal(r.Body, &v))
 	assert.Equal(t, "r", v.Rule)
 	assert.Equal(t, "/a/b c", v.Key)
 	assert.EqualValues(t, 3, v.Limit)
@@ -258,46 +259,46 @@ func TestKeyView(t *testing.T) {
 		assert.Equal(t, map[string]uint64{testSelf.String(): 1}, win.Replicas)
 	}
 	// Viewing counts nothing.
-	r2 := ta.get("/v1/keys/r/%2Fa%2Fb%20c")
-	assert.Equal(t, string(r.body), string(r2.body))
+	r2 := ta.Get("/v1/keys/r/%2Fa%2Fb%20c")
+	assert.Equal(t, string(r.Body), string(r2.Body))
 
-	r = ta.get("/v1/keys/r/never-seen")
-	require.Equal(t, http.StatusOK, r.status)
-	assert.JSONEq(t, `{"rule":"r","key":"never-seen","limit":3,"estimate":0,"windows":[]}`, string(r.body))
+	r = ta.Get("/v1/keys/r/never-seen")
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.JSONEq(t, `{"rule":"r","key":"never-seen","limit":3,"estimate":0,"windows":[]}`, string(r.Body))
 }
 
 func TestShadowRule(t *testing.T) {
 	ta := startApp(t, rulesYAML)
 	for i := 0; i < 3; i++ {
-		r := ta.post("/v1/check", `{"rule":"shadow","key":"k"}`)
-		require.Equal(t, http.StatusOK, r.status, "shadow rules never deny")
-		assert.Equal(t, true, r.json(t)["allowed"])
+		r := ta.Post("/v1/check", `{"rule":"shadow","key":"k"}`)
+		require.Equal(t, http.StatusOK, r.Status, "shadow rules never deny")
+		assert.Equal(t, true, r.JSON(t)["allowed"])
 	}
-	assert.EqualValues(t, 1, ta.decisions("shadow", "allowed"))
-	assert.EqualValues(t, 2, ta.decisions("shadow", "shadow_denied"))
-	assert.EqualValues(t, 0, ta.decisions("shadow", "denied"))
-	assert.EqualValues(t, 1, ta.keyTotal("shadow", "k"), "what a shadow rule would deny is not counted")
+	assert.EqualValues(t, 1, ta.Decisions("shadow", "allowed"))
+	assert.EqualValues(t, 2, ta.Decisions("shadow", "shadow_denied"))
+	assert.EqualValues(t, 0, ta.Decisions("shadow", "denied"))
+	assert.EqualValues(t, 1, ta.KeyTotal("shadow", "k"), "what a shadow rule would deny is not counted")
 }
 
 func TestHealthStatus(t *testing.T) {
 	ta := startApp(t, rulesYAML)
-	r := ta.get("/healthz")
-	assert.Equal(t, http.StatusOK, r.status)
-	r = ta.get("/readyz")
-	assert.Equal(t, http.StatusOK, r.status)
-	assert.True(t, ta.Ready())
+	r := ta.Get("/healthz")
+	assert.Equal(t, http.StatusOK, r.Status)
+	r = ta.Get("/readyz")
+	assert.Equal(t, http.StatusOK, r.Status)
+	assert.True(t, ta.App.Ready())
 
-	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
-	r = ta.get("/v1/status")
-	require.Equal(t, http.StatusOK, r.status)
-	s := r.json(t)
+	require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
+	r = ta.Get("/v1/status")
+	require.Equal(t, http.StatusOK, r.Status)
+	s := r.JSON(t)
 	assert.Equal(t, testSelf.String(), s["replica"])
 	assert.Equal(t, "eu", s["region"])
 	assert.Equal(t, "ams", s["pop"])
 	assert.Equal(t, true, s["ready"])
 	assert.Equal(t, false, s["replication"])
 	assert.EqualValues(t, 1, s["keys"])
-	assert.Equal(t, ta.NATSURL(), s["nats_url"])
+	assert.Equal(t, ta.App.NATSURL(), s["nats_url"])
 	assert.Len(t, s["rules"], 3)
 	assert.Equal(t, []any{map[string]any{"name": "ams-1", "state": "alive"}}, s["members"])
 	assert.Equal(t, []any{}, s["remote_pops"])
@@ -307,11 +308,11 @@ func TestHealthStatus(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	ta := startApp(t, rulesYAML)
 	for i := 0; i < 5; i++ {
-		ta.post("/v1/check", `{"rule":"r","key":"k"}`)
+		ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
 	}
-	ta.post("/v1/check", `{"rule":"r","key":"other"}`)
-	ta.post("/v1/checks", `{"checks":[{"rule":"big","key":"x"},{"rule":"big","key":"y"}]}`)
-	mfs := ta.scrape()
+	ta.Post("/v1/check", `{"rule":"r","key":"other"}`)
+	ta.Post("/v1/checks", `{"checks":[{"rule":"big","key":"x"},{"rule":"big","key":"y"}]}`)
+	mfs := ta.Scrape()
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -335,12 +336,12 @@ func TestMetrics(t *testing.T) {
 		{"geolimit_config_reloads_total", []string{"result", "failed"}, 0},
 		{"geolimit_build_info", []string{"version", "test", "region", "eu", "pop", "ams", "node", "ams-1"}, 1},
 	} {
-		v, ok := metricValue(mfs, c.name, c.labels...)
+		v, ok := servertest.MetricValue(mfs, c.name, c.labels...)
 		if assert.True(t, ok, "%s%v missing", c.name, c.labels) {
 			assert.Equal(t, c.want, v, "%s%v", c.name, c.labels)
 		}
 	}
-	n, ok := metricValue(mfs, "geolimit_decision_duration_seconds", "endpoint", "check")
+	n, ok := servertest.MetricValue(mfs, "geolimit_decision_duration_seconds", "endpoint", "check")
 	require.True(t, ok)
 	assert.LessOrEqual(t, n, 6.0, "/v1/check latency is sampled")
 	assert.Contains(t, mfs, "go_goroutines", "own registry carries the Go collector")
@@ -357,12 +358,12 @@ func TestEvictionMetrics(t *testing.T) {
 		fmt.Fprintf(&sb, `{"rule":"big","key":"k%d"}`, i)
 	}
 	sb.WriteString(`]}`)
-	r := ta.post("/v1/checks", sb.String())
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	mfs := ta.scrape()
-	ev, ok1 := metricValue(mfs, "geolimit_store_evicted_keys_total")
-	un, ok2 := metricValue(mfs, "geolimit_store_untracked_keys_total")
-	keys, ok3 := metricValue(mfs, "geolimit_store_keys")
+	r := ta.Post("/v1/checks", sb.String())
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	mfs := ta.Scrape()
+	ev, ok1 := servertest.MetricValue(mfs, "geolimit_store_evicted_keys_total")
+	un, ok2 := servertest.MetricValue(mfs, "geolimit_store_untracked_keys_total")
+	keys, ok3 := servertest.MetricValue(mfs, "geolimit_store_keys")
 	require.True(t, ok1 && ok2 && ok3)
 	assert.Positive(t, ev+un, "500 keys into a store of 64 evict or leave keys untracked")
 	assert.Less(t, keys, 500.0)
@@ -382,21 +383,21 @@ func TestReplicatorHook(t *testing.T) {
 		}
 	})
 	assert.True(t, fr.started.Load())
-	assert.Same(t, ta.Node(), env.Node)
-	assert.Equal(t, ta.NATSURL(), env.NATSURL)
+	assert.Same(t, ta.App.Node(), env.Node)
+	assert.Equal(t, ta.App.NATSURL(), env.NATSURL)
 	assert.NotNil(t, env.NATS)
 	assert.NotNil(t, env.Registry)
-	r := ta.get("/v1/status")
+	r := ta.Get("/v1/status")
 	// The identity fields' names and order are a contract with users.
-	assert.Regexp(t, `^\{"replica":"[^"]+","node":"[^"]+","region":"[^"]+","pop":"[^"]+","incarnation":\d+,`, string(r.body))
-	assert.Contains(t, string(r.body), `"remote_pops":[{"region":"us","pop":"iad","last_heard_ms":3000,"partitioned":true,"expected":false}]`)
-	s := r.json(t)
+	assert.Regexp(t, `^\{"replica":"[^"]+","node":"[^"]+","region":"[^"]+","pop":"[^"]+","incarnation":\d+,`, string(r.Body))
+	assert.Contains(t, string(r.Body), `"remote_pops":[{"region":"us","pop":"iad","last_heard_ms":3000,"partitioned":true,"expected":false}]`)
+	s := r.JSON(t)
 	assert.Equal(t, true, s["replication"])
 	assert.Equal(t, []any{"us/iad"}, s["partitions"])
 	assert.Len(t, s["members"], 2)
-	require.NoError(t, ta.Shutdown(t.Context()))
+	require.NoError(t, ta.App.Shutdown(t.Context()))
 	assert.True(t, fr.closed.Load())
-	assert.False(t, ta.Ready())
+	assert.False(t, ta.App.Ready())
 }
 
 type fakeReplicator struct {
@@ -415,25 +416,25 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 func TestChunkedBody(t *testing.T) {
 	ta := startApp(t, rulesYAML+"limits: {max_body_bytes: 512}\n")
 	send := func(body string) resp {
-		req, err := http.NewRequest("POST", ta.api+"/v1/check", io.MultiReader(strings.NewReader(body)))
+		req, err := http.NewRequest("POST", ta.API+"/v1/check", io.MultiReader(strings.NewReader(body)))
 		require.NoError(t, err)
 		require.EqualValues(t, 0, req.ContentLength, "sent chunked")
-		res, err := ta.c.Do(req)
+		res, err := ta.Client.Do(req)
 		require.NoError(t, err)
 		defer res.Body.Close()
 		b, err := io.ReadAll(res.Body)
 		require.NoError(t, err)
-		return resp{status: res.StatusCode, header: res.Header, body: b}
+		return resp{Status: res.StatusCode, Header: res.Header, Body: b}
 	}
 	r := send(`{"rule":"r","key":"chunked"}`)
-	assert.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	assert.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	r = send(`{"rule":"r","key":"chunked","pad":"` + strings.Repeat("x", 1000) + `"}`)
-	assert.Equal(t, http.StatusRequestEntityTooLarge, r.status, "%s", r.body)
-	assert.EqualValues(t, 1, ta.keyTotal("r", "chunked"))
+	assert.Equal(t, http.StatusRequestEntityTooLarge, r.Status, "%s", r.Body)
+	assert.EqualValues(t, 1, ta.KeyTotal("r", "chunked"))
 }
 
 func TestRunUntilCancel(t *testing.T) {
-	cfg, err := config.Parse([]byte(withBase(rulesYAML)))
+	cfg, err := config.Parse([]byte(servertest.WithBase(rulesYAML)))
 	require.NoError(t, err)
 	app, err := New(Options{Config: cfg, Self: testSelf})
 	require.NoError(t, err)
@@ -462,7 +463,7 @@ func TestNewErrors(t *testing.T) {
 
 	// A listener that cannot bind fails Start and releases everything.
 	ta := startApp(t, rulesYAML)
-	cfg2, err := config.Parse([]byte("listen: {api: \"" + ta.APIAddr().String() + "\"}\nnats: {embedded: {listen: \"127.0.0.1:-1\"}}\n"))
+	cfg2, err := config.Parse([]byte("listen: {api: \"" + ta.App.APIAddr().String() + "\"}\nnats: {embedded: {listen: \"127.0.0.1:-1\"}}\n"))
 	require.NoError(t, err)
 	app, err := New(Options{Config: cfg2, Self: testSelf})
 	require.NoError(t, err)
@@ -474,21 +475,21 @@ func TestNewErrors(t *testing.T) {
 func TestCheckKeyNotUTF8(t *testing.T) {
 	ta := startApp(t, rulesYAML)
 	for _, k := range []string{"\xff", "\xfe", "a\xc3"} {
-		r := ta.post("/v1/check", `{"rule":"r","key":"`+k+`"}`)
-		assert.Equal(t, http.StatusBadRequest, r.status, "%q", k)
-		assert.Contains(t, string(r.body), "key: not valid UTF-8")
+		r := ta.Post("/v1/check", `{"rule":"r","key":"`+k+`"}`)
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%q", k)
+		assert.Contains(t, string(r.Body), "key: not valid UTF-8")
 	}
-	r := ta.post("/v1/check", `{"rule":"r","key":"caf\u00e9"}`)
-	assert.Equal(t, http.StatusOK, r.status, "escaped non-ASCII is fine: %s", r.body)
-	r = ta.post("/v1/check", `{"rule":"r","key":"café"}`)
-	assert.Equal(t, http.StatusOK, r.status, "raw UTF-8 too: %s", r.body)
+	r := ta.Post("/v1/check", `{"rule":"r","key":"caf\u00e9"}`)
+	assert.Equal(t, http.StatusOK, r.Status, "escaped non-ASCII is fine: %s", r.Body)
+	r = ta.Post("/v1/check", `{"rule":"r","key":"café"}`)
+	assert.Equal(t, http.StatusOK, r.Status, "raw UTF-8 too: %s", r.Body)
 }
 
 // http.max_connections caps the open connections of a listener: with two
 // idle keep-alive connections open, a third client waits until one closes.
 func TestMaxConnections(t *testing.T) {
 	ta := startApp(t, "http: {max_connections: 2}\n"+rulesYAML)
-	addr := ta.APIAddr().String()
+	addr := ta.App.APIAddr().String()
 	var idle []net.Conn
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
@@ -533,9 +534,9 @@ func TestMaxConnections(t *testing.T) {
 func TestMaxConnectionsPerClient(t *testing.T) {
 	ta := startApp(t, "http: {max_connections_per_client: 2}\n"+rulesYAML)
 	// The test's own requests come from another address.
-	ta.c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	ta.Client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
-	addr := ta.APIAddr().String()
+	addr := ta.App.APIAddr().String()
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
@@ -548,7 +549,7 @@ func TestMaxConnectionsPerClient(t *testing.T) {
 		require.NoError(t, err)
 	}
 	refused := func() float64 {
-		v, _ := metricValue(ta.scrape(), "geolimit_connections_refused_total")
+		v, _ := servertest.MetricValue(ta.Scrape(), "geolimit_connections_refused_total")
 		return v
 	}
 	require.Eventually(t, func() bool {
@@ -560,5 +561,5 @@ func TestMaxConnectionsPerClient(t *testing.T) {
 		_, err := http.ReadResponse(bufio.NewReader(c), nil)
 		return err != nil && refused() >= 1
 	}, 10*time.Second, 10*time.Millisecond, "a third connection from the same address is closed")
-	assert.Equal(t, http.StatusOK, ta.get("/healthz").status, "another address is served")
+	assert.Equal(t, http.StatusOK, ta.Get("/healthz").Status, "another address is served")
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -25,8 +26,8 @@ rules:
 
 // fa sends a forward-auth request (method and path of the question itself).
 func (ta *testApp) fa(method, path string, hdr ...string) resp {
-	ta.t.Helper()
-	return ta.do(method, "http://"+ta.ForwardAuthAddr().String()+path, "", hdr...)
+	ta.T.Helper()
+	return ta.Do(method, "http://"+ta.App.ForwardAuthAddr().String()+path, "", hdr...)
 }
 
 // fwdHeaders returns the headers a trusted proxy sends to describe a request.
@@ -43,38 +44,38 @@ func TestForwardAuthAllowDeny(t *testing.T) {
 	// others may not.
 	for i, m := range []string{"GET", "POST"} {
 		r := ta.fa(m, "/auth", fwdHeaders("GET", "/api/x?page=2", "198.51.100.9")...)
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		assert.Empty(t, r.body)
-		assert.Equal(t, `"per-ip";q=2;w=60`, r.header.Get("RateLimit-Policy"))
-		assert.EqualValues(t, 1-i, headerInt(t, r.header, "X-RateLimit-Remaining"))
-		assert.Empty(t, r.header.Get("Retry-After"))
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Empty(t, r.Body)
+		assert.Equal(t, `"per-ip";q=2;w=60`, r.Header.Get("RateLimit-Policy"))
+		assert.EqualValues(t, 1-i, headerInt(t, r.Header, "X-RateLimit-Remaining"))
+		assert.Empty(t, r.Header.Get("Retry-After"))
 	}
 	r := ta.fa("HEAD", "/", fwdHeaders("GET", "/api/x", "198.51.100.9")...)
-	require.Equal(t, http.StatusTooManyRequests, r.status)
-	retry := headerInt(t, r.header, "Retry-After")
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
+	retry := headerInt(t, r.Header, "Retry-After")
 	assert.Positive(t, retry)
-	name, p := parseItem(t, r.header.Get("RateLimit"))
+	name, p := parseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, "per-ip", name)
 	assert.Equal(t, map[string]int64{"r": 0, "t": retry}, p)
 
 	r = ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.9")...)
-	require.Equal(t, http.StatusTooManyRequests, r.status)
-	body := r.json(t)
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
+	body := r.JSON(t)
 	assert.Equal(t, "rate limited", body["error"])
 	assert.Equal(t, "per-ip", body["rule"])
-	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+	assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
 
 	// Another client, and a path no rule matches.
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.10")...).status)
+	require.Equal(t, http.StatusOK, ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.10")...).Status)
 	r = ta.fa("GET", "/", fwdHeaders("GET", "/static/app.js", "198.51.100.9")...)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Empty(t, r.header.Get("RateLimit"))
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Empty(t, r.Header.Get("RateLimit"))
 
-	assert.EqualValues(t, 2, ta.keyTotal("per-ip", "198.51.100.9"))
-	assert.EqualValues(t, 1, ta.keyTotal("per-ip", "198.51.100.10"))
-	assert.EqualValues(t, 0, ta.keyTotal("per-ip", "127.0.0.1"), "the proxy's own address is never the key")
-	assert.EqualValues(t, 2, ta.decisions("per-ip", "denied"))
-	v, ok := metricValue(ta.scrape(), "geolimit_decision_duration_seconds", "endpoint", "forward_auth")
+	assert.EqualValues(t, 2, ta.KeyTotal("per-ip", "198.51.100.9"))
+	assert.EqualValues(t, 1, ta.KeyTotal("per-ip", "198.51.100.10"))
+	assert.EqualValues(t, 0, ta.KeyTotal("per-ip", "127.0.0.1"), "the proxy's own address is never the key")
+	assert.EqualValues(t, 2, ta.Decisions("per-ip", "denied"))
+	v, ok := servertest.MetricValue(ta.Scrape(), "geolimit_decision_duration_seconds", "endpoint", "forward_auth")
 	require.True(t, ok)
 	assert.EqualValues(t, 6, v)
 }
@@ -88,18 +89,18 @@ func TestForwardAuthOriginal(t *testing.T) {
 	nginx := func(method, uri string) []string {
 		return []string{"X-Original-Method", method, "X-Original-URI", uri, "X-Forwarded-For", "203.0.113.7", "X-Forwarded-Host", "Shop.Example.com:443"}
 	}
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("POST", "/login")...).status)
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("GET", "/login")...).status)
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("POST", "/static/../login/%2e/")...).status)
-	assert.EqualValues(t, 1, ta.keyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login")))
-	assert.EqualValues(t, 1, ta.keyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login/")),
+	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("POST", "/login")...).Status)
+	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("GET", "/login")...).Status)
+	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("POST", "/static/../login/%2e/")...).Status)
+	assert.EqualValues(t, 1, ta.KeyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login")))
+	assert.EqualValues(t, 1, ta.KeyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login/")),
 		"dot segments are resolved as in proxy mode")
-	assert.EqualValues(t, 2, ta.decisions("login", "allowed"), "the GET matched no rule")
+	assert.EqualValues(t, 2, ta.Decisions("login", "allowed"), "the GET matched no rule")
 
 	// Both spellings may be sent when they agree.
 	r := ta.fa("GET", "/", append(nginx("POST", "/login"), "X-Forwarded-Method", "POST", "X-Forwarded-Uri", "/login")...)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.EqualValues(t, 2, ta.keyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login")))
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.EqualValues(t, 2, ta.KeyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login")))
 }
 
 // TestForwardAuthUntrusted: from a peer outside trusted_proxies the
@@ -111,13 +112,13 @@ func TestForwardAuthUntrusted(t *testing.T) {
   - {name: api, limit: 10, window: 1m, match: {path_prefix: /api, host: app.example.com}}
 `, ""), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	r := ta.fa("GET", "/static", fwdHeaders("GET", "/api/x", "198.51.100.9")...)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Empty(t, r.header.Get("RateLimit"), "the untrusted X-Forwarded-Uri is not believed")
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Empty(t, r.Header.Get("RateLimit"), "the untrusted X-Forwarded-Uri is not believed")
 	r = ta.fa("GET", "/api/y", append(fwdHeaders("GET", "/static", "198.51.100.9"), "Host", "app.example.com")...)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, `"api";q=10;w=60`, r.header.Get("RateLimit-Policy"), "the request line is judged")
-	assert.EqualValues(t, 1, ta.keyTotal("api", "127.0.0.1"), "the peer's address is the key")
-	assert.EqualValues(t, 0, ta.keyTotal("api", "198.51.100.9"))
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, `"api";q=10;w=60`, r.Header.Get("RateLimit-Policy"), "the request line is judged")
+	assert.EqualValues(t, 1, ta.KeyTotal("api", "127.0.0.1"), "the peer's address is the key")
+	assert.EqualValues(t, 0, ta.KeyTotal("api", "198.51.100.9"))
 	assert.Equal(t, 1, strings.Count(logs.String(), "add the proxy's address to proxy.trusted_proxies"),
 		"a likely missing trusted proxy is logged, once")
 }
@@ -128,15 +129,15 @@ func TestForwardAuthDenyStatus(t *testing.T) {
 	ask := func(more ...string) resp {
 		return ta.fa("GET", "/", fwdHeaders("GET", "/", "198.51.100.9", more...)...)
 	}
-	require.Equal(t, http.StatusOK, ask().status)
+	require.Equal(t, http.StatusOK, ask().Status)
 	r := ask()
-	require.Equal(t, http.StatusForbidden, r.status, "forward_auth.deny_status")
-	assert.Positive(t, headerInt(t, r.header, "Retry-After"))
-	assert.Equal(t, "rate limited", r.json(t)["error"])
+	require.Equal(t, http.StatusForbidden, r.Status, "forward_auth.deny_status")
+	assert.Positive(t, headerInt(t, r.Header, "Retry-After"))
+	assert.Equal(t, "rate limited", r.JSON(t)["error"])
 	r = ask("X-Geolimit-Deny-Status", "401")
-	require.Equal(t, http.StatusUnauthorized, r.status, "the request's own status")
-	assert.Positive(t, headerInt(t, r.header, "Retry-After"))
-	require.Equal(t, http.StatusTooManyRequests, ask("X-Geolimit-Deny-Status", " 429 ").status)
+	require.Equal(t, http.StatusUnauthorized, r.Status, "the request's own status")
+	assert.Positive(t, headerInt(t, r.Header, "Retry-After"))
+	require.Equal(t, http.StatusTooManyRequests, ask("X-Geolimit-Deny-Status", " 429 ").Status)
 
 	for _, bad := range [][]string{
 		{"X-Geolimit-Deny-Status", "500"},
@@ -145,15 +146,15 @@ func TestForwardAuthDenyStatus(t *testing.T) {
 		{"X-Geolimit-Deny-Status", "403", "X-Geolimit-Deny-Status", "401"},
 	} {
 		r := ask(bad...)
-		require.Equal(t, http.StatusBadRequest, r.status, "%q", bad)
-		assert.Contains(t, r.json(t)["error"], "X-Geolimit-Deny-Status: ")
+		require.Equal(t, http.StatusBadRequest, r.Status, "%q", bad)
+		assert.Contains(t, r.JSON(t)["error"], "X-Geolimit-Deny-Status: ")
 	}
-	assert.EqualValues(t, 3, ta.decisions("one", "denied"), "bad requests are not decided")
+	assert.EqualValues(t, 3, ta.Decisions("one", "denied"), "bad requests are not decided")
 
 	// A reload applies a new default.
-	ta.writeConfig(forwardAuthYAML("127.0.0.1", rules, "forward_auth: {deny_status: 401}"))
-	require.NoError(t, ta.Reload())
-	require.Equal(t, http.StatusUnauthorized, ask().status)
+	ta.WriteConfig(forwardAuthYAML("127.0.0.1", rules, "forward_auth: {deny_status: 401}"))
+	require.NoError(t, ta.App.Reload())
+	require.Equal(t, http.StatusUnauthorized, ask().Status)
 }
 
 // TestForwardAuthBadOrigin: an ambiguous or malformed description is a
@@ -182,11 +183,11 @@ func TestForwardAuthBadOrigin(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := ta.fa("GET", "/", tt.hdr...)
-			require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
-			assert.Contains(t, r.json(t)["error"], tt.want)
+			require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+			assert.Contains(t, r.JSON(t)["error"], tt.want)
 		})
 	}
-	assert.EqualValues(t, 0, ta.decisions("all", "allowed"))
+	assert.EqualValues(t, 0, ta.Decisions("all", "allowed"))
 }
 
 // TestForwardAuthAND: the proxy mode's AND, binding rule, shadow rules
@@ -199,21 +200,21 @@ func TestForwardAuthAND(t *testing.T) {
 `, ""))
 	ask := func(uri string) resp { return ta.fa("GET", "/", fwdHeaders("GET", uri, "198.51.100.9")...) }
 	r := ask("/api")
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, `"narrow";q=2;w=60`, r.header.Get("RateLimit-Policy"), "the rule with the least remaining binds")
-	require.Equal(t, http.StatusOK, ask("/api").status, "a shadow rule over its limit still admits")
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, `"narrow";q=2;w=60`, r.Header.Get("RateLimit-Policy"), "the rule with the least remaining binds")
+	require.Equal(t, http.StatusOK, ask("/api").Status, "a shadow rule over its limit still admits")
 	for i := 0; i < 3; i++ {
 		r = ask("/api")
-		require.Equal(t, http.StatusTooManyRequests, r.status)
-		assert.Equal(t, `"narrow";q=2;w=60`, r.header.Get("RateLimit-Policy"))
+		require.Equal(t, http.StatusTooManyRequests, r.Status)
+		assert.Equal(t, `"narrow";q=2;w=60`, r.Header.Get("RateLimit-Policy"))
 	}
-	assert.EqualValues(t, 2, ta.keyTotal("wide", "198.51.100.9"), "denied requests spent nothing of the wider rule")
-	assert.EqualValues(t, 1, ta.keyTotal("watch", "198.51.100.9"))
-	assert.EqualValues(t, 1, ta.decisions("watch", "shadow_denied"))
-	assert.EqualValues(t, 3, ta.decisions("narrow", "denied"))
+	assert.EqualValues(t, 2, ta.KeyTotal("wide", "198.51.100.9"), "denied requests spent nothing of the wider rule")
+	assert.EqualValues(t, 1, ta.KeyTotal("watch", "198.51.100.9"))
+	assert.EqualValues(t, 1, ta.Decisions("watch", "shadow_denied"))
+	assert.EqualValues(t, 3, ta.Decisions("narrow", "denied"))
 	r = ask("/other")
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, `"wide";q=10;w=60`, r.header.Get("RateLimit-Policy"))
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, `"wide";q=10;w=60`, r.Header.Get("RateLimit-Policy"))
 }
 
 // TestForwardAuthInjection: header values are data. Values that, pasted
@@ -233,30 +234,30 @@ func TestForwardAuthInjection(t *testing.T) {
 		return ta.fa("GET", "/", fwdHeaders("GET", "/api", "198.51.100.9", append([]string{"X-Customer", customer}, more...)...)...)
 	}
 	for i := 0; i < 2; i++ {
-		require.Equal(t, http.StatusOK, ask(toOther).status)
-		require.Equal(t, http.StatusOK, ask(toShadow).status)
+		require.Equal(t, http.StatusOK, ask(toOther).Status)
+		require.Equal(t, http.StatusOK, ask(toShadow).Status)
 	}
-	require.Equal(t, http.StatusTooManyRequests, ask(toOther).status, "the injected value is its own key, limited by its rule")
-	require.Equal(t, http.StatusTooManyRequests, ask(toShadow).status, "and stays under the enforce rule")
-	assert.EqualValues(t, 2, ta.keyTotal("per-customer", url.PathEscape(toOther)))
-	assert.EqualValues(t, 2, ta.keyTotal("per-customer", url.PathEscape(toShadow)))
-	assert.EqualValues(t, 0, ta.keyTotal("per-customer", "other-customer"))
-	assert.EqualValues(t, 0, ta.keyTotal("per-customer", "mine"))
-	assert.EqualValues(t, 0, ta.keyTotal("per-customer", "zzz"))
-	require.Equal(t, http.StatusOK, ask("other-customer").status, "the other customer's quota is whole")
+	require.Equal(t, http.StatusTooManyRequests, ask(toOther).Status, "the injected value is its own key, limited by its rule")
+	require.Equal(t, http.StatusTooManyRequests, ask(toShadow).Status, "and stays under the enforce rule")
+	assert.EqualValues(t, 2, ta.KeyTotal("per-customer", url.PathEscape(toOther)))
+	assert.EqualValues(t, 2, ta.KeyTotal("per-customer", url.PathEscape(toShadow)))
+	assert.EqualValues(t, 0, ta.KeyTotal("per-customer", "other-customer"))
+	assert.EqualValues(t, 0, ta.KeyTotal("per-customer", "mine"))
+	assert.EqualValues(t, 0, ta.KeyTotal("per-customer", "zzz"))
+	require.Equal(t, http.StatusOK, ask("other-customer").Status, "the other customer's quota is whole")
 
 	// In the URI and the client address.
 	r := ta.fa("GET", "/", fwdHeaders("GET", "/x?"+url.QueryEscape(toShadow), toOther, "X-Customer", "c1")...)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.EqualValues(t, 1, ta.keyTotal("per-path", url.PathEscape("/x")), "the query is not part of the path")
-	assert.EqualValues(t, 1, ta.keyTotal("shadow-all", "127.0.0.1"),
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.EqualValues(t, 1, ta.KeyTotal("per-path", url.PathEscape("/x")), "the query is not part of the path")
+	assert.EqualValues(t, 1, ta.KeyTotal("shadow-all", "127.0.0.1"),
 		"an unparsable X-Forwarded-For entry stops the walk at the trusted proxy")
 	r = ta.fa("GET", "/", fwdHeaders("GET", "/"+url.PathEscape(toOther), "198.51.100.9")...)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.EqualValues(t, 1, ta.keyTotal("per-path", url.PathEscape("/"+toOther)))
-	assert.EqualValues(t, 6, ta.keyTotal("shadow-all", "198.51.100.9"), "every allowed request counted once on the shadow rule")
-	assert.Zero(t, ta.decisions("shadow-all", "shadow_denied"))
-	assert.Empty(t, strings.TrimSpace(string(r.body)))
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.EqualValues(t, 1, ta.KeyTotal("per-path", url.PathEscape("/"+toOther)))
+	assert.EqualValues(t, 6, ta.KeyTotal("shadow-all", "198.51.100.9"), "every allowed request counted once on the shadow rule")
+	assert.Zero(t, ta.Decisions("shadow-all", "shadow_denied"))
+	assert.Empty(t, strings.TrimSpace(string(r.Body)))
 }
 
 // A raw fragment in the described URI (nginx's $request_uri keeps one,
@@ -267,10 +268,10 @@ func TestForwardAuthFragment(t *testing.T) {
   - {name: api, limit: 1, window: 1m, match: {path_prefix: /api/}}
   - {name: per-path, limit: 100, window: 1m, key: path}
 `, ""))
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.9")...).status)
+	require.Equal(t, http.StatusOK, ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.9")...).Status)
 	for _, uri := range []string{"/api/x#/../../o1", "/api/x#frag", "/api/x?a=1#/../../o2"} {
 		r := ta.fa("GET", "/", fwdHeaders("GET", uri, "198.51.100.9")...)
-		assert.Equal(t, http.StatusTooManyRequests, r.status, "%s: judged as /api/x", uri)
+		assert.Equal(t, http.StatusTooManyRequests, r.Status, "%s: judged as /api/x", uri)
 	}
-	assert.EqualValues(t, 1, ta.keyTotal("per-path", url.PathEscape("/api/x")))
+	assert.EqualValues(t, 1, ta.KeyTotal("per-path", url.PathEscape("/api/x")))
 }

@@ -31,15 +31,15 @@ func TestLongValueCountsAlikeThroughEveryFrontEnd(t *testing.T) {
 	ta := startApp(t, keysYAML(up.URL))
 	long := strings.Repeat("v", 600)
 	for range 2 {
-		require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "X-Token", long).status)
+		require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "X-Token", long).Status)
 	}
-	r := ta.post("/v1/check", `{"rule":"tok","key":"`+long+`"}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.EqualValues(t, 0, r.json(t)["remaining"])
-	assert.Equal(t, long, r.json(t)["key"], "the answer names the value sent")
-	assert.Equal(t, http.StatusTooManyRequests, ta.post("/v1/check", `{"rule":"tok","key":"`+long+`"}`).status)
-	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/", "X-Token", long).status)
-	assert.EqualValues(t, 3, ta.keyTotal("tok", url.PathEscape(long)), "GET /v1/keys looks the value up as it is counted")
+	r := ta.Post("/v1/check", `{"rule":"tok","key":"`+long+`"}`)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.EqualValues(t, 0, r.JSON(t)["remaining"])
+	assert.Equal(t, long, r.JSON(t)["key"], "the answer names the value sent")
+	assert.Equal(t, http.StatusTooManyRequests, ta.Post("/v1/check", `{"rule":"tok","key":"`+long+`"}`).Status)
+	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/", "X-Token", long).Status)
+	assert.EqualValues(t, 3, ta.KeyTotal("tok", url.PathEscape(long)), "GET /v1/keys looks the value up as it is counted")
 }
 
 // A client cannot spell a key that collides with a hashed one: an API key
@@ -51,13 +51,13 @@ func TestHashedLookalikeKeyIsItsOwnCounter(t *testing.T) {
 	sum := sha256.Sum256([]byte(long))
 	forged := "sha256:" + hex.EncodeToString(sum[:])
 	for range 3 {
-		require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"tok","key":"`+forged+`"}`).status)
+		require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"tok","key":"`+forged+`"}`).Status)
 	}
-	assert.Equal(t, http.StatusTooManyRequests, ta.post("/v1/check", `{"rule":"tok","key":"`+forged+`"}`).status)
-	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/", "X-Token", forged).status, "one counter through the proxy too")
+	assert.Equal(t, http.StatusTooManyRequests, ta.Post("/v1/check", `{"rule":"tok","key":"`+forged+`"}`).Status)
+	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/", "X-Token", forged).Status, "one counter through the proxy too")
 	r := ta.proxy("GET", "/", "X-Token", long)
-	require.Equal(t, http.StatusOK, r.status, "the long value's budget is untouched")
-	assert.Equal(t, "2", r.header.Get("X-RateLimit-Remaining"))
-	assert.EqualValues(t, 3, ta.keyTotal("tok", forged))
-	assert.EqualValues(t, 1, ta.keyTotal("tok", url.PathEscape(long)))
+	require.Equal(t, http.StatusOK, r.Status, "the long value's budget is untouched")
+	assert.Equal(t, "2", r.Header.Get("X-RateLimit-Remaining"))
+	assert.EqualValues(t, 3, ta.KeyTotal("tok", forged))
+	assert.EqualValues(t, 1, ta.KeyTotal("tok", url.PathEscape(long)))
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -55,8 +56,8 @@ rules:
 }
 
 func (ta *testApp) proxy(method, path string, hdr ...string) resp {
-	ta.t.Helper()
-	return ta.do(method, "http://"+ta.ProxyAddr().String()+path, "", hdr...)
+	ta.T.Helper()
+	return ta.Do(method, "http://"+ta.App.ProxyAddr().String()+path, "", hdr...)
 }
 
 func TestProxyDeny(t *testing.T) {
@@ -66,37 +67,37 @@ func TestProxyDeny(t *testing.T) {
 `))
 	for i := 0; i < 2; i++ {
 		r := ta.proxy("GET", "/api/x")
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		assert.Equal(t, "hello from upstream GET /api/x", string(r.body))
-		assert.Equal(t, "yes", r.header.Get("X-Upstream"))
-		assert.Equal(t, `"per-ip";q=2;w=60`, r.header.Get("RateLimit-Policy"))
-		_, p := parseItem(t, r.header.Get("RateLimit"))
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Equal(t, "hello from upstream GET /api/x", string(r.Body))
+		assert.Equal(t, "yes", r.Header.Get("X-Upstream"))
+		assert.Equal(t, `"per-ip";q=2;w=60`, r.Header.Get("RateLimit-Policy"))
+		_, p := parseItem(t, r.Header.Get("RateLimit"))
 		assert.EqualValues(t, 1-i, p["r"])
-		assert.EqualValues(t, 1-i, headerInt(t, r.header, "X-RateLimit-Remaining"))
+		assert.EqualValues(t, 1-i, headerInt(t, r.Header, "X-RateLimit-Remaining"))
 	}
 	r := ta.proxy("GET", "/api/x")
-	require.Equal(t, http.StatusTooManyRequests, r.status)
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	assert.Equal(t, 2, up.count(), "the denied request never reached the upstream")
-	body := r.json(t)
+	body := r.JSON(t)
 	assert.Equal(t, "rate limited", body["error"])
 	assert.Equal(t, "per-ip", body["rule"])
-	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
-	retry := headerInt(t, r.header, "Retry-After")
+	assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+	retry := headerInt(t, r.Header, "Retry-After")
 	assert.Positive(t, retry)
-	assert.Equal(t, `"per-ip";q=2;w=60`, r.header.Get("RateLimit-Policy"))
-	name, p := parseItem(t, r.header.Get("RateLimit"))
+	assert.Equal(t, `"per-ip";q=2;w=60`, r.Header.Get("RateLimit-Policy"))
+	name, p := parseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, "per-ip", name)
 	assert.Equal(t, map[string]int64{"r": 0, "t": retry}, p)
-	assert.EqualValues(t, 2, headerInt(t, r.header, "X-RateLimit-Limit"))
-	assert.EqualValues(t, 0, headerInt(t, r.header, "X-RateLimit-Remaining"))
-	assert.Equal(t, retry, headerInt(t, r.header, "X-RateLimit-Reset"))
+	assert.EqualValues(t, 2, headerInt(t, r.Header, "X-RateLimit-Limit"))
+	assert.EqualValues(t, 0, headerInt(t, r.Header, "X-RateLimit-Remaining"))
+	assert.Equal(t, retry, headerInt(t, r.Header, "X-RateLimit-Reset"))
 
 	// Paths the rule does not match pass without RateLimit fields.
 	r = ta.proxy("GET", "/static/app.js")
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Empty(t, r.header.Get("RateLimit"))
-	assert.EqualValues(t, 2, ta.keyTotal("per-ip", "127.0.0.1"))
-	assert.EqualValues(t, 1, ta.decisions("per-ip", "denied"))
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Empty(t, r.Header.Get("RateLimit"))
+	assert.EqualValues(t, 2, ta.KeyTotal("per-ip", "127.0.0.1"))
+	assert.EqualValues(t, 1, ta.Decisions("per-ip", "denied"))
 }
 
 func TestProxyMatchAndKeys(t *testing.T) {
@@ -115,16 +116,16 @@ func TestProxyMatchAndKeys(t *testing.T) {
 	ta.proxy("GET", "/p/one")
 	ta.proxy("GET", "/p/one")
 	ta.proxy("GET", "/c", "X-Api-Key", "t2")
-	assert.EqualValues(t, 1, ta.keyTotal("token", "t1"))
-	assert.EqualValues(t, 1, ta.keyTotal("host", "example.com"))
-	assert.EqualValues(t, 0, ta.keyTotal("host", "other.org"))
-	assert.EqualValues(t, 2, ta.keyTotal("path", "%2Fp%2Fone"))
-	assert.EqualValues(t, 1, ta.keyTotal("combo", "127.0.0.1%7Ct2"))
+	assert.EqualValues(t, 1, ta.KeyTotal("token", "t1"))
+	assert.EqualValues(t, 1, ta.KeyTotal("host", "example.com"))
+	assert.EqualValues(t, 0, ta.KeyTotal("host", "other.org"))
+	assert.EqualValues(t, 2, ta.KeyTotal("path", "%2Fp%2Fone"))
+	assert.EqualValues(t, 1, ta.KeyTotal("combo", "127.0.0.1%7Ct2"))
 	assert.Equal(t, 8, up.count())
 
 	long := "/p/" + strings.Repeat("x", 300)
-	require.Equal(t, http.StatusOK, ta.proxy("GET", long).status)
-	assert.EqualValues(t, 1, ta.keyTotal("path", url.PathEscape(long)), "long keys are hashed, and looked up by their value")
+	require.Equal(t, http.StatusOK, ta.proxy("GET", long).Status)
+	assert.EqualValues(t, 1, ta.KeyTotal("path", url.PathEscape(long)), "long keys are hashed, and looked up by their value")
 }
 
 // TestProxyAND: every applicable rule is checked; a request denied by one
@@ -137,25 +138,25 @@ func TestProxyAND(t *testing.T) {
   - {name: watch, limit: 1, window: 1m, mode: shadow}
 `))
 	r := ta.proxy("GET", "/api")
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, `"narrow";q=2;w=60`, r.header.Get("RateLimit-Policy"), "the rule with the least remaining binds")
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, `"narrow";q=2;w=60`, r.Header.Get("RateLimit-Policy"), "the rule with the least remaining binds")
 	r = ta.proxy("GET", "/api")
-	require.Equal(t, http.StatusOK, r.status, "shadow rule over its limit still admits")
+	require.Equal(t, http.StatusOK, r.Status, "shadow rule over its limit still admits")
 	for i := 0; i < 3; i++ {
 		r = ta.proxy("GET", "/api")
-		require.Equal(t, http.StatusTooManyRequests, r.status)
-		assert.Equal(t, `"narrow";q=2;w=60`, r.header.Get("RateLimit-Policy"))
+		require.Equal(t, http.StatusTooManyRequests, r.Status)
+		assert.Equal(t, `"narrow";q=2;w=60`, r.Header.Get("RateLimit-Policy"))
 	}
-	assert.EqualValues(t, 2, ta.keyTotal("wide", "127.0.0.1"), "denied requests spent nothing of the wider rule")
-	assert.EqualValues(t, 1, ta.keyTotal("watch", "127.0.0.1"))
-	assert.EqualValues(t, 1, ta.decisions("watch", "shadow_denied"))
-	assert.EqualValues(t, 3, ta.decisions("narrow", "denied"))
-	assert.EqualValues(t, 2, ta.decisions("wide", "allowed"))
+	assert.EqualValues(t, 2, ta.KeyTotal("wide", "127.0.0.1"), "denied requests spent nothing of the wider rule")
+	assert.EqualValues(t, 1, ta.KeyTotal("watch", "127.0.0.1"))
+	assert.EqualValues(t, 1, ta.Decisions("watch", "shadow_denied"))
+	assert.EqualValues(t, 3, ta.Decisions("narrow", "denied"))
+	assert.EqualValues(t, 2, ta.Decisions("wide", "allowed"))
 	assert.Equal(t, 2, up.count())
 
 	r = ta.proxy("GET", "/other")
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, `"wide";q=10;w=60`, r.header.Get("RateLimit-Policy"))
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, `"wide";q=10;w=60`, r.Header.Get("RateLimit-Policy"))
 }
 
 func TestProxyUpstreamDown(t *testing.T) {
@@ -166,9 +167,9 @@ func TestProxyUpstreamDown(t *testing.T) {
   - {name: r, limit: 10, window: 1m}
 `))
 	r := ta.proxy("GET", "/x")
-	require.Equal(t, http.StatusBadGateway, r.status)
-	assert.Equal(t, "upstream unavailable", r.json(t)["error"])
-	v, ok := metricValue(ta.scrape(), "geolimit_proxy_upstream_errors_total")
+	require.Equal(t, http.StatusBadGateway, r.Status)
+	assert.Equal(t, "upstream unavailable", r.JSON(t)["error"])
+	v, ok := servertest.MetricValue(ta.Scrape(), "geolimit_proxy_upstream_errors_total")
 	require.True(t, ok)
 	assert.EqualValues(t, 1, v)
 }
@@ -191,8 +192,8 @@ func TestProxyForwardedFor(t *testing.T) {
 			if tt.xff != "" {
 				hdr = []string{"X-Forwarded-For", tt.xff}
 			}
-			require.Equal(t, http.StatusOK, ta.proxy("GET", "/", hdr...).status)
-			assert.EqualValues(t, 1, ta.keyTotal("ip", tt.key))
+			require.Equal(t, http.StatusOK, ta.proxy("GET", "/", hdr...).Status)
+			assert.EqualValues(t, 1, ta.KeyTotal("ip", tt.key))
 			got := up.last(t)
 			assert.Equal(t, tt.upstreamXFF, got.Header.Get("X-Forwarded-For"))
 			assert.Equal(t, "http", got.Header.Get("X-Forwarded-Proto"))
@@ -209,15 +210,15 @@ func TestProxyDotSegments(t *testing.T) {
   - {name: api, limit: 100, window: 1m, match: {path_prefix: /api/}, key: [ip, path]}
 `))
 	for _, p := range []string{"/api/x", "/static/../api/x", "/api//x", "/api/./x", "/static/%2e%2e/api/x"} {
-		req, err := http.NewRequest("GET", "http://"+ta.ProxyAddr().String()+"/", nil)
+		req, err := http.NewRequest("GET", "http://"+ta.App.ProxyAddr().String()+"/", nil)
 		require.NoError(t, err)
 		req.URL.Opaque = p // sent as written, not cleaned by the client
-		res, err := ta.c.Do(req)
+		res, err := ta.Client.Do(req)
 		require.NoError(t, err)
 		res.Body.Close()
 		require.Equal(t, http.StatusOK, res.StatusCode, p)
 	}
-	assert.EqualValues(t, 5, ta.keyTotal("api", "127.0.0.1%7C%2Fapi%2Fx"))
+	assert.EqualValues(t, 5, ta.KeyTotal("api", "127.0.0.1%7C%2Fapi%2Fx"))
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	assert.Equal(t, "/static/../api/x", up.reqs[1].URL.Path, "the upstream gets the path as sent")
@@ -233,7 +234,7 @@ func TestProxyPreserveHost(t *testing.T) {
 				"proxy: {", fmt.Sprintf("proxy: {preserve_host: %v, ", preserve), 1)
 			ta := startApp(t, yaml)
 			r := ta.proxy("GET", "/x", "Host", "shop.example.com")
-			require.Equal(t, http.StatusOK, r.status, string(r.body))
+			require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 			want := strings.TrimPrefix(up.URL, "http://")
 			if preserve {
 				want = "shop.example.com"
@@ -254,14 +255,14 @@ func TestProxyDuplicateKeyHeader(t *testing.T) {
   - {name: per-ip, limit: 100, window: 1m}
 `))
 	r := ta.proxy("GET", "/x", "X-Api-Key", "victim", "X-Api-Key", "mine")
-	assert.Equal(t, http.StatusBadRequest, r.status)
-	assert.Contains(t, string(r.body), "X-Api-Key: sent more than once")
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Contains(t, string(r.Body), "X-Api-Key: sent more than once")
 	assert.Zero(t, up.count())
-	assert.EqualValues(t, 0, ta.keyTotal("per-key", "victim"))
-	assert.EqualValues(t, 0, ta.keyTotal("per-ip", "127.0.0.1"))
+	assert.EqualValues(t, 0, ta.KeyTotal("per-key", "victim"))
+	assert.EqualValues(t, 0, ta.KeyTotal("per-ip", "127.0.0.1"))
 	r = ta.proxy("GET", "/x", "X-Api-Key", "mine")
-	assert.Equal(t, http.StatusOK, r.status)
-	assert.EqualValues(t, 1, ta.keyTotal("per-key", "mine"))
+	assert.Equal(t, http.StatusOK, r.Status)
+	assert.EqualValues(t, 1, ta.KeyTotal("per-key", "mine"))
 }
 
 // A method rule matches whatever the letter case: "pOst" cannot escape a
@@ -269,8 +270,8 @@ func TestProxyDuplicateKeyHeader(t *testing.T) {
 func TestProxyMethodCase(t *testing.T) {
 	up := newUpstream(t)
 	ta := startApp(t, proxyYAML(up.URL, "", "  - {name: login, limit: 1, window: 1m, match: {methods: [POST]}}"))
-	require.Equal(t, http.StatusOK, ta.proxy("POST", "/login").status)
-	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("pOst", "/login").status)
+	require.Equal(t, http.StatusOK, ta.proxy("POST", "/login").Status)
+	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("pOst", "/login").Status)
 }
 
 // TestProxyIgnoreCase: with match.ignore_case, /Login, /LOGIN and /%4cogin
@@ -283,10 +284,10 @@ func TestProxyIgnoreCase(t *testing.T) {
   - {name: exact, limit: 1, window: 1m, match: {path_prefix: /exact}}
 `))
 	for _, p := range []string{"/login", "/Login", "/%4cogin"} {
-		require.Equal(t, http.StatusOK, ta.proxy("POST", p).status, p)
+		require.Equal(t, http.StatusOK, ta.proxy("POST", p).Status, p)
 	}
-	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("POST", "/LOGIN").status)
-	require.Equal(t, http.StatusOK, ta.proxy("GET", "/exact").status)
-	assert.Equal(t, http.StatusOK, ta.proxy("GET", "/Exact").status, "case-sensitive by default")
-	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/exact").status)
+	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("POST", "/LOGIN").Status)
+	require.Equal(t, http.StatusOK, ta.proxy("GET", "/exact").Status)
+	assert.Equal(t, http.StatusOK, ta.proxy("GET", "/Exact").Status, "case-sensitive by default")
+	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/exact").Status)
 }
