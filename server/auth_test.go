@@ -44,7 +44,7 @@ func (ta *testApp) unauthorized(reason string) float64 {
 func TestAPIToken(t *testing.T) {
 	dir := t.TempDir()
 	tokFile := servertest.WriteTokens(t, dir, "# current\n"+servertest.Token1+"\n# next, during the rotation\n"+servertest.Token2+"\n")
-	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n")
+	ta := startApp(t, servertest.RulesYAML+"api: {token_file: "+tokFile+"}\n")
 	check := `{"rule":"r","key":"203.0.113.7"}`
 
 	r := ta.Do(http.MethodPost, ta.API+"/v1/check", check)
@@ -100,7 +100,7 @@ func TestAPIToken(t *testing.T) {
 // TestAPINoToken: without api.token_file (loopback) nothing asks for a
 // token, and a token sent anyway is ignored.
 func TestAPINoToken(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	assert.Equal(t, http.StatusOK, ta.status("GET", "/v1/status"))
 	assert.Equal(t, http.StatusOK, ta.status("GET", "/v1/status", bearer(servertest.Token1)...))
 	assert.EqualValues(t, 0, ta.unauthorized("missing"))
@@ -113,8 +113,8 @@ func TestAPINoToken(t *testing.T) {
 func TestAPITokenReload(t *testing.T) {
 	dir := t.TempDir()
 	tokFile := servertest.WriteTokens(t, dir, servertest.Token1+"\n")
-	var logs syncBuffer
-	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n", func(o *Options) {
+	var logs servertest.LogBuffer
+	ta := startApp(t, servertest.RulesYAML+"api: {token_file: "+tokFile+"}\n", func(o *Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
 	ok := func(tok string) bool { return ta.status("GET", "/v1/status", bearer(tok)...) == http.StatusOK }
@@ -141,7 +141,7 @@ func TestAPITokenReload(t *testing.T) {
 	assert.True(t, ok(servertest.Token2))
 
 	// Dropping api.token_file (on loopback) opens the API.
-	ta.WriteConfig(rulesYAML)
+	ta.WriteConfig(servertest.RulesYAML)
 	require.NoError(t, ta.App.Reload())
 	assert.Equal(t, http.StatusOK, ta.status("GET", "/v1/status"))
 }
@@ -149,7 +149,7 @@ func TestAPITokenReload(t *testing.T) {
 func TestAPITokenFileWatched(t *testing.T) {
 	dir := t.TempDir()
 	tokFile := servertest.WriteTokens(t, dir, servertest.Token1+"\n")
-	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n", func(o *Options) { o.WatchInterval = 10 * time.Millisecond })
+	ta := startApp(t, servertest.RulesYAML+"api: {token_file: "+tokFile+"}\n", func(o *Options) { o.WatchInterval = 10 * time.Millisecond })
 	ok := func(tok string) bool { return ta.status("GET", "/v1/status", bearer(tok)...) == http.StatusOK }
 	require.True(t, ok(servertest.Token1))
 	// Only the token file changes; the config file stays as it is.
@@ -194,8 +194,8 @@ func TestReloadGossipKeys(t *testing.T) {
 		return "gossip: {bind: '127.0.0.1:0', secret_key_file: " + p + "}\n"
 	}
 	kr := &keyReplicator{}
-	var logs syncBuffer
-	ta := startApp(t, rulesYAML+gossip(k1), func(o *Options) {
+	var logs servertest.LogBuffer
+	ta := startApp(t, servertest.RulesYAML+gossip(k1), func(o *Options) {
 		o.NewReplicator = func(ReplicationEnv) (Replicator, error) { return kr, nil }
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		o.WatchInterval = 10 * time.Millisecond
@@ -203,7 +203,7 @@ func TestReloadGossipKeys(t *testing.T) {
 	keyFile("gossip.key", "ZmVkY2JhOTg3NjU0MzIxMA==\nMDEyMzQ1Njc4OWFiY2RlZg==\n")
 	require.Eventually(t, func() bool { return len(kr.reloads()) == 1 }, wait, poll, "the key file reloaded")
 	k2 := keyFile("other.key", "ZmVkY2JhOTg3NjU0MzIxMA==\n")
-	ta.WriteConfig(rulesYAML + gossip(k2))
+	ta.WriteConfig(servertest.RulesYAML + gossip(k2))
 	require.Eventually(t, func() bool { return len(kr.reloads()) == 2 }, wait, poll, "the config reloaded")
 	assert.Equal(t, k2, kr.reloads()[1].Gossip.SecretKeyFile)
 	assert.NotContains(t, logs.String(), "take effect only at restart")
@@ -220,12 +220,12 @@ func TestReloadGossipKeys(t *testing.T) {
 func TestAPITokensStayWhileExposed(t *testing.T) {
 	dir := t.TempDir()
 	tokFile := servertest.WriteTokens(t, dir, servertest.Token1+"\n")
-	ta := startApp(t, "listen: {api: \"0.0.0.0:0\"}\napi: {token_file: "+tokFile+"}\n"+rulesYAML)
+	ta := startApp(t, "listen: {api: \"0.0.0.0:0\"}\napi: {token_file: "+tokFile+"}\n"+servertest.RulesYAML)
 	_, port, err := net.SplitHostPort(ta.App.APIAddr().String())
 	require.NoError(t, err)
 	ta.API = "http://127.0.0.1:" + port
 	require.Equal(t, http.StatusUnauthorized, ta.status("GET", "/v1/status"))
-	ta.WriteConfig("listen: {api: \"127.0.0.1:0\"}\n" + rulesYAML)
+	ta.WriteConfig("listen: {api: \"127.0.0.1:0\"}\n" + servertest.RulesYAML)
 	err = ta.App.Reload()
 	require.ErrorContains(t, err, "api.token_file: required while listen.api 0.0.0.0:0 (running) is beyond loopback")
 	assert.Equal(t, http.StatusUnauthorized, ta.status("GET", "/v1/status"), "the tokens stay")
@@ -248,7 +248,7 @@ func TestAPITokenScopes(t *testing.T) {
 		tokMetrics = "bWV0cmljcy1vbmx5LXRva2VuLTAxMjM0NTY3"
 		tokApp     = "YXBwLXJlYWQtZGVjaWRlLTAxMjM0NTY3ODk="
 	)
-	ta := startApp(t, rulesYAML+"api:\n  token_file: "+admin+"\n  tokens:\n"+
+	ta := startApp(t, servertest.RulesYAML+"api:\n  token_file: "+admin+"\n  tokens:\n"+
 		"    - {file: "+file("metrics", tokMetrics)+", scopes: [metrics]}\n"+
 		"    - {file: "+file("app", tokApp)+", scopes: [read, decide]}\n")
 	check := `{"rule":"r","key":"203.0.113.7"}`

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,13 +55,13 @@ func TestCaddyForwardAuth(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.Status, "request %d: %s", i, r.Body)
 		assert.Equal(t, "hello from upstream POST /login", string(r.Body))
 	}
-	require.Equal(t, 5, up.count())
+	require.Equal(t, 5, up.Count())
 	for _, inj := range injections {
 		r := send("POST", "/login", inj...)
 		assertLoginDenied(t, r, inj)
 		assert.Equal(t, `"login";q=5;w=60`, r.Header.Get("RateLimit-Policy"), "the denial reaches the client as geolimit wrote it")
 	}
-	assert.Equal(t, 5, up.count(), "the upstream saw only the allowed requests")
+	assert.Equal(t, 5, up.Count(), "the upstream saw only the allowed requests")
 	assert.EqualValues(t, 5, ta.KeyTotal("login", "127.0.0.2"))
 	assert.EqualValues(t, 5, ta.KeyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
 	for _, k := range []string{"6.6.6.6", "127.0.0.1"} {
@@ -75,7 +76,7 @@ func TestCaddyForwardAuth(t *testing.T) {
 	}
 	assert.EqualValues(t, 2, ta.KeyTotal("per-api-key", "k-1"))
 	assert.EqualValues(t, 7, ta.KeyTotal("per-ip", "127.0.0.2"))
-	assert.Equal(t, 7, up.count())
+	assert.Equal(t, 7, up.Count())
 }
 
 // caddyBinary finds caddy, or skips (fails with GEOLIMIT_REQUIRE_CADDY=1).
@@ -116,7 +117,7 @@ func tryCaddy(t *testing.T, bin string, site func(port string) string) (addr str
 	conf := "{\n\tadmin off\n\tauto_https off\n}\n\n" + site(port)
 	path := filepath.Join(dir, "Caddyfile")
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
-	var out syncBuffer
+	var out servertest.LogBuffer
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -33,8 +34,8 @@ func TestCalendarAPI(t *testing.T) {
 	assert.EqualValues(t, toMidnight.Milliseconds(), m["retry_after_ms"])
 	assert.EqualValues(t, toMidnight.Milliseconds(), m["reset_ms"])
 	secs := int64((toMidnight + time.Second - 1) / time.Second)
-	assert.Equal(t, secs, headerInt(t, r.Header, "Retry-After"), "seconds to the next midnight UTC")
-	_, p := parseItem(t, r.Header.Get("RateLimit"))
+	assert.Equal(t, secs, servertest.HeaderInt(t, r.Header, "Retry-After"), "seconds to the next midnight UTC")
+	_, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, map[string]int64{"r": 0, "t": secs}, p)
 
 	ta.Clk.Advance(toMidnight - time.Millisecond)
@@ -58,26 +59,26 @@ func TestCalendarAPI(t *testing.T) {
 // hour more in November, when the clocks go back), and the 429's
 // Retry-After counts to the first of the next month, local midnight.
 func TestCalendarProxyPolicy(t *testing.T) {
-	up := newUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	up := servertest.NewUpstream(t)
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: monthly, limit: 1, calendar: {period: month, time_zone: America/New_York}, match: {path_prefix: /api}}
 `))
 	nyc, err := time.LoadLocation("America/New_York")
 	require.NoError(t, err)
 	at := time.Date(2026, time.November, 30, 12, 0, 0, 0, nyc)
 	ta.Clk.Set(at.UnixNano())
-	r := ta.proxy("GET", "/api/x")
+	r := ta.Proxy("GET", "/api/x")
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	november := time.Date(2026, time.December, 1, 0, 0, 0, 0, nyc).Sub(time.Date(2026, time.November, 1, 0, 0, 0, 0, nyc))
 	assert.Equal(t, `"monthly";q=1;w=`+strconv.Itoa(int(november/time.Second)), r.Header.Get("RateLimit-Policy"))
 	assert.Equal(t, 30*24*3600+3600, int(november/time.Second))
-	r = ta.proxy("GET", "/api/x")
+	r = ta.Proxy("GET", "/api/x")
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
-	assert.Equal(t, int64(12*3600), headerInt(t, r.Header, "Retry-After"), "to midnight, December 1st, in New York")
-	assert.Equal(t, 1, up.count())
+	assert.Equal(t, int64(12*3600), servertest.HeaderInt(t, r.Header, "Retry-After"), "to midnight, December 1st, in New York")
+	assert.Equal(t, 1, up.Count())
 
 	ta.Clk.Set(time.Date(2026, time.December, 1, 0, 0, 0, 0, nyc).UnixNano())
-	r = ta.proxy("GET", "/api/x")
+	r = ta.Proxy("GET", "/api/x")
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	assert.Equal(t, `"monthly";q=1;w=`+strconv.Itoa(31*24*3600), r.Header.Get("RateLimit-Policy"))
 }

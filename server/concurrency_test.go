@@ -182,7 +182,7 @@ func newHoldingUpstream(t *testing.T) *holdingUpstream {
 // the upstream fails; a request in flight holds its slot past lease_ttl.
 func TestConcurrencyProxy(t *testing.T) {
 	up := newHoldingUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: uploads, kind: concurrency, limit: 2, lease_ttl: 5s, match: {path_prefix: /up}, key: ip}
   - {name: per-ip, limit: 1000, window: 1m}
 `))
@@ -213,16 +213,16 @@ func TestConcurrencyProxy(t *testing.T) {
 	waitUpstream(2)
 	assert.EqualValues(t, 2, ta.inFlight("uploads", "127.0.0.1"))
 
-	r := ta.proxy("GET", "/up/3")
+	r := ta.Proxy("GET", "/up/3")
 	require.Equal(t, http.StatusTooManyRequests, r.Status, "%s", r.Body)
 	assert.Equal(t, "1", r.Header.Get("Retry-After"))
 	assert.Equal(t, `"uploads";q=2`, r.Header.Get("RateLimit-Policy"))
-	assert.Equal(t, http.StatusOK, ta.proxy("GET", "/other").Status, "another path is not limited by the rule")
+	assert.Equal(t, http.StatusOK, ta.Proxy("GET", "/other").Status, "another path is not limited by the rule")
 
 	// Requests in flight hold their slots past lease_ttl: the node is alive.
 	ta.Clk.Advance(time.Minute)
 	ta.App.Node().Tick(ta.Clk.Now())
-	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/up/3").Status)
+	assert.Equal(t, http.StatusTooManyRequests, ta.Proxy("GET", "/up/3").Status)
 
 	// The response ends: the slot comes back. (Either request may be the
 	// one let go.)
@@ -245,7 +245,7 @@ func TestConcurrencyProxy(t *testing.T) {
 	require.Eventually(t, func() bool { return ta.inFlight("uploads", "127.0.0.1") == 1 }, 10*time.Second, 5*time.Millisecond)
 
 	// The upstream fails: 502, and the slot comes back.
-	r = ta.proxy("GET", "/up/fail")
+	r = ta.Proxy("GET", "/up/fail")
 	assert.Equal(t, http.StatusBadGateway, r.Status)
 	assert.EqualValues(t, 1, ta.inFlight("uploads", "127.0.0.1"))
 
@@ -351,8 +351,8 @@ limits: {max_keys: 400}
 // cap, not a 429 of its key, whose slots are free. The proxy and the
 // middleware answer through the one pipeline (frontend.Env.Decide).
 func TestConcurrencyLeaseTableFullProxy(t *testing.T) {
-	up := newUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	up := servertest.NewUpstream(t)
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: uploads, kind: concurrency, limit: 1, lease_ttl: 1h, match: {path_prefix: /up}, key: "header:X-User"}
 limits: {max_keys: 400}
 `))
@@ -360,12 +360,12 @@ limits: {max_keys: 400}
 		r := ta.Post("/v1/acquire", fmt.Sprintf(`{"rule":"uploads","key":"hog-%d"}`, i))
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	}
-	r := ta.proxy("GET", "/up/1", "X-User", "victim")
+	r := ta.Proxy("GET", "/up/1", "X-User", "victim")
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
 	body := r.JSON(t)
 	assert.Equal(t, true, body["lease_table_full"])
 	assert.Equal(t, "uploads", body["rule"])
 	assert.Contains(t, body["error"], "lease table full: 100 leases held on this node (limits.max_keys / 4 = 100)")
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
-	assert.Equal(t, http.StatusOK, ta.proxy("GET", "/other", "X-User", "victim").Status, "no concurrency rule applies")
+	assert.Equal(t, http.StatusOK, ta.Proxy("GET", "/other", "X-User", "victim").Status, "no concurrency rule applies")
 }

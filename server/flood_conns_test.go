@@ -31,7 +31,7 @@ func TestStalledConnectionsFlood(t *testing.T) {
 	if n <= 0 {
 		t.Skip("a load test: set GEOLIMIT_FLOOD_CONNS=10000 to run it")
 	}
-	yaml := rulesYAML
+	yaml := servertest.RulesYAML
 	if pc := os.Getenv("GEOLIMIT_FLOOD_PER_CLIENT"); pc != "" { // e.g. 100000: as without the cap
 		yaml = "http: {max_connections_per_client: " + pc + "}\n" + yaml
 	}

@@ -70,7 +70,7 @@ func withIdem(idem string, hdr ...string) []string {
 // every front end classifies into the same checks and the node's one
 // pipeline decides.
 func TestFrontEndsDecideAlike(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	ta := startApp(t, frontendsYAML(up.URL))
 	mw := httptest.NewServer(ta.App.middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	t.Cleanup(mw.Close)
@@ -95,10 +95,10 @@ func TestFrontEndsDecideAlike(t *testing.T) {
 			return httpAnswer(ta.Post("/v1/check", body+"}"))
 		}},
 		{"proxy", func(user, idem string) answer {
-			return httpAnswer(ta.proxy("GET", "/x", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
+			return httpAnswer(ta.Proxy("GET", "/x", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
 		}},
 		{"forward auth", func(user, idem string) answer {
-			return httpAnswer(ta.fa("GET", "/", fwdHeaders("GET", "/x", "198.51.100.9", withIdem(idem, "X-User", user, "X-Plan", "pro")...)...))
+			return httpAnswer(ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/x", "198.51.100.9", withIdem(idem, "X-User", user, "X-Plan", "pro")...)...))
 		}},
 		{"middleware", func(user, idem string) answer {
 			return httpAnswer(ta.Do("GET", mw.URL+"/x", "", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
@@ -183,7 +183,7 @@ func TestFrontEndsDecideAlike(t *testing.T) {
 // TestCompositeKeysNeverCollide: two different lists of key parts are two
 // keys, through the proxy and through Envoy descriptors.
 func TestCompositeKeysNeverCollide(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	ta := startApp(t, fmt.Sprintf(`
 listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0", grpc: "127.0.0.1:0"}
 proxy: {upstream: %q}
@@ -198,9 +198,9 @@ rls:
 	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
 	for _, parts := range [][2]string{{`acme|bob`, `x`}, {`acme`, `bob|x`}, {`acme\`, `|x`}, {`acme\|`, `x`}} {
 		for range 2 {
-			require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).Status, "%q", parts)
+			require.Equal(t, http.StatusOK, ta.Proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).Status, "%q", parts)
 		}
-		assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).Status, "%q", parts)
+		assert.Equal(t, http.StatusTooManyRequests, ta.Proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).Status, "%q", parts)
 	}
 	// The same parts through Envoy: the same keys, already spent.
 	res := servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("a", "acme", "b", "bob|x")))

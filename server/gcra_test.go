@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,8 +33,8 @@ func TestGCRAAPI(t *testing.T) {
 	assert.EqualValues(t, 70, m["retry_after_ms"], "the TAT is 300ms ahead: the next request fits at 100ms")
 	assert.EqualValues(t, 270, m["reset_ms"])
 	assert.EqualValues(t, 0, m["remaining"])
-	assert.Equal(t, int64(1), headerInt(t, r.Header, "Retry-After"))
-	_, p := parseItem(t, r.Header.Get("RateLimit"))
+	assert.Equal(t, int64(1), servertest.HeaderInt(t, r.Header, "Retry-After"))
+	_, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.EqualValues(t, 0, p["r"])
 
 	ta.Clk.Advance(70 * time.Millisecond)
@@ -75,32 +76,32 @@ func TestGCRAAPI(t *testing.T) {
 // denied requests never reach it, and Retry-After says when the next one
 // fits.
 func TestGCRAProxy(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	// One request every 30s, 2 at once.
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: pace, limit: 2, window: 1m, algorithm: gcra, scope: node, match: {path_prefix: /api}}
 `))
 	for i := range 2 {
-		r := ta.proxy("GET", "/api/x")
+		r := ta.Proxy("GET", "/api/x")
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		assert.Equal(t, "hello from upstream GET /api/x", string(r.Body))
-		assert.EqualValues(t, 1-i, headerInt(t, r.Header, "X-RateLimit-Remaining"))
+		assert.EqualValues(t, 1-i, servertest.HeaderInt(t, r.Header, "X-RateLimit-Remaining"))
 		assert.Equal(t, `"pace";q=2;w=60`, r.Header.Get("RateLimit-Policy"))
 	}
 	ta.Clk.Advance(10 * time.Second)
-	r := ta.proxy("GET", "/api/x")
+	r := ta.Proxy("GET", "/api/x")
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
-	assert.Equal(t, 2, up.count(), "the denied request never reached the upstream")
-	assert.Equal(t, int64(20), headerInt(t, r.Header, "Retry-After"))
-	_, p := parseItem(t, r.Header.Get("RateLimit"))
+	assert.Equal(t, 2, up.Count(), "the denied request never reached the upstream")
+	assert.Equal(t, int64(20), servertest.HeaderInt(t, r.Header, "Retry-After"))
+	_, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, map[string]int64{"r": 0, "t": 20}, p)
 
 	ta.Clk.Advance(19 * time.Second)
-	r = ta.proxy("GET", "/api/x")
+	r = ta.Proxy("GET", "/api/x")
 	assert.Equal(t, http.StatusTooManyRequests, r.Status, "one second early")
 	ta.Clk.Advance(time.Second)
-	r = ta.proxy("GET", "/api/x")
+	r = ta.Proxy("GET", "/api/x")
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-	assert.Equal(t, 3, up.count())
+	assert.Equal(t, 3, up.Count())
 	assert.EqualValues(t, 2, ta.Decisions("pace", "denied"))
 }

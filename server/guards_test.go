@@ -37,7 +37,7 @@ func TestPenaltyBoxOverHTTP(t *testing.T) {
 	body := r.JSON(t)
 	assert.Equal(t, true, body["blocked"])
 	assert.EqualValues(t, 600_000, body["retry_after_ms"])
-	assert.EqualValues(t, 600, headerInt(t, r.Header, "Retry-After"))
+	assert.EqualValues(t, 600, servertest.HeaderInt(t, r.Header, "Retry-After"))
 
 	// Two minutes on the window has passed, the block has not.
 	ta.Clk.Advance(2 * time.Minute)
@@ -46,7 +46,7 @@ func TestPenaltyBoxOverHTTP(t *testing.T) {
 	body = r.JSON(t)
 	assert.Equal(t, true, body["blocked"])
 	assert.EqualValues(t, 480_000, body["retry_after_ms"])
-	assert.EqualValues(t, 480, headerInt(t, r.Header, "Retry-After"))
+	assert.EqualValues(t, 480, servertest.HeaderInt(t, r.Header, "Retry-After"))
 
 	// The batch API answers the same.
 	r = ta.Post("/v1/checks", `{"checks":[{"rule":"login","key":"alice"},{"rule":"api","key":"alice"}]}`)
@@ -83,28 +83,28 @@ func TestPenaltyBoxOverHTTP(t *testing.T) {
 }
 
 func TestPenaltyBoxProxy(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	// Two enforce rules: the proxy checks both before counting either, and a
 	// denial found by that check starts the block all the same.
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: per-ip, limit: 2, window: 1m, block_for: 5m, match: {path_prefix: /login}}
   - {name: site, limit: 100, window: 1m}
 `))
 	for i := 0; i < 2; i++ {
-		require.Equal(t, http.StatusOK, ta.proxy("POST", "/login").Status)
+		require.Equal(t, http.StatusOK, ta.Proxy("POST", "/login").Status)
 	}
-	r := ta.proxy("POST", "/login")
+	r := ta.Proxy("POST", "/login")
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	assert.Equal(t, true, r.JSON(t)["blocked"])
-	assert.EqualValues(t, 300, headerInt(t, r.Header, "Retry-After"))
+	assert.EqualValues(t, 300, servertest.HeaderInt(t, r.Header, "Retry-After"))
 
 	ta.Clk.Advance(2 * time.Minute)
-	r = ta.proxy("POST", "/login")
+	r = ta.Proxy("POST", "/login")
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
-	assert.EqualValues(t, 180, headerInt(t, r.Header, "Retry-After"))
-	assert.EqualValues(t, 180, headerInt(t, r.Header, "X-RateLimit-Reset"))
-	assert.Equal(t, 2, up.count(), "blocked requests never reach the upstream")
-	require.Equal(t, http.StatusOK, ta.proxy("GET", "/home").Status, "other paths pass")
+	assert.EqualValues(t, 180, servertest.HeaderInt(t, r.Header, "Retry-After"))
+	assert.EqualValues(t, 180, servertest.HeaderInt(t, r.Header, "X-RateLimit-Reset"))
+	assert.Equal(t, 2, up.Count(), "blocked requests never reach the upstream")
+	require.Equal(t, http.StatusOK, ta.Proxy("GET", "/home").Status, "other paths pass")
 }
 
 func TestOnUnsureOverHTTP(t *testing.T) {
@@ -115,7 +115,7 @@ func TestOnUnsureOverHTTP(t *testing.T) {
 	body := r.JSON(t)
 	assert.Equal(t, "not_synced", body["unsure"])
 	assert.EqualValues(t, 1000, body["retry_after_ms"])
-	assert.EqualValues(t, 1, headerInt(t, r.Header, "Retry-After"))
+	assert.EqualValues(t, 1, servertest.HeaderInt(t, r.Header, "Retry-After"))
 	r = ta.Post("/v1/check", `{"rule":"api","key":"alice"}`)
 	assert.Equal(t, http.StatusOK, r.Status, "on_unsure: allow")
 	assert.NotContains(t, r.JSON(t), "unsure")
@@ -129,18 +129,18 @@ func TestOnUnsureOverHTTP(t *testing.T) {
 }
 
 func TestPenaltyBoxForwardAuthAndAtomicBatch(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", `
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", `
   - {name: login, limit: 2, window: 1m, block_for: 5m, match: {path_prefix: /login}}
   - {name: site, limit: 100, window: 1m}
 `, ""))
-	hdr := fwdHeaders("POST", "/login", "198.51.100.9")
+	hdr := servertest.FwdHeaders("POST", "/login", "198.51.100.9")
 	for i := 0; i < 2; i++ {
-		require.Equal(t, http.StatusOK, ta.fa("GET", "/", hdr...).Status)
+		require.Equal(t, http.StatusOK, ta.ForwardAuth("GET", "/", hdr...).Status)
 	}
-	r := ta.fa("GET", "/", hdr...)
+	r := ta.ForwardAuth("GET", "/", hdr...)
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	assert.Equal(t, true, r.JSON(t)["blocked"])
-	assert.EqualValues(t, 300, headerInt(t, r.Header, "Retry-After"))
+	assert.EqualValues(t, 300, servertest.HeaderInt(t, r.Header, "Retry-After"))
 
 	// An atomic batch checks every rule before counting any: the denial it
 	// finds starts the block too.
@@ -157,5 +157,5 @@ func TestPenaltyBoxForwardAuthAndAtomicBatch(t *testing.T) {
 	ta.Clk.Advance(2 * time.Minute)
 	r = ta.Post("/v1/check", `{"rule":"login","key":"u"}`)
 	require.Equal(t, http.StatusTooManyRequests, r.Status, "blocked although the window has passed")
-	assert.EqualValues(t, 180, headerInt(t, r.Header, "Retry-After"))
+	assert.EqualValues(t, 180, servertest.HeaderInt(t, r.Header, "Retry-After"))
 }

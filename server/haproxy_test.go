@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,7 +31,7 @@ func TestHAProxySPOA(t *testing.T) {
 		}
 		return ""
 	})
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	ex := filepath.Join("..", "examples", "haproxy")
 	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
 	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
@@ -55,14 +56,14 @@ func TestHAProxySPOA(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.Status, "request %d: %s", i, r.Body)
 		assert.Equal(t, "hello from upstream POST /login", string(r.Body))
 		assert.Equal(t, `"login";q=5;w=60`, r.Header.Get("RateLimit-Policy"), "geolimit's headers reach the client")
-		name, p := parseItem(t, r.Header.Get("RateLimit"))
+		name, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 		assert.Equal(t, "login", name)
 		assert.EqualValues(t, 4-i, p["r"])
 		assert.Equal(t, "5", r.Header.Get("X-RateLimit-Limit"))
 		assert.Equal(t, []string{strconv.Itoa(4 - i)}, r.Header.Values("X-RateLimit-Remaining"))
 		assert.Empty(t, r.Header.Get("Retry-After"))
 	}
-	require.Equal(t, 5, up.count())
+	require.Equal(t, 5, up.Count())
 	for range 2 {
 		r := send("POST", "/login")
 		assertLoginDenied(t, r, nil)
@@ -71,7 +72,7 @@ func TestHAProxySPOA(t *testing.T) {
 		assert.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"))
 		assert.Equal(t, r.Header.Get("Retry-After"), r.Header.Get("X-RateLimit-Reset"))
 	}
-	assert.Equal(t, 5, up.count(), "the upstream never saw the denied requests")
+	assert.Equal(t, 5, up.Count(), "the upstream never saw the denied requests")
 	assert.EqualValues(t, 5, ta.KeyTotal("login", "127.0.0.2"))
 	assert.EqualValues(t, 5, ta.KeyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
 	for _, k := range []string{"6.6.6.6", "127.0.0.1"} {
@@ -89,7 +90,7 @@ func TestHAProxySPOA(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
 	assert.EqualValues(t, 1, ta.KeyTotal("per-api-key", "k1"))
 	assert.EqualValues(t, 6, ta.KeyTotal("per-ip", "127.0.0.2"))
-	assert.Equal(t, 6, up.count())
+	assert.Equal(t, 6, up.Count())
 
 	// The agent's decisions are timed.
 	m := ta.Get("/metrics")
@@ -104,7 +105,7 @@ func startHAProxy(t *testing.T, bin, dir string, cfg func(listen string) string)
 	for attempt := 0; ; attempt++ {
 		addr := freeAddr(t)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "haproxy.cfg"), []byte(cfg(addr)), 0o644))
-		var out syncBuffer
+		var out servertest.LogBuffer
 		cmd := exec.Command(bin, "-db", "-f", "haproxy.cfg")
 		cmd.Dir = dir // the spoe filter's config path is relative
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -149,7 +150,7 @@ func TestHAProxySPOAIdleConnections(t *testing.T) {
 		}
 		return ""
 	})
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	ex := filepath.Join("..", "examples", "haproxy")
 	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
 	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
@@ -191,7 +192,7 @@ func TestHAProxySPOAIdleConnections(t *testing.T) {
 		assertLoginDenied(t, send("POST", "/login"), nil)
 	}
 	assert.EqualValues(t, 5, ta.KeyTotal("login", "127.0.0.2"))
-	assert.Equal(t, 5, up.count(), "the upstream never saw a denied request")
+	assert.Equal(t, 5, up.Count(), "the upstream never saw a denied request")
 	m := string(ta.Get("/metrics").Body)
 	assert.Contains(t, m, "geolimit_spoa_connections_replaced_total ")
 }

@@ -65,12 +65,12 @@ func TestIdempotencyAPI(t *testing.T) {
 // Idempotency-Key reaches the upstream again but counts once, and its
 // answer says it is a repeat.
 func TestIdempotencyProxy(t *testing.T) {
-	up := newUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	up := servertest.NewUpstream(t)
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: per-ip, limit: 2, window: 1m, match: {path_prefix: /api}}
 `)+"idempotency: {header: Idempotency-Key}\n")
 	for i := range 4 {
-		r := ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-7")
+		r := ta.Proxy("POST", "/api/pay", "Idempotency-Key", "order-7")
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		assert.Equal(t, "1", r.Header.Get("X-RateLimit-Remaining"))
 		if i == 0 {
@@ -79,52 +79,52 @@ func TestIdempotencyProxy(t *testing.T) {
 			assert.Equal(t, "true", r.Header.Get("Geolimit-Idempotent-Repeat"))
 		}
 	}
-	assert.Equal(t, 4, up.count())
+	assert.Equal(t, 4, up.Count())
 	assert.Equal(t, uint64(1), ta.KeyTotal("per-ip", "127.0.0.1"), "four tries, one count")
 
-	r := ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-8")
+	r := ta.Proxy("POST", "/api/pay", "Idempotency-Key", "order-8")
 	require.Equal(t, http.StatusOK, r.Status)
-	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-9")
+	r = ta.Proxy("POST", "/api/pay", "Idempotency-Key", "order-9")
 	assert.Equal(t, http.StatusTooManyRequests, r.Status)
-	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "order-9")
+	r = ta.Proxy("POST", "/api/pay", "Idempotency-Key", "order-9")
 	assert.Equal(t, http.StatusTooManyRequests, r.Status, "a denied request's retry is decided again: still spent")
 	assert.Empty(t, r.Header.Get("Geolimit-Idempotent-Repeat"))
-	assert.Equal(t, 5, up.count())
+	assert.Equal(t, 5, up.Count())
 
-	r = ta.proxy("POST", "/api/pay", "Idempotency-Key", "a", "Idempotency-Key", "b")
+	r = ta.Proxy("POST", "/api/pay", "Idempotency-Key", "a", "Idempotency-Key", "b")
 	assert.Equal(t, http.StatusBadRequest, r.Status, "sent twice: ambiguous")
-	assert.Equal(t, 5, up.count())
+	assert.Equal(t, 5, up.Count())
 }
 
 // TestIdempotencyHeaderConfigured: idempotency.header names another header;
 // empty, proxy mode reads none.
 func TestIdempotencyHeaderConfigured(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	rules := "  - {name: per-ip, limit: 5, window: 1m}\n"
-	ta := startApp(t, proxyYAML(up.URL, "", rules)+"idempotency: {header: X-Request-Id}\n")
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", rules)+"idempotency: {header: X-Request-Id}\n")
 	for range 3 {
-		require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "X-Request-Id", "r1", "Idempotency-Key", "x").Status)
+		require.Equal(t, http.StatusOK, ta.Proxy("GET", "/", "X-Request-Id", "r1", "Idempotency-Key", "x").Status)
 	}
 	assert.Equal(t, uint64(1), ta.KeyTotal("per-ip", "127.0.0.1"))
 	for range 2 {
-		require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "Idempotency-Key", "r2").Status)
+		require.Equal(t, http.StatusOK, ta.Proxy("GET", "/", "Idempotency-Key", "r2").Status)
 	}
 	assert.Equal(t, uint64(3), ta.KeyTotal("per-ip", "127.0.0.1"), "Idempotency-Key means nothing here")
 
 	// By default proxy mode reads no header: a client cannot pass free by
 	// replaying a key the upstream does not honour.
-	off := startApp(t, proxyYAML(up.URL, "", rules))
+	off := startApp(t, servertest.ProxyYAML(up.URL, "", rules))
 	for range 2 {
-		require.Equal(t, http.StatusOK, off.proxy("GET", "/", "Idempotency-Key", "r1").Status)
+		require.Equal(t, http.StatusOK, off.Proxy("GET", "/", "Idempotency-Key", "r1").Status)
 	}
 	assert.Equal(t, uint64(2), off.KeyTotal("per-ip", "127.0.0.1"), "no header by default: no idempotency keys")
 }
 
 func TestIdempotencyForwardAuth(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", "  - {name: per-client, limit: 1, window: 1m}\n", "idempotency: {header: Idempotency-Key}"))
-	hdr := fwdHeaders("POST", "/pay", "203.0.113.9", "Idempotency-Key", "k1")
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", "  - {name: per-client, limit: 1, window: 1m}\n", "idempotency: {header: Idempotency-Key}"))
+	hdr := servertest.FwdHeaders("POST", "/pay", "203.0.113.9", "Idempotency-Key", "k1")
 	for i := range 3 {
-		r := ta.fa("GET", "/", hdr...)
+		r := ta.ForwardAuth("GET", "/", hdr...)
 		require.Equal(t, http.StatusOK, r.Status, "try %d: %s", i, r.Body)
 		if i > 0 {
 			assert.Equal(t, "true", r.Header.Get("Geolimit-Idempotent-Repeat"))

@@ -36,7 +36,7 @@ func TestAPISeveralWindows(t *testing.T) {
 		assert.EqualValues(t, 2-i, m["remaining"], "the 1s window has the least left")
 		assert.EqualValues(t, 1000, m["window_ms"])
 		assert.EqualValues(t, 3, m["limit"])
-		name, _ := parseItem(t, r.Header.Get("RateLimit"))
+		name, _ := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 		assert.Equal(t, "burst/1s", name)
 	}
 	r := ta.Post("/v1/check", `{"rule":"burst","key":"k"}`)
@@ -119,12 +119,12 @@ func TestAPITiersAndOverrides(t *testing.T) {
 }
 
 func TestProxyTiersAndWindows(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	// The tests' client is the trusted proxy that sets X-Plan.
-	ta := startApp(t, proxyYAML(up.URL, "127.0.0.1/32", limitsRules))
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "127.0.0.1/32", limitsRules))
 	ok := 0
 	for range 12 {
-		r := ta.proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro")
+		r := ta.Proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro")
 		if r.Status == http.StatusOK {
 			ok++
 			assert.Equal(t, `"plan";q=10;w=60`, r.Header.Get("RateLimit-Policy"))
@@ -134,42 +134,42 @@ func TestProxyTiersAndWindows(t *testing.T) {
 	ok = 0
 	for range 3 {
 		// Two tier headers: neither is believed, the default applies.
-		if ta.proxy("GET", "/plan/x", "X-Key", "b", "X-Plan", "pro", "X-Plan", "pro").Status == http.StatusOK {
+		if ta.Proxy("GET", "/plan/x", "X-Key", "b", "X-Plan", "pro", "X-Plan", "pro").Status == http.StatusOK {
 			ok++
 		}
 	}
 	assert.Equal(t, 2, ok)
 	for range 3 {
-		require.Equal(t, http.StatusOK, ta.proxy("GET", "/burst").Status)
+		require.Equal(t, http.StatusOK, ta.Proxy("GET", "/burst").Status)
 	}
-	r := ta.proxy("GET", "/burst")
+	r := ta.Proxy("GET", "/burst")
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	m := r.JSON(t)
 	assert.EqualValues(t, 1000, m["window_ms"])
 	assert.EqualValues(t, 3, m["limit"])
-	name, _ := parseItem(t, r.Header.Get("RateLimit"))
+	name, _ := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, "burst/1s", name)
-	assert.Equal(t, 3, up.count()-10-2)
+	assert.Equal(t, 3, up.Count()-10-2)
 }
 
 // TestTierOnlyThroughATrustedProxy: a client that reaches the proxy or
 // forward-auth listener itself cannot name its tier; the rule's default
 // applies.
 func TestTierOnlyThroughATrustedProxy(t *testing.T) {
-	up := newUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", limitsRules))
+	up := servertest.NewUpstream(t)
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", limitsRules))
 	ok := 0
 	for range 20 {
-		if ta.proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").Status == http.StatusOK {
+		if ta.Proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").Status == http.StatusOK {
 			ok++
 		}
 	}
 	assert.Equal(t, 2, ok, "the default tier's limit, not pro's 10")
 
-	fa := startApp(t, forwardAuthYAML("192.0.2.1", limitsRules, ""))
+	fa := startApp(t, servertest.ForwardAuthYAML("192.0.2.1", limitsRules, ""))
 	ok = 0
 	for range 20 {
-		if fa.fa("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").Status == http.StatusOK {
+		if fa.ForwardAuth("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").Status == http.StatusOK {
 			ok++
 		}
 	}
@@ -177,10 +177,10 @@ func TestTierOnlyThroughATrustedProxy(t *testing.T) {
 }
 
 func TestForwardAuthTier(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", limitsRules, ""))
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", limitsRules, ""))
 	ok := 0
 	for range 4 {
-		if ta.fa("GET", "/", fwdHeaders("GET", "/plan/x", "198.51.100.9", "X-Key", "a", "X-Plan", "free")...).Status == http.StatusOK {
+		if ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/plan/x", "198.51.100.9", "X-Key", "a", "X-Plan", "free")...).Status == http.StatusOK {
 			ok++
 		}
 	}
@@ -256,17 +256,17 @@ func TestRateLimitT(t *testing.T) {
 	ta.Clk.Advance(11e9)
 	r := ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
 	require.Equal(t, http.StatusOK, r.Status)
-	_, p := parseItem(t, r.Header.Get("RateLimit"))
+	_, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, map[string]int64{"r": 0, "t": 1}, p)
 	assert.Equal(t, "19", r.Header.Get("X-RateLimit-Reset"))
 	// Denied: t is the retry-after, as Retry-After.
 	r = ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
-	_, p = parseItem(t, r.Header.Get("RateLimit"))
+	_, p = servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, r.Header.Get("Retry-After"), strconv.FormatInt(p["t"], 10))
 	// A fresh key:
 	r = ta.Post("/v1/check", `{"rule":"r","key":"fresh","cost":1}`)
-	_, p = parseItem(t, r.Header.Get("RateLimit"))
+	_, p = servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.EqualValues(t, 9, p["r"])
 	assert.Positive(t, p["t"], "one unit spent in the current window frees only in the next")
 }

@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 )
 
 // The middleware and the proxy listener are one decision path: they share
 // the rule table and the counts, and answer alike.
 func TestMiddlewareSharesProxyPath(t *testing.T) {
-	up := newUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	up := servertest.NewUpstream(t)
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: narrow, limit: 3, window: 1m, match: {path_prefix: /api}}
 `))
 	calls := 0
@@ -24,11 +25,11 @@ func TestMiddlewareSharesProxyPath(t *testing.T) {
 		assert.NotEmpty(t, w.Header().Get("RateLimit"), "headers are set before next runs")
 	})))
 	t.Cleanup(mw.Close)
-	require.Equal(t, http.StatusOK, ta.proxy("GET", "/api").Status)
+	require.Equal(t, http.StatusOK, ta.Proxy("GET", "/api").Status)
 	r := ta.Do("GET", mw.URL+"/api", "")
 	require.Equal(t, http.StatusOK, r.Status)
 	assert.Equal(t, "1", r.Header.Get("X-RateLimit-Remaining"), "the proxy's request counted")
-	require.Equal(t, http.StatusOK, ta.proxy("GET", "/api").Status)
+	require.Equal(t, http.StatusOK, ta.Proxy("GET", "/api").Status)
 	r = ta.Do("GET", mw.URL+"/api", "")
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	assert.Equal(t, "narrow", r.JSON(t)["rule"])

@@ -35,7 +35,7 @@ func (ta *testApp) modeOf(rule string) RuleModeStatus {
 // shadow, to enforce and back to the file's mode; GET shows it, /v1/status
 // lists it, /metrics counts it; bad requests change nothing.
 func TestRuleModeAPI(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	for i := 0; i < 3; i++ {
 		require.Equal(t, 200, ta.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
 	}
@@ -140,7 +140,7 @@ func TestRuleModeAPI(t *testing.T) {
 // without the token is refused and changes nothing.
 func TestRuleModeNeedsToken(t *testing.T) {
 	tokFile := servertest.WriteTokens(t, t.TempDir(), servertest.Token1+"\n")
-	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n")
+	ta := startApp(t, servertest.RulesYAML+"api: {token_file: "+tokFile+"}\n")
 	r := ta.putMode("r", `{"mode":"off"}`)
 	assert.Equal(t, http.StatusUnauthorized, r.Status)
 	r = ta.Do(http.MethodPut, ta.API+"/v1/rules/r/mode", `{"mode":"off"}`, bearer(servertest.Token2)...)
@@ -155,36 +155,36 @@ func TestRuleModeNeedsToken(t *testing.T) {
 // request of a rule switched off through; a reload keeps the override, and
 // one that removes the rule keeps it orphaned until the rule is back.
 func TestRuleModeProxyAndReload(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	rules := "  - {name: per-ip, limit: 2, window: 1m, match: {path_prefix: /api}}\n"
-	ta := startApp(t, proxyYAML(up.URL, "", rules))
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", rules))
 	for i := 0; i < 2; i++ {
-		require.Equal(t, 200, ta.proxy("GET", "/api/x").Status)
+		require.Equal(t, 200, ta.Proxy("GET", "/api/x").Status)
 	}
-	require.Equal(t, 429, ta.proxy("GET", "/api/x").Status)
+	require.Equal(t, 429, ta.Proxy("GET", "/api/x").Status)
 	require.Equal(t, 200, ta.putMode("per-ip", `{"mode":"off"}`).Status)
 	for i := 0; i < 5; i++ {
-		r := ta.proxy("GET", "/api/x")
+		r := ta.Proxy("GET", "/api/x")
 		require.Equal(t, 200, r.Status, "%s", r.Body)
 	}
-	assert.Equal(t, 7, up.count())
+	assert.Equal(t, 7, up.Count())
 	assert.Equal(t, uint64(2), ta.KeyTotal("per-ip", "127.0.0.1"))
 
-	ta.WriteConfig(proxyYAML(up.URL, "", "  - {name: per-ip, limit: 1, window: 1m, match: {path_prefix: /api}}\n"))
+	ta.WriteConfig(servertest.ProxyYAML(up.URL, "", "  - {name: per-ip, limit: 1, window: 1m, match: {path_prefix: /api}}\n"))
 	require.NoError(t, ta.App.Reload())
-	assert.Equal(t, 200, ta.proxy("GET", "/api/x").Status, "still off after a reload")
+	assert.Equal(t, 200, ta.Proxy("GET", "/api/x").Status, "still off after a reload")
 
-	ta.WriteConfig("allow_rule_removal: true\n" + proxyYAML(up.URL, "", "  - {name: other, limit: 1, window: 1m, match: {path_prefix: /other}}\n"))
+	ta.WriteConfig("allow_rule_removal: true\n" + servertest.ProxyYAML(up.URL, "", "  - {name: other, limit: 1, window: 1m, match: {path_prefix: /other}}\n"))
 	require.NoError(t, ta.App.Reload())
 	st := ta.modeOf("per-ip")
 	assert.True(t, st.Orphaned)
 	assert.Equal(t, "off", st.Mode)
 
-	ta.WriteConfig("allow_rule_removal: true\n" + proxyYAML(up.URL, "", rules))
+	ta.WriteConfig("allow_rule_removal: true\n" + servertest.ProxyYAML(up.URL, "", rules))
 	require.NoError(t, ta.App.Reload())
 	st = ta.modeOf("per-ip")
 	assert.False(t, st.Orphaned)
-	assert.Equal(t, 200, ta.proxy("GET", "/api/x").Status, "off again with the rule")
+	assert.Equal(t, 200, ta.Proxy("GET", "/api/x").Status, "off again with the rule")
 }
 
 // TestRuleModeStateFile: an override is written to state.file at once and
@@ -192,7 +192,7 @@ func TestRuleModeProxyAndReload(t *testing.T) {
 func TestRuleModeStateFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state")
-	yaml := fmt.Sprintf("state: {file: %q, interval: 1h}\n", path) + rulesYAML
+	yaml := fmt.Sprintf("state: {file: %q, interval: 1h}\n", path) + servertest.RulesYAML
 	a := startApp(t, yaml)
 	require.Equal(t, 200, a.putMode("r", `{"mode":"off"}`).Status)
 	want := a.modeOf("r")
@@ -213,7 +213,7 @@ func TestRuleModeStateFile(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(next, b, 0o600))
 
-	n := restarted(t, fmt.Sprintf("state: {file: %q, interval: 1h}\n", next)+rulesYAML)
+	n := restarted(t, fmt.Sprintf("state: {file: %q, interval: 1h}\n", next)+servertest.RulesYAML)
 	assert.Equal(t, want, n.modeOf("r"))
 	assert.Equal(t, 200, n.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
 }

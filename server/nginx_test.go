@@ -18,14 +18,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 )
 
 // startForwardAuthExample starts a real upstream and geolimit with the
 // shipped examples/forward-auth/geolimit.yaml on free ports, for a proxy
 // test to put its proxy between them; ex is the examples directory.
-func startForwardAuthExample(t *testing.T) (up *upstream, ta *testApp, ex string) {
+func startForwardAuthExample(t *testing.T) (up *servertest.Upstream, ta *testApp, ex string) {
 	t.Helper()
-	up = newUpstream(t)
+	up = servertest.NewUpstream(t)
 	ex = filepath.Join("..", "examples", "forward-auth")
 	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
 	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
@@ -78,15 +79,15 @@ func TestNginxForwardAuth(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.Status, "request %d: %s", i, r.Body)
 		assert.Equal(t, "hello from upstream POST /login", string(r.Body))
 		assert.Equal(t, `"login";q=5;w=60`, r.Header.Get("RateLimit-Policy"), "geolimit's headers reach the client")
-		name, p := parseItem(t, r.Header.Get("RateLimit"))
+		name, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 		assert.Equal(t, "login", name)
 		assert.EqualValues(t, 4-i, p["r"])
 	}
-	require.Equal(t, 5, up.count())
+	require.Equal(t, 5, up.Count())
 	for _, inj := range injections {
 		assertLoginDenied(t, send("POST", "/login", inj...), inj)
 	}
-	assert.Equal(t, 5, up.count(), "the upstream saw only the allowed requests")
+	assert.Equal(t, 5, up.Count(), "the upstream saw only the allowed requests")
 	assert.EqualValues(t, 5, ta.KeyTotal("login", "127.0.0.2"))
 	assert.EqualValues(t, 5, ta.KeyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
 	for _, k := range []string{"6.6.6.6", "127.0.0.1"} {
@@ -105,7 +106,7 @@ func TestNginxForwardAuth(t *testing.T) {
 	assert.EqualValues(t, 1, ta.KeyTotal("per-api-key", url.PathEscape(toShadow)))
 	assert.EqualValues(t, 0, ta.KeyTotal("per-api-key", "other-customer"))
 	assert.EqualValues(t, 8, ta.KeyTotal("per-ip", "127.0.0.2"))
-	assert.Equal(t, 8, up.count())
+	assert.Equal(t, 8, up.Count())
 }
 
 // clientFrom2 returns a function that sends a request for app.example.com
@@ -142,7 +143,7 @@ func assertLoginDenied(t *testing.T, r resp, inj []string) {
 	require.NoError(t, err, "Retry-After %q", r.Header.Get("Retry-After"))
 	assert.Positive(t, retry)
 	assert.LessOrEqual(t, retry, 120, "at most two windows")
-	name, p := parseItem(t, r.Header.Get("RateLimit"))
+	name, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, "login", name)
 	assert.Equal(t, map[string]int64{"r": 0, "t": int64(retry)}, p)
 	assert.Equal(t, "rate limited", r.JSON(t)["error"])
@@ -244,7 +245,7 @@ http {
 `)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site(addr)), 0o644))
-	var out syncBuffer
+	var out servertest.LogBuffer
 	cmd := exec.Command(bin, "-p", dir+"/", "-c", filepath.Join(dir, "nginx.conf"),
 		"-e", filepath.Join(dir, "error.log"), "-g", "daemon off;")
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -1,10 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,24 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func (ta *testApp) reloads(result string) float64 {
 	v, ok := servertest.MetricValue(ta.Scrape(), "geolimit_config_reloads_total", "result", result)
 	require.True(ta.T, ok)
@@ -38,7 +18,7 @@ func (ta *testApp) reloads(result string) float64 {
 }
 
 func TestReload(t *testing.T) {
-	var logs syncBuffer
+	var logs servertest.LogBuffer
 	ta := startApp(t, "rules: [{name: r, limit: 3, window: 1m}, {name: gone, limit: 3, window: 1m}, {name: rewin, limit: 3, window: 1m}]\n",
 		func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	for _, rule := range []string{"r", "r", "gone", "rewin"} {

@@ -199,7 +199,7 @@ func (ta *testApp) gauge(name string, labels ...string) float64 {
 // never; a shed request reaches no rule and no upstream.
 func TestShedProxy(t *testing.T) {
 	up := newSlowUpstream(t)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", `
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+servertest.ProxyYAML(up.URL, "", `
   - {name: all, limit: 1000, window: 1m}
 `))
 	base := "http://" + ta.App.ProxyAddr().String()
@@ -269,11 +269,11 @@ func TestShedInFlightEnds(t *testing.T) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
 	base := "http://" + ta.App.ProxyAddr().String()
 	inFlight := func() float64 { return ta.gauge("geolimit_in_flight") }
 
-	r := ta.proxy("GET", "/fail")
+	r := ta.Proxy("GET", "/fail")
 	assert.Equal(t, http.StatusBadGateway, r.Status)
 	assert.Zero(t, inFlight(), "upstream failure")
 
@@ -312,7 +312,7 @@ func TestShedInFlightEnds(t *testing.T) {
 // node's requests in flight.
 func TestShedMiddleware(t *testing.T) {
 	up := newSlowUpstream(t)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
 	var calls atomic.Int64
 	mw := httptest.NewServer(ta.App.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -376,7 +376,7 @@ rules:
 // keeps the requests in flight counted.
 func TestShedReload(t *testing.T) {
 	up := newSlowUpstream(t)
-	rules := proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n")
+	rules := servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n")
 	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+rules)
 	base := "http://" + ta.App.ProxyAddr().String()
 	h := &holder{t: t, url: base}
@@ -400,7 +400,7 @@ shedding:
     - {name: reads, match: {methods: [GET]}}
 ` + rules)
 	require.NoError(t, ta.App.Reload())
-	r := ta.proxy("GET", "/cart")
+	r := ta.Proxy("GET", "/cart")
 	require.Equal(t, http.StatusServiceUnavailable, r.Status)
 	assert.Equal(t, "1", r.Header.Get("Retry-After"), "retry_after's default")
 	assert.Equal(t, "reads", r.JSON(t)["class"])
@@ -410,12 +410,12 @@ shedding:
 	// An invalid section changes nothing.
 	ta.WriteConfig("shedding: {max_in_flight: 8, classes: [{name: only}]}\n" + rules)
 	require.ErrorContains(t, ta.App.Reload(), "shedding.classes: at least two classes")
-	assert.Equal(t, http.StatusServiceUnavailable, ta.proxy("GET", "/cart").Status)
+	assert.Equal(t, http.StatusServiceUnavailable, ta.Proxy("GET", "/cart").Status)
 
 	// Off: nothing is shed, the count goes on.
 	ta.WriteConfig(rules)
 	require.NoError(t, ta.App.Reload())
-	assert.Equal(t, http.StatusOK, ta.proxy("HEAD", "/").Status)
+	assert.Equal(t, http.StatusOK, ta.Proxy("HEAD", "/").Status)
 	assert.EqualValues(t, 6, ta.gauge("geolimit_in_flight"))
 	assert.EqualValues(t, 0, ta.gauge("geolimit_shed_max_in_flight"))
 	up.Release()
@@ -429,7 +429,7 @@ shedding:
 func TestShedLatencyProxy(t *testing.T) {
 	up := newSlowUpstream(t)
 	yaml := strings.Replace(fmt.Sprintf(shedYAML, 8), "retry_after: 3s", "retry_after: 3s\n  target_latency: 100ms", 1)
-	ta := startApp(t, yaml+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	ta := startApp(t, yaml+servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
 	base := "http://" + ta.App.ProxyAddr().String()
 	latency := func() float64 { return ta.gauge("geolimit_shed_latency_seconds") }
 
@@ -451,7 +451,7 @@ func TestShedLatencyProxy(t *testing.T) {
 	assert.EqualValues(t, 3, ta.gauge("geolimit_shed_level"))
 
 	for range 40 {
-		require.Equal(t, http.StatusOK, ta.proxy("GET", "/checkout/fast").Status)
+		require.Equal(t, http.StatusOK, ta.Proxy("GET", "/checkout/fast").Status)
 	}
 	assert.Less(t, latency(), 0.1, "fast requests bring the average under the target")
 	expectShed(ta, base) // the same one in flight weighs 1 again
@@ -513,7 +513,7 @@ func TestShedSlowBodies(t *testing.T) {
 		up.Config.Handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(reader.Close)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+proxyYAML(reader.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+servertest.ProxyYAML(reader.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
 	addr := ta.App.ProxyAddr().String()
 	base := "http://" + addr
 
@@ -579,7 +579,7 @@ func TestShedSlowBodies(t *testing.T) {
 // the other client (127.0.0.1) is served in every class.
 func TestShedManyAddresses(t *testing.T) {
 	up := newSlowUpstream(t)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
 	base := "http://" + ta.App.ProxyAddr().String()
 	var wg sync.WaitGroup
 	var mu sync.Mutex

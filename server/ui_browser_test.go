@@ -19,7 +19,7 @@ import (
 func TestUIInBrowser(t *testing.T) {
 	b := browsertest.New(t)
 	tokFile := servertest.WriteTokens(t, t.TempDir(), servertest.Token1+"\n")
-	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n")
+	ta := startApp(t, servertest.RulesYAML+"api: {token_file: "+tokFile+"}\n")
 	ta.Token = servertest.Token1
 	for range 3 {
 		require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)

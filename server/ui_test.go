@@ -18,7 +18,7 @@ import (
 // Policy), while what the page reads needs one.
 func TestUIFilesOpenDataNot(t *testing.T) {
 	tokFile := servertest.WriteTokens(t, t.TempDir(), servertest.Token1+"\n")
-	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n")
+	ta := startApp(t, servertest.RulesYAML+"api: {token_file: "+tokFile+"}\n")
 
 	for path, typ := range map[string]string{"/ui": "text/html", "/ui/app.js": "text/javascript", "/ui/style.css": "text/css"} {
 		r := ta.Get(path)
@@ -58,7 +58,7 @@ func TestUIAssetsSmall(t *testing.T) {
 // TestHotKeys: GET /v1/hotkeys lists every rule, and per rule its keys
 // nearest their limits first, without counting anything.
 func TestHotKeys(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	for i, key := range []string{"a", "b", "b", "c", "c", "c"} {
 		require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"`+key+`"}`).Status, i)
 	}
@@ -78,7 +78,7 @@ func TestHotKeys(t *testing.T) {
 // TestHotKeysBounded: a node holding more keys than one listing looks at
 // lists some of them, at most hotKeysPerRule per rule, and says so.
 func TestHotKeysBounded(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	var b strings.Builder
 	for i := range hotKeysScan + 10 {
 		b.Reset()
@@ -119,7 +119,7 @@ func TestActivityRing(t *testing.T) {
 // TestActivityEndpoint: GET /v1/activity serves the ring with its interval,
 // and its counts are the node's decisions.
 func TestActivityEndpoint(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	base := ta.App.activityNow()
 	for range 4 {
 		ta.Post("/v1/check", `{"rule":"r","key":"k"}`)

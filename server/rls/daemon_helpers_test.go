@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/geolimit/geolimit/server"
+	"github.com/geolimit/geolimit/server/internal/daemontest"
 	"github.com/geolimit/geolimit/server/internal/servertest"
 )
 
@@ -19,11 +20,4 @@ type testApp struct {
 	*servertest.Harness[*server.App]
 }
 
-// startApp starts a daemon on yaml (appended to servertest.BaseYAML).
-func startApp(t *testing.T, yaml string) *testApp {
-	t.Helper()
-	return &testApp{servertest.Start(t, yaml, func(s servertest.Setup) (*server.App, error) {
-		return server.New(server.Options{Config: s.Config, ConfigPath: s.Path, Self: s.Self, Clock: s.Clock,
-			Version: "test", WatchInterval: -1, Logger: s.Logger})
-	})}
-}
+func startApp(t *testing.T, yaml string) *testApp { return &testApp{daemontest.Start(t, yaml)} }

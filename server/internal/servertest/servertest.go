@@ -59,6 +59,15 @@ func WithBase(yaml string) string {
 	return BaseYAML + "listen: {api: \"127.0.0.1:0\"}\n" + yaml
 }
 
+// RulesYAML is a config of three rules: r (3 a minute), big (1000 per
+// 10 s, cost 2) and shadow (1 a minute, shadow mode).
+const RulesYAML = `
+rules:
+  - {name: r, limit: 3, window: 1m}
+  - {name: big, limit: 1000, window: 10s, cost: 2}
+  - {name: shadow, limit: 1, window: 1m, mode: shadow}
+`
+
 // Wait and Poll bound the tests' waits for a condition (require.Eventually).
 const (
 	Wait = 10 * time.Second
@@ -70,6 +79,8 @@ type Daemon interface {
 	Start(ctx context.Context) error
 	Shutdown(ctx context.Context) error
 	APIAddr() net.Addr
+	ProxyAddr() net.Addr
+	ForwardAuthAddr() net.Addr
 }
 
 // Setup is what a test's daemon is built from: its config, read from

@@ -1,64 +1,41 @@
-package server
+package proxy_test
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/geolimit/geolimit/server"
 	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// forwardAuthYAML is a config with the forward-auth listener on a free
-// port, trusted proxies and rules; extra is added at the top level.
-func forwardAuthYAML(trusted, rules, extra string) string {
-	return fmt.Sprintf(`
-listen: {api: "127.0.0.1:0", forward_auth: "127.0.0.1:0"}
-proxy: {trusted_proxies: [%s]}
-%s
-rules:
-%s`, trusted, extra, rules)
-}
-
-// fa sends a forward-auth request (method and path of the question itself).
-func (ta *testApp) fa(method, path string, hdr ...string) resp {
-	ta.T.Helper()
-	return ta.Do(method, "http://"+ta.App.ForwardAuthAddr().String()+path, "", hdr...)
-}
-
-// fwdHeaders returns the headers a trusted proxy sends to describe a request.
-func fwdHeaders(method, uri, client string, more ...string) []string {
-	return append([]string{"X-Forwarded-Method", method, "X-Forwarded-Uri", uri, "X-Forwarded-For", client,
-		"X-Forwarded-Host", "app.example.com", "X-Forwarded-Proto", "https"}, more...)
-}
-
 func TestForwardAuthAllowDeny(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", `
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", `
   - {name: per-ip, limit: 2, window: 1m, match: {path_prefix: /api}}
 `, ""))
 	// Any method and path for the question: nginx and Traefik ask with GET,
 	// others may not.
 	for i, m := range []string{"GET", "POST"} {
-		r := ta.fa(m, "/auth", fwdHeaders("GET", "/api/x?page=2", "198.51.100.9")...)
+		r := ta.ForwardAuth(m, "/auth", servertest.FwdHeaders("GET", "/api/x?page=2", "198.51.100.9")...)
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		assert.Empty(t, r.Body)
 		assert.Equal(t, `"per-ip";q=2;w=60`, r.Header.Get("RateLimit-Policy"))
-		assert.EqualValues(t, 1-i, headerInt(t, r.Header, "X-RateLimit-Remaining"))
+		assert.EqualValues(t, 1-i, servertest.HeaderInt(t, r.Header, "X-RateLimit-Remaining"))
 		assert.Empty(t, r.Header.Get("Retry-After"))
 	}
-	r := ta.fa("HEAD", "/", fwdHeaders("GET", "/api/x", "198.51.100.9")...)
+	r := ta.ForwardAuth("HEAD", "/", servertest.FwdHeaders("GET", "/api/x", "198.51.100.9")...)
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
-	retry := headerInt(t, r.Header, "Retry-After")
+	retry := servertest.HeaderInt(t, r.Header, "Retry-After")
 	assert.Positive(t, retry)
-	name, p := parseItem(t, r.Header.Get("RateLimit"))
+	name, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, "per-ip", name)
 	assert.Equal(t, map[string]int64{"r": 0, "t": retry}, p)
 
-	r = ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.9")...)
+	r = ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/api/x", "198.51.100.9")...)
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	body := r.JSON(t)
 	assert.Equal(t, "rate limited", body["error"])
@@ -66,8 +43,8 @@ func TestForwardAuthAllowDeny(t *testing.T) {
 	assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
 
 	// Another client, and a path no rule matches.
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.10")...).Status)
-	r = ta.fa("GET", "/", fwdHeaders("GET", "/static/app.js", "198.51.100.9")...)
+	require.Equal(t, http.StatusOK, ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/api/x", "198.51.100.10")...).Status)
+	r = ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/static/app.js", "198.51.100.9")...)
 	require.Equal(t, http.StatusOK, r.Status)
 	assert.Empty(t, r.Header.Get("RateLimit"))
 
@@ -83,22 +60,22 @@ func TestForwardAuthAllowDeny(t *testing.T) {
 // TestForwardAuthOriginal: nginx's spelling, X-Original-URI and
 // X-Original-Method, and the rules' method, host and path matching.
 func TestForwardAuthOriginal(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", `
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", `
   - {name: login, limit: 10, window: 1m, match: {methods: [POST], path_prefix: /login}, key: [ip, host, path]}
 `, ""))
 	nginx := func(method, uri string) []string {
 		return []string{"X-Original-Method", method, "X-Original-URI", uri, "X-Forwarded-For", "203.0.113.7", "X-Forwarded-Host", "Shop.Example.com:443"}
 	}
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("POST", "/login")...).Status)
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("GET", "/login")...).Status)
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/_geolimit", nginx("POST", "/static/../login/%2e/")...).Status)
+	require.Equal(t, http.StatusOK, ta.ForwardAuth("GET", "/_geolimit", nginx("POST", "/login")...).Status)
+	require.Equal(t, http.StatusOK, ta.ForwardAuth("GET", "/_geolimit", nginx("GET", "/login")...).Status)
+	require.Equal(t, http.StatusOK, ta.ForwardAuth("GET", "/_geolimit", nginx("POST", "/static/../login/%2e/")...).Status)
 	assert.EqualValues(t, 1, ta.KeyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login")))
 	assert.EqualValues(t, 1, ta.KeyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login/")),
 		"dot segments are resolved as in proxy mode")
 	assert.EqualValues(t, 2, ta.Decisions("login", "allowed"), "the GET matched no rule")
 
 	// Both spellings may be sent when they agree.
-	r := ta.fa("GET", "/", append(nginx("POST", "/login"), "X-Forwarded-Method", "POST", "X-Forwarded-Uri", "/login")...)
+	r := ta.ForwardAuth("GET", "/", append(nginx("POST", "/login"), "X-Forwarded-Method", "POST", "X-Forwarded-Uri", "/login")...)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	assert.EqualValues(t, 2, ta.KeyTotal("login", url.PathEscape("203.0.113.7|shop.example.com|/login")))
 }
@@ -107,14 +84,14 @@ func TestForwardAuthOriginal(t *testing.T) {
 // describing headers are ignored; the question itself is judged, as the
 // proxy listener would judge it.
 func TestForwardAuthUntrusted(t *testing.T) {
-	var logs syncBuffer
-	ta := startApp(t, forwardAuthYAML("10.0.0.0/8", `
+	var logs servertest.LogBuffer
+	ta := startApp(t, servertest.ForwardAuthYAML("10.0.0.0/8", `
   - {name: api, limit: 10, window: 1m, match: {path_prefix: /api, host: app.example.com}}
-`, ""), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
-	r := ta.fa("GET", "/static", fwdHeaders("GET", "/api/x", "198.51.100.9")...)
+`, ""), func(o *server.Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	r := ta.ForwardAuth("GET", "/static", servertest.FwdHeaders("GET", "/api/x", "198.51.100.9")...)
 	require.Equal(t, http.StatusOK, r.Status)
 	assert.Empty(t, r.Header.Get("RateLimit"), "the untrusted X-Forwarded-Uri is not believed")
-	r = ta.fa("GET", "/api/y", append(fwdHeaders("GET", "/static", "198.51.100.9"), "Host", "app.example.com")...)
+	r = ta.ForwardAuth("GET", "/api/y", append(servertest.FwdHeaders("GET", "/static", "198.51.100.9"), "Host", "app.example.com")...)
 	require.Equal(t, http.StatusOK, r.Status)
 	assert.Equal(t, `"api";q=10;w=60`, r.Header.Get("RateLimit-Policy"), "the request line is judged")
 	assert.EqualValues(t, 1, ta.KeyTotal("api", "127.0.0.1"), "the peer's address is the key")
@@ -125,18 +102,18 @@ func TestForwardAuthUntrusted(t *testing.T) {
 
 func TestForwardAuthDenyStatus(t *testing.T) {
 	rules := "  - {name: one, limit: 1, window: 1m}\n"
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", rules, "forward_auth: {deny_status: 403}"))
-	ask := func(more ...string) resp {
-		return ta.fa("GET", "/", fwdHeaders("GET", "/", "198.51.100.9", more...)...)
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", rules, "forward_auth: {deny_status: 403}"))
+	ask := func(more ...string) servertest.Resp {
+		return ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/", "198.51.100.9", more...)...)
 	}
 	require.Equal(t, http.StatusOK, ask().Status)
 	r := ask()
 	require.Equal(t, http.StatusForbidden, r.Status, "forward_auth.deny_status")
-	assert.Positive(t, headerInt(t, r.Header, "Retry-After"))
+	assert.Positive(t, servertest.HeaderInt(t, r.Header, "Retry-After"))
 	assert.Equal(t, "rate limited", r.JSON(t)["error"])
 	r = ask("X-Geolimit-Deny-Status", "401")
 	require.Equal(t, http.StatusUnauthorized, r.Status, "the request's own status")
-	assert.Positive(t, headerInt(t, r.Header, "Retry-After"))
+	assert.Positive(t, servertest.HeaderInt(t, r.Header, "Retry-After"))
 	require.Equal(t, http.StatusTooManyRequests, ask("X-Geolimit-Deny-Status", " 429 ").Status)
 
 	for _, bad := range [][]string{
@@ -152,7 +129,7 @@ func TestForwardAuthDenyStatus(t *testing.T) {
 	assert.EqualValues(t, 3, ta.Decisions("one", "denied"), "bad requests are not decided")
 
 	// A reload applies a new default.
-	ta.WriteConfig(forwardAuthYAML("127.0.0.1", rules, "forward_auth: {deny_status: 401}"))
+	ta.WriteConfig(servertest.ForwardAuthYAML("127.0.0.1", rules, "forward_auth: {deny_status: 401}"))
 	require.NoError(t, ta.App.Reload())
 	require.Equal(t, http.StatusUnauthorized, ask().Status)
 }
@@ -160,7 +137,7 @@ func TestForwardAuthDenyStatus(t *testing.T) {
 // TestForwardAuthBadOrigin: an ambiguous or malformed description is a
 // 400 naming the header, and counts nothing.
 func TestForwardAuthBadOrigin(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", "  - {name: all, limit: 100, window: 1m}\n", ""))
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", "  - {name: all, limit: 100, window: 1m}\n", ""))
 	tests := []struct {
 		name string
 		hdr  []string
@@ -182,7 +159,7 @@ func TestForwardAuthBadOrigin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := ta.fa("GET", "/", tt.hdr...)
+			r := ta.ForwardAuth("GET", "/", tt.hdr...)
 			require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
 			assert.Contains(t, r.JSON(t)["error"], tt.want)
 		})
@@ -193,12 +170,14 @@ func TestForwardAuthBadOrigin(t *testing.T) {
 // TestForwardAuthAND: the proxy mode's AND, binding rule, shadow rules
 // and nothing spent on a denial.
 func TestForwardAuthAND(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", `
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", `
   - {name: wide, limit: 10, window: 1m}
   - {name: narrow, limit: 2, window: 1m, match: {path_prefix: /api}}
   - {name: watch, limit: 1, window: 1m, mode: shadow}
 `, ""))
-	ask := func(uri string) resp { return ta.fa("GET", "/", fwdHeaders("GET", uri, "198.51.100.9")...) }
+	ask := func(uri string) servertest.Resp {
+		return ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", uri, "198.51.100.9")...)
+	}
 	r := ask("/api")
 	require.Equal(t, http.StatusOK, r.Status)
 	assert.Equal(t, `"narrow";q=2;w=60`, r.Header.Get("RateLimit-Policy"), "the rule with the least remaining binds")
@@ -221,7 +200,7 @@ func TestForwardAuthAND(t *testing.T) {
 // into a JSON body, would name another rule or key change nothing: they are
 // the key they are, or refused.
 func TestForwardAuthInjection(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", `
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", `
   - {name: per-customer, limit: 2, window: 1m, key: "header:X-Customer"}
   - {name: per-path, limit: 100, window: 1m, key: path}
   - {name: shadow-all, limit: 1000, window: 1m, mode: shadow}
@@ -230,8 +209,8 @@ func TestForwardAuthInjection(t *testing.T) {
 		toShadow = `zzz","rule":"shadow-all`
 		toOther  = `mine","key":"other-customer`
 	)
-	ask := func(customer string, more ...string) resp {
-		return ta.fa("GET", "/", fwdHeaders("GET", "/api", "198.51.100.9", append([]string{"X-Customer", customer}, more...)...)...)
+	ask := func(customer string, more ...string) servertest.Resp {
+		return ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/api", "198.51.100.9", append([]string{"X-Customer", customer}, more...)...)...)
 	}
 	for i := 0; i < 2; i++ {
 		require.Equal(t, http.StatusOK, ask(toOther).Status)
@@ -247,12 +226,12 @@ func TestForwardAuthInjection(t *testing.T) {
 	require.Equal(t, http.StatusOK, ask("other-customer").Status, "the other customer's quota is whole")
 
 	// In the URI and the client address.
-	r := ta.fa("GET", "/", fwdHeaders("GET", "/x?"+url.QueryEscape(toShadow), toOther, "X-Customer", "c1")...)
+	r := ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/x?"+url.QueryEscape(toShadow), toOther, "X-Customer", "c1")...)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	assert.EqualValues(t, 1, ta.KeyTotal("per-path", url.PathEscape("/x")), "the query is not part of the path")
 	assert.EqualValues(t, 1, ta.KeyTotal("shadow-all", "127.0.0.1"),
 		"an unparsable X-Forwarded-For entry stops the walk at the trusted proxy")
-	r = ta.fa("GET", "/", fwdHeaders("GET", "/"+url.PathEscape(toOther), "198.51.100.9")...)
+	r = ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/"+url.PathEscape(toOther), "198.51.100.9")...)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	assert.EqualValues(t, 1, ta.KeyTotal("per-path", url.PathEscape("/"+toOther)))
 	assert.EqualValues(t, 6, ta.KeyTotal("shadow-all", "198.51.100.9"), "every allowed request counted once on the shadow rule")
@@ -264,13 +243,13 @@ func TestForwardAuthInjection(t *testing.T) {
 // while nginx routes the path before it) cannot move the request off a path
 // rule or onto a key of its own.
 func TestForwardAuthFragment(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", `
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", `
   - {name: api, limit: 1, window: 1m, match: {path_prefix: /api/}}
   - {name: per-path, limit: 100, window: 1m, key: path}
 `, ""))
-	require.Equal(t, http.StatusOK, ta.fa("GET", "/", fwdHeaders("GET", "/api/x", "198.51.100.9")...).Status)
+	require.Equal(t, http.StatusOK, ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/api/x", "198.51.100.9")...).Status)
 	for _, uri := range []string{"/api/x#/../../o1", "/api/x#frag", "/api/x?a=1#/../../o2"} {
-		r := ta.fa("GET", "/", fwdHeaders("GET", uri, "198.51.100.9")...)
+		r := ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", uri, "198.51.100.9")...)
 		assert.Equal(t, http.StatusTooManyRequests, r.Status, "%s: judged as /api/x", uri)
 	}
 	assert.EqualValues(t, 1, ta.KeyTotal("per-path", url.PathEscape("/api/x")))
