@@ -65,7 +65,7 @@ func TestModeAuthorityHoldsOnOpenLinks(t *testing.T) {
 			pin := modes.RuleMode{Rule: "api", Mode: modes.Off, At: now + int64(1900*time.Millisecond), By: operator.node.Link().Self()}
 			signed := pin
 			rogue.Sign(&signed)
-			d := wire.Delta{Sender: operator.node.Link().Self(), SentAt: now, Modes: []modes.RuleMode{pin, signed}}
+			d := *modes.Section.With(&wire.Delta{Sender: operator.node.Link().Self(), SentAt: now}, []modes.RuleMode{pin, signed}...)
 			msgs, err := wire.Encode(&d, 0)
 			if err == nil {
 				_ = nc.Publish(DeltaSubject("", ams), msgs[0])

@@ -489,17 +489,12 @@ func (r *Replicator) send(m *repl.Message) {
 const bulkyPackets = 8
 
 // bulky reports whether d's entries take more than bulkyPackets messages of
-// maxPayload bytes (an estimate: key plus at most 8 bytes per entry, 28
-// bytes per remembered decision, key plus 20 bytes per in-flight count).
+// maxPayload bytes (an estimate: key plus at most 8 bytes per entry, and
+// the bound of every other section's items).
 func bulky(d *wire.Delta, maxPayload int) bool {
-	size, limit := 28*len(d.Memos), bulkyPackets*maxPayload
+	size, limit := d.SectionBytes(), bulkyPackets*maxPayload
 	if size > limit {
 		return true
-	}
-	for i := range d.Inflight {
-		if size += len(d.Inflight[i].Key) + 20; size > limit {
-			return true
-		}
 	}
 	for i := range d.Entries {
 		if size += len(d.Entries[i].Key) + 8; size > limit {

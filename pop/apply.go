@@ -39,11 +39,11 @@ func (l Link) ApplyFrom(now int64, d *wire.Delta, via Scope, from *crdt.InternCa
 		n.mu.Unlock()
 	}()
 	if d.Sender == n.self {
-		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Inflight)
+		st.Echo = partItems(d)
 		return st
 	}
 	if !senderFits(n.self, d.Sender, via) {
-		st.WrongScope = len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Inflight)
+		st.WrongScope = partItems(d)
 		return st
 	}
 	// The epoch is read under applyMu, so an entry of the aggregate SetEpoch
@@ -51,11 +51,17 @@ func (l Link) ApplyFrom(now int64, d *wire.Delta, via Scope, from *crdt.InternCa
 	n.applyMu.RLock()
 	defer n.applyMu.RUnlock()
 	if via == ScopeGlobal && d.Sender.SamePoP(n.self) && n.ownEpoch(d.Sender.Incarnation) {
-		st.Echo = len(d.Entries) + len(d.Blocks) + len(d.Memos) + len(d.Inflight)
+		st.Echo = partItems(d)
 		return st
 	}
 	for _, p := range features {
-		p.apply(n, now, d, via, &st)
+		switch k := p.section().Len(d); {
+		case k == 0:
+		case !p.from(via):
+			st.WrongScope += k
+		default:
+			p.apply(n, now, d, via, &st)
+		}
 	}
 	var rep crdt.ReplicaID
 	var ok bool

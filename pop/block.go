@@ -73,12 +73,10 @@ func (n *Node) afterGuard(now int64, r *ruleState, key string, count bool, d *De
 // applyBlocks merges d's blocks (received via scope via from an accepted
 // sender) into the block table.
 func (blockPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplyStats) {
-	if len(d.Blocks) == 0 {
-		return
-	}
 	rs := n.rules.Load()
-	for i := range d.Blocks {
-		b := &d.Blocks[i]
+	bs := blocks.Section.Items(d)
+	for i := range bs {
+		b := &bs[i]
 		r, ok := rs.byName[b.Rule]
 		switch {
 		case !ok:
@@ -124,10 +122,10 @@ func (blockPart) flush(n *Node, rs *ruleSet, _ int64, b *Batch, local, pub bool)
 		}
 		blk := blocks.Block{Rule: r.Name, Key: key, Until: until}
 		if local {
-			b.Local.Blocks = append(b.Local.Blocks, blk)
+			blocks.Section.Append(&b.Local, blk)
 		}
 		if pub && r.Scope == ScopeGlobal {
-			b.PoP.Blocks = append(b.PoP.Blocks, blk)
+			blocks.Section.Append(&b.PoP, blk)
 		}
 	})
 }
@@ -149,12 +147,15 @@ func (n *Node) liveBlocks(rs *ruleSet, now int64) []blocks.Block {
 // antiEntropyBlocks adds every live block to b: pop and global ones to
 // Local, global ones whose key owns accepts to PoP (when it has an epoch).
 func (blockPart) antiEntropy(n *Node, rs *ruleSet, now int64, b *Batch, owns func(string) bool) {
-	for _, blk := range n.liveBlocks(rs, now) {
-		b.Local.Blocks = append(b.Local.Blocks, blk)
+	live := n.liveBlocks(rs, now)
+	var pub []blocks.Block
+	for _, blk := range live {
 		if r := rs.byName[blk.Rule]; b.PoP.Epoch != 0 && r.Scope == ScopeGlobal && (owns == nil || owns(blk.Key)) {
-			b.PoP.Blocks = append(b.PoP.Blocks, blk)
+			pub = append(pub, blk)
 		}
 	}
+	blocks.Section.Append(&b.Local, live...)
+	blocks.Section.Append(&b.PoP, pub...)
 }
 
 // BlockedUntil returns when key's penalty block under rule ends (Unix
@@ -185,8 +186,14 @@ func (n *Node) penalize(now int64, r *ruleState, key string, d *Decision) {
 // blockPart is the penalty box as the node composes it (components.go).
 type blockPart struct{}
 
+func (blockPart) section() sectionLen { return blocks.Section }
+
+// from: any replica may send the blocks it holds (a block only ever
+// denies); apply checks each against its rule.
+func (blockPart) from(Scope) bool { return true }
+
 func (blockPart) state(n *Node, rs *ruleSet, now int64, self *wire.Delta) {
-	self.Blocks = n.liveBlocks(rs, now)
+	blocks.Section.Set(self, n.liveBlocks(rs, now))
 }
 
 func (blockPart) sweep(n *Node, now int64) { n.blocks.Sweep(now) }

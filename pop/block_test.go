@@ -122,10 +122,11 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	assert.ElementsMatch(t, []blocks.Block{
 		{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)},
 		{Rule: "otp", Key: "k", Until: t0 + int64(10*time.Minute)},
-	}, out.Local.Blocks, "pop and global blocks go to the members; node scope stays here")
-	assert.Equal(t, []blocks.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, out.PoP.Blocks,
+	}, blocks.Section.Items(&out.Local), "pop and global blocks go to the members; node scope stays here")
+	assert.Equal(t, []blocks.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, blocks.Section.Items(&out.PoP),
 		"only global blocks go to other PoPs")
-	assert.Empty(t, a.Link().Flush(t0, nil).Local.Blocks, "a block is flushed once")
+	flushed := a.Link().Flush(t0, nil)
+	assert.Empty(t, blocks.Section.Items(&flushed.Local), "a block is flushed once")
 
 	now := t0 + int64(2*time.Minute)
 	st := b.Link().Apply(now, &out.Local, ScopePoP)
@@ -147,7 +148,7 @@ func TestPenaltyBoxReplicatesByScope(t *testing.T) {
 	}
 
 	// A pop-scope block may not come from another PoP.
-	forged := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), Blocks: []blocks.Block{{Rule: "otp", Key: "x", Until: now + 1}}}
+	forged := *blocks.Section.With(&wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1)}, []blocks.Block{{Rule: "otp", Key: "x", Until: now + 1}}...)
 	st = b.Link().Apply(now, &forged, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope)
 	assert.Zero(t, b.BlockedUntil(now, "otp", "x"))
@@ -161,13 +162,13 @@ func TestApplyBoundsRemoteBlocks(t *testing.T) {
 	n := boxNode(t, replica("a", 1))
 	from := replica("b", 1)
 	far := t0 + int64(time.Hour)
-	d := wire.Delta{Sender: from, Blocks: []blocks.Block{
+	d := *blocks.Section.With(&wire.Delta{Sender: from}, []blocks.Block{
 		{Rule: "login", Key: "far", Until: far},
 		{Rule: "login", Key: "past", Until: t0},
 		{Rule: "plain", Key: "k", Until: t0 + 1},
 		{Rule: "nope", Key: "k", Until: t0 + 1},
 		{Rule: "login", Key: "", Until: t0 + 1},
-	}}
+	}...)
 	st := n.Link().Apply(t0, &d, ScopePoP)
 	assert.Equal(t, BlockApplyStats{Merged: 1, Expired: 1, Ignored: 1, Clamped: 1}, st.Blocks)
 	assert.Equal(t, 1, st.UnknownRule)
@@ -182,7 +183,7 @@ func TestBlocksAreBoundedByMaxKeys(t *testing.T) {
 	require.NoError(t, err)
 	d := wire.Delta{Sender: replica("b", 1)}
 	for i := 0; i < 100; i++ {
-		d.Blocks = append(d.Blocks, blocks.Block{Rule: "login", Key: strconv.Itoa(i), Until: t0 + int64(time.Minute)})
+		blocks.Section.Append(&d, blocks.Block{Rule: "login", Key: strconv.Itoa(i), Until: t0 + int64(time.Minute)})
 	}
 	st := n.Link().Apply(t0, &d, ScopePoP)
 	assert.Equal(t, 16, st.Blocks.Merged)
@@ -199,10 +200,10 @@ func TestAntiEntropyAndStateCarryBlocks(t *testing.T) {
 	exhaust(t, a, t0, "otp", "k")
 	a.Link().Flush(t0, nil)
 	ae := a.Link().AntiEntropy(t0+1, nil)
-	assert.Len(t, ae.Local.Blocks, 2)
-	assert.Equal(t, []blocks.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, ae.PoP.Blocks)
+	assert.Len(t, blocks.Section.Items(&ae.Local), 2)
+	assert.Equal(t, []blocks.Block{{Rule: "login", Key: "k", Until: t0 + int64(10*time.Minute)}}, blocks.Section.Items(&ae.PoP))
 	ae = a.Link().AntiEntropy(t0+1, func(string) bool { return false })
-	assert.Empty(t, ae.PoP.Blocks, "a PoP's blocks go out through the key's owner")
+	assert.Empty(t, blocks.Section.Items(&ae.PoP), "a PoP's blocks go out through the key's owner")
 
 	joiner := boxNode(t, replica("c", 1))
 	for _, d := range a.Link().State(t0 + 1) {

@@ -282,13 +282,13 @@ func TestConcurrencyPoPScope(t *testing.T) {
 	// The node-scope rule never travels.
 	require.True(t, decideOne(t, a, t0, chk(t, a, "local", "k", 0)).Allowed)
 	batch := a.Link().Flush(t0, nil)
-	assert.Empty(t, batch.Local.Inflight, "nothing changed but a node-scope key")
+	assert.Empty(t, inflight.Section.Items(&batch.Local), "nothing changed but a node-scope key")
 
 	// A release travels as a lower count with a newer version.
 	require.True(t, a.Release(t0, ra.Lease.ID()))
 	old := a.Link().Flush(t0, nil)
-	require.Len(t, old.Local.Inflight, 1)
-	assert.Equal(t, uint64(1), old.Local.Inflight[0].Count)
+	require.Len(t, inflight.Section.Items(&old.Local), 1)
+	assert.Equal(t, uint64(1), inflight.Section.Items(&old.Local)[0].Count)
 	require.True(t, a.Release(t0, rb.Lease.ID()))
 	newer := a.Link().Flush(t0, nil)
 	b.Link().Apply(t0, &newer.Local, ScopePoP)
@@ -333,7 +333,7 @@ func TestConcurrencyMemberSlotsComeBack(t *testing.T) {
 func TestConcurrencyApplyDistrusts(t *testing.T) {
 	b := concNode(t, "b", Config{MaxLeases: 2})
 	from := replica("a", 1)
-	d := wire.Delta{Sender: from, Inflight: []inflight.Count{
+	d := *inflight.Section.With(&wire.Delta{Sender: from}, []inflight.Count{
 		{Rule: "uploads", Key: "k", Count: 1 << 40, Version: 1},
 		{Rule: "nope", Key: "k", Count: 1, Version: 1},
 		{Rule: "local", Key: "k", Count: 1, Version: 1},
@@ -341,7 +341,7 @@ func TestConcurrencyApplyDistrusts(t *testing.T) {
 		{Rule: "uploads", Key: strings.Repeat("x", crdt.MaxKeyLen+1), Count: 1, Version: 1},
 		{Rule: "uploads", Key: "k2", Count: 1, Version: 1},
 		{Rule: "uploads", Key: "k3", Count: 1, Version: 1},
-	}}
+	}...)
 	st := b.Link().Apply(t0, &d, ScopePoP)
 	assert.Equal(t, 1, st.Inflight.Clamped, "no member holds more than the limit")
 	assert.Equal(t, 1, st.UnknownRule)
@@ -351,8 +351,7 @@ func TestConcurrencyApplyDistrusts(t *testing.T) {
 	_, members, _ := b.InFlight(t0, "uploads", "k")
 	assert.Equal(t, uint64(3), members)
 
-	other := wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "fra"}, Node: "x", Incarnation: 1},
-		Inflight: []inflight.Count{{Rule: "uploads", Key: "z", Count: 1, Version: 1}}}
+	other := *inflight.Section.With(&wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "fra"}, Node: "x", Incarnation: 1}}, []inflight.Count{{Rule: "uploads", Key: "z", Count: 1, Version: 1}}...)
 	st = b.Link().Apply(t0, &other, ScopeGlobal)
 	assert.Equal(t, 1, st.WrongScope, "another PoP's node may not send them")
 	_, members, _ = b.InFlight(t0, "uploads", "z")
@@ -367,26 +366,28 @@ func TestConcurrencyRefreshAndAntiEntropy(t *testing.T) {
 		require.True(t, decideOne(t, n, t0, pin).Allowed)
 	}
 	first := n.Link().Flush(t0, nil)
-	require.Len(t, first.Local.Inflight, 2)
-	assert.Empty(t, n.Link().Flush(t0+1, nil).Local.Inflight, "nothing changed, no refresh due")
+	require.Len(t, inflight.Section.Items(&first.Local), 2)
+	flushed := n.Link().Flush(t0+1, nil)
+	assert.Empty(t, inflight.Section.Items(&flushed.Local), "nothing changed, no refresh due")
 	quarter := int64(30*time.Second) / 4
 	again := n.Link().Flush(t0+quarter, nil)
-	require.Len(t, again.Local.Inflight, 2, "every own count again each quarter of the lease TTL")
-	assert.Equal(t, "a", again.Local.Inflight[0].Key, "sorted")
-	assert.Greater(t, again.Local.Inflight[0].Version, first.Local.Inflight[1].Version, "newer versions")
-	assert.Greater(t, again.Local.Inflight[1].Version, again.Local.Inflight[0].Version)
+	require.Len(t, inflight.Section.Items(&again.Local), 2, "every own count again each quarter of the lease TTL")
+	assert.Equal(t, "a", inflight.Section.Items(&again.Local)[0].Key, "sorted")
+	assert.Greater(t, inflight.Section.Items(&again.Local)[0].Version, inflight.Section.Items(&first.Local)[1].Version, "newer versions")
+	assert.Greater(t, inflight.Section.Items(&again.Local)[1].Version, inflight.Section.Items(&again.Local)[0].Version)
 
 	ae := n.Link().AntiEntropy(t0+quarter+1, nil)
-	require.Len(t, ae.Local.Inflight, 2, "anti-entropy sends every own count that is not zero")
-	assert.Greater(t, ae.Local.Inflight[0].Version, again.Local.Inflight[1].Version)
+	require.Len(t, inflight.Section.Items(&ae.Local), 2, "anti-entropy sends every own count that is not zero")
+	assert.Greater(t, inflight.Section.Items(&ae.Local)[0].Version, inflight.Section.Items(&again.Local)[1].Version)
 
 	// Alone in its PoP (local false): the change marks are cleared all the
 	// same, and nothing is built.
 	res := decideOne(t, n, t0, chk(t, n, "uploads", "c", 0))
 	require.True(t, res.Allowed)
 	b := n.Link().FlushTo(t0+quarter+2, nil, false)
-	assert.Empty(t, b.Local.Inflight)
-	assert.Empty(t, n.Link().Flush(t0+quarter+3, nil).Local.Inflight)
+	assert.Empty(t, inflight.Section.Items(&b.Local))
+	flushed = n.Link().Flush(t0+quarter+3, nil)
+	assert.Empty(t, inflight.Section.Items(&flushed.Local))
 }
 
 func TestConcurrencyReload(t *testing.T) {

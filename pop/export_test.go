@@ -2,10 +2,9 @@ package pop
 
 import (
 	"slices"
-	"sort"
 	"testing"
 
-	"github.com/geolimit/geolimit/identity"
+	"github.com/geolimit/geolimit/internal/statefile"
 	"github.com/geolimit/geolimit/replicated/memos"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -63,20 +62,7 @@ func (n *Node) Remembered(now int64, rule, key, idem string, cost uint64, tier s
 // where this one stopped (see Restore): SnapshotEach's deltas, copied and
 // merged into one delta per owning replica, sorted by replica.
 func (n *Node) Snapshot(now int64) []wire.Delta {
-	var out []wire.Delta
-	at := map[identity.Replica]int{}
-	for d := range n.SnapshotEach(now) {
-		i, ok := at[d.Sender]
-		if !ok {
-			i = len(out)
-			at[d.Sender] = i
-			out = append(out, wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
-		}
-		out[i].Entries = append(out[i].Entries, d.Entries...)
-		out[i].Modes = append(out[i].Modes, d.Modes...)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Sender.String() < out[j].Sender.String() })
-	return out
+	return statefile.Collect(n.SnapshotEach(now))
 }
 
 // Restore merges a former incarnation's Snapshot into the node (see

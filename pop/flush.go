@@ -178,17 +178,17 @@ func (l Link) State(now int64) []wire.Delta {
 	for _, p := range features {
 		p.state(n, rs, now, &own)
 	}
-	if len(own.Blocks) > 0 || len(own.Memos) > 0 || len(own.Inflight) > 0 {
+	if own.Sections() > 0 {
 		// What the parts hold has no owner among the counts' replicas: it
 		// travels with this node's own counts.
-		self := wire.Delta{Sender: n.self, SentAt: now, Epoch: ep}
+		self := own
+		self.Sender, self.SentAt, self.Epoch = n.self, now, ep
 		for rep, d := range byRep {
 			if n.store.Replica(rep) == n.self {
-				self = *d
+				self.Entries = d.Entries
 				delete(byRep, rep)
 			}
 		}
-		self.Sender, self.Blocks, self.Memos, self.Inflight = n.self, own.Blocks, own.Memos, own.Inflight
 		out = append(out, self)
 	}
 	for rep, d := range byRep {

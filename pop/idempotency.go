@@ -128,24 +128,17 @@ func (n *Node) remember(now int64, c *Check, id memos.ID, res *Result, v memos.V
 	n.memos.Put(now, r.id, id, now+n.memoTTL, v, r.Scope != ScopeNode)
 }
 
-// applyMemos merges d's remembered decisions (received via scope via from
-// an accepted member) into the table. Only the own PoP's members send
-// them: via ScopeGlobal they are refused.
-func (memoPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplyStats) {
-	if len(d.Memos) == 0 {
-		return
-	}
-	if via != ScopePoP {
-		st.WrongScope += len(d.Memos)
-		return
-	}
+// applyMemos merges d's remembered decisions (received from an accepted
+// member, see from) into the table.
+func (memoPart) apply(n *Node, now int64, d *wire.Delta, _ Scope, st *ApplyStats) {
+	ms := memos.Section.Items(d)
 	rs := n.rules.Load()
 	// A member's decision lasts no longer than one this node would take
 	// now: a later one would be evicted after this node's own when the
 	// table is full, and so could push them out.
 	bound := now + n.memoTTL
-	for i := range d.Memos {
-		m := &d.Memos[i]
+	for i := range ms {
+		m := &ms[i]
 		r, ok := rs.byName[m.Rule]
 		switch {
 		case !ok:
@@ -184,7 +177,7 @@ func (memoPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplySta
 func (memoPart) flush(n *Node, rs *ruleSet, _ int64, b *Batch, local, _ bool) {
 	n.memos.Drain(func(id crdt.RuleID, mid memos.ID, until int64, v memos.Verdict) {
 		if r := rs.byID[id]; local && r != nil && r.Scope != ScopeNode {
-			b.Local.Memos = append(b.Local.Memos, memos.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
+			memos.Section.Append(&b.Local, memos.Memo{Rule: r.Name, ID: mid, Until: until, Verdict: v})
 		}
 	})
 }
@@ -272,12 +265,18 @@ func (n *Node) rememberAll(now int64, cs []Check, res []Result, m *allMemos, all
 // (components.go). Memos never leave the PoP.
 type memoPart struct{}
 
+func (memoPart) section() sectionLen { return memos.Section }
+
+// from: only the own PoP's members send memos; via ScopeGlobal they are
+// refused.
+func (memoPart) from(via Scope) bool { return via == ScopePoP }
+
 func (memoPart) antiEntropy(n *Node, rs *ruleSet, now int64, b *Batch, _ func(string) bool) {
-	b.Local.Memos = n.liveMemos(rs, now)
+	memos.Section.Set(&b.Local, n.liveMemos(rs, now))
 }
 
 func (memoPart) state(n *Node, rs *ruleSet, now int64, self *wire.Delta) {
-	self.Memos = n.liveMemos(rs, now)
+	memos.Section.Set(self, n.liveMemos(rs, now))
 }
 
 func (memoPart) sweep(n *Node, now int64) { n.memos.Sweep(now) }

@@ -24,11 +24,11 @@ func TestMemberDenialIsNotRemembered(t *testing.T) {
 	// The member saw the flushed memo (until t0+1h); it answers with the
 	// same ID, until one nanosecond earlier, verdict 0.
 	id := memos.IDOf("k", "req-1", 1, "")
-	evil := wire.Delta{Sender: replica("b", 1), SentAt: t0, Memos: []memos.Memo{
+	evil := *memos.Section.With(&wire.Delta{Sender: replica("b", 1), SentAt: t0}, []memos.Memo{
 		{Rule: "pay", ID: id, Until: t0 + int64(time.Hour) - 1, Verdict: 0},
 		// and a brand new key, never decided: denied for its first try too
 		{Rule: "pay", ID: memos.IDOf("k", "req-2", 1, ""), Until: t0 + int64(time.Hour), Verdict: 0},
-	}}
+	}...)
 	st := n.Link().Apply(t0, &evil, ScopePoP)
 	assert.Equal(t, 0, st.Memos.Merged, "a member must not be able to remember a denial (nodes never do)")
 	later := t0 + int64(30*time.Minute)

@@ -263,9 +263,9 @@ func TestIdempotencyAcrossMembers(t *testing.T) {
 			case "state":
 				ds = a.Link().State(t0)
 			}
-			memos := 0
+			held := 0
 			for i := range ds {
-				memos += len(ds[i].Memos)
+				held += memos.Section.Len(&ds[i])
 				msgs, err := wire.Encode(&ds[i], 0)
 				require.NoError(t, err)
 				for _, m := range msgs {
@@ -274,14 +274,15 @@ func TestIdempotencyAcrossMembers(t *testing.T) {
 					b.Link().Apply(t0, d, ScopePoP)
 				}
 			}
-			assert.Equal(t, 2, memos, "pop and global rules' decisions; a node rule's stay on the node")
+			assert.Equal(t, 2, held, "pop and global rules' decisions; a node rule's stay on the node")
 			for _, rule := range []string{"pay", "glob"} {
 				r := decideOne(t, b, t0, idemChk(t, b, rule, "k", "i"))
 				assert.True(t, r.Repeat, rule)
 				assert.Equal(t, uint64(1), spent(t, b, rule, "k"), "%s: a's count only", rule)
 			}
 			assert.False(t, decideOne(t, b, t0, idemChk(t, b, "local", "k", "i")).Repeat)
-			assert.Empty(t, b.Link().Flush(t0, nil).Local.Memos, "learnt decisions are not flushed again")
+			flushed := b.Link().Flush(t0, nil)
+			assert.Empty(t, memos.Section.Items(&flushed.Local), "learnt decisions are not flushed again")
 		})
 	}
 }
@@ -289,10 +290,13 @@ func TestIdempotencyAcrossMembers(t *testing.T) {
 func TestIdempotencyFlushSendsOnlyNewDecisions(t *testing.T) {
 	a := idemNode(t, "a", Config{})
 	decideOne(t, a, t0, idemChk(t, a, "pay", "k", "i"))
-	assert.Len(t, a.Link().Flush(t0, nil).Local.Memos, 1)
+	flushed := a.Link().Flush(t0, nil)
+	assert.Len(t, memos.Section.Items(&flushed.Local), 1)
 	decideOne(t, a, t0, idemChk(t, a, "pay", "k", "i")) // a repeat
-	assert.Empty(t, a.Link().Flush(t0, nil).Local.Memos, "a repeat remembers nothing new")
-	assert.Empty(t, a.Link().Flush(t0, nil).PoP.Memos, "never to other PoPs")
+	flushed = a.Link().Flush(t0, nil)
+	assert.Empty(t, memos.Section.Items(&flushed.Local), "a repeat remembers nothing new")
+	flushed = a.Link().Flush(t0, nil)
+	assert.Empty(t, memos.Section.Items(&flushed.PoP), "never to other PoPs")
 }
 
 // TestIdempotencyHostileMemos: what a member sends is bounded: an
@@ -303,13 +307,13 @@ func TestIdempotencyFlushSendsOnlyNewDecisions(t *testing.T) {
 func TestIdempotencyHostileMemos(t *testing.T) {
 	n := idemNode(t, "a", Config{MaxIdempotencyKeys: 100, IdempotencyTTL: time.Hour})
 	id := memos.IDOf("k", "i", 1, "")
-	member := wire.Delta{Sender: replica("b", 1), SentAt: t0, Memos: []memos.Memo{
+	member := *memos.Section.With(&wire.Delta{Sender: replica("b", 1), SentAt: t0}, []memos.Memo{
 		{Rule: "nope", ID: id, Until: t0 + 1},
 		{Rule: "local", ID: id, Until: t0 + 1},
 		{Rule: "pay", ID: id, Until: t0 - 1, Verdict: memos.Allowed},
 		{Rule: "pay", ID: id, Until: t0 + int64(time.Minute)}, // a denial
 		{Rule: "pay", ID: id, Until: t0 + int64(1000*time.Hour), Verdict: memos.Allowed},
-	}}
+	}...)
 	st := n.Link().Apply(t0, &member, ScopePoP)
 	assert.Equal(t, 1, st.UnknownRule)
 	assert.Equal(t, 1, st.WrongScope)
@@ -324,14 +328,14 @@ func TestIdempotencyHostileMemos(t *testing.T) {
 	_, ok = n.Remembered(bound, "pay", "k", "i", 0, "")
 	assert.False(t, ok, "clamped to now + ttl")
 
-	foreign := wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, Memos: member.Memos}
-	assert.Equal(t, len(member.Memos), n.Link().Apply(t0, &foreign, ScopePoP).WrongScope)
-	agg := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), Memos: member.Memos}
-	assert.Equal(t, len(member.Memos), n.Link().Apply(t0, &agg, ScopeGlobal).WrongScope, "other PoPs send none")
+	foreign := *memos.Section.With(&wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}}, memos.Section.Items(&member)...)
+	assert.Equal(t, memos.Section.Len(&member), n.Link().Apply(t0, &foreign, ScopePoP).WrongScope)
+	agg := *memos.Section.With(&wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1)}, memos.Section.Items(&member)...)
+	assert.Equal(t, memos.Section.Len(&member), n.Link().Apply(t0, &agg, ScopeGlobal).WrongScope, "other PoPs send none")
 
 	flood := wire.Delta{Sender: replica("b", 1)}
 	for i := range 5000 {
-		flood.Memos = append(flood.Memos, memos.Memo{Rule: "pay", ID: memos.IDOf("k", strconv.Itoa(i), 1, ""), Until: t0 + int64(time.Minute) + int64(i), Verdict: memos.Allowed})
+		memos.Section.Append(&flood, memos.Memo{Rule: "pay", ID: memos.IDOf("k", strconv.Itoa(i), 1, ""), Until: t0 + int64(time.Minute) + int64(i), Verdict: memos.Allowed})
 	}
 	n.Link().Apply(t0, &flood, ScopePoP)
 	assert.LessOrEqual(t, n.Stats().Memos.Len, 100)

@@ -34,14 +34,16 @@ func (inflightPart) flush(n *Node, rs *ruleSet, now int64, b *Batch, local, _ bo
 		return
 	}
 	if local {
+		out := inflight.Section.Items(&b.Local)
 		for k := range s.dirty {
 			if e := s.keys[k]; e == nil || !refresh || e.own == 0 {
-				b.Local.Inflight = s.appendOwn(b.Local.Inflight, rs, k, e)
+				out = s.appendOwn(out, rs, k, e)
 			}
 		}
 		if refresh {
-			b.Local.Inflight = s.appendAll(b.Local.Inflight, rs)
+			out = s.appendAll(out, rs)
 		}
+		inflight.Section.Set(&b.Local, out)
 	}
 	if refresh {
 		s.refreshed = now
@@ -110,20 +112,14 @@ func minLeaseTTL(rs *ruleSet) int64 {
 // applyInflight merges d's in-flight counts (received via scope via from
 // a member accepted by Apply) into the members' counts. Only the own PoP's
 // members send them, of pop-scope concurrency rules.
-func (inflightPart) apply(n *Node, now int64, d *wire.Delta, via Scope, st *ApplyStats) {
-	if len(d.Inflight) == 0 {
-		return
-	}
-	if via != ScopePoP {
-		st.WrongScope += len(d.Inflight)
-		return
-	}
+func (inflightPart) apply(n *Node, now int64, d *wire.Delta, _ Scope, st *ApplyStats) {
+	fs := inflight.Section.Items(d)
 	rs := n.rules.Load()
 	s := n.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range d.Inflight {
-		f := &d.Inflight[i]
+	for i := range fs {
+		f := &fs[i]
 		r, ok := rs.get(f.Rule)
 		switch {
 		case !ok:
@@ -203,8 +199,14 @@ func (l Link) KeepMembers(member func(identity.Replica) bool) {
 // owner may send.
 type inflightPart struct{}
 
+func (inflightPart) section() sectionLen { return inflight.Section }
+
+// from: only the own PoP's members send their in-flight counts; via
+// ScopeGlobal they are refused.
+func (inflightPart) from(via Scope) bool { return via == ScopePoP }
+
 func (inflightPart) antiEntropy(n *Node, rs *ruleSet, now int64, b *Batch, _ func(string) bool) {
-	b.Local.Inflight = n.antiEntropyInflight(rs, now)
+	inflight.Section.Set(&b.Local, n.antiEntropyInflight(rs, now))
 }
 
 func (inflightPart) state(*Node, *ruleSet, int64, *wire.Delta) {}

@@ -274,7 +274,7 @@ func TestModesPersist(t *testing.T) {
 		c := *d
 		c.Entries = append([]crdt.Entry(nil), d.Entries...)
 		ds = append(ds, c)
-		for _, m := range d.Modes {
+		for _, m := range modes.Section.Items(d) {
 			assert.Equal(t, w, m)
 		}
 	}

@@ -104,7 +104,9 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*wire.Delta] {
 		})
 		emit(own)
 		if ms := n.Link().Modes(); !stopped && len(ms) > 0 {
-			yield(&wire.Delta{Sender: n.self, SentAt: now, Epoch: ep, Modes: ms})
+			d := &wire.Delta{Sender: n.self, SentAt: now, Epoch: ep}
+			modes.Section.Set(d, ms)
+			yield(d)
 		}
 	}
 }
@@ -121,7 +123,7 @@ func (n *Node) SnapshotEach(now int64) iter.Seq[*wire.Delta] {
 // hold (global per-node counts, another PoP's nodes, this incarnation) are
 // refused (WrongScope, Echo), counted like Apply's.
 func (n *Node) RestoreDelta(now int64, d *wire.Delta) ApplyStats {
-	n.Link().MergeModes(now, modes.Source{PoP: n.self.PoPID, Member: true}, d.Modes) // the node's own file
+	n.Link().MergeModes(now, modes.Source{PoP: n.self.PoPID, Member: true}, modes.Section.Items(d)) // the node's own file
 	if d.Sender.IsPoP() {
 		return n.Link().Apply(now, d, ScopeGlobal)
 	}

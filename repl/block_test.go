@@ -25,7 +25,7 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 	c, a2, now := speakingCore(t, n)
 	until := now + int64(time.Minute)
 
-	own := wire.Delta{Sender: a2, SentAt: now, Epoch: 1, Blocks: []blocks.Block{{Rule: "ip", Key: "member", Until: until}}}
+	own := *blocks.Section.With(&wire.Delta{Sender: a2, SentAt: now, Epoch: 1}, []blocks.Block{{Rule: "ip", Key: "member", Until: until}}...)
 	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &own}); res.Applied.Blocks.Merged != 1 {
 		t.Fatalf("a member's block: %+v", res.Applied)
 	}
@@ -36,12 +36,12 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 		t.Errorf("a delta of blocks was taken for an announcement")
 	}
 
-	fwd := wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1, Blocks: []blocks.Block{
+	fwd := *blocks.Section.With(&wire.Delta{Sender: identity.PoPReplica(identity.PoPID{Region: "eu", PoP: "ams"}, 1), SentAt: now, Epoch: 1}, []blocks.Block{
 		{Rule: "api", Key: "good", Until: until},
 		{Rule: "ip", Key: "k", Until: until},    // pop scope: never leaves the PoP
 		{Rule: "plain", Key: "k", Until: until}, // no block_for
 		{Rule: "nope", Key: "k", Until: until},  // unknown rule
-	}}
+	}...)
 	if res := c.Step(now, Message{Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &fwd}); res.Dropped || res.Forged {
 		t.Fatalf("step: %+v", res)
 	}
@@ -52,7 +52,7 @@ func TestBlocksTravelWithTheCounts(t *testing.T) {
 			if !m.Delta.Sender.IsPoP() {
 				t.Errorf("published by %s, not the PoP", m.Delta.Sender)
 			}
-			got = append(got, m.Delta.Blocks...)
+			got = append(got, blocks.Section.Items(m.Delta)...)
 		}
 	}
 	if len(got) != 1 || got[0].Key != "good" || got[0].Until != until {

@@ -350,7 +350,8 @@ func (c *Core) doWork(now int64) {
 		c.stats.AntiEntropies++
 		b := c.node.AntiEntropyPart(now, c.ownsKey, 0, 1)
 		if c.want&wantLocalAE == 0 {
-			b.Local.Entries, b.Local.Blocks, b.Local.Memos, b.Local.Inflight = nil, nil, nil, nil
+			b.Local.Entries = nil
+			b.Local.ClearSections()
 		}
 		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
 		if c.want&wantGlobalAE != 0 && c.want&wantNoRegion == 0 {

@@ -5,6 +5,7 @@ import (
 	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
 	"github.com/geolimit/geolimit/replicated/blocks"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/window"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -82,7 +83,7 @@ func (c *Core) flushSlot(now int64) {
 			c.speakAt, c.speakSlot = now+int64(c.cfg.SpeakDelay), slot
 		}
 		c.speech = append(c.speech, b.PoP.Entries...)
-		c.speechBlk = append(c.speechBlk, b.PoP.Blocks...)
+		c.speechBlk = append(c.speechBlk, blocks.Section.Items(&b.PoP)...)
 		c.flushRegion(now, true)
 		return
 	}
@@ -100,7 +101,8 @@ func (c *Core) speak(now int64) {
 		c.spoken = max(c.spoken, c.speakSlot)
 	}
 	if (len(c.speech) > 0 || len(c.speechBlk) > 0) && c.epoch != 0 {
-		d := wire.Delta{Sender: identity.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech, Blocks: c.speechBlk}
+		d := wire.Delta{Sender: identity.PoPReplica(c.self.PoPID, c.epoch), SentAt: now, Epoch: c.epoch, Entries: c.speech}
+		blocks.Section.Set(&d, c.speechBlk)
 		c.publish(&d, false)
 	}
 	c.speakRegion(now) // region.go
@@ -124,25 +126,26 @@ func (c *Core) forwarded(now int64, d *wire.Delta) bool {
 		return true
 	}
 	entries := c.validTotals(now, d.Entries)
-	blocks := c.validBlocks(d.Blocks)
-	if len(entries) == 0 && len(blocks) == 0 {
+	blks := c.validBlocks(blocks.Section.Items(d))
+	if len(entries) == 0 && len(blks) == 0 {
 		return true
 	}
 	switch {
 	case c.speakAt != 0 && c.speakSlot == slot:
 		c.speech = append(c.speech, entries...)
-		c.speechBlk = append(c.speechBlk, blocks...)
+		c.speechBlk = append(c.speechBlk, blks...)
 		return true
 	case slot >= cur-1 && slot <= cur+1 && slot > c.spoken && (c.speakAt == 0 || slot > c.speakSlot):
 		// Before this node's own flush of the slot: gather from now.
 		c.speak(now)
 		c.speakAt, c.speakSlot = now+int64(c.cfg.SpeakDelay), slot
 		c.speech = append(c.speech, entries...)
-		c.speechBlk = append(c.speechBlk, blocks...)
+		c.speechBlk = append(c.speechBlk, blks...)
 		return true
 	}
 	// Late, or from a member whose clock is off: on its own.
-	late := wire.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries, Blocks: blocks}
+	late := wire.Delta{Sender: d.Sender, SentAt: now, Epoch: c.epoch, Entries: entries}
+	blocks.Section.Set(&late, blks)
 	c.publish(&late, false)
 	return true
 }
@@ -188,11 +191,15 @@ func (c *Core) validBlocks(bs []blocks.Block) []blocks.Block {
 	return out
 }
 
-// hasContent reports whether d carries counts, penalty blocks,
-// remembered decisions or in-flight counts.
+// hasContent reports whether d carries counts or items of the node's
+// replicated features.
 func hasContent(d *wire.Delta) bool {
-	return len(d.Entries) > 0 || len(d.Blocks) > 0 || len(d.Memos) > 0 || len(d.Inflight) > 0
+	return len(d.Entries) > 0 || sectionItems(d) > 0
 }
+
+// sectionItems returns how many items d carries beyond its counts, rules'
+// modes left out: they travel in messages of their own (modes.go).
+func sectionItems(d *wire.Delta) int { return d.Sections() - modes.Section.Len(d) }
 
 // hasMembers reports whether the PoP has other members to tell.
 func (c *Core) hasMembers() bool { return c.cfg.PoPLink && len(c.members) > 1 }
@@ -215,8 +222,9 @@ func (c *Core) emitBatch(b *replicated.Batch, reliable, global bool) {
 // them go on the region link too, to every PoP (region.go).
 func (c *Core) publish(d *wire.Delta, reliable bool) {
 	c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindDelta, Reliable: reliable, Delta: d})
-	if c.regionVoices() && len(d.Blocks) > 0 {
-		bd := wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch, Blocks: d.Blocks}
+	if bs := blocks.Section.Items(d); c.regionVoices() && len(bs) > 0 {
+		bd := wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch}
+		blocks.Section.Set(&bd, bs)
 		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Reliable: reliable, Delta: &bd})
 	}
 }

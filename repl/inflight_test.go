@@ -28,7 +28,7 @@ func TestMemberLeavingDropsItsInFlightCounts(t *testing.T) {
 	a3 := identity.Replica{PoPID: ams1.PoPID, Node: "a3", Incarnation: 5}
 	c.SetMembers(now, []string{MemberName(a2), MemberName(a3)})
 	for _, from := range []identity.Replica{a2, a3} {
-		d := wire.Delta{Sender: from, Inflight: []inflight.Count{{Rule: "uploads", Key: "k", Count: 2, Version: 1}}}
+		d := *inflight.Section.With(&wire.Delta{Sender: from}, []inflight.Count{{Rule: "uploads", Key: "k", Count: 2, Version: 1}}...)
 		st := n.Link().Apply(now, &d, pop.ScopePoP)
 		require.Equal(t, 1, st.Inflight.Merged)
 	}

@@ -58,7 +58,8 @@ func (c *Core) SetMembers(now int64, others []string) {
 			return c.owner(c.memberH, kh) == c.rank && (len(oldH) == 0 || c.owner(oldH, kh) != oldRank)
 		}
 		b := c.node.AntiEntropyPart(now, movedIn, 0, 1)
-		b.Local.Entries, b.Local.Blocks, b.Local.Memos, b.Local.Inflight = nil, nil, nil, nil
+		b.Local.Entries = nil
+		b.Local.ClearSections()
 		c.emitBatch(&b, true, true)
 		// And all owned totals soon: while views differ, a member may have
 		// forwarded totals to a speaker that did not take them, or that died
@@ -147,7 +148,9 @@ func (c *Core) LocalState(now int64) []wire.Delta {
 		st[i].Epoch = c.epoch
 	}
 	if ms := c.node.Modes(); len(ms) > 0 {
-		st = append(st, wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms})
+		d := wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch}
+		modes.Section.Set(&d, ms)
+		st = append(st, d)
 	}
 	if len(st) == 0 {
 		return []wire.Delta{*c.empty(now)}
@@ -162,8 +165,8 @@ func (c *Core) MergeState(now int64, d *wire.Delta) replicated.ApplyStats {
 		c.popMerged = true // a member's view of the PoP (startup.go)
 	}
 	c.learnEpoch(now, d.Epoch)
-	if len(d.Modes) > 0 && d.Sender.SamePoP(c.self) && !d.Sender.IsPoP() {
-		c.node.MergeModes(now, modes.Source{PoP: c.selfPoP, Member: true}, d.Modes)
+	if ms := modes.Section.Items(d); len(ms) > 0 && d.Sender.SamePoP(c.self) && !d.Sender.IsPoP() {
+		c.node.MergeModes(now, modes.Source{PoP: c.selfPoP, Member: true}, ms)
 	}
 	var st replicated.ApplyStats
 	if hasContent(d) {

@@ -22,12 +22,14 @@ func (c *Core) sendModes(now int64, ms []modes.RuleMode, toPoP, global, reliable
 		return
 	}
 	if toPoP && c.hasMembers() {
-		d := wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms}
+		d := wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch}
+		modes.Section.Set(&d, ms)
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Reliable: reliable, Delta: &d})
 		c.stats.ModesSent += uint64(len(ms))
 	}
 	if global && c.cfg.GlobalLink {
-		d := wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch, Modes: ms}
+		d := wire.Delta{Sender: c.self, SentAt: now, Epoch: c.epoch}
+		modes.Section.Set(&d, ms)
 		link := LinkGlobal
 		if c.regionVoices() {
 			link = LinkRegion // every PoP hears it; a PoP total only its region (region.go)
@@ -55,7 +57,8 @@ func (c *Core) stepModes(now int64, m Message) bool {
 	case m.Kind != KindDelta || m.From == c.selfPoP || d.Sender.PoPID != m.From:
 		return false
 	}
-	c.stats.ModesReceived += uint64(len(d.Modes))
-	c.node.MergeModes(now, modes.Source{PoP: m.From, Member: m.Link == LinkPoP}, d.Modes)
+	ms := modes.Section.Items(d)
+	c.stats.ModesReceived += uint64(len(ms))
+	c.node.MergeModes(now, modes.Source{PoP: m.From, Member: m.Link == LinkPoP}, ms)
 	return true
 }

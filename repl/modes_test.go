@@ -73,7 +73,7 @@ func contains(s []string, v string) bool {
 
 func modeMessages(msgs []Message) (out []Message) {
 	for _, m := range msgs {
-		if len(m.Delta.Modes) > 0 {
+		if modes.Section.Len(m.Delta) > 0 {
 			out = append(out, m)
 		}
 	}
@@ -181,17 +181,17 @@ func TestModeForgedRefused(t *testing.T) {
 	iad, fra := identity.PoPID{Region: "us", PoP: "iad"}, identity.PoPID{Region: "eu", PoP: "fra"}
 	w := []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: t0, By: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}}}
 	for name, m := range map[string]Message{
-		"another pop's subject": {Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
-		"own pop over nats":     {Link: LinkGlobal, Kind: KindDelta, From: ams1.PoPID, Delta: &wire.Delta{Sender: ams1, Modes: w}},
-		"as a heartbeat":        {Link: LinkGlobal, Kind: KindHeartbeat, From: iad, Delta: &wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
-		"stranger in the pop":   {Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: &wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}, Modes: w}},
+		"another pop's subject": {Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: modes.Section.With(&wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}}, w...)},
+		"own pop over nats":     {Link: LinkGlobal, Kind: KindDelta, From: ams1.PoPID, Delta: modes.Section.With(&wire.Delta{Sender: ams1}, w...)},
+		"as a heartbeat":        {Link: LinkGlobal, Kind: KindHeartbeat, From: iad, Delta: modes.Section.With(&wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}}, w...)},
+		"stranger in the pop":   {Link: LinkPoP, Kind: KindDelta, From: ams1.PoPID, Delta: modes.Section.With(&wire.Delta{Sender: identity.Replica{PoPID: iad, Node: "b1", Incarnation: 1}}, w...)},
 	} {
 		res := c.Step(t0, m)
 		assert.True(t, res.Forged, name)
 	}
 	assert.Empty(t, n.merged)
 	// Relayed: any PoP may pass on a write made elsewhere.
-	res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: &wire.Delta{Sender: identity.Replica{PoPID: fra, Node: "f1", Incarnation: 1}, Modes: w}})
+	res := c.Step(t0, Message{Link: LinkGlobal, Kind: KindDelta, From: fra, Delta: modes.Section.With(&wire.Delta{Sender: identity.Replica{PoPID: fra, Node: "f1", Incarnation: 1}}, w...)})
 	assert.False(t, res.Forged)
 	assert.Equal(t, w, n.merged)
 }

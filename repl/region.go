@@ -6,6 +6,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated"
+	"github.com/geolimit/geolimit/replicated/blocks"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -282,7 +283,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 		c.stepRegionBeat(now, m, res) // regionbeat.go
 		return
 	}
-	if d.Sender.IsPoP() && !d.Sender.IsRegion() && d.Sender.PoPID == m.From && len(d.Entries) == 0 && len(d.Blocks) > 0 {
+	if d.Sender.IsPoP() && !d.Sender.IsRegion() && d.Sender.PoPID == m.From && len(d.Entries) == 0 && blocks.Section.Len(d) > 0 {
 		// A PoP's penalty blocks, sent to every PoP (Core.publish).
 		if m.From != c.selfPoP && c.regionVoices() && m.From.Region != c.selfPoP.Region {
 			res.Applied = c.node.ApplyFrom(now, d, replicated.ScopeGlobal, nil)

@@ -248,8 +248,8 @@ func TestRegionVoicesCarryBlocks(t *testing.T) {
 	c.Ready()
 	until := now + int64(time.Minute)
 
-	blocks := wire.Delta{Sender: identity.PoPReplica(usIad, 3), SentAt: now, Epoch: 3, Blocks: []blocks.Block{{Rule: "api", Key: "bad", Until: until}}}
-	if r := c.Step(now, Message{Link: LinkRegion, Kind: KindDelta, From: usIad, Delta: &blocks}); r.Forged || r.Applied.Blocks.Merged != 1 {
+	blk := *blocks.Section.With(&wire.Delta{Sender: identity.PoPReplica(usIad, 3), SentAt: now, Epoch: 3}, []blocks.Block{{Rule: "api", Key: "bad", Until: until}}...)
+	if r := c.Step(now, Message{Link: LinkRegion, Kind: KindDelta, From: usIad, Delta: &blk}); r.Forged || r.Applied.Blocks.Merged != 1 {
 		t.Fatalf("us/iad's blocks: %+v", r)
 	}
 	require.Equal(t, until, n.BlockedUntil(now, "api", "bad"))
@@ -264,7 +264,7 @@ func TestRegionVoicesCarryBlocks(t *testing.T) {
 	c.Tick(now)
 	links := map[Link]bool{}
 	for _, m := range c.Ready() {
-		if len(m.Delta.Blocks) > 0 {
+		if blocks.Section.Len(m.Delta) > 0 {
 			links[m.Link] = true
 		}
 	}

@@ -132,7 +132,7 @@ func (c *Core) heartbeatLink(now, slot int64, d *wire.Delta) Link {
 // carries what a heartbeat does and no counts.
 func isRegionBeat(m *Message) bool {
 	d := m.Delta
-	if d.Sender.IsPoP() || d.Sender.PoPID != m.From || len(d.Blocks) > 0 || len(d.Memos) > 0 || len(d.Inflight) > 0 {
+	if d.Sender.IsPoP() || d.Sender.PoPID != m.From || sectionItems(d) > 0 {
 		return false
 	}
 	for _, e := range d.Entries {

@@ -1,6 +1,9 @@
 package repl
 
-import "github.com/geolimit/geolimit/replicated"
+import (
+	"github.com/geolimit/geolimit/replicated"
+	"github.com/geolimit/geolimit/replicated/modes"
+)
 
 // StepResult says what Step did with a message, for metrics.
 type StepResult struct {
@@ -21,7 +24,7 @@ func (c *Core) Step(now int64, m Message) StepResult {
 	if d == nil {
 		return res
 	}
-	if len(d.Modes) > 0 {
+	if modes.Section.Len(d) > 0 {
 		// Rules' modes travel in messages of their own (modes.go).
 		if !c.stepModes(now, m) {
 			res.Forged = true

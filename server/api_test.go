@@ -3,13 +3,9 @@ package server
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,286 +16,30 @@ import (
 
 	"github.com/geolimit/geolimit/config"
 	"github.com/geolimit/geolimit/identity"
-	"github.com/geolimit/geolimit/window"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 )
 
-const rulesYAML = `
-rules:
-  - {name: r, limit: 3, window: 1m}
-  - {name: big, limit: 1000, window: 10s, cost: 2}
-  - {name: shadow, limit: 1, window: 1m, mode: shadow}
-`
-
-// parseRateLimit parses `"name";r=N;t=T` (and q/w for the policy).
-func parseItem(t *testing.T, s string) (string, map[string]int64) {
-	t.Helper()
-	m := regexp.MustCompile(`^"([^"]+)"((?:;[a-z]+=\d+)+)$`).FindStringSubmatch(s)
-	require.NotNil(t, m, "not a structured-field item: %q", s)
-	params := map[string]int64{}
-	for _, p := range strings.Split(m[2][1:], ";") {
-		kv := strings.SplitN(p, "=", 2)
-		v, err := strconv.ParseInt(kv[1], 10, 64)
-		require.NoError(t, err)
-		params[kv[0]] = v
-	}
-	return m[1], params
-}
-
-func headerInt(t *testing.T, h http.Header, name string) int64 {
-	t.Helper()
-	require.Len(t, h.Values(name), 1, "header %s", name)
-	v, err := strconv.ParseInt(h.Get(name), 10, 64)
-	require.NoError(t, err, "header %s=%q", name, h.Get(name))
-	return v
-}
-
-func TestCheckAllowThenDeny(t *testing.T) {
-	ta := startApp(t, rulesYAML)
-	ta.clk.Set(t0 + int64(15*time.Second)) // a quarter into the window
-	for i := 0; i < 3; i++ {
-		r := ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		body := r.json(t)
-		assert.Equal(t, true, body["allowed"])
-		assert.Equal(t, "r", body["rule"])
-		assert.Equal(t, "203.0.113.7", body["key"])
-		assert.EqualValues(t, 3, body["limit"])
-		assert.EqualValues(t, 2-i, body["remaining"])
-		assert.EqualValues(t, 0, body["retry_after_ms"])
-		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
-		name, p := parseItem(t, r.header.Get("RateLimit"))
-		assert.Equal(t, "r", name)
-		assert.EqualValues(t, 2-i, p["r"])
-		assert.Empty(t, r.header.Get("Retry-After"), "allowed responses carry no Retry-After")
-	}
-
-	r := ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
-	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
-	// The window maths says when a request fits again: at 15s into the
-	// window, 3 counted in this window and none in the previous one.
-	want := window.Decide(3, 1, 0, 3, int64(15*time.Second), int64(time.Minute))
-	require.False(t, want.Allowed)
-	retrySec := (want.RetryAfter + int64(time.Second) - 1) / int64(time.Second)
-	assert.InDelta(t, float64(65*time.Second), float64(want.RetryAfter), float64(time.Millisecond),
-		"45s to the next window, then 20s for 3*(1-f) <= 2")
-
-	body := r.json(t)
-	assert.Equal(t, false, body["allowed"])
-	assert.EqualValues(t, 0, body["remaining"])
-	assert.EqualValues(t, (want.RetryAfter+int64(time.Millisecond)-1)/int64(time.Millisecond), body["retry_after_ms"])
-	assert.EqualValues(t, (want.Reset+int64(time.Millisecond)-1)/int64(time.Millisecond), body["reset_ms"])
-
-	h := r.header
-	assert.Equal(t, retrySec, headerInt(t, h, "Retry-After"))
-	assert.Equal(t, `"r";q=3;w=60`, h.Get("RateLimit-Policy"))
-	name, p := parseItem(t, h.Get("RateLimit"))
-	assert.Equal(t, "r", name)
-	assert.Equal(t, map[string]int64{"r": 0, "t": retrySec}, p)
-	assert.EqualValues(t, 3, headerInt(t, h, "X-RateLimit-Limit"))
-	assert.EqualValues(t, 0, headerInt(t, h, "X-RateLimit-Remaining"))
-	assert.Equal(t, retrySec, headerInt(t, h, "X-RateLimit-Reset"))
-
-	assert.EqualValues(t, 3, ta.keyTotal("r", "203.0.113.7"), "the denied request is not counted")
-
-	// Once the wait is over the request fits again.
-	ta.clk.Advance(time.Duration(want.RetryAfter))
-	r = ta.post("/v1/check", `{"rule":"r","key":"203.0.113.7"}`)
-	assert.Equal(t, http.StatusOK, r.status, "%s", r.body)
-}
-
-func TestCheckCost(t *testing.T) {
-	ta := startApp(t, rulesYAML)
-	r := ta.post("/v1/check", `{"rule":"big","key":"k"}`)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.EqualValues(t, 998, r.json(t)["remaining"], "omitted cost is the rule's cost (2)")
-	r = ta.post("/v1/check", `{"rule":"big","key":"k","cost":10}`)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.EqualValues(t, 988, r.json(t)["remaining"])
-	assert.EqualValues(t, 12, ta.keyTotal("big", "k"))
-	name, p := parseItem(t, r.header.Get("RateLimit-Policy"))
-	assert.Equal(t, "big", name)
-	assert.Equal(t, map[string]int64{"q": 1000, "w": 10}, p)
-}
-
-func TestChecksBatch(t *testing.T) {
-	ta := startApp(t, rulesYAML)
-	var sb strings.Builder
-	sb.WriteString(`{"checks":[`)
-	for i := 0; i < 5; i++ {
-		fmt.Fprintf(&sb, `{"rule":"r","key":"a"},`)
-	}
-	sb.WriteString(`{"rule":"big","key":"b\u00e9","cost":7}]}`)
-	r := ta.post("/v1/checks", sb.String())
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	var out struct {
-		Results []struct {
-			Allowed      bool   `json:"allowed"`
-			Rule         string `json:"rule"`
-			Key          string `json:"key"`
-			Limit        uint64 `json:"limit"`
-			Remaining    uint64 `json:"remaining"`
-			ResetMS      int64  `json:"reset_ms"`
-			RetryAfterMS int64  `json:"retry_after_ms"`
-		} `json:"results"`
-	}
-	require.NoError(t, jsonUnmarshal(r.body, &out))
-	require.Len(t, out.Results, 6)
-	for i, res := range out.Results[:5] {
-		assert.Equal(t, i < 3, res.Allowed, "check %d", i)
-		assert.Equal(t, "r", res.Rule)
-		assert.Equal(t, "a", res.Key)
-		if !res.Allowed {
-			assert.Positive(t, res.RetryAfterMS)
-		}
-	}
-	last := out.Results[5]
-	assert.True(t, last.Allowed)
-	assert.Equal(t, "bé", last.Key)
-	assert.EqualValues(t, 993, last.Remaining)
-	assert.EqualValues(t, 3, ta.keyTotal("r", "a"))
-	assert.EqualValues(t, 7, ta.keyTotal("big", "bé"))
-	assert.EqualValues(t, 3, ta.decisions("r", "allowed"))
-	assert.EqualValues(t, 2, ta.decisions("r", "denied"))
-
-	r = ta.post("/v1/checks", `{"checks":[]}`)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.JSONEq(t, `{"results":[]}`, string(r.body))
-}
-
-// TestBadInputs checks that every kind of bad request gets its status and a
-// JSON error, and counts nothing.
-func TestBadInputs(t *testing.T) {
-	ta := startApp(t, rulesYAML+"limits: {max_body_bytes: 512, max_batch: 4}\n")
-	tests := []struct {
-		name, method, path, body string
-		status                   int
-		msg                      string
-	}{
-		{"bad JSON", "POST", "/v1/check", `{"rule":"r","key":`, 400, "bad JSON"},
-		{"not an object", "POST", "/v1/check", `["r","k"]`, 400, "bad JSON"},
-		{"key not a string", "POST", "/v1/check", `{"rule":"r","key":5}`, 400, "bad JSON"},
-		{"trailing garbage", "POST", "/v1/check", `{"rule":"r","key":"k"}x`, 400, "bad JSON"},
-		{"empty body", "POST", "/v1/check", ``, 400, "bad JSON"},
-		{"missing rule", "POST", "/v1/check", `{"key":"k"}`, 400, "rule: required"},
-		{"unknown rule", "POST", "/v1/check", `{"rule":"nope","key":"k"}`, 404, `unknown rule "nope"`},
-		{"empty key", "POST", "/v1/check", `{"rule":"r","key":""}`, 400, "key: must not be empty"},
-		{"missing key", "POST", "/v1/check", `{"rule":"r"}`, 400, "key: must not be empty"},
-		{"key not UTF-8", "POST", "/v1/check", "{\"rule\":\"r\",\"key\":\"k\xff\"}", 400, "key: not valid UTF-8"},
-		{"zero cost", "POST", "/v1/check", `{"rule":"r","key":"k","cost":0}`, 400, "cost: must be a positive integer"},
-		{"negative cost", "POST", "/v1/check", `{"rule":"r","key":"k","cost":-2}`, 400, "cost: must be a positive integer"},
-		{"fractional cost", "POST", "/v1/check", `{"rule":"r","key":"k","cost":0.5}`, 400, "cost: must be a positive integer"},
-		{"string cost", "POST", "/v1/check", `{"rule":"r","key":"k","cost":"1"}`, 400, "bad JSON"},
-		{"cost over limit", "POST", "/v1/check", `{"rule":"r","key":"k","cost":4}`, 400, "exceeds the rule's limit 3"},
-		{"oversized body", "POST", "/v1/check", `{"rule":"r","key":"k","pad":"` + strings.Repeat("x", 600) + `"}`, 413, "request body larger than 512 bytes"},
-		{"wrong method check", "GET", "/v1/check", ``, 405, "method not allowed"},
-		{"wrong method checks", "PUT", "/v1/checks", `{"checks":[]}`, 405, "method not allowed"},
-		{"batch bad JSON", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"}`, 400, "bad JSON"},
-		{"batch one unknown rule", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"x","key":"k"}]}`, 404, `checks[1]: unknown rule "x"`},
-		{"batch one empty key", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"r","key":""}]}`, 400, "checks[1]: key: must not be empty"},
-		{"batch one bad cost", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"r","key":"k","cost":-1}]}`, 400, "checks[1]: cost"},
-		{"batch too many", "POST", "/v1/checks", `{"checks":[{"rule":"r","key":"k"},{},{},{},{}]}`, 413, "more than 4"},
-		{"batch oversized body", "POST", "/v1/checks", `{"checks":[],"pad":"` + strings.Repeat("x", 600) + `"}`, 413, "request body larger"},
-		{"unknown endpoint", "GET", "/v2/check", ``, 404, "no such endpoint"},
-		{"key view unknown rule", "GET", "/v1/keys/nope/k", ``, 404, "unknown rule"},
-		{"key view wrong method", "POST", "/v1/keys/r/k", ``, 405, "method not allowed"},
-		{"status wrong method", "DELETE", "/v1/status", ``, 405, "method not allowed"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := ta.do(tt.method, ta.api+tt.path, tt.body)
-			require.Equal(t, tt.status, r.status, "%s", r.body)
-			assert.Equal(t, "application/json", r.header.Get("Content-Type"))
-			msg, ok := r.json(t)["error"].(string)
-			require.True(t, ok, "body %s", r.body)
-			assert.Contains(t, msg, tt.msg)
-			if tt.status == 405 {
-				assert.NotEmpty(t, r.header.Get("Allow"))
-			}
-		})
-	}
-	assert.Zero(t, ta.keyTotal("r", "k"), "nothing counted")
-	assert.Zero(t, ta.decisions("r", "allowed"))
-	assert.Zero(t, ta.decisions("r", "denied"))
-	v, ok := metricValue(ta.scrape(), "geolimit_store_keys")
-	require.True(t, ok)
-	assert.Zero(t, v, "no key created")
-}
-
-func TestKeyView(t *testing.T) {
-	ta := startApp(t, rulesYAML)
-	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"/a/b c"}`).status)
-	ta.clk.Advance(time.Minute + 30*time.Second)
-	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"/a/b c"}`).status)
-
-	r := ta.get("/v1/keys/r/%2Fa%2Fb%20c")
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	var v struct {
-		Rule     string  `json:"rule"`
-		Key      string  `json:"key"`
-		Limit    uint64  `json:"limit"`
-		Estimate float64 `json:"estimate"`
-		Windows  []struct {
-			Index    int64             `json:"index"`
-			Total    uint64            `json:"total"`
-			Replicas map[string]uint64 `json:"replicas"`
-		} `json:"windows"`
-	}
-	require.NoError(t, jsonUnmarshal(r.body, &v))
-	assert.Equal(t, "r", v.Rule)
-	assert.Equal(t, "/a/b c", v.Key)
-	assert.EqualValues(t, 3, v.Limit)
-	assert.InDelta(t, 1.5, v.Estimate, 1e-9, "prev 1 * (1 - 0.5) + curr 1")
-	require.Len(t, v.Windows, 2)
-	w := t0 / int64(time.Minute)
-	assert.Equal(t, w, v.Windows[0].Index)
-	assert.Equal(t, w+1, v.Windows[1].Index)
-	for _, win := range v.Windows {
-		assert.EqualValues(t, 1, win.Total)
-		assert.Equal(t, map[string]uint64{testSelf.String(): 1}, win.Replicas)
-	}
-	// Viewing counts nothing.
-	r2 := ta.get("/v1/keys/r/%2Fa%2Fb%20c")
-	assert.Equal(t, string(r.body), string(r2.body))
-
-	r = ta.get("/v1/keys/r/never-seen")
-	require.Equal(t, http.StatusOK, r.status)
-	assert.JSONEq(t, `{"rule":"r","key":"never-seen","limit":3,"estimate":0,"windows":[]}`, string(r.body))
-}
-
-func TestShadowRule(t *testing.T) {
-	ta := startApp(t, rulesYAML)
-	for i := 0; i < 3; i++ {
-		r := ta.post("/v1/check", `{"rule":"shadow","key":"k"}`)
-		require.Equal(t, http.StatusOK, r.status, "shadow rules never deny")
-		assert.Equal(t, true, r.json(t)["allowed"])
-	}
-	assert.EqualValues(t, 1, ta.decisions("shadow", "allowed"))
-	assert.EqualValues(t, 2, ta.decisions("shadow", "shadow_denied"))
-	assert.EqualValues(t, 0, ta.decisions("shadow", "denied"))
-	assert.EqualValues(t, 1, ta.keyTotal("shadow", "k"), "what a shadow rule would deny is not counted")
-}
-
 func TestHealthStatus(t *testing.T) {
-	ta := startApp(t, rulesYAML)
-	r := ta.get("/healthz")
-	assert.Equal(t, http.StatusOK, r.status)
-	r = ta.get("/readyz")
-	assert.Equal(t, http.StatusOK, r.status)
-	assert.True(t, ta.Ready())
+	ta := startApp(t, servertest.RulesYAML)
+	r := ta.Get("/healthz")
+	assert.Equal(t, http.StatusOK, r.Status)
+	r = ta.Get("/readyz")
+	assert.Equal(t, http.StatusOK, r.Status)
+	assert.True(t, ta.App.Ready())
 
-	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
-	r = ta.get("/v1/status")
-	require.Equal(t, http.StatusOK, r.status)
-	s := r.json(t)
+	require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
+	r = ta.Get("/v1/status")
+	require.Equal(t, http.StatusOK, r.Status)
+	s := r.JSON(t)
 	assert.Equal(t, testSelf.String(), s["replica"])
 	assert.Equal(t, "eu", s["region"])
 	assert.Equal(t, "ams", s["pop"])
 	assert.Equal(t, true, s["ready"])
 	assert.Equal(t, false, s["replication"])
 	assert.EqualValues(t, 1, s["keys"])
-	assert.Equal(t, ta.NATSURL(), s["nats_url"])
-	if ta.nats != nil {
-		assert.Equal(t, ta.nats.NATS().ID(), s["nats_server_id"], "the embedded server's ID, as its gateways name it")
+	assert.Equal(t, ta.App.NATSURL(), s["nats_url"])
+	if ta.App.nats != nil {
+		assert.Equal(t, ta.App.nats.NATS().ID(), s["nats_server_id"], "the embedded server's ID, as its gateways name it")
 	} else {
 		assert.NotContains(t, s, "nats_server_id")
 	}
@@ -310,13 +50,13 @@ func TestHealthStatus(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	for i := 0; i < 5; i++ {
-		ta.post("/v1/check", `{"rule":"r","key":"k"}`)
+		ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
 	}
-	ta.post("/v1/check", `{"rule":"r","key":"other"}`)
-	ta.post("/v1/checks", `{"checks":[{"rule":"big","key":"x"},{"rule":"big","key":"y"}]}`)
-	mfs := ta.scrape()
+	ta.Post("/v1/check", `{"rule":"r","key":"other"}`)
+	ta.Post("/v1/checks", `{"checks":[{"rule":"big","key":"x"},{"rule":"big","key":"y"}]}`)
+	mfs := ta.Scrape()
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -340,19 +80,19 @@ func TestMetrics(t *testing.T) {
 		{"geolimit_config_reloads_total", []string{"result", "failed"}, 0},
 		{"geolimit_build_info", []string{"version", "test", "region", "eu", "pop", "ams", "node", "ams-1"}, 1},
 	} {
-		v, ok := metricValue(mfs, c.name, c.labels...)
+		v, ok := servertest.MetricValue(mfs, c.name, c.labels...)
 		if assert.True(t, ok, "%s%v missing", c.name, c.labels) {
 			assert.Equal(t, c.want, v, "%s%v", c.name, c.labels)
 		}
 	}
-	n, ok := metricValue(mfs, "geolimit_decision_duration_seconds", "endpoint", "check")
+	n, ok := servertest.MetricValue(mfs, "geolimit_decision_duration_seconds", "endpoint", "check")
 	require.True(t, ok)
 	assert.LessOrEqual(t, n, 6.0, "/v1/check latency is sampled")
 	assert.Contains(t, mfs, "go_goroutines", "own registry carries the Go collector")
 }
 
 func TestEvictionMetrics(t *testing.T) {
-	ta := startApp(t, rulesYAML+"limits: {max_keys: 64}\n")
+	ta := startApp(t, servertest.RulesYAML+"limits: {max_keys: 64}\n")
 	var sb strings.Builder
 	sb.WriteString(`{"checks":[`)
 	for i := 0; i < 500; i++ {
@@ -362,12 +102,12 @@ func TestEvictionMetrics(t *testing.T) {
 		fmt.Fprintf(&sb, `{"rule":"big","key":"k%d"}`, i)
 	}
 	sb.WriteString(`]}`)
-	r := ta.post("/v1/checks", sb.String())
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	mfs := ta.scrape()
-	ev, ok1 := metricValue(mfs, "geolimit_store_evicted_keys_total")
-	un, ok2 := metricValue(mfs, "geolimit_store_untracked_keys_total")
-	keys, ok3 := metricValue(mfs, "geolimit_store_keys")
+	r := ta.Post("/v1/checks", sb.String())
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	mfs := ta.Scrape()
+	ev, ok1 := servertest.MetricValue(mfs, "geolimit_store_evicted_keys_total")
+	un, ok2 := servertest.MetricValue(mfs, "geolimit_store_untracked_keys_total")
+	keys, ok3 := servertest.MetricValue(mfs, "geolimit_store_keys")
 	require.True(t, ok1 && ok2 && ok3)
 	assert.Positive(t, ev+un, "500 keys into a store of 64 evict or leave keys untracked")
 	assert.Less(t, keys, 500.0)
@@ -380,28 +120,28 @@ func TestReplicatorHook(t *testing.T) {
 		Partitions: []string{"us/iad"},
 	}}
 	var env ReplicationEnv
-	ta := startApp(t, rulesYAML, func(o *Options) {
+	ta := startApp(t, servertest.RulesYAML, func(o *Options) {
 		o.NewReplicator = func(e ReplicationEnv) (Replicator, error) {
 			env = e
 			return fr, nil
 		}
 	})
 	assert.True(t, fr.started.Load())
-	assert.Same(t, ta.Node(), env.Node)
-	assert.Equal(t, ta.NATSURL(), env.NATSURL)
+	assert.Same(t, ta.App.Node(), env.Node)
+	assert.Equal(t, ta.App.NATSURL(), env.NATSURL)
 	assert.NotNil(t, env.NATS)
 	assert.NotNil(t, env.Registry)
-	r := ta.get("/v1/status")
+	r := ta.Get("/v1/status")
 	// The identity fields' names and order are a contract with users.
-	assert.Regexp(t, `^\{"replica":"[^"]+","node":"[^"]+","region":"[^"]+","pop":"[^"]+","incarnation":\d+,`, string(r.body))
-	assert.Contains(t, string(r.body), `"remote_pops":[{"region":"us","pop":"iad","last_heard_ms":3000,"partitioned":true,"expected":false}]`)
-	s := r.json(t)
+	assert.Regexp(t, `^\{"replica":"[^"]+","node":"[^"]+","region":"[^"]+","pop":"[^"]+","incarnation":\d+,`, string(r.Body))
+	assert.Contains(t, string(r.Body), `"remote_pops":[{"region":"us","pop":"iad","last_heard_ms":3000,"partitioned":true,"expected":false}]`)
+	s := r.JSON(t)
 	assert.Equal(t, true, s["replication"])
 	assert.Equal(t, []any{"us/iad"}, s["partitions"])
 	assert.Len(t, s["members"], 2)
-	require.NoError(t, ta.Shutdown(t.Context()))
+	require.NoError(t, ta.App.Shutdown(t.Context()))
 	assert.True(t, fr.closed.Load())
-	assert.False(t, ta.Ready())
+	assert.False(t, ta.App.Ready())
 }
 
 type fakeReplicator struct {
@@ -415,30 +155,8 @@ func (f *fakeReplicator) Close() error                    { f.closed.Store(true)
 
 var _ Replicator = (*fakeReplicator)(nil)
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
-func TestChunkedBody(t *testing.T) {
-	ta := startApp(t, rulesYAML+"limits: {max_body_bytes: 512}\n")
-	send := func(body string) resp {
-		req, err := http.NewRequest("POST", ta.api+"/v1/check", io.MultiReader(strings.NewReader(body)))
-		require.NoError(t, err)
-		require.EqualValues(t, 0, req.ContentLength, "sent chunked")
-		res, err := ta.c.Do(req)
-		require.NoError(t, err)
-		defer res.Body.Close()
-		b, err := io.ReadAll(res.Body)
-		require.NoError(t, err)
-		return resp{status: res.StatusCode, header: res.Header, body: b}
-	}
-	r := send(`{"rule":"r","key":"chunked"}`)
-	assert.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	r = send(`{"rule":"r","key":"chunked","pad":"` + strings.Repeat("x", 1000) + `"}`)
-	assert.Equal(t, http.StatusRequestEntityTooLarge, r.status, "%s", r.body)
-	assert.EqualValues(t, 1, ta.keyTotal("r", "chunked"))
-}
-
 func TestRunUntilCancel(t *testing.T) {
-	cfg, err := config.Parse([]byte(withBase(rulesYAML)))
+	cfg, err := config.Parse([]byte(servertest.WithBase(servertest.RulesYAML)))
 	require.NoError(t, err)
 	app, err := New(Options{Config: cfg, Self: testSelf})
 	require.NoError(t, err)
@@ -466,34 +184,19 @@ func TestNewErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "rules[0].limit")
 
 	// A listener that cannot bind fails Start and releases everything.
-	ta := startApp(t, rulesYAML)
-	cfg2, err := config.Parse([]byte("listen: {api: \"" + ta.APIAddr().String() + "\"}\nnats: {embedded: {listen: \"127.0.0.1:-1\"}}\n"))
+	ta := startApp(t, servertest.RulesYAML)
+	cfg2, err := config.Parse([]byte("listen: {api: \"" + ta.App.APIAddr().String() + "\"}\nnats: {embedded: {listen: \"127.0.0.1:-1\"}}\n"))
 	require.NoError(t, err)
 	app, err := New(Options{Config: cfg2, Self: testSelf})
 	require.NoError(t, err)
 	assert.ErrorContains(t, app.Start(context.Background()), "listen.api")
 }
 
-// Keys must be valid UTF-8: "\xff" and "\xfe" would be counted as two keys
-// but answered as the same U+FFFD.
-func TestCheckKeyNotUTF8(t *testing.T) {
-	ta := startApp(t, rulesYAML)
-	for _, k := range []string{"\xff", "\xfe", "a\xc3"} {
-		r := ta.post("/v1/check", `{"rule":"r","key":"`+k+`"}`)
-		assert.Equal(t, http.StatusBadRequest, r.status, "%q", k)
-		assert.Contains(t, string(r.body), "key: not valid UTF-8")
-	}
-	r := ta.post("/v1/check", `{"rule":"r","key":"caf\u00e9"}`)
-	assert.Equal(t, http.StatusOK, r.status, "escaped non-ASCII is fine: %s", r.body)
-	r = ta.post("/v1/check", `{"rule":"r","key":"café"}`)
-	assert.Equal(t, http.StatusOK, r.status, "raw UTF-8 too: %s", r.body)
-}
-
 // http.max_connections caps the open connections of a listener: with two
 // idle keep-alive connections open, a third client waits until one closes.
 func TestMaxConnections(t *testing.T) {
-	ta := startApp(t, "http: {max_connections: 2}\n"+rulesYAML)
-	addr := ta.APIAddr().String()
+	ta := startApp(t, "http: {max_connections: 2}\n"+servertest.RulesYAML)
+	addr := ta.App.APIAddr().String()
 	var idle []net.Conn
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
@@ -536,11 +239,11 @@ func TestMaxConnections(t *testing.T) {
 // with two stalled requests from 127.0.0.1 open, a third connection from
 // it is closed at once, while another address (127.0.0.2) is served.
 func TestMaxConnectionsPerClient(t *testing.T) {
-	ta := startApp(t, "http: {max_connections_per_client: 2}\n"+rulesYAML)
+	ta := startApp(t, "http: {max_connections_per_client: 2}\n"+servertest.RulesYAML)
 	// The test's own requests come from another address.
-	ta.c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	ta.Client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
-	addr := ta.APIAddr().String()
+	addr := ta.App.APIAddr().String()
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
@@ -553,7 +256,7 @@ func TestMaxConnectionsPerClient(t *testing.T) {
 		require.NoError(t, err)
 	}
 	refused := func() float64 {
-		v, _ := metricValue(ta.scrape(), "geolimit_connections_refused_total")
+		v, _ := servertest.MetricValue(ta.Scrape(), "geolimit_connections_refused_total")
 		return v
 	}
 	require.Eventually(t, func() bool {
@@ -565,5 +268,5 @@ func TestMaxConnectionsPerClient(t *testing.T) {
 		_, err := http.ReadResponse(bufio.NewReader(c), nil)
 		return err != nil && refused() >= 1
 	}, 10*time.Second, 10*time.Millisecond, "a third connection from the same address is closed")
-	assert.Equal(t, http.StatusOK, ta.get("/healthz").status, "another address is served")
+	assert.Equal(t, http.StatusOK, ta.Get("/healthz").Status, "another address is served")
 }

@@ -31,18 +31,18 @@ type atomicAnswer struct {
 }
 
 func (ta *testApp) checks(body string) atomicAnswer {
-	ta.t.Helper()
-	r := ta.post("/v1/checks", body)
-	require.Equal(ta.t, http.StatusOK, r.status, "%s", r.body)
+	ta.T.Helper()
+	r := ta.Post("/v1/checks", body)
+	require.Equal(ta.T, http.StatusOK, r.Status, "%s", r.Body)
 	var out atomicAnswer
-	require.NoError(ta.t, json.Unmarshal(r.body, &out), "%s", r.body)
+	require.NoError(ta.T, json.Unmarshal(r.Body, &out), "%s", r.Body)
 	return out
 }
 
 func (ta *testApp) spend(rule, key string, n int) {
-	ta.t.Helper()
+	ta.T.Helper()
 	for i := 0; i < n; i++ {
-		require.Equal(ta.t, http.StatusOK, ta.post("/v1/check", `{"rule":"`+rule+`","key":"`+key+`"}`).status)
+		require.Equal(ta.T, http.StatusOK, ta.Post("/v1/check", `{"rule":"`+rule+`","key":"`+key+`"}`).Status)
 	}
 }
 
@@ -57,7 +57,7 @@ func TestChecksAtomic(t *testing.T) {
 	assert.Nil(t, out.Counted)
 	assert.False(t, out.Results[0].Allowed)
 	assert.True(t, out.Results[1].Allowed)
-	assert.EqualValues(t, 1, ta.keyTotal("other", "x"))
+	assert.EqualValues(t, 1, ta.KeyTotal("other", "x"))
 
 	// With it, the denied check stops the batch before anything counts.
 	out = ta.checks(`{"atomic":true,"checks":[{"rule":"r","key":"a","cost":2},{"rule":"other","key":"x"},{"rule":"watch","key":"w"}]}`)
@@ -70,11 +70,11 @@ func TestChecksAtomic(t *testing.T) {
 	assert.True(t, out.Results[1].Allowed, "the check that would fit says so")
 	assert.EqualValues(t, 9, out.Results[1].Remaining, "what is left as the key stands: nothing was spent")
 	assert.True(t, out.Results[2].Allowed)
-	assert.EqualValues(t, 2, ta.keyTotal("r", "a"))
-	assert.EqualValues(t, 1, ta.keyTotal("other", "x"), "nothing counted")
-	assert.EqualValues(t, 0, ta.keyTotal("watch", "w"), "not even the shadow rule")
-	assert.EqualValues(t, 2, ta.decisions("r", "denied"), "the denial is a decision")
-	assert.EqualValues(t, 1, ta.decisions("other", "allowed"))
+	assert.EqualValues(t, 2, ta.KeyTotal("r", "a"))
+	assert.EqualValues(t, 1, ta.KeyTotal("other", "x"), "nothing counted")
+	assert.EqualValues(t, 0, ta.KeyTotal("watch", "w"), "not even the shadow rule")
+	assert.EqualValues(t, 2, ta.Decisions("r", "denied"), "the denial is a decision")
+	assert.EqualValues(t, 1, ta.Decisions("other", "allowed"))
 
 	// All pass: all count, answered as a plain batch would be.
 	out = ta.checks(`{"checks":[{"rule":"other","key":"x"},{"rule":"r","key":"a"},{"rule":"watch","key":"w"}],"atomic":true}`)
@@ -85,24 +85,24 @@ func TestChecksAtomic(t *testing.T) {
 		{Allowed: true, Rule: "r", Key: "a", Remaining: 0},
 		{Allowed: true, Rule: "watch", Key: "w", Remaining: 0},
 	}, out.Results)
-	assert.EqualValues(t, 2, ta.keyTotal("other", "x"))
-	assert.EqualValues(t, 3, ta.keyTotal("r", "a"))
+	assert.EqualValues(t, 2, ta.KeyTotal("other", "x"))
+	assert.EqualValues(t, 3, ta.KeyTotal("r", "a"))
 
 	// A shadow rule over its limit never denies the batch.
 	out = ta.checks(`{"atomic":true,"checks":[{"rule":"watch","key":"w"},{"rule":"other","key":"y"}]}`)
 	assert.True(t, *out.Allowed)
 	assert.Equal(t, 2, *out.Counted)
-	assert.EqualValues(t, 1, ta.decisions("watch", "shadow_denied"))
-	assert.EqualValues(t, 1, ta.keyTotal("other", "y"))
+	assert.EqualValues(t, 1, ta.Decisions("watch", "shadow_denied"))
+	assert.EqualValues(t, 1, ta.KeyTotal("other", "y"))
 
 	// "atomic": false and null are the plain batch.
 	for _, v := range []string{"false", "null"} {
 		out = ta.checks(`{"atomic":` + v + `,"checks":[{"rule":"other","key":"z"}]}`)
 		assert.Nil(t, out.Allowed, v)
 	}
-	r := ta.post("/v1/checks", `{"atomic":true,"checks":[]}`)
-	require.Equal(t, http.StatusOK, r.status)
-	assert.JSONEq(t, `{"allowed":true,"counted":0,"results":[]}`, string(r.body))
+	r := ta.Post("/v1/checks", `{"atomic":true,"checks":[]}`)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.JSONEq(t, `{"allowed":true,"counted":0,"results":[]}`, string(r.Body))
 }
 
 // TestChecksAtomicSameKey: checks of one rule and key in an atomic batch
@@ -113,7 +113,7 @@ func TestChecksAtomicSameKey(t *testing.T) {
 	assert.True(t, *out.Allowed)
 	assert.Equal(t, 4, *out.Counted)
 	assert.EqualValues(t, []uint64{2, 9, 1, 0}, []uint64{out.Results[0].Remaining, out.Results[1].Remaining, out.Results[2].Remaining, out.Results[3].Remaining})
-	assert.EqualValues(t, 3, ta.keyTotal("r", "k"))
+	assert.EqualValues(t, 3, ta.KeyTotal("r", "k"))
 
 	// Each fits alone, not together.
 	ta.spend("r", "j", 2)
@@ -122,7 +122,7 @@ func TestChecksAtomicSameKey(t *testing.T) {
 	assert.Equal(t, 0, *out.Counted)
 	assert.True(t, out.Results[0].Allowed)
 	assert.False(t, out.Results[1].Allowed)
-	assert.EqualValues(t, 2, ta.keyTotal("r", "j"))
+	assert.EqualValues(t, 2, ta.KeyTotal("r", "j"))
 
 	// More than the limit together can never pass: a bad request.
 	for body, msg := range map[string]string{
@@ -130,10 +130,10 @@ func TestChecksAtomicSameKey(t *testing.T) {
 		`{"atomic":true,"checks":[{"rule":"watch","key":"m"},{"rule":"watch","key":"m"}]}`:                                      `checks[1]: cost: the batch's checks of rule "watch" and key "m" cost 2 together`,
 		`{"atomic":1,"checks":[]}`: "bad JSON: wrong JSON type: atomic: want true or false at offset 10",
 	} {
-		r := ta.post("/v1/checks", body)
-		require.Equal(t, http.StatusBadRequest, r.status, body)
-		assert.Contains(t, r.json(t)["error"], msg)
+		r := ta.Post("/v1/checks", body)
+		require.Equal(t, http.StatusBadRequest, r.Status, body)
+		assert.Contains(t, r.JSON(t)["error"], msg)
 	}
-	assert.EqualValues(t, 0, ta.keyTotal("r", "m"))
-	assert.EqualValues(t, 0, ta.keyTotal("other", "m"))
+	assert.EqualValues(t, 0, ta.KeyTotal("r", "m"))
+	assert.EqualValues(t, 0, ta.KeyTotal("other", "m"))
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,7 +31,7 @@ func TestCaddyForwardAuth(t *testing.T) {
 	up, ta, ex := startForwardAuthExample(t)
 
 	site := readFile(t, filepath.Join(ex, "caddy", "Caddyfile"))
-	site = replaceOnce(t, site, "forward_auth 127.0.0.1:8090 {", "forward_auth "+ta.ForwardAuthAddr().String()+" {")
+	site = replaceOnce(t, site, "forward_auth 127.0.0.1:8090 {", "forward_auth "+ta.App.ForwardAuthAddr().String()+" {")
 	site = replaceOnce(t, site, "reverse_proxy 127.0.0.1:9000", "reverse_proxy "+strings.TrimPrefix(up.URL, "http://"))
 	addr := startCaddy(t, bin, func(listen string) string {
 		// Plain HTTP on the test's port, bound to loopback; the site
@@ -51,31 +52,31 @@ func TestCaddyForwardAuth(t *testing.T) {
 	// login: 5 per minute per client address.
 	for i := 0; i < 5; i++ {
 		r := send("POST", "/login", injections[i]...)
-		require.Equal(t, http.StatusOK, r.status, "request %d: %s", i, r.body)
-		assert.Equal(t, "hello from upstream POST /login", string(r.body))
+		require.Equal(t, http.StatusOK, r.Status, "request %d: %s", i, r.Body)
+		assert.Equal(t, "hello from upstream POST /login", string(r.Body))
 	}
-	require.Equal(t, 5, up.count())
+	require.Equal(t, 5, up.Count())
 	for _, inj := range injections {
 		r := send("POST", "/login", inj...)
 		assertLoginDenied(t, r, inj)
-		assert.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"), "the denial reaches the client as geolimit wrote it")
+		assert.Equal(t, `"login";q=5;w=60`, r.Header.Get("RateLimit-Policy"), "the denial reaches the client as geolimit wrote it")
 	}
-	assert.Equal(t, 5, up.count(), "the upstream saw only the allowed requests")
-	assert.EqualValues(t, 5, ta.keyTotal("login", "127.0.0.2"))
-	assert.EqualValues(t, 5, ta.keyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
+	assert.Equal(t, 5, up.Count(), "the upstream saw only the allowed requests")
+	assert.EqualValues(t, 5, ta.KeyTotal("login", "127.0.0.2"))
+	assert.EqualValues(t, 5, ta.KeyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
 	for _, k := range []string{"6.6.6.6", "127.0.0.1"} {
-		assert.EqualValues(t, 0, ta.keyTotal("login", k))
-		assert.EqualValues(t, 0, ta.keyTotal("per-ip", k))
+		assert.EqualValues(t, 0, ta.KeyTotal("login", k))
+		assert.EqualValues(t, 0, ta.KeyTotal("per-ip", k))
 	}
 
 	// Other paths pass and count against per-ip and per-api-key.
 	for range 2 {
 		r := send("GET", "/api/items", "X-Api-Key", "k-1")
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	}
-	assert.EqualValues(t, 2, ta.keyTotal("per-api-key", "k-1"))
-	assert.EqualValues(t, 7, ta.keyTotal("per-ip", "127.0.0.2"))
-	assert.Equal(t, 7, up.count())
+	assert.EqualValues(t, 2, ta.KeyTotal("per-api-key", "k-1"))
+	assert.EqualValues(t, 7, ta.KeyTotal("per-ip", "127.0.0.2"))
+	assert.Equal(t, 7, up.Count())
 }
 
 // caddyBinary finds caddy, or skips (fails with GEOLIMIT_REQUIRE_CADDY=1).
@@ -116,7 +117,7 @@ func tryCaddy(t *testing.T, bin string, site func(port string) string) (addr str
 	conf := "{\n\tadmin off\n\tauto_https off\n}\n\n" + site(port)
 	path := filepath.Join(dir, "Caddyfile")
 	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
-	var out syncBuffer
+	var out servertest.LogBuffer
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -24,10 +25,10 @@ rules:
 
 // inFlight reads GET /v1/keys of a concurrency rule's key.
 func (ta *testApp) inFlight(rule, key string) float64 {
-	ta.t.Helper()
-	r := ta.get("/v1/keys/" + rule + "/" + key)
-	require.Equal(ta.t, http.StatusOK, r.status, "%s", r.body)
-	return r.json(ta.t)["in_flight"].(float64)
+	ta.T.Helper()
+	r := ta.Get("/v1/keys/" + rule + "/" + key)
+	require.Equal(ta.T, http.StatusOK, r.Status, "%s", r.Body)
+	return r.JSON(ta.T)["in_flight"].(float64)
 }
 
 // TestConcurrencyAPI: /v1/acquire hands out leases up to the limit and
@@ -35,88 +36,88 @@ func (ta *testApp) inFlight(rule, key string) float64 {
 // lease not released comes back at lease_ttl.
 func TestConcurrencyAPI(t *testing.T) {
 	ta := startApp(t, concYAML)
-	acquire := func(key string) resp { return ta.post("/v1/acquire", `{"rule":"uploads","key":"`+key+`"}`) }
+	acquire := func(key string) resp { return ta.Post("/v1/acquire", `{"rule":"uploads","key":"`+key+`"}`) }
 	var leases []string
 	for i := range 2 {
 		r := acquire("k")
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		m := r.json(t)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		m := r.JSON(t)
 		assert.Equal(t, true, m["allowed"])
 		assert.EqualValues(t, 1-i, m["remaining"])
 		assert.EqualValues(t, 30000, m["expires_ms"])
 		lease := m["lease"].(string)
 		assert.Len(t, lease, 32)
 		leases = append(leases, lease)
-		assert.Equal(t, `"uploads";q=2`, r.header.Get("RateLimit-Policy"), "no window for requests in flight")
+		assert.Equal(t, `"uploads";q=2`, r.Header.Get("RateLimit-Policy"), "no window for requests in flight")
 	}
 	assert.NotEqual(t, leases[0], leases[1])
 	assert.EqualValues(t, 2, ta.inFlight("uploads", "k"))
 
 	r := acquire("k")
-	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
-	assert.Equal(t, "1", r.header.Get("Retry-After"))
-	m := r.json(t)
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "%s", r.Body)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	m := r.JSON(t)
 	assert.Equal(t, false, m["allowed"])
 	assert.EqualValues(t, 1000, m["retry_after_ms"])
 	assert.Nil(t, m["lease"])
 
-	rel := func(body string) resp { return ta.post("/v1/release", body) }
+	rel := func(body string) resp { return ta.Post("/v1/release", body) }
 	r = rel(`{"lease":"` + leases[0] + `"}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.Equal(t, map[string]any{"released": true}, r.json(t))
-	assert.Equal(t, http.StatusNotFound, rel(`{"lease":"`+leases[0]+`"}`).status, "released once")
-	assert.Equal(t, http.StatusNotFound, rel(`{"lease":"`+strings.Repeat("0", 32)+`"}`).status, "never acquired")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.Equal(t, map[string]any{"released": true}, r.JSON(t))
+	assert.Equal(t, http.StatusNotFound, rel(`{"lease":"`+leases[0]+`"}`).Status, "released once")
+	assert.Equal(t, http.StatusNotFound, rel(`{"lease":"`+strings.Repeat("0", 32)+`"}`).Status, "never acquired")
 	for _, bad := range []string{`{"lease":"abc"}`, `{}`, `{"lease":7}`, `not json`, `{"lease":"` + leases[1] + `","x":1}`,
 		`{"lease":"` + strings.Repeat("g", 32) + `"}`} {
-		assert.Equal(t, http.StatusBadRequest, rel(bad).status, "%s", bad)
+		assert.Equal(t, http.StatusBadRequest, rel(bad).Status, "%s", bad)
 	}
 	assert.EqualValues(t, 1, ta.inFlight("uploads", "k"), "bad releases gave nothing back")
-	require.Equal(t, http.StatusOK, acquire("k").status, "the released slot is free again")
+	require.Equal(t, http.StatusOK, acquire("k").Status, "the released slot is free again")
 
 	// A client that crashed holding its leases: they come back at lease_ttl.
-	require.Equal(t, http.StatusTooManyRequests, acquire("k").status)
-	ta.clk.Advance(30 * time.Second)
-	require.Equal(t, http.StatusOK, acquire("k").status, "the crashed holder's slots came back")
-	assert.Equal(t, http.StatusNotFound, rel(`{"lease":"`+leases[1]+`"}`).status, "an expired lease is gone")
+	require.Equal(t, http.StatusTooManyRequests, acquire("k").Status)
+	ta.Clk.Advance(30 * time.Second)
+	require.Equal(t, http.StatusOK, acquire("k").Status, "the crashed holder's slots came back")
+	assert.Equal(t, http.StatusNotFound, rel(`{"lease":"`+leases[1]+`"}`).Status, "an expired lease is gone")
 
 	// The wrong endpoint for each kind.
-	r = ta.post("/v1/check", `{"rule":"uploads","key":"k"}`)
-	assert.Equal(t, http.StatusBadRequest, r.status)
-	assert.Contains(t, string(r.body), "POST /v1/acquire")
-	r = ta.post("/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"uploads","key":"k"}]}`)
-	assert.Equal(t, http.StatusBadRequest, r.status)
-	assert.Contains(t, r.json(t)["error"], `checks[1]: rule "uploads" is kind: concurrency`)
-	r = ta.post("/v1/acquire", `{"rule":"r","key":"k"}`)
-	assert.Equal(t, http.StatusBadRequest, r.status)
-	assert.Contains(t, string(r.body), "not kind: concurrency")
-	assert.Equal(t, http.StatusNotFound, ta.post("/v1/acquire", `{"rule":"nope","key":"k"}`).status)
-	assert.Equal(t, http.StatusBadRequest, ta.post("/v1/acquire", `{"rule":"uploads","key":""}`).status)
-	assert.Equal(t, http.StatusMethodNotAllowed, ta.get("/v1/acquire").status)
-	assert.Equal(t, http.StatusMethodNotAllowed, ta.get("/v1/release").status)
+	r = ta.Post("/v1/check", `{"rule":"uploads","key":"k"}`)
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Contains(t, string(r.Body), "POST /v1/acquire")
+	r = ta.Post("/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"uploads","key":"k"}]}`)
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Contains(t, r.JSON(t)["error"], `checks[1]: rule "uploads" is kind: concurrency`)
+	r = ta.Post("/v1/acquire", `{"rule":"r","key":"k"}`)
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Contains(t, string(r.Body), "not kind: concurrency")
+	assert.Equal(t, http.StatusNotFound, ta.Post("/v1/acquire", `{"rule":"nope","key":"k"}`).Status)
+	assert.Equal(t, http.StatusBadRequest, ta.Post("/v1/acquire", `{"rule":"uploads","key":""}`).Status)
+	assert.Equal(t, http.StatusMethodNotAllowed, ta.Get("/v1/acquire").Status)
+	assert.Equal(t, http.StatusMethodNotAllowed, ta.Get("/v1/release").Status)
 
-	mfs := ta.scrape()
-	v, ok := metricValue(mfs, "geolimit_concurrency_in_flight", "rule", "uploads")
+	mfs := ta.Scrape()
+	v, ok := servertest.MetricValue(mfs, "geolimit_concurrency_in_flight", "rule", "uploads")
 	require.True(t, ok)
 	assert.EqualValues(t, 1, v)
 	for outcome, want := range map[string]float64{"acquired": 4, "denied": 2, "released": 1, "expired": 2} {
-		v, ok := metricValue(mfs, "geolimit_concurrency_leases_total", "outcome", outcome)
+		v, ok := servertest.MetricValue(mfs, "geolimit_concurrency_leases_total", "outcome", outcome)
 		require.True(t, ok, outcome)
 		assert.Equal(t, want, v, outcome)
 	}
-	assert.EqualValues(t, 4, ta.decisions("uploads", "allowed"))
-	assert.EqualValues(t, 2, ta.decisions("uploads", "denied"))
+	assert.EqualValues(t, 4, ta.Decisions("uploads", "allowed"))
+	assert.EqualValues(t, 2, ta.Decisions("uploads", "denied"))
 }
 
 // TestConcurrencyAPIShadow: a shadow rule with no slot free admits,
 // says so, and hands out no lease; /v1/status shows the rule's kind.
 func TestConcurrencyAPIShadow(t *testing.T) {
 	ta := startApp(t, "rules:\n  - {name: watch, kind: concurrency, limit: 1, mode: shadow, scope: node}\n")
-	first := ta.post("/v1/acquire", `{"rule":"watch","key":"k"}`).json(t)
+	first := ta.Post("/v1/acquire", `{"rule":"watch","key":"k"}`).JSON(t)
 	assert.NotEmpty(t, first["lease"])
 	assert.Nil(t, first["shadow_denied"])
-	r := ta.post("/v1/acquire", `{"rule":"watch","key":"k"}`)
-	require.Equal(t, http.StatusOK, r.status, "a shadow rule never denies")
-	m := r.json(t)
+	r := ta.Post("/v1/acquire", `{"rule":"watch","key":"k"}`)
+	require.Equal(t, http.StatusOK, r.Status, "a shadow rule never denies")
+	m := r.JSON(t)
 	assert.Equal(t, true, m["shadow_denied"])
 	assert.Nil(t, m["lease"], "no slot was free: none is held")
 	assert.EqualValues(t, 1, ta.inFlight("watch", "k"))
@@ -124,7 +125,7 @@ func TestConcurrencyAPIShadow(t *testing.T) {
 	var st struct {
 		Rules []map[string]any `json:"rules"`
 	}
-	require.NoError(t, json.Unmarshal(ta.get("/v1/status").body, &st))
+	require.NoError(t, json.Unmarshal(ta.Get("/v1/status").Body, &st))
 	require.Len(t, st.Rules, 1)
 	assert.Equal(t, "concurrency", st.Rules[0]["kind"])
 	assert.Equal(t, "1m0s", st.Rules[0]["lease_ttl"])
@@ -132,12 +133,12 @@ func TestConcurrencyAPIShadow(t *testing.T) {
 
 // TestConcurrencyAPIToken: the lease endpoints are behind the API token.
 func TestConcurrencyAPIToken(t *testing.T) {
-	tokFile := writeTokens(t, t.TempDir(), token1+"\n")
+	tokFile := servertest.WriteTokens(t, t.TempDir(), servertest.Token1+"\n")
 	ta := startApp(t, concYAML+"api: {token_file: "+tokFile+"}\n")
-	assert.Equal(t, http.StatusUnauthorized, ta.post("/v1/acquire", `{"rule":"uploads","key":"k"}`).status)
-	assert.Equal(t, http.StatusUnauthorized, ta.post("/v1/release", `{"lease":"`+strings.Repeat("0", 32)+`"}`).status)
-	ta.token = token1
-	assert.Equal(t, http.StatusOK, ta.post("/v1/acquire", `{"rule":"uploads","key":"k"}`).status)
+	assert.Equal(t, http.StatusUnauthorized, ta.Post("/v1/acquire", `{"rule":"uploads","key":"k"}`).Status)
+	assert.Equal(t, http.StatusUnauthorized, ta.Post("/v1/release", `{"lease":"`+strings.Repeat("0", 32)+`"}`).Status)
+	ta.Token = servertest.Token1
+	assert.Equal(t, http.StatusOK, ta.Post("/v1/acquire", `{"rule":"uploads","key":"k"}`).Status)
 	assert.EqualValues(t, 1, ta.inFlight("uploads", "k"), "the refused acquire held nothing")
 }
 
@@ -181,11 +182,11 @@ func newHoldingUpstream(t *testing.T) *holdingUpstream {
 // the upstream fails; a request in flight holds its slot past lease_ttl.
 func TestConcurrencyProxy(t *testing.T) {
 	up := newHoldingUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: uploads, kind: concurrency, limit: 2, lease_ttl: 5s, match: {path_prefix: /up}, key: ip}
   - {name: per-ip, limit: 1000, window: 1m}
 `))
-	proxyURL := "http://" + ta.ProxyAddr().String()
+	proxyURL := "http://" + ta.App.ProxyAddr().String()
 	type answer struct {
 		status int
 		err    error
@@ -212,16 +213,16 @@ func TestConcurrencyProxy(t *testing.T) {
 	waitUpstream(2)
 	assert.EqualValues(t, 2, ta.inFlight("uploads", "127.0.0.1"))
 
-	r := ta.proxy("GET", "/up/3")
-	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
-	assert.Equal(t, "1", r.header.Get("Retry-After"))
-	assert.Equal(t, `"uploads";q=2`, r.header.Get("RateLimit-Policy"))
-	assert.Equal(t, http.StatusOK, ta.proxy("GET", "/other").status, "another path is not limited by the rule")
+	r := ta.Proxy("GET", "/up/3")
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "%s", r.Body)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	assert.Equal(t, `"uploads";q=2`, r.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, http.StatusOK, ta.Proxy("GET", "/other").Status, "another path is not limited by the rule")
 
 	// Requests in flight hold their slots past lease_ttl: the node is alive.
-	ta.clk.Advance(time.Minute)
-	ta.Node().Tick(ta.clk.Now())
-	assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/up/3").status)
+	ta.Clk.Advance(time.Minute)
+	ta.App.Node().Tick(ta.Clk.Now())
+	assert.Equal(t, http.StatusTooManyRequests, ta.Proxy("GET", "/up/3").Status)
 
 	// The response ends: the slot comes back. (Either request may be the
 	// one let go.)
@@ -244,8 +245,8 @@ func TestConcurrencyProxy(t *testing.T) {
 	require.Eventually(t, func() bool { return ta.inFlight("uploads", "127.0.0.1") == 1 }, 10*time.Second, 5*time.Millisecond)
 
 	// The upstream fails: 502, and the slot comes back.
-	r = ta.proxy("GET", "/up/fail")
-	assert.Equal(t, http.StatusBadGateway, r.status)
+	r = ta.Proxy("GET", "/up/fail")
+	assert.Equal(t, http.StatusBadGateway, r.Status)
 	assert.EqualValues(t, 1, ta.inFlight("uploads", "127.0.0.1"))
 
 	up.release <- struct{}{}
@@ -284,7 +285,7 @@ func TestConcurrencyProxy(t *testing.T) {
 	assert.EqualValues(t, 2, up.peak.Load(), "never more than the limit at the upstream")
 	require.Eventually(t, func() bool { return ta.inFlight("uploads", "127.0.0.1") == 0 }, 10*time.Second, 5*time.Millisecond,
 		"every slot came back")
-	v, found := metricValue(ta.scrape(), "geolimit_concurrency_leases_total", "outcome", "expired")
+	v, found := servertest.MetricValue(ta.Scrape(), "geolimit_concurrency_leases_total", "outcome", "expired")
 	require.True(t, found)
 	assert.Zero(t, v, "proxied requests never expire")
 }
@@ -298,8 +299,8 @@ rules:
   - {name: uploads, kind: concurrency, limit: 1}
 `)
 	for range 3 {
-		r := ta.do(http.MethodGet, "http://"+ta.ForwardAuthAddr().String()+"/", "")
-		assert.Equal(t, http.StatusOK, r.status)
+		r := ta.Do(http.MethodGet, "http://"+ta.App.ForwardAuthAddr().String()+"/", "")
+		assert.Equal(t, http.StatusOK, r.Status)
 	}
 	assert.EqualValues(t, 0, ta.inFlight("uploads", "127.0.0.1"))
 }
@@ -318,30 +319,30 @@ limits: {max_keys: 400}
 `)
 	var leases []string
 	for i := range 150 {
-		r := ta.post("/v1/acquire", fmt.Sprintf(`{"rule":"uploads","key":"hog-%d"}`, i))
-		if r.status != http.StatusOK {
+		r := ta.Post("/v1/acquire", fmt.Sprintf(`{"rule":"uploads","key":"hog-%d"}`, i))
+		if r.Status != http.StatusOK {
 			break
 		}
-		leases = append(leases, r.json(t)["lease"].(string))
+		leases = append(leases, r.JSON(t)["lease"].(string))
 	}
 	require.Len(t, leases, 100, "the table holds limits.max_keys / 4 leases")
-	r := ta.post("/v1/acquire", `{"rule":"uploads","key":"victim"}`)
-	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
-	body := r.json(t)
+	r := ta.Post("/v1/acquire", `{"rule":"uploads","key":"victim"}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	body := r.JSON(t)
 	assert.Equal(t, false, body["allowed"])
 	assert.Equal(t, true, body["lease_table_full"])
 	assert.Contains(t, body["error"], "lease table full: 100 leases held on this node (limits.max_keys / 4 = 100)")
-	assert.NotEmpty(t, r.header.Get("Retry-After"))
-	r = ta.post("/v1/acquire", `{"rule":"uploads","key":"hog-0"}`)
-	assert.Equal(t, http.StatusTooManyRequests, r.status, "a held key is denied as before: %s", r.body)
-	v, ok := metricValue(ta.scrape(), "geolimit_concurrency_leases")
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	r = ta.Post("/v1/acquire", `{"rule":"uploads","key":"hog-0"}`)
+	assert.Equal(t, http.StatusTooManyRequests, r.Status, "a held key is denied as before: %s", r.Body)
+	v, ok := servertest.MetricValue(ta.Scrape(), "geolimit_concurrency_leases")
 	require.True(t, ok)
 	assert.EqualValues(t, 100, v)
 
-	r = ta.post("/v1/release", `{"lease":"`+leases[0]+`"}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	r = ta.post("/v1/acquire", `{"rule":"uploads","key":"victim"}`)
-	assert.Equal(t, http.StatusOK, r.status, "a released lease's place: %s", r.body)
+	r = ta.Post("/v1/release", `{"lease":"`+leases[0]+`"}`)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	r = ta.Post("/v1/acquire", `{"rule":"uploads","key":"victim"}`)
+	assert.Equal(t, http.StatusOK, r.Status, "a released lease's place: %s", r.Body)
 }
 
 // TestConcurrencyLeaseTableFullProxy: the lease table full of one client's
@@ -350,21 +351,21 @@ limits: {max_keys: 400}
 // cap, not a 429 of its key, whose slots are free. The proxy and the
 // middleware answer through the one pipeline (frontend.Env.Decide).
 func TestConcurrencyLeaseTableFullProxy(t *testing.T) {
-	up := newUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", `
+	up := servertest.NewUpstream(t)
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", `
   - {name: uploads, kind: concurrency, limit: 1, lease_ttl: 1h, match: {path_prefix: /up}, key: "header:X-User"}
 limits: {max_keys: 400}
 `))
 	for i := range 100 {
-		r := ta.post("/v1/acquire", fmt.Sprintf(`{"rule":"uploads","key":"hog-%d"}`, i))
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		r := ta.Post("/v1/acquire", fmt.Sprintf(`{"rule":"uploads","key":"hog-%d"}`, i))
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	}
-	r := ta.proxy("GET", "/up/1", "X-User", "victim")
-	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
-	body := r.json(t)
+	r := ta.Proxy("GET", "/up/1", "X-User", "victim")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	body := r.JSON(t)
 	assert.Equal(t, true, body["lease_table_full"])
 	assert.Equal(t, "uploads", body["rule"])
 	assert.Contains(t, body["error"], "lease table full: 100 leases held on this node (limits.max_keys / 4 = 100)")
-	assert.NotEmpty(t, r.header.Get("Retry-After"))
-	assert.Equal(t, http.StatusOK, ta.proxy("GET", "/other", "X-User", "victim").status, "no concurrency rule applies")
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assert.Equal(t, http.StatusOK, ta.Proxy("GET", "/other", "X-User", "victim").Status, "no concurrency rule applies")
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,12 +31,12 @@ func TestStalledConnectionsFlood(t *testing.T) {
 	if n <= 0 {
 		t.Skip("a load test: set GEOLIMIT_FLOOD_CONNS=10000 to run it")
 	}
-	yaml := rulesYAML
+	yaml := servertest.RulesYAML
 	if pc := os.Getenv("GEOLIMIT_FLOOD_PER_CLIENT"); pc != "" { // e.g. 100000: as without the cap
 		yaml = "http: {max_connections_per_client: " + pc + "}\n" + yaml
 	}
 	ta := startApp(t, yaml)
-	addr := ta.APIAddr().String()
+	addr := ta.App.APIAddr().String()
 	var conns []net.Conn
 	t.Cleanup(func() {
 		for _, c := range conns {
@@ -64,10 +65,10 @@ func TestStalledConnectionsFlood(t *testing.T) {
 		res.Body.Close()
 		lat = append(lat, time.Since(start))
 	}
-	ta.c = client // the test's own requests come from the other address
+	ta.Client = client // the test's own requests come from the other address
 	slices.Sort(lat)
 	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-	v, _ := metricValue(ta.scrape(), "geolimit_connections_refused_total")
+	v, _ := servertest.MetricValue(ta.Scrape(), "geolimit_connections_refused_total")
 	t.Logf("%d stalled connections from one address (%v refused at once): another address's /v1/check p50 %v, p99 %v",
 		len(conns), v, p50.Round(time.Microsecond), p99.Round(time.Microsecond))
 	require.Less(t, p99, 50*time.Millisecond)

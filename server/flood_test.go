@@ -25,7 +25,7 @@ limits: {max_keys: 20000}
 // flood sends perKey requests for each of keys new keys of rule, in
 // batches of /v1/checks, and returns how many were admitted.
 func (ta *testApp) flood(rule, prefix string, keys, perKey int) int {
-	ta.t.Helper()
+	ta.T.Helper()
 	admitted := 0
 	var sb strings.Builder
 	for k := 0; k < keys; {
@@ -40,14 +40,14 @@ func (ta *testApp) flood(rule, prefix string, keys, perKey int) int {
 			}
 		}
 		sb.WriteString(`]}`)
-		r := ta.post("/v1/checks", sb.String())
-		require.Equal(ta.t, http.StatusOK, r.status, "%s", r.body)
+		r := ta.Post("/v1/checks", sb.String())
+		require.Equal(ta.T, http.StatusOK, r.Status, "%s", r.Body)
 		var out struct {
 			Results []struct {
 				Allowed bool `json:"allowed"`
 			} `json:"results"`
 		}
-		require.NoError(ta.t, json.Unmarshal(r.body, &out))
+		require.NoError(ta.T, json.Unmarshal(r.Body, &out))
 		for _, res := range out.Results {
 			if res.Allowed {
 				admitted++
@@ -60,13 +60,13 @@ func (ta *testApp) flood(rule, prefix string, keys, perKey int) int {
 // untilDenied sends up to max single /v1/check requests of key and returns
 // how many were admitted before the first 429.
 func (ta *testApp) untilDenied(rule, key string, max int) int {
-	ta.t.Helper()
+	ta.T.Helper()
 	for i := range max {
-		r := ta.post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":%q}`, rule, key))
-		if r.status == http.StatusTooManyRequests {
+		r := ta.Post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":%q}`, rule, key))
+		if r.Status == http.StatusTooManyRequests {
 			return i
 		}
-		require.Equal(ta.t, http.StatusOK, r.status, "%s", r.body)
+		require.Equal(ta.T, http.StatusOK, r.Status, "%s", r.Body)
 	}
 	return max
 }
@@ -87,7 +87,7 @@ func heapInUse() uint64 {
 func TestKeyFloodLeavesNewKeysLimited(t *testing.T) {
 	heap0 := heapInUse()
 	ta := startApp(t, floodYAML)
-	node := ta.Node()
+	node := ta.App.Node()
 	for round, c := range []struct{ keys, perKey int }{{30_000, 2}, {25_000, 6}} {
 		keys, perKey := c.keys, c.perKey
 		ta.flood("cheap", fmt.Sprintf("a%d-", round), keys, perKey)
@@ -100,7 +100,7 @@ func TestKeyFloodLeavesNewKeysLimited(t *testing.T) {
 		assert.LessOrEqual(t, node.Stats().Store.Keys, 20_000, "round %d", round)
 		t.Logf("round %d: %d keys of %d requests: a fresh demo key admitted %d times, a fresh cheap key %d; %+v",
 			round, keys, perKey, demo, cheap, node.Stats().Store)
-		ta.clk.Advance(2 * time.Minute) // the flood's windows pass; it starts again
+		ta.Clk.Advance(2 * time.Minute) // the flood's windows pass; it starts again
 	}
 	grown := int64(heapInUse()) - int64(heap0)
 	t.Logf("heap grew by %d KB", grown>>10)
@@ -130,20 +130,20 @@ rules:
 limits: {max_keys: %d}
 `, maxKeys))
 	for _, perKey := range rounds {
-		ta.clk.Advance(2 * time.Minute) // the last round's windows pass
+		ta.Clk.Advance(2 * time.Minute) // the last round's windows pass
 		held, halfKey := fmt.Sprintf("held-%d", perKey), fmt.Sprintf("half-%d", perKey)
 		require.Equal(t, 10, ta.untilDenied("api", held, 20), "the held key at its limit")
 		half := ta.untilDenied("api", halfKey, 5)
-		ev0 := ta.Node().Stats().Store.Evicted
+		ev0 := ta.App.Node().Stats().Store.Evicted
 		keys := requests / perKey
 		for b := range batches {
 			ta.flood("api", fmt.Sprintf("f%d-%d-", perKey, b), keys/batches, perKey)
-			ta.clk.Advance(10 * time.Second / time.Duration(batches))
+			ta.Clk.Advance(10 * time.Second / time.Duration(batches))
 		}
-		st := ta.Node().Stats().Store
+		st := ta.App.Node().Stats().Store
 		fresh := 0
 		for i := range 10 {
-			if ta.post("/v1/check", fmt.Sprintf(`{"rule":"api","key":"fresh-%d-%d"}`, perKey, i)).status == http.StatusOK {
+			if ta.Post("/v1/check", fmt.Sprintf(`{"rule":"api","key":"fresh-%d-%d"}`, perKey, i)).Status == http.StatusOK {
 				fresh++
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/geolimit/geolimit/server/spoa"
 )
 
@@ -49,9 +50,9 @@ type answer struct {
 
 func httpAnswer(r resp) answer {
 	return answer{
-		allowed: r.status == http.StatusOK, policy: r.header.Get("RateLimit-Policy"), rateLimit: r.header.Get("RateLimit"),
-		limit: r.header.Get("X-RateLimit-Limit"), remaining: r.header.Get("X-RateLimit-Remaining"), ret: r.header.Get("Retry-After"),
-		repeat: r.header.Get("Geolimit-Idempotent-Repeat") == "true",
+		allowed: r.Status == http.StatusOK, policy: r.Header.Get("RateLimit-Policy"), rateLimit: r.Header.Get("RateLimit"),
+		limit: r.Header.Get("X-RateLimit-Limit"), remaining: r.Header.Get("X-RateLimit-Remaining"), ret: r.Header.Get("Retry-After"),
+		repeat: r.Header.Get("Geolimit-Idempotent-Repeat") == "true",
 	}
 }
 
@@ -69,12 +70,12 @@ func withIdem(idem string, hdr ...string) []string {
 // every front end classifies into the same checks and the node's one
 // pipeline decides.
 func TestFrontEndsDecideAlike(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	ta := startApp(t, frontendsYAML(up.URL))
-	mw := httptest.NewServer(ta.middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	mw := httptest.NewServer(ta.App.middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	t.Cleanup(mw.Close)
-	c, _ := rlsClient(t, ta)
-	nc, err := net.Dial("tcp", ta.SPOAAddr().String())
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
+	nc, err := net.Dial("tcp", ta.App.SPOAAddr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = nc.Close() })
 	hap, _, err := spoa.NewClient(nc)
@@ -91,23 +92,23 @@ func TestFrontEndsDecideAlike(t *testing.T) {
 			if idem != "" {
 				body += `,"idempotency_key":"` + idem + `"`
 			}
-			return httpAnswer(ta.post("/v1/check", body+"}"))
+			return httpAnswer(ta.Post("/v1/check", body+"}"))
 		}},
 		{"proxy", func(user, idem string) answer {
-			return httpAnswer(ta.proxy("GET", "/x", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
+			return httpAnswer(ta.Proxy("GET", "/x", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
 		}},
 		{"forward auth", func(user, idem string) answer {
-			return httpAnswer(ta.fa("GET", "/", fwdHeaders("GET", "/x", "198.51.100.9", withIdem(idem, "X-User", user, "X-Plan", "pro")...)...))
+			return httpAnswer(ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/x", "198.51.100.9", withIdem(idem, "X-User", user, "X-Plan", "pro")...)...))
 		}},
 		{"middleware", func(user, idem string) answer {
-			return httpAnswer(ta.do("GET", mw.URL+"/x", "", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
+			return httpAnswer(ta.Do("GET", mw.URL+"/x", "", withIdem(idem, "X-User", user, "X-Plan", "pro")...))
 		}},
 		{"rls", func(user, idem string) answer {
-			d := desc("user", user, "plan", "pro")
+			d := servertest.Desc("user", user, "plan", "pro")
 			if idem != "" {
-				d = desc("user", user, "plan", "pro", "idem", idem)
+				d = servertest.Desc("user", user, "plan", "pro", "idem", idem)
 			}
-			res, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", d))
+			res, err := c.ShouldRateLimit(context.Background(), servertest.RLSReq("edge", d))
 			require.NoError(t, err)
 			a := answer{allowed: res.GetOverallCode() == rlsv3.RateLimitResponse_OK}
 			for _, h := range res.GetResponseHeadersToAdd() {
@@ -160,7 +161,7 @@ func TestFrontEndsDecideAlike(t *testing.T) {
 			require.NotEmpty(t, got[6].ret)
 		}
 		assert.Equal(t, want, got, "%s answers as the API does", f.name)
-		assert.EqualValues(t, 5, ta.keyTotal("user", user), "%s counts as the API does", f.name)
+		assert.EqualValues(t, 5, ta.KeyTotal("user", user), "%s counts as the API does", f.name)
 	}
 	// A request repeated under its idempotency key: decided once, then
 	// answered as a repeat, alike everywhere.
@@ -173,16 +174,16 @@ func TestFrontEndsDecideAlike(t *testing.T) {
 			wantRepeat = got
 		}
 		assert.Equal(t, wantRepeat, got, "%s answers a repeat as the API does", f.name)
-		assert.EqualValues(t, 1, ta.keyTotal("user", user), "%s counts a repeat as the API does", f.name)
+		assert.EqualValues(t, 1, ta.KeyTotal("user", user), "%s counts a repeat as the API does", f.name)
 	}
-	assert.EqualValues(t, 7*len(fronts), ta.decisions("user", "allowed"), "a repeat counts as the decision it repeats")
-	assert.EqualValues(t, 2*len(fronts), ta.decisions("user", "denied"))
+	assert.EqualValues(t, 7*len(fronts), ta.Decisions("user", "allowed"), "a repeat counts as the decision it repeats")
+	assert.EqualValues(t, 2*len(fronts), ta.Decisions("user", "denied"))
 }
 
 // TestCompositeKeysNeverCollide: two different lists of key parts are two
 // keys, through the proxy and through Envoy descriptors.
 func TestCompositeKeysNeverCollide(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	ta := startApp(t, fmt.Sprintf(`
 listen: {api: "127.0.0.1:0", proxy: "127.0.0.1:0", grpc: "127.0.0.1:0"}
 proxy: {upstream: %q}
@@ -194,19 +195,19 @@ rls:
       descriptors:
         - {entries: [a, b], rule: pair}
 `, up.URL))
-	c, _ := rlsClient(t, ta)
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
 	for _, parts := range [][2]string{{`acme|bob`, `x`}, {`acme`, `bob|x`}, {`acme\`, `|x`}, {`acme\|`, `x`}} {
 		for range 2 {
-			require.Equal(t, http.StatusOK, ta.proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).status, "%q", parts)
+			require.Equal(t, http.StatusOK, ta.Proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).Status, "%q", parts)
 		}
-		assert.Equal(t, http.StatusTooManyRequests, ta.proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).status, "%q", parts)
+		assert.Equal(t, http.StatusTooManyRequests, ta.Proxy("GET", "/", "X-A", parts[0], "X-B", parts[1]).Status, "%q", parts)
 	}
 	// The same parts through Envoy: the same keys, already spent.
-	res := shouldRL(t, c, rlsReq("edge", desc("a", "acme", "b", "bob|x")))
+	res := servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("a", "acme", "b", "bob|x")))
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode())
-	res = shouldRL(t, c, rlsReq("edge", desc("a", "acme", "b", "bob")))
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("a", "acme", "b", "bob")))
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
-	assert.EqualValues(t, 2, ta.keyTotal("pair", `acme\|bob|x`))
-	assert.EqualValues(t, 2, ta.keyTotal("pair", `acme|bob\|x`))
-	assert.EqualValues(t, 1, ta.keyTotal("pair", `acme|bob`))
+	assert.EqualValues(t, 2, ta.KeyTotal("pair", `acme\|bob|x`))
+	assert.EqualValues(t, 2, ta.KeyTotal("pair", `acme|bob\|x`))
+	assert.EqualValues(t, 1, ta.KeyTotal("pair", `acme|bob`))
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,18 +31,18 @@ func TestHAProxySPOA(t *testing.T) {
 		}
 		return ""
 	})
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	ex := filepath.Join("..", "examples", "haproxy")
 	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
 	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
 	yaml = replaceOnce(t, yaml, "127.0.0.1:12345", "127.0.0.1:0")
 	ta := startApp(t, yaml)
-	require.NotNil(t, ta.SPOAAddr())
+	require.NotNil(t, ta.App.SPOAAddr())
 
 	dir := t.TempDir()
 	copyFile(t, filepath.Join(ex, "geolimit-spoe.conf"), filepath.Join(dir, "geolimit-spoe.conf"))
 	cfg := readFile(t, filepath.Join(ex, "haproxy.cfg"))
-	cfg = replaceOnce(t, cfg, "server geolimit 127.0.0.1:12345", "server geolimit "+ta.SPOAAddr().String())
+	cfg = replaceOnce(t, cfg, "server geolimit 127.0.0.1:12345", "server geolimit "+ta.App.SPOAAddr().String())
 	cfg = replaceOnce(t, cfg, "server app 127.0.0.1:9000", "server app "+strings.TrimPrefix(up.URL, "http://"))
 	addr := startHAProxy(t, bin, dir, func(listen string) string {
 		return replaceOnce(t, cfg, "bind 127.0.0.1:8000", "bind "+listen)
@@ -52,48 +53,48 @@ func TestHAProxySPOA(t *testing.T) {
 	// move the key.
 	for i := 0; i < 5; i++ {
 		r := send("POST", "/login", "X-Forwarded-For", "6.6.6.6")
-		require.Equal(t, http.StatusOK, r.status, "request %d: %s", i, r.body)
-		assert.Equal(t, "hello from upstream POST /login", string(r.body))
-		assert.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"), "geolimit's headers reach the client")
-		name, p := parseItem(t, r.header.Get("RateLimit"))
+		require.Equal(t, http.StatusOK, r.Status, "request %d: %s", i, r.Body)
+		assert.Equal(t, "hello from upstream POST /login", string(r.Body))
+		assert.Equal(t, `"login";q=5;w=60`, r.Header.Get("RateLimit-Policy"), "geolimit's headers reach the client")
+		name, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 		assert.Equal(t, "login", name)
 		assert.EqualValues(t, 4-i, p["r"])
-		assert.Equal(t, "5", r.header.Get("X-RateLimit-Limit"))
-		assert.Equal(t, []string{strconv.Itoa(4 - i)}, r.header.Values("X-RateLimit-Remaining"))
-		assert.Empty(t, r.header.Get("Retry-After"))
+		assert.Equal(t, "5", r.Header.Get("X-RateLimit-Limit"))
+		assert.Equal(t, []string{strconv.Itoa(4 - i)}, r.Header.Values("X-RateLimit-Remaining"))
+		assert.Empty(t, r.Header.Get("Retry-After"))
 	}
-	require.Equal(t, 5, up.count())
+	require.Equal(t, 5, up.Count())
 	for range 2 {
 		r := send("POST", "/login")
 		assertLoginDenied(t, r, nil)
-		assert.Equal(t, "application/json", r.header.Get("Content-Type"))
-		assert.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"))
-		assert.Equal(t, "0", r.header.Get("X-RateLimit-Remaining"))
-		assert.Equal(t, r.header.Get("Retry-After"), r.header.Get("X-RateLimit-Reset"))
+		assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+		assert.Equal(t, `"login";q=5;w=60`, r.Header.Get("RateLimit-Policy"))
+		assert.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"))
+		assert.Equal(t, r.Header.Get("Retry-After"), r.Header.Get("X-RateLimit-Reset"))
 	}
-	assert.Equal(t, 5, up.count(), "the upstream never saw the denied requests")
-	assert.EqualValues(t, 5, ta.keyTotal("login", "127.0.0.2"))
-	assert.EqualValues(t, 5, ta.keyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
+	assert.Equal(t, 5, up.Count(), "the upstream never saw the denied requests")
+	assert.EqualValues(t, 5, ta.KeyTotal("login", "127.0.0.2"))
+	assert.EqualValues(t, 5, ta.KeyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
 	for _, k := range []string{"6.6.6.6", "127.0.0.1"} {
-		assert.EqualValues(t, 0, ta.keyTotal("login", k))
+		assert.EqualValues(t, 0, ta.KeyTotal("login", k))
 	}
-	assert.EqualValues(t, 2, ta.decisions("login", "denied"))
+	assert.EqualValues(t, 2, ta.Decisions("login", "denied"))
 
 	// Header keys: counted per key; a key header sent twice is refused
 	// and counts nothing.
 	r := send("GET", "/api/items", "X-Api-Key", "k1")
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.Equal(t, `"per-ip";q=100;w=60`, r.header.Get("RateLimit-Policy"))
-	assert.EqualValues(t, 1, ta.keyTotal("per-api-key", "k1"))
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.Equal(t, `"per-ip";q=100;w=60`, r.Header.Get("RateLimit-Policy"))
+	assert.EqualValues(t, 1, ta.KeyTotal("per-api-key", "k1"))
 	r = send("GET", "/api/items", "X-Api-Key", "k1", "X-Api-Key", "k2")
-	assert.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
-	assert.EqualValues(t, 1, ta.keyTotal("per-api-key", "k1"))
-	assert.EqualValues(t, 6, ta.keyTotal("per-ip", "127.0.0.2"))
-	assert.Equal(t, 6, up.count())
+	assert.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+	assert.EqualValues(t, 1, ta.KeyTotal("per-api-key", "k1"))
+	assert.EqualValues(t, 6, ta.KeyTotal("per-ip", "127.0.0.2"))
+	assert.Equal(t, 6, up.Count())
 
 	// The agent's decisions are timed.
-	m := ta.get("/metrics")
-	assert.Contains(t, string(m.body), `geolimit_decision_duration_seconds_count{endpoint="spoa"} 9`)
+	m := ta.Get("/metrics")
+	assert.Contains(t, string(m.Body), `geolimit_decision_duration_seconds_count{endpoint="spoa"} 9`)
 }
 
 // startHAProxy writes haproxy.cfg (cfg(listen)) into dir, runs haproxy in
@@ -104,7 +105,7 @@ func startHAProxy(t *testing.T, bin, dir string, cfg func(listen string) string)
 	for attempt := 0; ; attempt++ {
 		addr := freeAddr(t)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "haproxy.cfg"), []byte(cfg(addr)), 0o644))
-		var out syncBuffer
+		var out servertest.LogBuffer
 		cmd := exec.Command(bin, "-db", "-f", "haproxy.cfg")
 		cmd.Dir = dir // the spoe filter's config path is relative
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -149,13 +150,13 @@ func TestHAProxySPOAIdleConnections(t *testing.T) {
 		}
 		return ""
 	})
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	ex := filepath.Join("..", "examples", "haproxy")
 	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
 	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
 	yaml = replaceOnce(t, yaml, "127.0.0.1:12345", "127.0.0.1:0")
 	ta := startApp(t, yaml+"http: {max_connections_per_client: 20}\n")
-	spoaAddr := ta.SPOAAddr().String()
+	spoaAddr := ta.App.SPOAAddr().String()
 
 	idle := func(n int) {
 		t.Helper()
@@ -166,7 +167,7 @@ func TestHAProxySPOAIdleConnections(t *testing.T) {
 		}
 	}
 	idle(20)
-	require.Eventually(t, func() bool { return ta.spoa.Conns() == 20 }, wait, poll, "the idle connections hold the cap")
+	require.Eventually(t, func() bool { return ta.App.spoa.Conns() == 20 }, wait, poll, "the idle connections hold the cap")
 
 	dir := t.TempDir()
 	copyFile(t, filepath.Join(ex, "geolimit-spoe.conf"), filepath.Join(dir, "geolimit-spoe.conf"))
@@ -179,19 +180,19 @@ func TestHAProxySPOAIdleConnections(t *testing.T) {
 	send := clientFrom2(t, addr)
 	for i := range 5 {
 		r := send("POST", "/login")
-		require.Equal(t, http.StatusOK, r.status, "request %d: %s", i, r.body)
-		require.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"), "request %d: geolimit answered", i)
+		require.Equal(t, http.StatusOK, r.Status, "request %d: %s", i, r.Body)
+		require.Equal(t, `"login";q=5;w=60`, r.Header.Get("RateLimit-Policy"), "request %d: geolimit answered", i)
 	}
 	assertLoginDenied(t, send("POST", "/login"), nil)
 
 	// More idle connections replace the idle ones, not HAProxy's.
 	idle(40)
-	require.Eventually(t, func() bool { return ta.spoa.Replaced() >= 41 }, wait, poll)
+	require.Eventually(t, func() bool { return ta.App.spoa.Replaced() >= 41 }, wait, poll)
 	for range 3 {
 		assertLoginDenied(t, send("POST", "/login"), nil)
 	}
-	assert.EqualValues(t, 5, ta.keyTotal("login", "127.0.0.2"))
-	assert.Equal(t, 5, up.count(), "the upstream never saw a denied request")
-	m := string(ta.get("/metrics").body)
+	assert.EqualValues(t, 5, ta.KeyTotal("login", "127.0.0.2"))
+	assert.Equal(t, 5, up.Count(), "the upstream never saw a denied request")
+	m := string(ta.Get("/metrics").Body)
 	assert.Contains(t, m, "geolimit_spoa_connections_replaced_total ")
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,25 +29,25 @@ const limitsRules = `
 func TestAPISeveralWindows(t *testing.T) {
 	ta := startApp(t, "rules:"+limitsRules)
 	for i := range 3 {
-		r := ta.post("/v1/check", `{"rule":"burst","key":"k"}`)
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		assert.Equal(t, `"burst/1s";q=3;w=1, "burst/1h";q=5;w=3600`, r.header.Get("RateLimit-Policy"))
-		m := r.json(t)
+		r := ta.Post("/v1/check", `{"rule":"burst","key":"k"}`)
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Equal(t, `"burst/1s";q=3;w=1, "burst/1h";q=5;w=3600`, r.Header.Get("RateLimit-Policy"))
+		m := r.JSON(t)
 		assert.EqualValues(t, 2-i, m["remaining"], "the 1s window has the least left")
 		assert.EqualValues(t, 1000, m["window_ms"])
 		assert.EqualValues(t, 3, m["limit"])
-		name, _ := parseItem(t, r.header.Get("RateLimit"))
+		name, _ := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 		assert.Equal(t, "burst/1s", name)
 	}
-	r := ta.post("/v1/check", `{"rule":"burst","key":"k"}`)
-	require.Equal(t, http.StatusTooManyRequests, r.status)
-	assert.EqualValues(t, 1000, r.json(t)["window_ms"])
+	r := ta.Post("/v1/check", `{"rule":"burst","key":"k"}`)
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
+	assert.EqualValues(t, 1000, r.JSON(t)["window_ms"])
 
 	// A second later the burst window is free, the hour holds 3 of 5.
-	ta.clk.Advance(2e9)
-	r = ta.post("/v1/checks", `{"checks":[{"rule":"burst","key":"k"},{"rule":"burst","key":"k"},{"rule":"burst","key":"k"}]}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	res := r.json(t)["results"].([]any)
+	ta.Clk.Advance(2e9)
+	r = ta.Post("/v1/checks", `{"checks":[{"rule":"burst","key":"k"},{"rule":"burst","key":"k"},{"rule":"burst","key":"k"}]}`)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	res := r.JSON(t)["results"].([]any)
 	want := []struct {
 		allowed   bool
 		remaining float64
@@ -61,10 +62,10 @@ func TestAPISeveralWindows(t *testing.T) {
 	// The denied check counted in neither window: the key's view of its
 	// first window (1s) holds the batch's two admitted checks, the hour all
 	// five admitted requests.
-	assert.EqualValues(t, 2, ta.keyTotal("burst", "k"))
-	r = ta.get("/v1/keys/burst/k")
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	more := r.json(t)["more_windows"].([]any)
+	assert.EqualValues(t, 2, ta.KeyTotal("burst", "k"))
+	r = ta.Get("/v1/keys/burst/k")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	more := r.JSON(t)["more_windows"].([]any)
 	require.Len(t, more, 1)
 	hour := more[0].(map[string]any)
 	assert.EqualValues(t, 3_600_000, hour["window_ms"])
@@ -75,21 +76,21 @@ func TestAPISeveralWindows(t *testing.T) {
 		total += w.(map[string]any)["total"].(float64)
 	}
 	assert.EqualValues(t, 5, total)
-	r = ta.get("/v1/keys/plan/a")
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.NotContains(t, r.json(t), "more_windows", "a rule of one window has none")
+	r = ta.Get("/v1/keys/plan/a")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.NotContains(t, r.JSON(t), "more_windows", "a rule of one window has none")
 }
 
 func TestAPITiersAndOverrides(t *testing.T) {
 	ta := startApp(t, "rules:"+limitsRules)
 	admitted := func(body string, n int) (ok int, last map[string]any, h http.Header) {
 		for range n {
-			r := ta.post("/v1/check", body)
-			require.Contains(t, []int{200, 429}, r.status, "%s", r.body)
-			if r.status == 200 {
+			r := ta.Post("/v1/check", body)
+			require.Contains(t, []int{200, 429}, r.Status, "%s", r.Body)
+			if r.Status == 200 {
 				ok++
 			}
-			last, h = r.json(t), r.header
+			last, h = r.JSON(t), r.Header
 		}
 		return ok, last, h
 	}
@@ -106,69 +107,69 @@ func TestAPITiersAndOverrides(t *testing.T) {
 	ok, _, _ = admitted(`{"rule":"plan","key":"vip","tier":"free"}`, 22)
 	assert.Equal(t, 20, ok, "the override wins over the tier")
 	// In a batch, each check with its tier.
-	r := ta.post("/v1/checks", `{"atomic":true,"checks":[{"rule":"plan","key":"d","tier":"pro","cost":6},{"rule":"plan","key":"d","tier":"pro","cost":4}]}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	assert.Equal(t, true, r.json(t)["allowed"])
+	r := ta.Post("/v1/checks", `{"atomic":true,"checks":[{"rule":"plan","key":"d","tier":"pro","cost":6},{"rule":"plan","key":"d","tier":"pro","cost":4}]}`)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.Equal(t, true, r.JSON(t)["allowed"])
 	// A cost no tier allows is refused; one the tier does not allow is denied.
-	assert.Equal(t, http.StatusBadRequest, ta.post("/v1/check", `{"rule":"plan","key":"e","cost":21}`).status)
-	assert.Equal(t, http.StatusTooManyRequests, ta.post("/v1/check", `{"rule":"plan","key":"e","cost":5}`).status)
-	assert.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"plan","key":"e","cost":5,"tier":"pro"}`).status)
-	r = ta.post("/v1/check", `{"rule":"plan","key":"e","tier":7}`)
-	assert.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	assert.Equal(t, http.StatusBadRequest, ta.Post("/v1/check", `{"rule":"plan","key":"e","cost":21}`).Status)
+	assert.Equal(t, http.StatusTooManyRequests, ta.Post("/v1/check", `{"rule":"plan","key":"e","cost":5}`).Status)
+	assert.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"plan","key":"e","cost":5,"tier":"pro"}`).Status)
+	r = ta.Post("/v1/check", `{"rule":"plan","key":"e","tier":7}`)
+	assert.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
 }
 
 func TestProxyTiersAndWindows(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	// The tests' client is the trusted proxy that sets X-Plan.
-	ta := startApp(t, proxyYAML(up.URL, "127.0.0.1/32", limitsRules))
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "127.0.0.1/32", limitsRules))
 	ok := 0
 	for range 12 {
-		r := ta.proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro")
-		if r.status == http.StatusOK {
+		r := ta.Proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro")
+		if r.Status == http.StatusOK {
 			ok++
-			assert.Equal(t, `"plan";q=10;w=60`, r.header.Get("RateLimit-Policy"))
+			assert.Equal(t, `"plan";q=10;w=60`, r.Header.Get("RateLimit-Policy"))
 		}
 	}
 	assert.Equal(t, 10, ok)
 	ok = 0
 	for range 3 {
 		// Two tier headers: neither is believed, the default applies.
-		if ta.proxy("GET", "/plan/x", "X-Key", "b", "X-Plan", "pro", "X-Plan", "pro").status == http.StatusOK {
+		if ta.Proxy("GET", "/plan/x", "X-Key", "b", "X-Plan", "pro", "X-Plan", "pro").Status == http.StatusOK {
 			ok++
 		}
 	}
 	assert.Equal(t, 2, ok)
 	for range 3 {
-		require.Equal(t, http.StatusOK, ta.proxy("GET", "/burst").status)
+		require.Equal(t, http.StatusOK, ta.Proxy("GET", "/burst").Status)
 	}
-	r := ta.proxy("GET", "/burst")
-	require.Equal(t, http.StatusTooManyRequests, r.status)
-	m := r.json(t)
+	r := ta.Proxy("GET", "/burst")
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
+	m := r.JSON(t)
 	assert.EqualValues(t, 1000, m["window_ms"])
 	assert.EqualValues(t, 3, m["limit"])
-	name, _ := parseItem(t, r.header.Get("RateLimit"))
+	name, _ := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, "burst/1s", name)
-	assert.Equal(t, 3, up.count()-10-2)
+	assert.Equal(t, 3, up.Count()-10-2)
 }
 
 // TestTierOnlyThroughATrustedProxy: a client that reaches the proxy or
 // forward-auth listener itself cannot name its tier; the rule's default
 // applies.
 func TestTierOnlyThroughATrustedProxy(t *testing.T) {
-	up := newUpstream(t)
-	ta := startApp(t, proxyYAML(up.URL, "", limitsRules))
+	up := servertest.NewUpstream(t)
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", limitsRules))
 	ok := 0
 	for range 20 {
-		if ta.proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").status == http.StatusOK {
+		if ta.Proxy("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").Status == http.StatusOK {
 			ok++
 		}
 	}
 	assert.Equal(t, 2, ok, "the default tier's limit, not pro's 10")
 
-	fa := startApp(t, forwardAuthYAML("192.0.2.1", limitsRules, ""))
+	fa := startApp(t, servertest.ForwardAuthYAML("192.0.2.1", limitsRules, ""))
 	ok = 0
 	for range 20 {
-		if fa.fa("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").status == http.StatusOK {
+		if fa.ForwardAuth("GET", "/plan/x", "X-Key", "a", "X-Plan", "pro").Status == http.StatusOK {
 			ok++
 		}
 	}
@@ -176,10 +177,10 @@ func TestTierOnlyThroughATrustedProxy(t *testing.T) {
 }
 
 func TestForwardAuthTier(t *testing.T) {
-	ta := startApp(t, forwardAuthYAML("127.0.0.1", limitsRules, ""))
+	ta := startApp(t, servertest.ForwardAuthYAML("127.0.0.1", limitsRules, ""))
 	ok := 0
 	for range 4 {
-		if ta.fa("GET", "/", fwdHeaders("GET", "/plan/x", "198.51.100.9", "X-Key", "a", "X-Plan", "free")...).status == http.StatusOK {
+		if ta.ForwardAuth("GET", "/", servertest.FwdHeaders("GET", "/plan/x", "198.51.100.9", "X-Key", "a", "X-Plan", "free")...).Status == http.StatusOK {
 			ok++
 		}
 	}
@@ -197,10 +198,10 @@ rls:
         - {entries: [user_id, plan], tier: plan, rule: plan}
         - {entries: [user_id], rule: plan}
 `)
-	c, _ := rlsClient(t, ta)
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
 	ok := 0
 	for range 12 {
-		res := shouldRL(t, c, rlsReq("edge", desc("user_id", "u1", "plan", "pro")))
+		res := servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("user_id", "u1", "plan", "pro")))
 		if res.GetOverallCode() == rlsv3.RateLimitResponse_OK {
 			ok++
 		}
@@ -208,33 +209,33 @@ rls:
 	assert.Equal(t, 10, ok)
 	// Without the tier entry: the same key (the tier is no part of it),
 	// the default limit, already spent.
-	res := shouldRL(t, c, rlsReq("edge", desc("user_id", "u1")))
+	res := servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("user_id", "u1")))
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode())
-	assert.EqualValues(t, 10, ta.keyTotal("plan", "u1"))
+	assert.EqualValues(t, 10, ta.KeyTotal("plan", "u1"))
 }
 
 func TestReloadOverride(t *testing.T) {
 	ta := startApp(t, "rules: [{name: r, limit: 2, window: 1m}]\n")
 	for range 2 {
-		require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"vip"}`).status)
+		require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"vip"}`).Status)
 	}
-	require.Equal(t, http.StatusTooManyRequests, ta.post("/v1/check", `{"rule":"r","key":"vip"}`).status)
-	ta.writeConfig("rules: [{name: r, limit: 2, window: 1m, overrides: [{key: vip, limit: 5}]}]\n")
-	require.NoError(t, ta.Reload())
+	require.Equal(t, http.StatusTooManyRequests, ta.Post("/v1/check", `{"rule":"r","key":"vip"}`).Status)
+	ta.WriteConfig("rules: [{name: r, limit: 2, window: 1m, overrides: [{key: vip, limit: 5}]}]\n")
+	require.NoError(t, ta.App.Reload())
 	for range 3 {
-		require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"vip"}`).status, "the counts stay, the override applies")
+		require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"vip"}`).Status, "the counts stay, the override applies")
 	}
-	require.Equal(t, http.StatusTooManyRequests, ta.post("/v1/check", `{"rule":"r","key":"vip"}`).status)
+	require.Equal(t, http.StatusTooManyRequests, ta.Post("/v1/check", `{"rule":"r","key":"vip"}`).Status)
 
-	ta.writeConfig("rules: [{name: r, limit: 2, window: 1m, overrides: [{key: vip, limit: 5}, {key: vip, limit: 6}]}]\n")
-	err := ta.Reload()
+	ta.WriteConfig("rules: [{name: r, limit: 2, window: 1m, overrides: [{key: vip, limit: 5}, {key: vip, limit: 6}]}]\n")
+	err := ta.App.Reload()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `rules[0].overrides[1].key: "vip" already overridden by overrides[0]`)
 }
 
 func TestStatusListsWindowsAndTiers(t *testing.T) {
 	ta := startApp(t, "rules:"+limitsRules)
-	rules := ta.get("/v1/status").json(t)["rules"].([]any)
+	rules := ta.Get("/v1/status").JSON(t)["rules"].([]any)
 	require.Len(t, rules, 2)
 	burst, plan := rules[0].(map[string]any), rules[1].(map[string]any)
 	assert.Equal(t, []any{map[string]any{"limit": 3.0, "window": "1s"}, map[string]any{"limit": 5.0, "window": "1h0m0s"}}, burst["limits"])
@@ -247,25 +248,25 @@ func TestStatusListsWindowsAndTiers(t *testing.T) {
 func TestRateLimitT(t *testing.T) {
 	ta := startApp(t, "rules: [{name: r, limit: 10, window: 10s}]\n")
 	for range 10 {
-		require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+		require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
 	}
 	// 11 s on: the full previous window weighs 0.9 (9), one request fits
 	// and leaves 0; one more unit frees when 10*(1-f)+1 <= 9, at f = 0.2,
 	// one second later. The whole limit is back after the next window: 19 s.
-	ta.clk.Advance(11e9)
-	r := ta.post("/v1/check", `{"rule":"r","key":"k"}`)
-	require.Equal(t, http.StatusOK, r.status)
-	_, p := parseItem(t, r.header.Get("RateLimit"))
+	ta.Clk.Advance(11e9)
+	r := ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
+	require.Equal(t, http.StatusOK, r.Status)
+	_, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, map[string]int64{"r": 0, "t": 1}, p)
-	assert.Equal(t, "19", r.header.Get("X-RateLimit-Reset"))
+	assert.Equal(t, "19", r.Header.Get("X-RateLimit-Reset"))
 	// Denied: t is the retry-after, as Retry-After.
-	r = ta.post("/v1/check", `{"rule":"r","key":"k"}`)
-	require.Equal(t, http.StatusTooManyRequests, r.status)
-	_, p = parseItem(t, r.header.Get("RateLimit"))
-	assert.Equal(t, r.header.Get("Retry-After"), strconv.FormatInt(p["t"], 10))
+	r = ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
+	_, p = servertest.ParseItem(t, r.Header.Get("RateLimit"))
+	assert.Equal(t, r.Header.Get("Retry-After"), strconv.FormatInt(p["t"], 10))
 	// A fresh key:
-	r = ta.post("/v1/check", `{"rule":"r","key":"fresh","cost":1}`)
-	_, p = parseItem(t, r.header.Get("RateLimit"))
+	r = ta.Post("/v1/check", `{"rule":"r","key":"fresh","cost":1}`)
+	_, p = servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.EqualValues(t, 9, p["r"])
 	assert.Positive(t, p["t"], "one unit spent in the current window frees only in the next")
 }

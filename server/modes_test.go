@@ -13,19 +13,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/internal/statefile"
+	"github.com/geolimit/geolimit/replicated/modes"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 )
 
 func (ta *testApp) putMode(rule, body string) resp {
-	ta.t.Helper()
-	return ta.do(http.MethodPut, ta.api+"/v1/rules/"+rule+"/mode", body)
+	ta.T.Helper()
+	return ta.Do(http.MethodPut, ta.API+"/v1/rules/"+rule+"/mode", body)
 }
 
 func (ta *testApp) modeOf(rule string) RuleModeStatus {
-	ta.t.Helper()
-	r := ta.get("/v1/rules/" + rule + "/mode")
-	require.Equal(ta.t, http.StatusOK, r.status, "%s", r.body)
+	ta.T.Helper()
+	r := ta.Get("/v1/rules/" + rule + "/mode")
+	require.Equal(ta.T, http.StatusOK, r.Status, "%s", r.Body)
 	var st RuleModeStatus
-	require.NoError(ta.t, json.Unmarshal(r.body, &st))
+	require.NoError(ta.T, json.Unmarshal(r.Body, &st))
 	return st
 }
 
@@ -33,16 +35,16 @@ func (ta *testApp) modeOf(rule string) RuleModeStatus {
 // shadow, to enforce and back to the file's mode; GET shows it, /v1/status
 // lists it, /metrics counts it; bad requests change nothing.
 func TestRuleModeAPI(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	for i := 0; i < 3; i++ {
-		require.Equal(t, 200, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+		require.Equal(t, 200, ta.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
 	}
-	require.Equal(t, 429, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+	require.Equal(t, 429, ta.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
 
 	r := ta.putMode("r", `{"mode":"off"}`)
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	var st RuleModeStatus
-	require.NoError(t, json.Unmarshal(r.body, &st))
+	require.NoError(t, json.Unmarshal(r.Body, &st))
 	assert.Equal(t, "off", st.Mode)
 	assert.Equal(t, "enforce", st.ConfigMode)
 	require.NotNil(t, st.Override)
@@ -52,28 +54,28 @@ func TestRuleModeAPI(t *testing.T) {
 	assert.Equal(t, st, ta.modeOf("r"))
 
 	for i := 0; i < 5; i++ {
-		r = ta.post("/v1/check", `{"rule":"r","key":"k"}`)
-		require.Equal(t, 200, r.status, "%s", r.body)
-		assert.Equal(t, true, r.json(t)["off"])
+		r = ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
+		require.Equal(t, 200, r.Status, "%s", r.Body)
+		assert.Equal(t, true, r.JSON(t)["off"])
 	}
-	assert.Equal(t, uint64(3), ta.keyTotal("r", "k"), "nothing counted while off")
-	r = ta.post("/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"shadow","key":"k"}]}`)
-	require.Equal(t, 200, r.status, "%s", r.body)
-	assert.Contains(t, string(r.body), `"off":true`)
+	assert.Equal(t, uint64(3), ta.KeyTotal("r", "k"), "nothing counted while off")
+	r = ta.Post("/v1/checks", `{"checks":[{"rule":"r","key":"k"},{"rule":"shadow","key":"k"}]}`)
+	require.Equal(t, 200, r.Status, "%s", r.Body)
+	assert.Contains(t, string(r.Body), `"off":true`)
 
-	mfs := ta.scrape()
+	mfs := ta.Scrape()
 	for mode, want := range map[string]float64{"off": 1, "enforce": 0, "shadow": 0} {
-		v, ok := metricValue(mfs, "geolimit_rule_mode", "rule", "r", "mode", mode)
+		v, ok := servertest.MetricValue(mfs, "geolimit_rule_mode", "rule", "r", "mode", mode)
 		require.True(t, ok)
 		assert.Equal(t, want, v, mode)
 	}
-	v, _ := metricValue(mfs, "geolimit_rule_mode", "rule", "shadow", "mode", "shadow")
+	v, _ := servertest.MetricValue(mfs, "geolimit_rule_mode", "rule", "shadow", "mode", "shadow")
 	assert.Equal(t, 1.0, v)
-	v, _ = metricValue(mfs, "geolimit_rule_mode_overridden", "rule", "r")
+	v, _ = servertest.MetricValue(mfs, "geolimit_rule_mode_overridden", "rule", "r")
 	assert.Equal(t, 1.0, v)
-	v, _ = metricValue(mfs, "geolimit_rule_mode_changes_total", "origin", "local")
+	v, _ = servertest.MetricValue(mfs, "geolimit_rule_mode_changes_total", "origin", "local")
 	assert.Equal(t, 1.0, v)
-	assert.Equal(t, 6.0, ta.decisions("r", "off"))
+	assert.Equal(t, 6.0, ta.Decisions("r", "off"))
 
 	var status struct {
 		Rules []struct {
@@ -84,7 +86,7 @@ func TestRuleModeAPI(t *testing.T) {
 		} `json:"rules"`
 		ModeOverrides []RuleModeStatus `json:"mode_overrides"`
 	}
-	require.NoError(t, json.Unmarshal(ta.get("/v1/status").body, &status))
+	require.NoError(t, json.Unmarshal(ta.Get("/v1/status").Body, &status))
 	require.Len(t, status.ModeOverrides, 1)
 	assert.Equal(t, st, status.ModeOverrides[0])
 	for _, ru := range status.Rules {
@@ -110,42 +112,42 @@ func TestRuleModeAPI(t *testing.T) {
 		{"nope", `{"mode":"off"}`, 404, `unknown rule "nope"`},
 	} {
 		r := ta.putMode(tc.rule, tc.body)
-		assert.Equal(t, tc.status, r.status, "%s: %s", tc.body, r.body)
-		assert.Equal(t, map[string]any{"error": tc.msg}, r.json(t), tc.body)
+		assert.Equal(t, tc.status, r.Status, "%s: %s", tc.body, r.Body)
+		assert.Equal(t, map[string]any{"error": tc.msg}, r.JSON(t), tc.body)
 	}
-	assert.Equal(t, 404, ta.get("/v1/rules/nope/mode").status)
-	assert.Equal(t, 405, ta.post("/v1/rules/r/mode", `{"mode":"off"}`).status)
+	assert.Equal(t, 404, ta.Get("/v1/rules/nope/mode").Status)
+	assert.Equal(t, 405, ta.Post("/v1/rules/r/mode", `{"mode":"off"}`).Status)
 	assert.Equal(t, st, ta.modeOf("r"), "unchanged")
 
 	// Shadow: counted, never denies.
-	ta.clk.Advance(time.Millisecond)
-	require.Equal(t, 200, ta.putMode("r", `{"mode":"shadow"}`).status)
-	r = ta.post("/v1/check", `{"rule":"r","key":"k"}`)
-	require.Equal(t, 200, r.status)
-	assert.Equal(t, 1.0, ta.decisions("r", "shadow_denied"))
+	ta.Clk.Advance(time.Millisecond)
+	require.Equal(t, 200, ta.putMode("r", `{"mode":"shadow"}`).Status)
+	r = ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
+	require.Equal(t, 200, r.Status)
+	assert.Equal(t, 1.0, ta.Decisions("r", "shadow_denied"))
 
 	// Back to the file's mode.
-	require.Equal(t, 200, ta.putMode("r", `{"mode":"config"}`).status)
+	require.Equal(t, 200, ta.putMode("r", `{"mode":"config"}`).Status)
 	st = ta.modeOf("r")
 	assert.Equal(t, "enforce", st.Mode)
 	assert.Nil(t, st.Override)
-	assert.Equal(t, 429, ta.post("/v1/check", `{"rule":"r","key":"k"}`).status)
-	require.NoError(t, json.Unmarshal(ta.get("/v1/status").body, &status))
+	assert.Equal(t, 429, ta.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
+	require.NoError(t, json.Unmarshal(ta.Get("/v1/status").Body, &status))
 	assert.Empty(t, status.ModeOverrides)
 }
 
 // TestRuleModeNeedsToken: with api.token_file, changing or reading a mode
 // without the token is refused and changes nothing.
 func TestRuleModeNeedsToken(t *testing.T) {
-	tokFile := writeTokens(t, t.TempDir(), token1+"\n")
-	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n")
+	tokFile := servertest.WriteTokens(t, t.TempDir(), servertest.Token1+"\n")
+	ta := startApp(t, servertest.RulesYAML+"api: {token_file: "+tokFile+"}\n")
 	r := ta.putMode("r", `{"mode":"off"}`)
-	assert.Equal(t, http.StatusUnauthorized, r.status)
-	r = ta.do(http.MethodPut, ta.api+"/v1/rules/r/mode", `{"mode":"off"}`, bearer(token2)...)
-	assert.Equal(t, http.StatusUnauthorized, r.status)
-	ta.token = token1
+	assert.Equal(t, http.StatusUnauthorized, r.Status)
+	r = ta.Do(http.MethodPut, ta.API+"/v1/rules/r/mode", `{"mode":"off"}`, bearer(servertest.Token2)...)
+	assert.Equal(t, http.StatusUnauthorized, r.Status)
+	ta.Token = servertest.Token1
 	assert.Equal(t, "enforce", ta.modeOf("r").Mode, "unchanged")
-	assert.Equal(t, http.StatusOK, ta.putMode("r", `{"mode":"off"}`).status)
+	assert.Equal(t, http.StatusOK, ta.putMode("r", `{"mode":"off"}`).Status)
 	assert.Equal(t, "off", ta.modeOf("r").Mode)
 }
 
@@ -153,36 +155,36 @@ func TestRuleModeNeedsToken(t *testing.T) {
 // request of a rule switched off through; a reload keeps the override, and
 // one that removes the rule keeps it orphaned until the rule is back.
 func TestRuleModeProxyAndReload(t *testing.T) {
-	up := newUpstream(t)
+	up := servertest.NewUpstream(t)
 	rules := "  - {name: per-ip, limit: 2, window: 1m, match: {path_prefix: /api}}\n"
-	ta := startApp(t, proxyYAML(up.URL, "", rules))
+	ta := startApp(t, servertest.ProxyYAML(up.URL, "", rules))
 	for i := 0; i < 2; i++ {
-		require.Equal(t, 200, ta.proxy("GET", "/api/x").status)
+		require.Equal(t, 200, ta.Proxy("GET", "/api/x").Status)
 	}
-	require.Equal(t, 429, ta.proxy("GET", "/api/x").status)
-	require.Equal(t, 200, ta.putMode("per-ip", `{"mode":"off"}`).status)
+	require.Equal(t, 429, ta.Proxy("GET", "/api/x").Status)
+	require.Equal(t, 200, ta.putMode("per-ip", `{"mode":"off"}`).Status)
 	for i := 0; i < 5; i++ {
-		r := ta.proxy("GET", "/api/x")
-		require.Equal(t, 200, r.status, "%s", r.body)
+		r := ta.Proxy("GET", "/api/x")
+		require.Equal(t, 200, r.Status, "%s", r.Body)
 	}
-	assert.Equal(t, 7, up.count())
-	assert.Equal(t, uint64(2), ta.keyTotal("per-ip", "127.0.0.1"))
+	assert.Equal(t, 7, up.Count())
+	assert.Equal(t, uint64(2), ta.KeyTotal("per-ip", "127.0.0.1"))
 
-	ta.writeConfig(proxyYAML(up.URL, "", "  - {name: per-ip, limit: 1, window: 1m, match: {path_prefix: /api}}\n"))
-	require.NoError(t, ta.Reload())
-	assert.Equal(t, 200, ta.proxy("GET", "/api/x").status, "still off after a reload")
+	ta.WriteConfig(servertest.ProxyYAML(up.URL, "", "  - {name: per-ip, limit: 1, window: 1m, match: {path_prefix: /api}}\n"))
+	require.NoError(t, ta.App.Reload())
+	assert.Equal(t, 200, ta.Proxy("GET", "/api/x").Status, "still off after a reload")
 
-	ta.writeConfig("allow_rule_removal: true\n" + proxyYAML(up.URL, "", "  - {name: other, limit: 1, window: 1m, match: {path_prefix: /other}}\n"))
-	require.NoError(t, ta.Reload())
+	ta.WriteConfig("allow_rule_removal: true\n" + servertest.ProxyYAML(up.URL, "", "  - {name: other, limit: 1, window: 1m, match: {path_prefix: /other}}\n"))
+	require.NoError(t, ta.App.Reload())
 	st := ta.modeOf("per-ip")
 	assert.True(t, st.Orphaned)
 	assert.Equal(t, "off", st.Mode)
 
-	ta.writeConfig("allow_rule_removal: true\n" + proxyYAML(up.URL, "", rules))
-	require.NoError(t, ta.Reload())
+	ta.WriteConfig("allow_rule_removal: true\n" + servertest.ProxyYAML(up.URL, "", rules))
+	require.NoError(t, ta.App.Reload())
 	st = ta.modeOf("per-ip")
 	assert.False(t, st.Orphaned)
-	assert.Equal(t, 200, ta.proxy("GET", "/api/x").status, "off again with the rule")
+	assert.Equal(t, 200, ta.Proxy("GET", "/api/x").Status, "off again with the rule")
 }
 
 // TestRuleModeStateFile: an override is written to state.file at once and
@@ -190,9 +192,9 @@ func TestRuleModeProxyAndReload(t *testing.T) {
 func TestRuleModeStateFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state")
-	yaml := fmt.Sprintf("state: {file: %q, interval: 1h}\n", path) + rulesYAML
+	yaml := fmt.Sprintf("state: {file: %q, interval: 1h}\n", path) + servertest.RulesYAML
 	a := startApp(t, yaml)
-	require.Equal(t, 200, a.putMode("r", `{"mode":"off"}`).status)
+	require.Equal(t, 200, a.putMode("r", `{"mode":"off"}`).Status)
 	want := a.modeOf("r")
 	require.Eventually(t, func() bool {
 		st, err := statefile.Read(path)
@@ -200,7 +202,7 @@ func TestRuleModeStateFile(t *testing.T) {
 			return false
 		}
 		for _, d := range st.Deltas {
-			if len(d.Modes) > 0 {
+			if modes.Section.Len(&d) > 0 {
 				return true
 			}
 		}
@@ -211,7 +213,7 @@ func TestRuleModeStateFile(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(next, b, 0o600))
 
-	n := restarted(t, fmt.Sprintf("state: {file: %q, interval: 1h}\n", next)+rulesYAML)
+	n := restarted(t, fmt.Sprintf("state: {file: %q, interval: 1h}\n", next)+servertest.RulesYAML)
 	assert.Equal(t, want, n.modeOf("r"))
-	assert.Equal(t, 200, n.post("/v1/check", `{"rule":"r","key":"k"}`).status)
+	assert.Equal(t, 200, n.Post("/v1/check", `{"rule":"r","key":"k"}`).Status)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/config"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 )
 
 // TestEmbeddedConfigFile starts the embedded server from a nats-server
@@ -26,9 +27,9 @@ func TestEmbeddedConfigFile(t *testing.T) {
 	cfg, err := config.Parse([]byte(yaml))
 	require.NoError(t, err)
 
-	app, err := New(Options{Config: cfg, Self: testSelf, WatchInterval: -1, Logger: testLogger(t)})
+	app, err := New(Options{Config: cfg, Self: testSelf, WatchInterval: -1, Logger: servertest.Logger(t)})
 	require.NoError(t, err)
-	later, err := New(Options{Config: cfg, Self: testSelf, WatchInterval: -1, Logger: testLogger(t)})
+	later, err := New(Options{Config: cfg, Self: testSelf, WatchInterval: -1, Logger: servertest.Logger(t)})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(context.Background()))
 	_, err = nats.Connect(app.NATSURL())
@@ -44,6 +45,6 @@ func TestEmbeddedConfigFile(t *testing.T) {
 	err = later.Start(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "server: embedded nats: nats.embedded.config_file: listen 0.0.0.0:-1 is beyond loopback without client authentication")
-	_, err = New(Options{Config: cfg, Self: testSelf, WatchInterval: -1, Logger: testLogger(t)})
+	_, err = New(Options{Config: cfg, Self: testSelf, WatchInterval: -1, Logger: servertest.Logger(t)})
 	require.Error(t, err, "and New refuses it from now on")
 }

@@ -18,14 +18,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/geolimit/geolimit/gossip/gossiptest"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 )
 
 // startForwardAuthExample starts a real upstream and geolimit with the
 // shipped examples/forward-auth/geolimit.yaml on free ports, for a proxy
 // test to put its proxy between them; ex is the examples directory.
-func startForwardAuthExample(t *testing.T) (up *upstream, ta *testApp, ex string) {
+func startForwardAuthExample(t *testing.T) (up *servertest.Upstream, ta *testApp, ex string) {
 	t.Helper()
-	up = newUpstream(t)
+	up = servertest.NewUpstream(t)
 	ex = filepath.Join("..", "examples", "forward-auth")
 	yaml := readFile(t, filepath.Join(ex, "geolimit.yaml"))
 	yaml = replaceOnce(t, yaml, "127.0.0.1:8080", "127.0.0.1:0")
@@ -47,7 +48,7 @@ func TestNginxForwardAuth(t *testing.T) {
 
 	dir := t.TempDir()
 	site := readFile(t, filepath.Join(ex, "nginx", "site.conf"))
-	site = replaceOnce(t, site, "server 127.0.0.1:8090;", "server "+ta.ForwardAuthAddr().String()+";")
+	site = replaceOnce(t, site, "server 127.0.0.1:8090;", "server "+ta.App.ForwardAuthAddr().String()+";")
 	site = replaceOnce(t, site, "proxy_pass http://127.0.0.1:9000;", "proxy_pass "+up.URL+";")
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "geolimit"), 0o755))
 	for _, f := range []string{"locations.conf", "protect.conf"} {
@@ -75,37 +76,37 @@ func TestNginxForwardAuth(t *testing.T) {
 	// login: 5 per minute per client address.
 	for i := 0; i < 5; i++ {
 		r := send("POST", "/login", injections[i]...)
-		require.Equal(t, http.StatusOK, r.status, "request %d: %s", i, r.body)
-		assert.Equal(t, "hello from upstream POST /login", string(r.body))
-		assert.Equal(t, `"login";q=5;w=60`, r.header.Get("RateLimit-Policy"), "geolimit's headers reach the client")
-		name, p := parseItem(t, r.header.Get("RateLimit"))
+		require.Equal(t, http.StatusOK, r.Status, "request %d: %s", i, r.Body)
+		assert.Equal(t, "hello from upstream POST /login", string(r.Body))
+		assert.Equal(t, `"login";q=5;w=60`, r.Header.Get("RateLimit-Policy"), "geolimit's headers reach the client")
+		name, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 		assert.Equal(t, "login", name)
 		assert.EqualValues(t, 4-i, p["r"])
 	}
-	require.Equal(t, 5, up.count())
+	require.Equal(t, 5, up.Count())
 	for _, inj := range injections {
 		assertLoginDenied(t, send("POST", "/login", inj...), inj)
 	}
-	assert.Equal(t, 5, up.count(), "the upstream saw only the allowed requests")
-	assert.EqualValues(t, 5, ta.keyTotal("login", "127.0.0.2"))
-	assert.EqualValues(t, 5, ta.keyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
+	assert.Equal(t, 5, up.Count(), "the upstream saw only the allowed requests")
+	assert.EqualValues(t, 5, ta.KeyTotal("login", "127.0.0.2"))
+	assert.EqualValues(t, 5, ta.KeyTotal("per-ip", "127.0.0.2"), "denied requests spent nothing of per-ip")
 	for _, k := range []string{"6.6.6.6", "127.0.0.1"} {
-		assert.EqualValues(t, 0, ta.keyTotal("login", k))
-		assert.EqualValues(t, 0, ta.keyTotal("per-ip", k))
+		assert.EqualValues(t, 0, ta.KeyTotal("login", k))
+		assert.EqualValues(t, 0, ta.KeyTotal("per-ip", k))
 	}
-	assert.EqualValues(t, 5, ta.decisions("login", "denied"))
+	assert.EqualValues(t, 5, ta.Decisions("login", "denied"))
 
 	// Other paths pass; API keys are keys, whatever they hold.
 	for _, k := range []string{toOther, toOther, toShadow} {
 		r := send("GET", "/api/items", "X-Api-Key", k)
-		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		assert.Equal(t, `"per-ip";q=100;w=60`, r.header.Get("RateLimit-Policy"))
+		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+		assert.Equal(t, `"per-ip";q=100;w=60`, r.Header.Get("RateLimit-Policy"))
 	}
-	assert.EqualValues(t, 2, ta.keyTotal("per-api-key", url.PathEscape(toOther)))
-	assert.EqualValues(t, 1, ta.keyTotal("per-api-key", url.PathEscape(toShadow)))
-	assert.EqualValues(t, 0, ta.keyTotal("per-api-key", "other-customer"))
-	assert.EqualValues(t, 8, ta.keyTotal("per-ip", "127.0.0.2"))
-	assert.Equal(t, 8, up.count())
+	assert.EqualValues(t, 2, ta.KeyTotal("per-api-key", url.PathEscape(toOther)))
+	assert.EqualValues(t, 1, ta.KeyTotal("per-api-key", url.PathEscape(toShadow)))
+	assert.EqualValues(t, 0, ta.KeyTotal("per-api-key", "other-customer"))
+	assert.EqualValues(t, 8, ta.KeyTotal("per-ip", "127.0.0.2"))
+	assert.Equal(t, 8, up.Count())
 }
 
 // clientFrom2 returns a function that sends a request for app.example.com
@@ -128,7 +129,7 @@ func clientFrom2(t *testing.T, addr string) func(method, path string, hdr ...str
 		var b bytes.Buffer
 		_, err = b.ReadFrom(res.Body)
 		require.NoError(t, err)
-		return resp{status: res.StatusCode, header: res.Header, body: b.Bytes()}
+		return resp{Status: res.StatusCode, Header: res.Header, Body: b.Bytes()}
 	}
 }
 
@@ -137,15 +138,15 @@ func clientFrom2(t *testing.T, addr string) func(method, path string, hdr ...str
 // geolimit's denial as the proxy passed it on.
 func assertLoginDenied(t *testing.T, r resp, inj []string) {
 	t.Helper()
-	require.Equal(t, http.StatusTooManyRequests, r.status, "%q: %s", inj, r.body)
-	retry, err := strconv.Atoi(r.header.Get("Retry-After"))
-	require.NoError(t, err, "Retry-After %q", r.header.Get("Retry-After"))
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "%q: %s", inj, r.Body)
+	retry, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After %q", r.Header.Get("Retry-After"))
 	assert.Positive(t, retry)
 	assert.LessOrEqual(t, retry, 120, "at most two windows")
-	name, p := parseItem(t, r.header.Get("RateLimit"))
+	name, p := servertest.ParseItem(t, r.Header.Get("RateLimit"))
 	assert.Equal(t, "login", name)
 	assert.Equal(t, map[string]int64{"r": 0, "t": int64(retry)}, p)
-	assert.Equal(t, "rate limited", r.json(t)["error"])
+	assert.Equal(t, "rate limited", r.JSON(t)["error"])
 }
 
 // nginxBinary finds nginx with the auth_request module, or skips (fails
@@ -244,7 +245,7 @@ http {
 `)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "site.conf"), []byte(site(addr)), 0o644))
-	var out syncBuffer
+	var out servertest.LogBuffer
 	cmd := exec.Command(bin, "-p", dir+"/", "-c", filepath.Join(dir, "nginx.conf"),
 		"-e", filepath.Join(dir, "error.log"), "-g", "daemon off;")
 	cmd.Stdout, cmd.Stderr = &out, &out

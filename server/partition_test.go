@@ -3,6 +3,7 @@ package server
 import (
 	"testing"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -15,19 +16,19 @@ rules:
   - {name: shared, limit: 10, window: 1m, on_partition: share}
   - {name: kept, limit: 10, window: 1m}
 `)
-	mfs := ta.scrape()
-	v, ok := metricValue(mfs, "geolimit_partition_active")
+	mfs := ta.Scrape()
+	v, ok := servertest.MetricValue(mfs, "geolimit_partition_active")
 	require.True(t, ok)
 	assert.Zero(t, v)
-	st := ta.get("/v1/status").json(t)
+	st := ta.Get("/v1/status").JSON(t)
 	part := st["partition"].(map[string]any)
 	assert.Equal(t, false, part["partitioned"])
 
-	ta.node.Link().SetUnheard(ta.clk.Now(), []string{"us/iad"})
+	ta.App.node.Link().SetUnheard(ta.Clk.Now(), []string{"us/iad"})
 	allowed := map[string]int{}
 	for i := 0; i < 10; i++ {
 		for _, rule := range []string{"shared", "kept"} {
-			if ta.post("/v1/check", `{"rule":"`+rule+`","key":"k"}`).status == 200 {
+			if ta.Post("/v1/check", `{"rule":"`+rule+`","key":"k"}`).Status == 200 {
 				allowed[rule]++
 			}
 		}
@@ -35,7 +36,7 @@ rules:
 	assert.Equal(t, 5, allowed["shared"], "a key without history gets the PoP-count split: 1 of 2 PoPs")
 	assert.Equal(t, 10, allowed["kept"])
 
-	st = ta.get("/v1/status").json(t)
+	st = ta.Get("/v1/status").JSON(t)
 	part = st["partition"].(map[string]any)
 	assert.Equal(t, true, part["partitioned"])
 	assert.Equal(t, []any{"us/iad"}, part["unheard"])
@@ -46,13 +47,13 @@ rules:
 	}
 	assert.Equal(t, map[string]bool{"shared": true, "kept": false}, rules)
 
-	mfs = ta.scrape()
-	v, _ = metricValue(mfs, "geolimit_partition_active")
+	mfs = ta.Scrape()
+	v, _ = servertest.MetricValue(mfs, "geolimit_partition_active")
 	assert.Equal(t, 1.0, v)
-	v, _ = metricValue(mfs, "geolimit_rule_enforcing_share", "rule", "shared")
+	v, _ = servertest.MetricValue(mfs, "geolimit_rule_enforcing_share", "rule", "shared")
 	assert.Equal(t, 1.0, v)
-	v, _ = metricValue(mfs, "geolimit_rule_enforcing_share", "rule", "kept")
+	v, _ = servertest.MetricValue(mfs, "geolimit_rule_enforcing_share", "rule", "kept")
 	assert.Zero(t, v)
-	v, _ = metricValue(mfs, "geolimit_rule_mean_share", "rule", "shared")
+	v, _ = servertest.MetricValue(mfs, "geolimit_rule_mean_share", "rule", "shared")
 	assert.Equal(t, 0.5, v)
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,7 +24,7 @@ func TestReloadRuleRemoval(t *testing.T) {
 	ta := startApp(t, threeRules)
 	spend := func(rule string, n int) (admitted int) {
 		for range n {
-			if r := ta.post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":"k"}`, rule)); r.status == http.StatusOK {
+			if r := ta.Post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":"k"}`, rule)); r.Status == http.StatusOK {
 				admitted++
 			}
 		}
@@ -32,30 +33,30 @@ func TestReloadRuleRemoval(t *testing.T) {
 	require.Equal(t, 10, spend("login", 10))
 
 	truncated := "\nrules:\n  - {name: api, limit: 10, window: 1h}\n"
-	ta.writeConfig(truncated)
-	err := ta.Reload()
+	ta.WriteConfig(truncated)
+	err := ta.App.Reload()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "removes 2 of the 3 running rules (login, search); set allow_rule_removal: true")
-	v, _ := metricValue(ta.scrape(), "geolimit_config_reloads_total", "result", "refused")
+	v, _ := servertest.MetricValue(ta.Scrape(), "geolimit_config_reloads_total", "result", "refused")
 	assert.Equal(t, 1.0, v)
 	assert.Zero(t, spend("login", 1), "the old rules keep serving")
 
-	ta.writeConfig("allow_rule_removal: true\n" + truncated)
-	require.NoError(t, ta.Reload())
-	assert.Equal(t, http.StatusNotFound, ta.post("/v1/check", `{"rule":"login","key":"k"}`).status)
+	ta.WriteConfig("allow_rule_removal: true\n" + truncated)
+	require.NoError(t, ta.App.Reload())
+	assert.Equal(t, http.StatusNotFound, ta.Post("/v1/check", `{"rule":"login","key":"k"}`).Status)
 
-	ta.writeConfig(threeRules)
-	require.NoError(t, ta.Reload())
+	ta.WriteConfig(threeRules)
+	require.NoError(t, ta.App.Reload())
 	assert.Zero(t, spend("login", 10), "a restored rule goes on with its counts")
 	assert.Equal(t, 10, spend("search", 10))
 
 	// Removing one rule of three is a reload like any other.
-	ta.writeConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n  - {name: api, limit: 10, window: 1h}\n")
-	require.NoError(t, ta.Reload())
+	ta.WriteConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n  - {name: api, limit: 10, window: 1h}\n")
+	require.NoError(t, ta.App.Reload())
 	// Removing exactly half (one of two) is refused: a file cut in the
 	// middle keeps about half of its rules.
-	ta.writeConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n")
-	err = ta.Reload()
+	ta.WriteConfig("\nrules:\n  - {name: login, limit: 10, window: 1h}\n")
+	err = ta.App.Reload()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "removes 1 of the 2 running rules (api)")
 }

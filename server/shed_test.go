@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -154,24 +155,24 @@ var probes = []struct {
 // expectShed sends every probe to base and checks that exactly the
 // classes in shed are shed. It returns how many probes went on.
 func expectShed(ta *testApp, base string, shed ...string) (passed int) {
-	ta.t.Helper()
+	ta.T.Helper()
 	for _, p := range probes {
 		var hdr []string
 		if p.host != "" {
 			hdr = []string{"Host", p.host}
 		}
-		r := ta.do(p.method, base+p.path, "", hdr...)
+		r := ta.Do(p.method, base+p.path, "", hdr...)
 		if !containsStr(shed, p.class) {
-			require.Equal(ta.t, http.StatusOK, r.status, "%s %s (%s) goes on: %s", p.method, p.path, p.class, r.body)
+			require.Equal(ta.T, http.StatusOK, r.Status, "%s %s (%s) goes on: %s", p.method, p.path, p.class, r.Body)
 			passed++
 			continue
 		}
-		require.Equal(ta.t, http.StatusServiceUnavailable, r.status, "%s %s (%s) is shed", p.method, p.path, p.class)
-		assert.Equal(ta.t, "3", r.header.Get("Retry-After"))
-		assert.Empty(ta.t, r.header.Get("RateLimit"), "no RateLimit fields: no rule denied it")
-		assert.Empty(ta.t, r.header.Get("X-RateLimit-Limit"))
+		require.Equal(ta.T, http.StatusServiceUnavailable, r.Status, "%s %s (%s) is shed", p.method, p.path, p.class)
+		assert.Equal(ta.T, "3", r.Header.Get("Retry-After"))
+		assert.Empty(ta.T, r.Header.Get("RateLimit"), "no RateLimit fields: no rule denied it")
+		assert.Empty(ta.T, r.Header.Get("X-RateLimit-Limit"))
 		if p.method != "HEAD" {
-			assert.Equal(ta.t, map[string]any{"error": "overloaded", "shed": true, "class": p.class, "retry_after_ms": 3000.0}, r.json(ta.t))
+			assert.Equal(ta.T, map[string]any{"error": "overloaded", "shed": true, "class": p.class, "retry_after_ms": 3000.0}, r.JSON(ta.T))
 		}
 	}
 	return passed
@@ -187,9 +188,9 @@ func containsStr(list []string, s string) bool {
 }
 
 func (ta *testApp) gauge(name string, labels ...string) float64 {
-	ta.t.Helper()
-	v, ok := metricValue(ta.scrape(), name, labels...)
-	require.True(ta.t, ok, "no %s%v", name, labels)
+	ta.T.Helper()
+	v, ok := servertest.MetricValue(ta.Scrape(), name, labels...)
+	require.True(ta.T, ok, "no %s%v", name, labels)
 	return v
 }
 
@@ -198,10 +199,10 @@ func (ta *testApp) gauge(name string, labels ...string) float64 {
 // never; a shed request reaches no rule and no upstream.
 func TestShedProxy(t *testing.T) {
 	up := newSlowUpstream(t)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", `
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+servertest.ProxyYAML(up.URL, "", `
   - {name: all, limit: 1000, window: 1m}
 `))
-	base := "http://" + ta.ProxyAddr().String()
+	base := "http://" + ta.App.ProxyAddr().String()
 	h := &holder{t: t, url: base}
 	counted := 0
 
@@ -224,14 +225,14 @@ func TestShedProxy(t *testing.T) {
 	assert.EqualValues(t, 3, ta.gauge("geolimit_shed_level"))
 	assert.EqualValues(t, 8, ta.gauge("geolimit_shed_max_in_flight"))
 
-	mfs := ta.scrape()
+	mfs := ta.Scrape()
 	for class, want := range map[string]float64{"critical": 0, "writes": 2, "reads": 3, "test": 2 * 4} {
-		v, ok := metricValue(mfs, "geolimit_shed_total", "class", class)
+		v, ok := servertest.MetricValue(mfs, "geolimit_shed_total", "class", class)
 		require.True(t, ok, class)
 		assert.Equal(t, want, v, "geolimit_shed_total{class=%q}", class)
 	}
-	assert.EqualValues(t, counted-16, ta.keyTotal("all", "127.0.0.1"), "no rule counted a shed request (the 16 held came from other addresses)")
-	assert.EqualValues(t, counted, ta.decisions("all", "allowed"))
+	assert.EqualValues(t, counted-16, ta.KeyTotal("all", "127.0.0.1"), "no rule counted a shed request (the 16 held came from other addresses)")
+	assert.EqualValues(t, counted, ta.Decisions("all", "allowed"))
 
 	up.Release()
 	for _, st := range h.done() {
@@ -268,12 +269,12 @@ func TestShedInFlightEnds(t *testing.T) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
-	base := "http://" + ta.ProxyAddr().String()
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	base := "http://" + ta.App.ProxyAddr().String()
 	inFlight := func() float64 { return ta.gauge("geolimit_in_flight") }
 
-	r := ta.proxy("GET", "/fail")
-	assert.Equal(t, http.StatusBadGateway, r.status)
+	r := ta.Proxy("GET", "/fail")
+	assert.Equal(t, http.StatusBadGateway, r.Status)
 	assert.Zero(t, inFlight(), "upstream failure")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -293,7 +294,7 @@ func TestShedInFlightEnds(t *testing.T) {
 	require.Error(t, <-errc)
 	require.Eventually(t, func() bool { return inFlight() == 0 }, wait, poll, "client gone before the response")
 
-	conn, err := net.Dial("tcp", ta.ProxyAddr().String())
+	conn, err := net.Dial("tcp", ta.App.ProxyAddr().String())
 	require.NoError(t, err)
 	_, err = conn.Write([]byte("GET /body HTTP/1.1\r\nHost: x\r\n\r\n"))
 	require.NoError(t, err)
@@ -311,9 +312,9 @@ func TestShedInFlightEnds(t *testing.T) {
 // node's requests in flight.
 func TestShedMiddleware(t *testing.T) {
 	up := newSlowUpstream(t)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
 	var calls atomic.Int64
-	mw := httptest.NewServer(ta.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mw := httptest.NewServer(ta.App.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		if r.URL.Path == "/checkout/hold" {
 			<-up.release
@@ -321,7 +322,7 @@ func TestShedMiddleware(t *testing.T) {
 	})))
 	t.Cleanup(mw.Close)
 	t.Cleanup(up.Release)
-	proxyBase := "http://" + ta.ProxyAddr().String()
+	proxyBase := "http://" + ta.App.ProxyAddr().String()
 	h := &holder{t: t, url: proxyBase}
 	h.hold(up, 4) // through the proxy
 	n := expectShed(ta, mw.URL, "test")
@@ -358,14 +359,14 @@ proxy: {upstream: "`+up.URL+`"}
 rules:
   - {name: all, limit: 1000, window: 1m}
 `)
-	base := "http://" + ta.ProxyAddr().String()
+	base := "http://" + ta.App.ProxyAddr().String()
 	h := &holder{t: t, url: base}
 	h.hold(up, 2)
 	expectShed(ta, base, "test", "reads", "writes")
-	r := ta.do("GET", "http://"+ta.ForwardAuthAddr().String()+"/", "", "Host", "canary.example.com")
-	assert.Equal(t, http.StatusOK, r.status, "forward auth sheds nothing")
-	r = ta.post("/v1/check", `{"rule":"all","key":"k"}`)
-	assert.Equal(t, http.StatusOK, r.status, "the API sheds nothing")
+	r := ta.Do("GET", "http://"+ta.App.ForwardAuthAddr().String()+"/", "", "Host", "canary.example.com")
+	assert.Equal(t, http.StatusOK, r.Status, "forward auth sheds nothing")
+	r = ta.Post("/v1/check", `{"rule":"all","key":"k"}`)
+	assert.Equal(t, http.StatusOK, r.Status, "the API sheds nothing")
 	assert.EqualValues(t, 2, ta.gauge("geolimit_in_flight"))
 	up.Release()
 	h.done()
@@ -375,46 +376,46 @@ rules:
 // keeps the requests in flight counted.
 func TestShedReload(t *testing.T) {
 	up := newSlowUpstream(t)
-	rules := proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n")
+	rules := servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n")
 	ta := startApp(t, fmt.Sprintf(shedYAML, 8)+rules)
-	base := "http://" + ta.ProxyAddr().String()
+	base := "http://" + ta.App.ProxyAddr().String()
 	h := &holder{t: t, url: base}
 	h.hold(up, 6)
 	expectShed(ta, base, "test", "reads")
 
-	ta.writeConfig(fmt.Sprintf(shedYAML, 100) + rules)
-	require.NoError(t, ta.Reload())
+	ta.WriteConfig(fmt.Sprintf(shedYAML, 100) + rules)
+	require.NoError(t, ta.App.Reload())
 	assert.EqualValues(t, 6, ta.gauge("geolimit_in_flight"), "a reload keeps the count")
 	assert.EqualValues(t, 100, ta.gauge("geolimit_shed_max_in_flight"))
 	expectShed(ta, base)
-	shedTest, _ := metricValue(ta.scrape(), "geolimit_shed_total", "class", "test")
+	shedTest, _ := servertest.MetricValue(ta.Scrape(), "geolimit_shed_total", "class", "test")
 	assert.EqualValues(t, 2, shedTest, "the counter of a class kept by name goes on")
 
 	// Fewer classes: reads are now the lowest and shed from 4.
-	ta.writeConfig(`
+	ta.WriteConfig(`
 shedding:
   max_in_flight: 8
   classes:
     - {name: critical, match: {path_prefix: /checkout}}
     - {name: reads, match: {methods: [GET]}}
 ` + rules)
-	require.NoError(t, ta.Reload())
-	r := ta.proxy("GET", "/cart")
-	require.Equal(t, http.StatusServiceUnavailable, r.status)
-	assert.Equal(t, "1", r.header.Get("Retry-After"), "retry_after's default")
-	assert.Equal(t, "reads", r.json(t)["class"])
-	_, ok := metricValue(ta.scrape(), "geolimit_shed_total", "class", "test")
+	require.NoError(t, ta.App.Reload())
+	r := ta.Proxy("GET", "/cart")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"), "retry_after's default")
+	assert.Equal(t, "reads", r.JSON(t)["class"])
+	_, ok := servertest.MetricValue(ta.Scrape(), "geolimit_shed_total", "class", "test")
 	assert.False(t, ok, "a removed class is no longer exported")
 
 	// An invalid section changes nothing.
-	ta.writeConfig("shedding: {max_in_flight: 8, classes: [{name: only}]}\n" + rules)
-	require.ErrorContains(t, ta.Reload(), "shedding.classes: at least two classes")
-	assert.Equal(t, http.StatusServiceUnavailable, ta.proxy("GET", "/cart").status)
+	ta.WriteConfig("shedding: {max_in_flight: 8, classes: [{name: only}]}\n" + rules)
+	require.ErrorContains(t, ta.App.Reload(), "shedding.classes: at least two classes")
+	assert.Equal(t, http.StatusServiceUnavailable, ta.Proxy("GET", "/cart").Status)
 
 	// Off: nothing is shed, the count goes on.
-	ta.writeConfig(rules)
-	require.NoError(t, ta.Reload())
-	assert.Equal(t, http.StatusOK, ta.proxy("HEAD", "/").status)
+	ta.WriteConfig(rules)
+	require.NoError(t, ta.App.Reload())
+	assert.Equal(t, http.StatusOK, ta.Proxy("HEAD", "/").Status)
 	assert.EqualValues(t, 6, ta.gauge("geolimit_in_flight"))
 	assert.EqualValues(t, 0, ta.gauge("geolimit_shed_max_in_flight"))
 	up.Release()
@@ -428,14 +429,14 @@ shedding:
 func TestShedLatencyProxy(t *testing.T) {
 	up := newSlowUpstream(t)
 	yaml := strings.Replace(fmt.Sprintf(shedYAML, 8), "retry_after: 3s", "retry_after: 3s\n  target_latency: 100ms", 1)
-	ta := startApp(t, yaml+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
-	base := "http://" + ta.ProxyAddr().String()
+	ta := startApp(t, yaml+servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	base := "http://" + ta.App.ProxyAddr().String()
 	latency := func() float64 { return ta.gauge("geolimit_shed_latency_seconds") }
 
 	slow := &holder{t: t, url: base}
 	slow.hold(up, 1)
 	expectShed(ta, base) // one in flight, no slow request seen yet
-	ta.clk.Advance(10 * time.Second)
+	ta.Clk.Advance(10 * time.Second)
 	up.Release()
 	slow.done()
 	require.Eventually(t, func() bool { return ta.gauge("geolimit_in_flight") == 0 }, wait, poll)
@@ -450,7 +451,7 @@ func TestShedLatencyProxy(t *testing.T) {
 	assert.EqualValues(t, 3, ta.gauge("geolimit_shed_level"))
 
 	for range 40 {
-		require.Equal(t, http.StatusOK, ta.proxy("GET", "/checkout/fast").status)
+		require.Equal(t, http.StatusOK, ta.Proxy("GET", "/checkout/fast").Status)
 	}
 	assert.Less(t, latency(), 0.1, "fast requests bring the average under the target")
 	expectShed(ta, base) // the same one in flight weighs 1 again
@@ -512,8 +513,8 @@ func TestShedSlowBodies(t *testing.T) {
 		up.Config.Handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(reader.Close)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+proxyYAML(reader.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
-	addr := ta.ProxyAddr().String()
+	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+servertest.ProxyYAML(reader.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	addr := ta.App.ProxyAddr().String()
 	base := "http://" + addr
 
 	conns := slowBodies(t, addr, "127.0.0.2", "/upload", 30)
@@ -521,7 +522,7 @@ func TestShedSlowBodies(t *testing.T) {
 	for range 3 {
 		expectShed(ta, base) // another client: every class served
 	}
-	assert.EqualValues(t, 0, ta.keyTotal("all", "127.0.0.2"), "no rule decided the trickling requests yet")
+	assert.EqualValues(t, 0, ta.KeyTotal("all", "127.0.0.2"), "no rule decided the trickling requests yet")
 
 	// One of them sends its whole body: it is served.
 	_, err := conns[0].Write([]byte(strings.Repeat("a", 999)))
@@ -578,8 +579,8 @@ func TestShedSlowBodies(t *testing.T) {
 // the other client (127.0.0.1) is served in every class.
 func TestShedManyAddresses(t *testing.T) {
 	up := newSlowUpstream(t)
-	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+proxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
-	base := "http://" + ta.ProxyAddr().String()
+	ta := startApp(t, fmt.Sprintf(shedYAML, 20)+servertest.ProxyYAML(up.URL, "", "  - {name: all, limit: 1000, window: 1m}\n"))
+	base := "http://" + ta.App.ProxyAddr().String()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	statuses := map[int]int{}

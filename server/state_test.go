@@ -17,6 +17,7 @@ import (
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/internal/statefile"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -36,9 +37,9 @@ func (ta *testApp) spendAll(n int) int {
 	admitted := 0
 	for _, rule := range []string{"login", "per-ip", "local"} {
 		for range n {
-			r := ta.post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":"mallory"}`, rule))
-			require.Contains(ta.t, []int{200, 429}, r.status, "%s", r.body)
-			if r.status == 200 {
+			r := ta.Post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":"mallory"}`, rule))
+			require.Contains(ta.T, []int{200, 429}, r.Status, "%s", r.Body)
+			if r.Status == 200 {
 				admitted++
 			}
 		}
@@ -82,13 +83,13 @@ func TestStateFileRestart(t *testing.T) {
 			} else {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				require.NoError(t, a.Shutdown(ctx))
+				require.NoError(t, a.App.Shutdown(ctx))
 			}
 			b := restarted(t, stateYAML(next))
-			assert.Equal(t, 200, b.get("/readyz").status)
+			assert.Equal(t, 200, b.Get("/readyz").Status)
 			assert.Zero(t, b.spendAll(10), "the restarted node must not admit the spent limits again")
-			assert.Equal(t, uint64(10), b.keyTotal("login", "mallory"))
-			v, ok := metricValue(b.scrape(), "geolimit_state_loads_total", "result", "ok")
+			assert.Equal(t, uint64(10), b.KeyTotal("login", "mallory"))
+			v, ok := servertest.MetricValue(b.Scrape(), "geolimit_state_loads_total", "result", "ok")
 			assert.True(t, ok)
 			assert.Equal(t, 1.0, v)
 		})
@@ -115,9 +116,9 @@ func TestStateFileCorrupt(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, good[:len(good)-2], 0o600))
 	a := restarted(t, stateYAML(path))
-	assert.Equal(t, 200, a.get("/readyz").status)
+	assert.Equal(t, 200, a.Get("/readyz").Status)
 	assert.Equal(t, 30, a.spendAll(10), "nothing of a corrupt file is loaded")
-	v, _ := metricValue(a.scrape(), "geolimit_state_loads_total", "result", "corrupt")
+	v, _ := servertest.MetricValue(a.Scrape(), "geolimit_state_loads_total", "result", "corrupt")
 	assert.Equal(t, 1.0, v)
 	_, err = os.Stat(path + ".corrupt")
 	assert.NoError(t, err, "the corrupt file is kept aside")
@@ -131,7 +132,7 @@ func TestStateFileOfAnotherNode(t *testing.T) {
 		{Sender: other, Entries: []crdt.Entry{{Rule: "per-ip", Key: "mallory", Window: t0 / int64(time.Hour), Count: 10}}}})))
 	a := restarted(t, stateYAML(path))
 	assert.Equal(t, 30, a.spendAll(10))
-	v, _ := metricValue(a.scrape(), "geolimit_state_loads_total", "result", "foreign")
+	v, _ := servertest.MetricValue(a.Scrape(), "geolimit_state_loads_total", "result", "foreign")
 	assert.Equal(t, 1.0, v)
 }
 
@@ -148,9 +149,9 @@ func TestStateFileNotRegular(t *testing.T) {
 			} else {
 				require.NoError(t, os.Mkdir(path, 0o700))
 			}
-			cfg, err := config.Parse([]byte(withBase("state: {file: " + path + "}\n")))
+			cfg, err := config.Parse([]byte(servertest.WithBase("state: {file: " + path + "}\n")))
 			require.NoError(t, err)
-			app, err := New(Options{Config: cfg, Self: testSelf, Clock: clock.NewManual(t0), WatchInterval: -1, Logger: testLogger(t)})
+			app, err := New(Options{Config: cfg, Self: testSelf, Clock: clock.NewManual(t0), WatchInterval: -1, Logger: servertest.Logger(t)})
 			require.NoError(t, err)
 			err = app.Start(context.Background())
 			require.Error(t, err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,27 +17,31 @@ import (
 // without a token (they hold no node data, and a strict Content Security
 // Policy), while what the page reads needs one.
 func TestUIFilesOpenDataNot(t *testing.T) {
-	tokFile := writeTokens(t, t.TempDir(), token1+"\n")
-	ta := startApp(t, rulesYAML+"api: {token_file: "+tokFile+"}\n")
+	tokFile := servertest.WriteTokens(t, t.TempDir(), servertest.Token1+"\n")
+	ta := startApp(t, servertest.RulesYAML+"api: {token_file: "+tokFile+"}\n")
 
 	for path, typ := range map[string]string{"/ui": "text/html", "/ui/app.js": "text/javascript", "/ui/style.css": "text/css"} {
-		r := ta.get(path)
-		require.Equal(t, http.StatusOK, r.status, path)
-		assert.True(t, strings.HasPrefix(r.header.Get("Content-Type"), typ), "%s: %s", path, r.header.Get("Content-Type"))
-		assert.Contains(t, r.header.Get("Content-Security-Policy"), "default-src 'none'", path)
-		assert.Equal(t, "nosniff", r.header.Get("X-Content-Type-Options"), path)
+		r := ta.Get(path)
+		require.Equal(t, http.StatusOK, r.Status, path)
+		assert.True(t, strings.HasPrefix(r.Header.Get("Content-Type"), typ), "%s: %s", path, r.Header.Get("Content-Type"))
+		assert.Contains(t, r.Header.Get("Content-Security-Policy"), "default-src 'none'", path)
+		assert.Equal(t, "nosniff", r.Header.Get("X-Content-Type-Options"), path)
 	}
-	assert.Contains(t, string(ta.get("/ui").body), `<script src="/ui/app.js"`)
-	assert.Equal(t, http.StatusUnauthorized, ta.get("/ui/nothing.js").status, "only the page's files are open")
-	assert.Equal(t, http.StatusNotFound, ta.status(http.MethodGet, "/ui/nothing.js", bearer(token1)...))
+	assert.Contains(t, string(ta.Get("/ui").Body), `<script src="/ui/app.js"`)
+	assert.Equal(t, http.StatusUnauthorized, ta.Get("/ui/nothing.js").Status, "only the page's files are open")
+	assert.Equal(t, http.StatusNotFound, ta.status(http.MethodGet, "/ui/nothing.js", bearer(servertest.Token1)...))
 	assert.Equal(t, http.StatusMethodNotAllowed, ta.status(http.MethodPost, "/ui"))
 
 	for _, path := range []string{"/v1/status", "/v1/activity", "/v1/hotkeys"} {
 		assert.Equal(t, http.StatusUnauthorized, ta.status(http.MethodGet, path), path)
-		assert.Equal(t, http.StatusOK, ta.status(http.MethodGet, path, bearer(token1)...), path)
+		assert.Equal(t, http.StatusOK, ta.status(http.MethodGet, path, bearer(servertest.Token1)...), path)
 	}
-	assert.Equal(t, http.StatusUnauthorized, ta.do(http.MethodPut, ta.api+"/v1/rules/r/mode", `{"mode":"off"}`).status)
-	assert.Equal(t, "enforce", func() string { ta.token = token1; defer func() { ta.token = "" }(); return ta.modeOf("r").Mode }())
+	assert.Equal(t, http.StatusUnauthorized, ta.Do(http.MethodPut, ta.API+"/v1/rules/r/mode", `{"mode":"off"}`).Status)
+	assert.Equal(t, "enforce", func() string {
+		ta.Token = servertest.Token1
+		defer func() { ta.Token = "" }()
+		return ta.modeOf("r").Mode
+	}())
 }
 
 // TestUIAssetsSmall: the page's embedded files stay under 200 KB.
@@ -53,34 +58,34 @@ func TestUIAssetsSmall(t *testing.T) {
 // TestHotKeys: GET /v1/hotkeys lists every rule, and per rule its keys
 // nearest their limits first, without counting anything.
 func TestHotKeys(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	for i, key := range []string{"a", "b", "b", "c", "c", "c"} {
-		require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"r","key":"`+key+`"}`).status, i)
+		require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"r","key":"`+key+`"}`).Status, i)
 	}
-	require.Equal(t, http.StatusOK, ta.post("/v1/check", `{"rule":"big","key":"x"}`).status)
+	require.Equal(t, http.StatusOK, ta.Post("/v1/check", `{"rule":"big","key":"x"}`).Status)
 	var hk HotKeys
-	r := ta.get("/v1/hotkeys")
-	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-	require.NoError(t, json.Unmarshal(r.body, &hk))
+	r := ta.Get("/v1/hotkeys")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.NoError(t, json.Unmarshal(r.Body, &hk))
 	assert.Equal(t, []HotKey{{Key: "c", Estimate: 3, Limit: 3}, {Key: "b", Estimate: 2, Limit: 3}, {Key: "a", Estimate: 1, Limit: 3}}, hk.Rules["r"])
 	assert.Equal(t, []HotKey{{Key: "x", Estimate: 2, Limit: 1000}}, hk.Rules["big"])
 	assert.Equal(t, []HotKey{}, hk.Rules["shadow"])
 	assert.Equal(t, 4, hk.Scanned)
 	assert.False(t, hk.Truncated)
-	assert.Equal(t, uint64(3), ta.keyTotal("r", "c"), "listing counts nothing")
+	assert.Equal(t, uint64(3), ta.KeyTotal("r", "c"), "listing counts nothing")
 }
 
 // TestHotKeysBounded: a node holding more keys than one listing looks at
 // lists some of them, at most hotKeysPerRule per rule, and says so.
 func TestHotKeysBounded(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	var b strings.Builder
 	for i := range hotKeysScan + 10 {
 		b.Reset()
 		fmt.Fprintf(&b, `{"rule":"big","key":"k%d"}`, i)
-		require.Equal(t, http.StatusOK, ta.post("/v1/check", b.String()).status)
+		require.Equal(t, http.StatusOK, ta.Post("/v1/check", b.String()).Status)
 	}
-	hk := ta.App.hotKeys(ta.clk.Now())
+	hk := ta.App.hotKeys(ta.Clk.Now())
 	assert.True(t, hk.Truncated)
 	assert.Equal(t, hotKeysScan, hk.Scanned)
 	assert.Len(t, hk.Rules["big"], hotKeysPerRule)
@@ -114,13 +119,13 @@ func TestActivityRing(t *testing.T) {
 // TestActivityEndpoint: GET /v1/activity serves the ring with its interval,
 // and its counts are the node's decisions.
 func TestActivityEndpoint(t *testing.T) {
-	ta := startApp(t, rulesYAML)
+	ta := startApp(t, servertest.RulesYAML)
 	base := ta.App.activityNow()
 	for range 4 {
-		ta.post("/v1/check", `{"rule":"r","key":"k"}`)
+		ta.Post("/v1/check", `{"rule":"r","key":"k"}`)
 	}
-	ta.post("/v1/check", `{"rule":"shadow","key":"k"}`)
-	ta.post("/v1/check", `{"rule":"shadow","key":"k"}`)
+	ta.Post("/v1/check", `{"rule":"shadow","key":"k"}`)
+	ta.Post("/v1/check", `{"rule":"shadow","key":"k"}`)
 	d := ta.App.activityNow().sub(base)
 	assert.Equal(t, activityCounts{Allowed: 4, Denied: 1, ShadowDenied: 1}, d)
 
@@ -128,9 +133,9 @@ func TestActivityEndpoint(t *testing.T) {
 		IntervalMS int64            `json:"interval_ms"`
 		Samples    []activitySample `json:"samples"`
 	}
-	r := ta.get("/v1/activity")
-	require.Equal(t, http.StatusOK, r.status)
-	require.NoError(t, json.Unmarshal(r.body, &out))
+	r := ta.Get("/v1/activity")
+	require.Equal(t, http.StatusOK, r.Status)
+	require.NoError(t, json.Unmarshal(r.Body, &out))
 	assert.Equal(t, activityEvery.Milliseconds(), out.IntervalMS)
 	assert.NotNil(t, out.Samples)
 }

@@ -1,16 +1,19 @@
 // Package wire is the replication wire format: the Delta a node sends (one
-// sender's counts, blocks, memos, modes and in-flight counts) and its
+// sender's counts and the items of every other replicated feature) and its
 // encoding, one envelope with a real version and typed sections (see
-// EnvelopeVersion). Each section's body is written and read by the package
-// that owns that replicated state (crdt for counts, replicated/blocks,
-// replicated/memos, replicated/modes, replicated/inflight); this package
-// only puts sections in envelopes, splits a delta under a size, and skips
-// the sections of kinds it does not know.
+// EnvelopeVersion). The counts are crdt's; every other section kind is
+// registered by the package that owns the feature (see Register), which
+// writes and reads its bodies and reaches a delta's items through the
+// handle it registered (replicated/blocks, replicated/memos,
+// replicated/modes, replicated/inflight). This package only puts sections
+// in envelopes, splits a delta under a size, and skips the sections of
+// kinds its binary does not know.
 //
 //	msgs, err := wire.Encode(&wire.Delta{Sender: self, SentAt: now, Entries: es}, 0)
 //	dec := wire.NewDecoder()
 //	var d wire.Delta
 //	err = dec.Decode(msgs[0], &d) // d.Skipped: sections of unknown kinds
+//	bs := blocks.Section.Items(&d) // a registered feature's items
 //
 // Encode is safe for concurrent use; a Decoder is not.
 package wire
@@ -25,10 +28,6 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/identity"
-	"github.com/geolimit/geolimit/replicated/blocks"
-	"github.com/geolimit/geolimit/replicated/inflight"
-	"github.com/geolimit/geolimit/replicated/memos"
-	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire/codec"
 )
 
@@ -44,7 +43,8 @@ import (
 //	v6: [6, sender, sentAt, epoch, inflight]
 //
 // where counts, blocks, memos, modes and inflight are the bodies of the
-// sections of those kinds.
+// sections of those kinds (legacyKinds): the earlier versions are read
+// through the same registrations as version 7.
 const (
 	// DeltaVersion: counts.
 	DeltaVersion = 2
@@ -76,7 +76,11 @@ var (
 // an absolute value merged by a rule that forgives loss, duplication and
 // reordering, a delta can be lost, duplicated or reordered without harm: a
 // later one repairs an earlier loss. What a receiver takes of each section
-// from which sender is the owning package's trust rule (docs/security.md).
+// from which sender is the owning feature's trust rule (docs/security.md).
+//
+// Beside the counts, a delta's items are reached through the handles of
+// their registered sections (Section.Items, Section.Set). A Delta is a
+// value: copying it copies its items' slice headers, as for Entries.
 type Delta struct {
 	// Sender owns every count of the batch.
 	Sender identity.Replica
@@ -89,16 +93,9 @@ type Delta struct {
 	// Entries are the sender's own counts (crdt), or its PoP's or region's
 	// totals for an aggregate sender.
 	Entries []crdt.Entry
-	// Blocks are penalty blocks (rule, key, until), merged by max.
-	Blocks []blocks.Block
-	// Memos are remembered decisions (rule, ID, until, verdict), merged by
-	// memos.Merge.
-	Memos []memos.Memo
-	// Modes are rules' modes set at run time, merged by modes.Merge.
-	Modes []modes.RuleMode
-	// Inflight are the sender's own in-flight counts of concurrency rules,
-	// each with its version.
-	Inflight []inflight.Count
+	// sections are the items of the registered sections, one slot per
+	// registration.
+	sections [MaxRegistered]slot
 	// Skipped is, for a decoded delta, the number of sections of kinds this
 	// version does not know, skipped whole (a newer peer's feature). Encode
 	// ignores it.
@@ -113,9 +110,9 @@ const headerBound = 1 + 1 + 1 + 3*(codec.MaxNameLen+3) + 9 + 9 + 9 + 5
 // Encode encodes d into one or more envelopes (EnvelopeVersion) of at most
 // maxBytes each (MaxDeltaBytes if maxBytes <= 0 or larger), splitting its
 // items as needed. Every message carries d's sender, SentAt and Epoch, and
-// sections in this order: counts, blocks, memos, modes, in-flight counts,
-// as many in one message as fit; a delta with none of them is one envelope
-// with no sections.
+// sections in this order: counts, then the registered kinds in the order of
+// their kinds, as many in one message as fit; a delta with none of them is
+// one envelope with no sections.
 func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	if maxBytes <= 0 || maxBytes > MaxDeltaBytes {
 		maxBytes = MaxDeltaBytes
@@ -131,26 +128,18 @@ func Encode(d *Delta, maxBytes int) ([][]byte, error) {
 	}
 	st := encoders.Get().(*encoder)
 	defer st.put()
-	w := msgWriter{buf: &st.buf, enc: st.enc, d: d, max: maxBytes}
-	err := errors.Join(
-		w.items(SectionCounts, len(d.Entries), codec.MaxItems, func(i int) (string, int) { return d.Entries[i].Rule, len(d.Entries[i].Key) },
-			crdt.EntryBound, crdt.CountsGroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
-				return crdt.EncodeCounts(enc, d.Entries[lo:hi], rules)
-			}),
-		w.items(SectionBlocks, len(d.Blocks), codec.MaxItems, func(i int) (string, int) { return d.Blocks[i].Rule, len(d.Blocks[i].Key) },
-			blocks.ItemBound, codec.GroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
-				return blocks.Encode(enc, d.Blocks[lo:hi], rules)
-			}),
-		w.items(SectionMemos, len(d.Memos), codec.MaxItems, func(i int) (string, int) { return d.Memos[i].Rule, 0 },
-			memos.ItemBound, codec.GroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
-				return memos.Encode(enc, d.Memos[lo:hi], rules)
-			}),
-		w.modes(d.Modes),
-		w.items(SectionInflight, len(d.Inflight), codec.MaxItems, func(i int) (string, int) { return d.Inflight[i].Rule, len(d.Inflight[i].Key) },
-			inflight.ItemBound, codec.GroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
-				return inflight.Encode(enc, d.Inflight[lo:hi], rules)
-			}),
-	)
+	w := &st.w
+	*w = msgWriter{buf: &st.buf, enc: st.enc, d: d, max: maxBytes}
+	err := w.items(SectionCounts, len(d.Entries), codec.MaxItems, func(i int) (string, int) { return d.Entries[i].Rule, len(d.Entries[i].Key) },
+		crdt.EntryBound, crdt.CountsGroupBound, func(enc *msgpack.Encoder, lo, hi int, rules []string) error {
+			return crdt.EncodeCounts(enc, d.Entries[lo:hi], rules)
+		})
+	for _, s := range registry {
+		if err != nil {
+			break
+		}
+		err = s.encode(w, d)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -173,28 +162,49 @@ func check(d *Delta) error {
 			return err
 		}
 	}
-	for i := range d.Blocks {
-		if err := blocks.Check(&d.Blocks[i]); err != nil {
-			return err
-		}
-	}
-	for i := range d.Memos {
-		if err := memos.Check(&d.Memos[i]); err != nil {
-			return err
-		}
-	}
-	for i := range d.Modes {
-		if err := modes.Check(&d.Modes[i]); err != nil {
-			return err
-		}
-	}
-	for i := range d.Inflight {
-		if err := inflight.Check(&d.Inflight[i]); err != nil {
+	for _, s := range registry {
+		if err := s.check(d); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// Items returns how many items d carries, counts and every registered
+// section's together.
+func (d *Delta) Items() int {
+	n := len(d.Entries)
+	for _, s := range registry {
+		n += s.count(d)
+	}
+	return n
+}
+
+// AppendItems appends from's items, its counts and every registered
+// section's, to d's (a copy: d shares no storage with from).
+func (d *Delta) AppendItems(from *Delta) {
+	d.Entries = append(d.Entries, from.Entries...)
+	for _, s := range registry {
+		s.appendItems(d, from)
+	}
+}
+
+// ClearSections drops d's items of every registered section, keeping its
+// counts.
+func (d *Delta) ClearSections() { d.sections = [MaxRegistered]slot{} }
+
+// SectionBytes returns an upper bound of the encoded size of d's items
+// beyond its counts (their sections' and rule groups' headers left out).
+func (d *Delta) SectionBytes() int {
+	n := 0
+	for _, s := range registry {
+		n += s.bytes(d)
+	}
+	return n
+}
+
+// Sections returns how many items d carries beyond its counts.
+func (d *Delta) Sections() int { return d.Items() - len(d.Entries) }
 
 // encoder is a buffer and a msgpack encoder writing to it, reused across
 // Encode calls through encoders: most deltas are small, and a new encoder
@@ -202,6 +212,7 @@ func check(d *Delta) error {
 type encoder struct {
 	buf bytes.Buffer
 	enc *msgpack.Encoder
+	w   msgWriter
 }
 
 var encoders = sync.Pool{New: func() any {
@@ -213,6 +224,7 @@ var encoders = sync.Pool{New: func() any {
 // put returns e to the pool, unless a large batch grew its buffer: that
 // memory goes back to the garbage collector rather than staying pooled.
 func (e *encoder) put() {
+	e.w = msgWriter{}
 	if e.buf.Cap() <= 64<<10 {
 		e.buf.Reset()
 		encoders.Put(e)
@@ -244,8 +256,8 @@ type Decoder struct {
 // NewDecoder returns a Decoder.
 func NewDecoder() *Decoder { return &Decoder{} }
 
-// Decode decodes one delta of version 1 to 7 into out (reusing out's
-// slices' storage; a version 1 delta has Epoch 0). Hostile input
+// Decode decodes one delta of version 1 to 7 into out (reusing the storage
+// of out's items; a version 1 delta has Epoch 0). Hostile input
 // (truncated, wrong types, huge length prefixes, a wrong version, trailing
 // bytes) returns an error wrapping ErrDeltaMalformed, ErrDeltaTooLarge or
 // ErrDeltaVersion, and leaves out empty; nothing is allocated by a length
@@ -273,10 +285,9 @@ func (d *Decoder) Decode(b []byte, out *Delta) error {
 
 func (out *Delta) reset() {
 	out.Entries = out.Entries[:0]
-	out.Blocks = out.Blocks[:0]
-	out.Memos = out.Memos[:0]
-	out.Modes = out.Modes[:0]
-	out.Inflight = out.Inflight[:0]
+	for i := range out.sections {
+		out.sections[i].n = 0 // the storage is kept for the next decode
+	}
 	out.Skipped = 0
 }
 
@@ -335,27 +346,33 @@ func (d *Decoder) decode(out *Delta) error {
 			return err
 		}
 	}
-	switch v {
-	case EnvelopeVersion:
+	if v == EnvelopeVersion {
 		return d.decodeSections(out)
-	case ModeVersion:
-		out.Modes, err = modes.Decode(r, out.Modes, false)
-		return err
-	case InflightVersion:
-		out.Inflight, err = inflight.Decode(r, out.Inflight)
-		return err
 	}
-	// Versions 1 to 4: counts, then blocks (3 and 4), then memos (4).
-	if out.Entries, err = crdt.DecodeCounts(r, out.Entries); err != nil {
-		return err
-	}
-	if v >= BlockVersion {
-		if out.Blocks, err = blocks.Decode(r, out.Blocks); err != nil {
+	// Versions 1 to 6: counts (1 to 4), then the bodies of legacyKinds[v].
+	if v <= MemoVersion {
+		if out.Entries, err = crdt.DecodeCounts(r, out.Entries); err != nil {
 			return err
 		}
 	}
-	if v >= MemoVersion {
-		out.Memos, err = memos.Decode(r, out.Memos)
+	for _, kind := range legacyKinds[v] {
+		s, alt := registered(kind)
+		if s == nil {
+			return codec.Malformed("version %d delta: section %v not known to this binary", v, kind)
+		}
+		if err := s.decode(r, out, alt); err != nil {
+			return err
+		}
 	}
-	return err
+	return nil
+}
+
+// legacyKinds are the kinds whose bodies versions 1 to 6 carry after their
+// headers (and their counts, for versions 1 to 4): a fixed record of those
+// formats, not a list to extend.
+var legacyKinds = [EnvelopeVersion][]SectionKind{
+	BlockVersion:    {2},
+	MemoVersion:     {2, 3},
+	ModeVersion:     {4},
+	InflightVersion: {5},
 }

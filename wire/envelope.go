@@ -6,10 +6,6 @@ import (
 	"fmt"
 
 	"github.com/geolimit/geolimit/crdt"
-	"github.com/geolimit/geolimit/replicated/blocks"
-	"github.com/geolimit/geolimit/replicated/inflight"
-	"github.com/geolimit/geolimit/replicated/memos"
-	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire/codec"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -32,43 +28,27 @@ const EnvelopeVersion = 7
 // SectionKind says what a section of an envelope carries.
 type SectionKind uint64
 
-// Section kinds. Their bodies are the payloads the earlier versions carried
-// after their headers (see Delta's fields for the merge and trust rules).
-const (
-	// SectionCounts: windowed G-counter entries grouped by rule,
-	//	[[rule, baseWindow, [key, windowOffset, count, ...]], ...]
-	SectionCounts SectionKind = 1
-	// SectionBlocks: penalty blocks grouped by rule,
-	//	[[rule, [key, until, ...]], ...]
-	SectionBlocks SectionKind = 2
-	// SectionMemos: remembered decisions grouped by rule,
-	//	[[rule, [id, until, verdict, ...]], ...]
-	SectionMemos SectionKind = 3
-	// SectionModes: rules' modes, flat,
-	//	[rule, mode, at, region, pop, node, incarnation, ...]
-	SectionModes SectionKind = 4
-	// SectionInflight: the sender's in-flight counts grouped by rule,
-	//	[[rule, [key, count, version, ...]], ...]
-	SectionInflight SectionKind = 5
-	// SectionSignedModes: rules' modes signed by a mode authority key,
-	//	[rule, mode, at, region, pop, node, incarnation, sig, ...]
-	SectionSignedModes SectionKind = 6
-)
+// SectionCounts is the counts' kind, the one kind this package encodes
+// itself (see Register): windowed G-counter entries grouped by rule,
+//
+//	[[rule, baseWindow, [key, windowOffset, count, ...]], ...]
+//
+// Every other kind is registered by the package that owns it, which
+// documents its body; the kinds taken today are 2 (replicated/blocks), 3
+// (replicated/memos), 4 and 6 (replicated/modes, unsigned and signed) and 5
+// (replicated/inflight).
+const SectionCounts SectionKind = 1
 
 func (k SectionKind) String() string {
-	switch k {
-	case SectionCounts:
+	if k == SectionCounts {
 		return "counts"
-	case SectionBlocks:
-		return "blocks"
-	case SectionMemos:
-		return "memos"
-	case SectionModes:
-		return "modes"
-	case SectionInflight:
-		return "inflight"
-	case SectionSignedModes:
-		return "signed modes"
+	}
+	if s, alt := registered(k); s != nil {
+		name, altName := s.names()
+		if alt {
+			return altName
+		}
+		return name
 	}
 	return fmt.Sprintf("kind %d", uint64(k))
 }
@@ -219,20 +199,11 @@ func (d *Decoder) decodeSections(out *Delta) error {
 			return codec.Malformed("section %v: %d bytes but %d left", kind, size, r.Len())
 		}
 		left := r.Len()
-		switch kind {
-		case SectionCounts:
+		if kind == SectionCounts {
 			out.Entries, err = crdt.DecodeCounts(r, out.Entries)
-		case SectionBlocks:
-			out.Blocks, err = blocks.Decode(r, out.Blocks)
-		case SectionMemos:
-			out.Memos, err = memos.Decode(r, out.Memos)
-		case SectionModes:
-			out.Modes, err = modes.Decode(r, out.Modes, false)
-		case SectionSignedModes:
-			out.Modes, err = modes.Decode(r, out.Modes, true)
-		case SectionInflight:
-			out.Inflight, err = inflight.Decode(r, out.Inflight)
-		default:
+		} else if s, alt := registered(kind); s != nil {
+			err = s.decode(r, out, alt)
+		} else {
 			if err := r.Skip(size); err != nil {
 				return err
 			}
@@ -244,35 +215,6 @@ func (d *Decoder) decodeSections(out *Delta) error {
 		}
 		if used := left - r.Len(); used != size {
 			return codec.Malformed("section %v: body of %d bytes holds %d", kind, size, used)
-		}
-	}
-	return nil
-}
-
-// modes adds the writes of ms as sections: the unsigned ones, then the
-// signed ones, each in a kind of its own.
-func (w *msgWriter) modes(ms []modes.RuleMode) error {
-	if len(ms) == 0 {
-		return nil
-	}
-	var unsigned, signed []modes.RuleMode
-	for _, m := range ms {
-		if m.IsSigned() {
-			signed = append(signed, m)
-		} else {
-			unsigned = append(unsigned, m)
-		}
-	}
-	for _, k := range []struct {
-		kind SectionKind
-		ms   []modes.RuleMode
-	}{{SectionModes, unsigned}, {SectionSignedModes, signed}} {
-		err := w.items(k.kind, len(k.ms), modes.MaxPerSection, func(int) (string, int) { return "", 0 },
-			modes.ItemBound, 0, func(enc *msgpack.Encoder, lo, hi int, _ []string) error {
-				return modes.Encode(enc, k.ms[lo:hi], k.kind == SectionSignedModes)
-			})
-		if err != nil {
-			return err
 		}
 	}
 	return nil

@@ -1,10 +1,12 @@
-package wire
+package wire_test
 
 import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/geolimit/geolimit/wire"
 
 	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/replicated/blocks"
@@ -31,7 +33,7 @@ func sampleBlocks(rng *rand.Rand, n int) []blocks.Block {
 	return out
 }
 
-// sameBlocks compares blocks ignoring order (Encode groups by rule).
+// sameBlocks compares blocks ignoring order (wire.Encode groups by rule).
 func sameBlocks(t *testing.T, want, got []blocks.Block) { t.Helper(); sameMultiset(t, want, got) }
 
 func sameMultiset[T comparable](t *testing.T, want, got []T) {
@@ -63,32 +65,32 @@ func TestDeltaBlocksRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := sampleDelta(rng, tt.entries)
-			d.Blocks = sampleBlocks(rng, tt.blocks)
-			msgs, err := Encode(d, tt.maxBytes)
+			blocks.Section.Set(d, sampleBlocks(rng, tt.blocks))
+			msgs, err := wire.Encode(d, tt.maxBytes)
 			require.NoError(t, err)
-			var back Delta
+			var back wire.Delta
 			v2, v3 := 0, 0
 			for _, m := range msgs {
 				if tt.maxBytes > 0 {
 					assert.LessOrEqual(t, len(m), tt.maxBytes)
 				}
-				part, err := Decode(m)
+				part, err := wire.Decode(m)
 				require.NoError(t, err)
 				assert.Equal(t, d.Sender, part.Sender)
 				assert.Equal(t, d.Epoch, part.Epoch)
-				if len(part.Blocks) > 0 {
+				if blocks.Section.Len(part) > 0 {
 					v3++
 				}
 				if len(part.Entries) > 0 {
 					v2++
 				}
 				back.Entries = append(back.Entries, part.Entries...)
-				back.Blocks = append(back.Blocks, part.Blocks...)
+				blocks.Section.Append(&back, blocks.Section.Items(part)...)
 			}
 			assert.Equal(t, tt.wantV2, v2)
 			assert.GreaterOrEqual(t, v3, tt.wantV3min)
 			sameEntries(t, d.Entries, back.Entries)
-			sameBlocks(t, d.Blocks, back.Blocks)
+			sameBlocks(t, blocks.Section.Items(d), blocks.Section.Items(&back))
 		})
 	}
 }
@@ -96,11 +98,11 @@ func TestDeltaBlocksRoundTrip(t *testing.T) {
 func TestDeltaBlocksOneEnvelope(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
 	d := sampleDelta(rng, 4)
-	d.Blocks = sampleBlocks(rng, 2)
-	msgs, err := Encode(d, 0)
+	blocks.Section.Set(d, sampleBlocks(rng, 2))
+	msgs, err := wire.Encode(d, 0)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	assert.Equal(t, []SectionKind{SectionCounts, SectionBlocks}, sectionKinds(t, msgs[0]))
+	assert.Equal(t, []wire.SectionKind{wire.SectionCounts, blocks.Section.Kind()}, sectionKinds(t, msgs[0]))
 }
 
 func TestDecodeHostileBlocks(t *testing.T) {
@@ -119,17 +121,17 @@ func TestDecodeHostileBlocks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := Delta{Blocks: []blocks.Block{{Rule: "x", Key: "y", Until: 1}}}
-			err := NewDecoder().Decode(mp(t, []any{3, sender, 5, 1, []any{}, tt.blocks}), &out)
+			out := *blocks.Section.With(&wire.Delta{}, []blocks.Block{{Rule: "x", Key: "y", Until: 1}}...)
+			err := wire.NewDecoder().Decode(mp(t, []any{3, sender, 5, 1, []any{}, tt.blocks}), &out)
 			require.Error(t, err)
-			assert.True(t, errors.Is(err, ErrDeltaMalformed), "%v", err)
-			assert.Empty(t, out.Blocks)
+			assert.True(t, errors.Is(err, wire.ErrDeltaMalformed), "%v", err)
+			assert.Empty(t, blocks.Section.Items(&out))
 		})
 	}
 	// A huge length prefix is refused before anything is allocated.
 	b := unhex("96 03 94 a26575 a3616d73 a26e31 01 05 01 90 91 92 a56c6f67696e dd 7fffffff")
-	_, err := Decode(b)
-	assert.ErrorIs(t, err, ErrDeltaMalformed)
+	_, err := wire.Decode(b)
+	assert.ErrorIs(t, err, wire.ErrDeltaMalformed)
 }
 
 // ---- memos
@@ -147,7 +149,7 @@ func sampleMemos(rng *rand.Rand, n int) []memos.Memo {
 	return out
 }
 
-// sameMemos compares memos ignoring order (Encode groups by rule).
+// sameMemos compares memos ignoring order (wire.Encode groups by rule).
 func sameMemos(t *testing.T, want, got []memos.Memo) { t.Helper(); sameMultiset(t, want, got) }
 
 func TestDeltaMemosRoundTrip(t *testing.T) {
@@ -165,11 +167,11 @@ func TestDeltaMemosRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := sampleDelta(rng, tt.entries)
-			d.Blocks = sampleBlocks(rng, tt.blocks)
-			d.Memos = sampleMemos(rng, tt.memos)
-			msgs, err := Encode(d, tt.maxBytes)
+			blocks.Section.Set(d, sampleBlocks(rng, tt.blocks))
+			memos.Section.Set(d, sampleMemos(rng, tt.memos))
+			msgs, err := wire.Encode(d, tt.maxBytes)
 			require.NoError(t, err)
-			var back Delta
+			var back wire.Delta
 			if tt.wantMsgs > 0 {
 				assert.Len(t, msgs, tt.wantMsgs)
 			} else {
@@ -179,16 +181,16 @@ func TestDeltaMemosRoundTrip(t *testing.T) {
 				if tt.maxBytes > 0 {
 					assert.LessOrEqual(t, len(m), tt.maxBytes)
 				}
-				part, err := Decode(m)
+				part, err := wire.Decode(m)
 				require.NoError(t, err)
 				assert.Equal(t, d.Sender, part.Sender)
 				back.Entries = append(back.Entries, part.Entries...)
-				back.Blocks = append(back.Blocks, part.Blocks...)
-				back.Memos = append(back.Memos, part.Memos...)
+				blocks.Section.Append(&back, blocks.Section.Items(part)...)
+				memos.Section.Append(&back, memos.Section.Items(part)...)
 			}
 			sameEntries(t, d.Entries, back.Entries)
-			sameBlocks(t, d.Blocks, back.Blocks)
-			sameMemos(t, d.Memos, back.Memos)
+			sameBlocks(t, blocks.Section.Items(d), blocks.Section.Items(&back))
+			sameMemos(t, memos.Section.Items(d), memos.Section.Items(&back))
 		})
 	}
 }
@@ -196,11 +198,11 @@ func TestDeltaMemosRoundTrip(t *testing.T) {
 func TestDeltaMemosOneEnvelope(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
 	d := sampleDelta(rng, 2)
-	d.Memos = sampleMemos(rng, 2)
-	msgs, err := Encode(d, 0)
+	memos.Section.Set(d, sampleMemos(rng, 2))
+	msgs, err := wire.Encode(d, 0)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	assert.Equal(t, []SectionKind{SectionCounts, SectionMemos}, sectionKinds(t, msgs[0]))
+	assert.Equal(t, []wire.SectionKind{wire.SectionCounts, memos.Section.Kind()}, sectionKinds(t, msgs[0]))
 }
 
 func TestDecodeHostileMemos(t *testing.T) {
@@ -222,25 +224,25 @@ func TestDecodeHostileMemos(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := Delta{Memos: []memos.Memo{{Rule: "x", Until: 1}}}
-			err := NewDecoder().Decode(mp(t, []any{4, sender, 5, 1, []any{}, []any{}, tt.memos}), &out)
+			out := *memos.Section.With(&wire.Delta{}, []memos.Memo{{Rule: "x", Until: 1}}...)
+			err := wire.NewDecoder().Decode(mp(t, []any{4, sender, 5, 1, []any{}, []any{}, tt.memos}), &out)
 			require.Error(t, err)
-			assert.True(t, errors.Is(err, ErrDeltaMalformed), "%v", err)
-			assert.Empty(t, out.Memos)
+			assert.True(t, errors.Is(err, wire.ErrDeltaMalformed), "%v", err)
+			assert.Empty(t, memos.Section.Items(&out))
 		})
 	}
 	t.Run("wrong arity for version 4", func(t *testing.T) {
-		_, err := Decode(mp(t, []any{4, sender, 5, 1, []any{}, []any{}}))
-		assert.ErrorIs(t, err, ErrDeltaMalformed)
+		_, err := wire.Decode(mp(t, []any{4, sender, 5, 1, []any{}, []any{}}))
+		assert.ErrorIs(t, err, wire.ErrDeltaMalformed)
 	})
 	t.Run("version 8", func(t *testing.T) {
-		_, err := Decode(mp(t, []any{8, sender, 5, 1, []any{}, []any{}, []any{}, []any{}, []any{}}))
-		assert.ErrorIs(t, err, ErrDeltaVersion)
+		_, err := wire.Decode(mp(t, []any{8, sender, 5, 1, []any{}, []any{}, []any{}, []any{}, []any{}}))
+		assert.ErrorIs(t, err, wire.ErrDeltaVersion)
 	})
 	// A huge length prefix is refused before anything is allocated.
 	b := unhex("97 04 94 a26575 a3616d73 a26e31 01 05 01 90 90 91 92 a3706179 dd 7fffffff")
-	_, err := Decode(b)
-	assert.ErrorIs(t, err, ErrDeltaMalformed)
+	_, err := wire.Decode(b)
+	assert.ErrorIs(t, err, wire.ErrDeltaMalformed)
 }
 
 // ---- modes
@@ -261,41 +263,41 @@ func sampleModes(rng *rand.Rand, n int) []modes.RuleMode {
 func TestModesRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	d := sampleDelta(rng, 2)
-	d.Modes = sampleModes(rng, 5)
-	msgs, err := Encode(d, 0)
+	modes.Section.Set(d, sampleModes(rng, 5))
+	msgs, err := wire.Encode(d, 0)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1, "counts and modes, two sections of one envelope")
-	got, err := Decode(msgs[0])
+	got, err := wire.Decode(msgs[0])
 	require.NoError(t, err)
 	sameEntries(t, d.Entries, got.Entries)
-	assert.Equal(t, d.Modes, got.Modes)
+	assert.Equal(t, modes.Section.Items(d), modes.Section.Items(got))
 	assert.Equal(t, d.Sender, got.Sender)
 	assert.Equal(t, d.Epoch, got.Epoch)
 
-	only := &Delta{Sender: d.Sender, SentAt: 5, Modes: d.Modes[:1]}
-	msgs, err = Encode(only, 0)
+	only := modes.Section.With(&wire.Delta{Sender: d.Sender, SentAt: 5}, modes.Section.Items(d)[:1]...)
+	msgs, err = wire.Encode(only, 0)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	assert.Equal(t, []SectionKind{SectionModes}, sectionKinds(t, msgs[0]), "modes only: no empty counts section")
-	got, err = Decode(msgs[0])
+	assert.Equal(t, []wire.SectionKind{modes.Section.Kind()}, sectionKinds(t, msgs[0]), "modes only: no empty counts section")
+	got, err = wire.Decode(msgs[0])
 	require.NoError(t, err)
-	assert.Equal(t, only.Modes, got.Modes)
+	assert.Equal(t, modes.Section.Items(only), modes.Section.Items(got))
 }
 
 func TestModesSplit(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
-	d := &Delta{Sender: sampleDelta(rng, 0).Sender, Modes: sampleModes(rng, 1000)}
-	msgs, err := Encode(d, 4096)
+	d := modes.Section.With(&wire.Delta{Sender: sampleDelta(rng, 0).Sender}, sampleModes(rng, 1000)...)
+	msgs, err := wire.Encode(d, 4096)
 	require.NoError(t, err)
 	require.Greater(t, len(msgs), 1)
 	var back []modes.RuleMode
 	for _, m := range msgs {
 		assert.LessOrEqual(t, len(m), 4096)
-		got, err := Decode(m)
+		got, err := wire.Decode(m)
 		require.NoError(t, err)
-		back = append(back, got.Modes...)
+		back = append(back, modes.Section.Items(got)...)
 	}
-	assert.Equal(t, d.Modes, back)
+	assert.Equal(t, modes.Section.Items(d), back)
 }
 
 func TestModesEncodeRefuses(t *testing.T) {
@@ -307,7 +309,7 @@ func TestModesEncodeRefuses(t *testing.T) {
 		"long rule":     {Rule: string(make([]byte, codec.MaxRuleNameLen+1)), By: self},
 		"writer w/ dot": {Rule: "api", By: identity.Replica{PoPID: identity.PoPID{Region: "e.u", PoP: "ams"}, Node: "n1"}},
 	} {
-		_, err := Encode(&Delta{Sender: self, Modes: []modes.RuleMode{m}}, 0)
+		_, err := wire.Encode(modes.Section.With(&wire.Delta{Sender: self}, []modes.RuleMode{m}...), 0)
 		assert.Error(t, err, name)
 	}
 }
@@ -321,7 +323,7 @@ func TestModesDecodeHostile(t *testing.T) {
 	}
 	header := func(e *msgpack.Encoder, fields int) {
 		_ = e.EncodeArrayLen(fields)
-		_ = e.EncodeUint(ModeVersion)
+		_ = e.EncodeUint(wire.ModeVersion)
 		_ = e.EncodeArrayLen(4)
 		_ = e.EncodeString("eu")
 		_ = e.EncodeString("ams")
@@ -340,9 +342,9 @@ func TestModesDecodeHostile(t *testing.T) {
 		_ = e.EncodeUint(1)
 	}
 	good := enc(func(e *msgpack.Encoder) { header(e, 5); _ = e.EncodeArrayLen(7); item(e, 3, "n1") })
-	d, err := Decode(good)
+	d, err := wire.Decode(good)
 	require.NoError(t, err)
-	require.Equal(t, []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: 7, By: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}}}, d.Modes)
+	require.Equal(t, []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: 7, By: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "n1", Incarnation: 1}}}, modes.Section.Items(d))
 	for name, b := range map[string][]byte{
 		"mode out of range": enc(func(e *msgpack.Encoder) { header(e, 5); _ = e.EncodeArrayLen(7); item(e, 4, "n1") }),
 		"writer with a dot": enc(func(e *msgpack.Encoder) { header(e, 5); _ = e.EncodeArrayLen(7); item(e, 1, "n.1") }),
@@ -352,8 +354,8 @@ func TestModesDecodeHostile(t *testing.T) {
 		"truncated":         good[:len(good)-3],
 		"trailing bytes":    append(append([]byte{}, good...), 0),
 	} {
-		_, err := Decode(b)
-		assert.ErrorIs(t, err, ErrDeltaMalformed, name)
+		_, err := wire.Decode(b)
+		assert.ErrorIs(t, err, wire.ErrDeltaMalformed, name)
 	}
 }
 
@@ -390,25 +392,25 @@ func TestDeltaInflightRoundTrip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := sampleDelta(rng, tc.entries)
-			d.Blocks = sampleBlocks(rng, tc.blocks)
-			d.Inflight = sampleInflight(rng, tc.inflight)
-			msgs, err := Encode(d, tc.maxBytes)
+			blocks.Section.Set(d, sampleBlocks(rng, tc.blocks))
+			inflight.Section.Set(d, sampleInflight(rng, tc.inflight))
+			msgs, err := wire.Encode(d, tc.maxBytes)
 			require.NoError(t, err)
-			var back Delta
+			var back wire.Delta
 			for _, m := range msgs {
 				if tc.maxBytes > 0 {
 					assert.LessOrEqual(t, len(m), tc.maxBytes)
 				}
-				part, err := Decode(m)
+				part, err := wire.Decode(m)
 				require.NoError(t, err)
 				assert.Equal(t, d.Sender, part.Sender)
 				back.Entries = append(back.Entries, part.Entries...)
-				back.Blocks = append(back.Blocks, part.Blocks...)
-				back.Inflight = append(back.Inflight, part.Inflight...)
+				blocks.Section.Append(&back, blocks.Section.Items(part)...)
+				inflight.Section.Append(&back, inflight.Section.Items(part)...)
 			}
 			sameEntries(t, d.Entries, back.Entries)
-			sameBlocks(t, d.Blocks, back.Blocks)
-			sameMultiset(t, d.Inflight, back.Inflight)
+			sameBlocks(t, blocks.Section.Items(d), blocks.Section.Items(&back))
+			sameMultiset(t, inflight.Section.Items(d), inflight.Section.Items(&back))
 		})
 	}
 }
@@ -416,20 +418,20 @@ func TestDeltaInflightRoundTrip(t *testing.T) {
 func TestDeltaInflightRefused(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
 	d := sampleDelta(rng, 0)
-	d.Inflight = []inflight.Count{{Rule: "uploads", Key: "", Count: 1, Version: 1}}
-	_, err := Encode(d, 0)
+	inflight.Section.Set(d, []inflight.Count{{Rule: "uploads", Key: "", Count: 1, Version: 1}})
+	_, err := wire.Encode(d, 0)
 	require.Error(t, err, "an empty key is not encoded")
-	d.Inflight = []inflight.Count{{Rule: "", Key: "k", Count: 1, Version: 1}}
-	_, err = Encode(d, 0)
+	inflight.Section.Set(d, []inflight.Count{{Rule: "", Key: "k", Count: 1, Version: 1}})
+	_, err = wire.Encode(d, 0)
 	require.Error(t, err, "an empty rule name is not encoded")
 
-	d.Inflight = sampleInflight(rng, 2)
-	msgs, err := Encode(d, 0)
+	inflight.Section.Set(d, sampleInflight(rng, 2))
+	msgs, err := wire.Encode(d, 0)
 	require.NoError(t, err)
 	good := msgs[len(msgs)-1]
 	for i := 1; i < len(good); i++ {
-		_, err := Decode(good[:i])
+		_, err := wire.Decode(good[:i])
 		require.Error(t, err, "truncated at %d", i)
-		assert.True(t, errors.Is(err, ErrDeltaMalformed), "truncated at %d: %v", i, err)
+		assert.True(t, errors.Is(err, wire.ErrDeltaMalformed), "truncated at %d: %v", i, err)
 	}
 }

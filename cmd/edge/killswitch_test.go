@@ -176,13 +176,13 @@ func TestKillSwitchReachesThreeRegions(t *testing.T) {
 	defer nc.Close()
 	now := time.Now().UnixNano()
 	ams := identity.PoPID{Region: "eu", PoP: "ams"}
-	for _, d := range []wire.Delta{
-		{Sender: identity.Replica{PoPID: identity.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1},
-			Modes: []modes.RuleMode{{Rule: "login", Mode: modes.Off, At: now, By: identity.Replica{PoPID: identity.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1}}}},
-		{Sender: identity.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1},
-			Modes: []modes.RuleMode{{Rule: "login", Mode: modes.Shadow, At: now - int64(time.Second), By: identity.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1}}}},
+	for _, d := range []*wire.Delta{
+		modes.Section.With(&wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1}},
+			modes.RuleMode{Rule: "login", Mode: modes.Off, At: now, By: identity.Replica{PoPID: identity.PoPID{Region: "ap", PoP: "sin"}, Node: "sin-9", Incarnation: 1}}),
+		modes.Section.With(&wire.Delta{Sender: identity.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1}},
+			modes.RuleMode{Rule: "login", Mode: modes.Shadow, At: now - int64(time.Second), By: identity.Replica{PoPID: ams, Node: "ams-9", Incarnation: 1}}),
 	} {
-		msgs, err := wire.Encode(&d, 0)
+		msgs, err := wire.Encode(d, 0)
 		require.NoError(t, err)
 		require.NoError(t, nc.Publish(gossip.DeltaSubject("", ams), msgs[0]))
 	}

@@ -51,7 +51,7 @@ func BenchmarkStateFile(b *testing.B) {
 				if streamed {
 					require.NoError(b, statefile.Write(path, h, w.watch(n.SnapshotEach(now))))
 				} else {
-					require.NoError(b, statefile.Write(path, h, w.watch(statefile.FromSlice(snapshot(n, now)))))
+					require.NoError(b, statefile.Write(path, h, w.watch(statefile.FromSlice(statefile.Collect(n.SnapshotEach(now))))))
 				}
 				r := newPeak()
 				entries := 0
@@ -118,23 +118,4 @@ func (p *peak) watch(seq func(func(*wire.Delta) bool)) func(func(*wire.Delta) bo
 			}
 		}
 	}
-}
-
-// snapshot is the node's state held in memory at once: SnapshotEach's
-// deltas copied, one per owning replica (the baseline streaming is
-// measured against).
-func snapshot(n *pop.Node, now int64) []wire.Delta {
-	var out []wire.Delta
-	at := map[identity.Replica]int{}
-	for d := range n.SnapshotEach(now) {
-		i, ok := at[d.Sender]
-		if !ok {
-			i = len(out)
-			at[d.Sender] = i
-			out = append(out, wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
-		}
-		out[i].Entries = append(out[i].Entries, d.Entries...)
-		out[i].Modes = append(out[i].Modes, d.Modes...)
-	}
-	return out
 }

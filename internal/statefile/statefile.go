@@ -37,6 +37,8 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/geolimit/geolimit/identity"
@@ -177,6 +179,25 @@ func FromSlice(ds []wire.Delta) iter.Seq[*wire.Delta] {
 			}
 		}
 	}
+}
+
+// Collect returns the deltas of seq (a node's SnapshotEach) copied and
+// merged into one delta per sender, sorted by sender: the whole state held
+// in memory at once, for tools and tests (FromSlice streams it back).
+func Collect(seq iter.Seq[*wire.Delta]) []wire.Delta {
+	var out []wire.Delta
+	at := map[identity.Replica]int{}
+	for d := range seq {
+		i, ok := at[d.Sender]
+		if !ok {
+			i = len(out)
+			at[d.Sender] = i
+			out = append(out, wire.Delta{Sender: d.Sender, SentAt: d.SentAt, Epoch: d.Epoch})
+		}
+		out[i].AppendItems(d)
+	}
+	slices.SortFunc(out, func(a, b wire.Delta) int { return strings.Compare(a.Sender.String(), b.Sender.String()) })
+	return out
 }
 
 // Decode parses file content b. A file whose checksum, framing or deltas

@@ -14,6 +14,7 @@ import (
 
 	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/identity"
+	"github.com/geolimit/geolimit/replicated/modes"
 	"github.com/geolimit/geolimit/wire"
 )
 
@@ -206,4 +207,20 @@ func TestDeltasCatchesAFileChangedSinceOpen(t *testing.T) {
 		assert.ErrorIs(t, err, ErrCorrupt, change)
 		require.NoError(t, f.Close())
 	}
+}
+
+// TestCollect: a streamed snapshot's deltas merge into one per sender,
+// sorted by sender, each section's items included, copied.
+func TestCollect(t *testing.T) {
+	st := sample()
+	agg, node := st.Deltas[0], st.Deltas[1]
+	more := wire.Delta{Sender: self, Entries: []crdt.Entry{{Rule: "ip", Key: "y", Window: 6, Count: 2}}}
+	modes.Section.Set(&more, []modes.RuleMode{{Rule: "api", Mode: modes.Off, At: 5, By: self}})
+	got := Collect(FromSlice([]wire.Delta{node, agg, more}))
+	require.Len(t, got, 2)
+	assert.Equal(t, agg.Sender, got[0].Sender, "sorted by sender")
+	assert.Equal(t, append(append([]crdt.Entry(nil), node.Entries...), more.Entries...), got[1].Entries)
+	assert.Equal(t, modes.Section.Items(&more), modes.Section.Items(&got[1]))
+	got[1].Entries[0].Count = 99
+	assert.Equal(t, uint64(3), node.Entries[0].Count, "copied")
 }

@@ -1,4 +1,4 @@
-package server
+package rls_test
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func rawDescRequest(domain, key, value string) []byte {
 // bytes as the key, never a failed call that Envoy would let through.
 func TestRLSInvalidUTF8IsDecided(t *testing.T) {
 	ta := startApp(t, rlsYAML)
-	cc, err := grpc.NewClient(ta.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient(ta.App.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{encoding.GetCodecV2("proto")})))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cc.Close() })
@@ -62,5 +62,5 @@ func TestRLSInvalidUTF8IsDecided(t *testing.T) {
 	}
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, call("\xff\xfe"), "per-ip holds for the invalid bytes")
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, call("\xff\xfd"), "other bytes, another key")
-	assert.EqualValues(t, 3, ta.keyTotal("per-ip", "\xff\xfe"))
+	assert.EqualValues(t, 3, ta.KeyTotal("per-ip", "\xff\xfe"))
 }

@@ -1,4 +1,4 @@
-package server
+package rls_test
 
 import (
 	"context"
@@ -11,14 +11,12 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/geolimit/geolimit/server/internal/servertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
@@ -47,48 +45,9 @@ rls:
         - {entries: [watch], rule: watch}
 `
 
-// rlsClient dials the App's gRPC listener.
-func rlsClient(t *testing.T, ta *testApp) (rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
-	t.Helper()
-	require.NotNil(t, ta.GRPCAddr())
-	cc, err := grpc.NewClient(ta.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cc.Close() })
-	return rlsv3.NewRateLimitServiceClient(cc), cc
-}
-
-// desc builds a descriptor from key, value pairs.
-func desc(kv ...string) *rlcommonv3.RateLimitDescriptor {
-	d := &rlcommonv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func rlsReq(domain string, ds ...*rlcommonv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
-}
-
-func shouldRL(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
-	t.Helper()
-	res, err := c.ShouldRateLimit(context.Background(), req)
-	require.NoError(t, err)
-	require.Len(t, res.GetStatuses(), len(req.GetDescriptors()))
-	return res
-}
-
-func headerMap(hs []*corev3.HeaderValue) map[string]string {
-	m := map[string]string{}
-	for _, h := range hs {
-		m[h.GetKey()] = h.GetValue()
-	}
-	return m
-}
-
 func (ta *testApp) rlsRequests(result string) float64 {
-	ta.t.Helper()
-	v, _ := metricValue(ta.scrape(), "geolimit_rls_requests_total", "result", result)
+	ta.T.Helper()
+	v, _ := servertest.MetricValue(ta.Scrape(), "geolimit_rls_requests_total", "result", result)
 	return v
 }
 
@@ -97,10 +56,10 @@ func (ta *testApp) rlsRequests(result string) float64 {
 // RateLimit headers, the key shared with the HTTP API, the metrics.
 func TestRLSStatuses(t *testing.T) {
 	ta := startApp(t, rlsYAML)
-	c, _ := rlsClient(t, ta)
-	req := rlsReq("edge", desc("remote_address", "203.0.113.7"))
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
+	req := servertest.RLSReq("edge", servertest.Desc("remote_address", "203.0.113.7"))
 	for i := 1; i <= 3; i++ {
-		res := shouldRL(t, c, req)
+		res := servertest.ShouldRL(t, c, req)
 		require.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode(), "request %d", i)
 		st := res.GetStatuses()[0]
 		assert.Equal(t, rlsv3.RateLimitResponse_OK, st.GetCode())
@@ -109,44 +68,44 @@ func TestRLSStatuses(t *testing.T) {
 		assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_MINUTE, st.GetCurrentLimit().GetUnit())
 		assert.Equal(t, uint32(3-i), st.GetLimitRemaining())
 		assert.Positive(t, st.GetDurationUntilReset().AsDuration())
-		h := headerMap(res.GetResponseHeadersToAdd())
+		h := servertest.HeaderMap(res.GetResponseHeadersToAdd())
 		assert.Equal(t, `"per-ip";q=3;w=60`, h["ratelimit-policy"])
 		assert.Equal(t, "3", h["x-ratelimit-limit"])
 		assert.Equal(t, string(rune('0'+3-i)), h["x-ratelimit-remaining"])
 		assert.True(t, strings.HasPrefix(h["ratelimit"], `"per-ip";r=`+string(rune('0'+3-i))+";t="), h["ratelimit"])
 		assert.NotContains(t, h, "retry-after")
 	}
-	res := shouldRL(t, c, req)
+	res := servertest.ShouldRL(t, c, req)
 	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode())
 	st := res.GetStatuses()[0]
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, st.GetCode())
 	assert.Equal(t, uint32(0), st.GetLimitRemaining())
 	wait := st.GetDurationUntilReset().AsDuration()
 	assert.Positive(t, wait)
-	h := headerMap(res.GetResponseHeadersToAdd())
+	h := servertest.HeaderMap(res.GetResponseHeadersToAdd())
 	retry := h["retry-after"]
 	require.NotEmpty(t, retry)
 	assert.Equal(t, retry, h["x-ratelimit-reset"])
 	assert.Equal(t, `"per-ip";r=0;t=`+retry, h["ratelimit"])
 
 	// The same headers as the HTTP API's for the same key, which it shares.
-	r := ta.post("/v1/check", `{"rule":"per-ip","key":"203.0.113.7"}`)
-	assert.Equal(t, http.StatusTooManyRequests, r.status)
-	assert.Equal(t, r.header.Get("Retry-After"), retry)
-	assert.Equal(t, r.header.Get("Ratelimit"), h["ratelimit"])
-	assert.Equal(t, uint64(3), ta.keyTotal("per-ip", "203.0.113.7"))
+	r := ta.Post("/v1/check", `{"rule":"per-ip","key":"203.0.113.7"}`)
+	assert.Equal(t, http.StatusTooManyRequests, r.Status)
+	assert.Equal(t, r.Header.Get("Retry-After"), retry)
+	assert.Equal(t, r.Header.Get("Ratelimit"), h["ratelimit"])
+	assert.Equal(t, uint64(3), ta.KeyTotal("per-ip", "203.0.113.7"))
 
-	assert.Equal(t, 3.0, ta.decisions("per-ip", "allowed"))
-	assert.Equal(t, 2.0, ta.decisions("per-ip", "denied"), "one by the service, one by the API")
+	assert.Equal(t, 3.0, ta.Decisions("per-ip", "allowed"))
+	assert.Equal(t, 2.0, ta.Decisions("per-ip", "denied"), "one by the service, one by the API")
 	assert.Equal(t, 3.0, ta.rlsRequests("ok"))
 	assert.Equal(t, 1.0, ta.rlsRequests("over_limit"))
-	n, ok := metricValue(ta.scrape(), "geolimit_decision_duration_seconds", "endpoint", "rls")
+	n, ok := servertest.MetricValue(ta.Scrape(), "geolimit_decision_duration_seconds", "endpoint", "rls")
 	require.True(t, ok)
 	assert.Equal(t, 4.0, n, "one latency observation per request")
 
 	// Gone a window later: the manual clock moves the sliding window.
-	ta.clk.Advance(2 * time.Minute)
-	assert.Equal(t, rlsv3.RateLimitResponse_OK, shouldRL(t, c, req).GetOverallCode())
+	ta.Clk.Advance(2 * time.Minute)
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, servertest.ShouldRL(t, c, req).GetOverallCode())
 }
 
 // TestRLSCost: hits_addend at request and descriptor level, the rule's cost
@@ -154,46 +113,46 @@ func TestRLSStatuses(t *testing.T) {
 // window can hold.
 func TestRLSCost(t *testing.T) {
 	ta := startApp(t, rlsYAML)
-	c, _ := rlsClient(t, ta)
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
 
-	req := rlsReq("edge", desc("heavy", "a"))
-	res := shouldRL(t, c, req)
+	req := servertest.RLSReq("edge", servertest.Desc("heavy", "a"))
+	res := servertest.ShouldRL(t, c, req)
 	assert.Equal(t, uint32(8), res.GetStatuses()[0].GetLimitRemaining(), "no hits_addend: the rule's cost, 2")
-	assert.Equal(t, uint64(2), ta.keyTotal("heavy", "a"))
+	assert.Equal(t, uint64(2), ta.KeyTotal("heavy", "a"))
 
 	req.HitsAddend = 3
-	res = shouldRL(t, c, req)
+	res = servertest.ShouldRL(t, c, req)
 	assert.Equal(t, uint32(5), res.GetStatuses()[0].GetLimitRemaining(), "request-level hits_addend")
-	assert.Equal(t, uint64(5), ta.keyTotal("heavy", "a"))
+	assert.Equal(t, uint64(5), ta.KeyTotal("heavy", "a"))
 
-	d := desc("heavy", "a")
+	d := servertest.Desc("heavy", "a")
 	d.HitsAddend = wrapperspb.UInt64(4)
 	req.Descriptors = []*rlcommonv3.RateLimitDescriptor{d}
-	res = shouldRL(t, c, req)
+	res = servertest.ShouldRL(t, c, req)
 	assert.Equal(t, uint32(1), res.GetStatuses()[0].GetLimitRemaining(), "descriptor-level hits_addend overrides the request's")
-	assert.Equal(t, uint64(9), ta.keyTotal("heavy", "a"))
+	assert.Equal(t, uint64(9), ta.KeyTotal("heavy", "a"))
 
 	d.HitsAddend = wrapperspb.UInt64(0)
-	res = shouldRL(t, c, req)
+	res = servertest.ShouldRL(t, c, req)
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode(), "a check of the rule's cost 2 does not fit in 1")
 	assert.Equal(t, uint32(1), res.GetStatuses()[0].GetLimitRemaining())
-	assert.Equal(t, uint64(9), ta.keyTotal("heavy", "a"), "a descriptor-level hits_addend of 0 counts nothing")
+	assert.Equal(t, uint64(9), ta.KeyTotal("heavy", "a"), "a descriptor-level hits_addend of 0 counts nothing")
 
-	d = desc("heavy", "b")
+	d = servertest.Desc("heavy", "b")
 	d.HitsAddend = wrapperspb.UInt64(0)
-	res = shouldRL(t, c, rlsReq("edge", d))
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", d))
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
 	assert.Equal(t, uint32(10), res.GetStatuses()[0].GetLimitRemaining(), "a check reports the remaining as it stands")
-	assert.Equal(t, uint64(0), ta.keyTotal("heavy", "b"))
+	assert.Equal(t, uint64(0), ta.KeyTotal("heavy", "b"))
 
-	req = rlsReq("edge", desc("heavy", "c"))
+	req = servertest.RLSReq("edge", servertest.Desc("heavy", "c"))
 	req.HitsAddend = 11
-	res = shouldRL(t, c, req)
+	res = servertest.ShouldRL(t, c, req)
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode(), "a cost over the limit never fits: over limit, not an error")
 	st := res.GetStatuses()[0]
 	assert.Equal(t, uint32(10), st.GetLimitRemaining())
 	assert.GreaterOrEqual(t, st.GetDurationUntilReset().AsDuration(), time.Minute)
-	assert.Equal(t, uint64(0), ta.keyTotal("heavy", "c"))
+	assert.Equal(t, uint64(0), ta.KeyTotal("heavy", "c"))
 }
 
 // TestRLSAnd: several descriptors are ANDed and a denied request spends
@@ -202,51 +161,51 @@ func TestRLSCost(t *testing.T) {
 // admitted requests.
 func TestRLSAnd(t *testing.T) {
 	ta := startApp(t, rlsYAML)
-	c, _ := rlsClient(t, ta)
-	both := rlsReq("edge", desc("remote_address", "198.51.100.1"), desc("tight", "k"))
-	res := shouldRL(t, c, both)
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
+	both := servertest.RLSReq("edge", servertest.Desc("remote_address", "198.51.100.1"), servertest.Desc("tight", "k"))
+	res := servertest.ShouldRL(t, c, both)
 	require.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
 	assert.Equal(t, uint32(2), res.GetStatuses()[0].GetLimitRemaining())
 	assert.Equal(t, uint32(0), res.GetStatuses()[1].GetLimitRemaining())
 	assert.Equal(t, "tight", res.GetStatuses()[1].GetCurrentLimit().GetName())
-	assert.Equal(t, "0", headerMap(res.GetResponseHeadersToAdd())["x-ratelimit-remaining"], "headers: the rule with the least remaining")
+	assert.Equal(t, "0", servertest.HeaderMap(res.GetResponseHeadersToAdd())["x-ratelimit-remaining"], "headers: the rule with the least remaining")
 
-	res = shouldRL(t, c, both)
+	res = servertest.ShouldRL(t, c, both)
 	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode())
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetStatuses()[0].GetCode())
 	assert.Equal(t, uint32(2), res.GetStatuses()[0].GetLimitRemaining(), "the admitting descriptor reports its remaining as it stands")
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetStatuses()[1].GetCode())
-	assert.Contains(t, headerMap(res.GetResponseHeadersToAdd())["ratelimit"], `"tight";r=0`)
-	assert.Equal(t, uint64(1), ta.keyTotal("per-ip", "198.51.100.1"), "the denied request spent nothing on per-ip")
-	assert.Equal(t, 1.0, ta.decisions("per-ip", "allowed"))
-	assert.Equal(t, 0.0, ta.decisions("per-ip", "denied"))
-	assert.Equal(t, 1.0, ta.decisions("tight", "denied"))
+	assert.Contains(t, servertest.HeaderMap(res.GetResponseHeadersToAdd())["ratelimit"], `"tight";r=0`)
+	assert.Equal(t, uint64(1), ta.KeyTotal("per-ip", "198.51.100.1"), "the denied request spent nothing on per-ip")
+	assert.Equal(t, 1.0, ta.Decisions("per-ip", "allowed"))
+	assert.Equal(t, 0.0, ta.Decisions("per-ip", "denied"))
+	assert.Equal(t, 1.0, ta.Decisions("tight", "denied"))
 
 	// Two descriptors on the same rule and key: 2 of per-ip's 2 remaining fit,
 	// 3 do not, and then nothing is spent.
-	ip := desc("remote_address", "198.51.100.1")
-	res = shouldRL(t, c, rlsReq("edge", ip, ip, ip))
+	ip := servertest.Desc("remote_address", "198.51.100.1")
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", ip, ip, ip))
 	assert.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode())
-	assert.Equal(t, uint64(1), ta.keyTotal("per-ip", "198.51.100.1"))
-	res = shouldRL(t, c, rlsReq("edge", ip, ip))
+	assert.Equal(t, uint64(1), ta.KeyTotal("per-ip", "198.51.100.1"))
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", ip, ip))
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
-	assert.Equal(t, uint64(3), ta.keyTotal("per-ip", "198.51.100.1"))
+	assert.Equal(t, uint64(3), ta.KeyTotal("per-ip", "198.51.100.1"))
 
 	// Shadow: counted when the request is admitted, never denying; not
 	// counted when an enforce descriptor denies.
-	watch := desc("watch", "w")
-	res = shouldRL(t, c, rlsReq("edge", watch, desc("remote_address", "192.0.2.9")))
+	watch := servertest.Desc("watch", "w")
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", watch, servertest.Desc("remote_address", "192.0.2.9")))
 	require.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
-	assert.Equal(t, uint64(1), ta.keyTotal("watch", "w"))
-	res = shouldRL(t, c, rlsReq("edge", watch))
+	assert.Equal(t, uint64(1), ta.KeyTotal("watch", "w"))
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", watch))
 	require.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode(), "a shadow rule never denies")
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetStatuses()[0].GetCode())
 	assert.Equal(t, "watch", res.GetStatuses()[0].GetCurrentLimit().GetName())
 	assert.Empty(t, res.GetResponseHeadersToAdd(), "shadow rules never show in headers")
-	assert.Equal(t, 1.0, ta.decisions("watch", "shadow_denied"))
-	res = shouldRL(t, c, rlsReq("edge", desc("watch", "v"), desc("tight", "k")))
+	assert.Equal(t, 1.0, ta.Decisions("watch", "shadow_denied"))
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("watch", "v"), servertest.Desc("tight", "k")))
 	require.Equal(t, rlsv3.RateLimitResponse_OVER_LIMIT, res.GetOverallCode())
-	assert.Equal(t, uint64(0), ta.keyTotal("watch", "v"), "a denied request does not count its shadow descriptors")
+	assert.Equal(t, uint64(0), ta.KeyTotal("watch", "v"), "a denied request does not count its shadow descriptors")
 	assert.Equal(t, uint32(1), res.GetStatuses()[0].GetLimitRemaining())
 }
 
@@ -256,9 +215,9 @@ func TestRLSAnd(t *testing.T) {
 // are hashed.
 func TestRLSMatching(t *testing.T) {
 	ta := startApp(t, rlsYAML)
-	c, _ := rlsClient(t, ta)
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
 
-	res := shouldRL(t, c, rlsReq("nowhere", desc("remote_address", "203.0.113.7"), desc("x", "y")))
+	res := servertest.ShouldRL(t, c, servertest.RLSReq("nowhere", servertest.Desc("remote_address", "203.0.113.7"), servertest.Desc("x", "y")))
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
 	for _, st := range res.GetStatuses() {
 		assert.Equal(t, rlsv3.RateLimitResponse_OK, st.GetCode())
@@ -267,61 +226,61 @@ func TestRLSMatching(t *testing.T) {
 	}
 	assert.Empty(t, res.GetResponseHeadersToAdd())
 	assert.Equal(t, 1.0, ta.rlsRequests("unknown_domain"))
-	assert.Equal(t, uint64(0), ta.keyTotal("per-ip", "203.0.113.7"))
+	assert.Equal(t, uint64(0), ta.KeyTotal("per-ip", "203.0.113.7"))
 
 	unmatched := []*rlcommonv3.RateLimitDescriptor{
-		desc("user_id", "u1"),                           // no shape with this key alone
-		desc("remote_address", "203.0.113.7", "x", "y"), // more entries than the shape
-		desc("user_id", "u1", "generic_key", "api"),     // the keys in another order
-		desc("remote_address", ""),                      // an empty value
-		desc("generic_key", "api", "user_id", ""),       // an empty value in a composite
-		desc("Remote_Address", "203.0.113.7"),           // keys are case-sensitive
+		servertest.Desc("user_id", "u1"),                           // no shape with this key alone
+		servertest.Desc("remote_address", "203.0.113.7", "x", "y"), // more entries than the shape
+		servertest.Desc("user_id", "u1", "generic_key", "api"),     // the keys in another order
+		servertest.Desc("remote_address", ""),                      // an empty value
+		servertest.Desc("generic_key", "api", "user_id", ""),       // an empty value in a composite
+		servertest.Desc("Remote_Address", "203.0.113.7"),           // keys are case-sensitive
 	}
-	res = shouldRL(t, c, rlsReq("edge", unmatched...))
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", unmatched...))
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
 	for i, st := range res.GetStatuses() {
 		assert.Nil(t, st.GetCurrentLimit(), "descriptor %d", i)
 		assert.Equal(t, rlsv3.RateLimitResponse_OK, st.GetCode())
 	}
-	v, _ := metricValue(ta.scrape(), "geolimit_rls_unmatched_descriptors_total")
+	v, _ := servertest.MetricValue(ta.Scrape(), "geolimit_rls_unmatched_descriptors_total")
 	assert.Equal(t, float64(len(unmatched)), v)
 
 	// generic_key=api is more specific than generic_key alone, wherever it
 	// stands in the config.
-	res = shouldRL(t, c, rlsReq("edge", desc("generic_key", "api", "user_id", "u1"), desc("generic_key", "web", "user_id", "u1")))
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("generic_key", "api", "user_id", "u1"), servertest.Desc("generic_key", "web", "user_id", "u1")))
 	assert.Equal(t, "per-user", res.GetStatuses()[0].GetCurrentLimit().GetName())
 	assert.Equal(t, "per-path", res.GetStatuses()[1].GetCurrentLimit().GetName())
-	assert.Equal(t, uint64(1), ta.keyTotal("per-user", "api|u1"), "the values joined by '|' form the key")
-	assert.Equal(t, uint64(1), ta.keyTotal("per-path", "web|u1"))
+	assert.Equal(t, uint64(1), ta.KeyTotal("per-user", "api|u1"), "the values joined by '|' form the key")
+	assert.Equal(t, uint64(1), ta.KeyTotal("per-path", "web|u1"))
 	// 100 per 10s reads 600 per MINUTE.
 	assert.Equal(t, uint32(600), res.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit())
 	assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_MINUTE, res.GetStatuses()[0].GetCurrentLimit().GetUnit())
 
 	long := strings.Repeat("x", 300)
-	res = shouldRL(t, c, rlsReq("edge", desc("remote_address", long)))
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("remote_address", long)))
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode(), "a long value is hashed, not refused")
-	assert.Equal(t, uint64(1), ta.keyTotal("per-ip", long), "looked up by the value, as the API names it")
+	assert.Equal(t, uint64(1), ta.KeyTotal("per-ip", long), "looked up by the value, as the API names it")
 }
 
 // TestRLSBadInput: malformed requests are InvalidArgument naming the field,
 // and nothing of them is counted.
 func TestRLSBadInput(t *testing.T) {
 	ta := startApp(t, rlsYAML+"limits: {max_batch: 3}\n")
-	c, _ := rlsClient(t, ta)
-	ok := desc("remote_address", "203.0.113.7")
-	neg := desc("remote_address", "203.0.113.7")
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
+	ok := servertest.Desc("remote_address", "203.0.113.7")
+	neg := servertest.Desc("remote_address", "203.0.113.7")
 	neg.IsNegativeHits = true
 	tests := []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
 		want string
 	}{
-		{"empty domain", rlsReq("", ok), "domain: must not be empty"},
-		{"no descriptors", rlsReq("edge"), "descriptors: at least one required"},
-		{"no entries", rlsReq("edge", ok, &rlcommonv3.RateLimitDescriptor{}), "descriptors[1].entries: at least one required"},
-		{"empty key", rlsReq("edge", ok, desc("remote_address", "a", "", "b")), "descriptors[1].entries[1].key: must not be empty"},
-		{"too many", rlsReq("edge", ok, ok, ok, ok), "descriptors: 4 in one request, more than limits.max_batch 3"},
-		{"negative hits", rlsReq("edge", ok, neg), "descriptors[1].is_negative_hits: not supported"},
+		{"empty domain", servertest.RLSReq("", ok), "domain: must not be empty"},
+		{"no descriptors", servertest.RLSReq("edge"), "descriptors: at least one required"},
+		{"no entries", servertest.RLSReq("edge", ok, &rlcommonv3.RateLimitDescriptor{}), "descriptors[1].entries: at least one required"},
+		{"empty key", servertest.RLSReq("edge", ok, servertest.Desc("remote_address", "a", "", "b")), "descriptors[1].entries[1].key: must not be empty"},
+		{"too many", servertest.RLSReq("edge", ok, ok, ok, ok), "descriptors: 4 in one request, more than limits.max_batch 3"},
+		{"negative hits", servertest.RLSReq("edge", ok, neg), "descriptors[1].is_negative_hits: not supported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -332,9 +291,9 @@ func TestRLSBadInput(t *testing.T) {
 			assert.Contains(t, st.Message(), tt.want)
 		})
 	}
-	assert.Equal(t, uint64(0), ta.keyTotal("per-ip", "203.0.113.7"), "nothing spent")
+	assert.Equal(t, uint64(0), ta.KeyTotal("per-ip", "203.0.113.7"), "nothing spent")
 	assert.Equal(t, float64(len(tests)), ta.rlsRequests("invalid_argument"))
-	assert.Equal(t, 0.0, ta.decisions("per-ip", "allowed"))
+	assert.Equal(t, 0.0, ta.Decisions("per-ip", "allowed"))
 }
 
 // TestRLSConcurrent: requests from many goroutines on one connection admit
@@ -342,8 +301,8 @@ func TestRLSBadInput(t *testing.T) {
 // rule's current_limit are encoded concurrently (run with -race).
 func TestRLSConcurrent(t *testing.T) {
 	ta := startApp(t, rlsYAML)
-	c, _ := rlsClient(t, ta)
-	req := rlsReq("edge", desc("generic_key", "api", "user_id", "u1"), desc("watch", "w"))
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
+	req := servertest.RLSReq("edge", servertest.Desc("generic_key", "api", "user_id", "u1"), servertest.Desc("watch", "w"))
 	var ok atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -363,40 +322,40 @@ func TestRLSConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, int64(100), ok.Load(), "per-user admits exactly its limit of 100")
-	assert.Equal(t, uint64(100), ta.keyTotal("per-user", "api|u1"))
+	assert.Equal(t, uint64(100), ta.KeyTotal("per-user", "api|u1"))
 }
 
 // TestRLSMessageSize: a request message over limits.max_body_bytes is
 // refused by gRPC, counting nothing.
 func TestRLSMessageSize(t *testing.T) {
 	ta := startApp(t, rlsYAML+"limits: {max_body_bytes: 1024}\n")
-	c, _ := rlsClient(t, ta)
-	_, err := c.ShouldRateLimit(context.Background(), rlsReq("edge", desc("remote_address", "203.0.113.7"), desc("tight", strings.Repeat("k", 1100))))
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
+	_, err := c.ShouldRateLimit(context.Background(), servertest.RLSReq("edge", servertest.Desc("remote_address", "203.0.113.7"), servertest.Desc("tight", strings.Repeat("k", 1100))))
 	assert.Equal(t, codes.ResourceExhausted, grpcstatus.Code(err))
-	assert.Equal(t, uint64(0), ta.keyTotal("per-ip", "203.0.113.7"))
-	shouldRL(t, c, rlsReq("edge", desc("remote_address", "203.0.113.7")))
-	assert.Equal(t, uint64(1), ta.keyTotal("per-ip", "203.0.113.7"))
+	assert.Equal(t, uint64(0), ta.KeyTotal("per-ip", "203.0.113.7"))
+	servertest.ShouldRL(t, c, servertest.RLSReq("edge", servertest.Desc("remote_address", "203.0.113.7")))
+	assert.Equal(t, uint64(1), ta.KeyTotal("per-ip", "203.0.113.7"))
 }
 
 // TestRLSToken: with api.token_file the service needs "authorization:
 // Bearer <token>" in the gRPC metadata; the health service does not.
 func TestRLSToken(t *testing.T) {
-	tokFile := writeTokens(t, t.TempDir(), token1+"\n")
+	tokFile := servertest.WriteTokens(t, t.TempDir(), servertest.Token1+"\n")
 	ta := startApp(t, rlsYAML+"api: {token_file: "+tokFile+"}\n")
-	ta.token = token1
-	c, cc := rlsClient(t, ta)
-	req := rlsReq("edge", desc("remote_address", "203.0.113.7"))
+	ta.Token = servertest.Token1
+	c, cc := servertest.RLSClient(t, ta.App.GRPCAddr())
+	req := servertest.RLSReq("edge", servertest.Desc("remote_address", "203.0.113.7"))
 
 	_, err := c.ShouldRateLimit(context.Background(), req)
 	assert.Equal(t, codes.Unauthenticated, grpcstatus.Code(err))
 	assert.Contains(t, grpcstatus.Convert(err).Message(), "Bearer <token> required")
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token2)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+servertest.Token2)
 	_, err = c.ShouldRateLimit(ctx, req)
 	assert.Equal(t, codes.Unauthenticated, grpcstatus.Code(err))
 	assert.Contains(t, grpcstatus.Convert(err).Message(), "invalid bearer token")
-	assert.Equal(t, uint64(0), ta.keyTotal("per-ip", "203.0.113.7"))
+	assert.Equal(t, uint64(0), ta.KeyTotal("per-ip", "203.0.113.7"))
 
-	ctx = metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token1)
+	ctx = metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+servertest.Token1)
 	res, err := c.ShouldRateLimit(ctx, req)
 	require.NoError(t, err)
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, res.GetOverallCode())
@@ -409,10 +368,10 @@ func TestRLSToken(t *testing.T) {
 	// The token is checked on the stream's headers, before the message is
 	// read: a message over limits.max_body_bytes (which gRPC would refuse as
 	// ResourceExhausted once read) without a token is Unauthenticated.
-	big := rlsReq("edge", desc("remote_address", strings.Repeat("k", int(2<<20))))
+	big := servertest.RLSReq("edge", servertest.Desc("remote_address", strings.Repeat("k", int(2<<20))))
 	_, err = c.ShouldRateLimit(context.Background(), big)
 	assert.Equal(t, codes.Unauthenticated, grpcstatus.Code(err), "%v", err)
-	_, err = c.ShouldRateLimit(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token1), big)
+	_, err = c.ShouldRateLimit(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+servertest.Token1), big)
 	assert.Equal(t, codes.ResourceExhausted, grpcstatus.Code(err), "%v", err)
 }
 
@@ -420,17 +379,17 @@ func TestRLSToken(t *testing.T) {
 // rules stay.
 func TestRLSReload(t *testing.T) {
 	ta := startApp(t, rlsYAML)
-	c, _ := rlsClient(t, ta)
-	req := rlsReq("edge", desc("remote_address", "203.0.113.7"))
-	shouldRL(t, c, req)
-	ta.writeConfig(rlsYAML + "    - domain: internal\n      descriptors: [{entries: [remote_address], rule: per-ip}]\n")
-	require.NoError(t, ta.Reload())
-	res := shouldRL(t, c, rlsReq("internal", desc("remote_address", "203.0.113.7")))
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
+	req := servertest.RLSReq("edge", servertest.Desc("remote_address", "203.0.113.7"))
+	servertest.ShouldRL(t, c, req)
+	ta.WriteConfig(rlsYAML + "    - domain: internal\n      descriptors: [{entries: [remote_address], rule: per-ip}]\n")
+	require.NoError(t, ta.App.Reload())
+	res := servertest.ShouldRL(t, c, servertest.RLSReq("internal", servertest.Desc("remote_address", "203.0.113.7")))
 	assert.Equal(t, uint32(1), res.GetStatuses()[0].GetLimitRemaining(), "the new domain maps to per-ip, whose count was kept")
 
-	ta.writeConfig(rlsYAML + "    - domain: internal\n      descriptors: [{entries: [remote_address], rule: nope}]\n")
-	require.ErrorContains(t, ta.Reload(), `rls.domains[1].descriptors[0].rule: unknown rule "nope"`)
-	res = shouldRL(t, c, rlsReq("internal", desc("remote_address", "203.0.113.7")))
+	ta.WriteConfig(rlsYAML + "    - domain: internal\n      descriptors: [{entries: [remote_address], rule: nope}]\n")
+	require.ErrorContains(t, ta.App.Reload(), `rls.domains[1].descriptors[0].rule: unknown rule "nope"`)
+	res = servertest.ShouldRL(t, c, servertest.RLSReq("internal", servertest.Desc("remote_address", "203.0.113.7")))
 	assert.Equal(t, "per-ip", res.GetStatuses()[0].GetCurrentLimit().GetName(), "the old config keeps serving")
 	assert.Equal(t, uint32(0), res.GetStatuses()[0].GetLimitRemaining())
 }
@@ -440,19 +399,19 @@ func TestRLSReload(t *testing.T) {
 // PermissionDenied and spends nothing.
 func TestRLSTokenScope(t *testing.T) {
 	dir := t.TempDir()
-	admin := writeTokens(t, dir, token1+"\n")
+	admin := servertest.WriteTokens(t, dir, servertest.Token1+"\n")
 	metricsTok := filepath.Join(dir, "metrics")
-	require.NoError(t, os.WriteFile(metricsTok, []byte(token2+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(metricsTok, []byte(servertest.Token2+"\n"), 0o600))
 	ta := startApp(t, rlsYAML+"api: {token_file: "+admin+", tokens: [{file: "+metricsTok+", scopes: [metrics]}]}\n")
-	ta.token = token1
-	c, _ := rlsClient(t, ta)
-	req := rlsReq("edge", desc("remote_address", "203.0.113.7"))
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token2)
+	ta.Token = servertest.Token1
+	c, _ := servertest.RLSClient(t, ta.App.GRPCAddr())
+	req := servertest.RLSReq("edge", servertest.Desc("remote_address", "203.0.113.7"))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+servertest.Token2)
 	_, err := c.ShouldRateLimit(ctx, req)
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "%v", err)
 	assert.Contains(t, grpcstatus.Convert(err).Message(), "lacks the scope decide")
-	assert.Equal(t, uint64(0), ta.keyTotal("per-ip", "203.0.113.7"))
+	assert.Equal(t, uint64(0), ta.KeyTotal("per-ip", "203.0.113.7"))
 	assert.Equal(t, 1.0, ta.rlsRequests("permission_denied"))
-	_, err = c.ShouldRateLimit(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token1), req)
+	_, err = c.ShouldRateLimit(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+servertest.Token1), req)
 	require.NoError(t, err)
 }
