@@ -51,7 +51,19 @@ func benchApp(b testing.TB, extraYAML ...string) *App {
 // benchAppClock is benchApp with the clock clk.
 func benchAppClock(b testing.TB, clk clock.Clock, extraYAML ...string) *App {
 	b.Helper()
-	cfg, err := config.Parse([]byte("rules: [{name: bench, limit: 1000000000000, window: 1m, scope: node}]\n" + strings.Join(extraYAML, "")))
+	return benchAppOf(b, clk, "rules: [{name: bench, limit: 1000000000000, window: 1m, scope: node}]\n"+strings.Join(extraYAML, ""))
+}
+
+// benchAppOf is a daemon of the config yaml, whole, on the clock clk (a
+// coarse one when nil), not listening: for benchmarks of its handlers.
+func benchAppOf(b testing.TB, clk clock.Clock, yaml string) *App {
+	b.Helper()
+	if clk == nil {
+		c := clock.NewCoarse(0)
+		b.Cleanup(c.Stop)
+		clk = c
+	}
+	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,9 +4,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-
-	"github.com/geolimit/geolimit/clock"
-	"github.com/geolimit/geolimit/config"
 )
 
 // BenchmarkMiddlewareConcurrency is the middleware without the network
@@ -19,16 +16,7 @@ func BenchmarkMiddlewareConcurrency(b *testing.B) {
 		{"rate+concurrency", "rules: [{name: rate, limit: 1000000000000, window: 1m, scope: node}, {name: conc, kind: concurrency, limit: 1000, scope: pop}]\n"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			cfg, err := config.Parse([]byte(tc.rules))
-			if err != nil {
-				b.Fatal(err)
-			}
-			clk := clock.NewCoarse(0)
-			b.Cleanup(clk.Stop)
-			a, err := New(Options{Config: cfg, Self: testSelf, Clock: clk})
-			if err != nil {
-				b.Fatal(err)
-			}
+			a := benchAppOf(b, nil, tc.rules)
 			h := a.middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			keys := benchKeys(1000)
 			reqs := make([]*http.Request, len(keys))

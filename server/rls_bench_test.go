@@ -149,17 +149,7 @@ func BenchmarkRLSOneConn(b *testing.B) {
 // network and protobuf decoding (beside BenchmarkChecksHandler): match,
 // check, count, statuses, headers.
 func BenchmarkRLSHandler(b *testing.B) {
-	cfg, err := config.Parse([]byte(rlsBenchYAML))
-	if err != nil {
-		b.Fatal(err)
-	}
-	clk := clock.NewCoarse(0)
-	b.Cleanup(clk.Stop)
-	a, err := New(Options{Config: cfg, Self: testSelf, Clock: clk})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := a.rls
+	s := benchAppOf(b, nil, rlsBenchYAML).rls
 	reqs := rlsBenchRequests()
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -178,16 +168,7 @@ func BenchmarkRLSHandler(b *testing.B) {
 // BenchmarkRLSFloor sends it, without the network and protobuf: what the
 // service adds to gRPC's own work per call.
 func BenchmarkRLSHandlerOne(b *testing.B) {
-	cfg, err := config.Parse([]byte(rlsBenchYAML))
-	if err != nil {
-		b.Fatal(err)
-	}
-	clk := clock.NewCoarse(0)
-	b.Cleanup(clk.Stop)
-	a, err := New(Options{Config: cfg, Self: testSelf, Clock: clk})
-	if err != nil {
-		b.Fatal(err)
-	}
+	a := benchAppOf(b, nil, rlsBenchYAML)
 	reqs := rlsFloorRequests()
 	ctx := context.Background()
 	b.ReportAllocs()
