@@ -3,7 +3,9 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,4 +161,25 @@ func TestLiveSmoke(t *testing.T) {
 	var svg bytes.Buffer
 	require.NoError(t, rep.WriteSVG(&svg))
 	assert.Contains(t, svg.String(), "<polyline")
+}
+
+// The fleet's ports are distinct, free, and drawn below the ephemeral
+// range where the kernel says where it is, so that the fleet's own
+// outgoing connections cannot take one before its node binds it.
+func TestFreePortsBelowEphemeral(t *testing.T) {
+	ports, err := freePorts(40)
+	require.NoError(t, err)
+	require.Len(t, ports, 40)
+	seen := map[int]bool{}
+	lo, hi := belowEphemeral()
+	for _, p := range ports {
+		assert.False(t, seen[p], "port %d twice", p)
+		seen[p] = true
+		if hi > 0 {
+			assert.True(t, p >= lo && p < hi, "port %d outside [%d, %d)", p, lo, hi)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		require.NoError(t, err, "port %d free", p)
+		_ = l.Close()
+	}
 }

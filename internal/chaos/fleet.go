@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -95,7 +96,13 @@ type Exit struct {
 }
 
 // freePorts returns n distinct free ports of 127.0.0.1, held open together
-// while they are picked.
+// while they are picked. They are drawn below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range): a node binds its ports only when it
+// starts, and again at each restart, and meanwhile the fleet's own
+// outgoing connections (routes, gateways, the proxies) take local ports
+// from that range, which once took a port a node was about to bind. When
+// the range cannot be read, or too little lies below it, the kernel picks
+// (port 0).
 func freePorts(n int) ([]int, error) {
 	ls := make([]net.Listener, 0, n)
 	defer func() {
@@ -104,7 +111,17 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	out := make([]int, 0, n)
-	for range n {
+	lo, hi := belowEphemeral()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	for tries := 0; len(out) < n && hi-lo >= 4*n && tries < 50*n; tries++ {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(lo+rng.IntN(hi-lo)))
+		if err != nil {
+			continue // taken
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	for len(out) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("chaos: free port: %w", err)
@@ -113,6 +130,24 @@ func freePorts(n int) ([]int, error) {
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
+}
+
+// belowEphemeral returns the ports [lo, hi) to draw from: from 10000 up to
+// the start of the ephemeral range (0, 0 when it cannot be read).
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first <= 10000 {
+		return 0, 0
+	}
+	return 10000, first
 }
 
 // buildEdge builds the edge binary of the module into dir.
