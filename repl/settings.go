@@ -129,7 +129,15 @@ func (s Settings) VoicesChosen(self identity.PoPID) (bool, string) {
 			regions[p.Region] = true
 		}
 	}
-	return len(pops) >= AutoVoicesPoPs && len(regions) >= 2, fmt.Sprintf("fleet of %d PoPs in %d regions", len(pops), len(regions))
+	return len(pops) >= AutoVoicesPoPs && len(regions) >= 2, fmt.Sprintf("fleet of %s in %s", count(len(pops), "PoP"), count(len(regions), "region"))
+}
+
+// count returns n and noun, in the plural unless n is 1.
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // Defaults that zero fields stand for (see Settings).

@@ -99,7 +99,11 @@ func TestVoicesChosenByFleetShape(t *testing.T) {
 		s := Settings{ExpectedPoPs: fleet(tc.regions, tc.perRegion)}
 		on, how := s.VoicesChosen(self)
 		assert.Equal(t, tc.want, on, "%d regions of %d PoPs: %s", tc.regions, tc.perRegion, how)
-		assert.Equal(t, fmt.Sprintf("fleet of %d PoPs in %d regions", tc.regions*tc.perRegion, tc.regions), how)
+		regions := fmt.Sprintf("%d regions", tc.regions)
+		if tc.regions == 1 {
+			regions = "1 region"
+		}
+		assert.Equal(t, fmt.Sprintf("fleet of %d PoPs in %s", tc.regions*tc.perRegion, regions), how)
 		other := identity.PoPID{Region: fmt.Sprintf("r%d", tc.regions-1), PoP: "p0"}
 		assert.Equal(t, on, s.Voices(other), "every PoP of the fleet chooses alike")
 		s.RegionVoices = new(!tc.want)
@@ -108,5 +112,7 @@ func TestVoicesChosenByFleetShape(t *testing.T) {
 		assert.Equal(t, "set", how)
 	}
 	assert.False(t, Settings{}.Voices(self), "no PoPs named: off unless set")
+	_, how := Settings{}.VoicesChosen(self)
+	assert.Equal(t, "fleet of 1 PoP in 1 region", how)
 	assert.True(t, Settings{RegionVoices: new(true)}.Voices(self))
 }
