@@ -132,9 +132,9 @@ func (c *Core) tellDown(now int64, part []identity.PoPID, cut []string) {
 // SetDown forwards to the node core, on its clock.
 func (f fleetNode) SetDown(now int64, pops []string) { f.Node.SetDown(now+*f.corr, pops) }
 
-// Restores reports whether a node of PoP self that restarts merges the
-// counts of replica r from its state file (pop.Node.RestoreDelta), under
-// settings s. With region voices on, a PoP total of the node's own region
+// Restorer returns whether a node of PoP self that restarts merges the
+// counts of a replica from its state file (pop.Node.RestoreDelta), under
+// settings s (region voices chosen once, for every delta of the file). With region voices on, a PoP total of the node's own region
 // is not merged: when its whole region restarted, the region starts a new
 // region epoch whose totals, summed from the PoP totals the region holds,
 // would hold those former counts again, while the other regions keep the
@@ -144,6 +144,9 @@ func (f fleetNode) SetDown(now int64, pops []string) { f.Node.SetDown(now+*f.cor
 // they come back once, under the identity that counted them first. The
 // PoP's per-node counts and the other regions' totals are merged as
 // without region voices.
-func (s Settings) Restores(self identity.PoPID, r identity.Replica) bool {
-	return !s.Voices(self) || !r.IsPoP() || r.IsRegion() || r.Region != self.Region
+func (s Settings) Restorer(self identity.PoPID) func(r identity.Replica) bool {
+	voices := s.Voices(self)
+	return func(r identity.Replica) bool {
+		return !voices || !r.IsPoP() || r.IsRegion() || r.Region != self.Region
+	}
 }

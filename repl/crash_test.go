@@ -11,7 +11,7 @@ import (
 
 // With region voices a restarted node takes no PoP total of its own region
 // from its state file; everything else it takes as without them.
-func TestSettingsRestores(t *testing.T) {
+func TestSettingsRestorer(t *testing.T) {
 	self := identity.PoPID{Region: "us", PoP: "ord"}
 	for _, tc := range []struct {
 		name   string
@@ -27,7 +27,7 @@ func TestSettingsRestores(t *testing.T) {
 		{"a member's count", identity.Replica{PoPID: self, Node: "ord-2", Incarnation: 7}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, Settings{RegionVoices: new(tc.voices)}.Restores(self, tc.r))
+			assert.Equal(t, tc.want, Settings{RegionVoices: new(tc.voices)}.Restorer(self)(tc.r))
 		})
 	}
 }

@@ -406,9 +406,9 @@ func (e *engine) start(nd *simNode, t int64) error {
 			return fmt.Errorf("sim: node %s: state file: %w", nd.name, err)
 		}
 		now := e.nodeNow(nd, t) // the fleet clock: no correction yet
-		settings := e.settingsOf(nd)
+		restores := e.settingsOf(nd).Restorer(e.pops[nd.pop].id)
 		for i := range st.Deltas {
-			if settings.Restores(e.pops[nd.pop].id, st.Deltas[i].Sender) {
+			if restores(st.Deltas[i].Sender) {
 				n.RestoreDelta(now, &st.Deltas[i])
 			}
 		}

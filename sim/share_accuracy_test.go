@@ -105,7 +105,7 @@ func TestMildOverloadNearCentral(t *testing.T) {
 // 1.10 of the limit; a key with no count in the hour before a cut is
 // split by its counts of the cut's hour (0.013-0.31 of central before
 // with region voices). A region restarted with state files merges no PoP
-// total of its own region from them (repl.Settings.Restores): with region
+// total of its own region from them (repl.Settings.Restorer): with region
 // voices it counted them twice before (0.745 of central, 1.147).
 func TestCrashLoopsAndLongWindows(t *testing.T) {
 	accuracyTest(t)

@@ -22,7 +22,7 @@ import (
 //
 // crash-loop-with-state runs with region voices too since a restarted
 // region merges no PoP total of its own region from its state files
-// (repl.Settings.Restores): both policies went 1.14 over the limit before.
+// (repl.Settings.Restorer): both policies went 1.14 over the limit before.
 func TestShareNeverWorseThanKeep(t *testing.T) {
 	accuracyTest(t)
 	type run struct {

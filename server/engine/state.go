@@ -97,10 +97,10 @@ func (a *App) loadState() error {
 	}
 	now := a.clk.Now()
 	var res pop.ApplyStats
-	rs := a.opts.Config.Replication
+	restores := a.opts.Config.Replication.Restorer(self.PoPID)
 	err = f.Deltas(func(d *wire.Delta) error {
-		if !rs.Restores(self.PoPID, d.Sender) {
-			return nil // its region gives them back (repl.Settings.Restores)
+		if !restores(d.Sender) {
+			return nil // its region gives them back (repl.Settings.Restorer)
 		}
 		res.Add(a.node.RestoreDelta(now, d))
 		return nil
