@@ -283,6 +283,17 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 		}
 		t.subs = append(t.subs, sub)
 	}
+	// A round trip to the server, when connected: once it answers, it
+	// holds every subscription above, so a message another connection
+	// publishes after this returns reaches the node (without it, a peer's
+	// message could race the subscriptions and wait for anti-entropy).
+	// Not connected yet, the client sends them on connecting and the
+	// connect handler resyncs.
+	if nc.IsConnected() {
+		if err := nc.FlushTimeout(cfg.PingInterval); err != nil {
+			log.Warn("gossip: nats: subscriptions not confirmed", "err", err)
+		}
+	}
 	return t, nil
 }
 
