@@ -19,7 +19,10 @@ import (
 // would) and lets this side spend the rest of the limit, instead of
 // holding it to its part of the fleet's traffic while the dead PoP's
 // clients come here. A silence that ends under the same epoch was a cut,
-// and the PoP's silences count as cuts again.
+// and the PoP's silences count as cuts again. Under region voices a PoP of
+// another region tells its epoch in its turns of its region's heartbeats;
+// one alone in its region, whose turns they all are, tells it so at every
+// beat.
 //
 // A restart is remembered for ForgetAfter (10 minutes by default): a PoP
 // that restarted long ago is taken for cut off again when it goes silent.

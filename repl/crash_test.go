@@ -66,3 +66,59 @@ func TestRegionHearsItGone(t *testing.T) {
 	assert.Empty(t, n.down)
 	assert.Equal(t, []string{"us/dca", "us/iad", "us/*"}, n.unheard)
 }
+
+// Under region voices a PoP alone in its region is heard elsewhere only
+// through its region's heartbeat stream, which is its own: back under a
+// new epoch after a silence, it restarted, and its next silence is taken
+// for a crash, as without region voices; back under the epoch it had, it
+// was cut off.
+func TestLonePoPOfARegionRestarts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		epoch uint64
+		down  bool
+	}{
+		{"new epoch: a crash", 2, true},
+		{"same epoch: a cut", 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &downNode{Node: testNode(t, ams1).Link()}
+			s := DefaultSettings()
+			s.RegionVoices, s.PeerTimeout = new(true), time.Second
+			s.ExpectedPoPs = popNames(usIad)
+			c, err := New(Config{Node: n, GlobalLink: true, Settings: s})
+			require.NoError(t, err)
+			now := t0
+			c.Tick(now)
+			beats := func(epoch uint64, d time.Duration) {
+				for range int(d / (50 * time.Millisecond)) {
+					now += int64(50 * time.Millisecond)
+					if epoch != 0 {
+						m := regionBeat(usIad, now, 0)
+						m.Delta.Epoch = epoch
+						c.Step(now, m)
+					}
+					c.Tick(now)
+				}
+			}
+			beats(1, time.Second)
+			beats(0, 2*time.Second) // silent: cut or crashed, nothing tells yet
+			part, _ := c.Partitioned()
+			require.Equal(t, []identity.PoPID{usIad}, part)
+			assert.Equal(t, []string{"us/iad", "us/*"}, n.unheard, "the first silence is a cut")
+			beats(tc.epoch, time.Second) // back
+			part, _ = c.Partitioned()
+			require.Empty(t, part)
+			beats(0, 2*time.Second) // silent again
+			part, _ = c.Partitioned()
+			require.Equal(t, []identity.PoPID{usIad}, part)
+			if tc.down {
+				assert.Equal(t, []string{"us/iad", "us/*"}, n.down, "its region, down with it")
+				assert.Empty(t, n.unheard)
+			} else {
+				assert.Empty(t, n.down)
+				assert.Equal(t, []string{"us/iad", "us/*"}, n.unheard)
+			}
+		})
+	}
+}

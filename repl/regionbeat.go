@@ -169,6 +169,10 @@ func (c *Core) stepRegionBeat(now int64, m Message, res *StepResult) {
 	}
 	c.observe(now, d.SentAt, p)
 	if d.Epoch != 0 {
+		// Heard again under a new epoch after a silence, it restarted
+		// (crash.go): a PoP alone in its region, whose region's stream
+		// is its own, tells a crash so, as its own heartbeats would.
+		c.epochHeard(p, d.Epoch)
 		p.epoch = d.Epoch
 	}
 	c.checkDrift(now, p, d)

@@ -31,7 +31,7 @@ func TestShareNeverWorseThanKeep(t *testing.T) {
 	}
 	var runs []run
 	for _, n := range []string{
-		"crash-loop", "crash-loops-overload", "crash-loop-one-node-pop", "crash-loop-whole-pop",
+		"crash-loop", "crash-loops-overload", "crash-loop-one-node-pop", "crash-loop-whole-pop", "crash-loop-lone-pop",
 		"crash-loop-with-state", "hour-windows-cut", "hour-windows-two-regions", "burst-and-hourly",
 		"calendar-month-cut", "clock-skew", "concurrency-crash", "failover-during-cut", "flapping-link",
 		"gcra-node-pace", "rolling-cuts", "short-windows", "skewed-regions-10s", "skewed-regions-1s",
