@@ -32,9 +32,11 @@ import (
 // of another region whose region this node still hears is silent to its
 // region as well: were it heard there, its region's heartbeats would list
 // it (regionbeat.go), and this node would hear it through them. It is
-// taken for down (heardRegions). Otherwise the first crash of a PoP is
-// taken for a cut, as before; so is a PoP of the own region, whose mates
-// tell this node nothing of it.
+// taken for down (heardRegions). And a silent PoP that the PoPs of its
+// region this node still hears no longer list as heard in their heartbeats
+// is silent to its region too (mates.go): taken for down, without region
+// voices or in the own region. Otherwise (a PoP alone in its region, or a
+// region silent whole) the first crash of a PoP is taken for a cut.
 //
 // If a PoP taken for one that crashes is cut off instead, it spends its
 // share of the limit on its side of the cut while this side spends the
@@ -65,7 +67,7 @@ func (c *Core) cutOff(now int64, part []identity.PoPID) []identity.PoPID {
 		if p != nil && (p.gone || p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter)) {
 			continue
 		}
-		if p != nil && p.heardOnce && c.regionHearsItGone(p, heard[id.Region]) {
+		if p != nil && p.heardOnce && (c.regionHearsItGone(p, heard[id.Region]) || c.matesHearItGone(p)) {
 			continue
 		}
 		out = append(out, id)

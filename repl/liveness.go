@@ -14,10 +14,11 @@ import (
 func (c *Core) heartbeat(now int64) {
 	c.stats.Heartbeats++
 	d := c.empty(now)
-	d.Entries = c.fingerprints()                                        // drift.go
-	d.Entries = c.appendOffsets(d.Entries)                              // fleetclock.go
-	d.Entries = c.appendRegionEpoch(d.Entries)                          // region.go
-	link := c.heartbeatLink(now, now/int64(c.cfg.HeartbeatInterval), d) // regionbeat.go
+	d.Entries = c.fingerprints()                                  // drift.go
+	d.Entries = c.appendOffsets(d.Entries)                        // fleetclock.go
+	d.Entries = c.appendRegionEpoch(d.Entries)                    // region.go
+	d.Entries = c.appendMates(now, d.Entries)                     // mates.go
+	link := c.heartbeatLink(now / int64(c.cfg.HeartbeatInterval)) // regionbeat.go
 	c.out = append(c.out, Message{Link: link, Kind: KindHeartbeat, Delta: d})
 }
 

@@ -26,6 +26,10 @@ type peer struct {
 	// clock); taken for down until heard again (goodbye.go).
 	gone     bool
 	goneSent int64
+	// mateSaw is the latest time (receiver's clock) a PoP of its region
+	// listed it as heard; listedAt when this PoP's last list arrived
+	// (mates.go).
+	mateSaw, listedAt int64
 	// counted: counts from it were merged (a live window of a rule this
 	// node has). A PoP heard only through heartbeats and sync requests has
 	// no traffic share: its silence cuts no share (see Core.counts) and it

@@ -1,12 +1,9 @@
 package repl
 
 import (
-	"sort"
 	"strings"
 
-	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/identity"
-	"github.com/geolimit/geolimit/wire"
 )
 
 // Liveness through the regions (Settings.RegionVoices). A PoP's heartbeats
@@ -104,27 +101,15 @@ func (c *Core) regionTurn(slot int64) bool {
 	return b.turns <= 1 || slot%int64(b.turns) == int64(b.rank)
 }
 
-// heartbeatLink returns where the heartbeat of slot goes, and adds to d
-// the PoPs of the region this node hears when it goes to every region.
-func (c *Core) heartbeatLink(now, slot int64, d *wire.Delta) Link {
+// heartbeatLink returns where the heartbeat of slot goes.
+func (c *Core) heartbeatLink(slot int64) Link {
 	if !c.regionVoices() {
 		return LinkGlobal
 	}
 	if !c.regionTurn(slot) {
 		return LinkGlobal // to the PoPs of the region only
 	}
-	ids := make([]identity.PoPID, 0, c.region.beats.turns)
-	for _, p := range c.regionMates() {
-		if c.counts(p) && p.heardOnce && !c.silent(p, now) {
-			ids = append(ids, p.id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i].Less(ids[j]) })
-	for _, id := range ids {
-		ago := max(now-c.peers.get(id).lastHeard, 0) / 1e6
-		d.Entries = append(d.Entries, crdt.Entry{Rule: controlRule, Key: liveKeyPrefix + id.String(), Count: uint64(ago)})
-	}
-	return LinkRegion
+	return LinkRegion // with the PoPs it hears (mates.go)
 }
 
 // isRegionBeat reports whether a message on LinkRegion is a region

@@ -107,7 +107,7 @@ func TestRegionBeatTurns(t *testing.T) {
 						names[e.Key[len(liveKeyPrefix):]] = true
 					}
 				}
-				assert.Equal(t, map[string]bool{"eu/aaa": true, "eu/fra": true}, names, "the PoPs of its region it hears")
+				assert.Equal(t, map[string]bool{"eu/aaa": true, "eu/ams": true, "eu/fra": true}, names, "the PoPs of its region it hears, and itself: it lists")
 			} else {
 				global++
 			}

@@ -169,6 +169,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 	}
 	switch m.Kind {
 	case KindHeartbeat:
+		c.stepMates(now, p, m.From, d) // mates.go
 		c.checkDrift(now, p, d)
 		c.takeRegionEpoch(now, m.From, d) // region.go
 		if c.missedBeats(p, d.SentAt) {

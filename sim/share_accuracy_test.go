@@ -108,7 +108,10 @@ func TestMildOverloadNearCentral(t *testing.T) {
 // total of its own region from them (repl.Settings.Restorer): with region
 // voices it counted them twice before (0.745 of central, 1.147). A PoP
 // alone in its region tells its restart through its region's heartbeats
-// (0.535 of central before with region voices, crash-loop-lone-pop).
+// (0.535 of central before with region voices, crash-loop-lone-pop). A
+// PoP's first crash, its clients moved to the others at once, is told by
+// its region's other PoPs no longer listing it (crash-failover, every PoP
+// speaking: 0.675 before).
 func TestCrashLoopsAndLongWindows(t *testing.T) {
 	accuracyTest(t)
 	for _, tc := range []struct {
@@ -120,6 +123,7 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 		{"crash-loop-one-node-pop", 0.80, 1.10, false},
 		{"crash-loop-whole-pop", 0.80, 1.10, false},
 		{"crash-loop-lone-pop", 0.80, 1.10, false},
+		{"crash-failover", 0.80, 1.10, false},
 		{"crash-loop-with-state", 0.80, 1.10, false},
 		{"stop-loop-whole-pop", 0.80, 1.10, false},
 		{"stop-loop-one-node-pops", 0.80, 1.10, false},
