@@ -117,6 +117,11 @@ type share struct {
 	baseDemand float64
 
 	fresh bool // first seen during the cut: no history (see unsure.go)
+	// cover is the part of window win left when the cut was noticed: the
+	// key's demand is counted from then on, and at cover >= minCover its
+	// rate there is the baseline (share_demand.go); 0 for a key first
+	// seen during the cut.
+	cover float64
 
 	// side is the rule's total over all keys (nil: none); capped says
 	// whether cap, the most the key adds to a window of it, is known.
@@ -266,9 +271,14 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 	}
 	p.sideFrac = float64(len(all)-len(unheard)) / float64(len(all))
 	rs := n.rules.Load()
+	cover := map[crdt.RuleID]float64{}
 	for _, r := range rs.sorted {
 		if r.OnPartition == Share && r.Scope == ScopeGlobal {
-			p.sides[r.id] = &sideDemand{}
+			if r.cal == nil && r.width > 0 {
+				_, el := r.split(now)
+				cover[r.id] = 1 - float64(el)/float64(r.width)
+			}
+			p.sides[r.id] = &sideDemand{startWin: r.index(now), cover: cover[r.id]}
 		}
 	}
 	type acc struct {
@@ -312,7 +322,7 @@ func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *pa
 	for k, a := range sums {
 		r := rs.byID[k.rule]
 		c := r.index(now)
-		sh := &share{win: c, frozen: a.other, base: a.pops, side: p.sides[k.rule]}
+		sh := &share{win: c, frozen: a.other, base: a.pops, side: p.sides[k.rule], cover: cover[k.rule]}
 		if old := prev.retained(k, r, c, n.healHold); old != nil {
 			old.mu.Lock()
 			if old.base != nil || a.pops == nil || prev.healed == 0 {

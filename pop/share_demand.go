@@ -3,9 +3,15 @@ package pop
 // How a side's share follows its demand during a partition.
 //
 // Every node counts, per key and window of the cut, its own demand: the cost
-// asked, admitted or not. The first whole window of the cut is its baseline;
+// asked, admitted or not. The window the cut began in, counted from the cut
+// on, is its baseline when at least minCover of it was left and it held
+// demand enough to measure (its demand at its rate over a whole window),
+// else the first whole window of the cut;
 // the demand of each later window over it (g) says how this side's demand
-// moved since, taking the node's traffic for its side's. At the cut the side
+// moved since, taking the node's traffic for its side's. A failover in the
+// cut's first whole window is then measured against the demand before it,
+// not folded into the baseline (with long windows, most failovers happen
+// in that window). At the cut the side
 // carried its share of the fleet's demand (the share is its part of the base
 // window's counts), so it now carries about g x share of it.
 //
@@ -36,7 +42,12 @@ package pop
 
 // minShareDemand is the least demand (in cost units) a node must see in a
 // window before its share follows it: fewer requests measure it too coarsely.
+// A baseline taken from part of a window needs as many in that part.
 const minShareDemand = 100
+
+// minCover is the least part of the window a cut began in that must be
+// left for the demand counted from the cut to be the baseline.
+const minCover = 0.1
 
 // takeoverAt is the part of the fleet's demand before the cut that a side
 // must carry before its share grows past its snapshot.
@@ -110,6 +121,11 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		// No decision here in the previous window: the other side may have
 		// spent all of it.
 		sh.prev = min(floor, sh.frac)
+	case next && !sh.whole && sh.demandWin == sh.win && sh.baseDemand == 0 && step >= 0 &&
+		sh.cover >= minCover && sh.demand >= minShareDemand:
+		// The window the cut began in, counted from the cut on: the
+		// baseline at its rate, before any failover of the next window.
+		sh.baseDemand = float64(sh.demand) / sh.cover
 	case next && sh.whole && step >= 0 && sh.demand >= minShareDemand:
 		if sh.baseDemand == 0 {
 			// The key's first window with demand enough to measure. When

@@ -33,8 +33,15 @@ import (
 // a failover look alike, as before.
 
 // minSideDemand is the least demand (in cost units, all keys together) a
-// node must see in the baseline window before F speaks.
-const minSideDemand = 100
+// node must see in the baseline window before F speaks; partSideDemand
+// what it must see in the part of the window a cut began in for that part
+// to be the baseline: its rate, scaled to a whole window, then errs by a
+// few percent (and so does the growth probed inside later windows against
+// it), where a hundred requests in a short part err by a tenth and more.
+const (
+	minSideDemand  = 100
+	partSideDemand = 4 * minSideDemand
+)
 
 // sideDemand is one node's demand for one share rule over all keys, by
 // window of a partition. Safe for concurrent use.
@@ -42,18 +49,26 @@ type sideDemand struct {
 	// part is this side's part of the rule's counts in the window seen
 	// whole before the cut (0: no count).
 	part float64
+	// startWin is the window the cut began in and cover the part of it
+	// left then: at cover >= minCover the demand counted in it from the
+	// cut on, at its rate over a whole window, is the baseline
+	// (share_demand.go).
+	startWin int64
+	cover    float64
 
 	win atomic.Int64  // the window counted in cur
 	cur atomic.Uint64 // its demand so far
 
 	mu    sync.Mutex // window changes, and what they close
 	whole bool       // win was counted from its start
-	// base is the demand of the first whole window (baseWin), baseKeys
+	// base is the demand of the baseline window (baseWin; at its rate
+	// over a whole window, baseScale times what it counted), baseKeys
 	// how many keys it counted; last that of the last whole window
 	// (lastWin).
 	base, last       uint64
 	baseWin, lastWin int64
 	baseKeys         int
+	baseScale        float64
 	keys             int // keys counted in win so far
 	// win's demand at two marks taken as it runs, at elapsed parts markE
 	// and nextE of it (projected).
@@ -84,12 +99,17 @@ func (d *sideDemand) roll(idx int64) {
 	if idx <= w {
 		return
 	}
-	if w != 0 && idx == w+1 && d.whole {
+	switch {
+	case w != 0 && idx == w+1 && d.whole:
 		c := d.cur.Load()
 		if d.base == 0 {
-			d.base, d.baseWin, d.baseKeys = c, w, d.keys
+			d.base, d.baseWin, d.baseKeys, d.baseScale = c, w, d.keys, 1
 		}
 		d.last, d.lastWin = c, w
+	case w != 0 && idx == w+1 && w == d.startWin && d.base == 0 && d.cover >= minCover && d.cur.Load() >= partSideDemand:
+		// The window the cut began in, counted from the cut on.
+		d.baseScale = 1 / d.cover
+		d.base, d.baseWin, d.baseKeys = uint64(float64(d.cur.Load())*d.baseScale+0.5), w, d.keys
 	}
 	d.whole = w != 0 && idx == w+1
 	d.cur.Store(0)
@@ -120,7 +140,7 @@ func (d *sideDemand) capFor(kb uint64, inBase bool) (uint64, bool) {
 	if d.base == 0 || d.part <= 0 {
 		return 0, false
 	}
-	b := float64(kb)
+	b := float64(kb) * d.baseScale
 	if !inBase {
 		b = float64(d.base) / float64(max(d.baseKeys, 1))
 	}

@@ -226,3 +226,51 @@ func TestShareFailoverInsideAWindowGrowsInTheNext(t *testing.T) {
 	assert.GreaterOrEqual(t, usAdm[2], 20*8, "us grows inside the window of the failover")
 	assert.GreaterOrEqual(t, usAdm[3], 20*14, "and opens over the next")
 }
+
+// A cut that begins 40 % into a window, and a failover a quarter into the
+// cut's first whole window: the demand counted from the cut on in the
+// window it began in is the baseline, so the failover shows against it
+// and us grows (with the first whole window as the baseline, the failover
+// was folded into it, and us stayed at its 30 % for the rest of the cut).
+func TestShareFailoverInTheCutsFirstWholeWindow(t *testing.T) {
+	eu, us := sideNodes(t)
+	keys := manyKeys(60)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	const pre, cut = 2, 5
+	usAdm := make([]int, cut)
+	for w := int64(-pre); w < cut; w++ {
+		both := make([]int, len(keys))
+		for i := 0; i < 40; i++ {
+			now := start + (w+pre)*W + int64(i)*W/40
+			if w == 0 && i == 16 {
+				eu.Link().SetUnheard(now, []string{"us/iad"})
+				us.Link().SetUnheard(now, []string{"eu/ams"})
+			}
+			moved := w > 1 || (w == 1 && i >= 10)
+			for k, key := range keys {
+				if !moved && i%10 != 2 && i%10 != 5 && i%10 != 8 { // 70 % on eu, interleaved
+					if d, _ := eu.Decide(now, "api", key, 1); d.Allowed {
+						both[k]++
+					}
+					continue
+				}
+				if d, _ := us.Decide(now, "api", key, 1); d.Allowed {
+					both[k]++
+					if w >= 0 {
+						usAdm[w]++
+					}
+				}
+			}
+			if w < 0 || (w == 0 && i < 16) {
+				sync2(t, now, eu, us)
+			}
+		}
+		for k := range both {
+			assert.LessOrEqual(t, both[k], 21, "window %d key %d: the sides together stay at the limit", w, k)
+		}
+	}
+	t.Logf("us admitted per window of the cut (60 keys, limit 20 each): %v", usAdm)
+	assert.GreaterOrEqual(t, usAdm[2], 60*14, "us grows once the window of the failover closes (140 a window for good before)")
+	assert.GreaterOrEqual(t, usAdm[4], 60*17, "and takes nearly every key's whole limit")
+}
