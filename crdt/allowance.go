@@ -375,7 +375,7 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 	k := est - (float64(u0)*(1-f) + float64(u1))
 	// The trailing rate: k over the time it was gathered in (rateSpan; a
 	// window once this store has decided for one), hw a horizon over it.
-	age := s.decidedFor(now)
+	age := s.decidedFor(now, a.Horizon)
 	span := rateSpan(age, a.Horizon, width)
 	hw := float64(a.Horizon) / float64(span)
 	rushed := span < width && rushing(k, float64(limit), hw)

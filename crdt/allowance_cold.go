@@ -42,7 +42,8 @@ import "math"
 //     not to one per replica.
 //
 // A store that has decided for a window reads the trailing rate as before,
-// and none of this applies. A node that restarts in a running fleet is a
+// and none of this applies; so does a store whose clock stepped back
+// behind its first decision (decidedFor). A node that restarts in a running fleet is a
 // young store too: it reads the counts it gets back over its own time,
 // which errs towards refusing for at most a window.
 
@@ -105,13 +106,23 @@ func turn(h uint64, now, horizon int64, p float64) bool {
 }
 
 // decidedFor returns how long this store has decided with an allowance at
-// now (since its first such decision; 0 before it).
-func (s *Store) decidedFor(now int64) int64 {
-	b := s.born.Load()
-	if b == unborn {
+// now: since its first such decision, 0 before it. A store whose clock
+// stepped back more than a horizon behind its first decision (a fleet
+// clock correcting a skewed one) cannot tell how long it has decided, and
+// has decided for ever from then on: it reads the trailing rate over a
+// window, as before the cold start's rules.
+func (s *Store) decidedFor(now, horizon int64) int64 {
+	switch b := s.born.Load(); {
+	case b == unborn:
 		return 0
+	case b == bornSteppedBack:
+		return math.MaxInt64
+	case now < b-horizon:
+		s.born.Store(bornSteppedBack)
+		return math.MaxInt64
+	default:
+		return max(now-b, 0)
 	}
-	return max(now-b, 0)
 }
 
 // noteBorn records the time of the store's first decision with an
@@ -122,5 +133,9 @@ func (s *Store) noteBorn(t int64) {
 	}
 }
 
-// unborn is Store.born before the first decision with an allowance.
-const unborn = math.MinInt64
+// unborn is Store.born before the first decision with an allowance;
+// bornSteppedBack once the clock stepped back behind it (decidedFor).
+const (
+	unborn          = math.MinInt64
+	bornSteppedBack = math.MinInt64 + 1
+)

@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -156,8 +157,13 @@ func TestRushingAndRateSpan(t *testing.T) {
 		assert.Equal(t, tc.want, rateSpan(tc.age, 100, 1000), "age %d", tc.age)
 	}
 	st := NewStore(StoreConfig{Self: rep("self", 1)})
-	assert.Zero(t, st.decidedFor(5), "no decision yet")
-	st.noteBorn(10)
-	st.noteBorn(20)
-	assert.Equal(t, int64(15), st.decidedFor(25), "the first decision counts")
+	assert.Zero(t, st.decidedFor(5, 100), "no decision yet")
+	st.noteBorn(1000)
+	st.noteBorn(2000)
+	assert.Equal(t, int64(1500), st.decidedFor(2500, 100), "the first decision counts")
+	assert.Zero(t, st.decidedFor(950, 100), "a step back within a horizon")
+	assert.Equal(t, int64(math.MaxInt64), st.decidedFor(850, 100), "a step back beyond a horizon: for ever")
+	assert.Equal(t, int64(math.MaxInt64), st.decidedFor(1200, 100), "from then on")
+	st.noteBorn(3000)
+	assert.Equal(t, int64(math.MaxInt64), st.decidedFor(3000, 100))
 }
