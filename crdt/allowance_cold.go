@@ -39,13 +39,24 @@ import "math"
 //     that a replica with nothing unseen may always hold is given only at
 //     its turn when its share is below one request (turn): the fleet's
 //     requests in flight then add up to about its share of the headroom,
-//     not to one per replica.
+//     not to one per replica. This holds for the store's first coldLags
+//     horizons: by then every replica has held the others' counts of the
+//     first lags many times over, what is in flight is what the split
+//     already bounds, and halving the headroom would only move a key's
+//     admits later in its window (where the sliding estimate lets more
+//     through) for every key that nears its limit in a fleet's first
+//     window.
 //
 // A store that has decided for a window reads the trailing rate as before,
 // and none of this applies; so does a store whose clock stepped back
 // behind its first decision (decidedFor). A node that restarts in a running fleet is a
 // young store too: it reads the counts it gets back over its own time,
 // which errs towards refusing for at most a window.
+
+// coldLags is how many horizons a store rushes at most (see the cold
+// start): a few lags each for the first counts to travel, be held and be
+// read again, with room to spare.
+const coldLags = 16
 
 // rateSpan returns the time over which a store that has decided for age
 // reads the trailing rate of a key whose window is width long: age, at
