@@ -378,7 +378,7 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 	age := s.decidedFor(now, a.Horizon)
 	span := rateSpan(age, a.Horizon, width)
 	hw := float64(a.Horizon) / float64(span)
-	rushed := span < width && age < coldLags*a.Horizon && rushing(k, float64(limit), hw)
+	rushed := span < width && rushing(k, float64(limit), hw)
 	if unseen == 0 && !rushed {
 		return true, 0 // one request in flight is always allowed
 	}

@@ -14,8 +14,9 @@ import "math"
 // rules follow, each from what the replica can know then.
 //
 //   - The rate is read over the time this store has decided (rateSpan),
-//     not over a window, until it has decided for one: k admits in the
-//     first 300 ms are a rate of k per 300 ms.
+//     not over a window, for its first coldLags horizons (or until it has
+//     decided for a window, if shorter): k admits in the first 300 ms are
+//     a rate of k per 300 ms.
 //
 //   - Until the store has decided for two horizons, the others' counts of
 //     its first lag have not all reached it, and what it holds of a key
@@ -39,29 +40,33 @@ import "math"
 //     that a replica with nothing unseen may always hold is given only at
 //     its turn when its share is below one request (turn): the fleet's
 //     requests in flight then add up to about its share of the headroom,
-//     not to one per replica. This holds for the store's first coldLags
-//     horizons: by then every replica has held the others' counts of the
-//     first lags many times over, what is in flight is what the split
-//     already bounds, and halving the headroom would only move a key's
-//     admits later in its window (where the sliding estimate lets more
-//     through) for every key that nears its limit in a fleet's first
-//     window.
+//     not to one per replica.
 //
-// A store that has decided for a window reads the trailing rate as before,
-// and none of this applies; so does a store whose clock stepped back
-// behind its first decision (decidedFor). A node that restarts in a running fleet is a
+// All of it holds for the store's first coldLags horizons at most: by then
+// every replica has held the others' counts of the first lags many times
+// over, and what is in flight is what the split already bounds. Longer, it
+// only errs: halving the headroom moved the admits of every key that nears
+// its limit in a fleet's first window later in it, where the sliding
+// estimate lets more through, and a rate read over the store's time rather
+// than over a month-long window is no rate of that window. Past them, or
+// when its clock stepped back behind its first decision (decidedFor), a
+// store decides as before. A node that restarts in a running fleet is a
 // young store too: it reads the counts it gets back over its own time,
 // which errs towards refusing for at most a window.
 
-// coldLags is how many horizons a store rushes at most (see the cold
-// start): a few lags each for the first counts to travel, be held and be
-// read again, with room to spare.
+// coldLags is how many horizons the cold start's rules last at most: a
+// few lags each for the first counts to travel, be held and be read
+// again, with room to spare.
 const coldLags = 16
 
 // rateSpan returns the time over which a store that has decided for age
 // reads the trailing rate of a key whose window is width long: age, at
-// least a horizon, at most the window.
+// least a horizon, for its first coldLags horizons at most; the window
+// after them, or when it is shorter.
 func rateSpan(age, horizon, width int64) int64 {
+	if age >= coldLags*horizon {
+		return width
+	}
 	return min(width, max(age, horizon, 1))
 }
 

@@ -146,15 +146,17 @@ func TestTurnFrequency(t *testing.T) {
 }
 
 // rushing compares a lag's spending at the trailing rate with the
-// headroom; rateSpan is the store's time, within a horizon and a window.
+// headroom; rateSpan is the store's time, within a horizon and a window,
+// for coldLags horizons.
 func TestRushingAndRateSpan(t *testing.T) {
 	assert.False(t, rushing(900, 1000, 0.01), "a window's 900: 18 a lag, H = 100")
 	assert.True(t, rushing(900, 1000, 1.0/3), "900 in three horizons: 600 a lag")
 	assert.False(t, rushing(0, 1000, 1))
-	for _, tc := range []struct{ age, want int64 }{
-		{0, 100}, {50, 100}, {300, 300}, {10_000, 1000},
+	for _, tc := range []struct{ age, width, want int64 }{
+		{0, 1000, 100}, {50, 1000, 100}, {300, 1000, 300}, {1200, 1000, 1000},
+		{1200, 1e6, 1200}, {coldLags * 100, 1e6, 1e6},
 	} {
-		assert.Equal(t, tc.want, rateSpan(tc.age, 100, 1000), "age %d", tc.age)
+		assert.Equal(t, tc.want, rateSpan(tc.age, 100, tc.width), "age %d, width %d", tc.age, tc.width)
 	}
 	st := NewStore(StoreConfig{Self: rep("self", 1)})
 	assert.Zero(t, st.decidedFor(5, 100), "no decision yet")
