@@ -61,7 +61,7 @@ traffic:
 // of it, other seeds, region voices on and off. Every replica's first
 // admits are unseen at the same moment, and every replica reads the
 // counts of its first lags: the near-limit allowance's cold start
-// (crdt/allowance_cold.go). The first two seconds of each run: 1.01-1.05
+// (crdt/allowance_cold.go). The first two seconds of each run: 1.01-1.07
 // of the limit; before it, 1.14-2.07 (a replica could hold five unseen
 // admits of a key within half its limit, every replica at once). The
 // fleet admits about what the central limiter does on the same arrivals.
