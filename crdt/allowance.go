@@ -277,6 +277,9 @@ func (sh *shard) hotOf(s *Store, i int32, sl *slot, now int64) *hotEntry {
 // decides (decideSplit), which may deny it. A request still admitted and
 // counted arms the slot's hot entry first (armHot). The caller holds sh.mu.
 func (sh *shard) admitAllowance(s *Store, a *Allowance, i int32, sl *slot, now Now, elapsed int64, limit, cost uint64, count bool, r *window.Result) {
+	if a.on() {
+		s.noteBorn(now.Index*now.Width + now.Elapsed)
+	}
 	if own := satAdd(sl.own[0], sl.own[1]); own != 0 && a.on() &&
 		float64(satAdd(own, cost))*float64(a.Replicas()) > float64(limit)-r.Estimate {
 		sh.decideSplit(s, a, i, sl, now, elapsed, limit, cost, r)
@@ -369,15 +372,28 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 	}
 	u0, u1 := satSub(sl.own[0], s0), satSub(sl.own[1], s1)
 	unseen := satAdd(u0, u1)
-	if unseen == 0 {
+	k := est - (float64(u0)*(1-f) + float64(u1))
+	// The trailing rate: k over the time it was gathered in (rateSpan; a
+	// window once this store has decided for one), hw a horizon over it.
+	age := s.decidedFor(now, a.Horizon)
+	span := rateSpan(age, a.Horizon, width)
+	hw := float64(a.Horizon) / float64(span)
+	rushed := span < width && rushing(k, float64(limit), hw)
+	if unseen == 0 && !rushed {
 		return true, 0 // one request in flight is always allowed
 	}
-	k := est - (float64(u0)*(1-f) + float64(u1))
-	if spare(k, float64(satAdd(unseen, cost)), float64(limit), float64(a.Horizon)/float64(width)) {
-		return true, 0
-	}
-	if e != nil && secondInFlight(k, float64(satAdd(unseen, cost)), float64(limit), float64(a.Horizon)/float64(width), now-e.denied > 2*a.Horizon) {
-		return true, 0
+	if unseen != 0 {
+		u := float64(satAdd(unseen, cost))
+		n := 1.0 // replicas that may hold as much unseen as this one
+		if span < width && age < 2*a.Horizon {
+			n = sh.sources(s, a, i, sl)
+		}
+		if spare(k, u, n, float64(limit), hw) {
+			return true, 0
+		}
+		if e != nil && secondInFlight(k, u, n, float64(limit), hw, now-e.denied > 2*a.Horizon) {
+			return true, 0
+		}
 	}
 	// The members' counts, and those of excluded replicas, by window.
 	var m, x [2]uint64
@@ -400,8 +416,20 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 	if kw, mine := k-(float64(x[0])*(1-f)+float64(x[1])), float64(s0)*(1-f)+float64(s1); kw > 0 && mine > w*kw {
 		w = mine / kw
 	}
-	if float64(satAdd(unseen, cost)) <= w*(float64(limit)-k) {
+	room := float64(limit) - k
+	if rushed {
+		room /= 2 // half of it may be in flight (see rushing)
+	}
+	share := w * room
+	if float64(satAdd(unseen, cost)) <= share {
 		return true, 0
+	}
+	if unseen == 0 {
+		// Rushed, with a share below the request: a turn (see turn).
+		if turn(s.hashBytes(sl.rule, sh.keyBytes(i)), now, a.Horizon, share/float64(cost)) {
+			return true, 0
+		}
+		return false, max(a.Horizon-now%a.Horizon, 1)
 	}
 	if e == nil {
 		return false, a.Horizon
@@ -421,10 +449,11 @@ const (
 // spare reports whether a replica whose unseen admits with the request add
 // up to u may admit it although its share of the headroom does not hold u:
 // u is at most spareUnseen, and the key stays within three quarters of its
-// limit with u and three times what the whole fleet admits in a lag at the
-// key's trailing rate (k per window; a lag is about two horizons, hw being
-// a horizon over the window); or u is at most spareUnseenHalf and the key
-// stays so within half its limit. Arrivals are random: a replica whose share
+// limit with n x u (n replicas, this one included, that may hold as much
+// unseen: see sources) and three times what the whole fleet admits in a
+// lag at the key's trailing rate (k per span, see rateSpan; a lag is about
+// two horizons, hw being a horizon over the span); or u is at most
+// spareUnseenHalf and the key stays so within half its limit. Arrivals are random: a replica whose share
 // of a key's traffic is a request per lag or less now and then sees a
 // second or third one within a lag, while the others, at the same rate,
 // hold next to nothing unseen; with its share of the headroom below one
@@ -438,26 +467,28 @@ const (
 // three quarters of its limit may take the fleet to 3/4 x limit +
 // spareUnseen x replicas in the first lag, from below half of it to
 // limit/2 + spareUnseenHalf x replicas, before the others' counts arrive;
-// past that, the trailing rate and the count close the spare room.
-func spare(k, u, limit, hw float64) bool {
-	fleet := k + u + 3*k*2*hw
+// past that, the trailing rate and the count close the spare room. At a
+// cold start the others' first counts say more (see the cold start in
+// allowance_cold.go).
+func spare(k, u, n, limit, hw float64) bool {
+	fleet := k + n*u + 3*k*2*hw
 	return u <= spareUnseen && 4*fleet <= 3*limit || u <= spareUnseenHalf && 2*fleet <= limit
 }
 
 // secondInFlight reports whether a replica near the limit may hold u
 // unseen although its share of the headroom does not hold u: u is at most
 // two (one more than the request always allowed), the replica refused the
-// key not within two horizons (calm), and the headroom covers u plus one
-// and a half times what the fleet admits in a lag at the key's trailing
-// rate (k per window; hw a horizon over the window). At a mild overload a
+// key not within two horizons (calm), and the headroom covers n x u (as in
+// spare) plus one and a half times what the fleet admits in a lag at the
+// key's trailing rate (k per span; hw a horizon over the span). At a mild overload a
 // replica whose share of the headroom is a request or two often sees a
 // second request within a lag while the others hold about what the rate
 // says; a replica under attack refuses the key all the time and is held to
 // its share. A key that surges at once everywhere while no replica was
 // refusing it may go over by up to two requests per replica in the first
 // lag, not one; once they refuse, by one.
-func secondInFlight(k, u, limit, hw float64, calm bool) bool {
-	return calm && u <= 2 && u+1.5*k*2*hw <= limit-k
+func secondInFlight(k, u, n, limit, hw float64, calm bool) bool {
+	return calm && u <= 2 && n*u+1.5*k*2*hw <= limit-k
 }
 
 // decideSplit turns r, a request the estimate lets in, into a denial when

@@ -61,7 +61,7 @@ func TestSpareBounds(t *testing.T) {
 		{600, 2, 1000, true},
 		{720, 2, 1000, false}, // 4 x (720 + 2 + 43.2)
 	} {
-		assert.Equal(t, tc.want, spare(tc.k, tc.u, tc.limit, hw), "k=%v u=%v limit=%v", tc.k, tc.u, tc.limit)
+		assert.Equal(t, tc.want, spare(tc.k, tc.u, 1, tc.limit, hw), "k=%v u=%v limit=%v", tc.k, tc.u, tc.limit)
 	}
 }
 
@@ -109,6 +109,6 @@ func TestSecondInFlight(t *testing.T) {
 		{900, 2, false, false, "refused lately"},
 		{980, 2, true, false, "H = 20 < 2 + 1.5 x 19.6"},
 	} {
-		assert.Equal(t, tc.want, secondInFlight(tc.k, tc.u, 1000, hw, tc.calm), tc.about)
+		assert.Equal(t, tc.want, secondInFlight(tc.k, tc.u, 1, 1000, hw, tc.calm), tc.about)
 	}
 }

@@ -35,15 +35,24 @@ func admitAll(t *testing.T, st *Store, key string, at int64, a *Allowance) (int,
 }
 
 // withOthers returns a store holding count for each of pops' aggregates of
-// key in window 1.
+// key in window 1, deciding since window 0 (settled).
 func withOthers(t *testing.T, key string, count uint64, pops ...string) *Store {
 	t.Helper()
-	st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})
+	st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
 	for _, p := range pops {
 		id, ok := st.Intern(identity.PoPReplica(identity.PoPID{Region: "far", PoP: p}, 1))
 		require.True(t, ok)
 		require.Equal(t, Merged, st.Merge(0, key, 1, 1, id, count))
 	}
+	return st
+}
+
+// settled returns st as a store that has decided with an allowance since
+// the start of window 0, a window before the tests' decisions: it reads
+// the trailing rate over a window, as a store of a running fleet does (see
+// the cold start in allowance_cold.go).
+func settled(st *Store) *Store {
+	st.noteBorn(0)
 	return st
 }
 
@@ -164,7 +173,7 @@ func TestSplitFarFromLimitAndOneInFlight(t *testing.T) {
 // recently used entry; with no room at all (MaxHotKeys < 0) a key near its
 // limit is decided as if all its own counts were unseen.
 func TestHotTableBounded(t *testing.T) {
-	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxHotKeys: 2, Seed: 1})
+	st := settled(NewStore(StoreConfig{Self: rep("self", 1), Shards: 1, MaxHotKeys: 2, Seed: 1}))
 	t0 := time.Second.Nanoseconds()
 	id, _ := st.Intern(identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1))
 	for i := range 5 {
@@ -183,7 +192,7 @@ func TestHotTableBounded(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{"k3", "k4"}, keys, "the two most recently used")
 
-	none := NewStore(StoreConfig{Self: rep("self", 1), MaxHotKeys: -1})
+	none := settled(NewStore(StoreConfig{Self: rep("self", 1), MaxHotKeys: -1}))
 	id, _ = none.Intern(identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1))
 	none.Merge(0, "k", 1, 1, id, 60)
 	n, _ := admitAll(t, none, "k", t0, split)
@@ -422,7 +431,7 @@ func TestSentSeqBits(t *testing.T) {
 func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 	a := &Allowance{Horizon: 100 * ms, Members: 3, PoPs: 10}
 	run := func(at, win int64, others ...identity.Replica) int {
-		st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 8})
+		st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 8}))
 		for _, r := range others {
 			id, _ := st.Intern(r)
 			require.Equal(t, Merged, st.Merge(0, "k", 1, win, id, 45))

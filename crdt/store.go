@@ -147,6 +147,7 @@ type Store struct {
 
 	hotPerShard int          // hot entries per shard (see allowance.go)
 	lastFlush   atomic.Int64 // the time of the last FlushAt
+	born        atomic.Int64 // the first decision with an allowance (unborn: none yet)
 	flushSeq    uint8        // FlushAt calls so far, modulo 256 (under flushMu)
 
 	rulesMu sync.Mutex // serialises changes of rules
@@ -253,6 +254,7 @@ func NewStore(cfg StoreConfig) *Store {
 	s.regional.Store(&memberSet{})
 	s.rules.Store(&ruleTable{})
 	s.repGen.Store(1) // a zero InternCache is empty
+	s.born.Store(unborn)
 	s.nreps.Store(1)
 	for i := range s.shards {
 		sh := &s.shards[i]

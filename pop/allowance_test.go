@@ -131,6 +131,15 @@ func TestSetAllowanceScopes(t *testing.T) {
 	}
 }
 
+// settle makes n a node that has decided rule's keys for a window (its
+// allowance reads the trailing rate over a window, as in a running fleet,
+// not as at a cold start): one decision of another key a window before t0.
+func settle(t *testing.T, n *Node, rule string, window time.Duration) {
+	t.Helper()
+	_, err := n.Decide(t0-int64(window), rule, "settle", 1)
+	require.NoError(t, err)
+}
+
 // A member's count limits a pop-scope key's share; the split needs no
 // other PoP.
 func TestAllowanceSplitsPoPScope(t *testing.T) {
@@ -138,6 +147,7 @@ func TestAllowanceSplitsPoPScope(t *testing.T) {
 	n, err := New(Config{Self: replica("a", 1), Rules: rules})
 	require.NoError(t, err)
 	n.Link().SetAllowance(ScopePoP, Allowance{Horizon: time.Millisecond, Members: 4, PoPs: 1})
+	settle(t, n, "per-ip", 10*time.Second)
 	member := wire.Delta{Sender: replica("b", 1), Entries: []crdt.Entry{{Rule: "per-ip", Key: "k", Window: t0 / int64(10*time.Second), Count: 60}}}
 	require.Equal(t, 1, n.Link().Apply(t0, &member, ScopePoP).Merged)
 	admitted := 0
@@ -167,6 +177,7 @@ func TestAllowanceLeavesUnheardPoPsOut(t *testing.T) {
 		require.NoError(t, err)
 		n.Link().SetEpoch(1)
 		n.Link().SetAllowance(ScopeGlobal, Allowance{Horizon: 50 * time.Millisecond, Members: 1, PoPs: 3})
+		settle(t, n, "api", 10*time.Second)
 		win := t0 / int64(10*time.Second)
 		for _, p := range []identity.Replica{identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1), identity.PoPReplica(identity.PoPID{Region: "ap", PoP: "sin"}, 1)} {
 			d := wire.Delta{Sender: p, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: win, Count: 25}}}

@@ -1,0 +1,87 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// coldFleet is a fleet that starts at once under Zipf traffic on one
+// global rule of a 10 s window, its hottest keys far above their limit:
+// the shape of scripts/gen-edge-scenarios.sh -fleet, smaller.
+type coldFleet struct {
+	pops, regions, nodes int
+	limit, rate, keys    int
+	seed                 uint64
+	voices               bool
+}
+
+func (f coldFleet) String() string {
+	return fmt.Sprintf("%dx%d-in-%d/limit=%d/%d-per-s/%d-keys/seed=%d/voices=%v",
+		f.pops, f.nodes, f.regions, f.limit, f.rate, f.keys, f.seed, f.voices)
+}
+
+// scenario returns f's scenario, dur long, with 0.5 % loss between regions.
+func (f coldFleet) scenario(t *testing.T, dur time.Duration) *Scenario {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: cold-start\nseed: %d\nduration: %s\ntopology:\n", f.seed, dur)
+	for r := 1; r <= f.regions; r++ {
+		fmt.Fprintf(&b, "  - {region: r%d, pops: [", r)
+		for p := 1; p <= f.pops/f.regions; p++ {
+			if p > 1 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "{name: r%dp%d, nodes: %d}", r, p, f.nodes)
+		}
+		b.WriteString("]}\n")
+	}
+	fmt.Fprintf(&b, `network:
+  intra_pop: {latency: 1ms, jitter: 200us}
+  inter_pop: {latency: 10ms, jitter: 2ms}
+  inter_region: {latency: 80ms, jitter: 10ms, loss: 0.005}
+replication: {flush_interval: 50ms, peer_timeout: 2s, anti_entropy_interval: 5s, region_voices: %v}
+rules:
+  - {name: api, key: ip, limit: %d, window: 10s, scope: global, on_partition: keep}
+traffic:
+  - {rule: api, keys: %d, spread: zipf, zipf_s: 1.05, rate: %d/s, track: 1}
+`, f.voices, f.limit, f.keys, f.rate)
+	sc, err := Parse([]byte(b.String()))
+	require.NoError(t, err)
+	return sc
+}
+
+// A fleet that starts at once with hot keys above their limit stays
+// within 1.10 of the limit from its first second, whatever its shape:
+// PoPs of one to four nodes, about as many nodes as the limit or a third
+// of it, other seeds, region voices on and off. Every replica's first
+// admits are unseen at the same moment, and every replica reads the
+// counts of its first lags: the near-limit allowance's cold start
+// (crdt/allowance_cold.go). The first two seconds of each run: 1.01-1.07
+// of the limit; before it, 1.14-2.07 (a replica could hold five unseen
+// admits of a key within half its limit, every replica at once). The
+// fleet admits about what the central limiter does on the same arrivals.
+func TestColdStartAcrossTheClass(t *testing.T) {
+	accuracyTest(t)
+	for _, f := range []coldFleet{
+		{pops: 30, regions: 3, nodes: 3, limit: 200, rate: 6000, keys: 100, seed: 1, voices: true},
+		{pops: 30, regions: 3, nodes: 3, limit: 200, rate: 6000, keys: 100, seed: 2, voices: false},
+		{pops: 24, regions: 4, nodes: 2, limit: 100, rate: 5000, keys: 200, seed: 7, voices: true},
+		{pops: 40, regions: 5, nodes: 1, limit: 60, rate: 4000, keys: 300, seed: 11, voices: true},
+		{pops: 20, regions: 2, nodes: 4, limit: 300, rate: 8000, keys: 50, seed: 23, voices: false},
+	} {
+		t.Run(f.String(), func(t *testing.T) {
+			t.Parallel()
+			res, err := Run(f.scenario(t, 2*time.Second), Options{})
+			require.NoError(t, err)
+			r := res.Report
+			t.Logf("max a/l %.3f (central %.3f), admitted %d of central's %d", r.MaxAdmittedRatio, r.Central.MaxAdmittedRatio, r.Admitted, r.Central.Admitted)
+			assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.10)
+			assert.GreaterOrEqual(t, float64(r.Admitted), 0.95*float64(r.Central.Admitted))
+		})
+	}
+}
