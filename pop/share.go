@@ -72,6 +72,38 @@ type partition struct {
 	// sides holds, per share rule, this node's demand over all its keys
 	// (share_side.go).
 	sides map[crdt.RuleID]*sideDemand
+	// others tells the replicas of the unheard PoPs (healHeld).
+	others *otherReplicas
+}
+
+// otherReplicas tells, and remembers, which replicas belong to the unheard
+// PoPs of a partition: a PoP's nodes and aggregate, and the aggregate of a
+// region with an unheard PoP.
+type otherReplicas struct {
+	mu sync.Mutex
+	m  map[crdt.ReplicaID]bool
+}
+
+func (o *otherReplicas) of(p *partition, s *crdt.Store, id crdt.ReplicaID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	other, ok := o.m[id]
+	if !ok {
+		r := s.Replica(id)
+		other = p.unheard[popOf(r)]
+		if r.IsRegion() {
+			for u := range p.unheard {
+				if strings.HasPrefix(u, r.Region+"/") {
+					other = true
+					break
+				}
+			}
+		}
+		if len(o.m) < 1<<16 {
+			o.m[id] = other
+		}
+	}
+	return other
 }
 
 type keyMap struct {
@@ -256,7 +288,7 @@ func popOf(r identity.Replica) string { return r.Region + "/" + r.PoP }
 // split by PoP count).
 func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *partition {
 	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
-		sides: map[crdt.RuleID]*sideDemand{}}
+		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}}}
 	all := map[string]bool{popOf(n.self): true}
 	for _, r := range n.store.Replicas() {
 		all[popOf(r)] = true
@@ -428,6 +460,9 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	case sh.win + 1:
 		frozen = window.Estimate(sh.frozen[1], 0, elapsed, r.width)
 	}
+	if p.healed != 0 {
+		frozen = max(frozen, n.healHeld(p, r, key, idx, elapsed))
+	}
 	// A share grown at this window opens as the previous window's counts
 	// decay: the other side may have spent its former share then.
 	budget := frac
@@ -436,6 +471,24 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	}
 	budget = min(budget, ramp.open(frac, now))
 	return budget*float64(r.Limit) + frozen, sh, true
+}
+
+// healHeld returns the estimate of key's counts owned by the PoPs that
+// were unheard, as this node holds them at a heal. While shares are held
+// after a heal the other side's counts arrive, and the estimate a decision
+// compares with the share's limit takes them in: without them in the limit
+// too, a side whose counts came was held below its share until the hold
+// ended, then spent the room that had opened at once, and the window after
+// it, which weighs that window's admits as spread evenly, went over the
+// limit (1 s windows: 1.22 of it). A side spends its share on top of what
+// the other side is known to have spent, as it does on top of the frozen
+// counts in the cut.
+func (n *Node) healHeld(p *partition, r *ruleState, key string, idx, elapsed int64) float64 {
+	prev, cur, ok := n.store.PeekOf(r.id, key, idx, func(id crdt.ReplicaID) bool { return p.others.of(p, n.store, id) })
+	if !ok {
+		return 0
+	}
+	return window.Estimate(prev, cur, elapsed, r.width)
 }
 
 func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *share {

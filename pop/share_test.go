@@ -122,6 +122,47 @@ func TestShareHealsAfterHold(t *testing.T) {
 	assert.False(t, eu.Partition(after).Partitioned)
 }
 
+// TestShareHoldCountsWhatArrived: while shares are held after a heal, the
+// other side's counts that have arrived raise the share's limit by as much
+// as they raise the estimate, so each side goes on spending its share
+// instead of nothing until the hold ends.
+func TestShareHoldCountsWhatArrived(t *testing.T) {
+	eu, us := shareNodes(t, Share)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	// One healthy window at the limit, even traffic.
+	for i := int64(0); i < 100; i++ {
+		now := start + i*W/100
+		_, _ = eu.Decide(now, "api", "k", 1)
+		_, _ = us.Decide(now, "api", "k", 1)
+		sync2(t, now, eu, us)
+	}
+	cut := start + W
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
+	us.Link().SetUnheard(cut, []string{"eu/ams"})
+	// Two windows of the cut, each side at its half; then no traffic.
+	for i := int64(0); i < 200; i++ {
+		now := cut + i*W/100
+		_, _ = eu.Decide(now, "api", "k", 1)
+		_, _ = us.Decide(now, "api", "k", 1)
+	}
+	// Healed half a window on, every count exchanged: the window before
+	// (50 per side) weighs half, so each side has room for 25 of its 50.
+	heal := cut + 2*W + W/2
+	eu.Link().SetUnheard(heal, nil)
+	us.Link().SetUnheard(heal, nil)
+	sync2(t, heal, eu, us)
+	now := heal + int64(DefaultHealHold)/2
+	admitted := 0
+	for j := 0; j < 40; j++ {
+		if d, _ := eu.Decide(now, "api", "k", 1); d.Allowed {
+			admitted++
+		}
+	}
+	assert.True(t, eu.Partition(now).Partitioned, "still held")
+	assert.InDelta(t, 25, admitted, 1, "a side spends its share on top of the other side's counts")
+}
+
 // TestShareFollowsAFailover: all of eu's traffic moves to us during the
 // cut (a dead PoP looks like a partitioned one). us's share grows to the
 // whole limit; eu, which has no traffic left, spends nothing; the two never
