@@ -10,11 +10,12 @@ import (
 // StepForward tells the node that the clock it is given stepped forward
 // from before to after (Unix nanoseconds; a fleet clock's correction grew):
 // the keys counted in the window the clock left move forward with their
-// own counts (crdt.Store.StepForward), for every rule window where the
-// step lands at least half of what had passed of the window the clock left
-// in a later one (taking the counts as spread evenly over that part): a
-// clock a window behind the fleet's, not one that swings by a fraction of
-// a window as the PoPs' offsets move (a window of 1 s: 150 ms both ways
+// own counts (crdt.Store.StepForward), for every rule window the step
+// crosses into a later one by three eighths of a window or more, or landing at least
+// half of what had passed of the window the clock left in a later one
+// (taking the counts as spread evenly over that part): a clock behind the
+// fleet's, not one that swings by a fraction of a window as the PoPs'
+// offsets move (a window of 1 s: 150 ms both ways
 // twice a second, where carrying the counts of every swing across a window
 // boundary counted them twice and held the fleet to 0.62 of the central
 // limiter's admits). A clock that steps back needs no call: the store
@@ -32,7 +33,7 @@ func (l Link) StepForward(before, after int64) {
 			continue
 		}
 		from, el := window.Split(before, r.width)
-		if to := r.index(after); to > from && el/2+(after-before) >= r.width {
+		if to := r.index(after); to > from && (8*(after-before) >= 3*r.width || el/2+(after-before) >= r.width) {
 			steps[id] = step{from, to}
 		}
 	}
