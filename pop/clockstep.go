@@ -45,3 +45,12 @@ func (l Link) StepForward(before, after int64) {
 		return s.from, s.to, ok
 	})
 }
+
+// ClockStepped tells the node that the clock it is given stepped from
+// before to after: a step forward carries keys (StepForward); a step back
+// needs nothing here.
+func (l Link) ClockStepped(before, after int64) {
+	if after > before {
+		l.StepForward(before, after)
+	}
+}

@@ -148,24 +148,22 @@ func (c *Core) updateCorrection(now int64) {
 	}
 	corr = min(max(corr, -maxCorrection), maxCorrection)
 	if abs(corr-c.corr) > correctionStep || (corr == 0) != (c.corr == 0) {
-		if corr > c.corr {
-			c.stepForward(now+c.corr, now+corr)
-		}
+		c.clockStepped(now+c.corr, now+corr)
 		c.corr = corr
 	}
 }
 
-// stepForward tells the node core that its clock steps forward from before
-// to after (pop's Link.StepForward: the keys it counted in the window the
-// clock leaves move with it). A step back needs no word: the node core
-// moves a key back at its first decision after it.
-func (c *Core) stepForward(before, after int64) {
+// clockStepped tells the node core that its clock steps from before to
+// after (pop's Link.ClockStepped: a step forward carries the keys it
+// counted in the window the clock leaves). A step back moves no key here:
+// the node core moves one back at its first decision after it.
+func (c *Core) clockStepped(before, after int64) {
 	n := c.node
 	if f, ok := n.(fleetNode); ok {
 		n = f.Node
 	}
-	if s, ok := n.(interface{ StepForward(before, after int64) }); ok {
-		s.StepForward(before, after)
+	if s, ok := n.(interface{ ClockStepped(before, after int64) }); ok {
+		s.ClockStepped(before, after)
 	}
 }
 
