@@ -65,7 +65,8 @@ const (
 type partition struct {
 	since    int64               // when the unheard set became non-empty
 	healed   int64               // when every PoP was heard again; 0 while cut
-	unheard  map[string]bool     // "region/pop"
+	unheard  map[string]bool     // "region/pop", and "region/*" of their regions
+	listed   map[string]bool     // those SetUnheard was told
 	sideFrac float64             // PoP-count split: this side's PoPs / all PoPs
 	keys     map[shareKey]*share // per-key shares snapshotted at the cut
 	newKeys  *keyMap             // keys first seen during the cut
@@ -214,9 +215,20 @@ func (l Link) SetUnheard(now int64, pops []string) {
 		}
 		return
 	}
-	unheard := map[string]bool{}
+	unheard, listed := map[string]bool{}, map[string]bool{}
 	for _, p := range pops {
-		unheard[p] = true
+		unheard[p], listed[p] = true, true
+	}
+	for _, p := range pops {
+		// A region's aggregate ("region/*", region voices) holds the counts
+		// of every PoP of the region: while any of them is unheard it is
+		// not this side's. Heard again before its region's other PoP, one
+		// PoP made the aggregate this side's, and a side of a two-sided
+		// surge took the whole limit for its share in the heal (1.29 of
+		// it).
+		if i := strings.IndexByte(p, '/'); i > 0 {
+			unheard[p[:i]+"/"+identity.RegionPoP] = true
+		}
 	}
 	healing := cur != nil && cur.healed == 0 && subset(unheard, cur.unheard)
 	if healing && len(unheard) == len(cur.unheard) {
@@ -224,7 +236,7 @@ func (l Link) SetUnheard(now int64, pops []string) {
 	}
 	n.told = unheard
 	n.exclude(unheard)
-	p := n.snapshot(now, unheard, n.lastPart)
+	p := n.snapshot(now, unheard, listed, n.lastPart)
 	n.part.Store(p)
 	n.lastPart = p
 }
@@ -259,7 +271,7 @@ func (n *Node) resnapshot() {
 	if cur == nil {
 		return
 	}
-	p := n.snapshot(cur.since, cur.unheard, nil)
+	p := n.snapshot(cur.since, cur.unheard, cur.listed, nil)
 	p.healed = cur.healed
 	n.part.Store(p)
 	n.lastPart = p
@@ -286,17 +298,17 @@ func popOf(r identity.Replica) string { return r.Region + "/" + r.PoP }
 // kept is no base at all (a PoP heard late at startup, a short partial cut,
 // would otherwise leave every key of the next cut in its first window
 // split by PoP count).
-func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *partition {
-	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
+func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partition) *partition {
+	p := &partition{since: now, unheard: unheard, listed: listed, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
 		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}}}
 	all := map[string]bool{popOf(n.self): true}
 	for _, r := range n.store.Replicas() {
 		all[popOf(r)] = true
 	}
-	for u := range unheard {
+	for u := range listed {
 		all[u] = true
 	}
-	p.sideFrac = float64(len(all)-len(unheard)) / float64(len(all))
+	p.sideFrac = float64(len(all)-len(listed)) / float64(len(all))
 	rs := n.rules.Load()
 	for _, r := range rs.sorted {
 		if r.OnPartition == Share && r.Scope == ScopeGlobal {
@@ -522,7 +534,7 @@ func (n *Node) Partition(now int64) PartitionStatus {
 	active := p != nil && (p.healed == 0 || now-p.healed < n.healHold)
 	if active {
 		st.Partitioned, st.Since, st.SideShare = true, p.since, p.sideFrac
-		for u := range p.unheard {
+		for u := range p.listed {
 			st.Unheard = append(st.Unheard, u)
 		}
 		sort.Strings(st.Unheard)

@@ -357,3 +357,30 @@ func TestDownPoPHoldsNoShare(t *testing.T) {
 	}
 	assert.Equal(t, 40, admitted, "the limit less what us/iad counted")
 }
+
+// A region's aggregate (region voices) holds the counts of all its PoPs:
+// while one of them is unheard it is the other side's, even once another
+// PoP of its region is heard again (a heal noticed PoP by PoP), and it
+// counts no PoP of its own in the split by PoP count.
+func TestShareRegionAggregateStaysUnheard(t *testing.T) {
+	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
+	us, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "a", Incarnation: 1}, Rules: rules})
+	require.NoError(t, err)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	for range 30 {
+		_, _ = us.Decide(start, "api", "k", 1)
+	}
+	st := us.Link().Apply(start, &wire.Delta{Sender: identity.RegionReplica("eu", 1), SentAt: start, Epoch: 1,
+		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: 70}}}, ScopeGlobal)
+	require.Equal(t, 1, st.Merged)
+	cut := start + W
+	us.Link().SetUnheard(cut, []string{"eu/ams", "eu/fra"})
+	p := us.Partition(cut)
+	require.Len(t, p.Rules, 1)
+	assert.InDelta(t, 0.3, p.Rules[0].MeanShare, 1e-9, "iad's 30 of 100")
+	assert.Equal(t, []string{"eu/ams", "eu/fra"}, p.Unheard, "the status names the PoPs it was told")
+	us.Link().SetUnheard(cut+1, []string{"eu/fra"})
+	p = us.Partition(cut + 1)
+	assert.InDelta(t, 0.3, p.Rules[0].MeanShare, 1e-9, "eu/ams heard again: eu's aggregate is still the other side's")
+}
