@@ -221,13 +221,17 @@ func (l Link) SetUnheard(now int64, pops []string) {
 	}
 	for _, p := range pops {
 		// A region's aggregate ("region/*", region voices) holds the counts
-		// of every PoP of the region: while any of them is unheard it is
-		// not this side's. Heard again before its region's other PoP, one
-		// PoP made the aggregate this side's, and a side of a two-sided
-		// surge took the whole limit for its share in the heal (1.29 of
-		// it).
-		if i := strings.IndexByte(p, '/'); i > 0 {
-			unheard[p[:i]+"/"+identity.RegionPoP] = true
+		// of every PoP of the region: unheard with all of them, it stays
+		// so while any of them is. Heard again before its region's other
+		// PoP, one PoP made the aggregate this side's before its counts
+		// came, and a side of a two-sided surge took the whole limit for
+		// its share in the heal (1.29 of it). A region whose voice went on
+		// speaking (a PoP of it down or cut alone) keeps its aggregate
+		// heard.
+		if i := strings.IndexByte(p, '/'); i > 0 && cur != nil && cur.healed == 0 {
+			if agg := p[:i] + "/" + identity.RegionPoP; cur.unheard[agg] {
+				unheard[agg] = true
+			}
 		}
 	}
 	healing := cur != nil && cur.healed == 0 && subset(unheard, cur.unheard)

@@ -359,9 +359,9 @@ func TestDownPoPHoldsNoShare(t *testing.T) {
 }
 
 // A region's aggregate (region voices) holds the counts of all its PoPs:
-// while one of them is unheard it is the other side's, even once another
-// PoP of its region is heard again (a heal noticed PoP by PoP), and it
-// counts no PoP of its own in the split by PoP count.
+// unheard with all of them, it stays the other side's while one of them
+// is, even once another PoP of its region is heard again (a heal noticed
+// PoP by PoP); a PoP unheard alone leaves it heard.
 func TestShareRegionAggregateStaysUnheard(t *testing.T) {
 	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
 	us, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "a", Incarnation: 1}, Rules: rules})
@@ -375,12 +375,19 @@ func TestShareRegionAggregateStaysUnheard(t *testing.T) {
 		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: 70}}}, ScopeGlobal)
 	require.Equal(t, 1, st.Merged)
 	cut := start + W
-	us.Link().SetUnheard(cut, []string{"eu/ams", "eu/fra"})
+	us.Link().SetUnheard(cut, []string{"eu/*", "eu/ams", "eu/fra"})
 	p := us.Partition(cut)
 	require.Len(t, p.Rules, 1)
 	assert.InDelta(t, 0.3, p.Rules[0].MeanShare, 1e-9, "iad's 30 of 100")
-	assert.Equal(t, []string{"eu/ams", "eu/fra"}, p.Unheard, "the status names the PoPs it was told")
 	us.Link().SetUnheard(cut+1, []string{"eu/fra"})
 	p = us.Partition(cut + 1)
 	assert.InDelta(t, 0.3, p.Rules[0].MeanShare, 1e-9, "eu/ams heard again: eu's aggregate is still the other side's")
+	assert.Equal(t, []string{"eu/fra"}, p.Unheard, "the status names the PoPs it was told")
+
+	// A PoP unheard while its region's voice speaks leaves the aggregate
+	// this side's.
+	us.Link().SetUnheard(cut+2, nil)
+	us.Link().SetUnheard(cut+int64(time.Second), []string{"eu/fra"})
+	p = us.Partition(cut + int64(time.Second))
+	assert.InDelta(t, 1, p.Rules[0].MeanShare, 1e-9, "eu's aggregate heard: this side's")
 }
