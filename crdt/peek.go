@@ -24,3 +24,31 @@ func (s *Store) Peek(rule RuleID, key string, nowIndex int64) (prev, cur uint64,
 	}
 	return 0, 0, true
 }
+
+// PeekOf returns the counts of (rule, key) in windows nowIndex-1 and
+// nowIndex owned by the remote replicas pick selects, without changing
+// anything; pick is called after the key's shard is unlocked. ok is false
+// when the key is not held.
+func (s *Store) PeekOf(rule RuleID, key string, nowIndex int64, pick func(ReplicaID) bool) (prev, cur uint64, ok bool) {
+	var buf [16]sideEntry
+	h := s.hash(rule, key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	i, found := sh.find(h, rule, key)
+	if !found {
+		sh.mu.Unlock()
+		return 0, 0, false
+	}
+	near := sh.slots[i].win
+	es := append(buf[:0], sh.side.get(i)...)
+	sh.mu.Unlock()
+	for _, e := range es {
+		switch w := e.win(near); {
+		case w == nowIndex-1 && pick(e.rep()):
+			prev = satAdd(prev, e.count)
+		case w == nowIndex && pick(e.rep()):
+			cur = satAdd(cur, e.count)
+		}
+	}
+	return prev, cur, true
+}

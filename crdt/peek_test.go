@@ -34,3 +34,27 @@ func TestPeek(t *testing.T) {
 		t.Errorf("after peeks: %d, %d; want 2, 7", prev, cur)
 	}
 }
+
+// PeekOf sums the remote replicas it is asked for, by window.
+func TestPeekOf(t *testing.T) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), Shards: 2})
+	st.Admit(1, "k", at(10), 1<<40, 3, true)
+	a, _ := st.Intern(rep("a", 1))
+	b, _ := st.Intern(rep("b", 1))
+	st.Merge(1, "k", 10, 9, a, 5)
+	st.Merge(1, "k", 10, 10, a, 4)
+	st.Merge(1, "k", 10, 10, b, 6)
+	if _, _, ok := st.PeekOf(1, "none", 10, func(ReplicaID) bool { return true }); ok {
+		t.Fatal("a key not held is reported")
+	}
+	prev, cur, ok := st.PeekOf(1, "k", 10, func(id ReplicaID) bool { return id == a })
+	if !ok || prev != 5 || cur != 4 {
+		t.Errorf("PeekOf(a) = %d, %d, %v; want 5, 4, true", prev, cur, ok)
+	}
+	if prev, cur, _ := st.PeekOf(1, "k", 10, func(ReplicaID) bool { return true }); prev != 5 || cur != 10 {
+		t.Errorf("PeekOf(every remote) = %d, %d; want 5, 10 (own counts left out)", prev, cur)
+	}
+	if prev, cur, _ := st.PeekOf(1, "k", 11, func(ReplicaID) bool { return true }); prev != 10 || cur != 0 {
+		t.Errorf("a window on: %d, %d; want 10, 0", prev, cur)
+	}
+}

@@ -118,7 +118,7 @@ func (l Link) ApplyFrom(now int64, d *wire.Delta, via Scope, from *crdt.InternCa
 			}
 		}
 		idx := r.index(now)
-		limitIdx := r.index(now + n.maxSkew)
+		limitIdx := r.index(now + n.aheadOf(via))
 		for k := range run {
 			merged := st.Merged
 			n.mergeAt(now, idx, limitIdx, r, rep, &run[k], hs[k], &st)

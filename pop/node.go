@@ -138,9 +138,12 @@ const DefaultMaxSkew = 2 * time.Second
 // Node is one geolimit node's core. All methods are safe for concurrent use;
 // Decide scales across cores (the store is sharded).
 type Node struct {
-	self     identity.Replica
-	store    *crdt.Store
-	maxSkew  int64
+	self    identity.Replica
+	store   *crdt.Store
+	maxSkew int64
+	// popSkew, when above 0 and below maxSkew, is how far ahead of this
+	// node's clock another PoP's may run (SetPoPSkew).
+	popSkew  atomic.Int64
 	modeAuth *modes.Authority
 	rules    atomic.Pointer[ruleSet]
 	epoch    atomic.Uint64
@@ -293,6 +296,25 @@ func (n *Node) ownEpoch(e uint64) bool {
 // MaxSkew returns how far ahead of this node's clock a peer's clock may run
 // (Config.MaxSkew).
 func (l Link) MaxSkew() time.Duration { return time.Duration(l.n.maxSkew) }
+
+// SetPoPSkew sets how far ahead of this node's clock the clock of another
+// PoP may run, below MaxSkew: entries that come from other PoPs (through
+// the global-scope transport) for windows that start later than now plus
+// d are ignored, as those beyond MaxSkew are; 0 restores MaxSkew. A fleet
+// clock that keeps the PoPs' clocks within d of each other sets it
+// (package repl): an entry further ahead was counted before its sender's
+// clock stepped back, and the sender has moved those counts to the window
+// they belong to. Safe for concurrent use.
+func (l Link) SetPoPSkew(d time.Duration) { l.n.popSkew.Store(max(int64(d), 0)) }
+
+// aheadOf returns how far ahead of this node's clock a replica heard
+// through via may run.
+func (n *Node) aheadOf(via Scope) int64 {
+	if ps := n.popSkew.Load(); via == ScopeGlobal && ps > 0 && ps < n.maxSkew {
+		return ps
+	}
+	return n.maxSkew
+}
 
 // Replicas returns the replica identities whose counts the node holds or
 // held (interned; forgotten once no live key references them), self

@@ -65,13 +65,46 @@ const (
 type partition struct {
 	since    int64               // when the unheard set became non-empty
 	healed   int64               // when every PoP was heard again; 0 while cut
-	unheard  map[string]bool     // "region/pop"
+	unheard  map[string]bool     // "region/pop", and "region/*" of their regions
+	listed   map[string]bool     // those SetUnheard was told
 	sideFrac float64             // PoP-count split: this side's PoPs / all PoPs
 	keys     map[shareKey]*share // per-key shares snapshotted at the cut
 	newKeys  *keyMap             // keys first seen during the cut
 	// sides holds, per share rule, this node's demand over all its keys
 	// (share_side.go).
 	sides map[crdt.RuleID]*sideDemand
+	// others tells the replicas of the unheard PoPs (healHeld).
+	others *otherReplicas
+}
+
+// otherReplicas tells, and remembers, which replicas belong to the unheard
+// PoPs of a partition: a PoP's nodes and aggregate, and the aggregate of a
+// region with an unheard PoP.
+type otherReplicas struct {
+	mu sync.Mutex
+	m  map[crdt.ReplicaID]bool
+}
+
+func (o *otherReplicas) of(p *partition, s *crdt.Store, id crdt.ReplicaID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	other, ok := o.m[id]
+	if !ok {
+		r := s.Replica(id)
+		other = p.unheard[popOf(r)]
+		if r.IsRegion() {
+			for u := range p.unheard {
+				if strings.HasPrefix(u, r.Region+"/") {
+					other = true
+					break
+				}
+			}
+		}
+		if len(o.m) < 1<<16 {
+			o.m[id] = other
+		}
+	}
+	return other
 }
 
 type keyMap struct {
@@ -187,9 +220,24 @@ func (l Link) SetUnheard(now int64, pops []string) {
 		}
 		return
 	}
-	unheard := map[string]bool{}
+	unheard, listed := map[string]bool{}, map[string]bool{}
 	for _, p := range pops {
-		unheard[p] = true
+		unheard[p], listed[p] = true, true
+	}
+	for _, p := range pops {
+		// A region's aggregate ("region/*", region voices) holds the counts
+		// of every PoP of the region: unheard with all of them, it stays
+		// so while any of them is. Heard again before its region's other
+		// PoP, one PoP made the aggregate this side's before its counts
+		// came, and a side of a two-sided surge took the whole limit for
+		// its share in the heal (1.29 of it). A region whose voice went on
+		// speaking (a PoP of it down or cut alone) keeps its aggregate
+		// heard.
+		if i := strings.IndexByte(p, '/'); i > 0 && cur != nil && cur.healed == 0 {
+			if agg := p[:i] + "/" + identity.RegionPoP; cur.unheard[agg] {
+				unheard[agg] = true
+			}
+		}
 	}
 	healing := cur != nil && cur.healed == 0 && subset(unheard, cur.unheard)
 	if healing && len(unheard) == len(cur.unheard) {
@@ -197,7 +245,7 @@ func (l Link) SetUnheard(now int64, pops []string) {
 	}
 	n.told = unheard
 	n.exclude(unheard)
-	p := n.snapshot(now, unheard, n.lastPart)
+	p := n.snapshot(now, unheard, listed, n.lastPart)
 	n.part.Store(p)
 	n.lastPart = p
 }
@@ -232,7 +280,7 @@ func (n *Node) resnapshot() {
 	if cur == nil {
 		return
 	}
-	p := n.snapshot(cur.since, cur.unheard, nil)
+	p := n.snapshot(cur.since, cur.unheard, cur.listed, nil)
 	p.healed = cur.healed
 	n.part.Store(p)
 	n.lastPart = p
@@ -259,17 +307,17 @@ func popOf(r identity.Replica) string { return r.Region + "/" + r.PoP }
 // kept is no base at all (a PoP heard late at startup, a short partial cut,
 // would otherwise leave every key of the next cut in its first window
 // split by PoP count).
-func (n *Node) snapshot(now int64, unheard map[string]bool, prev *partition) *partition {
-	p := &partition{since: now, unheard: unheard, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
-		sides: map[crdt.RuleID]*sideDemand{}}
+func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partition) *partition {
+	p := &partition{since: now, unheard: unheard, listed: listed, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
+		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}}}
 	all := map[string]bool{popOf(n.self): true}
 	for _, r := range n.store.Replicas() {
 		all[popOf(r)] = true
 	}
-	for u := range unheard {
+	for u := range listed {
 		all[u] = true
 	}
-	p.sideFrac = float64(len(all)-len(unheard)) / float64(len(all))
+	p.sideFrac = float64(len(all)-len(listed)) / float64(len(all))
 	rs := n.rules.Load()
 	cover := map[crdt.RuleID]float64{}
 	for _, r := range rs.sorted {
@@ -438,6 +486,9 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	case sh.win + 1:
 		frozen = window.Estimate(sh.frozen[1], 0, elapsed, r.width)
 	}
+	if p.healed != 0 {
+		frozen = max(frozen, n.healHeld(p, r, key, idx, elapsed))
+	}
 	// A share grown at this window opens as the previous window's counts
 	// decay: the other side may have spent its former share then.
 	budget := frac
@@ -446,6 +497,24 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	}
 	budget = min(budget, ramp.open(frac, now))
 	return budget*float64(r.Limit) + frozen, sh, true
+}
+
+// healHeld returns the estimate of key's counts owned by the PoPs that
+// were unheard, as this node holds them at a heal. While shares are held
+// after a heal the other side's counts arrive, and the estimate a decision
+// compares with the share's limit takes them in: without them in the limit
+// too, a side whose counts came was held below its share until the hold
+// ended, then spent the room that had opened at once, and the window after
+// it, which weighs that window's admits as spread evenly, went over the
+// limit (1 s windows: 1.22 of it). A side spends its share on top of what
+// the other side is known to have spent, as it does on top of the frozen
+// counts in the cut.
+func (n *Node) healHeld(p *partition, r *ruleState, key string, idx, elapsed int64) float64 {
+	prev, cur, ok := n.store.PeekOf(r.id, key, idx, func(id crdt.ReplicaID) bool { return p.others.of(p, n.store, id) })
+	if !ok {
+		return 0
+	}
+	return window.Estimate(prev, cur, elapsed, r.width)
 }
 
 func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *share {
@@ -479,7 +548,7 @@ func (n *Node) Partition(now int64) PartitionStatus {
 	active := p != nil && (p.healed == 0 || now-p.healed < n.healHold)
 	if active {
 		st.Partitioned, st.Since, st.SideShare = true, p.since, p.sideFrac
-		for u := range p.unheard {
+		for u := range p.listed {
 			st.Unheard = append(st.Unheard, u)
 		}
 		sort.Strings(st.Unheard)

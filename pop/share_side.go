@@ -175,7 +175,13 @@ func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
 	case d.nextE == 0:
 		d.nextC, d.nextE = c, e
 	}
-	if e <= fromE {
+	if e <= fromE || c-from < minSideDemand {
+		// A segment of fewer requests than a baseline needs measures
+		// them too coarsely: at 45 a segment, a node of a PoP of two
+		// took the noise of a fifth of a 1 s window for a failover
+		// (1.6 times its baseline's rate), grew its share while its
+		// mate did not, and the side spent 0.8 of the limit beside the
+		// other's half (1.41 of it).
 		return 0, false
 	}
 	return float64(c-from) / (float64(d.base) * (e - fromE)), true

@@ -122,6 +122,47 @@ func TestShareHealsAfterHold(t *testing.T) {
 	assert.False(t, eu.Partition(after).Partitioned)
 }
 
+// TestShareHoldCountsWhatArrived: while shares are held after a heal, the
+// other side's counts that have arrived raise the share's limit by as much
+// as they raise the estimate, so each side goes on spending its share
+// instead of nothing until the hold ends.
+func TestShareHoldCountsWhatArrived(t *testing.T) {
+	eu, us := shareNodes(t, Share)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	// One healthy window at the limit, even traffic.
+	for i := int64(0); i < 100; i++ {
+		now := start + i*W/100
+		_, _ = eu.Decide(now, "api", "k", 1)
+		_, _ = us.Decide(now, "api", "k", 1)
+		sync2(t, now, eu, us)
+	}
+	cut := start + W
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
+	us.Link().SetUnheard(cut, []string{"eu/ams"})
+	// Two windows of the cut, each side at its half; then no traffic.
+	for i := int64(0); i < 200; i++ {
+		now := cut + i*W/100
+		_, _ = eu.Decide(now, "api", "k", 1)
+		_, _ = us.Decide(now, "api", "k", 1)
+	}
+	// Healed half a window on, every count exchanged: the window before
+	// (50 per side) weighs half, so each side has room for 25 of its 50.
+	heal := cut + 2*W + W/2
+	eu.Link().SetUnheard(heal, nil)
+	us.Link().SetUnheard(heal, nil)
+	sync2(t, heal, eu, us)
+	now := heal + int64(DefaultHealHold)/2
+	admitted := 0
+	for j := 0; j < 40; j++ {
+		if d, _ := eu.Decide(now, "api", "k", 1); d.Allowed {
+			admitted++
+		}
+	}
+	assert.True(t, eu.Partition(now).Partitioned, "still held")
+	assert.InDelta(t, 25, admitted, 1, "a side spends its share on top of the other side's counts")
+}
+
 // TestShareFollowsAFailover: all of eu's traffic moves to us during the
 // cut (a dead PoP looks like a partitioned one). us's share grows to the
 // whole limit; eu, which has no traffic left, spends nothing; the two never
@@ -315,4 +356,38 @@ func TestDownPoPHoldsNoShare(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 40, admitted, "the limit less what us/iad counted")
+}
+
+// A region's aggregate (region voices) holds the counts of all its PoPs:
+// unheard with all of them, it stays the other side's while one of them
+// is, even once another PoP of its region is heard again (a heal noticed
+// PoP by PoP); a PoP unheard alone leaves it heard.
+func TestShareRegionAggregateStaysUnheard(t *testing.T) {
+	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
+	us, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "a", Incarnation: 1}, Rules: rules})
+	require.NoError(t, err)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	for range 30 {
+		_, _ = us.Decide(start, "api", "k", 1)
+	}
+	st := us.Link().Apply(start, &wire.Delta{Sender: identity.RegionReplica("eu", 1), SentAt: start, Epoch: 1,
+		Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: 70}}}, ScopeGlobal)
+	require.Equal(t, 1, st.Merged)
+	cut := start + W
+	us.Link().SetUnheard(cut, []string{"eu/*", "eu/ams", "eu/fra"})
+	p := us.Partition(cut)
+	require.Len(t, p.Rules, 1)
+	assert.InDelta(t, 0.3, p.Rules[0].MeanShare, 1e-9, "iad's 30 of 100")
+	us.Link().SetUnheard(cut+1, []string{"eu/fra"})
+	p = us.Partition(cut + 1)
+	assert.InDelta(t, 0.3, p.Rules[0].MeanShare, 1e-9, "eu/ams heard again: eu's aggregate is still the other side's")
+	assert.Equal(t, []string{"eu/fra"}, p.Unheard, "the status names the PoPs it was told")
+
+	// A PoP unheard while its region's voice speaks leaves the aggregate
+	// this side's.
+	us.Link().SetUnheard(cut+2, nil)
+	us.Link().SetUnheard(cut+int64(time.Second), []string{"eu/fra"})
+	p = us.Partition(cut + int64(time.Second))
+	assert.InDelta(t, 1, p.Rules[0].MeanShare, 1e-9, "eu's aggregate heard: this side's")
 }

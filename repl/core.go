@@ -197,6 +197,7 @@ func New(cfg Config) (*Core, error) {
 		markTo:       map[identity.PoPID]bool{},
 	}
 	c.node = fleetNode{Node: cfg.Node, corr: &c.corr}
+	boundPoPSkew(cfg.Node)
 	c.startStartup()
 	for _, p := range cfg.expectedPoPs() {
 		if p != c.selfPoP && len(c.peers.m) < cfg.MaxPoPs {

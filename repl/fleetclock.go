@@ -66,6 +66,28 @@ const correctionStep = int64(20 * time.Millisecond)
 // more has a clock to fix, not a median to follow.
 const maxCorrection = int64(10 * time.Minute)
 
+// popSkew is how far ahead of a node's fleet clock another PoP's may run:
+// the fleet clock leaves a PoP up to minCorrection off, and its estimate
+// errs by up to a one-way latency, which the offsets carried back take
+// out. An entry of another PoP for a window that starts further ahead was
+// counted before its sender's correction stepped its clock back (at a
+// start, before the first heartbeats): its sender moved those counts back
+// to the window they belong to (crdt's rebase), and, kept, they stood in
+// the window ahead as counts of nobody's until the sender's new ones there
+// passed them. With 1 s windows and two PoPs 1 s apart, every node refused
+// the first part of the second window that way and spent the room at its
+// end, which the sliding estimate of the third weighs as spread evenly:
+// 1.24 of the limit (skewed-two-pops-1s), 1.12 without them.
+const popSkew = 2 * minCorrection
+
+// boundPoPSkew tells the node core how far ahead another PoP's clock may
+// run (popSkew), when it takes a bound below its MaxSkew.
+func boundPoPSkew(n Node) {
+	if b, ok := n.(interface{ SetPoPSkew(time.Duration) }); ok {
+		b.SetPoPSkew(time.Duration(popSkew))
+	}
+}
+
 // ClockCorrection returns what this node adds to its clock to decide on the
 // fleet clock (0 when the fleet agrees within minCorrection). The runtime
 // adds it to the time it hands the node core directly; the Core adds it to
@@ -126,7 +148,22 @@ func (c *Core) updateCorrection(now int64) {
 	}
 	corr = min(max(corr, -maxCorrection), maxCorrection)
 	if abs(corr-c.corr) > correctionStep || (corr == 0) != (c.corr == 0) {
+		c.clockStepped(now+c.corr, now+corr)
 		c.corr = corr
+	}
+}
+
+// clockStepped tells the node core that its clock steps from before to
+// after (pop's Link.ClockStepped: a step forward carries the keys it
+// counted in the window the clock leaves). A step back moves no key here:
+// the node core moves one back at its first decision after it.
+func (c *Core) clockStepped(before, after int64) {
+	n := c.node
+	if f, ok := n.(fleetNode); ok {
+		n = f.Node
+	}
+	if s, ok := n.(interface{ ClockStepped(before, after int64) }); ok {
+		s.ClockStepped(before, after)
 	}
 }
 

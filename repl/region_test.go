@@ -340,3 +340,41 @@ func TestInventedPoPDoesNotSilenceTheVoice(t *testing.T) {
 	v, _ := c2.RegionVoice()
 	assert.True(t, v, "eu/aaa is not expected: it takes no part")
 }
+
+// Under region voices the region's PoPs flush at the region's phase, every
+// PoP but the voice half a flush interval ahead of it, so that its totals
+// reach the voice before the voice sums them; the voice keeps the region's
+// phase, and a PoP taking over as the voice moves to it.
+func TestRegionSlotsAlignToTheVoice(t *testing.T) {
+	c, now := regionCore(t, ams1, euFra, usIad)
+	fl := int64(c.cfg.FlushInterval)
+	region := c.regionPhase()
+	now += int64(3 * time.Second)
+	for range 8 {
+		now += int64(500 * time.Millisecond)
+		c.Tick(now)
+		c.Step(now, heartbeatFrom(euFra, now))
+		c.Step(now, heartbeatFrom(usIad, now))
+	}
+	if v, _ := c.RegionVoice(); !v || c.slotPhase() != region {
+		t.Fatalf("voice %v at phase %d, want the voice at the region's phase %d", v, c.slotPhase(), region)
+	}
+	for range 4 {
+		now += int64(500 * time.Millisecond)
+		c.Step(now, heartbeatFrom(euAaa, now))
+		c.Step(now, countsFrom(euAaa, now, "k", 1))
+		c.Step(now, heartbeatFrom(euFra, now))
+		c.Tick(now)
+	}
+	if v, _ := c.RegionVoice(); v {
+		t.Fatal("still the voice while eu/aaa is heard")
+	}
+	if want := ((region-fl/2)%fl + fl) % fl; c.slotPhase() != want {
+		t.Fatalf("phase %d, want half a flush interval ahead of the region's %d: %d", c.slotPhase(), region, want)
+	}
+	// The next flush is at the new phase.
+	c.Ready()
+	if next := c.nextFlush; (next-c.slotPhase())%fl != 0 || next <= now || next > now+fl {
+		t.Fatalf("next flush at %d, not on the new slots within a flush interval of %d", next, now)
+	}
+}

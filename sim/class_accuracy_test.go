@@ -112,34 +112,114 @@ func TestMildOverloadAcrossTheClass(t *testing.T) {
 	}
 }
 
-// 1 s windows with clocks 1 s (or 1.5 s) apart across regions, of other
-// shapes: two PoPs of two nodes, four PoPs of one to three nodes, a skew
-// of more than a window. share never goes further over the limit than
-// keep, and skewed-two-pops-1s no longer starts at 1.40 of the limit: the
-// PoP a window ahead stepped back a whole window to the fleet clock while
-// it counted on in the window ahead, where the others did not look for
-// its counts (crdt's steppedBack). What remains over 1.20 is the first
-// seconds of a start with clocks apart (the fleet clock settles within a
-// few heartbeats) and the heal of a cut (as without skew: 1.18 in
-// skewed-two-pops-1s with its clocks agreeing).
+// 1 s windows with clocks 0.5 s to 1.5 s apart across regions (each
+// scenario's skews, and 0.5 s and 1.5 s in their stead), on fleets
+// of other shapes: two PoPs of two nodes, four PoPs of one to three nodes,
+// one-node PoPs in three regions one of which runs behind, three regions one
+// of which runs ahead, two regions 1.5 s apart, five one-node PoPs with two
+// cuts; other seeds, both region voices settings. share stays within 1.20
+// of the limit in the cuts and after them, and never goes further over it
+// than keep (or 1.10). Three things took these fleets past 1.20, each at a
+// window's edge: a PoP ahead counted its first heartbeats' worth in the
+// window ahead before its clock stepped back, and the others kept what it
+// had sent there (every node then refused that window's first part and
+// spent the room at its end, which the sliding estimate of the next weighs
+// as spread evenly: up to 1.26); a PoP behind counted its first part in
+// the window before, where the estimate weighs it by the time left
+// (1.25); and a side held to its share after a heal compared it with an
+// estimate that took in the other side's counts as they came (refusing
+// until the hold ended, then spending the room at once: 1.22).
+//
+// Not held: a fleet that starts all at once on a fleet clock whose windows
+// begin half a window after its start (the clock the fleet agrees on is
+// that of the PoPs a fraction of a window off true time, where the central
+// limiter starts at a window's start) spends the limit in the half window
+// it sees of its first window, and the sliding estimate of the next weighs
+// those admits as spread over the whole of it: 1.22-1.53 in the first two
+// seconds. Weighing them as spread over the part the node saw only moved
+// the peak a window on (1.25), where that window's admits came late in
+// turn. Nor, on skewed-behind-1500ms-1s (us behind eu; every PoP but
+// one of its region is of two nodes or one, three keys at 2.5x), is the
+// first second: until the clocks agree (the first heartbeats, 100-250 ms
+// in) each side counts in a window the other does not count, and the
+// window after the over-admitted first one is refused at its start and
+// spent at its end (1.205 with us 1 s behind, 1.44 with 1.5 s). Those runs
+// check the cut and the rest of the run.
 func TestSkewedOneSecondWindowsAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
-	for _, name := range []string{"skewed-two-pops-1s", "skewed-four-pops-1s", "skewed-two-pops-1500ms-1s"} {
-		for _, voices := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/voices=%v", name, voices), func(t *testing.T) {
-				t.Parallel()
-				share := runVariant(t, name, "share", voices, 0, 0, nil)
-				keep := runVariant(t, name, "keep", voices, 0, 0, nil)
-				_, _, healthy := inPhases(share, "healthy")
-				_, _, cut := inPhases(share, "partitioned")
-				t.Logf("max a/l %.3f (keep %.3f), before the cut %.3f, in it %.3f", share.MaxAdmittedRatio, keep.MaxAdmittedRatio, healthy, cut)
-				assert.LessOrEqual(t, share.MaxAdmittedRatio, max(keep.MaxAdmittedRatio, 1.10))
-				assert.LessOrEqual(t, share.MaxAdmittedRatio, 1.30)
-				assert.LessOrEqual(t, cut, 1.20)
-				if name == "skewed-two-pops-1s" {
-					assert.LessOrEqual(t, healthy, 1.25)
+	for _, tc := range []struct {
+		name  string
+		seeds []uint64
+		// offStart: the start is not held to 1.20 (see above): the fleet
+		// clock follows the skewed PoPs, so a skew of a fraction of a
+		// window starts the fleet inside a window, or every PoP of a
+		// region is blind to the others' windows until the clocks agree.
+		offStart bool
+		// cutVoices bounds the cut with region voices (0: 1.20).
+		cutVoices float64
+	}{
+		{"skewed-two-pops-1s", []uint64{0, 4}, false, 0},
+		{"skewed-four-pops-1s", []uint64{0, 2}, false, 0},
+		{"skewed-behind-1s", []uint64{0, 3}, false, 0},
+		{"skewed-ahead-500ms-1s", []uint64{0, 1}, false, 0},
+		// Not held either: a cut of two regions noticed a peer timeout
+		// late, each side spending what it sees meanwhile (1.205-1.24
+		// under region voices; 1.175 before the region's flush slots were
+		// aligned to its voice's).
+		{"skewed-behind-1500ms-1s", []uint64{0, 2}, true, 1.25},
+		{"skewed-five-pops-1s", []uint64{0, 2}, true, 0},
+	} {
+		for _, skew := range []time.Duration{0, 500 * time.Millisecond, 1500 * time.Millisecond} {
+			for si, seed := range tc.seeds {
+				for _, voices := range []bool{false, true} {
+					if si > 0 && !voices {
+						continue // other seeds with region voices only: the runs take time
+					}
+					t.Run(fmt.Sprintf("%s/skew=%s/seed=%d/voices=%v", tc.name, skew, seed, voices), func(t *testing.T) {
+						t.Parallel()
+						offStart := false
+						change := func(sc *Scenario) {
+							for i := range sc.Events {
+								cs := sc.Events[i].ClockSkew
+								if cs == nil {
+									continue
+								}
+								if skew != 0 {
+									cs.Offset = skew * time.Duration(sign(cs.Offset))
+								}
+								offStart = tc.offStart
+							}
+						}
+						share := runVariant(t, tc.name, "share", voices, seed, 0, change)
+						_, _, healthy := inPhases(share, "healthy")
+						_, _, cut := inPhases(share, "partitioned")
+						_, _, healed := inPhases(share, "healed")
+						t.Logf("max a/l %.3f: before the cut %.3f, in it %.3f, after it %.3f", share.MaxAdmittedRatio, healthy, cut, healed)
+						cutMax := 1.20
+						if voices && tc.cutVoices != 0 {
+							cutMax = tc.cutVoices
+						}
+						assert.LessOrEqual(t, cut, cutMax, "in the cut")
+						assert.LessOrEqual(t, healed, 1.20, "after it")
+						if offStart {
+							assert.LessOrEqual(t, share.MaxAdmittedRatio, 1.55, "a start inside a window")
+						} else {
+							assert.LessOrEqual(t, share.MaxAdmittedRatio, 1.20)
+						}
+						if skew == 0 && seed == 0 {
+							keep := runVariant(t, tc.name, "keep", voices, 0, 0, nil)
+							assert.LessOrEqual(t, share.MaxAdmittedRatio, max(keep.MaxAdmittedRatio, 1.10))
+						}
+					})
 				}
-			})
+			}
 		}
 	}
+}
+
+func sign(d time.Duration) int {
+	if d < 0 {
+		return -1
+	}
+	return 1
 }
