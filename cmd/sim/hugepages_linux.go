@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -15,9 +17,11 @@ import (
 // caches too. Huge pages (2 MB) cut those walks: the simulator asks the
 // kernel (transparent huge pages, "madvise" mode or "always") to back its
 // large anonymous mappings, the Go heap and the stores' tables, with them,
-// and to collapse what is already there (MADV_COLLAPSE, Linux 6.1), once a
-// second as the heap grows. Where the kernel cannot, nothing changes; the
-// reports are the same either way.
+// once a second as the heap grows, and collapses into huge pages what was
+// mapped since the last time (MADV_COLLAPSE, Linux 6.1), once: memory the
+// Go runtime hands back and takes again stays in small pages rather than
+// being copied again every second. Where the kernel cannot, nothing
+// changes; the reports are the same either way.
 
 const (
 	madvHugePage = 14 // MADV_HUGEPAGE
@@ -30,8 +34,9 @@ const (
 func hugePages(stop <-chan struct{}) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var done spans
 	for {
-		adviseHuge()
+		adviseHuge(&done)
 		select {
 		case <-stop:
 			return
@@ -41,8 +46,9 @@ func hugePages(stop <-chan struct{}) {
 }
 
 // adviseHuge advises huge pages for every private writable anonymous
-// mapping of at least hugeMin bytes.
-func adviseHuge() {
+// mapping of at least hugeMin bytes, and collapses the parts of them not
+// in done, which it adds to done.
+func adviseHuge(done *spans) {
 	b, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		return
@@ -65,6 +71,46 @@ func adviseHuge() {
 		}
 		// Errors are ignored: the kernel may not have huge pages.
 		syscall.Syscall(syscall.SYS_MADVISE, uintptr(a), uintptr(z-a), madvHugePage)
-		syscall.Syscall(syscall.SYS_MADVISE, uintptr(a), uintptr(z-a), madvCollapse)
+		for _, g := range done.gaps(a, z) {
+			syscall.Syscall(syscall.SYS_MADVISE, uintptr(g[0]), uintptr(g[1]-g[0]), madvCollapse)
+		}
+		done.add(a, z)
 	}
+}
+
+// spans is a sorted list of disjoint address ranges [start, end).
+type spans [][2]uint64
+
+// gaps returns the parts of [a, z) that s does not hold.
+func (s spans) gaps(a, z uint64) [][2]uint64 {
+	var out [][2]uint64
+	for _, r := range s {
+		if r[1] <= a || r[0] >= z {
+			continue
+		}
+		if r[0] > a {
+			out = append(out, [2]uint64{a, r[0]})
+		}
+		a = max(a, r[1])
+	}
+	if a < z {
+		out = append(out, [2]uint64{a, z})
+	}
+	return out
+}
+
+// add adds [a, z) to s, merging the ranges it touches.
+func (s *spans) add(a, z uint64) {
+	out := (*s)[:0:0]
+	for _, r := range *s {
+		switch {
+		case r[1] < a || r[0] > z:
+			out = append(out, r)
+		default:
+			a, z = min(a, r[0]), max(z, r[1])
+		}
+	}
+	out = append(out, [2]uint64{a, z})
+	slices.SortFunc(out, func(x, y [2]uint64) int { return cmp.Compare(x[0], y[0]) })
+	*s = out
 }
