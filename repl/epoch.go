@@ -12,6 +12,7 @@ func (c *Core) setEpoch(now int64, e uint64) {
 		c.stats.EpochChanges++
 	}
 	c.epoch = e
+	c.epochGen++
 	c.node.SetEpoch(e)
 	c.want |= wantGlobalAE | wantAnnounce
 	c.askSync(now)

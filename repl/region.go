@@ -113,6 +113,7 @@ func (c *Core) updateRegion(now int64) {
 	}
 	if voice && c.region.epoch == 0 && c.epoch != 0 && now-c.startedAt >= wait {
 		c.region.epoch = c.epoch // the region's history is gone: a new epoch
+		c.epochGen++
 		c.stats.RegionEpochChanges++
 		c.askFormerRegion(now)
 		c.announceRegion(now)
@@ -133,6 +134,7 @@ func (c *Core) learnRegionEpoch(now int64, e uint64) {
 	}
 	known := c.region.epoch != 0
 	c.region.epoch = e
+	c.epochGen++
 	c.stats.RegionEpochChanges++
 	if !known {
 		c.askFormerRegion(now)
@@ -412,9 +414,10 @@ func (c *Core) noteRegionEpoch(now int64, region string, e uint64) {
 	if c.region.epochs == nil {
 		c.region.epochs = map[string]uint64{}
 	}
-	_, ok := c.region.epochs[region]
-	if ok || len(c.region.epochs) < c.cfg.MaxPoPs {
+	was, ok := c.region.epochs[region]
+	if (ok || len(c.region.epochs) < c.cfg.MaxPoPs) && was != e {
 		c.region.epochs[region] = e
+		c.epochGen++
 	}
 	if !ok && c.region.formerDropped {
 		c.region.formerDropped = false

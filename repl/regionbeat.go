@@ -169,7 +169,7 @@ func (c *Core) stepRegionBeat(now int64, m Message, res *StepResult) {
 	}
 	c.observe(now, d.SentAt, p)
 	if d.Epoch != 0 {
-		p.epoch = d.Epoch
+		c.setPeerEpoch(p, d.Epoch)
 	}
 	c.checkDrift(now, p, d)
 	c.takeRegionEpoch(now, m.From, d)

@@ -1,6 +1,7 @@
 package repl
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/geolimit/geolimit/identity"
@@ -155,6 +156,14 @@ func (h *heldAggregates) formerKnown(c *Core) bool {
 		return h.former
 	}
 	h.formerSet = true
+	hc := &c.held
+	if hc.ok && hc.epochGen == c.epochGen && hc.peerGen == c.peers.gen && slices.Equal(hc.reps, h.reps) {
+		h.former = hc.former
+		return h.former
+	}
+	defer func() {
+		*hc = heldCache{ok: true, epochGen: c.epochGen, peerGen: c.peers.gen, reps: h.reps, former: h.former}
+	}()
 	for _, r := range h.reps {
 		if !r.IsPoP() {
 			continue
@@ -258,4 +267,23 @@ func (c *Core) currentEpoch(id identity.PoPID) uint64 {
 		return p.epoch
 	}
 	return 0
+}
+
+// setPeerEpoch records e as remote PoP p's current epoch.
+func (c *Core) setPeerEpoch(p *peer, e uint64) {
+	if p.epoch != e {
+		p.epoch = e
+		c.epochGen++
+	}
+}
+
+// heldCache is what heldAggregates.formerKnown last found, and what it was
+// found of: the same replicas held and the same epochs known give the same
+// answer, without a look-up of every PoP's epoch. At a cold start every
+// PoP asks for a sync, and each relay to one looked every PoP held up.
+type heldCache struct {
+	ok                bool
+	epochGen, peerGen uint64
+	reps              []identity.Replica
+	former            bool
 }
