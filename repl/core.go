@@ -85,9 +85,6 @@ type Core struct {
 	relayTAT     int64
 	hasExpected  bool
 	expectedPoPs int // how many remote PoPs are expected
-	// epochGen changes whenever an epoch this node knows does: its PoP's,
-	// its region's, another PoP's or another region's (relay.go).
-	epochGen uint64
 	// held caches whether a former epoch is held (relay.go).
 	held heldCache
 

@@ -47,6 +47,7 @@ func (c *Core) checkPeers(now int64) {
 		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
 			c.peers.del(id)
 			c.remote.ok = false // its slot may be given to another
+			c.held.ok = false   // its epoch is no longer known (relay.go)
 			if p.drift.n > 0 {
 				c.clocked = slices.DeleteFunc(c.clocked, func(q *peer) bool { return q == p })
 			}

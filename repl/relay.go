@@ -157,12 +157,17 @@ func (h *heldAggregates) formerKnown(c *Core) bool {
 	}
 	h.formerSet = true
 	hc := &c.held
-	if hc.ok && hc.epochGen == c.epochGen && hc.peerGen == c.peers.gen && slices.Equal(hc.reps, h.reps) {
+	if hc.ok && slices.Equal(hc.reps, h.reps) {
 		h.former = hc.former
 		return h.former
 	}
 	defer func() {
-		*hc = heldCache{ok: true, epochGen: c.epochGen, peerGen: c.peers.gen, reps: h.reps, former: h.former}
+		*hc = heldCache{ok: true, reps: h.reps, former: h.former, pops: map[identity.PoPID]bool{}}
+		for _, r := range h.reps {
+			if r.IsPoP() {
+				hc.pops[r.PoPID] = true
+			}
+		}
 	}()
 	for _, r := range h.reps {
 		if !r.IsPoP() {
@@ -273,17 +278,28 @@ func (c *Core) currentEpoch(id identity.PoPID) uint64 {
 func (c *Core) setPeerEpoch(p *peer, e uint64) {
 	if p.epoch != e {
 		p.epoch = e
-		c.epochGen++
+		c.held.changed(p.id)
 	}
 }
 
 // heldCache is what heldAggregates.formerKnown last found, and what it was
-// found of: the same replicas held and the same epochs known give the same
-// answer, without a look-up of every PoP's epoch. At a cold start every
-// PoP asks for a sync, and each relay to one looked every PoP held up.
+// found of: the same replicas held and the same epochs known of their PoPs
+// give the same answer, without a look-up of every PoP's epoch. At a cold
+// start every PoP asks for a sync, and each relay to one looked every PoP
+// held up. A change of the epoch of a PoP held, or of the own PoP's or
+// region's, drops it (changed); a PoP added has no epoch yet, as when it
+// was not known, and one deleted drops it (checkPeers).
 type heldCache struct {
-	ok                bool
-	epochGen, peerGen uint64
-	reps              []identity.Replica
-	former            bool
+	ok     bool
+	reps   []identity.Replica
+	pops   map[identity.PoPID]bool // the PoPs (and regions) of reps
+	former bool
+}
+
+// changed drops the cache when it holds counts of PoP (or region
+// aggregate) id, whose epoch changed.
+func (h *heldCache) changed(id identity.PoPID) {
+	if h.ok && h.pops[id] {
+		h.ok = false
+	}
 }

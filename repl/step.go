@@ -164,7 +164,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 	}
 	c.observe(now, d.SentAt, p)
 	if d.Epoch != 0 && m.Kind != KindDelta {
-		c.epochHeard(p, d.Epoch) // crash.go
+		c.epochHeard(p, d.Epoch)   // crash.go
 		c.setPeerEpoch(p, d.Epoch) // the sender's current epoch
 	}
 	switch m.Kind {
