@@ -17,22 +17,26 @@ import (
 // caches too. Huge pages (2 MB) cut those walks: the simulator asks the
 // kernel (transparent huge pages, "madvise" mode or "always") to back its
 // large anonymous mappings, the Go heap and the stores' tables, with them,
-// once a second as the heap grows, and collapses into huge pages what was
+// four times a second as the heap grows, and collapses into huge pages what was
 // mapped since the last time (MADV_COLLAPSE, Linux 6.1), once: memory the
 // Go runtime hands back and takes again stays in small pages rather than
-// being copied again every second. Where the kernel cannot, nothing
+// being copied again at every look. Where the kernel cannot, nothing
 // changes; the reports are the same either way.
 
 const (
 	madvHugePage = 14 // MADV_HUGEPAGE
 	madvCollapse = 25 // MADV_COLLAPSE
 	hugeMin      = 2 << 20
+	// hugeEvery is how often the mappings are read again: soon enough
+	// that little of a new mapping is touched before it is advised, so
+	// that little is copied to collapse it.
+	hugeEvery = 250 * time.Millisecond
 )
 
-// hugePages advises huge pages at once and then every second until stop
-// is closed.
+// hugePages advises huge pages at once and then every hugeEvery until
+// stop is closed.
 func hugePages(stop <-chan struct{}) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(hugeEvery)
 	defer t.Stop()
 	var done spans
 	for {
