@@ -65,9 +65,8 @@ func (c *Core) observe(now, sentAt int64, p *peer) {
 	if p == nil {
 		raised = c.popLag.sample(age)
 	} else {
-		old := c.lagOf(p)
 		raised = p.lag.sample(age)
-		c.remote.sampled(old, c.lagOf(p))
+		c.sampled(now, p)
 	}
 	if raised {
 		c.allowDirty = true
@@ -131,35 +130,65 @@ func (c *Core) updateAllowance(now int64, force bool) {
 func (c *Core) Allowance() (popScope, global replicated.Allowance) { return c.allow[0], c.allow[1] }
 
 // remotePoPs is what updateAllowance last found of the remote PoPs that
-// count: how many, the largest latency among them and how many have it. A
-// message that raises one PoP's latency then costs O(1) rather than a walk
-// over every PoP. It stays exact while ok and now is in [at, until]: until
-// is the earliest time a counted PoP turns silent, heard invalidates it
-// when a PoP that did not count is heard, and a sample that lowers the
-// largest latency of the last PoP that had it invalidates it.
+// count: how many and the largest latency among them. A
+// message that moves one PoP's latency then costs O(log PoPs) rather than
+// a walk over every PoP. It stays exact while ok and now is in [at,
+// until]: until is the earliest time a counted PoP turns silent, a PoP
+// that starts counting (heard first, or again after a silence) joins it,
+// and a sample of a PoP the view holds that no longer counts invalidates
+// it.
 type remotePoPs struct {
 	ok        bool
 	at, until int64
 	part      uint64 // the partVersion it was computed under
 	pops      int
 	far       int64
-	atFar     int // counted PoPs whose latency is far
+	lags      lagMax // the latency of every PoP counted, by slot
 }
 
-// sampled updates the view after a counted PoP's latency went from old to
-// lag.
-func (r *remotePoPs) sampled(old, lag int64) {
-	switch {
-	case !r.ok || lag == old:
-	case lag > r.far:
-		r.far, r.atFar = lag, 1
-	case lag == r.far:
-		r.atFar++
-	case old == r.far:
-		if r.atFar--; r.atFar == 0 {
-			r.ok = false
-		}
+// sampled updates the view after remote PoP p's latency was sampled at
+// now.
+func (c *Core) sampled(now int64, p *peer) {
+	r := &c.remote
+	if !r.ok {
+		return
 	}
+	if !r.lags.has(p.slot) || r.lags.get(p.slot) < 0 {
+		c.joinView(now, p)
+		return
+	}
+	if !c.countsNow(p, now) {
+		r.ok = false // no longer counts: walk again (rare, as until covers silences)
+		return
+	}
+	r.lags.set(p.slot, c.lagOf(p))
+	r.far = r.lags.max()
+}
+
+// joinView adds remote PoP p to the view when it counts at now and the
+// view does not hold it yet: a PoP heard first, or again after a silence.
+func (c *Core) joinView(now int64, p *peer) {
+	r := &c.remote
+	switch {
+	case !r.ok || !c.countsNow(p, now):
+	case !r.lags.has(p.slot):
+		r.ok = false // a PoP added since the walk: walk again, with room for it
+	case r.lags.get(p.slot) < 0:
+		r.lags.set(p.slot, c.lagOf(p))
+		r.pops++
+		if p.heardOnce {
+			r.until = min(r.until, p.lastHeard+int64(c.cfg.PeerTimeout))
+		}
+		r.far = r.lags.max()
+	}
+}
+
+// countsNow reports whether remote PoP p counts at now (remoteView).
+func (c *Core) countsNow(p *peer, now int64) bool {
+	if p.heardOnce {
+		return !c.silent(p, now)
+	}
+	return p.expected && c.partVersion == 0 // never heard: only until the first check of the peers
 }
 
 // lagOf returns remote PoP p's latency: as measured, or before any sample
@@ -178,24 +207,20 @@ func (c *Core) remoteView(now int64, force bool) remotePoPs {
 	if !force && r.ok && now >= r.at && now <= r.until && r.part == c.partVersion {
 		return *r
 	}
-	*r = remotePoPs{ok: true, at: now, until: math.MaxInt64, part: c.partVersion}
+	lags := r.lags
+	*r = remotePoPs{ok: true, at: now, until: math.MaxInt64, part: c.partVersion, lags: lags}
+	r.lags.reset(int(c.peers.slots))
 	for _, p := range c.peers.m {
-		if p.heardOnce && c.silent(p, now) {
-			continue // partitioned: its counts are frozen, it hears nothing of ours
-		}
-		if !p.heardOnce && (!p.expected || c.partVersion > 0) {
-			continue // never heard: counted only until the first check of the peers
+		if !c.countsNow(p, now) {
+			continue // partitioned (its counts are frozen, it hears nothing of ours), or never heard
 		}
 		if p.heardOnce {
 			r.until = min(r.until, p.lastHeard+int64(c.cfg.PeerTimeout))
 		}
 		r.pops++
-		switch lag := c.lagOf(p); {
-		case lag > r.far:
-			r.far, r.atFar = lag, 1
-		case lag == r.far:
-			r.atFar++
-		}
+		r.lags.put(p.slot, c.lagOf(p))
 	}
+	r.lags.build()
+	r.far = r.lags.max()
 	return *r
 }

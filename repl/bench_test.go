@@ -125,3 +125,44 @@ func BenchmarkAntiEntropyStall(b *testing.B) {
 	b.ReportMetric(float64(worst)/1e6, "max-tick-ms")
 	b.ReportMetric(float64(total)/1e6/float64(rounds), "total-ms")
 }
+
+// BenchmarkStepFirstHeard steps a node of a fleet of 1 000 expected PoPs
+// with the first heartbeat of each, as at a cold start of the fleet: every
+// PoP joins the view of the PoPs that count (allowance.go), which once
+// cost a walk over every PoP each. ns/op is per fleet heard.
+func BenchmarkStepFirstHeard(b *testing.B) {
+	const pops = 1000
+	ids := make([]identity.PoPID, pops)
+	for i := range ids {
+		ids[i] = identity.PoPID{Region: fmt.Sprintf("r%d", i%25), PoP: fmt.Sprintf("p%04d", i)}
+	}
+	msgs := make([]Message, pops)
+	deltas := make([]wire.Delta, pops)
+	for i, id := range ids {
+		deltas[i] = wire.Delta{Sender: identity.Replica{PoPID: id, Node: "x", Incarnation: 1}, Epoch: 1}
+		msgs[i] = Message{Link: LinkGlobal, Kind: KindHeartbeat, From: id, Delta: &deltas[i]}
+	}
+	node := testNode(b, ams1).Link()
+	ms := int64(time.Millisecond)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		cfg := Config{Settings: DefaultSettings()}
+		cfg.Node, cfg.PoPLink, cfg.GlobalLink = node, true, true
+		cfg.MaxPoPs = pops
+		cfg.ExpectedPoPs = popNames(ids...)
+		c, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := int64(1_000_000) * ms
+		c.Tick(now)
+		c.SetMembers(now, []string{"a2#1"})
+		b.StartTimer()
+		for j := range msgs {
+			now += 10_000
+			deltas[j].SentAt = now - 50*ms - int64(j%20)*ms
+			c.Step(now, msgs[j])
+		}
+	}
+}

@@ -36,6 +36,11 @@ type Core struct {
 	corr        int64
 	corrScratch []int64
 	corrHeld    bool // unheard expected PoPs held its last computation
+	// clocked holds the remote PoPs whose clock was sampled (drift.n >
+	// 0), clockedExpected how many of them are expected: the fleet clock
+	// reads them without a walk over every PoP.
+	clocked         []*peer
+	clockedExpected int
 
 	// The periodic anti-entropy round under way: part aePart of aeParts is
 	// due at aePartAt(aePart); aePart == aeParts when none is.
@@ -79,6 +84,9 @@ type Core struct {
 	waitingSince map[identity.PoPID]int64
 	relayTAT     int64
 	hasExpected  bool
+	expectedPoPs int // how many remote PoPs are expected
+	// held caches whether a former epoch is held (relay.go).
+	held heldCache
 
 	partitioned []identity.PoPID
 	partVersion uint64
@@ -205,6 +213,7 @@ func New(cfg Config) (*Core, error) {
 			c.hasExpected = true
 		}
 	}
+	c.expectedPoPs = len(c.peers.m) // every PoP known so far is expected
 	c.setMembers(nil)
 	if !cfg.PoPLink {
 		// Alone in its PoP: every start is a new epoch.

@@ -111,6 +111,12 @@ func (c *Core) fingerprints() []crdt.Entry {
 func (c *Core) checkDrift(now int64, p *peer, d *wire.Delta) {
 	dr := &p.drift
 	if d.SentAt != 0 {
+		if dr.n == 0 {
+			c.clocked = append(c.clocked, p) // fleetclock.go
+			if p.expected {
+				c.clockedExpected++
+			}
+		}
 		dr.offsets[dr.next] = min(max(d.SentAt, now-maxClockOffset), now+maxClockOffset) - now
 		dr.next = (dr.next + 1) % driftSamples
 		dr.n = min(dr.n+1, driftSamples)

@@ -12,6 +12,7 @@ func (c *Core) setEpoch(now int64, e uint64) {
 		c.stats.EpochChanges++
 	}
 	c.epoch = e
+	c.held.ok = false // relay.go
 	c.node.SetEpoch(e)
 	c.want |= wantGlobalAE | wantAnnounce
 	c.askSync(now)

@@ -121,15 +121,11 @@ func (c *Core) correctionMoved(now int64, p *peer) bool {
 // the same, within correctionStep, wherever their clocks are.
 func (c *Core) updateCorrection(now int64) {
 	offs := append(c.corrScratch[:0], 0) // the own PoP
-	unheard := 0
-	for _, p := range c.peers.m {
-		if p.drift.n > 0 {
-			p.drift.used, p.drift.usedSet = p.drift.fleetOffset(), true
-			offs = append(offs, p.drift.used)
-		} else if p.expected {
-			unheard++
-		}
+	for _, p := range c.clocked {
+		p.drift.used, p.drift.usedSet = p.drift.fleetOffset(), true
+		offs = append(offs, p.drift.used)
 	}
+	unheard := c.expectedPoPs - c.clockedExpected
 	c.corrScratch = offs
 	slices.Sort(offs)
 	if now-c.startedAt > int64(c.cfg.PeerTimeout) {

@@ -108,8 +108,9 @@ func (c *Core) stepGoodbye(now int64, m Message, d *wire.Delta, left uint64) {
 // sent before the PoP's goodbye (a late message of its last moments),
 // which leaves it gone.
 func (c *Core) heardFrom(id identity.PoPID, now, sentAt int64) *peer {
-	if p := c.peers.get(id); p != nil && p.gone && sentAt <= p.goneSent {
+	p := c.peers.get(id)
+	if p != nil && p.gone && sentAt <= p.goneSent {
 		return p
 	}
-	return c.heard(id, now)
+	return c.heardPeer(id, p, now)
 }

@@ -47,6 +47,11 @@ func (c *Core) checkPeers(now int64) {
 	for id, p := range c.peers.m {
 		if !p.expected && now-p.lastHeard > int64(c.cfg.ForgetAfter) {
 			c.peers.del(id)
+			c.remote.ok = false // its slot may be given to another
+			c.held.ok = false   // its epoch is no longer known (relay.go)
+			if p.drift.n > 0 {
+				c.clocked = slices.DeleteFunc(c.clocked, func(q *peer) bool { return q == p })
+			}
 			delete(c.relayTo, id)
 			delete(c.relayLater, id)
 			delete(c.waitingSince, id)
@@ -112,7 +117,11 @@ func (c *Core) Partitioned() ([]identity.PoPID, uint64) {
 // time or again after a silence is asked for its totals and sent what this
 // PoP holds of its former epochs.
 func (c *Core) heard(id identity.PoPID, now int64) *peer {
-	p := c.peers.get(id)
+	return c.heardPeer(id, c.peers.get(id), now)
+}
+
+// heardPeer is heard with p, id's state as peers.get returns it.
+func (c *Core) heardPeer(id identity.PoPID, p *peer, now int64) *peer {
 	if p == nil {
 		if len(c.peers.m) >= c.cfg.MaxPoPs {
 			c.stats.UnknownPoPs++
@@ -121,13 +130,13 @@ func (c *Core) heard(id identity.PoPID, now int64) *peer {
 		p = &peer{}
 		c.peers.add(id, p)
 	}
-	if !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout) || p.down {
+	joins := !p.heardOnce || now-p.lastHeard > int64(c.cfg.PeerTimeout) || p.down
+	if joins {
 		p.back = p.heardOnce // crash.go: a new epoch says it restarted
 		p.heardSince = now
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
 		c.askSyncFor(now, true)
-		c.remote.ok = false // it may count from now on
 		if _, ok := c.relayTo[id]; !ok {
 			c.relayTo[id] = false // heard: relayed at most once per peer timeout
 		}
@@ -137,6 +146,9 @@ func (c *Core) heard(id identity.PoPID, now int64) *peer {
 		p.lastHeard = now
 	}
 	p.heardOnce = true
+	if joins {
+		c.joinView(now, p) // it may count from now on
+	}
 	return p
 }
 

@@ -52,6 +52,9 @@ type peer struct {
 	drift peerDrift
 	// sender is the node's ID of the replica its deltas came from last.
 	sender crdt.InternCache
+	// slot is its place in the tables indexed by PoP (lagMax), given by
+	// peerTable.add and reused once it is deleted.
+	slot int32
 }
 
 // peerTable holds the states of the remote PoPs a core tracks. Every
@@ -66,6 +69,10 @@ type peerTable struct {
 	cache []*peer // by popHash(id) & (len-1); nil, or a state in m
 	// gen changes whenever a PoP is added or deleted (Core.regionMates).
 	gen uint64
+	// slots is one more than the highest slot given; free holds the
+	// slots of the PoPs deleted, for the next ones added.
+	slots int32
+	free  []int32
 }
 
 // The cache has at least minCache entries and grows to keep at least
@@ -92,6 +99,12 @@ func (t *peerTable) get(id identity.PoPID) *peer {
 // add tracks p as id's state.
 func (t *peerTable) add(id identity.PoPID, p *peer) {
 	p.id = id
+	if k := len(t.free); k > 0 {
+		p.slot, t.free = t.free[k-1], t.free[:k-1]
+	} else {
+		p.slot = t.slots
+		t.slots++
+	}
 	t.m[id] = p
 	t.gen++
 	if len(t.m)*2 > len(t.cache) {
@@ -104,6 +117,9 @@ func (t *peerTable) add(id identity.PoPID, p *peer) {
 func (t *peerTable) del(id identity.PoPID) {
 	if c := &t.cache[popHash(id)&uint64(len(t.cache)-1)]; *c != nil && (*c).id == id {
 		*c = nil
+	}
+	if p := t.m[id]; p != nil {
+		t.free = append(t.free, p.slot)
 	}
 	delete(t.m, id)
 	t.gen++

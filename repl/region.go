@@ -117,6 +117,7 @@ func (c *Core) updateRegion(now int64) {
 	}
 	if voice && c.region.epoch == 0 && c.epoch != 0 && now-c.startedAt >= wait {
 		c.region.epoch = c.epoch // the region's history is gone: a new epoch
+		c.held.ok = false        // relay.go
 		c.stats.RegionEpochChanges++
 		c.askFormerRegion(now)
 		c.announceRegion(now)
@@ -173,6 +174,7 @@ func (c *Core) learnRegionEpoch(now int64, e uint64) {
 	}
 	known := c.region.epoch != 0
 	c.region.epoch = e
+	c.held.ok = false // relay.go
 	c.stats.RegionEpochChanges++
 	if !known {
 		c.askFormerRegion(now)
@@ -452,9 +454,10 @@ func (c *Core) noteRegionEpoch(now int64, region string, e uint64) {
 	if c.region.epochs == nil {
 		c.region.epochs = map[string]uint64{}
 	}
-	_, ok := c.region.epochs[region]
-	if ok || len(c.region.epochs) < c.cfg.MaxPoPs {
+	was, ok := c.region.epochs[region]
+	if (ok || len(c.region.epochs) < c.cfg.MaxPoPs) && was != e {
 		c.region.epochs[region] = e
+		c.held.changed(identity.PoPID{Region: region, PoP: identity.RegionPoP}) // relay.go
 	}
 	if !ok && c.region.formerDropped {
 		c.region.formerDropped = false

@@ -158,7 +158,7 @@ func (c *Core) stepRegionBeat(now int64, m Message, res *StepResult) {
 		// (crash.go): a PoP alone in its region, whose region's stream
 		// is its own, tells a crash so, as its own heartbeats would.
 		c.epochHeard(p, d.Epoch)
-		p.epoch = d.Epoch
+		c.setPeerEpoch(p, d.Epoch)
 	}
 	c.checkDrift(now, p, d)
 	c.takeRegionEpoch(now, m.From, d)
@@ -190,15 +190,18 @@ func (c *Core) vouched(now int64, id identity.PoPID, sentAt, ago int64) {
 		c.peers.add(id, p)
 	}
 	at := now - ago
-	if !p.heardOnce || p.down || at-p.lastHeard > int64(c.cfg.PeerTimeout) {
-		c.remote.ok = false // it may count from now on
-		p.heardSince = at   // crash.go
+	joins := !p.heardOnce || p.down || at-p.lastHeard > int64(c.cfg.PeerTimeout)
+	if joins {
+		p.heardSince = at // crash.go
 	}
 	if !p.heardOnce || at > p.lastHeard {
 		p.lastHeard = at
 	}
 	p.heardOnce = true
 	p.down = c.silent(p, now)
+	if joins {
+		c.joinView(now, p) // it may count from now on
+	}
 	c.observe(now, sentAt, p) // its totals reach this node as its region's
 }
 

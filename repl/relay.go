@@ -1,6 +1,7 @@
 package repl
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/geolimit/geolimit/identity"
@@ -71,7 +72,7 @@ func (c *Core) relay(now int64) {
 			h := c.heldAggregates()
 			held = &h
 		}
-		paced := asked && held.formerKnown // other PoPs' former epochs go
+		paced := asked && held.formerKnown(c) // other PoPs' former epochs go
 		if paced && now < c.relayTAT {
 			c.relayLater[id] = true
 			if _, ok := c.waitingSince[id]; !ok {
@@ -122,33 +123,94 @@ func (c *Core) standing(id identity.PoPID) bool {
 }
 
 // heldAggregates is what relay needs to know of the PoP aggregates this
-// node holds counts of, read once per relay rather than once per target:
-// with hundreds of PoPs, looking every PoP's epoch up for each target was
-// most of a relay's time.
+// node holds counts of, read once per relay rather than once per target
+// (with hundreds of PoPs, looking every PoP's epoch up for each target was
+// most of a relay's time), and only as far as the targets need: a relay to
+// a PoP heard first, at a cold start of a fleet of hundreds, needs the
+// epochs held of that PoP and its region only, and building the table of
+// every PoP's for each was most of such a start.
 type heldAggregates struct {
-	byPoP map[identity.PoPID][]uint64 // the epochs held of each PoP
-	// formerKnown: one of them is an epoch other than its PoP's current
-	// one, which is known; relayed to any PoP that asks (see former).
-	formerKnown bool
+	reps []identity.Replica // the store's replicas, read once
+	// byPoP holds the epochs held of each PoP, built once more than
+	// heldScan targets were looked up; before, each look-up scans reps.
+	byPoP   map[identity.PoPID][]uint64
+	lookups int
+	// former: one of them is an epoch other than its PoP's current one,
+	// which is known; relayed to any PoP that asks (see former). Computed
+	// at the first relay to a PoP that asked (formerSet).
+	former, formerSet bool
 }
 
+// heldScan is how many targets a relay looks up by scanning the store's
+// replicas before it builds heldAggregates.byPoP.
+const heldScan = 8
+
 func (c *Core) heldAggregates() heldAggregates {
-	h := heldAggregates{byPoP: map[identity.PoPID][]uint64{}}
-	for _, r := range c.node.Replicas() {
+	return heldAggregates{reps: c.node.Replicas()}
+}
+
+// formerKnown reports whether the node holds an epoch of a PoP (or a
+// region) other than its current one, which is known.
+func (h *heldAggregates) formerKnown(c *Core) bool {
+	if h.formerSet {
+		return h.former
+	}
+	h.formerSet = true
+	hc := &c.held
+	if hc.ok && slices.Equal(hc.reps, h.reps) {
+		h.former = hc.former
+		return h.former
+	}
+	defer func() {
+		*hc = heldCache{ok: true, reps: h.reps, former: h.former, pops: map[identity.PoPID]bool{}}
+		for _, r := range h.reps {
+			if r.IsPoP() {
+				hc.pops[r.PoPID] = true
+			}
+		}
+	}()
+	for _, r := range h.reps {
 		if !r.IsPoP() {
 			continue
 		}
-		of := r.PoPID
-		h.byPoP[of] = append(h.byPoP[of], r.Incarnation)
-		cur := c.currentEpoch(of)
+		cur := c.currentEpoch(r.PoPID)
 		if r.IsRegion() {
 			cur = c.regionEpochOf(r.Region)
 		}
 		if cur != 0 && r.Incarnation != cur {
-			h.formerKnown = true
+			h.former = true
+			break
 		}
 	}
-	return h
+	return h.former
+}
+
+// epochsOf calls fn with every epoch held of PoP (or region aggregate) id
+// until fn returns true, and reports whether it did.
+func (h *heldAggregates) epochsOf(id identity.PoPID, fn func(inc uint64) bool) bool {
+	if h.byPoP == nil && h.lookups >= heldScan {
+		h.byPoP = map[identity.PoPID][]uint64{}
+		for _, r := range h.reps {
+			if r.IsPoP() {
+				h.byPoP[r.PoPID] = append(h.byPoP[r.PoPID], r.Incarnation)
+			}
+		}
+	}
+	if h.byPoP != nil {
+		for _, inc := range h.byPoP[id] {
+			if fn(inc) {
+				return true
+			}
+		}
+		return false
+	}
+	h.lookups++
+	for _, r := range h.reps {
+		if r.IsPoP() && r.PoPID == id && fn(r.Incarnation) {
+			return true
+		}
+	}
+	return false
 }
 
 // holdsFormer reports whether the node holds counts of an aggregate it
@@ -156,25 +218,19 @@ func (c *Core) heldAggregates() heldAggregates {
 // PoP whose current epoch is known; always, an epoch of id other than the
 // one it publishes under.
 func (h *heldAggregates) holdsFormer(c *Core, id identity.PoPID, asked bool) bool {
-	if asked && h.formerKnown {
+	if asked && h.formerKnown(c) {
 		return true
 	}
 	p := c.peers.get(id)
 	if p == nil {
 		return false
 	}
-	for _, inc := range h.byPoP[id] {
-		if inc != p.epoch {
-			return true
-		}
+	if h.epochsOf(id, func(inc uint64) bool { return inc != p.epoch }) {
+		return true
 	}
 	cur := c.regionEpochOf(id.Region)
-	for _, inc := range h.byPoP[identity.PoPID{Region: id.Region, PoP: identity.RegionPoP}] {
-		if cur != 0 && inc != cur {
-			return true // a former epoch of id's region
-		}
-	}
-	return false
+	// A former epoch of id's region.
+	return cur != 0 && h.epochsOf(identity.PoPID{Region: id.Region, PoP: identity.RegionPoP}, func(inc uint64) bool { return inc != cur })
 }
 
 // former reports whether aggregate r is relayed to PoP id: an earlier epoch
@@ -216,4 +272,34 @@ func (c *Core) currentEpoch(id identity.PoPID) uint64 {
 		return p.epoch
 	}
 	return 0
+}
+
+// setPeerEpoch records e as remote PoP p's current epoch.
+func (c *Core) setPeerEpoch(p *peer, e uint64) {
+	if p.epoch != e {
+		p.epoch = e
+		c.held.changed(p.id)
+	}
+}
+
+// heldCache is what heldAggregates.formerKnown last found, and what it was
+// found of: the same replicas held and the same epochs known of their PoPs
+// give the same answer, without a look-up of every PoP's epoch. At a cold
+// start every PoP asks for a sync, and each relay to one looked every PoP
+// held up. A change of the epoch of a PoP held, or of the own PoP's or
+// region's, drops it (changed); a PoP added has no epoch yet, as when it
+// was not known, and one deleted drops it (checkPeers).
+type heldCache struct {
+	ok     bool
+	reps   []identity.Replica
+	pops   map[identity.PoPID]bool // the PoPs (and regions) of reps
+	former bool
+}
+
+// changed drops the cache when it holds counts of PoP (or region
+// aggregate) id, whose epoch changed.
+func (h *heldCache) changed(id identity.PoPID) {
+	if h.ok && h.pops[id] {
+		h.ok = false
+	}
 }

@@ -164,8 +164,8 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 	}
 	c.observe(now, d.SentAt, p)
 	if d.Epoch != 0 && m.Kind != KindDelta {
-		c.epochHeard(p, d.Epoch) // crash.go
-		p.epoch = d.Epoch        // the sender's current epoch
+		c.epochHeard(p, d.Epoch)   // crash.go
+		c.setPeerEpoch(p, d.Epoch) // the sender's current epoch
 	}
 	switch m.Kind {
 	case KindHeartbeat:
@@ -216,7 +216,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 	case KindDelta:
 		if d.Sender.IsPoP() {
 			c.epochHeard(p, d.Sender.Incarnation) // crash.go
-			p.epoch = d.Sender.Incarnation
+			c.setPeerEpoch(p, d.Sender.Incarnation)
 		}
 		if hasContent(d) && c.otherRegion(d.Sender) {
 			res.Dropped = true // counted in its region's total (region.go)

@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		sparse   = fs.String("sparse-updates", "", "override the scenario's replication.sparse_updates: on or off")
 		voices   = fs.String("region-voices", "", "override the scenario's replication.region_voices: on or off")
 		quiet    = fs.Bool("quiet", false, "no progress line on stderr")
+		huge     = fs.Bool("huge-pages", true, "ask the kernel for huge pages for the fleet's memory (Linux; faster large fleets, same reports)")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		memProf  = fs.String("memprofile", "", "write a heap profile at the end of the run to this file (go tool pprof)")
 	)
@@ -120,6 +121,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				f.Close()
 			}
 		}()
+	}
+	if *huge {
+		stop := make(chan struct{})
+		defer close(stop)
+		go hugePages(stop) // hugepages_linux.go
 	}
 	policies := []string{""}
 	if *compare != "" {
