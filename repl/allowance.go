@@ -103,14 +103,8 @@ func (c *Core) updateAllowance(now int64, force bool) {
 			}
 			if c.regionVoices() && !c.region.voice {
 				// To the other regions through the region's voice: its
-				// flush slot and speaker (region.go), which a PoP whose
-				// slots are aligned to the voice's reaches a part of the
-				// flush interval ahead.
-				wait := int64(c.cfg.FlushInterval)
-				if c.region.aligned {
-					wait /= voiceLead
-				}
-				h += wait + int64(c.cfg.SpeakDelay)
+				// flush slot and speaker (region.go).
+				h += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
 			}
 			ga.Horizon = time.Duration(max(h, popH))
 		}

@@ -33,10 +33,6 @@ type Config struct {
 	// flush slots (the members of a PoP flush together). The simulator sets
 	// it from the scenario's seed, the same for the members of a PoP.
 	PhaseSeed uint64
-	// RegionPhaseSeed is mixed into the hash that places a region's flush
-	// slots under region voices (alignSlots): the same for every node of a
-	// region. The simulator sets it from the scenario's seed.
-	RegionPhaseSeed uint64
 	// SpeakDelay is how long the speaker of a flush slot waits for the other
 	// members' totals before it publishes the PoP's. 0 means a tenth of the
 	// flush interval.

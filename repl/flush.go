@@ -24,26 +24,10 @@ func (c *Core) phase(every int64) int64 {
 }
 
 // slotPhase is where in the flush interval the PoP's flush slots start: the
-// same for every member. Under region voices the region's PoPs flush at
-// phases of their region (alignSlots, region.go).
+// same for every member.
 func (c *Core) slotPhase() int64 {
-	if c.region.aligned {
-		return c.region.phase
-	}
-	return c.popPhase()
-}
-
-// popPhase is the phase of the PoP's own flush slots.
-func (c *Core) popPhase() int64 {
 	fl := int64(c.cfg.FlushInterval)
 	return int64(mix64(hashString(c.selfPoP.String())^c.cfg.PhaseSeed) % uint64(fl))
-}
-
-// regionPhase is the phase of the region's voice's flush slots under
-// region voices: the same for every PoP of the region.
-func (c *Core) regionPhase() int64 {
-	fl := int64(c.cfg.FlushInterval)
-	return int64(mix64(hashString("region/"+c.selfPoP.Region)^c.cfg.RegionPhaseSeed) % uint64(fl))
 }
 
 // slotOf returns the flush slot of time t (the node's clock).

@@ -53,14 +53,10 @@ import (
 
 // regionState is the Core's part of region voices.
 type regionState struct {
-	voice bool // this node's PoP speaks for the region
-	// aligned: the PoP's flush slots are aligned to its voice's, at phase
-	// (alignSlots).
-	aligned bool
-	phase   int64
-	beats   regionBeats // the region's heartbeat turns (regionbeat.go)
-	epoch   uint64      // the region epoch (0: not known yet)
-	told    [2]uint64
+	voice bool        // this node's PoP speaks for the region
+	beats regionBeats // the region's heartbeat turns (regionbeat.go)
+	epoch uint64      // the region epoch (0: not known yet)
+	told  [2]uint64
 	// sparseVoices are the voices of the region totals' sparse updates
 	// told to the node (sparse.go).
 	sparseVoices int
@@ -126,44 +122,8 @@ func (c *Core) updateRegion(now int64) {
 		c.want |= wantRegionAE // taking over: every region total once
 	}
 	c.region.voice = voice
-	c.alignSlots(now)
 	c.updateRegionTurns(now) // regionbeat.go
 	c.tellRegion()
-}
-
-// voiceLead is how far ahead of its region's voice a PoP that is not the
-// voice flushes, as a part of the flush interval: its totals go to the
-// other PoPs of the region at its slot (after the speaker's wait), and
-// the voice sums them into the region's totals at its own. With the PoPs'
-// slots at phases of their own the totals waited at the voice for half a
-// flush interval on average, a whole one at worst, before they left for
-// the other regions; flushing half an interval ahead leaves the speaker's
-// wait and an intra-region latency of up to 20 ms at 50 ms flushes.
-const voiceLead = 2
-
-// alignSlots places the PoP's flush slots under region voices: the voice's
-// at the region's phase, every other PoP's FlushInterval/voiceLead ahead
-// of it, so that their totals reach the voice just before it sums them
-// (without region voices every PoP keeps the phase of its own name). Every
-// member of the PoP takes the same phase as it knows the same voice; a
-// member that takes another for a moment (a voice changing) speaks out of
-// turn for a slot or two, which the late path of forwarded covers.
-func (c *Core) alignSlots(now int64) {
-	fl := int64(c.cfg.FlushInterval)
-	aligned, phase := false, int64(0)
-	if c.regionVoices() && fl > 0 {
-		aligned, phase = true, c.regionPhase()
-		if !c.region.voice {
-			phase = ((phase-fl/voiceLead)%fl + fl) % fl
-		}
-	}
-	if aligned == c.region.aligned && phase == c.region.phase {
-		return
-	}
-	c.region.aligned, c.region.phase = aligned, phase
-	if c.started && fl > 0 {
-		c.nextFlush = (c.slotOf(now)+1)*fl + c.slotPhase()
-	}
 }
 
 // learnRegionEpoch takes a region epoch another PoP of the region

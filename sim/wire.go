@@ -30,9 +30,7 @@ func (e *engine) newCore(nd *simNode, t int64) (*repl.Core, error) {
 		GlobalLink: len(e.pops) > 1,
 		Relay:      true,
 		PhaseSeed:  e.storeSeed ^ uint64(nd.pop+1)*0x9e3779b97f4a7c15, // one per PoP
-		// one per region
-		RegionPhaseSeed: e.storeSeed ^ uint64(nd.region+1)*0xbf58476d1ce4e5b9,
-		ColdStart:       t == 0,
+		ColdStart:  t == 0,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %s: %w", nd.name, err)
