@@ -184,36 +184,52 @@ func TestShareSiteFailoverThinKeysMeasuredAfter(t *testing.T) {
 // together never spend more than each key's limit. Steps advance time for
 // every key alike (sideRun runs one key's window after another's).
 func TestShareFailoverInsideAWindowGrowsInTheNext(t *testing.T) {
+	onEU := func(w int64, i int) bool { return (w < 2 || w == 2 && i < 10) && i < 28 } // 70 % until it moves
+	usAdm := failoverRun(t, 20, 6, 0, onEU, func(w int64, i int) bool { return !onEU(w, i) })
+	t.Logf("us admitted per window of the cut (20 keys, limit 20 each): %v", usAdm)
+	assert.LessOrEqual(t, usAdm[1], 20*7, "before the failover us spends its 30 %")
+	assert.GreaterOrEqual(t, usAdm[2], 20*8, "us grows inside the window of the failover")
+	assert.GreaterOrEqual(t, usAdm[3], 20*14, "and opens over the next")
+}
+
+// failoverRun drives eu and us over n keys, 40 steps a window, two windows
+// before a cut noticed at step cutStep of window 0 and cut windows of it:
+// at step i of window w, a key's request goes to eu when onEU says so and
+// to us when onUS does (not both). It checks that the sides together stay
+// at each key's limit, and returns what us admitted in each window of the
+// cut.
+func failoverRun(t *testing.T, n, cut, cutStep int, onEU, onUS func(w int64, i int) bool) []int {
+	t.Helper()
 	eu, us := sideNodes(t)
-	keys := manyKeys(20)
+	keys := manyKeys(n)
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
-	const pre, cut = 2, 6
+	const pre = 2
 	usAdm := make([]int, cut)
-	for w := int64(-pre); w < cut; w++ {
-		if w == 0 {
-			eu.Link().SetUnheard(start+pre*W, []string{"us/iad"})
-			us.Link().SetUnheard(start+pre*W, []string{"eu/ams"})
-		}
+	for w := int64(-pre); w < int64(cut); w++ {
 		both := make([]int, len(keys))
 		for i := 0; i < 40; i++ {
 			now := start + (w+pre)*W + int64(i)*W/40
-			moved := w > 2 || (w == 2 && i >= 10)
+			if w == 0 && i == cutStep {
+				eu.Link().SetUnheard(now, []string{"us/iad"})
+				us.Link().SetUnheard(now, []string{"eu/ams"})
+			}
 			for k, key := range keys {
-				if !moved && i < 28 {
+				switch {
+				case onEU(w, i):
 					if d, _ := eu.Decide(now, "api", key, 1); d.Allowed {
 						both[k]++
 					}
-					continue
-				}
-				if d, _ := us.Decide(now, "api", key, 1); d.Allowed {
-					both[k]++
-					if w >= 0 {
-						usAdm[w]++
+				case onUS(w, i):
+					if d, _ := us.Decide(now, "api", key, 1); d.Allowed {
+						both[k]++
+						if w >= 0 {
+							usAdm[w]++
+						}
 					}
 				}
 			}
-			if w < 0 {
+			if w < 0 || (w == 0 && i < cutStep) {
 				sync2(t, now, eu, us)
 			}
 		}
@@ -221,10 +237,7 @@ func TestShareFailoverInsideAWindowGrowsInTheNext(t *testing.T) {
 			assert.LessOrEqual(t, both[k], 21, "window %d key %d: the sides together stay at the limit", w, k)
 		}
 	}
-	t.Logf("us admitted per window of the cut (20 keys, limit 20 each): %v", usAdm)
-	assert.LessOrEqual(t, usAdm[1], 20*7, "before the failover us spends its 30 %")
-	assert.GreaterOrEqual(t, usAdm[2], 20*8, "us grows inside the window of the failover")
-	assert.GreaterOrEqual(t, usAdm[3], 20*14, "and opens over the next")
+	return usAdm
 }
 
 // A cut that begins 40 % into a window, and a failover a quarter into the
@@ -233,43 +246,8 @@ func TestShareFailoverInsideAWindowGrowsInTheNext(t *testing.T) {
 // and us grows (with the first whole window as the baseline, the failover
 // was folded into it, and us stayed at its 30 % for the rest of the cut).
 func TestShareFailoverInTheCutsFirstWholeWindow(t *testing.T) {
-	eu, us := sideNodes(t)
-	keys := manyKeys(60)
-	W := int64(10 * time.Second)
-	start := (t0/W + 1) * W
-	const pre, cut = 2, 5
-	usAdm := make([]int, cut)
-	for w := int64(-pre); w < cut; w++ {
-		both := make([]int, len(keys))
-		for i := 0; i < 40; i++ {
-			now := start + (w+pre)*W + int64(i)*W/40
-			if w == 0 && i == 16 {
-				eu.Link().SetUnheard(now, []string{"us/iad"})
-				us.Link().SetUnheard(now, []string{"eu/ams"})
-			}
-			moved := w > 1 || (w == 1 && i >= 10)
-			for k, key := range keys {
-				if !moved && i%10 != 2 && i%10 != 5 && i%10 != 8 { // 70 % on eu, interleaved
-					if d, _ := eu.Decide(now, "api", key, 1); d.Allowed {
-						both[k]++
-					}
-					continue
-				}
-				if d, _ := us.Decide(now, "api", key, 1); d.Allowed {
-					both[k]++
-					if w >= 0 {
-						usAdm[w]++
-					}
-				}
-			}
-			if w < 0 || (w == 0 && i < 16) {
-				sync2(t, now, eu, us)
-			}
-		}
-		for k := range both {
-			assert.LessOrEqual(t, both[k], 21, "window %d key %d: the sides together stay at the limit", w, k)
-		}
-	}
+	onUS := func(w int64, i int) bool { return w > 1 || (w == 1 && i >= 10) || i%10 == 2 || i%10 == 5 || i%10 == 8 }
+	usAdm := failoverRun(t, 60, 5, 16, func(w int64, i int) bool { return !onUS(w, i) }, onUS)
 	t.Logf("us admitted per window of the cut (60 keys, limit 20 each): %v", usAdm)
 	assert.GreaterOrEqual(t, usAdm[2], 60*14, "us grows once the window of the failover closes (140 a window for good before)")
 	assert.GreaterOrEqual(t, usAdm[4], 60*17, "and takes nearly every key's whole limit")
