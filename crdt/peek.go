@@ -31,19 +31,12 @@ func (s *Store) Peek(rule RuleID, key string, nowIndex int64) (prev, cur uint64,
 // when the key is not held.
 func (s *Store) PeekOf(rule RuleID, key string, nowIndex int64, pick func(ReplicaID) bool) (prev, cur uint64, ok bool) {
 	var buf [16]sideEntry
-	h := s.hash(rule, key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	i, found := sh.find(h, rule, key)
+	sl, es, found := s.slotAndSide(rule, key, buf[:0])
 	if !found {
-		sh.mu.Unlock()
 		return 0, 0, false
 	}
-	near := sh.slots[i].win
-	es := append(buf[:0], sh.side.get(i)...)
-	sh.mu.Unlock()
 	for _, e := range es {
-		switch w := e.win(near); {
+		switch w := e.win(sl.win); {
 		case w == nowIndex-1 && pick(e.rep()):
 			prev = satAdd(prev, e.count)
 		case w == nowIndex && pick(e.rep()):
@@ -51,4 +44,19 @@ func (s *Store) PeekOf(rule RuleID, key string, nowIndex int64, pick func(Replic
 		}
 	}
 	return prev, cur, true
+}
+
+// slotAndSide returns a copy of (rule, key)'s slot and its remote counts,
+// appended to buf, taken under the key's shard lock; ok is false when the
+// key is not held.
+func (s *Store) slotAndSide(rule RuleID, key string, buf []sideEntry) (sl slot, es []sideEntry, ok bool) {
+	h := s.hash(rule, key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, found := sh.find(h, rule, key)
+	if !found {
+		return slot{}, nil, false
+	}
+	return sh.slots[i], append(buf, sh.side.get(i)...), true
 }

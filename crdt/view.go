@@ -15,17 +15,10 @@ type WindowView struct {
 // first, with per-replica counts, without changing anything. ok is false when
 // the key is not held.
 func (s *Store) View(rule RuleID, key string, nowIndex int64) (views []WindowView, ok bool) {
-	h := s.hash(rule, key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	i, found := sh.find(h, rule, key)
+	sl, side, found := s.slotAndSide(rule, key, nil)
 	if !found {
-		sh.mu.Unlock()
 		return nil, false
 	}
-	sl := sh.slots[i]
-	side := append([]sideEntry(nil), sh.side.get(i)...)
-	sh.mu.Unlock()
 	byWin := map[int64]*WindowView{}
 	add := func(w int64, rep string, c uint64) {
 		v := byWin[w]
