@@ -6,21 +6,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/geolimit/geolimit/identity"
 )
 
 func secondNodes(t *testing.T) (eu, us *Node) {
 	t.Helper()
-	rules := []Rule{{Name: "api", Limit: 100, Window: time.Second, Cost: 1, Scope: ScopeGlobal}}
-	var err error
-	eu, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
-	require.NoError(t, err)
-	us, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
-	require.NoError(t, err)
-	eu.Link().SetEpoch(1)
-	us.Link().SetEpoch(1)
-	return eu, us
+	return pairNodes(t, Rule{Name: "api", Limit: 100, Window: time.Second, Cost: 1, Scope: ScopeGlobal})
 }
 
 // With a PoP skew set, another PoP's entries for a window that starts

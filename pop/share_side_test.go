@@ -5,23 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/geolimit/geolimit/identity"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // sideNodes returns eu and us nodes of a share rule with limit 20 per 10s.
 func sideNodes(t *testing.T) (eu, us *Node) {
 	t.Helper()
-	rules := []Rule{{Name: "api", Limit: 20, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}
-	var err error
-	eu, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
-	require.NoError(t, err)
-	us, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "b", Incarnation: 1}, Rules: rules})
-	require.NoError(t, err)
-	eu.Link().SetEpoch(1)
-	us.Link().SetEpoch(1)
-	return eu, us
+	return pairNodes(t, Rule{Name: "api", Limit: 20, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share})
 }
 
 // sideRun drives 40 steps per window: demand(w, key, step) says how many

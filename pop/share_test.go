@@ -14,7 +14,14 @@ import (
 
 func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
 	t.Helper()
-	rules := []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: policy}}
+	return pairNodes(t, Rule{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: policy})
+}
+
+// pairNodes returns a node of eu/ams and one of us/iad, both of epoch 1,
+// with rule r.
+func pairNodes(t *testing.T, r Rule) (eu, us *Node) {
+	t.Helper()
+	rules := []Rule{r}
 	var err error
 	eu, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}, Rules: rules})
 	require.NoError(t, err)
