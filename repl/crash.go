@@ -62,12 +62,13 @@ func (c *Core) epochHeard(p *peer, epoch uint64) {
 func (c *Core) cutOff(now int64, part []identity.PoPID) []identity.PoPID {
 	out := make([]identity.PoPID, 0, len(part))
 	heard := c.heardRegions(part)
+	listed := c.listedAt(part) // mates.go
 	for _, id := range part {
 		p := c.peers.get(id)
 		if p != nil && (p.gone || p.crashed && now-p.crashedAt <= int64(c.cfg.ForgetAfter)) {
 			continue
 		}
-		if p != nil && p.heardOnce && (c.regionHearsItGone(p, heard[id.Region]) || c.matesHearItGone(p)) {
+		if p != nil && p.heardOnce && (c.regionHearsItGone(p, heard[id.Region]) || c.matesHearItGone(p, listed[id.Region])) {
 			continue
 		}
 		out = append(out, id)

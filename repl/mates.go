@@ -1,7 +1,6 @@
 package repl
 
 import (
-	"slices"
 	"sort"
 	"strings"
 
@@ -85,26 +84,30 @@ func (c *Core) stepMates(now int64, q *peer, from identity.PoPID, d *wire.Delta)
 	}
 }
 
-// matesHearItGone reports whether silent PoP p is silent to its region too:
-// a PoP of its region this node hears listed what it hears more than twice
-// PeerTimeout after p's last message here (by then p was off the lists of
-// every PoP that no longer heard it), and no list said p was heard later
-// than half a PeerTimeout after that message.
-func (c *Core) matesHearItGone(p *peer) bool {
-	pt := int64(c.cfg.PeerTimeout)
-	if p.mateSaw > p.lastHeard+pt/2 {
-		return false
+// listedAt returns, when part is not empty, for each region the latest
+// arrival of a list from one of its PoPs this node does not take for
+// silent: one walk over the PoPs for the whole unheard set.
+func (c *Core) listedAt(part []identity.PoPID) map[string]int64 {
+	if len(part) == 0 {
+		return nil
 	}
-	tells := func(q *peer) bool {
-		return q != p && q.id.Region == p.id.Region && !q.down && q.listedAt > p.lastHeard+2*pt
-	}
-	if p.id.Region == c.selfPoP.Region {
-		return slices.ContainsFunc(c.regionMates(), tells)
-	}
-	for _, q := range c.peers.m {
-		if tells(q) {
-			return true
+	at := map[string]int64{}
+	for id, q := range c.peers.m {
+		if !q.down && q.listedAt > at[id.Region] {
+			at[id.Region] = q.listedAt
 		}
 	}
-	return false
+	return at
+}
+
+// matesHearItGone reports whether silent PoP p is silent to its region too:
+// a PoP of its region this node hears listed what it hears more than twice
+// PeerTimeout after p's last message here (listed, listedAt's for p's
+// region; by then p was off the lists of every PoP that no longer heard
+// it), and no list said p was heard later than half a PeerTimeout after
+// that message. p, silent, is down itself and not among those listedAt
+// reads.
+func (c *Core) matesHearItGone(p *peer, listed int64) bool {
+	pt := int64(c.cfg.PeerTimeout)
+	return p.mateSaw <= p.lastHeard+pt/2 && listed > p.lastHeard+2*pt
 }
