@@ -60,3 +60,27 @@ func TestInboundGrowsWithPoPsNotNodes(t *testing.T) {
 	assert.Greater(t, grow, 1.5)
 	assert.Less(t, grow, 7.0/3*1.2, "at most linear in the PoPs heard")
 }
+
+// TestInboundByKindAddsUp checks that the report's split of what a node
+// receives by kind adds up to its totals, and names the kinds a fleet
+// without region voices sends: PoP totals, heartbeats and the start's sync
+// requests.
+func TestInboundByKindAddsUp(t *testing.T) {
+	res, err := Run(mustParse(t, capacityScenario(4, 2)), Options{NoCentral: true})
+	require.NoError(t, err)
+	r := res.Report.Replication
+	var msgs, entries, bytes float64
+	for _, by := range r.NodeInboundByKind {
+		msgs += by.MessagesPerS
+		entries += by.EntriesPerS
+		bytes += by.BytesPerS
+	}
+	assert.InDelta(t, r.NodeInboundMessagesPerS, msgs, 0.01)
+	assert.InDelta(t, r.NodeInboundEntriesPerS, entries, 0.01)
+	assert.InDelta(t, r.NodeInboundBytesPerS, bytes, 0.01)
+	for _, k := range []string{"delta", "heartbeat", "sync"} {
+		assert.NotZero(t, r.NodeInboundByKind[k].MessagesPerS, k)
+	}
+	assert.Zero(t, r.NodeInboundByKind["heartbeat"].EntriesPerS, "heartbeats carry no counts")
+	assert.NotContains(t, r.NodeInboundByKind, "region delta", "no region voices")
+}

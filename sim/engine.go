@@ -179,6 +179,7 @@ type engine struct {
 	intraMax, interMax int
 	inbound            received          // delivered from other PoPs, all nodes
 	inboundFar         received          // of which from other regions, counts only (KindDelta, KindState)
+	inboundBy          [2][4]received    // by link (global, region) and kind
 	storeSeed          uint64            // seeds every store's hash (see start)
 	others             [][]int32         // per PoP, every other PoP (otherPoPs)
 	mates              [][]int32         // per PoP, the other PoPs of its region (regionMates)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/geolimit/geolimit/repl"
 )
 
 // Figures are the drift measures of one decider over a span of time.
@@ -99,6 +101,19 @@ type Replication struct {
 	NodeInterRegionEntriesPerS       float64 `json:"node_inter_region_entries_per_s"`
 	PoPOutboundMessagesPerS          float64 `json:"pop_outbound_messages_per_s"`
 	PoPOutboundBytesPerS             float64 `json:"pop_outbound_bytes_per_s"`
+	// NodeInboundByKind splits what one node receives from other PoPs by
+	// kind: "delta", "heartbeat", "sync" and "state" between PoPs, and
+	// "region delta" and "region heartbeat" (a region's voice and its
+	// heartbeat turns); kinds never received are left out.
+	NodeInboundByKind map[string]Inbound `json:"node_inbound_by_kind"`
+}
+
+// Inbound is what one node receives of one kind, per second of simulated
+// time (mean over nodes).
+type Inbound struct {
+	MessagesPerS float64 `json:"messages_per_s"`
+	EntriesPerS  float64 `json:"entries_per_s"`
+	BytesPerS    float64 `json:"bytes_per_s"`
 }
 
 // Central are the figures of the same arrival stream decided by one node
@@ -244,6 +259,23 @@ func (e *engine) result() *Result {
 	r.Replication.NodeInboundBytesPerS = round(float64(e.inbound.bytes) / nodeSecs)
 	r.Replication.NodeInterRegionCountMessagesPerS = round(float64(e.inboundFar.messages) / nodeSecs)
 	r.Replication.NodeInterRegionEntriesPerS = round(float64(e.inboundFar.entries) / nodeSecs)
+	r.Replication.NodeInboundByKind = map[string]Inbound{}
+	for l, kinds := range e.inboundBy {
+		for k, by := range kinds {
+			if by.messages == 0 {
+				continue
+			}
+			name := repl.Kind(k).String()
+			if l == 1 {
+				name = "region " + name
+			}
+			r.Replication.NodeInboundByKind[name] = Inbound{
+				MessagesPerS: round(float64(by.messages) / nodeSecs),
+				EntriesPerS:  round(float64(by.entries) / nodeSecs),
+				BytesPerS:    round(float64(by.bytes) / nodeSecs),
+			}
+		}
+	}
 	popSecs := secs * float64(len(e.pops))
 	r.Replication.PoPOutboundMessagesPerS = round(float64(out.messages) / popSecs)
 	r.Replication.PoPOutboundBytesPerS = round(float64(out.bytes) / popSecs)

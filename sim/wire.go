@@ -185,10 +185,14 @@ func (e *engine) deliver(nd *simNode, ev *event, t int64) {
 	default:
 		if ev.link == uint8(repl.LinkGlobal) || ev.link == uint8(repl.LinkRegion) {
 			e.inbound.messages++
+			by := &e.inboundBy[ev.link-uint8(repl.LinkGlobal)][ev.msg&3]
+			by.messages++
+			by.bytes += uint64(ev.size)
 			if ev.msg == repl.KindDelta || ev.msg == repl.KindState {
 				// Counts only: heartbeats' rule fingerprints and sync
 				// requests' control entries are bytes, not entries.
 				e.inbound.entries += uint64(len(ev.d.Entries))
+				by.entries += uint64(len(ev.d.Entries))
 				if e.pops[ev.from].regionIdx != e.pops[nd.pop].regionIdx {
 					e.inboundFar.messages++
 					e.inboundFar.entries += uint64(len(ev.d.Entries))
