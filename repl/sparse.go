@@ -14,15 +14,12 @@ import (
 // flush interval and the speaker's delay, plus the global allowance's
 // horizon or a heartbeat interval (the latency the allowance assumes of a
 // PoP not measured yet), whichever is longer: a horizon measured on skewed
-// clocks may be far too short. It is first told
-// at the first check of the peers one anti-entropy interval after start:
-// meanwhile every change is published, while few PoPs are known and while
-// the node's view of the keys may lack what the fleet counted before it
-// started (its estimate then cannot tell a key near its limit; by then
-// every other PoP has re-sent its totals).
+// clocks may be far too short. It is first told once the node's view
+// holds what the fleet counted before it started (sparseReady); meanwhile
+// every change is published.
 func (c *Core) updateSparse(now int64) {
 	v, lag := 0, time.Duration(0)
-	if c.cfg.Sparse() && c.cfg.GlobalLink && c.cfg.FlushInterval > 0 && now-c.startedAt >= int64(c.cfg.AntiEntropyInterval) {
+	if c.cfg.Sparse() && c.cfg.GlobalLink && c.cfg.FlushInterval > 0 && c.sparseReady(now) {
 		v = 1 + len(c.peers.m)
 		if c.hasExpected {
 			v = max(v, 1+len(c.cfg.ExpectedPoPs))
@@ -41,6 +38,26 @@ func (c *Core) updateSparse(now int64) {
 		c.node.SetSparse(v, lag)
 		c.node.SetRegionSparse(rv, lag)
 	}
+}
+
+// sparseReady reports whether the node may leave out of its totals the
+// changes of keys far below their limit: its estimate must tell a key near
+// its limit, so its view must hold what the fleet counted before it
+// started, and it must know how many PoPs publish totals. That holds
+//   - with the PoPs expected known (Settings.ExpectedPoPs), once every one
+//     of them has answered the startup sync (its re-send and relay, then
+//     its marker), or at once when the whole PoP starts with the fleet
+//     (Config.ColdStart: nothing was counted before);
+//   - otherwise, one anti-entropy interval after start: by then every PoP
+//     heard has re-sent its totals.
+func (c *Core) sparseReady(now int64) bool {
+	if now-c.startedAt >= int64(c.cfg.AntiEntropyInterval) {
+		return true
+	}
+	if !c.hasExpected || !c.started {
+		return false
+	}
+	return c.cfg.ColdStart || (c.cfg.StartupSync > 0 && !c.syncing && !c.syncTimedOut)
 }
 
 // sparseStats fills the sparse updates' figures of st.
