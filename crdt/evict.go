@@ -49,18 +49,35 @@ const (
 	evictScan   = 64
 )
 
-// Bits of slot.mark: a request was denied in window win-1, in window win.
+// Bits of slot.mark: a request was denied in window win-1, in window win;
+// and for anti-entropy (walk.go), the key's PoP total or own counts, or its
+// region total, changed since the slot's last anti-entropy walk (...0), in
+// the period before it (...1), in the one before that (...2).
 const (
 	markDenied0 uint8 = 1 << iota
 	markDenied1
+	markAEPoP0
+	markAEPoP1
+	markAEPoP2
+	markAERegion0
+	markAERegion1
+	markAERegion2
+
+	markDenied   = markDenied0 | markDenied1
+	markAEPoP    = markAEPoP0 | markAEPoP1 | markAEPoP2
+	markAERegion = markAERegion0 | markAERegion1 | markAERegion2
+	// markAEChanged is what a change of the own counts or the PoP total
+	// marks: both totals changed.
+	markAEChanged = markAEPoP0 | markAERegion0
 )
 
-// shiftMark returns slot marks moved on by d > 0 windows.
+// shiftMark returns slot marks moved on by d > 0 windows: the denials move
+// with their windows, the anti-entropy marks stay (they are the key's).
 func shiftMark(mark uint8, d int64) uint8 {
 	if d >= 2 {
-		return 0
+		return mark &^ markDenied
 	}
-	return mark >> 1
+	return (mark&markDenied)>>1 | mark&^markDenied
 }
 
 // ruleTable is what eviction knows of the rules: their protection
@@ -146,7 +163,7 @@ func (s *Store) forgetRule(rule RuleID) {
 
 // limited reports whether slot sl's key is being limited.
 func (t *ruleTable) limited(sl *slot) bool {
-	return sl.mark != 0 || sl.total() >= t.protectOf(sl.rule)
+	return sl.mark&markDenied != 0 || sl.total() >= t.protectOf(sl.rule)
 }
 
 // evictFor frees one slot for a new key of rule, or reports that none may

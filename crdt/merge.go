@@ -107,6 +107,8 @@ func (sh *shard) merge(s *Store, h uint64, rule RuleID, key string, nowIndex, wi
 	}
 	if member {
 		sh.markDirty(i, sl, dirtyPoP0<<k)
+	} else if s.regional.Load().has(rep) {
+		sl.mark |= markAERegion0 // a PoP total of the own region
 	}
 	return Merged
 }

@@ -56,8 +56,9 @@ func (s *Store) RegionTotal(rule RuleID, key string, win int64) (total uint64, o
 
 // RegionPart is TotalsPart with region totals (RegionTotal) in
 // FlushEntry.PoP: every live window's region total above 0 of the keys of
-// part of parts.
-func (s *Store) RegionPart(nowIndex func(RuleID) int64, part, parts int, fn func(FlushEntry)) {
+// part of parts. With changed, only the keys whose region total settled
+// (see TotalsPart).
+func (s *Store) RegionPart(nowIndex func(RuleID) int64, part, parts int, changed bool, fn func(FlushEntry)) {
 	lo, hi := s.partShards(part, parts)
-	s.entries(nowIndex, walkRegion, lo, hi, func(_ ReplicaID, e FlushEntry) { fn(e) })
+	s.entries(nowIndex, walkRegion, lo, hi, changed, func(_ ReplicaID, e FlushEntry) { fn(e) })
 }

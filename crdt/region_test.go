@@ -63,7 +63,7 @@ func TestRegionTotal(t *testing.T) {
 	assert.False(t, ok)
 
 	var walked uint64
-	s.RegionPart(func(RuleID) int64 { return 10 }, 0, 1, func(e FlushEntry) {
+	s.RegionPart(func(RuleID) int64 { return 10 }, 0, 1, false, func(e FlushEntry) {
 		if e.Key == "k" && e.Window == 10 {
 			walked = e.PoP
 		}

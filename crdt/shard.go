@@ -160,7 +160,7 @@ func (sh *shard) rebase(i int32, sl *slot, target int64) {
 	sh.now[sl.rule] = min(sh.now[sl.rule], target) // eviction: the slot is live
 	sl.own = [2]uint64{0, own}
 	sl.other = [2]uint64{}
-	sl.mark = 0
+	sl.mark = markAEChanged // re-laid: sent again
 	if sl.flags&flagSide != 0 {
 		sh.keepLive(i, sl, sh.side.get(i), prev, target)
 	}
@@ -188,6 +188,7 @@ func steppedBack(sl *slot, now Now) bool {
 // the caller holds sh.mu.
 func (sh *shard) markDirty(i int32, sl *slot, bits uint8) {
 	sl.dirty |= bits
+	sl.mark |= markAEChanged
 	if sl.flags&flagInDirty == 0 {
 		sl.flags |= flagInDirty
 		sh.dirty = append(sh.dirty, i)

@@ -48,7 +48,7 @@ func (sh *shard) carry(i int32, sl *slot, target int64) {
 		sh.now[sl.rule] = target
 	}
 	sl.other = [2]uint64{}
-	sl.mark = 0
+	sl.mark = markAEChanged // re-laid: sent again
 	if sl.flags&flagSide != 0 {
 		sh.keepLive(i, sl, sh.side.get(i), prev, target)
 	}

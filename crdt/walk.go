@@ -9,16 +9,19 @@ import (
 // index of a rule (it runs under a shard lock). Like Flush, Own copies under
 // each shard's lock and calls fn after releasing it.
 func (s *Store) Own(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
-	s.OwnPart(nowIndex, 0, 1, fn)
+	s.OwnPart(nowIndex, 0, 1, false, fn)
 }
 
 // OwnPart is Own over one part of the store: the keys of the shards of part
 // (0 <= part < parts) when the shards are cut in parts runs of about equal
 // length. The parts 0 to parts-1 of one parts hold every key once, so a
 // caller can spread a walk of a large store over time (Parts).
-func (s *Store) OwnPart(nowIndex func(RuleID) int64, part, parts int, fn func(FlushEntry)) {
+//
+// With changed, only the keys whose PoP total settled are walked, as
+// TotalsPart's walk with changed sees them (OwnPart's starts no period).
+func (s *Store) OwnPart(nowIndex func(RuleID) int64, part, parts int, changed bool, fn func(FlushEntry)) {
 	lo, hi := s.partShards(part, parts)
-	s.entries(nowIndex, walkOwn, lo, hi, func(_ ReplicaID, e FlushEntry) { fn(e) })
+	s.entries(nowIndex, walkOwn, lo, hi, changed, func(_ ReplicaID, e FlushEntry) { fn(e) })
 }
 
 // partShards returns the shards [lo, hi) of part of parts.
@@ -52,7 +55,7 @@ func (s *Store) Parts(perPart int) int {
 // reported replica's count and PoP the store's PoP total of that window.
 // nowIndex runs under a shard lock; fn runs after it is released (see Own).
 func (s *Store) Entries(nowIndex func(RuleID) int64, fn func(ReplicaID, FlushEntry)) {
-	s.entries(nowIndex, walkAll, 0, len(s.shards), fn)
+	s.entries(nowIndex, walkAll, 0, len(s.shards), false, fn)
 }
 
 // entryRec is one count copied out by entries under its shard's lock; slot
@@ -79,7 +82,11 @@ const (
 // before locking, so that a walk of a large store seldom holds a lock across
 // an allocation (which may assist the garbage collector) and never across a
 // callback; a lock is held for one shard's copy at a time.
-func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(ReplicaID, FlushEntry)) {
+func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, onlyChanged bool, fn func(ReplicaID, FlushEntry)) {
+	period, since := markAEPoP, markAEPoP0 // what a change of the walked counts marks
+	if walk == walkRegion {
+		period, since = markAERegion, markAERegion0
+	}
 	changed := OwnChanged
 	if walk == walkTotals || walk == walkRegion {
 		changed = PoPChanged
@@ -126,6 +133,17 @@ func (s *Store) entries(nowIndex func(RuleID) int64, walk, lo, hi int, fn func(R
 			cur := nowIndex(sl.rule)
 			if sl.win+1 < cur-1 {
 				continue // nothing live
+			}
+			if onlyChanged {
+				m := sl.mark & period
+				if walk != walkOwn {
+					// A new period: each period's changes move one
+					// period back, the oldest are forgotten.
+					sl.mark = sl.mark&^period | m<<1&period
+				}
+				if m&since != 0 || m == 0 {
+					continue // still changing, or settled long ago
+				}
 			}
 			at := len(recs)
 			var pop [3]uint64
@@ -211,11 +229,19 @@ var walkScratch = sync.Pool{New: func() any { return new(walkBufs) }}
 // lock). Like Flush, Totals copies under each shard's lock and calls fn after
 // releasing it, so fn may block or call into the store.
 func (s *Store) Totals(nowIndex func(RuleID) int64, fn func(FlushEntry)) {
-	s.TotalsPart(nowIndex, 0, 1, fn)
+	s.TotalsPart(nowIndex, 0, 1, false, fn)
 }
 
 // TotalsPart is Totals over one part of the store (see OwnPart).
-func (s *Store) TotalsPart(nowIndex func(RuleID) int64, part, parts int, fn func(FlushEntry)) {
+//
+// With changed, only the keys whose PoP total (or own count) settled are
+// walked: it did not change since the last walk with changed over them,
+// and did in one of the two periods before it. The walk starts a new
+// period of the keys it walks. A periodic anti-entropy round then re-sends
+// a key's final total in the two rounds after it settled; a key that goes
+// on changing is repaired by its next message instead (counts are
+// absolute), and one that did not change for three rounds costs nothing.
+func (s *Store) TotalsPart(nowIndex func(RuleID) int64, part, parts int, changed bool, fn func(FlushEntry)) {
 	lo, hi := s.partShards(part, parts)
-	s.entries(nowIndex, walkTotals, lo, hi, func(_ ReplicaID, e FlushEntry) { fn(e) })
+	s.entries(nowIndex, walkTotals, lo, hi, changed, func(_ ReplicaID, e FlushEntry) { fn(e) })
 }

@@ -80,7 +80,7 @@ func (l Link) Pending() int { return l.n.store.Pending() }
 // of the node held.
 func (l Link) AntiEntropy(now int64, owns func(key string) bool) Batch {
 	n := l.n
-	return n.Link().AntiEntropyPart(now, owns, 0, 1)
+	return n.Link().AntiEntropyPart(now, owns, 0, 1, false)
 }
 
 // antiEntropyPartKeys is about how many keys one part of a paced
@@ -99,7 +99,11 @@ func (l Link) AntiEntropyParts() int { return l.n.store.Parts(antiEntropyPartKey
 // decisions with part 0. A
 // caller spreads the parts over its interval so that a large store's round
 // is not one burst of work that stalls the decisions sharing its cores.
-func (l Link) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) Batch {
+//
+// With changed, a periodic round's part: only the counts and totals of the
+// keys whose PoP total settled since the rounds before (crdt.Store's
+// TotalsPart); without, every one (a sync's answer, a new epoch).
+func (l Link) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int, changed bool) Batch {
 	n := l.n
 	rs := n.rules.Load()
 	b := n.batch(now)
@@ -112,7 +116,7 @@ func (l Link) AntiEntropyPart(now int64, owns func(key string) bool, part, parts
 	// between rounds and the batch gets an exact copy.
 	sp := aeScratch.Get().(*[]crdt.Entry)
 	buf := (*sp)[:0]
-	n.store.OwnPart(idx, part, parts, func(e crdt.FlushEntry) {
+	n.store.OwnPart(idx, part, parts, changed, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope != ScopeNode && e.Count > 0 {
 			buf = append(buf, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.Count})
 		}
@@ -124,7 +128,7 @@ func (l Link) AntiEntropyPart(now int64, owns func(key string) bool, part, parts
 		}
 	}
 	if b.PoP.Epoch != 0 {
-		n.store.TotalsPart(idx, part, parts, func(e crdt.FlushEntry) {
+		n.store.TotalsPart(idx, part, parts, changed, func(e crdt.FlushEntry) {
 			if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
 				buf = append(buf, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 			}

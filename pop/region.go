@@ -150,8 +150,9 @@ func (l Link) FlushRegion(now int64, owns func(key string) bool) wire.Delta {
 // RegionAntiEntropyPart returns part of parts (AntiEntropyPart) of every
 // live region total above 0 of the global rules' keys owns accepts, under
 // the region's aggregate replica; empty while the node does not speak for
-// its region or the region epoch is 0.
-func (l Link) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta {
+// its region or the region epoch is 0. With changed, only the totals that
+// settled (AntiEntropyPart).
+func (l Link) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int, changed bool) wire.Delta {
 	n := l.n
 	ep := n.region.epoch.Load()
 	d := wire.Delta{Sender: identity.RegionReplica(n.self.Region, ep), SentAt: now, Epoch: ep}
@@ -159,7 +160,7 @@ func (l Link) RegionAntiEntropyPart(now int64, owns func(key string) bool, part,
 		return d
 	}
 	rs := n.rules.Load()
-	n.store.RegionPart(n.indexFunc(rs, now), part, max(parts, 1), func(e crdt.FlushEntry) {
+	n.store.RegionPart(n.indexFunc(rs, now), part, max(parts, 1), changed, func(e crdt.FlushEntry) {
 		if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
 			d.Entries = append(d.Entries, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 		}

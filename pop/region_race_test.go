@@ -51,14 +51,14 @@ func TestRegionVoiceConcurrent(t *testing.T) {
 		defer wg.Done()
 		for i := range rounds {
 			n.Link().FlushRegion(now, nil)
-			n.Link().RegionAntiEntropyPart(now, nil, i%2, 2)
+			n.Link().RegionAntiEntropyPart(now, nil, i%2, 2, i%3 == 0)
 		}
 	}()
 	wg.Wait()
 	n.Link().SetRegionVoice(true, 9)
 	n.Link().Flush(now, nil)
 	got := map[string]uint64{}
-	for _, e := range n.Link().RegionAntiEntropyPart(now, nil, 0, 1).Entries {
+	for _, e := range n.Link().RegionAntiEntropyPart(now, nil, 0, 1, false).Entries {
 		got[e.Key] = e.Count
 	}
 	require.Len(t, got, keys)

@@ -65,7 +65,7 @@ func TestFlushRegion(t *testing.T) {
 
 	// Every live region total, for anti-entropy.
 	all := map[string]uint64{}
-	for _, e := range n.Link().RegionAntiEntropyPart(now, nil, 0, 1).Entries {
+	for _, e := range n.Link().RegionAntiEntropyPart(now, nil, 0, 1, false).Entries {
 		all[e.Key] = e.Count
 	}
 	assert.Equal(t, map[string]uint64{"a": 13, "b": 4}, all)

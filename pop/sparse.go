@@ -23,8 +23,9 @@ import (
 // Flush and FlushTo then leave out a PoP total that moved by less than
 // SparseStep since this node last published it, while the key's estimate is
 // below SparseNear, and while no PoP is unheard (SetUnheard) nor was for
-// the heal hold. AntiEntropy sends every total, so what was left out waits
-// at most one anti-entropy interval. Safe for concurrent use.
+// the heal hold. A periodic anti-entropy round sends a total once it
+// settled (AntiEntropyPart), so what was left out waits until the key's
+// total stops moving or moves by a step. Safe for concurrent use.
 func (l Link) SetSparse(voices int, lag time.Duration) {
 	n := l.n
 	n.sparse.minWidth.Store(int64(replicated.SparseMinWindow(max(lag, 0))))

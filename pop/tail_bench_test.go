@@ -176,7 +176,7 @@ func BenchmarkAntiEntropy(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			local, pop := 0, 0
 			for p := range features {
-				bt := n.Link().AntiEntropyPart(now, nil, p, parts)
+				bt := n.Link().AntiEntropyPart(now, nil, p, parts, false)
 				local, pop = local+len(bt.Local.Entries), pop+len(bt.PoP.Entries)
 				for _, d := range []*wire.Delta{&bt.Local, &bt.PoP} {
 					if _, err := wire.Encode(d, 0); err != nil {

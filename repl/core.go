@@ -358,20 +358,20 @@ func (c *Core) doWork(now int64) {
 	}
 	if c.want&(wantLocalAE|wantGlobalAE) != 0 {
 		c.stats.AntiEntropies++
-		b := c.node.AntiEntropyPart(now, c.ownsKey, 0, 1)
+		b := c.node.AntiEntropyPart(now, c.ownsKey, 0, 1, false)
 		if c.want&wantLocalAE == 0 {
 			b.Local.Entries = nil
 			b.Local.ClearSections()
 		}
 		c.emitBatch(&b, true, c.want&wantGlobalAE != 0)
 		if c.want&wantGlobalAE != 0 && c.want&wantNoRegion == 0 {
-			c.regionAE(now, 0, 1)
+			c.regionAE(now, 0, 1, false)
 			c.want &^= wantRegionAE
 		}
 		c.sendModes(now, c.node.Modes(), c.want&wantLocalAE != 0, c.want&wantGlobalAE != 0, true)
 	}
 	if c.want&wantRegionAE != 0 {
-		c.regionAE(now, 0, 1)
+		c.regionAE(now, 0, 1, false)
 	}
 	if c.want&wantAnnounce != 0 && c.epoch != 0 && c.cfg.PoPLink && len(c.members) > 1 {
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: c.empty(now)})

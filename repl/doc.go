@@ -90,10 +90,16 @@
 //   - Fleet clock (fleetclock.go): the node core decides windows on the
 //     node's clock plus a correction agreed from those offsets
 //     (ClockCorrection); the Core's own timers keep the runtime's clock.
-//   - Anti-entropy: every AntiEntropyInterval each node re-sends its own
-//     counts to its PoP and its owned totals to the other PoPs; a large
-//     store's round goes in parts of about 4096 keys spread over the first
-//     half of the interval (pop.Link.AntiEntropyPart). A member
+//   - Anti-entropy: every AntiEntropyInterval each node re-sends the own
+//     counts and owned totals of the keys whose PoP total (region total,
+//     for a voice's region totals) settled: no change since the round
+//     before, some in the two rounds before that. A key's final total goes
+//     out twice more after its own message; a key that goes on changing is
+//     repaired by its next message. A node that lacks more (a start, a gap in a PoP's
+//     heartbeats, a PoP heard again) asks for a sync, which re-sends
+//     everything. A large store's round goes in parts of about 4096 keys
+//     spread over the first half of the interval
+//     (pop.Link.AntiEntropyPart). A member
 //     whose view of the PoP changes publishes at once the totals whose owner
 //     changed and announces the change; soon after, it and every member
 //     that hears the announcement re-send every owned total: while members'
@@ -110,8 +116,10 @@
 // (limit / (4 x PoPs)) since it last published it, and every change of a
 // key whose estimate is at a quarter of its limit or above (sparse.go,
 // pop/sparse.go). The Core tells its node the PoPs it knows and the lag of
-// a change at each check of the peers, from one AntiEntropyInterval after
-// start; anti-entropy sends every total. What the PoPs leave out of a key's
+// a change at each check of the peers, once its view holds what the fleet
+// counted before it started (sparseReady); anti-entropy sends a total once
+// it settles, so what was left out waits until the key's total stops
+// moving (or moves by a step). What the PoPs leave out of a key's
 // estimate stays below half its limit, and a key at its limit is seen by
 // every node above a quarter of it, so near a limit every change travels
 // as without sparse updates.

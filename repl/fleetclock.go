@@ -243,8 +243,8 @@ func (f fleetNode) FlushTo(now int64, owns func(key string) bool, local bool) re
 	return sentAt(f.Node.FlushTo(now+*f.corr, owns, local), now)
 }
 
-func (f fleetNode) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) replicated.Batch {
-	return sentAt(f.Node.AntiEntropyPart(now+*f.corr, owns, part, parts), now)
+func (f fleetNode) AntiEntropyPart(now int64, owns func(key string) bool, part, parts int, changed bool) replicated.Batch {
+	return sentAt(f.Node.AntiEntropyPart(now+*f.corr, owns, part, parts, changed), now)
 }
 
 // sentAt dates the batch's deltas at now, the Core's clock, as the Core

@@ -57,7 +57,7 @@ func (c *Core) SetMembers(now int64, others []string) {
 			kh := hashString(key)
 			return c.owner(c.memberH, kh) == c.rank && (len(oldH) == 0 || c.owner(oldH, kh) != oldRank)
 		}
-		b := c.node.AntiEntropyPart(now, movedIn, 0, 1)
+		b := c.node.AntiEntropyPart(now, movedIn, 0, 1, false)
 		b.Local.Entries = nil
 		b.Local.ClearSections()
 		c.emitBatch(&b, true, true)

@@ -41,7 +41,7 @@ type Node interface {
 	// live count: the node's own (Local) and the PoP totals of the keys
 	// owns accepts (PoP). The parts of one parts hold each key once; the
 	// penalty blocks go with part 0. Change marks are left alone.
-	AntiEntropyPart(now int64, owns func(key string) bool, part, parts int) replicated.Batch
+	AntiEntropyPart(now int64, owns func(key string) bool, part, parts int, changed bool) replicated.Batch
 	// State returns every count the node holds in the live windows, own
 	// and remote, one fresh delta per replica: what a joining member merges.
 	State(now int64) []wire.Delta
@@ -118,7 +118,7 @@ type Node interface {
 	FlushRegion(now int64, owns func(key string) bool) wire.Delta
 	// RegionAntiEntropyPart returns part of parts of every live region
 	// total of the keys owns accepts.
-	RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta
+	RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int, changed bool) wire.Delta
 	// SetRegionSparse is SetSparse for the region totals, among voices
 	// regions.
 	SetRegionSparse(voices int, lag time.Duration)

@@ -36,7 +36,7 @@ func (n *scriptNode) FlushTo(int64, func(string) bool, bool) pop.Batch {
 }
 func (n *scriptNode) Pending() int          { return 0 }
 func (n *scriptNode) AntiEntropyParts() int { return 1 }
-func (n *scriptNode) AntiEntropyPart(int64, func(string) bool, int, int) pop.Batch {
+func (n *scriptNode) AntiEntropyPart(int64, func(string) bool, int, int, bool) pop.Batch {
 	return pop.Batch{}
 }
 func (n *scriptNode) State(int64) []wire.Delta     { return nil }
@@ -72,7 +72,7 @@ func (n *scriptNode) SparseStats() (uint64, int)                      { return 0
 func (n *scriptNode) SetRegionVoice(bool, uint64)                     {}
 func (n *scriptNode) SetRegionSparse(int, time.Duration)              {}
 func (n *scriptNode) FlushRegion(int64, func(string) bool) wire.Delta { return wire.Delta{} }
-func (n *scriptNode) RegionAntiEntropyPart(int64, func(string) bool, int, int) wire.Delta {
+func (n *scriptNode) RegionAntiEntropyPart(int64, func(string) bool, int, int, bool) wire.Delta {
 	return wire.Delta{}
 }
 

@@ -267,11 +267,11 @@ func (c *Core) forwardedRegion(now int64, d *wire.Delta) bool {
 }
 
 // regionAE re-sends part of parts of the owned region totals.
-func (c *Core) regionAE(now int64, part, parts int) {
+func (c *Core) regionAE(now int64, part, parts int, changed bool) {
 	if !c.region.voice || c.region.epoch == 0 {
 		return
 	}
-	d := c.node.RegionAntiEntropyPart(now, c.ownsKey, part, parts)
+	d := c.node.RegionAntiEntropyPart(now, c.ownsKey, part, parts, changed)
 	if len(d.Entries) > 0 {
 		c.out = append(c.out, Message{Link: LinkRegion, Kind: KindDelta, Reliable: true, Delta: &d})
 	}
@@ -372,8 +372,8 @@ func (f fleetNode) FlushRegion(now int64, owns func(key string) bool) wire.Delta
 
 // RegionAntiEntropyPart forwards to the node core when it can speak for
 // its region.
-func (f fleetNode) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int) wire.Delta {
-	d := f.Node.RegionAntiEntropyPart(now+*f.corr, owns, part, parts)
+func (f fleetNode) RegionAntiEntropyPart(now int64, owns func(key string) bool, part, parts int, changed bool) wire.Delta {
+	d := f.Node.RegionAntiEntropyPart(now+*f.corr, owns, part, parts, changed)
 	d.SentAt = now
 	return d
 }
