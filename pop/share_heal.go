@@ -1,0 +1,118 @@
+package pop
+
+import (
+	"github.com/geolimit/geolimit/crdt"
+
+	"github.com/geolimit/geolimit/window"
+)
+
+// The window a heal ends in.
+//
+// A side held to its share during a cut refuses demand the limit had room
+// for (the other side's demand moved to it, or fell); when every PoP is
+// heard again, that room opens at once on the global view and the side
+// spends it in a burst. The window the heal falls in then holds few
+// admits before the heal and many after it, and the sliding estimate of
+// the next window, which weighs the previous window's count as if it was
+// spread evenly, takes the burst for gone while it is still in the
+// trailing window: with the heal in the middle of a window, the true
+// count of the trailing window passes the limit by up to the burst's
+// excess over half a window's admits (a region's failover in a cut of
+// 20 s windows: 1.26 of the limit, where the central limiter stays at
+// 1.03).
+//
+// So in the window the heal's hold ends in, a key this node refused under
+// its share there, before the heal, is held to a total that keeps the
+// window's admits spread no later than evenly: at every instant of the
+// window this node sees after the hold (elapsed part e, the key's count
+// there C(e)), the window's total may not pass (C(e) + HealSlack x
+// limit) / e. The next window's estimate then errs by HealSlack of the
+// limit at most; what the cap refuses opens at the next window's start,
+// where the estimate weighs it exactly. A key the side did not refuse
+// before the heal (one below its share, or first seen after it) spends
+// as it would without a cut.
+
+// HealSlack is how far over the limit, as a part of it, the estimate of
+// the window after a heal may err through the admits of the window the
+// heal ends in.
+const HealSlack = 0.05
+
+// healCap is the heal window state of one key (share.mu guards it).
+type healCap struct {
+	win int64   // the window max is for (0: none)
+	max float64 // the most the window's total may reach
+}
+
+// lookup returns key's share in p, or nil.
+func (p *partition) lookup(r *ruleState, key string) *share {
+	if sh := p.keys[shareKey{r.id, key}]; sh != nil {
+		return sh
+	}
+	p.newKeys.mu.Lock()
+	defer p.newKeys.mu.Unlock()
+	return p.newKeys.m[shareKey{r.id, key}]
+}
+
+// healMarks returns, per key of a share rule, this side's count (the PoPs
+// p does not list as unheard) of the window the heal at now falls in.
+func (n *Node) healMarks(p *partition, now int64) map[shareKey]uint64 {
+	rs := n.rules.Load()
+	marks := map[shareKey]uint64{}
+	n.store.Entries(n.indexFunc(rs, now), func(rep crdt.ReplicaID, e crdt.FlushEntry) {
+		r := rs.byID[e.Rule]
+		if r == nil || r.OnPartition != Share || r.Scope != ScopeGlobal || r.cal != nil || e.Window != r.index(now) ||
+			p.others.of(p, n.store, rep) {
+			return
+		}
+		marks[shareKey{e.Rule, e.Key}] += e.Count
+	})
+	return marks
+}
+
+// healLimit returns the limit key is held to at now in the window the heal
+// of p ends in (see above), and whether it is held at all. The caller
+// checked that p healed at least HealHold ago.
+func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elapsed int64) (float64, *share, bool) {
+	if r.cal != nil || r.width <= 0 || elapsed <= 0 || idx != r.index(p.healed+n.healHold) || p.healed <= r.start(idx) {
+		return 0, nil, false
+	}
+	sh := p.lookup(r, key)
+	if sh == nil {
+		return 0, nil, false
+	}
+	prev, cur, ok := n.store.Peek(r.id, key, idx)
+	if !ok {
+		return 0, nil, false
+	}
+	slack := HealSlack * float64(r.Limit)
+	sh.mu.Lock()
+	first := sh.heal.win != idx
+	sh.mu.Unlock()
+	var other uint64
+	if first {
+		// The other side's counts of the window, come during the hold,
+		// were spent before the heal.
+		_, other, _ = n.store.PeekOf(r.id, key, idx, func(id crdt.ReplicaID) bool { return p.others.of(p, n.store, id) })
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.heal.win != idx {
+		e := float64(p.healed-r.start(idx)) / float64(r.width)
+		sh.heal.win, sh.heal.max = idx, (float64(p.marks[shareKey{r.id, key}]+other)+slack)/e
+	}
+	m := (float64(cur) + slack) / (float64(elapsed) / float64(r.width))
+	sh.heal.max = max(min(sh.heal.max, m), float64(r.Limit)/2)
+	return window.Estimate(prev, 0, elapsed, r.width) + sh.heal.max, sh, true
+}
+
+// healWindowsEnd returns when the last window a heal at healed ends in
+// (its hold included) closes, over the share rules of rs.
+func (n *Node) healWindowsEnd(rs *ruleSet, healed int64) int64 {
+	end := healed + n.healHold
+	for _, r := range rs.sorted {
+		if r.OnPartition == Share && r.Scope == ScopeGlobal && r.cal == nil && r.width > 0 {
+			end = max(end, r.start(r.index(healed+n.healHold)+1))
+		}
+	}
+	return end
+}
