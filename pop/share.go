@@ -176,7 +176,8 @@ type share struct {
 	markDemand, nextDemand uint64
 	markE, nextE           float64
 
-	heal healCap // the window the heal ends in (share_heal.go)
+	heal healCap       // the window the heal ends in (share_heal.go)
+	prof windowProfile // how the cut's last windows were spent
 }
 
 // PartitionStatus is what a node knows about the current partition.
@@ -500,6 +501,8 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	}
 	if p.healed != 0 {
 		frozen = max(frozen, n.healHeld(p, r, key, idx, elapsed))
+	} else {
+		n.mark(sh, r, key, idx, elapsed)
 	}
 	// A share grown at this window opens as the previous window's counts
 	// decay: the other side may have spent its former share then.

@@ -1,6 +1,8 @@
 package pop
 
 import (
+	"math"
+
 	"github.com/geolimit/geolimit/crdt"
 
 	"github.com/geolimit/geolimit/window"
@@ -41,6 +43,66 @@ const HealSlack = 0.05
 type healCap struct {
 	win int64   // the window max is for (0: none)
 	max float64 // the most the window's total may reach
+	// The previous window's counts as they stood at its marks (profile)
+	// and at its end (this side's, and the other side's part, both held
+	// since the heal), when the cut marked it (n 0: not).
+	pts   [profileMarks + 2]profileMark
+	n     int
+	other float64
+}
+
+// profileMarks is how many times a window of a cut is marked.
+const profileMarks = 3
+
+// profileMark is a key's count (as this node held it) at elapsed part e
+// of a window.
+type profileMark struct {
+	e float64
+	c uint64
+}
+
+// windowProfile is the key's count at the first decision in each of the
+// last profileMarks parts of a window of the cut, for that window (win)
+// and the one before it (prevWin).
+type windowProfile struct {
+	win, prevWin int64
+	cur, prev    [profileMarks]profileMark
+}
+
+// mark notes the key's count of window idx at the node's first decision
+// in each part of it during a cut (share.mu not held).
+func (n *Node) mark(sh *share, r *ruleState, key string, idx, elapsed int64) {
+	if r.cal != nil || r.width <= 0 {
+		return
+	}
+	k := int(elapsed * (profileMarks + 1) / r.width)
+	if k < 1 || k > profileMarks {
+		return
+	}
+	sh.mu.Lock()
+	pr := &sh.prof
+	if pr.win != idx {
+		if pr.win == idx-1 {
+			pr.prev, pr.prevWin = pr.cur, pr.win
+		} else {
+			pr.prevWin = 0
+		}
+		pr.cur, pr.win = [profileMarks]profileMark{}, idx
+	}
+	done := pr.cur[k-1].e != 0
+	sh.mu.Unlock()
+	if done {
+		return
+	}
+	_, cur, ok := n.store.Peek(r.id, key, idx)
+	if !ok {
+		return
+	}
+	sh.mu.Lock()
+	if pr.win == idx && pr.cur[k-1].e == 0 {
+		pr.cur[k-1] = profileMark{float64(elapsed) / float64(r.width), cur}
+	}
+	sh.mu.Unlock()
 }
 
 // lookup returns key's share in p, or nil.
@@ -73,7 +135,7 @@ func (n *Node) healMarks(p *partition, now int64) map[shareKey]uint64 {
 // of p ends in (see above), and whether it is held at all. The caller
 // checked that p healed at least HealHold ago.
 func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elapsed int64) (float64, *share, bool) {
-	if r.cal != nil || r.width <= 0 || elapsed <= 0 || idx != r.index(p.healed+n.healHold) || p.healed <= r.start(idx) {
+	if r.cal != nil || r.width <= 0 || elapsed <= 0 || idx != r.index(p.healed+n.healHold) {
 		return 0, nil, false
 	}
 	sh := p.lookup(r, key)
@@ -84,25 +146,68 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 	if !ok {
 		return 0, nil, false
 	}
-	slack := HealSlack * float64(r.Limit)
+	limit := float64(r.Limit)
+	slack := HealSlack * limit
+	within := p.healed > r.start(idx) // the heal fell in this window
 	sh.mu.Lock()
 	first := sh.heal.win != idx
 	sh.mu.Unlock()
-	var other uint64
+	var oPrev, oCur uint64
 	if first {
-		// The other side's counts of the window, come during the hold,
-		// were spent before the heal.
-		_, other, _ = n.store.PeekOf(r.id, key, idx, func(id crdt.ReplicaID) bool { return p.others.of(p, n.store, id) })
+		// The other side's counts, come during the hold, were spent
+		// before the heal.
+		oPrev, oCur, _ = n.store.PeekOf(r.id, key, idx, func(id crdt.ReplicaID) bool { return p.others.of(p, n.store, id) })
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.heal.win != idx {
-		e := float64(p.healed-r.start(idx)) / float64(r.width)
-		sh.heal.win, sh.heal.max = idx, (float64(p.marks[shareKey{r.id, key}]+other)+slack)/e
+	h := &sh.heal
+	if first {
+		h.win, h.max, h.n = idx, math.Inf(1), 0
+		if within {
+			e := float64(p.healed-r.start(idx)) / float64(r.width)
+			h.max = (float64(p.marks[shareKey{r.id, key}]+oCur) + slack) / e
+		}
+		pr := &sh.prof
+		var marks *[profileMarks]profileMark
+		switch {
+		case pr.win == idx-1:
+			marks = &pr.cur
+		case pr.prevWin == idx-1:
+			marks = &pr.prev
+		}
+		if marks != nil && prev > oPrev {
+			h.pts[0], h.n = profileMark{0, 0}, 1
+			for _, m := range marks {
+				if m.e > h.pts[h.n-1].e && m.c >= h.pts[h.n-1].c && m.c <= prev-oPrev {
+					h.pts[h.n], h.n = m, h.n+1
+				}
+			}
+			h.pts[h.n], h.n = profileMark{1, prev - oPrev}, h.n+1
+			h.other = float64(oPrev)
+		}
 	}
-	m := (float64(cur) + slack) / (float64(elapsed) / float64(r.width))
-	sh.heal.max = max(min(sh.heal.max, m), float64(r.Limit)/2)
-	return window.Estimate(prev, 0, elapsed, r.width) + sh.heal.max, sh, true
+	f := float64(elapsed) / float64(r.width)
+	lim := limit
+	if h.n > 0 {
+		// The previous window's counts still in the trailing window: this
+		// side's as its marks say they came, the other side's spread
+		// evenly; what the estimate takes for gone of them is held back.
+		var at float64
+		for i := 1; i < h.n; i++ {
+			if a, b := h.pts[i-1], h.pts[i]; f <= b.e {
+				at = float64(a.c) + float64(b.c-a.c)*(f-a.e)/(b.e-a.e)
+				break
+			}
+		}
+		side := float64(h.pts[h.n-1].c)
+		trailing := side - at + h.other*(1-f)
+		lim -= max(trailing-window.Estimate(prev, 0, elapsed, r.width), 0)
+	}
+	if within {
+		h.max = max(min(h.max, (float64(cur)+slack)/f), limit/2)
+		lim = min(lim, window.Estimate(prev, 0, elapsed, r.width)+h.max)
+	}
+	return lim, sh, true
 }
 
 // healWindowsEnd returns when the last window a heal at healed ends in
