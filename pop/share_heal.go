@@ -37,7 +37,7 @@ import (
 // HealSlack is how far over the limit, as a part of it, the estimate of
 // the window after a heal may err through the admits of the window the
 // heal ends in.
-const HealSlack = 0.05
+const HealSlack = 0.04
 
 // healCap is the heal window state of one key (share.mu guards it).
 type healCap struct {
@@ -204,7 +204,7 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 		lim -= max(trailing-window.Estimate(prev, 0, elapsed, r.width), 0)
 	}
 	if within {
-		h.max = max(min(h.max, (float64(cur)+slack)/f), limit/2)
+		h.max = max(min(h.max, (float64(cur)+slack)/f), limit/2+slack)
 		lim = min(lim, window.Estimate(prev, 0, elapsed, r.width)+h.max)
 	}
 	return lim, sh, true
