@@ -10,29 +10,46 @@ import (
 
 // The window a heal ends in.
 //
-// A side held to its share during a cut refuses demand the limit had room
-// for (the other side's demand moved to it, or fell); when every PoP is
-// heard again, that room opens at once on the global view and the side
-// spends it in a burst. The window the heal falls in then holds few
-// admits before the heal and many after it, and the sliding estimate of
-// the next window, which weighs the previous window's count as if it was
-// spread evenly, takes the burst for gone while it is still in the
-// trailing window: with the heal in the middle of a window, the true
-// count of the trailing window passes the limit by up to the burst's
-// excess over half a window's admits (a region's failover in a cut of
-// 20 s windows: 1.26 of the limit, where the central limiter stays at
-// 1.03).
+// Back on the global view after a heal, the sliding estimate weighs the
+// previous window's count as if its admits were spread evenly over it.
+// Two things a cut does make that untrue, and the true count of the
+// trailing window then passes the limit by what the estimate took for
+// gone while it was still there:
 //
-// So in the window the heal's hold ends in, a key this node refused under
-// its share there, before the heal, is held to a total that keeps the
-// window's admits spread no later than evenly: at every instant of the
-// window this node sees after the hold (elapsed part e, the key's count
-// there C(e)), the window's total may not pass (C(e) + HealSlack x
-// limit) / e. The next window's estimate then errs by HealSlack of the
-// limit at most; what the cap refuses opens at the next window's start,
-// where the estimate weighs it exactly. A key the side did not refuse
-// before the heal (one below its share, or first seen after it) spends
-// as it would without a cut.
+//   - A side held to its share refused demand the limit had room for (the
+//     other side's demand moved to it, or fell). At the heal that room
+//     opens at once and the side spends it in a burst: the window the heal
+//     falls in holds few admits before the heal and many after it, which
+//     the next window weighs as spread evenly (a region's failover in a
+//     cut of 20 s windows, healed mid-window: 1.27 of the limit where the
+//     central limiter stays at 1.03).
+//   - A side's admits in the cut's windows come late where its share opens
+//     as the window runs (a ramp, a grown share, the near-limit split), and
+//     the first window after a heal at a window's edge weighs the cut's
+//     last window as spread evenly (1.16 where central stays at 1.06).
+//
+// So the cut marks each key's count (as this node holds it: this side's,
+// with the other side's counts frozen at the cut) at the node's first
+// decision in each of the last profileMarks parts of its windows, and in
+// the window the heal's hold ends in a key is held to two bounds:
+//
+//   - The previous window is weighed as it was spent: this side's part as
+//     its marks say (linearly between them), the other side's, which came
+//     after the heal, as spread evenly; what the estimate takes for gone
+//     of it lowers the limit.
+//   - The window's admits stay spread no later than evenly: at every
+//     instant from the heal on (elapsed part e, the key's count there
+//     C(e); at the heal, this side's count then and the other side's as
+//     it arrived), its total may not pass (C(e) + HealSlack x limit) / e,
+//     nor need it stay under half the limit plus that slack (a key steady
+//     below half its limit is not held by the noise of its arrivals). The
+//     next window's estimate then errs by HealSlack of the limit at most;
+//     what the bound holds back opens at the next window's start, where
+//     the estimate weighs it as it is.
+//
+// A key whose window was spread evenly on both sides (each side spent its
+// share to the end of the cut) meets neither bound. From the next window
+// on the node is back on the global view alone.
 
 // HealSlack is how far over the limit, as a part of it, the estimate of
 // the window after a heal may err through the admits of the window the
@@ -203,11 +220,8 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 		trailing := side - at + h.other*(1-f)
 		lim -= max(trailing-window.Estimate(prev, 0, elapsed, r.width), 0)
 	}
-	if within {
-		h.max = max(min(h.max, (float64(cur)+slack)/f), limit/2+slack)
-		lim = min(lim, window.Estimate(prev, 0, elapsed, r.width)+h.max)
-	}
-	return lim, sh, true
+	h.max = max(min(h.max, (float64(cur)+slack)/f), limit/2+slack)
+	return min(lim, window.Estimate(prev, 0, elapsed, r.width)+h.max), sh, true
 }
 
 // healWindowsEnd returns when the last window a heal at healed ends in
