@@ -176,7 +176,7 @@ type share struct {
 	markDemand, nextDemand uint64
 	markE, nextE           float64
 
-	heal healCap       // the window the heal ends in (share_heal.go)
+	heal *healCap      // the window the heal ends in (share_heal.go); nil before it
 	prof windowProfile // how the cut's last windows were spent
 }
 

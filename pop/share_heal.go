@@ -63,7 +63,7 @@ type healCap struct {
 	// The previous window's counts as they stood at its marks (profile)
 	// and at its end (this side's, and the other side's part, both held
 	// since the heal), when the cut marked it (n 0: not).
-	pts   [profileMarks + 2]profileMark
+	pts   [profileMarks + 2]struct{ e, c float64 }
 	n     int
 	other float64
 }
@@ -71,11 +71,11 @@ type healCap struct {
 // profileMarks is how many times a window of a cut is marked.
 const profileMarks = 3
 
-// profileMark is a key's count (as this node held it) at elapsed part e
-// of a window.
+// profileMark is a key's count (as this node held it, up to 2^32-1) at
+// elapsed part e of a window (0: not marked).
 type profileMark struct {
-	e float64
-	c uint64
+	e float32
+	c uint32
 }
 
 // windowProfile is the key's count at the first decision in each of the
@@ -117,7 +117,7 @@ func (n *Node) mark(sh *share, r *ruleState, key string, idx, elapsed int64) {
 	}
 	sh.mu.Lock()
 	if pr.win == idx && pr.cur[k-1].e == 0 {
-		pr.cur[k-1] = profileMark{float64(elapsed) / float64(r.width), cur}
+		pr.cur[k-1] = profileMark{float32(elapsed) / float32(r.width), uint32(min(cur, math.MaxUint32))}
 	}
 	sh.mu.Unlock()
 }
@@ -167,7 +167,7 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 	slack := HealSlack * limit
 	within := p.healed > r.start(idx) // the heal fell in this window
 	sh.mu.Lock()
-	first := sh.heal.win != idx
+	first := sh.heal == nil || sh.heal.win != idx
 	sh.mu.Unlock()
 	var oPrev, oCur uint64
 	if first {
@@ -177,8 +177,11 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	h := &sh.heal
-	if first {
+	if sh.heal == nil {
+		sh.heal = &healCap{}
+	}
+	h := sh.heal
+	if h.win != idx {
 		h.win, h.max, h.n = idx, math.Inf(1), 0
 		if within {
 			e := float64(p.healed-r.start(idx)) / float64(r.width)
@@ -192,14 +195,14 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 		case pr.prevWin == idx-1:
 			marks = &pr.prev
 		}
-		if marks != nil && prev > oPrev {
-			h.pts[0], h.n = profileMark{0, 0}, 1
+		if side := float64(prev) - float64(oPrev); marks != nil && side > 0 {
+			h.pts[0].e, h.pts[0].c, h.n = 0, 0, 1 // nothing at the window's start
 			for _, m := range marks {
-				if m.e > h.pts[h.n-1].e && m.c >= h.pts[h.n-1].c && m.c <= prev-oPrev {
-					h.pts[h.n], h.n = m, h.n+1
+				if e, c := float64(m.e), float64(m.c); e > h.pts[h.n-1].e && c >= h.pts[h.n-1].c && c <= side {
+					h.pts[h.n].e, h.pts[h.n].c, h.n = e, c, h.n+1
 				}
 			}
-			h.pts[h.n], h.n = profileMark{1, prev - oPrev}, h.n+1
+			h.pts[h.n].e, h.pts[h.n].c, h.n = 1, side, h.n+1
 			h.other = float64(oPrev)
 		}
 	}
@@ -212,12 +215,11 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 		var at float64
 		for i := 1; i < h.n; i++ {
 			if a, b := h.pts[i-1], h.pts[i]; f <= b.e {
-				at = float64(a.c) + float64(b.c-a.c)*(f-a.e)/(b.e-a.e)
+				at = a.c + (b.c-a.c)*(f-a.e)/(b.e-a.e)
 				break
 			}
 		}
-		side := float64(h.pts[h.n-1].c)
-		trailing := side - at + h.other*(1-f)
+		trailing := h.pts[h.n-1].c - at + h.other*(1-f)
 		lim -= max(trailing-window.Estimate(prev, 0, elapsed, r.width), 0)
 	}
 	h.max = max(min(h.max, (float64(cur)+slack)/f), limit/2+slack)
