@@ -145,3 +145,45 @@ func TestShareHealWeighsTheCutsLastWindowAsSpent(t *testing.T) {
 	t.Logf("%d admits in the last quarter of the cut's last window; most in a trailing window after the heal: %d (limit 100)", late, most)
 	assert.LessOrEqual(t, most, 100+int(HealSlack*100)+1)
 }
+
+// Decisions race with the cut's marks and the heal window's state: run
+// with -race. Each goroutine decides on the same keys at its own instants
+// of a cut, its hold and the window the heal ends in.
+func TestShareHealWindowConcurrentDecisions(t *testing.T) {
+	eu, us := shareNodes(t, Share)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	for i := int64(0); i < 100; i++ {
+		now := start + i*W/100
+		_, _ = eu.Decide(now, "api", "k", 1)
+		_, _ = us.Decide(now, "api", "k", 1)
+		sync2(t, now, eu, us)
+	}
+	cut, heal := start+W, start+3*W+W/2
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
+	keys := []string{"k", "a", "b"}
+	phase := func(from, to int64) {
+		done := make(chan int, 4)
+		for g := range 4 {
+			go func() {
+				admitted := 0
+				for i := int64(0); i < 200; i++ {
+					now := from + (to-from)*i/200 + int64(g)
+					if d, err := eu.Decide(now, "api", keys[int(i)%len(keys)], 1); err == nil && d.Allowed {
+						admitted++
+					}
+				}
+				done <- admitted
+			}()
+		}
+		for range 4 {
+			<-done
+		}
+	}
+	phase(cut, heal)
+	eu.Link().SetUnheard(heal, nil)
+	phase(heal, heal+int64(DefaultHealHold))
+	phase(heal+int64(DefaultHealHold), start+4*W)
+	phase(start+4*W, start+5*W)
+	assert.False(t, eu.Partition(start+5*W).Partitioned)
+}
