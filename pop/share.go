@@ -47,7 +47,10 @@ import (
 //
 // When every PoP is heard again the node keeps enforcing shares for HealHold,
 // the time the other side's counts take to arrive (anti-entropy on reconnect),
-// then returns to the global view.
+// then returns to the global view; in the rest of the window the hold ends
+// in, a key the side refused there before the heal may not spend the room
+// the heal opens in a burst the next window's estimate would misjudge
+// (share_heal.go).
 
 // maxNewShareKeys bounds the keys first seen during one partition that keep
 // adaptation state.
@@ -65,6 +68,8 @@ const (
 type partition struct {
 	since    int64               // when the unheard set became non-empty
 	healed   int64               // when every PoP was heard again; 0 while cut
+	healEnd  int64               // when the windows the heal ends in close (share_heal.go)
+	marks    map[shareKey]uint64 // this side's counts of the heal's windows at the heal
 	unheard  map[string]bool     // "region/pop", and "region/*" of their regions
 	listed   map[string]bool     // those SetUnheard was told
 	sideFrac float64             // PoP-count split: this side's PoPs / all PoPs
@@ -170,6 +175,9 @@ type share struct {
 	// elapsed parts markE and nextE of it (probe).
 	markDemand, nextDemand uint64
 	markE, nextE           float64
+
+	heal *healCap      // the window the heal ends in (share_heal.go); nil before it
+	prof windowProfile // how the cut's last windows were spent
 }
 
 // PartitionStatus is what a node knows about the current partition.
@@ -215,6 +223,8 @@ func (l Link) SetUnheard(now int64, pops []string) {
 		if cur != nil && cur.healed == 0 {
 			healed := *cur
 			healed.healed = now
+			healed.healEnd = n.healWindowsEnd(n.rules.Load(), now)
+			healed.marks = n.healMarks(cur, now)
 			n.part.Store(&healed)
 			n.lastPart = &healed
 		}
@@ -471,8 +481,11 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 		return 0, nil, false
 	}
 	if p.healed != 0 && now-p.healed >= n.healHold {
-		n.clearHealed(p)
-		return 0, nil, false
+		if now >= p.healEnd {
+			n.clearHealed(p)
+			return 0, nil, false
+		}
+		return n.healLimit(p, r, key, now, idx, elapsed)
 	}
 	sh := p.keys[shareKey{r.id, key}]
 	if sh == nil {
@@ -488,6 +501,8 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 	}
 	if p.healed != 0 {
 		frozen = max(frozen, n.healHeld(p, r, key, idx, elapsed))
+	} else {
+		n.mark(sh, r, key, idx, elapsed)
 	}
 	// A share grown at this window opens as the previous window's counts
 	// decay: the other side may have spent its former share then.

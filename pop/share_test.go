@@ -19,7 +19,7 @@ func shareNodes(t *testing.T, policy Policy) (eu, us *Node) {
 
 // pairNodes returns a node of eu/ams and one of us/iad, both of epoch 1,
 // with rule r.
-func pairNodes(t *testing.T, r Rule) (eu, us *Node) {
+func pairNodes(t testing.TB, r Rule) (eu, us *Node) {
 	t.Helper()
 	rules := []Rule{r}
 	var err error

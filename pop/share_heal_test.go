@@ -1,0 +1,189 @@
+package pop
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// healRun drives eu and us (limit 100 in 10 s windows): a healthy window
+// with even traffic, then a cut in which us's demand stops and eu's is
+// euDemand(w, f) requests a step in window w of the cut at part f of it
+// (at ten times the limit: one key's growth, a surge, so eu keeps its
+// half), a heal at part healAt of the cut's third window, every count
+// exchanged, and eu's demand going on for two more windows. It returns the instants
+// of eu's and us's admits, and the heal's window.
+func healRun(t *testing.T, healAt float64, euDemand func(w int64, f float64) int) (admits []int64, healWin int64) {
+	t.Helper()
+	eu, us := shareNodes(t, Share)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	step := W / 100
+	for i := int64(0); i < 100; i++ {
+		now := start + i*step
+		for _, n := range []*Node{eu, us} {
+			if d, _ := n.Decide(now, "api", "k", 1); d.Allowed {
+				admits = append(admits, now)
+			}
+		}
+		sync2(t, now, eu, us)
+	}
+	cut := start + W
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
+	us.Link().SetUnheard(cut, []string{"eu/ams"})
+	heal := cut + 2*W + int64(healAt*float64(W))
+	healed := false
+	for now := cut; now < cut+5*W; now += step {
+		if now >= heal && !healed {
+			eu.Link().SetUnheard(heal, nil)
+			us.Link().SetUnheard(heal, nil)
+			sync2(t, heal, eu, us)
+			healed = true
+		}
+		for j := 0; j < euDemand((now-cut)/W, float64((now-cut)%W)/float64(W)); j++ {
+			if d, _ := eu.Decide(now, "api", "k", 1); d.Allowed {
+				admits = append(admits, now)
+			}
+		}
+		if healed {
+			sync2(t, now, eu, us)
+		}
+	}
+	return admits, (cut + 2*W) / W
+}
+
+// maxTrailing returns the most admits of one trailing window of width w
+// at any admit from instant from on.
+func maxTrailing(admits []int64, w, from int64) int {
+	most, j := 0, 0
+	for i, at := range admits {
+		for admits[j] <= at-w {
+			j++
+		}
+		if at >= from {
+			most = max(most, i-j+1)
+		}
+	}
+	return most
+}
+
+// A side held to half the limit in a cut while its demand was ten times
+// the limit: the heal, half-way through a window, opens half the limit at
+// once. The rest of that window may spend only what keeps the window's
+// admits spread evenly (25 before the heal, so about 29 after it), and the
+// trailing window never passes the limit by more than HealSlack of it;
+// what was held back opens at the next window's start.
+func TestShareHealWindowSpreadsTheBurst(t *testing.T) {
+	W := int64(10 * time.Second)
+	admits, hw := healRun(t, 0.5, func(int64, float64) int { return 10 })
+	heal := hw*W + W/2
+	var before, after, next int
+	for _, at := range admits {
+		switch {
+		case at >= hw*W && at < heal:
+			before++
+		case at >= heal && at < (hw+1)*W:
+			after++
+		case at >= (hw+1)*W && at < (hw+1)*W+W/10:
+			next++
+		}
+	}
+	t.Logf("heal window: %d before the heal, %d after; %d in the next window's first tenth", before, after, next)
+	assert.InDelta(t, 25, before, 2, "half of its half of the limit")
+	assert.LessOrEqual(t, before+after, 60, "no burst into the heal's window")
+	assert.GreaterOrEqual(t, before+after, 50, "the window's even spread is spent")
+	assert.Greater(t, next, 20, "what was held back opens at the next window's start")
+	most := maxTrailing(admits, W, heal)
+	t.Logf("most in a trailing window after the heal: %d (limit 100)", most)
+	assert.LessOrEqual(t, most, 100+int(HealSlack*100)+1)
+}
+
+// A key whose demand starts only after the heal is not held by it beyond
+// half the limit plus the slack: a key the cut did not hold back spends
+// as it would without a cut.
+func TestShareHealWindowLeavesNewDemand(t *testing.T) {
+	W := int64(10 * time.Second)
+	admits, hw := healRun(t, 0.5, func(w int64, f float64) int {
+		if w < 2 || w == 2 && f < 0.6 {
+			return 0
+		}
+		return 1
+	})
+	heal := hw*W + W/2
+	after := 0
+	for _, at := range admits {
+		if at >= heal && at < (hw+1)*W {
+			after++
+		}
+	}
+	require.NotZero(t, after)
+	assert.Equal(t, 40, after, "one request a step, all of them admitted")
+}
+
+// A cut whose last window was spent late (eu's demand came in its last
+// quarter) heals at a window's edge: the next window weighs that window
+// as its marks say it was spent, not as if spread evenly, and the
+// trailing window stays at the limit.
+func TestShareHealWeighsTheCutsLastWindowAsSpent(t *testing.T) {
+	W := int64(10 * time.Second)
+	admits, hw := healRun(t, 1, func(w int64, f float64) int {
+		if w < 2 || w == 2 && f < 0.75 {
+			return 0
+		}
+		return 10
+	})
+	late := 0
+	for _, at := range admits {
+		if at >= hw*W+3*W/4 && at < (hw+1)*W {
+			late++
+		}
+	}
+	require.Greater(t, late, 30, "the cut's last window was spent in its last quarter")
+	most := maxTrailing(admits, W, (hw+1)*W)
+	t.Logf("%d admits in the last quarter of the cut's last window; most in a trailing window after the heal: %d (limit 100)", late, most)
+	assert.LessOrEqual(t, most, 100+int(HealSlack*100)+1)
+}
+
+// Decisions race with the cut's marks and the heal window's state: run
+// with -race. Each goroutine decides on the same keys at its own instants
+// of a cut, its hold and the window the heal ends in.
+func TestShareHealWindowConcurrentDecisions(t *testing.T) {
+	eu, us := shareNodes(t, Share)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	for i := int64(0); i < 100; i++ {
+		now := start + i*W/100
+		_, _ = eu.Decide(now, "api", "k", 1)
+		_, _ = us.Decide(now, "api", "k", 1)
+		sync2(t, now, eu, us)
+	}
+	cut, heal := start+W, start+3*W+W/2
+	eu.Link().SetUnheard(cut, []string{"us/iad"})
+	keys := []string{"k", "a", "b"}
+	phase := func(from, to int64) {
+		done := make(chan int, 4)
+		for g := range 4 {
+			go func() {
+				admitted := 0
+				for i := int64(0); i < 200; i++ {
+					now := from + (to-from)*i/200 + int64(g)
+					if d, err := eu.Decide(now, "api", keys[int(i)%len(keys)], 1); err == nil && d.Allowed {
+						admitted++
+					}
+				}
+				done <- admitted
+			}()
+		}
+		for range 4 {
+			<-done
+		}
+	}
+	phase(cut, heal)
+	eu.Link().SetUnheard(heal, nil)
+	phase(heal, heal+int64(DefaultHealHold))
+	phase(heal+int64(DefaultHealHold), start+4*W)
+	phase(start+4*W, start+5*W)
+	assert.False(t, eu.Partition(start+5*W).Partitioned)
+}
