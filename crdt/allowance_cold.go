@@ -44,7 +44,10 @@ import "math"
 //
 // All of it holds for the store's first coldLags horizons at most: by then
 // every replica has held the others' counts of the first lags many times
-// over, and what is in flight is what the split already bounds. Longer, it
+// over, and what is in flight is what the split already bounds, but for
+// the one request in flight of a replica with nothing unseen: a key past
+// half its limit with less headroom than the fleet has replicas (crowded,
+// in split) takes turns for it in a running fleet too. Longer, it
 // only errs: halving the headroom moved the admits of every key that nears
 // its limit in a fleet's first window later in it, where the sliding
 // estimate lets more through, and a rate read over the store's time rather
