@@ -22,16 +22,25 @@ type sparsePair struct {
 
 func newSparsePair(t *testing.T, sparse *bool) *sparsePair {
 	t.Helper()
+	return newSparsePairWith(t, sparse, func(*Config) {})
+}
+
+// newSparsePairWith is newSparsePair with each core's Config changed by set.
+func newSparsePairWith(t *testing.T, sparse *bool, set func(*Config)) *sparsePair {
+	t.Helper()
 	iad1 := identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "i1", Incarnation: 1}
 	w := int64(ruleWindow)
 	p := &sparsePair{t: t, an: testNode(t, ams1), in: testNode(t, iad1), now: (t0/w + 1) * w, published: map[string]int{}}
 	s := DefaultSettings()
 	s.SparseUpdates = sparse
 	var err error
-	if p.ams, err = New(Config{Settings: s, Node: p.an.Link(), GlobalLink: true}); err != nil {
+	ac, ic := Config{Settings: s, Node: p.an.Link(), GlobalLink: true}, Config{Settings: s, Node: p.in.Link(), GlobalLink: true}
+	set(&ac)
+	set(&ic)
+	if p.ams, err = New(ac); err != nil {
 		t.Fatal(err)
 	}
-	if p.iad, err = New(Config{Settings: s, Node: p.in.Link(), GlobalLink: true}); err != nil {
+	if p.iad, err = New(ic); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -158,6 +167,49 @@ func TestSparseUpdates(t *testing.T) {
 			p.run(DefaultAntiEntropyInterval + time.Second)
 			if got := p.total(p.in, "tail"); got != 5 {
 				t.Errorf("after anti-entropy iad holds %d of tail, want 5", got)
+			}
+		})
+	}
+}
+
+// Sparse updates start once a node's view holds what the fleet counted
+// before it started: without the PoPs expected known, one anti-entropy
+// interval after start; with them, at once on a cold start of the whole
+// fleet, or once every expected PoP answered the startup sync.
+func TestSparseFromTheStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		at   time.Duration // sparse by then, not a second before it (0: at one of the first checks of the peers)
+	}{
+		{"no PoPs expected", func(*Config) {}, DefaultAntiEntropyInterval},
+		{"cold start", func(c *Config) {
+			c.ExpectedPoPs = []string{"eu/ams", "us/iad"}
+			c.ColdStart = true
+		}, 0},
+		{"startup sync answered", func(c *Config) {
+			c.ExpectedPoPs = []string{"eu/ams", "us/iad"}
+			c.Relay, c.StartupSync = true, 3*time.Second
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newSparsePairWith(t, nil, tc.set)
+			start := p.now
+			for p.ams.Stats().SparseVoices == 0 {
+				if time.Duration(p.now-start) > DefaultAntiEntropyInterval+time.Second {
+					t.Fatal("no sparse updates an anti-entropy interval after start")
+				}
+				p.run(10 * time.Millisecond)
+			}
+			took := time.Duration(p.now - start)
+			if tc.at == 0 && took > 2*time.Second {
+				t.Errorf("sparse after %s, want at one of the first checks of the peers", took)
+			}
+			if tc.at > 0 && took < tc.at-time.Second {
+				t.Errorf("sparse after %s, want not before %s", took, tc.at)
+			}
+			if tc.name == "startup sync answered" && !p.ams.Startup().Synced {
+				t.Error("sparse before the startup sync ended")
 			}
 		})
 	}
