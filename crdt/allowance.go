@@ -445,7 +445,16 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 	if unseen == 0 {
 		// Rushed or crowded, with a share below the request: a turn (see
 		// turn).
-		if turn(s.hashBytes(sl.rule, sh.keyBytes(i)), now, a.Horizon, share/float64(cost)) {
+		p := share / float64(cost)
+		if crowded {
+			// A turn is drawn for a horizon-long period, and a replica
+			// with no request of the key in its period loses it: spread
+			// over many replicas, a key has a request at each in about
+			// half its periods, and turns drawn at the share alone
+			// admitted 0.954 of a central limiter's admits on 300 PoPs.
+			p *= crowdedTurns
+		}
+		if turn(s.hashBytes(sl.rule, sh.keyBytes(i)), now, a.Horizon, p) {
 			return true, 0
 		}
 		return false, max(a.Horizon-now%a.Horizon, 1)
@@ -457,8 +466,12 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 }
 
 // minCrowd is the fewest replicas whose one request each a crowded key
-// gives at their turns (see split).
-const minCrowd = 16
+// gives at their turns, and crowdedTurns how many times its share of the
+// headroom a replica draws its turn with (see split).
+const (
+	minCrowd     = 16
+	crowdedTurns = 2
+)
 
 // spareUnseen is how many requests a replica may hold unseen, beyond its
 // share of the headroom, while the headroom is well above what the fleet
