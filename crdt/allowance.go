@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/geolimit/geolimit/identity"
@@ -128,12 +129,20 @@ func (e *hotEntry) push(at, horizon, win int64, own [2]uint64) {
 	}
 }
 
-// heldBy records that every replica holds the own counts own of window win
-// by at: earlier records say less, and are dropped.
-func (e *hotEntry) heldBy(at, win int64, own [2]uint64) {
-	e.snaps[0] = hotSnap{at: at, win: win, own: own}
+// held records that every replica holds the own counts own of window win:
+// earlier records say less, and are dropped. Held counts stay held however
+// the horizon moves later, so the record is dated as sent long ago (a
+// record dated a horizon back would read as unseen again once the horizon
+// grew by more than the time since: a key far below its limit was refused
+// two milliseconds after it was found all held).
+func (e *hotEntry) held(win int64, own [2]uint64) {
+	e.snaps[0] = hotSnap{at: heldLongAgo, win: win, own: own}
 	e.n = 1
 }
+
+// heldLongAgo dates a hot entry's record of own counts every replica holds
+// (held): before any flush, so that every horizon has passed since.
+const heldLongAgo = math.MinInt64
 
 // seen returns the own counts of windows win-1 and win that every replica
 // holds at now: those of the latest flush at or before now-horizon.
@@ -295,15 +304,21 @@ func (sh *shard) admitAllowance(s *Store, a *Allowance, i int32, sl *slot, now N
 // made later, while the admit's flush is within a horizon, would not know
 // which of the own counts were held before it, and would take them all
 // for unseen (a key of a few admits long held, then a few within one lag,
-// was refused far below its limit). The caller holds sh.mu.
+// was refused far below its limit). A key's first admit arms it too (no
+// own count yet, all held): a key whose admits follow each other within a
+// lag from its first one on is never quiescent again, and its entry, made
+// at the first split, took the admits of its first flushes for unseen long
+// after every replica held them (anycast keys at 0.4 of their limit were
+// refused at their sixth admit, one after another in the fleet's first
+// seconds). The caller holds sh.mu.
 func (sh *shard) armHot(s *Store, a *Allowance, i int32, sl *slot, now Now, limit, cost uint64, est float64) {
 	own := satAdd(sl.own[0], sl.own[1])
-	if own == 0 || !a.on() || float64(satAdd(own, (spareUnseenHalf+1)*cost))*float64(a.Replicas()) <= float64(limit)-est {
+	if !a.on() || float64(satAdd(own, (spareUnseenHalf+1)*cost))*float64(a.Replicas()) <= float64(limit)-est {
 		return
 	}
 	t := now.Index*now.Width + now.Elapsed
 	if e := sh.hotOf(s, i, sl, t); e != nil {
-		e.heldBy(t-a.Horizon, sl.win, sl.own)
+		e.held(sl.win, sl.own)
 	}
 }
 
@@ -362,7 +377,7 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 		// Sent longer than a horizon ago, and nothing since: all held.
 		s0, s1 = sl.own[0], sl.own[1]
 		if e != nil {
-			e.heldBy(now-a.Horizon, sl.win, sl.own)
+			e.held(sl.win, sl.own)
 		}
 	case e != nil:
 		if last := s.lastFlush.Load(); sl.dirty&dirtyOwn == 0 && last != 0 {

@@ -74,15 +74,15 @@ func TestArmedKeyKnowsHeldCounts(t *testing.T) {
 		t.Run("armed="+strconv.FormatBool(armed), func(t *testing.T) {
 			st := withOthers(t, "k", 10, "a") // 10 of 15: no spare room
 			t0 := time.Second.Nanoseconds()
-			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 15, 1, true, two).Allowed)
-			for at := t0 + ms; at <= t0+2*time.Second.Nanoseconds(); at += 50 * ms {
-				st.FlushAt(abs(at), two.Horizon, func(FlushEntry) {})
-			}
-			t1 := t0 + 3*time.Second.Nanoseconds()
 			a := two
 			if !armed {
 				a = nil // counted without the allowance: no entry armed
 			}
+			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 15, 1, true, a).Allowed)
+			for at := t0 + ms; at <= t0+2*time.Second.Nanoseconds(); at += 50 * ms {
+				st.FlushAt(abs(at), two.Horizon, func(FlushEntry) {})
+			}
+			t1 := t0 + 3*time.Second.Nanoseconds()
 			require.True(t, st.AdmitSplit(0, "k", nowAt(t1), 15, 1, true, a).Allowed)
 			// H = 15 - 11, half of it 2: room for a second unseen admit
 			// when the held one is known held; none when it counts as
@@ -110,5 +110,57 @@ func TestSecondInFlight(t *testing.T) {
 		{980, 2, true, false, "H = 20 < 2 + 1.5 x 19.6"},
 	} {
 		assert.Equal(t, tc.want, secondInFlight(tc.k, tc.u, 1, 1000, hw, tc.calm), tc.about)
+	}
+}
+
+// A key whose admits follow each other within a lag from its first one on
+// (an anycast key at one PoP, a new client's first requests) knows which
+// of them every replica holds: its first admit armed its entry. Its sixth
+// admit, with the first held and four unseen, fits the spare room; an
+// entry made at its first split took all five for unseen and refused it.
+func TestFirstAdmitArmsKey(t *testing.T) {
+	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12} // 1/12 of 50: 4.2 requests
+	t0 := time.Second.Nanoseconds()
+	for _, tc := range []struct {
+		name string
+		a    *Allowance // the first admit's allowance
+		want bool
+	}{
+		{"first admit with the allowance", twelve, true},
+		{"first admit without it", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 50, 1, true, tc.a).Allowed)
+			st.FlushAt(abs(t0+10*ms), twelve.Horizon, func(FlushEntry) {}) // held from t0+110ms
+			for i, at := range []int64{50, 70, 90, 105} {
+				require.True(t, st.AdmitSplit(0, "k", nowAt(t0+at*ms), 50, 1, true, twelve).Allowed, "admit %d", i+2)
+				if at == 50 || at == 105 {
+					st.FlushAt(abs(t0+(at+5)*ms), twelve.Horizon, func(FlushEntry) {})
+				}
+			}
+			got := st.AdmitSplit(0, "k", nowAt(t0+115*ms), 50, 1, true, twelve).Allowed
+			assert.Equal(t, tc.want, got, "sixth admit, the first one held")
+		})
+	}
+}
+
+// Own counts found all held stay held when the horizon grows afterwards:
+// a key far below its limit is not refused a millisecond after its held
+// counts were read, because the fleet's horizon rose by more than that.
+func TestHeldCountsOutlastHorizonGrowth(t *testing.T) {
+	a := &Allowance{Horizon: 100 * ms, PoPs: 12}
+	t0 := time.Second.Nanoseconds()
+	st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+	for i := range 5 {
+		require.True(t, st.AdmitSplit(0, "k", nowAt(t0+int64(i)*ms), 50, 1, true, nil).Allowed)
+	}
+	st.FlushAt(abs(t0+10*ms), a.Horizon, func(FlushEntry) {})
+	st.FlushAt(abs(t0+200*ms), a.Horizon, func(FlushEntry) {}) // the five are held
+	t1 := t0 + 300*ms
+	require.True(t, st.AdmitSplit(0, "k", nowAt(t1), 50, 1, true, a).Allowed)
+	grown := &Allowance{Horizon: 105 * ms, PoPs: 12}
+	for i := range 4 {
+		assert.True(t, st.AdmitSplit(0, "k", nowAt(t1+int64(i+1)*ms), 50, 1, true, grown).Allowed, "admit %d after the horizon grew", i+1)
 	}
 }
