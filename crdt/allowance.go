@@ -213,8 +213,10 @@ func (sh *shard) resent(s *Store, i int32, sl *slot) {
 }
 
 // expireSent clears flagRecent of the slots whose own counts no flush after
-// cutoff sent and that changed in no other way since. The caller holds sh.mu.
-func (sh *shard) expireSent(s *Store, cutoff int64) {
+// cutoff sent and that changed in no other way since, and forgets the
+// records of flushes at or before keep (see seedHot). The caller holds
+// sh.mu.
+func (sh *shard) expireSent(s *Store, cutoff, keep int64) {
 	for sh.sentHead < len(sh.sent) && sh.sent[sh.sentHead].at <= cutoff {
 		r := &sh.sent[sh.sentHead]
 		sh.sentHead++
@@ -230,11 +232,38 @@ func (sh *shard) expireSent(s *Store, cutoff int64) {
 			sl.flags &^= flagRecent
 		}
 	}
-	if sh.sentHead == len(sh.sent) {
-		sh.sent, sh.sentHead = sh.sent[:0], 0
-	} else if sh.sentHead > len(sh.sent)/2 {
-		n := copy(sh.sent, sh.sent[sh.sentHead:])
-		sh.sent, sh.sentHead = sh.sent[:n], 0
+	for sh.sentKeep < sh.sentHead && sh.sent[sh.sentKeep].at <= keep {
+		sh.sentKeep++
+	}
+	if sh.sentKeep == len(sh.sent) {
+		sh.sent, sh.sentHead, sh.sentKeep = sh.sent[:0], 0, 0
+	} else if sh.sentKeep > len(sh.sent)/2 {
+		n := copy(sh.sent, sh.sent[sh.sentKeep:])
+		sh.sent, sh.sentHead, sh.sentKeep = sh.sent[:n], sh.sentHead-sh.sentKeep, 0
+	}
+}
+
+// seedHot gives slot i's new hot entry e the flushes that sent the slot's
+// own counts within the last two horizons, oldest first, from the shard's
+// records of them: an entry made while the slot's counts were sent within
+// a horizon (a key whose admits follow each other within a lag, never
+// quiescent) then knows which of them every replica holds, where it took
+// them all for unseen. A key sent at least once a horizon has its last
+// send held by every replica among them. The caller holds sh.mu.
+func (sh *shard) seedHot(s *Store, e *hotEntry, horizon int64, i int32, sl *slot) {
+	var fp uint32
+	hashed := false
+	for k := sh.sentKeep; k < len(sh.sent); k++ {
+		r := &sh.sent[k]
+		if r.pos != i {
+			continue
+		}
+		if !hashed {
+			fp, hashed = sh.fingerprint(s, i, sl), true
+		}
+		if r.fp == fp {
+			e.push(r.at, horizon, r.win, r.own)
+		}
 	}
 }
 
@@ -380,6 +409,9 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 			e.held(sl.win, sl.own)
 		}
 	case e != nil:
+		if e.n == 0 {
+			sh.seedHot(s, e, a.Horizon, i, sl)
+		}
 		if last := s.lastFlush.Load(); sl.dirty&dirtyOwn == 0 && last != 0 {
 			e.push(last, a.Horizon, sl.win, sl.own) // sent by the last flush at the latest
 		}

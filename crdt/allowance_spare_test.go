@@ -115,19 +115,21 @@ func TestSecondInFlight(t *testing.T) {
 
 // A key whose admits follow each other within a lag from its first one on
 // (an anycast key at one PoP, a new client's first requests) knows which
-// of them every replica holds: its first admit armed its entry. Its sixth
-// admit, with the first held and four unseen, fits the spare room; an
-// entry made at its first split took all five for unseen and refused it.
-func TestFirstAdmitArmsKey(t *testing.T) {
+// of them every replica holds: its first admit armed its entry, or, made
+// later, its entry learnt them from the shard's records of the flushes of
+// the last two horizons. Its sixth admit, with the first held and four
+// unseen, is admitted (the held count is all the fleet holds of the key:
+// this replica's share is the whole headroom); an entry that took all five
+// for unseen split the headroom evenly, and refused it.
+func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
 	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12} // 1/12 of 50: 4.2 requests
 	t0 := time.Second.Nanoseconds()
 	for _, tc := range []struct {
 		name string
 		a    *Allowance // the first admit's allowance
-		want bool
 	}{
-		{"first admit with the allowance", twelve, true},
-		{"first admit without it", nil, false},
+		{"armed at the first admit", twelve},
+		{"made at the first split", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
@@ -139,8 +141,7 @@ func TestFirstAdmitArmsKey(t *testing.T) {
 					st.FlushAt(abs(t0+(at+5)*ms), twelve.Horizon, func(FlushEntry) {})
 				}
 			}
-			got := st.AdmitSplit(0, "k", nowAt(t0+115*ms), 50, 1, true, twelve).Allowed
-			assert.Equal(t, tc.want, got, "sixth admit, the first one held")
+			assert.True(t, st.AdmitSplit(0, "k", nowAt(t0+115*ms), 50, 1, true, twelve).Allowed, "sixth admit, the first one held")
 		})
 	}
 }
@@ -162,5 +163,41 @@ func TestHeldCountsOutlastHorizonGrowth(t *testing.T) {
 	grown := &Allowance{Horizon: 105 * ms, PoPs: 12}
 	for i := range 4 {
 		assert.True(t, st.AdmitSplit(0, "k", nowAt(t1+int64(i+1)*ms), 50, 1, true, grown).Allowed, "admit %d after the horizon grew", i+1)
+	}
+}
+
+// The shard keeps its records of a flush's sends for two horizons: past
+// the first they no longer mark the slot as recent, past the second they
+// are gone, and the flushes stop visiting the shard.
+func TestSentRecordsKeptTwoHorizons(t *testing.T) {
+	h := 100 * ms
+	st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+	require.True(t, st.AdmitSplit(0, "k", nowAt(0), 50, 1, true, split).Allowed)
+	kept := func() (n int, recent bool) {
+		for i := range st.shards {
+			sh := &st.shards[i]
+			n += len(sh.sent) - sh.sentKeep
+			for j := range sh.slots {
+				recent = recent || sh.slots[j].flags&(flagLive|flagRecent) == flagLive|flagRecent
+			}
+		}
+		return n, recent
+	}
+	for _, tc := range []struct {
+		at     int64
+		n      int
+		recent bool
+	}{
+		{10 * ms, 1, true},   // sent
+		{150 * ms, 1, false}, // held: kept
+		{250 * ms, 0, false}, // forgotten
+	} {
+		st.FlushAt(abs(tc.at), h, func(FlushEntry) {})
+		n, recent := kept()
+		assert.Equal(t, tc.n, n, "records after the flush at %v", time.Duration(tc.at))
+		assert.Equal(t, tc.recent, recent, "recent after the flush at %v", time.Duration(tc.at))
+	}
+	for i := range st.shards {
+		assert.False(t, st.shards[i].work.Load(), "shard %d still has work", i)
 	}
 }

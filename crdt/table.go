@@ -201,8 +201,8 @@ func (sh *shard) shrink(s *Store) {
 	if len(sh.slots) > initialSlots && sh.used*8 < len(sh.slots)*minLoad {
 		sh.rehash(s, max(initialSlots, 2*sh.used))
 	}
-	if cap(sh.sent) > 2*(len(sh.sent)-sh.sentHead)+64 {
-		sh.sent, sh.sentHead = append([]sentRec(nil), sh.sent[sh.sentHead:]...), 0
+	if cap(sh.sent) > 2*(len(sh.sent)-sh.sentKeep)+64 {
+		sh.sent, sh.sentHead, sh.sentKeep = append([]sentRec(nil), sh.sent[sh.sentKeep:]...), sh.sentHead-sh.sentKeep, 0
 	}
 }
 
