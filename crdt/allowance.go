@@ -220,7 +220,7 @@ func (sh *shard) expireSent(s *Store, cutoff, keep int64) {
 	for sh.sentHead < len(sh.sent) && sh.sent[sh.sentHead].at <= cutoff {
 		r := &sh.sent[sh.sentHead]
 		sh.sentHead++
-		if int(r.pos) >= len(sh.slots) {
+		if r.pos < 0 || int(r.pos) >= len(sh.slots) {
 			continue
 		}
 		sl := &sh.slots[r.pos]
@@ -436,6 +436,9 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 			n = sh.sources(s, a, i, sl)
 		}
 		if spare(k, u, n, float64(limit), hw) {
+			return true, 0
+		}
+		if localSpare(k, u, n, float64(limit), hw) && sh.spentHere(s, a, i, sl, n) {
 			return true, 0
 		}
 		if e != nil && secondInFlight(k, u, n, float64(limit), hw, now-e.denied > 2*a.Horizon) {

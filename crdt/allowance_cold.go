@@ -106,6 +106,43 @@ func (sh *shard) sources(s *Store, a *Allowance, i int32, sl *slot) float64 {
 	return float64(n)
 }
 
+// spareUnseenLocal is how many requests a replica may hold unseen in the
+// spare room of a key that no other PoP or region counts, while the key
+// stays within half its limit (localSpare).
+const spareUnseenLocal = 7
+
+// localSpare reports whether a replica may hold u unseen admits, more than
+// spareUnseenHalf but at most spareUnseenLocal, of a key that no other PoP
+// or region counts (spentHere), while the key stays within half its limit
+// as in spare (n replicas that may hold as much unseen, k per span, hw a
+// horizon over the span). A key spent at one PoP (an anycast key, a new
+// client's first requests) holds every admit of its first lag unseen: until
+// its first count is held, when its share becomes the whole headroom
+// (split), the split knows nothing of where it is spent and gives each
+// replica an equal part of the headroom. Over many such keys a sixth or a
+// seventh request within that lag happens (at a fleet's cold start every
+// key is in its first lag at once). A key that surges everywhere at once
+// looks the same to each replica only until the first counts of another
+// PoP arrive, a flush interval and the nearest PoP's latency after its
+// first admits; spare decides from then on. Until then the fleet may go
+// over by spareUnseenLocal - spareUnseenHalf requests per replica more
+// than with spare alone.
+func localSpare(k, u, n, limit, hw float64) bool {
+	fleet := k + n*u + 3*k*2*hw
+	return u > spareUnseenHalf && u <= spareUnseenLocal && 2*fleet <= limit
+}
+
+// spentHere reports whether no replica of another PoP or region, not
+// excluded, counts slot i's key in its live windows: n is what sources
+// returned for it, or 1 when the caller did not ask (see split). The
+// caller holds sh.mu.
+func (sh *shard) spentHere(s *Store, a *Allowance, i int32, sl *slot, n float64) bool {
+	if n == 1 {
+		n = sh.sources(s, a, i, sl)
+	}
+	return n < float64(a.Replicas())
+}
+
 // turn reports whether a replica whose share of the headroom is p
 // requests (below one) may hold one unseen request of the key whose hash
 // is h in the horizon-long period around now: a draw from h and the

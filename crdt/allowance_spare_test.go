@@ -117,7 +117,7 @@ func TestSecondInFlight(t *testing.T) {
 // (an anycast key at one PoP, a new client's first requests) knows which
 // of them every replica holds: its first admit armed its entry, or, made
 // later, its entry learnt them from the shard's records of the flushes of
-// the last two horizons. Its sixth admit, with the first held and four
+// the last two horizons, which follow the slot when the table grows. Its sixth admit, with the first held and four
 // unseen, is admitted (the held count is all the fleet holds of the key:
 // this replica's share is the whole headroom); an entry that took all five
 // for unseen split the headroom evenly, and refused it.
@@ -132,7 +132,7 @@ func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
 		{"made at the first split", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+			st := withOthers(t, "k", 1, "a") // another PoP counts it: no room of a key spent here
 			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 50, 1, true, tc.a).Allowed)
 			st.FlushAt(abs(t0+10*ms), twelve.Horizon, func(FlushEntry) {}) // held from t0+110ms
 			for i, at := range []int64{50, 70, 90, 105} {
@@ -200,4 +200,28 @@ func TestSentRecordsKeptTwoHorizons(t *testing.T) {
 	for i := range st.shards {
 		assert.False(t, st.shards[i].work.Load(), "shard %d still has work", i)
 	}
+}
+
+// The records of a slot's recent sends follow it when its shard's table
+// grows, those of flushes older than its unsent admits too (a slot with
+// unsent admits is not recorded again at its new position).
+func TestSentRecordsFollowRehash(t *testing.T) {
+	st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+	require.True(t, st.AdmitSplit(0, "k", nowAt(0), 50, 1, true, split).Allowed)
+	st.FlushAt(abs(10*ms), split.Horizon, func(FlushEntry) {})
+	require.True(t, st.AdmitSplit(0, "k", nowAt(20*ms), 50, 1, true, split).Allowed) // unsent
+	h := st.hashBytes(0, []byte("k"))
+	sh := st.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.rehash(st, 4*len(sh.slots))
+	p, ok := sh.find(h, 0, "k")
+	require.True(t, ok)
+	var ats []int64
+	for _, r := range sh.sent[sh.sentKeep:] {
+		if r.pos == p && r.fp == sh.fingerprint(st, p, &sh.slots[p]) {
+			ats = append(ats, r.at)
+		}
+	}
+	assert.Equal(t, []int64{abs(10 * ms)}, ats)
 }
