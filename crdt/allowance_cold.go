@@ -109,7 +109,7 @@ func (sh *shard) sources(s *Store, a *Allowance, i int32, sl *slot) float64 {
 // spareUnseenLocal is how many requests a replica may hold unseen in the
 // spare room of a key that no other PoP or region counts, while the key
 // stays within half its limit (localSpare).
-const spareUnseenLocal = 7
+const spareUnseenLocal = 8
 
 // localSpare reports whether a replica may hold u unseen admits, more than
 // spareUnseenHalf but at most spareUnseenLocal, of a key that no other PoP

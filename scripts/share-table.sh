@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 	skewed-three-regions-1s skewed-two-pops-1s below-half-anycast stop-loop-whole-pop stop-loop-one-node-pops \
 	skewed-four-pops-1s skewed-behind-1s skewed-two-pops-1500ms-1s hot-key-12pops-three-nodes \
 	hour-windows-region-cut below-half-anycast-24pops below-half-anycast-one-node \
-	skewed-ahead-500ms-1s skewed-behind-1500ms-1s skewed-five-pops-1s crash-loop-lone-pop crash-failover failover-lone-region
+	skewed-ahead-500ms-1s skewed-behind-1500ms-1s skewed-five-pops-1s crash-loop-lone-pop crash-failover failover-lone-region \
+	below-half-anycast-one-node-24pops below-half-anycast-limit-200
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/sim" ./cmd/sim
