@@ -31,7 +31,8 @@ import "math"
 //     over the fleet gets its share of the headroom and no more as soon as
 //     the first count of another PoP arrives. Before that, in the key's
 //     very first lag, a replica knows nothing of the others, and the spare
-//     room bounds what it holds (spareUnseenHalf).
+//     room bounds what it holds (spareUnseenHalf; spareUnseenLocal for a
+//     key no other PoP counts, see localSpare).
 //
 //   - While the fleet, at that rate, would admit more in a lag than the
 //     headroom holds (rushing), the counts it admitted in the last lag are
@@ -119,14 +120,17 @@ const spareUnseenLocal = 8
 // client's first requests) holds every admit of its first lag unseen: until
 // its first count is held, when its share becomes the whole headroom
 // (split), the split knows nothing of where it is spent and gives each
-// replica an equal part of the headroom. Over many such keys a sixth or a
-// seventh request within that lag happens (at a fleet's cold start every
-// key is in its first lag at once). A key that surges everywhere at once
+// replica an equal part of the headroom. Over many such keys a sixth, a
+// seventh or an eighth request within that lag happens (at a fleet's cold
+// start every key is in its first lag at once). A key that surges
+// everywhere at once
 // looks the same to each replica only until the first counts of another
 // PoP arrive, a flush interval and the nearest PoP's latency after its
 // first admits; spare decides from then on. Until then the fleet may go
 // over by spareUnseenLocal - spareUnseenHalf requests per replica more
-// than with spare alone.
+// than with spare alone, where the key's requests at each replica in that
+// time exceed the spare room's five (a new key at many times its limit
+// everywhere at once, on short windows).
 func localSpare(k, u, n, limit, hw float64) bool {
 	fleet := k + n*u + 3*k*2*hw
 	return u > spareUnseenHalf && u <= spareUnseenLocal && 2*fleet <= limit

@@ -64,13 +64,13 @@ traffic:
 // entry made after its first flushes took all its own admits for unseen
 // (it now knows which are held: crdt's armHot and seedHot), and the spare
 // room held five unseen admits in the key's first lag (a key spent at one
-// PoP now holds seven: localSpare). Before, these runs refused 0 to 570
+// PoP now holds eight: localSpare). Before, these runs refused 0 to 570
 // requests each (the one-node fleets and the two-node fleets of a limit of
 // 200); the central limiter none.
 //
 // Not held: the two-node fleet of a limit of 200 with region voices (seed
 // 7) still refuses 2 of 72 389 requests: a node's ninth request within its
-// key's first lag (a horizon of 250 ms), past both the spare room of seven
+// key's first lag (a horizon of 250 ms), past both the spare room of eight
 // and its equal part of the headroom (8.3 requests).
 func TestBelowHalfAnycastFleetsAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
