@@ -53,8 +53,8 @@ import (
 // a horizon, like the dirty list the keys changed since the last flush.
 // Only a key with admits that may be unseen gets an entry in the shard's
 // hot table (bounded by StoreConfig.MaxHotKeys), which keeps the own counts
-// of its last flushes, or one whose next few admits may be (armHot, from a
-// key's first admit on); an entry made while the key's own counts were sent
+// of its last flushes, or one whose next few admits may be (armHot); an
+// entry made while the key's own counts were sent
 // within a horizon takes the flushes that sent them from the shard's
 // records of the last two horizons (seedHot). A key that finds the table
 // full is decided as if all its own counts were unseen, which errs towards
@@ -337,16 +337,13 @@ func (sh *shard) admitAllowance(s *Store, a *Allowance, i int32, sl *slot, now N
 // made later, while the admit's flush is within a horizon, would not know
 // which of the own counts were held before it, and would take them all
 // for unseen (a key of a few admits long held, then a few within one lag,
-// was refused far below its limit). A key's first admit arms it too (no
-// own count yet, all held): a key whose admits follow each other within a
-// lag from its first one on is never quiescent again, and its entry, made
-// at the first split, took the admits of its first flushes for unseen long
-// after every replica held them (anycast keys at 0.4 of their limit were
-// refused at their sixth admit, one after another in the fleet's first
-// seconds). The caller holds sh.mu.
+// was refused far below its limit). A key never quiescent since its first
+// admit (its admits follow each other within a lag) gets its entry at its
+// first split, from the shard's records of its flushes (seedHot). The
+// caller holds sh.mu.
 func (sh *shard) armHot(s *Store, a *Allowance, i int32, sl *slot, now Now, limit, cost uint64, est float64) {
 	own := satAdd(sl.own[0], sl.own[1])
-	if !a.on() || float64(satAdd(own, (spareUnseenHalf+1)*cost))*float64(a.Replicas()) <= float64(limit)-est {
+	if own == 0 || !a.on() || float64(satAdd(own, (spareUnseenHalf+1)*cost))*float64(a.Replicas()) <= float64(limit)-est {
 		return
 	}
 	t := now.Index*now.Width + now.Elapsed

@@ -115,12 +115,13 @@ func TestSecondInFlight(t *testing.T) {
 
 // A key whose admits follow each other within a lag from its first one on
 // (an anycast key at one PoP, a new client's first requests) knows which
-// of them every replica holds: its first admit armed its entry, or, made
-// later, its entry learnt them from the shard's records of the flushes of
-// the last two horizons, which follow the slot when the table grows. Its sixth admit, with the first held and four
-// unseen, is admitted (the held count is all the fleet holds of the key:
-// this replica's share is the whole headroom); an entry that took all five
-// for unseen split the headroom evenly, and refused it.
+// of them every replica holds: its entry, made at its first split, learnt
+// them from the shard's records of the flushes of the last two horizons.
+// Its sixth admit, with the first held and four unseen, is admitted (the
+// held count is half of what the fleet holds of the key, and so is this
+// replica's share of the headroom); an entry that took all five for
+// unseen split the headroom evenly, and refused it. The records follow the
+// slot when the table grows (TestSentRecordsFollowRehash).
 func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
 	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12} // 1/12 of 50: 4.2 requests
 	t0 := time.Second.Nanoseconds()
@@ -128,8 +129,8 @@ func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
 		name string
 		a    *Allowance // the first admit's allowance
 	}{
-		{"armed at the first admit", twelve},
-		{"made at the first split", nil},
+		{"counted with the allowance from the first admit", twelve},
+		{"counted without it at first", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := withOthers(t, "k", 1, "a") // another PoP counts it: no room of a key spent here

@@ -62,7 +62,7 @@ traffic:
 // other seeds, region voices on and off; the first 6 s, where every key's
 // first replication lag falls (the fleet starts at once). A key's hot
 // entry made after its first flushes took all its own admits for unseen
-// (it now knows which are held: crdt's armHot and seedHot), and the spare
+// (it now knows which are held: crdt's seedHot), and the spare
 // room held five unseen admits in the key's first lag (a key spent at one
 // PoP now holds eight: localSpare). Before, these runs refused 0 to 570
 // requests each (the one-node fleets and the two-node fleets of a limit of
