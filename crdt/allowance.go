@@ -439,7 +439,7 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 		if spare(k, u, n, float64(limit), hw) {
 			return true, 0
 		}
-		if localSpare(k, u, n, float64(limit), hw) && sh.spentHere(s, a, i, sl, n) {
+		if age < coldLags*a.Horizon && localSpare(k, u, n, float64(limit), hw) && sh.spentHere(s, a, i, sl, n) {
 			return true, 0
 		}
 		if e != nil && secondInFlight(k, u, n, float64(limit), hw, now-e.denied > 2*a.Horizon) {

@@ -171,25 +171,30 @@ func TestRushingAndRateSpan(t *testing.T) {
 	assert.Equal(t, int64(math.MaxInt64), st.decidedFor(3000, 100))
 }
 
-// A key spent at this PoP only may hold up to spareUnseenLocal unseen
-// admits within half its limit, in a store's first horizons or long after
-// them; a key another PoP counts, the spare room's five; a key past half
-// its limit, the split's share.
+// In a store's first coldLags horizons a key spent at this PoP only may
+// hold up to spareUnseenLocal unseen admits within half its limit; a key
+// another PoP counts, the spare room's five; a key past half its limit,
+// the split's share; and a key spent here long after the cold start, the
+// spare room's five again.
 func TestLocalSpareKnowsWhereKeyIsSpent(t *testing.T) {
 	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12} // 1/12 of 50: 4.2 requests
 	far := identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1)
+	t0 := time.Second.Nanoseconds()
 	for _, tc := range []struct {
 		name   string
 		others uint64 // another PoP's count of the key
 		limit  uint64
+		age    int64 // how long the store has decided at the first request
 		want   int
 	}{
-		{"counted here only", 0, 50, spareUnseenLocal},
-		{"counted by another PoP", 1, 50, spareUnseenHalf},
-		{"counted here only, a limit of 12", 0, 12, 6}, // 2 x 6 <= 12 < 2 x 7
+		{"counted here only", 0, 50, 500 * ms, spareUnseenLocal},
+		{"counted by another PoP", 1, 50, 500 * ms, spareUnseenHalf},
+		{"counted here only, a limit of 12", 0, 12, 500 * ms, 6}, // 2 x 6 <= 12 < 2 x 7
+		{"counted here only, past the cold start", 0, 50, coldLags * 100 * ms, spareUnseenHalf},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+			st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})
+			require.True(t, st.AdmitSplit(0, "other", nowAt(t0-tc.age), 50, 1, true, twelve).Allowed) // the store's first decision
 			if tc.others > 0 {
 				id, ok := st.Intern(far)
 				require.True(t, ok)
@@ -197,7 +202,7 @@ func TestLocalSpareKnowsWhereKeyIsSpent(t *testing.T) {
 			}
 			n := 0
 			for i := range spareUnseenLocal + 2 {
-				if st.AdmitSplit(0, "k", nowAt(time.Second.Nanoseconds()+int64(i)*ms), tc.limit, 1, true, twelve).Allowed {
+				if st.AdmitSplit(0, "k", nowAt(t0+int64(i)*ms), tc.limit, 1, true, twelve).Allowed {
 					n++
 				}
 			}

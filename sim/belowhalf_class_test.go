@@ -63,8 +63,8 @@ traffic:
 // first replication lag falls (the fleet starts at once). A key's hot
 // entry made after its first flushes took all its own admits for unseen
 // (it now knows which are held: crdt's seedHot), and the spare
-// room held five unseen admits in the key's first lag (a key spent at one
-// PoP now holds eight: localSpare). Before, these runs refused 0 to 570
+// room held five unseen admits in the key's first lag (at a cold start a
+// key spent at one PoP now holds eight: localSpare). Before, these runs refused 0 to 570
 // requests each (the one-node fleets and the two-node fleets of a limit of
 // 200); the central limiter none.
 //

@@ -51,8 +51,8 @@ func runVariant(t *testing.T, name, policy string, voices bool, seed uint64, dur
 // million requests). Twelve one-node PoPs at 2 requests/s per key refused
 // 15 of 64 000 here (21 with region voices) until a key's hot entry knew
 // which of its own admits were held however late it was made (crdt's
-// seedHot) and a key spent at one PoP could hold eight unseen
-// admits in its first lag (localSpare); more shapes:
+// seedHot) and, at a cold start, a key spent at one PoP could hold eight
+// unseen admits in its first lag (localSpare); more shapes:
 // TestBelowHalfAnycastFleetsAcrossTheClass.
 func TestBelowHalfAnycastAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
