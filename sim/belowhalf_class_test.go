@@ -68,31 +68,36 @@ traffic:
 // requests each (the one-node fleets and the two-node fleets of a limit of
 // 200); the central limiter none.
 //
-// Not held: the two-node fleet of a limit of 200 with region voices (seed
-// 7) still refuses 2 of 72 389 requests: a node's ninth request within its
-// key's first lag (a horizon of 250 ms), past both the spare room of eight
-// and its equal part of the headroom (8.3 requests).
+// Not held: the two-node fleet of a limit of 200 with region voices and
+// seed 7 still refuses 2 of 72 389 requests (checked at 4 at most): a
+// node's ninth request within its key's first lag (a horizon of 250 ms),
+// past both the room of eight and its equal part of the headroom (8.3
+// requests).
 func TestBelowHalfAnycastFleetsAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
-	for _, f := range []anycastFleet{
-		{pops: 12, regions: 4, nodes: 1, limit: 50, keys: 6000, seed: 1, voices: false},
-		{pops: 12, regions: 4, nodes: 1, limit: 50, keys: 6000, seed: 2, voices: true},
-		{pops: 24, regions: 3, nodes: 1, limit: 100, keys: 4000, seed: 1, voices: false},
-		{pops: 24, regions: 3, nodes: 1, limit: 100, keys: 4000, seed: 2, voices: true},
-		{pops: 16, regions: 4, nodes: 1, limit: 60, keys: 6000, seed: 3, voices: true},
-		{pops: 8, regions: 2, nodes: 2, limit: 30, keys: 4000, seed: 4, voices: false},
-		{pops: 6, regions: 3, nodes: 3, limit: 40, keys: 4000, seed: 5, voices: true},
-		{pops: 12, regions: 4, nodes: 2, limit: 200, keys: 1500, seed: 6, voices: false},
+	for _, tc := range []struct {
+		anycastFleet
+		most uint64 // requests below half refused, at most
+	}{
+		{anycastFleet{pops: 12, regions: 4, nodes: 1, limit: 50, keys: 6000, seed: 1, voices: false}, 0},
+		{anycastFleet{pops: 12, regions: 4, nodes: 1, limit: 50, keys: 6000, seed: 2, voices: true}, 0},
+		{anycastFleet{pops: 24, regions: 3, nodes: 1, limit: 100, keys: 4000, seed: 1, voices: false}, 0},
+		{anycastFleet{pops: 24, regions: 3, nodes: 1, limit: 100, keys: 4000, seed: 2, voices: true}, 0},
+		{anycastFleet{pops: 16, regions: 4, nodes: 1, limit: 60, keys: 6000, seed: 3, voices: true}, 0},
+		{anycastFleet{pops: 8, regions: 2, nodes: 2, limit: 30, keys: 4000, seed: 4, voices: false}, 0},
+		{anycastFleet{pops: 6, regions: 3, nodes: 3, limit: 40, keys: 4000, seed: 5, voices: true}, 0},
+		{anycastFleet{pops: 12, regions: 4, nodes: 2, limit: 200, keys: 1500, seed: 6, voices: false}, 0},
+		{anycastFleet{pops: 12, regions: 4, nodes: 2, limit: 200, keys: 1500, seed: 7, voices: true}, 4},
 	} {
-		t.Run(f.String(), func(t *testing.T) {
+		t.Run(tc.String(), func(t *testing.T) {
 			t.Parallel()
-			res, err := Run(f.scenario(t, 6*time.Second), Options{})
+			res, err := Run(tc.scenario(t, 6*time.Second), Options{})
 			require.NoError(t, err)
 			r := res.Report
 			t.Logf("%d requests, %d below half refused (central %d), max a/l %.3f", r.Requests, r.RejectedBelowHalf, r.Central.RejectedBelowHalf, r.MaxAdmittedRatio)
 			require.Positive(t, r.Requests)
 			assert.Zero(t, r.Central.RejectedBelowHalf)
-			assert.Zero(t, r.RejectedBelowHalf)
+			assert.LessOrEqual(t, r.RejectedBelowHalf, tc.most)
 		})
 	}
 }
