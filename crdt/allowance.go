@@ -54,11 +54,10 @@ import (
 // Only a key with admits that may be unseen gets an entry in the shard's
 // hot table (bounded by StoreConfig.MaxHotKeys), which keeps the own counts
 // of its last flushes, or one whose next few admits may be (armHot); an
-// entry made while the key's own counts were sent
-// within a horizon takes the flushes that sent them from the shard's
-// records of the last two horizons (seedHot). A key that finds the table
-// full is decided as if all its own counts were unseen, which errs towards
-// rejecting.
+// entry made while the key's own counts were sent within a horizon takes
+// the flushes that sent them from the shard's records of the last two
+// horizons (seedHot). A key that finds the table full is decided as if all
+// its own counts were unseen, which errs towards rejecting.
 //
 // AdmitSplit counts on FlushAt: a store flushed with Flush (no time) keeps
 // no record of its sends.
