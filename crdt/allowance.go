@@ -252,7 +252,12 @@ func (sh *shard) expireSent(s *Store, cutoff, keep int64) {
 // a horizon (a key whose admits follow each other within a lag, never
 // quiescent) then knows which of them every replica holds, where it took
 // them all for unseen. A key sent at least once a horizon has its last
-// send held by every replica among them. The caller holds sh.mu.
+// send held by every replica among them. Only a key that no other PoP or
+// region counts is seeded (spentHere): the others' counts of a key they
+// spend too, sent up to a flush interval after the own counts held, may
+// still be on their way, and a share read from the own counts held alone
+// takes the whole headroom meanwhile; such a key's entry takes its own
+// admits for unseen, which errs towards refusing. The caller holds sh.mu.
 func (sh *shard) seedHot(s *Store, e *hotEntry, horizon int64, i int32, sl *slot) {
 	var fp uint32
 	hashed := false
@@ -409,7 +414,7 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 			e.held(sl.win, sl.own)
 		}
 	case e != nil:
-		if e.n == 0 {
+		if e.n == 0 && sh.spentHere(s, a, i, sl, 1) { // see seedHot
 			sh.seedHot(s, e, a.Horizon, i, sl)
 		}
 		if last := s.lastFlush.Load(); sl.dirty&dirtyOwn == 0 && last != 0 {

@@ -118,10 +118,11 @@ func TestSecondInFlight(t *testing.T) {
 // of them every replica holds: its entry, made at its first split, learnt
 // them from the shard's records of the flushes of the last two horizons.
 // Its sixth admit, with the first held and four unseen, is admitted (the
-// held count is half of what the fleet holds of the key, and so is this
-// replica's share of the headroom); an entry that took all five for
-// unseen split the headroom evenly, and refused it. The records follow the
-// slot when the table grows (TestSentRecordsFollowRehash).
+// held count is all the fleet holds of the key, and this replica's share
+// is the whole headroom); an entry that took all five for unseen split the
+// headroom evenly, and refused it. The records follow the slot when the
+// table grows (TestSentRecordsFollowRehash). A key another PoP counts
+// learns nothing from them (TestSpreadKeyLearnsNothingFromRecords).
 func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
 	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12} // 1/12 of 50: 4.2 requests
 	t0 := time.Second.Nanoseconds()
@@ -133,7 +134,7 @@ func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
 		{"counted without it at first", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := withOthers(t, "k", 1, "a") // another PoP counts it: no room of a key spent here
+			st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})) // past the cold start: the spare room of five
 			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 50, 1, true, tc.a).Allowed)
 			st.FlushAt(abs(t0+10*ms), twelve.Horizon, func(FlushEntry) {}) // held from t0+110ms
 			for i, at := range []int64{50, 70, 90, 105} {
@@ -225,4 +226,24 @@ func TestSentRecordsFollowRehash(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []int64{abs(10 * ms)}, ats)
+}
+
+// A key another PoP counts takes nothing from the records of its sends:
+// its own counts held say nothing of the others' counts of the same
+// moments, still on their way, and a share read from them alone would be
+// too large (a cut of 1 s windows went to 1.205 of the limit). Its entry,
+// made at its first split, takes its own admits for unseen as before.
+func TestSpreadKeyLearnsNothingFromRecords(t *testing.T) {
+	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12}
+	t0 := time.Second.Nanoseconds()
+	st := withOthers(t, "k", 1, "a")
+	require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 50, 1, true, nil).Allowed)
+	st.FlushAt(abs(t0+10*ms), twelve.Horizon, func(FlushEntry) {})
+	for i, at := range []int64{50, 70, 90, 105} {
+		require.True(t, st.AdmitSplit(0, "k", nowAt(t0+at*ms), 50, 1, true, twelve).Allowed, "admit %d", i+2)
+		if at == 50 || at == 105 {
+			st.FlushAt(abs(t0+(at+5)*ms), twelve.Horizon, func(FlushEntry) {})
+		}
+	}
+	assert.False(t, st.AdmitSplit(0, "k", nowAt(t0+115*ms), 50, 1, true, twelve).Allowed, "sixth admit, all five taken for unseen")
 }
