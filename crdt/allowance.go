@@ -253,11 +253,16 @@ func (sh *shard) expireSent(s *Store, cutoff, keep int64) {
 // quiescent) then knows which of them every replica holds, where it took
 // them all for unseen. A key sent at least once a horizon has its last
 // send held by every replica among them. Only a key that no other PoP or
-// region counts is seeded (spentHere): the others' counts of a key they
-// spend too, sent up to a flush interval after the own counts held, may
-// still be on their way, and a share read from the own counts held alone
-// takes the whole headroom meanwhile; such a key's entry takes its own
-// admits for unseen, which errs towards refusing. The caller holds sh.mu.
+// region counts is seeded (spentHere), in the store's first window (or
+// first coldLags horizons, if longer), when every key is new and a key's
+// admits follow each other within a lag from its first one on: the
+// others' counts of a key they spend too, sent up to a flush interval
+// after the own counts held, may still be on their way, and a share read
+// from the own counts held alone takes the whole headroom meanwhile (a
+// cut of 1 s windows went to 1.205 of the limit; later in a run, with
+// clocks 1 s apart and region voices, a cut went to 1.22 where it went to
+// 1.18). Any other entry takes its own admits for unseen, which errs
+// towards refusing. The caller holds sh.mu.
 func (sh *shard) seedHot(s *Store, e *hotEntry, horizon int64, i int32, sl *slot) {
 	var fp uint32
 	hashed := false
@@ -414,7 +419,8 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 			e.held(sl.win, sl.own)
 		}
 	case e != nil:
-		if e.n == 0 && sh.spentHere(s, a, i, sl, 1) { // see seedHot
+		if e.n == 0 && s.decidedFor(now, a.Horizon) < max(coldLags*a.Horizon, width) && sh.spentHere(s, a, i, sl, 1) {
+			// A key spent at one PoP in the store's first window (see seedHot).
 			sh.seedHot(s, e, a.Horizon, i, sl)
 		}
 		if last := s.lastFlush.Load(); sl.dirty&dirtyOwn == 0 && last != 0 {

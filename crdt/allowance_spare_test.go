@@ -121,20 +121,26 @@ func TestSecondInFlight(t *testing.T) {
 // held count is all the fleet holds of the key, and this replica's share
 // is the whole headroom); an entry that took all five for unseen split the
 // headroom evenly, and refused it. The records follow the slot when the
-// table grows (TestSentRecordsFollowRehash). A key another PoP counts
-// learns nothing from them (TestSpreadKeyLearnsNothingFromRecords).
+// table grows (TestSentRecordsFollowRehash). This holds in the store's
+// first window; later, and for a key another PoP counts
+// (TestSpreadKeyLearnsNothingFromRecords), the entry learns nothing from
+// them.
 func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
 	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12} // 1/12 of 50: 4.2 requests
-	t0 := time.Second.Nanoseconds()
+	t0 := 3 * time.Second.Nanoseconds()               // past the cold start's 16 horizons: the spare room of five
 	for _, tc := range []struct {
 		name string
 		a    *Allowance // the first admit's allowance
+		born int64      // the store's first decision
+		want bool
 	}{
-		{"counted with the allowance from the first admit", twelve},
-		{"counted without it at first", nil},
+		{"counted with the allowance from the first admit", twelve, abs(0), true},
+		{"counted without it at first", nil, abs(0), true},
+		{"past the store's first window", twelve, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})) // past the cold start: the spare room of five
+			st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})
+			st.noteBorn(tc.born)
 			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 50, 1, true, tc.a).Allowed)
 			st.FlushAt(abs(t0+10*ms), twelve.Horizon, func(FlushEntry) {}) // held from t0+110ms
 			for i, at := range []int64{50, 70, 90, 105} {
@@ -143,7 +149,7 @@ func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
 					st.FlushAt(abs(t0+(at+5)*ms), twelve.Horizon, func(FlushEntry) {})
 				}
 			}
-			assert.True(t, st.AdmitSplit(0, "k", nowAt(t0+115*ms), 50, 1, true, twelve).Allowed, "sixth admit, the first one held")
+			assert.Equal(t, tc.want, st.AdmitSplit(0, "k", nowAt(t0+115*ms), 50, 1, true, twelve).Allowed, "sixth admit, the first one held")
 		})
 	}
 }
@@ -235,8 +241,9 @@ func TestSentRecordsFollowRehash(t *testing.T) {
 // made at its first split, takes its own admits for unseen as before.
 func TestSpreadKeyLearnsNothingFromRecords(t *testing.T) {
 	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12}
-	t0 := time.Second.Nanoseconds()
+	t0 := 3 * time.Second.Nanoseconds()
 	st := withOthers(t, "k", 1, "a")
+	st.born.Store(abs(0)) // in its first window
 	require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 50, 1, true, nil).Allowed)
 	st.FlushAt(abs(t0+10*ms), twelve.Horizon, func(FlushEntry) {})
 	for i, at := range []int64{50, 70, 90, 105} {
