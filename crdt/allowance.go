@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/geolimit/geolimit/identity"
@@ -52,7 +53,10 @@ import (
 // a horizon, like the dirty list the keys changed since the last flush.
 // Only a key with admits that may be unseen gets an entry in the shard's
 // hot table (bounded by StoreConfig.MaxHotKeys), which keeps the own counts
-// of its last flushes; a key that finds the table full is decided as if all
+// of its last flushes, or one whose next few admits may be (armHot); an
+// entry made while the key's own counts were sent within a horizon takes
+// the flushes that sent them from the shard's records of the last two
+// horizons (seedHot). A key that finds the table full is decided as if all
 // its own counts were unseen, which errs towards rejecting.
 //
 // AdmitSplit counts on FlushAt: a store flushed with Flush (no time) keeps
@@ -128,12 +132,20 @@ func (e *hotEntry) push(at, horizon, win int64, own [2]uint64) {
 	}
 }
 
-// heldBy records that every replica holds the own counts own of window win
-// by at: earlier records say less, and are dropped.
-func (e *hotEntry) heldBy(at, win int64, own [2]uint64) {
-	e.snaps[0] = hotSnap{at: at, win: win, own: own}
+// held records that every replica holds the own counts own of window win:
+// earlier records say less, and are dropped. Held counts stay held however
+// the horizon moves later, so the record is dated as sent long ago (a
+// record dated a horizon back would read as unseen again once the horizon
+// grew by more than the time since: a key far below its limit was refused
+// two milliseconds after it was found all held).
+func (e *hotEntry) held(win int64, own [2]uint64) {
+	e.snaps[0] = hotSnap{at: heldLongAgo, win: win, own: own}
 	e.n = 1
 }
+
+// heldLongAgo dates a hot entry's record of own counts every replica holds
+// (held): before any flush, so that every horizon has passed since.
+const heldLongAgo = math.MinInt64
 
 // seen returns the own counts of windows win-1 and win that every replica
 // holds at now: those of the latest flush at or before now-horizon.
@@ -204,12 +216,14 @@ func (sh *shard) resent(s *Store, i int32, sl *slot) {
 }
 
 // expireSent clears flagRecent of the slots whose own counts no flush after
-// cutoff sent and that changed in no other way since. The caller holds sh.mu.
-func (sh *shard) expireSent(s *Store, cutoff int64) {
+// cutoff sent and that changed in no other way since, and forgets the
+// records of flushes at or before keep (see seedHot). The caller holds
+// sh.mu.
+func (sh *shard) expireSent(s *Store, cutoff, keep int64) {
 	for sh.sentHead < len(sh.sent) && sh.sent[sh.sentHead].at <= cutoff {
 		r := &sh.sent[sh.sentHead]
 		sh.sentHead++
-		if int(r.pos) >= len(sh.slots) {
+		if r.pos < 0 || int(r.pos) >= len(sh.slots) {
 			continue
 		}
 		sl := &sh.slots[r.pos]
@@ -221,11 +235,48 @@ func (sh *shard) expireSent(s *Store, cutoff int64) {
 			sl.flags &^= flagRecent
 		}
 	}
-	if sh.sentHead == len(sh.sent) {
-		sh.sent, sh.sentHead = sh.sent[:0], 0
-	} else if sh.sentHead > len(sh.sent)/2 {
-		n := copy(sh.sent, sh.sent[sh.sentHead:])
-		sh.sent, sh.sentHead = sh.sent[:n], 0
+	for sh.sentKeep < sh.sentHead && sh.sent[sh.sentKeep].at <= keep {
+		sh.sentKeep++
+	}
+	if sh.sentKeep == len(sh.sent) {
+		sh.sent, sh.sentHead, sh.sentKeep = sh.sent[:0], 0, 0
+	} else if sh.sentKeep > len(sh.sent)/2 {
+		n := copy(sh.sent, sh.sent[sh.sentKeep:])
+		sh.sent, sh.sentHead, sh.sentKeep = sh.sent[:n], sh.sentHead-sh.sentKeep, 0
+	}
+}
+
+// seedHot gives slot i's new hot entry e the flushes that sent the slot's
+// own counts within the last two horizons, oldest first, from the shard's
+// records of them: an entry made while the slot's counts were sent within
+// a horizon (a key whose admits follow each other within a lag, never
+// quiescent) then knows which of them every replica holds, where it took
+// them all for unseen. A key sent at least once a horizon has its last
+// send held by every replica among them. Only a key that no other PoP or
+// region counts is seeded (spentHere), in the store's first window (or
+// first coldLags horizons, if longer), when every key is new and a key's
+// admits follow each other within a lag from its first one on: the
+// others' counts of a key they spend too, sent up to a flush interval
+// after the own counts held, may still be on their way, and a share read
+// from the own counts held alone takes the whole headroom meanwhile (a
+// cut of 1 s windows went to 1.205 of the limit; later in a run, with
+// clocks 1 s apart and region voices, a cut went to 1.22 where it went to
+// 1.18). Any other entry takes its own admits for unseen, which errs
+// towards refusing. The caller holds sh.mu.
+func (sh *shard) seedHot(s *Store, e *hotEntry, horizon int64, i int32, sl *slot) {
+	var fp uint32
+	hashed := false
+	for k := sh.sentKeep; k < len(sh.sent); k++ {
+		r := &sh.sent[k]
+		if r.pos != i {
+			continue
+		}
+		if !hashed {
+			fp, hashed = sh.fingerprint(s, i, sl), true
+		}
+		if r.fp == fp {
+			e.push(r.at, horizon, r.win, r.own)
+		}
 	}
 }
 
@@ -295,7 +346,10 @@ func (sh *shard) admitAllowance(s *Store, a *Allowance, i int32, sl *slot, now N
 // made later, while the admit's flush is within a horizon, would not know
 // which of the own counts were held before it, and would take them all
 // for unseen (a key of a few admits long held, then a few within one lag,
-// was refused far below its limit). The caller holds sh.mu.
+// was refused far below its limit). A key never quiescent since its first
+// admit (its admits follow each other within a lag) gets its entry at its
+// first split, from the shard's records of its flushes (seedHot). The
+// caller holds sh.mu.
 func (sh *shard) armHot(s *Store, a *Allowance, i int32, sl *slot, now Now, limit, cost uint64, est float64) {
 	own := satAdd(sl.own[0], sl.own[1])
 	if own == 0 || !a.on() || float64(satAdd(own, (spareUnseenHalf+1)*cost))*float64(a.Replicas()) <= float64(limit)-est {
@@ -303,7 +357,7 @@ func (sh *shard) armHot(s *Store, a *Allowance, i int32, sl *slot, now Now, limi
 	}
 	t := now.Index*now.Width + now.Elapsed
 	if e := sh.hotOf(s, i, sl, t); e != nil {
-		e.heldBy(t-a.Horizon, sl.win, sl.own)
+		e.held(sl.win, sl.own)
 	}
 }
 
@@ -362,9 +416,13 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 		// Sent longer than a horizon ago, and nothing since: all held.
 		s0, s1 = sl.own[0], sl.own[1]
 		if e != nil {
-			e.heldBy(now-a.Horizon, sl.win, sl.own)
+			e.held(sl.win, sl.own)
 		}
 	case e != nil:
+		if e.n == 0 && s.decidedFor(now, a.Horizon) < max(coldLags*a.Horizon, width) && sh.spentHere(s, a, i, sl, 1) {
+			// A key spent at one PoP in the store's first window (see seedHot).
+			sh.seedHot(s, e, a.Horizon, i, sl)
+		}
 		if last := s.lastFlush.Load(); sl.dirty&dirtyOwn == 0 && last != 0 {
 			e.push(last, a.Horizon, sl.win, sl.own) // sent by the last flush at the latest
 		}
@@ -407,6 +465,9 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 			n = sh.sources(s, a, i, sl)
 		}
 		if spare(k, u, n, float64(limit), hw) {
+			return true, 0
+		}
+		if age < coldLags*a.Horizon && localSpare(k, u, n, float64(limit), hw) && sh.spentHere(s, a, i, sl, n) {
 			return true, 0
 		}
 		if e != nil && secondInFlight(k, u, n, float64(limit), hw, now-e.denied > 2*a.Horizon) {

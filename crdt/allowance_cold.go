@@ -31,7 +31,9 @@ import "math"
 //     over the fleet gets its share of the headroom and no more as soon as
 //     the first count of another PoP arrives. Before that, in the key's
 //     very first lag, a replica knows nothing of the others, and the spare
-//     room bounds what it holds (spareUnseenHalf).
+//     room bounds what it holds (spareUnseenHalf; spareUnseenLocal for a
+//     key no other PoP counts, see localSpare, for the store's first
+//     coldLags horizons).
 //
 //   - While the fleet, at that rate, would admit more in a lag than the
 //     headroom holds (rushing), the counts it admitted in the last lag are
@@ -107,6 +109,50 @@ func (sh *shard) sources(s *Store, a *Allowance, i int32, sl *slot) float64 {
 		}
 	}
 	return float64(n)
+}
+
+// spareUnseenLocal is how many requests a replica may hold unseen in the
+// spare room of a key that no other PoP or region counts, while the key
+// stays within half its limit, in its store's first coldLags horizons
+// (localSpare).
+const spareUnseenLocal = 8
+
+// localSpare reports whether a replica in its store's first coldLags
+// horizons may hold u unseen admits, more than spareUnseenHalf but at most
+// spareUnseenLocal, of a key that no other PoP or region counts
+// (spentHere), while the key stays within half its limit as in spare (n
+// replicas that may hold as much unseen, k per span, hw a horizon over the
+// span). A key spent at one PoP (an anycast key) holds every admit of its
+// first lag unseen: until its first count is held, when its share becomes
+// the whole headroom (split), the split knows nothing of where it is spent
+// and gives each replica an equal part of the headroom. At a fleet's cold
+// start every key is in its first lag at once, and over many keys a sixth,
+// a seventh or an eighth request within it happens. A key that surges
+// everywhere at once looks the same to each replica only until the first
+// counts of another PoP arrive, a flush interval and the nearest PoP's
+// latency after its first admits; spare decides from then on. Until then
+// the fleet may go over by spareUnseenLocal - spareUnseenHalf requests per
+// replica more than with spare alone, where the key's requests at each
+// replica in that time exceed the spare room's five: a hot key at a cold
+// start did not (TestColdStartAcrossTheClass in sim), while a new key
+// surging everywhere at 20 times its limit on 1 s windows in a running
+// fleet went from 1.20 of its limit to 1.40 (scenario new-key-surge-1s),
+// which is why a running fleet keeps the spare room's five: a new
+// client's first lag is rarely as crowded as a cold start's.
+func localSpare(k, u, n, limit, hw float64) bool {
+	fleet := k + n*u + 3*k*2*hw
+	return u > spareUnseenHalf && u <= spareUnseenLocal && 2*fleet <= limit
+}
+
+// spentHere reports whether no replica of another PoP or region, not
+// excluded, counts slot i's key in its live windows: n is what sources
+// returned for it, or 1 when the caller did not ask (see split). The
+// caller holds sh.mu.
+func (sh *shard) spentHere(s *Store, a *Allowance, i int32, sl *slot, n float64) bool {
+	if n == 1 {
+		n = sh.sources(s, a, i, sl)
+	}
+	return n < float64(a.Replicas())
 }
 
 // turn reports whether a replica whose share of the headroom is p

@@ -11,10 +11,11 @@ import (
 )
 
 // In a store's first two horizons the spare room knows where a key is
-// spent: a key only this PoP counts (an anycast key) keeps it, a key
-// another PoP counts already is spent across the fleet, and every replica
-// may hold as much unseen as this one. Past two horizons the trailing
-// rate, read over the time the store has decided, decides as before.
+// spent: a key only this PoP counts (an anycast key) keeps it, and the
+// larger room of a key spent here (localSpare), a key another PoP counts
+// already is spent across the fleet, and every replica may hold as much
+// unseen as this one. Past two horizons the trailing rate, read over the
+// time the store has decided, decides as before.
 func TestColdStartSpareFollowsSources(t *testing.T) {
 	many := &Allowance{Horizon: 100 * ms, PoPs: 60} // 1/60 of the headroom: below a request
 	far := identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1)
@@ -24,7 +25,7 @@ func TestColdStartSpareFollowsSources(t *testing.T) {
 		at     int64  // the decisions' time after the store's first
 		want   int
 	}{
-		{"counted here only", 0, 50 * ms, spareUnseenHalf},
+		{"counted here only", 0, 50 * ms, spareUnseenLocal},
 		{"counted by another PoP", 1, 50 * ms, 1},
 		{"counted by another PoP, after two horizons", 1, 250 * ms, spareUnseenHalf},
 	} {
@@ -37,7 +38,7 @@ func TestColdStartSpareFollowsSources(t *testing.T) {
 				require.Equal(t, Merged, st.Merge(0, "k", 1, 1, id, tc.others))
 			}
 			n := 0
-			for i := range 6 {
+			for i := range spareUnseenLocal + 1 {
 				if st.AdmitSplit(0, "k", nowAt(tc.at+int64(i)*ms), 20, 1, true, many).Allowed {
 					n++
 				}
@@ -171,4 +172,62 @@ func TestRushingAndRateSpan(t *testing.T) {
 	assert.Equal(t, int64(math.MaxInt64), st.decidedFor(1200, 100), "from then on")
 	st.noteBorn(3000)
 	assert.Equal(t, int64(math.MaxInt64), st.decidedFor(3000, 100))
+}
+
+// In a store's first coldLags horizons a key spent at this PoP only may
+// hold up to spareUnseenLocal unseen admits within half its limit; a key
+// another PoP counts, the spare room's five; a key past half its limit,
+// the split's share; and a key spent here long after the cold start, the
+// spare room's five again.
+func TestLocalSpareKnowsWhereKeyIsSpent(t *testing.T) {
+	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12} // 1/12 of 50: 4.2 requests
+	far := identity.PoPReplica(identity.PoPID{Region: "far", PoP: "a"}, 1)
+	t0 := time.Second.Nanoseconds()
+	for _, tc := range []struct {
+		name   string
+		others uint64 // another PoP's count of the key
+		limit  uint64
+		age    int64 // how long the store has decided at the first request
+		want   int
+	}{
+		{"counted here only", 0, 50, 500 * ms, spareUnseenLocal},
+		{"counted by another PoP", 1, 50, 500 * ms, spareUnseenHalf},
+		{"counted here only, a limit of 12", 0, 12, 500 * ms, 6}, // 2 x 6 <= 12 < 2 x 7
+		{"counted here only, past the cold start", 0, 50, coldLags * 100 * ms, spareUnseenHalf},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})
+			require.True(t, st.AdmitSplit(0, "other", nowAt(t0-tc.age), 50, 1, true, twelve).Allowed) // the store's first decision
+			if tc.others > 0 {
+				id, ok := st.Intern(far)
+				require.True(t, ok)
+				require.Equal(t, Merged, st.Merge(0, "k", 1, 1, id, tc.others))
+			}
+			n := 0
+			for i := range spareUnseenLocal + 2 {
+				if st.AdmitSplit(0, "k", nowAt(t0+int64(i)*ms), tc.limit, 1, true, twelve).Allowed {
+					n++
+				}
+			}
+			assert.Equal(t, tc.want, n)
+		})
+	}
+}
+
+// localSpare is pure: it adds to spare's room only beyond spareUnseenHalf,
+// up to spareUnseenLocal, within half the limit.
+func TestLocalSpare(t *testing.T) {
+	for _, tc := range []struct {
+		k, u, n, limit float64
+		want           bool
+	}{
+		{0, spareUnseenHalf, 1, 50, false}, // spare's
+		{0, spareUnseenHalf + 1, 1, 50, true},
+		{0, spareUnseenLocal, 1, 50, true},
+		{0, spareUnseenLocal + 1, 1, 1000, false},
+		{20, spareUnseenLocal, 1, 50, false}, // 2 x (20 + 7 + lag) > 50
+		{0, spareUnseenLocal, 2, 20, false},  // two members may hold as much
+	} {
+		assert.Equal(t, tc.want, localSpare(tc.k, tc.u, tc.n, tc.limit, 0.01), "%+v", tc)
+	}
 }

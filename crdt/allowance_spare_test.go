@@ -74,15 +74,15 @@ func TestArmedKeyKnowsHeldCounts(t *testing.T) {
 		t.Run("armed="+strconv.FormatBool(armed), func(t *testing.T) {
 			st := withOthers(t, "k", 10, "a") // 10 of 15: no spare room
 			t0 := time.Second.Nanoseconds()
-			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 15, 1, true, two).Allowed)
-			for at := t0 + ms; at <= t0+2*time.Second.Nanoseconds(); at += 50 * ms {
-				st.FlushAt(abs(at), two.Horizon, func(FlushEntry) {})
-			}
-			t1 := t0 + 3*time.Second.Nanoseconds()
 			a := two
 			if !armed {
 				a = nil // counted without the allowance: no entry armed
 			}
+			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 15, 1, true, a).Allowed)
+			for at := t0 + ms; at <= t0+2*time.Second.Nanoseconds(); at += 50 * ms {
+				st.FlushAt(abs(at), two.Horizon, func(FlushEntry) {})
+			}
+			t1 := t0 + 3*time.Second.Nanoseconds()
 			require.True(t, st.AdmitSplit(0, "k", nowAt(t1), 15, 1, true, a).Allowed)
 			// H = 15 - 11, half of it 2: room for a second unseen admit
 			// when the held one is known held; none when it counts as
@@ -111,4 +111,146 @@ func TestSecondInFlight(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, secondInFlight(tc.k, tc.u, 1, 1000, hw, tc.calm), tc.about)
 	}
+}
+
+// A key whose admits follow each other within a lag from its first one on
+// (an anycast key at one PoP, a new client's first requests) knows which
+// of them every replica holds: its entry, made at its first split, learnt
+// them from the shard's records of the flushes of the last two horizons.
+// Its sixth admit, with the first held and four unseen, is admitted (the
+// held count is all the fleet holds of the key, and this replica's share
+// is the whole headroom); an entry that took all five for unseen split the
+// headroom evenly, and refused it. The records follow the slot when the
+// table grows (TestSentRecordsFollowRehash). This holds in the store's
+// first window; later, and for a key another PoP counts
+// (TestSpreadKeyLearnsNothingFromRecords), the entry learns nothing from
+// them.
+func TestKeyKnowsHeldCountsWithinALag(t *testing.T) {
+	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12} // 1/12 of 50: 4.2 requests
+	t0 := 3 * time.Second.Nanoseconds()               // past the cold start's 16 horizons: the spare room of five
+	for _, tc := range []struct {
+		name string
+		a    *Allowance // the first admit's allowance
+		born int64      // the store's first decision
+		want bool
+	}{
+		{"counted with the allowance from the first admit", twelve, abs(0), true},
+		{"counted without it at first", nil, abs(0), true},
+		{"past the store's first window", twelve, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := NewStore(StoreConfig{Self: rep("self", 1), Seed: 3})
+			st.noteBorn(tc.born)
+			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 50, 1, true, tc.a).Allowed)
+			st.FlushAt(abs(t0+10*ms), twelve.Horizon, func(FlushEntry) {}) // held from t0+110ms
+			for i, at := range []int64{50, 70, 90, 105} {
+				require.True(t, st.AdmitSplit(0, "k", nowAt(t0+at*ms), 50, 1, true, twelve).Allowed, "admit %d", i+2)
+				if at == 50 || at == 105 {
+					st.FlushAt(abs(t0+(at+5)*ms), twelve.Horizon, func(FlushEntry) {})
+				}
+			}
+			assert.Equal(t, tc.want, st.AdmitSplit(0, "k", nowAt(t0+115*ms), 50, 1, true, twelve).Allowed, "sixth admit, the first one held")
+		})
+	}
+}
+
+// Own counts found all held stay held when the horizon grows afterwards:
+// a key far below its limit is not refused a millisecond after its held
+// counts were read, because the fleet's horizon rose by more than that.
+func TestHeldCountsOutlastHorizonGrowth(t *testing.T) {
+	a := &Allowance{Horizon: 100 * ms, PoPs: 12}
+	t0 := time.Second.Nanoseconds()
+	st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+	for i := range 5 {
+		require.True(t, st.AdmitSplit(0, "k", nowAt(t0+int64(i)*ms), 50, 1, true, nil).Allowed)
+	}
+	st.FlushAt(abs(t0+10*ms), a.Horizon, func(FlushEntry) {})
+	st.FlushAt(abs(t0+200*ms), a.Horizon, func(FlushEntry) {}) // the five are held
+	t1 := t0 + 300*ms
+	require.True(t, st.AdmitSplit(0, "k", nowAt(t1), 50, 1, true, a).Allowed)
+	grown := &Allowance{Horizon: 105 * ms, PoPs: 12}
+	for i := range 4 {
+		assert.True(t, st.AdmitSplit(0, "k", nowAt(t1+int64(i+1)*ms), 50, 1, true, grown).Allowed, "admit %d after the horizon grew", i+1)
+	}
+}
+
+// The shard keeps its records of a flush's sends for two horizons: past
+// the first they no longer mark the slot as recent, past the second they
+// are gone, and the flushes stop visiting the shard.
+func TestSentRecordsKeptTwoHorizons(t *testing.T) {
+	h := 100 * ms
+	st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+	require.True(t, st.AdmitSplit(0, "k", nowAt(0), 50, 1, true, split).Allowed)
+	kept := func() (n int, recent bool) {
+		for i := range st.shards {
+			sh := &st.shards[i]
+			n += len(sh.sent) - sh.sentKeep
+			for j := range sh.slots {
+				recent = recent || sh.slots[j].flags&(flagLive|flagRecent) == flagLive|flagRecent
+			}
+		}
+		return n, recent
+	}
+	for _, tc := range []struct {
+		at     int64
+		n      int
+		recent bool
+	}{
+		{10 * ms, 1, true},   // sent
+		{150 * ms, 1, false}, // held: kept
+		{250 * ms, 0, false}, // forgotten
+	} {
+		st.FlushAt(abs(tc.at), h, func(FlushEntry) {})
+		n, recent := kept()
+		assert.Equal(t, tc.n, n, "records after the flush at %v", time.Duration(tc.at))
+		assert.Equal(t, tc.recent, recent, "recent after the flush at %v", time.Duration(tc.at))
+	}
+	for i := range st.shards {
+		assert.False(t, st.shards[i].work.Load(), "shard %d still has work", i)
+	}
+}
+
+// The records of a slot's recent sends follow it when its shard's table
+// grows, those of flushes older than its unsent admits too (a slot with
+// unsent admits is not recorded again at its new position).
+func TestSentRecordsFollowRehash(t *testing.T) {
+	st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+	require.True(t, st.AdmitSplit(0, "k", nowAt(0), 50, 1, true, split).Allowed)
+	st.FlushAt(abs(10*ms), split.Horizon, func(FlushEntry) {})
+	require.True(t, st.AdmitSplit(0, "k", nowAt(20*ms), 50, 1, true, split).Allowed) // unsent
+	h := st.hashBytes(0, []byte("k"))
+	sh := st.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.rehash(st, 4*len(sh.slots))
+	p, ok := sh.find(h, 0, "k")
+	require.True(t, ok)
+	var ats []int64
+	for _, r := range sh.sent[sh.sentKeep:] {
+		if r.pos == p && r.fp == sh.fingerprint(st, p, &sh.slots[p]) {
+			ats = append(ats, r.at)
+		}
+	}
+	assert.Equal(t, []int64{abs(10 * ms)}, ats)
+}
+
+// A key another PoP counts takes nothing from the records of its sends:
+// its own counts held say nothing of the others' counts of the same
+// moments, still on their way, and a share read from them alone would be
+// too large (a cut of 1 s windows went to 1.205 of the limit). Its entry,
+// made at its first split, takes its own admits for unseen as before.
+func TestSpreadKeyLearnsNothingFromRecords(t *testing.T) {
+	twelve := &Allowance{Horizon: 100 * ms, PoPs: 12}
+	t0 := 3 * time.Second.Nanoseconds()
+	st := withOthers(t, "k", 1, "a")
+	st.born.Store(abs(0)) // in its first window
+	require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 50, 1, true, nil).Allowed)
+	st.FlushAt(abs(t0+10*ms), twelve.Horizon, func(FlushEntry) {})
+	for i, at := range []int64{50, 70, 90, 105} {
+		require.True(t, st.AdmitSplit(0, "k", nowAt(t0+at*ms), 50, 1, true, twelve).Allowed, "admit %d", i+2)
+		if at == 50 || at == 105 {
+			st.FlushAt(abs(t0+(at+5)*ms), twelve.Horizon, func(FlushEntry) {})
+		}
+	}
+	assert.False(t, st.AdmitSplit(0, "k", nowAt(t0+115*ms), 50, 1, true, twelve).Allowed, "sixth admit, all five taken for unseen")
 }

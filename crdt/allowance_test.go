@@ -150,7 +150,7 @@ func TestSplitFarFromLimitAndOneInFlight(t *testing.T) {
 	for i := range 5 {
 		key := "far" + strconv.Itoa(i)
 		for range 2 {
-			require.True(t, st.AdmitSplit(0, key, nowAt(t0), 100, 1, true, many).Allowed)
+			require.True(t, st.AdmitSplit(0, key, nowAt(t0), 1000, 1, true, many).Allowed)
 		}
 	}
 	assert.Zero(t, st.Stats().HotKeys, "keys far from the limit hold no allowance state")

@@ -88,3 +88,24 @@ func BenchmarkAdmitFlood(b *testing.B) {
 		st.Admit(0, keys[i&(len(keys)-1)], now, 1<<40, 1, true)
 	}
 }
+
+// BenchmarkAdmitSplitFirstAdmits decides the first admits of new keys of a
+// small limit over a fleet of 40 nodes (a cold start's, or new clients'):
+// a key's first admit takes no hot entry, though its next ones may be
+// split (its first split learns what it needs from the shard's records).
+func BenchmarkAdmitSplitFirstAdmits(b *testing.B) {
+	created, _ := benchKeys(1 << 17)
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 2 * len(created)})
+	now := Now{Index: 1, Elapsed: W / 2, Width: W}
+	a := &Allowance{Horizon: int64(200 * time.Millisecond), Members: 2, PoPs: 20}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%len(created) == 0 && i > 0 {
+			b.StopTimer()
+			st = NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 2 * len(created)})
+			b.StartTimer()
+		}
+		st.AdmitSplit(0, created[i%len(created)], now, 50, 1, true, a)
+	}
+}

@@ -86,9 +86,9 @@ func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 		}
 		sh.dirty = trimmed(sh.dirty)
 		if at != 0 {
-			sh.expireSent(s, at-horizon)
+			sh.expireSent(s, at-horizon, at-2*horizon)
 		}
-		sh.work.Store(len(sh.dirty) > 0 || sh.sentHead < len(sh.sent))
+		sh.work.Store(len(sh.dirty) > 0 || sh.sentKeep < len(sh.sent))
 		sh.mu.Unlock()
 		all := string(keys) // one allocation for the keys of the shard's entries
 		for k := range recs {

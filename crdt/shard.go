@@ -64,12 +64,14 @@ type shard struct {
 	hotFree []int32
 	hotCur  int
 	// sent lists, oldest first from sentHead, the flushes that sent own
-	// counts; once older than the horizon they clear flagRecent.
-	sent     []sentRec
-	sentHead int
-	// Pads the shard to whole cache lines on 64-bit machines (400 bytes
+	// counts; once older than the horizon they clear flagRecent. Those
+	// from sentKeep to sentHead are past it, kept for a second horizon for
+	// the hot entries made meanwhile (seedHot).
+	sent               []sentRec
+	sentKeep, sentHead int
+	// Pads the shard to whole cache lines on 64-bit machines (408 bytes
 	// of fields), with a spare line between neighbours' hot lines.
-	_ [48 + 64]byte
+	_ [40 + 64]byte
 }
 
 // noteWork marks the shard as having work for Flush; the caller holds sh.mu

@@ -157,6 +157,13 @@ func (sh *shard) rehash(s *Store, n int) {
 	} else {
 		sh.dirty = sh.dirty[:0]
 	}
+	// The records of recent sends follow their slots (seedHot reads them
+	// by position); those made below (resent) are at the new positions.
+	sentLo, sentHi := sh.sentKeep, len(sh.sent)
+	var moved []int32
+	if sentHi > sentLo {
+		moved = make([]int32, len(old))
+	}
 	for i := range old {
 		sl := &old[i]
 		if sl.flags&flagLive == 0 {
@@ -170,6 +177,9 @@ func (sh *shard) rehash(s *Store, n int) {
 			key = sl.kb[:sl.klen]
 		}
 		p := sh.free(s.hashBytes(sl.rule, key))
+		if moved != nil {
+			moved[i] = p + 1
+		}
 		nsl := &sh.slots[p]
 		*nsl = *sl
 		if sl.klen == longKey {
@@ -192,6 +202,11 @@ func (sh *shard) rehash(s *Store, n int) {
 			sh.resent(s, p, nsl)
 		}
 	}
+	for k := sentLo; k < sentHi; k++ {
+		if r := &sh.sent[k]; r.pos >= 0 && int(r.pos) < len(moved) {
+			r.pos = moved[r.pos] - 1 // -1: the slot was gone
+		}
+	}
 	oldMap.free()
 }
 
@@ -201,8 +216,8 @@ func (sh *shard) shrink(s *Store) {
 	if len(sh.slots) > initialSlots && sh.used*8 < len(sh.slots)*minLoad {
 		sh.rehash(s, max(initialSlots, 2*sh.used))
 	}
-	if cap(sh.sent) > 2*(len(sh.sent)-sh.sentHead)+64 {
-		sh.sent, sh.sentHead = append([]sentRec(nil), sh.sent[sh.sentHead:]...), 0
+	if cap(sh.sent) > 2*(len(sh.sent)-sh.sentKeep)+64 {
+		sh.sent, sh.sentHead, sh.sentKeep = append([]sentRec(nil), sh.sent[sh.sentKeep:]...), sh.sentHead-sh.sentKeep, 0
 	}
 }
 
