@@ -29,17 +29,8 @@ func (f coldFleet) String() string {
 func (f coldFleet) scenario(t *testing.T, dur time.Duration) *Scenario {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "name: cold-start\nseed: %d\nduration: %s\ntopology:\n", f.seed, dur)
-	for r := 1; r <= f.regions; r++ {
-		fmt.Fprintf(&b, "  - {region: r%d, pops: [", r)
-		for p := 1; p <= f.pops/f.regions; p++ {
-			if p > 1 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "{name: r%dp%d, nodes: %d}", r, p, f.nodes)
-		}
-		b.WriteString("]}\n")
-	}
+	fmt.Fprintf(&b, "name: cold-start\nseed: %d\nduration: %s\n", f.seed, dur)
+	gridTopology(&b, f.regions, f.pops/f.regions, f.nodes, 1)
 	fmt.Fprintf(&b, `network:
   intra_pop: {latency: 1ms, jitter: 200us}
   inter_pop: {latency: 10ms, jitter: 2ms}

@@ -28,23 +28,30 @@ func mustParse(t testing.TB, src string) *Scenario {
 	return sc
 }
 
+// gridTopology writes the topology of regions regions of pops PoPs of nodes
+// nodes each: regions r<first>..., PoPs r<region>p<first>...
+func gridTopology(b *strings.Builder, regions, pops, nodes, first int) {
+	b.WriteString("topology:\n")
+	for r := first; r < first+regions; r++ {
+		fmt.Fprintf(b, "  - {region: r%d, pops: [", r)
+		for p := first; p < first+pops; p++ {
+			if p > first {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(b, "{name: r%dp%d, nodes: %d}", r, p, nodes)
+		}
+		b.WriteString("]}\n")
+	}
+}
+
 // gridScenario returns a scenario of regions regions of pops PoPs of nodes
 // nodes each (PoP "r<i>p<j>" of region "r<i>"), on the network the
 // cost tests use, with the given seed and duration and the YAML lines of
 // the replication section, one rule and one stream.
 func gridScenario(name string, seed int, duration string, regions, pops, nodes int, replication, rule, traffic string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "name: %s\nseed: %d\nduration: %s\ntopology:\n", name, seed, duration)
-	for r := range regions {
-		fmt.Fprintf(&b, "  - {region: r%d, pops: [", r)
-		for p := range pops {
-			if p > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "{name: r%dp%d, nodes: %d}", r, p, nodes)
-		}
-		b.WriteString("]}\n")
-	}
+	fmt.Fprintf(&b, "name: %s\nseed: %d\nduration: %s\n", name, seed, duration)
+	gridTopology(&b, regions, pops, nodes, 0)
 	fmt.Fprintf(&b, `network:
   intra_pop: {latency: 1ms}
   inter_pop: {latency: 10ms, jitter: 2ms}
