@@ -49,8 +49,8 @@ waitport "$P8082"
 APIS="$P8081 $P8082 $P8083 $P8084"
 echo "APIs: eu-ams-1 http://127.0.0.1:$P8081, $SECOND :$P8082, us-iad-1 :$P8083, ap-sin-1 :$P8084"
 echo "status pages: http://127.0.0.1:$P8081/ui (eu-ams-1), http://127.0.0.1:$P8083/ui (us-iad-1), http://127.0.0.1:$P8084/ui (ap-sin-1)"
-echo "try: curl -s -XPOST http://127.0.0.1:$P8083/v1/check -d '{\"rule\":\"api\",\"key\":\"198.51.100.1\"}'; sleep 5; curl -s http://127.0.0.1:$P8081/v1/keys/api/198.51.100.1"
-echo "     (a count far below its limit reaches the other regions at the next anti-entropy round, within 5 s; near the limit, within a flush)"
+echo "try: curl -s -XPOST http://127.0.0.1:$P8083/v1/check -d '{\"rule\":\"api\",\"key\":\"198.51.100.1\"}'; sleep 10; curl -s http://127.0.0.1:$P8081/v1/keys/api/198.51.100.1"
+echo "     (a count far below its limit reaches the other regions once it settles, at the second anti-entropy round after it, within 10 s; near the limit, within a flush)"
 
 if [ -n "${CHECK:-}" ]; then
   # Every region hears the other two, then 20 checks spread over the four
