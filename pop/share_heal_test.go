@@ -153,12 +153,7 @@ func TestShareHealWindowConcurrentDecisions(t *testing.T) {
 	eu, us := shareNodes(t, Share)
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
-	for i := int64(0); i < 100; i++ {
-		now := start + i*W/100
-		_, _ = eu.Decide(now, "api", "k", 1)
-		_, _ = us.Decide(now, "api", "k", 1)
-		sync2(t, now, eu, us)
-	}
+	healthyWindow(t, eu, us, start, W, 1, 1)
 	cut, heal := start+W, start+3*W+W/2
 	eu.Link().SetUnheard(cut, []string{"us/iad"})
 	keys := []string{"k", "a", "b"}

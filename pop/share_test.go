@@ -40,6 +40,22 @@ func sync2(t *testing.T, now int64, a, b *Node) {
 	a.Link().Apply(now, &out.PoP, ScopeGlobal)
 }
 
+// healthyWindow drives one window from start on key "k", both sides in
+// sync: eu decides euRate requests and us usRate every hundredth of it.
+func healthyWindow(t *testing.T, eu, us *Node, start, w int64, euRate, usRate int) {
+	t.Helper()
+	for i := int64(0); i < 100; i++ {
+		now := start + i*w/100
+		for range euRate {
+			_, _ = eu.Decide(now, "api", "k", 1)
+		}
+		for range usRate {
+			_, _ = us.Decide(now, "api", "k", 1)
+		}
+		sync2(t, now, eu, us)
+	}
+}
+
 // runCut drives steady demand of rate per side per 100ms for several
 // windows of a cut and returns what each side admitted in the last full window.
 func runCut(t *testing.T, policy Policy) (euAdm, usAdm int) {
@@ -48,14 +64,7 @@ func runCut(t *testing.T, policy Policy) (euAdm, usAdm int) {
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W // a window boundary
 	// One healthy window: eu carries 3x the traffic of us, both synced.
-	for i := int64(0); i < 100; i++ {
-		now := start + i*W/100
-		for j := 0; j < 3; j++ {
-			_, _ = eu.Decide(now, "api", "k", 1)
-		}
-		_, _ = us.Decide(now, "api", "k", 1)
-		sync2(t, now, eu, us)
-	}
+	healthyWindow(t, eu, us, start, W, 3, 1)
 	cut := start + W
 	eu.Link().SetUnheard(cut, []string{"us/iad"})
 	us.Link().SetUnheard(cut, []string{"eu/ams"})
@@ -138,12 +147,7 @@ func TestShareHoldCountsWhatArrived(t *testing.T) {
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
 	// One healthy window at the limit, even traffic.
-	for i := int64(0); i < 100; i++ {
-		now := start + i*W/100
-		_, _ = eu.Decide(now, "api", "k", 1)
-		_, _ = us.Decide(now, "api", "k", 1)
-		sync2(t, now, eu, us)
-	}
+	healthyWindow(t, eu, us, start, W, 1, 1)
 	cut := start + W
 	eu.Link().SetUnheard(cut, []string{"us/iad"})
 	us.Link().SetUnheard(cut, []string{"eu/ams"})
@@ -179,16 +183,7 @@ func TestShareFollowsAFailover(t *testing.T) {
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
 	// One healthy window at the limit: eu carries 70 % of the traffic.
-	for i := int64(0); i < 100; i++ {
-		now := start + i*W/100
-		for j := 0; j < 7; j++ {
-			_, _ = eu.Decide(now, "api", "k", 1)
-		}
-		for j := 0; j < 3; j++ {
-			_, _ = us.Decide(now, "api", "k", 1)
-		}
-		sync2(t, now, eu, us)
-	}
+	healthyWindow(t, eu, us, start, W, 7, 3)
 	cut := start + W
 	eu.Link().SetUnheard(cut, []string{"us/iad"})
 	us.Link().SetUnheard(cut, []string{"eu/ams"})
