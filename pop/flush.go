@@ -127,9 +127,11 @@ func (l Link) AntiEntropyPart(now int64, owns func(key string) bool, part, parts
 			p.antiEntropy(n, rs, now, &b, owns)
 		}
 	}
-	if b.PoP.Epoch != 0 {
+	if b.PoP.Epoch != 0 || changed {
+		// Without an epoch no total is sent, but the walk of the totals
+		// starts the keys' next period, which the own counts' walk reads.
 		n.store.TotalsPart(idx, part, parts, changed, func(e crdt.FlushEntry) {
-			if r := rs.byID[e.Rule]; r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
+			if r := rs.byID[e.Rule]; b.PoP.Epoch != 0 && r != nil && r.Scope == ScopeGlobal && e.PoP > 0 && (owns == nil || owns(e.Key)) {
 				buf = append(buf, crdt.Entry{Rule: r.wire, Key: e.Key, Window: e.Window, Count: e.PoP})
 			}
 		})
