@@ -497,7 +497,7 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 	}
 	room := float64(limit) - k
 	if rushed {
-		room /= 2 // half of it may be in flight (see rushing)
+		room /= rushedParts // the rest may be in flight (see rushing)
 	}
 	share := w * room
 	if float64(satAdd(unseen, cost)) <= share {
@@ -525,6 +525,12 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 	}
 	return false, max(e.matures(now, a.Horizon), 1)
 }
+
+// rushedParts is how many parts of the headroom a rushing fleet counts
+// with: the turns are drawn per horizon-long period and a lag is about two
+// horizons, so the admits of the two periods before are in flight when a
+// replica draws in a third (see the cold start).
+const rushedParts = 3
 
 // minCrowd is the fewest replicas whose one request each a crowded key
 // gives at their turns, and crowdedTurns how many times its share of the

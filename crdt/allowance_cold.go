@@ -37,8 +37,12 @@ import "math"
 //
 //   - While the fleet, at that rate, would admit more in a lag than the
 //     headroom holds (rushing), the counts it admitted in the last lag are
-//     not all held yet: up to the headroom again may be in flight, so a
-//     replica shares half of the headroom, and the one request in flight
+//     not all held yet. Turns are drawn per horizon-long period and a lag
+//     is about two horizons: what the fleet admitted in the two periods
+//     before may still be in flight, so a replica shares a third of the
+//     headroom (rushedParts; a half let a fleet of 300 PoPs in 25 regions
+//     reach 1.14 of a hot key's limit in its first half second, a third
+//     1.10), and the one request in flight
 //     that a replica with nothing unseen may always hold is given only at
 //     its turn when its share is below one request (turn): the fleet's
 //     requests in flight then add up to about its share of the headroom,
@@ -50,7 +54,7 @@ import "math"
 // the one request in flight of a replica with nothing unseen: a key past
 // half its limit with less headroom than the fleet has replicas (crowded,
 // in split) takes turns for it in a running fleet too. Longer, it
-// only errs: halving the headroom moved the admits of every key that nears
+// only errs: cutting the headroom moved the admits of every key that nears
 // its limit in a fleet's first window later in it, where the sliding
 // estimate lets more through, and a rate read over the store's time rather
 // than over a month-long window is no rate of that window. Past them, or

@@ -91,7 +91,7 @@ func TestColdStartSources(t *testing.T) {
 // the key's first request and sent it; 300 ms later the others' counts
 // (900 of 1 000) reached every one of them. A replica young enough that
 // 900 in its first 300 ms says the fleet spends more than the headroom in
-// a lag (rushing) shares half the headroom, and holds its one request in
+// a lag (rushing) shares a third of the headroom, and holds its one request in
 // flight only at its turn: the fleet admits about its share, not one
 // request per replica. A replica that has decided for a window reads 900
 // as a window's trailing rate, not a rush, and shares the whole headroom:
@@ -107,7 +107,7 @@ func TestColdStartTurns(t *testing.T) {
 		settled  bool // decided since window 0
 		min, max int
 	}{
-		{"cold start", false, 25, 75}, // about half of H = 100
+		{"cold start", false, 15, 45}, // about a third of H = 100
 		{"settled", true, 120, 280},   // about twice H = 100 (crowdedTurns)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
