@@ -175,6 +175,10 @@ type share struct {
 	// elapsed parts markE and nextE of it (probe).
 	markDemand, nextDemand uint64
 	markE, nextE           float64
+	// The demand counted in window win, the cut's, by its early mark, a
+	// part earlyE of the window after the cut (0: none; markBase).
+	earlyDemand uint64
+	earlyE      float64
 
 	heal *healCap      // the window the heal ends in (share_heal.go); nil before it
 	prof windowProfile // how the cut's last windows were spent

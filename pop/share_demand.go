@@ -6,8 +6,11 @@ package pop
 // asked, admitted or not. The window the cut began in, counted from the cut
 // on, is its baseline when at least minCover of it was left and it held
 // demand enough to measure (its demand at its rate over a whole window),
-// else the first whole window of the cut;
-// the demand of each later window over it (g) says how this side's demand
+// else the first whole window of the cut. When the rest of the window the
+// cut began in ran well above the rate of its early part (partJump), a
+// failover came inside it: the early part is the baseline, and the rest of
+// that window is probed against it (markBase). The demand of each later
+// window over the baseline (g) says how this side's demand
 // moved since, taking the node's traffic for its side's. A failover in the
 // cut's first whole window is then measured against the demand before it,
 // not folded into the baseline (with long windows, most failovers happen
@@ -124,8 +127,22 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 	case next && !sh.whole && sh.demandWin == sh.win && sh.baseDemand == 0 && step >= 0 &&
 		sh.cover >= minCover && sh.demand >= minShareDemand:
 		// The window the cut began in, counted from the cut on: the
-		// baseline at its rate, before any failover of the next window.
+		// baseline at its rate, before any failover of the next window;
+		// at the rate of its early part (markBase), before any failover
+		// later in it.
+		// A key too thin to mark takes the side's growth in that part
+		// for its own.
 		sh.baseDemand = float64(sh.demand) / sh.cover
+		early := 0.0
+		if sh.earlyE > 0 {
+			early = float64(sh.earlyDemand) / sh.earlyE
+		}
+		switch {
+		case early > 0 && sh.baseDemand >= partJump*early:
+			sh.baseDemand = early
+		case sh.side != nil:
+			sh.baseDemand /= sh.side.grewInPart()
+		}
 	case next && sh.whole && step >= 0 && sh.demand >= minShareDemand:
 		if sh.baseDemand == 0 {
 			// The key's first window with demand enough to measure. When
@@ -170,7 +187,21 @@ const (
 // force over one window from now, as the other side's admits before its
 // demand left decay. The caller holds sh.mu.
 func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
-	if !sh.whole || step < 0 || width <= 0 || elapsed*probeSteps < int64(probeFrom*probeSteps)*width {
+	// The baseline, and where the window's demand was counted from: in
+	// the window the cut began in, once marked, the rate of its early part
+	// and the cut (markBase).
+	base, startE := sh.baseDemand, 0.0
+	if !sh.whole {
+		sh.markBase(idx, elapsed, width)
+		if idx != sh.win || sh.side == nil || !sh.side.marked() {
+			return
+		}
+		base, startE = 0, 1-sh.cover
+		if sh.earlyE > 0 {
+			base = float64(sh.earlyDemand) / sh.earlyE
+		}
+	}
+	if step < 0 || width <= 0 || elapsed*probeSteps < int64(probeFrom*probeSteps)*width {
 		return
 	}
 	at := elapsed * probeSteps / width
@@ -188,9 +219,9 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 		return // one key's demand alone may be its surge
 	}
 	// The key's demand since its mark (at least probeFrom of a window ago,
-	// else since the window's start): the demand before a failover inside
-	// this window does not dilute the demand after it.
-	from, fromE := uint64(0), 0.0
+	// else since the window's start, or the cut): the demand before a
+	// failover inside this window does not dilute the demand after it.
+	from, fromE := uint64(0), startE
 	switch {
 	case sh.nextE > 0 && e-sh.nextE >= probeFrom:
 		from, fromE = sh.nextDemand, sh.nextE
@@ -203,8 +234,8 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	}
 	var g float64
 	switch {
-	case sh.baseDemand > 0 && float64(sh.demand-from) >= minShareDemand*(e-fromE):
-		g = float64(sh.demand-from) / (sh.baseDemand * (e - fromE))
+	case base > 0 && e > fromE && float64(sh.demand-from) >= minShareDemand*(e-fromE):
+		g = float64(sh.demand-from) / (base * (e - fromE))
 		if g > 1 {
 			g = min(g, max(f, 1))
 		}
@@ -219,6 +250,37 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	}
 	sh.ramp = shareRamp{from: open, at: now, end: now - elapsed + 2*width}
 }
+
+// markBase marks, in window idx when it is the one the cut began in, the
+// demand counted once markFrom of the window has passed since the cut
+// with enough of it to measure (earlyShareDemand): the baseline is that
+// early part's rate, not the whole part's, so that a failover later in the
+// window the cut began in is measured against the demand before it, not
+// folded into its baseline (a cut at a window's start, its traffic moving
+// half a window later, kept a side at about half of what a central limiter
+// admits through the cut). The side's total is marked alike. The caller
+// holds sh.mu.
+func (sh *share) markBase(idx, elapsed, width int64) {
+	if sh.side != nil {
+		sh.side.markBase(idx, elapsed, width)
+	}
+	if sh.earlyE > 0 || idx != sh.win || sh.cover < minCover || width <= 0 || sh.demand < earlyShareDemand {
+		return
+	}
+	if since := float64(elapsed)/float64(width) - (1 - sh.cover); since >= markFrom {
+		sh.earlyDemand, sh.earlyE = sh.demand, since
+	}
+}
+
+// earlyShareDemand is what a key's early part of the window a cut began
+// in must hold to be its baseline (markBase, partJump).
+const earlyShareDemand = minShareDemand
+
+// markFrom is the least part of a window after a cut that its early mark
+// (markBase) measures: how many requests it holds (minShareDemand,
+// earlySideDemand) bounds its noise; the time only keeps a burst at the
+// cut from passing for its rate.
+const markFrom = 0.05
 
 // shareRamp opens a share grown inside a window: from the budget in force
 // then (from, at at Unix nanoseconds; 0: none) to the share, linearly,

@@ -43,6 +43,18 @@ const (
 	partSideDemand = 4 * minSideDemand
 )
 
+// earlySideDemand is what the early part of the window a cut began in must
+// hold to be its baseline (markBase), and partJump how far the part's
+// whole rate must run above the early part's for the early one to be
+// taken: the early rate errs by up to a tenth, and taken on every cut it
+// moved a side's growth enough to keep it under its takeover in
+// heal-after-failover-1m (0.76 of central in the cut, 0.82 before); a
+// failover in the part doubles it or more.
+const (
+	earlySideDemand = partSideDemand
+	partJump        = 1.5
+)
+
 // sideDemand is one node's demand for one share rule over all keys, by
 // window of a partition. Safe for concurrent use.
 type sideDemand struct {
@@ -74,6 +86,15 @@ type sideDemand struct {
 	// and nextE of it (projected).
 	markC, nextC uint64
 	markE, nextE float64
+	// The demand of window startWin by its early mark, a part earlyE of
+	// the window after the cut (markBase); early is set once it is taken.
+	earlyC uint64
+	earlyE float64
+	early  atomic.Bool
+	// partGrowth is how far the demand of the whole part of window
+	// startWin ran above its early part's rate, once it closed (1: less
+	// than partJump above, or not marked).
+	partGrowth float64
 }
 
 // add counts cost (already capped) of a decision in window idx; first says
@@ -107,15 +128,49 @@ func (d *sideDemand) roll(idx int64) {
 		}
 		d.last, d.lastWin = c, w
 	case w != 0 && idx == w+1 && w == d.startWin && d.base == 0 && d.cover >= minCover && d.cur.Load() >= partSideDemand:
-		// The window the cut began in, counted from the cut on.
+		// The window the cut began in, counted from the cut on: at the
+		// rate of its early part when marked (markBase).
 		d.baseScale = 1 / d.cover
-		d.base, d.baseWin, d.baseKeys = uint64(float64(d.cur.Load())*d.baseScale+0.5), w, d.keys
+		base := float64(d.cur.Load()) * d.baseScale
+		if d.earlyE > 0 && d.earlyC > 0 {
+			if early := float64(d.earlyC) / d.earlyE; base >= partJump*early {
+				d.partGrowth, base = base/early, early
+			}
+		}
+		d.base, d.baseWin, d.baseKeys = uint64(base+0.5), w, d.keys
 	}
 	d.whole = w != 0 && idx == w+1
 	d.cur.Store(0)
 	d.keys = 0
 	d.markC, d.markE, d.nextC, d.nextE = 0, 0, 0, 0
 	d.win.Store(idx)
+}
+
+// markBase marks the demand of window idx, the one the cut began in, once
+// markFrom of it has passed since the cut with earlySideDemand counted
+// (see share.markBase).
+func (d *sideDemand) markBase(idx, elapsed, width int64) {
+	if d.early.Load() || idx != d.startWin || d.cover < minCover || width <= 0 || d.cur.Load() < earlySideDemand {
+		return
+	}
+	since := float64(elapsed)/float64(width) - (1 - d.cover)
+	if since < markFrom {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.earlyE == 0 && d.win.Load() == idx {
+		d.earlyC, d.earlyE = d.cur.Load(), since
+		d.early.Store(true)
+	}
+}
+
+// grewInPart returns partGrowth (1 before the window the cut began in
+// closed, or when its early part was not marked).
+func (d *sideDemand) grewInPart() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return max(d.partGrowth, 1)
 }
 
 // growth returns F for the window closed just before idx: the last whole
@@ -153,15 +208,25 @@ func (d *sideDemand) capFor(kb uint64, inBase bool) (uint64, bool) {
 func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.base < minSideDemand || d.win.Load() != idx || !d.whole || d.baseWin >= idx || e <= 0 {
+	// The baseline, and where the window's demand was counted from: in
+	// the window the cut began in, once marked, the rate of its early part
+	// and the cut (markBase).
+	base, startE := float64(d.base), 0.0
+	if !d.whole && idx == d.startWin && d.earlyE > 0 {
+		base, startE = float64(d.earlyC)/d.earlyE, 1-d.cover
+	} else if !d.whole || d.baseWin >= idx {
 		return 0, false
 	}
-	// Since the mark at least probeFrom ago (the window's start before):
-	// the demand before a failover inside the window does not dilute it.
+	if base < minSideDemand || d.win.Load() != idx || e <= startE {
+		return 0, false
+	}
+	// Since the mark at least probeFrom ago (the window's start, or the
+	// cut, before): the demand before a failover inside the window does
+	// not dilute it.
 	c := d.cur.Load()
-	from, fromE := uint64(0), 0.0
+	from, fromE := uint64(0), startE
 	defer func() {
-		if fromE == 0 {
+		if fromE == startE {
 			f, ok = 0, false
 		}
 	}()
@@ -184,8 +249,12 @@ func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
 		// other's half (1.41 of it).
 		return 0, false
 	}
-	return float64(c-from) / (float64(d.base) * (e - fromE)), true
+	return float64(c-from) / (base * (e - fromE)), true
 }
+
+// marked reports whether the early part of the window the cut began in is
+// marked (markBase).
+func (d *sideDemand) marked() bool { return d.early.Load() }
 
 // baseline returns the baseline window (0 while unknown).
 func (d *sideDemand) baseline() int64 {

@@ -29,28 +29,27 @@ func sideRun(t *testing.T, keys []string, demand func(w int64, key string, step 
 			eu.Link().SetUnheard(start+pre*W, []string{"us/iad"})
 			us.Link().SetUnheard(start+pre*W, []string{"eu/ams"})
 		}
-		var bw, uw []int
-		for _, k := range keys {
-			b, u := 0, 0
-			for i := 0; i < 40; i++ {
-				now := start + (w+pre)*W + int64(i)*W/40 + int64(len(k))
+		// The keys' decisions interleave in time, as a node's do.
+		bw, uw := make([]int, len(keys)), make([]int, len(keys))
+		for i := 0; i < 40; i++ {
+			for ki, k := range keys {
+				now := start + (w+pre)*W + int64(i)*W/40 + int64(ki)
 				e, s := demand(w, k, i)
 				for j := 0; j < e; j++ {
 					if d, _ := eu.Decide(now, "api", k, 1); d.Allowed {
-						b++
+						bw[ki]++
 					}
 				}
 				for j := 0; j < s; j++ {
 					if d, _ := us.Decide(now, "api", k, 1); d.Allowed {
-						b++
-						u++
+						bw[ki]++
+						uw[ki]++
 					}
 				}
-				if w < 0 {
-					sync2(t, now, eu, us)
-				}
 			}
-			bw, uw = append(bw, b), append(uw, u)
+			if w < 0 {
+				sync2(t, start+(w+pre)*W+int64(i)*W/40+int64(len(keys)), eu, us)
+			}
 		}
 		if w >= 0 {
 			both, usAdm = append(both, bw), append(usAdm, uw)
@@ -132,6 +131,35 @@ func TestShareTwoSidedSurgeKeepsShares(t *testing.T) {
 	}
 	for w := range both {
 		assert.LessOrEqual(t, both[w][hot], 21, "window %d: the hot key stays at its limit", w)
+	}
+}
+
+// A whole-site failover half-way through the window the cut began in (at
+// its start here): 20 keys, a third of their demand on us, all of it from
+// step 20 of that window on. Measured against that whole window (half of
+// it after the failover), us's demand grew 1.5 times, under the takeover,
+// and us kept its third of each key's limit through the cut; measured
+// against the window's early part, before the failover, it grew 3 times,
+// and us takes (nearly) every key's whole limit.
+func TestShareFailoverInTheCutsWindow(t *testing.T) {
+	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, i int) (int, int) {
+		if w >= 1 || (w == 0 && i >= 20) {
+			return 0, 9
+		}
+		return 6, 3
+	})
+	for w := range both {
+		for k := range both[w] {
+			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
+		}
+	}
+	for w := 2; w < len(us); w++ {
+		n := 0
+		for _, x := range us[w] {
+			n += x
+		}
+		t.Logf("window %d: us admitted %d (20 keys, limit 20 each)", w, n)
+		assert.GreaterOrEqual(t, n, 20*18, "window %d: us takes (nearly) every key's whole limit", w)
 	}
 }
 

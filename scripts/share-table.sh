@@ -20,7 +20,8 @@ cd "$(dirname "$0")/.."
 	skewed-four-pops-1s skewed-behind-1s skewed-two-pops-1500ms-1s hot-key-12pops-three-nodes \
 	hour-windows-region-cut below-half-anycast-24pops below-half-anycast-one-node \
 	skewed-ahead-500ms-1s skewed-behind-1500ms-1s skewed-five-pops-1s crash-loop-lone-pop crash-failover failover-lone-region \
-	heal-after-failover-1m heal-after-surge below-half-anycast-one-node-24pops below-half-anycast-limit-200
+	heal-after-failover-1m heal-after-surge below-half-anycast-one-node-24pops below-half-anycast-limit-200 \
+	failover-in-cut-window failover-in-cut-window-30s
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/sim" ./cmd/sim
