@@ -138,8 +138,11 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 			early = float64(sh.earlyDemand) / sh.earlyE
 		}
 		switch {
-		case early > 0 && sh.baseDemand >= partJump*early:
-			sh.baseDemand = early
+		case early > 0:
+			// Measured: its own early part says whether it moved.
+			if sh.baseDemand >= partJump*early {
+				sh.baseDemand = early
+			}
 		case sh.side != nil:
 			sh.baseDemand /= sh.side.grewInPart()
 		}
