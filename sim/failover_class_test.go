@@ -1,0 +1,126 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// failoverScenario writes a failover during a cut of a fleet drawn from
+// rng: two or three regions of one to three PoPs of one to three nodes,
+// one region cut off from 20 s to 60 s, and its clients moving to the other
+// side (to one PoP of it, or spread over it) at the cut, inside the window
+// the cut began in, or inside the cut's first whole window; 10 s windows,
+// 10 to 100 keys at 1.5 to 3 times their limit, 40 to 150 ms between
+// regions, up to 1 % of those messages lost. It returns the YAML and a line
+// that names the draw.
+func failoverScenario(rng *rand.Rand, i int) (string, string) {
+	type pop struct {
+		name  string
+		nodes int
+	}
+	nreg := 2 + rng.IntN(2)
+	regions := make([][]pop, nreg)
+	for r := range regions {
+		for p := range 1 + rng.IntN(3) {
+			regions[r] = append(regions[r], pop{fmt.Sprintf("r%dp%d", r, p), 1 + rng.IntN(3)})
+		}
+	}
+	cut := rng.IntN(nreg)
+	var all, other []string
+	for r, ps := range regions {
+		for _, p := range ps {
+			all = append(all, p.name)
+			if r != cut {
+				other = append(other, p.name)
+			}
+		}
+	}
+	limit := []int{500, 1000}[rng.IntN(2)]
+	keys := []int{10, 30, 100}[rng.IntN(3)]
+	mult := []float64{1.5, 2, 3}[rng.IntN(3)]
+	at := []int{20, 23, 25, 28, 32, 35}[rng.IntN(6)]
+	lat := []int{40, 90, 150}[rng.IntN(3)]
+	loss := []float64{0, 0.005, 0.01}[rng.IntN(3)]
+	even := 1 / float64(len(all))
+	share := make([]string, len(all))
+	for j, p := range all {
+		share[j] = fmt.Sprintf("%s: %.6f", p, even)
+	}
+	moved := make([]string, len(other))
+	to := "spread"
+	if rng.IntN(2) == 0 {
+		to = other[rng.IntN(len(other))]
+	}
+	for j, p := range other {
+		v := 1 / float64(len(other))
+		if to != "spread" {
+			v = even
+			if p == to {
+				v = 1 - even*float64(len(other)-1)
+			}
+		}
+		moved[j] = fmt.Sprintf("%s: %.6f", p, v)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: failover-class-%d\nseed: %d\nduration: 70s\ntopology:\n", i, rng.IntN(1000))
+	for r, ps := range regions {
+		var s []string
+		for _, p := range ps {
+			s = append(s, fmt.Sprintf("{name: %s, nodes: %d}", p.name, p.nodes))
+		}
+		fmt.Fprintf(&b, "  - {region: r%d, pops: [%s]}\n", r, strings.Join(s, ", "))
+	}
+	fmt.Fprintf(&b, "network:\n  intra_pop: {latency: 1ms, jitter: 200us}\n  inter_pop: {latency: 10ms, jitter: 2ms}\n")
+	fmt.Fprintf(&b, "  inter_region: {latency: %dms, jitter: 10ms, loss: %g}\n", lat, loss)
+	fmt.Fprintf(&b, "replication: {flush_interval: 50ms, peer_timeout: 300ms, anti_entropy_interval: 5s}\n")
+	fmt.Fprintf(&b, "rules:\n  - {name: api, key: ip, limit: %d, window: 10s, scope: global, on_partition: share}\n", limit)
+	fmt.Fprintf(&b, "traffic:\n  - rule: api\n    keys: %d\n    rate: %g/s\n", keys, float64(keys*limit)/10*mult)
+	fmt.Fprintf(&b, "    share: {%s}\n    changes: [{at: %ds, share: {%s}}]\n", strings.Join(share, ", "), at, strings.Join(moved, ", "))
+	var rest []string
+	for r := range regions {
+		if r != cut {
+			rest = append(rest, fmt.Sprintf("r%d", r))
+		}
+	}
+	fmt.Fprintf(&b, "events:\n  - {at: 20s, partition: [[r%d], [%s]]}\n  - {at: 60s, heal: true}\n", cut, strings.Join(rest, ", "))
+	name := fmt.Sprintf("%d regions, r%d cut, %d keys at %gx a limit of %d, moving at %ds to %s, %dms, loss %g",
+		nreg, cut, keys, mult, limit, at, to, lat, loss)
+	return b.String(), name
+}
+
+// Failovers as a class, on fleets drawn at random (failoverScenario), in
+// both region voices settings: however the fleet, the keys and the moment
+// of the failover are drawn, the peak stays within 1.20 of the limit (the
+// bound TestFailoversAcrossTheClass holds its scenarios to). What the side
+// the clients move to admits is logged against the central limiter; on
+// these draws it is not yet the class's 0.80 (docs/replication.md, "What
+// the failover class still misses"): a failover at the moment of the cut is
+// in the baseline it is measured against, and a PoP of one node admits
+// more of a key at its limit than a PoP of three with the same demand, so
+// the share taken at the cut undervalues the larger PoP's demand.
+func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
+	accuracyTest(t)
+	rng := rand.New(rand.NewPCG(38, 1))
+	for i := range 12 {
+		text, name := failoverScenario(rng, i)
+		for _, voices := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d/voices=%v", i, voices), func(t *testing.T) {
+				t.Parallel()
+				sc, err := Parse([]byte(text))
+				require.NoError(t, err, text)
+				sc.Replication.RegionVoices = new(voices)
+				res, err := Run(sc, Options{})
+				require.NoError(t, err)
+				fleet, central, _ := inPhases(res.Report, "partitioned")
+				t.Logf("%s: in the cut %d of central's %d (%.3f), max a/l %.3f",
+					name, fleet, central, float64(fleet)/float64(central), res.Report.MaxAdmittedRatio)
+				assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.20, text)
+			})
+		}
+	}
+}
