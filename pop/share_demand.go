@@ -9,7 +9,8 @@ package pop
 // else the first whole window of the cut. When the rest of the window the
 // cut began in ran well above the rate of its early part (partJump), a
 // failover came inside it: the early part is the baseline, and the rest of
-// that window is probed against it (markBase). The demand of each later
+// that window is probed against it for keys that marked their own (probe,
+// markBase). The demand of each later
 // window over the baseline (g) says how this side's demand
 // moved since, taking the node's traffic for its side's. A failover in the
 // cut's first whole window is then measured against the demand before it,
@@ -190,19 +191,20 @@ const (
 // force over one window from now, as the other side's admits before its
 // demand left decay. The caller holds sh.mu.
 func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
-	// The baseline, and where the window's demand was counted from: in
-	// the window the cut began in, once marked, the rate of its early part
-	// and the cut (markBase).
-	base, startE := sh.baseDemand, 0.0
+	// The baseline, and where the window's demand was counted from. In the
+	// window the cut began in, only a key that marked its own early part
+	// is probed, against that part's rate and from the cut: a key too thin
+	// to mark would take the side's growth, and there the side's total
+	// counts every key uncapped (one key's surge read as a failover of
+	// all). Both must have moved partJump past their early rates, as the
+	// window's close asks (a short early part errs by up to a tenth).
+	base, startE, inCut := sh.baseDemand, 0.0, false
 	if !sh.whole {
 		sh.markBase(idx, elapsed, width)
-		if idx != sh.win || sh.side == nil || !sh.side.marked() {
+		if idx != sh.win || sh.earlyE == 0 || sh.side == nil || !sh.side.marked() {
 			return
 		}
-		base, startE = 0, 1-sh.cover
-		if sh.earlyE > 0 {
-			base = float64(sh.earlyDemand) / sh.earlyE
-		}
+		base, startE, inCut = float64(sh.earlyDemand)/sh.earlyE, 1-sh.cover, true
 	}
 	if step < 0 || width <= 0 || elapsed*probeSteps < int64(probeFrom*probeSteps)*width {
 		return
@@ -218,7 +220,7 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	if sh.side != nil {
 		f, sure = sh.side.projected(idx, e)
 	}
-	if !sure {
+	if !sure || (inCut && f < partJump) {
 		return // one key's demand alone may be its surge
 	}
 	// The key's demand since its mark (at least probeFrom of a window ago,
@@ -242,9 +244,12 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 		if g > 1 {
 			g = min(g, max(f, 1))
 		}
-	case sh.demand > 0:
+	case sh.demand > 0 && !inCut:
 		g = f
 	default:
+		return
+	}
+	if inCut && g < partJump {
 		return
 	}
 	open := sh.ramp.open(sh.frac, now) // the budget in force now
@@ -270,7 +275,7 @@ func (sh *share) markBase(idx, elapsed, width int64) {
 	if sh.earlyE > 0 || idx != sh.win || sh.cover < minCover || width <= 0 || sh.demand < earlyShareDemand {
 		return
 	}
-	if since := float64(elapsed)/float64(width) - (1 - sh.cover); since >= markFrom {
+	if since := float64(elapsed)/float64(width) - (1 - sh.cover); since >= markFrom && since <= sh.cover/2 {
 		sh.earlyDemand, sh.earlyE = sh.demand, since
 	}
 }

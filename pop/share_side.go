@@ -154,7 +154,7 @@ func (d *sideDemand) markBase(idx, elapsed, width int64) {
 		return
 	}
 	since := float64(elapsed)/float64(width) - (1 - d.cover)
-	if since < markFrom {
+	if since < markFrom || since > d.cover/2 {
 		return
 	}
 	d.mu.Lock()
