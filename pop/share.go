@@ -80,6 +80,15 @@ type partition struct {
 	sides map[crdt.RuleID]*sideDemand
 	// others tells the replicas of the unheard PoPs (healHeld).
 	others *otherReplicas
+	// fresh: the node held no other PoP's count when the unheard set
+	// became non-empty (its start, before the PoPs it expects were first
+	// heard). Its heal ends no cut: nothing was held back, and the node's
+	// view of the window then still lags its counts (a sparse total below
+	// a quarter of its limit moves in steps), so the heal window's bounds
+	// (share_heal.go) would hold a key to what that lagging view says: a
+	// fleet starting at once with 60 s windows refused a key from 0.68 of
+	// its limit to the end of its first window.
+	fresh bool
 }
 
 // otherReplicas tells, and remembers, which replicas belong to the unheard
@@ -228,6 +237,9 @@ func (l Link) SetUnheard(now int64, pops []string) {
 			healed := *cur
 			healed.healed = now
 			healed.healEnd = n.healWindowsEnd(n.rules.Load(), now)
+			if cur.fresh {
+				healed.healEnd = now + n.healHold // no heal window (fresh)
+			}
 			healed.marks = n.healMarks(cur, now)
 			n.part.Store(&healed)
 			n.lastPart = &healed
@@ -260,8 +272,22 @@ func (l Link) SetUnheard(now int64, pops []string) {
 	n.told = unheard
 	n.exclude(unheard)
 	p := n.snapshot(now, unheard, listed, n.lastPart)
+	// The first unheard set, before any other PoP's count, is fresh, and so
+	// is what it becomes while it lasts.
+	p.fresh = (cur == nil && n.lastPart == nil && !n.heldOthers()) || (cur != nil && cur.healed == 0 && cur.fresh)
 	n.part.Store(p)
 	n.lastPart = p
+}
+
+// heldOthers reports whether the store holds a replica of another PoP.
+func (n *Node) heldOthers() bool {
+	self := popOf(n.self)
+	for _, r := range n.store.Replicas() {
+		if popOf(r) != self {
+			return true
+		}
+	}
+	return false
 }
 
 // SetDown tells the node which remote PoPs ("region/pop") it takes for
@@ -295,7 +321,7 @@ func (n *Node) resnapshot() {
 		return
 	}
 	p := n.snapshot(cur.since, cur.unheard, cur.listed, nil)
-	p.healed = cur.healed
+	p.healed, p.fresh = cur.healed, cur.fresh
 	n.part.Store(p)
 	n.lastPart = p
 }
