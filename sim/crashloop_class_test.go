@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // crashLoopScenario writes a crash loop of a fleet drawn from rng: two to
@@ -68,9 +67,7 @@ func crashLoopScenario(rng *rand.Rand, i int) (string, string) {
 		}
 		fmt.Fprintf(&b, "  - {region: %s, pops: [%s]}\n", region, strings.Join(s, ", "))
 	}
-	fmt.Fprintf(&b, "network:\n  intra_pop: {latency: 1ms, jitter: 200us}\n  inter_pop: {latency: 10ms, jitter: 2ms}\n")
-	fmt.Fprintf(&b, "  inter_region: {latency: %dms, jitter: 10ms, loss: %g}\n", lat, loss)
-	fmt.Fprintf(&b, "replication: {flush_interval: 50ms, peer_timeout: 300ms, anti_entropy_interval: 5s}\n")
+	writeDrawnNetwork(&b, lat, loss)
 	if kind == "crash with state" {
 		fmt.Fprintf(&b, "state: {nodes: [%s], interval: 2s}\n", strings.Join(regions, ", "))
 	}
@@ -99,26 +96,12 @@ func crashLoopScenario(rng *rand.Rand, i int) (string, string) {
 // admits fewer than 30 requests, a key spent before the crash, measure
 // nothing and are left out.)
 func TestCrashLoopsGeneratedAcrossTheClass(t *testing.T) {
-	accuracyTest(t)
-	rng := rand.New(rand.NewPCG(38, 2))
-	for i := range 12 {
-		text, name := crashLoopScenario(rng, i)
-		for _, voices := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%d/voices=%v", i, voices), func(t *testing.T) {
-				t.Parallel()
-				sc, err := Parse([]byte(text))
-				require.NoError(t, err, text)
-				sc.Replication.RegionVoices = new(voices)
-				res, err := Run(sc, Options{})
-				require.NoError(t, err)
-				fleet, central, _ := inPhases(res.Report, "partitioned")
-				t.Logf("%s: in the fault phases %d of central's %d, max a/l %.3f",
-					name, fleet, central, res.Report.MaxAdmittedRatio)
-				if central >= 30 {
-					assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central), text)
-				}
-				assert.LessOrEqual(t, res.Report.MaxAdmittedRatio, 1.10, text)
-			})
+	runDrawnFleets(t, 2, crashLoopScenario, func(t *testing.T, name, text string, r Report) {
+		fleet, central, _ := inPhases(r, "partitioned")
+		t.Logf("%s: in the fault phases %d of central's %d, max a/l %.3f", name, fleet, central, r.MaxAdmittedRatio)
+		if central >= 30 {
+			assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central), text)
 		}
-	}
+		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.10, text)
+	})
 }
