@@ -466,3 +466,62 @@ func TestSplitFloorFollowsPreviousWindow(t *testing.T) {
 	// count: 1/30 of H = 10.
 	assert.Equal(t, 2, run(sec, 1, members...))
 }
+
+// The room pooled beyond a replica's share: none when the headroom is
+// within what the fleet holds unseen on average or the replica holds more
+// than the spread of its part of it; otherwise its part of what the
+// average leaves, at most pooledPart x w x limit.
+func TestPooledRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name                     string
+		w, room, fleet, u, limit float64
+		want                     float64
+	}{
+		{"headroom within the average", 0.25, 90, 90, 1, 1000, 0},
+		{"headroom below the average", 0.25, 50, 90, 1, 1000, 0},
+		{"within the spread", 0.25, 100, 90, 30, 1000, 0.75 * 10},
+		{"at the spread's edge", 0.25, 100, 90, 22.5 + 2*4.743416490252569 + 1, 1000, 0.75 * 10},
+		{"past the spread", 0.25, 100, 90, 34, 1000, 0},
+		{"bounded by the limit's part", 0.25, 200, 90, 30, 1000, pooledPart * 0.25 * 1000},
+		{"a replica alone", 1, 200, 90, 30, 1000, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.InDelta(t, tc.want, pooledRoom(tc.w, tc.room, tc.fleet, tc.u, tc.limit), 1e-9)
+		})
+	}
+}
+
+// A calm replica near the limit pools the headroom the fleet's average
+// unseen admits leave, within the spread of its own; once it refuses the
+// key it is held to its share for two horizons.
+func TestSplitPoolsCalmReplicas(t *testing.T) {
+	const limit = 10_000
+	admit := func(st *Store, at int64, lim uint64) int {
+		t.Helper()
+		for n := 0; n < 1000; n++ {
+			if !st.AdmitSplit(0, "k", nowAt(at), lim, 1, true, split).Allowed {
+				return n
+			}
+		}
+		t.Fatal("never denied")
+		return 0
+	}
+	st := withOthers(t, "k", 3290, "a", "b", "c") // 9 870 of 10 000
+	t0 := time.Second.Nanoseconds()
+	// K = 9 870 over a window: the fleet holds 98.7 unseen on average (a
+	// horizon of 100 ms, no flush yet). H = 130, the share 1/4: 32.5. The
+	// average leaves 31.3, of which 3/4 pooled, within the spread of
+	// 24.7 (+ 2 x 4.97 + 1 = 35.6): 35.
+	assert.Equal(t, 35, admit(st, t0, limit))
+
+	// Denied at t0. At t1 + horizon the 35 are seen: K = 9 905, and at a
+	// limit of 10 040, H = 135, the share 33.75 and the spread 35.7. Within
+	// two horizons of the denial the replica is held to its share.
+	t1 := t0 + ms
+	st.FlushAt(abs(t1), split.Horizon, func(FlushEntry) {})
+	assert.Equal(t, 33, admit(st, t1+split.Horizon, limit+40))
+	// Calm again (no denial for two horizons since t2, nothing new held):
+	// it pools up to the spread.
+	t2 := t1 + split.Horizon
+	assert.Equal(t, 2, admit(st, t2+2*split.Horizon+ms, limit+40))
+}

@@ -47,10 +47,21 @@ func (s *Store) Flush(fn func(FlushEntry)) { s.flush(0, 0, fn) }
 // only says which recorded flushes later decisions may still need.
 func (s *Store) FlushAt(at, horizon int64, fn func(FlushEntry)) { s.flush(at, horizon, fn) }
 
+// flushGapDecay is the divisor of the decay of the mean time between
+// flushes per flush (see pooledRoom).
+const flushGapDecay = 8
+
 func (s *Store) flush(at, horizon int64, fn func(FlushEntry)) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	if at != 0 {
+		if last := s.lastFlush.Load(); last != 0 && at > last {
+			g := s.flushGap.Load()
+			if g == 0 {
+				g = at - last
+			}
+			s.flushGap.Store(g + (at-last-g)/flushGapDecay)
+		}
 		s.lastFlush.Store(at)
 		s.flushSeq++
 	}

@@ -147,6 +147,7 @@ type Store struct {
 
 	hotPerShard int          // hot entries per shard (see allowance.go)
 	lastFlush   atomic.Int64 // the time of the last FlushAt
+	flushGap    atomic.Int64 // the time between FlushAt calls, a decaying mean
 	born        atomic.Int64 // the first decision with an allowance (unborn: none yet)
 	flushSeq    uint8        // FlushAt calls so far, modulo 256 (under flushMu)
 

@@ -86,23 +86,48 @@ func TestBelowHalfAnycastAcrossTheClass(t *testing.T) {
 }
 
 // A hot key at 1.1 times its limit, no fault, on fleets of other shapes
-// than hot-key-20pops: one to three nodes per PoP, 12 PoPs of three nodes
-// (scripts/share-table.sh runs 20 PoPs of one node and 80 nodes too). Without region voices the fleet admits at least
-// 0.97 of the central node; with them a PoP that is not its region's voice
-// reaches the other regions a hop and a flush slot later, so it holds back
-// more (0.96-0.98 of central; hot-key-20pops itself 0.960), checked here
-// at 0.95. The peak stays within 1.05 of the limit either way.
+// than hot-key-20pops: one to three nodes per PoP, 12 PoPs of three nodes,
+// 20 PoPs of two nodes at a limit of 5 000, other seeds (scripts/
+// share-table.sh runs 20 PoPs of one node and 80 nodes too), both region
+// voices settings: the fleet admits at least 0.97 of the central node's
+// admits, and its peak stays within 1.05 of the limit. Each replica
+// refusing at its own random peaks kept 0.96-0.98 with region voices (a
+// PoP that is not its region's voice reaches the other regions a hop and
+// a flush slot later, so holds more unseen) until the replicas pooled the
+// headroom the fleet's average unseen admits leave (crdt's pooledRoom).
+// Not held at 0.97: hot-key-20pops-mixed with region voices at other seeds
+// (0.967-0.968 at seeds 5 and 8, 0.960-0.963 before pooling), a limit of
+// 500 over more than 50 nodes, where most refusals are the crowded key's
+// turns (crdt's crowded), not a replica's share; checked at 0.96.
 func TestMildOverloadAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
-	for _, name := range []string{"hot-key-20pops-mixed", "hot-key-12pops-three-nodes"} {
+	limit5000 := func(sc *Scenario) {
+		sc.Rules[0].Limit = 5000
+		sc.Traffic[0].Rate = 550
+	}
+	for _, tc := range []struct {
+		name   string
+		seed   uint64
+		change func(*Scenario)
+	}{
+		{"hot-key-20pops-mixed", 0, nil},
+		{"hot-key-20pops-mixed", 5, nil},
+		{"hot-key-12pops-three-nodes", 0, nil},
+		{"hot-key-12pops-three-nodes", 7, nil},
+		{"hot-key-20pops", 3, limit5000},
+	} {
 		for _, voices := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/voices=%v", name, voices), func(t *testing.T) {
+			name := fmt.Sprintf("%s/seed=%d/voices=%v", tc.name, tc.seed, voices)
+			if tc.change != nil {
+				name = fmt.Sprintf("%s/limit=5000/seed=%d/voices=%v", tc.name, tc.seed, voices)
+			}
+			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				r := runVariant(t, name, "", voices, 0, 0, nil)
+				r := runVariant(t, tc.name, "", voices, tc.seed, 0, tc.change)
 				t.Logf("admitted %d of central's %d (%.3f), max a/l %.3f", r.Admitted, r.Central.Admitted, float64(r.Admitted)/float64(r.Central.Admitted), r.MaxAdmittedRatio)
 				least := 0.97
-				if voices {
-					least = 0.95
+				if voices && tc.name == "hot-key-20pops-mixed" {
+					least = 0.96
 				}
 				assert.GreaterOrEqual(t, float64(r.Admitted), least*float64(r.Central.Admitted))
 				assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.05)
