@@ -549,14 +549,14 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 // the others hold less than theirs, and each replica refusing at its own
 // peaks kept the fleet's headroom well above what it held in flight (a key
 // at 1.1 times its limit of 1 000 per 10 s over 20 PoPs of two nodes, with
-// region voices, admitted 0.96 of a central limiter's admits; 0.88 with
+// region voices, admitted 0.96 of a central limiter's admits; 0.86 with
 // 1 s windows). So the headroom the fleet's average leaves, room - fleet,
 // is pooled: a replica whose u is within the spread of a Poisson count of
 // its mean (two standard deviations and one request) may use its
 // (1 - w) part of it, up to pooledPart x w x limit. Past that spread a
 // replica sees not random arrivals but a surge (a key jumping from 0.95
-// to 5 times its limit everywhere at once went to 1.29 of it with the
-// spread unbounded). Only a calm replica pools (split): one that refused
+// to 5 times its limit everywhere at once went to 1.29 of it with neither
+// the spread nor pooledPart bounding it). Only a calm replica pools (split): one that refused
 // the key within two horizons is held to its share, as every replica of a
 // key under attack is, where what is in flight is the shares, not the rate
 // (pooling at every replica took a key at 4 times its limit to 1.18).
