@@ -105,9 +105,21 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
 	} else if count {
+		// A denied key gets a hot entry, if it has none and the hot table
+		// has room, before its mark: the entry then counts this denial and
+		// the window's next ones (OwnDemand). A full table evicts for the
+		// allowance's split only: a flood of keys each at its limit would
+		// otherwise make and evict an entry at every denial (twice the
+		// cost of one).
+		t := now.Index*now.Width + now.Elapsed
+		var e *hotEntry
+		if sl.flags&flagHot != 0 || len(sh.hot) < s.hotPerShard {
+			e = sh.hotOf(s, i, sl, t)
+		}
 		sl.mark |= markDenied1
-		if sl.flags&flagHot != 0 {
-			sh.hotSlab[sh.hot[i]].denied = now.Index*now.Width + now.Elapsed
+		if e != nil {
+			e.denied = t
+			e.deny(sl.win, cost) // the window its mark says it was denied in
 		}
 	}
 	sh.mu.Unlock()

@@ -107,8 +107,43 @@ type hotEntry struct {
 	// denied is when this replica last denied the key (0: not since the
 	// entry was made).
 	denied int64
-	pos    int32 // the slot's position
-	n      uint8
+	// dcost is the cost this replica denied of windows dwin-1 and dwin,
+	// counted whole from window dfrom on (see OwnDemand).
+	dcost [2]uint64
+	dwin  int64
+	dfrom int64
+	pos   int32 // the slot's position
+	n     uint8
+}
+
+// deny counts cost denied in window idx (a decision of an older window,
+// after a clock stepped back, is left out).
+func (e *hotEntry) deny(idx int64, cost uint64) {
+	switch d := idx - e.dwin; {
+	case d < 0:
+		return
+	case d == 1:
+		e.dcost = [2]uint64{e.dcost[1], 0}
+	case d > 1:
+		e.dcost = [2]uint64{}
+	}
+	e.dwin = idx
+	e.dcost[1] = satAdd(e.dcost[1], cost)
+}
+
+// deniedIn returns the cost counted denied in window win (see deny), and
+// whether the entry counted that window whole.
+func (e *hotEntry) deniedIn(win int64) (uint64, bool) {
+	if win < e.dfrom {
+		return 0, false
+	}
+	switch win {
+	case e.dwin:
+		return e.dcost[1], true
+	case e.dwin - 1:
+		return e.dcost[0], true
+	}
+	return 0, win > e.dwin
 }
 
 // hotSample is how many hot entries a full hot table looks at to evict one.
@@ -319,7 +354,13 @@ func (sh *shard) hotOf(s *Store, i int32, sl *slot, now int64) *hotEntry {
 		k = int32(len(sh.hotSlab))
 		sh.hotSlab = append(sh.hotSlab, hotEntry{})
 	}
-	sh.hotSlab[k] = hotEntry{pos: i, used: now}
+	// Its denials are counted whole from the slot's window on when it
+	// denied nothing there yet, else from the next.
+	from := sl.win
+	if sl.mark&markDenied1 != 0 {
+		from++
+	}
+	sh.hotSlab[k] = hotEntry{pos: i, used: now, dfrom: from}
 	sh.hot[i] = k
 	sl.flags |= flagHot
 	sh.markDirty(i, sl, 0)

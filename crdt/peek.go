@@ -60,3 +60,43 @@ func (s *Store) slotAndSide(rule RuleID, key string, buf []sideEntry) (sl slot, 
 	}
 	return sh.slots[i], append(buf, sh.side.get(i)...), true
 }
+
+// OwnDemand returns what this replica was asked of (rule, key) in window
+// win: the cost it admitted there and the cost it denied. ok is false when
+// it cannot say: the key is not held, win is no longer one of its live
+// windows, or the replica denied the key there while the key had no hot
+// entry counting its denials (only a key near its limit has one, and a key
+// far below its limit is denied nothing); demand is then what it admitted
+// there, as far as it knows, a lower bound.
+func (s *Store) OwnDemand(rule RuleID, key string, win int64) (demand uint64, ok bool) {
+	h := s.hash(rule, key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, found := sh.find(h, rule, key)
+	if !found {
+		return 0, false
+	}
+	sl := &sh.slots[i]
+	var own uint64
+	var mark uint8
+	switch win {
+	case sl.win:
+		own, mark = sl.own[1], markDenied1
+	case sl.win - 1:
+		own, mark = sl.own[0], markDenied0
+	default:
+		return 0, win > sl.win // later: nothing asked yet
+	}
+	if sl.mark&mark == 0 {
+		return own, true
+	}
+	if sl.flags&flagHot == 0 {
+		return own, false
+	}
+	d, ok := sh.hotSlab[sh.hot[i]].deniedIn(win)
+	if !ok {
+		return own, false
+	}
+	return satAdd(own, d), true
+}

@@ -162,6 +162,9 @@ type share struct {
 	demand     uint64
 	whole      bool
 	baseDemand float64
+	// pre: baseDemand is this node's demand in the window seen whole
+	// before the cut (preCut), not one measured in the cut.
+	pre bool
 
 	fresh bool // first seen during the cut: no history (see unsure.go)
 	// cover is the part of window win left when the cut was noticed: the
@@ -436,14 +439,113 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 			d.part = float64(t[0]) / float64(t[1])
 		}
 	}
+	n.preCut(p, rs, prev)
 	return p
+}
+
+// preCut gives the keys of each share rule this node's demand in the window
+// seen whole before the cut as their baseline, and the rule's side its
+// total over them, when this node can tell that demand for every key it
+// served there (crdt's OwnDemand: what it admitted, and what it denied
+// while the key was near its limit). A failover at the moment of the cut
+// (a site that dies looks exactly like one cut off) then shows against the
+// demand before it: measured from the cut on, the demand after the
+// failover was the baseline, and a side whose clients doubled at the cut
+// kept its share of before (0.29-0.74 of a central limiter's admits in
+// the cut). A cut that keeps the base of a partition before it (a cut
+// that changes shape) keeps that partition's baselines too.
+func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition) {
+	type tot struct {
+		known, unknown uint64
+		keys           int
+	}
+	tots := map[crdt.RuleID]*tot{}
+	carried := map[crdt.RuleID]bool{}
+	for k, sh := range p.keys {
+		r := rs.byID[k.rule]
+		d := p.sides[k.rule]
+		if r == nil || d == nil || d.cover <= 0 {
+			continue
+		}
+		if prev.keeps(r, sh.win, n.healHold) {
+			// A cut that changes shape (or is noticed PoP by PoP) keeps
+			// the baselines of the partition before it.
+			if old := prev.retained(k, r, sh.win, n.healHold); old != nil {
+				old.mu.Lock()
+				sh.pre = old.pre && sh.baseDemand == old.baseDemand
+				old.mu.Unlock()
+			}
+			carried[k.rule] = true
+			continue
+		}
+		if sh.baseDemand != 0 {
+			continue
+		}
+		t := tots[k.rule]
+		if t == nil {
+			t = &tot{}
+			tots[k.rule] = t
+		}
+		dem, ok := n.store.OwnDemand(k.rule, k.key, sh.win-1)
+		switch {
+		case !ok:
+			t.unknown += max(dem, 1) // at least its admits
+		case dem > 0:
+			t.known += dem
+			t.keys++
+			if dem >= minShareDemand {
+				sh.baseDemand, sh.pre = float64(dem), true
+			}
+		}
+	}
+	for id := range carried {
+		d := p.sides[id]
+		if od := prev.sides[id]; od == nil || !d.preFrom(od) {
+			for k, sh := range p.keys {
+				if k.rule == id && sh.pre {
+					sh.baseDemand, sh.pre = 0, false
+				}
+			}
+			continue
+		}
+		for k, sh := range p.keys {
+			if k.rule == id && sh.pre {
+				sh.cap, sh.capped = d.capFor(uint64(sh.baseDemand), true)
+			}
+		}
+	}
+	for id, t := range tots {
+		d := p.sides[id]
+		// A key this node cannot tell makes the total a guess: its growth
+		// would read as the side's. A fiftieth of unknown is noise.
+		if t.known < partSideDemand || t.unknown*50 > t.known {
+			for k, sh := range p.keys {
+				if k.rule == id && sh.pre {
+					sh.baseDemand, sh.pre = 0, false
+				}
+			}
+			continue
+		}
+		d.preBase(t.known, t.keys)
+		for k, sh := range p.keys {
+			if k.rule == id && sh.pre {
+				sh.cap, sh.capped = d.capFor(uint64(sh.baseDemand), true)
+			}
+		}
+	}
+}
+
+// keeps reports whether a cut noticed in window c of rule r keeps the
+// base window of partition p (see retained). p may be nil.
+func (p *partition) keeps(r *ruleState, c, hold int64) bool {
+	return p != nil && (p.healed == 0 || p.healed+hold > r.start(c-1))
 }
 
 // retained returns the share of key k (rule r) in partition p when a cut
 // noticed in window c keeps p's base: p is still cut, or healed too recently
 // for window c-1 to have been seen whole since. p may be nil.
 func (p *partition) retained(k shareKey, r *ruleState, c, hold int64) *share {
-	if p == nil || (p.healed != 0 && p.healed+hold <= r.start(c-1)) {
+	if !p.keeps(r, c, hold) {
 		return nil
 	}
 	if sh := p.keys[k]; sh != nil {

@@ -3,7 +3,14 @@ package pop
 // How a side's share follows its demand during a partition.
 //
 // Every node counts, per key and window of the cut, its own demand: the cost
-// asked, admitted or not. The window the cut began in, counted from the cut
+// asked, admitted or not. Its baseline is its demand in the window seen
+// whole before the cut when it can tell it, for every key it served there
+// (preCut: what it admitted, and for a key near its limit what it denied,
+// crdt's OwnDemand): a failover at the moment of the cut, which a site that
+// dies makes, then shows against the demand before it, and measured against
+// it a key or the side's total must grow partJump past it to grow a share
+// (demand that rose on both sides reads as growth too). Otherwise, the
+// window the cut began in, counted from the cut
 // on, is its baseline when at least minCover of it was left and it held
 // demand enough to measure (its demand at its rate over a whole window),
 // else the first whole window of the cut. When the rest of the window the
@@ -125,6 +132,14 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		// No decision here in the previous window: the other side may have
 		// spent all of it.
 		sh.prev = min(floor, sh.frac)
+	case next && !sh.whole && sh.pre && step >= 0 && sh.cover > 0 && sh.demand >= minShareDemand:
+		// The window the cut began in, from the cut on, at its rate over
+		// the whole window, against the demand before the cut (preCut).
+		g := float64(sh.demand) / sh.cover / sh.baseDemand
+		if sure && g > 1 {
+			g = min(g, max(f, 1))
+		}
+		sh.follow(g, floor, step, sure)
 	case next && !sh.whole && sh.demandWin == sh.win && sh.baseDemand == 0 && step >= 0 &&
 		sh.cover >= minCover && sh.demand >= minShareDemand:
 		// The window the cut began in, counted from the cut on: the
@@ -199,7 +214,14 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	// all). Both must have moved partJump past their early rates, as the
 	// window's close asks (a short early part errs by up to a tenth).
 	base, startE, inCut := sh.baseDemand, 0.0, false
-	if !sh.whole {
+	switch {
+	case !sh.whole && sh.pre:
+		// Against the demand before the cut (preCut), from the cut on.
+		if idx != sh.win || sh.side == nil {
+			return
+		}
+		startE, inCut = 1-sh.cover, true
+	case !sh.whole:
 		sh.markBase(idx, elapsed, width)
 		if idx != sh.win || sh.earlyE == 0 || sh.side == nil || !sh.side.marked() {
 			return
@@ -339,6 +361,13 @@ func (sh *share) grow(g, step float64, sure bool) bool {
 	gate := 1 + 2*step
 	if sure {
 		gate = 1 + step
+	}
+	if sh.pre || (sh.side != nil && sh.side.pre.Load()) {
+		// Against the demand before the cut, demand that rose on both
+		// sides while they were cut reads as growth too: a rise of every
+		// key by 1.3 times took a side to its takeover (the sides to 1.10
+		// of the limit), where a failover doubles a side's demand or more.
+		gate = max(gate, partJump)
 	}
 	if g >= gate && part >= takeoverAt && part <= 1+step && t > sh.frac {
 		sh.frac = min(t, 1) // the other side's demand moved here

@@ -95,6 +95,36 @@ type sideDemand struct {
 	// startWin ran above its early part's rate, once it closed (1: less
 	// than partJump above, or not marked).
 	partGrowth float64
+	// pre: base is this node's demand in the window seen whole before the
+	// cut (preBase, preFrom), set before the partition is published.
+	pre atomic.Bool
+}
+
+// preFrom takes the baseline of o, the side of the partition before this
+// one's change of shape, when it was the demand before the cut (preBase),
+// and reports whether it was.
+func (d *sideDemand) preFrom(o *sideDemand) bool {
+	o.mu.Lock()
+	base, win, keys, pre := o.base, o.baseWin, o.baseKeys, o.pre.Load()
+	o.mu.Unlock()
+	if !pre {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.base, d.baseWin, d.baseKeys, d.baseScale = base, win, keys, 1
+	d.pre.Store(true)
+	return true
+}
+
+// preBase makes c, this node's demand over keys keys in the window seen
+// whole before the cut, the baseline: the window the cut began in is then
+// measured against it from the cut on, as the windows after it are.
+func (d *sideDemand) preBase(c uint64, keys int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.base, d.baseWin, d.baseKeys, d.baseScale = c, d.startWin-1, keys, 1
+	d.pre.Store(true)
 }
 
 // add counts cost (already capped) of a decision in window idx; first says
@@ -121,6 +151,10 @@ func (d *sideDemand) roll(idx int64) {
 		return
 	}
 	switch {
+	case w != 0 && idx == w+1 && w == d.startWin && d.pre.Load() && d.cover > 0:
+		// The window the cut began in, from the cut on, at its rate over
+		// the whole window, against the demand before the cut.
+		d.last, d.lastWin = uint64(float64(d.cur.Load())/d.cover+0.5), w
 	case w != 0 && idx == w+1 && d.whole:
 		c := d.cur.Load()
 		if d.base == 0 {
@@ -150,7 +184,7 @@ func (d *sideDemand) roll(idx int64) {
 // markFrom of it has passed since the cut with earlySideDemand counted
 // (see share.markBase).
 func (d *sideDemand) markBase(idx, elapsed, width int64) {
-	if d.early.Load() || idx != d.startWin || d.cover < minCover || width <= 0 || d.cur.Load() < earlySideDemand {
+	if d.pre.Load() || d.early.Load() || idx != d.startWin || d.cover < minCover || width <= 0 || d.cur.Load() < earlySideDemand {
 		return
 	}
 	since := float64(elapsed)/float64(width) - (1 - d.cover)
@@ -212,7 +246,9 @@ func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
 	// the window the cut began in, once marked, the rate of its early part
 	// and the cut (markBase).
 	base, startE := float64(d.base), 0.0
-	if !d.whole && idx == d.startWin && d.earlyE > 0 {
+	if !d.whole && idx == d.startWin && d.pre.Load() {
+		startE = 1 - d.cover
+	} else if !d.whole && idx == d.startWin && d.earlyE > 0 {
 		base, startE = float64(d.earlyC)/d.earlyE, 1-d.cover
 	} else if !d.whole || d.baseWin >= idx {
 		return 0, false

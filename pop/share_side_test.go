@@ -317,3 +317,47 @@ func TestShareInTheCutsWindowNoFalseFailover(t *testing.T) {
 		atLimit(t, both, 200)
 	})
 }
+
+// A failover at the moment of the cut (a site that dies looks exactly like
+// one cut off): 20 keys at twice their limit, half on each side, all move
+// to us as the cut begins. Measured from the cut on, the demand after the
+// failover was the baseline, and us kept its half of every key's limit
+// through the cut. Measured against the demand before the cut (each node
+// counts what it denied of a key near its limit, crdt's OwnDemand), us's
+// demand doubled, and us takes at least 0.80 of every key's limit from the
+// window after the cut's on.
+func TestShareFailoverAtTheCut(t *testing.T) {
+	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, i int) (int, int) {
+		if w >= 0 {
+			return 0, 6
+		}
+		return 3, 3
+	})
+	for w := range both {
+		for k := range both[w] {
+			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
+		}
+	}
+	for w := 1; w < len(us); w++ {
+		n := 0
+		for _, x := range us[w] {
+			n += x
+		}
+		t.Logf("window %d: us admitted %d (20 keys, limit 20 each)", w, n)
+		assert.GreaterOrEqual(t, n, 20*16, "window %d: us takes at least 0.80 of every key's limit (half before)", w)
+	}
+}
+
+// The same demand at the cut, without the failover: both sides steady,
+// each keeps its half.
+func TestShareSteadyAtTheCutKeepsShares(t *testing.T) {
+	both, us := sideRun(t, manyKeys(20), func(int64, string, int) (int, int) { return 3, 3 })
+	for w := range both {
+		n := 0
+		for k := range both[w] {
+			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
+			n += us[w][k]
+		}
+		assert.LessOrEqual(t, n, 20*11, "window %d: us keeps its half", w)
+	}
+}
