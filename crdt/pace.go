@@ -100,14 +100,11 @@ func (sh *shard) pace(s *Store, h uint64, rule RuleID, key string, now, idx, wid
 // PaceTAT returns the TAT of (rule, key) kept by PaceHashed with width, and
 // whether the store holds the key.
 func (s *Store) PaceTAT(rule RuleID, key string, width int64) (int64, bool) {
-	h := s.hash(rule, key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i, ok := sh.find(h, rule, key)
+	sh, i, ok := s.lockSlot(rule, key)
 	if !ok {
 		return 0, false
 	}
+	defer sh.mu.Unlock()
 	sl := &sh.slots[i]
 	return window.Start(sl.win, width) + int64(sl.own[1]), true
 }

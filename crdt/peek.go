@@ -1,19 +1,30 @@
 package crdt
 
+// lockSlot finds (rule, key) and returns its shard, locked, and its slot's
+// position; ok is false, and nothing locked, when the key is not held.
+// The caller unlocks sh.mu.
+func (s *Store) lockSlot(rule RuleID, key string) (sh *shard, i int32, ok bool) {
+	h := s.hash(rule, key)
+	sh = s.shardOf(h)
+	sh.mu.Lock()
+	if i, ok = sh.find(h, rule, key); !ok {
+		sh.mu.Unlock()
+		return nil, 0, false
+	}
+	return sh, i, true
+}
+
 // Peek returns the totals (every replica's counts) of (rule, key) in
 // window nowIndex-1 and nowIndex, without changing anything: not even the
 // roll of the key's windows that Admit makes. A key held with windows ahead
 // of nowIndex (a peer's clock runs ahead) reports its own two windows, as
 // Admit decides it. ok is false when the key is not held.
 func (s *Store) Peek(rule RuleID, key string, nowIndex int64) (prev, cur uint64, ok bool) {
-	h := s.hash(rule, key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i, found := sh.find(h, rule, key)
-	if !found {
+	sh, i, ok := s.lockSlot(rule, key)
+	if !ok {
 		return 0, 0, false
 	}
+	defer sh.mu.Unlock()
 	sl := &sh.slots[i]
 	p, c := satAdd(sl.own[0], sl.other[0]), satAdd(sl.own[1], sl.other[1])
 	switch {
@@ -50,14 +61,11 @@ func (s *Store) PeekOf(rule RuleID, key string, nowIndex int64, pick func(Replic
 // appended to buf, taken under the key's shard lock; ok is false when the
 // key is not held.
 func (s *Store) slotAndSide(rule RuleID, key string, buf []sideEntry) (sl slot, es []sideEntry, ok bool) {
-	h := s.hash(rule, key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i, found := sh.find(h, rule, key)
-	if !found {
+	sh, i, ok := s.lockSlot(rule, key)
+	if !ok {
 		return slot{}, nil, false
 	}
+	defer sh.mu.Unlock()
 	return sh.slots[i], append(buf, sh.side.get(i)...), true
 }
 
@@ -69,14 +77,11 @@ func (s *Store) slotAndSide(rule RuleID, key string, buf []sideEntry) (sl slot, 
 // far below its limit is denied nothing); demand is then what it admitted
 // there, as far as it knows, a lower bound.
 func (s *Store) OwnDemand(rule RuleID, key string, win int64) (demand uint64, ok bool) {
-	h := s.hash(rule, key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i, found := sh.find(h, rule, key)
-	if !found {
+	sh, i, ok := s.lockSlot(rule, key)
+	if !ok {
 		return 0, false
 	}
+	defer sh.mu.Unlock()
 	sl := &sh.slots[i]
 	var own uint64
 	var mark uint8

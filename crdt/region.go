@@ -38,14 +38,11 @@ func (sh *shard) regionTotals(s *Store, i int32, sl *slot) [3]uint64 {
 // aggregates of any region. ok is false when the key is not held or win is
 // not one of its three windows. Nothing changes.
 func (s *Store) RegionTotal(rule RuleID, key string, win int64) (total uint64, ok bool) {
-	h := s.hash(rule, key)
-	sh := s.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i, found := sh.find(h, rule, key)
-	if !found {
+	sh, i, ok := s.lockSlot(rule, key)
+	if !ok {
 		return 0, false
 	}
+	defer sh.mu.Unlock()
 	sl := &sh.slots[i]
 	k := win - (sl.win - 1)
 	if k < 0 || k > 2 {

@@ -66,6 +66,32 @@ func manyKeys(n int) []string {
 	return ks
 }
 
+// atLimit asserts that the sides together admit at most the limit (20,
+// and one request in flight) of each of the first keys keys in every
+// window of the cut.
+func atLimit(t *testing.T, both [][]int, keys int) {
+	t.Helper()
+	for w := range both {
+		for k := range keys {
+			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
+		}
+	}
+}
+
+// usTakes asserts that us admits at least least of the keys' limits
+// together in every window of the cut from from on.
+func usTakes(t *testing.T, us [][]int, from, least int) {
+	t.Helper()
+	for w := from; w < len(us); w++ {
+		n := 0
+		for _, x := range us[w] {
+			n += x
+		}
+		t.Logf("window %d: us admitted %d (%d keys, limit 20 each)", w, n, len(us[w]))
+		assert.GreaterOrEqual(t, n, least, "window %d: us takes at least %d", w, least)
+	}
+}
+
 // A whole-site failover in the cut: 20 keys at twice their limit, 70 % on
 // eu and 30 % on us, all move to us two windows into the cut. Each us key
 // sees fewer requests than minShareDemand (too few to measure), but the
@@ -148,19 +174,8 @@ func TestShareFailoverInTheCutsWindow(t *testing.T) {
 		}
 		return 3, 3
 	})
-	for w := range both {
-		for k := range both[w] {
-			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
-		}
-	}
-	for w := 2; w < len(us); w++ {
-		n := 0
-		for _, x := range us[w] {
-			n += x
-		}
-		t.Logf("window %d: us admitted %d (20 keys, limit 20 each)", w, n)
-		assert.GreaterOrEqual(t, n, 20*16, "window %d: us takes at least 0.80 of every key's limit (half before)", w)
-	}
+	atLimit(t, both, 20)
+	usTakes(t, us, 2, 20*16) // 0.80 of every key's limit (half before)
 }
 
 // The same failover where each key's demand on us is too thin to measure
@@ -275,14 +290,6 @@ func TestShareFailoverInTheCutsFirstWholeWindow(t *testing.T) {
 // in passes for a failover: the side's total there counts every key
 // uncapped (caps need a baseline), and its early part is short.
 func TestShareInTheCutsWindowNoFalseFailover(t *testing.T) {
-	atLimit := func(t *testing.T, both [][]int, keys int) {
-		t.Helper()
-		for w := range both {
-			for k := range keys {
-				assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
-			}
-		}
-	}
 	t.Run("one key surges on both sides", func(t *testing.T) {
 		// 20 thin keys split evenly, and a hot key surging ten times on
 		// both sides from the middle of the cut's window: read as a
@@ -333,30 +340,19 @@ func TestShareFailoverAtTheCut(t *testing.T) {
 		}
 		return 3, 3
 	})
-	for w := range both {
-		for k := range both[w] {
-			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
-		}
-	}
-	for w := 1; w < len(us); w++ {
-		n := 0
-		for _, x := range us[w] {
-			n += x
-		}
-		t.Logf("window %d: us admitted %d (20 keys, limit 20 each)", w, n)
-		assert.GreaterOrEqual(t, n, 20*16, "window %d: us takes at least 0.80 of every key's limit (half before)", w)
-	}
+	atLimit(t, both, 20)
+	usTakes(t, us, 1, 20*16) // 0.80 of every key's limit (half before)
 }
 
 // The same demand at the cut, without the failover: both sides steady,
 // each keeps its half.
 func TestShareSteadyAtTheCutKeepsShares(t *testing.T) {
 	both, us := sideRun(t, manyKeys(20), func(int64, string, int) (int, int) { return 3, 3 })
-	for w := range both {
+	atLimit(t, both, 20)
+	for w := range us {
 		n := 0
-		for k := range both[w] {
-			assert.LessOrEqual(t, both[w][k], 21, "window %d key %d: the sides together stay at the limit", w, k)
-			n += us[w][k]
+		for _, x := range us[w] {
+			n += x
 		}
 		assert.LessOrEqual(t, n, 20*11, "window %d: us keeps its half", w)
 	}
