@@ -72,7 +72,7 @@ func TestMetrics(t *testing.T) {
 		{"geolimit_store_keys", nil, 4},
 		{"geolimit_store_untracked_keys_total", nil, 0},
 		{"geolimit_store_evicted_keys_total", nil, 0},
-		{"geolimit_store_hot_keys", nil, 0},
+		{"geolimit_store_hot_keys", nil, 1}, // the key denied twice: its denials are counted
 		{"geolimit_allowance_replicas", []string{"scope", "global"}, 0},
 		{"geolimit_allowance_horizon_seconds", []string{"scope", "pop"}, 0},
 		{"geolimit_decision_duration_seconds", []string{"endpoint", "checks"}, 1},

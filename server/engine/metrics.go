@@ -38,7 +38,7 @@ var (
 	descReplicas = prometheus.NewDesc("geolimit_store_replicas",
 		"Replica identities known to the store, this node included.", nil, nil)
 	descHotKeys = prometheus.NewDesc("geolimit_store_hot_keys",
-		"Keys near their limit holding near-limit allowance state (bounded).", nil, nil)
+		"Keys near their limit or denied, holding per-key state: the near-limit allowance's, and what this node denied of them (bounded).", nil, nil)
 	descAllowHorizon = prometheus.NewDesc("geolimit_allowance_horizon_seconds",
 		"Near-limit allowance: how long after a flush every other node holds its counts, as measured (0: off).", []string{"scope"}, nil)
 	descAllowReplicas = prometheus.NewDesc("geolimit_allowance_replicas",
