@@ -498,39 +498,28 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition) {
 			}
 		}
 	}
+	// Per rule, whether its keys' baselines before the cut stand: carried
+	// over with its side's, or told for every key and enough to measure.
+	stands := map[crdt.RuleID]bool{}
 	for id := range carried {
-		d := p.sides[id]
-		if od := prev.sides[id]; od == nil || !d.preFrom(od) {
-			for k, sh := range p.keys {
-				if k.rule == id && sh.pre {
-					sh.baseDemand, sh.pre = 0, false
-				}
-			}
-			continue
-		}
-		for k, sh := range p.keys {
-			if k.rule == id && sh.pre {
-				sh.cap, sh.capped = d.capFor(uint64(sh.baseDemand), true)
-			}
-		}
+		od := prev.sides[id]
+		stands[id] = od != nil && p.sides[id].preFrom(od)
 	}
 	for id, t := range tots {
-		d := p.sides[id]
 		// A key this node cannot tell makes the total a guess: its growth
 		// would read as the side's. A fiftieth of unknown is noise.
-		if t.known < partSideDemand || t.unknown*50 > t.known {
-			for k, sh := range p.keys {
-				if k.rule == id && sh.pre {
-					sh.baseDemand, sh.pre = 0, false
-				}
-			}
-			continue
+		if t.known >= partSideDemand && t.unknown*50 <= t.known {
+			p.sides[id].preBase(t.known, t.keys)
+			stands[id] = true
 		}
-		d.preBase(t.known, t.keys)
-		for k, sh := range p.keys {
-			if k.rule == id && sh.pre {
-				sh.cap, sh.capped = d.capFor(uint64(sh.baseDemand), true)
-			}
+	}
+	for k, sh := range p.keys {
+		switch {
+		case !sh.pre:
+		case stands[k.rule]:
+			sh.cap, sh.capped = p.sides[k.rule].capFor(uint64(sh.baseDemand), true)
+		default:
+			sh.baseDemand, sh.pre = 0, false
 		}
 	}
 }
