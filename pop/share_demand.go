@@ -140,6 +140,15 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 			g = min(g, max(f, 1))
 		}
 		sh.follow(g, floor, step, sure)
+	case next && !sh.whole && sh.sidePre():
+		// A key too thin to measure before the cut, on a side whose
+		// baseline is the demand before it: the window the cut began in
+		// holds any failover at the cut, so it is no baseline for the
+		// key; the side's growth against the demand before the cut is
+		// the key's.
+		if step >= 0 && sure && sh.demand > 0 {
+			sh.follow(f, floor, step, true)
+		}
 	case next && !sh.whole && sh.demandWin == sh.win && sh.baseDemand == 0 && step >= 0 &&
 		sh.cover >= minCover && sh.demand >= minShareDemand:
 		// The window the cut began in, counted from the cut on: the
@@ -349,6 +358,14 @@ func (sh *share) follow(g, floor, step float64, sure bool) {
 	case g <= 1-takeoverAt && t < sh.frac:
 		sh.frac = max(t, floor) // this side's demand moved away
 	}
+}
+
+// sidePre reports whether the key's side measures its growth against the
+// demand before the cut while the key has no baseline of its own there
+// (too thin to measure, or not served): it then takes the side's growth.
+// The caller holds sh.mu.
+func (sh *share) sidePre() bool {
+	return !sh.pre && sh.baseDemand == 0 && sh.side != nil && sh.side.pre.Load()
 }
 
 // grow takes the share to this side's part of the fleet's demand when the

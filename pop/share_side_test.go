@@ -344,6 +344,24 @@ func TestShareFailoverAtTheCut(t *testing.T) {
 	usTakes(t, us, 1, 20*16) // 0.80 of every key's limit (half before)
 }
 
+// The same failover with keys too thin to measure one by one (80 requests
+// a window each before the cut, fewer than minShareDemand) while the
+// side's total over them is not: the window the cut began in held the
+// failover, and a key that took it for its own baseline kept its half
+// of the limit however far the side grew (0.47 of a central limiter's
+// admits on a drawn fleet whose side's clients moved to one PoP of it).
+// Such a key takes the side's growth against the demand before the cut.
+func TestShareFailoverAtTheCutThinKeys(t *testing.T) {
+	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, i int) (int, int) {
+		if w >= 0 {
+			return 0, 4
+		}
+		return 2, 2
+	})
+	atLimit(t, both, 20)
+	usTakes(t, us, 1, 20*16)
+}
+
 // The same demand at the cut, without the failover: both sides steady,
 // each keeps its half.
 func TestShareSteadyAtTheCutKeepsShares(t *testing.T) {
