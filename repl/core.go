@@ -113,6 +113,10 @@ type Core struct {
 	driftVersion uint64 // see Drift
 	popMerged    bool
 	markTo       map[identity.PoPID]bool
+	// regionTo are the PoPs of other regions whose sync requests this
+	// PoP, its region's voice, answers with the region totals sent to
+	// them alone (sync.go).
+	regionTo map[identity.PoPID]bool
 
 	region regionState // region voices (region.go)
 
@@ -131,6 +135,7 @@ const (
 	wantAnnounce             // tell the PoP's members the epoch
 	wantRegionAE             // re-send the owned region totals (region.go)
 	wantNoRegion             // with wantGlobalAE: the PoP totals only
+	wantRegionTo             // the owned region totals to the PoPs that asked (sync.go)
 )
 
 // Stats are a Core's cumulative counters.
@@ -146,6 +151,9 @@ type Stats struct {
 	Heartbeats      uint64 `json:"heartbeats_sent"`
 	SyncRequests    uint64 `json:"sync_requests_sent"`
 	SyncAnswers     uint64 `json:"sync_answers"`
+	// RegionAnswers: region totals sent, as the region's voice, to one
+	// PoP of another region that asked for a sync.
+	RegionAnswers uint64 `json:"region_answers"`
 	// SyncThrottled: sync requests not answered because the same PoP's
 	// last one was answered less than SyncInterval before.
 	SyncThrottled uint64 `json:"sync_requests_throttled"`
@@ -356,6 +364,9 @@ func (c *Core) doWork(now int64) {
 		c.resendWants()
 		c.resendTAT = max(c.resendTAT, now) + int64(c.cfg.SyncInterval)
 	}
+	// Region totals published to every PoP answer the PoPs that asked
+	// for them alone too.
+	toAll := c.want&wantRegionAE != 0 || c.want&(wantGlobalAE|wantNoRegion) == wantGlobalAE
 	if c.want&(wantLocalAE|wantGlobalAE) != 0 {
 		c.stats.AntiEntropies++
 		b := c.node.AntiEntropyPart(now, c.ownsKey, 0, 1, false)
@@ -372,6 +383,11 @@ func (c *Core) doWork(now int64) {
 	}
 	if c.want&wantRegionAE != 0 {
 		c.regionAE(now, 0, 1, false)
+	}
+	if c.want&wantRegionTo != 0 && !toAll {
+		c.regionTotalsTo(now) // sync.go
+	} else if toAll {
+		c.regionTo = nil
 	}
 	if c.want&wantAnnounce != 0 && c.epoch != 0 && c.cfg.PoPLink && len(c.members) > 1 {
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: c.empty(now)})

@@ -136,7 +136,11 @@ func (c *Core) heardPeer(id identity.PoPID, p *peer, now int64) *peer {
 		p.heardSince = now
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
-		c.askSyncFor(now, true)
+		if p.heardOnce {
+			c.heardAgain(now, id) // sync.go: of it only
+		} else {
+			c.askSyncFor(now, true)
+		}
 		if _, ok := c.relayTo[id]; !ok {
 			c.relayTo[id] = false // heard: relayed at most once per peer timeout
 		}

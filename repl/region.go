@@ -98,9 +98,13 @@ func (c *Core) updateRegion(now int64) {
 		if p.id.PoP >= c.selfPoP.PoP || !c.counts(p) {
 			continue // only a PoP that can speak for the region takes part
 		}
-		// Before the first check of the peers on a cold start, the PoPs
-		// expected are taken as live: they start together.
-		if (p.heardOnce && !p.down && !c.silent(p, now)) || (c.cfg.ColdStart && !p.heardOnce && c.partVersion == 0) {
+		// Before the first check of the peers, the PoPs expected are
+		// taken as live: on a cold start they start together, and a node
+		// that restarts would otherwise take its region's voice from the
+		// PoP first by name before it hears it, publish its region's
+		// totals to every PoP (a view it is still gathering) and hand the
+		// voice back a moment later.
+		if (p.heardOnce && !p.down && !c.silent(p, now)) || (!p.heardOnce && c.partVersion == 0) {
 			voice = false
 			break
 		}
@@ -314,6 +318,14 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 	if !hasContent(d) {
 		return
 	}
+	if c.applyRegionTotals(now, d, res) {
+		p.counted = true
+	}
+}
+
+// applyRegionTotals merges the totals of another region d carries, and
+// reports whether any counted.
+func (c *Core) applyRegionTotals(now int64, d *wire.Delta, res *StepResult) bool {
 	if c.region.caches == nil {
 		c.region.caches = map[string]*crdt.InternCache{}
 	}
@@ -327,9 +339,7 @@ func (c *Core) stepRegion(now int64, m Message, res *StepResult) {
 		}
 	}
 	res.Applied = c.node.ApplyFrom(now, d, replicated.ScopeGlobal, ic)
-	if res.Applied.Merged+res.Applied.Unchanged > 0 {
-		p.counted = true
-	}
+	return res.Applied.Merged+res.Applied.Unchanged > 0
 }
 
 // unheardRegions adds to names "region/*" for each other region whose every
@@ -427,14 +437,19 @@ func (c *Core) noteRegionEpoch(now int64, region string, e uint64) {
 
 // stateRegion takes a region's former totals relayed by PoP m.From: of
 // the own region (its nodes all restarted: what they admitted before) or,
-// after a sync request, of another. A region's current epoch is never
-// relayed (its voice sends it); while the epoch is not known, the state is
-// dropped and asked for again once it is.
+// after a sync request, of another; and its current totals from a PoP of
+// that region, its voice's answer to this PoP's sync request. No other PoP
+// relays a region's current epoch; while the epoch is not known, the state
+// is dropped and asked for again once it is.
 func (c *Core) stateRegion(now int64, m Message, res *StepResult) {
 	d := m.Delta
 	cur := c.regionEpochOf(d.Sender.Region)
 	switch {
 	case !c.regionVoices():
+	case cur != 0 && d.Sender.Incarnation == cur && m.From.Region == d.Sender.Region && m.From.Region != c.selfPoP.Region:
+		// Its voice's answer to this PoP's sync request (sync.go): what
+		// it publishes to every PoP, sent to this one alone.
+		c.applyRegionTotals(now, d, res)
 	case d.Sender.Incarnation == 0 || d.Sender.Incarnation == cur:
 		res.Forged = true
 	case cur == 0:

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"testing"
@@ -198,4 +199,35 @@ func TestFormerRegionTotalsDroppedAreAskedAgain(t *testing.T) {
 		}
 	}
 	require.True(t, asked, "no sync request once eu's region epoch is known")
+}
+
+// A region's current totals come on the subject of relayed state only as
+// its voice's answer to this PoP's sync request: from a PoP of that
+// region they count; from a PoP of another region (no PoP relays a current
+// epoch) they are forged, and count nothing.
+func TestRegionAnswerFromItsRegionOnly(t *testing.T) {
+	iad1 := identity.Replica{PoPID: usIad, Node: "i1", Incarnation: 1}
+	jpTyo := identity.PoPID{Region: "jp", PoP: "tyo"}
+	c, now := regionCore(t, iad1, euFra, jpTyo)
+	for range 100 {
+		now += int64(100 * time.Millisecond)
+		c.Step(now, heartbeatFrom(euFra, now))
+		c.Step(now, heartbeatFrom(jpTyo, now))
+		c.Tick(now)
+		c.Ready()
+	}
+	c.Step(now, regionEpochBeat(euFra, now, 5))
+	require.Equal(t, uint64(5), c.regionEpochOf("eu"))
+
+	forged := regionTotals(jpTyo, "eu", 5, now, "k", 10)
+	forged.Kind, forged.Link, forged.To = KindState, LinkGlobal, usIad
+	r := c.Step(now, forged)
+	assert.True(t, r.Forged, "eu's current totals from jp/tyo: %+v", r)
+	assert.Zero(t, r.Applied.Merged)
+
+	st := regionTotals(euFra, "eu", 5, now, "k", 10)
+	st.Kind, st.Link, st.To = KindState, LinkGlobal, usIad
+	r = c.Step(now, st)
+	assert.False(t, r.Forged)
+	assert.Equal(t, 1, r.Applied.Merged, "eu's current totals from eu/fra, its answer")
 }

@@ -181,11 +181,19 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 	case KindSync:
 		c.takeRegionEpoch(now, m.From, d) // region.go: before relaying
 		what, scoped := c.syncAsks(d)     // sync.go
-		if what == 0 {
+		what = c.regionAnswer(m.From, what)
+		if what == 0 && scoped {
 			break // it asks other PoPs
 		}
 		if wantsMarker(d) {
 			c.markTo[m.From] = true
+		}
+		if what == 0 {
+			// Asked of every PoP, and this one has nothing to re-send
+			// that reaches the asker (sync.go): its relay and marker
+			// still answer.
+			c.relayTo[m.From] = true
+			break
 		}
 		// Every member re-sends the totals it owns, so the PoP answers
 		// once. A re-send already due answers every request that came
@@ -196,9 +204,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 			c.stats.SyncAnswers++
 			p.answered[d.Sender] = c.resendAt
 			c.resendWhat |= what
-			if !scoped {
-				c.relayTo[m.From] = true
-			}
+			c.relayTo[m.From] = true
 			break
 		}
 		at := now + c.coalesce()
@@ -210,9 +216,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 		}
 		p.answered[d.Sender] = c.remoteResendAt(at)
 		c.resendWhat |= what
-		if !scoped {
-			c.relayTo[m.From] = true // asked: relayed whatever the throttle
-		}
+		c.relayTo[m.From] = true // asked: relayed whatever the throttle
 	case KindDelta:
 		if d.Sender.IsPoP() {
 			c.epochHeard(p, d.Sender.Incarnation) // crash.go

@@ -134,6 +134,7 @@ const syncScopeKey = "sync-of/1:"
 const (
 	resendPoPTotals    = 1 << iota // the owned PoP totals
 	resendRegionTotals             // the owned region totals, as the region's voice
+	resendRegionTo                 // the owned region totals, to the PoPs in regionTo only
 	resendAll          = resendPoPTotals | resendRegionTotals
 )
 
@@ -156,6 +157,12 @@ func (c *Core) askSyncOf(now int64, from identity.PoPID) {
 		c.resendAt = at
 	}
 	c.resendWhat |= what
+	c.scopeSync(now, target)
+}
+
+// scopeSync schedules a sync request that names target ("region/pop", or
+// "region/*" for a region's voice) among the PoPs it asks.
+func (c *Core) scopeSync(now int64, target string) {
 	if c.syncAt == 0 {
 		c.syncAt = max(now+c.coalesce(), 1)
 	}
@@ -174,6 +181,32 @@ func (c *Core) askSyncOf(now int64, from identity.PoPID) {
 	c.syncScope = append(c.syncScope, target)
 }
 
+// heardAgain asks PoP id, heard again after a silence (a restart, a cut
+// that healed), for what it sends this node, and re-sends it what this
+// node sends it, at the pace of re-sends asked for from outside the PoP:
+// its PoP totals, or, to a PoP of another region under region voices, its
+// region totals sent to that PoP alone when this PoP is the region's
+// voice. What went missing while it was silent is its and this node's,
+// not every PoP's: asking every PoP, and publishing the region totals to
+// every PoP, cost each node of a fleet the live totals of every region at
+// each restart of a PoP anywhere (regionAnswer).
+func (c *Core) heardAgain(now int64, id identity.PoPID) {
+	target, what := id.String(), uint8(resendPoPTotals)
+	if c.regionVoices() && id.Region != c.selfPoP.Region {
+		target, what = id.Region+"/"+identity.RegionPoP, 0
+		if c.region.voice {
+			what = c.regionAnswer(id, resendRegionTotals)
+		}
+	}
+	if what != 0 {
+		if c.resendAt == 0 {
+			c.remoteResendAt(now + c.coalesce())
+		}
+		c.resendWhat |= what
+	}
+	c.scopeSync(now, target)
+}
+
 // appendSyncScope adds the scope of a sync request to its entries.
 func (c *Core) appendSyncScope(es []crdt.Entry) []crdt.Entry {
 	scope := slices.Clone(c.syncScope)
@@ -185,10 +218,11 @@ func (c *Core) appendSyncScope(es []crdt.Entry) []crdt.Entry {
 }
 
 // syncAsks returns what a sync request asks of this node's PoP: every
-// owned total (a request that names no one), the PoP totals (it names this
-// PoP), the region totals (it names this region's voice, and this PoP is
-// the voice), or nothing (0: it names others only); scoped says it names
-// some.
+// owned total (a request that names no one; from another region under
+// region voices, the region totals when this PoP is the voice, else
+// nothing), the PoP totals (it names this PoP), the region totals (it
+// names this region's voice, and this PoP is the voice), or nothing (0: it
+// names others only); scoped says it names some.
 func (c *Core) syncAsks(d *wire.Delta) (what uint8, scoped bool) {
 	self := c.selfPoP.String()
 	voice := c.selfPoP.Region + "/" + identity.RegionPoP
@@ -207,9 +241,18 @@ func (c *Core) syncAsks(d *wire.Delta) (what uint8, scoped bool) {
 		}
 	}
 	if !scoped {
-		return resendAll, false
+		what = resendAll
+		if c.regionVoices() && d.Sender.Region != c.selfPoP.Region {
+			// A PoP of another region counts this PoP's totals in its
+			// region's, which its voice sends: a re-send of them reaches
+			// this region only, never the PoP that asked.
+			what = 0
+			if c.region.voice {
+				what = resendRegionTotals
+			}
+		}
 	}
-	return what, true
+	return what, scoped
 }
 
 // resendWants turns the re-send due into work: a PoP totals' re-send
@@ -228,5 +271,72 @@ func (c *Core) resendWants() {
 	}
 	if what&resendRegionTotals != 0 {
 		c.want |= wantRegionAE
+	}
+	if what&resendRegionTo != 0 {
+		c.want |= wantRegionTo
+	}
+}
+
+// Answers for a region. A PoP that asks every PoP for its totals (a start,
+// a restart, a reconnect) needs of another region only that region's
+// totals, which its voice publishes to every PoP of the fleet: a re-send
+// there costs every node of the fleet the region's live totals, for one
+// PoP's sake. So the voice sends them to the PoPs that asked alone, on the
+// subject of relayed state (KindState, To), and only when more PoPs asked
+// at once than maxRegionTo (a fleet starting together) publishes them to
+// all. Its own region's PoPs hold the PoP totals its region totals
+// sum, and are sent none.
+
+// minRegionTo is the least number of PoPs a re-send answers one by one
+// (maxRegionTo).
+const minRegionTo = 8
+
+// maxRegionTo bounds the PoPs answered one by one in a re-send: a quarter
+// of the PoPs this node knows, at least minRegionTo; beyond it, the region
+// totals go to every PoP at once, which costs the fleet less than as many
+// messages to one PoP each.
+func (c *Core) maxRegionTo() int { return max(minRegionTo, len(c.peers.m)/4) }
+
+// regionAnswer returns how this PoP answers, with its region totals, a
+// sync request of PoP from that asks what: unchanged, or with
+// resendRegionTotals replaced by an answer to from alone (resendRegionTo)
+// or dropped (from is of this region).
+func (c *Core) regionAnswer(from identity.PoPID, what uint8) uint8 {
+	if what&resendRegionTotals == 0 || !c.regionVoices() {
+		return what
+	}
+	if from.Region == c.selfPoP.Region {
+		return what &^ resendRegionTotals
+	}
+	if c.regionTo == nil {
+		c.regionTo = map[identity.PoPID]bool{}
+	}
+	if c.resendWhat&resendRegionTotals != 0 || (!c.regionTo[from] && len(c.regionTo) >= c.maxRegionTo()) {
+		return what // a re-send to every PoP is due: it answers from too
+	}
+	c.regionTo[from] = true
+	return what&^resendRegionTotals | resendRegionTo
+}
+
+// regionTotalsTo sends the owned region totals to each PoP in regionTo,
+// as this PoP speaks for its region.
+func (c *Core) regionTotalsTo(now int64) {
+	to := c.regionTo
+	c.regionTo = nil
+	if !c.region.voice || c.region.epoch == 0 || len(to) == 0 {
+		return
+	}
+	d := c.node.RegionAntiEntropyPart(now, c.ownsKey, 0, 1, false)
+	if len(d.Entries) == 0 {
+		return
+	}
+	ids := make([]identity.PoPID, 0, len(to))
+	for id := range to {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b identity.PoPID) int { return strings.Compare(a.String(), b.String()) })
+	for _, id := range ids {
+		c.stats.RegionAnswers++
+		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true, Delta: &d})
 	}
 }

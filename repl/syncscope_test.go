@@ -1,6 +1,7 @@
 package repl
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -44,9 +45,14 @@ func regionVoiceWithCounts(t *testing.T) (*Core, int64) {
 	return c, now
 }
 
-// answer steps m into c and returns what c sends within 300ms.
-func answer(c *Core, now int64, m Message) (pop, region int) {
-	c.Step(now, m)
+// answer steps msgs into c and returns what c sends within 300ms: re-sends
+// of its PoP totals, of its region totals to every PoP, and of its region
+// totals to one PoP (to, by PoP).
+func answer(c *Core, now int64, msgs ...Message) (pop, region int, to map[string]int) {
+	for _, m := range msgs {
+		c.Step(now, m)
+	}
+	to = map[string]int{}
 	for range 30 {
 		now += int64(10 * time.Millisecond)
 		c.Tick(now)
@@ -56,36 +62,73 @@ func answer(c *Core, now int64, m Message) (pop, region int) {
 				pop++
 			case o.Kind == KindDelta && o.Link == LinkRegion && len(o.Delta.Entries) > 0:
 				region++
+			case o.Kind == KindState && o.Delta.Sender.IsRegion() && len(o.Delta.Entries) > 0:
+				to[o.To.String()]++
 			}
 		}
 	}
-	return pop, region
+	return pop, region, to
 }
 
 // A sync request that names PoPs is answered by those only, with what
 // each sends the requester: a PoP of the region its PoP totals, another
-// region its region's totals through the voice. A request that names no
-// one is answered with everything, as by a node of an older version.
+// region its region's totals through the voice, to the requester alone. A
+// request that names no one is answered with everything that reaches the
+// requester, as for a node of an older version: its own region's PoPs'
+// totals (its region totals sum them, and are not sent), or another
+// region's totals (that region's PoP totals reach that region only, and
+// are not sent).
 func TestScopedSyncRequests(t *testing.T) {
 	cases := []struct {
-		name        string
-		req         func(now int64) Message
-		pop, region int
+		name             string
+		req              func(now int64) Message
+		pop, region, iad int
 	}{
-		{"names no one", func(now int64) Message { return syncFrom(euFra, "x", now) }, 1, 1},
-		{"names this PoP", func(now int64) Message { return scopedSync(euFra, now, "eu/ams") }, 1, 0},
-		{"names this region's voice", func(now int64) Message { return scopedSync(usIad, now, "eu/*") }, 0, 1},
-		{"names both", func(now int64) Message { return scopedSync(usIad, now, "eu/*", "eu/ams") }, 1, 1},
-		{"names another PoP", func(now int64) Message { return scopedSync(euFra, now, "eu/zzz") }, 0, 0},
-		{"names another region", func(now int64) Message { return scopedSync(euFra, now, "us/*") }, 0, 0},
+		{"names no one", func(now int64) Message { return syncFrom(euFra, "x", now) }, 1, 0, 0},
+		{"names no one, from another region", func(now int64) Message { return syncFrom(usIad, "x", now) }, 0, 0, 1},
+		{"names this PoP", func(now int64) Message { return scopedSync(euFra, now, "eu/ams") }, 1, 0, 0},
+		{"names this region's voice", func(now int64) Message { return scopedSync(usIad, now, "eu/*") }, 0, 0, 1},
+		{"names both", func(now int64) Message { return scopedSync(usIad, now, "eu/*", "eu/ams") }, 1, 0, 1},
+		{"names another PoP", func(now int64) Message { return scopedSync(euFra, now, "eu/zzz") }, 0, 0, 0},
+		{"names another region", func(now int64) Message { return scopedSync(euFra, now, "us/*") }, 0, 0, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c, now := regionVoiceWithCounts(t)
-			pop, region := answer(c, now, tc.req(now))
+			pop, region, to := answer(c, now, tc.req(now))
 			assert.Equal(t, tc.pop, pop, "re-sends of the PoP totals")
-			assert.Equal(t, tc.region, region, "re-sends of the region totals")
+			assert.Equal(t, tc.region, region, "re-sends of the region totals to every PoP")
+			assert.Equal(t, tc.iad, to["us/iad"], "region totals sent to us/iad alone")
 		})
+	}
+}
+
+// Many PoPs of other regions asking at once (a fleet starting together)
+// get the region totals published once to every PoP, not one message
+// each.
+func TestRegionAnswersManyAtOnce(t *testing.T) {
+	for _, n := range []int{minRegionTo, minRegionTo + 1} {
+		c, now := regionVoiceWithCounts(t)
+		var msgs []Message
+		for i := range n {
+			p := identity.PoPID{Region: "us", PoP: fmt.Sprintf("p%d", i)}
+			c.Step(now, heartbeatFrom(p, now))
+			msgs = append(msgs, syncFrom(p, "x", now))
+		}
+		// What hearing them first makes the voice send goes out first.
+		for range 20 {
+			now += int64(10 * time.Millisecond)
+			c.Tick(now)
+		}
+		c.Ready()
+		_, region, to := answer(c, now, msgs...)
+		if n <= minRegionTo {
+			assert.Equal(t, 0, region, "%d asked: no publish to every PoP", n)
+			assert.Len(t, to, n, "%d asked: one answer each", n)
+			continue
+		}
+		assert.Equal(t, 1, region, "%d asked: one publish to every PoP", n)
+		assert.Empty(t, to, "%d asked: the publish answers every one", n)
 	}
 }
 
@@ -105,8 +148,8 @@ func TestScopedSyncNotTheVoice(t *testing.T) {
 	_, err := popNode(c).Decide(now, "api", "k", 1)
 	require.NoError(t, err)
 	c.Ready()
-	pop, region := answer(c, now, scopedSync(usIad, now, "eu/*"))
-	assert.Zero(t, pop+region)
+	pop, region, to := answer(c, now, scopedSync(usIad, now, "eu/*"))
+	assert.Zero(t, pop+region+len(to))
 }
 
 // syncScopes returns the scopes named by the sync requests among msgs
