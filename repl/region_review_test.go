@@ -231,3 +231,39 @@ func TestRegionAnswerFromItsRegionOnly(t *testing.T) {
 	assert.False(t, r.Forged)
 	assert.Equal(t, 1, r.Applied.Merged, "eu's current totals from eu/fra, its answer")
 }
+
+// A node that restarts (no cold start) takes the PoPs it expects as live
+// until its first check of the peers: eu/fra does not take eu's voice from
+// eu/ams, first by name, before it hears it (it published eu's totals to
+// every PoP from a view it was still gathering, and handed the voice back
+// a moment later); once the check finds eu/ams silent, it speaks.
+func TestRestartedNodeTakesNoVoiceBeforeItsFirstCheck(t *testing.T) {
+	s := DefaultSettings()
+	s.RegionVoices = new(true)
+	s.ExpectedPoPs = []string{"eu/ams", "us/iad"}
+	fra := identity.Replica{PoPID: euFra, Node: "f1", Incarnation: 7}
+	c, err := New(Config{Node: testNode(t, fra).Link(), GlobalLink: true, Settings: s})
+	require.NoError(t, err)
+	now := t0
+	c.Tick(now)
+	var spoke bool
+	for now < t0+int64(s.PeerTimeout)/2 {
+		now += int64(10 * time.Millisecond)
+		c.Step(now, heartbeatFrom(usIad, now))
+		c.Tick(now)
+		v, _ := c.RegionVoice()
+		spoke = spoke || v
+		c.Ready()
+	}
+	assert.False(t, spoke, "eu/fra took eu's voice before hearing eu/ams, first by name")
+	for range 400 {
+		now += int64(10 * time.Millisecond)
+		c.Step(now, heartbeatFrom(usIad, now))
+		c.Tick(now)
+		c.Ready()
+		if v, _ := c.RegionVoice(); v {
+			return
+		}
+	}
+	t.Fatal("eu/fra never took eu's voice with eu/ams silent")
+}
