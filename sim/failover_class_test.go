@@ -97,12 +97,13 @@ func failoverScenario(rng *rand.Rand, i int) (string, string) {
 // of the failover are drawn, the peak stays within 1.20 of the limit (the
 // bound TestFailoversAcrossTheClass holds its scenarios to). What the side
 // the clients move to admits is logged against the central limiter; on
-// these draws it is not yet the class's 0.80 everywhere (7 of 12 in both
+// these draws it is not yet the class's 0.80 everywhere (8 of 12 in both
 // voices settings; docs/replication.md, "What the failover class still
-// misses"): a failover onto one PoP of a side of several is read as a
-// surge by that PoP's nodes, a failover of one region of three sits at the
-// least growth that reads as one, and one late in the window the cut began
-// in is split between two windows.
+// misses"): a key's part of the counts at its limit follows its PoPs'
+// nodes and lag, not its demand, so a side's share and its takeover are
+// measured in a part that is not its demand's; a failover of one region
+// of three sits at the least growth that reads as one, and one late in
+// the window the cut began in is split between two windows.
 func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
 	runDrawnFleets(t, 1, failoverScenario, func(t *testing.T, name, text string, r Report) {
 		fleet, central, _ := inPhases(r, "partitioned")
