@@ -168,14 +168,23 @@ func TestShareTwoSidedSurgeKeepsShares(t *testing.T) {
 // window's early part, before the failover, it doubled, and us takes at
 // least 0.80 of every key's limit (0.85 here).
 func TestShareFailoverInTheCutsWindow(t *testing.T) {
+	failoverTakes(t, 3, 6, 2, func(w int64, i int) bool { return w >= 1 || (w == 0 && i >= 12) })
+}
+
+// failoverTakes runs 20 keys with before requests a step on each side
+// until moved says their clients moved, then after on us alone, and asserts
+// that the sides stay at the limit and that us takes 0.80 of every key's
+// limit (half before) in every window of the cut from from on.
+func failoverTakes(t *testing.T, before, after, from int, moved func(w int64, step int) bool) {
+	t.Helper()
 	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, i int) (int, int) {
-		if w >= 1 || (w == 0 && i >= 12) {
-			return 0, 6
+		if moved(w, i) {
+			return 0, after
 		}
-		return 3, 3
+		return before, before
 	})
 	atLimit(t, both, 20)
-	usTakes(t, us, 2, 20*16) // 0.80 of every key's limit (half before)
+	usTakes(t, us, from, 20*16)
 }
 
 // The same failover where each key's demand on us is too thin to measure
@@ -334,14 +343,7 @@ func TestShareInTheCutsWindowNoFalseFailover(t *testing.T) {
 // demand doubled, and us takes at least 0.80 of every key's limit from the
 // window after the cut's on.
 func TestShareFailoverAtTheCut(t *testing.T) {
-	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, i int) (int, int) {
-		if w >= 0 {
-			return 0, 6
-		}
-		return 3, 3
-	})
-	atLimit(t, both, 20)
-	usTakes(t, us, 1, 20*16) // 0.80 of every key's limit (half before)
+	failoverTakes(t, 3, 6, 1, func(w int64, _ int) bool { return w >= 0 })
 }
 
 // The same failover with keys too thin to measure one by one (80 requests
@@ -352,14 +354,7 @@ func TestShareFailoverAtTheCut(t *testing.T) {
 // admits on a drawn fleet whose side's clients moved to one PoP of it).
 // Such a key takes the side's growth against the demand before the cut.
 func TestShareFailoverAtTheCutThinKeys(t *testing.T) {
-	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, i int) (int, int) {
-		if w >= 0 {
-			return 0, 4
-		}
-		return 2, 2
-	})
-	atLimit(t, both, 20)
-	usTakes(t, us, 1, 20*16)
+	failoverTakes(t, 2, 4, 1, func(w int64, _ int) bool { return w >= 0 })
 }
 
 // The same demand at the cut, without the failover: both sides steady,
