@@ -384,10 +384,11 @@ func (c *Core) doWork(now int64) {
 	if c.want&wantRegionAE != 0 {
 		c.regionAE(now, 0, 1, false)
 	}
-	if c.want&wantRegionTo != 0 && !toAll {
-		c.regionTotalsTo(now) // sync.go
-	} else if toAll {
+	switch {
+	case toAll:
 		c.regionTo = nil
+	case c.want&wantRegionTo != 0:
+		c.regionTotalsTo(now) // sync.go
 	}
 	if c.want&wantAnnounce != 0 && c.epoch != 0 && c.cfg.PoPLink && len(c.members) > 1 {
 		c.out = append(c.out, Message{Link: LinkPoP, Kind: KindDelta, Delta: c.empty(now)})

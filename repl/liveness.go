@@ -136,8 +136,8 @@ func (c *Core) heardPeer(id identity.PoPID, p *peer, now int64) *peer {
 		p.heardSince = now
 		// Ask for theirs too: links come back one direction at a time, and
 		// what the other side sent when it heard us first may have been lost.
-		if p.heardOnce {
-			c.heardAgain(now, id) // sync.go: of it only
+		if p.heardOnce && c.regionVoices() {
+			c.askSyncOf(now, id, true) // sync.go: of it only
 		} else {
 			c.askSyncFor(now, true)
 		}

@@ -163,7 +163,7 @@ func (c *Core) stepRegionBeat(now int64, m Message, res *StepResult) {
 	c.checkDrift(now, p, d)
 	c.takeRegionEpoch(now, m.From, d)
 	if c.missedRegionBeats(m.From.Region, d.SentAt) {
-		c.askSyncOf(now, m.From) // sync.go: the region's voice
+		c.askSyncOf(now, m.From, false) // sync.go: the region's voice
 	}
 	for _, e := range d.Entries {
 		if e.Rule != controlRule || !strings.HasPrefix(e.Key, liveKeyPrefix) {

@@ -8,6 +8,19 @@ import (
 	"github.com/geolimit/geolimit/wire"
 )
 
+// relayFor schedules the relay a sync request of PoP from asks for: every
+// former epoch this PoP holds that from may lack, whatever the throttle,
+// for a request that names no one; its own former epochs, at most once
+// per peer timeout, for one that names this PoP (asked alone, as a PoP
+// heard again or after a heartbeat gap is).
+func (c *Core) relayFor(from identity.PoPID, scoped bool) {
+	if !scoped {
+		c.relayTo[from] = true
+	} else if _, ok := c.relayTo[from]; !ok {
+		c.relayTo[from] = false
+	}
+}
+
 // relay sends each PoP in relayTo what this node holds of that PoP's former
 // epochs, so that a PoP whose nodes all restarted counts what it admitted
 // before, and, to a PoP that asked for a sync, of every PoP's former epochs

@@ -175,7 +175,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 		if c.missedBeats(p, d.SentAt) {
 			// A short cut (under PeerTimeout) lost messages: repair now
 			// rather than at the next anti-entropy round.
-			c.askSyncOf(now, m.From) // sync.go: what it sends, only
+			c.askSyncOf(now, m.From, false) // sync.go: what it sends, only
 
 		}
 	case KindSync:
@@ -204,7 +204,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 			c.stats.SyncAnswers++
 			p.answered[d.Sender] = c.resendAt
 			c.resendWhat |= what
-			c.relayTo[m.From] = true
+			c.relayFor(m.From, scoped)
 			break
 		}
 		at := now + c.coalesce()
@@ -216,7 +216,7 @@ func (c *Core) stepGlobal(now int64, m Message, res *StepResult) {
 		}
 		p.answered[d.Sender] = c.remoteResendAt(at)
 		c.resendWhat |= what
-		c.relayTo[m.From] = true // asked: relayed whatever the throttle
+		c.relayFor(m.From, scoped)
 	case KindDelta:
 		if d.Sender.IsPoP() {
 			c.epochHeard(p, d.Sender.Incarnation) // crash.go

@@ -2,6 +2,7 @@ package repl
 
 import (
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -143,18 +144,34 @@ const (
 const maxSyncScope = 16
 
 // askSyncOf schedules asking only from, a PoP whose heartbeats went
-// missing, to re-send what it sends this node: its PoP totals or, from
+// missing or that is heard again after a silence (a restart, a cut that
+// healed), to re-send what it sends this node: its PoP totals or, from
 // another region with region voices, its region's totals through the
-// region's voice. What this node sends from it may have been lost too
-// (a restarted node, a short cut both ways): it re-sends that, its owned
-// PoP totals or, as its region's voice, region totals.
-func (c *Core) askSyncOf(now int64, from identity.PoPID) {
+// region's voice. What this node sends from may have been lost too: it
+// re-sends that, its owned PoP totals or, as its region's voice, its
+// region totals to from alone (regionAnswer). What went missing is from's
+// and this node's, not every PoP's: asking every PoP, and publishing the
+// region totals to every PoP, cost each node of a fleet the live totals
+// of every region at each restart of a PoP anywhere. remote paces the
+// re-send as one asked for from outside the PoP (remoteResendAt).
+func (c *Core) askSyncOf(now int64, from identity.PoPID, remote bool) {
 	target, what := from.String(), uint8(resendPoPTotals)
 	if c.regionVoices() && from.Region != c.selfPoP.Region {
-		target, what = from.Region+"/"+identity.RegionPoP, resendRegionTotals
+		target, what = from.Region+"/"+identity.RegionPoP, 0
+		if c.region.voice {
+			what = c.regionAnswer(from, resendRegionTotals)
+		}
 	}
-	if at := max(now+c.coalesce(), 1); c.resendAt == 0 || at < c.resendAt {
-		c.resendAt = at
+	switch {
+	case what == 0:
+	case remote:
+		if c.resendAt == 0 {
+			c.remoteResendAt(now + c.coalesce())
+		}
+	default:
+		if at := max(now+c.coalesce(), 1); c.resendAt == 0 || at < c.resendAt {
+			c.resendAt = at
+		}
 	}
 	c.resendWhat |= what
 	c.scopeSync(now, target)
@@ -179,32 +196,6 @@ func (c *Core) scopeSync(now int64, target string) {
 		return
 	}
 	c.syncScope = append(c.syncScope, target)
-}
-
-// heardAgain asks PoP id, heard again after a silence (a restart, a cut
-// that healed), for what it sends this node, and re-sends it what this
-// node sends it, at the pace of re-sends asked for from outside the PoP:
-// its PoP totals, or, to a PoP of another region under region voices, its
-// region totals sent to that PoP alone when this PoP is the region's
-// voice. What went missing while it was silent is its and this node's,
-// not every PoP's: asking every PoP, and publishing the region totals to
-// every PoP, cost each node of a fleet the live totals of every region at
-// each restart of a PoP anywhere (regionAnswer).
-func (c *Core) heardAgain(now int64, id identity.PoPID) {
-	target, what := id.String(), uint8(resendPoPTotals)
-	if c.regionVoices() && id.Region != c.selfPoP.Region {
-		target, what = id.Region+"/"+identity.RegionPoP, 0
-		if c.region.voice {
-			what = c.regionAnswer(id, resendRegionTotals)
-		}
-	}
-	if what != 0 {
-		if c.resendAt == 0 {
-			c.remoteResendAt(now + c.coalesce())
-		}
-		c.resendWhat |= what
-	}
-	c.scopeSync(now, target)
 }
 
 // appendSyncScope adds the scope of a sync request to its entries.
@@ -334,7 +325,7 @@ func (c *Core) regionTotalsTo(now int64) {
 	for id := range to {
 		ids = append(ids, id)
 	}
-	slices.SortFunc(ids, func(a, b identity.PoPID) int { return strings.Compare(a.String(), b.String()) })
+	sort.Slice(ids, func(i, j int) bool { return ids[i].Less(ids[j]) })
 	for _, id := range ids {
 		c.stats.RegionAnswers++
 		c.out = append(c.out, Message{Link: LinkGlobal, Kind: KindState, To: id, Reliable: true, Delta: &d})

@@ -177,13 +177,13 @@ func syncScopes(msgs []Message) []string {
 // A heartbeat gap asks only the PoP whose beats went missing (its region's
 // voice, for a PoP of another region with region voices), and the node
 // re-sends what it sends that PoP: its PoP totals to its region's PoP, its
-// region totals (as the voice) to another region's.
+// region totals (as the voice) to another region's PoP alone.
 func TestHeartbeatGapAsksOnlyWhoWasMissed(t *testing.T) {
 	c, now := regionVoiceWithCounts(t)
 	c.nextAE = now + int64(time.Hour) // no anti-entropy round in the way
 	gap := now + int64(2*time.Second) // four beats lost, under PeerTimeout
 	var got []string
-	resent, region := 0, 0
+	resent, region, to := 0, 0, 0
 	for _, p := range []identity.PoPID{euFra, usIad} {
 		c.Step(gap, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: p,
 			Delta: &wire.Delta{Sender: identity.Replica{PoPID: p, Node: "x", Incarnation: 1}, SentAt: gap}})
@@ -198,9 +198,46 @@ func TestHeartbeatGapAsksOnlyWhoWasMissed(t *testing.T) {
 			if m.Link == LinkRegion && m.Kind == KindDelta && len(m.Delta.Entries) > 0 {
 				region++
 			}
+			if m.Kind == KindState && m.To == usIad && m.Delta.Sender.IsRegion() && len(m.Delta.Entries) > 0 {
+				to++
+			}
 		}
 	}
 	assert.Equal(t, []string{"eu/fra,us/*"}, got)
 	assert.Equal(t, 1, resent, "re-sends of the PoP totals")
-	assert.Equal(t, 1, region, "re-sends of the region totals")
+	assert.Equal(t, 0, region, "re-sends of the region totals to every PoP")
+	assert.Equal(t, 1, to, "the region totals sent to us/iad alone")
+}
+
+// With region voices, a PoP of another region heard again after a silence
+// (a restart, a healed cut) is asked alone, through its region's voice,
+// and eu's voice sends it eu's totals alone: no request to every PoP, no
+// publish of eu's totals to every PoP (each node of a fleet merged every
+// region's live totals at each restart of a PoP anywhere).
+func TestHeardAgainAskedAlone(t *testing.T) {
+	c, now := regionVoiceWithCounts(t)
+	silence := now + int64(c.cfg.PeerTimeout) + int64(time.Second)
+	for now < silence { // us/iad silent; eu/fra goes on
+		now += int64(100 * time.Millisecond)
+		c.Step(now, heartbeatFrom(euFra, now))
+		c.Tick(now)
+		c.Ready()
+	}
+	var msgs []Message
+	c.Step(now, heartbeatFrom(usIad, now))
+	for range 50 {
+		now += int64(10 * time.Millisecond)
+		c.Tick(now)
+		msgs = append(msgs, c.Ready()...)
+	}
+	assert.Equal(t, []string{"us/*"}, syncScopes(msgs), "the sync requests sent")
+	to := 0
+	for _, m := range msgs {
+		assert.False(t, m.Link == LinkRegion && m.Kind == KindDelta && len(m.Delta.Entries) > 0 && m.Reliable,
+			"eu's totals published to every PoP")
+		if m.Kind == KindState && m.To == usIad && m.Delta.Sender.IsRegion() && len(m.Delta.Entries) > 0 {
+			to++
+		}
+	}
+	assert.Equal(t, 1, to, "eu's totals sent to us/iad alone")
 }
