@@ -144,22 +144,31 @@ const (
 const maxSyncScope = 16
 
 // askSyncOf schedules asking only from, a PoP whose heartbeats went
-// missing or that is heard again after a silence (a restart, a cut that
-// healed), to re-send what it sends this node: its PoP totals or, from
-// another region with region voices, its region's totals through the
-// region's voice. What this node sends from may have been lost too: it
+// missing or, with remote, that is heard again after a silence (a restart,
+// a cut that healed), to re-send what it sends this node: its PoP totals
+// or, from another region with region voices, its region's totals through
+// the region's voice. What this node sends from may have been lost too: it
 // re-sends that, its owned PoP totals or, as its region's voice, its
-// region totals to from alone (regionAnswer). What went missing is from's
-// and this node's, not every PoP's: asking every PoP, and publishing the
-// region totals to every PoP, cost each node of a fleet the live totals
-// of every region at each restart of a PoP anywhere. remote paces the
-// re-send as one asked for from outside the PoP (remoteResendAt).
+// region totals: to every PoP after a heartbeat gap (a region's stream
+// reaches this node through one PoP at a time, and the gap was every PoP
+// of that region's: publishing them to the gap's PoP alone left the
+// others to ask in turn, and a two-sided surge went from 1.07 to 1.13 of
+// its limit in its heal), to from alone when it is heard again
+// (regionAnswer; the heartbeat that ends a silence shows a gap too, and
+// publishes them to every PoP then). What went missing is from's and this
+// node's, not every PoP's: asking every PoP, and publishing the PoP
+// totals, cost each node of a fleet the live totals of every region at
+// each restart of a PoP anywhere. remote paces the re-send as one asked
+// for from outside the PoP (remoteResendAt).
 func (c *Core) askSyncOf(now int64, from identity.PoPID, remote bool) {
 	target, what := from.String(), uint8(resendPoPTotals)
 	if c.regionVoices() && from.Region != c.selfPoP.Region {
 		target, what = from.Region+"/"+identity.RegionPoP, 0
 		if c.region.voice {
-			what = c.regionAnswer(from, resendRegionTotals)
+			what = resendRegionTotals
+			if remote {
+				what = c.regionAnswer(from, what)
+			}
 		}
 	}
 	switch {
