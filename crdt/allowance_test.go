@@ -83,6 +83,39 @@ func TestSplitHoldsUnseenAdmitsToShare(t *testing.T) {
 	assert.Equal(t, uint64(60+17), curr)
 }
 
+// A replica whose path to the others is quicker than the fleet's slowest
+// (Reach) scales its share by the two lags: its unseen admits are held
+// sooner, and at the limit it would otherwise admit its share more often.
+// Below half the limit, or in a rushed cold start, it does not.
+func TestSplitPacedByReach(t *testing.T) {
+	t0 := time.Second.Nanoseconds()
+	for _, c := range []struct {
+		others uint64 // each of three PoPs
+		reach  int64
+		want   int
+	}{
+		// K = 60 others + 15 own held = 75, H = 25, share 1/4: 6.25.
+		{20, 0, 6}, {20, split.Horizon, 6}, {20, 2 * split.Horizon, 3},
+		{20, 4 * split.Horizon, 2}, // 1.56, and a calm replica's pooled room
+		// Below half the limit: K = 45, H = 55, the same with or without
+		// a reach (13.75, and the spare room below half).
+		{10, 0, 18}, {10, 4 * split.Horizon, 18},
+	} {
+		st := withOthers(t, "k", c.others, "a", "b", "c")
+		for range 15 {
+			require.True(t, st.AdmitSplit(0, "k", nowAt(t0), 100, 1, true, nil).Allowed)
+		}
+		st.FlushAt(abs(t0), split.Horizon, func(FlushEntry) {})
+		a := *split
+		a.Reach = c.reach
+		n, _ := admitAll(t, st, "k", t0+2*split.Horizon, &a)
+		assert.Equal(t, c.want, n, "others %d, reach %dms", c.others, c.reach/ms)
+	}
+	// Half a flush interval waits before the horizon at both.
+	a := Allowance{Horizon: 100 * ms, PoPs: 4, Reach: 150 * ms}
+	assert.InDelta(t, 125.0/175, a.pace(50*ms), 1e-9)
+}
+
 // A replica's share is its part of the counts everyone holds, when above
 // an equal split.
 func TestSplitShareFollowsCounts(t *testing.T) {

@@ -39,7 +39,7 @@ func (l Link) SetAllowance(scope Scope, a Allowance) {
 		n.allow[scope].Store(nil)
 		return
 	}
-	next := crdt.Allowance{Horizon: int64(a.Horizon), Members: max(a.Members, 1), PoPs: max(a.PoPs, 1)}
+	next := crdt.Allowance{Horizon: int64(a.Horizon), Members: max(a.Members, 1), PoPs: max(a.PoPs, 1), Reach: int64(a.Reach)}
 	if cur := n.allow[scope].Load(); cur != nil && *cur == next {
 		return // unchanged: the replication core sets it after every peer check
 	}
@@ -57,7 +57,7 @@ func (l Link) AllowanceOf(scope Scope) Allowance {
 	if a == nil {
 		return Allowance{}
 	}
-	return Allowance{Horizon: time.Duration(a.Horizon), Members: a.Members, PoPs: a.PoPs}
+	return Allowance{Horizon: time.Duration(a.Horizon), Members: a.Members, PoPs: a.PoPs, Reach: time.Duration(a.Reach)}
 }
 
 // flushHorizon is the longest horizon in force: what a flush's records of

@@ -23,7 +23,14 @@ import (
 //	horizon(global) = the latency to the farthest PoP heard, plus, with
 //	                  members, one flush interval and the speaker's delay
 //	                  (a member's count reaches the other PoPs in the PoP
-//	                  total its owner publishes at the next slot)
+//	                  total its owner publishes at the next slot), plus,
+//	                  with region voices at a PoP not its region's
+//	                  voice, another (the voice's slot)
+//	reach           = the horizon of a node with members at a PoP not its
+//	                  region's voice, when longer: a node with a shorter
+//	                  path scales its share of the headroom by the two
+//	                  (crdt.Allowance.Reach), so that its quicker path
+//	                  does not take it more of the admits at the limit
 //
 // Members are the live members; PoPs, for global rules, the PoPs that
 // count: this one, every PoP heard and not partitioned, and, until the first
@@ -94,19 +101,26 @@ func (c *Core) updateAllowance(now int64, force bool) {
 		r := c.remoteView(now, force)
 		ga.PoPs = 1 + r.pops
 		if far := r.far; r.pops > 0 {
-			h := far
-			if members > 1 {
-				h += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
-				if c.cfg.FlushInterval == 0 {
-					h += popH
-				}
+			hop := int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
+			if c.cfg.FlushInterval == 0 {
+				hop += popH
 			}
-			if c.regionVoices() && !c.region.voice {
+			h, reach := far, far+hop
+			if members > 1 {
+				h += hop
+			}
+			if c.regionVoices() {
 				// To the other regions through the region's voice: its
 				// flush slot and speaker (region.go).
-				h += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
+				reach += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
+				if !c.region.voice {
+					h += int64(c.cfg.FlushInterval) + int64(c.cfg.SpeakDelay)
+				}
 			}
 			ga.Horizon = time.Duration(max(h, popH))
+			if reach > int64(ga.Horizon) {
+				ga.Reach = time.Duration(reach)
+			}
 		}
 	}
 	if pa != c.allow[0] {

@@ -106,7 +106,9 @@ func TestAllowanceAloneInPoP(t *testing.T) {
 	now := int64(time.Hour)
 	c.Tick(now)
 	c.Step(now, Message{Link: LinkGlobal, Kind: KindHeartbeat, From: identity.PoPID{Region: "us", PoP: "iad"}, Delta: &wire.Delta{Sender: identity.Replica{PoPID: identity.PoPID{Region: "us", PoP: "iad"}, Node: "x", Incarnation: 1}, SentAt: now - int64(70*time.Millisecond), Epoch: 1}})
-	if got := n.Link().AllowanceOf(pop.ScopeGlobal); got != (pop.Allowance{Horizon: 70 * time.Millisecond, Members: 1, PoPs: 2}) {
+	// Its reach is a member's of a PoP of several nodes: a flush slot and
+	// the speaker's delay more.
+	if got := n.Link().AllowanceOf(pop.ScopeGlobal); got != (pop.Allowance{Horizon: 70 * time.Millisecond, Members: 1, PoPs: 2, Reach: 125 * time.Millisecond}) {
 		t.Fatalf("global %+v", got)
 	}
 	if got := n.Link().AllowanceOf(pop.ScopePoP); got != (pop.Allowance{}) {

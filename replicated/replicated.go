@@ -90,6 +90,12 @@ type Allowance struct {
 	// scope; for global rules the PoPs heard and not partitioned, this one
 	// included).
 	Members, PoPs int
+	// Reach is, for global rules, the horizon of the fleet's slowest
+	// path to the other PoPs (a node of a PoP of several nodes that is
+	// not its region's voice): a node whose Horizon is shorter holds its
+	// share of the headroom for that much less time, and scales its
+	// share by the two lags (crdt.Allowance.Reach). 0: Horizon.
+	Reach time.Duration
 }
 
 // Replicas is how many nodes may admit a key: Members x PoPs.

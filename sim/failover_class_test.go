@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -95,21 +96,25 @@ func failoverScenario(rng *rand.Rand, i int) (string, string) {
 // Failovers as a class, on fleets drawn at random (failoverScenario), in
 // both region voices settings: however the fleet, the keys and the moment
 // of the failover are drawn, the peak stays within 1.20 of the limit (the
-// bound TestFailoversAcrossTheClass holds its scenarios to). What the side
-// the clients move to admits is logged against the central limiter; on
-// these draws it is not yet the class's 0.80 everywhere (8 of 12 in both
-// voices settings; docs/replication.md, "What the failover class still
-// misses"): a key's part of the counts at its limit follows its PoPs'
-// nodes and lag, not its demand, so a side's share and its takeover are
-// measured in a part that is not its demand's; a failover of one region
-// of three sits at the least growth that reads as one, and one late in
-// the window the cut began in is split between two windows.
+// bound TestFailoversAcrossTheClass holds its scenarios to), and the side
+// the clients move to admits at least 0.75 of what the central limiter
+// admits in the cut, 0.80 in at least 10 of the 12 draws in both voices
+// settings (failoverFloor). 8 of 12 did before a replica's share of the
+// headroom was paced by its lag (crdt's Allowance.Reach; 0.36 at the
+// least): a key's part of the admits at its limit followed its PoPs'
+// nodes and lag, not its demand, and a side's share and its takeover are
+// measured in that part. What is left (docs/replication.md, "What the
+// failover class still misses"): a failover of one region of three sits at
+// the least growth that reads as one, and one late in the window the cut
+// began in is split between two windows.
 func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
+	floor := failoverFloor(t)
 	runDrawnFleets(t, 1, failoverScenario, func(t *testing.T, name, text string, r Report) {
 		fleet, central, _ := inPhases(r, "partitioned")
 		t.Logf("%s: in the cut %d of central's %d (%.3f), max a/l %.3f",
 			name, fleet, central, float64(fleet)/float64(central), r.MaxAdmittedRatio)
 		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.20, text)
+		floor(t, name, float64(fleet)/float64(central), text)
 	})
 }
 
@@ -120,9 +125,11 @@ func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
 // share of before the cut: 0.29-0.72 of the central limiter's admits in
 // the cut on TestFailoversGeneratedStayUnderTheirPeak's draws at the cut.
 // Each node now also knows its demand of the window before the cut (crdt's
-// OwnDemand), and measures the cut against it (pop's preCut).
+// OwnDemand), and measures the cut against it (pop's preCut). Held to the
+// same floor (7 of 12 draws at 0.80 before the shares were paced by lag).
 func TestFailoversAtTheCutAcrossTheClass(t *testing.T) {
 	atCut := regexp.MustCompile(`(changes: \[\{at: |moving at )\d+s`)
+	floor := failoverFloor(t)
 	runDrawnFleets(t, 2, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenario(rng, i)
 		return atCut.ReplaceAllString(text, "${1}20s"), atCut.ReplaceAllString(name, "${1}20s")
@@ -131,7 +138,33 @@ func TestFailoversAtTheCutAcrossTheClass(t *testing.T) {
 		t.Logf("%s: in the cut %d of central's %d (%.3f), max a/l %.3f",
 			name, fleet, central, float64(fleet)/float64(central), r.MaxAdmittedRatio)
 		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.20, text)
+		floor(t, name, float64(fleet)/float64(central), text)
 	})
+}
+
+// failoverFloor returns a check of one draw's admits in the cut against
+// the central limiter's (ratio) that holds each draw to 0.75 at least, and,
+// once every draw ran, at least 10 of the 12 to 0.80 in both voices
+// settings (the class's goal, which two draws of a class still miss).
+func failoverFloor(t *testing.T) func(t *testing.T, name string, ratio float64, text string) {
+	var mu sync.Mutex
+	low := map[string]bool{} // draws under 0.80 in a voices setting
+	ran := 0
+	t.Cleanup(func() {
+		if ran == 0 || t.Skipped() {
+			return
+		}
+		assert.LessOrEqual(t, len(low), 2, "draws under 0.80 of central in the cut: %v", low)
+	})
+	return func(t *testing.T, name string, ratio float64, text string) {
+		assert.GreaterOrEqual(t, ratio, 0.75, text)
+		mu.Lock()
+		defer mu.Unlock()
+		ran++
+		if ratio < 0.80 {
+			low[name] = true
+		}
+	}
 }
 
 // writeDrawnNetwork writes the network and replication sections of a drawn
