@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/geolimit/geolimit/identity"
 )
 
 // benchKeys returns n IPv4 keys and the same keys shuffled, back to back
@@ -65,6 +67,46 @@ func BenchmarkAdmitSplit(b *testing.B) {
 	}
 	if st.Stats().HotKeys != 0 {
 		b.Fatal("keys far from their limit took allowance state")
+	}
+}
+
+// BenchmarkAdmitSplitAtLimit decides keys at their limit, every decision
+// split: 1 000 keys the other PoPs hold at 0.9 of a limit of 1 000, over a
+// fleet of 40 nodes, with this node's path as slow as the fleet's slowest
+// and with it quicker (its share paced: Allowance.Reach).
+func BenchmarkAdmitSplitAtLimit(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		reach int64
+	}{{"reach=horizon", 0}, {"reach=2x", int64(400 * time.Millisecond)}} {
+		b.Run(c.name, func(b *testing.B) {
+			st := settled(NewStore(StoreConfig{Self: rep("self", 1), Seed: 3}))
+			keys := make([]string, 1000)
+			for i := range keys {
+				keys[i] = "k" + strconv.Itoa(i)
+				for p := range 3 {
+					id, ok := st.Intern(identity.PoPReplica(identity.PoPID{Region: "far", PoP: strconv.Itoa(p)}, 1))
+					if !ok || st.Merge(0, keys[i], 1, 1, id, 300) != Merged {
+						b.Fatal("merge")
+					}
+				}
+			}
+			now := Now{Index: 1, Elapsed: W / 2, Width: W}
+			a := &Allowance{Horizon: int64(200 * time.Millisecond), Members: 2, PoPs: 20, Reach: c.reach}
+			for _, k := range keys {
+				for range 10 {
+					st.AdmitSplit(0, k, now, 1000, 1, true, a)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				st.AdmitSplit(0, keys[i%len(keys)], now, 1000, 1, true, a)
+			}
+			if st.Stats().HotKeys == 0 {
+				b.Fatal("no key was split")
+			}
+		})
 	}
 }
 
