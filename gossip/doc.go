@@ -26,6 +26,8 @@
 // replicas (on <prefix>.state.<region>.<pop>), so a restarted node of a PoP
 // without other members learns its former incarnation's counts. With region
 // voices (Settings.RegionVoices and NATSConfig.RegionVoices) a node hears
-// the PoP totals of its own region only, and one PoP per region publishes
-// the region's totals on <prefix>.region.<region>.<pop> (region.go).
+// the PoP totals, heartbeats and sync requests of its own region only (and
+// every region's sync requests while its PoP speaks for its region:
+// RegionSpeaker), and one PoP per region publishes the region's totals on
+// <prefix>.region.<region>.<pop> (region.go).
 package gossip

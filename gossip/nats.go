@@ -57,7 +57,9 @@ type NATSConfig struct {
 	// published on <SubjectPrefix>.region.<region>.<pop> (KindRegion) and
 	// heard from every region (with the region's heartbeat turns), and PoP
 	// totals and heartbeats (KindDelta, KindHeartbeat) are heard only from
-	// the own region's PoPs. Every node of the fleet must agree.
+	// the own region's PoPs, sync requests (KindSync) from the own
+	// region's PoPs only unless the node's PoP speaks for its region
+	// (SpeakForRegion). Every node of the fleet must agree.
 	RegionVoices bool
 	// PendingLimit bounds the messages waiting to be handed to the Handler
 	// per subscription; 0 means 65536.
@@ -145,21 +147,27 @@ func ParseSubject(prefix, subject string) (kind Kind, from, to identity.PoPID, o
 
 // NATS is a Transport over core NATS pub/sub between PoPs. Each PoP
 // publishes on its own subjects; every node subscribes to all PoPs' subjects
-// (with NATSConfig.RegionVoices, to the PoP totals and heartbeats of its own
-// region's PoPs only) and skips its own PoP. The connection reconnects forever with a bounded
+// (with NATSConfig.RegionVoices, to the PoP totals, heartbeats and sync
+// requests of its own region's PoPs only, and to every region's sync
+// requests while its PoP speaks for its region) and skips its own PoP. The connection reconnects forever with a bounded
 // buffer; every (re)connect asks the Handler to resync, which then also asks
 // the other PoPs to resync (a KindSync message), since they may have
 // reconnected earlier and sent their counts while this node was away.
 // It is safe for concurrent use.
 type NATS struct {
-	cfg    NATSConfig
-	h      Handler
-	nc     *nats.Conn
-	subs   []*nats.Subscription
-	subj   [3]string // by Kind, except KindState
-	region string    // KindRegion's subject
-	mu     sync.Mutex
-	closed bool
+	cfg  NATSConfig
+	h    Handler
+	nc   *nats.Conn
+	subs []*nats.Subscription
+	// syncSub is the subscription to sync requests (with region voices:
+	// the own region's, or every region's while the PoP speaks for its
+	// region, speaks); guarded by mu.
+	syncSub *nats.Subscription
+	speaks  bool
+	subj    [3]string // by Kind, except KindState
+	region  string    // KindRegion's subject
+	mu      sync.Mutex
+	closed  bool
 }
 
 // NewNATS connects to cfg.URL and subscribes. If no server is reachable yet
@@ -272,17 +280,19 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	}
 	t.nc = nc
 	for _, subj := range t.subscriptions() {
-		sub, err := nc.Subscribe(subj, t.receive)
+		sub, err := t.subscribe(subj)
 		if err != nil {
 			nc.Close()
-			return nil, fmt.Errorf("gossip: nats: subscribe %s: %w", subj, err)
-		}
-		if err := sub.SetPendingLimits(cfg.PendingLimit, cfg.PendingBytes); err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("gossip: nats: pending limits: %w", err)
+			return nil, err
 		}
 		t.subs = append(t.subs, sub)
 	}
+	sub, err := t.subscribe(t.syncSubject(false))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	t.syncSub = sub
 	// A round trip to the server, when connected: once it answers, it
 	// holds every subscription above, so a message another connection
 	// publishes after this returns reaches the node (without it, a peer's
@@ -297,10 +307,24 @@ func NewNATS(cfg NATSConfig, h Handler) (*NATS, error) {
 	return t, nil
 }
 
-// subscriptions returns the subjects a node listens on.
+// subscribe subscribes to subj with the configured pending limits.
+func (t *NATS) subscribe(subj string) (*nats.Subscription, error) {
+	sub, err := t.nc.Subscribe(subj, t.receive)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: nats: subscribe %s: %w", subj, err)
+	}
+	if err := sub.SetPendingLimits(t.cfg.PendingLimit, t.cfg.PendingBytes); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("gossip: nats: pending limits: %w", err)
+	}
+	return sub, nil
+}
+
+// subscriptions returns the subjects a node listens on, but for sync
+// requests (syncSubject).
 func (t *NATS) subscriptions() []string {
 	p := t.cfg.SubjectPrefix
-	subs := []string{p + ".delta.>", p + ".hb.>", p + ".sync.>", p + ".state.*.*." + t.cfg.Self.Region + "." + t.cfg.Self.PoP}
+	subs := []string{p + ".delta.>", p + ".hb.>", p + ".state.*.*." + t.cfg.Self.Region + "." + t.cfg.Self.PoP}
 	if t.cfg.RegionVoices {
 		// Other regions' PoP totals reach this node summed, as their
 		// region's, and their heartbeats as their region's heartbeat
@@ -311,6 +335,42 @@ func (t *NATS) subscriptions() []string {
 		subs = append(subs, p+".region.*.*")
 	}
 	return subs
+}
+
+// syncSubject returns the subject of the sync requests a node hears: every
+// PoP's, or with region voices its own region's PoPs' unless speaks (its
+// PoP speaks for its region, and answers for it).
+func (t *NATS) syncSubject(speaks bool) string {
+	p := t.cfg.SubjectPrefix
+	if t.cfg.RegionVoices && !speaks {
+		return p + ".sync." + t.cfg.Self.Region + ".*"
+	}
+	return p + ".sync.>"
+}
+
+// SpeakForRegion subscribes to every region's sync requests while the
+// node's PoP speaks for its region (on), to its own region's otherwise. The
+// new subscription is made before the old one ends, so no request falls
+// between them (one may arrive twice, which costs a paced re-send at most).
+// Without region voices it does nothing.
+func (t *NATS) SpeakForRegion(on bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.cfg.RegionVoices || t.closed || on == t.speaks {
+		return nil
+	}
+	sub, err := t.subscribe(t.syncSubject(on))
+	if err != nil {
+		return err
+	}
+	old := t.syncSub
+	t.syncSub, t.speaks = sub, on
+	if old != nil {
+		if err := old.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			return fmt.Errorf("gossip: nats: unsubscribe: %w", err)
+		}
+	}
+	return nil
 }
 
 func (t *NATS) receive(m *nats.Msg) {
@@ -396,8 +456,9 @@ func (t *NATS) Close() error {
 }
 
 var (
-	_ Transport = (*NATS)(nil)
-	_ Relayer   = (*NATS)(nil)
+	_ Transport     = (*NATS)(nil)
+	_ Relayer       = (*NATS)(nil)
+	_ RegionSpeaker = (*NATS)(nil)
 )
 
 // NATSConnect returns a Connect that starts a NATS transport.

@@ -11,7 +11,9 @@ import "github.com/geolimit/geolimit/identity"
 // own totals then need reach only its region: a node subscribes to
 // <prefix>.delta.<own region>.* instead of every region's, so the gateways
 // between regions carry region totals, heartbeats, sync requests and
-// relayed state, never another region's PoP totals.
+// relayed state, never another region's PoP totals. A sync request reaches
+// the PoPs of its region and the voices of the others (RegionSpeaker):
+// only a voice answers another region's request.
 
 // KindRegion is what a transport between PoPs carries for repl.LinkRegion:
 // a region's totals (a repl.KindDelta on the region link). It is a kind of

@@ -157,9 +157,12 @@ type Replicator struct {
 	once     sync.Once
 
 	partVersion uint64 // the loop's last report to OnPartitionChange
-	synced      bool   // the loop logged the end of the startup sync
-	drift       driftLog
-	resyncs     atomic.Uint64
+	// speaks is what the transport between PoPs was last told of whether
+	// this node's PoP speaks for its region (RegionSpeaker); guarded by mu.
+	speaks  bool
+	synced  bool // the loop logged the end of the startup sync
+	drift   driftLog
+	resyncs atomic.Uint64
 }
 
 type inbound struct {
@@ -294,10 +297,32 @@ func (r *Replicator) with(fn func(c *repl.Core, now int64)) {
 		f.Set(r.core.ClockCorrection())
 	}
 	out := r.core.Ready()
+	voice, _ := r.core.RegionVoice()
+	speak := voice != r.speaks
 	r.mu.Unlock()
+	if speak {
+		r.speakForRegion(voice)
+	}
 	for i := range out {
 		r.send(&out[i])
 	}
+}
+
+// speakForRegion tells the transport between PoPs whether this node's PoP
+// speaks for its region (RegionSpeaker); a failure is retried at the next
+// step. Requires r.sendMu held.
+func (r *Replicator) speakForRegion(voice bool) {
+	rs, ok := r.globT.(RegionSpeaker)
+	if !ok {
+		return // none yet, or it hears every request anyway
+	}
+	if err := rs.SpeakForRegion(voice); err != nil {
+		r.log.Warn("gossip: region voice: subscriptions not changed", "voice", voice, "err", err)
+		return
+	}
+	r.mu.Lock()
+	r.speaks = voice
+	r.mu.Unlock()
 }
 
 // stopping is the core's last work when the Replicator stops (a clean

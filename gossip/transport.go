@@ -81,3 +81,17 @@ type Relayer interface {
 
 // Connect creates a transport that delivers to h.
 type Connect func(h Handler) (Transport, error)
+
+// RegionSpeaker is implemented by transports between PoPs whose
+// subscriptions follow the node's role under region voices
+// (repl.Settings.RegionVoices): a sync request reaches the PoPs of its
+// sender's region and, of every other region, the PoP that speaks for it,
+// since what a node needs of another region is its region's totals. The
+// Replicator calls SpeakForRegion whenever its core's view of whether its
+// PoP speaks for the region (repl.Core.RegionVoice) changes.
+type RegionSpeaker interface {
+	// SpeakForRegion makes the transport deliver other regions' sync
+	// requests (on) or only the own region's (off). It must not block for
+	// long and is safe to call with the value it already has.
+	SpeakForRegion(on bool) error
+}

@@ -73,11 +73,38 @@ func (c *Core) observe(now, sentAt int64, p *peer) {
 		raised = c.popLag.sample(age)
 	} else {
 		raised = p.lag.sample(age)
+		c.regionSampled(p, age)
 		c.sampled(now, p)
 	}
 	if raised {
 		c.allowDirty = true
 	}
+}
+
+// regionSampled records, with region voices, the first latency sampled of
+// a message from a PoP of another region: until they are sampled
+// themselves, that region's other PoPs take it (lagOf). What reaches this
+// node of them is their region's stream, and they are heard through its
+// heartbeat turns a heartbeat interval after their start: taking a
+// heartbeat interval for each meanwhile held a fleet's cold start a
+// horizon longer than its lag (0.95 of a central limiter's admits where
+// it had 0.98).
+func (c *Core) regionSampled(p *peer, age int64) {
+	if !c.regionVoices() || p.id.Region == c.selfPoP.Region {
+		return
+	}
+	if _, ok := c.region.lags[p.id.Region]; ok {
+		return
+	}
+	if c.region.lags == nil {
+		c.region.lags = map[string]int64{}
+	}
+	if len(c.region.lags) >= c.cfg.MaxPoPs {
+		return
+	}
+	c.region.lags[p.id.Region] = age
+	c.remote.ok = false // its PoPs not sampled yet take it: walk again
+	c.allowDirty = true
 }
 
 // updateAllowance tells the node the allowance of each scope when it
@@ -196,14 +223,27 @@ func (c *Core) countsNow(p *peer, now int64) bool {
 	if p.heardOnce {
 		return !c.silent(p, now)
 	}
-	return p.expected && c.partVersion == 0 // never heard: only until the first check of the peers
+	// Never heard: only until the first check of the peers, or while it
+	// is awaited (liveness.go).
+	return p.expected && (c.partVersion == 0 || c.awaited(p, now))
+}
+
+// regionHeard reports whether a message of region's stream (its totals or
+// heartbeat turns, from another region with region voices) has arrived.
+func (c *Core) regionHeard(region string) bool {
+	_, ok := c.region.lags[region]
+	return ok
 }
 
 // lagOf returns remote PoP p's latency: as measured, or before any sample
-// a heartbeat interval.
+// the first sampled of its region (with region voices, for a PoP of
+// another region: regionSampled), else a heartbeat interval.
 func (c *Core) lagOf(p *peer) int64 {
 	if p.lag.set {
 		return p.lag.max
+	}
+	if lag, ok := c.region.lags[p.id.Region]; ok && c.regionVoices() && p.id.Region != c.selfPoP.Region {
+		return lag
 	}
 	return int64(c.cfg.HeartbeatInterval)
 }

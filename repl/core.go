@@ -22,7 +22,10 @@ type Core struct {
 
 	started   bool
 	startedAt int64
-	epoch     uint64
+	// firstCheck ends the span in which a PoP of another region never
+	// heard is not taken for silent yet (awaited).
+	firstCheck int64
+	epoch      uint64
 
 	members      []string // the PoP's live members, self included, sorted
 	memberH      []uint64 // hashes of members
@@ -302,7 +305,8 @@ func (c *Core) Tick(now int64) {
 		// the first check of the peers waits a whole interval so that the
 		// others' first heartbeats have had that long to arrive.
 		c.nextHB = (now/hb+2)*hb + c.phase(hb/8)
-		c.updateRegion(now) // region.go
+		c.firstCheck = c.nextHB + hb // liveness.go: awaited
+		c.updateRegion(now)          // region.go
 		if c.cfg.GlobalLink {
 			c.heartbeat(now) // hello: let the others hear this PoP at once
 		}

@@ -72,7 +72,11 @@
 //     half intervals asks only the PoP whose beats went missing (with
 //     region voices, for a PoP of another region, that region's voice) to
 //     re-send what it sends this node (sync.go): a lost message costs about
-//     what it carried, not a re-send by every PoP.
+//     what it carried, not a re-send by every PoP. With region voices a
+//     request reaches the PoPs of its sender's region and the voices of the
+//     other regions (the transports subscribe so, following RegionVoice),
+//     a PoP of another region heard first is asked through its voice, and
+//     one marker of a region answers the startup sync for its PoPs.
 //   - Relay: one member of each PoP sends a PoP that asks, or is heard
 //     again, the totals it holds of that PoP's former epochs (a PoP heard
 //     again at most once per PeerTimeout and epoch; one that asks, each

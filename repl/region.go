@@ -66,6 +66,9 @@ type regionState struct {
 	// their current region epochs (noteRegionEpoch).
 	caches map[string]*crdt.InternCache
 	epochs map[string]uint64
+	// lags holds the first latency sampled of each other region
+	// (regionSampled).
+	lags map[string]int64
 	// formerDropped: another region's former totals were dropped while
 	// its epoch was not known (stateRegion); asked for again once a
 	// region's epoch is learned (noteRegionEpoch).

@@ -104,11 +104,27 @@ func (c *Core) popSynced() bool {
 }
 
 // unanswered returns the expected remote PoPs that have not sent a marker
-// for the current epoch, sorted.
+// for the current epoch, sorted. With region voices a sync request reaches
+// the PoPs of the own region and, of every other region, its voice (the
+// PoP that subscribes to other regions' requests while it speaks for its
+// region): what a node needs of another region is its region's totals,
+// which every node there holds alike, so one marker from a region answers
+// for all its PoPs.
 func (c *Core) unanswered() []identity.PoPID {
+	var regions map[string]bool // other regions a PoP of which marked
+	if c.regionVoices() && c.epoch != 0 {
+		for id, p := range c.peers.m {
+			if id.Region != c.selfPoP.Region && p.marked == c.epoch {
+				if regions == nil {
+					regions = map[string]bool{}
+				}
+				regions[id.Region] = true
+			}
+		}
+	}
 	var out []identity.PoPID
 	for id, p := range c.peers.m {
-		if p.expected && (c.epoch == 0 || p.marked != c.epoch) {
+		if p.expected && (c.epoch == 0 || p.marked != c.epoch) && !regions[id.Region] {
 			out = append(out, id)
 		}
 	}

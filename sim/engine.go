@@ -183,6 +183,7 @@ type engine struct {
 	storeSeed          uint64            // seeds every store's hash (see start)
 	others             [][]int32         // per PoP, every other PoP (otherPoPs)
 	mates              [][]int32         // per PoP, the other PoPs of its region (regionMates)
+	syncTo             []int32           // syncTargets' last answer, reused
 	incarnations       uint64            // the last incarnation given to a node
 	detectQueued       map[[2]int64]bool // (PoP, time): a members change queued (leave)
 	lastBlock          int64             // when the last partition or cut was applied
@@ -501,7 +502,11 @@ func (e *engine) handle(ev event) {
 		}
 		e.deliver(nd, &ev, t)
 	case evDeliverPoP:
+		far := ev.msg == repl.KindSync && ev.link == uint8(repl.LinkGlobal) && e.pops[ev.from].regionIdx != e.pops[ev.node].regionIdx
 		for _, m := range e.pops[ev.node].live {
+			if far && !e.nodes[m].speaks() {
+				continue // not subscribed to other regions' sync requests
+			}
 			e.deliver(e.nodes[m], &ev, t)
 		}
 	case evCore:

@@ -15,8 +15,10 @@ import (
 // then the others go on listing it). What a core makes ready goes on the
 // simulated network: LinkPoP messages to the other live members of the PoP (memberlist, one
 // message each), LinkGlobal messages to every other PoP (one NATS publish;
-// each PoP's nodes get it together), KindState to the nodes of the PoP it
-// is relayed to.
+// each PoP's nodes get it together; with region voices a PoP's totals and
+// heartbeats to its region's PoPs, and its sync requests to those and to
+// the nodes of other regions that speak for theirs), KindState to the
+// nodes of the PoP it is relayed to.
 
 // linkJoin marks a delivery of a member's push/pull state on join.
 const linkJoin = 0xff
@@ -120,6 +122,13 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 			// subscribe (the region's heartbeat turns go on LinkRegion).
 			targets = e.regionMates(nd.pop)
 		}
+		if m.Link == repl.LinkGlobal && m.Kind == repl.KindSync && nd.core.RegionVoices() {
+			// A sync request: the PoPs of its region, and of the other
+			// regions those whose nodes speak for theirs subscribe
+			// (gossip.NATS.SpeakForRegion; each node is looked at again
+			// on arrival).
+			targets = e.syncTargets(nd.pop)
+		}
 		if m.Kind == repl.KindState {
 			to, ok := e.popIndex[m.To]
 			if !ok {
@@ -144,6 +153,42 @@ func (e *engine) route(nd *simNode, m *repl.Message, t int64) {
 			}
 		}
 	}
+}
+
+// syncTargets returns the PoPs a sync request of PoP p reaches with region
+// voices: the other PoPs of its region, and those of other regions with a
+// live node whose PoP speaks for its region (hears every region's sync
+// requests). The slice is reused by the next call.
+func (e *engine) syncTargets(p int32) []int32 {
+	out := e.syncTo[:0]
+	for _, q := range e.otherPoPs(p) {
+		if e.pops[q].regionIdx == e.pops[p].regionIdx || e.popSpeaks(q) {
+			out = append(out, q)
+		}
+	}
+	e.syncTo = out
+	return out
+}
+
+// popSpeaks reports whether a live node of PoP q speaks for its region.
+func (e *engine) popSpeaks(q int32) bool {
+	for _, m := range e.pops[q].live {
+		if e.nodes[m].speaks() {
+			return true
+		}
+	}
+	return false
+}
+
+// speaks reports whether nd hears other regions' sync requests: without
+// region voices every node does, with them a node whose PoP speaks for its
+// region.
+func (nd *simNode) speaks() bool {
+	if !nd.core.RegionVoices() {
+		return true
+	}
+	voice, _ := nd.core.RegionVoice()
+	return voice
 }
 
 // otherPoPs returns the indexes of every PoP but p, memoised.

@@ -83,9 +83,10 @@ func (h *Hub) SetFaults(f Faults) {
 // SetRegionVoices routes as gossip.NATS does with
 // NATSConfig.RegionVoices: from now on a PoP's totals and heartbeats
 // (gossip.KindDelta and gossip.KindHeartbeat between PoPs) reach only the
-// PoPs of its region; region totals and the region's heartbeat turns
-// (gossip.KindRegion), sync requests and relayed state reach every PoP as
-// before.
+// PoPs of its region, and its sync requests the PoPs of its region and
+// the nodes of other regions that speak for theirs
+// (gossip.RegionSpeaker); region totals and the region's heartbeat turns
+// (gossip.KindRegion) and relayed state reach every PoP as before.
 func (h *Hub) SetRegionVoices(on bool) {
 	h.mu.Lock()
 	h.regionVoices = on
@@ -196,6 +197,9 @@ func (h *Hub) publish(from *endpoint, kind gossip.Kind, msg []byte, relayTo *ide
 		if h.regionVoices && !from.local && (kind == gossip.KindDelta || kind == gossip.KindHeartbeat) && to.self.Region != from.self.Region {
 			continue
 		}
+		if h.regionVoices && !from.local && kind == gossip.KindSync && to.self.Region != from.self.Region && !to.speaks {
+			continue // another region's: heard by the PoP that speaks for it
+		}
 		origin := from.self
 		if relayTo != nil && to.self != *relayTo {
 			continue
@@ -286,9 +290,21 @@ type endpoint struct {
 	name  string
 	local bool
 	h     gossip.Handler
+	// speaks: the node's PoP speaks for its region (SpeakForRegion);
+	// guarded by hub.mu.
+	speaks bool
 
 	mu     sync.Mutex
 	closed bool
+}
+
+// SpeakForRegion makes the endpoint hear other regions' sync requests
+// (on) or not, as gossip.NATS does.
+func (e *endpoint) SpeakForRegion(on bool) error {
+	e.hub.mu.Lock()
+	e.speaks = on
+	e.hub.mu.Unlock()
+	return nil
 }
 
 // MaxPayload is the largest message a Hub endpoint accepts.
@@ -368,8 +384,9 @@ func (e *endpoint) Close() error {
 }
 
 var (
-	_ gossip.Transport = (*endpoint)(nil)
-	_ gossip.Relayer   = (*endpoint)(nil)
+	_ gossip.Transport     = (*endpoint)(nil)
+	_ gossip.Relayer       = (*endpoint)(nil)
+	_ gossip.RegionSpeaker = (*endpoint)(nil)
 )
 
 // LocalName returns the name the endpoint's node goes by in Members.
