@@ -95,14 +95,19 @@ func (c *Core) checkPeers(now int64) {
 // awaited reports whether p, a PoP of another region never heard, may
 // still be heard first at now: with region voices such a PoP is heard
 // through its region's heartbeat turns, which list the PoPs their sender
-// heard, so its start's hello is listed by the turns of the first whole
-// heartbeat interval, and the first check of the peers (two intervals
-// after the start) comes before them. Until one interval more, it is
-// neither partitioned nor left out of the near-limit allowance's PoPs
-// (countsNow). Without it a fleet's cold start took every other region
-// for cut off at its first check (a quarter of a second of shares).
+// heard, so where the region's PoPs start with this node their hellos are
+// listed by the turns of the first whole heartbeat interval, after the
+// first check of the peers (two intervals after the start). While the
+// region's stream reaches this node (a region cut off sends nothing) but
+// no turn of it has listed a PoP yet (a turn lists every PoP of a region
+// that runs; one down is listed by none), and until one interval more,
+// such a PoP is neither partitioned nor left out of the near-limit
+// allowance's PoPs (countsNow). Without it a fleet's cold start took every
+// other region for cut off at its first check (a quarter of a second of
+// shares).
 func (c *Core) awaited(p *peer, now int64) bool {
-	return !p.heardOnce && now < c.firstCheck && c.regionVoices() && p.id.Region != c.selfPoP.Region
+	return !p.heardOnce && now < c.firstCheck && c.regionVoices() && p.id.Region != c.selfPoP.Region &&
+		c.regionHeard(p.id.Region) && !c.region.listed[p.id.Region]
 }
 
 // silent reports whether remote PoP p has been silent for longer than

@@ -67,8 +67,10 @@ type regionState struct {
 	caches map[string]*crdt.InternCache
 	epochs map[string]uint64
 	// lags holds the first latency sampled of each other region
-	// (regionSampled).
-	lags map[string]int64
+	// (regionSampled); listed the other regions a heartbeat turn of which
+	// listed a PoP (regionListed).
+	lags   map[string]int64
+	listed map[string]bool
 	// formerDropped: another region's former totals were dropped while
 	// its epoch was not known (stateRegion); asked for again once a
 	// region's epoch is learned (noteRegionEpoch).

@@ -174,6 +174,21 @@ func (c *Core) stepRegionBeat(now int64, m Message, res *StepResult) {
 			continue // it speaks for its own region only
 		}
 		c.vouched(now, id, d.SentAt, int64(min(e.Count, uint64(c.cfg.PeerTimeout/1e6)))*1e6)
+		c.regionListed(m.From.Region)
+	}
+}
+
+// regionListed records that a heartbeat turn of region listed a PoP it
+// hears (liveness.go: awaited).
+func (c *Core) regionListed(region string) {
+	if c.region.listed[region] {
+		return
+	}
+	if c.region.listed == nil {
+		c.region.listed = map[string]bool{}
+	}
+	if len(c.region.listed) < c.cfg.MaxPoPs {
+		c.region.listed[region] = true
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/geolimit/geolimit/crdt"
 	"github.com/geolimit/geolimit/identity"
 	"github.com/geolimit/geolimit/wire"
 )
@@ -120,6 +121,53 @@ func TestRegionLagBeforeItsPoPsAreSampled(t *testing.T) {
 			} else {
 				assert.Equal(t, hb, c.lagOf(c.peers.get(usSjc)))
 			}
+		})
+	}
+}
+
+// With region voices a PoP of another region is heard through its region's
+// heartbeat turns, which list the PoPs their sender hears. Where the whole
+// fleet starts at once, the turns that list them come after a node's first
+// check of the peers: a PoP of a region whose stream already reaches the
+// node, but none of whose turns listed a PoP yet, is not taken for cut off
+// at that check (one interval more). Once a turn of its region listed
+// others and not it, or when nothing of its region arrived at all, it is.
+func TestAwaitedPoPsOfAnotherRegion(t *testing.T) {
+	usLax := identity.PoPID{Region: "us", PoP: "lax"}
+	for _, tc := range []struct {
+		name   string
+		beat   *Message // a turn of us before the first check, or none
+		listed bool     // it lists sjc
+		want   []identity.PoPID
+	}{
+		{name: "stream, nothing listed", beat: &Message{}, want: nil},
+		{name: "stream, sjc listed", beat: &Message{}, listed: true, want: []identity.PoPID{usLax}},
+		{name: "nothing of us", want: []identity.PoPID{usIad, usLax, usSjc}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := DefaultSettings()
+			s.RegionVoices = new(true)
+			s.ExpectedPoPs = popNames(euFra, usIad, usSjc, usLax)
+			c, err := New(Config{Node: testNode(t, ams1).Link(), GlobalLink: true, Settings: s})
+			require.NoError(t, err)
+			now := t0
+			c.Tick(now)
+			hb := int64(c.cfg.HeartbeatInterval)
+			for end := now + 2*hb + hb/2; now < end; now += int64(10 * time.Millisecond) {
+				c.Step(now, heartbeatFrom(euFra, now))
+				if tc.beat != nil {
+					m := regionBeatFrom(usIad, now)
+					if tc.listed {
+						m.Delta.Entries = append(m.Delta.Entries, crdt.Entry{Rule: controlRule, Key: liveKeyPrefix + usSjc.String(), Count: 1})
+					}
+					c.Step(now, m)
+				}
+				c.Tick(now)
+				c.Ready()
+			}
+			part, ver := c.Partitioned()
+			require.NotZero(t, ver, "the peers were checked")
+			assert.Equal(t, tc.want, part)
 		})
 	}
 }
