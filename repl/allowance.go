@@ -72,8 +72,11 @@ func (c *Core) observe(now, sentAt int64, p *peer) {
 	if p == nil {
 		raised = c.popLag.sample(age)
 	} else {
+		first := !p.lag.set
 		raised = p.lag.sample(age)
-		c.regionSampled(p, age)
+		if first {
+			c.regionSampled(p, age) // a PoP sampled before had its region's recorded
+		}
 		c.sampled(now, p)
 	}
 	if raised {
