@@ -409,7 +409,9 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 			a.cur = addPoPCount(a.cur, pop, e.Count)
 		}
 	})
-	sideTot := map[crdt.RuleID][2]uint64{} // per rule: this side's base counts, all
+	// Per rule: this side's base counts and all of them, and the same of the
+	// window the cut began in for keys without a base window.
+	sideTot, curTot := map[crdt.RuleID][2]uint64{}, map[crdt.RuleID][2]uint64{}
 	for k, a := range sums {
 		r := rs.byID[k.rule]
 		c := r.index(now)
@@ -425,17 +427,20 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 		sh.frac = max(sideOf(sh.base, unheard, curSide(a.cur, unheard, p.sideFrac)), n.shareFloor)
 		sh.snap, sh.prev = sh.frac, sh.frac
 		p.keys[k] = sh
-		t := sideTot[k.rule]
-		for _, pc := range sh.base {
-			if !unheard[pc.pop] {
-				t[0] += pc.count
-			}
-			t[1] += pc.count
+		sideTot[k.rule] = addSide(sideTot[k.rule], sh.base, unheard)
+		if sh.base == nil {
+			curTot[k.rule] = addSide(curTot[k.rule], a.cur, unheard)
 		}
-		sideTot[k.rule] = t
 	}
-	for id, t := range sideTot {
-		if d := p.sides[id]; d != nil && t[1] > 0 {
+	for id, d := range p.sides {
+		// With no count in the window before the cut (a cut in the
+		// fleet's first window), the side's part is that of the window
+		// the cut began in, as it is each key's (curSide).
+		t := sideTot[id]
+		if c := curTot[id]; t[1] == 0 && c[1] >= minCurShare {
+			t = c
+		}
+		if t[1] > 0 {
 			d.part = float64(t[0]) / float64(t[1])
 		}
 	}
@@ -566,6 +571,18 @@ func curSide(cur []popCount, unheard map[string]bool, def float64) float64 {
 		return def
 	}
 	return sideOf(cur, unheard, def)
+}
+
+// addSide adds the counts of ps to t: those of PoPs not in unheard to t[0],
+// all of them to t[1].
+func addSide(t [2]uint64, ps []popCount, unheard map[string]bool) [2]uint64 {
+	for _, pc := range ps {
+		if !unheard[pc.pop] {
+			t[0] += pc.count
+		}
+		t[1] += pc.count
+	}
+	return t
 }
 
 func addPoPCount(ps []popCount, pop string, c uint64) []popCount {

@@ -20,18 +20,26 @@ func sideNodes(t *testing.T) (eu, us *Node) {
 // key, what the sides admitted together, and what us admitted.
 func sideRun(t *testing.T, keys []string, demand func(w int64, key string, step int) (euN, usN int)) (both, usAdm [][]int) {
 	t.Helper()
+	return sideRunFrom(t, keys, 2, 0, demand)
+}
+
+// sideRunFrom is sideRun with pre windows before the one the cut is
+// noticed in, at step cutStep of it (pre 0: the nodes' first window).
+func sideRunFrom(t *testing.T, keys []string, pre int64, cutStep int, demand func(w int64, key string, step int) (euN, usN int)) (both, usAdm [][]int) {
+	t.Helper()
 	eu, us := sideNodes(t)
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
-	const pre, cut = 2, 6 // windows before the cut, windows of the cut
-	for w := int64(-pre); w < cut; w++ {
-		if w == 0 {
-			eu.Link().SetUnheard(start+pre*W, []string{"us/iad"})
-			us.Link().SetUnheard(start+pre*W, []string{"eu/ams"})
-		}
+	const cut = 6 // windows of the cut
+	for w := -pre; w < cut; w++ {
 		// The keys' decisions interleave in time, as a node's do.
 		bw, uw := make([]int, len(keys)), make([]int, len(keys))
 		for i := 0; i < 40; i++ {
+			if w == 0 && i == cutStep {
+				at := start + (w+pre)*W + int64(i)*W/40
+				eu.Link().SetUnheard(at, []string{"us/iad"})
+				us.Link().SetUnheard(at, []string{"eu/ams"})
+			}
 			for ki, k := range keys {
 				now := start + (w+pre)*W + int64(i)*W/40 + int64(ki)
 				e, s := demand(w, k, i)
@@ -47,7 +55,7 @@ func sideRun(t *testing.T, keys []string, demand func(w int64, key string, step 
 					}
 				}
 			}
-			if w < 0 {
+			if w < 0 || w == 0 && i < cutStep {
 				sync2(t, start+(w+pre)*W+int64(i)*W/40+int64(len(keys)), eu, us)
 			}
 		}
@@ -158,6 +166,37 @@ func TestShareTwoSidedSurgeKeepsShares(t *testing.T) {
 	for w := range both {
 		assert.LessOrEqual(t, both[w][hot], 21, "window %d: the hot key stays at its limit", w)
 	}
+}
+
+// The same in a cut noticed halfway through the nodes' first window: no
+// window before the cut holds a count, so the side's part of the fleet's
+// counts is that of the window the cut began in, as each key's share is.
+// Without it no key's part of the node's total had a cap, the hot key's
+// surge moved the total as a failover would, and each side took the whole
+// limit of the hot key and of every steady key, too thin to measure its own
+// growth (36-38 a window together).
+func TestShareTwoSidedSurgeInTheFirstWindow(t *testing.T) {
+	keys := append(manyKeys(20), "hot")
+	both, _ := sideRunFrom(t, keys, 0, 20, func(w int64, k string, i int) (int, int) {
+		e, u := 0, 0
+		if i%2 == 0 {
+			e = 1
+		} else {
+			u = 1
+		}
+		switch {
+		case k != "hot":
+			return e, u
+		case w >= 2: // the surge: 20 times the hot key's demand on both sides
+			return 20 * e, 20 * u
+		}
+		return e, u
+	})
+	hot := len(keys) - 1
+	for w := range both {
+		t.Logf("window %d: hot key admitted %d, k0 %d", w, both[w][hot], both[w][0])
+	}
+	atLimit(t, both, len(keys))
 }
 
 // A whole-site failover early in the window the cut began in (at its
