@@ -181,11 +181,15 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 // measured against that window, which held half of it, the failover never
 // showed (0.73 of central); against the demand counted from the cut in
 // the window it began in, it does, and the side grows over the ramp that
-// lets the other side's last admits decay: 0.798-0.816 over these runs,
-// short of 0.80 at two of them, so checked at 0.78. (That part must hold
-// 400 requests over the rule's keys: the thin part of a 1 s window, scaled
-// to a whole one, erred low enough for probes to take steady traffic for a
-// failover, skewed-two-pops-1s 1.12 -> 1.45 in the cut.)
+// lets the other side's last admits decay: 0.798-0.816 over these runs
+// until its cut, in the fleet's first window, also took the side's part of
+// the fleet's counts from that window (pop's snapshot): with none, the
+// nodes of ams, where the clients went, read their growth as more than
+// the fleet could carry and no takeover followed. Now 0.899-0.909. (That
+// part must hold 400 requests over the rule's keys: the thin part of a
+// 1 s window, scaled to a whole one, erred low enough for probes to take
+// steady traffic for a failover, skewed-two-pops-1s 1.12 -> 1.45 in the
+// cut.)
 func TestFailoversAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
 	for _, tc := range []struct {
@@ -193,7 +197,7 @@ func TestFailoversAcrossTheClass(t *testing.T) {
 		min  float64
 	}{
 		{"failover-to-one-pop", 0.80}, {"failover-region-of-three", 0.80}, {"failover-region-to-one-pop-2", 0.80},
-		{"failover-lone-region", 0.78},
+		{"failover-lone-region", 0.85},
 		{"failover-in-cut-window", 0.80},
 	} {
 		name := tc.name
