@@ -119,14 +119,7 @@ func failoverScenarioIn(rng *rand.Rand, i, width int) (string, string) {
 // the least growth that reads as one, and one late in the window the cut
 // began in is split between two windows.
 func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
-	floor := failoverFloor(t, 0.75)
-	runDrawnFleets(t, 1, failoverScenario, func(t *testing.T, name, text string, r Report) {
-		fleet, central, _ := inPhases(r, "partitioned")
-		t.Logf("%s: in the cut %d of central's %d (%.3f), max a/l %.3f",
-			name, fleet, central, float64(fleet)/float64(central), r.MaxAdmittedRatio)
-		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.20, text)
-		floor(t, name, float64(fleet)/float64(central), text)
-	})
+	runDrawnFleets(t, 1, failoverScenario, failoverCheck(t, 0.75))
 }
 
 // Failovers at the moment of the cut, on fleets drawn at random as above
@@ -140,17 +133,24 @@ func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
 // same floor (7 of 12 draws at 0.80 before the shares were paced by lag).
 func TestFailoversAtTheCutAcrossTheClass(t *testing.T) {
 	atCut := regexp.MustCompile(`(changes: \[\{at: |moving at )\d+s`)
-	floor := failoverFloor(t, 0.75)
 	runDrawnFleets(t, 2, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenario(rng, i)
 		return atCut.ReplaceAllString(text, "${1}20s"), atCut.ReplaceAllString(name, "${1}20s")
-	}, func(t *testing.T, name, text string, r Report) {
+	}, failoverCheck(t, 0.75))
+}
+
+// failoverCheck returns the check of one drawn failover's report: the
+// peak within 1.20 of the limit, and the admits in the cut against the
+// central limiter's held by failoverFloor(t, least).
+func failoverCheck(t *testing.T, least float64) func(t *testing.T, name, text string, r Report) {
+	floor := failoverFloor(t, least)
+	return func(t *testing.T, name, text string, r Report) {
 		fleet, central, _ := inPhases(r, "partitioned")
 		t.Logf("%s: in the cut %d of central's %d (%.3f), max a/l %.3f",
 			name, fleet, central, float64(fleet)/float64(central), r.MaxAdmittedRatio)
 		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.20, text)
 		floor(t, name, float64(fleet)/float64(central), text)
-	})
+	}
 }
 
 // failoverFloor returns a check of one draw's admits in the cut against
@@ -221,15 +221,8 @@ func runDrawnFleets(t *testing.T, stream uint64, draw func(*rand.Rand, int) (str
 // from a failover); the side keeps its part of the limit (0.745-0.750 of
 // central), hence the floor of 0.70 here.
 func TestFailoversWithLongWindowsAcrossTheClass(t *testing.T) {
-	floor := failoverFloor(t, 0.70)
 	runDrawnFleets(t, 5, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenarioIn(rng, i, 30)
 		return text, name + ", 30 s windows"
-	}, func(t *testing.T, name, text string, r Report) {
-		fleet, central, _ := inPhases(r, "partitioned")
-		t.Logf("%s: in the cut %d of central's %d (%.3f), max a/l %.3f",
-			name, fleet, central, float64(fleet)/float64(central), r.MaxAdmittedRatio)
-		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.20, text)
-		floor(t, name, float64(fleet)/float64(central), text)
-	})
+	}, failoverCheck(t, 0.70))
 }
