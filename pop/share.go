@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/geolimit/geolimit/crdt"
@@ -192,8 +193,11 @@ type share struct {
 	earlyDemand uint64
 	earlyE      float64
 
-	heal *healCap      // the window the heal ends in (share_heal.go); nil before it
-	prof windowProfile // how the cut's last windows were spent
+	heal *healCap // the window the heal ends in (share_heal.go); nil before it
+	// opened is the last window whose budget was below the share (a grown
+	// share opening, or its ramp).
+	opened atomic.Int64
+	prof   windowProfile // how the cut's last windows were spent
 }
 
 // PartitionStatus is what a node knows about the current partition.
@@ -649,7 +653,42 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 		budget -= (frac - prev) * float64(max(r.width-elapsed, 0)) / float64(r.width)
 	}
 	budget = min(budget, ramp.open(frac, now))
-	return budget*float64(r.Limit) + frozen, sh, true
+	if budget < frac {
+		sh.opened.Store(idx)
+	}
+	held := 0.0
+	if p.healed == 0 && sh.opened.Load() == idx-1 {
+		held = n.cutHeldBack(sh, r, key, idx, elapsed)
+	}
+	return budget*float64(r.Limit) + frozen - held, sh, true
+}
+
+// cutHeldBack returns what the sliding estimate takes for gone at elapsed
+// in window idx of the previous window's counts, where the share opened
+// in that window (a grown share opening, or its ramp): its admits then
+// came late in it, and the estimate weighs them as spread evenly. The
+// cut's marks of that window (share_heal.go) say how they came; the
+// difference is held back, as in the window a heal ends in. Without it a
+// share that grew inside a window let the next window's trailing count
+// pass the limit (failover-to-one-pop 1.105 of it).
+func (n *Node) cutHeldBack(sh *share, r *ruleState, key string, idx, elapsed int64) float64 {
+	if r.cal != nil || r.width <= 0 || elapsed <= 0 {
+		return 0
+	}
+	sh.mu.Lock()
+	marks, ok := sh.prof.of(idx - 1)
+	sh.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	prev, _, ok := n.store.Peek(r.id, key, idx)
+	if !ok || prev == 0 {
+		return 0
+	}
+	var c spentCurve
+	c.fromMarks(&marks, float64(prev))
+	f := float64(elapsed) / float64(r.width)
+	return max(c.after(f)-window.Estimate(prev, 0, elapsed, r.width), 0)
 }
 
 // healHeld returns the estimate of key's counts owned by the PoPs that

@@ -62,10 +62,53 @@ type healCap struct {
 	max float64 // the most the window's total may reach
 	// The previous window's counts as they stood at its marks (profile)
 	// and at its end (this side's, and the other side's part, both held
-	// since the heal), when the cut marked it (n 0: not).
-	pts   [profileMarks + 2]struct{ e, c float64 }
-	n     int
+	// since the heal), when the cut marked it (curve.n 0: not).
+	curve spentCurve
 	other float64
+}
+
+// spentCurve is a window's count as it stood at the cut's marks of it,
+// from none at its start to its whole count at its end (n points; 0:
+// none).
+type spentCurve struct {
+	pts [profileMarks + 2]struct{ e, c float64 }
+	n   int
+}
+
+// fromMarks makes the curve of a window whose count is total from its
+// marks; a mark out of order, or past total, is left out.
+func (sc *spentCurve) fromMarks(marks *[profileMarks]profileMark, total float64) {
+	sc.pts[0].e, sc.pts[0].c, sc.n = 0, 0, 1
+	for _, m := range marks {
+		if e, c := float64(m.e), float64(m.c); e > sc.pts[sc.n-1].e && c >= sc.pts[sc.n-1].c && c <= total {
+			sc.pts[sc.n].e, sc.pts[sc.n].c, sc.n = e, c, sc.n+1
+		}
+	}
+	sc.pts[sc.n].e, sc.pts[sc.n].c, sc.n = 1, total, sc.n+1
+}
+
+// after returns the part of the window's count that came after elapsed
+// part f of it (linearly between the marks).
+func (sc *spentCurve) after(f float64) float64 {
+	var at float64
+	for i := 1; i < sc.n; i++ {
+		if a, b := sc.pts[i-1], sc.pts[i]; f <= b.e {
+			at = a.c + (b.c-a.c)*(f-a.e)/(b.e-a.e)
+			break
+		}
+	}
+	return sc.pts[sc.n-1].c - at
+}
+
+// of returns the marks of window idx, if the cut marked it.
+func (pr *windowProfile) of(idx int64) ([profileMarks]profileMark, bool) {
+	switch {
+	case pr.win == idx:
+		return pr.cur, true
+	case pr.prevWin == idx:
+		return pr.prev, true
+	}
+	return [profileMarks]profileMark{}, false
 }
 
 // profileMarks is how many times a window of a cut is marked.
@@ -182,44 +225,24 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 	}
 	h := sh.heal
 	if h.win != idx {
-		h.win, h.max, h.n = idx, math.Inf(1), 0
+		h.win, h.max, h.curve.n = idx, math.Inf(1), 0
 		if within {
 			e := float64(p.healed-r.start(idx)) / float64(r.width)
 			h.max = (float64(p.marks[shareKey{r.id, key}]+oCur) + slack) / e
 		}
-		pr := &sh.prof
-		var marks *[profileMarks]profileMark
-		switch {
-		case pr.win == idx-1:
-			marks = &pr.cur
-		case pr.prevWin == idx-1:
-			marks = &pr.prev
-		}
-		if side := float64(prev) - float64(oPrev); marks != nil && side > 0 {
-			h.pts[0].e, h.pts[0].c, h.n = 0, 0, 1 // nothing at the window's start
-			for _, m := range marks {
-				if e, c := float64(m.e), float64(m.c); e > h.pts[h.n-1].e && c >= h.pts[h.n-1].c && c <= side {
-					h.pts[h.n].e, h.pts[h.n].c, h.n = e, c, h.n+1
-				}
-			}
-			h.pts[h.n].e, h.pts[h.n].c, h.n = 1, side, h.n+1
+		marks, marked := sh.prof.of(idx - 1)
+		if side := float64(prev) - float64(oPrev); marked && side > 0 {
+			h.curve.fromMarks(&marks, side)
 			h.other = float64(oPrev)
 		}
 	}
 	f := float64(elapsed) / float64(r.width)
 	lim := limit
-	if h.n > 0 {
+	if h.curve.n > 0 {
 		// The previous window's counts still in the trailing window: this
 		// side's as its marks say they came, the other side's spread
 		// evenly; what the estimate takes for gone of them is held back.
-		var at float64
-		for i := 1; i < h.n; i++ {
-			if a, b := h.pts[i-1], h.pts[i]; f <= b.e {
-				at = a.c + (b.c-a.c)*(f-a.e)/(b.e-a.e)
-				break
-			}
-		}
-		trailing := h.pts[h.n-1].c - at + h.other*(1-f)
+		trailing := h.curve.after(f) + h.other*(1-f)
 		lim -= max(trailing-window.Estimate(prev, 0, elapsed, r.width), 0)
 	}
 	h.max = max(min(h.max, (float64(cur)+slack)/f), limit/2+slack)

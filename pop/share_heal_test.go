@@ -182,3 +182,30 @@ func TestShareHealWindowConcurrentDecisions(t *testing.T) {
 	phase(start+4*W, start+5*W)
 	assert.False(t, eu.Partition(start+5*W).Partitioned)
 }
+
+// A window's count as the cut's marks say it came: linear between the
+// marks, none at the window's start, the whole count at its end; a mark out
+// of order or past the total is left out.
+func TestSpentCurve(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		marks [profileMarks]profileMark
+		total float64
+		after map[float64]float64 // elapsed part -> count after it
+	}{
+		{"late", [profileMarks]profileMark{{0.25, 10}, {0.5, 20}, {0.75, 80}}, 100,
+			map[float64]float64{0: 100, 0.25: 90, 0.5: 80, 0.75: 20, 0.875: 10, 1: 0}},
+		{"no marks: even", [profileMarks]profileMark{}, 100,
+			map[float64]float64{0: 100, 0.5: 50, 1: 0}},
+		{"a mark past the total is left out", [profileMarks]profileMark{{0.5, 60}, {0.75, 120}}, 100,
+			map[float64]float64{0.5: 40, 0.75: 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c spentCurve
+			c.fromMarks(&tc.marks, tc.total)
+			for f, want := range tc.after {
+				assert.InDelta(t, want, c.after(f), 1e-9, "after %.3f", f)
+			}
+		})
+	}
+}

@@ -185,7 +185,7 @@ func TestCrashLoopsAndLongWindows(t *testing.T) {
 // until its cut, in the fleet's first window, also took the side's part of
 // the fleet's counts from that window (pop's snapshot): with none, the
 // nodes of ams, where the clients went, read their growth as more than
-// the fleet could carry and no takeover followed. Now 0.899-0.909. (That
+// the fleet could carry and no takeover followed. Now 0.893-0.904. (That
 // part must hold 400 requests over the rule's keys: the thin part of a
 // 1 s window, scaled to a whole one, erred low enough for probes to take
 // steady traffic for a failover, skewed-two-pops-1s 1.12 -> 1.45 in the
