@@ -653,8 +653,8 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 		budget -= (frac - prev) * float64(max(r.width-elapsed, 0)) / float64(r.width)
 	}
 	budget = min(budget, ramp.open(frac, now))
-	if budget < frac {
-		sh.opened.Store(idx)
+	if budget < frac && sh.opened.Load() != idx {
+		sh.opened.Store(idx) // once a window: the line stays shared
 	}
 	held := 0.0
 	if p.healed == 0 && sh.opened.Load() == idx-1 {
