@@ -653,11 +653,13 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 		budget -= (frac - prev) * float64(max(r.width-elapsed, 0)) / float64(r.width)
 	}
 	budget = min(budget, ramp.open(frac, now))
-	if budget < frac && sh.opened.Load() != idx {
+	opened := sh.opened.Load()
+	if budget < frac && opened != idx {
 		sh.opened.Store(idx) // once a window: the line stays shared
+		opened = idx
 	}
 	held := 0.0
-	if p.healed == 0 && sh.opened.Load() == idx-1 {
+	if p.healed == 0 && opened == idx-1 {
 		held = n.cutHeldBack(sh, r, key, idx, elapsed)
 	}
 	return budget*float64(r.Limit) + frozen - held, sh, true
