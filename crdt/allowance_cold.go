@@ -194,6 +194,15 @@ func (s *Store) decidedFor(now, horizon int64) int64 {
 	}
 }
 
+// DecidingSince returns the time (Unix nanoseconds, the clock the store's
+// decisions were given) of this store's first decision with a near-limit
+// allowance, and false before it or once its clock stepped back behind it.
+// Safe for concurrent use.
+func (s *Store) DecidingSince() (int64, bool) {
+	b := s.born.Load()
+	return b, b != unborn && b != bornSteppedBack
+}
+
 // noteBorn records the time of the store's first decision with an
 // allowance (decidedFor).
 func (s *Store) noteBorn(t int64) {

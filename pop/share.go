@@ -436,20 +436,40 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 			curTot[k.rule] = addSide(curTot[k.rule], a.cur, unheard)
 		}
 	}
+	first := map[crdt.RuleID]float64{}
 	for id, d := range p.sides {
 		// With no count in the window before the cut (a cut in the
 		// fleet's first window), the side's part is that of the window
-		// the cut began in, as it is each key's (curSide).
+		// the cut began in, as it is each key's (curSide), and so is the
+		// node's demand before the cut (firstSpan).
 		t := sideTot[id]
 		if c := curTot[id]; t[1] == 0 && c[1] >= minCurShare {
 			t = c
+			if r := rs.byID[id]; r != nil {
+				first[id] = n.firstSpan(r, now)
+			}
 		}
 		if t[1] > 0 {
 			d.part = float64(t[0]) / float64(t[1])
 		}
 	}
-	n.preCut(p, rs, prev)
+	n.preCut(p, rs, prev, first)
 	return p
+}
+
+// firstSpan returns the part of rule r's window at now that this node has
+// decided in: from the window's start, or from the node's first decision
+// when it came later (a fleet's first window, a node started in it).
+func (n *Node) firstSpan(r *ruleState, now int64) float64 {
+	if r.cal != nil || r.width <= 0 {
+		return 0
+	}
+	_, el := r.split(now)
+	from := now - el
+	if born, ok := n.store.DecidingSince(); ok {
+		from = max(from, born)
+	}
+	return float64(max(now-from, 0)) / float64(r.width)
 }
 
 // preCut gives the keys of each share rule this node's demand in the window
@@ -463,10 +483,18 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 // kept its share of before (0.29-0.74 of a central limiter's admits in
 // the cut). A cut that keeps the base of a partition before it (a cut
 // that changes shape) keeps that partition's baselines too.
-func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition) {
+//
+// A rule in first (a cut in the fleet's first window: no count in the
+// window before it) takes the node's demand in the window the cut began
+// in, before the cut, at its rate over a whole window (first holds the
+// part of the window it was counted in), when that part was at least
+// minFirstSpan: the failover is then measured against the demand before
+// it, not folded into a baseline counted from the cut on.
+func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition, first map[crdt.RuleID]float64) {
 	type tot struct {
 		known, unknown uint64
 		keys           int
+		span           float64 // the part of a window known was counted in
 	}
 	tots := map[crdt.RuleID]*tot{}
 	carried := map[crdt.RuleID]bool{}
@@ -476,9 +504,13 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition) {
 		if r == nil || d == nil || d.cover <= 0 {
 			continue
 		}
-		if prev.keeps(r, sh.win, n.healHold) {
+		f, isFirst := first[k.rule]
+		if prev.keeps(r, sh.win, n.healHold) && (!isFirst || prev.sides[k.rule].preLoaded()) {
 			// A cut that changes shape (or is noticed PoP by PoP) keeps
-			// the baselines of the partition before it.
+			// the baselines of the partition before it; in the fleet's
+			// first window, when they were the demand before it (a fleet
+			// that starts before it hears every PoP is cut off from them
+			// at first).
 			if old := prev.retained(k, r, sh.win, n.healHold); old != nil {
 				old.mu.Lock()
 				sh.pre = old.pre && sh.baseDemand == old.baseDemand
@@ -487,15 +519,23 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition) {
 			carried[k.rule] = true
 			continue
 		}
-		if sh.baseDemand != 0 {
+		if sh.baseDemand != 0 && !isFirst {
 			continue
+		}
+		win, span := sh.win-1, 1.0
+		if isFirst {
+			if f < minFirstSpan {
+				continue
+			}
+			win, span = sh.win, f
+			sh.baseDemand = 0 // one of the fleet's start, counted from it
 		}
 		t := tots[k.rule]
 		if t == nil {
-			t = &tot{}
+			t = &tot{span: span}
 			tots[k.rule] = t
 		}
-		dem, ok := n.store.OwnDemand(k.rule, k.key, sh.win-1)
+		dem, ok := n.store.OwnDemand(k.rule, k.key, win)
 		switch {
 		case !ok:
 			t.unknown += max(dem, 1) // at least its admits
@@ -503,7 +543,7 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition) {
 			t.known += dem
 			t.keys++
 			if dem >= minShareDemand {
-				sh.baseDemand, sh.pre = float64(dem), true
+				sh.baseDemand, sh.pre = float64(dem)/span, true
 			}
 		}
 	}
@@ -518,7 +558,7 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition) {
 		// A key this node cannot tell makes the total a guess: its growth
 		// would read as the side's. A fiftieth of unknown is noise.
 		if t.known >= partSideDemand && t.unknown*50 <= t.known {
-			p.sides[id].preBase(t.known, t.keys)
+			p.sides[id].preBase(uint64(float64(t.known)/t.span+0.5), t.keys)
 			stands[id] = true
 		}
 	}
@@ -532,6 +572,11 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition) {
 		}
 	}
 }
+
+// minFirstSpan is the least part of a window a node must have decided in
+// before a cut in the fleet's first window for its demand there to be the
+// baseline (preCut).
+const minFirstSpan = 0.2
 
 // keeps reports whether a cut noticed in window c of rule r keeps the
 // base window of partition p (see retained). p may be nil.

@@ -100,6 +100,12 @@ type sideDemand struct {
 	pre atomic.Bool
 }
 
+// preLoaded reports whether d (nil: none) has the demand before the cut
+// as its baseline.
+func (d *sideDemand) preLoaded() bool {
+	return d != nil && d.pre.Load()
+}
+
 // preFrom takes the baseline of o, the side of the partition before this
 // one's change of shape, when it was the demand before the cut (preBase),
 // and reports whether it was.

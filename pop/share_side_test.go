@@ -27,6 +27,15 @@ func sideRun(t *testing.T, keys []string, demand func(w int64, key string, step 
 // noticed in, at step cutStep of it (pre 0: the nodes' first window).
 func sideRunFrom(t *testing.T, keys []string, pre int64, cutStep int, demand func(w int64, key string, step int) (euN, usN int)) (both, usAdm [][]int) {
 	t.Helper()
+	return sideRunStart(t, keys, pre, cutStep, false, demand)
+}
+
+// sideRunStart is sideRunFrom; with unheardAtStart the nodes start with
+// each other unheard until their first step is synced, as a fleet that
+// starts before it hears every PoP does.
+func sideRunStart(t *testing.T, keys []string, pre int64, cutStep int, unheardAtStart bool,
+	demand func(w int64, key string, step int) (euN, usN int)) (both, usAdm [][]int) {
+	t.Helper()
 	eu, us := sideNodes(t)
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
@@ -35,10 +44,14 @@ func sideRunFrom(t *testing.T, keys []string, pre int64, cutStep int, demand fun
 		// The keys' decisions interleave in time, as a node's do.
 		bw, uw := make([]int, len(keys)), make([]int, len(keys))
 		for i := 0; i < 40; i++ {
-			if w == 0 && i == cutStep {
-				at := start + (w+pre)*W + int64(i)*W/40
+			at := start + (w+pre)*W + int64(i)*W/40
+			if w == 0 && i == cutStep || unheardAtStart && w == -pre && i == 0 {
 				eu.Link().SetUnheard(at, []string{"us/iad"})
 				us.Link().SetUnheard(at, []string{"eu/ams"})
+			}
+			if unheardAtStart && w == -pre && i == 1 && (w != 0 || cutStep > 1) {
+				eu.Link().SetUnheard(at, nil)
+				us.Link().SetUnheard(at, nil)
 			}
 			for ki, k := range keys {
 				now := start + (w+pre)*W + int64(i)*W/40 + int64(ki)
@@ -197,6 +210,30 @@ func TestShareTwoSidedSurgeInTheFirstWindow(t *testing.T) {
 		t.Logf("window %d: hot key admitted %d, k0 %d", w, both[w][hot], both[w][0])
 	}
 	atLimit(t, both, len(keys))
+}
+
+// A whole-site failover at a cut in the nodes' first window, halfway into
+// it: 20 keys, half of their demand on us, all of it on us from the cut
+// on, where it grows 1.5 times (us's demand triples). No window before the cut holds a count; each node's demand in the
+// part of its first window before the cut, at its rate over a whole
+// window, is the baseline, so us's demand triples against it and us takes
+// at least 0.80 of every key's limit once the window the cut began in has
+// decayed (the cut's first whole window opens as it does: eu may have
+// spent its share there). Counted from the cut on, the failover was the
+// baseline: us kept its half, 180 of 400 a window.
+//
+// The nodes start with each other unheard, as a fleet that starts before
+// it hears every PoP does: that start, healed at once, does not stand for
+// the cut's baseline (it did, and the cut took none).
+func TestShareFailoverAtACutInTheFirstWindow(t *testing.T) {
+	both, us := sideRunStart(t, manyKeys(20), 0, 20, true, func(w int64, _ string, i int) (int, int) {
+		if w >= 1 || i >= 20 {
+			return 0, 3
+		}
+		return 1, 1
+	})
+	atLimit(t, both, 20)
+	usTakes(t, us, 2, 20*16)
 }
 
 // A whole-site failover early in the window the cut began in (at its

@@ -27,6 +27,11 @@ func failoverScenario(rng *rand.Rand, i int) (string, string) {
 // failoverScenarioIn is failoverScenario with windows of width seconds:
 // the cut begins 2 x (width - 10) s later and lasts four windows.
 func failoverScenarioIn(rng *rand.Rand, i, width int) (string, string) {
+	return failoverScenarioAt(rng, i, width, 20+2*(width-10))
+}
+
+// failoverScenarioAt is failoverScenarioIn with the cut at cutAt s.
+func failoverScenarioAt(rng *rand.Rand, i, width, cutAt int) (string, string) {
 	type pop struct {
 		name  string
 		nodes int
@@ -75,9 +80,7 @@ func failoverScenarioIn(rng *rand.Rand, i, width int) (string, string) {
 		moved[j] = fmt.Sprintf("%s: %.6f", p, v)
 	}
 	var b strings.Builder
-	// The cut comes two windows after the fleet's first 20 s and lasts
-	// four windows; the clients move up to 15 s after it.
-	cutAt := 20 + 2*(width-10)
+	// The cut lasts four windows; the clients move up to 15 s after it.
 	at += cutAt - 20
 	heal := cutAt + 4*width
 	fmt.Fprintf(&b, "name: failover-class-%d\nseed: %d\nduration: %ds\ntopology:\n", i, rng.IntN(1000), heal+10)
@@ -224,5 +227,20 @@ func TestFailoversWithLongWindowsAcrossTheClass(t *testing.T) {
 	runDrawnFleets(t, 5, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenarioIn(rng, i, 30)
 		return text, name + ", 30 s windows"
+	}, failoverCheck(t, 0.70))
+}
+
+// Failovers in the fleet's first window: the draws of
+// TestFailoversWithLongWindowsAcrossTheClass with the cut 20 s into the
+// first 30 s window, before any window was seen whole. A side then has no
+// window before the cut to measure its demand against; each node takes its
+// demand in the part of the window before the cut, at its rate over a
+// whole window, as the baseline (pop's preCut), so that a failover at the
+// cut or a few seconds after it is not folded into a baseline counted from
+// the cut on.
+func TestFailoversInTheFirstWindowAcrossTheClass(t *testing.T) {
+	runDrawnFleets(t, 5, func(rng *rand.Rand, i int) (string, string) {
+		text, name := failoverScenarioAt(rng, i, 30, 20)
+		return text, name + ", 30 s windows, cut in the first"
 	}, failoverCheck(t, 0.70))
 }
