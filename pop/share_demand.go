@@ -9,7 +9,10 @@ package pop
 // crdt's OwnDemand): a failover at the moment of the cut, which a site that
 // dies makes, then shows against the demand before it, and measured against
 // it a key or the side's total must grow partJump past it to grow a share
-// (demand that rose on both sides reads as growth too). Otherwise, the
+// (demand that rose on both sides reads as growth too). A cut in the
+// fleet's first window, with no window before it, takes the part of that
+// window before the cut, at its rate over a whole window (preCut,
+// firstSpan). Otherwise, the
 // window the cut began in, counted from the cut
 // on, is its baseline when at least minCover of it was left and it held
 // demand enough to measure (its demand at its rate over a whole window),
