@@ -1,0 +1,104 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hotKeyScenario writes a hot key at 1.1 times its limit, no fault, on a
+// fleet drawn from rng: two to five regions of two to eight PoPs of one to
+// three nodes, 20 to 150 ms and up to 1 % loss between regions, a limit of
+// 300 to 5 000 per 10 s, the key's traffic spread evenly or weighted by
+// PoP. It returns the YAML and a line that names the draw.
+func hotKeyScenario(rng *rand.Rand, i int) (string, string) {
+	nreg := 2 + rng.IntN(4)
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: hot-key-class-%d\nseed: %d\nduration: 40s\ntopology:\n", i, rng.IntN(1000))
+	pops, nodes := 0, 0
+	var weights []string
+	skewed := rng.IntN(2) == 0
+	for r := range nreg {
+		var s []string
+		for p := range 2 + rng.IntN(7) {
+			n := 1 + rng.IntN(3)
+			name := fmt.Sprintf("r%dp%d", r, p)
+			s = append(s, fmt.Sprintf("{name: %s, nodes: %d}", name, n))
+			w := 1.0
+			if skewed {
+				w = []float64{0.2, 1, 3}[rng.IntN(3)]
+			}
+			weights = append(weights, fmt.Sprintf("%s: %g", name, w))
+			pops++
+			nodes += n
+		}
+		fmt.Fprintf(&b, "  - {region: r%d, pops: [%s]}\n", r, strings.Join(s, ", "))
+	}
+	lat := []int{20, 80, 150}[rng.IntN(3)]
+	loss := []float64{0, 0.005, 0.01}[rng.IntN(3)]
+	fmt.Fprintf(&b, "network:\n  intra_pop: {latency: 1ms, jitter: 200us}\n  inter_pop: {latency: 10ms, jitter: 2ms}\n")
+	fmt.Fprintf(&b, "  inter_region: {latency: %dms, jitter: 10ms, loss: %g}\n", lat, loss)
+	fmt.Fprintf(&b, "replication: {flush_interval: 50ms, peer_timeout: 1s, anti_entropy_interval: 5s}\n")
+	limit := []int{300, 500, 1000, 5000}[rng.IntN(4)]
+	fmt.Fprintf(&b, "rules:\n  - {name: api, key: ip, limit: %d, window: 10s, scope: global, on_partition: share}\n", limit)
+	fmt.Fprintf(&b, "traffic:\n  - {rule: api, keys: 1, rate: %g/s, pattern: poisson, track: 1", 1.1*float64(limit)/10)
+	if skewed {
+		fmt.Fprintf(&b, ", share: {%s}", strings.Join(weights, ", "))
+	}
+	b.WriteString("}\n")
+	name := fmt.Sprintf("%d regions, %d PoPs, %d nodes, limit %d, %dms, loss %g, skewed %v", nreg, pops, nodes, limit, lat, loss, skewed)
+	return b.String(), name
+}
+
+// Hot keys at 1.1 times their limit as a class, on fleets drawn at random
+// (hotKeyScenario), in both region voices settings: the fleet admits at
+// least 0.95 of what the central limiter admits on the same arrivals, 0.97
+// in at least 22 of the 24 runs, and its peak stays within 1.05 of the
+// limit or the central limiter's own (the exact trailing count of a limit
+// of 300 goes to 1.057 at the central limiter too). Limits of 300 over 48
+// and 54 replicas took 0.956-0.970 before a crowded key's turns followed
+// each replica's chance of a request in a turn's period (crdt's
+// crowdedDraw), 0.978-1.003 now. The two runs left under 0.97, both with
+// region voices: 21 replicas on a limit of 300 (0.956), too few to be
+// crowded, where a replica's share of the headroom is about one request,
+// and 40 replicas on a limit of 1 000 at 150 ms between regions (0.968).
+func TestHotKeysGeneratedAcrossTheClass(t *testing.T) {
+	accuracyTest(t)
+	rng := rand.New(rand.NewPCG(38, 7))
+	var mu sync.Mutex
+	var low []string // runs under 0.97 of central
+	t.Cleanup(func() {
+		if !t.Skipped() {
+			assert.LessOrEqual(t, len(low), 2, "runs under 0.97 of central: %v", low)
+		}
+	})
+	for i := range 12 {
+		text, name := hotKeyScenario(rng, i)
+		for _, voices := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d/voices=%v", i, voices), func(t *testing.T) {
+				t.Parallel()
+				sc, err := Parse([]byte(text))
+				require.NoError(t, err, text)
+				sc.Replication.RegionVoices = new(voices)
+				res, err := Run(sc, Options{})
+				require.NoError(t, err)
+				r := res.Report
+				ratio := float64(r.Admitted) / float64(r.Central.Admitted)
+				t.Logf("%s, voices %v: admitted %d of central's %d (%.3f), max a/l %.3f (central %.3f)",
+					name, voices, r.Admitted, r.Central.Admitted, ratio, r.MaxAdmittedRatio, r.Central.MaxAdmittedRatio)
+				assert.GreaterOrEqual(t, ratio, 0.95, text)
+				assert.LessOrEqual(t, r.MaxAdmittedRatio, max(1.05, r.Central.MaxAdmittedRatio), text)
+				if ratio < 0.97 {
+					mu.Lock()
+					low = append(low, fmt.Sprintf("%s, voices %v: %.3f", name, voices, ratio))
+					mu.Unlock()
+				}
+			})
+		}
+	}
+}
