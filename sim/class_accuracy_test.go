@@ -96,9 +96,10 @@ func TestBelowHalfAnycastAcrossTheClass(t *testing.T) {
 // a flush slot later, so holds more unseen) until the replicas pooled the
 // headroom the fleet's average unseen admits leave (crdt's pooledRoom).
 // Not held at 0.97: hot-key-20pops-mixed with region voices at other seeds
-// (0.967-0.968 at seeds 5 and 8, 0.960-0.963 before pooling), a limit of
-// 500 over more than 50 nodes, where most refusals are the crowded key's
-// turns (crdt's crowded), not a replica's share; checked at 0.96.
+// (0.967-0.968 at seeds 5 and 8, 0.960-0.963 before pooling), where most
+// refusals are the crowded key's turns (crdt's crowded), not a replica's
+// share; checked at 0.96. TestHotKeysGeneratedAcrossTheClass draws the
+// class's fleets at random.
 func TestMildOverloadAcrossTheClass(t *testing.T) {
 	accuracyTest(t)
 	limit5000 := func(sc *Scenario) {
