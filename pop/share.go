@@ -458,18 +458,21 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 }
 
 // firstSpan returns the part of rule r's window at now that this node has
-// decided in: from the window's start, or from the node's first decision
-// when it came later (a fleet's first window, a node started in it).
+// decided in when it started deciding in that window (a fleet's first
+// window, or a node started in it): from its first decision. 0 when it
+// started before the window: a rule with no count before it is then one
+// set in it, whose demand this node counted only since, not over the
+// window.
 func (n *Node) firstSpan(r *ruleState, now int64) float64 {
 	if r.cal != nil || r.width <= 0 {
 		return 0
 	}
 	_, el := r.split(now)
-	from := now - el
-	if born, ok := n.store.DecidingSince(); ok {
-		from = max(from, born)
+	born, ok := n.store.DecidingSince()
+	if !ok || born < now-el || born > now {
+		return 0
 	}
-	return float64(max(now-from, 0)) / float64(r.width)
+	return float64(now-born) / float64(r.width)
 }
 
 // preCut gives the keys of each share rule this node's demand in the window

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // sideNodes returns eu and us nodes of a share rule with limit 20 per 10s.
@@ -30,13 +31,19 @@ func sideRunFrom(t *testing.T, keys []string, pre int64, cutStep int, demand fun
 	return sideRunStart(t, keys, pre, cutStep, false, demand)
 }
 
-// sideRunStart is sideRunFrom; with unheardAtStart the nodes start with
-// each other unheard until their first step is synced, as a fleet that
-// starts before it hears every PoP does.
-func sideRunStart(t *testing.T, keys []string, pre int64, cutStep int, unheardAtStart bool,
+// sideRunStart is sideRunFrom; with fleetStart the nodes start as a
+// fleet does: with each other unheard until their first step is synced,
+// and with the near-limit allowance a replication core gives them (a lag
+// well under a step), flushing at every step of the cut too.
+func sideRunStart(t *testing.T, keys []string, pre int64, cutStep int, fleetStart bool,
 	demand func(w int64, key string, step int) (euN, usN int)) (both, usAdm [][]int) {
 	t.Helper()
 	eu, us := sideNodes(t)
+	if fleetStart {
+		for _, n := range []*Node{eu, us} {
+			n.Link().SetAllowance(ScopeGlobal, Allowance{Horizon: time.Millisecond, Members: 1, PoPs: 2})
+		}
+	}
 	W := int64(10 * time.Second)
 	start := (t0/W + 1) * W
 	const cut = 6 // windows of the cut
@@ -45,11 +52,11 @@ func sideRunStart(t *testing.T, keys []string, pre int64, cutStep int, unheardAt
 		bw, uw := make([]int, len(keys)), make([]int, len(keys))
 		for i := 0; i < 40; i++ {
 			at := start + (w+pre)*W + int64(i)*W/40
-			if w == 0 && i == cutStep || unheardAtStart && w == -pre && i == 0 {
+			if w == 0 && i == cutStep || fleetStart && w == -pre && i == 0 {
 				eu.Link().SetUnheard(at, []string{"us/iad"})
 				us.Link().SetUnheard(at, []string{"eu/ams"})
 			}
-			if unheardAtStart && w == -pre && i == 1 && (w != 0 || cutStep > 1) {
+			if fleetStart && w == -pre && i == 1 && (w != 0 || cutStep > 1) {
 				eu.Link().SetUnheard(at, nil)
 				us.Link().SetUnheard(at, nil)
 			}
@@ -70,6 +77,11 @@ func sideRunStart(t *testing.T, keys []string, pre int64, cutStep int, unheardAt
 			}
 			if w < 0 || w == 0 && i < cutStep {
 				sync2(t, start+(w+pre)*W+int64(i)*W/40+int64(len(keys)), eu, us)
+			} else if fleetStart {
+				// Cut off, each still flushes (to its own side).
+				for _, n := range []*Node{eu, us} {
+					n.Link().Flush(start+(w+pre)*W+int64(i)*W/40+int64(len(keys)), nil)
+				}
 			}
 		}
 		if w >= 0 {
@@ -222,9 +234,9 @@ func TestShareTwoSidedSurgeInTheFirstWindow(t *testing.T) {
 // spent its share there). Counted from the cut on, the failover was the
 // baseline: us kept its half, 180 of 400 a window.
 //
-// The nodes start with each other unheard, as a fleet that starts before
-// it hears every PoP does: that start, healed at once, does not stand for
-// the cut's baseline (it did, and the cut took none).
+// The nodes start as a fleet does, with each other unheard at first: that
+// start, healed at once, does not stand for the cut's baseline (it did,
+// and the cut took none).
 func TestShareFailoverAtACutInTheFirstWindow(t *testing.T) {
 	both, us := sideRunStart(t, manyKeys(20), 0, 20, true, func(w int64, _ string, i int) (int, int) {
 		if w >= 1 || i >= 20 {
@@ -445,4 +457,23 @@ func TestShareSteadyAtTheCutKeepsShares(t *testing.T) {
 		}
 		assert.LessOrEqual(t, n, 20*11, "window %d: us keeps its half", w)
 	}
+}
+
+// The part of a window a node counted its demand in before a cut in its
+// first window is from its first decision (the store's, with an
+// allowance), and only in the window it started in: a rule with no count
+// before a later window was set in it (or idle), and its demand there was
+// counted only since.
+func TestFirstSpan(t *testing.T) {
+	n, _ := sideNodes(t)
+	r, ok := n.rules.Load().get("api")
+	require.True(t, ok)
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	assert.Zero(t, n.firstSpan(r, start+W/2), "no decision yet")
+	n.Link().SetAllowance(ScopeGlobal, Allowance{Horizon: time.Millisecond, Members: 1, PoPs: 2})
+	_, err := n.Decide(start+W/4, "api", "k", 1)
+	require.NoError(t, err)
+	assert.InDelta(t, 0.5, n.firstSpan(r, start+3*W/4), 1e-9, "from the first decision")
+	assert.Zero(t, n.firstSpan(r, start+W+W/2), "a later window")
 }
