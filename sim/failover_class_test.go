@@ -182,11 +182,21 @@ func failoverFloor(t *testing.T, least float64) func(t *testing.T, name string, 
 }
 
 // writeDrawnNetwork writes the network and replication sections of a drawn
-// fleet: lat ms between regions, loss of those messages lost.
+// fleet: lat ms between regions, loss of those messages lost, and the
+// replication settings of a fleet on 10 s windows (drawnReplication).
 func writeDrawnNetwork(b *strings.Builder, lat int, loss float64) {
+	writeDrawnNetworkWith(b, lat, loss, drawnReplication)
+}
+
+// drawnReplication is the replication section of the drawn fleets.
+const drawnReplication = "{flush_interval: 50ms, peer_timeout: 300ms, anti_entropy_interval: 5s}"
+
+// writeDrawnNetworkWith is writeDrawnNetwork with the replication section
+// repl.
+func writeDrawnNetworkWith(b *strings.Builder, lat int, loss float64, repl string) {
 	fmt.Fprintf(b, "network:\n  intra_pop: {latency: 1ms, jitter: 200us}\n  inter_pop: {latency: 10ms, jitter: 2ms}\n")
 	fmt.Fprintf(b, "  inter_region: {latency: %dms, jitter: 10ms, loss: %g}\n", lat, loss)
-	fmt.Fprintf(b, "replication: {flush_interval: 50ms, peer_timeout: 300ms, anti_entropy_interval: 5s}\n")
+	fmt.Fprintf(b, "replication: %s\n", repl)
 }
 
 // runDrawnFleets runs 12 fleets drawn by draw from the seeded stream, each

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // hotKeyScenario writes a hot key at 1.1 times its limit, no fault, on a
@@ -41,9 +40,7 @@ func hotKeyScenario(rng *rand.Rand, i int) (string, string) {
 	}
 	lat := []int{20, 80, 150}[rng.IntN(3)]
 	loss := []float64{0, 0.005, 0.01}[rng.IntN(3)]
-	fmt.Fprintf(&b, "network:\n  intra_pop: {latency: 1ms, jitter: 200us}\n  inter_pop: {latency: 10ms, jitter: 2ms}\n")
-	fmt.Fprintf(&b, "  inter_region: {latency: %dms, jitter: 10ms, loss: %g}\n", lat, loss)
-	fmt.Fprintf(&b, "replication: {flush_interval: 50ms, peer_timeout: 1s, anti_entropy_interval: 5s}\n")
+	writeDrawnNetworkWith(&b, lat, loss, "{flush_interval: 50ms, peer_timeout: 1s, anti_entropy_interval: 5s}")
 	limit := []int{300, 500, 1000, 5000}[rng.IntN(4)]
 	fmt.Fprintf(&b, "rules:\n  - {name: api, key: ip, limit: %d, window: 10s, scope: global, on_partition: share}\n", limit)
 	fmt.Fprintf(&b, "traffic:\n  - {rule: api, keys: 1, rate: %g/s, pattern: poisson, track: 1", 1.1*float64(limit)/10)
@@ -68,8 +65,6 @@ func hotKeyScenario(rng *rand.Rand, i int) (string, string) {
 // crowded, where a replica's share of the headroom is about one request,
 // and 40 replicas on a limit of 1 000 at 150 ms between regions (0.968).
 func TestHotKeysGeneratedAcrossTheClass(t *testing.T) {
-	accuracyTest(t)
-	rng := rand.New(rand.NewPCG(38, 7))
 	var mu sync.Mutex
 	var low []string // runs under 0.97 of central
 	t.Cleanup(func() {
@@ -77,28 +72,16 @@ func TestHotKeysGeneratedAcrossTheClass(t *testing.T) {
 			assert.LessOrEqual(t, len(low), 2, "runs under 0.97 of central: %v", low)
 		}
 	})
-	for i := range 12 {
-		text, name := hotKeyScenario(rng, i)
-		for _, voices := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%d/voices=%v", i, voices), func(t *testing.T) {
-				t.Parallel()
-				sc, err := Parse([]byte(text))
-				require.NoError(t, err, text)
-				sc.Replication.RegionVoices = new(voices)
-				res, err := Run(sc, Options{})
-				require.NoError(t, err)
-				r := res.Report
-				ratio := float64(r.Admitted) / float64(r.Central.Admitted)
-				t.Logf("%s, voices %v: admitted %d of central's %d (%.3f), max a/l %.3f (central %.3f)",
-					name, voices, r.Admitted, r.Central.Admitted, ratio, r.MaxAdmittedRatio, r.Central.MaxAdmittedRatio)
-				assert.GreaterOrEqual(t, ratio, 0.95, text)
-				assert.LessOrEqual(t, r.MaxAdmittedRatio, max(1.05, r.Central.MaxAdmittedRatio), text)
-				if ratio < 0.97 {
-					mu.Lock()
-					low = append(low, fmt.Sprintf("%s, voices %v: %.3f", name, voices, ratio))
-					mu.Unlock()
-				}
-			})
+	runDrawnFleets(t, 7, hotKeyScenario, func(t *testing.T, name, text string, r Report) {
+		ratio := float64(r.Admitted) / float64(r.Central.Admitted)
+		t.Logf("%s: admitted %d of central's %d (%.3f), max a/l %.3f (central %.3f)",
+			name, r.Admitted, r.Central.Admitted, ratio, r.MaxAdmittedRatio, r.Central.MaxAdmittedRatio)
+		assert.GreaterOrEqual(t, ratio, 0.95, text)
+		assert.LessOrEqual(t, r.MaxAdmittedRatio, max(1.05, r.Central.MaxAdmittedRatio), text)
+		if ratio < 0.97 {
+			mu.Lock()
+			low = append(low, fmt.Sprintf("%s (%s): %.3f", name, t.Name(), ratio))
+			mu.Unlock()
 		}
-	}
+	})
 }

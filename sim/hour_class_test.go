@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // hourWindowsScenario writes a cut of one-hour windows on a fleet drawn
@@ -34,9 +33,7 @@ func hourWindowsScenario(rng *rand.Rand, i int) (string, string) {
 	}
 	lat := []int{40, 90, 150}[rng.IntN(3)]
 	loss := []float64{0, 0.005, 0.01}[rng.IntN(3)]
-	fmt.Fprintf(&b, "network:\n  intra_pop: {latency: 1ms, jitter: 200us}\n  inter_pop: {latency: 10ms, jitter: 2ms}\n")
-	fmt.Fprintf(&b, "  inter_region: {latency: %dms, jitter: 10ms, loss: %g}\n", lat, loss)
-	fmt.Fprintf(&b, "replication: {flush_interval: 1s, peer_timeout: 4s, anti_entropy_interval: 60s}\n")
+	writeDrawnNetworkWith(&b, lat, loss, "{flush_interval: 1s, peer_timeout: 4s, anti_entropy_interval: 60s}")
 	limit := []int{1000, 2000, 5000}[rng.IntN(3)]
 	keys := 1 + rng.IntN(5)
 	mult := []float64{1.2, 1.5, 2.2}[rng.IntN(3)]
@@ -55,26 +52,12 @@ func hourWindowsScenario(rng *rand.Rand, i int) (string, string) {
 // peak stays within 1.10 of the limit (0.994-1.016 of central, peaks
 // within 1.004, at this test's writing).
 func TestHourWindowsAcrossTheClass(t *testing.T) {
-	accuracyTest(t)
-	rng := rand.New(rand.NewPCG(38, 9))
-	for i := range 12 {
-		text, name := hourWindowsScenario(rng, i)
-		for _, voices := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%d/voices=%v", i, voices), func(t *testing.T) {
-				t.Parallel()
-				sc, err := Parse([]byte(text))
-				require.NoError(t, err, text)
-				sc.Replication.RegionVoices = new(voices)
-				res, err := Run(sc, Options{})
-				require.NoError(t, err)
-				r := res.Report
-				fleet, central, _ := inPhases(r, "partitioned")
-				ratio := float64(fleet) / float64(central)
-				t.Logf("%s, voices %v: in the cut %d of central's %d (%.3f), max a/l %.3f (central %.3f)",
-					name, voices, fleet, central, ratio, r.MaxAdmittedRatio, r.Central.MaxAdmittedRatio)
-				assert.GreaterOrEqual(t, ratio, 0.85, text)
-				assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.10, text)
-			})
-		}
-	}
+	runDrawnFleets(t, 9, hourWindowsScenario, func(t *testing.T, name, text string, r Report) {
+		fleet, central, _ := inPhases(r, "partitioned")
+		ratio := float64(fleet) / float64(central)
+		t.Logf("%s: in the cut %d of central's %d (%.3f), max a/l %.3f (central %.3f)",
+			name, fleet, central, ratio, r.MaxAdmittedRatio, r.Central.MaxAdmittedRatio)
+		assert.GreaterOrEqual(t, ratio, 0.85, text)
+		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.10, text)
+	})
 }
