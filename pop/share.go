@@ -560,7 +560,7 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition, first map[crdt
 	for id, t := range tots {
 		// A key this node cannot tell makes the total a guess: its growth
 		// would read as the side's. A fiftieth of unknown is noise.
-		if t.known >= partSideDemand && t.unknown*50 <= t.known {
+		if t.known >= preSideDemand && t.unknown*50 <= t.known {
 			p.sides[id].preBase(uint64(float64(t.known)/t.span+0.5), t.keys)
 			stands[id] = true
 		}

@@ -38,9 +38,17 @@ import (
 // to be the baseline: its rate, scaled to a whole window, then errs by a
 // few percent (and so does the growth probed inside later windows against
 // it), where a hundred requests in a short part err by a tenth and more.
+// preSideDemand is what it must see in the whole window before the cut
+// (preCut), whose growth must pass partJump: with fewer, on 1 s windows,
+// one window's noise read as a failover (skewed-two-pops-1s went to 1.38
+// of its limit in its cut with 100); at 400, the nodes of PoPs of three
+// took no baseline in a fleet drawn with 330-400 requests a window each,
+// and a failover at the cut was folded into the cut's window (0.79 of
+// central in the cut; 0.85 at 300).
 const (
 	minSideDemand  = 100
 	partSideDemand = 4 * minSideDemand
+	preSideDemand  = 3 * minSideDemand
 )
 
 // earlySideDemand is what the early part of the window a cut began in must

@@ -434,6 +434,23 @@ func TestShareFailoverAtTheCut(t *testing.T) {
 	failoverTakes(t, 3, 6, 1, func(w int64, _ int) bool { return w >= 0 })
 }
 
+// The same failover on a node that saw 360 requests in the window before
+// the cut (9 keys at four times their limit, a request each a step on
+// each side): enough for a whole window's demand to be the baseline, if
+// not for a part of one's (partSideDemand): us takes 162-171 of 180 a
+// window. Below 400 it took none, the failover was folded into the cut's
+// window, and us kept its half (81 a window).
+func TestShareFailoverAtTheCutOfAThinSide(t *testing.T) {
+	both, us := sideRun(t, manyKeys(9), func(w int64, _ string, _ int) (int, int) {
+		if w >= 0 {
+			return 0, 2
+		}
+		return 1, 1
+	})
+	atLimit(t, both, 9)
+	usTakes(t, us, 1, 9*16)
+}
+
 // The same failover with keys too thin to measure one by one (80 requests
 // a window each before the cut, fewer than minShareDemand) while the
 // side's total over them is not: the window the cut began in held the
