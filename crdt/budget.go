@@ -52,7 +52,7 @@ func (sh *shard) keyGrowth(klen int) int {
 func (sh *shard) entryGrowth(es []sideEntry) int {
 	n := 0
 	if len(es) == cap(es) {
-		n = max(len(es), 1) * sideEntrySize
+		n = sideGrowth(len(es)) * sideEntrySize
 	}
 	if sh.side.lists == nil {
 		n += 24 * len(sh.slots)

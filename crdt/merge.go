@@ -1,7 +1,6 @@
 package crdt
 
 import (
-	"slices"
 )
 
 // MergeOutcome says what Merge did with an entry.
@@ -97,7 +96,7 @@ func (sh *shard) merge(s *Store, h uint64, rule RuleID, key string, nowIndex, wi
 			return Full
 		}
 		member = s.isMember(rep)
-		sh.setSide(i, slices.Insert(es, j, newSideEntry(win, rep, count, member)))
+		sh.setSide(i, insertSide(es, j, newSideEntry(win, rep, count, member)))
 		sl.flags |= flagSide
 		diff = count
 	}

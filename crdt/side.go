@@ -17,6 +17,29 @@ type sideTable struct {
 	bytes int // the lists' capacity in bytes
 }
 
+// insertSide inserts e into es at j. A full list grows by a quarter (at
+// least sideGrowMin entries), not by doubling as append does: a node holds
+// a list per key of every PoP of its region and every other region's
+// voice, up to three windows of each, and lists grown by doubling held
+// up to half their capacity unused.
+func insertSide(es []sideEntry, j int, e sideEntry) []sideEntry {
+	if len(es) == cap(es) {
+		g := make([]sideEntry, len(es), len(es)+sideGrowth(len(es)))
+		copy(g, es)
+		es = g
+	}
+	es = es[:len(es)+1]
+	copy(es[j+1:], es[j:])
+	es[j] = e
+	return es
+}
+
+// sideGrowth is how many entries a full list of n grows by (insertSide).
+func sideGrowth(n int) int { return max(n/4, sideGrowMin) }
+
+// sideGrowMin is the least a full list grows by.
+const sideGrowMin = 2
+
 // sideEntrySize is the size of a sideEntry in bytes.
 const sideEntrySize = int(unsafe.Sizeof(sideEntry{}))
 
