@@ -589,7 +589,10 @@ func (sh *shard) split(s *Store, a *Allowance, i int32, sl *slot, now, elapsed, 
 			// with no request of the key in its period loses it: turns
 			// drawn at the share alone admitted 0.954 of a central
 			// limiter's admits on 300 PoPs (see crowdedDraw).
-			p *= crowdedDraw(e, sl, f, float64(a.Horizon)/float64(width))
+			p *= min(crowdedDraw(e, sl, f, float64(a.Horizon)/float64(width)), crowdedTurns+pooledPart*float64(limit)/room)
+			// (Past crowdedTurns, the turns of all replicas together add
+			// at most pooledPart of the limit, as pooling does: a surge
+			// cashes them all at once.)
 		}
 		if turn(s.hashBytes(sl.rule, sh.keyBytes(i)), now, a.Horizon, p) {
 			return true, 0
@@ -664,9 +667,14 @@ const rushedParts = 3
 // window). Spread over 54 replicas, a key at 1.1 times its limit of 300 per
 // 10 s has a request at each in about one period in eight, and turns
 // drawn at twice the share kept the fleet 8 % under its limit (0.955 of a
-// central limiter's admits, 0.987 now; at one over the chance alone, 0.989
-// with peaks of the exact trailing count up to 1.057, 1.047 now). Without
-// a count of its denials a replica draws at crowdedTurns.
+// central limiter's admits). But a key that surges everywhere at once
+// finds every replica with a request, and cashes every turn: split
+// bounds the turns past crowdedTurns so that all replicas' together add
+// at most pooledPart of the limit (the key at 0.95 of its limit over 80
+// replicas, surging to 5 times it for a second, went to 1.06-1.07 of its
+// limit unbounded; 1.02-1.03 at twice the share, 1.03-1.04 bounded;
+// 0.968-0.973 of central on the 54 replicas above). Without a count of
+// its denials a replica draws at crowdedTurns.
 func crowdedDraw(e *hotEntry, sl *slot, f, hw float64) float64 {
 	if e == nil {
 		return crowdedTurns

@@ -1,8 +1,5 @@
 package crdt
 
-import (
-)
-
 // MergeOutcome says what Merge did with an entry.
 type MergeOutcome uint8
 

@@ -152,16 +152,24 @@ func TestPoolingHoldsUnderSurgeAndAttack(t *testing.T) {
 		name  string
 		scale float64 // of the 1.1x stream: 0.95 / 1.1 for the surge, 4 / 1.1 under attack
 		surge bool
+		limit uint64 // the rule's, and the stream's rate with it (0: the file's)
 	}{
-		{"hot-key-1s-windows", 0.95 / 1.1, true},
-		{"hot-key-20pops", 0.95 / 1.1, true},
-		{"hot-key-1s-windows", 4 / 1.1, false},
-		{"hot-key-20pops-one-node", 4 / 1.1, false},
+		{"hot-key-1s-windows", 0.95 / 1.1, true, 0},
+		{"hot-key-20pops", 0.95 / 1.1, true, 0},
+		{"hot-key-1s-windows", 4 / 1.1, false, 0},
+		{"hot-key-20pops-one-node", 4 / 1.1, false, 0},
+		// Crowded (80 replicas, a limit of 300): the turns (crdt's
+		// crowdedDraw) every replica cashes at once.
+		{"hot-key-80nodes", 0.95 / 1.1, true, 300},
 	} {
 		for _, voices := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/surge=%v/voices=%v", tc.name, tc.surge, voices), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/limit=%d/surge=%v/voices=%v", tc.name, tc.limit, tc.surge, voices), func(t *testing.T) {
 				t.Parallel()
 				r := runVariant(t, tc.name, "", voices, 0, 40*time.Second, func(sc *Scenario) {
+					if tc.limit != 0 {
+						sc.Traffic[0].Rate *= Rate(float64(tc.limit) / float64(sc.Rules[0].Limit))
+						sc.Rules[0].Limit = tc.limit
+					}
 					base := sc.Traffic[0]
 					sc.Traffic[0].Rate *= Rate(tc.scale)
 					if tc.surge {
