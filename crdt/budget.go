@@ -22,7 +22,7 @@ import "unsafe"
 
 // bytes is what the shard accounts for; the caller holds sh.mu.
 func (sh *shard) bytes() int {
-	return len(sh.slots)*int(unsafe.Sizeof(slot{})) + 24*len(sh.side.lists) + sh.side.bytes +
+	return len(sh.slots)*int(unsafe.Sizeof(slot{})) + sideListSize*len(sh.side.lists) + sh.side.bytes +
 		cap(sh.arena) + sh.sketchBytes
 }
 
@@ -37,7 +37,7 @@ func (sh *shard) keyGrowth(klen int) int {
 	if (sh.used+1)*8 > len(sh.slots)*maxLoad {
 		per := int(unsafe.Sizeof(slot{}))
 		if sh.side.lists != nil {
-			per += 24
+			per += sideListSize
 		}
 		n += len(sh.slots) / 2 * per
 	}
@@ -55,7 +55,7 @@ func (sh *shard) entryGrowth(es []sideEntry) int {
 		n = sideGrowth(len(es)) * sideEntrySize
 	}
 	if sh.side.lists == nil {
-		n += 24 * len(sh.slots)
+		n += sideListSize * len(sh.slots)
 	}
 	return n
 }

@@ -78,7 +78,7 @@ func (s *Store) PrefetchSlot(h uint64) {
 		p := uintptr(home(h, int(n)))
 		prefetch(sh.base.Load() + p*unsafe.Sizeof(slot{}))
 		if sb := sh.sideBase.Load(); sb != 0 {
-			prefetch(sb + p*unsafe.Sizeof([]sideEntry(nil)))
+			prefetch(sb + p*unsafe.Sizeof(sideList{}))
 		}
 	}
 }

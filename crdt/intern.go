@@ -188,8 +188,8 @@ func (s *Store) ForgetReplicas() int {
 	for si := range s.shards {
 		sh := &s.shards[si]
 		sh.mu.Lock()
-		for _, es := range sh.side.lists {
-			for _, e := range es {
+		for _, l := range sh.side.lists {
+			for _, e := range l.entries() {
 				used[e.rep()] = true
 			}
 		}

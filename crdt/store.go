@@ -284,7 +284,7 @@ func (s *Store) Stats() StoreStats {
 		sh.mu.Lock()
 		st.Keys += sh.used
 		st.HotKeys += len(sh.hot)
-		st.TableBytes += len(sh.slots)*int(unsafe.Sizeof(slot{})) + 24*len(sh.side.lists)
+		st.TableBytes += len(sh.slots)*int(unsafe.Sizeof(slot{})) + sideListSize*len(sh.side.lists)
 		st.OffHeapBytes += sh.offHeapBytes()
 		st.ArenaBytes += cap(sh.arena)
 		st.SketchBytes += sh.sketchBytes
