@@ -40,11 +40,13 @@ import (
 // it), where a hundred requests in a short part err by a tenth and more.
 // preSideDemand is what it must see in the whole window before the cut
 // (preCut), whose growth must pass partJump: with fewer, on 1 s windows,
-// one window's noise read as a failover (skewed-two-pops-1s went to 1.38
-// of its limit in its cut with 100); at 400, the nodes of PoPs of three
-// took no baseline in a fleet drawn with 330-400 requests a window each,
-// and a failover at the cut was folded into the cut's window (0.79 of
-// central in the cut; 0.85 at 300).
+// one window's noise read as a failover (skewed-two-pops-1s, 225 requests
+// a window at each node, went to 1.38 of its limit in its cut at 100 and
+// 200; at 1.34 to 2 times its rate, 300 to 450 a window, its cut stays
+// at 1.11-1.14 with the baseline as without it); at 400, the nodes of
+// PoPs of three took no baseline in a fleet drawn with 330-400 requests a
+// window each, and a failover at the cut was folded into the cut's window
+// (0.79 of central in the cut; 0.85 at 300).
 const (
 	minSideDemand  = 100
 	partSideDemand = 4 * minSideDemand
