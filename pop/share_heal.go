@@ -40,12 +40,22 @@ import (
 //   - The window's admits stay spread no later than evenly: at every
 //     instant from the heal on (elapsed part e, the key's count there
 //     C(e); at the heal, this side's count then and the other side's as
-//     it arrived), its total may not pass (C(e) + HealSlack x limit) / e,
+//     it arrived), and at this side's marks of the window before the heal
+//     when the cut held all of it (the other side's count taken as all
+//     come by then), its
+//     total may not pass (C(e) + HealSlack x limit) / e,
 //     nor need it stay under half the limit plus that slack (a key steady
 //     below half its limit is not held by the noise of its arrivals). The
 //     next window's estimate then errs by HealSlack of the limit at most;
 //     what the bound holds back opens at the next window's start, where
 //     the estimate weighs it as it is.
+//
+// Bound from the heal on only, a window a side spent late before the heal
+// (its share grown as the window ran, to nearly the whole limit) kept its
+// total, and the next window's estimate, weighing it as spread evenly,
+// took its late admits for gone: 1.11 of the limit after a region's
+// failover healed mid-window (failover-lone-region, 110 s, seed 2), 1.10
+// on four other seeds; 1.080-1.095 with the marks.
 //
 // A key whose window was spread evenly on both sides (each side spent its
 // share to the end of the cut) meets neither bound. From the next window
@@ -229,6 +239,20 @@ func (n *Node) healLimit(p *partition, r *ruleState, key string, now, idx, elaps
 		if within {
 			e := float64(p.healed-r.start(idx)) / float64(r.width)
 			h.max = (float64(p.marks[shareKey{r.id, key}]+oCur) + slack) / e
+			// And at this side's marks of the window before the heal,
+			// the other side's admits taken as all come by then (a PoP
+			// that stopped or crashed spent them before it did), when the
+			// cut held the whole of the window before the heal: a
+			// shorter one spent little of it by its shares, and the
+			// marks of a node catching up on the window (restarted into
+			// the cut) fall short of its count.
+			if marks, ok := sh.prof.of(idx); ok && p.since <= r.start(idx) {
+				for _, m := range marks {
+					if me := float64(m.e); me > 0 && me < e {
+						h.max = min(h.max, (float64(m.c)+float64(oCur)+slack)/me)
+					}
+				}
+			}
 		}
 		marks, marked := sh.prof.of(idx - 1)
 		if side := float64(prev) - float64(oPrev); marked && side > 0 {
