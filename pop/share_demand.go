@@ -139,10 +139,11 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		// The window the cut began in, from the cut on, at its rate over
 		// the whole window, against the demand before the cut (preCut).
 		g := float64(sh.demand) / sh.cover / sh.baseDemand
+		own := g
 		if sure && g > 1 {
 			g = min(g, max(f, 1))
 		}
-		sh.follow(g, floor, step, sure)
+		sh.follow(g, own, floor, step, sure, true)
 	case next && !sh.whole && sh.sidePre():
 		// A key too thin to measure before the cut, on a side whose
 		// baseline is the demand before it: the window the cut began in
@@ -150,7 +151,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		// key; the side's growth against the demand before the cut is
 		// the key's.
 		if step >= 0 && sure && sh.demand > 0 {
-			sh.follow(f, floor, step, true)
+			sh.follow(f, f, floor, step, true, true)
 		}
 	case next && !sh.whole && sh.demandWin == sh.win && sh.baseDemand == 0 && step >= 0 &&
 		sh.cover >= minCover && sh.demand >= minShareDemand:
@@ -183,17 +184,18 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 			sh.baseDemand = float64(sh.demand)
 			if sure && f > 1 {
 				sh.baseDemand /= f
-				sh.follow(f, floor, step, true)
+				sh.follow(f, f, floor, step, true, true)
 			}
 			break
 		}
 		g := float64(sh.demand) / sh.baseDemand
+		own := g
 		if sure && g > 1 {
 			g = min(g, max(f, 1)) // past the side's growth: this key's surge
 		}
-		sh.follow(g, floor, step, sure)
+		sh.follow(g, own, floor, step, sure, true)
 	case next && sh.whole && step >= 0 && sure && sh.demand > 0:
-		sh.follow(f, floor, step, true) // too few requests: the side's growth
+		sh.follow(f, f, floor, step, true, true) // too few requests: the side's growth
 	}
 	sh.demandWin, sh.demand, sh.whole, sh.probed = idx, 0, next, 0
 	sh.markDemand, sh.markE, sh.nextDemand, sh.nextE = 0, 0, 0, 0
@@ -224,7 +226,8 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	// to mark would take the side's growth, and there the side's total
 	// counts every key uncapped (one key's surge read as a failover of
 	// all). Both must have moved partJump past their early rates, as the
-	// window's close asks (a short early part errs by up to a tenth).
+	// window's close asks (a short early part errs by up to a tenth), but
+	// for a growth by riseRoom (grow) measured on bandDemand of the side's.
 	base, startE, inCut := sh.baseDemand, 0.0, false
 	switch {
 	case !sh.whole && sh.pre:
@@ -250,11 +253,12 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	sh.probed = at
 	e := float64(elapsed) / float64(width)
 	var f float64
+	var fn uint64
 	var sure bool
 	if sh.side != nil {
-		f, sure = sh.side.projected(idx, e)
+		f, fn, sure = sh.side.projected(idx, e)
 	}
-	if !sure || (inCut && f < partJump) {
+	if !sure {
 		return // one key's demand alone may be its surge
 	}
 	// The key's demand since its mark (at least probeFrom of a window ago,
@@ -271,23 +275,27 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	case sh.nextE == 0:
 		sh.nextDemand, sh.nextE = sh.demand, e
 	}
-	var g float64
+	var g, own float64
+	// The side's growth measured on bandDemand or more may grow a share
+	// by riseRoom (grow).
+	band := float64(fn) >= bandDemand
 	switch {
 	case base > 0 && e > fromE && float64(sh.demand-from) >= minShareDemand*(e-fromE):
 		g = float64(sh.demand-from) / (base * (e - fromE))
+		own = g
 		if g > 1 {
 			g = min(g, max(f, 1))
 		}
 	case sh.demand > 0 && !inCut:
-		g = f
+		g, own = f, f
 	default:
 		return
 	}
-	if inCut && g < partJump {
+	if inCut && g < partJump && !band {
 		return
 	}
 	open := sh.ramp.open(sh.frac, now) // the budget in force now
-	if !sh.grow(g, step, sure) {
+	if !sh.grow(g, own, step, sure, band) {
 		return
 	}
 	sh.ramp = shareRamp{from: open, at: now, end: now - elapsed + 2*width}
@@ -348,9 +356,11 @@ func (r shareRamp) open(frac float64, now int64) float64 {
 // follow moves the share as the side's demand moved by g since the
 // baseline; sure says the side's total confirms g, which then needs to pass
 // ShareStep only once to move a share (twice otherwise: one key's demand
-// is noisier). The caller holds sh.mu.
-func (sh *share) follow(g, floor, step float64, sure bool) {
-	if sh.grow(g, step, sure) {
+// is noisier). own is the key's own growth before g was capped at the
+// side's, and band whether a growth a rise on both sides would show as
+// well may grow the share by riseRoom (grow). The caller holds sh.mu.
+func (sh *share) follow(g, own, floor, step float64, sure, band bool) {
+	if sh.grow(g, own, step, sure, band) {
 		return
 	}
 	part := g * sh.snap  // the side's part of the fleet's demand before the cut
@@ -375,23 +385,55 @@ func (sh *share) sidePre() bool {
 // side's demand grew by g since the baseline and it now carries nearly all
 // of the fleet's demand (the other side's demand moved here), and reports
 // whether it did. The caller holds sh.mu.
-func (sh *share) grow(g, step float64, sure bool) bool {
+//
+// Against the demand before the cut, demand that rose on both sides while
+// they were cut reads as growth too: a rise of every key by 1.3 times took
+// a side to its takeover; so a growth against it must pass partJump. A
+// failover of a fifth to a third of the demand grows a side by 1.25 to 1.5
+// times, as such a rise does, and the side kept its snapshot (0.67-0.80 of
+// a central limiter's admits). Below partJump the share now grows by at
+// most riseRoom past its snapshot: a rise on both sides then takes the
+// fleet at most that far over its limit (only one side can carry
+// takeoverAt of the demand). Only when band says the growth was measured
+// on demand enough (a whole window's, or a probed part with bandDemand of
+// the side's), and the key's own growth (own, before it was capped at the
+// side's) keeps it within the fleet's demand before the cut: a side's
+// total counts a key at most as far as a failover could take it, so a
+// surge of every key on both sides reads, capped, as a whole failover
+// (one key at 3.3 and 10 times its demand on the two sides grew a side of
+// three quarters by riseRoom).
+func (sh *share) grow(g, own, step float64, sure, band bool) bool {
 	part := g * sh.snap  // the side's part of the fleet's demand before the cut
 	t := part * sh.scale // the same, as a fraction of the limit
 	gate := 1 + 2*step
 	if sure {
 		gate = 1 + step
 	}
-	if sh.pre || (sh.side != nil && sh.side.pre.Load()) {
-		// Against the demand before the cut, demand that rose on both
-		// sides while they were cut reads as growth too: a rise of every
-		// key by 1.3 times took a side to its takeover (the sides to 1.10
-		// of the limit), where a failover doubles a side's demand or more.
-		gate = max(gate, partJump)
+	most := 1.0
+	if g < partJump && (sh.pre || (sh.side != nil && sh.side.pre.Load())) {
+		if !band || own*sh.snap > 1+step {
+			return false
+		}
+		most = sh.snap + riseRoom
 	}
-	if g >= gate && part >= takeoverAt && part <= 1+step && t > sh.frac {
-		sh.frac = min(t, 1) // the other side's demand moved here
-		return true
+	if g >= gate && part >= takeoverAt && part <= 1+step {
+		if to := min(t, most); to > sh.frac {
+			sh.frac = to // the other side's demand moved here
+			return true
+		}
 	}
 	return false
 }
+
+// bandDemand is the least demand of a side's probed part of a window (a
+// fifth of a window at least) whose growth may grow its shares by
+// riseRoom (grow): with fewer, its noise alone reaches the growth a
+// failover of a fifth of the demand shows (a side of one key whose demand
+// did not move grew past its snapshot on a probe of 70 requests,
+// rolling-cuts going to 1.10 of its limit).
+const bandDemand = 4 * minShareDemand
+
+// riseRoom is how far past its snapshot (a fraction of the limit) a share
+// grows on a growth that a rise of demand on both sides would show as well
+// (grow).
+const riseRoom = 0.1

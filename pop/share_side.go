@@ -30,7 +30,9 @@ import (
 // is capped at F (the rest is its surge, which the other side sees too), and
 // a key with too few requests to measure its own growth (minShareDemand)
 // takes F. With a single key F is that key's growth again, and a surge and
-// a failover look alike, as before.
+// a failover look alike as long as the key's demand stays within the
+// fleet's before the cut; a key whose own demand alone passes it surged
+// (share_demand.go, grow).
 
 // minSideDemand is the least demand (in cost units, all keys together) a
 // node must see in the baseline window before F speaks; partSideDemand
@@ -254,8 +256,8 @@ func (d *sideDemand) capFor(kb uint64, inBase bool) (uint64, bool) {
 
 // projected returns F for window idx while it runs, e of it passed: its
 // demand so far over the baseline's share of e, once the baseline speaks
-// and idx was counted from its start.
-func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
+// and idx was counted from its start; n is the demand F was measured on.
+func (d *sideDemand) projected(idx int64, e float64) (f float64, n uint64, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// The baseline, and where the window's demand was counted from: in
@@ -267,10 +269,10 @@ func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
 	} else if !d.whole && idx == d.startWin && d.earlyE > 0 {
 		base, startE = float64(d.earlyC)/d.earlyE, 1-d.cover
 	} else if !d.whole || d.baseWin >= idx {
-		return 0, false
+		return 0, 0, false
 	}
 	if base < minSideDemand || d.win.Load() != idx || e <= startE {
-		return 0, false
+		return 0, 0, false
 	}
 	// Since the mark at least probeFrom ago (the window's start, or the
 	// cut, before): the demand before a failover inside the window does
@@ -279,7 +281,7 @@ func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
 	from, fromE := uint64(0), startE
 	defer func() {
 		if fromE == startE {
-			f, ok = 0, false
+			f, n, ok = 0, 0, false
 		}
 	}()
 	switch {
@@ -299,9 +301,9 @@ func (d *sideDemand) projected(idx int64, e float64) (f float64, ok bool) {
 		// (1.6 times its baseline's rate), grew its share while its
 		// mate did not, and the side spent 0.8 of the limit beside the
 		// other's half (1.41 of it).
-		return 0, false
+		return 0, 0, false
 	}
-	return float64(c-from) / (base * (e - fromE)), true
+	return float64(c-from) / (base * (e - fromE)), c - from, true
 }
 
 // marked reports whether the early part of the window the cut began in is

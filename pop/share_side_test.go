@@ -494,3 +494,70 @@ func TestFirstSpan(t *testing.T) {
 	assert.InDelta(t, 0.5, n.firstSpan(r, start+3*W/4), 1e-9, "from the first decision")
 	assert.Zero(t, n.firstSpan(r, start+W+W/2), "a later window")
 }
+
+// A failover of a quarter of the demand at the cut, keys at their limit:
+// eu's clients (5 requests a key a window, limit 20) move to us (15), and
+// us's demand grows 1.33 times against the demand before the cut, as a
+// rise of a third on both sides would. us grows by riseRoom past its three
+// quarters (17 of every 20), where it kept them (0.75 of what a central
+// limiter admits).
+func TestShareQuarterFailoverAtTheCut(t *testing.T) {
+	const keys = 30
+	both, us := sideRun(t, manyKeys(keys), func(w int64, _ string, i int) (int, int) {
+		switch {
+		case w >= 0 && i%2 == 0:
+			return 0, 1
+		case w < 0 && i%8 == 0:
+			return 1, 0
+		case w < 0 && i%2 == 0:
+			return 0, 1
+		}
+		return 0, 0
+	})
+	atLimit(t, both, keys)
+	usTakes(t, us, 2, keys*33/2)
+	for w, ks := range us {
+		n := 0
+		for _, x := range ks {
+			n += x
+		}
+		assert.LessOrEqual(t, n, keys*18, "window %d: us grows by riseRoom at most", w)
+	}
+}
+
+// The growth of TestShareQuarterFailoverAtTheCut from a rise of a third on
+// both sides (every key at its limit before the cut, three quarters of its
+// demand on us): us cannot tell it from a failover, and grows by riseRoom
+// past its three quarters; eu keeps its quarter. The sides together spend
+// at most 1.10 times every key's limit (22 of 20), where keep lets each
+// spend the whole limit.
+func TestShareRiseOnBothSidesCostsRiseRoomAtMost(t *testing.T) {
+	const keys = 30
+	both, us := sideRun(t, manyKeys(keys), func(w int64, _ string, i int) (int, int) {
+		switch {
+		case w >= 0 && i%2 == 0: // 20 a window on us, 7 on eu
+			return 0, 1
+		case w >= 0 && i%6 == 1:
+			return 1, 0
+		case w >= 0:
+			return 0, 0
+		case i%8 == 0:
+			return 1, 0
+		case i%2 == 0:
+			return 0, 1
+		}
+		return 0, 0
+	})
+	for w := range both {
+		for k := range keys {
+			assert.LessOrEqual(t, both[w][k], 23, "window %d key %d: the sides together stay within 1.10 times the limit", w, k)
+		}
+	}
+	for w, ks := range us {
+		n := 0
+		for _, x := range ks {
+			n += x
+		}
+		assert.LessOrEqual(t, n, keys*18, "window %d: us grows by riseRoom at most", w)
+	}
+}
