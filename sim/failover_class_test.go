@@ -117,12 +117,13 @@ func failoverScenarioAt(rng *rand.Rand, i, width, cutAt int) (string, string) {
 // headroom was paced by its lag (crdt's Allowance.Reach; 0.36 at the
 // least): a key's part of the admits at its limit followed its PoPs'
 // nodes and lag, not its demand, and a side's share and its takeover are
-// measured in that part. What is left (docs/replication.md, "What the
-// failover class still misses"): a failover of one region of three sits at
-// the least growth that reads as one, and one late in the window the cut
-// began in is split between two windows.
+// measured in that part. 10 of 12 did while a failover of one region of
+// three, which sits at the least growth that reads as one (pop's
+// partJump), could keep its side's share of before (0.79 at the least);
+// from that growth down to 1.25 times a share now grows by a tenth of the
+// limit (pop's riseRoom), and every draw takes 0.81 at least.
 func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
-	runDrawnFleets(t, 1, failoverScenario, failoverCheck(t, 0.75))
+	runDrawnFleets(t, 1, failoverScenario, failoverCheck(t, 0.80))
 }
 
 // Failovers at the moment of the cut, on fleets drawn at random as above
@@ -132,14 +133,14 @@ func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
 // share of before the cut: 0.29-0.72 of the central limiter's admits in
 // the cut on TestFailoversGeneratedStayUnderTheirPeak's draws at the cut.
 // Each node now also knows its demand of the window before the cut (crdt's
-// OwnDemand), and measures the cut against it (pop's preCut). Held to the
-// same floor (7 of 12 draws at 0.80 before the shares were paced by lag).
+// OwnDemand), and measures the cut against it (pop's preCut). Every draw
+// takes 0.80 at least (7 of 12 before the shares were paced by lag).
 func TestFailoversAtTheCutAcrossTheClass(t *testing.T) {
 	atCut := regexp.MustCompile(`(changes: \[\{at: |moving at )\d+s`)
 	runDrawnFleets(t, 2, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenario(rng, i)
 		return atCut.ReplaceAllString(text, "${1}20s"), atCut.ReplaceAllString(name, "${1}20s")
-	}, failoverCheck(t, 0.75))
+	}, failoverCheck(t, 0.80))
 }
 
 // failoverCheck returns the check of one drawn failover's report: the
@@ -224,20 +225,21 @@ func runDrawnFleets(t *testing.T, stream uint64, draw func(*rand.Rand, int) (str
 
 // Failovers with 30 s windows, on fleets drawn as above (another stream):
 // the cut comes two windows later (at 60 s) and lasts four windows, the
-// clients moving up to 15 s into it. 11 of the 12 draws admit at least
-// 0.86 of what the central limiter admits in the cut in both region
-// voices settings, peaks within 1.05. The twelfth is the class's known
-// miss: a region of one one-node PoP, a fifth of the demand, fails over to
-// a side of four PoPs, whose demand grows 1.25 times, under the growth a
-// side measured against its demand before the cut must show (1.5 times,
-// pop's partJump: a rise on both sides of up to that much is not told
-// from a failover); the side keeps its part of the limit (0.745-0.750 of
-// central), hence the floor of 0.70 here.
+// clients moving up to 15 s into it. Every draw admits at least 0.81 of
+// what the central limiter admits in the cut in both region voices
+// settings, peaks within 1.04. The twelfth was the class's known miss
+// (0.745-0.750 of central): a region of one one-node PoP, a fifth of the
+// demand, fails over to a side of four PoPs, whose demand grows 1.25
+// times, under the growth a side measured against its demand before the
+// cut must show to take the other side's share (1.5 times, pop's
+// partJump: a rise on both sides of up to that much is not told from a
+// failover); such a growth now grows a share by a tenth of the limit (pop's
+// riseRoom).
 func TestFailoversWithLongWindowsAcrossTheClass(t *testing.T) {
 	runDrawnFleets(t, 5, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenarioIn(rng, i, 30)
 		return text, name + ", 30 s windows"
-	}, failoverCheck(t, 0.70))
+	}, failoverCheck(t, 0.80))
 }
 
 // Failovers in the fleet's first window: the draws of
@@ -247,10 +249,12 @@ func TestFailoversWithLongWindowsAcrossTheClass(t *testing.T) {
 // demand in the part of the window before the cut, at its rate over a
 // whole window, as the baseline (pop's preCut), so that a failover at the
 // cut or a few seconds after it is not folded into a baseline counted from
-// the cut on.
+// the cut on. Every draw takes 0.83 of central at least (0.756 for the
+// fifth of the demand failing over, before a growth under partJump grew a
+// share by riseRoom).
 func TestFailoversInTheFirstWindowAcrossTheClass(t *testing.T) {
 	runDrawnFleets(t, 5, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenarioAt(rng, i, 30, 20)
 		return text, name + ", 30 s windows, cut in the first"
-	}, failoverCheck(t, 0.70))
+	}, failoverCheck(t, 0.80))
 }
