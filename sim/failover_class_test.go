@@ -32,15 +32,11 @@ func failoverScenarioIn(rng *rand.Rand, i, width int) (string, string) {
 
 // failoverScenarioAt is failoverScenarioIn with the cut at cutAt s.
 func failoverScenarioAt(rng *rand.Rand, i, width, cutAt int) (string, string) {
-	type pop struct {
-		name  string
-		nodes int
-	}
 	nreg := 2 + rng.IntN(2)
-	regions := make([][]pop, nreg)
+	regions := make([][]drawnPoP, nreg)
 	for r := range regions {
 		for p := range 1 + rng.IntN(3) {
-			regions[r] = append(regions[r], pop{fmt.Sprintf("r%dp%d", r, p), 1 + rng.IntN(3)})
+			regions[r] = append(regions[r], drawnPoP{fmt.Sprintf("r%dp%d", r, p), 1 + rng.IntN(3)})
 		}
 	}
 	cut := rng.IntN(nreg)
@@ -82,29 +78,45 @@ func failoverScenarioAt(rng *rand.Rand, i, width, cutAt int) (string, string) {
 	var b strings.Builder
 	// The cut lasts four windows; the clients move up to 15 s after it.
 	at += cutAt - 20
+	writeFailoverScenario(&b, fmt.Sprintf("failover-class-%d", i), rng.IntN(1000), regions, lat, loss,
+		limit, width, keys, mult, share, moved, at, cut, cutAt)
+	name := fmt.Sprintf("%d regions, r%d cut, %d keys at %gx a limit of %d, moving at %ds to %s, %dms, loss %g",
+		nreg, cut, keys, mult, limit, at, to, lat, loss)
+	return b.String(), name
+}
+
+// drawnPoP is a PoP of a drawn fleet.
+type drawnPoP struct {
+	name  string
+	nodes int
+}
+
+// writeFailoverScenario writes a drawn failover's scenario to b: the
+// regions' PoPs, the drawn network, one global share rule of limit per
+// width seconds, keys at mult times it spread by share and moving to moved
+// at at seconds, region cut cut off from cutAt for four windows.
+func writeFailoverScenario(b *strings.Builder, name string, seed int, regions [][]drawnPoP, lat int, loss float64,
+	limit, width, keys int, mult float64, share, moved []string, at, cut, cutAt int) {
 	heal := cutAt + 4*width
-	fmt.Fprintf(&b, "name: failover-class-%d\nseed: %d\nduration: %ds\ntopology:\n", i, rng.IntN(1000), heal+10)
+	fmt.Fprintf(b, "name: %s\nseed: %d\nduration: %ds\ntopology:\n", name, seed, heal+10)
 	for r, ps := range regions {
 		var s []string
 		for _, p := range ps {
 			s = append(s, fmt.Sprintf("{name: %s, nodes: %d}", p.name, p.nodes))
 		}
-		fmt.Fprintf(&b, "  - {region: r%d, pops: [%s]}\n", r, strings.Join(s, ", "))
+		fmt.Fprintf(b, "  - {region: r%d, pops: [%s]}\n", r, strings.Join(s, ", "))
 	}
-	writeDrawnNetwork(&b, lat, loss)
-	fmt.Fprintf(&b, "rules:\n  - {name: api, key: ip, limit: %d, window: %ds, scope: global, on_partition: share}\n", limit, width)
-	fmt.Fprintf(&b, "traffic:\n  - rule: api\n    keys: %d\n    rate: %g/s\n", keys, float64(keys*limit)/float64(width)*mult)
-	fmt.Fprintf(&b, "    share: {%s}\n    changes: [{at: %ds, share: {%s}}]\n", strings.Join(share, ", "), at, strings.Join(moved, ", "))
+	writeDrawnNetwork(b, lat, loss)
+	fmt.Fprintf(b, "rules:\n  - {name: api, key: ip, limit: %d, window: %ds, scope: global, on_partition: share}\n", limit, width)
+	fmt.Fprintf(b, "traffic:\n  - rule: api\n    keys: %d\n    rate: %g/s\n", keys, float64(keys*limit)/float64(width)*mult)
+	fmt.Fprintf(b, "    share: {%s}\n    changes: [{at: %ds, share: {%s}}]\n", strings.Join(share, ", "), at, strings.Join(moved, ", "))
 	var rest []string
 	for r := range regions {
 		if r != cut {
 			rest = append(rest, fmt.Sprintf("r%d", r))
 		}
 	}
-	fmt.Fprintf(&b, "events:\n  - {at: %ds, partition: [[r%d], [%s]]}\n  - {at: %ds, heal: true}\n", cutAt, cut, strings.Join(rest, ", "), heal)
-	name := fmt.Sprintf("%d regions, r%d cut, %d keys at %gx a limit of %d, moving at %ds to %s, %dms, loss %g",
-		nreg, cut, keys, mult, limit, at, to, lat, loss)
-	return b.String(), name
+	fmt.Fprintf(b, "events:\n  - {at: %ds, partition: [[r%d], [%s]]}\n  - {at: %ds, heal: true}\n", cutAt, cut, strings.Join(rest, ", "), heal)
 }
 
 // Failovers as a class, on fleets drawn at random (failoverScenario), in

@@ -15,14 +15,10 @@ import (
 // loss drawn as in failoverScenario.
 func smallFailoverScenario(rng *rand.Rand, i int) (string, string) {
 	nreg := 3 + rng.IntN(3)
-	type pop struct {
-		name  string
-		nodes int
-	}
-	regions := make([][]pop, nreg)
+	regions := make([][]drawnPoP, nreg)
 	for r := range regions {
 		for p := range 1 + rng.IntN(2) {
-			regions[r] = append(regions[r], pop{fmt.Sprintf("r%dp%d", r, p), 1 + rng.IntN(3)})
+			regions[r] = append(regions[r], drawnPoP{fmt.Sprintf("r%dp%d", r, p), 1 + rng.IntN(3)})
 		}
 	}
 	cut := rng.IntN(nreg)
@@ -53,27 +49,9 @@ func smallFailoverScenario(rng *rand.Rand, i int) (string, string) {
 	at := cutAt + []int{0, 0, 3, 8}[rng.IntN(4)]
 	lat := []int{40, 90, 150}[rng.IntN(3)]
 	loss := []float64{0, 0.005, 0.01}[rng.IntN(3)]
-	heal := cutAt + 4*width
 	var b strings.Builder
-	fmt.Fprintf(&b, "name: small-failover-%d\nseed: %d\nduration: %ds\ntopology:\n", i, rng.IntN(1000), heal+10)
-	for r, ps := range regions {
-		var s []string
-		for _, p := range ps {
-			s = append(s, fmt.Sprintf("{name: %s, nodes: %d}", p.name, p.nodes))
-		}
-		fmt.Fprintf(&b, "  - {region: r%d, pops: [%s]}\n", r, strings.Join(s, ", "))
-	}
-	writeDrawnNetwork(&b, lat, loss)
-	fmt.Fprintf(&b, "rules:\n  - {name: api, key: ip, limit: %d, window: %ds, scope: global, on_partition: share}\n", limit, width)
-	fmt.Fprintf(&b, "traffic:\n  - rule: api\n    keys: %d\n    rate: %g/s\n", keys, float64(keys*limit)/float64(width)*mult)
-	fmt.Fprintf(&b, "    share: {%s}\n    changes: [{at: %ds, share: {%s}}]\n", strings.Join(share, ", "), at, strings.Join(moved, ", "))
-	var rest []string
-	for r := range regions {
-		if r != cut {
-			rest = append(rest, fmt.Sprintf("r%d", r))
-		}
-	}
-	fmt.Fprintf(&b, "events:\n  - {at: %ds, partition: [[r%d], [%s]]}\n  - {at: %ds, heal: true}\n", cutAt, cut, strings.Join(rest, ", "), heal)
+	writeFailoverScenario(&b, fmt.Sprintf("small-failover-%d", i), rng.IntN(1000), regions, lat, loss,
+		limit, width, keys, mult, share, moved, at, cut, cutAt)
 	return b.String(), fmt.Sprintf("%d regions, %.2f cut, %ds windows, %d keys at %gx of %d, moving %ds after, %dms loss %g", nreg, f, width, keys, mult, limit, at-cutAt, lat, loss)
 }
 
