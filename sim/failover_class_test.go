@@ -33,12 +33,7 @@ func failoverScenarioIn(rng *rand.Rand, i, width int) (string, string) {
 // failoverScenarioAt is failoverScenarioIn with the cut at cutAt s.
 func failoverScenarioAt(rng *rand.Rand, i, width, cutAt int) (string, string) {
 	nreg := 2 + rng.IntN(2)
-	regions := make([][]drawnPoP, nreg)
-	for r := range regions {
-		for p := range 1 + rng.IntN(3) {
-			regions[r] = append(regions[r], drawnPoP{fmt.Sprintf("r%dp%d", r, p), 1 + rng.IntN(3)})
-		}
-	}
+	regions := drawRegions(rng, nreg, 3)
 	cut := rng.IntN(nreg)
 	var all, other []string
 	for r, ps := range regions {
@@ -89,6 +84,18 @@ func failoverScenarioAt(rng *rand.Rand, i, width, cutAt int) (string, string) {
 type drawnPoP struct {
 	name  string
 	nodes int
+}
+
+// drawRegions draws nreg regions of one to maxPoPs PoPs of one to three
+// nodes each, PoP p of region r named "r<r>p<p>".
+func drawRegions(rng *rand.Rand, nreg, maxPoPs int) [][]drawnPoP {
+	regions := make([][]drawnPoP, nreg)
+	for r := range regions {
+		for p := range 1 + rng.IntN(maxPoPs) {
+			regions[r] = append(regions[r], drawnPoP{fmt.Sprintf("r%dp%d", r, p), 1 + rng.IntN(3)})
+		}
+	}
+	return regions
 }
 
 // writeFailoverScenario writes a drawn failover's scenario to b: the

@@ -15,12 +15,7 @@ import (
 // loss drawn as in failoverScenario.
 func smallFailoverScenario(rng *rand.Rand, i int) (string, string) {
 	nreg := 3 + rng.IntN(3)
-	regions := make([][]drawnPoP, nreg)
-	for r := range regions {
-		for p := range 1 + rng.IntN(2) {
-			regions[r] = append(regions[r], drawnPoP{fmt.Sprintf("r%dp%d", r, p), 1 + rng.IntN(3)})
-		}
-	}
+	regions := drawRegions(rng, nreg, 2)
 	cut := rng.IntN(nreg)
 	f := []float64{0.2, 0.25, 0.3, 0.33}[rng.IntN(4)]
 	width := []int{10, 30}[rng.IntN(2)]
