@@ -57,6 +57,11 @@ type Hub struct {
 	// KindHeartbeat between PoPs) to the sender's region only, as
 	// gossip.NATS does with region voices on.
 	regionVoices bool
+
+	// pushPull is the interval of the periodic push/pull inside a PoP (0:
+	// none; SetPushPull); pushPullAt is when the next one is due.
+	pushPull   time.Duration
+	pushPullAt time.Time
 }
 
 // New returns a Hub whose random faults are drawn from seed.
@@ -91,6 +96,51 @@ func (h *Hub) SetRegionVoices(on bool) {
 	h.mu.Lock()
 	h.regionVoices = on
 	h.mu.Unlock()
+}
+
+// SetPushPull makes each node of a PoP exchange its whole state with one
+// other member of its PoP, drawn at random, every d (0: never; the
+// default), as memberlist does every PushPullInterval beside its join:
+// what the faults drop of the messages inside a PoP is repaired by the
+// next push/pull, as with memberlist, where a reliable send may still fail
+// (its queue full, the member slow).
+func (h *Hub) SetPushPull(d time.Duration) {
+	h.mu.Lock()
+	h.pushPull, h.pushPullAt = d, time.Now().Add(d)
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pushPulls returns the pairs of endpoints of one PoP due to exchange
+// their state at now, and schedules the next round. The caller holds h.mu.
+func (h *Hub) pushPulls(now time.Time) [][2]*endpoint {
+	if h.pushPull <= 0 || now.Before(h.pushPullAt) {
+		return nil
+	}
+	h.pushPullAt = now.Add(h.pushPull)
+	eps := make([]*endpoint, 0, len(h.eps))
+	for ep := range h.eps {
+		if ep.local {
+			eps = append(eps, ep)
+		}
+	}
+	slices.SortFunc(eps, func(a, b *endpoint) int { return cmpString(a.name, b.name) })
+	var pairs [][2]*endpoint
+	for _, ep := range eps {
+		var mates []*endpoint
+		for _, o := range eps {
+			if o != ep && ep.reaches(o) {
+				mates = append(mates, o)
+			}
+		}
+		if len(mates) > 0 {
+			pairs = append(pairs, [2]*endpoint{ep, mates[h.rng.IntN(len(mates))]})
+		}
+	}
+	return pairs
 }
 
 // Cut stops deliveries from PoP a to PoP b and from b to a.
@@ -236,14 +286,28 @@ func (h *Hub) run() {
 		for len(h.q) > 0 && !h.q[0].at.After(now) {
 			due = append(due, heap.Pop(&h.q).(*delivery))
 		}
+		pairs := h.pushPulls(now)
 		wait := time.Hour
 		if len(h.q) > 0 {
 			wait = h.q[0].at.Sub(now)
+		}
+		if h.pushPull > 0 {
+			wait = min(wait, h.pushPullAt.Sub(now))
 		}
 		h.mu.Unlock()
 		for _, d := range due {
 			if !d.to.isClosed() {
 				d.to.h.Receive(d.from, d.kind, d.msg)
+			}
+		}
+		for _, p := range pairs {
+			if a, b := p[0], p[1]; !a.isClosed() && !b.isClosed() {
+				if s := b.h.LocalState(); s != nil {
+					a.h.MergeState(s)
+				}
+				if s := a.h.LocalState(); s != nil {
+					b.h.MergeState(s)
+				}
 			}
 		}
 		timer.Reset(wait)
