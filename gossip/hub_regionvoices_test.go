@@ -30,6 +30,7 @@ func TestHubRegionVoices(t *testing.T) {
 	defer hub.Close()
 	hub.SetRegionVoices(true)
 	hub.SetFaults(memhub.Faults{Drop: 0.1, Duplicate: 0.1, MaxDelay: 5 * time.Millisecond})
+	hub.SetPushPull(500 * time.Millisecond) // as memberlist repairs a PoP's lost messages (TestHubConvergence)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := gossip.Options{Settings: repl.Settings{FlushInterval: 5 * time.Millisecond, AntiEntropyInterval: 100 * time.Millisecond,
