@@ -95,13 +95,19 @@ func crashLoopScenario(rng *rand.Rand, i int) (string, string) {
 // stays within 1.10 of the limit. (Phases where the central limiter
 // admits fewer than 30 requests, a key spent before the crash, measure
 // nothing and are left out.)
+//
+// Two streams of draws: on the second, a PoP of three nodes stopped every 5 s
+// over a lossy link went to 1.25 of its limit when the one relay of its
+// former counts at a start was lost (TestRestartedPoPCountsItsFormerAdmitsOverALossyLink).
 func TestCrashLoopsGeneratedAcrossTheClass(t *testing.T) {
-	runDrawnFleets(t, 2, crashLoopScenario, func(t *testing.T, name, text string, r Report) {
-		fleet, central, _ := inPhases(r, "partitioned")
-		t.Logf("%s: in the fault phases %d of central's %d, max a/l %.3f", name, fleet, central, r.MaxAdmittedRatio)
-		if central >= 30 {
-			assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central), text)
-		}
-		assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.10, text)
-	})
+	for _, stream := range []uint64{2, 42} {
+		runDrawnFleets(t, stream, crashLoopScenario, func(t *testing.T, name, text string, r Report) {
+			fleet, central, _ := inPhases(r, "partitioned")
+			t.Logf("%s: in the fault phases %d of central's %d, max a/l %.3f", name, fleet, central, r.MaxAdmittedRatio)
+			if central >= 30 {
+				assert.GreaterOrEqual(t, float64(fleet), 0.80*float64(central), text)
+			}
+			assert.LessOrEqual(t, r.MaxAdmittedRatio, 1.10, text)
+		})
+	}
 }
