@@ -143,7 +143,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		if sure && g > 1 {
 			g = min(g, max(f, 1))
 		}
-		sh.follow(g, own, floor, step, sure, true)
+		sh.follow(g, own, floor, step, sure)
 	case next && !sh.whole && sh.sidePre():
 		// A key too thin to measure before the cut, on a side whose
 		// baseline is the demand before it: the window the cut began in
@@ -151,7 +151,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		// key; the side's growth against the demand before the cut is
 		// the key's.
 		if step >= 0 && sure && sh.demand > 0 {
-			sh.follow(f, f, floor, step, true, true)
+			sh.follow(f, f, floor, step, true)
 		}
 	case next && !sh.whole && sh.demandWin == sh.win && sh.baseDemand == 0 && step >= 0 &&
 		sh.cover >= minCover && sh.demand >= minShareDemand:
@@ -184,7 +184,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 			sh.baseDemand = float64(sh.demand)
 			if sure && f > 1 {
 				sh.baseDemand /= f
-				sh.follow(f, f, floor, step, true, true)
+				sh.follow(f, f, floor, step, true)
 			}
 			break
 		}
@@ -193,9 +193,9 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		if sure && g > 1 {
 			g = min(g, max(f, 1)) // past the side's growth: this key's surge
 		}
-		sh.follow(g, own, floor, step, sure, true)
+		sh.follow(g, own, floor, step, sure)
 	case next && sh.whole && step >= 0 && sure && sh.demand > 0:
-		sh.follow(f, f, floor, step, true, true) // too few requests: the side's growth
+		sh.follow(f, f, floor, step, true) // too few requests: the side's growth
 	}
 	sh.demandWin, sh.demand, sh.whole, sh.probed = idx, 0, next, 0
 	sh.markDemand, sh.markE, sh.nextDemand, sh.nextE = 0, 0, 0, 0
@@ -357,10 +357,11 @@ func (r shareRamp) open(frac float64, now int64) float64 {
 // baseline; sure says the side's total confirms g, which then needs to pass
 // ShareStep only once to move a share (twice otherwise: one key's demand
 // is noisier). own is the key's own growth before g was capped at the
-// side's, and band whether a growth a rise on both sides would show as
-// well may grow the share by riseRoom (grow). The caller holds sh.mu.
-func (sh *share) follow(g, own, floor, step float64, sure, band bool) {
-	if sh.grow(g, own, step, sure, band) {
+// side's. g is a whole window's, measured on demand enough for a growth a
+// rise on both sides would show as well to grow the share by riseRoom
+// (grow). The caller holds sh.mu.
+func (sh *share) follow(g, own, floor, step float64, sure bool) {
+	if sh.grow(g, own, step, sure, true) {
 		return
 	}
 	part := g * sh.snap  // the side's part of the fleet's demand before the cut

@@ -30,9 +30,9 @@ import (
 // is capped at F (the rest is its surge, which the other side sees too), and
 // a key with too few requests to measure its own growth (minShareDemand)
 // takes F. With a single key F is that key's growth again, and a surge and
-// a failover look alike as long as the key's demand stays within the
-// fleet's before the cut; a key whose own demand alone passes it surged
-// (share_demand.go, grow).
+// a failover look alike (a growth under partJump against the demand before
+// the cut grows a share by riseRoom only while the key's own demand stays
+// within the fleet's before it: share_demand.go, grow).
 
 // minSideDemand is the least demand (in cost units, all keys together) a
 // node must see in the baseline window before F speaks; partSideDemand
