@@ -119,7 +119,11 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 		sl.mark |= markDenied1
 		if e != nil {
 			e.denied = t
+			before, _ := e.deniedIn(sl.win)
 			e.deny(sl.win, cost) // the window its mark says it was denied in
+			if s.rules.Load().countsRefused(rule) {
+				sh.refuse(rule, sl.win, before, cost, limit)
+			}
 		}
 	}
 	sh.mu.Unlock()

@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -155,24 +156,32 @@ func BenchmarkAdmitSplitFirstAdmits(b *testing.B) {
 // BenchmarkDeny decides requests of keys at their limit, all denied: one
 // key (its hot entry counts the denials, OwnDemand), and 65 536 keys, four
 // times what the hot table holds, so that a denied key's entry is made and
-// another's evicted now and then.
+// another's evicted now and then. With refused, the rule's refused cost
+// is counted too (SetCountRefused), as a global share rule's is.
 func BenchmarkDeny(b *testing.B) {
 	for _, n := range []int{1, 1 << 16} {
-		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
-			st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 2 * n})
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = "k-" + strconv.Itoa(i)
-				st.Admit(0, keys[i], at(1), 1, 1, true)
-			}
-			now := Now{Index: 1, Elapsed: W / 2, Width: W}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if st.Admit(0, keys[i&(n-1)], now, 1, 1, true).Allowed {
-					b.Fatal("admitted past its limit")
-				}
-			}
-		})
+		for _, refused := range []bool{false, true} {
+			b.Run(fmt.Sprintf("keys=%d/refused=%v", n, refused), func(b *testing.B) {
+				benchDeny(b, n, refused)
+			})
+		}
+	}
+}
+
+func benchDeny(b *testing.B, n int, refused bool) {
+	st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 2 * n})
+	st.SetCountRefused(0, refused)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "k-" + strconv.Itoa(i)
+		st.Admit(0, keys[i], at(1), 1, 1, true)
+	}
+	now := Now{Index: 1, Elapsed: W / 2, Width: W}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if st.Admit(0, keys[i&(n-1)], now, 1, 1, true).Allowed {
+			b.Fatal("admitted past its limit")
+		}
 	}
 }

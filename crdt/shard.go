@@ -69,9 +69,12 @@ type shard struct {
 	// the hot entries made meanwhile (seedHot).
 	sent               []sentRec
 	sentKeep, sentHead int
-	// Pads the shard to whole cache lines on 64-bit machines (408 bytes
+	// refused is, by rule counted so (SetCountRefused), the cost this
+	// replica refused in its latest window (refused.go); nil until then.
+	refused map[RuleID]refusedWin
+	// Pads the shard to whole cache lines on 64-bit machines (416 bytes
 	// of fields), with a spare line between neighbours' hot lines.
-	_ [40 + 64]byte
+	_ [32 + 64]byte
 }
 
 // noteWork marks the shard as having work for Flush; the caller holds sh.mu
