@@ -24,6 +24,8 @@ type ruleSet struct {
 	// are few windows, for getWire to scan (nil otherwise).
 	wires []string
 	wired []*ruleState
+	// refusing is the rules whose refused cost is counted (refused.go).
+	refusing []*ruleState
 }
 
 // ruleState is a rule, or one further window of a rule of several (sub):
@@ -72,6 +74,10 @@ type ruleState struct {
 	pacer *ruleState
 	// cal: of a calendar rule, its calendar (calendar.go); nil otherwise.
 	cal *window.Calendar
+	// refused: of a global share rule, the window that counts the cost
+	// its keys were refused (refused.go); refusedOf: of that window, its
+	// rule.
+	refused, refusedOf *ruleState
 }
 
 // winCache remembers the rule's current window [start, end) so that the
@@ -127,6 +133,9 @@ func (n *Node) SetRules(rules []Rule) error {
 				w.id = id
 			}
 		}
+		if err := n.setRefused(rs, old, next, kept); err != nil { // refused.go
+			return err
+		}
 		for _, w := range rs.windows() {
 			w.fp = w.Fingerprint()
 			next.byID[w.id] = w
@@ -150,6 +159,10 @@ func (n *Node) SetRules(rules []Rule) error {
 			for _, w := range rs.windows() {
 				next.wires = append(next.wires, w.wire)
 				next.wired = append(next.wired, w)
+			}
+			if q := rs.refused; q != nil {
+				next.wires = append(next.wires, q.wire)
+				next.wired = append(next.wired, q)
 			}
 		}
 	}

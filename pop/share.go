@@ -383,8 +383,25 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 	}
 	sums := map[shareKey]*acc{}
 	repPoP := map[crdt.ReplicaID]string{}
+	popOfRep := func(rep crdt.ReplicaID) string {
+		pop, ok := repPoP[rep]
+		if !ok {
+			pop = popOf(n.store.Replica(rep))
+			repPoP[rep] = pop
+		}
+		return pop
+	}
+	// refused is, per share rule, each PoP's refused cost of the window
+	// before the cut (refused.go).
+	refused := map[crdt.RuleID][]popCount{}
 	n.store.Entries(n.indexFunc(rs, now), func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
+		if r != nil && r.refusedOf != nil {
+			if o := r.refusedOf; e.Window == o.index(now)-1 {
+				refused[o.id] = addPoPCount(refused[o.id], popOfRep(rep), e.Count)
+			}
+			return
+		}
 		if r == nil || r.OnPartition != Share || r.Scope != ScopeGlobal {
 			return
 		}
@@ -399,11 +416,7 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 			a = &acc{}
 			sums[k] = a
 		}
-		pop, ok := repPoP[rep]
-		if !ok {
-			pop = popOf(n.store.Replica(rep))
-			repPoP[rep] = pop
-		}
+		pop := popOfRep(rep)
 		if unheard[pop] {
 			a.other[i] += e.Count
 		}
@@ -416,6 +429,7 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 	// Per rule: this side's base counts and all of them, and the same of the
 	// window the cut began in for keys without a base window.
 	sideTot, curTot := map[crdt.RuleID][2]uint64{}, map[crdt.RuleID][2]uint64{}
+	kept := map[crdt.RuleID]bool{} // rules with a key that kept a base of prev
 	for k, a := range sums {
 		r := rs.byID[k.rule]
 		c := r.index(now)
@@ -424,6 +438,7 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 			old.mu.Lock()
 			if old.base != nil || a.pops == nil || prev.healed == 0 {
 				sh.base, sh.baseDemand = old.base, old.baseDemand
+				kept[k.rule] = true
 			}
 			old.mu.Unlock()
 		}
@@ -443,14 +458,18 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 		// the cut began in, as it is each key's (curSide), and so is the
 		// node's demand before the cut (firstSpan).
 		t := sideTot[id]
+		whole := true
 		if c := curTot[id]; t[1] == 0 && c[1] >= minCurShare {
-			t = c
+			t, whole = c, false
 			if r := rs.byID[id]; r != nil {
 				first[id] = n.firstSpan(r, now)
 			}
 		}
 		if t[1] > 0 {
 			d.part = float64(t[0]) / float64(t[1])
+			if whole && !kept[id] {
+				d.askedPart(t, addSide([2]uint64{}, refused[id], unheard))
+			}
 		}
 	}
 	n.preCut(p, rs, prev, first)

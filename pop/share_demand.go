@@ -374,6 +374,20 @@ func (sh *share) follow(g, own, floor, step float64, sure bool) {
 	}
 }
 
+// asked is how many times its part of the admits the key's side's part of
+// the demand before the cut is taken for: its side's (sideDemand.asked),
+// 1 without one. The key's part of the admits before the cut (its
+// snapshot) read so is its part of what the fleet asked of it; a key's
+// admits over its limit follow the replicas, not the demand. A key without
+// counts before the cut (split by PoP count) takes 1. The caller holds
+// sh.mu.
+func (sh *share) asked() float64 {
+	if sh.side == nil || sh.side.asked <= 0 || sh.base == nil {
+		return 1
+	}
+	return sh.side.asked
+}
+
 // sidePre reports whether the key's side measures its growth against the
 // demand before the cut while the key has no baseline of its own there
 // (too thin to measure, or not served): it then takes the side's growth.
@@ -404,15 +418,16 @@ func (sh *share) sidePre() bool {
 // (one key at 3.3 and 10 times its demand on the two sides grew a side of
 // three quarters by riseRoom).
 func (sh *share) grow(g, own, step float64, sure, band bool) bool {
-	part := g * sh.snap  // the side's part of the fleet's demand before the cut
-	t := part * sh.scale // the same, as a fraction of the limit
+	q := sh.asked()
+	part := g * sh.snap * q // the side's part of the fleet's demand before the cut
+	t := part * sh.scale    // the same, as a fraction of the limit
 	gate := 1 + 2*step
 	if sure {
 		gate = 1 + step
 	}
 	most := 1.0
 	if g < partJump && (sh.pre || (sh.side != nil && sh.side.pre.Load())) {
-		if !band || own*sh.snap > 1+step {
+		if !band || own*sh.snap*q > 1+step {
 			return false
 		}
 		most = sh.snap + riseRoom

@@ -70,9 +70,14 @@ const (
 // sideDemand is one node's demand for one share rule over all keys, by
 // window of a partition. Safe for concurrent use.
 type sideDemand struct {
-	// part is this side's part of the rule's counts in the window seen
-	// whole before the cut (0: no count).
-	part float64
+	// part is this side's part of the rule's demand in the window seen
+	// whole before the cut (0: no count): of what the fleet admitted and
+	// refused there, or of its admits alone where no refused count is
+	// known (askedPart). asked is that part over this side's part of the
+	// admits (0: 1), which a key's part of the admits is taken times for
+	// its part of the demand (share.asked).
+	part  float64
+	asked float64
 	// startWin is the window the cut began in and cover the part of it
 	// left then: at cover >= minCover the demand counted in it from the
 	// cut on, at its rate over a whole window, is the baseline
@@ -318,4 +323,23 @@ func (d *sideDemand) baseline() int64 {
 		return 0
 	}
 	return d.baseWin
+}
+
+// askedPart takes this side's part of the rule's demand in the window
+// before the cut from its admits adm and its refused cost ref there
+// ([this side's, the fleet's], refused.go), the fleet's refused cost taken
+// up to refusedReadCap times its admits. Without any refused cost it
+// leaves the part of the admits.
+func (d *sideDemand) askedPart(adm, ref [2]uint64) {
+	if adm[1] == 0 || ref[1] == 0 {
+		return
+	}
+	most := float64(adm[1]) * refusedReadCap
+	r0, r1 := min(float64(ref[0]), most), min(float64(ref[1]), most)
+	a := float64(adm[0]) / float64(adm[1])
+	q := (float64(adm[0]) + r0) / (float64(adm[1]) + r1)
+	if a <= 0 || q <= 0 {
+		return
+	}
+	d.part, d.asked = q, q/a
 }

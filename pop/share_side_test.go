@@ -561,3 +561,56 @@ func TestShareRiseOnBothSidesCostsRiseRoomAtMost(t *testing.T) {
 		assert.LessOrEqual(t, n, keys*18, "window %d: us grows by riseRoom at most", w)
 	}
 }
+
+// The demand of TestShareSmallSideSurgeIsNoFailover and
+// TestShareFailoverOntoASideOfLittleDemand before the cut: 40 keys, eu
+// asked for twice each key's limit (a request every step) and us for half
+// of it (every fourth step). With the near-limit split each side gets
+// half of each key's headroom: us admits all it asks, half of the admits,
+// and eu a quarter of what it asks.
+func smallSideBefore(i int) (int, int) {
+	if i%4 == 0 {
+		return 1, 1
+	}
+	return 1, 0
+}
+
+// A side below its part of a key's limit surges threefold in a cut while
+// the other keeps its demand. us's part of the admits before the cut (a
+// half) took it for a side at 1.5 times the fleet's demand, and its growth
+// is counted up to the fleet's demand over that part (twice its own): it
+// read as a failover, us took each key's whole limit beside eu's half (a
+// fleet of this shape in the simulator went to 1.64 times its limit).
+// Counted with what eu was refused, us asked a fifth of the fleet's
+// demand: its threefold growth takes it to 0.6 of it, no failover, and
+// the sides stay at the limit.
+func TestShareSmallSideSurgeIsNoFailover(t *testing.T) {
+	const keys = 40
+	both, _ := sideRunStart(t, manyKeys(keys), 2, 0, true, func(w int64, _ string, i int) (int, int) {
+		if w >= 0 && i%4 != 3 {
+			return 1, 1 // us: 30 a window
+		}
+		return smallSideBefore(i)
+	})
+	for w := range both {
+		for k := range keys {
+			assert.LessOrEqual(t, both[w][k], 22, "window %d key %d: the sides together stay near the limit", w, k)
+		}
+	}
+}
+
+// The failover of TestShareSmallSideSurgeIsNoFailover's fleet: eu's
+// clients move to us at the cut, us's demand grows fivefold. Counted with
+// what eu was refused, us's part of the fleet's demand grows from a fifth
+// to all of it, and us takes each key's limit.
+func TestShareFailoverOntoASideOfLittleDemand(t *testing.T) {
+	const keys = 40
+	both, us := sideRunStart(t, manyKeys(keys), 2, 0, true, func(w int64, _ string, i int) (int, int) {
+		if w >= 0 {
+			return 0, 1 + i%4/3 // us: 50 a window
+		}
+		return smallSideBefore(i)
+	})
+	atLimit(t, both, keys)
+	usTakes(t, us, 2, keys*17)
+}
