@@ -81,6 +81,9 @@ type partition struct {
 	sides map[crdt.RuleID]*sideDemand
 	// others tells the replicas of the unheard PoPs (healHeld).
 	others *otherReplicas
+	// refused holds, per share rule, each PoP's refused cost of the
+	// window its keys' bases were taken from (refused.go), when known.
+	refused map[crdt.RuleID][]popCount
 	// fresh: the node held no other PoP's count when the unheard set
 	// became non-empty (its start, before the PoPs it expects were first
 	// heard). Its heal ends no cut: nothing was held back, and the node's
@@ -356,7 +359,7 @@ func popOf(r identity.Replica) string { return r.Region + "/" + r.PoP }
 // split by PoP count).
 func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partition) *partition {
 	p := &partition{since: now, unheard: unheard, listed: listed, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
-		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}}}
+		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}}, refused: map[crdt.RuleID][]popCount{}}
 	all := map[string]bool{popOf(n.self): true}
 	for _, r := range n.store.Replicas() {
 		all[popOf(r)] = true
@@ -467,8 +470,16 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 		}
 		if t[1] > 0 {
 			d.part = float64(t[0]) / float64(t[1])
-			if whole && !kept[id] {
-				d.askedPart(t, addSide([2]uint64{}, refused[id], unheard))
+			// What each PoP refused in the window of the bases: the
+			// partition's before, when its keys kept their bases (a cut
+			// noticed PoP by PoP, or one that changes shape).
+			ref, ok := refused[id], !kept[id]
+			if kept[id] && prev != nil && prev.refused[id] != nil {
+				ref, ok = prev.refused[id], true
+			}
+			if whole && ok {
+				p.refused[id] = ref
+				d.askedPart(t, addSide([2]uint64{}, ref, unheard))
 			}
 		}
 	}
