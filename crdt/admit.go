@@ -104,6 +104,9 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 	if r.Allowed && count {
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
+		if s.rules.Load().askCap(rule) > 0 {
+			sh.ask(rule, sl.win, cost)
+		}
 	} else if count {
 		// A denied key gets a hot entry, if it has none and the hot table
 		// has room, before its mark: the entry then counts this denial and
@@ -121,8 +124,8 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 			e.denied = t
 			before, _ := e.deniedIn(sl.win)
 			e.deny(sl.win, cost) // the window its mark says it was denied in
-			if s.rules.Load().countsRefused(rule) {
-				sh.refuse(rule, sl.win, before, cost, limit)
+			if most := s.rules.Load().askCap(rule); most > 0 {
+				sh.refuse(rule, sl.win, before, cost, most)
 			}
 		}
 	}

@@ -156,21 +156,23 @@ func BenchmarkAdmitSplitFirstAdmits(b *testing.B) {
 // BenchmarkDeny decides requests of keys at their limit, all denied: one
 // key (its hot entry counts the denials, OwnDemand), and 65 536 keys, four
 // times what the hot table holds, so that a denied key's entry is made and
-// another's evicted now and then. With refused, the rule's refused cost
-// is counted too (SetCountRefused), as a global share rule's is.
+// another's evicted now and then. With asked, the cost the rule was asked
+// is counted too (SetCountAsked), as a global share rule's is.
 func BenchmarkDeny(b *testing.B) {
 	for _, n := range []int{1, 1 << 16} {
-		for _, refused := range []bool{false, true} {
-			b.Run(fmt.Sprintf("keys=%d/refused=%v", n, refused), func(b *testing.B) {
-				benchDeny(b, n, refused)
+		for _, asked := range []bool{false, true} {
+			b.Run(fmt.Sprintf("keys=%d/asked=%v", n, asked), func(b *testing.B) {
+				benchDeny(b, n, asked)
 			})
 		}
 	}
 }
 
-func benchDeny(b *testing.B, n int, refused bool) {
+func benchDeny(b *testing.B, n int, asked bool) {
 	st := NewStore(StoreConfig{Self: rep("self", 1), MaxKeys: 2 * n})
-	st.SetCountRefused(0, refused)
+	if asked {
+		st.SetCountAsked(0, 1)
+	}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = "k-" + strconv.Itoa(i)

@@ -86,7 +86,7 @@ type ruleTable struct {
 	protect []uint64 // by RuleID
 	known   []bool   // by RuleID: set by SetProtect
 	keep    []bool   // by RuleID: set by SetKeepSpent
-	refuse  []bool   // by RuleID: set by SetCountRefused
+	ask     []uint64 // by RuleID: set by SetCountAsked (askCap)
 	n       int      // rules known
 }
 
@@ -106,7 +106,7 @@ func (s *Store) SetKeepSpent(rule RuleID, keep bool) {
 	s.rulesMu.Lock()
 	defer s.rulesMu.Unlock()
 	old := s.rules.Load()
-	t := &ruleTable{protect: old.protect, known: old.known, keep: slices.Clone(old.keep), refuse: old.refuse, n: old.n}
+	t := &ruleTable{protect: old.protect, known: old.known, keep: slices.Clone(old.keep), ask: old.ask, n: old.n}
 	if int(rule) >= len(t.keep) {
 		t.keep = append(t.keep, make([]bool, int(rule)+1-len(t.keep))...)
 	}
@@ -133,7 +133,7 @@ func (s *Store) SetProtect(rule RuleID, threshold uint64) {
 	s.rulesMu.Lock()
 	defer s.rulesMu.Unlock()
 	old := s.rules.Load()
-	t := &ruleTable{protect: slices.Clone(old.protect), known: slices.Clone(old.known), keep: old.keep, refuse: old.refuse, n: old.n}
+	t := &ruleTable{protect: slices.Clone(old.protect), known: slices.Clone(old.known), keep: old.keep, ask: old.ask, n: old.n}
 	if int(rule) >= len(t.protect) {
 		t.protect = append(t.protect, make([]uint64, int(rule)+1-len(t.protect))...)
 		t.known = append(t.known, make([]bool, int(rule)+1-len(t.known))...)
@@ -155,13 +155,13 @@ func (s *Store) forgetRule(rule RuleID) {
 		return
 	}
 	t := &ruleTable{protect: slices.Clone(old.protect), known: slices.Clone(old.known), keep: slices.Clone(old.keep),
-		refuse: slices.Clone(old.refuse), n: old.n - 1}
+		ask: slices.Clone(old.ask), n: old.n - 1}
 	t.protect[rule], t.known[rule] = 0, false
 	if int(rule) < len(t.keep) {
 		t.keep[rule] = false
 	}
-	if int(rule) < len(t.refuse) {
-		t.refuse[rule] = false
+	if int(rule) < len(t.ask) {
+		t.ask[rule] = 0
 	}
 	s.rules.Store(t)
 }

@@ -69,12 +69,12 @@ type shard struct {
 	// the hot entries made meanwhile (seedHot).
 	sent               []sentRec
 	sentKeep, sentHead int
-	// refused is, by rule counted so (SetCountRefused), the cost this
-	// replica refused in its latest window (refused.go); nil until then.
-	refused map[RuleID]refusedWin
-	// Pads the shard to whole cache lines on 64-bit machines (416 bytes
+	// asked is, by RuleID, the cost this replica was asked of the rule's
+	// keys in its latest window, for the rules counted so (asked.go).
+	asked []askedWin
+	// Pads the shard to whole cache lines on 64-bit machines (432 bytes
 	// of fields), with a spare line between neighbours' hot lines.
-	_ [32 + 64]byte
+	_ [16 + 64]byte
 }
 
 // noteWork marks the shard as having work for Flush; the caller holds sh.mu

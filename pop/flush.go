@@ -38,7 +38,7 @@ func (l Link) FlushTo(now int64, owns func(key string) bool, local bool) Batch {
 	sp := n.beginSparse(rs, now, b.PoP.Epoch) // sparse.go
 	defer sp.end()
 	voice := n.region.on.Load() // region.go
-	n.flushRefused(rs, now)     // refused.go
+	n.flushAsked(rs, now)       // asked.go
 	n.store.FlushAt(now, n.flushHorizon(), func(e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
 		if r == nil || r.Scope == ScopeNode {

@@ -24,8 +24,8 @@ type ruleSet struct {
 	// are few windows, for getWire to scan (nil otherwise).
 	wires []string
 	wired []*ruleState
-	// refusing is the rules whose refused cost is counted (refused.go).
-	refusing []*ruleState
+	// asking is the rules whose asked cost is counted (asked.go).
+	asking []*ruleState
 }
 
 // ruleState is a rule, or one further window of a rule of several (sub):
@@ -74,10 +74,10 @@ type ruleState struct {
 	pacer *ruleState
 	// cal: of a calendar rule, its calendar (calendar.go); nil otherwise.
 	cal *window.Calendar
-	// refused: of a global share rule, the window that counts the cost
-	// its keys were refused (refused.go); refusedOf: of that window, its
-	// rule.
-	refused, refusedOf *ruleState
+	// asked: of a global share rule, the window that counts the cost its
+	// keys were asked, admitted or refused (asked.go); askedOf: of that
+	// window, its rule.
+	asked, askedOf *ruleState
 }
 
 // winCache remembers the rule's current window [start, end) so that the
@@ -133,7 +133,7 @@ func (n *Node) SetRules(rules []Rule) error {
 				w.id = id
 			}
 		}
-		if err := n.setRefused(rs, old, next, kept); err != nil { // refused.go
+		if err := n.setAsked(rs, old, next, kept); err != nil { // asked.go
 			return err
 		}
 		for _, w := range rs.windows() {
@@ -160,7 +160,7 @@ func (n *Node) SetRules(rules []Rule) error {
 				next.wires = append(next.wires, w.wire)
 				next.wired = append(next.wired, w)
 			}
-			if q := rs.refused; q != nil {
+			if q := rs.asked; q != nil {
 				next.wires = append(next.wires, q.wire)
 				next.wired = append(next.wired, q)
 			}

@@ -81,8 +81,9 @@ type partition struct {
 	sides map[crdt.RuleID]*sideDemand
 	// others tells the replicas of the unheard PoPs (healHeld).
 	others *otherReplicas
-	// refused holds, per share rule, each PoP's refused cost of the
-	// window its keys' bases were taken from (refused.go), when known.
+	// refused holds, per share rule, each PoP's refused cost (what it was
+	// asked past what it admitted) of the window its keys' bases were
+	// taken from (asked.go), when known.
 	refused map[crdt.RuleID][]popCount
 	// fresh: the node held no other PoP's count when the unheard set
 	// became non-empty (its start, before the PoPs it expects were first
@@ -394,14 +395,14 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 		}
 		return pop
 	}
-	// refused is, per share rule, each PoP's refused cost of the window
-	// before the cut (refused.go).
-	refused := map[crdt.RuleID][]popCount{}
+	// asked and admitted are, per share rule, what each PoP was asked and
+	// what it admitted in the window before the cut (asked.go).
+	asked, admitted := map[crdt.RuleID][]popCount{}, map[crdt.RuleID][]popCount{}
 	n.store.Entries(n.indexFunc(rs, now), func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
-		if r != nil && r.refusedOf != nil {
-			if o := r.refusedOf; e.Window == o.index(now)-1 {
-				refused[o.id] = addPoPCount(refused[o.id], popOfRep(rep), e.Count)
+		if r != nil && r.askedOf != nil {
+			if o := r.askedOf; e.Window == o.index(now)-1 {
+				asked[o.id] = addPoPCount(asked[o.id], popOfRep(rep), e.Count)
 			}
 			return
 		}
@@ -412,6 +413,9 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 		i := e.Window - (c - 1)
 		if i != 0 && i != 1 {
 			return
+		}
+		if i == 0 && r.asked != nil {
+			admitted[r.id] = addPoPCount(admitted[r.id], popOfRep(rep), e.Count)
 		}
 		k := shareKey{e.Rule, e.Key}
 		a := sums[k]
@@ -473,13 +477,16 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 			// What each PoP refused in the window of the bases: the
 			// partition's before, when its keys kept their bases (a cut
 			// noticed PoP by PoP, or one that changes shape).
-			ref, ok := refused[id], !kept[id]
+			ref, ok := refusedOf(asked[id], admitted[id]), !kept[id]
 			if kept[id] && prev != nil && prev.refused[id] != nil {
 				ref, ok = prev.refused[id], true
 			}
 			if whole && ok {
 				p.refused[id] = ref
 				d.askedPart(t, addSide([2]uint64{}, ref, unheard))
+				if r := rs.byID[id]; r != nil && r.asked != nil {
+					d.sideAsked = n.sideAsked(p, r.asked)
+				}
 			}
 		}
 	}
@@ -665,6 +672,26 @@ func addSide(t [2]uint64, ps []popCount, unheard map[string]bool) [2]uint64 {
 		t[1] += pc.count
 	}
 	return t
+}
+
+// refusedOf returns each PoP's refused cost: what asked says it was asked
+// past what admitted says it admitted (none, of a PoP that says it was
+// asked less).
+func refusedOf(asked, admitted []popCount) []popCount {
+	var out []popCount
+	for _, a := range asked {
+		var adm uint64
+		for _, b := range admitted {
+			if b.pop == a.pop {
+				adm = b.count
+				break
+			}
+		}
+		if a.count > adm {
+			out = append(out, popCount{a.pop, a.count - adm})
+		}
+	}
+	return out
 }
 
 func addPoPCount(ps []popCount, pop string, c uint64) []popCount {

@@ -117,6 +117,9 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		return sh.frac, sh.prev, sh.ramp
 	}
 	if idx == sh.demandWin {
+		if width > 0 {
+			sh.side.watch(idx, float64(elapsed)/float64(width), step)
+		}
 		sh.probe(idx, now, elapsed, width, floor, step)
 		return sh.frac, sh.prev, sh.ramp
 	}
@@ -130,6 +133,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 	}
 	sh.prev = sh.frac
 	next := sh.demandWin != 0 && idx == sh.demandWin+1
+	over := next && sh.side.overFleet(sh.demandWin, 1, step)
 	switch {
 	case sh.demandWin != 0 && !next:
 		// No decision here in the previous window: the other side may have
@@ -143,7 +147,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		if sure && g > 1 {
 			g = min(g, max(f, 1))
 		}
-		sh.follow(g, own, floor, step, sure)
+		sh.follow(g, own, floor, step, sure, over)
 	case next && !sh.whole && sh.sidePre():
 		// A key too thin to measure before the cut, on a side whose
 		// baseline is the demand before it: the window the cut began in
@@ -151,7 +155,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		// key; the side's growth against the demand before the cut is
 		// the key's.
 		if step >= 0 && sure && sh.demand > 0 {
-			sh.follow(f, f, floor, step, true)
+			sh.follow(f, f, floor, step, true, over)
 		}
 	case next && !sh.whole && sh.demandWin == sh.win && sh.baseDemand == 0 && step >= 0 &&
 		sh.cover >= minCover && sh.demand >= minShareDemand:
@@ -184,7 +188,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 			sh.baseDemand = float64(sh.demand)
 			if sure && f > 1 {
 				sh.baseDemand /= f
-				sh.follow(f, f, floor, step, true)
+				sh.follow(f, f, floor, step, true, over)
 			}
 			break
 		}
@@ -193,9 +197,9 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 		if sure && g > 1 {
 			g = min(g, max(f, 1)) // past the side's growth: this key's surge
 		}
-		sh.follow(g, own, floor, step, sure)
+		sh.follow(g, own, floor, step, sure, over)
 	case next && sh.whole && step >= 0 && sure && sh.demand > 0:
-		sh.follow(f, f, floor, step, true) // too few requests: the side's growth
+		sh.follow(f, f, floor, step, true, over) // too few requests: the side's growth
 	}
 	sh.demandWin, sh.demand, sh.whole, sh.probed = idx, 0, next, 0
 	sh.markDemand, sh.markE, sh.nextDemand, sh.nextE = 0, 0, 0, 0
@@ -252,6 +256,11 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	}
 	sh.probed = at
 	e := float64(elapsed) / float64(width)
+	over := sh.side.overFleet(idx, e, step)
+	if over && sh.frac > sh.snap {
+		sh.frac = sh.snap // a surge, not a failover (overFleet)
+		return
+	}
 	var f float64
 	var fn uint64
 	var sure bool
@@ -295,7 +304,7 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 		return
 	}
 	open := sh.ramp.open(sh.frac, now) // the budget in force now
-	if !sh.grow(g, own, step, sure, band) {
+	if !sh.grow(g, own, step, sure, band, over) {
 		return
 	}
 	sh.ramp = shareRamp{from: open, at: now, end: now - elapsed + 2*width}
@@ -359,9 +368,16 @@ func (r shareRamp) open(frac float64, now int64) float64 {
 // is noisier). own is the key's own growth before g was capped at the
 // side's. g is a whole window's, measured on demand enough for a growth a
 // rise on both sides would show as well to grow the share by riseRoom
-// (grow). The caller holds sh.mu.
-func (sh *share) follow(g, own, floor, step float64, sure bool) {
-	if sh.grow(g, own, step, sure, true) {
+// (grow). over says the side's demand went past the whole fleet's before
+// the cut (sideDemand.overFleet): a surge, whatever else moved, so a share
+// grown past its snapshot goes back to it and none grows. The caller holds
+// sh.mu.
+func (sh *share) follow(g, own, floor, step float64, sure, over bool) {
+	if over && sh.frac > sh.snap {
+		sh.frac = sh.snap // a surge, not a failover (overFleet)
+		return
+	}
+	if sh.grow(g, own, step, sure, true, over) {
 		return
 	}
 	part := g * sh.snap  // the side's part of the fleet's demand before the cut
@@ -416,8 +432,11 @@ func (sh *share) sidePre() bool {
 // total counts a key at most as far as a failover could take it, so a
 // surge of every key on both sides reads, capped, as a whole failover
 // (one key at 3.3 and 10 times its demand on the two sides grew a side of
-// three quarters by riseRoom).
-func (sh *share) grow(g, own, step float64, sure, band bool) bool {
+// three quarters by riseRoom). Nothing grows while over (follow).
+func (sh *share) grow(g, own, step float64, sure, band, over bool) bool {
+	if over {
+		return false // the side surged past the fleet's demand (overFleet)
+	}
 	q := sh.asked()
 	part := g * sh.snap * q // the side's part of the fleet's demand before the cut
 	t := part * sh.scale    // the same, as a fraction of the limit

@@ -78,6 +78,16 @@ type sideDemand struct {
 	// its part of the demand (share.asked).
 	part  float64
 	asked float64
+	// fleetAsked is the fleet's demand in that window, admits and refused
+	// cost (askedPart; 0: unknown), and sideAsked reads this side's
+	// demand in a window of the cut from the replicated asked counts
+	// (nil: none): overFleet.
+	fleetAsked float64
+	sideAsked  func(win int64) uint64
+	// overFleet's readings of the last two windows (by index parity), and
+	// the last window and probe step read (watch).
+	ov     [2]overReading
+	ovStep atomic.Int64
 	// startWin is the window the cut began in and cover the part of it
 	// left then: at cover >= minCover the demand counted in it from the
 	// cut on, at its rate over a whole window, is the baseline
@@ -327,7 +337,7 @@ func (d *sideDemand) baseline() int64 {
 
 // askedPart takes this side's part of the rule's demand in the window
 // before the cut from its admits adm and its refused cost ref there
-// ([this side's, the fleet's], refused.go), the fleet's refused cost taken
+// ([this side's, the fleet's], asked.go), the fleet's refused cost taken
 // up to refusedReadCap times its admits. Without any refused cost it
 // leaves the part of the admits.
 func (d *sideDemand) askedPart(adm, ref [2]uint64) {
@@ -342,4 +352,74 @@ func (d *sideDemand) askedPart(adm, ref [2]uint64) {
 		return
 	}
 	d.part, d.asked = q, q/a
+	d.fleetAsked = float64(adm[1]) + r1
+}
+
+// watch reads overFleet once a probe step of window win, e of it passed,
+// so that every window of the cut is read as it runs, whether or not a key
+// probes it: a window is judged at its close by what was read of it.
+func (d *sideDemand) watch(win int64, e, step float64) {
+	if d == nil || d.sideAsked == nil || e < probeFrom || d.ovStep.Load() == win*(probeSteps+1)+int64(e*probeSteps) {
+		return
+	}
+	d.overFleet(win, e, step)
+}
+
+// overReading is what overFleet read of one window: at which probe step
+// it last read it, what the side was asked by each step (0: not read),
+// and whether the side's demand was past the fleet's at any step.
+type overReading struct {
+	win  int64
+	at   int64
+	hist [probeSteps + 1]uint64
+	over bool
+}
+
+// overFleet reports whether this side's demand in window win, e of it
+// passed (1: closed), at its rate over the whole window, is more than
+// 1+step times the whole fleet's demand before the cut, as the asked
+// counts of this side's replicas say it (asked.go), or was at an earlier
+// step of the window. A failover brings a side the fleet's demand, give or
+// take its noise; a side past that surged, whatever else moved, and grows
+// no share for it: the other side may still be spending its own (a side
+// whose growth is counted up to what a failover could bring, and no
+// further, took a surge to 1.5-3 times its demand for one: 1.1-1.6 times
+// the limit). False while unknown: no asked count before the cut, or
+// fewer than minSideDemand of it.
+//
+// Inside a window, the rate is that since a probe step probeFrom of a
+// window back, when read there: a surge late in the window, averaged with
+// the demand before it, hid under a takeover a probe made on the growth
+// since it (a side of 0.72 of the demand rising twice, 1.39 times the
+// limit). Once past, the window stays past: a key's refused cost counts up
+// to refusedCap times its limit a window (crdt), so the asked counts of
+// keys far over their limit stop growing early in a window, and a surge of
+// every key to 30 times its limit read as past the fleet's demand only
+// until then (the shares grew back, 1.35 times the limit).
+func (d *sideDemand) overFleet(win int64, e, step float64) bool {
+	if d == nil || d.sideAsked == nil || d.fleetAsked < minSideDemand || e < probeFrom {
+		return false
+	}
+	at := int64(e * probeSteps)
+	d.ovStep.Store(win*(probeSteps+1) + at)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := &d.ov[win&1]
+	if r.win != win {
+		*r = overReading{win: win, at: -1}
+	}
+	if r.at == at || r.over {
+		return r.over
+	}
+	r.at = at
+	c := d.sideAsked(win)
+	r.hist[at] = c
+	rate := float64(c) / e
+	if back := at - int64(probeFrom*probeSteps); back > 0 && e < 1 {
+		if b := r.hist[back]; b > 0 && b <= c {
+			rate = float64(c-b) / (e - float64(back)/probeSteps)
+		}
+	}
+	r.over = rate > (1+step)*d.fleetAsked
+	return r.over
 }

@@ -614,3 +614,26 @@ func TestShareFailoverOntoASideOfLittleDemand(t *testing.T) {
 	atLimit(t, both, keys)
 	usTakes(t, us, 2, keys*17)
 }
+
+// Every key surging on both sides of a cut, on sides of uneven demand: 20
+// keys at 160 and 120 requests a window on eu and us (limit 20), every key
+// rising to 600 a window on both at the cut. Each side's growth, counted
+// up to what a failover could bring it, read as a whole failover onto it:
+// both took each key's limit, 34-38 of 20 a window (keep: 40). What each
+// side's replicas were asked, replicated, says each side alone now asks
+// twice the fleet's demand before the cut, more than a failover brings:
+// no takeover, the sides stay at the limit.
+func TestShareSurgeOnBothSidesPastTheFleetKeepsShares(t *testing.T) {
+	const keys = 20
+	both, _ := sideRunStart(t, manyKeys(keys), 2, 0, true, func(w int64, _ string, i int) (int, int) {
+		if w >= 0 {
+			return 15, 15
+		}
+		return 4, 3
+	})
+	for w := range both {
+		for k := range keys {
+			assert.LessOrEqual(t, both[w][k], 22, "window %d key %d: the sides together stay near the limit", w, k)
+		}
+	}
+}

@@ -90,7 +90,7 @@ func TestTwoSidedSurgeKeepsShares(t *testing.T) {
 // A side below its part of the limit surging alone in a cut (us, a sixth
 // of the demand and half of the admits, rises 3.2 times; eu stays): read
 // from the admits, us took its growth for a failover and the whole limit
-// beside eu's half, 1.64 times the limit. Counted with what eu refused, us
+// beside eu's half, 1.64 times the limit. Counted with what eu was asked, us
 // carries about half of the fleet's demand after its surge: no failover,
 // within 1.10 at three seeds, with and without region voices.
 func TestSmallSideSurgeKeepsShares(t *testing.T) {
@@ -253,7 +253,7 @@ func TestFailoversAcrossTheClass(t *testing.T) {
 // (crash-loop-whole-pop), its first silence is taken for a cut: share
 // admitted 44 there where keep admitted 100. Each phase (a second, about
 // 100 admits) is held to 0.90 of keep's: share's nodes also replicate
-// what they refuse (pop's refused windows) and keep's do not, so their
+// what they were asked (pop's asked windows) and keep's do not, so their
 // messages differ, the simulated network's draws with them, and the two
 // runs part by a few requests a phase (0.94-1.04 of keep's; the sum
 // within 1.5 %).

@@ -8,11 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A global share rule's refused cost travels as a count of its refused
+// A global share rule's asked cost travels as a count of its asked
 // window: us's PoP total of it reaches eu, which merges it like any
 // count. The window is no rule a client may name: not decided, viewed nor
 // listed. A rule set that no longer shares stops counting.
-func TestRefusedWindowReplicatesAndStaysHidden(t *testing.T) {
+func TestAskedWindowReplicatesAndStaysHidden(t *testing.T) {
 	eu, us := sideNodes(t)
 	W := int64(10 * time.Second)
 	now := (t0/W + 1) * W
@@ -21,27 +21,27 @@ func TestRefusedWindowReplicatesAndStaysHidden(t *testing.T) {
 		require.NoError(t, err)
 	}
 	out := us.Link().Flush(now+1, nil)
-	var refused uint64
+	var asked uint64
 	for _, e := range out.PoP.Entries {
-		if e.Rule == "api"+refusedWire {
-			refused += e.Count
-			assert.Equal(t, refusedKey, e.Key)
+		if e.Rule == "api"+askedWire {
+			asked += e.Count
+			assert.Equal(t, askedKey, e.Key)
 		}
 	}
-	assert.Equal(t, uint64(5), refused, "the PoP total of us's refused cost")
+	assert.Equal(t, uint64(25), asked, "the PoP total of what us was asked")
 	st := eu.Link().Apply(now+1, &out.PoP, ScopeGlobal)
 	assert.Zero(t, st.UnknownRule)
 	assert.Zero(t, st.Clamped)
-	assert.Equal(t, 2, st.Merged, "the key's count and the refused count")
+	assert.Equal(t, 2, st.Merged, "the key's count and the asked count")
 
-	_, err := eu.Decide(now+2, "api"+refusedWire, refusedKey, 1)
+	_, err := eu.Decide(now+2, "api"+askedWire, askedKey, 1)
 	assert.ErrorIs(t, err, ErrUnknownRule)
-	_, err = eu.View(now+2, "api"+refusedWire, refusedKey)
+	_, err = eu.View(now+2, "api"+askedWire, askedKey)
 	assert.ErrorIs(t, err, ErrUnknownRule)
 	for _, r := range eu.Rules() {
 		assert.Equal(t, "api", r.Name)
 	}
-	assert.NotContains(t, eu.Stats().KeysByRule, "api"+refusedWire)
+	assert.NotContains(t, eu.Stats().KeysByRule, "api"+askedWire)
 
 	// Keep instead of share: no refused window, nothing counted.
 	require.NoError(t, us.SetRules([]Rule{{Name: "api", Limit: 20, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Keep}}))
@@ -50,16 +50,17 @@ func TestRefusedWindowReplicatesAndStaysHidden(t *testing.T) {
 	}
 	out = us.Link().Flush(now+4, nil)
 	for _, e := range out.PoP.Entries {
-		assert.NotEqual(t, "api"+refusedWire, e.Rule)
+		assert.NotEqual(t, "api"+askedWire, e.Rule)
 	}
 }
 
-// A forged refused count (the most a count can say, from a replica of
+// A forged asked count (the most a count can say, from a replica of
 // either side) moves a side's part of the demand no further than a fleet
 // refusing refusedReadCap times its admits would, and a part read high
 // caps each key's growth at the fleet's demand over it: no takeover
-// (which asks growth of 1 + ShareStep at least) follows from it.
-func TestForgedRefusedCountIsBounded(t *testing.T) {
+// (which asks growth of 1 + ShareStep at least) follows from it. A PoP
+// that says it was asked less than it admitted counts what it admitted.
+func TestForgedAskedCountIsBounded(t *testing.T) {
 	const most = ^uint64(0)
 	d := &sideDemand{base: 1000, baseScale: 1, baseKeys: 10}
 	d.askedPart([2]uint64{500, 1000}, [2]uint64{most, most}) // claimed by this side
@@ -72,6 +73,9 @@ func TestForgedRefusedCountIsBounded(t *testing.T) {
 	d.askedPart([2]uint64{500, 1000}, [2]uint64{0, most}) // claimed by the other side
 	assert.InDelta(t, 500.0/(1000+4000), d.part, 1e-9)
 	assert.InDelta(t, 0.2, d.asked, 1e-9)
+
+	ref := refusedOf([]popCount{{"eu/ams", 100}, {"us/iad", most}}, []popCount{{"eu/ams", 400}, {"us/iad", 600}})
+	assert.Equal(t, []popCount{{"us/iad", most - 600}}, ref)
 
 	d = &sideDemand{}
 	d.askedPart([2]uint64{500, 1000}, [2]uint64{0, 0})
