@@ -68,17 +68,12 @@ func (n *Node) setAsked(rs *ruleState, old, next *ruleSet, kept map[crdt.RuleID]
 	q.OnPartition = Keep
 	q.More, q.Overrides, q.Tiers, q.DefaultTier = nil, nil, nil, ""
 	q.clamp = math.MaxUint64
-	if o := old.byWire[q.wire]; o != nil && o.width == q.width && !kept[o.id] {
-		q.id = o.id
-		kept[o.id] = true
-	} else if id, ok := n.unretire(q); ok {
-		q.id = id
-	} else {
-		id, err := n.allocID()
-		if err != nil {
-			return err
-		}
-		q.id = id
+	o := old.byWire[q.wire]
+	if o != nil && o.width != q.width {
+		o = nil
+	}
+	if err := n.assignID(q, o, kept); err != nil {
+		return err
 	}
 	q.fp = q.Fingerprint()
 	next.byID[q.id] = q

@@ -120,17 +120,8 @@ func (n *Node) SetRules(rules []Rule) error {
 		rs.guarded = r.BlockFor != 0 || r.OnUnsure != AllowUnsure || r.Kind == Concurrency
 		rs.setOverride(modes.RuleMode{Mode: modes.Config}) // until storeRules applies a mode set at run time
 		for _, w := range rs.windows() {
-			if o := old.former(r.Name, w); o != nil && !kept[o.id] {
-				w.id = o.id
-				kept[o.id] = true
-			} else if id, ok := n.unretire(w); ok {
-				w.id = id
-			} else {
-				id, err := n.allocID()
-				if err != nil {
-					return err
-				}
-				w.id = id
+			if err := n.assignID(w, old.former(r.Name, w), kept); err != nil {
+				return err
 			}
 		}
 		if err := n.setAsked(rs, old, next, kept); err != nil { // asked.go
@@ -213,6 +204,28 @@ func (rs *ruleSet) getWire(wire string) (*ruleState, bool) {
 	}
 	r, ok := rs.byWire[wire]
 	return r, ok
+}
+
+// assignID gives window state w the ID of o, the window of the rule set
+// before whose counts it goes on with (nil: none), unless another took it
+// (kept), else that of a retired window it may go on with, else a new
+// one. Requires n.mu held.
+func (n *Node) assignID(w, o *ruleState, kept map[crdt.RuleID]bool) error {
+	if o != nil && !kept[o.id] {
+		w.id = o.id
+		kept[o.id] = true
+		return nil
+	}
+	if id, ok := n.unretire(w); ok {
+		w.id = id
+		return nil
+	}
+	id, err := n.allocID()
+	if err != nil {
+		return err
+	}
+	w.id = id
+	return nil
 }
 
 func (n *Node) allocID() (crdt.RuleID, error) {

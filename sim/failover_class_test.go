@@ -44,12 +44,7 @@ func failoverScenarioAt(rng *rand.Rand, i, width, cutAt int) (string, string) {
 			}
 		}
 	}
-	limit := []int{500, 1000}[rng.IntN(2)]
-	keys := []int{10, 30, 100}[rng.IntN(3)]
-	mult := []float64{1.5, 2, 3}[rng.IntN(3)]
-	at := []int{20, 23, 25, 28, 32, 35}[rng.IntN(6)]
-	lat := []int{40, 90, 150}[rng.IntN(3)]
-	loss := []float64{0, 0.005, 0.01}[rng.IntN(3)]
+	limit, keys, mult, at, lat, loss := drawLoad(rng)
 	even := 1 / float64(len(all))
 	share := make([]string, len(all))
 	for j, p := range all {
@@ -78,6 +73,19 @@ func failoverScenarioAt(rng *rand.Rand, i, width, cutAt int) (string, string) {
 	name := fmt.Sprintf("%d regions, r%d cut, %d keys at %gx a limit of %d, moving at %ds to %s, %dms, loss %g",
 		nreg, cut, keys, mult, limit, at, to, lat, loss)
 	return b.String(), name
+}
+
+// drawLoad draws a failover's load and network as failoverScenario does: a
+// limit, the number of keys and their demand over it, when the clients
+// move (s), the latency between regions (ms) and the loss there.
+func drawLoad(rng *rand.Rand) (limit, keys int, mult float64, at, lat int, loss float64) {
+	limit = []int{500, 1000}[rng.IntN(2)]
+	keys = []int{10, 30, 100}[rng.IntN(3)]
+	mult = []float64{1.5, 2, 3}[rng.IntN(3)]
+	at = []int{20, 23, 25, 28, 32, 35}[rng.IntN(6)]
+	lat = []int{40, 90, 150}[rng.IntN(3)]
+	loss = []float64{0, 0.005, 0.01}[rng.IntN(3)]
+	return limit, keys, mult, at, lat, loss
 }
 
 // drawnPoP is a PoP of a drawn fleet.
