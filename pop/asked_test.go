@@ -1,8 +1,12 @@
 package pop
 
 import (
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/geolimit/geolimit/crdt"
+	"github.com/geolimit/geolimit/identity"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -81,4 +85,26 @@ func TestForgedAskedCountIsBounded(t *testing.T) {
 	d.askedPart([2]uint64{500, 1000}, [2]uint64{0, 0})
 	assert.Zero(t, d.asked, "no refused count: the part of the admits")
 	assert.Zero(t, d.part)
+}
+
+// A global share rule takes two of the store's counted windows (its own
+// and its asked window): a rule set past the store's cap is refused, its
+// error naming what counts.
+func TestAskedWindowsCountTowardTheWindowCap(t *testing.T) {
+	share := func(n int) []Rule {
+		rules := make([]Rule, n)
+		for i := range rules {
+			rules[i] = Rule{Name: "r" + strconv.Itoa(i), Limit: 20, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}
+		}
+		return rules
+	}
+	n, err := New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}})
+	require.NoError(t, err)
+	require.NoError(t, n.SetRules(share(crdt.MaxRules/2)))
+	assert.Len(t, n.Rules(), crdt.MaxRules/2)
+	n, err = New(Config{Self: identity.Replica{PoPID: identity.PoPID{Region: "eu", PoP: "ams"}, Node: "a", Incarnation: 1}})
+	require.NoError(t, err)
+	err = n.SetRules(share(crdt.MaxRules/2 + 1))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "counted windows")
 }

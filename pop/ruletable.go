@@ -235,7 +235,7 @@ func (n *Node) allocID() (crdt.RuleID, error) {
 		return id, nil
 	}
 	if int(n.nextID) >= crdt.MaxRules {
-		return 0, fmt.Errorf("pop: more than %d rules", crdt.MaxRules)
+		return 0, fmt.Errorf("pop: more than %d counted windows (one a window of each rule, one more a global share rule)", crdt.MaxRules)
 	}
 	id := n.nextID
 	n.nextID++
