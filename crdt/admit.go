@@ -105,7 +105,7 @@ func (s *Store) admitHashed(res *AdmitResult, h uint64, rule RuleID, key string,
 		sl.own[1] = satAdd(sl.own[1], cost)
 		sh.markDirty(i, sl, dirtyOwn1|dirtyPoP1)
 		if s.rules.Load().askCap(rule) > 0 {
-			sh.ask(rule, sl.win, cost)
+			sh.ask(rule, sl.win, cost, false)
 		}
 	} else if count {
 		// A denied key gets a hot entry, if it has none and the hot table

@@ -70,8 +70,8 @@ type shard struct {
 	sent               []sentRec
 	sentKeep, sentHead int
 	// asked is, by RuleID, the cost this replica was asked of the rule's
-	// keys in its latest window, for the rules counted so (asked.go).
-	asked []askedWin
+	// keys in its latest two windows, for the rules counted so (asked.go).
+	asked []askedAcc
 	// Pads the shard to whole cache lines on 64-bit machines (432 bytes
 	// of fields), with a spare line between neighbours' hot lines.
 	_ [16 + 64]byte

@@ -25,6 +25,7 @@ func (s *Store) DropRule(rule RuleID) {
 		if int(rule) < len(sh.agg) {
 			sh.agg[rule] = aggregate{}
 		}
+		sh.dropAsked(rule)
 		sh.dropSketch(rule)
 		sh.mu.Unlock()
 	}

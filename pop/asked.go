@@ -19,31 +19,39 @@ import (
 // limit).
 //
 // So each node also counts, per global share rule, the cost it was asked,
-// admitted or refused (crdt's SetCountAsked: at most twice a key's limit a
-// window refused from any one key), and replicates it as its own count of
-// one key of a window of its own beside the rule's, named by the rule's
-// name and askedWire. It travels as every count does (members, PoP
-// totals, region voices, epochs, anti-entropy), and every node then holds
-// what each PoP was asked: of the window seen whole before a cut (a side's
-// part of the demand), and of each window of the cut, its own side's (how
-// far the side's demand grew, share_side.go's overFleet). Nothing decides
-// on that window.
+// admitted or refused, and the cost it refused (crdt's SetCountAsked: at
+// most twice the rule's limit a window refused from any one key), and
+// replicates both as its own counts of two keys of a window of its own
+// beside the rule's, named by the rule's name and askedWire. They travel
+// as every count does (members, PoP totals, region voices, epochs,
+// anti-entropy), and every node then holds what each PoP refused in the
+// window seen whole before a cut (a side's part of the demand), and what
+// its own side was asked in each window of the cut (how far the side's
+// demand grew, share_side.go's overFleet). The refused cost travels on its
+// own, not as asked less admitted: a PoP's admits of keys far below their
+// limit may reach the others late (sparse updates), and would read as
+// refused. Nothing decides on that window.
 //
-// Trust: a replica's asked count is what it says it was asked, as its
-// counts are what it says it admitted. The count is not clamped at a
-// limit (a replica is asked far more than any key's limit over many
-// keys); where a cut reads it, a PoP counts as asked at least what it
-// admitted, and the fleet's asked cost past its admits is taken up to
-// refusedReadCap times those admits, so that a replica claiming the most
-// it can moves a side's part of the demand no further than a fleet
-// refusing that much would.
+// Trust: a replica's asked and refused counts are what it says, as its
+// counts are what it says it admitted. They are not clamped at a limit (a
+// replica is asked far more than any key's limit over many keys); where a
+// cut reads them, the fleet's refused cost is taken up to refusedReadCap
+// times its admits, and what it was asked up to its admits and that (a
+// PoP counts as asked at least what it admitted), so that a replica
+// claiming the most it can moves a side's part of the demand no further
+// than a fleet refusing that much would; a forged count of the own side
+// can only hold its shares back (overFleet).
 
 // askedWire is the suffix of an asked window's name: no rule's name or
 // window name holds '#' (identity.ValidName).
 const askedWire = "#asked"
 
-// askedKey is the one key an asked window counts.
-const askedKey = "asked"
+// askedKey and refusedKey are the keys of an asked window: what a replica
+// was asked (admitted or refused), and what it refused.
+const (
+	askedKey   = "asked"
+	refusedKey = "refused"
+)
 
 // refusedReadCap is the most of the fleet's admits of a window its
 // refused cost (asked past admitted) is taken for when a cut reads it.
@@ -86,18 +94,29 @@ func (n *Node) setAsked(rs *ruleState, old, next *ruleSet, kept map[crdt.RuleID]
 	return nil
 }
 
-// flushAsked adds to the own count of each asked window what the store
-// was asked of its rule's keys since the last flush, in the rule's window
-// at now, so that the flush that follows sends it.
+// flushAsked adds to the own counts of each asked window what the store
+// was asked and refused of its rule's keys since the last flush, in the
+// rule's window at now and the one before it (what came in there after
+// the last flush), so that the flush that follows sends it.
 func (n *Node) flushAsked(rs *ruleSet, now int64) {
 	for _, r := range rs.asking {
 		idx, el := r.split(now)
-		c := n.store.TakeAsked(r.id, idx)
-		if c == 0 {
-			continue
-		}
+		a := n.store.TakeAsked(r.id, idx)
 		q := r.asked
-		n.store.CountHashed(n.store.Hash(q.id, askedKey), q.id, askedKey, crdt.Now{Index: idx, Elapsed: el, Width: q.width}, c)
+		at := crdt.Now{Index: idx, Elapsed: el, Width: q.width}
+		for _, k := range [...]struct {
+			key string
+			c   [2]uint64
+		}{{askedKey, a.Asked}, {refusedKey, a.Refused}} {
+			key, c := k.key, k.c
+			h := n.store.Hash(q.id, key)
+			if c[0] > 0 {
+				n.store.CountPrevHashed(h, q.id, key, at, c[0])
+			}
+			if c[1] > 0 {
+				n.store.CountHashed(h, q.id, key, at, c[1])
+			}
+		}
 	}
 }
 
@@ -105,13 +124,9 @@ func (n *Node) flushAsked(rs *ruleSet, now int64) {
 // it does not list as unheard) was asked in a window, from the asked
 // window q's counts this node holds.
 func (n *Node) sideAsked(p *partition, q *ruleState) func(win int64) uint64 {
-	other := func(rep crdt.ReplicaID) bool { return p.others.of(p, n.store, rep) }
+	ours := func(rep crdt.ReplicaID) bool { return !p.others.of(p, n.store, rep) }
 	return func(win int64) uint64 {
-		all, _, ok := n.store.Peek(q.id, askedKey, win+1)
-		if !ok {
-			return 0
-		}
-		o, _, _ := n.store.PeekOf(q.id, askedKey, win+1, other)
-		return all - min(o, all)
+		c, _ := n.store.CountIn(q.id, askedKey, win, ours)
+		return c
 	}
 }

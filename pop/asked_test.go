@@ -25,18 +25,17 @@ func TestAskedWindowReplicatesAndStaysHidden(t *testing.T) {
 		require.NoError(t, err)
 	}
 	out := us.Link().Flush(now+1, nil)
-	var asked uint64
+	got := map[string]uint64{}
 	for _, e := range out.PoP.Entries {
 		if e.Rule == "api"+askedWire {
-			asked += e.Count
-			assert.Equal(t, askedKey, e.Key)
+			got[e.Key] += e.Count
 		}
 	}
-	assert.Equal(t, uint64(25), asked, "the PoP total of what us was asked")
+	assert.Equal(t, map[string]uint64{askedKey: 25, refusedKey: 5}, got, "the PoP totals of what us was asked and refused")
 	st := eu.Link().Apply(now+1, &out.PoP, ScopeGlobal)
 	assert.Zero(t, st.UnknownRule)
 	assert.Zero(t, st.Clamped)
-	assert.Equal(t, 2, st.Merged, "the key's count and the asked count")
+	assert.Equal(t, 3, st.Merged, "the key's count and the asked window's two")
 
 	_, err := eu.Decide(now+2, "api"+askedWire, askedKey, 1)
 	assert.ErrorIs(t, err, ErrUnknownRule)
@@ -58,33 +57,45 @@ func TestAskedWindowReplicatesAndStaysHidden(t *testing.T) {
 	}
 }
 
-// A forged asked count (the most a count can say, from a replica of
-// either side) moves a side's part of the demand no further than a fleet
-// refusing refusedReadCap times its admits would, and a part read high
-// caps each key's growth at the fleet's demand over it: no takeover
-// (which asks growth of 1 + ShareStep at least) follows from it. A PoP
-// that says it was asked less than it admitted counts what it admitted.
+// A forged refused count (the most a count can say, from a replica of
+// either side, or several) moves a side's part of the demand no further
+// than a fleet refusing refusedReadCap times its admits would, and a part
+// read high caps each key's growth at the fleet's demand over it: no
+// takeover (which asks growth of 1 + ShareStep at least) follows from it.
+// Forged asked counts take the fleet's demand no further than its admits
+// and that much refused. A PoP that says it was asked less than it
+// admitted, or says nothing, counts what it admitted.
 func TestForgedAskedCountIsBounded(t *testing.T) {
 	const most = ^uint64(0)
+	unheard := map[string]bool{"us/iad": true, "us/ord": true}
 	d := &sideDemand{base: 1000, baseScale: 1, baseKeys: 10}
-	d.askedPart([2]uint64{500, 1000}, [2]uint64{most, most}) // claimed by this side
+	d.askedPart([2]uint64{500, 1000}, addSide([2]uint64{}, []popCount{{"eu/ams", most}, {"us/iad", most}}, unheard), most)
 	assert.InDelta(t, (500.0+4000)/(1000+4000), d.part, 1e-9)
+	assert.InDelta(t, 5000, d.fleetAsked, 1e-9)
 	c, ok := d.capFor(100, true)
 	require.True(t, ok)
 	assert.Less(t, float64(c)/100, 1+DefaultShareStep, "a key's growth is counted up to the fleet's demand over the part")
 
+	// Two PoPs of the other side each claiming nearly the most: the sum
+	// saturates, it does not wrap.
 	d = &sideDemand{base: 1000, baseScale: 1, baseKeys: 10}
-	d.askedPart([2]uint64{500, 1000}, [2]uint64{0, most}) // claimed by the other side
+	d.askedPart([2]uint64{500, 1000}, addSide([2]uint64{}, []popCount{{"eu/ams", 1000}, {"us/iad", most - 600}, {"us/ord", most - 600}}, unheard), 3000)
+	assert.InDelta(t, (500.0+1000)/(1000+4000), d.part, 1e-9)
+	assert.LessOrEqual(t, d.asked, 1.0)
+
+	d = &sideDemand{base: 1000, baseScale: 1, baseKeys: 10}
+	d.askedPart([2]uint64{500, 1000}, [2]uint64{0, most}, 3000) // claimed by the other side
 	assert.InDelta(t, 500.0/(1000+4000), d.part, 1e-9)
 	assert.InDelta(t, 0.2, d.asked, 1e-9)
 
-	ref := refusedOf([]popCount{{"eu/ams", 100}, {"us/iad", most}}, []popCount{{"eu/ams", 400}, {"us/iad", 600}})
-	assert.Equal(t, []popCount{{"us/iad", most - 600}}, ref)
+	assert.Equal(t, []popCount{{"eu/ams", 400}, {"us/iad", most}, {"us/ord", 50}},
+		atLeast([]popCount{{"eu/ams", 100}, {"us/iad", most}}, []popCount{{"eu/ams", 400}, {"us/iad", 600}, {"us/ord", 50}}))
 
 	d = &sideDemand{}
-	d.askedPart([2]uint64{500, 1000}, [2]uint64{0, 0})
+	d.askedPart([2]uint64{500, 1000}, [2]uint64{0, 0}, 1000)
 	assert.Zero(t, d.asked, "no refused count: the part of the admits")
 	assert.Zero(t, d.part)
+	assert.Zero(t, d.fleetAsked)
 }
 
 // A global share rule takes two of the store's counted windows (its own

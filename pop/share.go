@@ -2,6 +2,7 @@ package pop
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -81,10 +82,10 @@ type partition struct {
 	sides map[crdt.RuleID]*sideDemand
 	// others tells the replicas of the unheard PoPs (healHeld).
 	others *otherReplicas
-	// refused holds, per share rule, each PoP's refused cost (what it was
-	// asked past what it admitted) of the window its keys' bases were
-	// taken from (asked.go), when known.
-	refused map[crdt.RuleID][]popCount
+	// refused and asked hold, per share rule, each PoP's refused cost and
+	// what it was asked (at least what it admitted) in the window its
+	// keys' bases were taken from (asked.go), when known.
+	refused, asked map[crdt.RuleID][]popCount
 	// fresh: the node held no other PoP's count when the unheard set
 	// became non-empty (its start, before the PoPs it expects were first
 	// heard). Its heal ends no cut: nothing was held back, and the node's
@@ -360,7 +361,8 @@ func popOf(r identity.Replica) string { return r.Region + "/" + r.PoP }
 // split by PoP count).
 func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partition) *partition {
 	p := &partition{since: now, unheard: unheard, listed: listed, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
-		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}}, refused: map[crdt.RuleID][]popCount{}}
+		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}},
+		refused: map[crdt.RuleID][]popCount{}, asked: map[crdt.RuleID][]popCount{}}
 	all := map[string]bool{popOf(n.self): true}
 	for _, r := range n.store.Replicas() {
 		all[popOf(r)] = true
@@ -395,14 +397,19 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 		}
 		return pop
 	}
-	// asked and admitted are, per share rule, what each PoP was asked and
-	// what it admitted in the window before the cut (asked.go).
-	asked, admitted := map[crdt.RuleID][]popCount{}, map[crdt.RuleID][]popCount{}
+	// asked, refused and admitted are, per share rule, what each PoP was
+	// asked, refused and admitted in the window before the cut (asked.go).
+	asked, refused, admitted := map[crdt.RuleID][]popCount{}, map[crdt.RuleID][]popCount{}, map[crdt.RuleID][]popCount{}
 	n.store.Entries(n.indexFunc(rs, now), func(rep crdt.ReplicaID, e crdt.FlushEntry) {
 		r := rs.byID[e.Rule]
 		if r != nil && r.askedOf != nil {
 			if o := r.askedOf; e.Window == o.index(now)-1 {
-				asked[o.id] = addPoPCount(asked[o.id], popOfRep(rep), e.Count)
+				switch e.Key {
+				case askedKey:
+					asked[o.id] = addPoPCount(asked[o.id], popOfRep(rep), e.Count)
+				case refusedKey:
+					refused[o.id] = addPoPCount(refused[o.id], popOfRep(rep), e.Count)
+				}
 			}
 			return
 		}
@@ -477,13 +484,13 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 			// What each PoP refused in the window of the bases: the
 			// partition's before, when its keys kept their bases (a cut
 			// noticed PoP by PoP, or one that changes shape).
-			ref, ok := refusedOf(asked[id], admitted[id]), !kept[id]
+			ref, ask, ok := refused[id], atLeast(asked[id], admitted[id]), !kept[id]
 			if kept[id] && prev != nil && prev.refused[id] != nil {
-				ref, ok = prev.refused[id], true
+				ref, ask, ok = prev.refused[id], prev.asked[id], true
 			}
-			if whole && ok {
-				p.refused[id] = ref
-				d.askedPart(t, addSide([2]uint64{}, ref, unheard))
+			if whole && ok && ref != nil {
+				p.refused[id], p.asked[id] = ref, ask
+				d.askedPart(t, addSide([2]uint64{}, ref, unheard), addSide([2]uint64{}, ask, unheard)[1])
 				if r := rs.byID[id]; r != nil && r.asked != nil {
 					d.sideAsked = n.sideAsked(p, r.asked)
 				}
@@ -667,28 +674,28 @@ func curSide(cur []popCount, unheard map[string]bool, def float64) float64 {
 func addSide(t [2]uint64, ps []popCount, unheard map[string]bool) [2]uint64 {
 	for _, pc := range ps {
 		if !unheard[pc.pop] {
-			t[0] += pc.count
+			t[0] = window.SatAdd(t[0], pc.count)
 		}
-		t[1] += pc.count
+		t[1] = window.SatAdd(t[1], pc.count)
 	}
 	return t
 }
 
-// refusedOf returns each PoP's refused cost: what asked says it was asked
-// past what admitted says it admitted (none, of a PoP that says it was
-// asked less).
-func refusedOf(asked, admitted []popCount) []popCount {
-	var out []popCount
-	for _, a := range asked {
-		var adm uint64
-		for _, b := range admitted {
-			if b.pop == a.pop {
-				adm = b.count
+// atLeast returns each PoP's count of asked, or of admitted where that is
+// more (a PoP that says it was asked less than it admitted, or says
+// nothing: a peer of an older version).
+func atLeast(asked, admitted []popCount) []popCount {
+	out := slices.Clone(asked)
+	for _, b := range admitted {
+		found := false
+		for i := range out {
+			if out[i].pop == b.pop {
+				out[i].count, found = max(out[i].count, b.count), true
 				break
 			}
 		}
-		if a.count > adm {
-			out = append(out, popCount{a.pop, a.count - adm})
+		if !found {
+			out = append(out, b)
 		}
 	}
 	return out
@@ -697,7 +704,7 @@ func refusedOf(asked, admitted []popCount) []popCount {
 func addPoPCount(ps []popCount, pop string, c uint64) []popCount {
 	for i := range ps {
 		if ps[i].pop == pop {
-			ps[i].count += c
+			ps[i].count = window.SatAdd(ps[i].count, c)
 			return ps
 		}
 	}

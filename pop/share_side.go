@@ -338,21 +338,25 @@ func (d *sideDemand) baseline() int64 {
 // askedPart takes this side's part of the rule's demand in the window
 // before the cut from its admits adm and its refused cost ref there
 // ([this side's, the fleet's], asked.go), the fleet's refused cost taken
-// up to refusedReadCap times its admits. Without any refused cost it
-// leaves the part of the admits.
-func (d *sideDemand) askedPart(adm, ref [2]uint64) {
+// up to refusedReadCap times its admits (and this side's up to the
+// fleet's); and the fleet's demand there, fleetAsked, from what its PoPs
+// were asked (each at least what it admitted), taken up to its admits and
+// that much refused. Without any refused cost it leaves the part of the
+// admits, and no fleet's demand (overFleet reads nothing).
+func (d *sideDemand) askedPart(adm, ref [2]uint64, asked uint64) {
 	if adm[1] == 0 || ref[1] == 0 {
 		return
 	}
 	most := float64(adm[1]) * refusedReadCap
-	r0, r1 := min(float64(ref[0]), most), min(float64(ref[1]), most)
+	r1 := min(float64(ref[1]), most)
+	r0 := min(float64(ref[0]), r1)
 	a := float64(adm[0]) / float64(adm[1])
 	q := (float64(adm[0]) + r0) / (float64(adm[1]) + r1)
 	if a <= 0 || q <= 0 {
 		return
 	}
 	d.part, d.asked = q, q/a
-	d.fleetAsked = float64(adm[1]) + r1
+	d.fleetAsked = min(float64(asked), float64(adm[1])+most)
 }
 
 // watch reads overFleet once a probe step of window win, e of it passed,
