@@ -87,8 +87,9 @@ func (n *Node) setAsked(rs *ruleState, old, next *ruleSet, kept map[crdt.RuleID]
 	next.byID[q.id] = q
 	next.byWire[q.wire] = q
 	next.asking = append(next.asking, rs)
-	n.store.SetProtect(q.id, 1)
-	n.store.SetKeepSpent(q.id, false)
+	// Not SetProtect: a rule the store knows takes a part of each shard's
+	// room from the others, and the window's keys, unknown, are always
+	// kept (crdt's protectOf).
 	n.store.SetCountAsked(rs.id, rs.clamp) // the largest limit the rule gives a key
 	rs.asked = q
 	return nil
