@@ -256,9 +256,8 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	}
 	sh.probed = at
 	e := float64(elapsed) / float64(width)
-	over := sh.side.overFleet(idx, e, step)
-	if over && sh.frac > sh.snap {
-		sh.frac = sh.snap // a surge, not a failover (overFleet)
+	if sh.side.overFleet(idx, e, step) {
+		sh.frac = min(sh.frac, sh.snap) // a surge, not a failover: nothing grows
 		return
 	}
 	var f float64
@@ -304,7 +303,7 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 		return
 	}
 	open := sh.ramp.open(sh.frac, now) // the budget in force now
-	if !sh.grow(g, own, step, sure, band, over) {
+	if !sh.grow(g, own, step, sure, band) {
 		return
 	}
 	sh.ramp = shareRamp{from: open, at: now, end: now - elapsed + 2*width}
@@ -377,7 +376,7 @@ func (sh *share) follow(g, own, floor, step float64, sure, over bool) {
 		sh.frac = sh.snap // a surge, not a failover (overFleet)
 		return
 	}
-	if sh.grow(g, own, step, sure, true, over) {
+	if !over && sh.grow(g, own, step, sure, true) {
 		return
 	}
 	part := g * sh.snap  // the side's part of the fleet's demand before the cut
@@ -432,11 +431,8 @@ func (sh *share) sidePre() bool {
 // total counts a key at most as far as a failover could take it, so a
 // surge of every key on both sides reads, capped, as a whole failover
 // (one key at 3.3 and 10 times its demand on the two sides grew a side of
-// three quarters by riseRoom). Nothing grows while over (follow).
-func (sh *share) grow(g, own, step float64, sure, band, over bool) bool {
-	if over {
-		return false // the side surged past the fleet's demand (overFleet)
-	}
+// three quarters by riseRoom).
+func (sh *share) grow(g, own, step float64, sure, band bool) bool {
 	q := sh.asked()
 	part := g * sh.snap * q // the side's part of the fleet's demand before the cut
 	t := part * sh.scale    // the same, as a fraction of the limit
