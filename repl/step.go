@@ -123,8 +123,17 @@ func (c *Core) stepState(now int64, m Message, res *StepResult) {
 		// messages carry those), and only of PoPs this node knows.
 		p := c.peers.get(d.Sender.PoPID)
 		switch {
-		case (p != nil && p.epoch == d.Sender.Incarnation) || (d.Sender.PoPID == m.From && d.Epoch == d.Sender.Incarnation):
-			res.Forged = true // no PoP relays a current epoch
+		case d.Sender.PoPID == m.From && d.Epoch == d.Sender.Incarnation:
+			res.Forged = true // no PoP relays its current epoch
+		case p != nil && p.epoch == d.Sender.Incarnation && d.Sender.PoPID == m.From:
+			// The PoP relays, from a later epoch (d.Epoch), the one this
+			// node still holds for its current one: it restarted, and its
+			// answer came before its messages under the new epoch. Its
+			// counts of that epoch are held already.
+			res.Dropped = true
+			c.stats.StateDropped++
+		case p != nil && p.epoch == d.Sender.Incarnation:
+			res.Forged = true // no PoP relays another's current epoch
 		case p == nil || p.epoch == 0:
 			res.Dropped = true
 			c.stats.StateDropped++
