@@ -246,6 +246,7 @@ func (n *Node) admitWindow(res *crdt.AdmitResult, now int64, w *ruleState, key s
 	h := n.store.Hash(w.id, key) // the slot's line comes in meanwhile
 	idx, el := w.split(now)
 	var sh *share
+	full := limit
 	if w.OnPartition == Share && w.Scope == ScopeGlobal && n.part.Load() != nil {
 		if lim, s, ok := n.shareLimit(w, key, now, idx, el); ok {
 			if s.fresh && w.OnUnsure == DenyUnsure {
@@ -272,6 +273,12 @@ func (n *Node) admitWindow(res *crdt.AdmitResult, now int64, w *ruleState, key s
 	}
 	if sh != nil && m&admitRecord != 0 {
 		sh.record(idx, cost)
+	}
+	if sh != nil && !res.Allowed && res.Estimate+float64(cost) <= float64(full) {
+		// The share denied what the whole limit would have let in.
+		if p := n.part.Load(); p != nil {
+			p.denied()
+		}
 	}
 	res.Remaining = min(res.Remaining, limit)
 	if w.cal != nil {

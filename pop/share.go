@@ -95,6 +95,20 @@ type partition struct {
 	// fleet starting at once with 60 s windows refused a key from 0.68 of
 	// its limit to the end of its first window.
 	fresh bool
+	// bound is set once a share of the partition denied a request at this
+	// node that the whole limit would have let in, in the cut or its hold
+	// (the estimate and the request within the limit); one flag for the whole cut, whatever
+	// shapes it takes. A heal of a cut that bound nothing here holds no key
+	// to the heal window's bounds (share_heal.go): the node admitted what it
+	// would have without the cut, so nothing held back opens at the heal,
+	// and its view of the window may still lag the counts (sparse totals
+	// below a quarter of the limit move in steps). At a fleet's cold start
+	// with region voices, a region whose stream had not yet reached a node
+	// at its first check of the peers was taken for cut off for a quarter
+	// of a second; the heal window's bounds then held a hot key at 1.1
+	// times its limit of 300 to what the lagging view said, from 0.76 of
+	// the limit to the end of the first window.
+	bound *atomic.Bool
 }
 
 // otherReplicas tells, and remembers, which replicas belong to the unheard
@@ -287,6 +301,9 @@ func (l Link) SetUnheard(now int64, pops []string) {
 	// The first unheard set, before any other PoP's count, is fresh, and so
 	// is what it becomes while it lasts.
 	p.fresh = (cur == nil && n.lastPart == nil && !n.heldOthers()) || (cur != nil && cur.healed == 0 && cur.fresh)
+	if cur != nil && cur.healed == 0 {
+		p.bound = cur.bound // the same cut, of another shape
+	}
 	n.part.Store(p)
 	n.lastPart = p
 }
@@ -333,7 +350,7 @@ func (n *Node) resnapshot() {
 		return
 	}
 	p := n.snapshot(cur.since, cur.unheard, cur.listed, nil)
-	p.healed, p.fresh = cur.healed, cur.fresh
+	p.healed, p.fresh, p.bound = cur.healed, cur.fresh, cur.bound
 	n.part.Store(p)
 	n.lastPart = p
 }
@@ -360,7 +377,7 @@ func popOf(r identity.Replica) string { return r.Region + "/" + r.PoP }
 // would otherwise leave every key of the next cut in its first window
 // split by PoP count).
 func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partition) *partition {
-	p := &partition{since: now, unheard: unheard, listed: listed, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}},
+	p := &partition{since: now, unheard: unheard, listed: listed, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}}, bound: new(atomic.Bool),
 		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}},
 		refused: map[crdt.RuleID][]popCount{}, asked: map[crdt.RuleID][]popCount{}}
 	all := map[string]bool{popOf(n.self): true}
@@ -735,7 +752,7 @@ func (n *Node) shareLimit(r *ruleState, key string, now, idx, elapsed int64) (fl
 		return 0, nil, false
 	}
 	if p.healed != 0 && now-p.healed >= n.healHold {
-		if now >= p.healEnd {
+		if now >= p.healEnd || !p.bound.Load() {
 			n.clearHealed(p)
 			return 0, nil, false
 		}
@@ -836,6 +853,14 @@ func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *s
 		} // else: decided with a transient share that does not adapt
 	}
 	return sh
+}
+
+// denied records that a request was denied while a share of partition p
+// was in force (see partition.bound).
+func (p *partition) denied() {
+	if !p.bound.Load() {
+		p.bound.Store(true)
+	}
 }
 
 func (n *Node) clearHealed(p *partition) {

@@ -209,3 +209,46 @@ func TestSpentCurve(t *testing.T) {
 		})
 	}
 }
+
+// A cut whose shares denied nothing here (eu's demand, a quarter of the
+// limit a window, stays under its half through the cut and the heal's
+// hold) holds no key to the heal window's bounds: demand that comes after
+// the hold spends up to the limit as it would without a cut. The same run
+// with demand at the limit in the cut (eu denied at its half) is held to
+// them: the window's even spread, at least half the limit and the slack.
+// A fleet's cold start with region voices took a region not yet heard for
+// cut off for a quarter of a second, and the heal window's bounds then
+// held a hot key to what the node's lagging view said of the window.
+func TestShareHealOfACutThatDeniedNothingHoldsNoKey(t *testing.T) {
+	W := int64(10 * time.Second)
+	for _, tc := range []struct {
+		name    string
+		every   int // eu's demand before the surge: a request every this many steps
+		atLeast int // the heal window's admits
+		atMost  int
+	}{
+		{"denied nothing", 4, 90, 101},
+		{"denied in the cut", 1, 50, 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			admits, hw := healRun(t, 0.5, func(w int64, f float64) int {
+				if w < 2 || w == 2 && f < 0.7 {
+					if int(f*100+0.5)%tc.every == 0 {
+						return 1
+					}
+					return 0
+				}
+				return 10
+			})
+			n := 0
+			for _, at := range admits {
+				if at >= hw*W && at < (hw+1)*W {
+					n++
+				}
+			}
+			t.Logf("admits in the heal window: %d", n)
+			assert.GreaterOrEqual(t, n, tc.atLeast)
+			assert.LessOrEqual(t, n, tc.atMost)
+		})
+	}
+}
