@@ -55,23 +55,28 @@ func hotKeyScenario(rng *rand.Rand, i int) (string, string) {
 // Hot keys at 1.1 times their limit as a class, on fleets drawn at random
 // (hotKeyScenario), in both region voices settings: the fleet admits at
 // least 0.95 of what the central limiter admits on the same arrivals, 0.97
-// in at least 21 of the 24 runs, and its peak stays within 1.05 of the
+// in at least 22 of the 24 runs, and its peak stays within 1.05 of the
 // limit or the central limiter's own (the exact trailing count of a limit
 // of 300 goes to 1.057 at the central limiter too). Limits of 300 over 38
 // to 54 replicas took 0.956-0.978 before a crowded key's turns followed
 // each replica's chance of a request in a turn's period (crdt's
-// crowdedDraw), 0.968-0.987 now. The three runs left under 0.97, all with
-// region voices: 21 replicas on a limit of 300 (0.956), too few to be
-// crowded, where a replica's share of the headroom is about one request;
-// 54 replicas on a limit of 300 at 150 ms and 1 % loss between regions
-// (0.968), where the turns past twice the share are bounded by what a
-// surge may cash; and 40 replicas on a limit of 1 000 at 150 ms (0.968).
+// crowdedDraw), 0.968-0.987 now. 21 replicas on a limit of 300 over three
+// regions with region voices admitted 0.955: a region whose stream had not
+// yet reached some nodes at their first check of the peers was taken for
+// cut off for a quarter of a second, and the heal's bounds held the key
+// to what their lagging view said of the first window; a cut whose shares
+// denied nothing now ends without them (0.974). The two runs left under
+// 0.97, both with region voices: 54 replicas on a limit of 300 at 150 ms
+// and 1 % loss between regions (0.968), where the turns past twice the
+// share are bounded by what a surge may cash; and 40 replicas on a limit
+// of 1 000 at 150 ms (0.966), a non-voice PoP's horizon counting its
+// voice's flush slot.
 func TestHotKeysGeneratedAcrossTheClass(t *testing.T) {
 	var mu sync.Mutex
 	var low []string // runs under 0.97 of central
 	t.Cleanup(func() {
 		if !t.Skipped() {
-			assert.LessOrEqual(t, len(low), 3, "runs under 0.97 of central: %v", low)
+			assert.LessOrEqual(t, len(low), 2, "runs under 0.97 of central: %v", low)
 		}
 	})
 	runDrawnFleets(t, 7, hotKeyScenario, func(t *testing.T, name, text string, r Report) {

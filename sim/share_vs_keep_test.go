@@ -36,7 +36,7 @@ func TestShareNeverWorseThanKeep(t *testing.T) {
 		"calendar-month-cut", "clock-skew", "concurrency-crash", "failover-during-cut", "flapping-link",
 		"gcra-node-pace", "rolling-cuts", "short-windows", "skewed-regions-10s", "skewed-regions-1s",
 		"live/crash-in-cut", "live/cut-share", "live/pause", "live/rolling-restart",
-		"stop-loop-whole-pop", "stop-loop-one-node-pops",
+		"stop-loop-whole-pop", "stop-loop-one-node-pops", "start-cut",
 	} {
 		runs = append(runs, run{name: n})
 	}
