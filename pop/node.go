@@ -169,6 +169,8 @@ type Node struct {
 	// told and down are the unheard PoPs last told (SetUnheard) and the
 	// PoPs taken for down (SetDown); guarded by partMu.
 	told, down map[string]bool
+	// pops are the remote PoPs last told by SetPoPs; guarded by partMu.
+	pops []string
 
 	// allow is the near-limit allowance by rule scope (allowance.go); nil
 	// while off, and always for node scope. Four entries, so that indexing

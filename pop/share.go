@@ -308,6 +308,56 @@ func (l Link) SetUnheard(now int64, pops []string) {
 	n.lastPart = p
 }
 
+// SetPoPs tells the node which remote PoPs ("region/pop") the fleet has
+// as the replication core knows them: the PoP-count split of a partition
+// (the share of a key without history) counts them, where a region's
+// aggregate held or unheard ("region/*", region voices) would count one
+// for all of its PoPs. Call it before SetUnheard whenever the set changed.
+// Safe for concurrent use.
+func (l Link) SetPoPs(pops []string) {
+	n := l.n
+	n.partMu.Lock()
+	n.pops = slices.Clone(pops)
+	n.partMu.Unlock()
+}
+
+// popSplit returns this side's part of the fleet's PoPs in a partition
+// whose unheard PoPs are listed: the PoPs named by this node, the store's
+// replicas, listed and SetPoPs, where a region's aggregate counts as one
+// PoP only while none of the region's PoPs is named (with region voices a
+// node holds another region's counts as its aggregate: a fleet of two
+// regions of two PoPs each and a third of one, cut from the start, split
+// 0.6 / 0.14 where by PoPs it is 0.8 / 0.2). The caller holds n.partMu.
+func (n *Node) popSplit(listed map[string]bool) float64 {
+	all := map[string]bool{popOf(n.self): true}
+	for _, r := range n.store.Replicas() {
+		all[popOf(r)] = true
+	}
+	for u := range listed {
+		all[u] = true
+	}
+	for _, u := range n.pops {
+		all[u] = true
+	}
+	named := map[string]bool{} // regions with a PoP named
+	for u := range all {
+		if region, pop, ok := strings.Cut(u, "/"); ok && pop != identity.RegionPoP {
+			named[region] = true
+		}
+	}
+	var pops, cut int
+	for u := range all {
+		if region, pop, _ := strings.Cut(u, "/"); pop == identity.RegionPoP && named[region] {
+			continue
+		}
+		pops++
+		if listed[u] {
+			cut++
+		}
+	}
+	return float64(pops-cut) / float64(pops)
+}
+
 // heldOthers reports whether the store holds a replica of another PoP.
 func (n *Node) heldOthers() bool {
 	self := popOf(n.self)
@@ -380,14 +430,7 @@ func (n *Node) snapshot(now int64, unheard, listed map[string]bool, prev *partit
 	p := &partition{since: now, unheard: unheard, listed: listed, keys: map[shareKey]*share{}, newKeys: &keyMap{m: map[shareKey]*share{}}, bound: new(atomic.Bool),
 		sides: map[crdt.RuleID]*sideDemand{}, others: &otherReplicas{m: map[crdt.ReplicaID]bool{}},
 		refused: map[crdt.RuleID][]popCount{}, asked: map[crdt.RuleID][]popCount{}}
-	all := map[string]bool{popOf(n.self): true}
-	for _, r := range n.store.Replicas() {
-		all[popOf(r)] = true
-	}
-	for u := range listed {
-		all[u] = true
-	}
-	p.sideFrac = float64(len(all)-len(listed)) / float64(len(all))
+	p.sideFrac = n.popSplit(listed)
 	rs := n.rules.Load()
 	cover := map[crdt.RuleID]float64{}
 	for _, r := range rs.sorted {

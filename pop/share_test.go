@@ -329,6 +329,49 @@ func TestShareCountsMembersAndAggregates(t *testing.T) {
 	assert.InDelta(t, 0.6, st.Rules[0].MeanShare, 1e-9, "ams's 60 of 100")
 }
 
+// A key without history is split by PoP count, and a region's aggregate
+// (region voices: a node holds another region's counts as "region/*", and
+// is told a region cut off with its aggregate) stands for the region's
+// PoPs: one PoP only while none of them is named, by the store, the unheard
+// set or SetPoPs.
+func TestSharePoPSplitCountsARegionsPoPs(t *testing.T) {
+	ams := identity.PoPID{Region: "eu", PoP: "ams"}
+	W := int64(10 * time.Second)
+	start := (t0/W + 1) * W
+	for _, tc := range []struct {
+		name    string
+		self    identity.PoPID
+		held    []identity.Replica // replicas whose counts the node holds
+		pops    []string           // SetPoPs
+		unheard []string
+		want    float64
+	}{
+		{"every PoP speaking", ams, []identity.Replica{identity.PoPReplica(identity.PoPID{Region: "us", PoP: "iad"}, 1)},
+			nil, []string{"ap/sin"}, 2.0 / 3},
+		{"another region's aggregate held, its PoPs told", ams, []identity.Replica{identity.RegionReplica("us", 1)},
+			[]string{"eu/fra", "us/iad", "us/sfo", "ap/sin"}, []string{"ap/sin", "ap/*"}, 0.8},
+		{"the aggregates alone", ams, []identity.Replica{identity.RegionReplica("us", 1)},
+			nil, []string{"ap/sin", "ap/*"}, 2.0 / 3},
+		{"a region cut off named by its aggregate alone", ams, nil, nil, []string{"ap/*"}, 0.5},
+		{"the cut side's PoPs told", identity.PoPID{Region: "ap", PoP: "sin"}, nil,
+			[]string{"eu/ams", "eu/fra", "us/iad", "us/sfo"}, []string{"eu/ams", "eu/fra", "eu/*", "us/iad", "us/sfo", "us/*"}, 0.2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			self := identity.Replica{PoPID: tc.self, Node: "a", Incarnation: 1}
+			n, err := New(Config{Self: self, Rules: []Rule{{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}}})
+			require.NoError(t, err)
+			n.Link().SetEpoch(1)
+			for _, r := range tc.held {
+				st := n.Link().Apply(start, &wire.Delta{Sender: r, Entries: []crdt.Entry{{Rule: "api", Key: "k", Window: start / W, Count: 5}}}, ScopeGlobal)
+				require.Equal(t, 1, st.Merged, r)
+			}
+			n.Link().SetPoPs(tc.pops)
+			n.Link().SetUnheard(start+W, tc.unheard)
+			assert.InDelta(t, tc.want, n.Partition(start+W).SideShare, 1e-9)
+		})
+	}
+}
+
 // A key with no count in the window before the cut is split by its counts
 // of the window the cut came in, once they are enough to measure; by PoP
 // count otherwise.

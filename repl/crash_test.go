@@ -65,6 +65,7 @@ func TestRegionHearsItGone(t *testing.T) {
 	assert.Equal(t, []identity.PoPID{usDca, usIad}, part)
 	assert.Empty(t, n.down)
 	assert.Equal(t, []string{"us/dca", "us/iad", "us/*"}, n.unheard)
+	assert.Equal(t, []string{"us/dca", "us/iad"}, n.pops, "the PoPs of the fleet, told before the unheard set")
 }
 
 // Under region voices a PoP alone in its region is heard elsewhere only

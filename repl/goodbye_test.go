@@ -15,10 +15,14 @@ import (
 type downNode struct {
 	Node
 	unheard, down []string
+	// pops is what SetPoPs said before the last SetUnheard.
+	pops, popsNow []string
 }
 
+func (n *downNode) SetPoPs(pops []string) { n.popsNow = pops; n.Node.SetPoPs(pops) }
+
 func (n *downNode) SetUnheard(now int64, pops []string) {
-	n.unheard = pops
+	n.unheard, n.pops = pops, n.popsNow
 	n.Node.SetUnheard(now, pops)
 }
 func (n *downNode) SetDown(now int64, pops []string) { n.down = pops; n.Node.SetDown(now, pops) }

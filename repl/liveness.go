@@ -89,7 +89,21 @@ func (c *Core) checkPeers(now int64) {
 	// The share policy limits this side while PoPs are unheard. A PoP leaves
 	// the set once something from it has arrived; the node holds its shares
 	// a little longer while the rest of its counts come.
+	c.node.SetPoPs(c.countingNames())
 	c.node.SetUnheard(now, names)
+}
+
+// countingNames returns the names of the remote PoPs that count (Core.counts),
+// sorted.
+func (c *Core) countingNames() []string {
+	var names []string
+	for id, p := range c.peers.m {
+		if c.counts(p) {
+			names = append(names, id.String())
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // awaited reports whether p, a PoP of another region never heard, may

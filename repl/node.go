@@ -72,6 +72,10 @@ type Node interface {
 	// SetEpoch tells the node the PoP epoch its totals are published under
 	// (0: none yet).
 	SetEpoch(epoch uint64)
+	// SetPoPs tells the node which remote PoPs ("region/pop") count in the
+	// fleet (expected, or whose counts were merged: Core.counts), before
+	// each SetUnheard: the share policy splits by PoPs what no count tells.
+	SetPoPs(pops []string)
 	// SetUnheard tells the node which remote PoPs ("region/pop") it does
 	// not hear at now, whenever that set changes (the share policy).
 	SetUnheard(now int64, pops []string)

@@ -53,6 +53,7 @@ func (n *scriptNode) WireRule(string) (replicated.RuleInfo, bool) {
 func (n *scriptNode) Rules() []replicated.RuleInfo          { return nil }
 func (n *scriptNode) MaxSkew() time.Duration                { return pop.DefaultMaxSkew }
 func (n *scriptNode) SetEpoch(e uint64)                     { n.epochs = append(n.epochs, e) }
+func (n *scriptNode) SetPoPs([]string)                      {}
 func (n *scriptNode) SetUnheard(_ int64, pops []string)     { n.unheard = append(n.unheard, pops) }
 func (n *scriptNode) SetAllowance(pop.Scope, pop.Allowance) {}
 func (n *scriptNode) SetSynced(ok bool)                     { n.synced = append(n.synced, ok) }
