@@ -46,7 +46,7 @@ func coldShareScenario(rng *rand.Rand, i int) (string, string) {
 // A fleet that starts at once with share rules over their limits admits
 // what the central limiter does on the same arrivals, in both region voices
 // settings: at least 0.95 of it, 0.97 on at least 22 of the 24 runs, within
-// 1.05 of the limit or central's own peak. A node takes the PoPs it expects
+// 1.05 of the limit or 0.01 past central's own peak. A node takes the PoPs it expects
 // for cut off until it first hears them, and where a region's first
 // message comes after a node's first check of its peers (a peer timeout
 // of 300 ms, 150 ms between regions; with region voices, a region heard
