@@ -187,6 +187,11 @@ type share struct {
 	pre bool
 
 	fresh bool // first seen during the cut: no history (see unsure.go)
+	// thinDemand is this node's demand of the key in the window seen whole
+	// before the cut when it was too thin to measure alone (preCut): a
+	// probe in the window the cut began in takes the side's growth for
+	// the key's only where the key's own demand grew too (probe).
+	thinDemand float64
 	// cover is the part of window win left when the cut was noticed: the
 	// key's demand is counted from then on, and at cover >= minCover its
 	// rate there is the baseline (share_demand.go); 0 for a key first
@@ -605,6 +610,7 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition, first map[crdt
 	}
 	tots := map[crdt.RuleID]*tot{}
 	carried := map[crdt.RuleID]bool{}
+	thin := map[shareKey]float64{} // keys told, too thin to measure alone: their demand
 	for k, sh := range p.keys {
 		r := rs.byID[k.rule]
 		d := p.sides[k.rule]
@@ -651,6 +657,11 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition, first map[crdt
 			t.keys++
 			if dem >= minShareDemand {
 				sh.baseDemand, sh.pre = float64(dem)/span, true
+			} else if !isFirst {
+				// (In the fleet's first window, the part of it before the
+				// cut caps a thin key too low: its failover read as less
+				// of one, 0.69 of central on a drawn fleet.)
+				thin[k] = float64(dem)
 			}
 		}
 	}
@@ -671,6 +682,12 @@ func (n *Node) preCut(p *partition, rs *ruleSet, prev *partition, first map[crdt
 	}
 	for k, sh := range p.keys {
 		switch {
+		case !sh.pre && stands[k.rule] && thin[k] > 0:
+			// Its growth is the side's (sidePre): what it adds to the
+			// side's total is capped from the cut on, as a measured key's,
+			// and its own demand before the cut says which way it moved.
+			sh.cap, sh.capped = p.sides[k.rule].capFor(uint64(thin[k]+0.5), true)
+			sh.thinDemand = thin[k]
 		case !sh.pre:
 		case stands[k.rule]:
 			sh.cap, sh.capped = p.sides[k.rule].capFor(uint64(sh.baseDemand), true)

@@ -206,6 +206,13 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 	return sh.frac, sh.prev, sh.ramp
 }
 
+// thinRise is how far past its rate before the cut the demand of a key too
+// thin to measure alone must run since the cut, in the window the cut
+// began in, to take its side's growth for its own there (probe): its
+// count errs by a third and more, but a key whose demand did not move
+// stays under it.
+const thinRise = 1.25
+
 // probeFrom is the part of a window that must have passed before the
 // demand so far speaks for the window (probe), and probeSteps how many
 // times a window is probed at most.
@@ -229,13 +236,19 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	// is probed, against that part's rate and from the cut: a key too thin
 	// to mark would take the side's growth, and there the side's total
 	// counts every key uncapped (one key's surge read as a failover of
-	// all). Both must have moved partJump past their early rates, as the
+	// all). Against the demand before the cut (preCut) every key told is
+	// capped, and a key too thin to measure alone takes the side's growth
+	// where its own demand rose too (thinRise): a failover at the cut onto
+	// nodes whose keys are thin then grows their shares within the window,
+	// not at its close. Both must have moved partJump past their early rates, as the
 	// window's close asks (a short early part errs by up to a tenth), but
 	// for a growth by riseRoom (grow) measured on bandDemand of the side's.
 	base, startE, inCut := sh.baseDemand, 0.0, false
 	switch {
-	case !sh.whole && sh.pre:
-		// Against the demand before the cut (preCut), from the cut on.
+	case !sh.whole && (sh.pre || sh.sidePre()):
+		// Against the demand before the cut (preCut), from the cut on: the
+		// key's own, or for a key too thin to measure the side's growth
+		// (its keys capped at what a failover brings them).
 		if idx != sh.win || sh.side == nil {
 			return
 		}
@@ -295,6 +308,13 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 			g = min(g, max(f, 1))
 		}
 	case sh.demand > 0 && !inCut:
+		g, own = f, f
+	case sh.demand > 0 && sh.sidePre() && sh.thinDemand > 0 && e > startE &&
+		float64(sh.demand) >= thinRise*sh.thinDemand*(e-startE):
+		// A key too thin to measure alone, in the window the cut began in:
+		// the side's growth is its own where its demand since the cut
+		// rose too (one key surging past its cap for a part of the window
+		// reads in the side's total as a failover of every key).
 		g, own = f, f
 	default:
 		return

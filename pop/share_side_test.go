@@ -385,7 +385,12 @@ func TestShareFailoverInTheCutsFirstWholeWindow(t *testing.T) {
 
 // Neither a surge nor a rise on both sides inside the window the cut began
 // in passes for a failover: the side's total there counts every key
-// uncapped (caps need a baseline), and its early part is short.
+// uncapped (caps need a baseline), and its early part is short. Against
+// the demand before the cut, where thin keys are capped and take the
+// side's growth as the window runs, one key surging past its cap for a
+// part of the window reads as a failover of every key: a thin key takes
+// it only where its own demand rose too (pop's thinRise; 32 of 20 a
+// window without it).
 func TestShareInTheCutsWindowNoFalseFailover(t *testing.T) {
 	t.Run("one key surges on both sides", func(t *testing.T) {
 		// 20 thin keys split evenly, and a hot key surging ten times on
@@ -460,6 +465,28 @@ func TestShareFailoverAtTheCutOfAThinSide(t *testing.T) {
 // Such a key takes the side's growth against the demand before the cut.
 func TestShareFailoverAtTheCutThinKeys(t *testing.T) {
 	failoverTakes(t, 2, 4, 1, func(w int64, _ int) bool { return w >= 0 })
+}
+
+// The same failover, keys too thin, within the window the cut began in:
+// the side's growth against the demand before the cut (its keys capped at
+// what a failover brings them) is each thin key's there too, probed as
+// the window runs, and us takes 240 of that window's 400 (180 when such a
+// key waited for the window's close: a failover onto a PoP of thin nodes
+// kept its side at its share for the whole of the cut's first window).
+func TestShareFailoverAtTheCutThinKeysInTheCutsWindow(t *testing.T) {
+	both, us := sideRun(t, manyKeys(20), func(w int64, _ string, _ int) (int, int) {
+		if w >= 0 {
+			return 0, 4
+		}
+		return 2, 2
+	})
+	atLimit(t, both, 20)
+	n := 0
+	for _, x := range us[0] {
+		n += x
+	}
+	t.Logf("the cut's window: us admitted %d (20 keys, limit 20 each)", n)
+	assert.GreaterOrEqual(t, n, 220)
 }
 
 // The same demand at the cut, without the failover: both sides steady,
