@@ -95,19 +95,19 @@ type partition struct {
 	// fleet starting at once with 60 s windows refused a key from 0.68 of
 	// its limit to the end of its first window.
 	fresh bool
-	// bound is set once a share of the partition denied a request at this
-	// node that the whole limit would have let in, in the cut or its hold
-	// (the estimate and the request within the limit); one flag for the whole cut, whatever
-	// shapes it takes. A heal of a cut that bound nothing here holds no key
-	// to the heal window's bounds (share_heal.go): the node admitted what it
-	// would have without the cut, so nothing held back opens at the heal,
-	// and its view of the window may still lag the counts (sparse totals
+	// bound is set once a share of the partition denied a request at this node
+	// that the whole limit would have let in, in the cut or its hold (the
+	// estimate and the request within the limit); one flag for the whole cut,
+	// whatever shapes it takes. A heal of a cut that bound nothing here holds
+	// no key to the heal window's bounds (share_heal.go): the node admitted
+	// what it would have without the cut, so nothing held back opens at the
+	// heal, and its view of the window may still lag the counts (sparse totals
 	// below a quarter of the limit move in steps). At a fleet's cold start
-	// with region voices, a region whose stream had not yet reached a node
-	// at its first check of the peers was taken for cut off for a quarter
-	// of a second; the heal window's bounds then held a hot key at 1.1
-	// times its limit of 300 to what the lagging view said, from 0.76 of
-	// the limit to the end of the first window.
+	// with region voices, a region whose stream had not yet reached a node at
+	// its first check of the peers was taken for cut off for a quarter of a
+	// second; the heal window's bounds then held a hot key at 1.1 times its
+	// limit of 300 to what the lagging view said, from 0.76 of the limit to
+	// the end of the first window.
 	bound *atomic.Bool
 }
 
@@ -915,8 +915,8 @@ func (p *partition) newKey(r *ruleState, key string, now int64, frac float64) *s
 	return sh
 }
 
-// denied records that a request was denied while a share of partition p
-// was in force (see partition.bound).
+// denied records that a share of partition p denied a request the whole
+// limit would have let in (see partition.bound).
 func (p *partition) denied() {
 	if !p.bound.Load() {
 		p.bound.Store(true)

@@ -232,17 +232,17 @@ const (
 // demand left decay. The caller holds sh.mu.
 func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	// The baseline, and where the window's demand was counted from. In the
-	// window the cut began in, only a key that marked its own early part
-	// is probed, against that part's rate and from the cut: a key too thin
-	// to mark would take the side's growth, and there the side's total
-	// counts every key uncapped (one key's surge read as a failover of
-	// all). Against the demand before the cut (preCut) every key told is
-	// capped, and a key too thin to measure alone takes the side's growth
-	// where its own demand rose too (thinRise): a failover at the cut onto
-	// nodes whose keys are thin then grows their shares within the window,
-	// not at its close. Both must have moved partJump past their early rates, as the
-	// window's close asks (a short early part errs by up to a tenth), but
-	// for a growth by riseRoom (grow) measured on bandDemand of the side's.
+	// window the cut began in, only a key that marked its own early part is
+	// probed, against that part's rate and from the cut: a key too thin to
+	// mark would take the side's growth, and there the side's total counts
+	// every key uncapped (one key's surge read as a failover of all). Against
+	// the demand before the cut (preCut) every key told is capped, and a key
+	// too thin to measure alone takes the side's growth where its own demand
+	// rose too (thinRise): a failover at the cut onto nodes whose keys are
+	// thin then grows their shares within the window, not at its close. Both
+	// must have moved partJump past their early rates, as the window's close
+	// asks (a short early part errs by up to a tenth), but for a growth by
+	// riseRoom (grow) measured on bandDemand of the side's.
 	base, startE, inCut := sh.baseDemand, 0.0, false
 	switch {
 	case !sh.whole && (sh.pre || sh.sidePre()):
