@@ -7,7 +7,8 @@ import (
 
 // benchShare decides on 1 000 keys of a share rule (limit 100 in 10 s
 // windows) with a history window seen whole, then a cut; healed, it
-// decides after the heal's hold, in the window the hold ends in.
+// decides after the heal's hold, in the window the hold ends in, of a cut
+// whose share denied a request.
 func benchShare(b *testing.B, healed bool) {
 	eu, us := pairNodes(b, Rule{Name: "api", Limit: 100, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share})
 	keys, _ := ipv4Keys(1000)
@@ -24,6 +25,11 @@ func benchShare(b *testing.B, healed bool) {
 	eu.Link().SetUnheard(cut, []string{"us/iad"})
 	now := cut
 	if healed {
+		// One key past its share in the cut: a cut whose share denied
+		// a request holds its keys to the heal window's bounds.
+		for range 60 {
+			_, _ = eu.Decide(cut, "api", keys[0], 1)
+		}
 		eu.Link().SetUnheard(cut+W/10, nil)
 		now = cut + W/10 + int64(DefaultHealHold)
 	}
