@@ -153,6 +153,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad mode", rule("    mode: loud\n"), `rules[0].mode: unknown mode "loud"`},
 		{"bad policy", rule("    on_partition: panic\n"), `rules[0].on_partition: unknown partition policy "panic"`},
 		{"bad on_unsure", rule("    on_unsure: maybe\n"), `rules[0].on_unsure: unknown policy "maybe" (want allow or deny)`},
+		{"share_rise past 1", rule("    on_partition: share\n    share_rise: 1.5\n"), "rules[0].share_rise: must be 0 to 1 (a fraction of the limit), got 1.5"},
+		{"negative share_rise", rule("    on_partition: share\n    share_rise: -0.1\n"), "rules[0].share_rise: must be 0 to 1"},
+		{"share_rise under keep", rule("    share_rise: 0.1\n"), "rules[0].share_rise: only for on_partition: share"},
 		{"negative block_for", rule("    block_for: -1m\n"), "rules[0].block_for: must be 0 or a whole number of milliseconds, got -1m0s"},
 		{"block_for below a millisecond", rule("    block_for: 1500us\n"), "rules[0].block_for: must be 0 or a whole number of milliseconds"},
 		{"block_for too long", rule("    block_for: 800h\n"), "rules[0].block_for: must be at most 720h0m0s"},
@@ -316,4 +319,24 @@ func TestEmbeddedCheckComesWithTheServer(t *testing.T) {
 	_, err = Parse([]byte("nats: {embedded: {listen: 'nowhere'}}"))
 	require.Error(t, err, "the form is checked")
 	assert.Contains(t, err.Error(), "nats.embedded.listen: ")
+}
+
+// share_rise reaches pop's rule: omitted, the default (0 there); 0, none
+// (negative there); a fraction, itself.
+func TestShareRise(t *testing.T) {
+	for _, tt := range []struct {
+		extra string
+		want  float64
+	}{
+		{"", 0},
+		{"    share_rise: 0\n", -1},
+		{"    share_rise: 0.3\n", 0.3},
+		{"    share_rise: 1\n", 1},
+	} {
+		c, err := Parse([]byte("rules:\n  - name: r\n    limit: 10\n    window: 1m\n    on_partition: share\n" + tt.extra))
+		require.NoError(t, err, tt.extra)
+		rs, err := c.PopRules()
+		require.NoError(t, err, tt.extra)
+		assert.Equal(t, tt.want, rs[0].ShareRise, tt.extra)
+	}
 }

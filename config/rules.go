@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -42,6 +43,13 @@ type Rule struct {
 	Mode string `yaml:"mode"`
 	// OnPartition is keep or share. Default keep.
 	OnPartition string `yaml:"on_partition"`
+	// ShareRise, for on_partition: share, is how far past its part of the
+	// limit (0 to 1, a fraction of the limit) a side's share may grow in a
+	// cut on a growth of its demand that a failover of part of the other
+	// side's traffic and a rise on both sides would both show: the least
+	// such a failover is given and the most such a rise goes over. Default
+	// 0.2; 0: a side grows past its part only on a whole failover.
+	ShareRise *float64 `yaml:"share_rise"`
 	// BlockFor, when set, keeps a key the rule denies denied for that long
 	// (the penalty box), on every node the rule's scope reaches (whole
 	// milliseconds, at most 720h). Default 0: no penalty box.
@@ -214,8 +222,12 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d].algorithm: %w", i, err)
 		}
+		rise, err := r.popShareRise()
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d].%w", i, err)
+		}
 		out[i] = pop.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window.D(), Cost: r.Cost, Scope: scope, Mode: mode, OnPartition: pol,
-			BlockFor: r.BlockFor.D(), OnUnsure: unsure, Algorithm: alg, Burst: r.Burst, Kind: kind, LeaseTTL: r.LeaseTTL.D()}
+			ShareRise: rise, BlockFor: r.BlockFor.D(), OnUnsure: unsure, Algorithm: alg, Burst: r.Burst, Kind: kind, LeaseTTL: r.LeaseTTL.D()}
 		if !cal.IsZero() { // its window is its period's nominal width
 			out[i].Calendar, out[i].Window = cal, time.Duration(cal.Width())
 		}
@@ -227,4 +239,21 @@ func PopRules(rules []Rule) ([]pop.Rule, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// popShareRise returns share_rise as pop.Rule.ShareRise: 0 when omitted
+// (the default), negative for 0 (none).
+func (r Rule) popShareRise() (float64, error) {
+	switch v := r.ShareRise; {
+	case v == nil:
+		return 0, nil
+	case r.OnPartition != pop.Share.String():
+		return 0, errors.New("share_rise: only for on_partition: share")
+	case !(*v >= 0 && *v <= 1):
+		return 0, fmt.Errorf("share_rise: must be 0 to 1 (a fraction of the limit), got %g", *v)
+	case *v == 0:
+		return -1, nil
+	default:
+		return *v, nil
+	}
 }

@@ -231,6 +231,8 @@ func TestRuleValidationOfGuards(t *testing.T) {
 		{"sub-millisecond block_for", func(r *Rule) { r.BlockFor = time.Microsecond }, "block_for: must be 0 or a whole number of milliseconds"},
 		{"block_for too long", func(r *Rule) { r.BlockFor = MaxBlockFor + time.Millisecond }, "block_for: must be at most"},
 		{"unknown on_unsure", func(r *Rule) { r.OnUnsure = 7 }, "on_unsure: unknown policy 7"},
+		{"share_rise past 1", func(r *Rule) { r.OnPartition, r.ShareRise = Share, 1.01 }, "share_rise: must be at most 1"},
+		{"share_rise under keep", func(r *Rule) { r.ShareRise = 0.1 }, "share_rise: only for on_partition: share"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := base

@@ -3,6 +3,7 @@ package pop
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -98,6 +99,15 @@ type Rule struct {
 	Mode Mode
 	// OnPartition is the partition policy.
 	OnPartition Policy
+	// ShareRise, for OnPartition Share, is how far past its part of the
+	// limit (a fraction of the limit, up to 1) a side's share may grow in a
+	// cut when its demand grows by less than a whole failover shows. A
+	// failover of part of the other side's traffic and a rise of demand on
+	// both sides look alike from either side of a cut, so it sets both the
+	// least such a failover is given and the most such a rise goes over
+	// (docs/replication.md, "The room a rise could take"). 0 means
+	// DefaultShareRise; negative: none.
+	ShareRise float64
 	// Kind is what the rule limits: Rate (the zero value: cost per sliding
 	// window) or Concurrency (requests in flight per key, concurrency.go).
 	Kind Kind
@@ -168,6 +178,10 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("mode: unknown mode %d", r.Mode)
 	case r.OnPartition > Share:
 		return fmt.Errorf("on_partition: unknown policy %d", r.OnPartition)
+	case r.ShareRise > 1 || math.IsNaN(r.ShareRise):
+		return fmt.Errorf("share_rise: must be at most 1 (a fraction of the limit), got %g", r.ShareRise)
+	case r.ShareRise > 0 && r.OnPartition != Share:
+		return errors.New("share_rise: only for on_partition: share")
 	case r.BlockFor < 0 || r.BlockFor%time.Millisecond != 0:
 		return fmt.Errorf("block_for: must be 0 or a whole number of milliseconds, got %s", r.BlockFor)
 	case r.BlockFor > MaxBlockFor:
@@ -179,6 +193,17 @@ func (r Rule) Validate() error {
 		return err
 	}
 	return r.validateMore()
+}
+
+// shareRise returns the room of ShareRise, its default in place of 0.
+func (r *Rule) shareRise() float64 {
+	switch {
+	case r.ShareRise < 0:
+		return 0
+	case r.ShareRise == 0:
+		return DefaultShareRise
+	}
+	return r.ShareRise
 }
 
 // ValidateRules checks every rule and that names are unique. Errors name the

@@ -242,7 +242,7 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	// thin then grows their shares within the window, not at its close. Both
 	// must have moved partJump past their early rates, as the window's close
 	// asks (a short early part errs by up to a tenth), but for a growth by
-	// riseRoom (grow) measured on bandDemand of the side's.
+	// ShareRise (grow) measured on bandDemand of the side's.
 	base, startE, inCut := sh.baseDemand, 0.0, false
 	switch {
 	case !sh.whole && (sh.pre || sh.sidePre()):
@@ -298,7 +298,7 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	}
 	var g, own float64
 	// The side's growth measured on bandDemand or more may grow a share
-	// by riseRoom (grow).
+	// by ShareRise (grow).
 	band := float64(fn) >= bandDemand
 	switch {
 	case base > 0 && e > fromE && float64(sh.demand-from) >= minShareDemand*(e-fromE):
@@ -386,7 +386,7 @@ func (r shareRamp) open(frac float64, now int64) float64 {
 // ShareStep only once to move a share (twice otherwise: one key's demand
 // is noisier). own is the key's own growth before g was capped at the
 // side's. g is a whole window's, measured on demand enough for a growth a
-// rise on both sides would show as well to grow the share by riseRoom
+// rise on both sides would show as well to grow the share by ShareRise
 // (grow). over says the side's demand went past the whole fleet's before
 // the cut (sideDemand.overFleet): a surge, whatever else moved, so a share
 // grown past its snapshot goes back to it and none grows. The caller holds
@@ -442,8 +442,8 @@ func (sh *share) sidePre() bool {
 // failover of a fifth to a third of the demand grows a side by 1.25 to 1.5
 // times, as such a rise does, and the side kept its snapshot (0.67-0.80 of
 // a central limiter's admits). Below partJump the share now grows by at
-// most riseRoom past its snapshot: a rise on both sides then takes the
-// fleet at most that far over its limit (only one side can carry
+// most its rule's ShareRise past its snapshot: a rise on both sides then
+// takes the fleet at most that far over its limit (only one side can carry
 // takeoverAt of the demand). Only when band says the growth was measured
 // on demand enough (a whole window's, or a probed part with bandDemand of
 // the side's), and the key's own growth (own, before it was capped at the
@@ -451,7 +451,7 @@ func (sh *share) sidePre() bool {
 // total counts a key at most as far as a failover could take it, so a
 // surge of every key on both sides reads, capped, as a whole failover
 // (one key at 3.3 and 10 times its demand on the two sides grew a side of
-// three quarters by riseRoom).
+// three quarters by ShareRise).
 func (sh *share) grow(g, own, step float64, sure, band bool) bool {
 	q := sh.asked()
 	part := g * sh.snap * q // the side's part of the fleet's demand before the cut
@@ -465,7 +465,7 @@ func (sh *share) grow(g, own, step float64, sure, band bool) bool {
 		if !band || own*sh.snap*q > 1+step {
 			return false
 		}
-		most = sh.snap + riseRoom
+		most = sh.snap + sh.rise
 	}
 	if g >= gate && part >= takeoverAt && part <= 1+step {
 		if to := min(t, most); to > sh.frac {
@@ -478,13 +478,8 @@ func (sh *share) grow(g, own, step float64, sure, band bool) bool {
 
 // bandDemand is the least demand of a side's probed part of a window (a
 // fifth of a window at least) whose growth may grow its shares by
-// riseRoom (grow): with fewer, its noise alone reaches the growth a
+// ShareRise (grow): with fewer, its noise alone reaches the growth a
 // failover of a fifth of the demand shows (a side of one key whose demand
 // did not move grew past its snapshot on a probe of 70 requests,
 // rolling-cuts going to 1.10 of its limit).
 const bandDemand = 4 * minShareDemand
-
-// riseRoom is how far past its snapshot (a fraction of the limit) a share
-// grows on a growth that a rise of demand on both sides would show as well
-// (grow).
-const riseRoom = 0.1

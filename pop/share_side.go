@@ -31,7 +31,7 @@ import (
 // a key with too few requests to measure its own growth (minShareDemand)
 // takes F. With a single key F is that key's growth again, and a surge and
 // a failover look alike (a growth under partJump against the demand before
-// the cut grows a share by riseRoom only while the key's own demand stays
+// the cut grows a share by ShareRise only while the key's own demand stays
 // within the fleet's before it: share_demand.go, grow).
 
 // minSideDemand is the least demand (in cost units, all keys together) a

@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -12,7 +13,12 @@ import (
 // sideNodes returns eu and us nodes of a share rule with limit 20 per 10s.
 func sideNodes(t *testing.T) (eu, us *Node) {
 	t.Helper()
-	return pairNodes(t, Rule{Name: "api", Limit: 20, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share})
+	return pairNodes(t, sideRule())
+}
+
+// sideRule is the rule of sideNodes: a limit of 20 per 10 s window, share.
+func sideRule() Rule {
+	return Rule{Name: "api", Limit: 20, Window: 10 * time.Second, Cost: 1, Scope: ScopeGlobal, OnPartition: Share}
 }
 
 // sideRun drives 40 steps per window: demand(w, key, step) says how many
@@ -38,7 +44,14 @@ func sideRunFrom(t *testing.T, keys []string, pre int64, cutStep int, demand fun
 func sideRunStart(t *testing.T, keys []string, pre int64, cutStep int, fleetStart bool,
 	demand func(w int64, key string, step int) (euN, usN int)) (both, usAdm [][]int) {
 	t.Helper()
-	eu, us := sideNodes(t)
+	return sideRunRule(t, sideRule(), keys, pre, cutStep, fleetStart, demand)
+}
+
+// sideRunRule is sideRunStart with rule r (named api) in place of sideRule.
+func sideRunRule(t *testing.T, r Rule, keys []string, pre int64, cutStep int, fleetStart bool,
+	demand func(w int64, key string, step int) (euN, usN int)) (both, usAdm [][]int) {
+	t.Helper()
+	eu, us := pairNodes(t, r)
 	if fleetStart {
 		for _, n := range []*Node{eu, us} {
 			n.Link().SetAllowance(ScopeGlobal, Allowance{Horizon: time.Millisecond, Members: 1, PoPs: 2})
@@ -525,67 +538,98 @@ func TestFirstSpan(t *testing.T) {
 // A failover of a quarter of the demand at the cut, keys at their limit:
 // eu's clients (5 requests a key a window, limit 20) move to us (15), and
 // us's demand grows 1.33 times against the demand before the cut, as a
-// rise of a third on both sides would. us grows by riseRoom past its three
-// quarters (17 of every 20), where it kept them (0.75 of what a central
-// limiter admits).
+// rise of a third on both sides would. us grows by its rule's ShareRise past
+// its three quarters (15 + 20 x rise of every 20), where it kept them (0.75
+// of what a central limiter admits), and by no more (give or take a request
+// and a half a key: a window of the sliding estimate holds a little more
+// than the share where the window before held less).
 func TestShareQuarterFailoverAtTheCut(t *testing.T) {
 	const keys = 30
-	both, us := sideRun(t, manyKeys(keys), func(w int64, _ string, i int) (int, int) {
+	for _, rise := range []float64{0, 0.1, -1} {
+		room := rise
 		switch {
-		case w >= 0 && i%2 == 0:
-			return 0, 1
-		case w < 0 && i%8 == 0:
-			return 1, 0
-		case w < 0 && i%2 == 0:
-			return 0, 1
+		case rise == 0:
+			room = DefaultShareRise
+		case rise < 0:
+			room = 0
 		}
-		return 0, 0
-	})
-	atLimit(t, both, keys)
-	usTakes(t, us, 2, keys*33/2)
-	for w, ks := range us {
-		n := 0
-		for _, x := range ks {
-			n += x
-		}
-		assert.LessOrEqual(t, n, keys*18, "window %d: us grows by riseRoom at most", w)
+		t.Run(fmt.Sprintf("share_rise=%g", room), func(t *testing.T) {
+			r := sideRule()
+			r.ShareRise = rise
+			both, us := sideRunRule(t, r, manyKeys(keys), 2, 0, false, func(w int64, _ string, i int) (int, int) {
+				switch {
+				case w >= 0 && i%2 == 0:
+					return 0, 1
+				case w < 0 && i%8 == 0:
+					return 1, 0
+				case w < 0 && i%2 == 0:
+					return 0, 1
+				}
+				return 0, 0
+			})
+			atLimit(t, both, keys)
+			most := 15 + 20*room
+			usTakes(t, us, 2, int(keys*(most-1.5)))
+			for w, ks := range us {
+				n := 0
+				for _, x := range ks {
+					n += x
+				}
+				assert.LessOrEqual(t, float64(n), keys*(most+1.5), "window %d: us grows by the rise at most", w)
+			}
+		})
 	}
 }
 
 // The growth of TestShareQuarterFailoverAtTheCut from a rise of a third on
 // both sides (every key at its limit before the cut, three quarters of its
-// demand on us): us cannot tell it from a failover, and grows by riseRoom
-// past its three quarters; eu keeps its quarter. The sides together spend
-// at most 1.10 times every key's limit (22 of 20), where keep lets each
-// spend the whole limit.
-func TestShareRiseOnBothSidesCostsRiseRoomAtMost(t *testing.T) {
+// demand on us): us cannot tell it from a failover, and grows by its rule's
+// ShareRise past its three quarters; eu keeps its quarter. The sides
+// together spend at most 1 + rise times every key's limit (20 + 20 x rise
+// of 20, and two in flight or in the sliding estimate's blend), where keep
+// lets each spend the whole limit.
+func TestShareRiseOnBothSidesCostsTheRiseAtMost(t *testing.T) {
 	const keys = 30
-	both, us := sideRun(t, manyKeys(keys), func(w int64, _ string, i int) (int, int) {
+	for _, rise := range []float64{0, 0.1, -1} {
+		room := rise
 		switch {
-		case w >= 0 && i%2 == 0: // 20 a window on us, 7 on eu
-			return 0, 1
-		case w >= 0 && i%6 == 1:
-			return 1, 0
-		case w >= 0:
-			return 0, 0
-		case i%8 == 0:
-			return 1, 0
-		case i%2 == 0:
-			return 0, 1
+		case rise == 0:
+			room = DefaultShareRise
+		case rise < 0:
+			room = 0
 		}
-		return 0, 0
-	})
-	for w := range both {
-		for k := range keys {
-			assert.LessOrEqual(t, both[w][k], 23, "window %d key %d: the sides together stay within 1.10 times the limit", w, k)
-		}
-	}
-	for w, ks := range us {
-		n := 0
-		for _, x := range ks {
-			n += x
-		}
-		assert.LessOrEqual(t, n, keys*18, "window %d: us grows by riseRoom at most", w)
+		t.Run(fmt.Sprintf("share_rise=%g", room), func(t *testing.T) {
+			r := sideRule()
+			r.ShareRise = rise
+			both, us := sideRunRule(t, r, manyKeys(keys), 2, 0, false, func(w int64, _ string, i int) (int, int) {
+				switch {
+				case w >= 0 && i%2 == 0: // 20 a window on us, 7 on eu
+					return 0, 1
+				case w >= 0 && i%6 == 1:
+					return 1, 0
+				case w >= 0:
+					return 0, 0
+				case i%8 == 0:
+					return 1, 0
+				case i%2 == 0:
+					return 0, 1
+				}
+				return 0, 0
+			})
+			most := 20 * (1 + room)
+			for w := range both {
+				for k := range keys {
+					assert.LessOrEqual(t, float64(both[w][k]), most+2, "window %d key %d: the sides together stay within 1 + %g times the limit", w, k, room)
+				}
+			}
+			for w, ks := range us {
+				n := 0
+				for _, x := range ks {
+					n += x
+				}
+				assert.LessOrEqual(t, float64(n), keys*(15+20*room+1.5), "window %d: us grows by the rise at most", w)
+			}
+		})
 	}
 }
 

@@ -147,8 +147,8 @@ func writeFailoverScenario(b *strings.Builder, name string, seed int, regions []
 // measured in that part. 10 of 12 did while a failover of one region of
 // three, which sits at the least growth that reads as one (pop's
 // partJump), could keep its side's share of before (0.79 at the least);
-// from that growth down to 1.25 times a share now grows by a tenth of the
-// limit (pop's riseRoom), and every draw takes 0.81 at least.
+// from that growth down to 1.25 times a share now grows by the rule's
+// share_rise (pop's DefaultShareRise), and every draw takes 0.82 at least.
 func TestFailoversGeneratedStayUnderTheirPeak(t *testing.T) {
 	runDrawnFleets(t, 1, failoverScenario, failoverCheck(t, 0.80))
 }
@@ -260,8 +260,8 @@ func runDrawnFleets(t *testing.T, stream uint64, draw func(*rand.Rand, int) (str
 // times, under the growth a side measured against its demand before the
 // cut must show to take the other side's share (1.5 times, pop's
 // partJump: a rise on both sides of up to that much is not told from a
-// failover); such a growth now grows a share by a tenth of the limit (pop's
-// riseRoom).
+// failover); such a growth now grows a share by the rule's share_rise
+// (pop's DefaultShareRise).
 func TestFailoversWithLongWindowsAcrossTheClass(t *testing.T) {
 	runDrawnFleets(t, 5, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenarioIn(rng, i, 30)
@@ -278,7 +278,7 @@ func TestFailoversWithLongWindowsAcrossTheClass(t *testing.T) {
 // cut or a few seconds after it is not folded into a baseline counted from
 // the cut on. Every draw takes 0.83 of central at least (0.756 for the
 // fifth of the demand failing over, before a growth under partJump grew a
-// share by riseRoom).
+// share by the rule's share_rise).
 func TestFailoversInTheFirstWindowAcrossTheClass(t *testing.T) {
 	runDrawnFleets(t, 5, func(rng *rand.Rand, i int) (string, string) {
 		text, name := failoverScenarioAt(rng, i, 30, 20)

@@ -55,9 +55,11 @@ func smallFailoverScenario(rng *rand.Rand, i int) (string, string) {
 // demand on both sides would, and kept its part of the limit, 0.68-0.79
 // of what the central limiter admits in the cut on 8 of these 12 draws.
 // Each side now measures such a growth on demand enough to tell it from
-// noise and grows its share by a tenth of the limit past its part (pop's
-// riseRoom): 2 of the 12 draws stay under 0.80 (a quarter of the demand
-// moving 8 s into the cut's window: 0.74-0.79), the peaks as before.
+// noise and grows its share past its part by the rule's share_rise (pop's
+// DefaultShareRise, 0.2 of the limit): every draw takes 0.80 of central at
+// least in both voices settings (0.74-0.79 on 2 of the 12 draws with 0.1,
+// a quarter of the demand moving 8 s into the cut's window), the peaks as
+// before.
 func TestSmallFailoversAcrossTheClass(t *testing.T) {
-	runDrawnFleets(t, 21, smallFailoverScenario, failoverCheck(t, 0.70))
+	runDrawnFleets(t, 21, smallFailoverScenario, failoverCheck(t, 0.78))
 }
