@@ -119,3 +119,26 @@ func TestAskedWindowsCountTowardTheWindowCap(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "counted windows")
 }
+
+// A forged asked count of the own side grows a share no further than a
+// failover of the whole fleet's demand onto the side would: the most a
+// count can say puts the side past the fleet's demand before the cut, a
+// surge, and no share grows; a count that puts it at twice its part (the
+// fleet's demand) takes a share to the whole limit, and no further.
+func TestForgedOwnAskedCountGrowsNoFurtherThanAFailover(t *testing.T) {
+	for _, tc := range []struct {
+		asked uint64
+		want  float64
+	}{{^uint64(0), 0.5}, {2000, 1}, {1000, 0.5}} {
+		d := &sideDemand{part: 0.5, fleetAsked: 2000, sideAsked: func(int64) uint64 { return tc.asked }}
+		sg, known := d.sideGrowth(3)
+		require.True(t, known)
+		f, ok := d.bySide(sg, known, 1, DefaultShareStep)
+		if !ok {
+			f = 1
+		}
+		sh := &share{snap: 0.5, frac: 0.5, prev: 0.5, scale: 1, rise: DefaultShareRise, side: d}
+		sh.follow(f, f, DefaultShareFloor, DefaultShareStep, true, false)
+		assert.InDelta(t, tc.want, sh.frac, 1e-9, "asked %d: side's growth %g", tc.asked, sg)
+	}
+}

@@ -125,10 +125,17 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 	}
 	var f float64
 	var sure bool // f, the side's growth, speaks (share_side.go)
+	scale := 1.0  // the side's growth over this node's (sideGrowth)
 	if sh.side != nil {
 		f, sure = sh.side.growth(idx)
 		if bw := sh.side.baseline(); !sh.capped && bw != 0 {
 			sh.cap, sh.capped = sh.side.capFor(sh.demand, sh.demandWin == bw)
+		}
+		if sure && f > 0 && idx == sh.demandWin+1 {
+			sg, known := sh.side.sideGrowth(sh.demandWin)
+			if sg, ok := sh.side.bySide(sg, known, f, step); ok {
+				scale, f = sg/f, sg
+			}
 		}
 	}
 	sh.prev = sh.frac
@@ -142,7 +149,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 	case next && !sh.whole && sh.pre && step >= 0 && sh.cover > 0 && sh.demand >= minShareDemand:
 		// The window the cut began in, from the cut on, at its rate over
 		// the whole window, against the demand before the cut (preCut).
-		g := float64(sh.demand) / sh.cover / sh.baseDemand
+		g := float64(sh.demand) / sh.cover / sh.baseDemand * scale
 		own := g
 		if sure && g > 1 {
 			g = min(g, max(f, 1))
@@ -192,7 +199,7 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 			}
 			break
 		}
-		g := float64(sh.demand) / sh.baseDemand
+		g := float64(sh.demand) / sh.baseDemand * scale
 		own := g
 		if sure && g > 1 {
 			g = min(g, max(f, 1)) // past the side's growth: this key's surge
@@ -282,6 +289,11 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	if !sure {
 		return // one key's demand alone may be its surge
 	}
+	scale := 1.0 // the side's growth over this node's (bySide)
+	sg, known := sh.side.sideGrowthAt(idx)
+	if sg, ok := sh.side.bySide(sg, known, f, step); ok {
+		scale, f = sg/f, sg
+	}
 	// The key's demand since its mark (at least probeFrom of a window ago,
 	// else since the window's start, or the cut): the demand before a
 	// failover inside this window does not dilute the demand after it.
@@ -302,7 +314,7 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	band := float64(fn) >= bandDemand
 	switch {
 	case base > 0 && e > fromE && float64(sh.demand-from) >= minShareDemand*(e-fromE):
-		g = float64(sh.demand-from) / (base * (e - fromE))
+		g = float64(sh.demand-from) / (base * (e - fromE)) * scale
 		own = g
 		if g > 1 {
 			g = min(g, max(f, 1))

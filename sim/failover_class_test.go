@@ -3,7 +3,9 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -233,7 +235,7 @@ func runDrawnFleets(t *testing.T, stream uint64, draw func(*rand.Rand, int) (str
 	check func(t *testing.T, name, text string, r Report)) {
 	t.Helper()
 	accuracyTest(t)
-	rng := rand.New(rand.NewPCG(38, stream))
+	rng := rand.New(rand.NewPCG(38, stream+classStreamOffset(t)))
 	for i := range 12 {
 		text, name := draw(rng, i)
 		for _, voices := range []bool{false, true} {
@@ -248,6 +250,21 @@ func runDrawnFleets(t *testing.T, stream uint64, draw func(*rand.Rand, int) (str
 			})
 		}
 	}
+}
+
+// classStreamOffset returns what SIM_CLASS_STREAM adds to each class's
+// stream (0 when unset): `SIM_CLASS_STREAM=1000 go test ./sim -run
+// AcrossTheClass -v` draws other fleets of every class, which a class's
+// floors are not tuned to (docs/replication.md, "Other draws of the same
+// classes").
+func classStreamOffset(t *testing.T) uint64 {
+	v := os.Getenv("SIM_CLASS_STREAM")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	require.NoError(t, err, "SIM_CLASS_STREAM: a stream offset, 0 or more")
+	return n
 }
 
 // Failovers with 30 s windows, on fleets drawn as above (another stream):
