@@ -545,40 +545,23 @@ func TestFirstSpan(t *testing.T) {
 // than the share where the window before held less).
 func TestShareQuarterFailoverAtTheCut(t *testing.T) {
 	const keys = 30
-	for _, rise := range []float64{0, 0.1, -1} {
-		room := rise
-		switch {
-		case rise == 0:
-			room = DefaultShareRise
-		case rise < 0:
-			room = 0
-		}
-		t.Run(fmt.Sprintf("share_rise=%g", room), func(t *testing.T) {
-			r := sideRule()
-			r.ShareRise = rise
-			both, us := sideRunRule(t, r, manyKeys(keys), 2, 0, false, func(w int64, _ string, i int) (int, int) {
-				switch {
-				case w >= 0 && i%2 == 0:
-					return 0, 1
-				case w < 0 && i%8 == 0:
-					return 1, 0
-				case w < 0 && i%2 == 0:
-					return 0, 1
-				}
-				return 0, 0
-			})
-			atLimit(t, both, keys)
-			most := 15 + 20*room
-			usTakes(t, us, 2, int(keys*(most-1.5)))
-			for w, ks := range us {
-				n := 0
-				for _, x := range ks {
-					n += x
-				}
-				assert.LessOrEqual(t, float64(n), keys*(most+1.5), "window %d: us grows by the rise at most", w)
+	forRises(t, func(t *testing.T, r Rule, room float64) {
+		both, us := sideRunRule(t, r, manyKeys(keys), 2, 0, false, func(w int64, _ string, i int) (int, int) {
+			switch {
+			case w >= 0 && i%2 == 0:
+				return 0, 1
+			case w < 0 && i%8 == 0:
+				return 1, 0
+			case w < 0 && i%2 == 0:
+				return 0, 1
 			}
+			return 0, 0
 		})
-	}
+		atLimit(t, both, keys)
+		most := 15 + 20*room
+		usTakes(t, us, 2, int(keys*(most-1.5)))
+		usAtMost(t, us, keys*(most+1.5))
+	})
 }
 
 // The growth of TestShareQuarterFailoverAtTheCut from a rise of a third on
@@ -590,46 +573,52 @@ func TestShareQuarterFailoverAtTheCut(t *testing.T) {
 // lets each spend the whole limit.
 func TestShareRiseOnBothSidesCostsTheRiseAtMost(t *testing.T) {
 	const keys = 30
-	for _, rise := range []float64{0, 0.1, -1} {
-		room := rise
-		switch {
-		case rise == 0:
-			room = DefaultShareRise
-		case rise < 0:
-			room = 0
-		}
-		t.Run(fmt.Sprintf("share_rise=%g", room), func(t *testing.T) {
-			r := sideRule()
-			r.ShareRise = rise
-			both, us := sideRunRule(t, r, manyKeys(keys), 2, 0, false, func(w int64, _ string, i int) (int, int) {
-				switch {
-				case w >= 0 && i%2 == 0: // 20 a window on us, 7 on eu
-					return 0, 1
-				case w >= 0 && i%6 == 1:
-					return 1, 0
-				case w >= 0:
-					return 0, 0
-				case i%8 == 0:
-					return 1, 0
-				case i%2 == 0:
-					return 0, 1
-				}
+	forRises(t, func(t *testing.T, r Rule, room float64) {
+		both, us := sideRunRule(t, r, manyKeys(keys), 2, 0, false, func(w int64, _ string, i int) (int, int) {
+			switch {
+			case w >= 0 && i%2 == 0: // 20 a window on us, 7 on eu
+				return 0, 1
+			case w >= 0 && i%6 == 1:
+				return 1, 0
+			case w >= 0:
 				return 0, 0
-			})
-			most := 20 * (1 + room)
-			for w := range both {
-				for k := range keys {
-					assert.LessOrEqual(t, float64(both[w][k]), most+2, "window %d key %d: the sides together stay within 1 + %g times the limit", w, k, room)
-				}
+			case i%8 == 0:
+				return 1, 0
+			case i%2 == 0:
+				return 0, 1
 			}
-			for w, ks := range us {
-				n := 0
-				for _, x := range ks {
-					n += x
-				}
-				assert.LessOrEqual(t, float64(n), keys*(15+20*room+1.5), "window %d: us grows by the rise at most", w)
-			}
+			return 0, 0
 		})
+		most := 20 * (1 + room)
+		for w := range both {
+			for k := range keys {
+				assert.LessOrEqual(t, float64(both[w][k]), most+2, "window %d key %d: the sides together stay within 1 + %g times the limit", w, k, room)
+			}
+		}
+		usAtMost(t, us, keys*(15+20*room+1.5))
+	})
+}
+
+// forRises runs test under sideRule with each ShareRise: the default (0),
+// 0.1, and none (-1); room is the rise it stands for.
+func forRises(t *testing.T, test func(t *testing.T, r Rule, room float64)) {
+	for _, rise := range []float64{0, 0.1, -1} {
+		r := sideRule()
+		r.ShareRise = rise
+		room := r.shareRise()
+		t.Run(fmt.Sprintf("share_rise=%g", room), func(t *testing.T) { test(t, r, room) })
+	}
+}
+
+// usAtMost asserts that us admitted at most most in every window.
+func usAtMost(t *testing.T, us [][]int, most float64) {
+	t.Helper()
+	for w, ks := range us {
+		n := 0
+		for _, x := range ks {
+			n += x
+		}
+		assert.LessOrEqual(t, float64(n), most, "window %d: us grows by the rise at most", w)
 	}
 }
 
