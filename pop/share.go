@@ -29,15 +29,16 @@ import (
 // side spends exactly its share of the trailing window's limit on its own
 // traffic and the sides together admit at most the limit.
 //
-// A side follows its demand (share_demand.go, share_side.go): when its
-// demand grows well past what it was at the cut while its share binds, and
-// its total over all keys grew with it, it takes the demand for traffic
-// that moved to it from the other side (a failover: a dead PoP looks
-// exactly like a partitioned one) and grows its share to its part of the
-// fleet's demand; a side whose demand fell shrinks its share the same way, so
-// the sides still add up to the limit when traffic moves between them. A
-// floor (every side may use at least ShareFloor of the limit) keeps a side
-// from being shut out.
+// A side follows its demand (share_demand.go, share_side.go,
+// share_side_asked.go): when its demand grows well past what it was at the
+// cut while its share binds, and its total over all keys grew with it (or
+// its side's, as what the side's replicas were asked tells it), it takes
+// the demand for traffic that moved to it from the other side (a failover:
+// a dead PoP looks exactly like a partitioned one) and grows its share to
+// its part of the fleet's demand; a side whose demand fell shrinks its
+// share the same way, so the sides still add up to the limit when traffic
+// moves between them. A floor (every side may use at least ShareFloor of
+// the limit) keeps a side from being shut out.
 //
 // When the unheard set changes during a partition (a cut that changes
 // shape, with no heal long enough to see a window whole in between), the
