@@ -22,7 +22,8 @@ cd "$(dirname "$0")/.."
 	skewed-ahead-500ms-1s skewed-behind-1500ms-1s skewed-five-pops-1s crash-loop-lone-pop crash-failover failover-lone-region \
 	heal-after-failover-1m heal-after-surge below-half-anycast-one-node-24pops below-half-anycast-limit-200 \
 	failover-in-cut-window failover-in-cut-window-30s uneven-pops-at-limit hot-key-1s-windows \
-	failover-region-of-four rise-at-cut stop-loop-lossy failover-uneven-demand small-side-surge
+	failover-region-of-four rise-at-cut stop-loop-lossy failover-uneven-demand small-side-surge \
+	failover-to-one-pop-of-three
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/sim" ./cmd/sim
