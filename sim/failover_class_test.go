@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -230,14 +231,21 @@ func writeDrawnNetworkWith(b *strings.Builder, lat int, loss float64, repl strin
 }
 
 // runDrawnFleets runs 12 fleets drawn by draw from the seeded stream, each
-// with region voices off and on, in parallel, and checks each report.
+// with region voices off and on, in parallel, and checks each report. With
+// SIM_CLASS_DUMP set to a directory it also writes each draw there as a
+// scenario file (<test>-<draw>.yaml), for `go run ./cmd/sim -scenario`.
 func runDrawnFleets(t *testing.T, stream uint64, draw func(*rand.Rand, int) (string, string),
 	check func(t *testing.T, name, text string, r Report)) {
 	t.Helper()
 	accuracyTest(t)
 	rng := rand.New(rand.NewPCG(38, stream+classStreamOffset(t)))
+	dump := os.Getenv("SIM_CLASS_DUMP")
 	for i := range 12 {
 		text, name := draw(rng, i)
+		if dump != "" {
+			f := filepath.Join(dump, fmt.Sprintf("%s-%d.yaml", t.Name(), i))
+			require.NoError(t, os.WriteFile(f, []byte(text), 0o644), "SIM_CLASS_DUMP: a directory to write the draws to")
+		}
 		for _, voices := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%d/voices=%v", i, voices), func(t *testing.T) {
 				t.Parallel()
