@@ -27,10 +27,10 @@ import (
 // anti-entropy), and every node then holds what each PoP refused in the
 // window seen whole before a cut (a side's part of the demand), and what
 // its own side was asked in each window of the cut (how far the side's
-// demand grew, share_side.go's overFleet and bySide). The refused cost
-// travels on its own, not as asked less admitted: a PoP's admits of keys
-// far below their limit may reach the others late (sparse updates), and
-// would read as refused. Nothing decides on that window.
+// demand grew, share_side_asked.go's overFleet and bySide). The refused
+// cost travels on its own, not as asked less admitted: a PoP's admits of
+// keys far below their limit may reach the others late (sparse updates),
+// and would read as refused. Nothing decides on that window.
 //
 // Trust: a replica's asked and refused counts are what it says, as its
 // counts are what it says it admitted. They are not clamped at a limit (a
@@ -41,9 +41,9 @@ import (
 // claiming the most it can moves a side's part of the demand no further
 // than a fleet refusing that much would. A forged count of the own side
 // can hold its shares back (overFleet), or grow them as far as a failover
-// of the fleet's demand onto the side would (share_side.go's bySide: a
-// side's growth past the fleet's demand grows no share, and a share grows
-// to the whole limit at most), keep's bound.
+// of the fleet's demand onto the side would (share_side_asked.go's bySide:
+// a side's growth past the fleet's demand grows no share, and a share
+// grows to the whole limit at most), keep's bound.
 
 // askedWire is the suffix of an asked window's name: no rule's name or
 // window name holds '#' (identity.ValidName).

@@ -131,12 +131,10 @@ func TestForgedOwnAskedCountGrowsNoFurtherThanAFailover(t *testing.T) {
 		want  float64
 	}{{^uint64(0), 0.5}, {2000, 1}, {1000, 0.5}} {
 		d := &sideDemand{part: 0.5, fleetAsked: 2000, sideAsked: func(int64) uint64 { return tc.asked }}
+		d.overFleet(3, 1, DefaultShareStep) // the window's close reads it
 		sg, known := d.sideGrowth(3)
 		require.True(t, known)
-		f, ok := d.bySide(sg, known, 1, DefaultShareStep)
-		if !ok {
-			f = 1
-		}
+		_, f := d.bySide(3, 1, DefaultShareStep)
 		sh := &share{snap: 0.5, frac: 0.5, prev: 0.5, scale: 1, rise: DefaultShareRise, side: d}
 		sh.follow(f, f, DefaultShareFloor, DefaultShareStep, true, false)
 		assert.InDelta(t, tc.want, sh.frac, 1e-9, "asked %d: side's growth %g", tc.asked, sg)

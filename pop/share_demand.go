@@ -125,22 +125,19 @@ func (sh *share) adapt(idx, now, elapsed, width int64, floor, step float64) (fra
 	}
 	var f float64
 	var sure bool // f, the side's growth, speaks (share_side.go)
-	scale := 1.0  // the side's growth over this node's (sideGrowth)
 	if sh.side != nil {
 		f, sure = sh.side.growth(idx)
 		if bw := sh.side.baseline(); !sh.capped && bw != 0 {
 			sh.cap, sh.capped = sh.side.capFor(sh.demand, sh.demandWin == bw)
 		}
-		if sure && f > 0 && idx == sh.demandWin+1 {
-			sg, known := sh.side.sideGrowth(sh.demandWin)
-			if sg, ok := sh.side.bySide(sg, known, f, step); ok {
-				scale, f = sg/f, sg
-			}
-		}
 	}
 	sh.prev = sh.frac
 	next := sh.demandWin != 0 && idx == sh.demandWin+1
 	over := next && sh.side.overFleet(sh.demandWin, 1, step)
+	scale := 1.0 // the side's growth over this node's (bySide)
+	if next && sure {
+		scale, f = sh.side.bySide(sh.demandWin, f, step)
+	}
 	switch {
 	case sh.demandWin != 0 && !next:
 		// No decision here in the previous window: the other side may have
@@ -289,11 +286,7 @@ func (sh *share) probe(idx, now, elapsed, width int64, floor, step float64) {
 	if !sure {
 		return // one key's demand alone may be its surge
 	}
-	scale := 1.0 // the side's growth over this node's (bySide)
-	sg, known := sh.side.sideGrowthAt(idx)
-	if sg, ok := sh.side.bySide(sg, known, f, step); ok {
-		scale, f = sg/f, sg
-	}
+	scale, f := sh.side.bySide(idx, f, step) // the side's growth over this node's
 	// The key's demand since its mark (at least probeFrom of a window ago,
 	// else since the window's start, or the cut): the demand before a
 	// failover inside this window does not dilute the demand after it.

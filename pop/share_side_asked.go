@@ -123,45 +123,30 @@ func (d *sideDemand) overFleet(win int64, e, step float64) bool {
 	return r.over
 }
 
-// sideGrowth returns the side's growth in window win, closed, as its
-// replicas' asked counts tell it: what the side was asked there over its
-// part of the fleet's demand before the cut (askedPart); false while
-// unknown, or measured on fewer than bandDemand.
-func (d *sideDemand) sideGrowth(win int64) (float64, bool) {
-	if d == nil || d.sideAsked == nil || d.fleetAsked < minSideDemand || d.part <= 0 {
-		return 0, false
-	}
-	c := d.sideAsked(win)
-	if c < bandDemand {
-		return 0, false
-	}
-	return float64(c) / (d.part * d.fleetAsked), true
-}
-
-// bySide returns sg, the side's growth (sideGrowth, sideGrowthAt), where
-// it should stand for f, this node's: where it ran past f (the side took
-// a failover this node's traffic does not show), or where f taken for the
-// side's would carry it past the fleet's demand before the cut (1+step of
-// it) and sg does not (the failover came to this node, not to its side's
-// other nodes).
-func (d *sideDemand) bySide(sg float64, ok bool, f, step float64) (float64, bool) {
+// bySide returns the side's growth in window win as overFleet last read
+// it (sideGrowth) where it should stand for f, this node's, and that growth
+// over f, the scale of each key's own growth: where it ran past f (the side
+// took a failover this node's traffic does not show), or where f taken for
+// the side's would carry it past the fleet's demand before the cut (1+step
+// of it) and the side's does not (the failover came to this node, not to
+// its side's other nodes). Otherwise it returns 1 and f.
+func (d *sideDemand) bySide(win int64, f, step float64) (scale, growth float64) {
+	sg, ok := d.sideGrowth(win)
 	switch {
-	case !ok:
-		return 0, false
-	case sg > f:
-		return sg, true
-	case f*d.part > 1+step && sg*d.part <= 1+step:
-		return sg, true
+	case !ok || f <= 0:
+		return 1, f
+	case sg > f, f*d.part > 1+step && sg*d.part <= 1+step:
+		return sg / f, sg
 	}
-	return 0, false
+	return 1, f
 }
 
-// sideGrowthAt returns the side's growth in window win as overFleet last
-// read it, while the window runs: its rate since a probe step probeFrom
-// back (or since the window's start) over its part of the fleet's demand
-// before the cut; false while unknown, or measured on fewer than
-// bandDemand.
-func (d *sideDemand) sideGrowthAt(win int64) (float64, bool) {
+// sideGrowth returns the side's growth in window win as overFleet last
+// read it: its rate since a probe step probeFrom back (or since the
+// window's start; the whole window once closed) over its part of the
+// fleet's demand before the cut; false while unknown, or measured on fewer
+// than bandDemand.
+func (d *sideDemand) sideGrowth(win int64) (float64, bool) {
 	if d == nil || d.sideAsked == nil || d.fleetAsked < minSideDemand || d.part <= 0 {
 		return 0, false
 	}
